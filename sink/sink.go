@@ -1,0 +1,163 @@
+// Package sink defines the fenced-sink contract of workrouter (DESIGN.md §3)
+// and its errors. Backends live in sub-packages (sink/memory, …) and all of
+// them pass the one conformance suite in sink/sinktest.
+//
+// A sink stores, per [epochs.Scope], the current holder token and NextOffset,
+// the first Kafka offset not yet applied. The consumer calls [Sink.Claim] once
+// per ownership tenure, before processing any record, and then [Sink.Apply]
+// once per batch. Apply checks the holder and writes the batch's effects and
+// the new NextOffset in one atomic unit (one transaction, one script), so a
+// tenure that has been superseded can never land a write: the check and the
+// write cannot be separated by a pause.
+//
+// Sinks are generic over Tx, the backend's native transaction handle
+// (*sql.Tx, pgx.Tx, a key-value transaction, …): handlers write ordinary
+// statements against it inside the fenced unit.
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/workrouter/workrouter/epochs"
+)
+
+// Effect runs the effects of record i of a batch inside the sink's atomic
+// unit, writing through tx. Returning an error aborts the whole batch: no
+// effect and no offset of it is committed. An Effect may be run more than
+// once for the same record (a backend may retry an aborted transaction), so
+// it must not have side effects outside tx.
+type Effect[Tx any] func(ctx context.Context, tx Tx, i int) error
+
+// ApplyResult reports what one Apply did.
+type ApplyResult struct {
+	// Applied is how many records of the batch had their effects run and
+	// committed.
+	Applied int
+	// Skipped is how many records were skipped because their offset was
+	// below the stored NextOffset (replays of already applied records).
+	Skipped int
+	// NextOffset is the scope's NextOffset after the Apply.
+	NextOffset int64
+}
+
+// Sink is the fenced-sink contract. Implementations must be safe for
+// concurrent use by many goroutines and processes: the fence is what makes
+// concurrent holders of one scope safe.
+type Sink[Tx any] interface {
+	// Claim makes tok the holder of its scope and returns the scope's
+	// NextOffset (0 for a scope never written). Atomically: if the stored
+	// holder has a greater epoch, or the same epoch and another member,
+	// Claim fails with an error matching ErrFenced (a *FencedError) and
+	// changes nothing; otherwise it stores tok (see epochs.Token.CanClaim).
+	// Re-claiming with the holder's own token is idempotent.
+	Claim(ctx context.Context, tok epochs.Token) (nextOffset int64, err error)
+
+	// Apply applies a batch of records of tok's scope in one atomic unit.
+	// offsets are the batch's Kafka offsets, strictly ascending. Atomically:
+	// if the stored holder is not exactly tok, Apply fails with an error
+	// matching ErrFenced and nothing is applied; otherwise records whose
+	// offset is below NextOffset are skipped (replays are no-ops), effect
+	// runs for each remaining record index in order, and NextOffset becomes
+	// the last offset + 1. If effect fails, Apply returns its error wrapped
+	// in an *EffectError and commits nothing.
+	Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect Effect[Tx]) (ApplyResult, error)
+}
+
+// Fence is the stored state of one scope.
+type Fence struct {
+	Scope      epochs.Scope
+	Holder     epochs.Token // zero if the scope has been reset and not claimed since
+	NextOffset int64
+}
+
+// Lister is an optional capability of a sink: reading its fence rows, for
+// status and admin tools. Discover it by type assertion.
+type Lister interface {
+	// Fences returns the stored state of every scope the sink knows.
+	Fences(ctx context.Context) ([]Fence, error)
+}
+
+// Resetter is an optional capability of a sink: the explicit, audited admin
+// reset for a scope whose epochs went backwards (DESIGN.md hazard 3: the
+// group was deleted and recreated, or a broker lost its state). Reset
+// clears the holder so that the next claim at any epoch succeeds; it keeps
+// NextOffset, so nothing is applied twice. It records reason in the sink's
+// audit trail. Never call it automatically: it lifts the fence.
+type Resetter interface {
+	ResetFence(ctx context.Context, scope epochs.Scope, reason string) (before Fence, err error)
+}
+
+// ErrFenced is matched by every error reporting that a write or claim was
+// refused because the offered token is not (or no longer) the holder.
+// A fenced result is final for that tenure: never retry it as transient.
+var ErrFenced = errors.New("sink: fenced")
+
+// ErrBadBatch is matched by errors reporting a malformed Apply call
+// (offsets not strictly ascending, negative offsets, nil effect).
+var ErrBadBatch = errors.New("sink: bad batch")
+
+// ErrNotFound is matched by errors reporting an unknown scope.
+var ErrNotFound = errors.New("sink: scope not found")
+
+// Op names the sink operation in a FencedError.
+type Op string
+
+// The fenced operations.
+const (
+	OpClaim Op = "claim"
+	OpApply Op = "apply"
+)
+
+// FencedError reports a refused Claim or Apply with the stored and the
+// offered token. It matches ErrFenced with errors.Is.
+type FencedError struct {
+	Op      Op
+	Stored  epochs.Token // the holder the sink has; zero if none
+	Offered epochs.Token
+}
+
+// Error describes the refusal.
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("sink: %s fenced for %s: offered epoch %d (member %q), stored holder epoch %d (member %q)",
+		e.Op, e.Offered.Scope(), e.Offered.Epoch, e.Offered.Member, e.Stored.Epoch, e.Stored.Member)
+}
+
+// Is reports whether target is ErrFenced.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// EffectError reports that a record's effect failed inside Apply; the batch
+// was rolled back.
+type EffectError struct {
+	Index  int   // index of the record in the batch
+	Offset int64 // its Kafka offset
+	Err    error
+}
+
+// Error describes the failure.
+func (e *EffectError) Error() string {
+	return fmt.Sprintf("sink: effect of record at offset %d failed: %v", e.Offset, e.Err)
+}
+
+// Unwrap returns the effect's error.
+func (e *EffectError) Unwrap() error { return e.Err }
+
+// CheckBatch validates the arguments of an Apply call. Backends call it first.
+func CheckBatch[Tx any](tok epochs.Token, offsets []int64, effect Effect[Tx]) error {
+	if err := tok.Validate(); err != nil {
+		return err
+	}
+	if effect == nil {
+		return fmt.Errorf("%w: nil effect", ErrBadBatch)
+	}
+	for i, o := range offsets {
+		if o < 0 {
+			return fmt.Errorf("%w: negative offset %d at index %d", ErrBadBatch, o, i)
+		}
+		if i > 0 && o <= offsets[i-1] {
+			return fmt.Errorf("%w: offsets not strictly ascending at index %d (%d after %d)", ErrBadBatch, i, o, offsets[i-1])
+		}
+	}
+	return nil
+}
