@@ -1,0 +1,127 @@
+package router
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Default values used for zero fields of [Config].
+const (
+	// DefaultPartitionCheckInterval is the default Config.PartitionCheckInterval.
+	DefaultPartitionCheckInterval = 10 * time.Second
+	// DefaultCloseTimeout is the default Config.CloseTimeout.
+	DefaultCloseTimeout = 30 * time.Second
+)
+
+// Policy says what a [Router] does when the topic's partition count changes.
+type Policy int
+
+const (
+	// Refuse (the zero value, and the default) makes every send after the
+	// change fail with a [*PartitionCountChangedError]. The router stays
+	// refusing until it is replaced by one created after the topic has
+	// been drained.
+	Refuse Policy = iota
+	// Alarm logs the change at Error level, calls Config.OnAlarm once per
+	// change and keeps producing, partitioning keys by the new count. Use
+	// it only where moving keys is acceptable (for instance, when the
+	// consumers can tolerate two workers for one key during the move).
+	Alarm
+)
+
+// String returns "refuse", "alarm" or "Policy(n)". Safe to call from any
+// goroutine.
+func (p Policy) String() string {
+	switch p {
+	case Refuse:
+		return "refuse"
+	case Alarm:
+		return "alarm"
+	default:
+		return fmt.Sprintf("Policy(%d)", int(p))
+	}
+}
+
+// Config configures a [Router]. The zero value of every optional field
+// selects the documented default. A Config is read once by [New]; later
+// changes to it have no effect.
+type Config struct {
+	// Brokers are the seed brokers ("host:port"). Required unless Client
+	// is set; ignored if it is.
+	Brokers []string
+
+	// Topic is the command topic. Required. It must already exist.
+	Topic string
+
+	// Client, if set, is used instead of a client built by the router,
+	// and the router does not close it. It must produce with
+	// kgo.RecordPartitioner(kgo.ManualPartitioner()) (the router sets
+	// every record's partition itself; New refuses a client whose
+	// partitioner does not honour it) and must not be transactional.
+	// Router.Flush and Router.Close flush every record buffered in it,
+	// not only the router's.
+	Client *kgo.Client
+
+	// ClientOpts are extra options for the client the router builds when
+	// Client is nil (TLS, SASL, dialer, timeouts, …). The router appends
+	// kgo.SeedBrokers(Brokers...) before them and
+	// kgo.RecordPartitioner(kgo.ManualPartitioner()) after them. The kgo
+	// producer defaults (idempotent, acks=all) apply unless overridden.
+	ClientOpts []kgo.Opt
+
+	// OnPartitionCountChange selects what happens when the topic's
+	// partition count changes. Default: Refuse.
+	OnPartitionCountChange Policy
+
+	// OnAlarm, if set, is called once per detected change under Alarm,
+	// after the router has switched to the new count. It is called from
+	// the goroutine that ran the check (the router's checker goroutine or
+	// a caller of Router.CheckPartitions) while checks are serialized, so
+	// it must return promptly and must not call Router.CheckPartitions or
+	// Router.Close.
+	OnAlarm func(PartitionCountChangedError)
+
+	// PartitionCheckInterval is how often the router re-reads the topic's
+	// partition count with a metadata request. Default
+	// DefaultPartitionCheckInterval (10s). Must not be negative.
+	PartitionCheckInterval time.Duration
+
+	// CloseTimeout bounds how long Router.Close waits for outstanding
+	// sends to finish. Default DefaultCloseTimeout (30s). Must not be
+	// negative.
+	CloseTimeout time.Duration
+
+	// Logger receives the router's logs. Default: logs are discarded.
+	Logger *slog.Logger
+}
+
+// withDefaults validates c and returns a copy with defaults filled in.
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case c.Topic == "":
+		return c, fmt.Errorf("%w: Topic is required", ErrInvalidConfig)
+	case c.Client == nil && len(c.Brokers) == 0:
+		return c, fmt.Errorf("%w: Brokers is required when Client is nil", ErrInvalidConfig)
+	case c.OnPartitionCountChange != Refuse && c.OnPartitionCountChange != Alarm:
+		return c, fmt.Errorf("%w: unknown OnPartitionCountChange %v", ErrInvalidConfig, c.OnPartitionCountChange)
+	case c.PartitionCheckInterval < 0:
+		return c, fmt.Errorf("%w: negative PartitionCheckInterval %v", ErrInvalidConfig, c.PartitionCheckInterval)
+	case c.CloseTimeout < 0:
+		return c, fmt.Errorf("%w: negative CloseTimeout %v", ErrInvalidConfig, c.CloseTimeout)
+	}
+	if c.PartitionCheckInterval == 0 {
+		c.PartitionCheckInterval = DefaultPartitionCheckInterval
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = DefaultCloseTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Brokers = append([]string(nil), c.Brokers...)
+	c.ClientOpts = append([]kgo.Opt(nil), c.ClientOpts...)
+	return c, nil
+}

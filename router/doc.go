@@ -1,0 +1,29 @@
+// Package router produces workrouter's keyed commands to Kafka.
+//
+// A [Command] is the envelope every workrouter producer and consumer agree
+// on: a non-empty Key that selects the partition (and so the one worker that
+// applies it), a non-empty Type carried in the [TypeHeader] record header, an
+// opaque Payload in the record value, and optional user headers. [Encode] and
+// [Decode] convert between commands and *kgo.Record; the consumer decodes
+// with the same functions.
+//
+// Keys map to partitions exactly as the Java client's default partitioner
+// maps them ([Partition]: murmur2, high bit masked, modulo the partition
+// count), so workrouter producers interoperate with producers written in
+// any language that follows Kafka's default.
+//
+// # Partition count changes (DESIGN.md §4, hazard 5)
+//
+// Per-key serialization holds only while a key keeps its partition. If
+// partitions are added to the topic, [Partition] sends a key somewhere else
+// while its older commands may still wait, unapplied, in the old partition,
+// so two workers can apply commands of one key concurrently and out of
+// order. A [Router] therefore remembers the partition count it started with,
+// re-reads it periodically (and on [Router.CheckPartitions]), and never
+// follows a change silently: under [Refuse] (the default) every later send
+// fails with a [*PartitionCountChangedError]; under [Alarm] it logs at Error
+// level, calls [Config.OnAlarm] and continues with the new count.
+//
+// All functions and methods of this package are safe for concurrent use by
+// any number of goroutines.
+package router

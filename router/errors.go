@@ -1,0 +1,70 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Errors returned by this package wrap one (or more) of
+// these with details; match them with errors.Is.
+var (
+	// ErrEmptyKey means a command has no key. Every command needs a key:
+	// the key selects the partition and so the worker that applies it.
+	ErrEmptyKey = errors.New("router: empty command key")
+	// ErrEmptyType means a command has no type.
+	ErrEmptyType = errors.New("router: empty command type")
+	// ErrReservedHeader means a user header key starts with
+	// [ReservedHeaderPrefix], which workrouter keeps for itself.
+	ErrReservedHeader = errors.New("router: reserved header key")
+	// ErrEmptyTopic means Encode was given no topic.
+	ErrEmptyTopic = errors.New("router: empty topic")
+	// ErrInvalidPartition means Encode was given a negative partition.
+	ErrInvalidPartition = errors.New("router: invalid partition")
+	// ErrMalformedRecord means Decode was given a record that is not a
+	// workrouter command. More specific sentinels (ErrMissingType,
+	// ErrEmptyKey) are wrapped alongside it where they apply.
+	ErrMalformedRecord = errors.New("router: malformed command record")
+	// ErrMissingType means a record has no (or an empty) [TypeHeader].
+	ErrMissingType = errors.New("router: missing command type header")
+	// ErrInvalidConfig means New was given an unusable [Config].
+	ErrInvalidConfig = errors.New("router: invalid config")
+	// ErrTopicNotFound means the configured topic does not exist.
+	ErrTopicNotFound = errors.New("router: topic not found")
+	// ErrMetadata means the topic's metadata could not be read (brokers
+	// unreachable, request failed, broker-side error).
+	ErrMetadata = errors.New("router: cannot read topic metadata")
+	// ErrPartitionCountChanged is matched by [*PartitionCountChangedError].
+	ErrPartitionCountChanged = errors.New("router: topic partition count changed")
+	// ErrClosed means the Router has been closed.
+	ErrClosed = errors.New("router: closed")
+)
+
+// PartitionCountChangedError reports that the topic's partition count is no
+// longer the one the router partitions keys by (DESIGN.md §4, hazard 5). It
+// matches [ErrPartitionCountChanged] with errors.Is. Values are immutable and
+// safe to share between goroutines.
+type PartitionCountChangedError struct {
+	// Topic is the command topic.
+	Topic string
+	// Expected is the partition count the router was partitioning by.
+	Expected int32
+	// Current is the partition count read from the cluster's metadata.
+	Current int32
+}
+
+// Error explains the hazard and what to do about it. Safe to call from any
+// goroutine.
+func (e *PartitionCountChangedError) Error() string {
+	return fmt.Sprintf("router: topic %q partition count changed from %d to %d: "+
+		"keys would move to other partitions and break per-key serialization "+
+		"while the old partitions still hold unapplied work; "+
+		"drain the topic (let consumers reach zero lag), then restart the router "+
+		"and all producers so they partition by the new count",
+		e.Topic, e.Expected, e.Current)
+}
+
+// Is reports whether target is [ErrPartitionCountChanged]. Safe to call
+// from any goroutine.
+func (e *PartitionCountChangedError) Is(target error) bool {
+	return target == ErrPartitionCountChanged
+}

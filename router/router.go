@@ -1,0 +1,411 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Router produces keyed [Command]s to one topic, placing each on the
+// partition [Partition] picks for its key, and guards against partition
+// count changes (see the package documentation). All methods are safe for
+// concurrent use by any number of goroutines.
+type Router struct {
+	cfg        Config
+	cl         *kgo.Client
+	ownsClient bool
+
+	mu      sync.RWMutex
+	closed  bool
+	count   int32                       // partition count keys are partitioned by
+	refused *PartitionCountChangedError // set, under Refuse, once a change is seen
+
+	checkMu sync.Mutex // serializes partition checks (and OnAlarm calls)
+
+	stop      context.CancelFunc // stops the checker goroutine
+	done      chan struct{}      // closed when the checker goroutine returns
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Result is the outcome of a successful send.
+type Result struct {
+	// Partition is the partition the command was written to.
+	Partition int32
+	// Offset is the command's offset in that partition.
+	Offset int64
+}
+
+// New validates cfg, connects, reads the topic's partition count and
+// returns a Router that partitions keys by that count (the expected count).
+// ctx bounds only this setup.
+//
+// New fails with an error matching [ErrInvalidConfig] for a bad cfg,
+// [ErrTopicNotFound] if the topic does not exist, or [ErrMetadata] if the
+// metadata cannot be read (for instance, brokers unreachable before ctx is
+// done).
+//
+// The Router owns one goroutine, started here and stopped by
+// [Router.Close], that re-reads the topic's partition count every
+// Config.PartitionCheckInterval. Callers must call Close.
+func New(ctx context.Context, cfg Config) (*Router, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{cfg: cfg, cl: cfg.Client, done: make(chan struct{})}
+	if r.cl == nil {
+		opts := make([]kgo.Opt, 0, len(cfg.ClientOpts)+2)
+		opts = append(opts, kgo.SeedBrokers(cfg.Brokers...))
+		opts = append(opts, cfg.ClientOpts...)
+		opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		r.cl, err = kgo.NewClient(opts...)
+		if err != nil {
+			return nil, fmt.Errorf("%w: building client: %w", ErrInvalidConfig, err)
+		}
+		r.ownsClient = true
+	} else if err := checkClient(r.cl, cfg.Topic); err != nil {
+		return nil, err
+	}
+
+	n, err := r.readPartitionCount(ctx)
+	if err != nil {
+		if r.ownsClient {
+			r.cl.Close()
+		}
+		return nil, err
+	}
+	r.count = n
+	cfg.Logger.Info("router started", "topic", cfg.Topic, "partitions", n,
+		"on_partition_count_change", cfg.OnPartitionCountChange)
+
+	checkCtx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	go r.checkLoop(checkCtx)
+	return r, nil
+}
+
+// checkClient verifies that a caller-given client lets the router choose
+// partitions and is not transactional.
+func checkClient(cl *kgo.Client, topic string) error {
+	if id, _ := cl.OptValue(kgo.TransactionalID).(string); id != "" {
+		return fmt.Errorf("%w: Client is transactional (id %q); the router needs a non-transactional producer", ErrInvalidConfig, id)
+	}
+	p, _ := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
+	if p == nil || !honoursRecordPartition(p, topic) {
+		return fmt.Errorf("%w: Client must produce with kgo.RecordPartitioner(kgo.ManualPartitioner()): the router chooses each record's partition itself", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// honoursRecordPartition probes p: a manual partitioner returns each
+// record's own partition whatever its key, while a key-hashing one returns
+// one partition for one key.
+func honoursRecordPartition(p kgo.Partitioner, topic string) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false // a partitioner that cannot be probed is not the manual one
+		}
+	}()
+	tp := p.ForTopic(topic)
+	if _, backup := tp.(kgo.TopicBackupPartitioner); backup {
+		return false
+	}
+	const probes = 8
+	for i := range int32(probes) {
+		rec := &kgo.Record{Topic: topic, Key: []byte("workrouter-probe"), Partition: i}
+		if !tp.RequiresConsistency(rec) || tp.Partition(rec, probes) != int(i) {
+			return false
+		}
+	}
+	return true
+}
+
+// Send sends cmd and waits until Kafka has acknowledged it (acks=all by
+// default) or it has failed. cmd is validated first ([Command.Validate]).
+// Send fails with a [*PartitionCountChangedError] if the router refuses to
+// send because the partition count changed, and with an error matching
+// [ErrClosed] after [Router.Close]. ctx can cancel the send while it is
+// buffered; once a request carrying it is in flight, Send waits for its
+// outcome (so that an idempotent producer keeps its ordering guarantees).
+// Safe to call from any goroutine, but not from a SendAsync callback.
+func (r *Router) Send(ctx context.Context, cmd Command) (Result, error) {
+	var (
+		res  Result
+		err  error
+		done = make(chan struct{})
+	)
+	r.SendAsync(ctx, cmd, func(rs Result, e error) {
+		res, err = rs, e
+		close(done)
+	})
+	<-done
+	return res, err
+}
+
+// SendAsync sends cmd without waiting and calls fn exactly once with the
+// outcome, which carries the same errors as [Router.Send]'s. If the send
+// fails before being buffered (validation, [ErrClosed], a refused partition
+// count change), fn is called on the calling goroutine before SendAsync
+// returns; otherwise it is called later from the client's promise
+// goroutine, serially with other callbacks, so fn must return quickly and
+// must not call Send, Flush or Close. Commands sent by one goroutine with the
+// same key are written in call order. SendAsync may block while the client
+// buffer is full (until ctx is done). fn must not be nil. Safe to call from
+// any goroutine.
+func (r *Router) SendAsync(ctx context.Context, cmd Command, fn func(Result, error)) {
+	rec, err := r.record(cmd)
+	if err != nil {
+		fn(Result{}, err)
+		return
+	}
+	r.cl.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+		fn(r.result(rec, err))
+	})
+}
+
+// record validates cmd and encodes it for the partition its key maps to
+// under the current partition count.
+func (r *Router) record(cmd Command) (*kgo.Record, error) {
+	if err := cmd.Validate(); err != nil {
+		return nil, err
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return nil, fmt.Errorf("%w: cannot send to topic %q", ErrClosed, r.cfg.Topic)
+	}
+	if r.refused != nil {
+		e := *r.refused
+		return nil, &e
+	}
+	return Encode(r.cfg.Topic, Partition(cmd.Key, r.count), cmd)
+}
+
+// result converts a produce promise's arguments into a send outcome.
+func (r *Router) result(rec *kgo.Record, err error) (Result, error) {
+	if err != nil {
+		if errors.Is(err, kgo.ErrClientClosed) && r.isClosed() {
+			return Result{}, fmt.Errorf("%w: send to %s/%d not completed: %w", ErrClosed, rec.Topic, rec.Partition, err)
+		}
+		return Result{}, fmt.Errorf("router: send to %s/%d failed: %w", rec.Topic, rec.Partition, err)
+	}
+	return Result{Partition: rec.Partition, Offset: rec.Offset}, nil
+}
+
+func (r *Router) isClosed() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.closed
+}
+
+// Flush waits until every send buffered so far has completed (its callback
+// has been called), or ctx is done, whose error it then returns. With a
+// caller-given Config.Client it also waits for records others buffered in
+// that client. It fails with [ErrClosed] after Close. Safe to call from any
+// goroutine, but not from a SendAsync callback.
+func (r *Router) Flush(ctx context.Context) error {
+	if r.isClosed() {
+		return fmt.Errorf("%w: cannot flush", ErrClosed)
+	}
+	if err := r.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("router: flushing sends to %q: %w", r.cfg.Topic, err)
+	}
+	return nil
+}
+
+// Close stops the router: later sends fail with [ErrClosed]. It waits, for
+// at most Config.CloseTimeout, for outstanding sends to complete (returning
+// an error matching context.DeadlineExceeded if they did not), stops the
+// router's checker goroutine and waits for it, and closes the client if the
+// router built it (failing still-outstanding sends with ErrClosed). A send
+// that races with Close either completes or fails with ErrClosed; its
+// callback is called exactly once either way. Close is idempotent: later
+// calls return the first call's result. Safe to call from any goroutine,
+// but not from a SendAsync callback or Config.OnAlarm.
+func (r *Router) Close() error {
+	r.closeOnce.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+
+		r.stop()
+		<-r.done
+
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CloseTimeout)
+		defer cancel()
+		if err := r.cl.Flush(ctx); err != nil {
+			r.closeErr = fmt.Errorf("router: closing: outstanding sends to %q not flushed within %v: %w",
+				r.cfg.Topic, r.cfg.CloseTimeout, err)
+		}
+		if r.ownsClient {
+			r.cl.Close()
+		}
+		r.cfg.Logger.Info("router closed", "topic", r.cfg.Topic)
+	})
+	return r.closeErr
+}
+
+// CheckPartitions re-reads the topic's partition count now, as the
+// router's goroutine does every Config.PartitionCheckInterval, and applies
+// Config.OnPartitionCountChange if it differs from the expected count.
+//
+// Under Refuse it returns a [*PartitionCountChangedError] once a change has
+// been seen (and keeps returning it: a refusing router never resumes).
+// Under Alarm it returns nil after switching to the new count; by then
+// Config.OnAlarm has been called and the client's producer knows the new
+// partitions, so later sends use them. It returns an error matching
+// [ErrMetadata] or [ErrTopicNotFound] if the count cannot be read, and
+// [ErrClosed] after Close. Checks are serialized. Safe to call from any
+// goroutine, except from Config.OnAlarm.
+func (r *Router) CheckPartitions(ctx context.Context) error {
+	if r.isClosed() {
+		return fmt.Errorf("%w: cannot check partitions", ErrClosed)
+	}
+	return r.check(ctx)
+}
+
+// checkLoop is the router's goroutine: it runs check every
+// PartitionCheckInterval until ctx is canceled.
+func (r *Router) checkLoop(ctx context.Context) {
+	defer close(r.done)
+	t := time.NewTicker(r.cfg.PartitionCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.PartitionCheckInterval)
+		err := r.check(cctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrPartitionCountChanged) {
+			r.cfg.Logger.Warn("router: partition count check failed", "topic", r.cfg.Topic, "err", err)
+		}
+	}
+}
+
+// check implements CheckPartitions.
+func (r *Router) check(ctx context.Context) error {
+	r.checkMu.Lock()
+	defer r.checkMu.Unlock()
+
+	current, err := r.readPartitionCount(ctx)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	expected, refused := r.count, r.refused
+	if refused != nil && refused.Current != current {
+		r.refused = &PartitionCountChangedError{Topic: r.cfg.Topic, Expected: expected, Current: current}
+		refused = r.refused
+	}
+	r.mu.Unlock()
+	if refused != nil {
+		e := *refused
+		return &e
+	}
+	if current == expected {
+		return nil
+	}
+	change := PartitionCountChangedError{Topic: r.cfg.Topic, Expected: expected, Current: current}
+
+	if r.cfg.OnPartitionCountChange == Refuse {
+		r.mu.Lock()
+		r.refused = &change
+		r.mu.Unlock()
+		r.cfg.Logger.Error("router: partition count changed; refusing all sends",
+			"topic", r.cfg.Topic, "expected", expected, "current", current, "err", &change)
+		e := change
+		return &e
+	}
+
+	// Alarm: switch to the new count, but only once the client's producer
+	// knows the new partitions, or it would fail records sent to them.
+	if err := r.awaitProducerPartitions(ctx, expected, current); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.count = current
+	r.mu.Unlock()
+	r.cfg.Logger.Error("router: partition count changed; producing with the new count (policy alarm)",
+		"topic", r.cfg.Topic, "expected", expected, "current", current, "err", &change)
+	if r.cfg.OnAlarm != nil {
+		r.cfg.OnAlarm(change)
+	}
+	return nil
+}
+
+// awaitProducerPartitions waits until the client's producer metadata
+// covers current partitions, forcing metadata refreshes meanwhile.
+func (r *Router) awaitProducerPartitions(ctx context.Context, expected, current int32) error {
+	if current <= expected {
+		return nil // every partition the router will pick is already known
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		if r.producerKnows(current) {
+			return nil
+		}
+		if i%20 == 0 {
+			r.cl.ForceMetadataRefresh()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: waiting for the producer to learn that %q has %d partitions: %w",
+				ErrMetadata, r.cfg.Topic, current, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// producerKnows reports whether producing to partition n-1 of the topic
+// would not fail for an unknown partition: either the producer's metadata
+// has it, or the producer has not loaded the topic yet (its first load will
+// be fresh).
+func (r *Router) producerKnows(n int32) bool {
+	if leader, _, err := r.cl.PartitionLeader(r.cfg.Topic, n-1); leader >= 0 || err != nil {
+		return true
+	}
+	leader, _, err := r.cl.PartitionLeader(r.cfg.Topic, 0)
+	return leader < 0 && err == nil
+}
+
+// readPartitionCount reads the topic's partition count with a metadata
+// request.
+func (r *Router) readPartitionCount(ctx context.Context) (int32, error) {
+	topic := r.cfg.Topic
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	req.AllowAutoTopicCreation = false
+	resp, err := req.RequestWith(ctx, r.cl)
+	if err != nil {
+		return 0, fmt.Errorf("%w: topic %q: %w", ErrMetadata, topic, err)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			if errors.Is(err, kerr.UnknownTopicOrPartition) {
+				return 0, fmt.Errorf("%w: %q: %w", ErrTopicNotFound, topic, err)
+			}
+			return 0, fmt.Errorf("%w: topic %q: %w", ErrMetadata, topic, err)
+		}
+		if len(t.Partitions) == 0 {
+			return 0, fmt.Errorf("%w: topic %q has no partitions", ErrMetadata, topic)
+		}
+		return int32(len(t.Partitions)), nil
+	}
+	return 0, fmt.Errorf("%w: %q: not in the metadata response", ErrTopicNotFound, topic)
+}
