@@ -1,0 +1,462 @@
+// Package memory is the in-process backend of the workrouter fenced-sink
+// contract ([sink.Sink]): a transactional key-value store that keeps, per
+// [epochs.Scope], the holder token and NextOffset, and that records its own
+// history so tests can check the invariants of DESIGN.md §7.
+//
+// It is meant for tests, examples and demos: nothing survives the process.
+// A [Sink] passes the conformance suite in sink/sinktest.
+//
+// # Concurrency
+//
+// [Sink.Apply] does not hold the sink's lock while it runs effects, so a
+// handler that blocks inside Apply never blocks another tenure's
+// [Sink.Claim]. It uses optimistic concurrency instead: it reads NextOffset,
+// runs the effects against a private write set ([Tx]), and then, in one
+// critical section, verifies that the holder is exactly the offered token,
+// that NextOffset has not moved and that no key the effects read has
+// changed, and only then installs the writes and the new NextOffset. If
+// NextOffset or a read key moved, the write set is discarded and the
+// effects are run again (they may therefore run more than once, as
+// [sink.Effect] allows). The check and the install are one atomic unit.
+//
+// # History
+//
+// Every fence decision (accepted or refused claim and apply, and every
+// reset) is appended to an ordered log ([Sink.Events]); [Sink.Verify]
+// checks invariants F, O and X of DESIGN.md §7 over it, and
+// [Sink.Rejected] counts refusals so that a fault test can assert that its
+// fault actually happened.
+package memory
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// ErrNoReason is matched by the error [Sink.ResetFence] returns when called
+// with an empty reason: a reset lifts the fence and must say why.
+var ErrNoReason = errors.New("memory: reset needs a non-empty reason")
+
+// Compile-time checks of the capabilities a *Sink provides.
+var (
+	_ sink.Sink[*Tx] = (*Sink)(nil)
+	_ sink.Lister    = (*Sink)(nil)
+	_ sink.Resetter  = (*Sink)(nil)
+)
+
+// EventKind is the kind of a fence decision recorded in a [Sink]'s history.
+type EventKind int
+
+// The kinds of events.
+const (
+	// Claim is a call to [Sink.Claim].
+	Claim EventKind = iota + 1
+	// Apply is a call to [Sink.Apply] that reached the fence check.
+	Apply
+	// Reset is a call to [Sink.ResetFence] that cleared a holder.
+	Reset
+)
+
+// String returns "claim", "apply" or "reset". It may be called from any
+// goroutine.
+func (k EventKind) String() string {
+	switch k {
+	case Claim:
+		return "claim"
+	case Apply:
+		return "apply"
+	case Reset:
+		return "reset"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event is one fence decision in a [Sink]'s history.
+type Event struct {
+	// Seq is the event's position in the sink-wide log, starting at 1.
+	Seq uint64
+	// Kind says which operation the event records.
+	Kind EventKind
+	// Scope is the scope the operation addressed.
+	Scope epochs.Scope
+	// Token is the offered token (zero for a Reset).
+	Token epochs.Token
+	// Offsets are the offsets actually applied by an accepted Apply
+	// (replayed offsets that were skipped are not listed). Nil otherwise.
+	Offsets []int64
+	// Accepted reports whether the sink accepted the operation; a refused
+	// Claim or Apply was fenced.
+	Accepted bool
+	// Stored is the holder the sink had when it decided.
+	Stored epochs.Token
+	// Reason is the reason given to a Reset.
+	Reason string
+}
+
+// AuditEntry records one admin reset of a scope's fence.
+type AuditEntry struct {
+	// Scope is the reset scope.
+	Scope epochs.Scope
+	// Before is the scope's fence just before the reset.
+	Before sink.Fence
+	// Reason is the reason the caller gave.
+	Reason string
+	// Seq is the Seq of the matching Reset [Event].
+	Seq uint64
+}
+
+// fenceState is the stored fence of one scope.
+type fenceState struct {
+	holder     epochs.Token
+	nextOffset int64
+}
+
+// entry is the committed state of one key. A deleted key keeps its entry
+// (live == false) so that its version still moves and readers notice.
+type entry struct {
+	val  []byte
+	ver  uint64
+	live bool
+}
+
+// Sink is an in-process fenced sink with a transactional key-value store.
+// It implements [sink.Sink] with *[Tx] as the transaction handle,
+// [sink.Lister] and [sink.Resetter]. The zero value is not usable: call
+// [New]. All methods are safe for concurrent use by any number of
+// goroutines.
+type Sink struct {
+	mu       sync.RWMutex
+	scopes   map[epochs.Scope]*fenceState
+	data     map[string]*entry
+	version  uint64 // version of the last commit that wrote keys
+	events   []Event
+	audit    []AuditEntry
+	rejected int
+}
+
+// New returns an empty sink. It may be called from any goroutine.
+func New() *Sink {
+	return &Sink{
+		scopes: make(map[epochs.Scope]*fenceState),
+		data:   make(map[string]*entry),
+	}
+}
+
+// record appends an event, assigning its Seq. s.mu must be held for writing.
+func (s *Sink) record(ev Event) uint64 {
+	ev.Seq = uint64(len(s.events)) + 1
+	s.events = append(s.events, ev)
+	if (ev.Kind == Claim || ev.Kind == Apply) && !ev.Accepted {
+		s.rejected++
+	}
+	return ev.Seq
+}
+
+// holderOf returns the stored holder of scope (zero if none). s.mu must be
+// held.
+func (s *Sink) holderOf(scope epochs.Scope) epochs.Token {
+	if st := s.scopes[scope]; st != nil {
+		return st.holder
+	}
+	return epochs.Token{}
+}
+
+// Claim makes tok the holder of its scope and returns the scope's
+// NextOffset, following [sink.Sink.Claim]: it fails with a
+// *[sink.FencedError] if the stored holder has a greater epoch, or the same
+// epoch and another member. A refused claim changes nothing but is recorded
+// in the history. Claim never waits for a running Apply. It may be called
+// from any goroutine.
+func (s *Sink) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
+	if err := tok.Validate(); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memory: claim %s: %w", tok, err)
+	}
+	scope := tok.Scope()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.scopes[scope]
+	var holder epochs.Token
+	if st != nil {
+		holder = st.holder
+	}
+	if !tok.CanClaim(holder) {
+		s.record(Event{Kind: Claim, Scope: scope, Token: tok, Stored: holder})
+		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: holder, Offered: tok}
+	}
+	if st == nil {
+		st = &fenceState{}
+		s.scopes[scope] = st
+	}
+	st.holder = tok
+	s.record(Event{Kind: Claim, Scope: scope, Token: tok, Accepted: true, Stored: holder})
+	return st.nextOffset, nil
+}
+
+// Apply applies a batch of records of tok's scope, following
+// [sink.Sink.Apply]: records whose offset is below NextOffset are skipped,
+// effect runs for each remaining record index in order against a fresh
+// *[Tx], and the writes and the new NextOffset are installed atomically
+// only if tok is still exactly the holder at that moment (else a
+// *[sink.FencedError] and nothing applied). Effects run without the sink's
+// lock held and may be run more than once (see the package documentation).
+// A cancelled ctx aborts the call before the install, with nothing
+// applied. Apply may be called from any goroutine; the effect is called on
+// the calling goroutine.
+func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*Tx]) (sink.ApplyResult, error) {
+	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
+		return sink.ApplyResult{}, err
+	}
+	scope := tok.Scope()
+	for {
+		if err := ctx.Err(); err != nil {
+			return sink.ApplyResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
+		}
+
+		// Snapshot NextOffset; refuse early if tok is not the holder
+		// (a refusal is safe to decide at any moment).
+		s.mu.Lock()
+		st := s.scopes[scope]
+		if st == nil || !tok.Holds(st.holder) {
+			stored := s.holderOf(scope)
+			s.record(Event{Kind: Apply, Scope: scope, Token: tok, Stored: stored})
+			s.mu.Unlock()
+			return sink.ApplyResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+		}
+		next := st.nextOffset
+		s.mu.Unlock()
+
+		first, _ := slices.BinarySearch(offsets, next)
+		tx := &Tx{s: s}
+		var effErr error
+		for i := first; i < len(offsets); i++ {
+			if err := ctx.Err(); err != nil {
+				return sink.ApplyResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
+			}
+			if err := effect(ctx, tx, i); err != nil {
+				effErr = &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
+				break
+			}
+		}
+		tx.done = true
+
+		s.mu.Lock()
+		if effErr != nil {
+			// The effect may have failed because it saw writes of
+			// several commits; if its reads are stale, run it again on
+			// a consistent view instead of reporting the failure.
+			stale := !s.validLocked(tx)
+			s.mu.Unlock()
+			if stale {
+				continue
+			}
+			return sink.ApplyResult{}, effErr
+		}
+		if err := ctx.Err(); err != nil {
+			s.mu.Unlock()
+			return sink.ApplyResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
+		}
+		st = s.scopes[scope]
+		if st == nil || !tok.Holds(st.holder) {
+			stored := s.holderOf(scope)
+			s.record(Event{Kind: Apply, Scope: scope, Token: tok, Stored: stored})
+			s.mu.Unlock()
+			return sink.ApplyResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+		}
+		if st.nextOffset != next || !s.validLocked(tx) {
+			s.mu.Unlock()
+			continue // conflict: discard the write set and run again
+		}
+		s.installLocked(tx)
+		applied := slices.Clone(offsets[first:])
+		if len(applied) > 0 {
+			st.nextOffset = applied[len(applied)-1] + 1
+		}
+		s.record(Event{Kind: Apply, Scope: scope, Token: tok, Offsets: applied, Accepted: true, Stored: st.holder})
+		res := sink.ApplyResult{Applied: len(applied), Skipped: first, NextOffset: st.nextOffset}
+		s.mu.Unlock()
+		return res, nil
+	}
+}
+
+// validLocked reports whether every read of tx is still current. s.mu must
+// be held.
+func (s *Sink) validLocked(tx *Tx) bool {
+	for k, r := range tx.reads {
+		if s.versionLocked(k) != r.ver {
+			return false
+		}
+	}
+	for prefix, keys := range tx.scans {
+		if !slices.Equal(s.keysLocked(prefix), keys) {
+			return false
+		}
+	}
+	return true
+}
+
+// versionLocked returns the version of key, 0 if it was never written.
+// s.mu must be held.
+func (s *Sink) versionLocked(key string) uint64 {
+	if e := s.data[key]; e != nil {
+		return e.ver
+	}
+	return 0
+}
+
+// installLocked commits the write set of tx. s.mu must be held for writing.
+func (s *Sink) installLocked(tx *Tx) {
+	if len(tx.writes) == 0 {
+		return
+	}
+	s.version++
+	for k, w := range tx.writes {
+		e := s.data[k]
+		if e == nil {
+			e = &entry{}
+			s.data[k] = e
+		}
+		e.ver = s.version
+		e.live = !w.deleted
+		e.val = w.val
+	}
+}
+
+// keysLocked returns the sorted live committed keys with prefix. s.mu must
+// be held.
+func (s *Sink) keysLocked(prefix string) []string {
+	var keys []string
+	for k, e := range s.data {
+		if e.live && strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Get returns a copy of the committed value of key and whether it exists.
+// It may be called from any goroutine.
+func (s *Sink) Get(key string) ([]byte, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e := s.data[key]
+	if e == nil || !e.live {
+		return nil, false
+	}
+	return slices.Clone(e.val), true
+}
+
+// Keys returns the committed keys that start with prefix, sorted. It may be
+// called from any goroutine.
+func (s *Sink) Keys(prefix string) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.keysLocked(prefix)
+}
+
+// Fences returns the stored fence of every scope the sink knows, sorted by
+// group, topic and partition. It implements [sink.Lister] and may be called
+// from any goroutine.
+func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: fences: %w", err)
+	}
+	s.mu.RLock()
+	fences := make([]sink.Fence, 0, len(s.scopes))
+	for scope, st := range s.scopes {
+		fences = append(fences, sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset})
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(fences, func(a, b sink.Fence) int { return compareScopes(a.Scope, b.Scope) })
+	return fences, nil
+}
+
+// ResetFence clears the holder of scope so that the next claim at any epoch
+// succeeds, keeping NextOffset, and records reason in the audit trail
+// ([Sink.Audit]) and the history. It implements [sink.Resetter]. It fails
+// with an error matching [ErrNoReason] for an empty reason and
+// [sink.ErrNotFound] for a scope the sink does not know. It may be called
+// from any goroutine, but only by an operator: it lifts the fence.
+func (s *Sink) ResetFence(ctx context.Context, scope epochs.Scope, reason string) (sink.Fence, error) {
+	if err := scope.Validate(); err != nil {
+		return sink.Fence{}, err
+	}
+	if strings.TrimSpace(reason) == "" {
+		return sink.Fence{}, fmt.Errorf("memory: reset %s: %w", scope, ErrNoReason)
+	}
+	if err := ctx.Err(); err != nil {
+		return sink.Fence{}, fmt.Errorf("memory: reset %s: %w", scope, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.scopes[scope]
+	if st == nil {
+		return sink.Fence{}, fmt.Errorf("memory: reset %s: %w", scope, sink.ErrNotFound)
+	}
+	before := sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset}
+	st.holder = epochs.Token{}
+	seq := s.record(Event{Kind: Reset, Scope: scope, Accepted: true, Stored: before.Holder, Reason: reason})
+	s.audit = append(s.audit, AuditEntry{Scope: scope, Before: before, Reason: reason, Seq: seq})
+	return before, nil
+}
+
+// Events returns a copy of the sink's history in Seq order. It may be
+// called from any goroutine.
+func (s *Sink) Events() []Event {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Event, len(s.events))
+	for i, ev := range s.events {
+		ev.Offsets = slices.Clone(ev.Offsets)
+		out[i] = ev
+	}
+	return out
+}
+
+// Audit returns a copy of the reset audit trail in order. It may be called
+// from any goroutine.
+func (s *Sink) Audit() []AuditEntry {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.audit)
+}
+
+// Rejected returns how many claims and applies the sink has fenced. Fault
+// tests use it to assert that the fault they injected really happened. It
+// may be called from any goroutine.
+func (s *Sink) Rejected() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.rejected
+}
+
+// Verify checks invariants F, O and X of DESIGN.md §7 over the sink's
+// history (see [VerifyError] for what each means here). It returns nil, or
+// a *[VerifyError] listing every violation. It may be called from any
+// goroutine, also while the sink is in use (it checks a snapshot).
+func (s *Sink) Verify() error {
+	if v := verifyEvents(s.Events()); len(v) > 0 {
+		return &VerifyError{Violations: v}
+	}
+	return nil
+}
+
+// compareScopes orders scopes by group, topic, partition.
+func compareScopes(a, b epochs.Scope) int {
+	return cmp.Or(
+		strings.Compare(a.Group, b.Group),
+		strings.Compare(a.Topic, b.Topic),
+		cmp.Compare(a.Partition, b.Partition),
+	)
+}

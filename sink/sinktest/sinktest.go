@@ -1,0 +1,877 @@
+// Package sinktest is the one conformance suite that every workrouter sink
+// backend must pass. It checks the fencing protocol of DESIGN.md §3 from
+// the outside, through the [sink.Sink] contract and a few backend-specific
+// hooks a backend supplies in a [Harness]: how to open an empty sink, how
+// to reopen its durable storage, and how to write and read one key through
+// its native transaction handle.
+//
+// Every check is written so that a sink that skipped the fence check (or
+// the offset skip, or the rollback) fails it.
+//
+// A backend runs the suite from an ordinary test:
+//
+//	func TestConformance(t *testing.T) {
+//		sinktest.Run(t, sinktest.Harness[*sql.Tx]{
+//			Open: func(t testing.TB) sink.Sink[*sql.Tx] {
+//				s := mysink.OpenTemp(t.TempDir())
+//				t.Cleanup(func() { s.Close() })
+//				return s
+//			},
+//			Reopen: func(t testing.TB, s sink.Sink[*sql.Tx]) sink.Sink[*sql.Tx] {
+//				return s.(*mysink.Sink).CloseAndReopen(t)
+//			},
+//			Put: func(ctx context.Context, tx *sql.Tx, key, value string) error {
+//				_, err := tx.ExecContext(ctx, "INSERT OR REPLACE INTO kv VALUES (?, ?)", key, value)
+//				return err
+//			},
+//			Get: func(ctx context.Context, s sink.Sink[*sql.Tx], key string) (string, bool, error) {
+//				return s.(*mysink.Sink).ReadKV(ctx, key)
+//			},
+//		})
+//	}
+//
+// Optional capabilities are tested when the sink has them: [sink.Lister]
+// and [sink.Resetter]. A backend that is not durable leaves Reopen nil and
+// the durability test skips, saying so.
+package sinktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// Harness adapts one backend to the suite. Its functions are called from
+// the suite's test goroutines, possibly from several parallel subtests at
+// once, so they must be safe for concurrent use.
+type Harness[Tx any] struct {
+	// Open returns a new, empty sink (its own namespace) and registers its
+	// cleanup with t.
+	Open func(t testing.TB) sink.Sink[Tx]
+	// Reopen closes s and reopens the same durable storage; nil means the
+	// backend is not durable (the durability test skips with a message
+	// saying so).
+	Reopen func(t testing.TB, s sink.Sink[Tx]) sink.Sink[Tx]
+	// Put writes key=value through the backend's transaction handle (used
+	// inside Apply effects).
+	Put func(ctx context.Context, tx Tx, key, value string) error
+	// Get reads the committed value of key from s.
+	Get func(ctx context.Context, s sink.Sink[Tx], key string) (value string, ok bool, err error)
+}
+
+// Run runs the conformance suite against the backend h describes, as
+// parallel subtests of t. Call it from the test goroutine of t.
+func Run[Tx any](t *testing.T, h Harness[Tx]) {
+	t.Helper()
+	if h.Open == nil || h.Put == nil || h.Get == nil {
+		t.Fatal("sinktest: Harness.Open, Harness.Put and Harness.Get are required")
+	}
+	c := &suite[Tx]{h: h}
+	tests := []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"FirstClaimReturnsZero", c.testFirstClaimReturnsZero},
+		{"StaleClaimFenced", c.testStaleClaimFenced},
+		{"StaleApplyFenced", c.testStaleApplyFenced},
+		{"EqualEpochOtherMemberFenced", c.testEqualEpochOtherMemberFenced},
+		{"ReclaimIdempotent", c.testReclaimIdempotent},
+		{"ApplyWithoutClaimFenced", c.testApplyWithoutClaimFenced},
+		{"ConcurrentClaimsHighestWins", c.testConcurrentClaimsHighestWins},
+		{"ApplyRacingClaimAllOrNothing", c.testApplyRacingClaim},
+		{"ReplayIsNoop", c.testReplayIsNoop},
+		{"PartialOverlapAppliesNewOnly", c.testPartialOverlap},
+		{"EffectErrorRollsBack", c.testEffectErrorRollsBack},
+		{"BadBatch", c.testBadBatch},
+		{"InvalidToken", c.testInvalidToken},
+		{"ScopesIndependent", c.testScopesIndependent},
+		{"NewTenureResumes", c.testNewTenureResumes},
+		{"DurableAcrossReopen", c.testDurable},
+		{"CancelledContext", c.testCancelledContext},
+		{"ListerFences", c.testLister},
+		{"ResetterResetFence", c.testResetter},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t)
+		})
+	}
+}
+
+// suite carries the harness to the subtests.
+type suite[Tx any] struct {
+	h Harness[Tx]
+}
+
+// errBoom is the error the suite's failing effects return.
+var errBoom = errors.New("sinktest: effect failed on purpose")
+
+// scopeFor returns a scope unique to the running test.
+func scopeFor(t testing.TB) epochs.Scope {
+	return epochs.Scope{Group: "g-" + t.Name(), Topic: "orders", Partition: 3}
+}
+
+// tokenFor returns a token of scope.
+func tokenFor(scope epochs.Scope, epoch int32, member string) epochs.Token {
+	return epochs.Token{Group: scope.Group, Topic: scope.Topic, Partition: scope.Partition, Epoch: epoch, Member: member}
+}
+
+// key returns a key unique to the running test.
+func key(t testing.TB, parts ...any) string {
+	return t.Name() + "/" + fmt.Sprint(parts...)
+}
+
+// putEffect returns an effect that writes, for record i, key(t, prefix, offsets[i]) = value.
+func (c *suite[Tx]) putEffect(t testing.TB, prefix string, offsets []int64, value string) sink.Effect[Tx] {
+	return func(ctx context.Context, tx Tx, i int) error {
+		return c.h.Put(ctx, tx, key(t, prefix, offsets[i]), value)
+	}
+}
+
+func (c *suite[Tx]) claim(t testing.TB, s sink.Sink[Tx], tok epochs.Token) int64 {
+	t.Helper()
+	next, err := s.Claim(t.Context(), tok)
+	if err != nil {
+		t.Fatalf("Claim(%s): %v", tok, err)
+	}
+	return next
+}
+
+func (c *suite[Tx]) apply(t testing.TB, s sink.Sink[Tx], tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) sink.ApplyResult {
+	t.Helper()
+	res, err := s.Apply(t.Context(), tok, offsets, effect)
+	if err != nil {
+		t.Fatalf("Apply(%s, %v): %v", tok, offsets, err)
+	}
+	return res
+}
+
+// mustGet asserts the committed value of k.
+func (c *suite[Tx]) mustGet(t testing.TB, s sink.Sink[Tx], k, want string) {
+	t.Helper()
+	got, ok, err := c.h.Get(t.Context(), s, k)
+	switch {
+	case err != nil:
+		t.Fatalf("Get(%q): %v", k, err)
+	case !ok:
+		t.Fatalf("Get(%q): absent, want %q", k, want)
+	case got != want:
+		t.Fatalf("Get(%q) = %q, want %q", k, got, want)
+	}
+}
+
+// mustAbsent asserts that k has no committed value.
+func (c *suite[Tx]) mustAbsent(t testing.TB, s sink.Sink[Tx], k string) {
+	t.Helper()
+	got, ok, err := c.h.Get(t.Context(), s, k)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", k, err)
+	}
+	if ok {
+		t.Fatalf("Get(%q) = %q, want absent", k, got)
+	}
+}
+
+// mustFenced asserts that err is a fence refusal of op with the given
+// stored and offered tokens.
+func mustFenced(t testing.TB, err error, op sink.Op, stored, offered epochs.Token) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s by %s succeeded, want fenced (holder %s)", op, offered, stored)
+	}
+	if !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("%s by %s: error %v does not match sink.ErrFenced", op, offered, err)
+	}
+	var fe *sink.FencedError
+	if !errors.As(err, &fe) {
+		t.Fatalf("%s by %s: error %v is not a *sink.FencedError", op, offered, err)
+	}
+	if fe.Op != op || fe.Stored != stored || fe.Offered != offered {
+		t.Fatalf("FencedError = {Op:%s Stored:%s Offered:%s}, want {Op:%s Stored:%s Offered:%s}",
+			fe.Op, fe.Stored, fe.Offered, op, stored, offered)
+	}
+}
+
+// mustNext asserts the scope's NextOffset by re-claiming with its holder's
+// own token (idempotent).
+func (c *suite[Tx]) mustNext(t testing.TB, s sink.Sink[Tx], holder epochs.Token, want int64) {
+	t.Helper()
+	if got := c.claim(t, s, holder); got != want {
+		t.Fatalf("NextOffset (re-claim by %s) = %d, want %d", holder, got, want)
+	}
+}
+
+// failIfRun is an effect that must never be called.
+func failIfRun[Tx any](t testing.TB) sink.Effect[Tx] {
+	return func(context.Context, Tx, int) error {
+		t.Errorf("effect ran for a call that must not run effects")
+		return nil
+	}
+}
+
+func offsetsRange(from, to int64) []int64 {
+	var o []int64
+	for i := from; i < to; i++ {
+		o = append(o, i)
+	}
+	return o
+}
+
+func (c *suite[Tx]) testFirstClaimReturnsZero(t *testing.T) {
+	s := c.h.Open(t)
+	tok := tokenFor(scopeFor(t), 7, "m1")
+	if next := c.claim(t, s, tok); next != 0 {
+		t.Fatalf("first Claim of a fresh scope = %d, want 0", next)
+	}
+	// The claim made tok the holder: its writes are accepted.
+	res := c.apply(t, s, tok, []int64{0}, c.putEffect(t, "k", []int64{0}, "v"))
+	if res.Applied != 1 || res.Skipped != 0 || res.NextOffset != 1 {
+		t.Fatalf("Apply result = %+v, want {Applied:1 Skipped:0 NextOffset:1}", res)
+	}
+	c.mustGet(t, s, key(t, "k", 0), "v")
+}
+
+func (c *suite[Tx]) testStaleClaimFenced(t *testing.T) {
+	s := c.h.Open(t)
+	scope := scopeFor(t)
+	newer, older := tokenFor(scope, 5, "m-new"), tokenFor(scope, 4, "m-old")
+	c.claim(t, s, newer)
+	_, err := s.Claim(t.Context(), older)
+	mustFenced(t, err, sink.OpClaim, newer, older)
+	// The refused claim changed nothing: newer still holds, older does not.
+	c.apply(t, s, newer, []int64{0}, c.putEffect(t, "new", []int64{0}, "v"))
+	_, err = s.Apply(t.Context(), older, []int64{1}, failIfRun[Tx](t))
+	mustFenced(t, err, sink.OpApply, newer, older)
+	c.mustNext(t, s, newer, 1)
+}
+
+func (c *suite[Tx]) testStaleApplyFenced(t *testing.T) {
+	s := c.h.Open(t)
+	scope := scopeFor(t)
+	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
+	c.claim(t, s, a)
+	c.apply(t, s, a, []int64{0}, c.putEffect(t, "k", []int64{0}, "a"))
+	if next := c.claim(t, s, b); next != 1 {
+		t.Fatalf("Claim by new tenure = %d, want 1", next)
+	}
+	// The old tenure wakes up and writes: refused, nothing visible.
+	offs := []int64{1, 2}
+	_, err := s.Apply(t.Context(), a, offs, c.putEffect(t, "k", offs, "stale"))
+	mustFenced(t, err, sink.OpApply, b, a)
+	c.mustAbsent(t, s, key(t, "k", 1))
+	c.mustAbsent(t, s, key(t, "k", 2))
+	c.mustGet(t, s, key(t, "k", 0), "a")
+	c.mustNext(t, s, b, 1)
+	// Overwriting an existing key under the stale token is refused too.
+	_, err = s.Apply(t.Context(), a, []int64{5}, func(ctx context.Context, tx Tx, _ int) error {
+		return c.h.Put(ctx, tx, key(t, "k", 0), "stale")
+	})
+	mustFenced(t, err, sink.OpApply, b, a)
+	c.mustGet(t, s, key(t, "k", 0), "a")
+	c.mustNext(t, s, b, 1)
+}
+
+func (c *suite[Tx]) testEqualEpochOtherMemberFenced(t *testing.T) {
+	s := c.h.Open(t)
+	scope := scopeFor(t)
+	first, second := tokenFor(scope, 3, "zombie"), tokenFor(scope, 3, "replacement")
+	c.claim(t, s, first)
+	_, err := s.Claim(t.Context(), second)
+	mustFenced(t, err, sink.OpClaim, first, second)
+	_, err = s.Apply(t.Context(), second, []int64{0}, c.putEffect(t, "k", []int64{0}, "second"))
+	mustFenced(t, err, sink.OpApply, first, second)
+	c.mustAbsent(t, s, key(t, "k", 0))
+	c.mustNext(t, s, first, 0)
+}
+
+func (c *suite[Tx]) testReclaimIdempotent(t *testing.T) {
+	s := c.h.Open(t)
+	tok := tokenFor(scopeFor(t), 2, "m")
+	c.claim(t, s, tok)
+	offs := offsetsRange(0, 3)
+	c.apply(t, s, tok, offs, c.putEffect(t, "k", offs, "v"))
+	for range 3 {
+		if next := c.claim(t, s, tok); next != 3 {
+			t.Fatalf("re-Claim by holder = %d, want 3", next)
+		}
+	}
+	res := c.apply(t, s, tok, []int64{3}, c.putEffect(t, "k", []int64{3}, "v"))
+	if res.NextOffset != 4 {
+		t.Fatalf("Apply after re-claim: NextOffset = %d, want 4", res.NextOffset)
+	}
+	c.mustGet(t, s, key(t, "k", 3), "v")
+}
+
+func (c *suite[Tx]) testApplyWithoutClaimFenced(t *testing.T) {
+	s := c.h.Open(t)
+	scope := scopeFor(t)
+	never := tokenFor(scope, 1, "never-claimed")
+	// A fresh scope: no holder at all.
+	_, err := s.Apply(t.Context(), never, []int64{0}, c.putEffect(t, "k", []int64{0}, "x"))
+	mustFenced(t, err, sink.OpApply, epochs.Token{}, never)
+	c.mustAbsent(t, s, key(t, "k", 0))
+
+	// A claimed scope: even a higher epoch must claim before it writes.
+	holder, higher := tokenFor(scope, 1, "holder"), tokenFor(scope, 9, "upstart")
+	if next := c.claim(t, s, holder); next != 0 {
+		t.Fatalf("Claim after refused Apply = %d, want 0 (the refused Apply moved NextOffset)", next)
+	}
+	_, err = s.Apply(t.Context(), higher, []int64{0}, c.putEffect(t, "k", []int64{0}, "x"))
+	mustFenced(t, err, sink.OpApply, holder, higher)
+	c.mustAbsent(t, s, key(t, "k", 0))
+	c.mustNext(t, s, holder, 0)
+}
+
+func (c *suite[Tx]) testConcurrentClaimsHighestWins(t *testing.T) {
+	const n = 16
+	s := c.h.Open(t)
+	scope := scopeFor(t)
+	epochsOrder := rand.Perm(n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	claimErrs := make([]error, n)
+	for _, e := range epochsOrder {
+		wg.Go(func() {
+			<-start
+			_, claimErrs[e] = s.Claim(t.Context(), tokenFor(scope, int32(e+1), "m"+strconv.Itoa(e+1)))
+		})
+	}
+	close(start)
+	wg.Wait()
+	if err := claimErrs[n-1]; err != nil {
+		t.Fatalf("Claim by the highest epoch %d failed: %v", n, err)
+	}
+	for e, err := range claimErrs {
+		if err != nil && !errors.Is(err, sink.ErrFenced) {
+			t.Fatalf("Claim by epoch %d: %v, want nil or sink.ErrFenced", e+1, err)
+		}
+	}
+	winner := tokenFor(scope, n, "m"+strconv.Itoa(n))
+	applyErrs := make([]error, n)
+	start = make(chan struct{})
+	for _, e := range rand.Perm(n) {
+		wg.Go(func() {
+			<-start
+			tok := tokenFor(scope, int32(e+1), "m"+strconv.Itoa(e+1))
+			_, applyErrs[e] = s.Apply(t.Context(), tok, []int64{0}, func(ctx context.Context, tx Tx, _ int) error {
+				return c.h.Put(ctx, tx, key(t, "by", e+1), "x")
+			})
+		})
+	}
+	close(start)
+	wg.Wait()
+	for e, err := range applyErrs {
+		tok := tokenFor(scope, int32(e+1), "m"+strconv.Itoa(e+1))
+		if e == n-1 {
+			if err != nil {
+				t.Fatalf("Apply by the final holder %s: %v", tok, err)
+			}
+			c.mustGet(t, s, key(t, "by", e+1), "x")
+			continue
+		}
+		mustFenced(t, err, sink.OpApply, winner, tok)
+		c.mustAbsent(t, s, key(t, "by", e+1))
+	}
+	c.mustNext(t, s, winner, 1)
+}
+
+func (c *suite[Tx]) testApplyRacingClaim(t *testing.T) {
+	const rounds = 40
+	const batch = 4
+	s := c.h.Open(t)
+	scope := scopeFor(t)
+	var landed, fenced int
+	for r := range rounds {
+		old := tokenFor(scope, int32(2*r+1), "old")
+		newer := tokenFor(scope, int32(2*r+2), "new")
+		base := c.claim(t, s, old)
+		offs := offsetsRange(base, base+batch)
+		var (
+			wg       sync.WaitGroup
+			applyErr error
+			claimErr error
+			claimed  int64
+		)
+		start := make(chan struct{})
+		wg.Go(func() {
+			<-start
+			_, applyErr = s.Apply(t.Context(), old, offs, func(ctx context.Context, tx Tx, i int) error {
+				if r%2 == 0 {
+					runtime.Gosched() // widen the window between records
+				}
+				return c.h.Put(ctx, tx, key(t, "r", r, "-", offs[i]), "old")
+			})
+		})
+		wg.Go(func() {
+			<-start
+			// Vary who goes first from round to round, so that both
+			// outcomes get exercised.
+			for range r % 8 {
+				runtime.Gosched()
+			}
+			claimed, claimErr = s.Claim(t.Context(), newer)
+		})
+		close(start)
+		wg.Wait()
+		if claimErr != nil {
+			t.Fatalf("round %d: Claim by newer tenure %s: %v", r, newer, claimErr)
+		}
+		var present int
+		for _, o := range offs {
+			if _, ok, err := c.h.Get(t.Context(), s, key(t, "r", r, "-", o)); err != nil {
+				t.Fatalf("round %d: Get: %v", r, err)
+			} else if ok {
+				present++
+			}
+		}
+		switch {
+		case applyErr == nil:
+			// The apply landed; it must have landed entirely before the
+			// claim, so the claim resumes after it.
+			landed++
+			if claimed != base+batch {
+				t.Fatalf("round %d: Apply by %s succeeded but the racing Claim by %s returned NextOffset %d, want %d (write accepted after a newer claim)",
+					r, old, newer, claimed, base+batch)
+			}
+			if present != batch {
+				t.Fatalf("round %d: Apply succeeded but %d of %d effects are visible", r, present, batch)
+			}
+		default:
+			fenced++
+			mustFenced(t, applyErr, sink.OpApply, newer, old)
+			if claimed != base {
+				t.Fatalf("round %d: Apply fenced but Claim returned NextOffset %d, want %d", r, claimed, base)
+			}
+			if present != 0 {
+				t.Fatalf("round %d: Apply fenced but %d of %d effects are visible", r, present, batch)
+			}
+		}
+		// Whatever happened, the old tenure is fenced from now on.
+		_, err := s.Apply(t.Context(), old, []int64{base + batch + 100}, failIfRun[Tx](t))
+		mustFenced(t, err, sink.OpApply, newer, old)
+		c.mustNext(t, s, newer, claimed)
+	}
+	t.Logf("%d rounds: %d applies landed before the claim, %d were fenced", rounds, landed, fenced)
+}
+
+func (c *suite[Tx]) testReplayIsNoop(t *testing.T) {
+	s := c.h.Open(t)
+	tok := tokenFor(scopeFor(t), 1, "m")
+	c.claim(t, s, tok)
+	offs := offsetsRange(0, 3)
+	c.apply(t, s, tok, offs, c.putEffect(t, "k", offs, "v1"))
+	var calls int
+	res := c.apply(t, s, tok, offs, func(ctx context.Context, tx Tx, i int) error {
+		calls++
+		return c.h.Put(ctx, tx, key(t, "k", offs[i]), "v2")
+	})
+	if calls != 0 {
+		t.Fatalf("replayed batch ran its effect %d times, want 0", calls)
+	}
+	if want := (sink.ApplyResult{Applied: 0, Skipped: 3, NextOffset: 3}); res != want {
+		t.Fatalf("replay Apply result = %+v, want %+v", res, want)
+	}
+	for _, o := range offs {
+		c.mustGet(t, s, key(t, "k", o), "v1")
+	}
+	c.mustNext(t, s, tok, 3)
+}
+
+func (c *suite[Tx]) testPartialOverlap(t *testing.T) {
+	s := c.h.Open(t)
+	tok := tokenFor(scopeFor(t), 1, "m")
+	c.claim(t, s, tok)
+	first := offsetsRange(0, 3)
+	c.apply(t, s, tok, first, c.putEffect(t, "k", first, "v1"))
+	second := []int64{1, 2, 3, 4}
+	var mu sync.Mutex
+	ran := map[int]bool{}
+	res := c.apply(t, s, tok, second, func(ctx context.Context, tx Tx, i int) error {
+		mu.Lock()
+		ran[i] = true
+		mu.Unlock()
+		return c.h.Put(ctx, tx, key(t, "k", second[i]), "v2")
+	})
+	if want := (sink.ApplyResult{Applied: 2, Skipped: 2, NextOffset: 5}); res != want {
+		t.Fatalf("overlapping Apply result = %+v, want %+v", res, want)
+	}
+	if ran[0] || ran[1] || !ran[2] || !ran[3] {
+		t.Fatalf("effect ran for indexes %v, want exactly 2 and 3", ran)
+	}
+	c.mustGet(t, s, key(t, "k", 0), "v1")
+	c.mustGet(t, s, key(t, "k", 1), "v1")
+	c.mustGet(t, s, key(t, "k", 2), "v1")
+	c.mustGet(t, s, key(t, "k", 3), "v2")
+	c.mustGet(t, s, key(t, "k", 4), "v2")
+	c.mustNext(t, s, tok, 5)
+}
+
+func (c *suite[Tx]) testEffectErrorRollsBack(t *testing.T) {
+	s := c.h.Open(t)
+	tok := tokenFor(scopeFor(t), 1, "m")
+	c.claim(t, s, tok)
+	c.apply(t, s, tok, []int64{0}, c.putEffect(t, "k", []int64{0}, "v1"))
+	offs := []int64{1, 2, 3}
+	_, err := s.Apply(t.Context(), tok, offs, func(ctx context.Context, tx Tx, i int) error {
+		// Overwrite an existing key and create new ones, then fail.
+		if err := c.h.Put(ctx, tx, key(t, "k", 0), "overwritten"); err != nil {
+			return err
+		}
+		if err := c.h.Put(ctx, tx, key(t, "k", offs[i]), "v2"); err != nil {
+			return err
+		}
+		if i == 2 {
+			return errBoom
+		}
+		return nil
+	})
+	if err == nil {
+		t.Fatal("Apply with a failing effect succeeded")
+	}
+	var ee *sink.EffectError
+	if !errors.As(err, &ee) {
+		t.Fatalf("Apply error %v is not a *sink.EffectError", err)
+	}
+	if !errors.Is(err, errBoom) {
+		t.Fatalf("Apply error %v does not wrap the effect's error", err)
+	}
+	if ee.Index != 2 || ee.Offset != 3 {
+		t.Fatalf("EffectError{Index:%d Offset:%d}, want {Index:2 Offset:3}", ee.Index, ee.Offset)
+	}
+	if errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("effect failure %v matches sink.ErrFenced", err)
+	}
+	c.mustGet(t, s, key(t, "k", 0), "v1")
+	for _, o := range offs {
+		c.mustAbsent(t, s, key(t, "k", o))
+	}
+	c.mustNext(t, s, tok, 1)
+	// The batch can be retried and then applies in full.
+	res := c.apply(t, s, tok, offs, c.putEffect(t, "k", offs, "v3"))
+	if want := (sink.ApplyResult{Applied: 3, Skipped: 0, NextOffset: 4}); res != want {
+		t.Fatalf("retried Apply result = %+v, want %+v", res, want)
+	}
+	c.mustGet(t, s, key(t, "k", 3), "v3")
+}
+
+func (c *suite[Tx]) testBadBatch(t *testing.T) {
+	s := c.h.Open(t)
+	tok := tokenFor(scopeFor(t), 1, "m")
+	c.claim(t, s, tok)
+	cases := []struct {
+		name    string
+		offsets []int64
+		effect  sink.Effect[Tx]
+	}{
+		{"duplicate", []int64{1, 1}, failIfRun[Tx](t)},
+		{"descending", []int64{2, 1}, failIfRun[Tx](t)},
+		{"descending-later", []int64{0, 1, 5, 4}, failIfRun[Tx](t)},
+		{"negative", []int64{-1}, failIfRun[Tx](t)},
+		{"negative-first", []int64{-2, 0}, failIfRun[Tx](t)},
+		{"nil-effect", []int64{0}, nil},
+	}
+	for _, bc := range cases {
+		_, err := s.Apply(t.Context(), tok, bc.offsets, bc.effect)
+		if !errors.Is(err, sink.ErrBadBatch) {
+			t.Errorf("%s: Apply(%v) error = %v, want sink.ErrBadBatch", bc.name, bc.offsets, err)
+		}
+	}
+	c.mustNext(t, s, tok, 0)
+}
+
+func (c *suite[Tx]) testInvalidToken(t *testing.T) {
+	s := c.h.Open(t)
+	good := tokenFor(scopeFor(t), 1, "m")
+	bad := map[string]epochs.Token{
+		"empty-group":        func() epochs.Token { b := good; b.Group = ""; return b }(),
+		"empty-topic":        func() epochs.Token { b := good; b.Topic = ""; return b }(),
+		"negative-partition": func() epochs.Token { b := good; b.Partition = -1; return b }(),
+		"negative-epoch":     func() epochs.Token { b := good; b.Epoch = -1; return b }(),
+		"empty-member":       func() epochs.Token { b := good; b.Member = ""; return b }(),
+		"zero":               {},
+	}
+	for name, tok := range bad {
+		if _, err := s.Claim(t.Context(), tok); !errors.Is(err, epochs.ErrInvalidToken) {
+			t.Errorf("%s: Claim error = %v, want epochs.ErrInvalidToken", name, err)
+		}
+		if _, err := s.Apply(t.Context(), tok, []int64{0}, failIfRun[Tx](t)); !errors.Is(err, epochs.ErrInvalidToken) {
+			t.Errorf("%s: Apply error = %v, want epochs.ErrInvalidToken", name, err)
+		}
+	}
+	// None of them became a holder: the valid token claims a fresh scope.
+	if next := c.claim(t, s, good); next != 0 {
+		t.Fatalf("Claim = %d, want 0", next)
+	}
+	if lister, ok := s.(sink.Lister); ok {
+		fences, err := lister.Fences(t.Context())
+		if err != nil {
+			t.Fatalf("Fences: %v", err)
+		}
+		for _, f := range fences {
+			if f.Scope != good.Scope() {
+				t.Errorf("invalid token left a fence row: %+v", f)
+			}
+		}
+	}
+}
+
+func (c *suite[Tx]) testScopesIndependent(t *testing.T) {
+	s := c.h.Open(t)
+	base := scopeFor(t)
+	otherPart, otherTopic, otherGroup := base, base, base
+	otherPart.Partition++
+	otherTopic.Topic += "-other"
+	otherGroup.Group += "-other"
+
+	high := tokenFor(base, 50, "m")
+	c.claim(t, s, high)
+	offs := offsetsRange(0, 10)
+	c.apply(t, s, high, offs, c.putEffect(t, "base", offs, "v"))
+
+	for name, scope := range map[string]epochs.Scope{"partition": otherPart, "topic": otherTopic, "group": otherGroup} {
+		low := tokenFor(scope, 1, "m-"+name)
+		if next := c.claim(t, s, low); next != 0 {
+			t.Fatalf("other %s: first Claim = %d, want 0", name, next)
+		}
+		res := c.apply(t, s, low, []int64{0, 1}, c.putEffect(t, name, []int64{0, 1}, "v"))
+		if want := (sink.ApplyResult{Applied: 2, NextOffset: 2}); res != want {
+			t.Fatalf("other %s: Apply result = %+v, want %+v", name, res, want)
+		}
+		// A token of this scope cannot write the base scope.
+		cross := tokenFor(base, 99, "m-"+name)
+		_, err := s.Apply(t.Context(), cross, []int64{10}, failIfRun[Tx](t))
+		mustFenced(t, err, sink.OpApply, high, cross)
+	}
+	c.mustNext(t, s, high, 10)
+	// The base holder is still exactly the holder of its own scope only.
+	for name, scope := range map[string]epochs.Scope{"partition": otherPart, "topic": otherTopic, "group": otherGroup} {
+		_, err := s.Apply(t.Context(), tokenFor(scope, 50, "m"), []int64{2}, failIfRun[Tx](t))
+		mustFenced(t, err, sink.OpApply, tokenFor(scope, 1, "m-"+name), tokenFor(scope, 50, "m"))
+	}
+}
+
+func (c *suite[Tx]) testNewTenureResumes(t *testing.T) {
+	s := c.h.Open(t)
+	scope := scopeFor(t)
+	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
+	c.claim(t, s, a)
+	offs := offsetsRange(0, 5)
+	c.apply(t, s, a, offs, c.putEffect(t, "k", offs, "a"))
+	if next := c.claim(t, s, b); next != 5 {
+		t.Fatalf("new tenure Claim = %d, want 5", next)
+	}
+	// The new tenure re-reads from its committed Kafka offset, which lags.
+	offs2 := offsetsRange(3, 8)
+	res := c.apply(t, s, b, offs2, c.putEffect(t, "k", offs2, "b"))
+	if want := (sink.ApplyResult{Applied: 3, Skipped: 2, NextOffset: 8}); res != want {
+		t.Fatalf("Apply result = %+v, want %+v", res, want)
+	}
+	c.mustGet(t, s, key(t, "k", 4), "a")
+	c.mustGet(t, s, key(t, "k", 5), "b")
+	c.mustGet(t, s, key(t, "k", 7), "b")
+}
+
+func (c *suite[Tx]) testDurable(t *testing.T) {
+	if c.h.Reopen == nil {
+		t.Skip("sinktest: Harness.Reopen is nil: the backend is not durable, so durability across reopen is not tested")
+	}
+	s := c.h.Open(t)
+	scope := scopeFor(t)
+	holder, stale := tokenFor(scope, 4, "holder"), tokenFor(scope, 3, "stale")
+	c.claim(t, s, holder)
+	offs := offsetsRange(0, 3)
+	c.apply(t, s, holder, offs, c.putEffect(t, "k", offs, "v"))
+
+	s = c.h.Reopen(t, s)
+	// The holder survived: a lower epoch is still fenced.
+	_, err := s.Claim(t.Context(), stale)
+	mustFenced(t, err, sink.OpClaim, holder, stale)
+	_, err = s.Apply(t.Context(), stale, []int64{3}, failIfRun[Tx](t))
+	mustFenced(t, err, sink.OpApply, holder, stale)
+	// The checkpoint survived.
+	c.mustNext(t, s, holder, 3)
+	for _, o := range offs {
+		c.mustGet(t, s, key(t, "k", o), "v")
+	}
+	res := c.apply(t, s, holder, offsetsRange(2, 4), c.putEffect(t, "k", offsetsRange(2, 4), "w"))
+	if want := (sink.ApplyResult{Applied: 1, Skipped: 1, NextOffset: 4}); res != want {
+		t.Fatalf("Apply after reopen = %+v, want %+v", res, want)
+	}
+	c.mustGet(t, s, key(t, "k", 2), "v")
+}
+
+func (c *suite[Tx]) testCancelledContext(t *testing.T) {
+	s := c.h.Open(t)
+	tok := tokenFor(scopeFor(t), 1, "m")
+	c.claim(t, s, tok)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.Claim(ctx, tokenFor(scopeFor(t), 2, "m2")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Claim with cancelled ctx: error %v, want context.Canceled", err)
+	}
+	offs := offsetsRange(0, 2)
+	if _, err := s.Apply(ctx, tok, offs, c.putEffect(t, "k", offs, "v")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Apply with cancelled ctx: error %v, want context.Canceled", err)
+	}
+	for _, o := range offs {
+		c.mustAbsent(t, s, key(t, "k", o))
+	}
+	// The cancelled claim did not take the scope; the cancelled apply did
+	// not move NextOffset.
+	c.mustNext(t, s, tok, 0)
+
+	// Cancelled in the middle of the batch: all or nothing.
+	ctx, cancel = context.WithCancel(t.Context())
+	defer cancel()
+	offs = offsetsRange(0, 4)
+	_, err := s.Apply(ctx, tok, offs, func(ctx context.Context, tx Tx, i int) error {
+		if i == 1 {
+			cancel()
+		}
+		if err := c.h.Put(ctx, tx, key(t, "mid", offs[i]), "v"); err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	})
+	var present int
+	for _, o := range offs {
+		if _, ok, gerr := c.h.Get(t.Context(), s, key(t, "mid", o)); gerr != nil {
+			t.Fatalf("Get: %v", gerr)
+		} else if ok {
+			present++
+		}
+	}
+	if err != nil {
+		if present != 0 {
+			t.Fatalf("Apply cancelled mid-batch returned %v but %d effects are visible", err, present)
+		}
+		c.mustNext(t, s, tok, 0)
+	} else {
+		if present != len(offs) {
+			t.Fatalf("Apply cancelled mid-batch succeeded but only %d of %d effects are visible", present, len(offs))
+		}
+		c.mustNext(t, s, tok, 4)
+	}
+}
+
+func (c *suite[Tx]) testLister(t *testing.T) {
+	s := c.h.Open(t)
+	lister, ok := s.(sink.Lister)
+	if !ok {
+		t.Skip("sinktest: the sink does not implement sink.Lister")
+	}
+	scope := scopeFor(t)
+	other := scope
+	other.Partition++
+	a, b := tokenFor(scope, 3, "a"), tokenFor(other, 1, "b")
+	c.claim(t, s, a)
+	c.apply(t, s, a, []int64{4, 5}, c.putEffect(t, "k", []int64{4, 5}, "v"))
+	c.claim(t, s, b)
+	fences, err := lister.Fences(t.Context())
+	if err != nil {
+		t.Fatalf("Fences: %v", err)
+	}
+	want := map[epochs.Scope]sink.Fence{
+		scope: {Scope: scope, Holder: a, NextOffset: 6},
+		other: {Scope: other, Holder: b, NextOffset: 0},
+	}
+	got := map[epochs.Scope]sink.Fence{}
+	for _, f := range fences {
+		got[f.Scope] = f
+	}
+	for sc, w := range want {
+		if g, ok := got[sc]; !ok {
+			t.Errorf("Fences lacks scope %s", sc)
+		} else if g != w {
+			t.Errorf("Fences[%s] = %+v, want %+v", sc, g, w)
+		}
+	}
+	if len(fences) != len(want) {
+		t.Errorf("Fences returned %d rows, want %d: %+v", len(fences), len(want), fences)
+	}
+	// A newer claim shows up.
+	a2 := tokenFor(scope, 4, "a2")
+	c.claim(t, s, a2)
+	fences, err = lister.Fences(t.Context())
+	if err != nil {
+		t.Fatalf("Fences: %v", err)
+	}
+	for _, f := range fences {
+		if f.Scope == scope && (f.Holder != a2 || f.NextOffset != 6) {
+			t.Errorf("after new claim Fences[%s] = %+v, want holder %s and NextOffset 6", scope, f, a2)
+		}
+	}
+}
+
+func (c *suite[Tx]) testResetter(t *testing.T) {
+	s := c.h.Open(t)
+	resetter, ok := s.(sink.Resetter)
+	if !ok {
+		t.Skip("sinktest: the sink does not implement sink.Resetter")
+	}
+	scope := scopeFor(t)
+	old, recreated := tokenFor(scope, 5, "old"), tokenFor(scope, 1, "recreated")
+	c.claim(t, s, old)
+	offs := offsetsRange(0, 3)
+	c.apply(t, s, old, offs, c.putEffect(t, "k", offs, "v"))
+	// The group was recreated: its generation went backwards and every
+	// claim fails until an operator resets the fence.
+	_, err := s.Claim(t.Context(), recreated)
+	mustFenced(t, err, sink.OpClaim, old, recreated)
+
+	before, err := resetter.ResetFence(t.Context(), scope, "sinktest: group recreated")
+	if err != nil {
+		t.Fatalf("ResetFence: %v", err)
+	}
+	if want := (sink.Fence{Scope: scope, Holder: old, NextOffset: 3}); before != want {
+		t.Fatalf("ResetFence before = %+v, want %+v", before, want)
+	}
+	if lister, ok := s.(sink.Lister); ok {
+		fences, err := lister.Fences(t.Context())
+		if err != nil {
+			t.Fatalf("Fences: %v", err)
+		}
+		var found bool
+		for _, f := range fences {
+			if f.Scope == scope {
+				found = true
+				if want := (sink.Fence{Scope: scope, NextOffset: 3}); f != want {
+					t.Fatalf("Fences after reset = %+v, want %+v", f, want)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("Fences after reset lacks scope %s", scope)
+		}
+	}
+	// With the holder cleared, nobody can write until someone claims.
+	_, err = s.Apply(t.Context(), old, []int64{3}, failIfRun[Tx](t))
+	mustFenced(t, err, sink.OpApply, epochs.Token{}, old)
+	// A lower epoch can now claim, and resumes at the kept NextOffset.
+	if next := c.claim(t, s, recreated); next != 3 {
+		t.Fatalf("Claim after reset = %d, want 3 (reset must keep NextOffset)", next)
+	}
+	_, err = s.Apply(t.Context(), old, []int64{3}, failIfRun[Tx](t))
+	mustFenced(t, err, sink.OpApply, recreated, old)
+	res := c.apply(t, s, recreated, offsetsRange(0, 4), c.putEffect(t, "k", offsetsRange(0, 4), "w"))
+	if want := (sink.ApplyResult{Applied: 1, Skipped: 3, NextOffset: 4}); res != want {
+		t.Fatalf("Apply after reset = %+v, want %+v", res, want)
+	}
+	c.mustGet(t, s, key(t, "k", 0), "v")
+
+	unknown := scope
+	unknown.Topic += "-never-seen"
+	if _, err := resetter.ResetFence(t.Context(), unknown, "sinktest: unknown scope"); !errors.Is(err, sink.ErrNotFound) {
+		t.Fatalf("ResetFence of unknown scope: error %v, want sink.ErrNotFound", err)
+	}
+}
