@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// envPrefix is prepended to a flag's upper-snake name to find the environment
+// variable that sets it.
+const envPrefix = "WORKROUTER_"
+
+// newRootCmd builds the workrouter command tree. Add a subcommand by adding
+// its constructor to the AddCommand list. Subcommands must not set their own
+// PersistentPreRunE: the root's applies the WORKROUTER_* environment.
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "workrouter",
+		Short: "Route keyed commands through Kafka to fenced, per-partition workers",
+		Long: `workrouter routes keyed commands through Kafka to per-partition workers
+whose side effects are fenced by partition epochs.
+
+Every flag can also be set from the environment as WORKROUTER_<FLAG_NAME>
+(e.g. --data-dir is WORKROUTER_DATA_DIR); the command line wins.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyEnv(cmd.Flags(), os.LookupEnv)
+		},
+	}
+	root.PersistentFlags().String("log-level", "info", "log level on stderr: debug, info, warn or error")
+
+	root.AddCommand(
+		newBrokerCmd(),
+		newVersionCmd(),
+	)
+
+	// Last, so that it covers every command added above.
+	annotateEnv(root)
+	return root
+}
+
+// envName returns the environment variable that sets the flag called name.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// applyEnv sets every flag in fs that was not given on the command line from
+// its WORKROUTER_* environment variable, if that is set and not empty. A
+// comma-separated value fills a repeatable flag. lookup is os.LookupEnv
+// outside tests.
+func applyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || f.Name == "help" {
+			return
+		}
+		v, ok := lookup(envName(f.Name))
+		if !ok || v == "" {
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = fmt.Errorf("%s=%q (for --%s): %w", envName(f.Name), v, f.Name, serr)
+		}
+	})
+	return err
+}
+
+// annotateEnv appends the environment variable's name to the help text of
+// every flag of cmd and its subcommands.
+func annotateEnv(cmd *cobra.Command) {
+	note := func(f *pflag.Flag) {
+		if f.Name == "help" || strings.Contains(f.Usage, envPrefix) {
+			return
+		}
+		f.Usage += " [env " + envName(f.Name) + "]"
+	}
+	cmd.LocalNonPersistentFlags().VisitAll(note)
+	cmd.PersistentFlags().VisitAll(note)
+	for _, sub := range cmd.Commands() {
+		annotateEnv(sub)
+	}
+}
+
+// newLogger returns the slog logger a command should use: text on the
+// command's stderr at the --log-level it was given.
+func newLogger(cmd *cobra.Command) (*slog.Logger, error) {
+	name, err := cmd.Flags().GetString("log-level")
+	if err != nil {
+		return nil, err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(name)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error: %w", name, err)
+	}
+	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})), nil
+}
