@@ -1,0 +1,126 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/sink/memory"
+)
+
+// TestEndToEndRebalance runs 20,000 commands through 3 workers: one joins
+// late and one leaves in the middle. L, O, X and F must hold on the memory
+// sink's data and history.
+func TestEndToEndRebalance(t *testing.T) {
+	const partitions = 6
+	c := newCluster(t, partitions)
+	s := memory.New()
+	keys := makeKeys(200)
+	const perKey = 100 // 20,000 commands
+
+	a := startWorker(t, c, s, workerOpts{name: "a"})
+	b := startWorker(t, c, s, workerOpts{name: "b"})
+
+	produce(t, c.ListenAddrs(), partitions, keys, 0, perKey/2)
+	waitFor(t, 60*time.Second, "some progress", func() bool { return appliedCount(s, keys) > 2000 })
+
+	cw := startWorker(t, c, s, workerOpts{name: "c"}) // joins late
+	waitFor(t, 30*time.Second, "c to own partitions", func() bool { return len(cw.Owned()) > 0 })
+	if a.Stats().Revoked+b.Stats().Revoked == 0 {
+		t.Errorf("c owns partitions but nobody's were revoked: a=%+v b=%+v", a.Stats(), b.Stats())
+	}
+	produce(t, c.ListenAddrs(), partitions, keys, perKey/2, perKey)
+	waitFor(t, 60*time.Second, "more progress", func() bool { return appliedCount(s, keys) > 12000 })
+
+	aOwned := a.Owned()
+	if len(aOwned) == 0 {
+		t.Fatal("a owns nothing before leaving; the test needs it to")
+	}
+	a.Close() // leaves in the middle
+	waitFor(t, 120*time.Second, "all 20,000 commands applied", func() bool { return appliedCount(s, keys) >= len(keys)*perKey })
+
+	checkInvariants(t, s, keys, perKey)
+	var records, batches int64
+	for _, w := range []*consumer.Worker[*memory.Tx]{a, b, cw} {
+		st := w.Stats()
+		records += st.Records
+		batches += st.Batches
+		if st.FencedApplies != 0 || st.FencedClaims != 0 {
+			t.Errorf("unexpected fenced outcomes without faults: %+v", st)
+		}
+	}
+	if records != int64(len(keys)*perKey) {
+		t.Errorf("workers applied %d records, want %d", records, len(keys)*perKey)
+	}
+	if batches >= records {
+		t.Errorf("%d batches for %d records: not batching", batches, records)
+	}
+	waitFor(t, 30*time.Second, "a's partitions to move to b and c", func() bool {
+		owned := map[int32]bool{}
+		for _, tok := range append(b.Owned(), cw.Owned()...) {
+			owned[tok.Partition] = true
+		}
+		for _, tok := range aOwned {
+			if !owned[tok.Partition] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestConfigValidation(t *testing.T) {
+	s := memory.New()
+	h := map[string]consumer.Handler[*memory.Tx]{"append": appendHandler}
+	base := consumer.Config[*memory.Tx]{Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "t", Sink: s, Handlers: h}
+	cases := map[string]func(*consumer.Config[*memory.Tx]){
+		"no brokers":  func(c *consumer.Config[*memory.Tx]) { c.Brokers = nil },
+		"no group":    func(c *consumer.Config[*memory.Tx]) { c.Group = "" },
+		"no topic":    func(c *consumer.Config[*memory.Tx]) { c.Topic = "" },
+		"no sink":     func(c *consumer.Config[*memory.Tx]) { c.Sink = nil },
+		"no handlers": func(c *consumer.Config[*memory.Tx]) { c.Handlers = nil },
+		"nil handler": func(c *consumer.Config[*memory.Tx]) {
+			c.Handlers = map[string]consumer.Handler[*memory.Tx]{"x": nil}
+		},
+		"negative batch": func(c *consumer.Config[*memory.Tx]) { c.MaxBatch = -1 },
+		"bad protocol":   func(c *consumer.Config[*memory.Tx]) { c.Protocol = 7 },
+	}
+	for name, mut := range cases {
+		cfg := base
+		mut(&cfg)
+		if _, err := consumer.New(context.Background(), cfg); !errors.Is(err, consumer.ErrConfig) {
+			t.Errorf("%s: err = %v, want ErrConfig", name, err)
+		}
+	}
+}
+
+// TestStaticMembershipRefused: hazard 1 of DESIGN.md.
+func TestStaticMembershipRefused(t *testing.T) {
+	cfg := consumer.Config[*memory.Tx]{
+		Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "t", Sink: memory.New(),
+		Handlers:   map[string]consumer.Handler[*memory.Tx]{"append": appendHandler},
+		InstanceID: "worker-1",
+	}
+	_, err := consumer.New(context.Background(), cfg)
+	if !errors.Is(err, consumer.ErrStaticMembership) {
+		t.Fatalf("err = %v, want ErrStaticMembership", err)
+	}
+	if !strings.Contains(err.Error(), "same generation") && !strings.Contains(err.Error(), "share one generation") {
+		t.Fatalf("error does not say why: %v", err)
+	}
+}
+
+func TestUnreachableBroker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := consumer.New(ctx, consumer.Config[*memory.Tx]{
+		Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "t", Sink: memory.New(),
+		Handlers: map[string]consumer.Handler[*memory.Tx]{"append": appendHandler},
+	})
+	if err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("err = %v, want an unreachable-broker error", err)
+	}
+}

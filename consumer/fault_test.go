@@ -1,0 +1,332 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/memory"
+)
+
+// blackholeHeartbeats makes the broker swallow every heartbeat of member
+// (no reply), until the returned stop is called. It counts the swallowed
+// heartbeats so the test can assert the fault happened.
+func blackholeHeartbeats(c *kfake.Cluster, member func() string) (swallowed *atomic.Int64, stop func()) {
+	swallowed = new(atomic.Int64)
+	var stopped atomic.Bool
+	c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if stopped.Load() {
+			c.DropControl()
+			return nil, nil, false
+		}
+		if hb, ok := req.(*kmsg.HeartbeatRequest); ok && hb.MemberID == member() {
+			swallowed.Add(1)
+			return nil, nil, true // handled, no reply: the heartbeat is lost
+		}
+		return nil, nil, false
+	})
+	return swallowed, func() { stopped.Store(true) }
+}
+
+// appliedBy reports whether member has an accepted Apply in the sink.
+func appliedBy(s *memory.Sink, member string) bool {
+	for _, ev := range s.Events() {
+		if ev.Kind == memory.Apply && ev.Accepted && ev.Token.Member == member {
+			return true
+		}
+	}
+	return false
+}
+
+func claimedBy(s *memory.Sink, member string) (epochs.Token, bool) {
+	for _, ev := range s.Events() {
+		if ev.Kind == memory.Claim && ev.Accepted && ev.Token.Member == member {
+			return ev.Token, true
+		}
+	}
+	return epochs.Token{}, false
+}
+
+// zombieSetup: worker A owns the topic's single partition and blocks in its
+// handler; its heartbeats are blackholed so the coordinator evicts it and B
+// takes over. bHandler lets a test gate B's writes too.
+type zombie struct {
+	c        *kfake.Cluster
+	s        *memory.Sink
+	a, b     *consumer.Worker[*memory.Tx]
+	aGate    *gate
+	aFenced  chan error
+	stopHole func()
+	swallow  *atomic.Int64
+	keys     []string
+	perKey   int
+}
+
+func setupZombie(t *testing.T, bHandler consumer.Handler[*memory.Tx]) *zombie {
+	z := &zombie{c: newCluster(t, 1), s: memory.New(), aGate: newGate(), aFenced: make(chan error, 16), keys: makeKeys(5), perKey: 20}
+	var aMember atomic.Value
+	aMember.Store("")
+	z.swallow, z.stopHole = blackholeHeartbeats(z.c, func() string { return aMember.Load().(string) })
+	t.Cleanup(z.stopHole)
+
+	var blockOnce sync.Once
+	aHandler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		blockOnce.Do(func() {
+			// A "pauses" mid-batch: it ignores its context, like a
+			// process frozen by SIGSTOP or a long GC pause.
+			aMember.Store(cmd.Token.Member)
+			z.aGate.wait()
+		})
+		return appendHandler(ctx, tx, cmd)
+	}
+	z.a = startWorker(t, z.c, z.s, workerOpts{name: "a", handler: aHandler, revoke: time.Minute,
+		onFenced: func(err error) { z.aFenced <- err }})
+	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(z.a.Owned()) == 1 })
+	z.b = startWorker(t, z.c, z.s, workerOpts{name: "b", handler: bHandler})
+	produce(t, z.c.ListenAddrs(), 1, z.keys, 0, z.perKey)
+	select {
+	case <-z.aGate.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a never started its first batch")
+	}
+	return z
+}
+
+// TestZombieApplyFenced: a worker whose heartbeats are blackholed while its
+// handler is blocked is evicted; the new owner claims and processes; when
+// the old handler is released its Apply is rejected with ErrFenced and has
+// no effect.
+func TestZombieApplyFenced(t *testing.T) {
+	z := setupZombie(t, nil)
+	aTok := z.a.Owned()[0]
+
+	// B takes over once the coordinator evicts A, and applies everything.
+	waitFor(t, 60*time.Second, "b to apply every command", func() bool {
+		return appliedCount(z.s, z.keys) == len(z.keys)*z.perKey
+	})
+	bMember, _ := z.b.Member()
+	bTok, ok := claimedBy(z.s, bMember)
+	if !ok || bTok.Epoch <= aTok.Epoch {
+		t.Fatalf("b's claim %v is not newer than a's tenure %v", bTok, aTok)
+	}
+	if z.swallow.Load() == 0 {
+		t.Fatal("no heartbeat of a was blackholed: the fault did not happen")
+	}
+	rejectedBefore := z.s.Rejected()
+
+	// The zombie wakes up and tries to land its batch.
+	z.aGate.open()
+	var err error
+	select {
+	case err = <-z.aFenced:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a's late Apply was not rejected")
+	}
+	var fe *sink.FencedError
+	if !errors.Is(err, sink.ErrFenced) || !errors.As(err, &fe) || fe.Op != sink.OpApply {
+		t.Fatalf("a's late write: %v, want a fenced apply", err)
+	}
+	if fe.Offered != aTok || fe.Stored.Member != bMember {
+		t.Fatalf("fenced error tokens: offered %v stored %v; want a=%v b=%s", fe.Offered, fe.Stored, aTok, bMember)
+	}
+	if z.s.Rejected() <= rejectedBefore || z.a.Stats().FencedApplies == 0 {
+		t.Fatalf("rejection not recorded: sink rejected %d (before %d), a stats %+v", z.s.Rejected(), rejectedBefore, z.a.Stats())
+	}
+	if appliedBy(z.s, aTok.Member) {
+		t.Fatal("the zombie's write landed")
+	}
+	checkInvariants(t, z.s, z.keys, z.perKey) // no duplicate from the zombie
+}
+
+// TestZombieWindow (hazard 4): the old owner wakes after the new owner's
+// claim but before the new owner's first write. It is still rejected,
+// because the new owner claims before it works.
+func TestZombieWindow(t *testing.T) {
+	bGate := newGate()
+	bHandler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		bGate.wait()
+		return appendHandler(ctx, tx, cmd)
+	}
+	z := setupZombie(t, bHandler)
+	aTok := z.a.Owned()[0]
+
+	select {
+	case <-bGate.entered: // B has claimed and is inside its first batch
+	case <-time.After(60 * time.Second):
+		t.Fatal("b never started processing")
+	}
+	bMember, _ := z.b.Member()
+	if _, ok := claimedBy(z.s, bMember); !ok {
+		t.Fatal("b processes without having claimed")
+	}
+	if appliedBy(z.s, bMember) {
+		t.Fatal("b already wrote: the window under test is gone")
+	}
+	if z.swallow.Load() == 0 {
+		t.Fatal("no heartbeat of a was blackholed: the fault did not happen")
+	}
+
+	z.aGate.open() // the zombie wakes inside the window
+	select {
+	case err := <-z.aFenced:
+		if !errors.Is(err, sink.ErrFenced) {
+			t.Fatalf("a: %v, want ErrFenced", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a's write in the zombie window was not rejected")
+	}
+	if appliedBy(z.s, aTok.Member) {
+		t.Fatal("the zombie's write landed in the window")
+	}
+
+	bGate.open()
+	waitFor(t, 60*time.Second, "b to apply every command", func() bool {
+		return appliedCount(z.s, z.keys) == len(z.keys)*z.perKey
+	})
+	checkInvariants(t, z.s, z.keys, z.perKey)
+}
+
+// TestEpochBumpKeepsTenure (hazard 2): a cooperative rebalance bumps the
+// generation while the owner keeps some partitions; its writes under the
+// original tenure token keep succeeding.
+func TestEpochBumpKeepsTenure(t *testing.T) {
+	const partitions = 4
+	c := newCluster(t, partitions)
+	s := memory.New()
+	keys := makeKeys(40)
+	a := startWorker(t, c, s, workerOpts{name: "a"})
+	waitFor(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
+	initial := map[int32]epochs.Token{}
+	for _, tok := range a.Owned() {
+		initial[tok.Partition] = tok
+	}
+	produce(t, c.ListenAddrs(), partitions, keys, 0, 10)
+	waitFor(t, 30*time.Second, "first half applied", func() bool { return appliedCount(s, keys) == 400 })
+
+	b := startWorker(t, c, s, workerOpts{name: "b"})
+	waitFor(t, 30*time.Second, "b to own partitions", func() bool { return len(b.Owned()) > 0 })
+	_, gen := a.Member()
+	kept := a.Owned()
+	if len(kept) == 0 || len(kept) == partitions {
+		t.Fatalf("a kept %d partitions; the test needs a split", len(kept))
+	}
+	for _, tok := range kept {
+		if tok != initial[tok.Partition] {
+			t.Fatalf("kept partition %d changed token: %v -> %v", tok.Partition, initial[tok.Partition], tok)
+		}
+		if gen <= tok.Epoch {
+			t.Fatalf("generation did not move past the tenure epoch (%d <= %d): no bump happened", gen, tok.Epoch)
+		}
+	}
+	bumpSeq := uint64(len(s.Events()))
+	produce(t, c.ListenAddrs(), partitions, keys, 10, 20)
+	waitFor(t, 30*time.Second, "second half applied", func() bool { return appliedCount(s, keys) == 800 })
+
+	// a's writes after the bump were accepted under the original token.
+	keptAfter := map[int32]bool{}
+	for _, ev := range s.Events() {
+		if ev.Seq <= bumpSeq || ev.Kind != memory.Apply || !ev.Accepted {
+			continue
+		}
+		for _, tok := range kept {
+			if ev.Token == tok {
+				keptAfter[tok.Partition] = true
+			}
+		}
+	}
+	if len(keptAfter) == 0 {
+		t.Fatal("no write of a kept partition landed after the bump under the original token")
+	}
+	if a.Stats().FencedApplies+a.Stats().FencedClaims+b.Stats().FencedApplies+b.Stats().FencedClaims != 0 {
+		t.Fatalf("owner fenced itself: a=%+v b=%+v", a.Stats(), b.Stats())
+	}
+	checkInvariants(t, s, keys, 20)
+}
+
+// TestGenerationBackwards (hazard 3): after the group is deleted and
+// recreated, claims fail loudly with an error naming the likely cause; an
+// explicit, audited reset lets work resume with nothing applied twice.
+func TestGenerationBackwards(t *testing.T) {
+	const partitions = 2
+	c := newCluster(t, partitions)
+	s := memory.New()
+	keys := makeKeys(10)
+	produce(t, c.ListenAddrs(), partitions, keys, 0, 5)
+
+	// Three members in turn: each claims at a higher generation.
+	for i, name := range []string{"w1", "w2", "w3"} {
+		w := startWorker(t, c, s, workerOpts{name: name})
+		waitFor(t, 30*time.Second, name+" to own both partitions", func() bool { return len(w.Owned()) == partitions })
+		produce(t, c.ListenAddrs(), partitions, keys, 5+i, 6+i)
+		want := len(keys) * (6 + i)
+		waitFor(t, 30*time.Second, "applied", func() bool { return appliedCount(s, keys) == want })
+		w.Close()
+	}
+	fences, _ := s.Fences(context.Background())
+	var stored int32
+	for _, f := range fences {
+		stored = max(stored, f.Holder.Epoch)
+	}
+	if stored < 3 {
+		t.Fatalf("stored epochs only reached %d; the test needs > 1", stored)
+	}
+
+	// The group is deleted and recreated: generations restart.
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if res, err := adm.DeleteGroups(context.Background(), "g"); err != nil || res.Error() != nil {
+		t.Fatalf("delete group: %v %v", err, res.Error())
+	}
+
+	fenced := make(chan error, 8)
+	w := startWorker(t, c, s, workerOpts{name: "w4", onFenced: func(err error) { fenced <- err }})
+	var got error
+	select {
+	case got = <-fenced:
+	case <-time.After(30 * time.Second):
+		t.Fatal("claims after recreating the group were not refused")
+	}
+	if !errors.Is(got, consumer.ErrEpochRegressed) || !errors.Is(got, sink.ErrFenced) {
+		t.Fatalf("error %v should match ErrEpochRegressed and sink.ErrFenced", got)
+	}
+	for _, want := range []string{"went backwards", "deleted and recreated", "reset"} {
+		if !strings.Contains(got.Error(), want) {
+			t.Errorf("error does not name the cause (%q): %v", want, got)
+		}
+	}
+	if len(w.Owned()) != 0 {
+		t.Fatalf("worker processes partitions despite refused claims: %v", w.Owned())
+	}
+	w.Close()
+
+	// The operator's explicit, audited reset.
+	for p := int32(0); p < partitions; p++ {
+		if _, err := s.ResetFence(context.Background(), epochs.Scope{Group: "g", Topic: topic, Partition: p}, "group g recreated; ticket OPS-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(s.Audit()) != partitions {
+		t.Fatalf("audit trail has %d entries, want %d", len(s.Audit()), partitions)
+	}
+	w5 := startWorker(t, c, s, workerOpts{name: "w5"})
+	waitFor(t, 30*time.Second, "w5 to own both partitions", func() bool { return len(w5.Owned()) == partitions })
+	produce(t, c.ListenAddrs(), partitions, keys, 8, 10)
+	waitFor(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*10 })
+	checkInvariants(t, s, keys, 10)
+}

@@ -1,0 +1,233 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/sink/memory"
+)
+
+const topic = "cmds"
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newCluster starts an in-process kfake broker with the topic seeded and
+// short session timeouts allowed.
+func newCluster(t *testing.T, partitions int32) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.SeedTopics(partitions, topic),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("WORKROUTER_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
+	}
+	return nil
+}
+
+// produce sends perKey commands for each of keys keys, interleaved, with
+// payload "<seq>", partitioned as the router does. It returns the keys.
+func produce(t *testing.T, addrs []string, partitions int32, keys []string, from, to int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	flush := func() {
+		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		recs = recs[:0]
+	}
+	for seq := from; seq < to; seq++ {
+		for _, k := range keys {
+			r, err := router.Encode(topic, router.Partition([]byte(k), partitions), router.Command{
+				Key: []byte(k), Type: "append", Payload: []byte(strconv.Itoa(seq)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, r)
+			if len(recs) == 1000 {
+				flush()
+			}
+		}
+	}
+	flush()
+}
+
+func makeKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// appendHandler appends the command's payload to the key's log in the sink.
+func appendHandler(_ context.Context, tx *memory.Tx, cmd consumer.Command) error {
+	k := "log/" + string(cmd.Key)
+	cur, _ := tx.Get(k)
+	next := make([]byte, 0, len(cur)+len(cmd.Payload)+1)
+	next = append(next, cur...)
+	if len(cur) > 0 {
+		next = append(next, ',')
+	}
+	next = append(next, cmd.Payload...)
+	tx.Put(k, next)
+	return nil
+}
+
+// logOf returns the payload sequence applied for key.
+func logOf(s *memory.Sink, key string) []int {
+	v, ok := s.Get("log/" + key)
+	if !ok {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Split(string(v), ",") {
+		n, _ := strconv.Atoi(f)
+		out = append(out, n)
+	}
+	return out
+}
+
+func appliedCount(s *memory.Sink, keys []string) int {
+	n := 0
+	for _, k := range keys {
+		n += len(logOf(s, k))
+	}
+	return n
+}
+
+// checkInvariants asserts L, O and X from the sink's data (every key's log
+// is exactly 0..perKey-1, in order) and F, O, X from the sink's history.
+func checkInvariants(t *testing.T, s *memory.Sink, keys []string, perKey int) {
+	t.Helper()
+	for _, k := range keys {
+		got := logOf(s, k)
+		if len(got) != perKey {
+			t.Errorf("key %s: %d effects applied, want %d (L/X)", k, len(got), perKey)
+			continue
+		}
+		for i, v := range got {
+			if v != i {
+				t.Errorf("key %s: effect %d is seq %d (O/X violated): %v", k, i, v, got)
+				break
+			}
+		}
+	}
+	if err := s.Verify(); err != nil {
+		t.Errorf("sink history: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes. The deadline
+// only bounds a failing test; it is not an assertion about speed.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type workerOpts struct {
+	name     string
+	group    string
+	handler  consumer.Handler[*memory.Tx]
+	onFenced func(error)
+	revoke   time.Duration
+	protocol consumer.Protocol
+}
+
+func startWorker(t *testing.T, c *kfake.Cluster, s *memory.Sink, o workerOpts) *consumer.Worker[*memory.Tx] {
+	t.Helper()
+	if o.handler == nil {
+		o.handler = appendHandler
+	}
+	if o.group == "" {
+		o.group = "g"
+	}
+	lg := testLogger(t)
+	if lg != nil {
+		lg = lg.With("worker", o.name)
+	}
+	w, err := consumer.New(context.Background(), consumer.Config[*memory.Tx]{
+		Brokers:           c.ListenAddrs(),
+		Group:             o.group,
+		Topic:             topic,
+		Sink:              s,
+		Handlers:          map[string]consumer.Handler[*memory.Tx]{"append": o.handler},
+		Protocol:          o.protocol,
+		MaxBatch:          64,
+		SessionTimeout:    time.Second,
+		RebalanceTimeout:  3 * time.Second,
+		HeartbeatInterval: 100 * time.Millisecond,
+		RevokeTimeout:     o.revoke,
+		RetryBackoff:      10 * time.Millisecond,
+		MaxRetryBackoff:   200 * time.Millisecond,
+		ClientID:          o.name,
+		Logger:            lg,
+		OnFenced:          o.onFenced,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// gate blocks handler calls until opened.
+type gate struct {
+	once    sync.Once
+	ch      chan struct{}
+	entered chan struct{}
+	enterMu sync.Once
+}
+
+func newGate() *gate { return &gate{ch: make(chan struct{}), entered: make(chan struct{})} }
+
+func (g *gate) wait() {
+	g.enterMu.Do(func() { close(g.entered) })
+	<-g.ch
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
+
+func fmtTokens[T fmt.Stringer](ts []T) string {
+	var b strings.Builder
+	for _, t := range ts {
+		b.WriteString(t.String() + " ")
+	}
+	return b.String()
+}
