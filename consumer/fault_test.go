@@ -20,25 +20,29 @@ import (
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
-// blackholeHeartbeats makes the broker swallow every heartbeat of member
-// (no reply), until the returned stop is called. It counts the swallowed
-// heartbeats so the test can assert the fault happened.
+// blackholeHeartbeats holds back every heartbeat of member at the broker
+// (no reply, no effect) until the returned stop is called; then the held
+// heartbeats are processed as the coordinator sees fit. It counts them so
+// the test can assert the fault happened.
 func blackholeHeartbeats(c *kfake.Cluster, member func() string) (swallowed *atomic.Int64, stop func()) {
 	swallowed = new(atomic.Int64)
-	var stopped atomic.Bool
+	stopped := make(chan struct{})
+	var once sync.Once
 	c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		if stopped.Load() {
+		select {
+		case <-stopped:
 			c.DropControl()
 			return nil, nil, false
+		default:
 		}
 		if hb, ok := req.(*kmsg.HeartbeatRequest); ok && hb.MemberID == member() {
 			swallowed.Add(1)
-			return nil, nil, true // handled, no reply: the heartbeat is lost
+			c.SleepControl(func() { <-stopped })
 		}
 		return nil, nil, false
 	})
-	return swallowed, func() { stopped.Store(true) }
+	return swallowed, func() { once.Do(func() { close(stopped) }) }
 }
 
 // appliedBy reports whether member has an accepted Apply in the sink.
@@ -80,7 +84,6 @@ func setupZombie(t *testing.T, bHandler consumer.Handler[*memory.Tx]) *zombie {
 	var aMember atomic.Value
 	aMember.Store("")
 	z.swallow, z.stopHole = blackholeHeartbeats(z.c, func() string { return aMember.Load().(string) })
-	t.Cleanup(z.stopHole)
 
 	var blockOnce sync.Once
 	aHandler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
@@ -96,6 +99,10 @@ func setupZombie(t *testing.T, bHandler consumer.Handler[*memory.Tx]) *zombie {
 		onFenced: func(err error) { z.aFenced <- err }})
 	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(z.a.Owned()) == 1 })
 	z.b = startWorker(t, z.c, z.s, workerOpts{name: "b", handler: bHandler})
+	// Cleanups run last-in first-out: on failure, unblock the handlers and
+	// the heartbeats before the workers are closed.
+	t.Cleanup(z.stopHole)
+	t.Cleanup(z.aGate.open)
 	produce(t, z.c.ListenAddrs(), 1, z.keys, 0, z.perKey)
 	select {
 	case <-z.aGate.entered:
@@ -148,6 +155,7 @@ func TestZombieApplyFenced(t *testing.T) {
 	if appliedBy(z.s, aTok.Member) {
 		t.Fatal("the zombie's write landed")
 	}
+	z.stopHole() // a's held heartbeats reach the coordinator: it learns it was evicted
 	checkInvariants(t, z.s, z.keys, z.perKey) // no duplicate from the zombie
 }
 
@@ -161,6 +169,7 @@ func TestZombieWindow(t *testing.T) {
 		return appendHandler(ctx, tx, cmd)
 	}
 	z := setupZombie(t, bHandler)
+	t.Cleanup(bGate.open)
 	aTok := z.a.Owned()[0]
 
 	select {
@@ -191,6 +200,7 @@ func TestZombieWindow(t *testing.T) {
 	if appliedBy(z.s, aTok.Member) {
 		t.Fatal("the zombie's write landed in the window")
 	}
+	z.stopHole()
 
 	bGate.open()
 	waitFor(t, 60*time.Second, "b to apply every command", func() bool {

@@ -38,6 +38,7 @@ Every flag can also be set from the environment as WORKROUTER_<FLAG_NAME>
 	root.AddCommand(
 		newBrokerCmd(),
 		newVersionCmd(),
+		newDemoCmd(),
 	)
 
 	// Last, so that it covers every command added above.
