@@ -24,7 +24,7 @@ func TestEndToEndRebalance(t *testing.T) {
 	a := startWorker(t, c, s, workerOpts{name: "a"})
 	b := startWorker(t, c, s, workerOpts{name: "b"})
 
-	produce(t, c.ListenAddrs(), partitions, keys, 0, perKey/2)
+	produce(t, c, partitions, keys, 0, perKey/2)
 	waitFor(t, 60*time.Second, "some progress", func() bool { return appliedCount(s, keys) > 2000 })
 
 	cw := startWorker(t, c, s, workerOpts{name: "c"}) // joins late
@@ -32,7 +32,7 @@ func TestEndToEndRebalance(t *testing.T) {
 	if a.Stats().Revoked+b.Stats().Revoked == 0 {
 		t.Errorf("c owns partitions but nobody's were revoked: a=%+v b=%+v", a.Stats(), b.Stats())
 	}
-	produce(t, c.ListenAddrs(), partitions, keys, perKey/2, perKey)
+	produce(t, c, partitions, keys, perKey/2, perKey)
 	waitFor(t, 60*time.Second, "more progress", func() bool { return appliedCount(s, keys) > 12000 })
 
 	aOwned := a.Owned()
@@ -123,4 +123,30 @@ func TestUnreachableBroker(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "unreachable") {
 		t.Fatalf("err = %v, want an unreachable-broker error", err)
 	}
+}
+
+// TestKIP848 runs the worker on the next-generation group protocol: tenure
+// tokens carry member epochs, a member joining moves partitions, and the
+// invariants hold.
+func TestKIP848(t *testing.T) {
+	const partitions = 4
+	c := newCluster(t, partitions)
+	s := memory.New()
+	keys := makeKeys(40)
+	a := startWorker(t, c, s, workerOpts{name: "a", protocol: consumer.KIP848})
+	waitFor(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
+	produce(t, c, partitions, keys, 0, 25)
+	b := startWorker(t, c, s, workerOpts{name: "b", protocol: consumer.KIP848})
+	waitFor(t, 30*time.Second, "b to own partitions", func() bool { return len(b.Owned()) > 0 })
+	produce(t, c, partitions, keys, 25, 50)
+	waitFor(t, 60*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*50 })
+	for _, tok := range b.Owned() {
+		if tok.Epoch <= 0 {
+			t.Fatalf("b's tenure token has no member epoch: %v", tok)
+		}
+	}
+	if st := a.Stats(); st.Revoked == 0 {
+		t.Fatalf("a gave nothing up when b joined: %+v", st)
+	}
+	checkInvariants(t, s, keys, 50)
 }

@@ -68,7 +68,7 @@ func claimedBy(s *memory.Sink, member string) (epochs.Token, bool) {
 // handler; its heartbeats are blackholed so the coordinator evicts it and B
 // takes over. bHandler lets a test gate B's writes too.
 type zombie struct {
-	c        *kfake.Cluster
+	c        *cluster
 	s        *memory.Sink
 	a, b     *consumer.Worker[*memory.Tx]
 	aGate    *gate
@@ -80,10 +80,10 @@ type zombie struct {
 }
 
 func setupZombie(t *testing.T, bHandler consumer.Handler[*memory.Tx]) *zombie {
-	z := &zombie{c: newCluster(t, 1), s: memory.New(), aGate: newGate(), aFenced: make(chan error, 16), keys: makeKeys(5), perKey: 20}
+	z := &zombie{c: newFakeCluster(t, 1), s: memory.New(), aGate: newGate(), aFenced: make(chan error, 16), keys: makeKeys(5), perKey: 20}
 	var aMember atomic.Value
 	aMember.Store("")
-	z.swallow, z.stopHole = blackholeHeartbeats(z.c, func() string { return aMember.Load().(string) })
+	z.swallow, z.stopHole = blackholeHeartbeats(z.c.kf, func() string { return aMember.Load().(string) })
 
 	var blockOnce sync.Once
 	aHandler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
@@ -103,7 +103,7 @@ func setupZombie(t *testing.T, bHandler consumer.Handler[*memory.Tx]) *zombie {
 	// the heartbeats before the workers are closed.
 	t.Cleanup(z.stopHole)
 	t.Cleanup(z.aGate.open)
-	produce(t, z.c.ListenAddrs(), 1, z.keys, 0, z.perKey)
+	produce(t, z.c, 1, z.keys, 0, z.perKey)
 	select {
 	case <-z.aGate.entered:
 	case <-time.After(30 * time.Second):
@@ -155,7 +155,7 @@ func TestZombieApplyFenced(t *testing.T) {
 	if appliedBy(z.s, aTok.Member) {
 		t.Fatal("the zombie's write landed")
 	}
-	z.stopHole() // a's held heartbeats reach the coordinator: it learns it was evicted
+	z.stopHole()                              // a's held heartbeats reach the coordinator: it learns it was evicted
 	checkInvariants(t, z.s, z.keys, z.perKey) // no duplicate from the zombie
 }
 
@@ -223,7 +223,7 @@ func TestEpochBumpKeepsTenure(t *testing.T) {
 	for _, tok := range a.Owned() {
 		initial[tok.Partition] = tok
 	}
-	produce(t, c.ListenAddrs(), partitions, keys, 0, 10)
+	produce(t, c, partitions, keys, 0, 10)
 	waitFor(t, 30*time.Second, "first half applied", func() bool { return appliedCount(s, keys) == 400 })
 
 	b := startWorker(t, c, s, workerOpts{name: "b"})
@@ -242,7 +242,7 @@ func TestEpochBumpKeepsTenure(t *testing.T) {
 		}
 	}
 	bumpSeq := uint64(len(s.Events()))
-	produce(t, c.ListenAddrs(), partitions, keys, 10, 20)
+	produce(t, c, partitions, keys, 10, 20)
 	waitFor(t, 30*time.Second, "second half applied", func() bool { return appliedCount(s, keys) == 800 })
 
 	// a's writes after the bump were accepted under the original token.
@@ -274,13 +274,13 @@ func TestGenerationBackwards(t *testing.T) {
 	c := newCluster(t, partitions)
 	s := memory.New()
 	keys := makeKeys(10)
-	produce(t, c.ListenAddrs(), partitions, keys, 0, 5)
+	produce(t, c, partitions, keys, 0, 5)
 
 	// Three members in turn: each claims at a higher generation.
 	for i, name := range []string{"w1", "w2", "w3"} {
 		w := startWorker(t, c, s, workerOpts{name: name})
 		waitFor(t, 30*time.Second, name+" to own both partitions", func() bool { return len(w.Owned()) == partitions })
-		produce(t, c.ListenAddrs(), partitions, keys, 5+i, 6+i)
+		produce(t, c, partitions, keys, 5+i, 6+i)
 		want := len(keys) * (6 + i)
 		waitFor(t, 30*time.Second, "applied", func() bool { return appliedCount(s, keys) == want })
 		w.Close()
@@ -300,7 +300,7 @@ func TestGenerationBackwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer adm.Close()
-	if res, err := adm.DeleteGroups(context.Background(), "g"); err != nil || res.Error() != nil {
+	if res, err := adm.DeleteGroups(context.Background(), c.group); err != nil || res.Error() != nil {
 		t.Fatalf("delete group: %v %v", err, res.Error())
 	}
 
@@ -327,7 +327,7 @@ func TestGenerationBackwards(t *testing.T) {
 
 	// The operator's explicit, audited reset.
 	for p := int32(0); p < partitions; p++ {
-		if _, err := s.ResetFence(context.Background(), epochs.Scope{Group: "g", Topic: topic, Partition: p}, "group g recreated; ticket OPS-1"); err != nil {
+		if _, err := s.ResetFence(context.Background(), epochs.Scope{Group: c.group, Topic: c.topic, Partition: p}, "group g recreated; ticket OPS-1"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -336,7 +336,7 @@ func TestGenerationBackwards(t *testing.T) {
 	}
 	w5 := startWorker(t, c, s, workerOpts{name: "w5"})
 	waitFor(t, 30*time.Second, "w5 to own both partitions", func() bool { return len(w5.Owned()) == partitions })
-	produce(t, c.ListenAddrs(), partitions, keys, 8, 10)
+	produce(t, c, partitions, keys, 8, 10)
 	waitFor(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*10 })
 	checkInvariants(t, s, keys, 10)
 }

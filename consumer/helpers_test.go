@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
@@ -26,9 +27,54 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// newCluster starts an in-process kfake broker with the topic seeded and
-// short session timeouts allowed.
-func newCluster(t *testing.T, partitions int32) *kfake.Cluster {
+// cluster is where a test runs: the in-process kfake broker by default, or
+// the real cluster named by WORKROUTER_TEST_BROKERS (comma-separated
+// addresses), on a fresh topic and group per test.
+type cluster struct {
+	addrs []string
+	kf    *kfake.Cluster // nil on a real cluster
+	topic string
+	group string
+}
+
+func (c *cluster) ListenAddrs() []string { return c.addrs }
+
+// newCluster returns the test's cluster with its topic created.
+func newCluster(t *testing.T, partitions int32) *cluster {
+	t.Helper()
+	if env := os.Getenv("WORKROUTER_TEST_BROKERS"); env != "" {
+		c := &cluster{
+			addrs: strings.Split(env, ","),
+			topic: fmt.Sprintf("workrouter-test-%s-%d", strings.ToLower(t.Name()), time.Now().UnixNano()),
+			group: fmt.Sprintf("workrouter-test-%d", time.Now().UnixNano()),
+		}
+		adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.addrs...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer adm.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := adm.CreateTopic(ctx, partitions, -1, nil, c.topic); err != nil {
+			t.Fatalf("create topic on WORKROUTER_TEST_BROKERS=%s: %v", env, err)
+		}
+		t.Cleanup(func() {
+			adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.addrs...))
+			if err == nil {
+				adm.DeleteTopics(context.Background(), c.topic)
+				adm.Close()
+			}
+		})
+		return c
+	}
+	return newFakeCluster(t, partitions)
+}
+
+// newFakeCluster starts an in-process kfake broker with the topic seeded
+// and short session timeouts allowed. Tests that inject faults through
+// kfake's request interception use it even when WORKROUTER_TEST_BROKERS is
+// set: a real cluster cannot be intercepted.
+func newFakeCluster(t *testing.T, partitions int32) *cluster {
 	t.Helper()
 	c, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
@@ -39,7 +85,7 @@ func newCluster(t *testing.T, partitions int32) *kfake.Cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return c
+	return &cluster{addrs: c.ListenAddrs(), kf: c, topic: topic, group: "g"}
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -51,9 +97,9 @@ func testLogger(t *testing.T) *slog.Logger {
 
 // produce sends perKey commands for each of keys keys, interleaved, with
 // payload "<seq>", partitioned as the router does. It returns the keys.
-func produce(t *testing.T, addrs []string, partitions int32, keys []string, from, to int) {
+func produce(t *testing.T, c *cluster, partitions int32, keys []string, from, to int) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +113,7 @@ func produce(t *testing.T, addrs []string, partitions int32, keys []string, from
 	}
 	for seq := from; seq < to; seq++ {
 		for _, k := range keys {
-			r, err := router.Encode(topic, router.Partition([]byte(k), partitions), router.Command{
+			r, err := router.Encode(c.topic, router.Partition([]byte(k), partitions), router.Command{
 				Key: []byte(k), Type: "append", Payload: []byte(strconv.Itoa(seq)),
 			})
 			if err != nil {
@@ -170,13 +216,13 @@ type workerOpts struct {
 	protocol consumer.Protocol
 }
 
-func startWorker(t *testing.T, c *kfake.Cluster, s *memory.Sink, o workerOpts) *consumer.Worker[*memory.Tx] {
+func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consumer.Worker[*memory.Tx] {
 	t.Helper()
 	if o.handler == nil {
 		o.handler = appendHandler
 	}
 	if o.group == "" {
-		o.group = "g"
+		o.group = c.group
 	}
 	lg := testLogger(t)
 	if lg != nil {
@@ -185,7 +231,7 @@ func startWorker(t *testing.T, c *kfake.Cluster, s *memory.Sink, o workerOpts) *
 	w, err := consumer.New(context.Background(), consumer.Config[*memory.Tx]{
 		Brokers:           c.ListenAddrs(),
 		Group:             o.group,
-		Topic:             topic,
+		Topic:             c.topic,
 		Sink:              s,
 		Handlers:          map[string]consumer.Handler[*memory.Tx]{"append": o.handler},
 		Protocol:          o.protocol,
