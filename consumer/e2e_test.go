@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -149,4 +153,48 @@ func TestKIP848(t *testing.T) {
 		t.Fatalf("a gave nothing up when b joined: %+v", st)
 	}
 	checkInvariants(t, s, keys, 50)
+}
+
+// TestHandlerErrorRetriedNeverSkipped: a failing handler makes its batch
+// roll back and retry with backoff; once it succeeds every command is
+// applied once, in order. A command with no handler stalls its partition
+// rather than being skipped.
+func TestHandlerErrorRetriedNeverSkipped(t *testing.T) {
+	c := newCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(3)
+	var failures atomic.Int64
+	flaky := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		if string(cmd.Payload) == "7" && failures.Add(1) <= 3 {
+			return errors.New("downstream hiccup")
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	w := startWorker(t, c, s, workerOpts{name: "a", handler: flaky})
+	produce(t, c, 1, keys, 0, 20)
+	waitFor(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == 60 })
+	checkInvariants(t, s, keys, 20)
+	if failures.Load() < 3 || w.Stats().Retries < 3 {
+		t.Fatalf("the handler error did not happen or was not retried: failures=%d stats=%+v", failures.Load(), w.Stats())
+	}
+
+	// A command type nobody handles: nothing after it is applied.
+	rec, err := router.Encode(c.topic, 0, router.Command{Key: []byte(keys[0]), Type: "unknown"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, c, 1, keys, 20, 21)
+	before := w.Stats().Retries
+	waitFor(t, 30*time.Second, "the unhandled command to be retried", func() bool { return w.Stats().Retries > before+2 })
+	if n := appliedCount(s, keys); n != 60 {
+		t.Fatalf("%d commands applied past an unhandled one; want 60 (stalled)", n)
+	}
 }
