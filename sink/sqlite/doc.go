@@ -1,0 +1,74 @@
+// Package sqlite is the embedded, durable fenced sink of workrouter: it
+// stores every scope's fence (holder token and NextOffset, DESIGN.md §3) in
+// an SQLite database file, next to the tables the handlers write, so that a
+// batch's effects and its new NextOffset commit in one SQLite transaction.
+// It uses modernc.org/sqlite, a pure-Go driver (no cgo).
+//
+// # Use with a consumer
+//
+// Open a [Sink] on a file, create the handlers' tables through [Sink.DB],
+// and hand the sink to a worker as a sink.Sink[*sql.Tx]. Handlers receive
+// the *sql.Tx of the fenced unit and write ordinary SQL through it:
+//
+//	snk, err := sqlite.Open(ctx, sqlite.Config{Path: "/var/lib/ledger/ledger.db"})
+//	if err != nil { ... }
+//	defer snk.Close()
+//	_, err = snk.DB().ExecContext(ctx, `CREATE TABLE IF NOT EXISTS balances(
+//		account TEXT PRIMARY KEY, cents INTEGER NOT NULL)`)
+//	w, err := consumer.New(ctx, consumer.Config[*sql.Tx]{
+//		Brokers: brokers, Group: "ledger", Topic: "postings",
+//		Sink: snk,
+//		Handlers: map[string]consumer.Handler[*sql.Tx]{
+//			"post": func(ctx context.Context, tx *sql.Tx, cmd consumer.Command) error {
+//				_, err := tx.ExecContext(ctx, `INSERT INTO balances VALUES(?, ?)
+//					ON CONFLICT(account) DO UPDATE SET cents = cents + excluded.cents`,
+//					string(cmd.Key), amount(cmd))
+//				return err
+//			},
+//		},
+//	})
+//
+// Handlers must write only through the tx they are given (never through
+// [Sink.DB], which is outside the fenced unit and, for writes, would wait
+// for the sink's own write lock), must not call the sink's methods, and must
+// not commit or roll the tx back.
+//
+// # Several processes, one file
+//
+// Any number of processes (and any number of [Sink] values in one process)
+// may open the same file: the database runs in WAL mode, so readers never
+// block, and every writing transaction starts with BEGIN IMMEDIATE, which
+// takes SQLite's single write lock at once and waits for it up to
+// [Config.BusyTimeout]. The fence read and the conditional NextOffset update
+// of an Apply therefore happen under one write lock: a claim by another
+// process cannot slip between them. Within one process, writers also queue on
+// an in-process lock, so they do not poll SQLite's busy handler. If the busy
+// timeout still expires, the call fails with an error matching [ErrBusy]:
+// a transient failure that the consumer retries, never a fenced outcome.
+// The file must be on a local file system (WAL needs shared memory; network
+// file systems are not supported by SQLite's WAL mode).
+//
+// # Durability
+//
+// Connections run with PRAGMA synchronous=FULL: every commit is synced to the
+// WAL file before Claim, Apply or ResetFence returns, so a claim or a batch
+// that was acknowledged survives an operating-system crash or a power loss,
+// not only a process crash. The cheaper synchronous=NORMAL may roll the last
+// commits back on power loss: the fence and the effects of a batch would
+// still vanish together (the next tenure would resume at the older
+// NextOffset and re-apply those records, if Kafka still retains them), but
+// whatever read the lost state in between (readers of the handlers' tables,
+// downstream systems, an operator's reset) would have seen writes that later
+// disappeared. FULL costs one fsync of the WAL per transaction, which is why
+// batching (consumer.Config.MaxBatch) matters for throughput.
+//
+// # Tables
+//
+// The sink owns three tables, named by [Config.Prefix] (default "workrouter"):
+// <prefix>_fences (one row per scope: holder epoch and member, NextOffset),
+// <prefix>_history (one row per accepted claim and per reset, see
+// [Sink.History]) and <prefix>_schema (the schema version, 1). They are
+// created together, in one transaction, by the first Open; an existing table
+// of one of those names with other columns, or another version, makes Open
+// fail with an error matching [ErrSchema].
+package sqlite

@@ -1,0 +1,361 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// History entry kinds.
+const (
+	// KindClaim marks a [HistoryEntry] of an accepted claim.
+	KindClaim = "claim"
+	// KindReset marks a [HistoryEntry] of an admin reset.
+	KindReset = "reset"
+)
+
+// HistoryEntry is one row of a scope's history: an accepted claim or an
+// admin reset, see [Sink.History].
+type HistoryEntry struct {
+	// Seq orders the entries of the whole database; it only grows.
+	Seq int64
+	// Kind is [KindClaim] or [KindReset].
+	Kind string
+	// Token is the claimed token for a claim, and for a reset the holder
+	// the reset cleared (zero if the scope had no holder).
+	Token epochs.Token
+	// NextOffset is the scope's NextOffset at the claim (what Claim
+	// returned) or the reset (which keeps it).
+	NextOffset int64
+	// Reason is the operator's reason for a reset; empty for a claim.
+	Reason string
+	// At is when the sink recorded the entry (wall clock of the writing
+	// process; informational only, never used for fencing).
+	At time.Time
+}
+
+// holderToken builds the stored holder of scope from its row's columns; a
+// cleared holder (epoch -1) is the zero token.
+func holderToken(scope epochs.Scope, epoch int64, member string) epochs.Token {
+	if epoch < 0 {
+		return epochs.Token{}
+	}
+	return epochs.Token{Group: scope.Group, Topic: scope.Topic, Partition: scope.Partition, Epoch: int32(epoch), Member: member}
+}
+
+// fenceRow is a scope's stored fence as read inside a transaction.
+type fenceRow struct {
+	found      bool
+	holder     epochs.Token
+	epoch      int64 // as stored (-1 when cleared)
+	member     string
+	nextOffset int64
+}
+
+// readFence reads scope's fence row inside tx.
+func (s *Sink) readFence(ctx context.Context, tx *sql.Tx, scope epochs.Scope) (fenceRow, error) {
+	var r fenceRow
+	err := tx.StmtContext(ctx, s.selFence).QueryRowContext(ctx, scope.Group, scope.Topic, scope.Partition).
+		Scan(&r.epoch, &r.member, &r.nextOffset)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fenceRow{}, nil
+	}
+	if err != nil {
+		return fenceRow{}, err
+	}
+	r.found = true
+	r.holder = holderToken(scope, r.epoch, r.member)
+	return r, nil
+}
+
+// begin takes the in-process writer lock and starts a writing transaction
+// (BEGIN IMMEDIATE: SQLite's write lock is held from here to the end).
+// The returned release function rolls back unless the transaction was
+// committed, and releases the writer lock.
+func (s *Sink) begin(ctx context.Context, op string) (*sql.Tx, func(), error) {
+	if err := s.lockWriter(ctx); err != nil {
+		return nil, nil, s.wrap(ctx, op, err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		s.unlockWriter()
+		return nil, nil, s.wrap(ctx, op, err)
+	}
+	return tx, func() {
+		_ = tx.Rollback() // no-op (sql.ErrTxDone) after a commit
+		s.unlockWriter()
+	}, nil
+}
+
+// commit commits tx, checking ctx first so that a cancelled call never
+// reports a commit it may not have made.
+func (s *Sink) commit(ctx context.Context, tx *sql.Tx, op string) error {
+	if err := ctx.Err(); err != nil {
+		return s.wrap(ctx, op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return s.wrap(ctx, op, err)
+	}
+	return nil
+}
+
+func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
+
+// Claim makes tok the holder of its scope and returns the scope's
+// NextOffset (0 for a scope never claimed), following [sink.Sink.Claim]. In
+// one writing transaction it reads the fence row; if tok may not take the
+// scope over (see [epochs.Token.CanClaim]) it fails with a
+// *[sink.FencedError] and changes nothing; otherwise it stores tok, appends
+// a claim row to the history, and commits. An invalid tok fails with an
+// error matching [epochs.ErrInvalidToken]; a cancelled ctx with one
+// matching its error; an expired busy timeout with [ErrBusy]. Claim may be
+// called from any goroutine.
+func (s *Sink) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
+	if err := tok.Validate(); err != nil {
+		return 0, err
+	}
+	op := "claim " + tok.String()
+	tx, done, err := s.begin(ctx, op)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	scope := tok.Scope()
+	row, err := s.readFence(ctx, tx, scope)
+	if err != nil {
+		return 0, s.wrap(ctx, op, err)
+	}
+	if !tok.CanClaim(row.holder) {
+		s.log.Debug("claim fenced", "token", tok.String(), "stored", row.holder.String())
+		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
+	}
+	if _, err := tx.StmtContext(ctx, s.upsertFence).ExecContext(ctx,
+		scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member); err != nil {
+		return 0, s.wrap(ctx, op, err)
+	}
+	if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx,
+		scope.Group, scope.Topic, scope.Partition, KindClaim, tok.Epoch, tok.Member, row.nextOffset, "", now()); err != nil {
+		return 0, s.wrap(ctx, op, err)
+	}
+	if err := s.commit(ctx, tx, op); err != nil {
+		return 0, err
+	}
+	return row.nextOffset, nil
+}
+
+// Apply applies a batch of records of tok's scope, following
+// [sink.Sink.Apply], in one writing transaction: it reads the fence row and
+// fails with a *[sink.FencedError] unless tok is exactly the holder; skips
+// the offsets below NextOffset; runs effect for each remaining record index
+// in order with the transaction's *sql.Tx; sets NextOffset to the last
+// offset + 1 with an update conditional on the holder and the NextOffset it
+// read; and commits. If every offset is skipped it writes nothing. An effect
+// error rolls everything back and is returned in a *[sink.EffectError]; a
+// malformed batch fails with [sink.ErrBadBatch] before anything runs; a
+// cancelled ctx rolls back and fails with an error matching its error; an
+// expired busy timeout fails with [ErrBusy] (nothing applied; retry).
+// Apply may be called from any goroutine; effect is called on the calling
+// goroutine and must not call the sink's methods or use [Sink.DB].
+func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*sql.Tx]) (sink.ApplyResult, error) {
+	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
+		return sink.ApplyResult{}, err
+	}
+	op := "apply " + tok.String()
+	tx, done, err := s.begin(ctx, op)
+	if err != nil {
+		return sink.ApplyResult{}, err
+	}
+	defer done()
+	scope := tok.Scope()
+	row, err := s.readFence(ctx, tx, scope)
+	if err != nil {
+		return sink.ApplyResult{}, s.wrap(ctx, op, err)
+	}
+	if !tok.Holds(row.holder) {
+		s.log.Debug("apply fenced", "token", tok.String(), "stored", row.holder.String())
+		return sink.ApplyResult{}, &sink.FencedError{Op: sink.OpApply, Stored: row.holder, Offered: tok}
+	}
+	first, _ := slices.BinarySearch(offsets, row.nextOffset)
+	if first == len(offsets) {
+		// A pure replay: the holder is verified, nothing to write.
+		return sink.ApplyResult{Skipped: len(offsets), NextOffset: row.nextOffset}, nil
+	}
+	for i := first; i < len(offsets); i++ {
+		if err := ctx.Err(); err != nil {
+			return sink.ApplyResult{}, s.wrap(ctx, op, err)
+		}
+		if err := effect(ctx, tx, i); err != nil {
+			eerr := &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
+			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+				return sink.ApplyResult{}, fmt.Errorf("sqlite: %s: %w: %w", op, cerr, eerr)
+			}
+			return sink.ApplyResult{}, eerr
+		}
+	}
+	next := offsets[len(offsets)-1] + 1
+	res, err := tx.StmtContext(ctx, s.updNext).ExecContext(ctx,
+		next, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, row.nextOffset)
+	if err != nil {
+		return sink.ApplyResult{}, s.wrap(ctx, op, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return sink.ApplyResult{}, s.wrap(ctx, op, err)
+	} else if n != 1 {
+		// Cannot happen while the write lock is held, unless an effect
+		// wrote the fence table itself: refuse rather than guess.
+		stored := row.holder
+		if again, err := s.readFence(ctx, tx, scope); err == nil {
+			stored = again.holder
+		}
+		s.log.Warn("apply fenced at the conditional update (did an effect write the fence table?)",
+			"token", tok.String(), "stored", stored.String())
+		return sink.ApplyResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+	}
+	if err := s.commit(ctx, tx, op); err != nil {
+		return sink.ApplyResult{}, err
+	}
+	return sink.ApplyResult{Applied: len(offsets) - first, Skipped: first, NextOffset: next}, nil
+}
+
+// Fences returns the stored fence of every scope in the database, sorted by
+// group, topic and partition; a scope whose holder was reset has a zero
+// Holder. It implements [sink.Lister]. It reads without taking the write
+// lock, and may be called from any goroutine.
+func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT grp, topic, part, epoch, member, next_offset FROM "+s.fences+" ORDER BY grp, topic, part")
+	if err != nil {
+		return nil, s.wrap(ctx, "fences", err)
+	}
+	defer rows.Close()
+	var out []sink.Fence
+	for rows.Next() {
+		var (
+			f      sink.Fence
+			epoch  int64
+			member string
+		)
+		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset); err != nil {
+			return nil, s.wrap(ctx, "fences", err)
+		}
+		f.Holder = holderToken(f.Scope, epoch, member)
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap(ctx, "fences", err)
+	}
+	return out, nil
+}
+
+// ResetFence clears the holder of scope (stored as epoch -1, member "") so
+// that the next claim at any epoch succeeds, keeps NextOffset, and appends
+// a reset row carrying reason and the cleared holder to the history, all in
+// one transaction. It returns the fence as it was before. It implements
+// [sink.Resetter]. It fails with an error matching [ErrNoReason] for an
+// empty reason, [epochs.ErrInvalidToken] for an invalid scope and
+// [sink.ErrNotFound] for a scope the database does not know. It may be
+// called from any goroutine, but only by an operator: it lifts the fence.
+func (s *Sink) ResetFence(ctx context.Context, scope epochs.Scope, reason string) (sink.Fence, error) {
+	if err := scope.Validate(); err != nil {
+		return sink.Fence{}, err
+	}
+	op := "reset " + scope.String()
+	if strings.TrimSpace(reason) == "" {
+		return sink.Fence{}, fmt.Errorf("sqlite: %s: %w", op, ErrNoReason)
+	}
+	tx, done, err := s.begin(ctx, op)
+	if err != nil {
+		return sink.Fence{}, err
+	}
+	defer done()
+	row, err := s.readFence(ctx, tx, scope)
+	if err != nil {
+		return sink.Fence{}, s.wrap(ctx, op, err)
+	}
+	if !row.found {
+		return sink.Fence{}, fmt.Errorf("sqlite: %s: %w", op, sink.ErrNotFound)
+	}
+	before := sink.Fence{Scope: scope, Holder: row.holder, NextOffset: row.nextOffset}
+	if _, err := tx.StmtContext(ctx, s.resetFence).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition); err != nil {
+		return sink.Fence{}, s.wrap(ctx, op, err)
+	}
+	epoch, member := int64(-1), ""
+	if !row.holder.IsZero() {
+		epoch, member = row.epoch, row.member
+	}
+	if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx,
+		scope.Group, scope.Topic, scope.Partition, KindReset, epoch, member, row.nextOffset, reason, now()); err != nil {
+		return sink.Fence{}, s.wrap(ctx, op, err)
+	}
+	if err := s.commit(ctx, tx, op); err != nil {
+		return sink.Fence{}, err
+	}
+	s.log.Warn("fence reset", "scope", scope.String(), "cleared_holder", before.Holder.String(),
+		"next_offset", before.NextOffset, "reason", reason)
+	return before, nil
+}
+
+// History returns the accepted claims and the resets of scope, in the
+// order they were committed (ascending Seq); nil for a scope never claimed.
+// It fails with an error matching [epochs.ErrInvalidToken] for an invalid
+// scope. It may be called from any goroutine.
+func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry, error) {
+	if err := scope.Validate(); err != nil {
+		return nil, err
+	}
+	op := "history " + scope.String()
+	rows, err := s.db.QueryContext(ctx, "SELECT seq, kind, epoch, member, next_offset, reason, at FROM "+s.history+
+		" WHERE grp = ? AND topic = ? AND part = ? ORDER BY seq", scope.Group, scope.Topic, scope.Partition)
+	if err != nil {
+		return nil, s.wrap(ctx, op, err)
+	}
+	defer rows.Close()
+	var out []HistoryEntry
+	for rows.Next() {
+		var (
+			e      HistoryEntry
+			epoch  int64
+			member string
+			at     string
+		)
+		if err := rows.Scan(&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &at); err != nil {
+			return nil, s.wrap(ctx, op, err)
+		}
+		e.Token = holderToken(scope, epoch, member)
+		if e.At, err = time.Parse(time.RFC3339Nano, at); err != nil {
+			return nil, s.wrap(ctx, op, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap(ctx, op, err)
+	}
+	return out, nil
+}
+
+// Unfenced runs effect for i = 0..n-1 in one writing transaction and
+// commits, with no fence row read and no NextOffset update: exactly the
+// work of an Apply of n records minus the fence. It exists as the baseline
+// of the fencing-overhead benchmark; never use it for commands, it is not
+// fenced. An effect error rolls back and is returned in a
+// *[sink.EffectError] (Offset = i). It may be called from any goroutine.
+func (s *Sink) Unfenced(ctx context.Context, n int, effect func(ctx context.Context, tx *sql.Tx, i int) error) error {
+	const op = "unfenced"
+	tx, done, err := s.begin(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer done()
+	for i := range n {
+		if err := effect(ctx, tx, i); err != nil {
+			return &sink.EffectError{Index: i, Offset: int64(i), Err: err}
+		}
+	}
+	return s.commit(ctx, tx, op)
+}

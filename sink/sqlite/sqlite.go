@@ -1,0 +1,296 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	sqlitedrv "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/workrouter/workrouter/sink"
+)
+
+// ErrConfig is matched by the errors [Open] returns for an invalid [Config]
+// or a Path that cannot be used as the sink's database (missing directory,
+// no permission, not an SQLite database).
+var ErrConfig = errors.New("sqlite: invalid config")
+
+// ErrSchema is matched by the errors [Open] returns when the database holds
+// a table named like one of the sink's tables but with other columns, a
+// schema version other than the one this package writes, or an incomplete
+// set of the sink's tables. The error names the table.
+var ErrSchema = errors.New("sqlite: conflicting schema")
+
+// ErrBusy is matched by errors reporting that SQLite's write lock could not
+// be taken within [Config.BusyTimeout] (SQLITE_BUSY or SQLITE_LOCKED). It is
+// transient: nothing was written, and the call may be retried.
+var ErrBusy = errors.New("sqlite: database busy")
+
+// ErrNoReason is matched by the error [Sink.ResetFence] returns when called
+// with an empty reason: a reset lifts the fence and must say why.
+var ErrNoReason = errors.New("sqlite: reset needs a non-empty reason")
+
+// Compile-time checks of the capabilities a *Sink provides.
+var (
+	_ sink.Sink[*sql.Tx] = (*Sink)(nil)
+	_ sink.Lister        = (*Sink)(nil)
+	_ sink.Resetter      = (*Sink)(nil)
+)
+
+// DefaultPrefix is the table name prefix used when [Config.Prefix] is empty.
+const DefaultPrefix = "workrouter"
+
+// DefaultBusyTimeout is the busy timeout used when [Config.BusyTimeout] is
+// zero.
+const DefaultBusyTimeout = 30 * time.Second
+
+// SchemaVersion is the version of the sink's tables this package writes and
+// accepts, recorded in <prefix>_schema.
+const SchemaVersion = 1
+
+// Config configures [Open]. The zero value of every optional field is a
+// documented default.
+type Config struct {
+	// Path is the database file, created if missing. Required. It must be a
+	// plain file system path: ":memory:" (not durable, not shareable),
+	// "file:" URIs and paths containing '?' are refused.
+	Path string
+	// Prefix is the prefix of the sink's table names, an SQL identifier
+	// ([A-Za-z_][A-Za-z0-9_]*); default [DefaultPrefix]. The tables are
+	// <Prefix>_fences, <Prefix>_history and <Prefix>_schema. Sinks with
+	// different prefixes may share one file.
+	Prefix string
+	// BusyTimeout is how long a writing transaction waits for SQLite's
+	// write lock held by another connection (another process) before
+	// failing with [ErrBusy]; default [DefaultBusyTimeout].
+	BusyTimeout time.Duration
+	// Logger receives structured logs (open, resets); default discards.
+	Logger *slog.Logger
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case c.Path == "":
+		return c, fmt.Errorf("%w: empty Path", ErrConfig)
+	case c.Path == ":memory:" || strings.HasPrefix(c.Path, "file:"):
+		return c, fmt.Errorf("%w: Path %q is not a plain file path (an in-memory database is neither durable nor shareable between processes)", ErrConfig, c.Path)
+	case strings.ContainsRune(c.Path, '?'):
+		return c, fmt.Errorf("%w: Path %q contains '?'", ErrConfig, c.Path)
+	case c.BusyTimeout < 0:
+		return c, fmt.Errorf("%w: negative BusyTimeout %s", ErrConfig, c.BusyTimeout)
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if !identRE.MatchString(c.Prefix) {
+		return c, fmt.Errorf("%w: Prefix %q is not an SQL identifier ([A-Za-z_][A-Za-z0-9_]*)", ErrConfig, c.Prefix)
+	}
+	if c.BusyTimeout == 0 {
+		c.BusyTimeout = DefaultBusyTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// dsn returns the driver name of the database: the path, then the
+// connection settings every connection of the pool applies when it opens.
+func (c Config) dsn() string {
+	ms := c.BusyTimeout.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	q := url.Values{}
+	q.Set("_busy_timeout", strconv.FormatInt(ms, 10))
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "FULL")
+	q.Set("_foreign_keys", "1")
+	q.Set("_txlock", "immediate")
+	return c.Path + "?" + q.Encode()
+}
+
+// Sink is a fenced sink stored in an SQLite database file. It implements
+// sink.Sink[*sql.Tx], [sink.Lister] and [sink.Resetter]. Create it with
+// [Open]. All its methods are safe for concurrent use by any number of
+// goroutines, and any number of processes may use the same file at once.
+type Sink struct {
+	cfg Config
+	db  *sql.DB
+	log *slog.Logger
+
+	// wlock serializes this Sink's writing transactions in-process, so that
+	// they queue here instead of polling SQLite's busy handler. It is a
+	// channel so that waiting for it respects the caller's ctx.
+	wlock chan struct{}
+
+	// table names
+	fences, history, schema string
+
+	// prepared statements, re-used per connection by database/sql
+	selFence, upsertFence, updNext, insHistory, resetFence *sql.Stmt
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the sink's database at cfg.Path, creating the file and the
+// sink's tables (in one transaction) if missing, and checks an existing
+// schema. The database is put in WAL mode. It fails with an error matching
+// [ErrConfig] for an invalid cfg or an unusable file, and [ErrSchema] for a
+// conflicting schema. Open may be called from any goroutine, by any number
+// of processes on the same file.
+func Open(ctx context.Context, cfg Config) (*Sink, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", cfg.dsn())
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %q: %w", ErrConfig, cfg.Path, err)
+	}
+	db.SetMaxIdleConns(8)
+	s := &Sink{
+		cfg:     cfg,
+		db:      db,
+		log:     cfg.Logger,
+		wlock:   make(chan struct{}, 1),
+		fences:  cfg.Prefix + "_fences",
+		history: cfg.Prefix + "_history",
+		schema:  cfg.Prefix + "_schema",
+	}
+	if err := s.init(ctx); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// init checks the connection, the journal mode and the schema, and
+// prepares the statements.
+func (s *Sink) init(ctx context.Context) error {
+	var mode string
+	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return s.openErr(ctx, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("%w: %q: the database could not be put in WAL mode (journal_mode is %q)", ErrConfig, s.cfg.Path, mode)
+	}
+	created, err := s.ensureSchema(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.prepare(ctx); err != nil {
+		return s.wrap(ctx, "prepare statements", err)
+	}
+	s.log.Info("sqlite sink opened", "path", s.cfg.Path, "prefix", s.cfg.Prefix, "schema_created", created)
+	return nil
+}
+
+// openErr classifies an error of the first use of the database file.
+func (s *Sink) openErr(ctx context.Context, err error) error {
+	var se *sqlitedrv.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_NOTADB:
+			return fmt.Errorf("%w: %q is not an SQLite database: %w", ErrConfig, s.cfg.Path, err)
+		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CORRUPT:
+			return fmt.Errorf("%w: cannot use %q as a database: %w", ErrConfig, s.cfg.Path, err)
+		}
+	}
+	return s.wrap(ctx, "open "+strconv.Quote(s.cfg.Path), err)
+}
+
+func (s *Sink) prepare(ctx context.Context) error {
+	var err error
+	prep := func(q string) *sql.Stmt {
+		if err != nil {
+			return nil
+		}
+		var st *sql.Stmt
+		st, err = s.db.PrepareContext(ctx, q)
+		return st
+	}
+	s.selFence = prep("SELECT epoch, member, next_offset FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
+	s.upsertFence = prep("INSERT INTO " + s.fences + " (grp, topic, part, epoch, member, next_offset) VALUES (?, ?, ?, ?, ?, 0)" +
+		" ON CONFLICT (grp, topic, part) DO UPDATE SET epoch = excluded.epoch, member = excluded.member")
+	s.updNext = prep("UPDATE " + s.fences + " SET next_offset = ? WHERE grp = ? AND topic = ? AND part = ? AND epoch = ? AND member = ? AND next_offset = ?")
+	s.insHistory = prep("INSERT INTO " + s.history + " (grp, topic, part, kind, epoch, member, next_offset, reason, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	s.resetFence = prep("UPDATE " + s.fences + " SET epoch = -1, member = '' WHERE grp = ? AND topic = ? AND part = ?")
+	return err
+}
+
+// DB returns the sink's database handle, for creating the handlers' tables
+// and for reads outside the fenced unit (status pages, tests). Writes that
+// must be fenced go through the *sql.Tx an effect receives, never through
+// DB. It may be called from any goroutine; the handle is closed by
+// [Sink.Close].
+func (s *Sink) DB() *sql.DB { return s.db }
+
+// Close closes the sink's prepared statements and database handle. It is
+// idempotent: later calls return the first call's result. Calls to the
+// sink's other methods made after Close fail. It may be called from any
+// goroutine.
+func (s *Sink) Close() error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		for _, st := range []*sql.Stmt{s.selFence, s.upsertFence, s.updNext, s.insHistory, s.resetFence} {
+			if st != nil {
+				errs = append(errs, st.Close())
+			}
+		}
+		errs = append(errs, s.db.Close())
+		if err := errors.Join(errs...); err != nil {
+			s.closeErr = fmt.Errorf("sqlite: close %q: %w", s.cfg.Path, err)
+		}
+	})
+	return s.closeErr
+}
+
+// wrap annotates err from operation op: it matches ctx's error if ctx is
+// done, and [ErrBusy] if SQLite's lock could not be taken.
+func (s *Sink) wrap(ctx context.Context, op string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("sqlite: %s: %w (%w)", op, cerr, err)
+	}
+	if isBusy(err) {
+		return fmt.Errorf("sqlite: %s: %w: %w", op, ErrBusy, err)
+	}
+	return fmt.Errorf("sqlite: %s: %w", op, err)
+}
+
+// isBusy reports whether err is SQLITE_BUSY or SQLITE_LOCKED.
+func isBusy(err error) bool {
+	var se *sqlitedrv.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	c := se.Code() & 0xff
+	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
+}
+
+// lockWriter takes the in-process writer lock, or fails when ctx is done.
+func (s *Sink) lockWriter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case s.wlock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Sink) unlockWriter() { <-s.wlock }

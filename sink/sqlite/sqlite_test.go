@@ -1,0 +1,458 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/sinktest"
+	"github.com/workrouter/workrouter/sink/sqlite"
+)
+
+// kvDDL is the table the harness and the other tests write through effects.
+const kvDDL = `CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT NOT NULL)`
+
+// put upserts k=v through tx.
+func put(ctx context.Context, tx *sql.Tx, k, v string) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, k, v)
+	return err
+}
+
+// openAt opens a sink on path with the kv table and registers its Close.
+func openAt(t testing.TB, path string) *sqlite.Sink {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatalf("Open(%q): %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	if _, err := s.DB().Exec(kvDDL); err != nil {
+		t.Fatalf("create kv: %v", err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	var files sync.Map // *sqlite.Sink -> its file
+	sinktest.Run(t, sinktest.Harness[*sql.Tx]{
+		Open: func(t testing.TB) sink.Sink[*sql.Tx] {
+			path := filepath.Join(t.TempDir(), "sink.db")
+			s := openAt(t, path)
+			files.Store(s, path)
+			return s
+		},
+		Reopen: func(t testing.TB, old sink.Sink[*sql.Tx]) sink.Sink[*sql.Tx] {
+			v, ok := files.Load(old)
+			if !ok {
+				t.Fatalf("Reopen of a sink the harness did not open")
+			}
+			path := v.(string)
+			if err := old.(*sqlite.Sink).Close(); err != nil {
+				t.Fatalf("Close before reopen: %v", err)
+			}
+			s := openAt(t, path)
+			files.Store(s, path)
+			return s
+		},
+		Put: put,
+		Get: func(ctx context.Context, s sink.Sink[*sql.Tx], key string) (string, bool, error) {
+			var v string
+			err := s.(*sqlite.Sink).DB().QueryRowContext(ctx, `SELECT v FROM kv WHERE k = ?`, key).Scan(&v)
+			if errors.Is(err, sql.ErrNoRows) {
+				return "", false, nil
+			}
+			return v, err == nil, err
+		},
+	})
+}
+
+func tok(group string, part int32, epoch int32, member string) epochs.Token {
+	return epochs.Token{Group: group, Topic: "orders", Partition: part, Epoch: epoch, Member: member}
+}
+
+func TestHistoryClaimsAndResets(t *testing.T) {
+	ctx := t.Context()
+	s := openAt(t, filepath.Join(t.TempDir(), "h.db"))
+	a, b, c := tok("g", 0, 1, "a"), tok("g", 0, 2, "b"), tok("g", 0, 1, "c")
+	other := tok("g", 1, 7, "x")
+	mustClaim := func(tk epochs.Token, want int64) {
+		t.Helper()
+		if next, err := s.Claim(ctx, tk); err != nil || next != want {
+			t.Fatalf("Claim(%s) = %d, %v; want %d, nil", tk, next, err, want)
+		}
+	}
+	mustClaim(a, 0)
+	mustClaim(other, 0)
+	if _, err := s.Apply(ctx, a, []int64{0, 1, 2}, func(ctx context.Context, tx *sql.Tx, i int) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(a, 3) // idempotent re-claim: recorded too
+	mustClaim(b, 3)
+	if _, err := s.Claim(ctx, a); !errors.Is(err, sink.ErrFenced) { // refused: not in history
+		t.Fatalf("stale claim: %v, want fenced", err)
+	}
+	if _, err := s.ResetFence(ctx, a.Scope(), ""); !errors.Is(err, sqlite.ErrNoReason) {
+		t.Fatalf("ResetFence without reason: %v, want ErrNoReason", err)
+	}
+	before, err := s.ResetFence(ctx, a.Scope(), "group recreated by ops ticket 42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Holder != b || before.NextOffset != 3 {
+		t.Fatalf("ResetFence before = %+v", before)
+	}
+	if _, err := s.ResetFence(ctx, a.Scope(), "second reset, no holder"); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(c, 3)
+
+	h, err := s.History(ctx, a.Scope())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		kind   string
+		tok    epochs.Token
+		next   int64
+		reason string
+	}
+	want := []row{
+		{"claim", a, 0, ""},
+		{"claim", a, 3, ""},
+		{"claim", b, 3, ""},
+		{"reset", b, 3, "group recreated by ops ticket 42"},
+		{"reset", epochs.Token{}, 3, "second reset, no holder"},
+		{"claim", c, 3, ""},
+	}
+	if len(h) != len(want) {
+		t.Fatalf("History has %d entries, want %d: %+v", len(h), len(want), h)
+	}
+	for i, e := range h {
+		w := want[i]
+		if e.Kind != w.kind || e.Token != w.tok || e.NextOffset != w.next || e.Reason != w.reason {
+			t.Errorf("History[%d] = %+v, want %+v", i, e, w)
+		}
+		if i > 0 && e.Seq <= h[i-1].Seq {
+			t.Errorf("History[%d].Seq = %d not after %d", i, e.Seq, h[i-1].Seq)
+		}
+		if e.At.IsZero() || (i > 0 && e.At.Before(h[i-1].At)) {
+			t.Errorf("History[%d].At = %v", i, e.At)
+		}
+	}
+	if h, err := s.History(ctx, other.Scope()); err != nil || len(h) != 1 || h[0].Token != other {
+		t.Fatalf("History(other) = %+v, %v", h, err)
+	}
+	if h, err := s.History(ctx, epochs.Scope{Group: "none", Topic: "t"}); err != nil || len(h) != 0 {
+		t.Fatalf("History(unknown) = %+v, %v", h, err)
+	}
+	if _, err := s.History(ctx, epochs.Scope{}); !errors.Is(err, epochs.ErrInvalidToken) {
+		t.Fatalf("History(invalid scope): %v", err)
+	}
+}
+
+func TestOpenBadInput(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+
+	for name, cfg := range map[string]sqlite.Config{
+		"empty path":        {},
+		"memory":            {Path: ":memory:"},
+		"uri":               {Path: "file:x.db?mode=memory"},
+		"question mark":     {Path: filepath.Join(dir, "a?b.db")},
+		"prefix dash":       {Path: filepath.Join(dir, "p.db"), Prefix: "work-router"},
+		"prefix digit":      {Path: filepath.Join(dir, "p.db"), Prefix: "1wr"},
+		"prefix injection":  {Path: filepath.Join(dir, "p.db"), Prefix: "x; DROP TABLE kv"},
+		"negative busy":     {Path: filepath.Join(dir, "p.db"), BusyTimeout: -1},
+		"missing directory": {Path: filepath.Join(dir, "no", "such", "dir", "x.db")},
+	} {
+		s, err := sqlite.Open(ctx, cfg)
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: Open(%+v) succeeded", name, cfg)
+			continue
+		}
+		if !errors.Is(err, sqlite.ErrConfig) {
+			t.Errorf("%s: Open error %v does not match ErrConfig", name, err)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "p.db")); err == nil {
+		t.Errorf("an invalid config created the database file")
+	}
+
+	// A file that is not a database.
+	junk := filepath.Join(dir, "junk.db")
+	if err := os.WriteFile(junk, []byte(strings.Repeat("this is not an SQLite database\n", 200)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := sqlite.Open(ctx, sqlite.Config{Path: junk}); err == nil {
+		s.Close()
+		t.Errorf("Open of a text file succeeded")
+	} else if !errors.Is(err, sqlite.ErrConfig) || !strings.Contains(err.Error(), "not an SQLite database") {
+		t.Errorf("Open of a text file: %v, want ErrConfig saying it is not an SQLite database", err)
+	} else {
+		t.Logf("not a database: %v", err)
+	}
+}
+
+// tablesOf lists the tables of the database at path.
+func tablesOf(t *testing.T, path string) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	return names
+}
+
+// execAt runs statements on the database at path with a plain connection.
+func execAt(t *testing.T, path string, stmts ...string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+func TestOpenConflictingSchema(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+
+	t.Run("fences with other columns", func(t *testing.T) {
+		path := filepath.Join(dir, "conflict.db")
+		execAt(t, path, `CREATE TABLE workrouter_fences (id INTEGER PRIMARY KEY, owner TEXT)`)
+		s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+		if err == nil {
+			s.Close()
+			t.Fatal("Open over a conflicting workrouter_fences succeeded")
+		}
+		if !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "workrouter_fences") {
+			t.Fatalf("Open error %v, want ErrSchema naming workrouter_fences", err)
+		}
+		t.Logf("conflict: %v", err)
+		if got := tablesOf(t, path); len(got) != 1 || got[0] != "workrouter_fences" {
+			t.Fatalf("tables after failed Open = %v, want only the pre-existing workrouter_fences", got)
+		}
+		// Another prefix coexists with the foreign table.
+		s, err = sqlite.Open(ctx, sqlite.Config{Path: path, Prefix: "wr2"})
+		if err != nil {
+			t.Fatalf("Open with another prefix: %v", err)
+		}
+		s.Close()
+	})
+
+	t.Run("history is a view", func(t *testing.T) {
+		path := filepath.Join(dir, "view.db")
+		execAt(t, path, `CREATE VIEW app_history AS SELECT 1 AS x`)
+		_, err := sqlite.Open(ctx, sqlite.Config{Path: path, Prefix: "app"})
+		if !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "app_history") {
+			t.Fatalf("Open error %v, want ErrSchema naming app_history", err)
+		}
+		if got := tablesOf(t, path); len(got) != 0 {
+			t.Fatalf("tables after failed Open = %v, want none", got)
+		}
+	})
+
+	t.Run("other version", func(t *testing.T) {
+		path := filepath.Join(dir, "version.db")
+		s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		execAt(t, path, `UPDATE workrouter_schema SET version = 2`)
+		_, err = sqlite.Open(ctx, sqlite.Config{Path: path})
+		if !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "workrouter_schema") {
+			t.Fatalf("Open error %v, want ErrSchema naming workrouter_schema", err)
+		}
+		t.Logf("version: %v", err)
+	})
+
+	t.Run("incomplete", func(t *testing.T) {
+		path := filepath.Join(dir, "incomplete.db")
+		s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		execAt(t, path, `DROP TABLE workrouter_history`)
+		_, err = sqlite.Open(ctx, sqlite.Config{Path: path})
+		if !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "workrouter_history") {
+			t.Fatalf("Open error %v, want ErrSchema naming workrouter_history", err)
+		}
+	})
+
+	t.Run("reopen and two prefixes", func(t *testing.T) {
+		path := filepath.Join(dir, "ok.db")
+		for range 2 {
+			for _, p := range []string{"", "Other_1"} {
+				s, err := sqlite.Open(ctx, sqlite.Config{Path: path, Prefix: p})
+				if err != nil {
+					t.Fatalf("Open(prefix %q): %v", p, err)
+				}
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Close(); err != nil { // idempotent
+					t.Fatalf("second Close: %v", err)
+				}
+			}
+		}
+		want := []string{"Other_1_fences", "Other_1_history", "Other_1_schema", "workrouter_fences", "workrouter_history", "workrouter_schema"}
+		if got := tablesOf(t, path); strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("tables = %v, want %v", got, want)
+		}
+	})
+}
+
+func TestPragmas(t *testing.T) {
+	s := openAt(t, filepath.Join(t.TempDir(), "p.db"))
+	for pragma, want := range map[string]string{
+		"journal_mode": "wal",
+		"synchronous":  "2", // FULL
+		"foreign_keys": "1",
+		"busy_timeout": "30000",
+	} {
+		var got string
+		if err := s.DB().QueryRow("PRAGMA " + pragma).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("PRAGMA %s = %s, want %s", pragma, got, want)
+		}
+	}
+}
+
+func TestUnfencedAndClosed(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "u.db")
+	s := openAt(t, path)
+	boom := errors.New("boom")
+	err := s.Unfenced(ctx, 3, func(ctx context.Context, tx *sql.Tx, i int) error {
+		if err := put(ctx, tx, "u"+string(rune('0'+i)), "v"); err != nil {
+			return err
+		}
+		if i == 2 {
+			return boom
+		}
+		return nil
+	})
+	var ee *sink.EffectError
+	if !errors.As(err, &ee) || !errors.Is(err, boom) || ee.Index != 2 {
+		t.Fatalf("Unfenced with failing effect: %v", err)
+	}
+	var n int
+	if err := s.DB().QueryRow(`SELECT count(*) FROM kv`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows after rolled back Unfenced = %d, %v", n, err)
+	}
+	if err := s.Unfenced(ctx, 2, func(ctx context.Context, tx *sql.Tx, i int) error {
+		return put(ctx, tx, "u"+string(rune('0'+i)), "v")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB().QueryRow(`SELECT count(*) FROM kv`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("rows after Unfenced = %d, %v", n, err)
+	}
+	if f, err := s.Fences(ctx); err != nil || len(f) != 0 {
+		t.Fatalf("Unfenced wrote fences: %+v, %v", f, err)
+	}
+	s.Close()
+	if _, err := s.Claim(ctx, tok("g", 0, 1, "m")); err == nil {
+		t.Fatal("Claim after Close succeeded")
+	}
+}
+
+// TestBusy holds SQLite's write lock from another connection: a writing
+// call waits up to BusyTimeout, then fails with ErrBusy (transient, not
+// fenced), or with the ctx's error if that ends first; reads go on.
+func TestBusy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "busy.db")
+	s, err := sqlite.Open(t.Context(), sqlite.Config{Path: path, BusyTimeout: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tk := tok("g", 0, 1, "m")
+	if _, err := s.Claim(t.Context(), tk); err != nil {
+		t.Fatal(err)
+	}
+
+	other, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	_, err = s.Claim(t.Context(), tk)
+	if !errors.Is(err, sqlite.ErrBusy) || errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("Claim under a held write lock: %v, want ErrBusy", err)
+	}
+	if waited := time.Since(start); waited < 100*time.Millisecond {
+		t.Fatalf("Claim gave up after %v, before the busy timeout", waited)
+	}
+	t.Logf("busy: %v", err)
+	_, err = s.Apply(t.Context(), tk, []int64{0}, func(context.Context, *sql.Tx, int) error {
+		t.Error("effect ran without the write lock")
+		return nil
+	})
+	if !errors.Is(err, sqlite.ErrBusy) {
+		t.Fatalf("Apply under a held write lock: %v, want ErrBusy", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := s.Claim(ctx, tk); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Claim with a short ctx under a held write lock: %v, want context.DeadlineExceeded", err)
+	}
+	// Readers are not blocked in WAL mode.
+	if f, err := s.Fences(t.Context()); err != nil || len(f) != 1 {
+		t.Fatalf("Fences under a held write lock: %+v, %v", f, err)
+	}
+
+	if _, err := conn.ExecContext(t.Context(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if next, err := s.Claim(t.Context(), tk); err != nil || next != 0 {
+		t.Fatalf("Claim after the lock is released: %d, %v", next, err)
+	}
+}
