@@ -1,0 +1,393 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// maxAttempts bounds how often Apply runs a batch again after a retryable
+// conflict (deadlock, serialization failure, or NextOffset moved under the
+// same token by a concurrent Apply).
+const maxAttempts = 8
+
+// holderToken turns a stored holder into a token: zero for a reset holder
+// (member empty) or a missing row.
+func holderToken(scope epochs.Scope, epoch int32, member string) epochs.Token {
+	if member == "" {
+		return epochs.Token{}
+	}
+	return epochs.Token{Group: scope.Group, Topic: scope.Topic, Partition: scope.Partition, Epoch: epoch, Member: member}
+}
+
+// rollback ends tx without the caller's ctx, which may be cancelled: a
+// rollback must still reach the server (or pgx closes the connection).
+func rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = tx.Rollback(rctx)
+}
+
+// Claim makes tok the holder of its scope and returns the scope's
+// NextOffset, following [sink.Sink.Claim]: one upsert whose conflict branch
+// applies [epochs.Token.CanClaim] (a reset holder can be claimed at any
+// epoch), in a transaction that also appends a "claim" row to the history.
+// A refused claim changes nothing and returns a *[sink.FencedError] with
+// the stored holder. Claim never waits for a running Apply's handler (only
+// for an Apply that is between its fence UPDATE and COMMIT). It may be
+// called from any goroutine.
+func (s *Sink) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
+	if err := tok.Validate(); err != nil {
+		return 0, err
+	}
+	op := "claim " + tok.String()
+	if err := s.check(ctx, op); err != nil {
+		return 0, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, wrap(ctx, op, err)
+	}
+	defer rollback(ctx, tx)
+	var next int64
+	err = tx.QueryRow(ctx, s.q.claim, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member).Scan(&next)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Refused. ON CONFLICT locked the row even though its WHERE was
+		// false, so this read sees the holder that refused us.
+		var (
+			epoch  int32
+			member string
+		)
+		if err := tx.QueryRow(ctx, s.q.holder, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member); err != nil {
+			return 0, wrap(ctx, op+": read holder", err)
+		}
+		fe := &sink.FencedError{Op: sink.OpClaim, Stored: holderToken(tok.Scope(), epoch, member), Offered: tok}
+		s.log.Debug("postgres sink: claim fenced", "offered", tok.String(), "stored", fe.Stored.String())
+		return 0, fe
+	case err != nil:
+		return 0, wrap(ctx, op, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, wrap(ctx, op+": commit", err)
+	}
+	return next, nil
+}
+
+// Apply applies a batch of records of tok's scope in one transaction,
+// following [sink.Sink.Apply]: it reads the fence row without locking it
+// and refuses at once (nothing run) unless tok is exactly the holder; it
+// skips offsets below NextOffset, runs effect for each remaining record
+// index in order with the transaction, and then advances NextOffset with an
+// UPDATE conditioned on the holder being tok and NextOffset unchanged. That
+// UPDATE's row count is the authoritative fence check: if it matched no
+// row, the transaction is rolled back and a *[sink.FencedError] returned.
+//
+// An effect error rolls back and returns a *[sink.EffectError]. A batch
+// whose transaction hit a deadlock or serialization failure is run again
+// (effects may therefore run more than once). A COMMIT whose outcome is
+// unknown returns an error matching [ErrOutcomeUnknown] — never
+// [sink.ErrFenced] — and retrying the same batch is safe. A cancelled ctx
+// returns an error matching it, with nothing applied.
+//
+// Apply may be called from any goroutine; effect is called on the calling
+// goroutine, with a pgx.Tx that must not be used after effect returns.
+func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[pgx.Tx]) (sink.ApplyResult, error) {
+	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
+		return sink.ApplyResult{}, err
+	}
+	op := "apply " + tok.String()
+	for attempt := 1; ; attempt++ {
+		if err := s.check(ctx, op); err != nil {
+			return sink.ApplyResult{}, err
+		}
+		res, retry, err := s.applyOnce(ctx, tok, offsets, effect)
+		if !retry || attempt == maxAttempts {
+			return res, err
+		}
+		s.log.Debug("postgres sink: apply conflict, running the batch again", "token", tok.String(), "attempt", attempt, "err", err)
+	}
+}
+
+// applyOnce is one attempt of Apply. retry reports a conflict after which
+// the batch should be run again.
+func (s *Sink) applyOnce(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[pgx.Tx]) (res sink.ApplyResult, retry bool, err error) {
+	op := "apply " + tok.String()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return res, false, wrap(ctx, op, err)
+	}
+	defer rollback(ctx, tx)
+
+	// Early refusal: a plain read, no lock.
+	var (
+		epoch  int32
+		member string
+		next   int64
+	)
+	err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return res, false, s.fenced(tok, epochs.Token{})
+	case err != nil:
+		return res, retryable(err), wrap(ctx, op+": read fence", err)
+	}
+	if stored := holderToken(tok.Scope(), epoch, member); !tok.Holds(stored) {
+		return res, false, s.fenced(tok, stored)
+	}
+
+	first, _ := slices.BinarySearch(offsets, next)
+	if first == len(offsets) {
+		// A replay: nothing to apply, nothing to write.
+		return sink.ApplyResult{Skipped: first, NextOffset: next}, false, nil
+	}
+	htx := &handlerTx{Tx: tx}
+	for i := first; i < len(offsets); i++ {
+		if err := ctx.Err(); err != nil {
+			return res, false, fmt.Errorf("postgres: %s: %w", op, err)
+		}
+		if err := effect(ctx, htx, i); err != nil {
+			return res, retryable(err) && ctx.Err() == nil, &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return res, false, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+
+	// The authoritative check: advance NextOffset only if tok still holds
+	// the scope and no other Apply moved NextOffset meanwhile.
+	newNext := offsets[len(offsets)-1] + 1
+	tag, err := tx.Exec(ctx, s.q.advance, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext)
+	if err != nil {
+		return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": advance fence", err)
+	}
+	if tag.RowsAffected() != 1 {
+		expected := next
+		err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return res, false, wrap(ctx, op+": read fence", err)
+		}
+		stored := holderToken(tok.Scope(), epoch, member)
+		if errors.Is(err, pgx.ErrNoRows) || !tok.Holds(stored) {
+			return res, false, s.fenced(tok, stored)
+		}
+		// Still the holder, but NextOffset moved: a concurrent Apply by
+		// the same tenure committed first. Run again on the new state.
+		return res, true, fmt.Errorf("postgres: %s: %w: NextOffset moved from %d to %d during the batch", op, ErrConflict, expected, next)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, false, commitError(ctx, op, err)
+	}
+	return sink.ApplyResult{Applied: len(offsets) - first, Skipped: first, NextOffset: newNext}, false, nil
+}
+
+// fenced logs and returns the refusal of an Apply by tok.
+func (s *Sink) fenced(tok, stored epochs.Token) error {
+	s.log.Debug("postgres sink: apply fenced", "offered", tok.String(), "stored", stored.String())
+	return &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+}
+
+// commitError classifies a COMMIT failure: a server-side refusal (an error
+// reply, or a ROLLBACK reply) means the transaction was rolled back;
+// anything else (the connection dropped, ctx cancelled while waiting for
+// the reply) leaves the outcome unknown. pgconn.SafeToRetry is not used:
+// pgx reports a connection that died while reading COMMIT's reply as a
+// safe-to-retry "conn closed" although COMMIT was sent.
+func commitError(ctx context.Context, op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.Is(err, pgx.ErrTxCommitRollback) || errors.As(err, &pgErr) {
+		return wrap(ctx, op+": commit (rolled back)", err)
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("postgres: %s: commit: %w: %w (%w)", op, ErrOutcomeUnknown, cerr, err)
+	}
+	return fmt.Errorf("postgres: %s: commit: %w: %w", op, ErrOutcomeUnknown, err)
+}
+
+// retryable reports whether err aborted the transaction in a way that
+// running it again may cure: a deadlock or a serialization failure.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// Fences returns the stored fence of every scope, sorted by group, topic
+// and partition; a reset scope has a zero Holder. It implements
+// [sink.Lister] and may be called from any goroutine.
+func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
+	if err := s.check(ctx, "fences"); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.q.fenceList)
+	if err != nil {
+		return nil, wrap(ctx, "fences", err)
+	}
+	var (
+		f      sink.Fence
+		epoch  int32
+		member string
+		out    []sink.Fence
+	)
+	_, err = pgx.ForEachRow(rows, []any{&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset}, func() error {
+		f.Holder = holderToken(f.Scope, epoch, member)
+		out = append(out, f)
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(ctx, "fences", err)
+	}
+	return out, nil
+}
+
+// ResetFence clears the holder of scope (stored as epoch -1, member empty) so
+// that the next claim at any epoch succeeds, keeps NextOffset, and appends
+// a "reset" row with reason to the history, all in one transaction. It
+// returns the fence as it was. It implements [sink.Resetter]; an empty
+// reason fails with [ErrNoReason], an unknown scope with [sink.ErrNotFound].
+// It may be called from any goroutine, but only by an operator: it lifts
+// the fence.
+func (s *Sink) ResetFence(ctx context.Context, scope epochs.Scope, reason string) (sink.Fence, error) {
+	if err := scope.Validate(); err != nil {
+		return sink.Fence{}, err
+	}
+	op := "reset " + scope.String()
+	if strings.TrimSpace(reason) == "" {
+		return sink.Fence{}, fmt.Errorf("postgres: %s: %w", op, ErrNoReason)
+	}
+	if err := s.check(ctx, op); err != nil {
+		return sink.Fence{}, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return sink.Fence{}, wrap(ctx, op, err)
+	}
+	defer rollback(ctx, tx)
+	var (
+		epoch  int32
+		member string
+		next   int64
+	)
+	err = tx.QueryRow(ctx, s.q.resetRead, scope.Group, scope.Topic, scope.Partition).Scan(&epoch, &member, &next)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return sink.Fence{}, fmt.Errorf("postgres: %s: %w", op, sink.ErrNotFound)
+	case err != nil:
+		return sink.Fence{}, wrap(ctx, op, err)
+	}
+	before := sink.Fence{Scope: scope, Holder: holderToken(scope, epoch, member), NextOffset: next}
+	if _, err := tx.Exec(ctx, s.q.reset, scope.Group, scope.Topic, scope.Partition); err != nil {
+		return sink.Fence{}, wrap(ctx, op, err)
+	}
+	if _, err := tx.Exec(ctx, s.q.resetAudit, scope.Group, scope.Topic, scope.Partition, epoch, member, next, reason); err != nil {
+		return sink.Fence{}, wrap(ctx, op+": audit", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return sink.Fence{}, wrap(ctx, op+": commit", err)
+	}
+	s.log.Warn("postgres sink: fence reset", "scope", scope.String(), "cleared", before.Holder.String(), "next_offset", next, "reason", reason)
+	return before, nil
+}
+
+// HistoryEntry is one row of a scope's history: an accepted claim or an
+// admin reset.
+type HistoryEntry struct {
+	// Seq orders the entries (sink-wide, increasing; gaps are possible).
+	Seq int64
+	// Kind is "claim" or "reset".
+	Kind string
+	// Token is the claiming token for a claim, and the holder the reset
+	// cleared for a reset (zero if the scope had none).
+	Token epochs.Token
+	// NextOffset is the scope's NextOffset at that moment.
+	NextOffset int64
+	// Reason is the reason given to a reset; empty for a claim.
+	Reason string
+	// At is the server's transaction time of the entry.
+	At time.Time
+}
+
+// History returns the claims and resets of scope in order (empty for a
+// scope never claimed). It may be called from any goroutine.
+func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry, error) {
+	if err := scope.Validate(); err != nil {
+		return nil, err
+	}
+	op := "history " + scope.String()
+	if err := s.check(ctx, op); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.q.historyList, scope.Group, scope.Topic, scope.Partition)
+	if err != nil {
+		return nil, wrap(ctx, op, err)
+	}
+	var (
+		e      HistoryEntry
+		epoch  int32
+		member string
+		out    []HistoryEntry
+	)
+	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &e.At}, func() error {
+		e.Token = holderToken(scope, epoch, member)
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(ctx, op, err)
+	}
+	return out, nil
+}
+
+// Unfenced runs effect for i = 0 … n-1 in one transaction and commits,
+// with no fence read, no fence row and no offset update: the same effects
+// as an Apply of n records, without the fence. It exists as the baseline of
+// the fencing overhead benchmark; never use it for real work. It may be
+// called from any goroutine; effect is called on the calling goroutine.
+func (s *Sink) Unfenced(ctx context.Context, n int, effect func(ctx context.Context, tx pgx.Tx, i int) error) error {
+	if effect == nil {
+		return fmt.Errorf("postgres: unfenced: %w: nil effect", sink.ErrBadBatch)
+	}
+	if err := s.check(ctx, "unfenced"); err != nil {
+		return err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return wrap(ctx, "unfenced", err)
+	}
+	defer rollback(ctx, tx)
+	htx := &handlerTx{Tx: tx}
+	for i := range n {
+		if err := effect(ctx, htx, i); err != nil {
+			return &sink.EffectError{Index: i, Offset: int64(i), Err: err}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return commitError(ctx, "unfenced", err)
+	}
+	return nil
+}
+
+// handlerTx is the pgx.Tx handed to effects: the sink's transaction, with
+// Commit and Rollback refused (the sink ends the transaction after the
+// fence check).
+type handlerTx struct {
+	pgx.Tx
+}
+
+// Commit refuses: the sink commits after its fence check.
+func (*handlerTx) Commit(context.Context) error {
+	return fmt.Errorf("postgres: commit: %w", ErrTxControl)
+}
+
+// Rollback refuses: return an error from the effect to abort the batch.
+func (*handlerTx) Rollback(context.Context) error {
+	return fmt.Errorf("postgres: rollback: %w (return an error from the handler to abort the batch)", ErrTxControl)
+}

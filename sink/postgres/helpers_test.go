@@ -1,0 +1,171 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// envDSN names the environment variable that points the tests at a
+// PostgreSQL server; defaultTestDSN is used when it is unset.
+const (
+	envDSN         = "WORKROUTER_TEST_POSTGRES"
+	defaultTestDSN = "postgres://postgres@127.0.0.1:5432/test"
+)
+
+// testDSN returns the DSN of the test server.
+func testDSN() string {
+	if dsn := os.Getenv(envDSN); dsn != "" {
+		return dsn
+	}
+	return defaultTestDSN
+}
+
+var (
+	reachOnce sync.Once
+	reachErr  error
+)
+
+// requireDB skips the test (or fails it when CI=true: never skip in CI) if
+// the test server is unreachable, and returns its DSN.
+func requireDB(tb testing.TB) string {
+	tb.Helper()
+	dsn := testDSN()
+	reachOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			reachErr = err
+			return
+		}
+		reachErr = conn.Ping(ctx)
+		conn.Close(ctx)
+	})
+	if reachErr != nil {
+		msg := "PostgreSQL test server unreachable at " + redact(dsn) + " (set " + envDSN + " to a reachable DSN): " + reachErr.Error()
+		if os.Getenv("CI") == "true" {
+			tb.Fatal(msg + "; CI=true, so this fails instead of skipping")
+		}
+		tb.Skip(msg)
+	}
+	return dsn
+}
+
+// redact hides a DSN's password for messages.
+func redact(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return dsn
+}
+
+// adminExec runs one statement on a fresh connection to the test server.
+func adminExec(tb testing.TB, sql string, args ...any) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, requireDB(tb))
+	if err != nil {
+		tb.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		tb.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// adminQueryRow runs one query on a fresh connection and scans its row.
+func adminQueryRow(tb testing.TB, sql string, args []any, dest ...any) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, requireDB(tb))
+	if err != nil {
+		tb.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+		tb.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// newTestSchema creates a fresh PostgreSQL schema wr_test_<random> with a
+// kv(k text primary key, v text) table, and drops it (and everything in
+// it) when the test ends.
+func newTestSchema(tb testing.TB) string {
+	tb.Helper()
+	requireDB(tb)
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	name := "wr_test_" + hex.EncodeToString(b[:])
+	adminExec(tb, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize())
+	tb.Cleanup(func() {
+		adminExec(tb, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+	})
+	adminExec(tb, "CREATE TABLE "+pgx.Identifier{name, "kv"}.Sanitize()+" (k text PRIMARY KEY, v text NOT NULL)")
+	return name
+}
+
+// schemaDSN returns the test DSN with search_path set to schema, so that
+// handlers can write to the unqualified table kv of their test's schema,
+// and with a small pool so that parallel tests stay within the server's
+// connection limit.
+func schemaDSN(tb testing.TB, schema string) string {
+	dsn := requireDB(tb)
+	if strings.Contains(dsn, "://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			tb.Fatalf("parse %s: %v", envDSN, err)
+		}
+		q := u.Query()
+		q.Set("search_path", schema)
+		q.Set("pool_max_conns", "6")
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return dsn + " search_path=" + schema + " pool_max_conns=6"
+}
+
+// openSink opens a sink whose tables live in schema, and closes it when
+// the test ends. mutate, if not nil, adjusts the config first.
+func openSink(tb testing.TB, schema string, mutate func(*Config)) *Sink {
+	tb.Helper()
+	cfg := Config{DSN: schemaDSN(tb, schema), Schema: schema}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := Open(context.Background(), cfg)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+// upsertKV is the handlers' write: kv(k) = v.
+const upsertKV = `INSERT INTO kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v`
+
+// appendKV appends v to kv(k): applying it twice is visible.
+const appendKV = `INSERT INTO kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = kv.v || EXCLUDED.v`
+
+// getKV reads kv(k) through s's pool.
+func getKV(ctx context.Context, s *Sink, k string) (string, bool, error) {
+	var v string
+	err := s.Pool().QueryRow(ctx, `SELECT v FROM kv WHERE k = $1`, k).Scan(&v)
+	switch {
+	case err == pgx.ErrNoRows:
+		return "", false, nil
+	case err != nil:
+		return "", false, err
+	}
+	return v, true, nil
+}

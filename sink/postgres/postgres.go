@@ -1,0 +1,263 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/workrouter/workrouter/sink"
+)
+
+// Compile-time checks of the capabilities a *Sink provides.
+var (
+	_ sink.Sink[pgx.Tx] = (*Sink)(nil)
+	_ sink.Lister       = (*Sink)(nil)
+	_ sink.Resetter     = (*Sink)(nil)
+)
+
+// ErrConfig is matched by the errors [Open] returns for an invalid [Config]:
+// a missing or unparsable DSN, a Schema or Prefix that is not a plain SQL
+// identifier, a negative IdleInTxTimeout.
+var ErrConfig = errors.New("postgres: invalid config")
+
+// ErrUnreachable is matched by the error [Open] returns when it cannot
+// connect to the server (refused, unresolvable, timed out, authentication
+// or database errors at connect time).
+var ErrUnreachable = errors.New("postgres: server unreachable")
+
+// ErrSchema is matched by the error [Open] returns when the database holds
+// a table with one of the sink's names but other columns, or a sink schema
+// of another version, or when the sink's tables cannot be created. Open
+// then leaves the database as it found it.
+var ErrSchema = errors.New("postgres: incompatible sink schema")
+
+// ErrNoReason is matched by the error [Sink.ResetFence] returns for an
+// empty reason: a reset lifts the fence and must say why.
+var ErrNoReason = errors.New("postgres: reset needs a non-empty reason")
+
+// ErrClosed is matched by the errors a [Sink]'s methods return after
+// [Sink.Close].
+var ErrClosed = errors.New("postgres: sink closed")
+
+// ErrOutcomeUnknown is matched by the error [Sink.Apply] returns when the
+// connection failed during COMMIT, so the batch may or may not have been
+// committed. It is transient and never matches [sink.ErrFenced]: retry the
+// same batch (offsets already applied are skipped).
+var ErrOutcomeUnknown = errors.New("postgres: commit outcome unknown")
+
+// ErrConflict is matched by the error [Sink.Apply] returns when several
+// Applies of the same token kept moving NextOffset under each other and
+// the batch could not be applied after several attempts. It is transient
+// and never matches [sink.ErrFenced]; one tenure should apply its batches
+// one at a time.
+var ErrConflict = errors.New("postgres: concurrent applies by one tenure")
+
+// ErrTxControl is matched by the error Commit and Rollback return when a
+// handler calls them on the transaction the sink handed it: the sink owns
+// the transaction's end, because the fence check runs just before COMMIT.
+var ErrTxControl = errors.New("postgres: handlers must not commit or roll back the sink's transaction")
+
+// Defaults of Config fields.
+const (
+	defaultSchema          = "public"
+	defaultPrefix          = "workrouter"
+	defaultIdleInTxTimeout = 30 * time.Second
+	defaultConnectTimeout  = 10 * time.Second
+	// maxPrefixLen keeps <prefix>_history_scope_idx within PostgreSQL's
+	// 63-byte identifier limit.
+	maxPrefixLen = 40
+	maxIdentLen  = 63
+)
+
+// identRE is what Schema and Prefix must match: a plain, unquoted-style
+// SQL identifier.
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Config configures [Open]. The zero value of every optional field is a
+// documented default.
+type Config struct {
+	// DSN is the connection string, in pgx/libpq syntax (URL or key=value),
+	// e.g. postgres://postgres@127.0.0.1:5432/test. Required unless Pool
+	// is set.
+	DSN string
+	// Pool, if set, is used instead of opening a pool from DSN. Close does
+	// not close it. The sink cannot set session parameters on a pool it
+	// did not open: set idle_in_transaction_session_timeout on it yourself
+	// (see IdleInTxTimeout).
+	Pool *pgxpool.Pool
+	// Schema is the PostgreSQL schema of the sink's tables; default
+	// "public". It is created if it does not exist. It must be a plain
+	// identifier (letters, digits, underscores, not starting with a digit).
+	Schema string
+	// Prefix is the table name prefix; default "workrouter". The tables are
+	// <prefix>_fences, <prefix>_history and <prefix>_schema. It must be a
+	// plain identifier of at most 40 bytes.
+	Prefix string
+	// IdleInTxTimeout is set as idle_in_transaction_session_timeout on the
+	// sessions the sink opens, so that a paused (SIGSTOPped) worker's open
+	// transaction cannot hold locks forever; default 30s. It must be longer
+	// than any pause between a handler's statements. Negative is invalid.
+	IdleInTxTimeout time.Duration
+	// Logger receives structured logs; default discards.
+	Logger *slog.Logger
+}
+
+// Sink is a fenced sink in a PostgreSQL database. It implements
+// [sink.Sink] with [pgx.Tx] as the transaction handle, [sink.Lister] and
+// [sink.Resetter]. Create it with [Open]. All methods are safe for
+// concurrent use by any number of goroutines (and processes sharing the
+// database).
+type Sink struct {
+	pool     *pgxpool.Pool
+	ownsPool bool
+	log      *slog.Logger
+	schema   string
+	prefix   string
+	q        queries
+	closed   atomic.Bool
+	close    sync.Once
+}
+
+// Open connects to the database described by cfg, checks that it is
+// reachable (an error matching [ErrUnreachable] if not, naming the server),
+// and creates the sink's tables on first use (an error matching
+// [ErrSchema] if conflicting tables exist). An invalid cfg fails with
+// [ErrConfig]. Open may be called from any goroutine, also by several
+// processes at once against the same database.
+func Open(ctx context.Context, cfg Config) (*Sink, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	if cfg.Schema == "" {
+		cfg.Schema = defaultSchema
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = defaultPrefix
+	}
+	if cfg.IdleInTxTimeout == 0 {
+		cfg.IdleInTxTimeout = defaultIdleInTxTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case !identRE.MatchString(cfg.Schema) || len(cfg.Schema) > maxIdentLen:
+		return nil, fmt.Errorf("%w: Schema %q is not a plain SQL identifier (letters, digits and underscores, not starting with a digit, at most %d bytes)",
+			ErrConfig, cfg.Schema, maxIdentLen)
+	case !identRE.MatchString(cfg.Prefix) || len(cfg.Prefix) > maxPrefixLen:
+		return nil, fmt.Errorf("%w: Prefix %q is not a plain SQL identifier (letters, digits and underscores, not starting with a digit, at most %d bytes)",
+			ErrConfig, cfg.Prefix, maxPrefixLen)
+	case cfg.IdleInTxTimeout < 0:
+		return nil, fmt.Errorf("%w: negative IdleInTxTimeout %s", ErrConfig, cfg.IdleInTxTimeout)
+	case cfg.Pool == nil && cfg.DSN == "":
+		return nil, fmt.Errorf("%w: DSN is required (or pass a Pool)", ErrConfig)
+	}
+
+	s := &Sink{
+		pool:   cfg.Pool,
+		log:    cfg.Logger,
+		schema: cfg.Schema,
+		prefix: cfg.Prefix,
+		q:      newQueries(cfg.Schema, cfg.Prefix),
+	}
+	var target string
+	if s.pool == nil {
+		pcfg, err := pgxpool.ParseConfig(cfg.DSN)
+		if err != nil {
+			// pgx's parse errors redact the password.
+			return nil, fmt.Errorf("%w: cannot parse DSN: %w", ErrConfig, err)
+		}
+		if pcfg.ConnConfig.ConnectTimeout == 0 {
+			pcfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+		}
+		ms := (cfg.IdleInTxTimeout + time.Millisecond - 1) / time.Millisecond
+		pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(int64(ms), 10)
+		target = describeTarget(pcfg)
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, target, err)
+		}
+		s.pool, s.ownsPool = pool, true
+	} else {
+		pcfg := s.pool.Config()
+		target = describeTarget(pcfg)
+		if _, ok := pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+			s.log.Warn("postgres sink: the given pool does not set idle_in_transaction_session_timeout; a paused worker's transaction may hold locks until the server notices the dead connection",
+				"server", target)
+		}
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		s.closePool()
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("postgres: open %s: %w (%w)", target, cerr, err)
+		}
+		return nil, fmt.Errorf("%w: cannot connect to %s: %w", ErrUnreachable, target, err)
+	}
+	if err := s.ensureSchema(ctx); err != nil {
+		s.closePool()
+		return nil, err
+	}
+	s.log.Debug("postgres sink open", "server", target, "schema", s.schema, "prefix", s.prefix)
+	return s, nil
+}
+
+// describeTarget names the server and database of a pool config, without
+// secrets, for error messages.
+func describeTarget(pcfg *pgxpool.Config) string {
+	c := pcfg.ConnConfig
+	return fmt.Sprintf("postgres server %s:%d (database %q, user %q)", c.Host, c.Port, c.Database, c.User)
+}
+
+// Pool returns the connection pool the sink uses (its own, or
+// [Config.Pool]). Use it to read what handlers wrote; writes that must be
+// fenced go through the tx a handler receives. It may be called from any
+// goroutine.
+func (s *Sink) Pool() *pgxpool.Pool { return s.pool }
+
+// Close closes the sink's pool if the sink opened it (a [Config.Pool] is
+// left open). It is idempotent; later calls of the sink's methods fail with
+// [ErrClosed]. Close may be called from any goroutine; it waits for
+// connections in use to be released.
+func (s *Sink) Close() error {
+	s.close.Do(func() {
+		s.closed.Store(true)
+		s.closePool()
+	})
+	return nil
+}
+
+func (s *Sink) closePool() {
+	if s.ownsPool {
+		s.pool.Close()
+	}
+}
+
+// check returns the error a method must return before touching the
+// database: the sink is closed, or ctx is done.
+func (s *Sink) check(ctx context.Context, op string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("postgres: %s: %w", op, ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	return nil
+}
+
+// wrap annotates a database error of op; if ctx is done, the result also
+// matches ctx's error (pgx does not always say so).
+func wrap(ctx context.Context, op string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("postgres: %s: %w (%w)", op, cerr, err)
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}

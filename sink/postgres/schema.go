@@ -1,0 +1,256 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// schemaVersion is the version of the sink's tables this code reads and
+// writes.
+const schemaVersion = 1
+
+// column is one expected column of a sink table, its type as PostgreSQL's
+// format_type spells it.
+type column struct{ name, typ string }
+
+// tableSpec is one of the sink's tables: its name suffix, expected columns
+// and DDL (with %s for the qualified table name).
+type tableSpec struct {
+	suffix  string
+	columns []column
+	ddl     []string // statements; %[1]s is the table, %[2]s the prefix-based index name
+}
+
+// tables are the sink's tables, in creation order.
+var tables = []tableSpec{
+	{
+		suffix: "_fences",
+		columns: []column{
+			{"grp", "text"}, {"topic", "text"}, {"part", "integer"},
+			{"epoch", "integer"}, {"member", "text"}, {"next_offset", "bigint"},
+		},
+		ddl: []string{`CREATE TABLE %[1]s (
+			grp text NOT NULL,
+			topic text NOT NULL,
+			part int NOT NULL,
+			epoch int NOT NULL,
+			member text NOT NULL,
+			next_offset bigint NOT NULL DEFAULT 0,
+			PRIMARY KEY (grp, topic, part))`},
+	},
+	{
+		suffix: "_history",
+		columns: []column{
+			{"seq", "bigint"}, {"grp", "text"}, {"topic", "text"}, {"part", "integer"},
+			{"kind", "text"}, {"epoch", "integer"}, {"member", "text"},
+			{"next_offset", "bigint"}, {"reason", "text"}, {"at", "timestamp with time zone"},
+		},
+		ddl: []string{
+			`CREATE TABLE %[1]s (
+			seq bigserial PRIMARY KEY,
+			grp text NOT NULL,
+			topic text NOT NULL,
+			part int NOT NULL,
+			kind text NOT NULL CHECK (kind IN ('claim', 'reset')),
+			epoch int NOT NULL,
+			member text NOT NULL,
+			next_offset bigint NOT NULL,
+			reason text NOT NULL DEFAULT '',
+			at timestamptz NOT NULL DEFAULT now())`,
+			`CREATE INDEX %[2]s ON %[1]s (grp, topic, part, seq)`,
+		},
+	},
+	{
+		suffix:  "_schema",
+		columns: []column{{"version", "integer"}},
+		ddl:     []string{`CREATE TABLE %[1]s (version int NOT NULL)`},
+	},
+}
+
+// queries holds the sink's SQL with its table names filled in.
+type queries struct {
+	fences, history, schema string // qualified, quoted table names
+
+	claim, holder, fenceRead, advance, fenceList string
+	resetRead, reset, resetAudit, historyList    string
+}
+
+func newQueries(schema, prefix string) queries {
+	q := queries{
+		fences:  pgx.Identifier{schema, prefix + "_fences"}.Sanitize(),
+		history: pgx.Identifier{schema, prefix + "_history"}.Sanitize(),
+		schema:  pgx.Identifier{schema, prefix + "_schema"}.Sanitize(),
+	}
+	// Claim: one upsert whose conflict branch applies epochs.Token.CanClaim
+	// (a reset holder has member ''), plus the history row, in one
+	// statement. Data-modifying CTEs always run; the history row is only
+	// inserted if the upsert returned a row.
+	q.claim = fmt.Sprintf(`WITH c AS (
+		INSERT INTO %[1]s AS f (grp, topic, part, epoch, member, next_offset)
+		VALUES ($1, $2, $3, $4, $5, 0)
+		ON CONFLICT (grp, topic, part) DO UPDATE SET epoch = EXCLUDED.epoch, member = EXCLUDED.member
+		WHERE f.epoch < EXCLUDED.epoch
+		   OR (f.epoch = EXCLUDED.epoch AND f.member = EXCLUDED.member)
+		   OR f.member = ''
+		RETURNING f.next_offset
+	), h AS (
+		INSERT INTO %[2]s (grp, topic, part, kind, epoch, member, next_offset)
+		SELECT $1, $2, $3, 'claim', $4, $5, next_offset FROM c
+	)
+	SELECT next_offset FROM c`, q.fences, q.history)
+	q.holder = fmt.Sprintf(`SELECT epoch, member FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
+	q.fenceRead = fmt.Sprintf(`SELECT epoch, member, next_offset FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
+	q.advance = fmt.Sprintf(`UPDATE %s SET next_offset = $7
+		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6`, q.fences)
+	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset FROM %s ORDER BY grp, topic, part`, q.fences)
+	q.resetRead = fmt.Sprintf(`SELECT epoch, member, next_offset FROM %s WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
+	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '' WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
+	q.resetAudit = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, reason)
+		VALUES ($1, $2, $3, 'reset', $4, $5, $6, $7)`, q.history)
+	q.historyList = fmt.Sprintf(`SELECT seq, kind, epoch, member, next_offset, reason, at FROM %s
+		WHERE grp = $1 AND topic = $2 AND part = $3 ORDER BY seq`, q.history)
+	return q
+}
+
+// ensureSchema creates the sink's tables if none exists, or checks that
+// the existing ones are the sink's, version 1. Everything happens in one
+// transaction under an advisory lock keyed by schema and prefix, so
+// concurrent Opens serialize and a failure leaves nothing behind.
+func (s *Sink) ensureSchema(ctx context.Context) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return wrap(ctx, "open: begin schema transaction", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	lockKey := "workrouter/sink/postgres:" + s.schema + "." + s.prefix
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, lockKey); err != nil {
+		return wrap(ctx, "open: schema lock", err)
+	}
+
+	// What exists under our names, and with which columns.
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = s.prefix + t.suffix
+	}
+	rows, err := tx.Query(ctx, `SELECT c.relname::text, c.relkind::text, coalesce(a.attname::text, ''), coalesce(format_type(a.atttypid, a.atttypmod), '')
+		FROM pg_catalog.pg_class c
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+		WHERE n.nspname = $1 AND c.relname = ANY($2)
+		ORDER BY c.relname, a.attnum`, s.schema, names)
+	if err != nil {
+		return wrap(ctx, "open: read catalog", err)
+	}
+	type found struct {
+		kind string
+		cols []column
+	}
+	existing := map[string]*found{}
+	var name, kind, col, typ string
+	_, err = pgx.ForEachRow(rows, []any{&name, &kind, &col, &typ}, func() error {
+		f := existing[name]
+		if f == nil {
+			f = &found{kind: kind}
+			existing[name] = f
+		}
+		if col != "" {
+			f.cols = append(f.cols, column{col, typ})
+		}
+		return nil
+	})
+	if err != nil {
+		return wrap(ctx, "open: read catalog", err)
+	}
+
+	for _, t := range tables {
+		name := s.prefix + t.suffix
+		f := existing[name]
+		if f == nil {
+			continue
+		}
+		qualified := s.schema + "." + name
+		if f.kind != "r" && f.kind != "p" {
+			return fmt.Errorf("%w: %s exists but is not a table (relkind %q); choose another Config.Prefix or Config.Schema", ErrSchema, qualified, f.kind)
+		}
+		if !slices.Equal(f.cols, t.columns) {
+			return fmt.Errorf("%w: table %s exists with columns (%s), want (%s): it is not a workrouter sink table of version %d; choose another Config.Prefix or Config.Schema",
+				ErrSchema, qualified, formatColumns(f.cols), formatColumns(t.columns), schemaVersion)
+		}
+	}
+	switch len(existing) {
+	case 0:
+		return s.createSchema(ctx, tx)
+	case len(tables):
+	default:
+		var missing []string
+		for _, t := range tables {
+			if existing[s.prefix+t.suffix] == nil {
+				missing = append(missing, s.schema+"."+s.prefix+t.suffix)
+			}
+		}
+		return fmt.Errorf("%w: incomplete sink schema in %s: tables %s exist but %s are missing; restore them or choose another Config.Prefix",
+			ErrSchema, s.schema, strings.Join(slices.Sorted(maps.Keys(existing)), ", "), strings.Join(missing, ", "))
+	}
+
+	// All three tables exist with the right columns: check the version.
+	var versions []int32
+	rows, err = tx.Query(ctx, fmt.Sprintf(`SELECT version FROM %s`, s.q.schema))
+	if err != nil {
+		return wrap(ctx, "open: read schema version", err)
+	}
+	if versions, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
+		return wrap(ctx, "open: read schema version", err)
+	}
+	if len(versions) != 1 || versions[0] != schemaVersion {
+		return fmt.Errorf("%w: table %s.%s_schema holds versions %v, want exactly [%d]: the database was written by another version of workrouter",
+			ErrSchema, s.schema, s.prefix, versions, schemaVersion)
+	}
+	return tx.Commit(ctx)
+}
+
+// createSchema creates the schema (if needed) and the sink's tables in tx,
+// and commits.
+func (s *Sink) createSchema(ctx context.Context, tx pgx.Tx) error {
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists); err != nil {
+		return wrap(ctx, "open: read catalog", err)
+	}
+	var stmts []string
+	if !exists {
+		stmts = append(stmts, "CREATE SCHEMA "+pgx.Identifier{s.schema}.Sanitize())
+	}
+	for _, t := range tables {
+		table := pgx.Identifier{s.schema, s.prefix + t.suffix}.Sanitize()
+		index := pgx.Identifier{s.prefix + t.suffix + "_scope_idx"}.Sanitize()
+		for _, d := range t.ddl {
+			stmts = append(stmts, fmt.Sprintf(d, table, index))
+		}
+	}
+	stmts = append(stmts, fmt.Sprintf(`INSERT INTO %s (version) VALUES (%d)`, s.q.schema, schemaVersion))
+	for _, stmt := range stmts {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			if ctx.Err() != nil {
+				return wrap(ctx, "open: create schema", err)
+			}
+			return fmt.Errorf("%w: cannot create the sink's tables in schema %s: %w", ErrSchema, s.schema, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return wrap(ctx, "open: commit schema", err)
+	}
+	s.log.Info("postgres sink: created tables", "schema", s.schema, "prefix", s.prefix, "version", schemaVersion)
+	return nil
+}
+
+func formatColumns(cols []column) string {
+	parts := make([]string, len(cols))
+	for i, c := range cols {
+		parts[i] = c.name + " " + c.typ
+	}
+	return strings.Join(parts, ", ")
+}
