@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -196,5 +198,42 @@ func TestHandlerErrorRetriedNeverSkipped(t *testing.T) {
 	waitFor(t, 30*time.Second, "the unhandled command to be retried", func() bool { return w.Stats().Retries > before+2 })
 	if n := appliedCount(s, keys); n != 60 {
 		t.Fatalf("%d commands applied past an unhandled one; want 60 (stalled)", n)
+	}
+}
+
+// TestCommitsSinkCheckpointAtClaim: a worker that died after its sink commit
+// and before its Kafka commit leaves the sink ahead of Kafka. The next owner
+// must commit the sink's checkpoint even when no record is left to apply,
+// or lag never returns to zero. (Found by the process-level kill test.)
+func TestCommitsSinkCheckpointAtClaim(t *testing.T) {
+	c := newCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(2)
+	produce(t, c, 1, keys, 0, 5) // offsets 0..9
+	// A previous tenure applied everything but never committed to Kafka.
+	old := epochs.Token{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 0, Member: "dead-worker"}
+	if _, err := s.Claim(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	offsets := []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	if _, err := s.Apply(context.Background(), old, offsets, func(context.Context, *memory.Tx, int) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	w := startWorker(t, c, s, workerOpts{name: "a"})
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	waitFor(t, 30*time.Second, "Kafka's committed offset to reach the sink's checkpoint", func() bool {
+		offs, err := adm.FetchOffsets(context.Background(), c.group)
+		if err != nil {
+			return false
+		}
+		o, ok := offs.Lookup(c.topic, 0)
+		return ok && o.At == 10
+	})
+	if st := w.Stats(); st.Records != 0 {
+		t.Fatalf("the worker re-applied %d records already in the sink", st.Records)
 	}
 }

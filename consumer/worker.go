@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -244,9 +245,12 @@ func (w *Worker[Tx]) pollLoop() {
 }
 
 // committer commits the latest applied offsets, coalescing many batches into
-// one commit request.
+// one commit request. A commit Kafka did not accept (a rebalance in
+// progress, a coordinator move) is retried with backoff for the partitions
+// still owned, so that lag returns to zero even when no new record arrives.
 func (w *Worker[Tx]) committer() {
 	defer w.wg.Done()
+	backoff := w.cfg.RetryBackoff
 	for {
 		select {
 		case <-w.commitSig:
@@ -258,30 +262,75 @@ func (w *Worker[Tx]) committer() {
 		snap := w.pending
 		w.pending = make(map[int32]kgo.EpochOffset)
 		w.pendMu.Unlock()
+		var err error
 		if len(snap) > 0 {
-			w.commit(w.ctx, snap)
+			err = w.commit(w.ctx, snap)
+		}
+		if err != nil {
+			w.requeue(snap)
 		}
 		w.commitMu.Unlock()
+		if err == nil {
+			backoff = w.cfg.RetryBackoff
+			continue
+		}
+		select {
+		case <-time.After(backoff):
+		case <-w.ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, w.cfg.MaxRetryBackoff)
+		w.signalCommit()
 	}
 }
 
-func (w *Worker[Tx]) commit(ctx context.Context, offsets map[int32]kgo.EpochOffset) {
+// requeue puts back the offsets of a failed commit for the partitions this
+// worker still processes, unless a newer offset is already pending.
+func (w *Worker[Tx]) requeue(offsets map[int32]kgo.EpochOffset) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pendMu.Lock()
+	defer w.pendMu.Unlock()
+	for p, eo := range offsets {
+		t := w.tenures[p]
+		if t == nil || t.fenced.Load() {
+			continue
+		}
+		if _, newer := w.pending[p]; !newer {
+			w.pending[p] = eo
+		}
+	}
+}
+
+func (w *Worker[Tx]) signalCommit() {
+	select {
+	case w.commitSig <- struct{}{}:
+	default:
+	}
+}
+
+// commit commits offsets synchronously. Kafka rejects commits from stale
+// generations: that is not an error of the work, so it is only logged; the
+// error is returned for the committer to retry.
+func (w *Worker[Tx]) commit(ctx context.Context, offsets map[int32]kgo.EpochOffset) error {
+	var cerr error
 	w.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{w.cfg.Topic: offsets},
 		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 			if err == nil && resp != nil {
 				for _, t := range resp.Topics {
 					for _, p := range t.Partitions {
-						if p.ErrorCode != 0 && err == nil {
-							err = fmt.Errorf("partition %d: error code %d", p.Partition, p.ErrorCode)
+						if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil && err == nil {
+							err = fmt.Errorf("partition %d: %w", p.Partition, perr)
 						}
 					}
 				}
 			}
 			if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrClientClosed) {
-				// Kafka rejects commits from stale generations: not an error of the work.
 				w.cfg.Logger.Debug("offset commit not accepted", "group", w.cfg.Group, "err", err)
+				cerr = err
 			}
 		})
+	return cerr
 }
 
 // markApplied records next as the partition's commit candidate, if t is
@@ -294,10 +343,7 @@ func (w *Worker[Tx]) markApplied(t *tenure[Tx], next int64, leaderEpoch int32) {
 		w.pendMu.Unlock()
 	}
 	w.mu.Unlock()
-	select {
-	case w.commitSig <- struct{}{}:
-	default:
-	}
+	w.signalCommit()
 }
 
 func (w *Worker[Tx]) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
@@ -369,8 +415,18 @@ func (w *Worker[Tx]) adjustOffsets(ctx context.Context, offsets map[string]map[i
 			delete(parts, p)
 			continue
 		}
+		committed := parts[p].EpochOffset().Offset
 		parts[p] = kgo.NewOffset().At(r.next).WithEpoch(-1)
 		t.start(r.next)
+		if r.next > 0 && r.next != committed {
+			// The sink is ahead of (or behind) Kafka's commit, e.g. a
+			// worker died between its sink commit and its Kafka commit.
+			// Commit the sink's checkpoint now, so that lag reaches zero
+			// even if no new record ever arrives on this partition.
+			t.appliedNext.Store(r.next)
+			t.appliedEpoch.Store(-1)
+			w.markApplied(t, r.next, -1)
+		}
 	}
 	return offsets, nil
 }
