@@ -1,0 +1,68 @@
+package invoices
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// execer is the one method the handler and setup need from *sql.Tx, pgx.Tx
+// and the databases, so that their logic and SQL exist once.
+type execer interface {
+	// exec runs a statement and returns the number of rows it changed.
+	exec(ctx context.Context, query string, args ...any) (int64, error)
+}
+
+// querier is what Verify needs: single-row queries.
+type querier interface {
+	queryRow(ctx context.Context, query string, args ...any) row
+}
+
+// row is satisfied by *sql.Row and pgx.Row.
+type row interface {
+	Scan(dest ...any) error
+}
+
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (t sqlTx) queryRow(ctx context.Context, query string, args ...any) row {
+	return t.tx.QueryRowContext(ctx, query, args...)
+}
+
+type sqlDB struct{ db *sql.DB }
+
+func (d sqlDB) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := d.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+type pgxTx struct{ tx pgx.Tx }
+
+func (t pgxTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+func (t pgxTx) queryRow(ctx context.Context, query string, args ...any) row {
+	return t.tx.QueryRow(ctx, query, args...)
+}
+
+type pgxDB struct{ pool *pgxpool.Pool }
+
+func (d pgxDB) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := d.pool.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}

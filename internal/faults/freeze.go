@@ -1,0 +1,56 @@
+// Package faults holds fault-injection hooks for the demo, the process-level
+// tests and the chaos harness. Nothing in it is meant for production use.
+package faults
+
+import (
+	"context"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// FreezeBeforeBatch wraps s so that the process stops itself with SIGSTOP
+// right before its nth Apply call (n ≥ 1), after every other Apply in the
+// process has finished and while no other may start: the process freezes
+// between transactions, holding no database lock. (A process frozen inside
+// an SQLite transaction would hold the database's single write lock and
+// stall every other worker until it resumed.) When the process is resumed
+// with SIGCONT, the frozen Apply proceeds with the token it had — the late
+// write of a zombie. before, if set, runs just before the SIGSTOP.
+//
+// The returned sink may be used from any goroutine.
+func FreezeBeforeBatch[Tx any](s sink.Sink[Tx], n int64, before func(tok epochs.Token)) sink.Sink[Tx] {
+	return &freezer[Tx]{Sink: s, at: n, before: before}
+}
+
+type freezer[Tx any] struct {
+	sink.Sink[Tx]
+	at       int64
+	n        atomic.Int64
+	before   func(epochs.Token)
+	inflight sync.RWMutex
+}
+
+// Apply counts the call and freezes the process at the configured one.
+func (f *freezer[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) (sink.ApplyResult, error) {
+	if f.n.Add(1) == f.at {
+		f.inflight.Lock()
+		if f.before != nil {
+			f.before(tok)
+		}
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		// The group stop reaches the other threads asynchronously: keep
+		// every other Apply out until it surely has. The sleep has long
+		// elapsed when the process is resumed.
+		time.Sleep(200 * time.Millisecond)
+		f.inflight.Unlock()
+	}
+	f.inflight.RLock()
+	defer f.inflight.RUnlock()
+	return f.Sink.Apply(ctx, tok, offsets, effect)
+}
