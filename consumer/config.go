@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -117,6 +118,18 @@ type Config[Tx any] struct {
 	ClientOpts []kgo.Opt
 	// Logger receives structured logs; default discards.
 	Logger *slog.Logger
+	// Registerer, if set, receives the Worker's Prometheus metrics (see
+	// the package documentation, "Metrics"), registered by New with a
+	// constant label group=Group and unregistered by Close. New fails with
+	// an error matching ErrConfig if they cannot be registered (for
+	// instance, another Worker of the same group already registered them
+	// on it). Nil disables metrics at no cost.
+	Registerer prometheus.Registerer
+	// LagInterval is how often, with metrics enabled, the Worker lists the
+	// topic's end offsets to refresh workrouter_consumer_lag; default
+	// DefaultLagInterval (10s).
+	LagInterval time.Duration
+
 	// OnFenced, if set, is called from the partition's goroutine (or the
 	// group's assignment goroutine for claims) with every fenced outcome.
 	// The error matches sink.ErrFenced, and also ErrEpochRegressed when the
@@ -149,7 +162,8 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 	case out.Protocol != Cooperative && out.Protocol != KIP848:
 		return out, fmt.Errorf("%w: unknown protocol %d", ErrConfig, int(out.Protocol))
 	case out.MaxBatch < 0, out.QueueSize < 0, out.RevokeTimeout < 0, out.SessionTimeout < 0,
-		out.RebalanceTimeout < 0, out.HeartbeatInterval < 0, out.RetryBackoff < 0, out.MaxRetryBackoff < 0:
+		out.RebalanceTimeout < 0, out.HeartbeatInterval < 0, out.RetryBackoff < 0, out.MaxRetryBackoff < 0,
+		out.LagInterval < 0:
 		return out, fmt.Errorf("%w: negative size or duration", ErrConfig)
 	case out.InstanceID != "" && !out.AllowStaticMembership:
 		return out, fmt.Errorf("%w (instance ID %q)", ErrStaticMembership, out.InstanceID)
@@ -179,6 +193,9 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 	}
 	if out.MaxRetryBackoff < out.RetryBackoff {
 		out.MaxRetryBackoff = out.RetryBackoff
+	}
+	if out.LagInterval == 0 {
+		out.LagInterval = DefaultLagInterval
 	}
 	if out.ClientID == "" {
 		out.ClientID = "workrouter"

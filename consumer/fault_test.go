@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -80,6 +81,12 @@ type zombie struct {
 }
 
 func setupZombie(t *testing.T, bHandler consumer.Handler[*memory.Tx]) *zombie {
+	return setupZombieRegs(t, bHandler, nil, nil)
+}
+
+// setupZombieRegs is setupZombie with A's and B's metrics registered on
+// aReg and bReg (nil: no metrics).
+func setupZombieRegs(t *testing.T, bHandler consumer.Handler[*memory.Tx], aReg, bReg prometheus.Registerer) *zombie {
 	z := &zombie{c: newFakeCluster(t, 1), s: memory.New(), aGate: newGate(), aFenced: make(chan error, 16), keys: makeKeys(5), perKey: 20}
 	var aMember atomic.Value
 	aMember.Store("")
@@ -96,9 +103,9 @@ func setupZombie(t *testing.T, bHandler consumer.Handler[*memory.Tx]) *zombie {
 		return appendHandler(ctx, tx, cmd)
 	}
 	z.a = startWorker(t, z.c, z.s, workerOpts{name: "a", handler: aHandler, revoke: time.Minute,
-		onFenced: func(err error) { z.aFenced <- err }})
+		onFenced: func(err error) { z.aFenced <- err }, registerer: aReg})
 	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(z.a.Owned()) == 1 })
-	z.b = startWorker(t, z.c, z.s, workerOpts{name: "b", handler: bHandler})
+	z.b = startWorker(t, z.c, z.s, workerOpts{name: "b", handler: bHandler, registerer: bReg})
 	// Cleanups run last-in first-out: on failure, unblock the handlers and
 	// the heartbeats before the workers are closed.
 	t.Cleanup(z.stopHole)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -214,6 +215,9 @@ type workerOpts struct {
 	onFenced func(error)
 	revoke   time.Duration
 	protocol consumer.Protocol
+	// registerer and lagInterval set Config.Registerer and LagInterval.
+	registerer  prometheus.Registerer
+	lagInterval time.Duration
 }
 
 func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consumer.Worker[*memory.Tx] {
@@ -245,6 +249,8 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 		ClientID:          o.name,
 		Logger:            lg,
 		OnFenced:          o.onFenced,
+		Registerer:        o.registerer,
+		LagInterval:       o.lagInterval,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,8 @@ type tenure[Tx any] struct {
 	// next and leader epoch of the last applied batch; -1 until one applies.
 	appliedNext  atomic.Int64
 	appliedEpoch atomic.Int32
+	// startNext is the sink's checkpoint the tenure started from.
+	startNext atomic.Int64
 }
 
 func newTenure[Tx any](w *Worker[Tx], tok epochs.Token) *tenure[Tx] {
@@ -61,6 +63,7 @@ func (t *tenure[Tx]) start(next int64) {
 	if t.stopped || t.started.Load() {
 		return
 	}
+	t.startNext.Store(next)
 	t.started.Store(true)
 	t.w.wg.Add(1)
 	go t.run(next)
@@ -81,8 +84,16 @@ func (t *tenure[Tx]) stop() {
 }
 
 // markFenced stops the tenure for good and pauses fetching its partition.
+// If t is still the partition's tenure, its tenure epoch and lag series are
+// deleted (under w.mu, so that the lag refresher cannot set them again).
 func (t *tenure[Tx]) markFenced() {
+	t.w.mu.Lock()
 	t.fenced.Store(true)
+	if t.w.tenures[t.tok.Partition] == t {
+		t.w.m.dropPartition(t.tok.Topic, t.tok.Partition)
+	}
+	t.w.refreshOwnedLocked()
+	t.w.mu.Unlock()
 	t.mu.Lock()
 	t.queue = nil
 	t.mu.Unlock()
@@ -202,14 +213,23 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 		if !ok {
 			return fmt.Errorf("%w %q at offset %d", ErrNoHandler, cmds[i].Type, cmds[i].Offset)
 		}
+		if m := t.w.m; m != nil {
+			return m.wrapHandler(func() error { return h(ctx, tx, cmds[i]) })
+		}
 		return h(ctx, tx, cmds[i])
 	}
 
 	backoff := t.w.cfg.RetryBackoff
 	for {
+		var start time.Time
+		if t.w.m != nil {
+			start = time.Now()
+		}
 		res, err := t.w.cfg.Sink.Apply(t.ctx, t.tok, offsets, effect)
+		t.w.m.applyDone(start)
 		if err == nil {
 			t.w.batches.Add(1)
+			t.w.m.applied(t.tok.Topic, t.tok.Partition, len(offsets), res.Applied)
 			t.w.records.Add(int64(res.Applied))
 			t.w.skipped.Add(int64(res.Skipped))
 			last := batch[len(batch)-1]
@@ -220,6 +240,7 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 		}
 		if errors.Is(err, sink.ErrFenced) {
 			t.w.fencedApplies.Add(1)
+			t.w.m.applyFenced(t.tok.Topic, t.tok.Partition)
 			t.markFenced()
 			t.w.cfg.Logger.Error("apply fenced; partition stopped", append(tokenAttrs(t.tok), "err", err, "first_offset", offsets[0], "records", len(offsets))...)
 			if t.w.cfg.OnFenced != nil {
@@ -231,6 +252,7 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 			return next, false
 		}
 		t.w.retries.Add(1)
+		t.w.m.applyFailed(t.tok.Topic, err)
 		t.w.cfg.Logger.Warn("apply failed; retrying batch", append(tokenAttrs(t.tok), "err", err, "first_offset", offsets[0], "backoff", backoff)...)
 		timer := time.NewTimer(backoff)
 		select {

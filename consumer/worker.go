@@ -22,6 +22,41 @@
 //     exponential backoff and never skipped.
 //  6. On revoke or loss the partition goroutine finishes its in-flight batch
 //     (bounded by Config.RevokeTimeout) and stops.
+//
+// # Metrics
+//
+// With Config.Registerer set, a Worker registers these Prometheus series,
+// each with the constant label group (labels are bounded: never keys or
+// payloads; partition is the partition number):
+//
+//   - workrouter_consumer_records_applied_total{topic,partition} and
+//     workrouter_consumer_batches_applied_total{topic,partition}: counters
+//     of records whose effects were applied and of accepted Applies.
+//   - workrouter_consumer_batch_size: histogram of records per batch.
+//   - workrouter_consumer_apply_duration_seconds: histogram of one sink
+//     Apply attempt; workrouter_consumer_handler_duration_seconds: of one
+//     handler call.
+//   - workrouter_consumer_fenced_total{topic,partition,op="claim"|"apply"}:
+//     claims and batches the sink refused (step 5).
+//   - workrouter_consumer_claims_total{topic,outcome="ok"|"fenced"|"error"}.
+//   - workrouter_consumer_partitions_assigned_total{topic},
+//     workrouter_consumer_partitions_revoked_total{topic} and
+//     workrouter_consumer_partitions_lost_total{topic}.
+//   - workrouter_consumer_owned_partitions{topic}: gauge of partitions
+//     claimed and not fenced.
+//   - workrouter_consumer_tenure_epoch{topic,partition}: gauge of the epoch
+//     held, set on claim and deleted when the partition is revoked, lost or
+//     fenced: two members showing the same partition is a zombie.
+//   - workrouter_consumer_retries_total{topic,kind="apply"|"claim"} and
+//     workrouter_consumer_sink_errors_total{topic,kind="effect"|"sink"}:
+//     failed attempts that are retried, and failed Applies by cause.
+//   - workrouter_consumer_lag{topic,partition}: gauge of records between
+//     the partition's end offset (kadm ListEndOffsets, the high watermark)
+//     and the next offset to apply, refreshed every Config.LagInterval by
+//     a goroutine the Worker stops in Close; deleted with the partition.
+//
+// [MetricNames] lists the names; [Worker.Stats] keeps the cumulative counts
+// without Prometheus.
 package consumer
 
 import (
@@ -86,6 +121,8 @@ type Worker[Tx any] struct {
 	closeOnce sync.Once
 	ready     chan struct{} // closed once New has filled in w
 
+	m *metrics // nil without Config.Registerer
+
 	assigned, revoked, lost, claims, fencedClaims, fencedApplies atomic.Int64
 	batches, records, skipped, retries                           atomic.Int64
 }
@@ -106,6 +143,14 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		pending:   make(map[int32]kgo.EpochOffset),
 		commitSig: make(chan struct{}, 1),
 		ready:     make(chan struct{}),
+	}
+	if c.Registerer != nil {
+		m := newMetrics(c.Group)
+		if err := m.register(c.Registerer); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		m.initTopic(c.Topic)
+		w.m = m
 	}
 	// The client joins the group as soon as it exists; its callbacks wait
 	// on ready until w is complete.
@@ -146,6 +191,7 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		w.cancel()
+		w.m.unregister()
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	w.cl = cl
@@ -153,6 +199,7 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		w.cancel()
 		close(w.ready)
 		cl.Close()
+		w.m.unregister()
 		return nil, err
 	}
 	// An instance ID may also arrive through ClientOpts.
@@ -166,12 +213,18 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	w.wg.Add(2)
 	go w.pollLoop()
 	go w.committer()
+	if w.m != nil {
+		w.wg.Add(1)
+		go w.lagLoop()
+	}
 	return w, nil
 }
 
 // Close leaves the group (revoked partitions finish their in-flight batch and
 // commit their offsets), then stops every goroutine the Worker started and
-// waits for them. It is idempotent. Handlers must honour their ctx, or Close
+// waits for them, and unregisters the Worker's metrics from
+// Config.Registerer (so that a new Worker may register them again). It is
+// idempotent. Handlers must honour their ctx, or Close
 // waits for them.
 func (w *Worker[Tx]) Close() error {
 	w.closeOnce.Do(func() {
@@ -185,6 +238,7 @@ func (w *Worker[Tx]) Close() error {
 		}
 		w.mu.Unlock()
 		w.wg.Wait()
+		w.m.unregister()
 	})
 	return nil
 }
@@ -365,6 +419,7 @@ func (w *Worker[Tx]) onAssigned(_ context.Context, cl *kgo.Client, assigned map[
 			old.cancel()
 		}
 		w.assigned.Add(1)
+		w.m.partitionAssigned(w.cfg.Topic, p)
 		w.cfg.Logger.Info("partition assigned", tokenAttrs(tok)...)
 	}
 }
@@ -418,6 +473,9 @@ func (w *Worker[Tx]) adjustOffsets(ctx context.Context, offsets map[string]map[i
 		committed := parts[p].EpochOffset().Offset
 		parts[p] = kgo.NewOffset().At(r.next).WithEpoch(-1)
 		t.start(r.next)
+		w.mu.Lock()
+		w.refreshOwnedLocked()
+		w.mu.Unlock()
 		if r.next > 0 && r.next != committed {
 			// The sink is ahead of (or behind) Kafka's commit, e.g. a
 			// worker died between its sink commit and its Kafka commit.
@@ -438,12 +496,18 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx]) (int64, error) {
 		next, err := w.cfg.Sink.Claim(ctx, t.tok)
 		if err == nil {
 			w.claims.Add(1)
+			w.mu.Lock()
+			if w.tenures[t.tok.Partition] == t && !t.fenced.Load() {
+				w.m.claimed(w.cfg.Topic, t.tok.Partition, t.tok.Epoch)
+			}
+			w.mu.Unlock()
 			w.cfg.Logger.Info("partition claimed", append(tokenAttrs(t.tok), "next_offset", next)...)
 			return next, nil
 		}
 		if errors.Is(err, sink.ErrFenced) {
 			err = w.diagnose(ctx, err)
 			w.fencedClaims.Add(1)
+			w.m.claimFenced(w.cfg.Topic, t.tok.Partition)
 			t.markFenced()
 			w.cfg.Logger.Error("claim fenced; partition stopped", append(tokenAttrs(t.tok), "err", err)...)
 			if w.cfg.OnFenced != nil {
@@ -455,6 +519,7 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx]) (int64, error) {
 			return 0, ctx.Err()
 		}
 		w.retries.Add(1)
+		w.m.claimFailed(w.cfg.Topic)
 		w.cfg.Logger.Warn("claim failed; retrying", append(tokenAttrs(t.tok), "err", err, "backoff", backoff)...)
 		select {
 		case <-time.After(backoff):
@@ -531,8 +596,10 @@ func (w *Worker[Tx]) release(ctx context.Context, parts []int32, commit bool) {
 		if t := w.tenures[p]; t != nil {
 			ts = append(ts, t)
 			delete(w.tenures, p)
+			w.m.dropPartition(w.cfg.Topic, p)
 		}
 	}
+	w.refreshOwnedLocked()
 	w.mu.Unlock()
 	for _, t := range ts {
 		t.stop()
@@ -541,6 +608,7 @@ func (w *Worker[Tx]) release(ctx context.Context, parts []int32, commit bool) {
 		} else {
 			w.lost.Add(1)
 		}
+		w.m.released(w.cfg.Topic, commit)
 	}
 	deadline := time.NewTimer(w.cfg.RevokeTimeout)
 	defer deadline.Stop()

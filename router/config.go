@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -96,6 +97,13 @@ type Config struct {
 
 	// Logger receives the router's logs. Default: logs are discarded.
 	Logger *slog.Logger
+
+	// Registerer, if set, receives the router's Prometheus metrics (see
+	// the package documentation, "Metrics"); New registers them and Close
+	// unregisters them. New fails with an error matching ErrInvalidConfig
+	// if they cannot be registered (for instance, another Router already
+	// registered them on it). Default nil: no metrics, at no cost.
+	Registerer prometheus.Registerer
 }
 
 // withDefaults validates c and returns a copy with defaults filled in.

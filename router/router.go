@@ -32,6 +32,8 @@ type Router struct {
 	done      chan struct{}      // closed when the checker goroutine returns
 	closeOnce sync.Once
 	closeErr  error
+
+	m *metrics // nil without Config.Registerer
 }
 
 // Result is the outcome of a successful send.
@@ -60,6 +62,13 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		return nil, err
 	}
 	r := &Router{cfg: cfg, cl: cfg.Client, done: make(chan struct{})}
+	if cfg.Registerer != nil {
+		m := newMetrics()
+		if err := m.register(cfg.Registerer); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		r.m = m
+	}
 	if r.cl == nil {
 		opts := make([]kgo.Opt, 0, len(cfg.ClientOpts)+2)
 		opts = append(opts, kgo.SeedBrokers(cfg.Brokers...))
@@ -67,10 +76,12 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		r.cl, err = kgo.NewClient(opts...)
 		if err != nil {
+			r.m.unregister()
 			return nil, fmt.Errorf("%w: building client: %w", ErrInvalidConfig, err)
 		}
 		r.ownsClient = true
 	} else if err := checkClient(r.cl, cfg.Topic); err != nil {
+		r.m.unregister()
 		return nil, err
 	}
 
@@ -79,9 +90,11 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		if r.ownsClient {
 			r.cl.Close()
 		}
+		r.m.unregister()
 		return nil, err
 	}
 	r.count = n
+	r.m.initTopic(cfg.Topic, cfg.OnPartitionCountChange)
 	cfg.Logger.Info("router started", "topic", cfg.Topic, "partitions", n,
 		"on_partition_count_change", cfg.OnPartitionCountChange)
 
@@ -162,10 +175,19 @@ func (r *Router) Send(ctx context.Context, cmd Command) (Result, error) {
 func (r *Router) SendAsync(ctx context.Context, cmd Command, fn func(Result, error)) {
 	rec, err := r.record(cmd)
 	if err != nil {
+		r.m.notSent(r.cfg.Topic, err)
 		fn(Result{}, err)
 		return
 	}
+	if r.m == nil {
+		r.cl.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+			fn(r.result(rec, err))
+		})
+		return
+	}
+	start := time.Now()
 	r.cl.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+		r.m.sent(r.cfg.Topic, start, err)
 		fn(r.result(rec, err))
 	})
 }
@@ -223,8 +245,9 @@ func (r *Router) Flush(ctx context.Context) error {
 // Close stops the router: later sends fail with [ErrClosed]. It waits, for
 // at most Config.CloseTimeout, for outstanding sends to complete (returning
 // an error matching context.DeadlineExceeded if they did not), stops the
-// router's checker goroutine and waits for it, and closes the client if the
-// router built it (failing still-outstanding sends with ErrClosed). A send
+// router's checker goroutine and waits for it, closes the client if the
+// router built it (failing still-outstanding sends with ErrClosed), and
+// unregisters the router's metrics from Config.Registerer. A send
 // that races with Close either completes or fails with ErrClosed; its
 // callback is called exactly once either way. Close is idempotent: later
 // calls return the first call's result. Safe to call from any goroutine,
@@ -247,6 +270,7 @@ func (r *Router) Close() error {
 		if r.ownsClient {
 			r.cl.Close()
 		}
+		r.m.unregister()
 		r.cfg.Logger.Info("router closed", "topic", r.cfg.Topic)
 	})
 	return r.closeErr
@@ -306,6 +330,7 @@ func (r *Router) check(ctx context.Context) error {
 	if refused != nil && refused.Current != current {
 		r.refused = &PartitionCountChangedError{Topic: r.cfg.Topic, Expected: expected, Current: current}
 		refused = r.refused
+		r.m.countChanged(r.cfg.Topic, Refuse)
 	}
 	r.mu.Unlock()
 	if refused != nil {
@@ -317,6 +342,7 @@ func (r *Router) check(ctx context.Context) error {
 	}
 	change := PartitionCountChangedError{Topic: r.cfg.Topic, Expected: expected, Current: current}
 
+	r.m.countChanged(r.cfg.Topic, r.cfg.OnPartitionCountChange)
 	if r.cfg.OnPartitionCountChange == Refuse {
 		r.mu.Lock()
 		r.refused = &change

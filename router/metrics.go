@@ -1,0 +1,129 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Label values of workrouter_router_sends_total's outcome.
+const (
+	outcomeOK      = "ok"
+	outcomeError   = "error"
+	outcomeRefused = "refused"
+)
+
+// metrics is a Router's Prometheus collectors. A nil *metrics (no
+// Config.Registerer) makes every method a no-op.
+type metrics struct {
+	reg        prometheus.Registerer
+	collectors []prometheus.Collector
+	names      []string
+
+	sends        *prometheus.CounterVec // topic, outcome
+	sendDuration prometheus.Histogram
+	countChanges *prometheus.CounterVec // topic, policy
+}
+
+func newMetrics() *metrics {
+	m := &metrics{}
+	m.sends = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "workrouter_router_sends_total",
+		Help: "Commands sent, by outcome: ok (acknowledged by Kafka), error (invalid, closed or failed), refused (the partition count changed under policy refuse).",
+	}, []string{"topic", "outcome"})
+	m.sendDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "workrouter_router_send_duration_seconds",
+		Help:    "Time from a send to Kafka's acknowledgement or failure, for commands handed to the producer.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+	})
+	m.countChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "workrouter_router_partition_count_changes_total",
+		Help: "Changes of the topic's partition count seen by the router, by the policy applied (refuse or alarm).",
+	}, []string{"topic", "policy"})
+	m.collectors = []prometheus.Collector{m.sends, m.sendDuration, m.countChanges}
+	m.names = []string{"workrouter_router_sends_total", "workrouter_router_send_duration_seconds", "workrouter_router_partition_count_changes_total"}
+	return m
+}
+
+// register registers every collector on reg, or none.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	for i, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			for _, done := range m.collectors[:i] {
+				reg.Unregister(done)
+			}
+			return fmt.Errorf("registering %s: %w", m.names[i], err)
+		}
+	}
+	m.reg = reg
+	return nil
+}
+
+func (m *metrics) unregister() {
+	if m == nil || m.reg == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+}
+
+// MetricNames returns the sorted names of the metrics a Router registers on
+// Config.Registerer (the histogram by its base name, without the _bucket,
+// _sum and _count suffixes). They are checked by registering a fresh set on
+// a new pedantic registry.
+func MetricNames() []string {
+	m := newMetrics()
+	if err := m.register(prometheus.NewPedanticRegistry()); err != nil {
+		panic(err) // a bug in newMetrics
+	}
+	names := slices.Clone(m.names)
+	slices.Sort(names)
+	return names
+}
+
+// initTopic creates the known label combinations at zero.
+func (m *metrics) initTopic(topic string, policy Policy) {
+	if m == nil {
+		return
+	}
+	for _, o := range []string{outcomeOK, outcomeError, outcomeRefused} {
+		m.sends.WithLabelValues(topic, o)
+	}
+	m.countChanges.WithLabelValues(topic, policy.String())
+}
+
+// notSent counts a send that failed before reaching the producer.
+func (m *metrics) notSent(topic string, err error) {
+	if m == nil {
+		return
+	}
+	outcome := outcomeError
+	if errors.Is(err, ErrPartitionCountChanged) {
+		outcome = outcomeRefused
+	}
+	m.sends.WithLabelValues(topic, outcome).Inc()
+}
+
+// sent counts a send the producer completed, started at start.
+func (m *metrics) sent(topic string, start time.Time, err error) {
+	if m == nil {
+		return
+	}
+	m.sendDuration.Observe(time.Since(start).Seconds())
+	outcome := outcomeOK
+	if err != nil {
+		outcome = outcomeError
+	}
+	m.sends.WithLabelValues(topic, outcome).Inc()
+}
+
+func (m *metrics) countChanged(topic string, policy Policy) {
+	if m == nil {
+		return
+	}
+	m.countChanges.WithLabelValues(topic, policy.String()).Inc()
+}
