@@ -1,0 +1,589 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/router"
+)
+
+// defaultBrokers is the default of every command's --brokers flag.
+var defaultBrokers = []string{"127.0.0.1:9092"}
+
+// maxLineBytes bounds one line of a --file of JSON commands.
+const maxLineBytes = 64 << 20
+
+// produceFlags holds the values of `workrouter produce`'s flags.
+type produceFlags struct {
+	brokers []string
+	topic   string
+	timeout time.Duration
+
+	key     string
+	typ     string
+	payload string
+	headers []string
+
+	file string
+
+	count int64
+	keys  int
+	size  int
+}
+
+func newProduceCmd() *cobra.Command {
+	var f produceFlags
+	cmd := &cobra.Command{
+		Use:   "produce",
+		Short: "Send keyed commands to a topic: one from flags, a JSON-lines file, or generated load",
+		Long: `produce sends keyed commands through the workrouter router: each key maps to
+one partition (Kafka's murmur2 partitioner), so all commands of a key are
+applied in order by the single worker that owns that partition. It refuses to
+send if the topic's partition count changes while it runs.
+
+It takes exactly one source of commands:
+
+  --key K --type T [--payload P] [--header k=v ...]
+      one command; prints "partition=P offset=O".
+
+  --file F  (F = - reads stdin)
+      one JSON object per line, sent in file order, each acknowledged before
+      the next line is read:
+        {"key":"acct-42","type":"deposit","payload":{"cents":100},"headers":{"trace":"abc"}}
+      "payload" is any JSON value; a JSON string is sent as its text, anything
+      else as its JSON encoding. Empty lines are skipped. The first malformed
+      line or failed send stops the run: nothing after it is sent, and the
+      error names the line and how many commands were sent before it.
+
+  --count N [--keys K] [--size B] [--type T]
+      generated load: N commands of type "load" (or --type) over the keys
+      key-0 … key-(K-1), round-robin, each with B bytes of payload. A progress
+      line is drawn on stderr (periodic lines when stderr is not a terminal)
+      and a closing line says "produced N commands in Xs (Y/s)".
+
+Unreachable brokers fail after --timeout with one line.`,
+		Example: `  # One command:
+  workrouter produce --topic commands --key acct-42 --type deposit --payload '{"cents":100}'
+
+  # A file of JSON lines, or stdin:
+  workrouter produce --topic commands --file commands.jsonl
+  printf '{"key":"a","type":"touch"}\n' | workrouter produce --topic commands --file -
+
+  # 100000 commands of 100 bytes over 1000 keys:
+  workrouter produce --topic commands --count 100000 --keys 1000 --size 100
+
+  # Through the environment:
+  WORKROUTER_BROKERS=10.0.0.1:9092,10.0.0.2:9092 WORKROUTER_TOPIC=commands workrouter produce --count 1000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runProduce(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.brokers, "brokers", defaultBrokers, "seed brokers, comma-separated")
+	fl.StringVar(&f.topic, "topic", "", "topic to send to; it must exist (required)")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the brokers, and for each command's acknowledgement")
+	fl.StringVar(&f.key, "key", "", "key of the single command to send")
+	fl.StringVar(&f.typ, "type", "", `command type (required with --key; default "load" with --count)`)
+	fl.StringVar(&f.payload, "payload", "", "payload of the single command (sent as is)")
+	fl.StringArrayVar(&f.headers, "header", nil, "header k=v of the single command; repeatable")
+	fl.StringVar(&f.file, "file", "", `file of JSON-lines commands to send; "-" reads stdin`)
+	fl.Int64Var(&f.count, "count", 0, "generate and send this many load commands")
+	fl.IntVar(&f.keys, "keys", 100, "distinct keys of the generated load")
+	fl.IntVar(&f.size, "size", 100, "payload bytes of each generated command")
+	return cmd
+}
+
+// produceMode is the source of commands a produce run was given.
+type produceMode int
+
+const (
+	modeSingle produceMode = iota
+	modeFile
+	modeLoad
+)
+
+// checkProduceFlags validates the flag combination and returns the mode.
+func checkProduceFlags(cmd *cobra.Command, f *produceFlags) (produceMode, error) {
+	set := func(name string) bool { return cmd.Flags().Changed(name) }
+	if f.topic == "" {
+		return 0, errors.New("--topic is required")
+	}
+	var err error
+	if f.brokers, err = cleanBrokers(f.brokers); err != nil {
+		return 0, err
+	}
+	if f.timeout <= 0 {
+		return 0, fmt.Errorf("--timeout must be positive, got %s", f.timeout)
+	}
+	single := set("key") || set("payload") || set("header")
+	var sources []string
+	if single {
+		sources = append(sources, "--key/--payload/--header")
+	}
+	if set("file") {
+		sources = append(sources, "--file")
+	}
+	if set("count") {
+		sources = append(sources, "--count")
+	}
+	switch {
+	case len(sources) == 0:
+		return 0, errors.New("nothing to produce: give --key and --type, --file FILE, or --count N")
+	case len(sources) > 1:
+		return 0, fmt.Errorf("give only one source of commands, not %s", strings.Join(sources, " and "))
+	}
+	if !set("count") && (set("keys") || set("size")) {
+		return 0, errors.New("--keys and --size only apply to generated load (--count)")
+	}
+	switch {
+	case single:
+		if f.key == "" {
+			return 0, errors.New("--key is required for a single command (and must not be empty)")
+		}
+		if f.typ == "" {
+			return 0, errors.New("--type is required with --key")
+		}
+		return modeSingle, nil
+	case set("file"):
+		if f.file == "" {
+			return 0, errors.New(`--file is empty: give a path, or "-" for stdin`)
+		}
+		if set("type") {
+			return 0, errors.New("--type does not apply to --file: each line carries its own type")
+		}
+		return modeFile, nil
+	default:
+		switch {
+		case f.count < 1:
+			return 0, fmt.Errorf("--count must be at least 1, got %d", f.count)
+		case f.keys < 1:
+			return 0, fmt.Errorf("--keys must be at least 1, got %d", f.keys)
+		case f.size < 0:
+			return 0, fmt.Errorf("--size must not be negative, got %d", f.size)
+		}
+		if f.typ == "" {
+			f.typ = "load"
+		}
+		return modeLoad, nil
+	}
+}
+
+func runProduce(cmd *cobra.Command, f produceFlags) error {
+	mode, err := checkProduceFlags(cmd, &f)
+	if err != nil {
+		return err
+	}
+	var single router.Command
+	if mode == modeSingle {
+		if single, err = singleCommand(f); err != nil {
+			return err
+		}
+	}
+	var in io.Reader
+	if mode == modeFile {
+		if f.file == "-" {
+			in = cmd.InOrStdin()
+		} else {
+			file, err := os.Open(f.file)
+			if err != nil {
+				return fmt.Errorf("--file: %w", err)
+			}
+			defer file.Close()
+			in = file
+		}
+	}
+	logger, err := quietLogger(cmd)
+	if err != nil {
+		return err
+	}
+
+	ctx := cmd.Context()
+	rt, err := openRouter(ctx, f, logger)
+	if err != nil {
+		return err
+	}
+	closeRouter := func() error {
+		if err := rt.Close(); err != nil {
+			return fmt.Errorf("closing the producer: %w", err)
+		}
+		return nil
+	}
+
+	out := cmd.OutOrStdout()
+	switch mode {
+	case modeSingle:
+		sctx, cancel := context.WithTimeout(ctx, f.timeout)
+		res, err := rt.Send(sctx, single)
+		cancel()
+		if err != nil {
+			return errors.Join(fmt.Errorf("send failed: %w", err), closeRouter())
+		}
+		if err := closeRouter(); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "partition=%d offset=%d\n", res.Partition, res.Offset)
+		return err
+	case modeFile:
+		start := time.Now()
+		n, err := produceLines(ctx, rt, in, f.timeout)
+		if err != nil {
+			return errors.Join(err, closeRouter())
+		}
+		if err := closeRouter(); err != nil {
+			return err
+		}
+		return printThroughput(out, n, time.Since(start))
+	default:
+		return produceLoad(ctx, cmd, rt, f, closeRouter)
+	}
+}
+
+// openRouter connects the router, turning its setup errors into one clear
+// line.
+func openRouter(ctx context.Context, f produceFlags, logger *slog.Logger) (*router.Router, error) {
+	nctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	rt, err := router.New(nctx, router.Config{
+		Brokers:      f.brokers,
+		Topic:        f.topic,
+		CloseTimeout: f.timeout,
+		Logger:       logger,
+		ClientOpts: []kgo.Opt{
+			kgo.RecordDeliveryTimeout(f.timeout),
+			kgo.DialTimeout(min(f.timeout, 10*time.Second)),
+		},
+	})
+	if err != nil {
+		return nil, brokerError(ctx, err, f.brokers, f.topic, f.timeout)
+	}
+	return rt, nil
+}
+
+// brokerError rewords the errors of connecting to the brokers.
+func brokerError(ctx context.Context, err error, brokers []string, topic string, timeout time.Duration) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("interrupted while connecting to %s: %w", strings.Join(brokers, ","), ctx.Err())
+	case errors.Is(err, router.ErrTopicNotFound):
+		return fmt.Errorf("topic %q does not exist on %s (create it first, e.g. workrouter broker --topic %s)",
+			topic, strings.Join(brokers, ","), topic)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("cannot reach the brokers %s within %s (--timeout); is a broker running there?",
+			strings.Join(brokers, ","), timeout)
+	case errors.Is(err, router.ErrMetadata):
+		return fmt.Errorf("cannot reach the brokers %s: %w", strings.Join(brokers, ","), err)
+	}
+	return err
+}
+
+// singleCommand builds the command given by --key/--type/--payload/--header.
+func singleCommand(f produceFlags) (router.Command, error) {
+	c := router.Command{Key: []byte(f.key), Type: f.typ}
+	if f.payload != "" {
+		c.Payload = []byte(f.payload)
+	}
+	for _, h := range f.headers {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return router.Command{}, fmt.Errorf("--header %q: want KEY=VALUE", h)
+		}
+		c.Headers = append(c.Headers, router.Header{Key: k, Value: []byte(v)})
+	}
+	if err := c.Validate(); err != nil {
+		return router.Command{}, err
+	}
+	return c, nil
+}
+
+// jsonCommand is one line of a --file.
+type jsonCommand struct {
+	Key     string            `json:"key"`
+	Type    string            `json:"type"`
+	Payload json.RawMessage   `json:"payload"`
+	Headers map[string]string `json:"headers"`
+}
+
+// parseCommandLine decodes one JSON line into a command. The returned
+// command owns its bytes.
+func parseCommandLine(line []byte) (router.Command, error) {
+	if line[0] != '{' {
+		return router.Command{}, errors.New(`want a JSON object such as {"key":"k","type":"t","payload":…}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	var jc jsonCommand
+	if err := dec.Decode(&jc); err != nil {
+		return router.Command{}, fmt.Errorf("invalid JSON: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return router.Command{}, errors.New("invalid JSON: more than one value on the line")
+	}
+	c := router.Command{Key: []byte(jc.Key), Type: jc.Type}
+	switch p := bytes.TrimSpace(jc.Payload); {
+	case len(p) == 0 || string(p) == "null":
+	case p[0] == '"':
+		var s string
+		if err := json.Unmarshal(p, &s); err != nil {
+			return router.Command{}, fmt.Errorf("invalid payload: %w", err)
+		}
+		c.Payload = []byte(s)
+	default:
+		c.Payload = p
+	}
+	names := make([]string, 0, len(jc.Headers))
+	for k := range jc.Headers {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		c.Headers = append(c.Headers, router.Header{Key: k, Value: []byte(jc.Headers[k])})
+	}
+	if err := c.Validate(); err != nil {
+		return router.Command{}, err
+	}
+	return c, nil
+}
+
+// produceLines sends the JSON-lines commands read from in, one at a time
+// and in order, and returns how many were sent. On the first bad line or
+// failed send it stops (nothing after it is sent) and says so.
+func produceLines(ctx context.Context, rt *router.Router, in io.Reader, timeout time.Duration) (int64, error) {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes)
+	var sent, lineNo int64
+	stop := func(err error) (int64, error) {
+		return sent, fmt.Errorf("line %d: %w (%d commands sent before it; nothing after it was sent)", lineNo, err, sent)
+	}
+	for sc.Scan() {
+		lineNo++
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		c, err := parseCommandLine(line)
+		if err != nil {
+			return stop(err)
+		}
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		_, err = rt.Send(sctx, c)
+		cancel()
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				err = fmt.Errorf("interrupted: %w", cerr)
+			}
+			return stop(fmt.Errorf("send failed: %w", err))
+		}
+		sent++
+	}
+	if err := sc.Err(); err != nil {
+		lineNo++
+		if errors.Is(err, bufio.ErrTooLong) {
+			err = fmt.Errorf("longer than %d MiB", maxLineBytes>>20)
+		}
+		return stop(fmt.Errorf("reading: %w", err))
+	}
+	return sent, nil
+}
+
+// produceLoad sends --count generated commands asynchronously, with a
+// progress line, and prints the throughput line.
+func produceLoad(ctx context.Context, cmd *cobra.Command, rt *router.Router, f produceFlags, closeRouter func() error) error {
+	keys := make([][]byte, f.keys)
+	for i := range keys {
+		keys[i] = []byte("key-" + strconv.Itoa(i))
+	}
+	// One read-only pool of printable random bytes; payload i is a window
+	// into it, so no command's bytes change while it is being sent.
+	const spread = 4096
+	pool := make([]byte, f.size+spread)
+	rng := rand.New(rand.NewChaCha8([32]byte{'w', 'o', 'r', 'k', 'r', 'o', 'u', 't', 'e', 'r'}))
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	for i := range pool {
+		pool[i] = alphabet[rng.IntN(len(alphabet))]
+	}
+
+	var (
+		acked    atomic.Int64
+		failed   atomic.Bool
+		errOnce  sync.Once
+		firstErr error
+	)
+	done := func(_ router.Result, err error) {
+		if err != nil {
+			errOnce.Do(func() { firstErr = err })
+			failed.Store(true)
+			return
+		}
+		acked.Add(1)
+	}
+
+	prog := startProgress(cmd.ErrOrStderr(), f.count, acked.Load)
+	start := time.Now()
+	var issued int64
+	for issued < f.count && !failed.Load() && ctx.Err() == nil {
+		off := int(issued % spread)
+		rt.SendAsync(ctx, router.Command{
+			Key:     keys[issued%int64(len(keys))],
+			Type:    f.typ,
+			Payload: pool[off : off+f.size],
+		}, done)
+		issued++
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.timeout+5*time.Second)
+	ferr := rt.Flush(fctx)
+	cancel()
+	elapsed := time.Since(start)
+	prog.stop()
+	cerr := closeRouter()
+
+	n := acked.Load()
+	switch {
+	case failed.Load():
+		return errors.Join(fmt.Errorf("send failed after %d of %d commands were acknowledged (stopped sending at the first failure): %w", n, f.count, firstErr), cerr)
+	case ctx.Err() != nil:
+		return errors.Join(fmt.Errorf("interrupted after %d of %d commands were acknowledged: %w", n, f.count, ctx.Err()), cerr)
+	case ferr != nil:
+		return errors.Join(fmt.Errorf("%d of %d commands acknowledged: %w", n, f.count, ferr), cerr)
+	case cerr != nil:
+		return cerr
+	}
+	return printThroughput(cmd.OutOrStdout(), n, elapsed)
+}
+
+// printThroughput prints the closing line of a multi-command run.
+func printThroughput(w io.Writer, n int64, d time.Duration) error {
+	rate := 0.0
+	if s := d.Seconds(); s > 0 {
+		rate = float64(n) / s
+	}
+	_, err := fmt.Fprintf(w, "produced %d commands in %.2fs (%.0f/s)\n", n, d.Seconds(), rate)
+	return err
+}
+
+// progress draws the progress of a load run on w: one line redrawn in place
+// when w is a terminal, a plain line every few seconds otherwise.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	total int64
+	count func() int64
+	start time.Time
+	quit  chan struct{}
+	done  chan struct{}
+}
+
+func startProgress(w io.Writer, total int64, count func() int64) *progress {
+	p := &progress{w: w, tty: isTerminal(w), total: total, count: count, start: time.Now(),
+		quit: make(chan struct{}), done: make(chan struct{})}
+	every := 2 * time.Second
+	if p.tty {
+		every = 100 * time.Millisecond
+	}
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.quit:
+				return
+			case <-t.C:
+				p.draw()
+			}
+		}
+	}()
+	return p
+}
+
+// stop stops the ticker; on a terminal it draws the final state and ends
+// the line.
+func (p *progress) stop() {
+	close(p.quit)
+	<-p.done
+	if p.tty {
+		p.draw()
+		fmt.Fprintln(p.w)
+	}
+}
+
+func (p *progress) draw() {
+	n := p.count()
+	frac := float64(n) / float64(p.total)
+	rate := float64(n) / max(time.Since(p.start).Seconds(), 1e-9)
+	if !p.tty {
+		fmt.Fprintf(p.w, "produce: %d/%d commands acknowledged (%.0f%%, %.0f/s)\n", n, p.total, 100*frac, rate)
+		return
+	}
+	const width = 30
+	filled := min(int(frac*width), width)
+	bar := strings.Repeat("=", filled) + strings.Repeat(" ", width-filled)
+	fmt.Fprintf(p.w, "\r[%s] %3.0f%% %d/%d %.0f/s\x1b[K", bar, 100*frac, n, p.total, rate)
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// cleanBrokers trims the --brokers values, splits any left with commas,
+// drops empty ones and checks each is host:port.
+func cleanBrokers(raw []string) ([]string, error) {
+	var out []string
+	for _, r := range raw {
+		for _, b := range strings.Split(r, ",") {
+			if b = strings.TrimSpace(b); b == "" {
+				continue
+			}
+			i := strings.LastIndexByte(b, ':')
+			if i <= 0 || i == len(b)-1 {
+				return nil, fmt.Errorf("--brokers: %q is not host:port", b)
+			}
+			if _, err := strconv.ParseUint(b[i+1:], 10, 16); err != nil {
+				return nil, fmt.Errorf("--brokers: %q: bad port %q", b, b[i+1:])
+			}
+			out = append(out, b)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--brokers is empty: give host:port[,host:port…]")
+	}
+	return out, nil
+}
+
+// quietLogger is the command's logger (see newLogger), but at info level
+// it keeps to warnings: the clients' info logs are noise in a CLI run.
+func quietLogger(cmd *cobra.Command) (*slog.Logger, error) {
+	name, err := cmd.Flags().GetString("log-level")
+	if err != nil {
+		return nil, err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(name)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error: %w", name, err)
+	}
+	if level == slog.LevelInfo {
+		level = slog.LevelWarn
+	}
+	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})), nil
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/postgres"
+	"github.com/workrouter/workrouter/sink/sqlite"
+)
+
+// sinkSpecHelp describes the accepted --sink values, for flag usage and
+// error messages.
+const sinkSpecHelp = `sqlite:PATH or postgres://USER[:PASSWORD]@HOST[:PORT]/DB`
+
+// sinkSpec is a parsed --sink value: "sqlite:PATH" or "postgres://…"/"postgresql://…".
+type sinkSpec struct {
+	kind string // "sqlite" | "postgres"
+	path string // sqlite: the database file
+	dsn  string // postgres: the connection string, as given
+}
+
+// String describes the sink for messages, without secrets: the SQLite path,
+// or the PostgreSQL server, database and user (never the password).
+func (s sinkSpec) String() string {
+	switch s.kind {
+	case "sqlite":
+		return "sqlite:" + s.path
+	case "postgres":
+		cfg, err := pgx.ParseConfig(s.dsn)
+		if err != nil {
+			return "postgres"
+		}
+		return fmt.Sprintf("postgres://%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+	}
+	return s.kind
+}
+
+// parseSinkSpec parses a --sink value. The errors are one line, name the
+// flag, and never repeat a password.
+func parseSinkSpec(s string) (sinkSpec, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return sinkSpec{}, fmt.Errorf("--sink is empty: want %s", sinkSpecHelp)
+	}
+	scheme, rest, ok := strings.Cut(s, ":")
+	if !ok || scheme == "" {
+		return sinkSpec{}, fmt.Errorf("--sink %q has no kind: want %s (for an SQLite file, write sqlite:%s)", s, sinkSpecHelp, s)
+	}
+	switch strings.ToLower(scheme) {
+	case "sqlite", "sqlite3":
+		if strings.TrimSpace(rest) == "" {
+			return sinkSpec{}, fmt.Errorf("--sink %q: empty path after \"sqlite:\" (e.g. sqlite:./workrouter.db)", s)
+		}
+		return sinkSpec{kind: "sqlite", path: rest}, nil
+	case "postgres", "postgresql":
+		if _, err := pgx.ParseConfig(s); err != nil {
+			// pgx redacts the password in its parse errors.
+			return sinkSpec{}, fmt.Errorf("--sink: not a valid PostgreSQL connection string: %w", err)
+		}
+		return sinkSpec{kind: "postgres", dsn: s}, nil
+	default:
+		// Only the scheme is repeated: the rest may hold a password.
+		return sinkSpec{}, fmt.Errorf("--sink: unknown sink kind %q: want %s", scheme, sinkSpecHelp)
+	}
+}
+
+// historyEntry is one row of a scope's fence history (a claim or an admin
+// reset), the same for every backend.
+type historyEntry struct {
+	Seq        int64
+	Kind       string
+	Token      epochs.Token
+	NextOffset int64
+	Reason     string
+	At         time.Time
+}
+
+// adminSink is what the admin commands (status, fences) need from a sink.
+type adminSink interface {
+	sink.Lister
+	sink.Resetter
+	History(ctx context.Context, scope epochs.Scope) ([]historyEntry, error)
+}
+
+// openAdmin opens the sink for admin use (Lister + Resetter + History);
+// close it with the returned func. An SQLite file must already exist: an
+// admin command never creates an empty sink at a mistyped path.
+func openAdmin(ctx context.Context, spec sinkSpec) (adminSink, func() error, error) {
+	switch spec.kind {
+	case "sqlite":
+		st, err := os.Stat(spec.path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, nil, fmt.Errorf("sink %s: no such file (a worker creates it on first use)", spec)
+		case err != nil:
+			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
+		case st.IsDir():
+			return nil, nil, fmt.Errorf("sink %s: is a directory, want an SQLite database file", spec)
+		}
+		s, err := sqlite.Open(ctx, sqlite.Config{Path: spec.path})
+		if err != nil {
+			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
+		}
+		return sqliteAdmin{s}, s.Close, nil
+	case "postgres":
+		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn})
+		if err != nil {
+			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
+		}
+		return postgresAdmin{s}, s.Close, nil
+	}
+	return nil, nil, fmt.Errorf("--sink: unknown sink kind %q: want %s", spec.kind, sinkSpecHelp)
+}
+
+// sqliteAdmin adapts *sqlite.Sink to adminSink.
+type sqliteAdmin struct{ *sqlite.Sink }
+
+func (a sqliteAdmin) History(ctx context.Context, scope epochs.Scope) ([]historyEntry, error) {
+	hs, err := a.Sink.History(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]historyEntry, len(hs))
+	for i, h := range hs {
+		out[i] = historyEntry{Seq: h.Seq, Kind: h.Kind, Token: h.Token, NextOffset: h.NextOffset, Reason: h.Reason, At: h.At}
+	}
+	return out, nil
+}
+
+// postgresAdmin adapts *postgres.Sink to adminSink.
+type postgresAdmin struct{ *postgres.Sink }
+
+func (a postgresAdmin) History(ctx context.Context, scope epochs.Scope) ([]historyEntry, error) {
+	hs, err := a.Sink.History(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]historyEntry, len(hs))
+	for i, h := range hs {
+		out[i] = historyEntry{Seq: h.Seq, Kind: h.Kind, Token: h.Token, NextOffset: h.NextOffset, Reason: h.Reason, At: h.At}
+	}
+	return out, nil
+}
+
+// Compile-time checks.
+var (
+	_ adminSink = sqliteAdmin{}
+	_ adminSink = postgresAdmin{}
+)
+
+// filterFences keeps the fences of group and topic; an empty filter keeps
+// every value.
+func filterFences(fs []sink.Fence, group, topic string) []sink.Fence {
+	var out []sink.Fence
+	for _, f := range fs {
+		if (group == "" || f.Scope.Group == group) && (topic == "" || f.Scope.Topic == topic) {
+			out = append(out, f)
+		}
+	}
+	return out
+}

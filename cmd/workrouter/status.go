@@ -1,0 +1,487 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/workrouter/workrouter/sink"
+)
+
+// statusFlags holds the values of `workrouter status`'s flags.
+type statusFlags struct {
+	brokers []string
+	topic   string
+	group   string
+	sink    string
+	asJSON  bool
+	timeout time.Duration
+}
+
+func newStatusCmd() *cobra.Command {
+	var f statusFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show a group's members, owned partitions, offsets and lag (and the sink's fences)",
+		Long: `status describes one consumer group on one topic:
+
+  - its members (client id, member id, host) and the partitions each owns;
+  - per partition: the end offset, the group's committed Kafka offset and
+    the lag (end - committed; end - start when nothing is committed);
+  - with --sink: the sink's holder (epoch and member) for each partition and
+    its checkpoint (NextOffset, the first offset not yet applied) beside
+    Kafka's committed offset. The sink, not Kafka, is the source of truth
+    for where a worker resumes.
+
+Both classic groups and KIP-848 consumer groups are described. A group or
+topic that does not exist is an error. --json prints one JSON object.`,
+		Example: `  workrouter status --group ledger-workers --topic ledger
+  workrouter status --group ledger-workers --topic ledger --sink sqlite:ledger.db
+  workrouter status --group billing --topic invoices --sink postgres://postgres@127.0.0.1:5432/test --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runStatus(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.brokers, "brokers", defaultBrokers, "seed brokers, comma-separated")
+	fl.StringVar(&f.topic, "topic", "", "topic of commands (required)")
+	fl.StringVar(&f.group, "group", "", "consumer group (required)")
+	fl.StringVar(&f.sink, "sink", "", "also show the fences stored in this sink: "+sinkSpecHelp)
+	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object instead of tables")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the brokers (and the sink)")
+	return cmd
+}
+
+// statusReport is what `status --json` prints.
+type statusReport struct {
+	Group string `json:"group"`
+	Topic string `json:"topic"`
+	// Protocol is "classic" or "consumer" (KIP-848).
+	Protocol string `json:"protocol"`
+	State    string `json:"state"`
+	// Assignor is the classic protocol's balancer or the KIP-848 assignor.
+	Assignor string `json:"assignor,omitempty"`
+	// GroupEpoch is the KIP-848 group epoch (absent for classic groups).
+	GroupEpoch *int32            `json:"group_epoch,omitempty"`
+	Members    []statusMember    `json:"members"`
+	Partitions []statusPartition `json:"partitions"`
+	TotalLag   int64             `json:"total_lag"`
+	// Sink names the sink whose fences are shown (no password).
+	Sink string `json:"sink,omitempty"`
+}
+
+type statusMember struct {
+	ClientID   string `json:"client_id"`
+	MemberID   string `json:"member_id"`
+	Host       string `json:"host"`
+	InstanceID string `json:"instance_id,omitempty"`
+	// MemberEpoch is the KIP-848 member epoch (absent for classic groups).
+	MemberEpoch *int32 `json:"member_epoch,omitempty"`
+	// Partitions are the partitions of the topic this member owns.
+	Partitions []int32 `json:"partitions"`
+}
+
+type statusPartition struct {
+	Partition int32 `json:"partition"`
+	// Owner is the member id of the member that owns it; empty if none.
+	Owner       string `json:"owner,omitempty"`
+	StartOffset int64  `json:"start_offset"`
+	EndOffset   int64  `json:"end_offset"`
+	// Committed is the group's committed Kafka offset; null if none.
+	Committed *int64 `json:"committed"`
+	Lag       int64  `json:"lag"`
+	// Sink is the sink's fence for the partition; absent without --sink
+	// or when the sink has never seen the partition.
+	Sink *statusFence `json:"sink,omitempty"`
+}
+
+type statusFence struct {
+	// HolderEpoch and HolderMember are the stored holder; null/empty after
+	// an admin reset, until the next claim.
+	HolderEpoch  *int32 `json:"holder_epoch"`
+	HolderMember string `json:"holder_member"`
+	// NextOffset is the sink's checkpoint: the first offset not applied.
+	NextOffset int64 `json:"next_offset"`
+	// Lag is end offset - NextOffset.
+	Lag int64 `json:"lag"`
+}
+
+func runStatus(cmd *cobra.Command, f statusFlags) error {
+	switch {
+	case f.group == "":
+		return errors.New("--group is required")
+	case f.topic == "":
+		return errors.New("--topic is required")
+	case f.timeout <= 0:
+		return fmt.Errorf("--timeout must be positive, got %s", f.timeout)
+	}
+	brokers, err := cleanBrokers(f.brokers)
+	if err != nil {
+		return err
+	}
+	var spec sinkSpec
+	if f.sink != "" {
+		if spec, err = parseSinkSpec(f.sink); err != nil {
+			return err
+		}
+	}
+	parent := cmd.Context()
+	ctx, cancel := context.WithTimeout(parent, f.timeout)
+	defer cancel()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DialTimeout(min(f.timeout, 10*time.Second)))
+	if err != nil {
+		return fmt.Errorf("--brokers: %w", err)
+	}
+	defer cl.Close()
+
+	rep, err := describeStatus(ctx, cl, f.group, f.topic)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil && parent.Err() == nil:
+		return fmt.Errorf("no answer from the brokers %s within %s (--timeout); is a broker running there?",
+			strings.Join(brokers, ","), f.timeout)
+	case errors.As(err, new(unreachableError)):
+		return fmt.Errorf("cannot reach the brokers %s: %w", strings.Join(brokers, ","), err)
+	default:
+		return err
+	}
+	if f.sink != "" {
+		if err := addSinkFences(ctx, &rep, spec); err != nil {
+			return err
+		}
+	}
+	if f.asJSON {
+		return writeJSONErr(cmd.OutOrStdout(), rep)
+	}
+	return printStatus(cmd.OutOrStdout(), rep)
+}
+
+// unreachableError marks the failure of status's first request to the
+// brokers.
+type unreachableError struct{ err error }
+
+func (e unreachableError) Error() string { return e.err.Error() }
+func (e unreachableError) Unwrap() error { return e.err }
+
+// describeStatus reads the group and the topic's offsets from Kafka.
+func describeStatus(ctx context.Context, cl *kgo.Client, group, topic string) (statusReport, error) {
+	adm := kadm.NewClient(cl)
+	rep := statusReport{Group: group, Topic: topic, Members: []statusMember{}, Partitions: []statusPartition{}}
+
+	topics, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return rep, unreachableError{fmt.Errorf("reading topic %q: %w", topic, err)}
+	}
+	td, ok := topics[topic]
+	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+		return rep, fmt.Errorf("topic %q does not exist", topic)
+	}
+	if td.Err != nil {
+		return rep, fmt.Errorf("reading topic %q: %w", topic, td.Err)
+	}
+
+	if err := describeGroup(ctx, cl, &rep, td.ID); err != nil {
+		return rep, err
+	}
+
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return rep, fmt.Errorf("listing end offsets of %q: %w", topic, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return rep, fmt.Errorf("listing start offsets of %q: %w", topic, err)
+	}
+	committed, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return rep, fmt.Errorf("fetching the committed offsets of group %q: %w", group, err)
+	}
+
+	owners := make(map[int32]string)
+	for _, m := range rep.Members {
+		for _, p := range m.Partitions {
+			owners[p] = m.MemberID
+		}
+	}
+	parts := td.Partitions.Numbers()
+	slices.Sort(parts)
+	for _, p := range parts {
+		sp := statusPartition{Partition: p, Owner: owners[p]}
+		if o, ok := ends.Lookup(topic, p); ok {
+			sp.EndOffset = o.Offset
+		}
+		if o, ok := starts.Lookup(topic, p); ok {
+			sp.StartOffset = o.Offset
+		}
+		sp.Lag = sp.EndOffset - sp.StartOffset
+		if c, ok := committed.Lookup(topic, p); ok && c.Err == nil && c.At >= 0 {
+			at := c.At
+			sp.Committed = &at
+			sp.Lag = max(sp.EndOffset-at, 0)
+		}
+		rep.TotalLag += sp.Lag
+		rep.Partitions = append(rep.Partitions, sp)
+	}
+	return rep, nil
+}
+
+// describeGroup fills the group's protocol, state and members: it asks
+// with the classic DescribeGroups first, and with the KIP-848
+// ConsumerGroupDescribe when the classic answer does not know the group or
+// shows no members (a KIP-848 group looks like that to DescribeGroups).
+func describeGroup(ctx context.Context, cl *kgo.Client, rep *statusReport, topicID kadm.TopicID) error {
+	adm := kadm.NewClient(cl)
+	group, topic := rep.Group, rep.Topic
+	classic, cerr := adm.DescribeGroups(ctx, group)
+	var (
+		cg      kadm.DescribedGroup
+		cgKnown bool
+	)
+	if cerr == nil {
+		cg, cgKnown = classic[group]
+		cgKnown = cgKnown && cg.Err == nil && cg.State != "Dead" && cg.State != ""
+		if cg.Err != nil && !errors.Is(cg.Err, kerr.GroupIDNotFound) {
+			cerr = cg.Err
+		}
+	}
+	if cerr != nil && ctx.Err() != nil {
+		return fmt.Errorf("describing group %q: %w", group, cerr)
+	}
+	if !cgKnown || len(cg.Members) == 0 {
+		found, err := describeConsumerGroup(ctx, cl, rep, topicID)
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("describing group %q: %w", group, err)
+		}
+		if found {
+			return nil
+		}
+	}
+	if cerr != nil {
+		return fmt.Errorf("describing group %q: %w", group, cerr)
+	}
+	if !cgKnown {
+		return fmt.Errorf("group %q does not exist (no members and no committed offsets)", group)
+	}
+	rep.Protocol, rep.State, rep.Assignor = "classic", cg.State, cg.Protocol
+	for _, m := range cg.Members {
+		sm := statusMember{ClientID: m.ClientID, MemberID: m.MemberID, Host: m.ClientHost, Partitions: []int32{}}
+		if m.InstanceID != nil {
+			sm.InstanceID = *m.InstanceID
+		}
+		if a, ok := m.Assigned.AsConsumer(); ok {
+			for _, t := range a.Topics {
+				if t.Topic == topic {
+					sm.Partitions = append(sm.Partitions, t.Partitions...)
+				}
+			}
+			slices.Sort(sm.Partitions)
+		}
+		rep.Members = append(rep.Members, sm)
+	}
+	return nil
+}
+
+// describeConsumerGroup describes a KIP-848 consumer group with
+// ConsumerGroupDescribe. It matches assignments by topic ID as well as by
+// name (some brokers send only the ID), which kadm's helper cannot. It
+// reports false if the group is not a KIP-848 group or does not exist.
+func describeConsumerGroup(ctx context.Context, cl *kgo.Client, rep *statusReport, topicID kadm.TopicID) (bool, error) {
+	req := kmsg.NewPtrConsumerGroupDescribeRequest()
+	req.Groups = []string{rep.Group}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return false, err
+	}
+	var g *kmsg.ConsumerGroupDescribeResponseGroup
+	for i := range resp.Groups {
+		if resp.Groups[i].Group == rep.Group {
+			g = &resp.Groups[i]
+		}
+	}
+	if g == nil || g.ErrorCode != 0 || g.State == "Dead" {
+		return false, nil
+	}
+	rep.Protocol, rep.State, rep.Assignor = "consumer", g.State, g.AssignorName
+	epoch := g.Epoch
+	rep.GroupEpoch = &epoch
+	for _, m := range g.Members {
+		me := m.MemberEpoch
+		sm := statusMember{ClientID: m.ClientID, MemberID: m.MemberID, Host: m.ClientHost, MemberEpoch: &me, Partitions: []int32{}}
+		if m.InstanceID != nil {
+			sm.InstanceID = *m.InstanceID
+		}
+		for _, tp := range m.Assignment.TopicPartitions {
+			if tp.Topic == rep.Topic || (topicID != (kadm.TopicID{}) && tp.TopicID == topicID) {
+				sm.Partitions = append(sm.Partitions, tp.Partitions...)
+			}
+		}
+		slices.Sort(sm.Partitions)
+		sm.Partitions = slices.Compact(sm.Partitions)
+		rep.Members = append(rep.Members, sm)
+	}
+	slices.SortFunc(rep.Members, func(a, b statusMember) int { return strings.Compare(a.MemberID, b.MemberID) })
+	return true, nil
+}
+
+// addSinkFences adds the sink's fences of the group and topic to rep.
+func addSinkFences(ctx context.Context, rep *statusReport, spec sinkSpec) error {
+	s, closeSink, err := openAdmin(ctx, spec)
+	if err != nil {
+		return err
+	}
+	defer closeSink()
+	all, err := s.Fences(ctx)
+	if err != nil {
+		return fmt.Errorf("sink %s: reading fences: %w", spec, err)
+	}
+	rep.Sink = spec.String()
+	byPart := make(map[int32]sink.Fence)
+	for _, f := range filterFences(all, rep.Group, rep.Topic) {
+		byPart[f.Scope.Partition] = f
+	}
+	for i := range rep.Partitions {
+		p := &rep.Partitions[i]
+		f, ok := byPart[p.Partition]
+		if !ok {
+			continue
+		}
+		sf := &statusFence{HolderMember: f.Holder.Member, NextOffset: f.NextOffset, Lag: max(p.EndOffset-f.NextOffset, 0)}
+		if !f.Holder.IsZero() {
+			e := f.Holder.Epoch
+			sf.HolderEpoch = &e
+		}
+		p.Sink = sf
+	}
+	return nil
+}
+
+// printStatus prints rep as a header line and two aligned tables.
+func printStatus(w io.Writer, rep statusReport) error {
+	ew := &errWriter{w: w}
+	proto := rep.Protocol
+	if rep.Assignor != "" {
+		proto += ", " + rep.Assignor
+	}
+	if rep.GroupEpoch != nil {
+		proto += ", epoch " + strconv.Itoa(int(*rep.GroupEpoch))
+	}
+	members := fmt.Sprintf("%d members", len(rep.Members))
+	if len(rep.Members) == 1 {
+		members = "1 member"
+	}
+	fmt.Fprintf(ew, "group %s (%s) on topic %s: %s, %s, total lag %d\n",
+		rep.Group, proto, rep.Topic, rep.State, members, rep.TotalLag)
+	if rep.Sink != "" {
+		fmt.Fprintf(ew, "sink %s\n", rep.Sink)
+	}
+
+	fmt.Fprintln(ew)
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	if len(rep.Members) == 0 {
+		fmt.Fprintln(tw, "no members")
+	} else {
+		fmt.Fprintln(tw, "MEMBER\tCLIENT\tHOST\tPARTITIONS")
+		for _, m := range rep.Members {
+			id := m.MemberID
+			if m.InstanceID != "" {
+				id += " (instance " + m.InstanceID + ")"
+			}
+			if m.MemberEpoch != nil {
+				id += " @" + strconv.Itoa(int(*m.MemberEpoch))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", id, m.ClientID, m.Host, joinInt32(m.Partitions))
+		}
+	}
+	tw.Flush()
+
+	fmt.Fprintln(ew)
+	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	header := "PARTITION\tOWNER\tEND\tCOMMITTED\tLAG"
+	if rep.Sink != "" {
+		header += "\tSINK NEXT\tSINK LAG\tHOLDER EPOCH\tHOLDER MEMBER"
+	}
+	fmt.Fprintln(tw, header)
+	for _, p := range rep.Partitions {
+		owner, committed := "-", "-"
+		if p.Owner != "" {
+			owner = p.Owner
+		}
+		if p.Committed != nil {
+			committed = strconv.FormatInt(*p.Committed, 10)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d", p.Partition, owner, p.EndOffset, committed, p.Lag)
+		switch {
+		case rep.Sink == "":
+		case p.Sink == nil:
+			fmt.Fprint(tw, "\t-\t-\t-\t-")
+		default:
+			epoch, member := "none", "none"
+			if p.Sink.HolderEpoch != nil {
+				epoch = strconv.Itoa(int(*p.Sink.HolderEpoch))
+			}
+			if p.Sink.HolderMember != "" {
+				member = p.Sink.HolderMember
+			}
+			fmt.Fprintf(tw, "\t%d\t%d\t%s\t%s", p.Sink.NextOffset, p.Sink.Lag, epoch, member)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	return ew.err
+}
+
+func joinInt32(ps []int32) string {
+	if len(ps) == 0 {
+		return "-"
+	}
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ",")
+}
+
+// errWriter remembers the first write error, so that table printing can
+// ignore errors until the end.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+// writeJSONErr writes v as one line of JSON and reports write errors.
+func writeJSONErr(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
