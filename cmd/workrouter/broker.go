@@ -19,6 +19,7 @@ type brokerFlags struct {
 	topics            []string
 	partitions        int32
 	minSessionTimeout time.Duration
+	metricsAddr       string
 }
 
 // newBrokerCmd builds `workrouter broker`, which runs the embedded
@@ -55,6 +56,7 @@ It is a development broker: one node, no replication, no authentication.`,
 	fl.BoolVar(&f.syncWrites, "sync-writes", false, "fsync every produced batch (needs --data-dir); otherwise data is flushed on shutdown")
 	fl.StringSliceVar(&f.topics, "topic", nil, "topic to create if absent; repeatable or comma-separated")
 	fl.Int32Var(&f.partitions, "partitions", 12, "partitions for each --topic that gets created")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (no host means loopback; empty disables)")
 	fl.DurationVar(&f.minSessionTimeout, "min-session-timeout", 0, "smallest consumer group session timeout accepted (default: kfake's 6s)")
 	return cmd
 }
@@ -86,6 +88,12 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 	if err != nil {
 		return err
 	}
+
+	ops, err := startOps(f.metricsAddr, newRegistry(), nil, logger)
+	if err != nil {
+		return fmt.Errorf("%w (and closing: %w)", err, b.Close())
+	}
+	defer ops.close()
 
 	storage := "in memory"
 	if f.dataDir != "" {

@@ -34,11 +34,16 @@ Every flag can also be set from the environment as WORKROUTER_<FLAG_NAME>
 		},
 	}
 	root.PersistentFlags().String("log-level", "info", "log level on stderr: debug, info, warn or error")
+	root.PersistentFlags().String("log-format", "text", "log format on stderr: text or json")
 
 	root.AddCommand(
 		newBrokerCmd(),
 		newVersionCmd(),
 		newDemoCmd(),
+		newProduceCmd(),
+		newStatusCmd(),
+		newFencesCmd(),
+		newWorkerCmd(),
 	)
 
 	// Last, so that it covers every command added above.
@@ -58,7 +63,8 @@ func envName(name string) string {
 func applyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed || f.Name == "help" {
+		// --yes confirms a destructive action: only a person typing it counts.
+		if err != nil || f.Changed || f.Name == "help" || f.Name == "yes" {
 			return
 		}
 		v, ok := lookup(envName(f.Name))
@@ -76,7 +82,7 @@ func applyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
 // every flag of cmd and its subcommands.
 func annotateEnv(cmd *cobra.Command) {
 	note := func(f *pflag.Flag) {
-		if f.Name == "help" || strings.Contains(f.Usage, envPrefix) {
+		if f.Name == "help" || f.Name == "yes" || strings.Contains(f.Usage, envPrefix) {
 			return
 		}
 		f.Usage += " [env " + envName(f.Name) + "]"
@@ -88,8 +94,8 @@ func annotateEnv(cmd *cobra.Command) {
 	}
 }
 
-// newLogger returns the slog logger a command should use: text on the
-// command's stderr at the --log-level it was given.
+// newLogger returns the slog logger a command should use: on the command's
+// stderr, in the --log-format and at the --log-level it was given.
 func newLogger(cmd *cobra.Command) (*slog.Logger, error) {
 	name, err := cmd.Flags().GetString("log-level")
 	if err != nil {
@@ -99,5 +105,16 @@ func newLogger(cmd *cobra.Command) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(name)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error: %w", name, err)
 	}
-	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})), nil
+	format, err := cmd.Flags().GetString("log-format")
+	if err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// opsServer serves /metrics, /healthz and /readyz for a long-running command.
+type opsServer struct {
+	srv  *http.Server
+	addr string
+	done chan struct{}
+}
+
+// loopbackDefault turns an address without a host (":9464") into a loopback
+// one: metrics are only exposed on another interface when the user names it.
+func loopbackDefault(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("--metrics-addr %q: %w", addr, err)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// newRegistry returns a registry with the Go runtime and process collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// startOps listens on addr ("" disables it and returns nil) and serves the
+// registry's metrics, liveness (always 200 while the process serves) and
+// readiness (ready()). The server runs on a goroutine this function starts;
+// stop it with close.
+func startOps(addr string, reg *prometheus.Registry, ready func() bool, logger *slog.Logger) (*opsServer, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	addr, err := loopbackDefault(addr)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ready != nil && !ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	o := &opsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, addr: ln.Addr().String(), done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		if err := o.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("ops server stopped", "err", err)
+		}
+	}()
+	logger.Info("serving /metrics, /healthz and /readyz", "addr", o.addr)
+	return o, nil
+}
+
+// close stops the server and waits for its goroutine. A nil server is fine.
+func (o *opsServer) close() {
+	if o == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = o.srv.Shutdown(ctx)
+	<-o.done
+}
