@@ -3,8 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -13,55 +13,64 @@ import (
 
 func newDemoCmd() *cobra.Command {
 	var (
-		cfg     demo.Config
-		asJSON  bool
-		verbose bool
+		cfg    demo.Config
+		asJSON bool
+		sink   string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Show fencing at work: a frozen worker's late write is rejected",
-		Long: `demo starts an embedded broker, a ledger of accounts on the in-memory sink and
-several workers in this process, produces ledger commands, freezes one worker
-inside a batch past its session timeout (its handler stops and its heartbeats
-vanish), lets the others take its partitions over, then resumes it. The sink
-rejects the resumed worker's late write. The demo checks from the sink's own
-records that nothing was lost, duplicated or reordered, prints a timeline and
-a final summary line, and exits non-zero if any invariant failed.`,
+		Short: "Show fencing at work: a frozen worker process's late write is rejected",
+		Long: `demo starts an embedded broker in a temporary directory, creates the topic,
+starts worker processes of the ledger example on an SQLite sink, produces
+ledger commands over a few hundred accounts, freezes one worker with SIGSTOP
+past its session timeout (just before one of its batches, between
+transactions), resumes it with SIGCONT after another worker has taken over its
+partitions, waits until lag is zero, and checks from the sink's own records
+that nothing was lost, duplicated or reordered and that the late write was
+rejected. It prints a timeline and a final summary line, and exits non-zero if
+any invariant failed.`,
 		Example: `  workrouter demo
-  workrouter demo --commands 10000 --accounts 500 --json`,
+  workrouter demo --json
+  workrouter demo --brokers kafka-1:9092 --commands 10000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("demo: cannot find its own executable to start workers: %w", err)
+			}
+			cfg.WorkerArgv = []string{exe}
+			if sink != "" {
+				path, ok := strings.CutPrefix(sink, "sqlite:")
+				if !ok || path == "" {
+					return fmt.Errorf("demo: --sink %q: the demo runs on SQLite (sqlite:PATH); PostgreSQL is not supported by the demo yet", sink)
+				}
+				cfg.SinkPath = path
+			}
 			out := cmd.OutOrStdout()
 			if !asJSON {
 				cfg.Out = out
 			}
-			if verbose {
-				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-			}
 			sum, err := demo.Run(cmd.Context(), cfg)
-			if asJSON {
-				if sum.Timeline != nil || err == nil {
-					writeJSON(out, sum)
+			if sum.Timeline != nil {
+				if asJSON {
+					enc := json.NewEncoder(out)
+					_ = enc.Encode(sum)
+				} else {
+					fmt.Fprintln(out, sum.Line())
 				}
-			} else if sum.Timeline != nil || err == nil {
-				fmt.Fprintln(out, sum.Line())
 			}
 			return err
 		},
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&cfg.Commands, "commands", 3000, "ledger commands to produce")
-	fl.IntVar(&cfg.Accounts, "accounts", 200, "distinct accounts (keys)")
+	fl.IntVar(&cfg.Accounts, "accounts", 300, "distinct accounts (keys)")
 	fl.Int32Var(&cfg.Partitions, "partitions", 6, "topic partitions")
-	fl.IntVar(&cfg.Workers, "workers", 3, "workers in the group (at least 2)")
+	fl.IntVar(&cfg.Workers, "workers", 3, "worker processes (at least 2)")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed for the generated commands")
+	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run against this cluster instead of an embedded broker")
+	fl.StringVar(&sink, "sink", "", "SQLite sink file, sqlite:PATH (default: a temporary file)")
+	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "the workers' session timeout (default 2s)")
 	fl.BoolVar(&asJSON, "json", false, "print the summary as one JSON object instead of the timeline")
-	fl.BoolVar(&verbose, "verbose", false, "log the workers' claims, fences and revocations to stderr")
 	return cmd
-}
-
-func writeJSON(w io.Writer, v any) {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "")
-	_ = enc.Encode(v)
 }

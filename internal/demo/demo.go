@@ -1,48 +1,58 @@
-// Package demo runs workrouter's in-process demonstration: an embedded
-// broker, a ledger of accounts on the memory sink, several workers, and one
-// worker frozen past its session timeout whose late write the sink rejects.
-//
-// The freeze is simulated in-process: the victim's handler stops (ignoring
-// its context, as a process under SIGSTOP would) and the broker swallows its
-// heartbeats, so the coordinator evicts it and hands its partitions to the
-// others. When it is released it tries to land the batch it was applying;
-// the fence rejects it. The summary is computed from the sink's own records.
+// Package demo runs workrouter's demonstration with real processes: an
+// embedded broker (or a real cluster), worker processes of the ledger
+// example on a durable sink (SQLite by default), a few thousand ledger
+// commands, and one worker frozen with SIGSTOP past its session timeout.
+// When the frozen worker is resumed after another worker has taken over its
+// partitions, the sink rejects its late write. The summary is computed from
+// the sink's own records.
 package demo
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
+	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/broker"
 	"github.com/workrouter/workrouter/router"
-	"github.com/workrouter/workrouter/sink"
-	"github.com/workrouter/workrouter/sink/memory"
+	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
 // Config configures Run. Zero values take the documented defaults.
 type Config struct {
 	Commands   int   // ledger commands to produce; default 3000
-	Accounts   int   // distinct account keys; default 200
-	Partitions int32 // topic partitions; default 6
-	Workers    int   // worker group members; default 3 (at least 2)
+	Accounts   int   // distinct accounts (keys); default 300
+	Partitions int32 // partitions of the topic the demo creates; default 6
+	Workers    int   // worker processes; default 3 (at least 2)
 	Seed       uint64
-	// Out receives the human-readable timeline as it happens; nil discards.
-	Out    io.Writer
-	Logger *slog.Logger
+	// Brokers, if set, runs against that cluster instead of an embedded
+	// broker; the topic must exist or be creatable there.
+	Brokers []string
+	// SinkPath is the SQLite file; default a file in a temporary directory.
+	SinkPath string
+	// WorkerArgv starts one worker process: the demo appends "worker" and
+	// its flags. Required (the CLI passes its own executable).
+	WorkerArgv []string
+	// SessionTimeout of the workers; default 2s.
+	SessionTimeout time.Duration
+	// Out receives the timeline as it happens; nil discards.
+	Out io.Writer
 }
 
 // Summary is the outcome of a demo run, computed from the sink's records.
@@ -53,14 +63,15 @@ type Summary struct {
 	Lost            int      `json:"lost"`
 	OrderViolations int      `json:"order_violations"`
 	StaleRejected   int      `json:"stale_rejected"`
-	HistoryErrors   []string `json:"history_errors,omitempty"`
+	StaleAccepted   int      `json:"stale_accepted"`
+	Mismatches      []string `json:"balance_mismatches,omitempty"`
 	Timeline        []string `json:"timeline"`
 }
 
 // OK reports whether every invariant held and the fault really happened.
 func (s Summary) OK() bool {
 	return s.Applied == s.Produced && s.Duplicates == 0 && s.Lost == 0 && s.OrderViolations == 0 &&
-		s.StaleRejected >= 1 && len(s.HistoryErrors) == 0
+		s.StaleRejected >= 1 && s.StaleAccepted == 0 && len(s.Mismatches) == 0
 }
 
 // Line is the summary's final line.
@@ -69,50 +80,23 @@ func (s Summary) Line() string {
 		s.Produced, s.Applied, s.Duplicates, s.Lost, s.OrderViolations, s.StaleRejected)
 }
 
-// ErrInvariant is matched by the error Run returns when the run finished but
-// an invariant did not hold or the fault did not happen.
+// ErrInvariant is matched by the error Run returns when the run finished
+// but an invariant did not hold or the fault did not happen.
 var ErrInvariant = errors.New("demo: invariant violated")
 
-const (
-	topic = "ledger-commands"
-	group = "ledger"
-)
+// ErrConfig is matched by the error Run returns for a bad Config.
+var ErrConfig = errors.New("demo: invalid config")
 
-type run struct {
-	cfg   Config
-	start time.Time
-	mu    sync.Mutex
-	lines []string
-	names map[string]string // member ID -> worker name
-}
+const group = "ledger-demo"
 
-func (r *run) logf(format string, args ...any) {
-	line := fmt.Sprintf("%6.2fs  ", time.Since(r.start).Seconds()) + fmt.Sprintf(format, args...)
-	r.mu.Lock()
-	r.lines = append(r.lines, line)
-	r.mu.Unlock()
-	if r.cfg.Out != nil {
-		fmt.Fprintln(r.cfg.Out, line)
-	}
-}
-
-func (r *run) name(member string) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if n, ok := r.names[member]; ok {
-		return n
-	}
-	return "member " + member
-}
-
-// Run executes the demo. It owns everything it starts and stops it before
-// returning. The returned error matches ErrInvariant when the summary is not OK.
+// Run executes the demo. It owns every process it starts and stops them
+// before returning. The error matches ErrInvariant when the summary is not OK.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.Commands == 0 {
 		cfg.Commands = 3000
 	}
 	if cfg.Accounts == 0 {
-		cfg.Accounts = 200
+		cfg.Accounts = 300
 	}
 	if cfg.Partitions == 0 {
 		cfg.Partitions = 6
@@ -120,343 +104,573 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = 3
 	}
-	if cfg.Commands < 0 || cfg.Accounts <= 0 || cfg.Partitions < 0 || cfg.Workers < 2 {
-		return Summary{}, fmt.Errorf("demo: need positive commands, accounts, partitions and at least 2 workers")
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = 2 * time.Second
 	}
-	r := &run{cfg: cfg, start: time.Now(), names: map[string]string{}}
-
-	b, err := broker.Start(broker.Config{
-		Listen:            "127.0.0.1:0",
-		Topics:            map[string]int32{topic: cfg.Partitions},
-		MinSessionTimeout: 100 * time.Millisecond,
-		Logger:            cfg.Logger,
-	})
+	switch {
+	case cfg.Commands < 100, cfg.Accounts <= 0, cfg.Partitions <= 0:
+		return Summary{}, fmt.Errorf("%w: need at least 100 commands and positive accounts and partitions", ErrConfig)
+	case cfg.Workers < 2:
+		return Summary{}, fmt.Errorf("%w: need at least 2 workers, so that one can take over from the frozen one", ErrConfig)
+	case len(cfg.WorkerArgv) == 0:
+		return Summary{}, fmt.Errorf("%w: no worker command", ErrConfig)
+	}
+	d := &run{cfg: cfg, start: time.Now(), ctx: ctx}
+	defer d.stopAll()
+	sum, err := d.run()
+	d.mu.Lock()
+	sum.Timeline = slices.Clone(d.lines)
+	d.mu.Unlock()
 	if err != nil {
-		return Summary{}, err
+		return sum, err
 	}
-	defer b.Close()
-	r.logf("embedded broker on %s, topic %s with %d partitions, memory sink", b.Addr(), topic, cfg.Partitions)
-
-	s := memory.New()
-	var stale atomic.Int64
-
-	// The victim's freeze: its handler blocks, its heartbeats vanish.
-	var frozen atomic.Bool
-	var victimMember atomic.Value
-	victimMember.Store("")
-	thaw := make(chan struct{})
-	entered := make(chan struct{})
-	var enterOnce sync.Once
-	var swallowed atomic.Int64
-	c := b.Cluster()
-	c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if hb, ok := req.(*kmsg.HeartbeatRequest); ok && frozen.Load() && hb.MemberID == victimMember.Load().(string) {
-			// The frozen process's heartbeat does not reach the
-			// coordinator until the process resumes; then it is
-			// answered as the coordinator sees fit (the member is gone).
-			swallowed.Add(1)
-			c.SleepControl(func() { <-thaw })
-		}
-		return nil, nil, false
-	})
-
-	ledger := func(victim bool) consumer.Handler[*memory.Tx] {
-		return func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
-			if victim && frozen.Load() {
-				enterOnce.Do(func() { close(entered) })
-				<-thaw // frozen: ignores ctx, as a stopped process would
-			}
-			return post(tx, cmd)
-		}
-	}
-
-	workers := make([]*consumer.Worker[*memory.Tx], cfg.Workers)
-	defer func() {
-		for _, w := range workers {
-			if w != nil {
-				w.Close()
-			}
-		}
-	}()
-	for i := range workers {
-		name := "w" + strconv.Itoa(i+1)
-		victim := i == 0
-		w, err := consumer.New(ctx, consumer.Config[*memory.Tx]{
-			Brokers:           []string{b.Addr()},
-			Group:             group,
-			Topic:             topic,
-			Sink:              s,
-			Handlers:          map[string]consumer.Handler[*memory.Tx]{"deposit": ledger(victim), "withdraw": ledger(victim)},
-			SessionTimeout:    time.Second,
-			HeartbeatInterval: 100 * time.Millisecond,
-			RebalanceTimeout:  5 * time.Second,
-			RevokeTimeout:     time.Minute,
-			MaxBatch:          50,
-			ClientID:          name,
-			Logger:            cfg.Logger,
-			OnFenced: func(err error) {
-				var fe *sink.FencedError
-				if errors.As(err, &fe) {
-					stale.Add(1)
-					r.logf("REJECTED late %s by %s: offered epoch %d on partition %d, sink holder is %s at epoch %d",
-						fe.Op, name, fe.Offered.Epoch, fe.Offered.Partition, r.name(fe.Stored.Member), fe.Stored.Epoch)
-				}
-			},
-		})
-		if err != nil {
-			return Summary{}, err
-		}
-		workers[i] = w
-	}
-	// Wait for every partition to be claimed, and learn member names.
-	if err := waitUntil(ctx, 30*time.Second, func() bool {
-		n := 0
-		for i, w := range workers {
-			m, _ := w.Member()
-			r.mu.Lock()
-			r.names[m] = "w" + strconv.Itoa(i+1)
-			r.mu.Unlock()
-			n += len(w.Owned())
-		}
-		if n != int(cfg.Partitions) {
-			return false
-		}
-		for _, w := range workers {
-			if len(w.Owned()) == 0 {
-				return false
-			}
-		}
-		return true
-	}); err != nil {
-		return Summary{}, fmt.Errorf("demo: workers did not take every partition: %w", err)
-	}
-	for i, w := range workers {
-		r.logf("w%d owns %s", i+1, describe(w.Owned()))
-	}
-	victim := workers[0]
-	vm, _ := victim.Member()
-	victimMember.Store(vm)
-	victimParts := victim.Owned()
-
-	// Produce the ledger commands through the router.
-	rt, err := router.New(ctx, router.Config{Brokers: []string{b.Addr()}, Topic: topic, Logger: cfg.Logger})
-	if err != nil {
-		return Summary{}, err
-	}
-	defer rt.Close()
-	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed+1))
-	produced := make(map[string]int, cfg.Accounts) // account -> commands sent
-	var sendErr atomic.Value
-	half := cfg.Commands / 2
-	send := func(from, to int) error {
-		for i := from; i < to; i++ {
-			acct := "acct-" + strconv.Itoa(rng.IntN(cfg.Accounts))
-			typ, amount := "deposit", 1+rng.IntN(100)
-			if rng.IntN(3) == 0 {
-				typ = "withdraw"
-			}
-			seq := produced[acct]
-			produced[acct]++
-			rt.SendAsync(ctx, router.Command{Key: []byte(acct), Type: typ,
-				Payload: []byte(strconv.Itoa(seq) + ":" + strconv.Itoa(amount))},
-				func(_ router.Result, err error) {
-					if err != nil {
-						sendErr.CompareAndSwap(nil, err)
-					}
-				})
-		}
-		if err := rt.Flush(ctx); err != nil {
-			return err
-		}
-		if e, _ := sendErr.Load().(error); e != nil {
-			return e
-		}
-		return nil
-	}
-	if err := send(0, half); err != nil {
-		return Summary{}, fmt.Errorf("demo: produce: %w", err)
-	}
-	r.logf("produced %d commands over %d accounts", half, cfg.Accounts)
-
-	// Freeze the victim mid-batch.
-	frozen.Store(true)
-	if err := send(half, cfg.Commands); err != nil {
-		return Summary{}, fmt.Errorf("demo: produce: %w", err)
-	}
-	r.logf("produced %d more commands", cfg.Commands-half)
-	select {
-	case <-entered:
-	case <-ctx.Done():
-		return Summary{}, ctx.Err()
-	case <-time.After(30 * time.Second):
-		return Summary{}, fmt.Errorf("demo: the frozen worker never reached a batch")
-	}
-	r.logf("PAUSE w1: frozen inside a batch (heartbeats stop) past its 1s session timeout; it owned %s", describe(victimParts))
-
-	// Wait until every partition of the victim is claimed by someone else.
-	if err := waitUntil(ctx, 60*time.Second, func() bool {
-		taken := 0
-		for _, tok := range victimParts {
-			if f := fenceOf(s, tok.Scope()); f.Holder.Member != vm && f.Holder.Epoch > tok.Epoch {
-				taken++
-			}
-		}
-		return taken == len(victimParts)
-	}); err != nil {
-		return Summary{}, fmt.Errorf("demo: the frozen worker's partitions were not taken over: %w", err)
-	}
-	for _, tok := range victimParts {
-		f := fenceOf(s, tok.Scope())
-		r.logf("partition %d taken over by %s at epoch %d (w1 held it at epoch %d)", tok.Partition, r.name(f.Holder.Member), f.Holder.Epoch, tok.Epoch)
-	}
-	r.logf("RESUME w1 (%d of its heartbeats were held back while it was frozen)", swallowed.Load())
-	close(thaw)
-	frozen.Store(false)
-
-	if err := waitUntil(ctx, 60*time.Second, func() bool { return stale.Load() >= 1 }); err != nil {
-		return Summary{}, fmt.Errorf("demo: the late write was never attempted: %w", err)
-	}
-	// Lag to zero: every produced command applied.
-	if err := waitUntil(ctx, 90*time.Second, func() bool { return countApplied(s) >= cfg.Commands }); err != nil {
-		r.logf("not every command was applied: %d of %d", countApplied(s), cfg.Commands)
-	} else {
-		r.logf("lag is zero: all %d commands applied", cfg.Commands)
-	}
-	for i, w := range workers {
-		r.logf("w%d finally owns %s", i+1, describe(w.Owned()))
-	}
-
-	sum := summarize(s, produced)
-	sum.Produced = cfg.Commands
-	sum.StaleRejected = int(stale.Load())
-	if err := s.Verify(); err != nil {
-		var ve *memory.VerifyError
-		if errors.As(err, &ve) {
-			for _, v := range ve.Violations {
-				sum.HistoryErrors = append(sum.HistoryErrors, v.String())
-			}
-		} else {
-			sum.HistoryErrors = append(sum.HistoryErrors, err.Error())
-		}
-	}
-	r.mu.Lock()
-	sum.Timeline = slices.Clone(r.lines)
-	r.mu.Unlock()
 	if !sum.OK() {
 		return sum, fmt.Errorf("%w: %s", ErrInvariant, sum.Line())
 	}
 	return sum, nil
 }
 
-// post applies one ledger command: it appends the command's sequence number
-// to the account's log and updates the balance; a withdrawal that would
-// overdraw is recorded as refused (a business outcome, not an error).
-func post(tx *memory.Tx, cmd consumer.Command) error {
-	seq, amountStr, ok := strings.Cut(string(cmd.Payload), ":")
-	amount, err := strconv.Atoi(amountStr)
-	if !ok || err != nil {
-		return fmt.Errorf("demo: malformed ledger payload %q", cmd.Payload)
-	}
-	acct := string(cmd.Key)
-	bal := 0
-	if v, ok := tx.Get("balance/" + acct); ok {
-		bal, _ = strconv.Atoi(string(v))
-	}
-	outcome := "ok"
-	switch cmd.Type {
-	case "deposit":
-		bal += amount
-	case "withdraw":
-		if amount > bal {
-			outcome = "refused"
-		} else {
-			bal -= amount
-		}
-	}
-	tx.Put("balance/"+acct, []byte(strconv.Itoa(bal)))
-	logKey := "log/" + acct
-	cur, _ := tx.Get(logKey)
-	next := append(slices.Clip(cur), []byte(seq+"="+outcome+",")...)
-	tx.Put(logKey, next)
-	return nil
+type run struct {
+	cfg     Config
+	ctx     context.Context
+	start   time.Time
+	mu      sync.Mutex
+	lines   []string
+	workers []*worker
 }
 
-// summarize checks L, O and X from the account logs against what was sent.
-func summarize(s *memory.Sink, produced map[string]int) Summary {
-	var sum Summary
-	for acct, n := range produced {
-		v, _ := s.Get("log/" + acct)
-		seen := map[int]bool{}
-		prev := -1
-		for _, entry := range strings.Split(strings.TrimSuffix(string(v), ","), ",") {
-			if entry == "" {
-				continue
+func (d *run) logf(format string, args ...any) {
+	line := fmt.Sprintf("%6.2fs  ", time.Since(d.start).Seconds()) + fmt.Sprintf(format, args...)
+	d.mu.Lock()
+	d.lines = append(d.lines, line)
+	d.mu.Unlock()
+	if d.cfg.Out != nil {
+		fmt.Fprintln(d.cfg.Out, line)
+	}
+}
+
+func (d *run) run() (Summary, error) {
+	ctx := d.ctx
+	dir, err := os.MkdirTemp("", "workrouter-demo-")
+	if err != nil {
+		return Summary{}, err
+	}
+	defer os.RemoveAll(dir)
+
+	brokers := d.cfg.Brokers
+	topic := ledger.Topic
+	if len(brokers) == 0 {
+		b, err := broker.Start(broker.Config{
+			Listen:            "127.0.0.1:0",
+			DataDir:           filepath.Join(dir, "broker"),
+			Topics:            map[string]int32{topic: d.cfg.Partitions},
+			MinSessionTimeout: 100 * time.Millisecond,
+		})
+		if err != nil {
+			return Summary{}, err
+		}
+		defer b.Close()
+		brokers = []string{b.Addr()}
+		d.logf("embedded broker on %s (data in %s), topic %s with %d partitions", b.Addr(), dir, topic, d.cfg.Partitions)
+	} else {
+		topic = fmt.Sprintf("%s-demo-%d", ledger.Topic, time.Now().UnixNano())
+		adm, err := kadm.NewOptClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			return Summary{}, err
+		}
+		_, err = adm.CreateTopic(ctx, d.cfg.Partitions, -1, nil, topic)
+		adm.Close()
+		if err != nil {
+			return Summary{}, fmt.Errorf("demo: creating topic %s on %v: %w", topic, brokers, err)
+		}
+		d.logf("cluster %v, topic %s with %d partitions", brokers, topic, d.cfg.Partitions)
+	}
+
+	path := d.cfg.SinkPath
+	if path == "" {
+		path = filepath.Join(dir, "ledger.db")
+	}
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		return Summary{}, err
+	}
+	defer s.Close()
+	if err := ledger.SetupSQLite(ctx, s.DB()); err != nil {
+		return Summary{}, err
+	}
+	d.logf("SQLite sink %s", path)
+
+	// Workers; w1 will freeze itself with SIGSTOP just before its 4th batch.
+	for i := 1; i <= d.cfg.Workers; i++ {
+		extra := []string{}
+		if i == 1 {
+			extra = append(extra, "--freeze-before-batch", "4")
+		}
+		w, err := d.startWorker("w"+strconv.Itoa(i), brokers, topic, path, extra...)
+		if err != nil {
+			return Summary{}, err
+		}
+		d.workers = append(d.workers, w)
+	}
+	if err := d.waitUntil(60*time.Second, "every partition claimed by a worker", func() bool {
+		owned := map[int32]bool{}
+		for _, w := range d.workers {
+			for p := range w.owned() {
+				owned[p] = true
 			}
-			seqStr, _, _ := strings.Cut(entry, "=")
-			seq, _ := strconv.Atoi(seqStr)
-			sum.Applied++
-			if seen[seq] {
-				sum.Duplicates++
+		}
+		return len(owned) == int(d.cfg.Partitions)
+	}); err != nil {
+		return Summary{}, err
+	}
+	time.Sleep(500 * time.Millisecond) // let the cooperative rebalances settle
+	for _, w := range d.workers {
+		d.logf("%s owns %s", w.name, describe(w.owned()))
+	}
+
+	rt, err := router.New(ctx, router.Config{Brokers: brokers, Topic: topic})
+	if err != nil {
+		return Summary{}, err
+	}
+	defer rt.Close()
+	p := &producer{rt: rt, rng: rand.New(rand.NewPCG(d.cfg.Seed, d.cfg.Seed+7)), accounts: d.cfg.Accounts, seqs: map[string]int{}}
+	half := d.cfg.Commands / 2
+	if err := p.send(ctx, half); err != nil {
+		return Summary{}, err
+	}
+	d.logf("produced %d ledger commands over %d accounts", half, d.cfg.Accounts)
+
+	victim := d.workers[0]
+	if err := d.waitUntil(60*time.Second, victim.name+" to freeze", func() bool { return victim.frozen() && victim.stoppedState() }); err != nil {
+		return Summary{}, err
+	}
+	ft := victim.freezeToken()
+	held := victim.owned()
+	d.logf("PAUSE %s: SIGSTOP just before its batch on partition %d at epoch %d; its session timeout is %s; it held %s",
+		victim.name, ft.partition, ft.epoch, d.cfg.SessionTimeout, describe(held))
+
+	// Another worker must take over every partition the victim held and
+	// apply there, while the victim is frozen.
+	if err := d.waitUntil(90*time.Second, "the frozen worker's partitions to be taken over", func() bool {
+		for part, c := range held {
+			owner, oc := d.ownerOf(part)
+			if owner == nil || owner == victim || oc.epoch <= c.epoch {
+				return false
 			}
-			seen[seq] = true
-			if seq < prev {
-				sum.OrderViolations++
-			}
-			prev = seq
+		}
+		return true
+	}); err != nil {
+		return Summary{}, err
+	}
+	for part, c := range held {
+		owner, oc := d.ownerOf(part)
+		d.logf("partition %d taken over by %s at epoch %d (from %s's epoch %d), resuming at offset %d", part, owner.name, oc.epoch, victim.name, c.epoch, oc.next)
+	}
+	if !victim.stoppedState() {
+		return Summary{}, fmt.Errorf("demo: %s resumed before the takeover: the pause did not outlast its session", victim.name)
+	}
+	if err := victim.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return Summary{}, err
+	}
+	d.logf("RESUME %s with SIGCONT: it still believes it owns partition %d at epoch %d", victim.name, ft.partition, ft.epoch)
+	if err := d.waitUntil(60*time.Second, "the late write to be decided", func() bool { return victim.fencedCount() > 0 }); err != nil {
+		return Summary{}, err
+	}
+	for _, f := range victim.fencedLines() {
+		d.logf("REJECTED late write by %s: %s", victim.name, f)
+	}
+
+	if err := p.send(ctx, d.cfg.Commands-half); err != nil {
+		return Summary{}, err
+	}
+	d.logf("produced %d more commands", d.cfg.Commands-half)
+	if err := d.waitUntil(120*time.Second, "every command applied and Kafka lag at zero", func() bool {
+		n, err := countPostings(ctx, s)
+		return err == nil && n >= d.cfg.Commands && lagZero(ctx, brokers, topic)
+	}); err != nil {
+		d.logf("not converged: %v", err)
+	} else {
+		d.logf("lag is zero: all %d commands applied", d.cfg.Commands)
+	}
+	for _, w := range d.workers {
+		d.logf("%s finally owns %s", w.name, describe(w.owned()))
+	}
+
+	// Verify from the sink's own records.
+	rep, err := ledger.VerifySQLite(ctx, s.DB())
+	if err != nil {
+		return Summary{}, err
+	}
+	sum := Summary{Produced: d.cfg.Commands, Applied: rep.Postings, Duplicates: rep.Duplicates,
+		OrderViolations: rep.OrderViolations, Mismatches: rep.Mismatches}
+	for acct, n := range p.seqs {
+		have := map[int]bool{}
+		for _, s := range rep.Seqs[acct] {
+			have[s] = true
 		}
 		for i := 0; i < n; i++ {
-			if !seen[i] {
+			if !have[i] {
 				sum.Lost++
 			}
 		}
 	}
-	return sum
+	for _, w := range d.workers {
+		sum.StaleRejected += w.fencedCount()
+	}
+	stale, err := staleAccepted(ctx, s, group, topic, d.cfg.Partitions)
+	if err != nil {
+		return Summary{}, err
+	}
+	sum.StaleAccepted = stale
+	return sum, nil
 }
 
-func countApplied(s *memory.Sink) int {
-	n := 0
-	for _, k := range s.Keys("log/") {
-		v, _ := s.Get(k)
-		n += strings.Count(string(v), ",")
-	}
-	return n
-}
-
-func fenceOf(s *memory.Sink, scope epochs.Scope) sink.Fence {
-	fs, _ := s.Fences(context.Background())
-	for _, f := range fs {
-		if f.Scope == scope {
-			return f
-		}
-	}
-	return sink.Fence{}
-}
-
-func describe(toks []epochs.Token) string {
-	if len(toks) == 0 {
-		return "no partitions"
-	}
-	parts := make([]string, len(toks))
-	for i, t := range toks {
-		parts[i] = fmt.Sprintf("p%d@epoch%d", t.Partition, t.Epoch)
-	}
-	return strings.Join(parts, " ")
-}
-
-func waitUntil(ctx context.Context, d time.Duration, cond func() bool) error {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
+func (d *run) waitUntil(timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
 	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("demo: gave up after %s waiting for %s", timeout, what)
+		}
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return fmt.Errorf("gave up after %s", d)
-		case <-tick.C:
+		case <-d.ctx.Done():
+			return d.ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		for _, w := range d.workers {
+			if w.exited() {
+				return fmt.Errorf("demo: worker %s exited while waiting for %s: %s", w.name, what, w.lastErr())
+			}
 		}
 	}
 	return nil
+}
+
+// ownerOf returns the worker whose latest claim of part is the newest.
+func (d *run) ownerOf(part int32) (*worker, claimEvent) {
+	var best *worker
+	var bc claimEvent
+	for _, w := range d.workers {
+		if c, ok := w.owned()[part]; ok && (best == nil || c.epoch > bc.epoch) {
+			best, bc = w, c
+		}
+	}
+	return best, bc
+}
+
+func (d *run) stopAll() {
+	for _, w := range d.workers {
+		w.cmd.Process.Signal(syscall.SIGCONT)
+		w.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, w := range d.workers {
+		select {
+		case <-w.done:
+		case <-time.After(15 * time.Second):
+			w.cmd.Process.Kill()
+			<-w.done
+		}
+	}
+}
+
+func describe(owned map[int32]claimEvent) string {
+	if len(owned) == 0 {
+		return "no partitions"
+	}
+	parts := slices.Sorted(func(yield func(int32) bool) {
+		for p := range owned {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = fmt.Sprintf("p%d@epoch%d", p, owned[p].epoch)
+	}
+	return strings.Join(out, " ")
+}
+
+// ---- the producer ----
+
+type producer struct {
+	rt       *router.Router
+	rng      *rand.Rand
+	accounts int
+	seqs     map[string]int
+	n        int
+}
+
+func (p *producer) send(ctx context.Context, count int) error {
+	var mu sync.Mutex
+	var first error
+	for i := 0; i < count; i++ {
+		acct := "acct-" + strconv.Itoa(p.rng.IntN(p.accounts))
+		seq := p.seqs[acct]
+		p.seqs[acct]++
+		p.n++
+		id := "cmd-" + strconv.Itoa(p.n)
+		amount := int64(1 + p.rng.IntN(10000))
+		cmd := ledger.Deposit(acct, id, seq, amount)
+		if p.rng.IntN(3) == 0 {
+			cmd = ledger.Withdraw(acct, id, seq, amount)
+		}
+		p.rt.SendAsync(ctx, cmd, func(_ router.Result, err error) {
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	if err := p.rt.Flush(ctx); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return first
+}
+
+// ---- reading the sink ----
+
+func countPostings(ctx context.Context, s *sqlite.Sink) (int, error) {
+	var n int
+	err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM ledger_postings`).Scan(&n)
+	return n, err
+}
+
+// staleAccepted counts postings written under a token older than a claim
+// that had already taken the scope over from an earlier offset (invariant F).
+func staleAccepted(ctx context.Context, s *sqlite.Sink, group, topic string, partitions int32) (int, error) {
+	n := 0
+	for p := int32(0); p < partitions; p++ {
+		hist, err := s.History(ctx, scopeOf(group, topic, p))
+		if err != nil {
+			return 0, err
+		}
+		for _, h := range hist {
+			if h.Kind != sqlite.KindClaim {
+				continue
+			}
+			var c int
+			if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM ledger_postings WHERE topic = ? AND part = ? AND off >= ? AND epoch < ?`,
+				topic, p, h.NextOffset, h.Token.Epoch).Scan(&c); err != nil {
+				return 0, err
+			}
+			n += c
+		}
+	}
+	return n, nil
+}
+
+func scopeOf(group, topic string, p int32) epochs.Scope {
+	return epochs.Scope{Group: group, Topic: topic, Partition: p}
+}
+
+func lagZero(ctx context.Context, brokers []string, topic string) bool {
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return false
+	}
+	defer adm.Close()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return false
+	}
+	committed, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return false
+	}
+	ok := true
+	ends.Each(func(o kadm.ListedOffset) {
+		c, found := committed.Lookup(topic, o.Partition)
+		if o.Offset > 0 && (!found || c.At != o.Offset) {
+			ok = false
+		}
+	})
+	return ok
+}
+
+// ---- worker processes ----
+
+type claimEvent struct {
+	epoch int32
+	next  int64
+}
+
+type worker struct {
+	name    string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	mu      sync.Mutex
+	claims  map[int32]claimEvent
+	fenced  []string
+	freeze  *claimEvent
+	freezeP int32
+	errs    []string
+}
+
+func (d *run) startWorker(name string, brokers []string, topic, path string, extra ...string) (*worker, error) {
+	args := append(slices.Clone(d.cfg.WorkerArgv[1:]), "worker",
+		"--example", "ledger",
+		"--brokers", strings.Join(brokers, ","),
+		"--topic", topic,
+		"--group", group,
+		"--sink", "sqlite:"+path,
+		"--client-id", name,
+		"--max-batch", "50",
+		"--session-timeout", d.cfg.SessionTimeout.String(),
+		"--heartbeat-interval", "200ms",
+		"--revoke-timeout", "5s",
+		"--log-level", "info",
+	)
+	args = append(args, extra...)
+	cmd := exec.Command(d.cfg.WorkerArgv[0], args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	w := &worker{name: name, cmd: cmd, done: make(chan struct{}), claims: map[int32]claimEvent{}}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("demo: starting worker %s: %w", name, err)
+	}
+	go func() {
+		defer close(w.done)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			w.observe(sc.Text())
+		}
+		cmd.Wait()
+	}()
+	return w, nil
+}
+
+// observe reads one of the worker's log lines (slog text format).
+func (w *worker) observe(line string) {
+	kv := parseLogfmt(line)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	part64, _ := strconv.ParseInt(kv["partition"], 10, 32)
+	epoch64, _ := strconv.ParseInt(kv["epoch"], 10, 32)
+	part, epoch := int32(part64), int32(epoch64)
+	switch kv["msg"] {
+	case "partition claimed":
+		next, _ := strconv.ParseInt(kv["next_offset"], 10, 64)
+		w.claims[part] = claimEvent{epoch: epoch, next: next}
+	case "partition revoked", "partition lost":
+		if c, ok := w.claims[part]; ok && c.epoch == epoch {
+			delete(w.claims, part)
+		}
+	case "apply fenced; partition stopped", "claim fenced; partition stopped":
+		delete(w.claims, part)
+		w.fenced = append(w.fenced, kv["err"])
+	case "freezing (SIGSTOP) before batch":
+		w.freeze = &claimEvent{epoch: epoch}
+		w.freezeP = part
+	}
+	if kv["level"] == "ERROR" && !strings.Contains(kv["msg"], "fenced") {
+		w.errs = append(w.errs, kv["msg"]+": "+kv["err"])
+	}
+}
+
+func (w *worker) owned() map[int32]claimEvent {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[int32]claimEvent, len(w.claims))
+	for p, c := range w.claims {
+		out[p] = c
+	}
+	return out
+}
+
+func (w *worker) frozen() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.freeze != nil
+}
+
+type freezeInfo struct {
+	partition int32
+	epoch     int32
+}
+
+func (w *worker) freezeToken() freezeInfo {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return freezeInfo{partition: w.freezeP, epoch: w.freeze.epoch}
+}
+
+func (w *worker) fencedCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.fenced)
+}
+
+func (w *worker) fencedLines() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.fenced)
+}
+
+func (w *worker) exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *worker) lastErr() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.errs) == 0 {
+		return "no error logged"
+	}
+	return w.errs[len(w.errs)-1]
+}
+
+// stoppedState reports whether the process is stopped (SIGSTOP).
+func (w *worker) stoppedState() bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", w.cmd.Process.Pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && (s[i+2] == 'T' || s[i+2] == 't')
+}
+
+// parseLogfmt parses a slog text line: key=value pairs, values optionally
+// quoted.
+func parseLogfmt(line string) map[string]string {
+	out := map[string]string{}
+	for len(line) > 0 {
+		line = strings.TrimLeft(line, " ")
+		eq := strings.IndexByte(line, '=')
+		if eq <= 0 {
+			break
+		}
+		key := line[:eq]
+		line = line[eq+1:]
+		var val string
+		if strings.HasPrefix(line, `"`) {
+			q, err := strconv.QuotedPrefix(line)
+			if err != nil {
+				break
+			}
+			val, _ = strconv.Unquote(q)
+			line = line[len(q):]
+		} else {
+			sp := strings.IndexByte(line, ' ')
+			if sp < 0 {
+				sp = len(line)
+			}
+			val, line = line[:sp], line[sp:]
+		}
+		out[key] = val
+	}
+	return out
 }

@@ -1,41 +1,33 @@
-package demo_test
+package demo
 
 import (
 	"context"
-	"strings"
+	"errors"
 	"testing"
-
-	"go.uber.org/goleak"
-
-	"github.com/workrouter/workrouter/internal/demo"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The full demo runs worker processes of the workrouter binary; it is
+// tested end to end in cmd/workrouter (TestDemoCommand).
 
-func TestDemoInvariantsHoldAndStaleWriteRejected(t *testing.T) {
-	var out strings.Builder
-	sum, err := demo.Run(context.Background(), demo.Config{Commands: 1200, Accounts: 60, Out: &out})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	if sum.StaleRejected < 1 {
-		t.Fatalf("no stale write rejected: the fault did not happen\n%s", out.String())
-	}
-	if sum.Produced != 1200 || sum.Applied != 1200 || sum.Duplicates != 0 || sum.Lost != 0 || sum.OrderViolations != 0 {
-		t.Fatalf("summary %+v", sum)
-	}
-	for _, want := range []string{"PAUSE w1", "RESUME w1", "taken over by", "REJECTED late apply"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("timeline lacks %q:\n%s", want, out.String())
+func TestRejectsBadConfig(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"one worker":     {Workers: 1, WorkerArgv: []string{"x"}},
+		"no worker argv": {},
+		"few commands":   {Commands: 10, WorkerArgv: []string{"x"}},
+	} {
+		if _, err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: err = %v, want ErrConfig", name, err)
 		}
-	}
-	if !strings.HasPrefix(sum.Line(), "demo: produced=1200 applied=1200 duplicates=0 lost=0 order_violations=0 stale_rejected=") {
-		t.Fatalf("final line %q", sum.Line())
 	}
 }
 
-func TestDemoRejectsBadConfig(t *testing.T) {
-	if _, err := demo.Run(context.Background(), demo.Config{Workers: 1}); err == nil {
-		t.Fatal("a demo with one worker cannot show a takeover; want an error")
+func TestParseLogfmt(t *testing.T) {
+	kv := parseLogfmt(`time=2026-11-29T14:00:00Z level=INFO msg="partition claimed" group=g partition=3 epoch=4 member=w1-abc next_offset=128 err="sink: apply fenced for g/t/3: offered epoch 1"`)
+	want := map[string]string{"level": "INFO", "msg": "partition claimed", "partition": "3", "epoch": "4",
+		"member": "w1-abc", "next_offset": "128", "err": "sink: apply fenced for g/t/3: offered epoch 1"}
+	for k, v := range want {
+		if kv[k] != v {
+			t.Errorf("%s = %q, want %q", k, kv[k], v)
+		}
 	}
 }

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/internal/broker"
+	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/sink/sqlite"
+)
+
+// TestDemoCommand runs `workrouter demo` as a new user would: worker
+// processes, a SIGSTOPped worker, and the final line with every invariant
+// holding and at least one stale write rejected.
+func TestDemoCommand(t *testing.T) {
+	p := startProc(t, []string{"demo", "--commands", "1200", "--accounts", "100"})
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	out := p.stdout.String()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	if !regexp.MustCompile(`^demo: produced=1200 applied=1200 duplicates=0 lost=0 order_violations=0 stale_rejected=[1-9][0-9]*$`).MatchString(last) {
+		t.Fatalf("final line %q\n%s", last, out)
+	}
+	for _, want := range []string{"PAUSE w1: SIGSTOP", "taken over by", "RESUME w1 with SIGCONT", "REJECTED late write by w1", "lag is zero"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("timeline lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDemoCommandRejectsBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"demo", "--workers", "1"},
+		{"demo", "--sink", "postgres://x@127.0.0.1/db"},
+		{"demo", "--commands", "5"},
+	} {
+		p := startProc(t, args)
+		if code := p.wait(t); code == 0 {
+			t.Errorf("%v exited 0", args)
+		}
+		if errLine := strings.TrimSpace(p.stderr.String()); !strings.HasPrefix(errLine, "workrouter: ") || strings.Count(errLine, "\n") != 0 {
+			t.Errorf("%v: want one 'workrouter: …' line on stderr, got %q", args, errLine)
+		}
+	}
+}
+
+// TestWorkerCommand runs the ledger example worker against the embedded
+// broker and an SQLite sink, produces commands, checks they are applied
+// exactly once, and stops it with SIGINT.
+func TestWorkerCommand(t *testing.T) {
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", Topics: map[string]int32{ledger.Topic: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	w := startProc(t, []string{"worker", "--example", "ledger", "--brokers", b.Addr(), "--sink", "sqlite:" + path, "--client-id", "w1", "--metrics-addr", "127.0.0.1:0"})
+	select {
+	case line := <-w.stdout.firstLine:
+		if !strings.Contains(line, "workrouter worker w1: example ledger, group ledger-workers, topic ledger") {
+			t.Fatalf("first line %q", line)
+		}
+	case <-time.After(deadline):
+		t.Fatalf("worker did not start; stderr:\n%s", w.stderr)
+	}
+	ctx := context.Background()
+	rt, err := router.New(ctx, router.Config{Brokers: []string{b.Addr()}, Topic: ledger.Topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	for i := 0; i < 60; i++ {
+		acct := []string{"a", "b", "c", "d"}[i%4]
+		if _, err := rt.Send(ctx, ledger.Deposit(acct, fmt.Sprintf("id-%d", i), i/4, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var rep ledger.Report
+	waitUntil(t, "60 postings", func() bool {
+		rep, err = ledger.VerifySQLite(ctx, s.DB())
+		return err == nil && rep.Postings == 60
+	})
+	if rep.Duplicates != 0 || rep.OrderViolations != 0 || len(rep.Mismatches) != 0 {
+		t.Fatalf("ledger report %+v", rep)
+	}
+
+	// The ops endpoints show live values.
+	m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(w.stderr.String())
+	if m == nil {
+		t.Fatalf("no ops address logged:\n%s", w.stderr)
+	}
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + m[1] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitUntil(t, "the worker to report ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d", code)
+	}
+	_, metrics := get("/metrics")
+	applied := regexp.MustCompile(`workrouter_consumer_records_applied_total\{[^}]*\} (\d+)`).FindAllStringSubmatch(metrics, -1)
+	total := 0
+	for _, a := range applied {
+		n, _ := strconv.Atoi(a[1])
+		total += n
+	}
+	if total != 60 {
+		t.Fatalf("records_applied_total sums to %d, want 60:\n%s", total, metrics)
+	}
+	for _, want := range []string{"workrouter_consumer_tenure_epoch{", "workrouter_consumer_owned_partitions{", "go_goroutines"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	w.cmd.Process.Signal(syscall.SIGINT)
+	if code := w.wait(t); code != 0 {
+		t.Fatalf("worker exited %d after SIGINT; stderr:\n%s", code, w.stderr)
+	}
+	var n int
+	if err := s.DB().QueryRowContext(ctx, "SELECT count(*) FROM workrouter_fences").Scan(&n); err != nil && err != sql.ErrNoRows {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Fatalf("%d fence rows, want one per partition (3)", n)
+	}
+}
+
+func TestWorkerCommandRejectsBadInput(t *testing.T) {
+	for args, want := range map[string]string{
+		"worker --example nope":                                       "unknown example",
+		"worker --example ledger --sink bogus:x":                      "sink",
+		"worker --example ledger --protocol eager":                    "protocol",
+		"worker --example ledger --sink sqlite:/nonexistent-dir/x.db": "",
+	} {
+		p := startProc(t, strings.Fields(args))
+		if code := p.wait(t); code == 0 {
+			t.Errorf("%s exited 0", args)
+		}
+		errLine := strings.TrimSpace(p.stderr.String())
+		if !strings.HasPrefix(errLine, "workrouter: ") || !strings.Contains(errLine, want) {
+			t.Errorf("%s: stderr %q, want a 'workrouter: …%s…' line", args, errLine, want)
+		}
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
