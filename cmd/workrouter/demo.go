@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -21,7 +20,8 @@ func newDemoCmd() *cobra.Command {
 		Use:   "demo",
 		Short: "Show fencing at work: a frozen worker process's late write is rejected",
 		Long: `demo starts an embedded broker in a temporary directory, creates the topic,
-starts worker processes of the ledger example on an SQLite sink, produces
+starts worker processes of the ledger example on an SQLite sink (or
+PostgreSQL with --sink postgres://…), produces
 ledger commands over a few hundred accounts, freezes one worker with SIGSTOP
 past its session timeout (just before one of its batches, between
 transactions), resumes it with SIGCONT after another worker has taken over its
@@ -31,7 +31,8 @@ rejected. It prints a timeline and a final summary line, and exits non-zero if
 any invariant failed.`,
 		Example: `  workrouter demo
   workrouter demo --json
-  workrouter demo --brokers kafka-1:9092 --commands 10000`,
+  workrouter demo --brokers kafka-1:9092 --commands 10000
+  workrouter demo --sink postgres://postgres@127.0.0.1:5432/test`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			exe, err := os.Executable()
@@ -40,11 +41,15 @@ any invariant failed.`,
 			}
 			cfg.WorkerArgv = []string{exe}
 			if sink != "" {
-				path, ok := strings.CutPrefix(sink, "sqlite:")
-				if !ok || path == "" {
-					return fmt.Errorf("demo: --sink %q: the demo runs on SQLite (sqlite:PATH); PostgreSQL is not supported by the demo yet", sink)
+				spec, err := parseSinkSpec(sink)
+				if err != nil {
+					return err
 				}
-				cfg.SinkPath = path
+				if spec.kind == "postgres" {
+					cfg.PostgresDSN = spec.dsn
+				} else {
+					cfg.SinkPath = spec.path
+				}
 			}
 			out := cmd.OutOrStdout()
 			if !asJSON {
@@ -69,7 +74,7 @@ any invariant failed.`,
 	fl.IntVar(&cfg.Workers, "workers", 3, "worker processes (at least 2)")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed for the generated commands")
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run against this cluster instead of an embedded broker")
-	fl.StringVar(&sink, "sink", "", "SQLite sink file, sqlite:PATH (default: a temporary file)")
+	fl.StringVar(&sink, "sink", "", "sqlite:PATH or postgres://… (default: an SQLite file in a temporary directory; PostgreSQL runs in a fresh schema dropped at the end)")
 	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "the workers' session timeout (default 2s)")
 	fl.BoolVar(&asJSON, "json", false, "print the summary as one JSON object instead of the timeline")
 	return cmd

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -13,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/broker"
@@ -44,7 +48,7 @@ func TestDemoCommand(t *testing.T) {
 func TestDemoCommandRejectsBadInput(t *testing.T) {
 	for _, args := range [][]string{
 		{"demo", "--workers", "1"},
-		{"demo", "--sink", "postgres://x@127.0.0.1/db"},
+		{"demo", "--sink", "bogus:x"},
 		{"demo", "--commands", "5"},
 	} {
 		p := startProc(t, args)
@@ -174,5 +178,53 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestDemoCommandPostgres runs the same demo on PostgreSQL (skipped when no
+// server is reachable, except under CI=true).
+func TestDemoCommandPostgres(t *testing.T) {
+	dsn := os.Getenv("WORKROUTER_TEST_POSTGRES")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL at %s (WORKROUTER_TEST_POSTGRES) unreachable under CI=true: %v", dsn, err)
+		}
+		t.Skipf("PostgreSQL at %s unreachable (set WORKROUTER_TEST_POSTGRES): %v", dsn, err)
+	}
+	defer conn.Close(context.Background())
+	p := startProc(t, []string{"demo", "--commands", "1000", "--accounts", "80", "--sink", dsn, "--json"})
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	var sum struct {
+		Produced, Applied, Duplicates, Lost int
+		OrderViolations                     int `json:"order_violations"`
+		StaleRejected                       int `json:"stale_rejected"`
+	}
+	if err := json.Unmarshal([]byte(p.stdout.String()), &sum); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, p.stdout)
+	}
+	if sum.Produced != 1000 || sum.Applied != 1000 || sum.Duplicates+sum.Lost+sum.OrderViolations != 0 || sum.StaleRejected < 1 {
+		t.Fatalf("summary %+v", sum)
+	}
+	var left int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'workrouter_demo_%'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("demo schemas left behind: %d (%v)", left, err)
+	}
+}
+
+func TestVersionCommandRejectsArgs(t *testing.T) {
+	p := startProc(t, []string{"version", "extra"})
+	if code := p.wait(t); code == 0 {
+		t.Fatal("version with an argument exited 0")
+	}
+	if !strings.HasPrefix(p.stderr.String(), "workrouter: ") {
+		t.Fatalf("stderr %q", p.stderr)
 	}
 }

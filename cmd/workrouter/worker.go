@@ -126,7 +126,13 @@ func runWorker(cmd *cobra.Command, f workerFlags) error {
 		}
 		return serveWorker[*sql.Tx](cmd, f, protocol, s, handlers, logger)
 	case "postgres":
-		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Logger: logger})
+		// A search_path in the DSN names the schema of the sink's tables
+		// too, so that the sink and the example's tables live together.
+		var schema string
+		if pc, err := pgx.ParseConfig(spec.dsn); err == nil {
+			schema = pc.RuntimeParams["search_path"]
+		}
+		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: schema, Logger: logger})
 		if err != nil {
 			return err
 		}

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -31,6 +32,7 @@ import (
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/broker"
 	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
@@ -46,6 +48,9 @@ type Config struct {
 	Brokers []string
 	// SinkPath is the SQLite file; default a file in a temporary directory.
 	SinkPath string
+	// PostgresDSN, if set, runs the demo on PostgreSQL instead of SQLite,
+	// in a fresh schema that is dropped at the end.
+	PostgresDSN string
 	// WorkerArgv starts one worker process: the demo appends "worker" and
 	// its flags. Required (the CLI passes its own executable).
 	WorkerArgv []string
@@ -186,19 +191,12 @@ func (d *run) run() (Summary, error) {
 		d.logf("cluster %v, topic %s with %d partitions", brokers, topic, d.cfg.Partitions)
 	}
 
-	path := d.cfg.SinkPath
-	if path == "" {
-		path = filepath.Join(dir, "ledger.db")
-	}
-	s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+	st, err := d.openStore(ctx, dir)
 	if err != nil {
 		return Summary{}, err
 	}
-	defer s.Close()
-	if err := ledger.SetupSQLite(ctx, s.DB()); err != nil {
-		return Summary{}, err
-	}
-	d.logf("SQLite sink %s", path)
+	defer st.close()
+	d.logf("%s", st.desc)
 
 	// Workers; w1 will freeze itself with SIGSTOP just before its 4th batch.
 	for i := 1; i <= d.cfg.Workers; i++ {
@@ -206,7 +204,7 @@ func (d *run) run() (Summary, error) {
 		if i == 1 {
 			extra = append(extra, "--freeze-before-batch", "4")
 		}
-		w, err := d.startWorker("w"+strconv.Itoa(i), brokers, topic, path, extra...)
+		w, err := d.startWorker("w"+strconv.Itoa(i), brokers, topic, st.spec, extra...)
 		if err != nil {
 			return Summary{}, err
 		}
@@ -285,7 +283,7 @@ func (d *run) run() (Summary, error) {
 	}
 	d.logf("produced %d more commands", d.cfg.Commands-half)
 	if err := d.waitUntil(120*time.Second, "every command applied and Kafka lag at zero", func() bool {
-		n, err := countPostings(ctx, s)
+		n, err := st.count(ctx, `SELECT count(*) FROM ledger_postings`)
 		return err == nil && n >= d.cfg.Commands && lagZero(ctx, brokers, topic)
 	}); err != nil {
 		d.logf("not converged: %v", err)
@@ -297,7 +295,7 @@ func (d *run) run() (Summary, error) {
 	}
 
 	// Verify from the sink's own records.
-	rep, err := ledger.VerifySQLite(ctx, s.DB())
+	rep, err := st.verify(ctx)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -317,7 +315,7 @@ func (d *run) run() (Summary, error) {
 	for _, w := range d.workers {
 		sum.StaleRejected += w.fencedCount()
 	}
-	stale, err := staleAccepted(ctx, s, group, topic, d.cfg.Partitions)
+	stale, err := staleAccepted(ctx, st, group, topic, d.cfg.Partitions)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -434,31 +432,128 @@ func (p *producer) send(ctx context.Context, count int) error {
 
 // ---- reading the sink ----
 
-func countPostings(ctx context.Context, s *sqlite.Sink) (int, error) {
-	var n int
-	err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM ledger_postings`).Scan(&n)
-	return n, err
+// store is the demo's view of the sink: the workers' --sink value and the
+// queries the verification needs, on SQLite or PostgreSQL.
+type store struct {
+	spec   string
+	desc   string
+	count  func(ctx context.Context, q string, args ...any) (int, error)
+	verify func(ctx context.Context) (ledger.Report, error)
+	claims func(ctx context.Context, scope epochs.Scope) ([]claimEvent, error)
+	close  func()
+}
+
+func (d *run) openStore(ctx context.Context, dir string) (*store, error) {
+	if d.cfg.PostgresDSN != "" {
+		return openPostgres(ctx, d.cfg.PostgresDSN)
+	}
+	path := d.cfg.SinkPath
+	if path == "" {
+		path = filepath.Join(dir, "ledger.db")
+	}
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		return nil, err
+	}
+	if err := ledger.SetupSQLite(ctx, s.DB()); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return &store{
+		spec: "sqlite:" + path,
+		desc: "SQLite sink " + path,
+		count: func(ctx context.Context, q string, args ...any) (int, error) {
+			var n int
+			err := s.DB().QueryRowContext(ctx, q, args...).Scan(&n)
+			return n, err
+		},
+		verify: func(ctx context.Context) (ledger.Report, error) { return ledger.VerifySQLite(ctx, s.DB()) },
+		claims: func(ctx context.Context, scope epochs.Scope) ([]claimEvent, error) {
+			h, err := s.History(ctx, scope)
+			var out []claimEvent
+			for _, e := range h {
+				if e.Kind == sqlite.KindClaim {
+					out = append(out, claimEvent{epoch: e.Token.Epoch, next: e.NextOffset})
+				}
+			}
+			return out, err
+		},
+		close: func() { s.Close() },
+	}, nil
+}
+
+func openPostgres(ctx context.Context, dsn string) (*store, error) {
+	schema := fmt.Sprintf("workrouter_demo_%d", time.Now().UnixNano())
+	admin, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("demo: PostgreSQL %w", err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("demo: creating schema %s: %w", schema, err)
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	spec := dsn + sep + "search_path=" + schema
+	s, err := postgres.Open(ctx, postgres.Config{DSN: spec, Schema: schema})
+	if err == nil {
+		err = ledger.SetupPostgres(ctx, s.Pool())
+	}
+	dropSchema := func() {
+		admin.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		admin.Close()
+	}
+	if err != nil {
+		if s != nil {
+			s.Close()
+		}
+		dropSchema()
+		return nil, err
+	}
+	return &store{
+		spec: spec,
+		desc: "PostgreSQL sink in schema " + schema + " (dropped at the end)",
+		count: func(ctx context.Context, q string, args ...any) (int, error) {
+			var n int
+			err := s.Pool().QueryRow(ctx, q, args...).Scan(&n)
+			return n, err
+		},
+		verify: func(ctx context.Context) (ledger.Report, error) { return ledger.VerifyPostgres(ctx, s.Pool()) },
+		claims: func(ctx context.Context, scope epochs.Scope) ([]claimEvent, error) {
+			h, err := s.History(ctx, scope)
+			var out []claimEvent
+			for _, e := range h {
+				if e.Kind == "claim" {
+					out = append(out, claimEvent{epoch: e.Token.Epoch, next: e.NextOffset})
+				}
+			}
+			return out, err
+		},
+		close: func() {
+			s.Close()
+			dropSchema()
+		},
+	}, nil
 }
 
 // staleAccepted counts postings written under a token older than a claim
 // that had already taken the scope over from an earlier offset (invariant F).
-func staleAccepted(ctx context.Context, s *sqlite.Sink, group, topic string, partitions int32) (int, error) {
+func staleAccepted(ctx context.Context, st *store, group, topic string, partitions int32) (int, error) {
 	n := 0
 	for p := int32(0); p < partitions; p++ {
-		hist, err := s.History(ctx, scopeOf(group, topic, p))
+		claims, err := st.claims(ctx, scopeOf(group, topic, p))
 		if err != nil {
 			return 0, err
 		}
-		for _, h := range hist {
-			if h.Kind != sqlite.KindClaim {
-				continue
-			}
-			var c int
-			if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM ledger_postings WHERE topic = ? AND part = ? AND off >= ? AND epoch < ?`,
-				topic, p, h.NextOffset, h.Token.Epoch).Scan(&c); err != nil {
+		for _, c := range claims {
+			k, err := st.count(ctx, `SELECT count(*) FROM ledger_postings WHERE topic = $1 AND part = $2 AND off >= $3 AND epoch < $4`,
+				topic, p, c.next, c.epoch)
+			if err != nil {
 				return 0, err
 			}
-			n += c
+			n += k
 		}
 	}
 	return n, nil
@@ -511,13 +606,13 @@ type worker struct {
 	errs    []string
 }
 
-func (d *run) startWorker(name string, brokers []string, topic, path string, extra ...string) (*worker, error) {
+func (d *run) startWorker(name string, brokers []string, topic, sinkSpec string, extra ...string) (*worker, error) {
 	args := append(slices.Clone(d.cfg.WorkerArgv[1:]), "worker",
 		"--example", "ledger",
 		"--brokers", strings.Join(brokers, ","),
 		"--topic", topic,
 		"--group", group,
-		"--sink", "sqlite:"+path,
+		"--sink", sinkSpec,
 		"--client-id", name,
 		"--max-batch", "50",
 		"--session-timeout", d.cfg.SessionTimeout.String(),
