@@ -134,7 +134,8 @@ func TestWorkerCommand(t *testing.T) {
 	if total != 60 {
 		t.Fatalf("records_applied_total sums to %d, want 60:\n%s", total, metrics)
 	}
-	for _, want := range []string{"workrouter_consumer_tenure_epoch{", "workrouter_consumer_owned_partitions{", "go_goroutines"} {
+	for _, want := range []string{"workrouter_consumer_tenure_epoch{", "workrouter_consumer_owned_partitions{", "go_goroutines",
+		`workrouter_sink_operations_total{backend="sqlite",op="claim",outcome="ok"} 3`, `workrouter_sink_records_total{backend="sqlite",outcome="applied"} 60`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

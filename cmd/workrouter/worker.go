@@ -19,6 +19,7 @@ import (
 	"github.com/workrouter/workrouter/internal/faults"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
+	"github.com/workrouter/workrouter/sink/sinkmetrics"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
@@ -124,7 +125,7 @@ func runWorker(cmd *cobra.Command, f workerFlags) error {
 		if err := setup(ctx, s.DB()); err != nil {
 			return fmt.Errorf("setting up the %s tables: %w", f.example, err)
 		}
-		return serveWorker[*sql.Tx](cmd, f, protocol, s, handlers, logger)
+		return serveWorker[*sql.Tx](cmd, f, protocol, "sqlite", s, handlers, logger)
 	case "postgres":
 		// A search_path in the DSN names the schema of the sink's tables
 		// too, so that the sink and the example's tables live together.
@@ -145,21 +146,25 @@ func runWorker(cmd *cobra.Command, f workerFlags) error {
 		if err := setup(ctx, s.Pool()); err != nil {
 			return fmt.Errorf("setting up the %s tables: %w", f.example, err)
 		}
-		return serveWorker[pgx.Tx](cmd, f, protocol, s, handlers, logger)
+		return serveWorker[pgx.Tx](cmd, f, protocol, "postgres", s, handlers, logger)
 	}
 	return fmt.Errorf("unsupported sink %q", f.sink)
 }
 
-func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, protocol consumer.Protocol, s sink.Sink[Tx],
+func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, protocol consumer.Protocol, backend string, s sink.Sink[Tx],
 	handlers map[string]consumer.Handler[Tx], logger *slog.Logger) error {
 	ctx := cmd.Context()
+	reg := newRegistry()
+	s, err := sinkmetrics.Wrap(s, reg, backend)
+	if err != nil {
+		return err
+	}
 	if f.freezeBeforeBatch > 0 {
 		s = faults.FreezeBeforeBatch(s, f.freezeBeforeBatch, func(tok epochs.Token) {
 			logger.Warn("freezing (SIGSTOP) before batch", "group", tok.Group, "topic", tok.Topic,
 				"partition", tok.Partition, "epoch", tok.Epoch, "member", tok.Member)
 		})
 	}
-	reg := newRegistry()
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	w, err := consumer.New(cctx, consumer.Config[Tx]{

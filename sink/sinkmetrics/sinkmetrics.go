@@ -1,0 +1,132 @@
+// Package sinkmetrics instruments any fenced sink with Prometheus metrics,
+// so that every backend (memory, SQLite, PostgreSQL, your own) reports the
+// same series:
+//
+//   - workrouter_sink_operations_total{backend, op="claim"|"apply", outcome="ok"|"fenced"|"effect_error"|"error"}
+//   - workrouter_sink_operation_duration_seconds{backend, op} (histogram)
+//   - workrouter_sink_records_total{backend, outcome="applied"|"skipped"}
+//
+// The wrapped sink keeps the optional capabilities of the one it wraps
+// (sink.Lister, sink.Resetter) when it has them.
+package sinkmetrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// ErrConfig is matched by the error Wrap returns for a bad argument.
+var ErrConfig = errors.New("sinkmetrics: invalid config")
+
+type metrics struct {
+	ops     *prometheus.CounterVec
+	dur     *prometheus.HistogramVec
+	records *prometheus.CounterVec
+}
+
+// Instrumented is a sink.Sink[Tx] that records metrics around every call of
+// the sink it wraps. It is safe for concurrent use if the wrapped sink is.
+type Instrumented[Tx any] struct {
+	inner   sink.Sink[Tx]
+	backend string
+	m       *metrics
+}
+
+// Wrap registers the sink metrics on reg with the constant label backend
+// and returns s instrumented. Registering twice for the same backend on one
+// registry fails with an error matching ErrConfig.
+func Wrap[Tx any](s sink.Sink[Tx], reg prometheus.Registerer, backend string) (sink.Sink[Tx], error) {
+	if s == nil || reg == nil || backend == "" {
+		return nil, fmt.Errorf("%w: need a sink, a registerer and a backend name", ErrConfig)
+	}
+	cl := prometheus.Labels{"backend": backend}
+	m := &metrics{
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workrouter_sink_operations_total",
+			Help: "Sink claims and applies by outcome.", ConstLabels: cl}, []string{"op", "outcome"}),
+		dur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "workrouter_sink_operation_duration_seconds",
+			Help: "Duration of one sink claim or apply (one atomic unit).", ConstLabels: cl,
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 15)}, []string{"op"}),
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workrouter_sink_records_total",
+			Help: "Records the sink applied, or skipped as already applied.", ConstLabels: cl}, []string{"outcome"}),
+	}
+	for _, c := range []prometheus.Collector{m.ops, m.dur, m.records} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
+	for _, op := range []string{"claim", "apply"} {
+		for _, o := range []string{"ok", "fenced", "effect_error", "error"} {
+			m.ops.WithLabelValues(op, o)
+		}
+	}
+	in := &Instrumented[Tx]{inner: s, backend: backend, m: m}
+	l, isLister := s.(sink.Lister)
+	r, isResetter := s.(sink.Resetter)
+	switch {
+	case isLister && isResetter:
+		return &withAdmin[Tx]{in, l, r}, nil
+	case isLister:
+		return &withLister[Tx]{in, l}, nil
+	case isResetter:
+		return &withResetter[Tx]{in, r}, nil
+	}
+	return in, nil
+}
+
+func outcome(err error) string {
+	var ee *sink.EffectError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, sink.ErrFenced):
+		return "fenced"
+	case errors.As(err, &ee):
+		return "effect_error"
+	}
+	return "error"
+}
+
+// Claim calls the wrapped sink's Claim and records it.
+func (s *Instrumented[Tx]) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
+	start := time.Now()
+	next, err := s.inner.Claim(ctx, tok)
+	s.m.dur.WithLabelValues("claim").Observe(time.Since(start).Seconds())
+	s.m.ops.WithLabelValues("claim", outcome(err)).Inc()
+	return next, err
+}
+
+// Apply calls the wrapped sink's Apply and records it.
+func (s *Instrumented[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) (sink.ApplyResult, error) {
+	start := time.Now()
+	res, err := s.inner.Apply(ctx, tok, offsets, effect)
+	s.m.dur.WithLabelValues("apply").Observe(time.Since(start).Seconds())
+	s.m.ops.WithLabelValues("apply", outcome(err)).Inc()
+	if err == nil {
+		s.m.records.WithLabelValues("applied").Add(float64(res.Applied))
+		s.m.records.WithLabelValues("skipped").Add(float64(res.Skipped))
+	}
+	return res, err
+}
+
+type withLister[Tx any] struct {
+	*Instrumented[Tx]
+	sink.Lister
+}
+
+type withResetter[Tx any] struct {
+	*Instrumented[Tx]
+	sink.Resetter
+}
+
+type withAdmin[Tx any] struct {
+	*Instrumented[Tx]
+	sink.Lister
+	sink.Resetter
+}

@@ -1,0 +1,114 @@
+package sinkmetrics_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/memory"
+	"github.com/workrouter/workrouter/sink/sinkmetrics"
+	"github.com/workrouter/workrouter/sink/sinktest"
+)
+
+// The instrumented sink still passes the conformance suite.
+func TestConformance(t *testing.T) {
+	var inner sync.Map // wrapped sink -> *memory.Sink
+	sinktest.Run(t, sinktest.Harness[*memory.Tx]{
+		Open: func(t testing.TB) sink.Sink[*memory.Tx] {
+			m := memory.New()
+			s, err := sinkmetrics.Wrap[*memory.Tx](m, prometheus.NewRegistry(), "memory")
+			if err != nil {
+				t.Fatal(err)
+			}
+			inner.Store(s, m)
+			return s
+		},
+		Put: func(_ context.Context, tx *memory.Tx, k, v string) error { tx.Put(k, []byte(v)); return nil },
+		Get: func(_ context.Context, s sink.Sink[*memory.Tx], k string) (string, bool, error) {
+			m, ok := inner.Load(s)
+			if !ok {
+				return "", false, errors.New("unknown sink")
+			}
+			v, found := m.(*memory.Sink).Get(k)
+			return string(v), found, nil
+		},
+	})
+}
+
+func TestCountsOutcomesAndKeepsCapabilities(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, err := sinkmetrics.Wrap[*memory.Tx](memory.New(), reg, "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.(sink.Lister); !ok {
+		t.Fatal("the wrapper hid sink.Lister")
+	}
+	if _, ok := s.(sink.Resetter); !ok {
+		t.Fatal("the wrapper hid sink.Resetter")
+	}
+	ctx := context.Background()
+	old := epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 1, Member: "a"}
+	next := old
+	next.Epoch, next.Member = 2, "b"
+	noop := func(context.Context, *memory.Tx, int) error { return nil }
+	if _, err := s.Claim(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, old, []int64{0, 1}, noop); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("stale apply: %v", err)
+	}
+	if _, err := s.Apply(ctx, next, []int64{0, 1, 2}, noop); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, next, []int64{2, 3}, noop); err != nil {
+		t.Fatal(err)
+	}
+	expected := `
+# HELP workrouter_sink_records_total Records the sink applied, or skipped as already applied.
+# TYPE workrouter_sink_records_total counter
+workrouter_sink_records_total{backend="memory",outcome="applied"} 4
+workrouter_sink_records_total{backend="memory",outcome="skipped"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "workrouter_sink_records_total"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]float64{}
+	for _, mf := range got {
+		if mf.GetName() != "workrouter_sink_operations_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			key := ""
+			for _, l := range m.GetLabel() {
+				key += l.GetName() + "=" + l.GetValue() + ","
+			}
+			values[key] = m.GetCounter().GetValue()
+		}
+	}
+	if values["backend=memory,op=apply,outcome=fenced,"] != 1 || values["backend=memory,op=apply,outcome=ok,"] != 2 || values["backend=memory,op=claim,outcome=ok,"] != 2 {
+		t.Fatalf("operations: %v", values)
+	}
+	problems, err := promlint.NewWithMetricFamilies(got).Lint()
+	if err != nil || len(problems) != 0 {
+		t.Fatalf("promlint: %v %v", problems, err)
+	}
+	if _, err := sinkmetrics.Wrap[*memory.Tx](memory.New(), reg, "memory"); !errors.Is(err, sinkmetrics.ErrConfig) {
+		t.Fatalf("second registration: %v", err)
+	}
+}
