@@ -229,3 +229,35 @@ func TestVersionCommandRejectsArgs(t *testing.T) {
 		t.Fatalf("stderr %q", p.stderr)
 	}
 }
+
+func TestBrokerServesOpsEndpoints(t *testing.T) {
+	p, _, _ := startBroker(t, []string{"--listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"})
+	var addr string
+	waitUntil(t, "the ops address in the log", func() bool {
+		m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(p.stderr.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/metrics": "go_goroutines"} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+			t.Errorf("%s: %d %q", path, resp.StatusCode, b)
+		}
+	}
+	p.interrupt(t)
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("broker exited %d", code)
+	}
+	// A bad address is refused with one line.
+	bad := startProc(t, []string{"broker", "--listen", "127.0.0.1:0", "--metrics-addr", "nonsense"})
+	if code := bad.wait(t); code == 0 || !strings.Contains(bad.stderr.String(), "--metrics-addr") {
+		t.Fatalf("bad --metrics-addr: exit %d, stderr %q", code, bad.stderr)
+	}
+}
