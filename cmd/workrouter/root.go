@@ -44,6 +44,7 @@ Every flag can also be set from the environment as WORKROUTER_<FLAG_NAME>
 		newStatusCmd(),
 		newFencesCmd(),
 		newWorkerCmd(),
+		newBenchCmd(),
 	)
 
 	// Last, so that it covers every command added above.

@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+)
+
+// Entry is one workload or baseline of a run.
+type Entry struct {
+	ID  string
+	Run Workload
+}
+
+// All returns every workload and baseline in the order they run. quick
+// selects the scaled-down variants where a workload has one (the record
+// count itself comes from the Env).
+//
+// W5 runs at half of the maximum rate measured by W1 in the same run (if W1
+// was not selected, W5 runs W1 first, unreported, to measure it). W6 needs
+// the embedded broker (Setup without Brokers) and is skipped otherwise.
+func All(quick bool) []Entry {
+	_ = quick // every workload scales with env.Records (see SetupConfig.Quick)
+	return []Entry{
+		{"B0", B0},
+		{"B1", B1},
+		{"W1", W1},
+		{"B2", B2Sarama},
+		{"W3", W3},
+		{"B3-sqlite", B3SQLite},
+		{"W2-sqlite", W2SQLite},
+		{"B3-pg", B3Postgres},
+		{"W2-pg", W2Postgres},
+		{"B4", B4},
+		{"W4", W4},
+		{"W5", W5},
+		{"W6", W6},
+	}
+}
+
+// runs records the results of the run in progress per Env, for W5.
+var runs sync.Map // *Env → *[]Result
+
+// W5 is W5LatencyAt half of the maximum rate: W1's throughput in this run.
+func W5(ctx context.Context, env *Env) (Result, error) {
+	var w1 Result
+	if rs, ok := runs.Load(env); ok {
+		w1, _ = find(*rs.(*[]Result), "W1")
+	}
+	if w1.Throughput() <= 0 {
+		var err error
+		if w1, err = W1(ctx, env); err != nil {
+			return Result{ID: "W5"}, fmt.Errorf("W5: measuring the maximum rate: %w", err)
+		}
+	}
+	return W5LatencyAt(w1.Throughput()/2)(ctx, env)
+}
+
+// W6 is W6TakeoverOn the embedded broker's cluster (Skipped without one).
+func W6(ctx context.Context, env *Env) (Result, error) {
+	return W6TakeoverOn(Cluster(env))(ctx, env)
+}
+
+// Select returns the entries whose IDs are in only (case-insensitive), in
+// the order of entries; all of them if only is empty. An unknown ID is an
+// error.
+func Select(entries []Entry, only []string) ([]Entry, error) {
+	if len(only) == 0 {
+		return entries, nil
+	}
+	want := map[string]bool{}
+	for _, id := range only {
+		id = strings.TrimSpace(id)
+		if id == "" {
+			continue
+		}
+		found := false
+		for _, e := range entries {
+			if normID(e.ID) == normID(id) {
+				found = true
+			}
+		}
+		if !found {
+			ids := make([]string, len(entries))
+			for i, e := range entries {
+				ids[i] = e.ID
+			}
+			return nil, fmt.Errorf("bench: unknown workload %q (known: %s)", id, strings.Join(ids, ","))
+		}
+		want[normID(id)] = true
+	}
+	var out []Entry
+	for _, e := range entries {
+		if want[normID(e.ID)] {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// Run runs entries in order against env. A failing workload does not stop
+// the run: its row says why it failed, and Run returns every error joined.
+// progress, if not nil, gets one line per workload as it starts.
+func Run(ctx context.Context, env *Env, entries []Entry, progress io.Writer) ([]Result, error) {
+	var (
+		results []Result
+		errs    []error
+	)
+	runs.Store(env, &results)
+	defer runs.Delete(env)
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		if progress != nil {
+			fmt.Fprintf(progress, "bench: running %s\n", e.ID)
+		}
+		r, err := e.Run(ctx, env)
+		if r.ID == "" {
+			r.ID = e.ID
+		}
+		if err != nil {
+			r.Skipped = "failed: " + err.Error()
+			errs = append(errs, err)
+		}
+		results = append(results, r)
+	}
+	return results, errors.Join(errs...)
+}

@@ -1,0 +1,126 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/internal/broker"
+	"github.com/workrouter/workrouter/router"
+)
+
+// extraEnv starts an embedded broker with a 12-partition topic pre-loaded
+// with records 100-byte commands, independent of the package's Setup.
+func extraEnv(t *testing.T, records int) (*Env, *broker.Broker) {
+	t.Helper()
+	const topic = "extra-commands"
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", Topics: map[string]int32{topic: 12}, MinSessionTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	env := &Env{Brokers: []string{b.Addr()}, Topic: topic, Partitions: 12, Records: records, Keys: 500, Size: 100,
+		PostgresDSN: os.Getenv("WORKROUTER_TEST_POSTGRES"), TempDir: t.TempDir()}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, 0, records)
+	for i := range records {
+		key := []byte("key-" + strconv.Itoa(i%env.Keys))
+		payload := []byte(strings.Repeat("x", env.Size-8) + strconv.Itoa(10_000_000 + i)[:8])
+		r, err := router.Encode(topic, router.Partition(key, env.Partitions), router.Command{Key: key, Type: CommandType, Payload: payload})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return env, b
+}
+
+func runWorkload(t *testing.T, w Workload, env *Env) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := w(ctx, env)
+	if err != nil {
+		t.Fatalf("%s: %v", r.ID, err)
+	}
+	t.Logf("%s %q: records=%d elapsed=%s throughput=%.0f/s cpu/rec=%s extra=%q skipped=%q",
+		r.ID, r.Name, r.Records, r.Elapsed, r.Throughput(), r.CPUPerRecord(), r.Extra, r.Skipped)
+	return r
+}
+
+func TestExtraProcessAll(t *testing.T) {
+	const n = 3000
+	env, _ := extraEnv(t, n)
+	for _, tc := range []struct {
+		name      string
+		w         Workload
+		mayBeSkip bool
+	}{
+		{"B2Sarama", B2Sarama, true},
+		{"W2SQLite", W2SQLite, false},
+		{"B3SQLite", B3SQLite, false},
+		{"W2Postgres", W2Postgres, true},
+		{"B3Postgres", B3Postgres, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if strings.HasSuffix(tc.name, "Postgres") && env.PostgresDSN == "" {
+				env := *env
+				env.PostgresDSN = ""
+				if r := runWorkload(t, tc.w, &env); r.Skipped == "" {
+					t.Fatal("not skipped without a DSN")
+				}
+				t.Skip("WORKROUTER_TEST_POSTGRES not set")
+			}
+			r := runWorkload(t, tc.w, env)
+			if r.Skipped != "" {
+				if !tc.mayBeSkip {
+					t.Fatalf("skipped: %s", r.Skipped)
+				}
+				t.Skipf("skipped: %s", r.Skipped)
+			}
+			if r.Records != n {
+				t.Fatalf("records processed = %d, want %d", r.Records, n)
+			}
+		})
+	}
+}
+
+func TestExtraW5Latency(t *testing.T) {
+	env, _ := extraEnv(t, 1000)
+	r := runWorkload(t, W5LatencyAt(1000), env) // 1000 commands at 1000/s: ~1s
+	if r.Records != 1000 {
+		t.Fatalf("records = %d, want 1000", r.Records)
+	}
+	for _, p := range []string{"p50=", "p99=", "p99.9="} {
+		if !strings.Contains(r.Extra, p) {
+			t.Fatalf("extra %q lacks %s", r.Extra, p)
+		}
+	}
+	if r.Elapsed < 900*time.Millisecond {
+		t.Fatalf("open loop at 1000/s for 1000 commands took %s", r.Elapsed)
+	}
+}
+
+func TestExtraW6Takeover(t *testing.T) {
+	env, b := extraEnv(t, 1)
+	r := runWorkload(t, W6TakeoverOn(nil), env)
+	if r.Skipped == "" {
+		t.Fatal("W6 without a cluster not skipped")
+	}
+	r = runWorkload(t, W6TakeoverOn(b.Cluster()), env)
+	if r.Skipped != "" || r.Records != 1 || r.Elapsed <= 0 || !strings.Contains(r.Extra, "session_timeout=2s") {
+		t.Fatalf("W6 result %+v", r)
+	}
+}

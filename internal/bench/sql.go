@@ -1,0 +1,340 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/sink/postgres"
+	"github.com/workrouter/workrouter/sink/sqlite"
+)
+
+// SQLiteMaxRecords and PostgresMaxRecords cap the records the SQL workloads
+// (W2, B3) apply: one upsert per command with a synchronous commit per batch
+// would take minutes for the full pre-loaded topic. The cap is stated in the
+// result's Name.
+const (
+	SQLiteMaxRecords   = 200_000
+	PostgresMaxRecords = 100_000
+)
+
+// sqlMaxBatch is the batch size of the SQL workloads, fenced and unfenced.
+const sqlMaxBatch = 256
+
+// benchKVTable is the table the SQL workloads upsert into.
+const benchKVTable = "bench_kv"
+
+// freshName returns a name unique in this process and run.
+func freshName(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), nameSeq.Add(1))
+}
+
+var nameSeq atomic.Int64
+
+// handlersFor maps every type to h.
+func handlersFor[Tx any](types []string, h consumer.Handler[Tx]) map[string]consumer.Handler[Tx] {
+	m := make(map[string]consumer.Handler[Tx], len(types))
+	for _, t := range types {
+		m[t] = h
+	}
+	return m
+}
+
+// runWorker runs a Worker with handlers on env.Topic (fresh group,
+// MaxBatch 256) until it has applied at least n records, and returns how
+// many it applied.
+func runWorker[Tx any](ctx context.Context, env *Env, cfg consumer.Config[Tx], n int) (int, error) {
+	cfg.Brokers = env.Brokers
+	cfg.Topic = env.Topic
+	if cfg.Group == "" {
+		cfg.Group = freshName("bench-worker")
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = sqlMaxBatch
+	}
+	w, err := consumer.New(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer w.Close()
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if got := w.Stats().Records; got >= int64(n) {
+			return int(got), nil
+		}
+		select {
+		case <-ctx.Done():
+			return int(w.Stats().Records), ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// runUnfenced consumes env.Topic from the start in a fresh group with a raw
+// kgo client, one goroutine per partition, and calls apply with every
+// fetched partition batch cut into chunks of at most 256 records, until n
+// records were applied. It returns how many were applied. No offsets are
+// committed.
+func runUnfenced(ctx context.Context, env *Env, n int, apply func(ctx context.Context, batch []*kgo.Record) error) (int, error) {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(env.Brokers...),
+		kgo.ConsumerGroup(freshName("bench-unfenced")),
+		kgo.ConsumeTopics(env.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.DisableAutoCommit(),
+	)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var (
+		applied  atomic.Int64
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+		parts    = map[int32]chan []*kgo.Record{}
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err; cancel() })
+	}
+	worker := func(ch chan []*kgo.Record) {
+		defer wg.Done()
+		for recs := range ch {
+			for len(recs) > 0 {
+				k := min(len(recs), sqlMaxBatch)
+				if err := apply(ctx, recs[:k]); err != nil {
+					if ctx.Err() == nil {
+						fail(err)
+					}
+					return
+				}
+				recs = recs[k:]
+				if applied.Add(int64(k)) >= int64(n) {
+					cancel()
+				}
+			}
+		}
+	}
+	defer func() {
+		for _, ch := range parts {
+			close(ch)
+		}
+		wg.Wait()
+	}()
+	for ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		fs.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				fail(err)
+			}
+		})
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			ch, ok := parts[p.Partition]
+			if !ok {
+				ch = make(chan []*kgo.Record, 4)
+				parts[p.Partition] = ch
+				wg.Add(1)
+				go worker(ch)
+			}
+			select {
+			case ch <- p.Records:
+			case <-ctx.Done():
+			}
+		})
+	}
+	if firstErr != nil {
+		return int(applied.Load()), firstErr
+	}
+	if got := applied.Load(); got < int64(n) {
+		return int(got), ctx.Err()
+	}
+	return int(applied.Load()), nil
+}
+
+// capRecords returns min(env.Records, limit) and a note for the name.
+func capRecords(env *Env, limit int) (int, string) {
+	if env.Records > limit {
+		return limit, fmt.Sprintf(" (first %d of %d records)", limit, env.Records)
+	}
+	return env.Records, ""
+}
+
+const sqliteUpsert = `INSERT INTO ` + benchKVTable + `(k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v`
+
+// openSQLiteKV opens a fresh SQLite sink in env.TempDir with the kv table.
+func openSQLiteKV(ctx context.Context, env *Env, name string) (*sqlite.Sink, error) {
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(env.TempDir, freshName(name)+".db")})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.DB().ExecContext(ctx, `CREATE TABLE `+benchKVTable+` (k BLOB PRIMARY KEY, v BLOB NOT NULL)`); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// W2SQLite is W2 on SQLite: the worker applies one upsert per command
+// (k = record key, v = payload) into a kv table through the fenced SQLite
+// sink, MaxBatch 256, over at most SQLiteMaxRecords records.
+func W2SQLite(ctx context.Context, env *Env) (Result, error) {
+	n, note := capRecords(env, SQLiteMaxRecords)
+	name := "W2 worker, upsert per command, SQLite fenced sink" + note
+	types := []string{CommandType}
+	s, err := openSQLiteKV(ctx, env, "w2")
+	if err != nil {
+		return Result{ID: "W2-sqlite", Name: name}, err
+	}
+	defer s.Close()
+	h := func(ctx context.Context, tx *sql.Tx, cmd consumer.Command) error {
+		_, err := tx.ExecContext(ctx, sqliteUpsert, cmd.Key, cmd.Payload)
+		return err
+	}
+	var got int
+	r, err := Measure("W2-sqlite", name, n, func() error {
+		var err error
+		got, err = runWorker(ctx, env, consumer.Config[*sql.Tx]{Sink: s, Handlers: handlersFor(types, h)}, n)
+		return err
+	})
+	r.Records = got
+	return r, err
+}
+
+// B3SQLite is the baseline of W2SQLite: the same upserts through the
+// SQLite sink's Unfenced (no fence row, no offset update), one transaction
+// per fetched partition batch of at most 256 records, from a raw kgo
+// goroutine-per-partition consumer.
+func B3SQLite(ctx context.Context, env *Env) (Result, error) {
+	n, note := capRecords(env, SQLiteMaxRecords)
+	name := "B3 raw kgo per partition, same upserts, SQLite unfenced" + note
+	s, err := openSQLiteKV(ctx, env, "b3")
+	if err != nil {
+		return Result{ID: "B3-sqlite", Name: name}, err
+	}
+	defer s.Close()
+	var got int
+	r, err := Measure("B3-sqlite", name, n, func() error {
+		var err error
+		got, err = runUnfenced(ctx, env, n, func(ctx context.Context, batch []*kgo.Record) error {
+			return s.Unfenced(ctx, len(batch), func(ctx context.Context, tx *sql.Tx, i int) error {
+				_, err := tx.ExecContext(ctx, sqliteUpsert, batch[i].Key, batch[i].Value)
+				return err
+			})
+		})
+		return err
+	})
+	r.Records = got
+	return r, err
+}
+
+// pgKV is a PostgreSQL sink in a fresh schema with the kv table.
+type pgKV struct {
+	s      *postgres.Sink
+	schema string
+	upsert string
+}
+
+// openPostgresKV opens a PostgreSQL sink in a fresh schema; skip is
+// non-empty when PostgreSQL is not configured or unreachable.
+func openPostgresKV(ctx context.Context, env *Env) (kv *pgKV, skip string, err error) {
+	if env.PostgresDSN == "" {
+		return nil, "no PostgreSQL DSN configured", nil
+	}
+	schema := fmt.Sprintf("wrbench_%d_%d", time.Now().UnixNano(), nameSeq.Add(1))
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := postgres.Open(octx, postgres.Config{DSN: env.PostgresDSN, Schema: schema})
+	if err != nil {
+		return nil, fmt.Sprintf("PostgreSQL unreachable: %v", err), nil
+	}
+	kv = &pgKV{s: s, schema: schema,
+		upsert: `INSERT INTO ` + schema + `.` + benchKVTable + ` (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v`}
+	if _, err := s.Pool().Exec(octx, `CREATE TABLE `+schema+`.`+benchKVTable+` (k bytea PRIMARY KEY, v bytea NOT NULL)`); err != nil {
+		kv.close()
+		return nil, "", err
+	}
+	return kv, "", nil
+}
+
+// close drops the schema and closes the sink.
+func (kv *pgKV) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv.s.Pool().Exec(ctx, `DROP SCHEMA `+kv.schema+` CASCADE`)
+	kv.s.Close()
+}
+
+// W2Postgres is W2 on PostgreSQL: the worker applies one upsert per command
+// into a kv table through the fenced PostgreSQL sink, MaxBatch 256, over at
+// most PostgresMaxRecords records, in a fresh schema dropped at the end.
+// It is skipped when env.PostgresDSN is empty or unreachable.
+func W2Postgres(ctx context.Context, env *Env) (Result, error) {
+	n, note := capRecords(env, PostgresMaxRecords)
+	name := "W2 worker, upsert per command, PostgreSQL fenced sink" + note
+	kv, skip, err := openPostgresKV(ctx, env)
+	if skip != "" || err != nil {
+		return Result{ID: "W2-pg", Name: name, Skipped: skip}, err
+	}
+	defer kv.close()
+	types := []string{CommandType}
+	h := func(ctx context.Context, tx pgx.Tx, cmd consumer.Command) error {
+		_, err := tx.Exec(ctx, kv.upsert, cmd.Key, cmd.Payload)
+		return err
+	}
+	var got int
+	r, err := Measure("W2-pg", name, n, func() error {
+		var err error
+		got, err = runWorker(ctx, env, consumer.Config[pgx.Tx]{Sink: kv.s, Handlers: handlersFor(types, h)}, n)
+		return err
+	})
+	r.Records = got
+	return r, err
+}
+
+// B3Postgres is the baseline of W2Postgres: the same upserts through the
+// PostgreSQL sink's Unfenced (no fence row, no offset update), one
+// transaction per fetched partition batch of at most 256 records, from a raw
+// kgo goroutine-per-partition consumer. It is skipped when env.PostgresDSN
+// is empty or unreachable.
+func B3Postgres(ctx context.Context, env *Env) (Result, error) {
+	n, note := capRecords(env, PostgresMaxRecords)
+	name := "B3 raw kgo per partition, same upserts, PostgreSQL unfenced" + note
+	kv, skip, err := openPostgresKV(ctx, env)
+	if skip != "" || err != nil {
+		return Result{ID: "B3-pg", Name: name, Skipped: skip}, err
+	}
+	defer kv.close()
+	var got int
+	r, err := Measure("B3-pg", name, n, func() error {
+		var err error
+		got, err = runUnfenced(ctx, env, n, func(ctx context.Context, batch []*kgo.Record) error {
+			return kv.s.Unfenced(ctx, len(batch), func(ctx context.Context, tx pgx.Tx, i int) error {
+				_, err := tx.Exec(ctx, kv.upsert, batch[i].Key, batch[i].Value)
+				return err
+			})
+		})
+		return err
+	})
+	r.Records = got
+	return r, err
+}
