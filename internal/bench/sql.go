@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,6 +180,15 @@ func capRecords(env *Env, limit int) (int, string) {
 	return env.Records, ""
 }
 
+// kvValue is the value both the fenced and the unfenced SQL workloads
+// write: the payload followed by the record's offset, so that every upsert
+// really changes its row. (SQLite skips rewriting a row whose content did
+// not change; with identical payloads the unfenced baseline's commits would
+// be empty and skip the fsync the fenced ones pay for their fence row.)
+func kvValue(payload []byte, offset int64) []byte {
+	return strconv.AppendInt(append(make([]byte, 0, len(payload)+20), payload...), offset, 10)
+}
+
 const sqliteUpsert = `INSERT INTO ` + benchKVTable + `(k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v`
 
 // openSQLiteKV opens a fresh SQLite sink in env.TempDir with the kv table.
@@ -207,7 +217,7 @@ func W2SQLite(ctx context.Context, env *Env) (Result, error) {
 	}
 	defer s.Close()
 	h := func(ctx context.Context, tx *sql.Tx, cmd consumer.Command) error {
-		_, err := tx.ExecContext(ctx, sqliteUpsert, cmd.Key, cmd.Payload)
+		_, err := tx.ExecContext(ctx, sqliteUpsert, cmd.Key, kvValue(cmd.Payload, cmd.Offset))
 		return err
 	}
 	var got int
@@ -237,7 +247,7 @@ func B3SQLite(ctx context.Context, env *Env) (Result, error) {
 		var err error
 		got, err = runUnfenced(ctx, env, n, func(ctx context.Context, batch []*kgo.Record) error {
 			return s.Unfenced(ctx, len(batch), func(ctx context.Context, tx *sql.Tx, i int) error {
-				_, err := tx.ExecContext(ctx, sqliteUpsert, batch[i].Key, batch[i].Value)
+				_, err := tx.ExecContext(ctx, sqliteUpsert, batch[i].Key, kvValue(batch[i].Value, batch[i].Offset))
 				return err
 			})
 		})
@@ -298,7 +308,7 @@ func W2Postgres(ctx context.Context, env *Env) (Result, error) {
 	defer kv.close()
 	types := []string{CommandType}
 	h := func(ctx context.Context, tx pgx.Tx, cmd consumer.Command) error {
-		_, err := tx.Exec(ctx, kv.upsert, cmd.Key, cmd.Payload)
+		_, err := tx.Exec(ctx, kv.upsert, cmd.Key, kvValue(cmd.Payload, cmd.Offset))
 		return err
 	}
 	var got int
@@ -329,7 +339,7 @@ func B3Postgres(ctx context.Context, env *Env) (Result, error) {
 		var err error
 		got, err = runUnfenced(ctx, env, n, func(ctx context.Context, batch []*kgo.Record) error {
 			return kv.s.Unfenced(ctx, len(batch), func(ctx context.Context, tx pgx.Tx, i int) error {
-				_, err := tx.Exec(ctx, kv.upsert, batch[i].Key, batch[i].Value)
+				_, err := tx.Exec(ctx, kv.upsert, batch[i].Key, kvValue(batch[i].Value, batch[i].Offset))
 				return err
 			})
 		})
