@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/broker"
+	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -185,18 +185,12 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // TestDemoCommandPostgres runs the same demo on PostgreSQL (skipped when no
 // server is reachable, except under CI=true).
 func TestDemoCommandPostgres(t *testing.T) {
-	dsn := os.Getenv("WORKROUTER_TEST_POSTGRES")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test"
-	}
+	dsn := testpg.DSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL at %s (WORKROUTER_TEST_POSTGRES) unreachable under CI=true: %v", dsn, err)
-		}
-		t.Skipf("PostgreSQL at %s unreachable (set WORKROUTER_TEST_POSTGRES): %v", dsn, err)
+		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
 	p := startProc(t, []string{"demo", "--commands", "1000", "--accounts", "80", "--sink", dsn, "--json"})

@@ -5,67 +5,20 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// envDSN names the environment variable that points the tests at a
-// PostgreSQL server; defaultTestDSN is used when it is unset.
-const (
-	envDSN         = "WORKROUTER_TEST_POSTGRES"
-	defaultTestDSN = "postgres://postgres@127.0.0.1:5432/test"
-)
-
-// testDSN returns the DSN of the test server.
-func testDSN() string {
-	if dsn := os.Getenv(envDSN); dsn != "" {
-		return dsn
-	}
-	return defaultTestDSN
-}
-
-var (
-	reachOnce sync.Once
-	reachErr  error
+	"github.com/workrouter/workrouter/internal/testpg"
 )
 
 // requireDB skips the test (or fails it when CI=true: never skip in CI) if
 // the test server is unreachable, and returns its DSN.
 func requireDB(tb testing.TB) string {
 	tb.Helper()
-	dsn := testDSN()
-	reachOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			reachErr = err
-			return
-		}
-		reachErr = conn.Ping(ctx)
-		conn.Close(ctx)
-	})
-	if reachErr != nil {
-		msg := "PostgreSQL test server unreachable at " + redact(dsn) + " (set " + envDSN + " to a reachable DSN): " + reachErr.Error()
-		if os.Getenv("CI") == "true" {
-			tb.Fatal(msg + "; CI=true, so this fails instead of skipping")
-		}
-		tb.Skip(msg)
-	}
-	return dsn
-}
-
-// redact hides a DSN's password for messages.
-func redact(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	return dsn
+	return testpg.DSN(tb)
 }
 
 // adminExec runs one statement on a fresh connection to the test server.
@@ -124,7 +77,7 @@ func schemaDSN(tb testing.TB, schema string) string {
 	if strings.Contains(dsn, "://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
-			tb.Fatalf("parse %s: %v", envDSN, err)
+			tb.Fatalf("parse %s: %v", testpg.EnvDSN, err)
 		}
 		q := u.Query()
 		q.Set("search_path", schema)

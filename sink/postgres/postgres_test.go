@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/sinktest"
 )
@@ -68,12 +69,12 @@ func TestOpenConfigErrors(t *testing.T) {
 		{"no DSN", Config{}, "DSN is required"},
 		{"unparsable DSN", Config{DSN: "postgres://postgres@127.0.0.1:notaport/test"}, "cannot parse DSN"},
 		{"unparsable key=value DSN", Config{DSN: "host='unterminated"}, "cannot parse DSN"},
-		{"prefix with dash", Config{DSN: defaultTestDSN, Prefix: "work-router"}, `Prefix "work-router"`},
-		{"prefix with digit first", Config{DSN: defaultTestDSN, Prefix: "1wr"}, `Prefix "1wr"`},
-		{"prefix with quote", Config{DSN: defaultTestDSN, Prefix: `wr"; DROP TABLE x; --`}, "Prefix"},
-		{"prefix too long", Config{DSN: defaultTestDSN, Prefix: strings.Repeat("p", 41)}, "Prefix"},
-		{"schema with space", Config{DSN: defaultTestDSN, Schema: "my schema"}, `Schema "my schema"`},
-		{"negative timeout", Config{DSN: defaultTestDSN, IdleInTxTimeout: -time.Second}, "IdleInTxTimeout"},
+		{"prefix with dash", Config{DSN: testpg.DefaultDSN, Prefix: "work-router"}, `Prefix "work-router"`},
+		{"prefix with digit first", Config{DSN: testpg.DefaultDSN, Prefix: "1wr"}, `Prefix "1wr"`},
+		{"prefix with quote", Config{DSN: testpg.DefaultDSN, Prefix: `wr"; DROP TABLE x; --`}, "Prefix"},
+		{"prefix too long", Config{DSN: testpg.DefaultDSN, Prefix: strings.Repeat("p", 41)}, "Prefix"},
+		{"schema with space", Config{DSN: testpg.DefaultDSN, Schema: "my schema"}, `Schema "my schema"`},
+		{"negative timeout", Config{DSN: testpg.DefaultDSN, IdleInTxTimeout: -time.Second}, "IdleInTxTimeout"},
 	}
 	for _, tc := range cases {
 		s, err := Open(ctx, tc.cfg)
@@ -115,7 +116,7 @@ func TestOpenCancelled(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := Open(ctx, Config{DSN: defaultTestDSN}); !errors.Is(err, context.Canceled) {
+	if _, err := Open(ctx, Config{DSN: testpg.DefaultDSN}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Open with cancelled ctx: %v, want context.Canceled", err)
 	}
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/broker"
+	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
@@ -167,21 +168,7 @@ func newSQLite(t *testing.T) *backend {
 }
 
 func postgresDSN(t *testing.T) string {
-	dsn := os.Getenv("WORKROUTER_TEST_POSTGRES")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL at %s (WORKROUTER_TEST_POSTGRES) unreachable under CI=true: %v", dsn, err)
-		}
-		t.Skipf("PostgreSQL at %s unreachable (set WORKROUTER_TEST_POSTGRES to point at one): %v", dsn, err)
-	}
-	conn.Close(ctx)
-	return dsn
+	return testpg.DSN(t)
 }
 
 func newPostgres(t *testing.T) *backend {

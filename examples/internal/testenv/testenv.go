@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,15 +20,9 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
-)
-
-// EnvPostgres names the environment variable that points the tests at a
-// PostgreSQL server; DefaultPostgres is used when it is unset.
-const (
-	EnvPostgres     = "WORKROUTER_TEST_POSTGRES"
-	DefaultPostgres = "postgres://postgres@127.0.0.1:5432/test"
 )
 
 // Cluster starts an in-process kfake broker with topic seeded with
@@ -144,40 +137,14 @@ func Apply[Tx any](ctx context.Context, s sink.Sink[Tx], tok epochs.Token, handl
 	})
 }
 
-var (
-	reachOnce sync.Once
-	reachErr  error
-)
-
 // Postgres creates a fresh schema on the test PostgreSQL server (the DSN
-// in $WORKROUTER_TEST_POSTGRES, default DefaultPostgres), drops it when the
+// in $WORKROUTER_TEST_POSTGRES, default testpg.DefaultDSN), drops it when the
 // test ends, and returns a DSN whose search_path is that schema, and the
 // schema's name. It skips the test if the server is unreachable, unless
 // CI=true, where it fails instead: CI never skips.
 func Postgres(tb testing.TB) (dsn, schema string) {
 	tb.Helper()
-	base := os.Getenv(EnvPostgres)
-	if base == "" {
-		base = DefaultPostgres
-	}
-	reachOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			reachErr = err
-			return
-		}
-		reachErr = conn.Ping(ctx)
-		_ = conn.Close(ctx)
-	})
-	if reachErr != nil {
-		msg := "PostgreSQL test server unreachable at " + redact(base) + " (set " + EnvPostgres + " to a reachable DSN): " + reachErr.Error()
-		if os.Getenv("CI") == "true" {
-			tb.Fatal(msg + "; CI=true, so this fails instead of skipping")
-		}
-		tb.Skip(msg)
-	}
+	base := testpg.DSN(tb)
 
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -188,7 +155,7 @@ func Postgres(tb testing.TB) (dsn, schema string) {
 	if strings.Contains(base, "://") {
 		u, err := url.Parse(base)
 		if err != nil {
-			tb.Fatalf("parse %s: %v", EnvPostgres, err)
+			tb.Fatalf("parse %s: %v", testpg.EnvDSN, err)
 		}
 		q := u.Query()
 		q.Set("search_path", schema)
@@ -212,12 +179,4 @@ func admin(tb testing.TB, dsn, stmt string) {
 	if _, err := conn.Exec(ctx, stmt); err != nil {
 		tb.Fatalf("%s: %v", stmt, err)
 	}
-}
-
-// redact hides a DSN's password for messages.
-func redact(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	return dsn
 }
