@@ -3,13 +3,14 @@ package consumer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/workrouter/workrouter/internal/promset"
 
 	"github.com/workrouter/workrouter/sink"
 )
@@ -34,9 +35,7 @@ const (
 // Config.Registerer) makes every method a no-op, so an unmonitored Worker
 // pays one nil check per event.
 type metrics struct {
-	reg        prometheus.Registerer
-	collectors []prometheus.Collector
-	names      []string
+	set promset.Set
 
 	recordsApplied  *prometheus.CounterVec // topic, partition
 	batchesApplied  *prometheus.CounterVec // topic, partition
@@ -62,20 +61,17 @@ func newMetrics(group string) *metrics {
 	cl := prometheus.Labels{"group": group}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: cl}, labels)
-		m.collectors = append(m.collectors, c)
-		m.names = append(m.names, name)
+		m.set.Add(name, c)
 		return c
 	}
 	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
 		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: cl}, labels)
-		m.collectors = append(m.collectors, g)
-		m.names = append(m.names, name)
+		m.set.Add(name, g)
 		return g
 	}
 	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
 		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: cl, Buckets: buckets})
-		m.collectors = append(m.collectors, h)
-		m.names = append(m.names, name)
+		m.set.Add(name, h)
 		return h
 	}
 	m.recordsApplied = counter("workrouter_consumer_records_applied_total",
@@ -114,26 +110,14 @@ func newMetrics(group string) *metrics {
 // register registers every collector on reg, or none: on a failure the
 // ones already registered are unregistered again.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for i, c := range m.collectors {
-		if err := reg.Register(c); err != nil {
-			for _, done := range m.collectors[:i] {
-				reg.Unregister(done)
-			}
-			return fmt.Errorf("registering %s: %w", m.names[i], err)
-		}
-	}
-	m.reg = reg
-	return nil
+	return m.set.Register(reg)
 }
 
 // unregister removes the collectors from the registerer they were
 // registered on.
 func (m *metrics) unregister() {
-	if m == nil || m.reg == nil {
-		return
-	}
-	for _, c := range m.collectors {
-		m.reg.Unregister(c)
+	if m != nil {
+		m.set.Unregister()
 	}
 }
 
@@ -146,7 +130,7 @@ func MetricNames() []string {
 	if err := m.register(prometheus.NewPedanticRegistry()); err != nil {
 		panic(err) // a bug in newMetrics
 	}
-	names := slices.Clone(m.names)
+	names := slices.Clone(m.set.Names())
 	slices.Sort(names)
 	return names
 }

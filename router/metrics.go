@@ -2,11 +2,12 @@ package router
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/workrouter/workrouter/internal/promset"
 )
 
 // Label values of workrouter_router_sends_total's outcome.
@@ -19,9 +20,7 @@ const (
 // metrics is a Router's Prometheus collectors. A nil *metrics (no
 // Config.Registerer) makes every method a no-op.
 type metrics struct {
-	reg        prometheus.Registerer
-	collectors []prometheus.Collector
-	names      []string
+	set promset.Set
 
 	sends        *prometheus.CounterVec // topic, outcome
 	sendDuration prometheus.Histogram
@@ -43,31 +42,20 @@ func newMetrics() *metrics {
 		Name: "workrouter_router_partition_count_changes_total",
 		Help: "Changes of the topic's partition count seen by the router, by the policy applied (refuse or alarm).",
 	}, []string{"topic", "policy"})
-	m.collectors = []prometheus.Collector{m.sends, m.sendDuration, m.countChanges}
-	m.names = []string{"workrouter_router_sends_total", "workrouter_router_send_duration_seconds", "workrouter_router_partition_count_changes_total"}
+	m.set.Add("workrouter_router_sends_total", m.sends)
+	m.set.Add("workrouter_router_send_duration_seconds", m.sendDuration)
+	m.set.Add("workrouter_router_partition_count_changes_total", m.countChanges)
 	return m
 }
 
 // register registers every collector on reg, or none.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for i, c := range m.collectors {
-		if err := reg.Register(c); err != nil {
-			for _, done := range m.collectors[:i] {
-				reg.Unregister(done)
-			}
-			return fmt.Errorf("registering %s: %w", m.names[i], err)
-		}
-	}
-	m.reg = reg
-	return nil
+	return m.set.Register(reg)
 }
 
 func (m *metrics) unregister() {
-	if m == nil || m.reg == nil {
-		return
-	}
-	for _, c := range m.collectors {
-		m.reg.Unregister(c)
+	if m != nil {
+		m.set.Unregister()
 	}
 }
 
@@ -80,7 +68,7 @@ func MetricNames() []string {
 	if err := m.register(prometheus.NewPedanticRegistry()); err != nil {
 		panic(err) // a bug in newMetrics
 	}
-	names := slices.Clone(m.names)
+	names := slices.Clone(m.set.Names())
 	slices.Sort(names)
 	return names
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/promset"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -56,10 +57,12 @@ func Wrap[Tx any](s sink.Sink[Tx], reg prometheus.Registerer, backend string) (s
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workrouter_sink_records_total",
 			Help: "Records the sink applied, or skipped as already applied.", ConstLabels: cl}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.ops, m.dur, m.records} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-		}
+	var set promset.Set
+	set.Add("workrouter_sink_operations_total", m.ops)
+	set.Add("workrouter_sink_operation_duration_seconds", m.dur)
+	set.Add("workrouter_sink_records_total", m.records)
+	if err := set.Register(reg); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	for _, op := range []string{"claim", "apply"} {
 		for _, o := range []string{"ok", "fenced", "effect_error", "error"} {
