@@ -160,7 +160,7 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, protocol consumer.Pr
 		return err
 	}
 	if f.freezeBeforeBatch > 0 {
-		s = faults.FreezeBeforeBatch(s, f.freezeBeforeBatch, func(tok epochs.Token) {
+		s = faults.FreezeBeforeBatch(s, f.freezeBeforeBatch, func(tok epochs.Token, _ []int64) {
 			logger.Warn("freezing (SIGSTOP) before batch", "group", tok.Group, "topic", tok.Topic,
 				"partition", tok.Partition, "epoch", tok.Epoch, "member", tok.Member)
 		})

@@ -31,6 +31,7 @@ import (
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/broker"
+	"github.com/workrouter/workrouter/internal/faults"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sqlite"
@@ -728,15 +729,7 @@ func (w *worker) lastErr() string {
 }
 
 // stoppedState reports whether the process is stopped (SIGSTOP).
-func (w *worker) stoppedState() bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", w.cmd.Process.Pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && (s[i+2] == 'T' || s[i+2] == 't')
-}
+func (w *worker) stoppedState() bool { return faults.Stopped(w.cmd.Process.Pid) }
 
 // parseLogfmt parses a slog text line: key=value pairs, values optionally
 // quoted.

@@ -5,6 +5,8 @@ package faults
 import (
 	"context"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,10 +23,11 @@ import (
 // an SQLite transaction would hold the database's single write lock and
 // stall every other worker until it resumed.) When the process is resumed
 // with SIGCONT, the frozen Apply proceeds with the token it had — the late
-// write of a zombie. before, if set, runs just before the SIGSTOP.
+// write of a zombie. before, if set, runs just before the SIGSTOP with the
+// frozen batch's token and offsets.
 //
 // The returned sink may be used from any goroutine.
-func FreezeBeforeBatch[Tx any](s sink.Sink[Tx], n int64, before func(tok epochs.Token)) sink.Sink[Tx] {
+func FreezeBeforeBatch[Tx any](s sink.Sink[Tx], n int64, before func(tok epochs.Token, offsets []int64)) sink.Sink[Tx] {
 	return &freezer[Tx]{Sink: s, at: n, before: before}
 }
 
@@ -32,7 +35,7 @@ type freezer[Tx any] struct {
 	sink.Sink[Tx]
 	at       int64
 	n        atomic.Int64
-	before   func(epochs.Token)
+	before   func(epochs.Token, []int64)
 	inflight sync.RWMutex
 }
 
@@ -41,7 +44,7 @@ func (f *freezer[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int
 	if f.n.Add(1) == f.at {
 		f.inflight.Lock()
 		if f.before != nil {
-			f.before(tok)
+			f.before(tok, offsets)
 		}
 		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		// The group stop reaches the other threads asynchronously: keep
@@ -53,4 +56,16 @@ func (f *freezer[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int
 	f.inflight.RLock()
 	defer f.inflight.RUnlock()
 	return f.Sink.Apply(ctx, tok, offsets, effect)
+}
+
+// Stopped reports whether process pid is in the stopped state (SIGSTOP), as
+// Linux's /proc/PID/stat shows it. It returns false if that cannot be read.
+func Stopped(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && (s[i+2] == 'T' || s[i+2] == 't')
 }

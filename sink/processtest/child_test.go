@@ -19,6 +19,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/faults"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sqlite"
@@ -132,6 +133,14 @@ func runWorker[Tx any](ctx context.Context, s sink.Sink[Tx], exec func(context.C
 		h.kind = kind
 		h.at, _ = strconv.ParseInt(n, 10, 64)
 	}
+	if h.kind == hookStopBeforeApply {
+		// Freeze between transactions: a process frozen inside an SQLite
+		// transaction would hold the write lock and stall every other
+		// writer until it resumed (see internal/faults).
+		h.Sink = faults.FreezeBeforeBatch(s, h.at, func(tok epochs.Token, offsets []int64) {
+			out("HOOK %s part=%d epoch=%d first=%d last=%d", hookStopBeforeApply, tok.Partition, tok.Epoch, offsets[0], offsets[len(offsets)-1])
+		})
+	}
 	handler := func(ctx context.Context, tx Tx, cmd consumer.Command) error {
 		seq, err := strconv.Atoi(string(cmd.Payload))
 		if err != nil {
@@ -175,13 +184,6 @@ func runWorker[Tx any](ctx context.Context, s sink.Sink[Tx], exec func(context.C
 // configured fault hook.
 type hooked[Tx any] struct {
 	sink.Sink[Tx]
-	// inflight is held (read) by every Apply; the stop hook takes it for
-	// writing so that the process freezes between transactions. A process
-	// frozen inside an SQLite transaction would hold the database's write
-	// lock and stall every other writer until it resumed (a documented
-	// limit of sharing one SQLite file); PostgreSQL ends such a
-	// transaction after idle_in_transaction_session_timeout.
-	inflight   sync.RWMutex
 	out        say
 	kind       string
 	at         int64
@@ -201,18 +203,6 @@ func (h *hooked[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int6
 	n := h.n.Add(1)
 	fire := h.kind != "" && n == h.at
 	desc := fmt.Sprintf("part=%d epoch=%d first=%d last=%d", tok.Partition, tok.Epoch, offsets[0], offsets[len(offsets)-1])
-	if fire && h.kind == hookStopBeforeApply {
-		h.inflight.Lock()
-		h.out("HOOK %s %s", h.kind, desc)
-		syscall.Kill(os.Getpid(), syscall.SIGSTOP) // a real process pause
-		// The group stop reaches the other threads asynchronously: keep
-		// every other Apply out until it surely has (the sleep ends long
-		// after the SIGCONT when the test resumes the process).
-		time.Sleep(200 * time.Millisecond)
-		h.inflight.Unlock()
-	}
-	h.inflight.RLock()
-	defer h.inflight.RUnlock()
 	wrapped := eff
 	if fire && (h.kind == hookHangBeforeCommit || h.kind == hookGate) {
 		wrapped = func(ctx context.Context, tx Tx, i int) error {

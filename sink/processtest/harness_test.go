@@ -27,6 +27,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/broker"
+	"github.com/workrouter/workrouter/internal/faults"
 	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
@@ -428,15 +429,7 @@ func (p *proc) waitLine(t *testing.T, prefix string, d time.Duration) string {
 }
 
 // stopped reports whether the process is in the stopped state (SIGSTOP).
-func (p *proc) stopped() bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && (s[i+2] == 'T' || s[i+2] == 't')
-}
+func (p *proc) stopped() bool { return faults.Stopped(p.cmd.Process.Pid) }
 
 func (p *proc) kill(t *testing.T) {
 	t.Helper()
