@@ -1,0 +1,144 @@
+package cluster
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/router"
+)
+
+// Acked is a command the broker acknowledged: its account and the
+// account's sequence number for it.
+type Acked struct {
+	Account string
+	Seq     int
+}
+
+// Producer produces seeded ledger commands (deposits and withdrawals over
+// a fixed set of accounts, each account's commands numbered 0, 1, 2, …)
+// and remembers which the broker acknowledged. Send must be called from one
+// goroutine at a time; the other methods from any goroutine.
+type Producer struct {
+	rt       *router.Router
+	rng      *rand.Rand
+	accounts int
+	seqs     map[string]int
+	n        int
+
+	mu    sync.Mutex
+	acked map[string]Acked
+}
+
+// NewProducer returns a Producer sending through rt over accounts accounts,
+// with commands drawn from seed.
+func NewProducer(rt *router.Router, seed uint64, accounts int) *Producer {
+	return &Producer{rt: rt, rng: rand.New(rand.NewPCG(seed, seed+7)), accounts: accounts,
+		seqs: map[string]int{}, acked: map[string]Acked{}}
+}
+
+// Send produces count commands and waits until the broker answered all of
+// them. It returns the first send error; the commands acknowledged before
+// and after it are recorded all the same.
+func (p *Producer) Send(ctx context.Context, count int) error {
+	var first error
+	for i := 0; i < count; i++ {
+		acct := "acct-" + strconv.Itoa(p.rng.IntN(p.accounts))
+		seq := p.seqs[acct]
+		p.seqs[acct]++
+		p.n++
+		id := "cmd-" + strconv.Itoa(p.n)
+		amount := int64(1 + p.rng.IntN(10000))
+		cmd := ledger.Deposit(acct, id, seq, amount)
+		if p.rng.IntN(3) == 0 {
+			cmd = ledger.Withdraw(acct, id, seq, amount)
+		}
+		p.rt.SendAsync(ctx, cmd, func(_ router.Result, err error) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if err != nil {
+				if first == nil {
+					first = err
+				}
+				return
+			}
+			p.acked[id] = Acked{Account: acct, Seq: seq}
+		})
+	}
+	if err := p.rt.Flush(ctx); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return first
+}
+
+// Sent is how many commands Send produced (acknowledged or not).
+func (p *Producer) Sent() int { return p.n }
+
+// Acked returns a copy of the acknowledged commands by command ID.
+func (p *Producer) Acked() map[string]Acked {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]Acked, len(p.acked))
+	for id, a := range p.acked {
+		out[id] = a
+	}
+	return out
+}
+
+// AckedCount is how many commands the broker acknowledged.
+func (p *Producer) AckedCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.acked)
+}
+
+// Lost counts the acknowledged commands whose (account, seq) is absent
+// from seqs (an account's applied seqs, as in ledger.Report.Seqs).
+func (p *Producer) Lost(seqs map[string][]int) int {
+	have := map[Acked]bool{}
+	for acct, ss := range seqs {
+		for _, s := range ss {
+			have[Acked{Account: acct, Seq: s}] = true
+		}
+	}
+	lost := 0
+	for _, a := range p.Acked() {
+		if !have[a] {
+			lost++
+		}
+	}
+	return lost
+}
+
+// LagZero reports whether group has committed every partition of topic up
+// to its end offset. Any error reads as "not zero".
+func LagZero(ctx context.Context, brokers []string, topic, group string) bool {
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return false
+	}
+	defer adm.Close()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return false
+	}
+	committed, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return false
+	}
+	ok := true
+	ends.Each(func(o kadm.ListedOffset) {
+		c, found := committed.Lookup(topic, o.Partition)
+		if o.Offset > 0 && (!found || c.At != o.Offset) {
+			ok = false
+		}
+	})
+	return ok
+}

@@ -1,0 +1,299 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/sink/postgres"
+	"github.com/workrouter/workrouter/sink/sqlite"
+)
+
+// ErrNotPostgres is matched by the error of Store operations that only a
+// PostgreSQL sink supports.
+var ErrNotPostgres = errors.New("cluster: the sink is not PostgreSQL")
+
+// StoreConfig says which ledger sink OpenStore opens.
+type StoreConfig struct {
+	// Dir is a scratch directory; the SQLite file goes there when
+	// SQLitePath is empty.
+	Dir string
+	// SQLitePath is the SQLite file; default Dir/ledger.db.
+	SQLitePath string
+	// PostgresDSN, if set, selects PostgreSQL, in a fresh schema named
+	// SchemaPrefix_<nanos> that Close drops.
+	PostgresDSN  string
+	SchemaPrefix string
+}
+
+// Posting is one row of ledger_postings.
+type Posting struct {
+	Partition int32
+	Offset    int64
+	Account   string
+	ID        string
+	Seq       int
+	Epoch     int32
+	Member    string
+}
+
+// Store is the ledger sink as the harnesses see it: the workers' --sink
+// value and the reads the verification needs, on SQLite or PostgreSQL. Its
+// methods may be called from any goroutine; Close once, at the end.
+type Store struct {
+	spec, desc string
+	postgres   bool
+
+	count    func(ctx context.Context, q string, args ...any) (int, error)
+	verify   func(ctx context.Context) (ledger.Report, error)
+	history  func(ctx context.Context, scope epochs.Scope) ([]Claim, error)
+	postings func(ctx context.Context) ([]Posting, error)
+	exec     func(ctx context.Context, q string, args ...any) (int, error)
+	close    func()
+}
+
+// OpenStore opens (and for PostgreSQL creates) the ledger sink and its
+// tables. The caller must Close it.
+func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
+	if cfg.PostgresDSN != "" {
+		return openPostgres(ctx, cfg)
+	}
+	path := cfg.SQLitePath
+	if path == "" {
+		path = filepath.Join(cfg.Dir, "ledger.db")
+	}
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		return nil, err
+	}
+	if err := ledger.SetupSQLite(ctx, s.DB()); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return &Store{
+		spec: "sqlite:" + path,
+		desc: "SQLite sink " + path,
+		count: func(ctx context.Context, q string, args ...any) (int, error) {
+			var n int
+			err := s.DB().QueryRowContext(ctx, q, args...).Scan(&n)
+			return n, err
+		},
+		verify: func(ctx context.Context) (ledger.Report, error) { return ledger.VerifySQLite(ctx, s.DB()) },
+		history: func(ctx context.Context, scope epochs.Scope) ([]Claim, error) {
+			h, err := s.History(ctx, scope)
+			var out []Claim
+			for _, e := range h {
+				if e.Kind == sqlite.KindClaim {
+					out = append(out, Claim{Epoch: e.Token.Epoch, Member: e.Token.Member, Next: e.NextOffset})
+				}
+			}
+			return out, err
+		},
+		postings: func(ctx context.Context) ([]Posting, error) {
+			rows, err := s.DB().QueryContext(ctx, postingsSQL)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			return scanPostings(rows)
+		},
+		close: func() { s.Close() },
+	}, nil
+}
+
+const postingsSQL = `SELECT part, off, account, id, seq, epoch, member FROM ledger_postings ORDER BY part, off`
+
+type scanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+func scanPostings(rows scanner) ([]Posting, error) {
+	var out []Posting
+	for rows.Next() {
+		var p Posting
+		if err := rows.Scan(&p.Partition, &p.Offset, &p.Account, &p.ID, &p.Seq, &p.Epoch, &p.Member); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+func openPostgres(ctx context.Context, cfg StoreConfig) (*Store, error) {
+	prefix := cfg.SchemaPrefix
+	if prefix == "" {
+		prefix = "workrouter"
+	}
+	dsn := cfg.PostgresDSN
+	schema := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	admin, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: PostgreSQL %w", err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("cluster: creating schema %s: %w", schema, err)
+	}
+	spec := withParam(dsn, "search_path", schema)
+	s, err := postgres.Open(ctx, postgres.Config{DSN: spec, Schema: schema})
+	if err == nil {
+		err = ledger.SetupPostgres(ctx, s.Pool())
+	}
+	dropSchema := func() {
+		admin.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		admin.Close()
+	}
+	if err != nil {
+		if s != nil {
+			s.Close()
+		}
+		dropSchema()
+		return nil, err
+	}
+	return &Store{
+		spec:     spec,
+		desc:     "PostgreSQL sink in schema " + schema + " (dropped at the end)",
+		postgres: true,
+		count: func(ctx context.Context, q string, args ...any) (int, error) {
+			var n int
+			err := s.Pool().QueryRow(ctx, q, args...).Scan(&n)
+			return n, err
+		},
+		verify: func(ctx context.Context) (ledger.Report, error) { return ledger.VerifyPostgres(ctx, s.Pool()) },
+		history: func(ctx context.Context, scope epochs.Scope) ([]Claim, error) {
+			h, err := s.History(ctx, scope)
+			var out []Claim
+			for _, e := range h {
+				if e.Kind == "claim" {
+					out = append(out, Claim{Epoch: e.Token.Epoch, Member: e.Token.Member, Next: e.NextOffset})
+				}
+			}
+			return out, err
+		},
+		postings: func(ctx context.Context) ([]Posting, error) {
+			rows, err := s.Pool().Query(ctx, postingsSQL)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			return scanPostings(rows)
+		},
+		exec: func(ctx context.Context, q string, args ...any) (int, error) {
+			rows, err := admin.Query(ctx, q, args...)
+			if err != nil {
+				return 0, err
+			}
+			defer rows.Close()
+			n := 0
+			for rows.Next() {
+				n++
+			}
+			return n, rows.Err()
+		},
+		close: func() {
+			s.Close()
+			dropSchema()
+		},
+	}, nil
+}
+
+// withParam adds key=value to a postgres:// URL DSN's query.
+func withParam(dsn, key, value string) string {
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return dsn + sep + key + "=" + url.QueryEscape(value)
+}
+
+// Spec is the workers' --sink value.
+func (s *Store) Spec() string { return s.spec }
+
+// WorkerSpec is the --sink value for the worker named name: on PostgreSQL
+// its connections carry application_name=name, so that TerminateBackends
+// can find them.
+func (s *Store) WorkerSpec(name string) string {
+	if !s.postgres {
+		return s.spec
+	}
+	return withParam(s.spec, "application_name", name)
+}
+
+// Desc describes the sink for a timeline.
+func (s *Store) Desc() string { return s.desc }
+
+// Postgres reports whether the sink is PostgreSQL.
+func (s *Store) Postgres() bool { return s.postgres }
+
+// Count runs a query returning one integer ($n placeholders).
+func (s *Store) Count(ctx context.Context, q string, args ...any) (int, error) {
+	return s.count(ctx, q, args...)
+}
+
+// Verify reads the ledger tables back (see ledger.VerifySQLite).
+func (s *Store) Verify(ctx context.Context) (ledger.Report, error) { return s.verify(ctx) }
+
+// Claims returns the accepted claims of scope, oldest first.
+func (s *Store) Claims(ctx context.Context, scope epochs.Scope) ([]Claim, error) {
+	return s.history(ctx, scope)
+}
+
+// Postings returns every ledger posting, by partition and offset.
+func (s *Store) Postings(ctx context.Context) ([]Posting, error) { return s.postings(ctx) }
+
+// TerminateBackends resets the PostgreSQL connections of the worker named
+// app with pg_terminate_backend, preferring those inside a transaction, and
+// returns how many it terminated. inTx reports whether at least one was in
+// a transaction. It fails with ErrNotPostgres on SQLite.
+func (s *Store) TerminateBackends(ctx context.Context, app string) (n int, inTx bool, err error) {
+	if !s.postgres {
+		return 0, false, ErrNotPostgres
+	}
+	n, err = s.exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = $1 AND state IN ('active', 'idle in transaction', 'idle in transaction (aborted)')`, app)
+	if err != nil || n > 0 {
+		return n, n > 0, err
+	}
+	n, err = s.exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, app)
+	return n, false, err
+}
+
+// Close closes the sink (and drops a PostgreSQL schema OpenStore created).
+func (s *Store) Close() { s.close() }
+
+// Scope is the fencing scope of partition p of topic in group.
+func Scope(group, topic string, p int32) epochs.Scope {
+	return epochs.Scope{Group: group, Topic: topic, Partition: p}
+}
+
+// StaleAccepted counts postings written under a token older than a claim
+// that had already taken their partition over from an earlier offset
+// (invariant F), on partitions 0..partitions-1.
+func (s *Store) StaleAccepted(ctx context.Context, group, topic string, partitions int32) (int, error) {
+	n := 0
+	for p := int32(0); p < partitions; p++ {
+		claims, err := s.Claims(ctx, Scope(group, topic, p))
+		if err != nil {
+			return 0, err
+		}
+		for _, c := range claims {
+			k, err := s.Count(ctx, `SELECT count(*) FROM ledger_postings WHERE topic = $1 AND part = $2 AND off >= $3 AND epoch < $4`,
+				topic, p, c.Next, c.Epoch)
+			if err != nil {
+				return 0, err
+			}
+			n += k
+		}
+	}
+	return n, nil
+}
