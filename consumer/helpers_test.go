@@ -218,6 +218,8 @@ type workerOpts struct {
 	// registerer and lagInterval set Config.Registerer and LagInterval.
 	registerer  prometheus.Registerer
 	lagInterval time.Duration
+	// maxBatch and queueSize set Config.MaxBatch (default 64) and QueueSize.
+	maxBatch, queueSize int
 }
 
 func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consumer.Worker[*memory.Tx] {
@@ -227,6 +229,9 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 	}
 	if o.group == "" {
 		o.group = c.group
+	}
+	if o.maxBatch == 0 {
+		o.maxBatch = 64
 	}
 	lg := testLogger(t)
 	if lg != nil {
@@ -239,7 +244,8 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 		Sink:              s,
 		Handlers:          map[string]consumer.Handler[*memory.Tx]{"append": o.handler},
 		Protocol:          o.protocol,
-		MaxBatch:          64,
+		MaxBatch:          o.maxBatch,
+		QueueSize:         o.queueSize,
 		SessionTimeout:    time.Second,
 		RebalanceTimeout:  3 * time.Second,
 		HeartbeatInterval: 100 * time.Millisecond,

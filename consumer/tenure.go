@@ -121,6 +121,7 @@ func (t *tenure[Tx]) enqueue(recs []*kgo.Record) {
 	}
 	t.mu.Unlock()
 	if pause {
+		t.w.pauses.Add(1)
 		t.w.cl.PauseFetchPartitions(map[string][]int32{t.tok.Topic: {t.tok.Partition}})
 	}
 	select {

@@ -98,6 +98,7 @@ type Stats struct {
 	Records       int64 // records whose effects were applied
 	Skipped       int64 // records skipped by the sink as already applied
 	Retries       int64 // failed batch or claim attempts that were retried
+	Pauses        int64 // times a partition's fetching was paused because its queue was full
 }
 
 // Worker is one consumer group member. Create it with New; stop it with
@@ -124,7 +125,7 @@ type Worker[Tx any] struct {
 	m *metrics // nil without Config.Registerer
 
 	assigned, revoked, lost, claims, fencedClaims, fencedApplies atomic.Int64
-	batches, records, skipped, retries                           atomic.Int64
+	batches, records, skipped, retries, pauses                   atomic.Int64
 }
 
 // New validates cfg, connects to the brokers and joins the group.
@@ -250,6 +251,7 @@ func (w *Worker[Tx]) Stats() Stats {
 		Assigned: w.assigned.Load(), Revoked: w.revoked.Load(), Lost: w.lost.Load(),
 		Claims: w.claims.Load(), FencedClaims: w.fencedClaims.Load(), FencedApplies: w.fencedApplies.Load(),
 		Batches: w.batches.Load(), Records: w.records.Load(), Skipped: w.skipped.Load(), Retries: w.retries.Load(),
+		Pauses: w.pauses.Load(),
 	}
 }
 
@@ -275,7 +277,12 @@ func (w *Worker[Tx]) Member() (string, int32) { return w.cl.GroupMetadata() }
 func (w *Worker[Tx]) pollLoop() {
 	defer w.wg.Done()
 	for {
-		fetches := w.cl.PollRecords(w.ctx, 4*w.cfg.MaxBatch)
+		// Take everything buffered: kgo drops (and later refetches) the
+		// buffered records of a partition that is paused, so records left
+		// in kgo's buffer when enqueue pauses a full queue would be
+		// fetched twice. A queue therefore exceeds QueueSize by at most
+		// one fetch of its partition (FetchMaxPartitionBytes).
+		fetches := w.cl.PollFetches(w.ctx)
 		if fetches.IsClientClosed() || w.ctx.Err() != nil {
 			return
 		}
