@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
@@ -37,6 +38,8 @@ type workerFlags struct {
 	heartbeatInterval time.Duration
 	revokeTimeout     time.Duration
 	freezeBeforeBatch int64
+	chaos             bool
+	chaosStall        time.Duration
 	metricsAddr       string
 }
 
@@ -75,6 +78,11 @@ this command runs the examples in ./examples.`,
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (no host means loopback; empty disables)")
 	fl.Int64Var(&f.freezeBeforeBatch, "freeze-before-batch", 0, "fault injection: stop this process with SIGSTOP right before its Nth batch (0: never)")
 	_ = fl.MarkHidden("freeze-before-batch")
+	fl.BoolVar(&f.chaos, "chaos", false, "fault injection for `workrouter chaos`: SIGUSR1 freezes (SIGSTOP) before the next batch, "+
+		"SIGUSR2 cuts the broker connections, SIGHUP stalls them for --chaos-stall, SIGWINCH interrupts the next sink transaction mid-way")
+	fl.DurationVar(&f.chaosStall, "chaos-stall", 3*time.Second, "with --chaos: how long SIGHUP stalls the broker connections")
+	_ = fl.MarkHidden("chaos")
+	_ = fl.MarkHidden("chaos-stall")
 	return cmd
 }
 
@@ -161,13 +169,22 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, protocol consumer.Pr
 	}
 	if f.freezeBeforeBatch > 0 {
 		s = faults.FreezeBeforeBatch(s, f.freezeBeforeBatch, func(tok epochs.Token, _ []int64) {
-			logger.Warn("freezing (SIGSTOP) before batch", "group", tok.Group, "topic", tok.Topic,
+			logger.Warn(faults.MsgFreezing, "group", tok.Group, "topic", tok.Topic,
 				"partition", tok.Partition, "epoch", tok.Epoch, "member", tok.Member)
 		})
+	}
+	var clientOpts []kgo.Opt
+	if f.chaos {
+		ch := newChaosHooks(s, f.chaosStall, logger)
+		s = ch.sink
+		clientOpts = append(clientOpts, kgo.Dialer(ch.dialer.DialContext))
+		stop := ch.start(ctx)
+		defer stop()
 	}
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	w, err := consumer.New(cctx, consumer.Config[Tx]{
+		ClientOpts:        clientOpts,
 		Registerer:        reg,
 		Brokers:           f.brokers,
 		Group:             f.group,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 )
 
 // Entry is one workload or baseline of a run.
@@ -41,15 +40,9 @@ func All(quick bool) []Entry {
 	}
 }
 
-// runs records the results of the run in progress per Env, for W5.
-var runs sync.Map // *Env → *[]Result
-
 // W5 is W5LatencyAt half of the maximum rate: W1's throughput in this run.
 func W5(ctx context.Context, env *Env) (Result, error) {
-	var w1 Result
-	if rs, ok := runs.Load(env); ok {
-		w1, _ = find(*rs.(*[]Result), "W1")
-	}
+	w1, _ := find(env.done, "W1")
 	if w1.Throughput() <= 0 {
 		var err error
 		if w1, err = W1(ctx, env); err != nil {
@@ -109,8 +102,8 @@ func Run(ctx context.Context, env *Env, entries []Entry, progress io.Writer) ([]
 		results []Result
 		errs    []error
 	)
-	runs.Store(env, &results)
-	defer runs.Delete(env)
+	env.done = nil
+	defer func() { env.done = nil }()
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, err)
@@ -128,6 +121,7 @@ func Run(ctx context.Context, env *Env, entries []Entry, progress io.Writer) ([]
 			errs = append(errs, err)
 		}
 		results = append(results, r)
+		env.done = results
 	}
 	return results, errors.Join(errs...)
 }

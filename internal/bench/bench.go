@@ -14,7 +14,8 @@ import (
 // Env is what every workload runs against. Brokers is an embedded kfake
 // broker (or a real cluster); Topic holds Records pre-loaded commands of
 // Size bytes over Partitions partitions, produced with the router's
-// envelope and partitioner, keyed over Keys keys.
+// envelope and partitioner, keyed over Keys keys. An Env is used by one
+// goroutine at a time.
 type Env struct {
 	Brokers    []string
 	Topic      string
@@ -26,6 +27,9 @@ type Env struct {
 	PostgresDSN string
 	// TempDir holds SQLite files and the like.
 	TempDir string
+
+	// done holds the results of the Run in progress so far (for W5).
+	done []Result
 }
 
 // Result is one workload's or baseline's measurement.

@@ -33,7 +33,7 @@ const (
 	MsgLost          = "partition lost"
 	MsgApplyFenced   = "apply fenced; partition stopped"
 	MsgClaimFenced   = "claim fenced; partition stopped"
-	MsgFreezing      = "freezing (SIGSTOP) before batch"
+	MsgFreezing      = faults.MsgFreezing
 	MsgApplyRetrying = "apply failed; retrying batch"
 )
 

@@ -28,20 +28,35 @@ import (
 //
 // The returned sink may be used from any goroutine.
 func FreezeBeforeBatch[Tx any](s sink.Sink[Tx], n int64, before func(tok epochs.Token, offsets []int64)) sink.Sink[Tx] {
-	return &freezer[Tx]{Sink: s, at: n, before: before}
+	return &Freezer[Tx]{Sink: s, at: n, before: before}
 }
 
-type freezer[Tx any] struct {
+// NewFreezer wraps s like FreezeBeforeBatch, except that it freezes the
+// process before the Apply that follows each call of Arm, not before a
+// fixed one.
+func NewFreezer[Tx any](s sink.Sink[Tx], before func(tok epochs.Token, offsets []int64)) *Freezer[Tx] {
+	return &Freezer[Tx]{Sink: s, before: before}
+}
+
+// Freezer is a sink that stops its own process with SIGSTOP between
+// transactions (see FreezeBeforeBatch and NewFreezer). Its methods may be
+// called from any goroutine.
+type Freezer[Tx any] struct {
 	sink.Sink[Tx]
 	at       int64
 	n        atomic.Int64
+	armed    atomic.Bool
 	before   func(epochs.Token, []int64)
 	inflight sync.RWMutex
 }
 
-// Apply counts the call and freezes the process at the configured one.
-func (f *freezer[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) (sink.ApplyResult, error) {
-	if f.n.Add(1) == f.at {
+// Arm makes the next Apply freeze the process before it runs.
+func (f *Freezer[Tx]) Arm() { f.armed.Store(true) }
+
+// Apply counts the call and freezes the process at the configured one or
+// when armed.
+func (f *Freezer[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) (sink.ApplyResult, error) {
+	if f.n.Add(1) == f.at || f.armed.CompareAndSwap(true, false) {
 		f.inflight.Lock()
 		if f.before != nil {
 			f.before(tok, offsets)
