@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"syscall"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // Env is what every workload runs against. Brokers is an embedded kfake
@@ -27,6 +29,9 @@ type Env struct {
 	PostgresDSN string
 	// TempDir holds SQLite files and the like.
 	TempDir string
+
+	cluster *kfake.Cluster // the embedded broker's, nil with external brokers
+	payload []byte         // see payload
 
 	// done holds the results of the Run in progress so far (for W5).
 	done []Result

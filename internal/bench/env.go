@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -119,8 +119,8 @@ func Setup(ctx context.Context, cfg SetupConfig) (*Env, func(), error) {
 			cleanup()
 			return nil, nil, fmt.Errorf("bench: embedded broker: %w", err)
 		}
-		clusters.Store(env, b.Cluster())
-		cleanups = append(cleanups, func() { clusters.Delete(env); b.Close() })
+		env.cluster = b.Cluster()
+		cleanups = append(cleanups, func() { b.Close() })
 		env.Brokers = []string{b.Addr()}
 	}
 	if err := CreateTopic(ctx, env, env.Topic); err != nil {
@@ -134,24 +134,17 @@ func Setup(ctx context.Context, cfg SetupConfig) (*Env, func(), error) {
 	return env, cleanup, nil
 }
 
-var uniqueSeq atomic.Int64
-
-// clusters maps an *Env set up with the embedded broker to its kfake
-// cluster.
-var clusters sync.Map
-
 // Cluster returns the kfake cluster of env's embedded broker, or nil if
 // env runs against external brokers.
 func Cluster(env *Env) *kfake.Cluster {
-	c, _ := clusters.Load(env)
-	cl, _ := c.(*kfake.Cluster)
-	return cl
+	return env.cluster
 }
 
-// UniqueName returns prefix followed by a suffix unique in this process and
-// unlikely to collide across processes (topics, groups).
+// UniqueName returns prefix followed by a random suffix (topics, groups,
+// files, schemas), unlikely to collide within or across processes. It is
+// made of lower-case letters, digits, '-' and '_' only.
 func UniqueName(prefix string) string {
-	return prefix + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(uniqueSeq.Add(1), 10)
+	return prefix + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "_" + strconv.FormatUint(rand.Uint64(), 36)
 }
 
 // CreateTopic creates topic with env.Partitions partitions (replication
@@ -173,24 +166,17 @@ func CreateTopic(ctx context.Context, env *Env, topic string) error {
 	return nil
 }
 
-var (
-	payloadMu sync.Mutex
-	payloads  = map[int][]byte{}
-)
-
-// payload returns a shared, never modified payload of size bytes.
-func payload(size int) []byte {
-	payloadMu.Lock()
-	defer payloadMu.Unlock()
-	p, ok := payloads[size]
-	if !ok {
-		p = make([]byte, size)
+// payload returns env's payload of env.Size bytes, shared and never
+// modified.
+func payload(env *Env) []byte {
+	if len(env.payload) != env.Size {
+		p := make([]byte, env.Size)
 		for i := range p {
 			p[i] = 'a' + byte(i%26)
 		}
-		payloads[size] = p
+		env.payload = p
 	}
-	return p
+	return env.payload
 }
 
 // Keys returns env's keys: "key-000000" … in order. Command i has key
@@ -206,7 +192,7 @@ func Keys(env *Env) [][]byte {
 // Command returns the i-th benchmark command: key keys[i%len(keys)], Type
 // CommandType and a shared payload of env.Size bytes.
 func Command(env *Env, keys [][]byte, i int) router.Command {
-	return router.Command{Key: keys[i%len(keys)], Type: CommandType, Payload: payload(env.Size)}
+	return router.Command{Key: keys[i%len(keys)], Type: CommandType, Payload: payload(env)}
 }
 
 // producerOpts are the options of the pre-loading producer: big batches,

@@ -40,7 +40,7 @@ func createTopic(ctx context.Context, env *Env, prefix string, partitions int32)
 	if err != nil {
 		return "", nil, err
 	}
-	topic := freshName(prefix)
+	topic := UniqueName(prefix)
 	if _, err := adm.CreateTopic(ctx, partitions, -1, nil, topic); err != nil {
 		adm.Close()
 		return "", nil, fmt.Errorf("creating topic %s: %w", topic, err)
@@ -123,7 +123,7 @@ func W5LatencyAt(rate float64) Workload {
 			return nil
 		}
 		w, err := consumer.New(ctx, consumer.Config[*memory.Tx]{
-			Brokers: env.Brokers, Group: freshName("bench-w5"), Topic: topic, Sink: ls,
+			Brokers: env.Brokers, Group: UniqueName("bench-w5"), Topic: topic, Sink: ls,
 			Handlers: map[string]consumer.Handler[*memory.Tx]{CommandType: h},
 		})
 		if err != nil {
@@ -287,7 +287,7 @@ func W6TakeoverOn(cluster *kfake.Cluster) Workload {
 			tx.Put(string(cmd.Key), cmd.Payload)
 			return nil
 		}
-		group := freshName("bench-w6")
+		group := UniqueName("bench-w6")
 		newWorker := func(name string, h consumer.Handler[*memory.Tx]) (*consumer.Worker[*memory.Tx], error) {
 			return consumer.New(ctx, consumer.Config[*memory.Tx]{
 				Brokers: env.Brokers, Group: group, Topic: topic, Sink: s,

@@ -10,9 +10,9 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// SaramaVersion is the Kafka protocol version B2Sarama tells Sarama the
+// saramaVersion is the Kafka protocol version B2Sarama tells Sarama the
 // broker speaks.
-var SaramaVersion = sarama.V3_6_0_0
+func saramaVersion() sarama.KafkaVersion { return sarama.V3_6_0_0 }
 
 // B2Sarama is the Sarama baseline: an IBM/sarama ConsumerGroup (sticky
 // balance strategy, fresh group, from the oldest offset) whose handler does
@@ -22,7 +22,7 @@ var SaramaVersion = sarama.V3_6_0_0
 func B2Sarama(ctx context.Context, env *Env) (Result, error) {
 	const id, name = "B2", "B2 IBM/sarama ConsumerGroup, no-op handler"
 	cfg := sarama.NewConfig()
-	cfg.Version = SaramaVersion
+	cfg.Version = saramaVersion()
 	cfg.ClientID = "workrouter-bench-sarama"
 	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
 	cfg.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategySticky()}
@@ -31,9 +31,9 @@ func B2Sarama(ctx context.Context, env *Env) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{ID: id, Name: name, Skipped: "sarama config: " + err.Error()}, nil
 	}
-	group, err := sarama.NewConsumerGroup(env.Brokers, freshName("bench-sarama"), cfg)
+	group, err := sarama.NewConsumerGroup(env.Brokers, UniqueName("bench-sarama"), cfg)
 	if err != nil {
-		return Result{ID: id, Name: name, Skipped: fmt.Sprintf("sarama cannot connect to the broker (version %s): %v", SaramaVersion, err)}, nil
+		return Result{ID: id, Name: name, Skipped: fmt.Sprintf("sarama cannot connect to the broker (version %s): %v", saramaVersion(), err)}, nil
 	}
 	defer group.Close()
 
@@ -67,7 +67,7 @@ func B2Sarama(ctx context.Context, env *Env) (Result, error) {
 		case <-time.After(30 * time.Second):
 			cancel()
 			last := <-errc
-			skip = fmt.Sprintf("sarama (version %s) did not join the group within 30s: %v", SaramaVersion, last)
+			skip = fmt.Sprintf("sarama (version %s) did not join the group within 30s: %v", saramaVersion(), last)
 			return nil
 		case <-ctx.Done():
 			cancel()

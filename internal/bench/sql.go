@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,13 +35,6 @@ const sqlMaxBatch = 256
 // benchKVTable is the table the SQL workloads upsert into.
 const benchKVTable = "bench_kv"
 
-// freshName returns a name unique in this process and run.
-func freshName(prefix string) string {
-	return fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), nameSeq.Add(1))
-}
-
-var nameSeq atomic.Int64
-
 // handlersFor maps every type to h.
 func handlersFor[Tx any](types []string, h consumer.Handler[Tx]) map[string]consumer.Handler[Tx] {
 	m := make(map[string]consumer.Handler[Tx], len(types))
@@ -57,7 +51,7 @@ func runWorker[Tx any](ctx context.Context, env *Env, cfg consumer.Config[Tx], n
 	cfg.Brokers = env.Brokers
 	cfg.Topic = env.Topic
 	if cfg.Group == "" {
-		cfg.Group = freshName("bench-worker")
+		cfg.Group = UniqueName("bench-worker")
 	}
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = sqlMaxBatch
@@ -89,7 +83,7 @@ func runWorker[Tx any](ctx context.Context, env *Env, cfg consumer.Config[Tx], n
 func runUnfenced(ctx context.Context, env *Env, n int, apply func(ctx context.Context, batch []*kgo.Record) error) (int, error) {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(env.Brokers...),
-		kgo.ConsumerGroup(freshName("bench-unfenced")),
+		kgo.ConsumerGroup(UniqueName("bench-unfenced")),
 		kgo.ConsumeTopics(env.Topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
@@ -193,7 +187,7 @@ const sqliteUpsert = `INSERT INTO ` + benchKVTable + `(k, v) VALUES (?, ?) ON CO
 
 // openSQLiteKV opens a fresh SQLite sink in env.TempDir with the kv table.
 func openSQLiteKV(ctx context.Context, env *Env, name string) (*sqlite.Sink, error) {
-	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(env.TempDir, freshName(name)+".db")})
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(env.TempDir, UniqueName(name)+".db")})
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +264,7 @@ func openPostgresKV(ctx context.Context, env *Env) (kv *pgKV, skip string, err e
 	if env.PostgresDSN == "" {
 		return nil, "no PostgreSQL DSN configured", nil
 	}
-	schema := fmt.Sprintf("wrbench_%d_%d", time.Now().UnixNano(), nameSeq.Add(1))
+	schema := strings.ReplaceAll(UniqueName("wrbench"), "-", "_")
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	s, err := postgres.Open(octx, postgres.Config{DSN: env.PostgresDSN, Schema: schema})
