@@ -1,0 +1,679 @@
+// Package chaos is workrouter's fault harness: a seeded, repeatable
+// experiment that runs worker processes of the ledger example against an
+// in-process broker (kfake) and a durable sink (SQLite or PostgreSQL),
+// produces keyed commands at a steady rate, injects faults of the selected
+// kinds at seeded random intervals, and then checks from the sink's own
+// records that the fencing promise held: no stale write landed (F), nothing
+// acknowledged was lost (L), per-key order held (O), nothing was applied
+// twice (X), and lag returned to zero after the faults (V). It also checks
+// that the faults happened: every requested kind fired, and a stale write
+// was rejected when pauses or heartbeat blackholes ran.
+//
+// The fault kinds (Kind) and what each does on each sink:
+//
+//   - pause: SIGSTOP a worker past its session timeout, then SIGCONT. Two
+//     of three pauses are armed to freeze between transactions (so an
+//     SQLite writer does not hold the write lock while stopped), resumed
+//     either right after another worker claimed its partition (before the
+//     new owner's first write) or after the new owner's first write; the
+//     third is a plain SIGSTOP at a random moment for 1.5× the session.
+//   - kill: SIGKILL a worker, then start a new process in its place.
+//   - heartbeat: hold back one member's group heartbeats at the broker
+//     (kfake request interception, no reply) for 1.5× the session while it
+//     keeps fetching and writing.
+//   - broker-conn: close all of one worker's broker connections, or stall
+//     them for 1.5× the session (a wrapping kgo.Dialer in the worker).
+//   - sink-conn: on PostgreSQL, pg_terminate_backend on the worker's
+//     connections (found by application_name), preferring one inside a
+//     transaction; on SQLite, which has no connection to cut, the worker's
+//     next transaction has its context cancelled after its first effect.
+//   - coordinator: for 1–2.5 s, answer one member's heartbeats and offset
+//     commits with NOT_COORDINATOR, REBALANCE_IN_PROGRESS, or no reply.
+//   - churn: an extra member joins and leaves (SIGTERM) 1–5 s later.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/internal/cluster"
+	"github.com/workrouter/workrouter/internal/faults"
+	"github.com/workrouter/workrouter/router"
+)
+
+// Kind is a kind of fault.
+type Kind string
+
+// The fault kinds; see the package documentation.
+const (
+	Pause       Kind = "pause"
+	Kill        Kind = "kill"
+	Heartbeat   Kind = "heartbeat"
+	BrokerConn  Kind = "broker-conn"
+	SinkConn    Kind = "sink-conn"
+	Coordinator Kind = "coordinator"
+	Churn       Kind = "churn"
+)
+
+// Kinds returns every fault kind, in the order of the report's table.
+func Kinds() []Kind {
+	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Churn}
+}
+
+// ErrConfig is matched by the error Run or ParseKinds returns for a bad
+// configuration.
+var ErrConfig = errors.New("chaos: invalid config")
+
+// ErrFailed is matched by the error Run returns when the run finished but
+// an invariant was violated, a requested kind never fired, or no stale
+// write was rejected although pauses or heartbeat faults ran.
+var ErrFailed = errors.New("chaos: run failed")
+
+// ParseKinds parses "all" or a comma-separated list of kinds.
+func ParseKinds(s string) ([]Kind, error) {
+	if strings.TrimSpace(s) == "all" || strings.TrimSpace(s) == "" {
+		return Kinds(), nil
+	}
+	var out []Kind
+	for _, f := range strings.Split(s, ",") {
+		k := Kind(strings.TrimSpace(f))
+		if !slices.Contains(Kinds(), k) {
+			return nil, fmt.Errorf("%w: unknown fault kind %q (want all or some of %v)", ErrConfig, k, Kinds())
+		}
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// Config configures Run. Zero values take the documented defaults.
+type Config struct {
+	// Duration is how long commands are produced and faults injected;
+	// default 2m.
+	Duration time.Duration
+	// Seed seeds the fault schedule and the commands.
+	Seed uint64
+	// Kinds are the fault kinds to inject; default all.
+	Kinds []Kind
+	// Workers is the number of worker processes (at least 2); default 3.
+	Workers int
+	// Partitions of the topic; default 6.
+	Partitions int32
+	// Accounts (keys); default 200.
+	Accounts int
+	// Rate is commands produced per second; default 200.
+	Rate int
+	// SinkPath is the SQLite file; default one in a temporary directory.
+	SinkPath string
+	// PostgresDSN selects PostgreSQL, in a fresh schema dropped at the end.
+	PostgresDSN string
+	// Protocol is "cooperative" (default) or "kip848".
+	Protocol string
+	// SessionTimeout of the workers; default 2s.
+	SessionTimeout time.Duration
+	// RecoverTimeout bounds the wait for lag zero after the faults;
+	// default 2m.
+	RecoverTimeout time.Duration
+	// WorkerArgv starts one worker process ("worker" and its flags are
+	// appended). Required.
+	WorkerArgv []string
+	// Out receives the timeline as it happens; nil discards.
+	Out io.Writer
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Duration == 0 {
+		c.Duration = 2 * time.Minute
+	}
+	if len(c.Kinds) == 0 {
+		c.Kinds = Kinds()
+	}
+	if c.Workers == 0 {
+		c.Workers = 3
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 6
+	}
+	if c.Accounts == 0 {
+		c.Accounts = 200
+	}
+	if c.Rate == 0 {
+		c.Rate = 200
+	}
+	if c.Protocol == "" {
+		c.Protocol = "cooperative"
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 2 * time.Second
+	}
+	if c.RecoverTimeout == 0 {
+		c.RecoverTimeout = 2 * time.Minute
+	}
+	switch {
+	case len(c.WorkerArgv) == 0:
+		return c, fmt.Errorf("%w: no worker command", ErrConfig)
+	case c.Workers < 2:
+		return c, fmt.Errorf("%w: need at least 2 workers, so that one can take over from another", ErrConfig)
+	case c.Duration < 0, c.Partitions < 1, c.Accounts < 1, c.Rate < 1, c.SessionTimeout < 0, c.RecoverTimeout < 0:
+		return c, fmt.Errorf("%w: duration, partitions, accounts and rate must be positive", ErrConfig)
+	case c.Protocol != "cooperative" && c.Protocol != "kip848":
+		return c, fmt.Errorf("%w: protocol %q: want cooperative or kip848", ErrConfig, c.Protocol)
+	}
+	for _, k := range c.Kinds {
+		if !slices.Contains(Kinds(), k) {
+			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
+		}
+	}
+	return c, nil
+}
+
+const group = "ledger-chaos"
+
+// Run runs the experiment. It owns every process and goroutine it starts
+// and ends them before returning. The Result is filled as far as the run
+// got; the error matches ErrFailed when the run finished but did not pass
+// (see Result.OK).
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return Result{}, err
+	}
+	r := &run{cfg: cfg, ctx: ctx, start: time.Now(), rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed)),
+		res: Result{Requested: slices.Clone(cfg.Kinds), Faults: map[Kind]int{}, Protocol: cfg.Protocol, Seed: cfg.Seed}}
+	defer r.stopAll()
+	err = r.run()
+	res := r.res
+	if err != nil {
+		return res, err
+	}
+	if !res.OK() {
+		return res, fmt.Errorf("%w: %s", ErrFailed, res.Line())
+	}
+	return res, nil
+}
+
+type run struct {
+	cfg   Config
+	ctx   context.Context
+	start time.Time
+	rng   *rand.Rand // the fault schedule's; used by the scheduler goroutine only
+
+	brokers []string
+	topic   string
+	store   *cluster.Store
+	icpt    *interceptor
+
+	mu      sync.Mutex
+	active  []*cluster.Worker // current members, by slot (w1..wN)
+	all     []*cluster.Worker // every process ever started
+	churned int
+	res     Result
+}
+
+func (r *run) logf(format string, args ...any) {
+	if r.cfg.Out != nil {
+		fmt.Fprintf(r.cfg.Out, "%7.2fs  %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *run) run() error {
+	ctx := r.ctx
+	dir, err := os.MkdirTemp("", "workrouter-chaos-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	r.topic = ledger.Topic
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(r.cfg.Partitions, r.topic),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("chaos: starting the broker: %w", err)
+	}
+	defer kc.Close()
+	r.icpt = newInterceptor(kc)
+	defer r.icpt.close()
+	r.brokers = kc.ListenAddrs()
+
+	st, err := cluster.OpenStore(ctx, cluster.StoreConfig{Dir: dir, SQLitePath: r.cfg.SinkPath,
+		PostgresDSN: r.cfg.PostgresDSN, SchemaPrefix: "workrouter_chaos"})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	r.store = st
+	r.logf("broker %v (kfake, in process), topic %s with %d partitions, group %s, protocol %s; %s",
+		r.brokers, r.topic, r.cfg.Partitions, group, r.cfg.Protocol, st.Desc())
+	r.logf("seed %d, faults %v, %d workers, %d commands/s, session timeout %s, for %s",
+		r.cfg.Seed, r.cfg.Kinds, r.cfg.Workers, r.cfg.Rate, r.cfg.SessionTimeout, r.cfg.Duration)
+
+	for i := 1; i <= r.cfg.Workers; i++ {
+		w, err := r.startWorker("w" + strconv.Itoa(i))
+		if err != nil {
+			return err
+		}
+		r.active = append(r.active, w)
+	}
+	if err := r.waitUntil(60*time.Second, "every partition claimed", func() bool {
+		owned := map[int32]bool{}
+		for _, w := range r.members() {
+			for p := range w.Owned() {
+				owned[p] = true
+			}
+		}
+		return len(owned) == int(r.cfg.Partitions)
+	}); err != nil {
+		return err
+	}
+
+	rt, err := router.New(ctx, router.Config{Brokers: r.brokers, Topic: r.topic})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	prod := cluster.NewProducer(rt, r.cfg.Seed, r.cfg.Accounts)
+	stopProducing := make(chan struct{})
+	var prodWG sync.WaitGroup
+	var prodErr error
+	prodWG.Go(func() { prodErr = r.produce(prod, stopProducing) })
+	stopProducer := sync.OnceFunc(func() { close(stopProducing); prodWG.Wait() })
+	defer stopProducer()
+
+	// The fault schedule: rounds of every requested kind in a seeded
+	// order, with seeded gaps, until the duration is up.
+	end := r.start.Add(r.cfg.Duration)
+	var lastFault time.Time
+	for round := 0; time.Now().Before(end); round++ {
+		kinds := slices.Clone(r.cfg.Kinds)
+		r.rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+		for _, k := range kinds {
+			gap := 500*time.Millisecond + time.Duration(r.rng.Int64N(int64(1500*time.Millisecond)))
+			if time.Now().Add(gap).After(end) {
+				break
+			}
+			if err := r.sleep(gap); err != nil {
+				return err
+			}
+			fired, err := r.inject(k)
+			if err != nil {
+				return err
+			}
+			if fired {
+				r.mu.Lock()
+				r.res.Faults[k]++
+				r.mu.Unlock()
+			}
+			lastFault = time.Now()
+		}
+	}
+	if err := r.sleep(time.Until(end)); err != nil {
+		return err
+	}
+	stopProducer()
+	if prodErr != nil {
+		r.logf("producer: %v", prodErr)
+	}
+	if lastFault.IsZero() {
+		lastFault = time.Now()
+	}
+	r.res.Sent = prod.Sent()
+	r.res.Produced = prod.AckedCount()
+	r.logf("faults over; produced %d commands (%d acknowledged); waiting for lag zero", r.res.Sent, r.res.Produced)
+
+	converged := r.waitUntil(r.cfg.RecoverTimeout, "every acknowledged command applied and lag zero", func() bool {
+		n, err := st.Count(ctx, `SELECT count(*) FROM ledger_postings`)
+		return err == nil && n >= r.res.Produced && cluster.LagZero(ctx, r.brokers, r.topic, group)
+	})
+	if converged != nil {
+		if ctx.Err() != nil {
+			return converged
+		}
+		r.res.Violations.V = 1
+		r.logf("V: not converged: %v", converged)
+	} else {
+		r.res.Recover = time.Since(lastFault).Round(10 * time.Millisecond)
+		r.logf("lag zero, every acknowledged command applied, %s after the last fault", r.res.Recover)
+	}
+	return r.check(prod)
+}
+
+// check reads the sink's records and fills the result's figures.
+func (r *run) check(prod *cluster.Producer) error {
+	ctx := r.ctx
+	rep, err := r.store.Verify(ctx)
+	if err != nil {
+		return err
+	}
+	postings, err := r.store.Postings(ctx)
+	if err != nil {
+		return err
+	}
+	recs := Records{Postings: postings, Claims: map[int32][]cluster.Claim{}, Acked: prod.Acked(), BalanceMismatches: len(rep.Mismatches)}
+	for p := int32(0); p < r.cfg.Partitions; p++ {
+		cs, err := r.store.Claims(ctx, cluster.Scope(group, r.topic, p))
+		if err != nil {
+			return err
+		}
+		recs.Claims[p] = cs
+	}
+	v, notes := Check(recs)
+	v.V = r.res.Violations.V
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Violations = v
+	r.res.Notes = notes
+	r.res.Applied = len(postings)
+	for _, w := range r.all {
+		r.res.StaleRejected += w.FencedCount()
+	}
+	for _, n := range notes {
+		r.logf("%s", n)
+	}
+	return nil
+}
+
+// produce sends Rate commands a second in ten ticks until stop is closed.
+func (r *run) produce(p *cluster.Producer, stop <-chan struct{}) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	per := max(1, r.cfg.Rate/10)
+	var first error
+	for {
+		select {
+		case <-stop:
+			return first
+		case <-r.ctx.Done():
+			return r.ctx.Err()
+		case <-tick.C:
+		}
+		if err := p.Send(r.ctx, per); err != nil && first == nil {
+			first = err
+		}
+	}
+}
+
+func (r *run) startWorker(name string) (*cluster.Worker, error) {
+	args := cluster.WorkerOptions{Brokers: r.brokers, Topic: r.topic, Group: group, SinkSpec: r.store.WorkerSpec(name),
+		Name: name, SessionTimeout: r.cfg.SessionTimeout, Protocol: r.cfg.Protocol}.Args()
+	args = append(args, "--chaos", "--chaos-stall", r.stallFor().String())
+	w, err := cluster.StartWorker(name, r.cfg.WorkerArgv, args...)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	r.mu.Lock()
+	r.all = append(r.all, w)
+	r.mu.Unlock()
+	return w, nil
+}
+
+// stallFor is how long pauses, blackholes and stalls last: past the
+// session timeout.
+func (r *run) stallFor() time.Duration { return r.cfg.SessionTimeout * 3 / 2 }
+
+// members returns the current members (churn members included).
+func (r *run) members() []*cluster.Worker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.active)
+}
+
+func (r *run) sleep(d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-r.ctx.Done():
+		return r.ctx.Err()
+	}
+}
+
+// waitUntil polls cond every 50ms for up to timeout.
+func (r *run) waitUntil(timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: gave up after %s waiting for %s", timeout, what)
+		}
+		if err := r.sleep(50 * time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *run) stopAll() {
+	r.mu.Lock()
+	all := slices.Clone(r.all)
+	r.mu.Unlock()
+	cluster.StopAll(all, 15*time.Second)
+}
+
+// pick returns a random current member holding at least one partition
+// (and, if needMember, whose member ID is known), or nil.
+func (r *run) pick(needMember bool) *cluster.Worker {
+	var cands []*cluster.Worker
+	for _, w := range r.members() {
+		if len(w.Owned()) > 0 && !w.Exited() && (!needMember || w.Member() != "") {
+			cands = append(cands, w)
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	return cands[r.rng.IntN(len(cands))]
+}
+
+// inject runs one fault of kind k to its end and reports whether it
+// really happened.
+func (r *run) inject(k Kind) (bool, error) {
+	switch k {
+	case Pause:
+		return r.pause()
+	case Kill:
+		return r.kill()
+	case Heartbeat:
+		return r.heartbeat()
+	case BrokerConn:
+		return r.brokerConn()
+	case SinkConn:
+		return r.sinkConn()
+	case Coordinator:
+		return r.coordinator()
+	case Churn:
+		return r.churn()
+	}
+	return false, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
+}
+
+func (r *run) pause() (bool, error) {
+	w := r.pick(false)
+	if w == nil {
+		r.logf("pause: no worker holds a partition; skipped")
+		return false, nil
+	}
+	mode := r.rng.IntN(3)
+	if mode == 2 {
+		d := r.stallFor() + time.Duration(r.rng.Int64N(int64(time.Second)))
+		if err := w.Signal(syscall.SIGSTOP); err != nil {
+			return false, nil
+		}
+		stopped := r.waitUntil(2*time.Second, w.Name()+" stopped", w.Stopped) == nil
+		r.logf("PAUSE %s: SIGSTOP at a random moment for %s (holds %s)", w.Name(), d.Round(time.Millisecond), cluster.Describe(w.Owned()))
+		err := r.sleep(d)
+		_ = w.Signal(syscall.SIGCONT)
+		r.logf("RESUME %s", w.Name())
+		return stopped, err
+	}
+	before := len(w.Freezes())
+	if err := w.Signal(syscall.SIGUSR1); err != nil {
+		return false, nil
+	}
+	if r.waitUntil(10*time.Second, w.Name()+" to freeze before a batch", func() bool {
+		return len(w.Freezes()) > before && w.Stopped() || w.Exited()
+	}) != nil || w.Exited() {
+		// No batch came (or it died): resume in case it froze late.
+		_ = w.Signal(syscall.SIGCONT)
+		r.logf("pause: %s did not freeze before a batch; skipped", w.Name())
+		return false, nil
+	}
+	fz := w.Freezes()[len(w.Freezes())-1]
+	r.logf("PAUSE %s: SIGSTOP between transactions, before its batch on partition %d at epoch %d", w.Name(), fz.Partition, fz.Epoch)
+	var takenBy *cluster.Worker
+	var claim cluster.Claim
+	err := r.waitUntil(6*r.cfg.SessionTimeout+10*time.Second, "partition "+strconv.Itoa(int(fz.Partition))+" to be taken over", func() bool {
+		takenBy, claim = cluster.OwnerOf(r.members(), fz.Partition)
+		return takenBy != nil && takenBy != w && claim.Epoch > fz.Epoch
+	})
+	if err == nil {
+		what := "before the new owner's first write"
+		if mode == 1 {
+			what = "after the new owner's first write"
+			_ = r.waitUntil(10*time.Second, "the new owner's first write", func() bool {
+				n, err := r.store.Count(r.ctx, `SELECT count(*) FROM ledger_postings WHERE part = $1 AND epoch = $2 AND member = $3`,
+					fz.Partition, claim.Epoch, claim.Member)
+				return err == nil && n > 0
+			})
+		}
+		r.logf("  partition %d taken over by %s at epoch %d from offset %d; RESUME %s %s", fz.Partition, takenBy.Name(), claim.Epoch, claim.Next, w.Name(), what)
+	} else {
+		r.logf("  partition %d not taken over (%v); RESUME %s", fz.Partition, err, w.Name())
+	}
+	_ = w.Signal(syscall.SIGCONT)
+	return true, r.ctx.Err()
+}
+
+func (r *run) kill() (bool, error) {
+	members := r.members()
+	slot := r.rng.IntN(min(len(members), r.cfg.Workers))
+	w := members[slot]
+	w.Kill()
+	r.logf("KILL %s (SIGKILL; it held %s); restarting it", w.Name(), cluster.Describe(w.Owned()))
+	nw, err := r.startWorker(w.Name())
+	if err != nil {
+		return true, err
+	}
+	r.mu.Lock()
+	r.active[slot] = nw
+	r.mu.Unlock()
+	return true, nil
+}
+
+func (r *run) heartbeat() (bool, error) {
+	w := r.pick(true)
+	if w == nil {
+		r.logf("heartbeat: no member with a partition; skipped")
+		return false, nil
+	}
+	member := w.Member()
+	d := r.stallFor() + time.Duration(r.rng.Int64N(int64(time.Second)))
+	end := r.icpt.blackhole(member)
+	r.logf("HEARTBEAT blackhole of %s (member %s, holds %s) for %s", w.Name(), member, cluster.Describe(w.Owned()), d.Round(time.Millisecond))
+	err := r.sleep(d)
+	n := end()
+	r.logf("  %d heartbeats of %s held back; released", n, w.Name())
+	return n > 0, err
+}
+
+func (r *run) brokerConn() (bool, error) {
+	w := r.pick(false)
+	if w == nil {
+		return false, nil
+	}
+	msg, sig, what := faults.MsgBrokerCut, syscall.SIGUSR2, "cut"
+	if r.rng.IntN(2) == 0 {
+		msg, sig, what = faults.MsgBrokerStall, syscall.SIGHUP, "stalled for "+r.stallFor().String()
+	}
+	before := w.Count(msg)
+	if err := w.Signal(sig); err != nil {
+		return false, nil
+	}
+	fired := r.waitUntil(5*time.Second, w.Name()+" to act", func() bool { return w.Count(msg) > before }) == nil
+	r.logf("BROKER-CONN %s: connections %s (done: %v)", w.Name(), what, fired)
+	if sig == syscall.SIGHUP {
+		return fired, r.sleep(r.stallFor())
+	}
+	return fired, nil
+}
+
+func (r *run) sinkConn() (bool, error) {
+	w := r.pick(false)
+	if w == nil {
+		return false, nil
+	}
+	if r.store.Postgres() {
+		var n int
+		var inTx bool
+		_ = r.waitUntil(3*time.Second, "a sink transaction of "+w.Name(), func() bool {
+			var err error
+			n, inTx, err = r.store.TerminateBackends(r.ctx, w.Name())
+			return err == nil && inTx
+		})
+		r.logf("SINK-CONN %s: pg_terminate_backend on %d connections (in a transaction: %v)", w.Name(), n, inTx)
+		return n > 0, r.ctx.Err()
+	}
+	before := w.Count(faults.MsgSinkCut)
+	if err := w.Signal(syscall.SIGWINCH); err != nil {
+		return false, nil
+	}
+	fired := r.waitUntil(10*time.Second, w.Name()+" to interrupt a transaction", func() bool { return w.Count(faults.MsgSinkCut) > before }) == nil
+	r.logf("SINK-CONN %s: transaction interrupted mid-way (SQLite: context cancelled after its first effect): %v", w.Name(), fired)
+	return fired, r.ctx.Err()
+}
+
+func (r *run) coordinator() (bool, error) {
+	w := r.pick(true)
+	if w == nil {
+		return false, nil
+	}
+	mode := coordMode(r.rng.IntN(3))
+	d := time.Second + time.Duration(r.rng.Int64N(int64(1500*time.Millisecond)))
+	end := r.icpt.coordinator(w.Member(), mode, d)
+	err := r.sleep(d)
+	n := end()
+	r.logf("COORDINATOR %s for %s: %d heartbeats and offset commits of %s answered so", mode, d.Round(time.Millisecond), n, w.Name())
+	return n > 0, err
+}
+
+func (r *run) churn() (bool, error) {
+	r.mu.Lock()
+	r.churned++
+	name := "c" + strconv.Itoa(r.churned)
+	r.mu.Unlock()
+	w, err := r.startWorker(name)
+	if err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	r.active = append(r.active, w)
+	r.mu.Unlock()
+	stay := time.Second + time.Duration(r.rng.Int64N(int64(4*time.Second)))
+	r.logf("CHURN %s joins for %s", name, stay.Round(time.Millisecond))
+	if err := r.sleep(stay); err != nil {
+		return false, err
+	}
+	held := cluster.Describe(w.Owned())
+	clean := w.Stop(15 * time.Second)
+	r.mu.Lock()
+	r.active = slices.DeleteFunc(r.active, func(x *cluster.Worker) bool { return x == w })
+	r.mu.Unlock()
+	r.logf("  %s left (SIGTERM, clean exit %v), holding %s", name, clean, held)
+	return clean, nil
+}

@@ -1,0 +1,117 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Result is the outcome of a run: faults injected, figures read from the
+// sink and the workers' logs, and violations found by the checker.
+type Result struct {
+	Seed      uint64 `json:"seed"`
+	Protocol  string `json:"protocol"`
+	Requested []Kind `json:"requested"`
+	// Faults counts, per kind, the faults that really happened (with
+	// evidence: a stopped process, a held heartbeat, a log line…).
+	Faults map[Kind]int `json:"faults"`
+	// Sent is how many commands were produced; Produced how many of them
+	// the broker acknowledged.
+	Sent     int `json:"sent"`
+	Produced int `json:"produced"`
+	// Applied is the number of postings in the sink.
+	Applied int `json:"applied"`
+	// StaleRejected counts fenced claims and applies the workers logged.
+	StaleRejected int        `json:"stale_rejected"`
+	Violations    Violations `json:"violations"`
+	// Recover is the time from the end of the last fault until lag was
+	// zero with every acknowledged command applied (zero if never).
+	Recover time.Duration `json:"recover_ns"`
+	// Notes are examples of the violations found.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// TotalFaults is the number of faults that happened.
+func (r Result) TotalFaults() int {
+	n := 0
+	for _, c := range r.Faults {
+		n += c
+	}
+	return n
+}
+
+// Missing returns the requested kinds that never fired.
+func (r Result) Missing() []Kind {
+	var out []Kind
+	for _, k := range r.Requested {
+		if r.Faults[k] == 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// needsStale reports whether the run must show a rejected stale write.
+func (r Result) needsStale() bool {
+	return slices.Contains(r.Requested, Pause) || slices.Contains(r.Requested, Heartbeat)
+}
+
+// OK reports whether the run passed: no violation, every requested kind
+// fired, and a stale write rejected if pauses or heartbeat faults ran.
+func (r Result) OK() bool {
+	return r.Violations.Total() == 0 && len(r.Missing()) == 0 && (!r.needsStale() || r.StaleRejected > 0)
+}
+
+// Line is the run's final line.
+func (r Result) Line() string {
+	kinds := 0
+	for _, c := range r.Faults {
+		if c > 0 {
+			kinds++
+		}
+	}
+	return fmt.Sprintf("chaos: faults=%d kinds=%d commands=%d stale_rejected=%d violations=%d",
+		r.TotalFaults(), kinds, r.Produced, r.StaleRejected, r.Violations.Total())
+}
+
+// Table is the run's figures as an aligned text table.
+func (r Result) Table() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "fault\tinjected\n")
+	for _, k := range Kinds() {
+		if slices.Contains(r.Requested, k) {
+			fmt.Fprintf(tw, "%s\t%d\n", k, r.Faults[k])
+		} else {
+			fmt.Fprintf(tw, "%s\t-\n", k)
+		}
+	}
+	fmt.Fprintf(tw, "total\t%d\n", r.TotalFaults())
+	tw.Flush()
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "commands produced (acknowledged)\t%d\n", r.Produced)
+	fmt.Fprintf(tw, "commands applied (sink postings)\t%d\n", r.Applied)
+	fmt.Fprintf(tw, "stale writes rejected\t%d\n", r.StaleRejected)
+	v := r.Violations
+	fmt.Fprintf(tw, "violations F (stale write accepted)\t%d\n", v.F)
+	fmt.Fprintf(tw, "violations L (acknowledged, never applied)\t%d\n", v.L)
+	fmt.Fprintf(tw, "violations O (per-key order)\t%d\n", v.O)
+	fmt.Fprintf(tw, "violations X (applied twice, balance)\t%d\n", v.X)
+	fmt.Fprintf(tw, "violations V (lag not back to zero)\t%d\n", v.V)
+	rec := "never"
+	if v.V == 0 {
+		rec = r.Recover.String()
+	}
+	fmt.Fprintf(tw, "time to recover after the last fault\t%s\n", rec)
+	tw.Flush()
+	if m := r.Missing(); len(m) > 0 {
+		fmt.Fprintf(&b, "\nkinds that never fired: %v\n", m)
+	}
+	if r.needsStale() && r.StaleRejected == 0 {
+		b.WriteString("\nno stale write was rejected although pauses or heartbeat faults ran\n")
+	}
+	return b.String()
+}
