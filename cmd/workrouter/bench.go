@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -71,6 +72,10 @@ fail; a workload that errors does (after the report).`,
 			}
 			if cfg.Records < 0 {
 				return fmt.Errorf("bench: --records %d is negative", cfg.Records)
+			}
+			// W6 freezes a real `workrouter worker` process: this binary.
+			if exe, err := os.Executable(); err == nil {
+				cfg.WorkerArgv = []string{exe}
 			}
 			ctx := cmd.Context()
 			errOut := cmd.ErrOrStderr()

@@ -7,9 +7,9 @@ import (
 )
 
 // TestBenchCommand runs a tiny `workrouter bench` and checks the report's
-// final line.
+// final line, and that W6 froze a real worker process.
 func TestBenchCommand(t *testing.T) {
-	p := startProc(t, []string{"bench", "--quick", "--records", "2000", "--only", "W1,B1,W4,B4"})
+	p := startProc(t, []string{"bench", "--quick", "--records", "2000", "--only", "W1,B1,W4,B4,W6"})
 	if code := p.wait(t); code != 0 {
 		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
 	}
@@ -20,7 +20,7 @@ func TestBenchCommand(t *testing.T) {
 	if !re.MatchString(last) {
 		t.Fatalf("final line %q does not match %v\n%s", last, re, out)
 	}
-	for _, want := range []string{"records/s", "CPU µs/rec", "target router_vs_raw="} {
+	for _, want := range []string{"records/s", "CPU µs/rec", "target router_vs_raw=", "SIGSTOP of a worker process", "takeover="} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}

@@ -52,8 +52,14 @@ func W5(ctx context.Context, env *Env) (Result, error) {
 	return W5LatencyAt(w1.Throughput()/2)(ctx, env)
 }
 
-// W6 is W6TakeoverOn the embedded broker's cluster (Skipped without one).
+// W6 is W6Process when env can start worker processes, else W6TakeoverOn
+// the embedded broker's cluster. Both are Skipped without the embedded
+// broker (a real broker's minimum session timeout is above
+// W6SessionTimeout).
 func W6(ctx context.Context, env *Env) (Result, error) {
+	if len(env.WorkerArgv) > 0 {
+		return W6Process(ctx, env)
+	}
 	return W6TakeoverOn(Cluster(env))(ctx, env)
 }
 

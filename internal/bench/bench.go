@@ -29,6 +29,8 @@ type Env struct {
 	PostgresDSN string
 	// TempDir holds SQLite files and the like.
 	TempDir string
+	// WorkerArgv starts a `workrouter worker` process (see SetupConfig).
+	WorkerArgv []string
 
 	cluster *kfake.Cluster // the embedded broker's, nil with external brokers
 	payload []byte         // see payload

@@ -241,7 +241,7 @@ func pollUntil(ctx context.Context, d time.Duration, cond func() bool) error {
 func W6TakeoverOn(cluster *kfake.Cluster) Workload {
 	return func(ctx context.Context, env *Env) (Result, error) {
 		const id = "W6"
-		name := fmt.Sprintf("W6 pause-to-takeover, session timeout %s, memory sink", W6SessionTimeout)
+		name := fmt.Sprintf("pause-to-takeover, simulated freeze in process, session timeout %s, memory sink", W6SessionTimeout)
 		if cluster == nil {
 			return Result{ID: id, Name: name, Skipped: "needs the embedded broker's kfake cluster to hold heartbeats"}, nil
 		}
