@@ -18,9 +18,9 @@ type Entry struct {
 // selects the scaled-down variants where a workload has one (the record
 // count itself comes from the Env).
 //
-// W5 runs at half of the maximum rate measured by W1 in the same run (if W1
-// was not selected, W5 runs W1 first, unreported, to measure it). W6 needs
-// the embedded broker (Setup without Brokers) and is skipped otherwise.
+// W5 runs at half of the end-to-end maximum rate it measures first. W6
+// needs the embedded broker (Setup without Brokers) and is skipped
+// otherwise.
 func All(quick bool) []Entry {
 	_ = quick // every workload scales with env.Records (see SetupConfig.Quick)
 	return []Entry{
@@ -40,16 +40,17 @@ func All(quick bool) []Entry {
 	}
 }
 
-// W5 is W5LatencyAt half of the maximum rate: W1's throughput in this run.
+// W5 is W5LatencyAt half of the end-to-end maximum rate W5MaxRate
+// measures just before it (W1's rate is no guide: W1 consumes a pre-loaded
+// topic without producing). Extra states the maximum.
 func W5(ctx context.Context, env *Env) (Result, error) {
-	w1, _ := find(env.done, "W1")
-	if w1.Throughput() <= 0 {
-		var err error
-		if w1, err = W1(ctx, env); err != nil {
-			return Result{ID: "W5"}, fmt.Errorf("W5: measuring the maximum rate: %w", err)
-		}
+	maxRate, err := W5MaxRate(ctx, env)
+	if err != nil {
+		return Result{ID: "W5"}, fmt.Errorf("W5: measuring the maximum rate: %w", err)
 	}
-	return W5LatencyAt(w1.Throughput()/2)(ctx, env)
+	r, err := W5LatencyAt(maxRate/2)(ctx, env)
+	r.Extra = strings.TrimSpace(fmt.Sprintf("max_rate=%.0f/s %s", maxRate, r.Extra))
+	return r, err
 }
 
 // W6 is W6Process when env can start worker processes, else W6TakeoverOn
@@ -108,8 +109,6 @@ func Run(ctx context.Context, env *Env, entries []Entry, progress io.Writer) ([]
 		results []Result
 		errs    []error
 	)
-	env.done = nil
-	defer func() { env.done = nil }()
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, err)
@@ -127,7 +126,6 @@ func Run(ctx context.Context, env *Env, entries []Entry, progress io.Writer) ([]
 			errs = append(errs, err)
 		}
 		results = append(results, r)
-		env.done = results
 	}
 	return results, errors.Join(errs...)
 }

@@ -34,9 +34,6 @@ type Env struct {
 
 	cluster *kfake.Cluster // the embedded broker's, nil with external brokers
 	payload []byte         // see payload
-
-	// done holds the results of the Run in progress so far (for W5).
-	done []Result
 }
 
 // Result is one workload's or baseline's measurement.

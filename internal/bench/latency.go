@@ -28,6 +28,9 @@ import (
 // rate × W5MaxDuration) commands.
 const W5MaxDuration = 10 * time.Second
 
+// W5MaxRecords is how many commands W5MaxRate sends.
+const W5MaxRecords = 200_000
+
 // W6SessionTimeout is the group session timeout of W6's workers; the broker
 // must accept it (kfake's default minimum is 6s: start the embedded broker
 // with MinSessionTimeout at most this).
@@ -87,116 +90,141 @@ func (s *latencySink) Apply(ctx context.Context, tok epochs.Token, offsets []int
 }
 
 // W5LatencyAt returns W5: end-to-end latency from produce to sink commit at
-// rate commands per second, open loop. A Worker on the memory sink consumes
-// a fresh topic of env.Partitions partitions; once it owns every partition,
-// min(env.Records, rate × W5MaxDuration) commands of env.Size bytes are
-// scheduled at fixed intervals from a start time and sent without waiting
-// for earlier sends (no coordinated omission). Each payload carries its
-// scheduled send time; latency is the sink's commit time minus it. Extra
-// reports p50, p99, p99.9 and max.
+// rate commands per second, open loop: min(env.Records, rate ×
+// W5MaxDuration) commands are scheduled at fixed intervals from a start
+// time and sent without waiting for earlier sends (no coordinated
+// omission). Latency is the sink's commit time minus the scheduled send
+// time. Extra reports p50, p99, p99.9 and max.
 func W5LatencyAt(rate float64) Workload {
 	return func(ctx context.Context, env *Env) (Result, error) {
 		const id = "W5"
-		name := fmt.Sprintf("W5 end-to-end latency at %.0f/s, open loop, memory sink", rate)
+		name := fmt.Sprintf("end-to-end latency at %.0f/s, open loop, memory sink", rate)
 		if rate <= 0 || math.IsInf(rate, 0) || math.IsNaN(rate) {
 			return Result{ID: id, Name: name, Skipped: fmt.Sprintf("no rate (%v)", rate)}, nil
 		}
-		n := min(env.Records, int(rate*W5MaxDuration.Seconds()))
-		n = max(n, 1)
-		parts := max(env.Partitions, 1)
-		topic, drop, err := createTopic(ctx, env, "bench-w5", parts)
-		if err != nil {
-			return Result{ID: id, Name: name}, err
-		}
-		defer drop()
-
-		ls := &latencySink{Sink: memory.New(), scheduled: map[[2]int64]int64{}, want: n, done: make(chan struct{})}
-		h := func(_ context.Context, tx *memory.Tx, cmd consumer.Command) error {
-			if len(cmd.Payload) < 8 {
-				return errors.New("payload without a scheduled time")
-			}
-			at := int64(binary.BigEndian.Uint64(cmd.Payload))
-			ls.mu.Lock()
-			ls.scheduled[[2]int64{int64(cmd.Token.Partition), cmd.Offset}] = at
-			ls.mu.Unlock()
-			tx.Put(string(cmd.Key), cmd.Payload[:8])
-			return nil
-		}
-		w, err := consumer.New(ctx, consumer.Config[*memory.Tx]{
-			Brokers: env.Brokers, Group: UniqueName("bench-w5"), Topic: topic, Sink: ls,
-			Handlers: map[string]consumer.Handler[*memory.Tx]{CommandType: h},
-		})
-		if err != nil {
-			return Result{ID: id, Name: name}, err
-		}
-		defer w.Close()
-		if err := pollUntil(ctx, 60*time.Second, func() bool { return w.Ready() && len(w.Owned()) == int(parts) }); err != nil {
-			return Result{ID: id, Name: name}, fmt.Errorf("W5 worker never owned the %d partitions: %w", parts, err)
-		}
-
-		cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-			kgo.ProducerLinger(0), kgo.MaxBufferedRecords(max(n, 10_000)))
-		if err != nil {
-			return Result{ID: id, Name: name}, err
-		}
-		defer cl.Close()
-		keys := max(env.Keys, 1)
-		size := max(env.Size, 8)
-		var prodErr atomic.Pointer[error]
-
-		r, err := Measure(id, name, n, func() error {
-			interval := time.Duration(float64(time.Second) / rate)
-			start := time.Now()
-			for i := 0; i < n; {
-				now := time.Now()
-				for ; i < n; i++ {
-					at := start.Add(time.Duration(i) * interval)
-					if at.After(now) {
-						break
-					}
-					payload := make([]byte, size)
-					binary.BigEndian.PutUint64(payload, uint64(at.UnixNano()))
-					key := []byte("key-" + strconv.Itoa(i%keys))
-					rec, err := router.Encode(topic, router.Partition(key, parts), router.Command{Key: key, Type: CommandType, Payload: payload})
-					if err != nil {
-						return err
-					}
-					cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-						if err != nil {
-							prodErr.CompareAndSwap(nil, &err)
-						}
-					})
-				}
-				if i < n {
-					if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-						select {
-						case <-time.After(d):
-						case <-ctx.Done():
-							return ctx.Err()
-						}
-					}
-				}
-				if p := prodErr.Load(); p != nil {
-					return fmt.Errorf("producing: %w", *p)
-				}
-			}
-			select {
-			case <-ls.done:
-				return nil
-			case <-time.After(60 * time.Second):
-				return fmt.Errorf("only %d of %d commands committed 60s after the last send", len(ls.latencies()), n)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		})
-		lat := ls.latencies()
-		r.Records = len(lat)
+		n := max(min(env.Records, int(rate*W5MaxDuration.Seconds())), 1)
+		r, lat, err := produceToCommit(ctx, env, id, name, rate, n)
 		if len(lat) > 0 {
 			r.Extra = fmt.Sprintf("rate=%.0f/s p50=%s p99=%s p99.9=%s max=%s",
 				rate, pct(lat, 0.50), pct(lat, 0.99), pct(lat, 0.999), lat[len(lat)-1])
 		}
 		return r, err
 	}
+}
+
+// W5MaxRate measures W5's maximum rate: min(env.Records, W5MaxRecords)
+// commands sent as fast as the producer can, timed from the first send to
+// the last sink commit, on the same pipeline W5LatencyAt measures (a fresh
+// topic, a Worker on the memory sink, broker and producer in this process).
+func W5MaxRate(ctx context.Context, env *Env) (float64, error) {
+	n := max(min(env.Records, W5MaxRecords), 1)
+	r, _, err := produceToCommit(ctx, env, "W5", "end-to-end maximum rate", 0, n)
+	if err != nil {
+		return 0, err
+	}
+	return r.Throughput(), nil
+}
+
+// produceToCommit runs n commands through a fresh topic of env.Partitions
+// partitions and a Worker on the memory sink that owns all of them, sent at
+// rate per second (0: as fast as possible), and returns the measurement
+// and the sorted produce-to-commit latencies.
+func produceToCommit(ctx context.Context, env *Env, id, name string, rate float64, n int) (Result, []time.Duration, error) {
+	parts := max(env.Partitions, 1)
+	topic, drop, err := createTopic(ctx, env, "bench-w5", parts)
+	if err != nil {
+		return Result{ID: id, Name: name}, nil, err
+	}
+	defer drop()
+
+	ls := &latencySink{Sink: memory.New(), scheduled: map[[2]int64]int64{}, want: n, done: make(chan struct{})}
+	h := func(_ context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		if len(cmd.Payload) < 8 {
+			return errors.New("payload without a scheduled time")
+		}
+		at := int64(binary.BigEndian.Uint64(cmd.Payload))
+		ls.mu.Lock()
+		ls.scheduled[[2]int64{int64(cmd.Token.Partition), cmd.Offset}] = at
+		ls.mu.Unlock()
+		tx.Put(string(cmd.Key), cmd.Payload[:8])
+		return nil
+	}
+	w, err := consumer.New(ctx, consumer.Config[*memory.Tx]{
+		Brokers: env.Brokers, Group: UniqueName("bench-w5"), Topic: topic, Sink: ls,
+		Handlers: map[string]consumer.Handler[*memory.Tx]{CommandType: h},
+	})
+	if err != nil {
+		return Result{ID: id, Name: name}, nil, err
+	}
+	defer w.Close()
+	if err := pollUntil(ctx, 60*time.Second, func() bool { return w.Ready() && len(w.Owned()) == int(parts) }); err != nil {
+		return Result{ID: id, Name: name}, nil, fmt.Errorf("W5 worker never owned the %d partitions: %w", parts, err)
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(max(n, 10_000)))
+	if err != nil {
+		return Result{ID: id, Name: name}, nil, err
+	}
+	defer cl.Close()
+	keys := max(env.Keys, 1)
+	size := max(env.Size, 8)
+	var prodErr atomic.Pointer[error]
+
+	r, err := Measure(id, name, n, func() error {
+		var interval time.Duration
+		if rate > 0 {
+			interval = time.Duration(float64(time.Second) / rate)
+		}
+		start := time.Now()
+		for i := 0; i < n; {
+			now := time.Now()
+			for ; i < n; i++ {
+				at := start.Add(time.Duration(i) * interval)
+				if at.After(now) {
+					break
+				}
+				if interval == 0 {
+					at = time.Now()
+				}
+				payload := make([]byte, size)
+				binary.BigEndian.PutUint64(payload, uint64(at.UnixNano()))
+				key := []byte("key-" + strconv.Itoa(i%keys))
+				rec, err := router.Encode(topic, router.Partition(key, parts), router.Command{Key: key, Type: CommandType, Payload: payload})
+				if err != nil {
+					return err
+				}
+				cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+					if err != nil {
+						prodErr.CompareAndSwap(nil, &err)
+					}
+				})
+			}
+			if i < n {
+				if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+					select {
+					case <-time.After(d):
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+			}
+			if p := prodErr.Load(); p != nil {
+				return fmt.Errorf("producing: %w", *p)
+			}
+		}
+		select {
+		case <-ls.done:
+			return nil
+		case <-time.After(60 * time.Second):
+			return fmt.Errorf("only %d of %d commands committed 60s after the last send", len(ls.latencies()), n)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	lat := ls.latencies()
+	r.Records = len(lat)
+	return r, lat, err
 }
 
 // latencies returns the recorded latencies, sorted.

@@ -20,7 +20,7 @@ func saramaVersion() sarama.KafkaVersion { return sarama.V3_6_0_0 }
 // were consumed across all claims. If Sarama cannot join the group on the
 // broker within 30s, the result is Skipped with the reason.
 func B2Sarama(ctx context.Context, env *Env) (Result, error) {
-	const id, name = "B2", "B2 IBM/sarama ConsumerGroup, no-op handler"
+	const id, name = "B2", "IBM/sarama ConsumerGroup, no-op handler"
 	cfg := sarama.NewConfig()
 	cfg.Version = saramaVersion()
 	cfg.ClientID = "workrouter-bench-sarama"

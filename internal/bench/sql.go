@@ -203,7 +203,7 @@ func openSQLiteKV(ctx context.Context, env *Env, name string) (*sqlite.Sink, err
 // sink, MaxBatch 256, over at most SQLiteMaxRecords records.
 func W2SQLite(ctx context.Context, env *Env) (Result, error) {
 	n, note := capRecords(env, SQLiteMaxRecords)
-	name := "W2 worker, upsert per command, SQLite fenced sink" + note
+	name := "worker, upsert per command, SQLite fenced sink" + note
 	types := []string{CommandType}
 	s, err := openSQLiteKV(ctx, env, "w2")
 	if err != nil {
@@ -230,7 +230,7 @@ func W2SQLite(ctx context.Context, env *Env) (Result, error) {
 // goroutine-per-partition consumer.
 func B3SQLite(ctx context.Context, env *Env) (Result, error) {
 	n, note := capRecords(env, SQLiteMaxRecords)
-	name := "B3 raw kgo per partition, same upserts, SQLite unfenced" + note
+	name := "raw kgo per partition, same upserts, SQLite unfenced" + note
 	s, err := openSQLiteKV(ctx, env, "b3")
 	if err != nil {
 		return Result{ID: "B3-sqlite", Name: name}, err
@@ -294,7 +294,7 @@ func (kv *pgKV) close() {
 // It is skipped when env.PostgresDSN is empty or unreachable.
 func W2Postgres(ctx context.Context, env *Env) (Result, error) {
 	n, note := capRecords(env, PostgresMaxRecords)
-	name := "W2 worker, upsert per command, PostgreSQL fenced sink" + note
+	name := "worker, upsert per command, PostgreSQL fenced sink" + note
 	kv, skip, err := openPostgresKV(ctx, env)
 	if skip != "" || err != nil {
 		return Result{ID: "W2-pg", Name: name, Skipped: skip}, err
@@ -322,7 +322,7 @@ func W2Postgres(ctx context.Context, env *Env) (Result, error) {
 // is empty or unreachable.
 func B3Postgres(ctx context.Context, env *Env) (Result, error) {
 	n, note := capRecords(env, PostgresMaxRecords)
-	name := "B3 raw kgo per partition, same upserts, PostgreSQL unfenced" + note
+	name := "raw kgo per partition, same upserts, PostgreSQL unfenced" + note
 	kv, skip, err := openPostgresKV(ctx, env)
 	if skip != "" || err != nil {
 		return Result{ID: "B3-pg", Name: name, Skipped: skip}, err
