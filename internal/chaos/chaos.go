@@ -239,8 +239,14 @@ func (r *run) run() error {
 	defer os.RemoveAll(dir)
 
 	r.topic = ledger.Topic
+	// KIP-848 groups take their session timeout and heartbeat interval
+	// from the broker, not the client: give them the workers' values.
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(r.cfg.Partitions, r.topic),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond))
+		kfake.GroupMinSessionTimeout(100*time.Millisecond),
+		kfake.BrokerConfigs(map[string]string{
+			"group.consumer.session.timeout.ms":    strconv.FormatInt(r.cfg.SessionTimeout.Milliseconds(), 10),
+			"group.consumer.heartbeat.interval.ms": "200",
+		}))
 	if err != nil {
 		return fmt.Errorf("chaos: starting the broker: %w", err)
 	}
@@ -327,8 +333,10 @@ func (r *run) run() error {
 	if prodErr != nil {
 		r.logf("producer: %v", prodErr)
 	}
-	if lastFault.IsZero() {
-		lastFault = time.Now()
+	// Recovery is timed from the later of the last fault's end and the
+	// last command produced.
+	if prodEnd := time.Now(); lastFault.Before(prodEnd) {
+		lastFault = prodEnd
 	}
 	r.res.Sent = prod.Sent()
 	r.res.Produced = prod.AckedCount()
@@ -345,7 +353,7 @@ func (r *run) run() error {
 		r.res.Violations.V = 1
 		r.logf("V: not converged: %v", converged)
 	} else {
-		r.res.Recover = time.Since(lastFault).Round(10 * time.Millisecond)
+		r.res.Recover = time.Since(lastFault).Round(time.Millisecond)
 		r.logf("lag zero, every acknowledged command applied, %s after the last fault", r.res.Recover)
 	}
 	return r.check(prod)

@@ -26,8 +26,9 @@ type Result struct {
 	// StaleRejected counts fenced claims and applies the workers logged.
 	StaleRejected int        `json:"stale_rejected"`
 	Violations    Violations `json:"violations"`
-	// Recover is the time from the end of the last fault until lag was
-	// zero with every acknowledged command applied (zero if never).
+	// Recover is the time from the later of the last fault's end and the
+	// last command produced until lag was zero with every acknowledged
+	// command applied (zero if never: see Violations.V).
 	Recover time.Duration `json:"recover_ns"`
 	// Notes are examples of the violations found.
 	Notes []string `json:"notes,omitempty"`

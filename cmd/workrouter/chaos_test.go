@@ -1,0 +1,101 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/workrouter/workrouter/internal/testpg"
+)
+
+// chaosLine is the final line of a passing run: every kind fired
+// (kinds=7), at least one stale write rejected, no violation.
+var chaosLine = regexp.MustCompile(`^chaos: faults=([0-9]+) kinds=7 commands=[1-9][0-9]* stale_rejected=[1-9][0-9]* violations=0$`)
+
+// runChaos runs `workrouter chaos` with args and returns its exit code and
+// stdout, waiting up to limit.
+func runChaos(t *testing.T, limit time.Duration, args ...string) (int, string) {
+	t.Helper()
+	p := startProc(t, append([]string{"chaos"}, args...))
+	select {
+	case <-p.done:
+	case <-time.After(limit):
+		p.cmd.Process.Kill()
+		<-p.done
+		t.Fatalf("chaos %v did not finish within %s\nstdout:\n%s\nstderr:\n%s", args, limit, p.stdout, p.stderr)
+	}
+	return p.cmd.ProcessState.ExitCode(), p.stdout.String()
+}
+
+// checkChaos asserts a passing run: exit 0, every kind in the table with
+// at least one fault, and the final line.
+func checkChaos(t *testing.T, code int, out string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	if code != 0 || !chaosLine.MatchString(last) {
+		t.Fatalf("exit %d, final line %q\n%s", code, last, out)
+	}
+	for _, k := range []string{"pause", "kill", "heartbeat", "broker-conn", "sink-conn", "coordinator", "churn"} {
+		if !regexp.MustCompile(`(?m)^` + k + ` +[1-9][0-9]*$`).MatchString(out) {
+			t.Errorf("table lacks a fired %s row:\n%s", k, out)
+		}
+	}
+	for _, want := range []string{"PAUSE ", "KILL ", "HEARTBEAT blackhole", "BROKER-CONN ", "SINK-CONN ", "COORDINATOR ", "CHURN ", "violations F (stale write accepted)  0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+// TestChaosShortProfile is CI's short seeded profile on SQLite: every
+// fault kind fires, a stale write is rejected, and no invariant is
+// violated.
+func TestChaosShortProfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs worker processes under faults for about a minute")
+	}
+	code, out := runChaos(t, 5*time.Minute, "--duration", "50s", "--seed", "1")
+	checkChaos(t, code, out)
+}
+
+// TestChaosKIP848 runs the short profile with the KIP-848 group protocol.
+func TestChaosKIP848(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs worker processes under faults for about a minute")
+	}
+	code, out := runChaos(t, 5*time.Minute, "--duration", "50s", "--seed", "2", "--protocol", "kip848")
+	checkChaos(t, code, out)
+}
+
+// TestChaosPostgres runs the short profile on PostgreSQL, where sink-conn
+// terminates the worker's backends.
+func TestChaosPostgres(t *testing.T) {
+	dsn := testpg.DSN(t)
+	if testing.Short() {
+		t.Skip("runs worker processes under faults for about a minute")
+	}
+	code, out := runChaos(t, 5*time.Minute, "--duration", "50s", "--seed", "3", "--sink", dsn)
+	checkChaos(t, code, out)
+	if !strings.Contains(out, "pg_terminate_backend on ") {
+		t.Errorf("sink-conn did not terminate backends:\n%s", out)
+	}
+}
+
+func TestChaosCommandRejectsBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"chaos", "--workers", "1"},
+		{"chaos", "--faults", "pause,gc"},
+		{"chaos", "--protocol", "eager"},
+		{"chaos", "--sink", "bogus:x"},
+	} {
+		p := startProc(t, args)
+		if code := p.wait(t); code == 0 {
+			t.Errorf("%v exited 0", args)
+		}
+		if errLine := strings.TrimSpace(p.stderr.String()); !strings.HasPrefix(errLine, "workrouter: ") || strings.Count(errLine, "\n") != 0 {
+			t.Errorf("%v: want one 'workrouter: …' line on stderr, got %q", args, errLine)
+		}
+	}
+}
