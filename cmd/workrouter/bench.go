@@ -41,7 +41,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure workrouter against raw franz-go, Sarama and unfenced writes in one run",
 		Long: `bench pre-loads a topic of 100-byte keyed commands over 12 partitions
-(1,000,000 commands; 100,000 with --quick) on an embedded broker (or --brokers),
+(1,000,000 commands; 300,000 with --quick) on an embedded broker (or --brokers),
 then runs each workload and its baseline in this process:
 
   B0 raw kgo PollFetches loop, no work      W1 worker, no-op handler, memory sink
@@ -98,12 +98,12 @@ fail; a workload that errors does (after the report).`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.BoolVar(&cfg.Quick, "quick", false, "run the scaled-down set (100,000 pre-loaded commands)")
+	fl.BoolVar(&cfg.Quick, "quick", false, "run the scaled-down set (300,000 pre-loaded commands)")
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run against this cluster instead of an embedded broker")
 	fl.StringVar(&cfg.PostgresDSN, "postgres", "", "PostgreSQL DSN for W2/B3 on PostgreSQL (skipped without it)")
 	fl.StringSliceVar(&only, "only", nil, "run only these workloads, e.g. W1,B1 (default: all)")
 	fl.BoolVar(&asJSON, "json", false, "print the results as one JSON object instead of the table")
-	fl.IntVar(&cfg.Records, "records", 0, "pre-loaded commands (default 1,000,000, or 100,000 with --quick)")
+	fl.IntVar(&cfg.Records, "records", 0, "pre-loaded commands (default 1,000,000, or 300,000 with --quick)")
 	_ = fl.MarkHidden("records")
 	return cmd
 }

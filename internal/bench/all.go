@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -15,28 +17,65 @@ type Entry struct {
 }
 
 // All returns every workload and baseline in the order they run. quick
-// selects the scaled-down variants where a workload has one (the record
-// count itself comes from the Env).
+// selects QuickRepeats instead of FullRepeats (the record count itself
+// comes from the Env).
 //
 // W5 runs at half of the end-to-end maximum rate it measures first. W6
 // needs the embedded broker (Setup without Brokers) and is skipped
 // otherwise.
 func All(quick bool) []Entry {
-	_ = quick // every workload scales with env.Records (see SetupConfig.Quick)
+	reps := FullRepeats
+	if quick {
+		reps = QuickRepeats
+	}
+	m := func(w Workload) Workload { return MedianOf(reps, w) }
 	return []Entry{
-		{"B0", B0},
-		{"B1", B1},
-		{"W1", W1},
-		{"B2", B2Sarama},
+		{"B0", m(B0)},
+		{"B1", m(B1)},
+		{"W1", m(W1)},
+		{"B2", m(B2Sarama)},
 		{"W3", W3},
-		{"B3-sqlite", B3SQLite},
-		{"W2-sqlite", W2SQLite},
-		{"B3-pg", B3Postgres},
-		{"W2-pg", W2Postgres},
-		{"B4", B4},
-		{"W4", W4},
+		{"B3-sqlite", m(B3SQLite)},
+		{"W2-sqlite", m(W2SQLite)},
+		{"B3-pg", m(B3Postgres)},
+		{"W2-pg", m(W2Postgres)},
+		{"B4", m(B4)},
+		{"W4", m(W4)},
 		{"W5", W5},
 		{"W6", W6},
+	}
+}
+
+// FullRepeats and QuickRepeats are how many times All runs each throughput
+// workload and baseline (all but W3, W5 and W6) in a full and a --quick
+// run; the reported run is the median by throughput. A consuming run lasts
+// a few hundred milliseconds, group join included, where one scheduling
+// hiccup on two cores moves a single run's throughput by a tenth or more.
+const (
+	FullRepeats  = 3
+	QuickRepeats = 5
+)
+
+// MedianOf returns a Workload that runs w n times and returns the run of
+// median throughput, with "median of n" added to its Extra. It stops at the
+// first error or Skipped run and returns that one.
+func MedianOf(n int, w Workload) Workload {
+	if n <= 1 {
+		return w
+	}
+	return func(ctx context.Context, env *Env) (Result, error) {
+		runs := make([]Result, 0, n)
+		for range n {
+			r, err := w(ctx, env)
+			if err != nil || r.Skipped != "" {
+				return r, err
+			}
+			runs = append(runs, r)
+		}
+		slices.SortFunc(runs, func(a, b Result) int { return cmp.Compare(a.Throughput(), b.Throughput()) })
+		r := runs[n/2]
+		r.Extra = strings.TrimSpace(r.Extra + fmt.Sprintf(" median of %d", n))
+		return r, nil
 	}
 }
 

@@ -23,7 +23,7 @@ const (
 	// FullRecords is the number of pre-loaded commands of a full run.
 	FullRecords = 1_000_000
 	// QuickRecords is the number of pre-loaded commands of a --quick run.
-	QuickRecords = 100_000
+	QuickRecords = 300_000
 	// DefaultPartitions is the partition count of every benchmark topic.
 	DefaultPartitions = 12
 	// DefaultKeys is the number of distinct command keys.
