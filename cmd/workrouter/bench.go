@@ -63,7 +63,11 @@ fail; a workload that errors does (after the report).`,
   workrouter bench --brokers kafka-1:9092 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			entries, err := bench.Select(bench.All(cfg.Quick), only)
+			repeats := bench.FullRepeats
+			if cfg.Quick {
+				repeats = bench.QuickRepeats
+			}
+			entries, err := bench.Select(bench.All(repeats), only)
 			if err != nil {
 				return err
 			}

@@ -16,19 +16,16 @@ type Entry struct {
 	Run Workload
 }
 
-// All returns every workload and baseline in the order they run. quick
-// selects QuickRepeats instead of FullRepeats (the record count itself
-// comes from the Env).
+// All returns every workload and baseline in the order they run, each
+// throughput workload wrapped in MedianOf(repeats) (FullRepeats or
+// QuickRepeats for the CLI; 1 runs each once, as go test -bench does). The
+// record count comes from the Env.
 //
 // W5 runs at half of the end-to-end maximum rate it measures first. W6
 // needs the embedded broker (Setup without Brokers) and is skipped
 // otherwise.
-func All(quick bool) []Entry {
-	reps := FullRepeats
-	if quick {
-		reps = QuickRepeats
-	}
-	m := func(w Workload) Workload { return MedianOf(reps, w) }
+func All(repeats int) []Entry {
+	m := func(w Workload) Workload { return MedianOf(repeats, w) }
 	return []Entry{
 		{"B0", m(B0)},
 		{"B1", m(B1)},

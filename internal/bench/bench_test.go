@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"regexp"
 	"strings"
@@ -38,11 +39,11 @@ func TestWorkloadsCountEveryRecord(t *testing.T) {
 }
 
 func TestSelect(t *testing.T) {
-	got, err := Select(All(true), []string{"w1", "B1"})
+	got, err := Select(All(1), []string{"w1", "B1"})
 	if err != nil || len(got) != 2 || got[0].ID != "B1" || got[1].ID != "W1" {
 		t.Fatalf("Select = %v, %v", got, err)
 	}
-	if _, err := Select(All(true), []string{"X9"}); err == nil {
+	if _, err := Select(All(1), []string{"X9"}); err == nil {
 		t.Fatal("Select(X9) succeeded")
 	}
 }
@@ -83,10 +84,10 @@ func benchEnv(b *testing.B) (*Env, context.Context) {
 	return env, ctx
 }
 
-// runBench runs the workload id of All(true) once per iteration at quick
+// runBench runs the workload id of All(1) once per iteration at quick
 // scale and reports its mean throughput as records/s.
 func runBench(b *testing.B, id string) {
-	entries, err := Select(All(true), []string{id})
+	entries, err := Select(All(1), []string{id})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -105,8 +106,37 @@ func runBench(b *testing.B, id string) {
 		recs += r.Records
 		el += r.Elapsed
 	}
-	if el > 0 {
+	switch {
+	case id == "W6" && recs > 0:
+		b.ReportMetric(el.Seconds()/float64(recs), "s/takeover")
+	case el > 0:
 		b.ReportMetric(float64(recs)/el.Seconds(), "records/s")
+	}
+}
+
+func TestMedianOf(t *testing.T) {
+	var calls int
+	rates := []int{300, 100, 500, 200, 400} // records per second
+	w := MedianOf(5, func(context.Context, *Env) (Result, error) {
+		r := Result{ID: "X", Records: rates[calls], Elapsed: time.Second, Extra: "e"}
+		calls++
+		return r, nil
+	})
+	r, err := w(t.Context(), &Env{})
+	if err != nil || calls != 5 || r.Records != 300 || r.Extra != "e median of 5" {
+		t.Fatalf("MedianOf(5): %+v, %v after %d calls; want the 300 records/s run", r, err, calls)
+	}
+	calls = 0
+	boom := errors.New("boom")
+	w = MedianOf(5, func(context.Context, *Env) (Result, error) {
+		calls++
+		if calls == 2 {
+			return Result{ID: "X"}, boom
+		}
+		return Result{ID: "X", Records: 1, Elapsed: time.Second}, nil
+	})
+	if _, err := w(t.Context(), &Env{}); !errors.Is(err, boom) || calls != 2 {
+		t.Fatalf("MedianOf with a failing run: %v after %d calls; want boom after 2", err, calls)
 	}
 }
 
@@ -121,3 +151,5 @@ func BenchmarkW2SQLite(b *testing.B)   { runBench(b, "W2-sqlite") }
 func BenchmarkB3SQLite(b *testing.B)   { runBench(b, "B3-sqlite") }
 func BenchmarkW2Postgres(b *testing.B) { runBench(b, "W2-pg") }
 func BenchmarkB3Postgres(b *testing.B) { runBench(b, "B3-pg") }
+func BenchmarkW5(b *testing.B)         { runBench(b, "W5") }
+func BenchmarkW6(b *testing.B)         { runBench(b, "W6") }
