@@ -56,7 +56,7 @@ func TestChaosShortProfile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs worker processes under faults for about a minute")
 	}
-	code, out := runChaos(t, 5*time.Minute, "--duration", "50s", "--seed", "1")
+	code, out := runChaos(t, 5*time.Minute, "--duration", "40s", "--seed", "1")
 	checkChaos(t, code, out)
 }
 
@@ -65,7 +65,7 @@ func TestChaosKIP848(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs worker processes under faults for about a minute")
 	}
-	code, out := runChaos(t, 5*time.Minute, "--duration", "50s", "--seed", "2", "--protocol", "kip848")
+	code, out := runChaos(t, 5*time.Minute, "--duration", "40s", "--seed", "2", "--protocol", "kip848")
 	checkChaos(t, code, out)
 }
 
@@ -76,7 +76,7 @@ func TestChaosPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs worker processes under faults for about a minute")
 	}
-	code, out := runChaos(t, 5*time.Minute, "--duration", "50s", "--seed", "3", "--sink", dsn)
+	code, out := runChaos(t, 5*time.Minute, "--duration", "40s", "--seed", "3", "--sink", dsn)
 	checkChaos(t, code, out)
 	if !strings.Contains(out, "pg_terminate_backend on ") {
 		t.Errorf("sink-conn did not terminate backends:\n%s", out)

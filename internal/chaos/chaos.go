@@ -314,7 +314,15 @@ func (r *run) run() error {
 			if err := r.sleep(gap); err != nil {
 				return err
 			}
+			// A fault that found nothing to act on (no batch to freeze
+			// before, no member with a partition…) is tried again, up to
+			// three times; only faults that happened are counted.
 			fired, err := r.inject(k)
+			for attempt := 1; err == nil && !fired && attempt < 3; attempt++ {
+				if err = r.sleep(500 * time.Millisecond); err == nil {
+					fired, err = r.inject(k)
+				}
+			}
 			if err != nil {
 				return err
 			}
@@ -387,6 +395,10 @@ func (r *run) check(prod *cluster.Producer) error {
 	r.res.Applied = len(postings)
 	for _, w := range r.all {
 		r.res.StaleRejected += w.FencedCount()
+		for _, e := range w.Errors() {
+			r.logf("worker %s logged an error: %s", w.Name(), e)
+			r.res.WorkerErrors++
+		}
 	}
 	for _, n := range notes {
 		r.logf("%s", n)

@@ -30,6 +30,9 @@ type Result struct {
 	// last command produced until lag was zero with every acknowledged
 	// command applied (zero if never: see Violations.V).
 	Recover time.Duration `json:"recover_ns"`
+	// WorkerErrors counts the errors the workers logged (fenced outcomes
+	// aside); informational, listed in the timeline.
+	WorkerErrors int `json:"worker_errors"`
 	// Notes are examples of the violations found.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -107,6 +110,7 @@ func (r Result) Table() string {
 		rec = r.Recover.String()
 	}
 	fmt.Fprintf(tw, "time to recover after the last fault\t%s\n", rec)
+	fmt.Fprintf(tw, "worker errors logged (not fenced)\t%d\n", r.WorkerErrors)
 	tw.Flush()
 	if m := r.Missing(); len(m) > 0 {
 		fmt.Fprintf(&b, "\nkinds that never fired: %v\n", m)

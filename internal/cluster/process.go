@@ -242,6 +242,14 @@ func (w *Worker) LastErr() string {
 	return w.errs[len(w.errs)-1]
 }
 
+// Errors returns the errors the worker logged at level ERROR, fenced
+// outcomes aside, as "message: error".
+func (w *Worker) Errors() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.errs)
+}
+
 // Stopped reports whether the process is stopped (SIGSTOP).
 func (w *Worker) Stopped() bool { return faults.Stopped(w.cmd.Process.Pid) }
 
