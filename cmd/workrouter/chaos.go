@@ -106,7 +106,9 @@ fired, or no stale write was rejected although pause or heartbeat ran.`,
 	fl.StringVar(&sink, "sink", "", "sqlite:PATH or postgres://… (default: an SQLite file in a temporary directory; PostgreSQL runs in a fresh schema dropped at the end)")
 	fl.StringVar(&cfg.Protocol, "protocol", "cooperative", "group protocol: cooperative or kip848")
 	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 2*time.Second, "the workers' session timeout")
+	fl.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 0, "the workers' rebalance timeout (default 2.5× the session timeout: the embedded broker restarts a rebalance's timer on every join)")
 	fl.DurationVar(&cfg.RecoverTimeout, "recover-timeout", 2*time.Minute, "how long lag may take to return to zero after the faults")
+	fl.StringVar(&cfg.LogDir, "log-dir", "", "write each worker's log and the broker's to this existing directory")
 	fl.BoolVar(&asJSON, "json", false, "print the result as one JSON object instead of the timeline and table")
 	return cmd
 }

@@ -17,6 +17,14 @@ var chaosLine = regexp.MustCompile(`^chaos: faults=([0-9]+) kinds=7 commands=[1-
 // stdout, waiting up to limit.
 func runChaos(t *testing.T, limit time.Duration, args ...string) (int, string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("runs worker processes under faults for about a minute")
+	}
+	if raceEnabled {
+		// Every worker process would be a race-instrumented binary: too
+		// slow for the profile's timing. Run without -race (CI does both).
+		t.Skip("the chaos profile runs in go test without -race")
+	}
 	p := startProc(t, append([]string{"chaos"}, args...))
 	select {
 	case <-p.done:
@@ -53,18 +61,12 @@ func checkChaos(t *testing.T, code int, out string) {
 // fault kind fires, a stale write is rejected, and no invariant is
 // violated.
 func TestChaosShortProfile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs worker processes under faults for about a minute")
-	}
 	code, out := runChaos(t, 5*time.Minute, "--duration", "40s", "--seed", "1")
 	checkChaos(t, code, out)
 }
 
 // TestChaosKIP848 runs the short profile with the KIP-848 group protocol.
 func TestChaosKIP848(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs worker processes under faults for about a minute")
-	}
 	code, out := runChaos(t, 5*time.Minute, "--duration", "40s", "--seed", "2", "--protocol", "kip848")
 	checkChaos(t, code, out)
 }
@@ -73,9 +75,6 @@ func TestChaosKIP848(t *testing.T) {
 // terminates the worker's backends.
 func TestChaosPostgres(t *testing.T) {
 	dsn := testpg.DSN(t)
-	if testing.Short() {
-		t.Skip("runs worker processes under faults for about a minute")
-	}
 	code, out := runChaos(t, 5*time.Minute, "--duration", "40s", "--seed", "3", "--sink", dsn)
 	checkChaos(t, code, out)
 	if !strings.Contains(out, "pg_terminate_backend on ") {

@@ -37,6 +37,7 @@ type workerFlags struct {
 	sessionTimeout    time.Duration
 	heartbeatInterval time.Duration
 	revokeTimeout     time.Duration
+	rebalanceTimeout  time.Duration
 	freezeBeforeBatch int64
 	chaos             bool
 	chaosStall        time.Duration
@@ -75,6 +76,7 @@ this command runs the examples in ./examples.`,
 	fl.DurationVar(&f.sessionTimeout, "session-timeout", 10*time.Second, "group session timeout")
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", time.Second, "group heartbeat interval")
 	fl.DurationVar(&f.revokeTimeout, "revoke-timeout", 10*time.Second, "how long a revoked partition's in-flight batch may take")
+	fl.DurationVar(&f.rebalanceTimeout, "rebalance-timeout", 60*time.Second, "group rebalance timeout: how long the group waits for members to rejoin")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (no host means loopback; empty disables)")
 	fl.Int64Var(&f.freezeBeforeBatch, "freeze-before-batch", 0, "fault injection: stop this process with SIGSTOP right before its Nth batch (0: never)")
 	_ = fl.MarkHidden("freeze-before-batch")
@@ -196,6 +198,7 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, protocol consumer.Pr
 		SessionTimeout:    f.sessionTimeout,
 		HeartbeatInterval: f.heartbeatInterval,
 		RevokeTimeout:     f.revokeTimeout,
+		RebalanceTimeout:  f.rebalanceTimeout,
 		ClientID:          f.clientID,
 		Logger:            logger,
 	})

@@ -39,6 +39,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,9 +126,20 @@ type Config struct {
 	Protocol string
 	// SessionTimeout of the workers; default 2s.
 	SessionTimeout time.Duration
+	// RebalanceTimeout of the workers; default 2.5× SessionTimeout. The
+	// embedded broker (kfake) restarts a classic group's rebalance timer on
+	// every join and every session expiry while the group is preparing a
+	// rebalance, and never drops a dead member before that timer fires
+	// (Kafka drops it at its session timeout): with the worker's default
+	// of 60s and a join every few seconds, the group stays in
+	// PreparingRebalance for good. A short timeout lets it complete.
+	RebalanceTimeout time.Duration
 	// RecoverTimeout bounds the wait for lag zero after the faults;
 	// default 2m.
 	RecoverTimeout time.Duration
+	// LogDir, if set, receives each worker process's log as
+	// NAME-PID.log and the broker's as broker.log, for post-mortems.
+	LogDir string
 	// WorkerArgv starts one worker process ("worker" and its flags are
 	// appended). Required.
 	WorkerArgv []string
@@ -160,6 +172,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 2 * time.Second
 	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = c.SessionTimeout * 5 / 2
+	}
 	if c.RecoverTimeout == 0 {
 		c.RecoverTimeout = 2 * time.Minute
 	}
@@ -168,7 +183,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: no worker command", ErrConfig)
 	case c.Workers < 2:
 		return c, fmt.Errorf("%w: need at least 2 workers, so that one can take over from another", ErrConfig)
-	case c.Duration < 0, c.Partitions < 1, c.Accounts < 1, c.Rate < 1, c.SessionTimeout < 0, c.RecoverTimeout < 0:
+	case c.Duration < 0, c.Partitions < 1, c.Accounts < 1, c.Rate < 1, c.SessionTimeout < 0, c.RecoverTimeout < 0, c.RebalanceTimeout < 0:
 		return c, fmt.Errorf("%w: duration, partitions, accounts and rate must be positive", ErrConfig)
 	case c.Protocol != "cooperative" && c.Protocol != "kip848":
 		return c, fmt.Errorf("%w: protocol %q: want cooperative or kip848", ErrConfig, c.Protocol)
@@ -192,7 +207,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	r := &run{cfg: cfg, ctx: ctx, start: time.Now(), rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed)),
+	r := &run{cfg: cfg, ctx: ctx, start: time.Now(), ended: map[*cluster.Worker]bool{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed)),
 		res: Result{Requested: slices.Clone(cfg.Kinds), Faults: map[Kind]int{}, Protocol: cfg.Protocol, Seed: cfg.Seed}}
 	defer r.stopAll()
 	err = r.run()
@@ -221,7 +236,16 @@ type run struct {
 	active  []*cluster.Worker // current members, by slot (w1..wN)
 	all     []*cluster.Worker // every process ever started
 	churned int
+	ended   map[*cluster.Worker]bool // processes the harness ended on purpose
+	logs    []*os.File               // worker logs (LogDir), closed after the workers
 	res     Result
+}
+
+// markEnded records that the harness is about to end w on purpose.
+func (r *run) markEnded(w *cluster.Worker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended[w] = true
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -241,12 +265,21 @@ func (r *run) run() error {
 	r.topic = ledger.Topic
 	// KIP-848 groups take their session timeout and heartbeat interval
 	// from the broker, not the client: give them the workers' values.
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(r.cfg.Partitions, r.topic),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond),
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(r.cfg.Partitions, r.topic),
+		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
 		kfake.BrokerConfigs(map[string]string{
 			"group.consumer.session.timeout.ms":    strconv.FormatInt(r.cfg.SessionTimeout.Milliseconds(), 10),
 			"group.consumer.heartbeat.interval.ms": "200",
-		}))
+		})}
+	if r.cfg.LogDir != "" {
+		f, err := os.Create(filepath.Join(r.cfg.LogDir, "broker.log"))
+		if err != nil {
+			return fmt.Errorf("chaos: broker log: %w", err)
+		}
+		defer f.Close()
+		opts = append(opts, kfake.WithLogger(kfake.BasicLogger(f, kfake.LogLevelInfo)))
+	}
+	kc, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return fmt.Errorf("chaos: starting the broker: %w", err)
 	}
@@ -394,6 +427,10 @@ func (r *run) check(prod *cluster.Producer) error {
 	r.res.Notes = notes
 	r.res.Applied = len(postings)
 	for _, w := range r.all {
+		if w.Exited() && !r.ended[w] {
+			r.res.Crashes++
+			r.logf("worker %s exited by itself: %s", w.Name(), w.LastErr())
+		}
 		r.res.StaleRejected += w.FencedCount()
 		for _, e := range w.Errors() {
 			r.logf("worker %s logged an error: %s", w.Name(), e)
@@ -428,9 +465,20 @@ func (r *run) produce(p *cluster.Producer, stop <-chan struct{}) error {
 
 func (r *run) startWorker(name string) (*cluster.Worker, error) {
 	args := cluster.WorkerOptions{Brokers: r.brokers, Topic: r.topic, Group: group, SinkSpec: r.store.WorkerSpec(name),
-		Name: name, SessionTimeout: r.cfg.SessionTimeout, Protocol: r.cfg.Protocol}.Args()
+		Name: name, SessionTimeout: r.cfg.SessionTimeout, Protocol: r.cfg.Protocol, RebalanceTimeout: r.cfg.RebalanceTimeout}.Args()
 	args = append(args, "--chaos", "--chaos-stall", r.stallFor().String())
-	w, err := cluster.StartWorker(name, r.cfg.WorkerArgv, args...)
+	var logTo io.Writer
+	if r.cfg.LogDir != "" {
+		f, err := os.CreateTemp(r.cfg.LogDir, name+"-*.log")
+		if err != nil {
+			return nil, fmt.Errorf("chaos: worker log: %w", err)
+		}
+		r.mu.Lock()
+		r.logs = append(r.logs, f)
+		r.mu.Unlock()
+		logTo = f
+	}
+	w, err := cluster.StartWorkerLogged(name, logTo, r.cfg.WorkerArgv, args...)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
@@ -484,6 +532,11 @@ func (r *run) stopAll() {
 	all := slices.Clone(r.all)
 	r.mu.Unlock()
 	cluster.StopAll(all, 15*time.Second)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.logs {
+		_ = f.Close()
+	}
 }
 
 // pick returns a random current member holding at least one partition
@@ -584,6 +637,7 @@ func (r *run) kill() (bool, error) {
 	members := r.members()
 	slot := r.rng.IntN(min(len(members), r.cfg.Workers))
 	w := members[slot]
+	r.markEnded(w)
 	w.Kill()
 	r.logf("KILL %s (SIGKILL; it held %s); restarting it", w.Name(), cluster.Describe(w.Owned()))
 	nw, err := r.startWorker(w.Name())
@@ -690,6 +744,7 @@ func (r *run) churn() (bool, error) {
 		return false, err
 	}
 	held := cluster.Describe(w.Owned())
+	r.markEnded(w)
 	clean := w.Stop(15 * time.Second)
 	r.mu.Lock()
 	r.active = slices.DeleteFunc(r.active, func(x *cluster.Worker) bool { return x == w })

@@ -33,6 +33,9 @@ type Result struct {
 	// WorkerErrors counts the errors the workers logged (fenced outcomes
 	// aside); informational, listed in the timeline.
 	WorkerErrors int `json:"worker_errors"`
+	// Crashes counts worker processes that exited without the harness
+	// ending them; informational, listed in the timeline.
+	Crashes int `json:"crashes"`
 	// Notes are examples of the violations found.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -111,6 +114,7 @@ func (r Result) Table() string {
 	}
 	fmt.Fprintf(tw, "time to recover after the last fault\t%s\n", rec)
 	fmt.Fprintf(tw, "worker errors logged (not fenced)\t%d\n", r.WorkerErrors)
+	fmt.Fprintf(tw, "workers that exited by themselves\t%d\n", r.Crashes)
 	tw.Flush()
 	if m := r.Missing(); len(m) > 0 {
 		fmt.Fprintf(&b, "\nkinds that never fired: %v\n", m)

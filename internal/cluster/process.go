@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -66,6 +67,8 @@ type WorkerOptions struct {
 	SessionTimeout time.Duration
 	Protocol       string // "cooperative" (default) or "kip848"
 	MaxBatch       int    // default 50
+	// RebalanceTimeout of the members; default 60s (the worker's).
+	RebalanceTimeout time.Duration
 }
 
 // Args returns the worker command's arguments (after the executable) for o.
@@ -75,6 +78,9 @@ func (o WorkerOptions) Args() []string {
 	}
 	if o.Protocol == "" {
 		o.Protocol = "cooperative"
+	}
+	if o.RebalanceTimeout == 0 {
+		o.RebalanceTimeout = 60 * time.Second
 	}
 	return []string{"worker",
 		"--example", "ledger",
@@ -88,6 +94,7 @@ func (o WorkerOptions) Args() []string {
 		"--session-timeout", o.SessionTimeout.String(),
 		"--heartbeat-interval", "200ms",
 		"--revoke-timeout", "5s",
+		"--rebalance-timeout", o.RebalanceTimeout.String(),
 		"--log-level", "info",
 	}
 }
@@ -113,6 +120,13 @@ type Worker struct {
 // it with Stop or Kill; Done is closed when it has exited and its log has
 // been read to the end.
 func StartWorker(name string, argv []string, args ...string) (*Worker, error) {
+	return StartWorkerLogged(name, nil, argv, args...)
+}
+
+// StartWorkerLogged is StartWorker that also copies every line of the
+// worker's log to logTo, if not nil. logTo is written from the goroutine
+// following the log and must not be closed before Done.
+func StartWorkerLogged(name string, logTo io.Writer, argv []string, args ...string) (*Worker, error) {
 	if len(argv) == 0 {
 		return nil, ErrWorkerArgs
 	}
@@ -130,6 +144,9 @@ func StartWorker(name string, argv []string, args ...string) (*Worker, error) {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64*1024), 1024*1024)
 		for sc.Scan() {
+			if logTo != nil {
+				fmt.Fprintln(logTo, sc.Text())
+			}
 			w.observe(sc.Text())
 		}
 		_ = cmd.Wait()
