@@ -40,6 +40,7 @@ Every flag can also be set from the environment as WORKROUTER_<FLAG_NAME>
 		newBrokerCmd(),
 		newVersionCmd(),
 		newDemoCmd(),
+		newChaosCmd(),
 		newProduceCmd(),
 		newStatusCmd(),
 		newFencesCmd(),
