@@ -463,10 +463,15 @@ func (r *run) produce(p *cluster.Producer, stop <-chan struct{}) error {
 	}
 }
 
-func (r *run) startWorker(name string) (*cluster.Worker, error) {
+// workerArgs is the command line of the worker named name.
+func (r *run) workerArgs(name string) []string {
 	args := cluster.WorkerOptions{Brokers: r.brokers, Topic: r.topic, Group: group, SinkSpec: r.store.WorkerSpec(name),
 		Name: name, SessionTimeout: r.cfg.SessionTimeout, Protocol: r.cfg.Protocol, RebalanceTimeout: r.cfg.RebalanceTimeout}.Args()
-	args = append(args, "--chaos", "--chaos-stall", r.stallFor().String())
+	return append(args, "--chaos", "--chaos-stall", r.stallFor().String())
+}
+
+func (r *run) startWorker(name string) (*cluster.Worker, error) {
+	args := r.workerArgs(name)
 	var logTo io.Writer
 	if r.cfg.LogDir != "" {
 		f, err := os.CreateTemp(r.cfg.LogDir, name+"-*.log")

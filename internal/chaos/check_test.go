@@ -3,8 +3,10 @@ package chaos
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -155,5 +157,24 @@ func TestErrorResponse(t *testing.T) {
 	r := errorResponse(oc, kerr.NotCoordinator.Code).(*kmsg.OffsetCommitResponse)
 	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 2 || r.Topics[0].Partitions[1].ErrorCode != kerr.NotCoordinator.Code {
 		t.Fatalf("offset commit response %+v", r)
+	}
+}
+
+// TestWorkersGetShortRebalanceTimeout guards the long profile's finding:
+// with the worker's default rebalance timeout (60s) and a join every few
+// seconds, the embedded broker kept the group in PreparingRebalance for
+// good (V=1). The harness's workers get 2.5× the session timeout.
+func TestWorkersGetShortRebalanceTimeout(t *testing.T) {
+	cfg, err := Config{WorkerArgv: []string{"x"}}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RebalanceTimeout != 5*time.Second || cfg.SessionTimeout != 2*time.Second {
+		t.Fatalf("rebalance timeout %s with session %s, want 5s with 2s", cfg.RebalanceTimeout, cfg.SessionTimeout)
+	}
+	args := (&run{cfg: cfg, store: &cluster.Store{}}).workerArgs("w1")
+	i := slices.Index(args, "--rebalance-timeout")
+	if i < 0 || args[i+1] != "5s" {
+		t.Fatalf("worker args %v lack --rebalance-timeout 5s", args)
 	}
 }
