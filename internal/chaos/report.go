@@ -10,9 +10,13 @@ import (
 
 // Result is the outcome of a run: faults injected, figures read from the
 // sink and the workers' logs, and violations found by the checker.
+//
+// Run fills it on its own goroutine; read it after Run returned.
 type Result struct {
-	Seed      uint64 `json:"seed"`
-	Protocol  string `json:"protocol"`
+	// Seed and Protocol are the run's.
+	Seed     uint64 `json:"seed"`
+	Protocol string `json:"protocol"`
+	// Requested are the fault kinds the run was asked to inject.
 	Requested []Kind `json:"requested"`
 	// Faults counts, per kind, the faults that really happened (with
 	// evidence: a stopped process, a held heartbeat, a log line…).

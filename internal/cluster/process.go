@@ -57,13 +57,15 @@ type Freeze struct {
 	Member    string
 }
 
-// WorkerOptions are the common flags of a ledger worker process.
+// WorkerOptions are the common flags of a ledger worker process: its
+// brokers, topic, group, --sink value and name (client ID, also the
+// worker's name in timelines).
 type WorkerOptions struct {
 	Brokers        []string
 	Topic          string
 	Group          string
 	SinkSpec       string
-	Name           string // client ID, also the worker's name in timelines
+	Name           string
 	SessionTimeout time.Duration
 	Protocol       string // "cooperative" (default) or "kip848"
 	MaxBatch       int    // default 50
