@@ -49,7 +49,7 @@ func W6Process(ctx context.Context, env *Env) (Result, error) {
 	group := UniqueName("bench-w6")
 	opts := func(name string) []string {
 		return cluster.WorkerOptions{Brokers: env.Brokers, Topic: topic, Group: group, SinkSpec: store.WorkerSpec(name),
-			Name: name, SessionTimeout: W6SessionTimeout}.Args()
+			Name: name, SessionTimeout: W6SessionTimeout, RebalanceTimeout: 2 * W6SessionTimeout}.Args()
 	}
 	var workers []*cluster.Worker
 	defer func() { cluster.StopAll(workers, 5*time.Second) }()
