@@ -64,16 +64,8 @@ fired, or no stale write was rejected although pause or heartbeat ran.`,
 				return err
 			}
 			cfg.Kinds = ks
-			if sink != "" {
-				spec, err := parseSinkSpec(sink)
-				if err != nil {
-					return err
-				}
-				if spec.kind == "postgres" {
-					cfg.PostgresDSN = spec.dsn
-				} else {
-					cfg.SinkPath = spec.path
-				}
+			if cfg.PostgresDSN, cfg.SinkPath, err = ledgerSink(sink); err != nil {
+				return err
 			}
 			exe, err := os.Executable()
 			if err != nil {

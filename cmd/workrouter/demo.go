@@ -40,16 +40,8 @@ any invariant failed.`,
 				return fmt.Errorf("demo: cannot find its own executable to start workers: %w", err)
 			}
 			cfg.WorkerArgv = []string{exe}
-			if sink != "" {
-				spec, err := parseSinkSpec(sink)
-				if err != nil {
-					return err
-				}
-				if spec.kind == "postgres" {
-					cfg.PostgresDSN = spec.dsn
-				} else {
-					cfg.SinkPath = spec.path
-				}
+			if cfg.PostgresDSN, cfg.SinkPath, err = ledgerSink(sink); err != nil {
+				return err
 			}
 			out := cmd.OutOrStdout()
 			if !asJSON {

@@ -168,3 +168,20 @@ func filterFences(fs []sink.Fence, group, topic string) []sink.Fence {
 	}
 	return out
 }
+
+// ledgerSink splits the --sink value of the demo and the chaos harness into
+// a PostgreSQL DSN or an SQLite path (both empty when sink is empty: the
+// harness's default).
+func ledgerSink(sink string) (dsn, path string, err error) {
+	if sink == "" {
+		return "", "", nil
+	}
+	spec, err := parseSinkSpec(sink)
+	if err != nil {
+		return "", "", err
+	}
+	if spec.kind == "postgres" {
+		return spec.dsn, "", nil
+	}
+	return "", spec.path, nil
+}
