@@ -41,7 +41,8 @@ order, 0.5–2 s apart; one fault at a time):
                worker's transaction after its first effect, mid-transaction
   coordinator  answer one member's heartbeats and offset commits with
                NOT_COORDINATOR, REBALANCE_IN_PROGRESS or no reply for 1–2.5 s
-  churn        an extra member joins and leaves (SIGTERM) 1–5 s later
+  churn        all along the run: an extra member joins, stays 1–5 s, leaves
+               (SIGTERM); the next joins 1–5 s later
 
 When the duration is up it stops producing, waits until lag is zero with every
 acknowledged command applied, reads the sink's own records and checks the

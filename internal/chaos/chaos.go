@@ -29,7 +29,9 @@
 //     next transaction has its context cancelled after its first effect.
 //   - coordinator: for 1–2.5 s, answer one member's heartbeats and offset
 //     commits with NOT_COORDINATOR, REBALANCE_IN_PROGRESS, or no reply.
-//   - churn: an extra member joins and leaves (SIGTERM) 1–5 s later.
+//   - churn: all along the run, beside the other faults, an extra member
+//     joins, stays 1–5 s and leaves (SIGTERM), and the next joins 1–5 s
+//     later; each join-and-leave counts as one churn fault.
 package chaos
 
 import (
@@ -232,6 +234,8 @@ type run struct {
 	store   *cluster.Store
 	icpt    *interceptor
 
+	outMu sync.Mutex // serializes logf's writes to cfg.Out
+
 	mu      sync.Mutex
 	active  []*cluster.Worker // current members, by slot (w1..wN)
 	all     []*cluster.Worker // every process ever started
@@ -248,9 +252,14 @@ func (r *run) markEnded(w *cluster.Worker) {
 	r.ended[w] = true
 }
 
+// logf writes one timeline line; the scheduler and the churn loop both
+// call it.
 func (r *run) logf(format string, args ...any) {
 	if r.cfg.Out != nil {
-		fmt.Fprintf(r.cfg.Out, "%7.2fs  %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+		line := fmt.Sprintf("%7.2fs  %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+		r.outMu.Lock()
+		defer r.outMu.Unlock()
+		io.WriteString(r.cfg.Out, line)
 	}
 }
 
@@ -332,12 +341,26 @@ func (r *run) run() error {
 	stopProducer := sync.OnceFunc(func() { close(stopProducing); prodWG.Wait() })
 	defer stopProducer()
 
-	// The fault schedule: rounds of every requested kind in a seeded
-	// order, with seeded gaps, until the duration is up.
+	// Churn runs on its own, all along: a member joins, stays 1–5 s,
+	// leaves, and the next joins 1–5 s later, with its own seeded source.
 	end := r.start.Add(r.cfg.Duration)
+	scheduled := slices.DeleteFunc(slices.Clone(r.cfg.Kinds), func(k Kind) bool { return k == Churn })
+	var churnWG sync.WaitGroup
+	var churnErr error
+	var lastChurn time.Time
+	stopChurn := make(chan struct{})
+	if len(scheduled) < len(r.cfg.Kinds) {
+		rng := rand.New(rand.NewPCG(r.cfg.Seed, r.cfg.Seed^0xc4c4))
+		churnWG.Go(func() { lastChurn, churnErr = r.churnLoop(rng, stopChurn, end) })
+	}
+	stopChurning := sync.OnceFunc(func() { close(stopChurn); churnWG.Wait() })
+	defer stopChurning()
+
+	// The fault schedule: rounds of every other requested kind in a
+	// seeded order, with seeded gaps, until the duration is up.
 	var lastFault time.Time
-	for round := 0; time.Now().Before(end); round++ {
-		kinds := slices.Clone(r.cfg.Kinds)
+	for round := 0; len(scheduled) > 0 && time.Now().Before(end); round++ {
+		kinds := slices.Clone(scheduled)
 		r.rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 		for _, k := range kinds {
 			gap := 500*time.Millisecond + time.Duration(r.rng.Int64N(int64(1500*time.Millisecond)))
@@ -369,6 +392,13 @@ func (r *run) run() error {
 	}
 	if err := r.sleep(time.Until(end)); err != nil {
 		return err
+	}
+	stopChurning()
+	if churnErr != nil {
+		return churnErr
+	}
+	if lastChurn.After(lastFault) {
+		lastFault = lastChurn
 	}
 	stopProducer()
 	if prodErr != nil {
@@ -575,8 +605,6 @@ func (r *run) inject(k Kind) (bool, error) {
 		return r.sinkConn()
 	case Coordinator:
 		return r.coordinator()
-	case Churn:
-		return r.churn()
 	}
 	return false, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 }
@@ -731,7 +759,42 @@ func (r *run) coordinator() (bool, error) {
 	return n > 0, err
 }
 
-func (r *run) churn() (bool, error) {
+// churnLoop runs churn until stop is closed or end is near, counting each
+// join-and-leave that happened as one churn fault. It returns when the
+// last member it started has left, and the time it left.
+func (r *run) churnLoop(rng *rand.Rand, stop <-chan struct{}, end time.Time) (time.Time, error) {
+	var last time.Time
+	for {
+		gap := time.Second + time.Duration(rng.Int64N(int64(4*time.Second)))
+		if time.Now().Add(gap).After(end) {
+			return last, nil
+		}
+		t := time.NewTimer(gap)
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+			return last, nil
+		case <-r.ctx.Done():
+			t.Stop()
+			return last, r.ctx.Err()
+		}
+		fired, err := r.churn(rng, stop)
+		if err != nil {
+			return last, err
+		}
+		last = time.Now()
+		if fired {
+			r.mu.Lock()
+			r.res.Faults[Churn]++
+			r.mu.Unlock()
+		}
+	}
+}
+
+// churn starts one extra member, lets it stay 1–5 s (less if stop is
+// closed), and stops it with SIGTERM; it reports whether it left cleanly.
+func (r *run) churn(rng *rand.Rand, stop <-chan struct{}) (bool, error) {
 	r.mu.Lock()
 	r.churned++
 	name := "c" + strconv.Itoa(r.churned)
@@ -743,10 +806,15 @@ func (r *run) churn() (bool, error) {
 	r.mu.Lock()
 	r.active = append(r.active, w)
 	r.mu.Unlock()
-	stay := time.Second + time.Duration(r.rng.Int64N(int64(4*time.Second)))
+	stay := time.Second + time.Duration(rng.Int64N(int64(4*time.Second)))
 	r.logf("CHURN %s joins for %s", name, stay.Round(time.Millisecond))
-	if err := r.sleep(stay); err != nil {
-		return false, err
+	t := time.NewTimer(stay)
+	select {
+	case <-t.C:
+	case <-stop:
+		t.Stop()
+	case <-r.ctx.Done():
+		t.Stop()
 	}
 	held := cluster.Describe(w.Owned())
 	r.markEnded(w)
