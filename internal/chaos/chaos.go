@@ -210,9 +210,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	r := &run{cfg: cfg, ctx: ctx, start: time.Now(), ended: map[*cluster.Worker]bool{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed)),
-		res: Result{Requested: slices.Clone(cfg.Kinds), Faults: map[Kind]int{}, Protocol: cfg.Protocol, Seed: cfg.Seed}}
+		stopWatch: make(chan struct{}),
+		res:       Result{Requested: slices.Clone(cfg.Kinds), Faults: map[Kind]int{}, Protocol: cfg.Protocol, Seed: cfg.Seed}}
 	defer r.stopAll()
+	stopWatching := sync.OnceFunc(func() { close(r.stopWatch); r.watchWG.Wait() })
+	defer stopWatching()
 	err = r.run()
+	stopWatching()
 	res := r.res
 	if err != nil {
 		return res, err
@@ -235,6 +239,9 @@ type run struct {
 	icpt    *interceptor
 
 	outMu sync.Mutex // serializes logf's writes to cfg.Out
+
+	watchWG   sync.WaitGroup // watchTakeover's goroutines
+	stopWatch chan struct{}  // closed when the run stops watching takeovers
 
 	mu      sync.Mutex
 	active  []*cluster.Worker // current members, by slot (w1..wN)
@@ -621,7 +628,11 @@ func (r *run) pause() (bool, error) {
 		if err := w.Signal(syscall.SIGSTOP); err != nil {
 			return false, nil
 		}
+		start, held := time.Now(), w.Owned()
 		stopped := r.waitUntil(2*time.Second, w.Name()+" stopped", w.Stopped) == nil
+		if stopped {
+			r.watchTakeover(w.Name(), start, held)
+		}
 		r.logf("PAUSE %s: SIGSTOP at a random moment for %s (holds %s)", w.Name(), d.Round(time.Millisecond), cluster.Describe(w.Owned()))
 		err := r.sleep(d)
 		_ = w.Signal(syscall.SIGCONT)
@@ -641,6 +652,7 @@ func (r *run) pause() (bool, error) {
 		return false, nil
 	}
 	fz := w.Freezes()[len(w.Freezes())-1]
+	r.watchTakeover(w.Name(), time.Now(), w.Owned())
 	r.logf("PAUSE %s: SIGSTOP between transactions, before its batch on partition %d at epoch %d", w.Name(), fz.Partition, fz.Epoch)
 	var takenBy *cluster.Worker
 	var claim cluster.Claim
@@ -671,7 +683,9 @@ func (r *run) kill() (bool, error) {
 	slot := r.rng.IntN(min(len(members), r.cfg.Workers))
 	w := members[slot]
 	r.markEnded(w)
+	held := w.Owned()
 	w.Kill()
+	r.watchTakeover(w.Name(), time.Now(), held)
 	r.logf("KILL %s (SIGKILL; it held %s); restarting it", w.Name(), cluster.Describe(w.Owned()))
 	nw, err := r.startWorker(w.Name())
 	if err != nil {
@@ -692,6 +706,7 @@ func (r *run) heartbeat() (bool, error) {
 	member := w.Member()
 	d := r.stallFor() + time.Duration(r.rng.Int64N(int64(time.Second)))
 	end := r.icpt.blackhole(member)
+	r.watchTakeover(w.Name(), time.Now(), w.Owned())
 	r.logf("HEARTBEAT blackhole of %s (member %s, holds %s) for %s", w.Name(), member, cluster.Describe(w.Owned()), d.Round(time.Millisecond))
 	err := r.sleep(d)
 	n := end()
@@ -708,11 +723,14 @@ func (r *run) brokerConn() (bool, error) {
 	if r.rng.IntN(2) == 0 {
 		msg, sig, what = faults.MsgBrokerStall, syscall.SIGHUP, "stalled for "+r.stallFor().String()
 	}
-	before := w.Count(msg)
+	before, start, held := w.Count(msg), time.Now(), w.Owned()
 	if err := w.Signal(sig); err != nil {
 		return false, nil
 	}
 	fired := r.waitUntil(5*time.Second, w.Name()+" to act", func() bool { return w.Count(msg) > before }) == nil
+	if fired && sig == syscall.SIGHUP {
+		r.watchTakeover(w.Name(), start, held)
+	}
 	r.logf("BROKER-CONN %s: connections %s (done: %v)", w.Name(), what, fired)
 	if sig == syscall.SIGHUP {
 		return fired, r.sleep(r.stallFor())
@@ -757,6 +775,49 @@ func (r *run) coordinator() (bool, error) {
 	n := end()
 	r.logf("COORDINATOR %s for %s: %d heartbeats and offset commits of %s answered so", mode, d.Round(time.Millisecond), n, w.Name())
 	return n > 0, err
+}
+
+// watchTakeover records in the background how long after start every
+// partition in held (a victim's claims when a pause, kill, heartbeat or
+// broker-connection stall began) was claimed again at a newer epoch, by
+// any worker, the restarted or resumed victim included. A watch still
+// open when the run stops watching is counted as watched, not taken over.
+func (r *run) watchTakeover(victim string, start time.Time, held map[int32]cluster.Claim) {
+	if len(held) == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.res.Watched++
+	r.mu.Unlock()
+	r.watchWG.Go(func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			r.mu.Lock()
+			all := slices.Clone(r.all)
+			r.mu.Unlock()
+			done := true
+			for p, c := range held {
+				if _, now := cluster.OwnerOf(all, p); now.Epoch <= c.Epoch {
+					done = false
+					break
+				}
+			}
+			if done {
+				d := time.Since(start)
+				r.mu.Lock()
+				r.res.Takeovers = append(r.res.Takeovers, d)
+				r.mu.Unlock()
+				r.logf("  TAKEOVER: %s's partitions %s all claimed again %s after the fault began", victim, cluster.Describe(held), d.Round(time.Millisecond))
+				return
+			}
+			select {
+			case <-t.C:
+			case <-r.stopWatch:
+				return
+			}
+		}
+	})
 }
 
 // churnLoop runs churn until stop is closed or end is near, counting each

@@ -178,3 +178,16 @@ func TestWorkersGetShortRebalanceTimeout(t *testing.T) {
 		t.Fatalf("worker args %v lack --rebalance-timeout 5s", args)
 	}
 }
+
+func TestTakeoverSummary(t *testing.T) {
+	r := Result{Watched: 4, Takeovers: []time.Duration{3 * time.Second, time.Second, 2 * time.Second}}
+	if got, want := r.takeoverSummary(), "2s / 3s (3 of 4 faults)"; got != want {
+		t.Errorf("takeoverSummary() = %q, want %q", got, want)
+	}
+	if got, want := (Result{Watched: 2}).takeoverSummary(), "- (0 of 2 faults)"; got != want {
+		t.Errorf("takeoverSummary() with none = %q, want %q", got, want)
+	}
+	if !strings.Contains(r.Table(), "takeover after a fault (p50 / max)") {
+		t.Errorf("the table lacks the takeover row:\n%s", r.Table())
+	}
+}

@@ -34,6 +34,13 @@ type Result struct {
 	// last command produced until lag was zero with every acknowledged
 	// command applied (zero if never: see Violations.V).
 	Recover time.Duration `json:"recover_ns"`
+	// Watched counts the pauses, kills, heartbeat faults and broker
+	// connection stalls that began while their victim held partitions;
+	// Takeovers holds, for those whose every partition was claimed again
+	// at a newer epoch before the run ended, the time that took from the
+	// fault's start (in the order they completed).
+	Watched   int             `json:"watched"`
+	Takeovers []time.Duration `json:"takeovers_ns"`
 	// WorkerErrors counts the errors the workers logged (fenced outcomes
 	// aside); informational, listed in the timeline.
 	WorkerErrors int `json:"worker_errors"`
@@ -117,6 +124,7 @@ func (r Result) Table() string {
 		rec = r.Recover.String()
 	}
 	fmt.Fprintf(tw, "time to recover after the last fault\t%s\n", rec)
+	fmt.Fprintf(tw, "takeover after a fault (p50 / max)\t%s\n", r.takeoverSummary())
 	fmt.Fprintf(tw, "worker errors logged (not fenced)\t%d\n", r.WorkerErrors)
 	fmt.Fprintf(tw, "workers that exited by themselves\t%d\n", r.Crashes)
 	tw.Flush()
@@ -127,4 +135,14 @@ func (r Result) Table() string {
 		b.WriteString("\nno stale write was rejected although pauses or heartbeat faults ran\n")
 	}
 	return b.String()
+}
+
+// takeoverSummary formats Takeovers as "p50 / max (n of m faults)".
+func (r Result) takeoverSummary() string {
+	if len(r.Takeovers) == 0 {
+		return fmt.Sprintf("- (0 of %d faults)", r.Watched)
+	}
+	ts := slices.Clone(r.Takeovers)
+	slices.Sort(ts)
+	return fmt.Sprintf("%s / %s (%d of %d faults)", ts[(len(ts)-1)/2].Round(time.Millisecond), ts[len(ts)-1].Round(time.Millisecond), len(ts), r.Watched)
 }
