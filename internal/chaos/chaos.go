@@ -243,13 +243,14 @@ type run struct {
 	watchWG   sync.WaitGroup // watchTakeover's goroutines
 	stopWatch chan struct{}  // closed when the run stops watching takeovers
 
-	mu      sync.Mutex
-	active  []*cluster.Worker // current members, by slot (w1..wN)
-	all     []*cluster.Worker // every process ever started
-	churned int
-	ended   map[*cluster.Worker]bool // processes the harness ended on purpose
-	logs    []*os.File               // worker logs (LogDir), closed after the workers
-	res     Result
+	mu       sync.Mutex
+	watching map[string]chan struct{} // victim name → closed when its takeover watch is superseded
+	active   []*cluster.Worker        // current members, by slot (w1..wN)
+	all      []*cluster.Worker        // every process ever started
+	churned  int
+	ended    map[*cluster.Worker]bool // processes the harness ended on purpose
+	logs     []*os.File               // worker logs (LogDir), closed after the workers
+	res      Result
 }
 
 // markEnded records that the harness is about to end w on purpose.
@@ -622,6 +623,7 @@ func (r *run) pause() (bool, error) {
 		r.logf("pause: no worker holds a partition; skipped")
 		return false, nil
 	}
+	r.supersede(w.Name())
 	mode := r.rng.IntN(3)
 	if mode == 2 {
 		d := r.stallFor() + time.Duration(r.rng.Int64N(int64(time.Second)))
@@ -682,6 +684,7 @@ func (r *run) kill() (bool, error) {
 	members := r.members()
 	slot := r.rng.IntN(min(len(members), r.cfg.Workers))
 	w := members[slot]
+	r.supersede(w.Name())
 	r.markEnded(w)
 	held := w.Owned()
 	w.Kill()
@@ -703,6 +706,7 @@ func (r *run) heartbeat() (bool, error) {
 		r.logf("heartbeat: no member with a partition; skipped")
 		return false, nil
 	}
+	r.supersede(w.Name())
 	member := w.Member()
 	d := r.stallFor() + time.Duration(r.rng.Int64N(int64(time.Second)))
 	end := r.icpt.blackhole(member)
@@ -719,6 +723,7 @@ func (r *run) brokerConn() (bool, error) {
 	if w == nil {
 		return false, nil
 	}
+	r.supersede(w.Name())
 	msg, sig, what := faults.MsgBrokerCut, syscall.SIGUSR2, "cut"
 	if r.rng.IntN(2) == 0 {
 		msg, sig, what = faults.MsgBrokerStall, syscall.SIGHUP, "stalled for "+r.stallFor().String()
@@ -743,6 +748,7 @@ func (r *run) sinkConn() (bool, error) {
 	if w == nil {
 		return false, nil
 	}
+	r.supersede(w.Name())
 	if r.store.Postgres() {
 		var n int
 		var inTx bool
@@ -768,6 +774,7 @@ func (r *run) coordinator() (bool, error) {
 	if w == nil {
 		return false, nil
 	}
+	r.supersede(w.Name())
 	mode := coordMode(r.rng.IntN(3))
 	d := time.Second + time.Duration(r.rng.Int64N(int64(1500*time.Millisecond)))
 	end := r.icpt.coordinator(w.Member(), mode, d)
@@ -777,17 +784,36 @@ func (r *run) coordinator() (bool, error) {
 	return n > 0, err
 }
 
+// supersede ends the takeover watch of victim's previous fault, if one is
+// still open: a newer fault on the same worker would take the credit.
+func (r *run) supersede(victim string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ch, ok := r.watching[victim]; ok {
+		close(ch)
+		delete(r.watching, victim)
+	}
+}
+
 // watchTakeover records in the background how long after start every
 // partition in held (a victim's claims when a pause, kill, heartbeat or
 // broker-connection stall began) was claimed again at a newer epoch, by
-// any worker, the restarted or resumed victim included. A watch still
-// open when the run stops watching is counted as watched, not taken over.
+// any worker, the restarted or resumed victim included. A watch that is
+// superseded by the victim's next fault, or still open when the run stops
+// watching, is counted as watched, not taken over: the victim kept its
+// partitions (a heartbeat fault during another member's rebalance, for
+// instance: the rejoin counts as liveness).
 func (r *run) watchTakeover(victim string, start time.Time, held map[int32]cluster.Claim) {
 	if len(held) == 0 {
 		return
 	}
+	superseded := make(chan struct{})
 	r.mu.Lock()
 	r.res.Watched++
+	if r.watching == nil {
+		r.watching = map[string]chan struct{}{}
+	}
+	r.watching[victim] = superseded
 	r.mu.Unlock()
 	r.watchWG.Go(func() {
 		t := time.NewTicker(20 * time.Millisecond)
@@ -807,12 +833,18 @@ func (r *run) watchTakeover(victim string, start time.Time, held map[int32]clust
 				d := time.Since(start)
 				r.mu.Lock()
 				r.res.Takeovers = append(r.res.Takeovers, d)
+				if r.watching[victim] == superseded {
+					delete(r.watching, victim)
+				}
 				r.mu.Unlock()
 				r.logf("  TAKEOVER: %s's partitions %s all claimed again %s after the fault began", victim, cluster.Describe(held), d.Round(time.Millisecond))
 				return
 			}
 			select {
 			case <-t.C:
+			case <-superseded:
+				r.logf("  no takeover of %s's partitions %s before its next fault", victim, cluster.Describe(held))
+				return
 			case <-r.stopWatch:
 				return
 			}
