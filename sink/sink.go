@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/workrouter/workrouter/epochs"
 )
@@ -87,6 +88,45 @@ type Lister interface {
 // audit trail. Never call it automatically: it lifts the fence.
 type Resetter interface {
 	ResetFence(ctx context.Context, scope epochs.Scope, reason string) (before Fence, err error)
+}
+
+// Historian is an optional capability of a sink: the ordered record of a
+// scope's accepted claims and admin resets, which the invariant checkers
+// (F needs every claim's epoch and NextOffset) and `workrouter fences
+// history` read.
+type Historian interface {
+	// History returns the claims and resets of scope in order (empty for
+	// a scope never claimed).
+	History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry, error)
+}
+
+// History entry kinds.
+const (
+	// HistoryClaim marks a [HistoryEntry] of an accepted claim.
+	HistoryClaim = "claim"
+	// HistoryReset marks a [HistoryEntry] of an admin reset.
+	HistoryReset = "reset"
+)
+
+// HistoryEntry is one row of a scope's history: an accepted claim or an
+// admin reset.
+type HistoryEntry struct {
+	// Seq orders the entries of the whole sink; it only grows (gaps are
+	// possible).
+	Seq int64
+	// Kind is [HistoryClaim] or [HistoryReset].
+	Kind string
+	// Token is the claimed token for a claim, and for a reset the holder
+	// the reset cleared (zero if the scope had no holder).
+	Token epochs.Token
+	// NextOffset is the scope's NextOffset at the claim (what Claim
+	// returned) or the reset (which keeps it).
+	NextOffset int64
+	// Reason is the operator's reason for a reset; empty for a claim.
+	Reason string
+	// At is when the sink recorded the entry (informational only, never
+	// used for fencing; the backend says whose clock).
+	At time.Time
 }
 
 // ErrFenced is matched by every error reporting that a write or claim was

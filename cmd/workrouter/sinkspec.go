@@ -7,11 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sqlite"
@@ -73,22 +71,11 @@ func parseSinkSpec(s string) (sinkSpec, error) {
 	}
 }
 
-// historyEntry is one row of a scope's fence history (a claim or an admin
-// reset), the same for every backend.
-type historyEntry struct {
-	Seq        int64
-	Kind       string
-	Token      epochs.Token
-	NextOffset int64
-	Reason     string
-	At         time.Time
-}
-
 // adminSink is what the admin commands (status, fences) need from a sink.
 type adminSink interface {
 	sink.Lister
 	sink.Resetter
-	History(ctx context.Context, scope epochs.Scope) ([]historyEntry, error)
+	sink.Historian
 }
 
 // openAdmin opens the sink for admin use (Lister + Resetter + History);
@@ -110,51 +97,21 @@ func openAdmin(ctx context.Context, spec sinkSpec) (adminSink, func() error, err
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
 		}
-		return sqliteAdmin{s}, s.Close, nil
+		return s, s.Close, nil
 	case "postgres":
 		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn})
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
 		}
-		return postgresAdmin{s}, s.Close, nil
+		return s, s.Close, nil
 	}
 	return nil, nil, fmt.Errorf("--sink: unknown sink kind %q: want %s", spec.kind, sinkSpecHelp)
 }
 
-// sqliteAdmin adapts *sqlite.Sink to adminSink.
-type sqliteAdmin struct{ *sqlite.Sink }
-
-func (a sqliteAdmin) History(ctx context.Context, scope epochs.Scope) ([]historyEntry, error) {
-	hs, err := a.Sink.History(ctx, scope)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]historyEntry, len(hs))
-	for i, h := range hs {
-		out[i] = historyEntry{Seq: h.Seq, Kind: h.Kind, Token: h.Token, NextOffset: h.NextOffset, Reason: h.Reason, At: h.At}
-	}
-	return out, nil
-}
-
-// postgresAdmin adapts *postgres.Sink to adminSink.
-type postgresAdmin struct{ *postgres.Sink }
-
-func (a postgresAdmin) History(ctx context.Context, scope epochs.Scope) ([]historyEntry, error) {
-	hs, err := a.Sink.History(ctx, scope)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]historyEntry, len(hs))
-	for i, h := range hs {
-		out[i] = historyEntry{Seq: h.Seq, Kind: h.Kind, Token: h.Token, NextOffset: h.NextOffset, Reason: h.Reason, At: h.At}
-	}
-	return out, nil
-}
-
 // Compile-time checks.
 var (
-	_ adminSink = sqliteAdmin{}
-	_ adminSink = postgresAdmin{}
+	_ adminSink = (*sqlite.Sink)(nil)
+	_ adminSink = (*postgres.Sink)(nil)
 )
 
 // filterFences keeps the fences of group and topic; an empty filter keeps

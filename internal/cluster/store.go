@@ -13,6 +13,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -86,17 +87,8 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 			err := s.DB().QueryRowContext(ctx, q, args...).Scan(&n)
 			return n, err
 		},
-		verify: func(ctx context.Context) (ledger.Report, error) { return ledger.VerifySQLite(ctx, s.DB()) },
-		history: func(ctx context.Context, scope epochs.Scope) ([]Claim, error) {
-			h, err := s.History(ctx, scope)
-			var out []Claim
-			for _, e := range h {
-				if e.Kind == sqlite.KindClaim {
-					out = append(out, Claim{Epoch: e.Token.Epoch, Member: e.Token.Member, Next: e.NextOffset})
-				}
-			}
-			return out, err
-		},
+		verify:  func(ctx context.Context) (ledger.Report, error) { return ledger.VerifySQLite(ctx, s.DB()) },
+		history: func(ctx context.Context, scope epochs.Scope) ([]Claim, error) { return claimsOf(ctx, s, scope) },
 		postings: func(ctx context.Context) ([]Posting, error) {
 			rows, err := s.DB().QueryContext(ctx, postingsSQL)
 			if err != nil {
@@ -169,17 +161,8 @@ func openPostgres(ctx context.Context, cfg StoreConfig) (*Store, error) {
 			err := s.Pool().QueryRow(ctx, q, args...).Scan(&n)
 			return n, err
 		},
-		verify: func(ctx context.Context) (ledger.Report, error) { return ledger.VerifyPostgres(ctx, s.Pool()) },
-		history: func(ctx context.Context, scope epochs.Scope) ([]Claim, error) {
-			h, err := s.History(ctx, scope)
-			var out []Claim
-			for _, e := range h {
-				if e.Kind == "claim" {
-					out = append(out, Claim{Epoch: e.Token.Epoch, Member: e.Token.Member, Next: e.NextOffset})
-				}
-			}
-			return out, err
-		},
+		verify:  func(ctx context.Context) (ledger.Report, error) { return ledger.VerifyPostgres(ctx, s.Pool()) },
+		history: func(ctx context.Context, scope epochs.Scope) ([]Claim, error) { return claimsOf(ctx, s, scope) },
 		postings: func(ctx context.Context) ([]Posting, error) {
 			rows, err := s.Pool().Query(ctx, postingsSQL)
 			if err != nil {
@@ -296,4 +279,17 @@ func (s *Store) StaleAccepted(ctx context.Context, group, topic string, partitio
 		}
 	}
 	return n, nil
+}
+
+// claimsOf returns the accepted claims in h's history of scope, oldest
+// first.
+func claimsOf(ctx context.Context, h sink.Historian, scope epochs.Scope) ([]Claim, error) {
+	hs, err := h.History(ctx, scope)
+	var out []Claim
+	for _, e := range hs {
+		if e.Kind == sink.HistoryClaim {
+			out = append(out, Claim{Epoch: e.Token.Epoch, Member: e.Token.Member, Next: e.NextOffset})
+		}
+	}
+	return out, err
 }

@@ -297,23 +297,9 @@ func (s *Sink) ResetFence(ctx context.Context, scope epochs.Scope, reason string
 	return before, nil
 }
 
-// HistoryEntry is one row of a scope's history: an accepted claim or an
-// admin reset.
-type HistoryEntry struct {
-	// Seq orders the entries (sink-wide, increasing; gaps are possible).
-	Seq int64
-	// Kind is "claim" or "reset".
-	Kind string
-	// Token is the claiming token for a claim, and the holder the reset
-	// cleared for a reset (zero if the scope had none).
-	Token epochs.Token
-	// NextOffset is the scope's NextOffset at that moment.
-	NextOffset int64
-	// Reason is the reason given to a reset; empty for a claim.
-	Reason string
-	// At is the server's transaction time of the entry.
-	At time.Time
-}
+// HistoryEntry is one row of a scope's history, see [Sink.History]; At is
+// the server's transaction time of the entry.
+type HistoryEntry = sink.HistoryEntry
 
 // History returns the claims and resets of scope in order (empty for a
 // scope never claimed). It may be called from any goroutine.

@@ -22,6 +22,7 @@ var (
 	_ sink.Sink[pgx.Tx] = (*Sink)(nil)
 	_ sink.Lister       = (*Sink)(nil)
 	_ sink.Resetter     = (*Sink)(nil)
+	_ sink.Historian    = (*Sink)(nil)
 )
 
 // ErrConfig is matched by the errors [Open] returns for an invalid [Config]:

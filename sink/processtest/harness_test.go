@@ -99,10 +99,15 @@ func (q sqliteStore) rows(ctx context.Context) ([]row, error) {
 }
 func (q sqliteStore) fences(ctx context.Context) ([]sink.Fence, error) { return q.s.Fences(ctx) }
 func (q sqliteStore) claims(ctx context.Context, scope epochs.Scope) ([]claim, error) {
-	h, err := q.s.History(ctx, scope)
+	return historyClaims(ctx, q.s, scope)
+}
+
+// historyClaims returns the accepted claims in h's history of scope, in order.
+func historyClaims(ctx context.Context, h sink.Historian, scope epochs.Scope) ([]claim, error) {
+	hs, err := h.History(ctx, scope)
 	var out []claim
-	for _, e := range h {
-		if e.Kind == "claim" {
+	for _, e := range hs {
+		if e.Kind == sink.HistoryClaim {
 			out = append(out, claim{e.Token.Epoch, e.NextOffset})
 		}
 	}
@@ -124,14 +129,7 @@ func (q pgStore) rows(ctx context.Context) ([]row, error) {
 }
 func (q pgStore) fences(ctx context.Context) ([]sink.Fence, error) { return q.s.Fences(ctx) }
 func (q pgStore) claims(ctx context.Context, scope epochs.Scope) ([]claim, error) {
-	h, err := q.s.History(ctx, scope)
-	var out []claim
-	for _, e := range h {
-		if e.Kind == "claim" {
-			out = append(out, claim{e.Token.Epoch, e.NextOffset})
-		}
-	}
-	return out, err
+	return historyClaims(ctx, q.s, scope)
 }
 
 func newSQLite(t *testing.T) *backend {

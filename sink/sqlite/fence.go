@@ -13,33 +13,17 @@ import (
 	"github.com/workrouter/workrouter/sink"
 )
 
-// History entry kinds.
+// History entry kinds (the same as the sink package's).
 const (
 	// KindClaim marks a [HistoryEntry] of an accepted claim.
-	KindClaim = "claim"
+	KindClaim = sink.HistoryClaim
 	// KindReset marks a [HistoryEntry] of an admin reset.
-	KindReset = "reset"
+	KindReset = sink.HistoryReset
 )
 
-// HistoryEntry is one row of a scope's history: an accepted claim or an
-// admin reset, see [Sink.History].
-type HistoryEntry struct {
-	// Seq orders the entries of the whole database; it only grows.
-	Seq int64
-	// Kind is [KindClaim] or [KindReset].
-	Kind string
-	// Token is the claimed token for a claim, and for a reset the holder
-	// the reset cleared (zero if the scope had no holder).
-	Token epochs.Token
-	// NextOffset is the scope's NextOffset at the claim (what Claim
-	// returned) or the reset (which keeps it).
-	NextOffset int64
-	// Reason is the operator's reason for a reset; empty for a claim.
-	Reason string
-	// At is when the sink recorded the entry (wall clock of the writing
-	// process; informational only, never used for fencing).
-	At time.Time
-}
+// HistoryEntry is one row of a scope's history, see [Sink.History]; At is
+// the wall clock of the writing process.
+type HistoryEntry = sink.HistoryEntry
 
 // holderToken builds the stored holder of scope from its row's columns; a
 // cleared holder (epoch -1) is the zero token.

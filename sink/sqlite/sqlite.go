@@ -44,6 +44,7 @@ var (
 	_ sink.Sink[*sql.Tx] = (*Sink)(nil)
 	_ sink.Lister        = (*Sink)(nil)
 	_ sink.Resetter      = (*Sink)(nil)
+	_ sink.Historian     = (*Sink)(nil)
 )
 
 // DefaultPrefix is the table name prefix used when [Config.Prefix] is empty.
