@@ -66,7 +66,12 @@ func W6Process(ctx context.Context, env *Env) (Result, error) {
 		return fail(err)
 	}
 	workers = append(workers, b)
-	if err := pollUntil(ctx, 30*time.Second, func() bool { return stableMembers(ctx, env, group) == 2 }); err != nil {
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(env.Brokers...))
+	if err != nil {
+		return fail(err)
+	}
+	defer adm.Close()
+	if err := pollUntil(ctx, 30*time.Second, func() bool { return stableMembers(ctx, adm, group) == 2 }); err != nil {
 		return fail(fmt.Errorf("%w: the second worker never joined: %w", ErrTakeover, err))
 	}
 	rt, err := router.New(ctx, router.Config{Brokers: env.Brokers, Topic: topic})
@@ -115,12 +120,7 @@ func W6Process(ctx context.Context, env *Env) (Result, error) {
 }
 
 // stableMembers returns the member count of group if it is Stable, else 0.
-func stableMembers(ctx context.Context, env *Env, group string) int {
-	adm, err := kadm.NewOptClient(kgo.SeedBrokers(env.Brokers...))
-	if err != nil {
-		return 0
-	}
-	defer adm.Close()
+func stableMembers(ctx context.Context, adm *kadm.Client, group string) int {
 	gs, err := adm.DescribeGroups(ctx, group)
 	if err != nil {
 		return 0
