@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	r := &run{cfg: cfg, ctx: ctx, start: time.Now(), ended: map[*cluster.Worker]bool{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed)),
+	r := &run{cfg: cfg, ctx: ctx, start: time.Now(), tl: cluster.NewTimeline(cfg.Out), ended: map[*cluster.Worker]bool{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed)),
 		stopWatch: make(chan struct{}),
 		res:       Result{Requested: slices.Clone(cfg.Kinds), Faults: map[Kind]int{}, Protocol: cfg.Protocol, Seed: cfg.Seed}}
 	defer r.stopAll()
@@ -238,7 +238,7 @@ type run struct {
 	store   *cluster.Store
 	icpt    *interceptor
 
-	outMu sync.Mutex // serializes logf's writes to cfg.Out
+	tl *cluster.Timeline
 
 	watchWG   sync.WaitGroup // watchTakeover's goroutines
 	stopWatch chan struct{}  // closed when the run stops watching takeovers
@@ -260,16 +260,9 @@ func (r *run) markEnded(w *cluster.Worker) {
 	r.ended[w] = true
 }
 
-// logf writes one timeline line; the scheduler and the churn loop both
-// call it.
-func (r *run) logf(format string, args ...any) {
-	if r.cfg.Out != nil {
-		line := fmt.Sprintf("%7.2fs  %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
-		r.outMu.Lock()
-		defer r.outMu.Unlock()
-		io.WriteString(r.cfg.Out, line)
-	}
-}
+// logf writes one timeline line; the scheduler, the churn loop and the
+// takeover watches call it.
+func (r *run) logf(format string, args ...any) { r.tl.Logf(format, args...) }
 
 func (r *run) run() error {
 	ctx := r.ctx
@@ -556,16 +549,10 @@ func (r *run) sleep(d time.Duration) error {
 	}
 }
 
-// waitUntil polls cond every 50ms for up to timeout.
+// waitUntil is cluster.WaitUntil on the run's context.
 func (r *run) waitUntil(timeout time.Duration, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("chaos: gave up after %s waiting for %s", timeout, what)
-		}
-		if err := r.sleep(50 * time.Millisecond); err != nil {
-			return err
-		}
+	if err := cluster.WaitUntil(r.ctx, timeout, what, cond); err != nil {
+		return fmt.Errorf("chaos: %w", err)
 	}
 	return nil
 }

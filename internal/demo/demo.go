@@ -14,9 +14,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -113,12 +111,10 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	case len(cfg.WorkerArgv) == 0:
 		return Summary{}, fmt.Errorf("%w: no worker command", ErrConfig)
 	}
-	d := &run{cfg: cfg, start: time.Now(), ctx: ctx}
+	d := &run{cfg: cfg, tl: cluster.NewTimeline(cfg.Out), ctx: ctx}
 	defer d.stopAll()
 	sum, err := d.run()
-	d.mu.Lock()
-	sum.Timeline = slices.Clone(d.lines)
-	d.mu.Unlock()
+	sum.Timeline = d.tl.Lines()
 	if err != nil {
 		return sum, err
 	}
@@ -131,21 +127,11 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 type run struct {
 	cfg     Config
 	ctx     context.Context
-	start   time.Time
-	mu      sync.Mutex
-	lines   []string
+	tl      *cluster.Timeline
 	workers []*cluster.Worker
 }
 
-func (d *run) logf(format string, args ...any) {
-	line := fmt.Sprintf("%6.2fs  ", time.Since(d.start).Seconds()) + fmt.Sprintf(format, args...)
-	d.mu.Lock()
-	d.lines = append(d.lines, line)
-	d.mu.Unlock()
-	if d.cfg.Out != nil {
-		fmt.Fprintln(d.cfg.Out, line)
-	}
-}
+func (d *run) logf(format string, args ...any) { d.tl.Logf(format, args...) }
 
 func (d *run) run() (Summary, error) {
 	ctx := d.ctx
@@ -308,22 +294,23 @@ func (d *run) run() (Summary, error) {
 	return sum, nil
 }
 
+// waitUntil is cluster.WaitUntil that also stops when a worker exits.
 func (d *run) waitUntil(timeout time.Duration, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("demo: gave up after %s waiting for %s", timeout, what)
-		}
-		select {
-		case <-d.ctx.Done():
-			return d.ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+	var exited *cluster.Worker
+	err := cluster.WaitUntil(d.ctx, timeout, what, func() bool {
 		for _, w := range d.workers {
 			if w.Exited() {
-				return fmt.Errorf("demo: worker %s exited while waiting for %s: %s", w.Name(), what, w.LastErr())
+				exited = w
+				return true
 			}
 		}
+		return cond()
+	})
+	if exited != nil {
+		return fmt.Errorf("demo: worker %s exited while waiting for %s: %s", exited.Name(), what, exited.LastErr())
+	}
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
 	}
 	return nil
 }
