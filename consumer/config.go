@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"reflect"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,8 +77,8 @@ type Config[Tx any] struct {
 	Sink sink.Sink[Tx]
 	// Handlers maps a command Type to its handler. At least one is required.
 	// A record whose Type has no handler stalls its partition (retried with
-	// backoff and logged) until a handler for it is deployed: commands are
-	// never silently skipped.
+	// backoff and reported as a Stalled event) until a handler for it is
+	// deployed: commands are never silently skipped.
 	Handlers map[string]Handler[Tx]
 
 	// Protocol selects the group protocol; default Cooperative.
@@ -119,11 +121,17 @@ type Config[Tx any] struct {
 
 	// ClientID names this member in the group; default "workrouter".
 	ClientID string
-	// ClientOpts are extra franz-go options appended after the worker's own
-	// (TLS, SASL, dialer…). Options that change group semantics (balancers,
-	// auto-commit, callbacks) break the worker's guarantees.
+	// ClientOpts are extra franz-go options appended after the worker's own:
+	// TLS, SASL, a dialer, timeouts, fetch sizes, hooks. Options that would
+	// undo the worker's guarantees are refused by New with an error naming
+	// the option (matching ErrConfig): another group, topics or balancer,
+	// automatic commits, the group callbacks or fetch offset adjustment,
+	// read-uncommitted isolation, control records, reset or start offsets,
+	// blocking rebalances on poll, share groups, and a group instance ID
+	// (ErrStaticMembership) unless AllowStaticMembership is set.
 	ClientOpts []kgo.Opt
-	// Logger receives structured logs; default discards.
+	// Logger, if set, receives structured logs of every event (see
+	// NewLogObserver); nil logs nothing.
 	Logger *slog.Logger
 	// Registerer, if set, receives the Worker's Prometheus metrics (see
 	// the package documentation, "Metrics"), registered by New with a
@@ -137,11 +145,12 @@ type Config[Tx any] struct {
 	// DefaultLagInterval (10s).
 	LagInterval time.Duration
 
-	// OnFenced, if set, is called from the partition's goroutine (or the
-	// group's assignment goroutine for claims) with every fenced outcome.
-	// The error matches sink.ErrFenced, and also ErrEpochRegressed when the
-	// group's epochs went backwards.
-	OnFenced func(error)
+	// Observers receive every event of the Worker (see Observer), after
+	// the logging observer built from Logger and before the metrics of
+	// Registerer. Use them to follow claims, fences, stalls and commits in
+	// your own program; package consumer/eventlog streams them as JSON
+	// lines.
+	Observers []Observer
 }
 
 // ErrConfig is matched by every configuration error returned by New.
@@ -175,6 +184,9 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 	case out.InstanceID != "" && !out.AllowStaticMembership:
 		return out, fmt.Errorf("%w (instance ID %q)", ErrStaticMembership, out.InstanceID)
 	}
+	if err := out.checkClientOpts(); err != nil {
+		return out, err
+	}
 	for typ, h := range out.Handlers {
 		if typ == "" || h == nil {
 			return out, fmt.Errorf("%w: handler for type %q is empty or nil", ErrConfig, typ)
@@ -207,8 +219,124 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 	if out.ClientID == "" {
 		out.ClientID = "workrouter"
 	}
-	if out.Logger == nil {
-		out.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	for i, o := range out.Observers {
+		if o == nil {
+			return out, fmt.Errorf("%w: Observers[%d] is nil", ErrConfig, i)
+		}
 	}
 	return out, nil
+}
+
+// clientOpts returns the franz-go options of the Worker's client: its own,
+// then Config.ClientOpts (checked by checkClientOpts once the client
+// exists).
+func (w *Worker[Tx]) clientOpts() []kgo.Opt {
+	c := w.cfg
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(c.Brokers...),
+		kgo.ClientID(c.ClientID),
+		kgo.ConsumerGroup(c.Group),
+		kgo.ConsumeTopics(c.Topic),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(fetchMaxWait),
+		kgo.OnPartitionsAssigned(w.onAssigned),
+		kgo.OnPartitionsRevoked(w.onRevoked),
+		kgo.OnPartitionsLost(w.onLost),
+		kgo.AdjustFetchOffsetsFn(w.adjustOffsets),
+	}
+	switch c.Protocol {
+	case Cooperative:
+		opts = append(opts, kgo.Balancers(kgo.CooperativeStickyBalancer()))
+	case KIP848:
+		opts = append(opts, kgo.Balancers(kgo.StickyBalancer()), kgo.ServerSideBalancer())
+	}
+	if c.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(c.SessionTimeout))
+	}
+	if c.RebalanceTimeout > 0 {
+		opts = append(opts, kgo.RebalanceTimeout(c.RebalanceTimeout))
+	}
+	if c.HeartbeatInterval > 0 {
+		opts = append(opts, kgo.HeartbeatInterval(c.HeartbeatInterval))
+	}
+	if c.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(c.InstanceID))
+	}
+	return append(opts, c.ClientOpts...)
+}
+
+// guardedOpts are the franz-go options a Worker sets itself and that
+// Config.ClientOpts must not set, with why.
+var guardedOpts = map[string]string{
+	"ConsumerGroup":             "moves the worker to another group; use Config.Group",
+	"ConsumeTopics":             "changes the topics; a worker consumes exactly Config.Topic",
+	"ConsumeRegex":              "makes the topic a pattern; a worker consumes exactly Config.Topic",
+	"ConsumeExcludeTopics":      "changes the topics; a worker consumes exactly Config.Topic",
+	"ConsumePartitions":         "assigns partitions directly, bypassing the group epochs that fence the sink",
+	"ShareGroup":                "makes a share group, which has no partition ownership to fence",
+	"Balancers":                 "replaces the balancer of Config.Protocol",
+	"ServerSideBalancer":        "changes the group protocol; use Config.Protocol",
+	"GroupProtocol":             "changes the group protocol; use Config.Protocol",
+	"AutoCommitMarks":           "turns on automatic commits; the worker commits after each fenced Apply",
+	"AutoCommitInterval":        "configures automatic commits; the worker commits after each fenced Apply",
+	"AutoCommitCallback":        "configures automatic commits; the worker commits after each fenced Apply",
+	"GreedyAutoCommit":          "turns on automatic commits; the worker commits after each fenced Apply",
+	"BlockRebalanceOnPoll":      "would block rebalances behind the worker's poll loop",
+	"OnPartitionsAssigned":      "replaces the callback that captures the tenure token; use Config.Observers",
+	"OnPartitionsRevoked":       "replaces the callback that stops a revoked partition; use Config.Observers",
+	"OnPartitionsLost":          "replaces the callback that stops a lost partition; use Config.Observers",
+	"AdjustFetchOffsetsFn":      "replaces the claim that starts fetching at the sink's checkpoint",
+	"OnOffsetsFetched":          "may change where fetching starts; the sink's checkpoint decides it",
+	"FetchIsolationLevel":       "could apply records of aborted transactions",
+	"KeepControlRecords":        "would hand transaction markers to the handlers",
+	"ConsumeResetOffset":        "could skip records silently when an offset is out of range",
+	"ConsumeStartOffset":        "changes where fetching starts; the sink's checkpoint decides it",
+	"InstanceID":                "requests static membership; use Config.InstanceID",
+	"DisableAutoCommit":         "is set by the worker already",
+	"RequireStableFetchOffsets": "is not needed: the sink's checkpoint decides where fetching starts",
+}
+
+// optName returns the name of the kgo option function that built o
+// ("Balancers" for kgo.Balancers(…)), or "" if it cannot tell. kgo options
+// are structs holding one closure, named after the option function;
+// TestClientOptsRefused pins this for every guarded option.
+func optName(o kgo.Opt) string {
+	v := reflect.ValueOf(o)
+	if v.Kind() != reflect.Struct || v.NumField() != 1 || v.Field(0).Kind() != reflect.Func || v.Field(0).IsNil() {
+		return ""
+	}
+	fn := runtime.FuncForPC(v.Field(0).Pointer())
+	if fn == nil {
+		return ""
+	}
+	parts := strings.Split(fn.Name(), ".")
+	if len(parts) < 2 || !strings.HasPrefix(parts[len(parts)-1], "func") {
+		return ""
+	}
+	return parts[len(parts)-2]
+}
+
+// checkClientOpts refuses Config.ClientOpts that set an option the
+// Worker's guarantees rest on (see guardedOpts), naming the option.
+func (c *Config[Tx]) checkClientOpts() error {
+	for i, o := range c.ClientOpts {
+		if o == nil {
+			return fmt.Errorf("%w: ClientOpts[%d] is nil", ErrConfig, i)
+		}
+		name := optName(o)
+		why, guarded := guardedOpts[name]
+		if !guarded {
+			continue
+		}
+		if name == "InstanceID" {
+			if c.AllowStaticMembership {
+				continue
+			}
+			return fmt.Errorf("%w (set through ClientOpts[%d], kgo.InstanceID)", ErrStaticMembership, i)
+		}
+		return fmt.Errorf("%w: ClientOpts[%d] is kgo.%s, which %s; the worker refuses it because it would undo the fencing guarantees", ErrConfig, i, name, why)
+	}
+	return nil
 }

@@ -38,3 +38,27 @@ func (e *EpochRegressedError) Is(target error) bool { return target == ErrEpochR
 
 // Unwrap returns the sink's fenced error.
 func (e *EpochRegressedError) Unwrap() error { return e.Fenced }
+
+// FatalError is what Worker.Err returns when the Worker stopped by itself:
+// the group refused this member for a reason no retry can fix (a missing
+// authorization, an invalid session timeout, an unsupported protocol…).
+// Unwrap gives the client's error, so errors.Is matches the kerr code.
+type FatalError struct {
+	Err error
+}
+
+// Error describes why the Worker stopped.
+func (e *FatalError) Error() string {
+	return "consumer: worker stopped: the group refused this member and a retry cannot fix it: " + e.Err.Error()
+}
+
+// Unwrap returns the client's error.
+func (e *FatalError) Unwrap() error { return e.Err }
+
+// ErrNoHandler is matched by the error a batch fails with when a record's
+// command Type has no registered handler. The batch is retried, never skipped.
+var ErrNoHandler = errors.New("consumer: no handler for command type")
+
+// ErrUndecodable is matched by the error a batch fails with when a record
+// is not a workrouter command. The batch is retried, never skipped.
+var ErrUndecodable = errors.New("consumer: record is not a workrouter command")

@@ -212,7 +212,9 @@ type workerOpts struct {
 	name     string
 	group    string
 	handler  consumer.Handler[*memory.Tx]
-	onFenced func(error)
+	onFenced func(error) // called with every Fenced event's error
+	// observers are more Config.Observers.
+	observers []consumer.Observer
 	revoke   time.Duration
 	protocol consumer.Protocol
 	// registerer and lagInterval set Config.Registerer and LagInterval.
@@ -237,6 +239,15 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 	if lg != nil {
 		lg = lg.With("worker", o.name)
 	}
+	var observers []consumer.Observer
+	if o.onFenced != nil {
+		observers = append(observers, consumer.ObserverFunc(func(e consumer.Event) {
+			if f, ok := e.(consumer.Fenced); ok {
+				o.onFenced(f.Err)
+			}
+		}))
+	}
+	observers = append(observers, o.observers...)
 	w, err := consumer.New(context.Background(), consumer.Config[*memory.Tx]{
 		Brokers:           c.ListenAddrs(),
 		Group:             o.group,
@@ -254,7 +265,7 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 		MaxRetryBackoff:   200 * time.Millisecond,
 		ClientID:          o.name,
 		Logger:            lg,
-		OnFenced:          o.onFenced,
+		Observers:         observers,
 		Registerer:        o.registerer,
 		LagInterval:       o.lagInterval,
 	})

@@ -1,22 +1,17 @@
 package consumer
 
 import (
-	"context"
-	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/promset"
-
 	"github.com/workrouter/workrouter/sink"
 )
-
-// DefaultLagInterval is the default Config.LagInterval.
-const DefaultLagInterval = 10 * time.Second
 
 // Label values of the consumer's metrics.
 const (
@@ -27,15 +22,16 @@ const (
 	outcomeFenced = "fenced"
 	outcomeError  = "error"
 
-	kindEffect = "effect"
-	kindSink   = "sink"
 )
 
-// metrics is a Worker's Prometheus collectors. A nil *metrics (no
-// Config.Registerer) makes every method a no-op, so an unmonitored Worker
-// pays one nil check per event.
+// metrics is a Worker's Prometheus collectors, fed as an Observer of its
+// events (and a HandlerObserver of its handler calls). A nil *metrics (no
+// Config.Registerer) is not observed; its unregister is a no-op.
 type metrics struct {
 	set promset.Set
+
+	mu    sync.Mutex             // guards owned, and orders series updates with their deletion
+	owned map[int32]epochs.Token // partitions claimed and not fenced or released
 
 	recordsApplied  *prometheus.CounterVec // topic, partition
 	batchesApplied  *prometheus.CounterVec // topic, partition
@@ -47,7 +43,7 @@ type metrics struct {
 	assigned        *prometheus.CounterVec // topic
 	revoked         *prometheus.CounterVec // topic
 	lost            *prometheus.CounterVec // topic
-	owned           *prometheus.GaugeVec   // topic
+	ownedGauge      *prometheus.GaugeVec   // topic
 	tenureEpoch     *prometheus.GaugeVec   // topic, partition
 	retries         *prometheus.CounterVec // topic, kind
 	sinkErrors      *prometheus.CounterVec // topic, kind
@@ -57,7 +53,7 @@ type metrics struct {
 // newMetrics builds (but does not register) the collectors of a Worker of
 // group.
 func newMetrics(group string) *metrics {
-	m := &metrics{}
+	m := &metrics{owned: make(map[int32]epochs.Token)}
 	cl := prometheus.Labels{"group": group}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: cl}, labels)
@@ -94,7 +90,7 @@ func newMetrics(group string) *metrics {
 		"Partitions revoked from this member.", "topic")
 	m.lost = counter("workrouter_consumer_partitions_lost_total",
 		"Partitions lost by this member (session expired or fenced by the coordinator).", "topic")
-	m.owned = gauge("workrouter_consumer_owned_partitions",
+	m.ownedGauge = gauge("workrouter_consumer_owned_partitions",
 		"Partitions this member currently processes: claimed and not fenced.", "topic")
 	m.tenureEpoch = gauge("workrouter_consumer_tenure_epoch",
 		"Epoch of the tenure this member holds on the partition, set on claim; absent when the partition is not held.", "topic", "partition")
@@ -149,210 +145,93 @@ func (m *metrics) initTopic(topic string) {
 	m.assigned.WithLabelValues(topic)
 	m.revoked.WithLabelValues(topic)
 	m.lost.WithLabelValues(topic)
-	m.owned.WithLabelValues(topic)
+	m.ownedGauge.WithLabelValues(topic)
 	m.retries.WithLabelValues(topic, opApply)
 	m.retries.WithLabelValues(topic, opClaim)
-	m.sinkErrors.WithLabelValues(topic, kindEffect)
-	m.sinkErrors.WithLabelValues(topic, kindSink)
+	m.sinkErrors.WithLabelValues(topic, CauseEffect)
+	m.sinkErrors.WithLabelValues(topic, CauseSink)
 }
 
-// partitionAssigned counts an assignment and creates the partition's
-// counters at zero.
-func (m *metrics) partitionAssigned(topic string, p int32) {
-	if m == nil {
-		return
-	}
-	pl := partLabel(p)
-	m.assigned.WithLabelValues(topic).Inc()
-	m.recordsApplied.WithLabelValues(topic, pl)
-	m.batchesApplied.WithLabelValues(topic, pl)
-	m.fenced.WithLabelValues(topic, pl, opClaim)
-	m.fenced.WithLabelValues(topic, pl, opApply)
-}
-
-// released counts a revoke or loss.
-func (m *metrics) released(topic string, revoked bool) {
-	if m == nil {
-		return
-	}
-	if revoked {
-		m.revoked.WithLabelValues(topic).Inc()
-	} else {
-		m.lost.WithLabelValues(topic).Inc()
-	}
-}
-
-// dropPartition deletes the partition's tenure epoch and lag series: this
-// member no longer holds it.
-func (m *metrics) dropPartition(topic string, p int32) {
-	if m == nil {
-		return
-	}
-	pl := partLabel(p)
-	m.tenureEpoch.DeleteLabelValues(topic, pl)
-	m.lag.DeleteLabelValues(topic, pl)
-}
-
-func (m *metrics) setOwned(topic string, n int) {
-	if m == nil {
-		return
-	}
-	m.owned.WithLabelValues(topic).Set(float64(n))
-}
-
-func (m *metrics) claimed(topic string, p, epoch int32) {
-	if m == nil {
-		return
-	}
-	m.claims.WithLabelValues(topic, outcomeOK).Inc()
-	m.tenureEpoch.WithLabelValues(topic, partLabel(p)).Set(float64(epoch))
-}
-
-func (m *metrics) claimFailed(topic string) {
-	if m == nil {
-		return
-	}
-	m.claims.WithLabelValues(topic, outcomeError).Inc()
-	m.retries.WithLabelValues(topic, opClaim).Inc()
-}
-
-func (m *metrics) claimFenced(topic string, p int32) {
-	if m == nil {
-		return
-	}
-	m.claims.WithLabelValues(topic, outcomeFenced).Inc()
-	m.fenced.WithLabelValues(topic, partLabel(p), opClaim).Inc()
-}
-
-func (m *metrics) applyFenced(topic string, p int32) {
-	if m == nil {
-		return
-	}
-	m.fenced.WithLabelValues(topic, partLabel(p), opApply).Inc()
-}
-
-func (m *metrics) applyDone(start time.Time) {
-	if m == nil {
-		return
-	}
-	m.applyDuration.Observe(time.Since(start).Seconds())
-}
-
-func (m *metrics) applied(topic string, p int32, batch, applied int) {
-	if m == nil {
-		return
-	}
-	pl := partLabel(p)
-	m.batchesApplied.WithLabelValues(topic, pl).Inc()
-	m.recordsApplied.WithLabelValues(topic, pl).Add(float64(applied))
-	m.batchSize.Observe(float64(batch))
-}
-
-// applyFailed counts a failed, retried, non-fenced Apply.
-func (m *metrics) applyFailed(topic string, err error) {
-	if m == nil {
-		return
-	}
-	kind := kindSink
-	var ee *sink.EffectError
-	if errors.As(err, &ee) {
-		kind = kindEffect
-	}
-	m.sinkErrors.WithLabelValues(topic, kind).Inc()
-	m.retries.WithLabelValues(topic, opApply).Inc()
-}
-
-// wrapHandler times every call of h when metrics are enabled.
-func (m *metrics) wrapHandler(h func() error) error {
-	if m == nil {
-		return h()
-	}
-	start := time.Now()
-	err := h()
-	m.handlerDuration.Observe(time.Since(start).Seconds())
-	return err
-}
-
-// lagLoop refreshes the lag gauge of every owned partition every
-// LagInterval until the Worker is closed. It runs only with metrics.
-func (w *Worker[Tx]) lagLoop() {
-	defer w.wg.Done()
-	adm := kadm.NewClient(w.cl) // shares the client; never closed here
-	t := time.NewTicker(w.cfg.LagInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.ctx.Done():
+// Observe updates the series for e. It is called from the Worker's
+// goroutines.
+func (m *metrics) Observe(e Event) {
+	switch e := e.(type) {
+	case Assigned:
+		pl := partLabel(e.Token.Partition)
+		topic := e.Token.Topic
+		m.assigned.WithLabelValues(topic).Inc()
+		m.recordsApplied.WithLabelValues(topic, pl)
+		m.batchesApplied.WithLabelValues(topic, pl)
+		m.fenced.WithLabelValues(topic, pl, opClaim)
+		m.fenced.WithLabelValues(topic, pl, opApply)
+	case Claimed:
+		m.claims.WithLabelValues(e.Token.Topic, outcomeOK).Inc()
+		m.mu.Lock()
+		m.owned[e.Token.Partition] = e.Token
+		m.tenureEpoch.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition)).Set(float64(e.Token.Epoch))
+		m.setOwned(e.Token.Topic)
+		m.mu.Unlock()
+	case Applied:
+		pl := partLabel(e.Token.Partition)
+		m.batchesApplied.WithLabelValues(e.Token.Topic, pl).Inc()
+		m.recordsApplied.WithLabelValues(e.Token.Topic, pl).Add(float64(e.Applied))
+		m.batchSize.Observe(float64(e.Records))
+		m.applyDuration.Observe(e.Duration.Seconds())
+	case Fenced:
+		if e.Op == sink.OpClaim {
+			m.claims.WithLabelValues(e.Token.Topic, outcomeFenced).Inc()
+			m.fenced.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition), opClaim).Inc()
+		} else {
+			m.fenced.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition), opApply).Inc()
+		}
+		m.drop(e.Token)
+	case Stalled:
+		if e.Op == sink.OpClaim {
+			m.claims.WithLabelValues(e.Token.Topic, outcomeError).Inc()
+			m.retries.WithLabelValues(e.Token.Topic, opClaim).Inc()
 			return
-		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.LagInterval)
-		ends, err := adm.ListEndOffsets(ctx, w.cfg.Topic)
-		cancel()
-		if err != nil {
-			if w.ctx.Err() == nil {
-				w.cfg.Logger.Debug("lag: listing end offsets failed", "topic", w.cfg.Topic, "err", err)
+		m.applyDuration.Observe(e.Duration.Seconds())
+		m.sinkErrors.WithLabelValues(e.Token.Topic, e.Cause).Inc()
+		m.retries.WithLabelValues(e.Token.Topic, opApply).Inc()
+	case Revoked:
+		m.revoked.WithLabelValues(e.Token.Topic).Inc()
+		m.drop(e.Token)
+	case Lost:
+		m.lost.WithLabelValues(e.Token.Topic).Inc()
+		m.drop(e.Token)
+	case Lag:
+		m.mu.Lock()
+		for p, n := range e.Lag {
+			if _, ok := m.owned[p]; ok {
+				m.lag.WithLabelValues(e.Topic, partLabel(p)).Set(float64(n))
 			}
-			continue
 		}
-		w.updateLag(ends)
+		m.mu.Unlock()
 	}
 }
 
-// updateLag sets the lag of every partition this Worker processes. It runs
-// under w.mu, as do release and markFenced, which delete the series: a
-// released or fenced partition's lag is never set again.
-func (w *Worker[Tx]) updateLag(ends kadm.ListedOffsets) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for p, t := range w.tenures {
-		if !t.started.Load() || t.fenced.Load() {
-			continue
-		}
-		end, ok := ends.Lookup(w.cfg.Topic, p)
-		if !ok || end.Err != nil || end.Offset < 0 {
-			continue
-		}
-		next := t.appliedNext.Load()
-		if next < 0 {
-			next = t.startNext.Load()
-		}
-		w.m.lag.WithLabelValues(w.cfg.Topic, partLabel(p)).Set(float64(max(end.Offset-next, 0)))
-	}
+// ObserveHandler times one handler call.
+func (m *metrics) ObserveHandler(_ epochs.Token, _ string, d time.Duration, _ error) {
+	m.handlerDuration.Observe(d.Seconds())
 }
 
-// refreshOwnedLocked sets the owned-partitions gauge; w.mu must be held.
-func (w *Worker[Tx]) refreshOwnedLocked() {
-	if w.m == nil {
+// drop deletes the tenure epoch and lag series of tok's partition if tok is
+// the tenure they belong to: this member no longer holds it.
+func (m *metrics) drop(tok epochs.Token) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.owned[tok.Partition] != tok {
 		return
 	}
-	n := 0
-	for _, t := range w.tenures {
-		if t.started.Load() && !t.fenced.Load() {
-			n++
-		}
-	}
-	w.m.setOwned(w.cfg.Topic, n)
+	delete(m.owned, tok.Partition)
+	pl := partLabel(tok.Partition)
+	m.tenureEpoch.DeleteLabelValues(tok.Topic, pl)
+	m.lag.DeleteLabelValues(tok.Topic, pl)
+	m.setOwned(tok.Topic)
 }
 
-// Ready reports whether the Worker serves its share of the group: it has
-// joined the group (it has a member ID), it is not closed, and every
-// partition assigned to it is claimed in the sink and not fenced. A member
-// assigned no partition is ready once joined. Use it for a readiness probe;
-// it is cheap and safe to call from any goroutine.
-func (w *Worker[Tx]) Ready() bool {
-	if w.ctx.Err() != nil {
-		return false
-	}
-	if member, gen := w.cl.GroupMetadata(); member == "" || gen < 0 {
-		return false
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, t := range w.tenures {
-		if !t.started.Load() || t.fenced.Load() {
-			return false
-		}
-	}
-	return true
+// setOwned sets the owned-partitions gauge; m.mu must be held.
+func (m *metrics) setOwned(topic string) {
+	m.ownedGauge.WithLabelValues(topic).Set(float64(len(m.owned)))
 }

@@ -165,12 +165,12 @@ func runWorker[Tx any](ctx context.Context, s sink.Sink[Tx], exec func(context.C
 		MaxRetryBackoff:   500 * time.Millisecond,
 		ClientID:          os.Getenv(envName),
 		Logger:            logger,
-		OnFenced: func(err error) {
+		Observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
 			var fe *sink.FencedError
-			if errors.As(err, &fe) {
+			if f, ok := e.(consumer.Fenced); ok && errors.As(f.Err, &fe) {
 				out("FENCED op=%s part=%d offered=%d stored=%d stored_member=%s", fe.Op, fe.Offered.Partition, fe.Offered.Epoch, fe.Stored.Epoch, fe.Stored.Member)
 			}
-		},
+		})},
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,80 @@
+// Package consumer runs the consumer-group side of workrouter: a Worker
+// joins a group, runs one goroutine per owned partition, and applies the
+// partition's commands in offset order, in batches, to a fenced sink.
+//
+// The tenure protocol (docs/design.md#protocol), per partition, in the
+// order of the files that implement it:
+//
+//  1. assign.go — on assignment the Worker captures the tenure token
+//     {Group, Topic, Partition, Epoch, Member}: Epoch is the group
+//     generation (classic) or member epoch (KIP-848) at that moment. It
+//     stays fixed for the tenure, even when later rebalances bump the
+//     generation while the member keeps the partition.
+//  2. claim.go — before any record is fetched, the Worker claims the scope
+//     in the sink and starts fetching at the sink's NextOffset: the sink,
+//     not Kafka's committed offset, is the source of truth.
+//  3. fetch.go — one poll loop takes whole fetches and hands each
+//     partition's records to its tenure's queue, pausing a partition whose
+//     queue is full.
+//  4. apply.go — each tenure goroutine takes batches of up to MaxBatch
+//     records and applies each in one sink Apply: the holder check, the
+//     handlers' effects and the new NextOffset commit atomically. A fenced
+//     Claim or Apply stops the partition at once and is never retried; any
+//     other failure (a handler error, the sink unreachable) is retried with
+//     exponential backoff and never skipped.
+//  5. commit.go — after Apply the Kafka offset is committed, for lag
+//     visibility; a rejected commit is not an error of the work.
+//  6. revoke.go — on revoke or loss the partition goroutine finishes its
+//     in-flight batch (bounded by Config.RevokeTimeout) and stops.
+//
+// # Events
+//
+// Everything the Worker does is an [Event] delivered to its [Observer]s
+// (Config.Observers): a partition assigned, claimed, a batch applied, a
+// claim or apply fenced, a stall, a revoke or loss, an offset commit, a
+// fetch error, lag, and the Worker stopping. Logging (Config.Logger, see
+// [NewLogObserver]) and Prometheus metrics (Config.Registerer) are
+// Observers on the same events; package consumer/eventlog writes them as
+// JSON lines for other processes to follow.
+//
+// # Lifecycle
+//
+// [New] starts the Worker; [Worker.Close] stops it. [Worker.Done] is
+// closed when the Worker stopped for good — after Close, or by itself on
+// an error it cannot recover from — and [Worker.Err] says why.
+//
+// # Metrics
+//
+// With Config.Registerer set, a Worker registers these Prometheus series,
+// each with the constant label group (labels are bounded: never keys or
+// payloads; partition is the partition number):
+//
+//   - workrouter_consumer_records_applied_total{topic,partition} and
+//     workrouter_consumer_batches_applied_total{topic,partition}: counters
+//     of records whose effects were applied and of accepted Applies.
+//   - workrouter_consumer_batch_size: histogram of records per batch.
+//   - workrouter_consumer_apply_duration_seconds: histogram of one sink
+//     Apply attempt; workrouter_consumer_handler_duration_seconds: of one
+//     handler call.
+//   - workrouter_consumer_fenced_total{topic,partition,op="claim"|"apply"}:
+//     claims and batches the sink refused.
+//   - workrouter_consumer_claims_total{topic,outcome="ok"|"fenced"|"error"}.
+//   - workrouter_consumer_partitions_assigned_total{topic},
+//     workrouter_consumer_partitions_revoked_total{topic} and
+//     workrouter_consumer_partitions_lost_total{topic}.
+//   - workrouter_consumer_owned_partitions{topic}: gauge of partitions
+//     claimed and not fenced.
+//   - workrouter_consumer_tenure_epoch{topic,partition}: gauge of the epoch
+//     held, set on claim and deleted when the partition is revoked, lost or
+//     fenced: two members showing the same partition is a zombie.
+//   - workrouter_consumer_retries_total{topic,kind="apply"|"claim"} and
+//     workrouter_consumer_sink_errors_total{topic,kind="effect"|"sink"}:
+//     failed attempts that are retried, and failed Applies by cause.
+//   - workrouter_consumer_lag{topic,partition}: gauge of records between
+//     the partition's end offset (the high watermark) and the next offset
+//     to apply, refreshed every Config.LagInterval; deleted with the
+//     partition.
+//
+// [MetricNames] lists the names; [Worker.Stats] keeps the cumulative counts
+// without Prometheus.
+package consumer

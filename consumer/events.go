@@ -1,0 +1,278 @@
+package consumer
+
+import (
+	"time"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// Observer receives a Worker's events (see Config.Observers). Observe is
+// called synchronously from the Worker's goroutines — the group's
+// assignment goroutine, the poll loop, the offset committer and every
+// partition goroutine — often concurrently, so an Observer must be safe
+// for concurrent use, must return quickly and must not block: a slow
+// Observer slows the partition it is called from. It must not call the
+// Worker's Close. Events of one partition are delivered in the order they
+// happened.
+//
+// The Worker's own logging (Config.Logger) and Prometheus metrics
+// (Config.Registerer) are Observers too; [NewLogObserver] builds the
+// logging one for use elsewhere.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to an Observer.
+type ObserverFunc func(Event)
+
+// Observe calls f(e). It is called as any Observer is.
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// HandlerObserver is an optional capability of an Observer, discovered by
+// type assertion: ObserveHandler is called after every handler call with
+// the command's type, how long the call took and its error. Handlers are
+// timed only when some Observer has this capability, so a Worker without
+// one pays nothing per record. It is called from the partition's goroutine,
+// inside the sink's atomic unit: it must return at once.
+type HandlerObserver interface {
+	ObserveHandler(tok epochs.Token, cmdType string, d time.Duration, err error)
+}
+
+// Event is one thing that happened to a Worker: one of the types in this
+// file, each named for what happened. Switch on the concrete type; Kind
+// names it in a stable form for logs and event streams.
+type Event interface {
+	// Kind returns the event's stable name (one of the Kind* constants).
+	Kind() string
+	isEvent()
+}
+
+// Kinds of Event, as returned by Event.Kind. They are stable: event
+// streams (see package consumer/eventlog) and tooling key on them.
+const (
+	KindAssigned     = "assigned"
+	KindClaimed      = "claimed"
+	KindApplied      = "applied"
+	KindFenced       = "fenced"
+	KindStalled      = "stalled"
+	KindRevoked      = "revoked"
+	KindLost         = "lost"
+	KindCommitted    = "committed"
+	KindCommitFailed = "commit_failed"
+	KindFetchFailed  = "fetch_failed"
+	KindLag          = "lag"
+	KindStopped      = "stopped"
+)
+
+// Assigned: the group assigned a partition to this member and the Worker
+// captured the tenure's token (docs/design.md#token). Nothing has been
+// claimed yet.
+type Assigned struct {
+	Token epochs.Token
+}
+
+// Claimed: the sink accepted the tenure's claim; fetching starts at
+// NextOffset, the sink's checkpoint (docs/design.md#claim).
+type Claimed struct {
+	Token      epochs.Token
+	NextOffset int64
+}
+
+// Applied: one batch was applied in one fenced sink Apply
+// (docs/design.md#apply). Records is the batch's size, Applied and Skipped
+// split it into records whose effects ran and replays the sink skipped;
+// FirstOffset is the batch's first offset and NextOffset the checkpoint
+// after it. Duration is the successful Apply attempt's.
+type Applied struct {
+	Token       epochs.Token
+	FirstOffset int64
+	NextOffset  int64
+	Records     int
+	Applied     int
+	Skipped     int
+	Duration    time.Duration
+}
+
+// Fenced: the sink refused a Claim (Op sink.OpClaim) or an Apply (Op
+// sink.OpApply) because a newer tenure holds the partition, and the
+// partition stopped (docs/design.md#fenced-outcomes). Err matches
+// sink.ErrFenced, and ErrEpochRegressed when the group's epochs went
+// backwards. FirstOffset and Records describe the refused batch (zero for
+// a claim).
+type Fenced struct {
+	Token       epochs.Token
+	Op          sink.Op
+	FirstOffset int64
+	Records     int
+	Err         error
+}
+
+// Stall causes, in Stalled.Cause.
+const (
+	// CauseEffect: a handler returned an error (or a record could not be
+	// handled: no handler for its type, not a workrouter command).
+	CauseEffect = "effect"
+	// CauseSink: the sink itself failed (unreachable, busy, a lost
+	// connection, an unknown commit outcome).
+	CauseSink = "sink"
+)
+
+// Stalled: an attempt to Claim (Op sink.OpClaim) or Apply (Op
+// sink.OpApply) failed for a reason other than fencing, and the Worker
+// will retry it after Backoff. Attempt counts the failed attempts of this
+// claim or batch (1 for the first) and Since is when the first of them
+// failed: the partition has made no progress since then. FirstOffset is
+// the batch's first offset (the claim's scope has none: 0). Cause is
+// CauseEffect or CauseSink. Duration is the failed attempt's.
+type Stalled struct {
+	Token       epochs.Token
+	Op          sink.Op
+	FirstOffset int64
+	Attempt     int
+	Since       time.Time
+	Backoff     time.Duration
+	Cause       string
+	Err         error
+	Duration    time.Duration
+}
+
+// Revoked: the group took the partition back in a rebalance; the tenure
+// finished (or, if TimedOut, was cancelled in) its in-flight batch and its
+// last applied offset was committed. NextOffset is the checkpoint the
+// tenure reached (-1 if it applied nothing).
+type Revoked struct {
+	Token      epochs.Token
+	NextOffset int64
+	TimedOut   bool
+}
+
+// Lost: the member lost the partition without a clean revoke (its session
+// expired, or the coordinator fenced it); nothing more is committed for
+// it. TimedOut as for Revoked.
+type Lost struct {
+	Token    epochs.Token
+	TimedOut bool
+}
+
+// Committed: Kafka accepted an offset commit of the given partitions'
+// next offsets (docs/design.md#checkpoint-and-kafka-commits).
+type Committed struct {
+	Group   string
+	Topic   string
+	Offsets map[int32]int64
+}
+
+// CommitFailed: Kafka did not accept an offset commit (a rebalance in
+// progress, a stale generation, a coordinator move). It is not an error of
+// the work: the sink holds the checkpoint, and the commit is retried for
+// partitions still owned.
+type CommitFailed struct {
+	Group   string
+	Topic   string
+	Offsets map[int32]int64
+	Err     error
+}
+
+// FetchFailed: fetching a partition (Partition -1: the client or group
+// as a whole) returned an error.
+type FetchFailed struct {
+	Topic     string
+	Partition int32
+	Err       error
+}
+
+// Lag: the Worker measured, every Config.LagInterval, how many records of
+// each partition it processes are not yet applied: the partition's end
+// offset (high watermark) minus the next offset to apply.
+type Lag struct {
+	Topic string
+	Lag   map[int32]int64
+}
+
+// Stopped: the Worker stopped for good; Err is what Worker.Err returns
+// (ErrClosed after Close).
+type Stopped struct {
+	Err error
+}
+
+// Kind returns KindAssigned.
+func (Assigned) Kind() string { return KindAssigned }
+
+// Kind returns KindClaimed.
+func (Claimed) Kind() string { return KindClaimed }
+
+// Kind returns KindApplied.
+func (Applied) Kind() string { return KindApplied }
+
+// Kind returns KindFenced.
+func (Fenced) Kind() string { return KindFenced }
+
+// Kind returns KindStalled.
+func (Stalled) Kind() string { return KindStalled }
+
+// Kind returns KindRevoked.
+func (Revoked) Kind() string { return KindRevoked }
+
+// Kind returns KindLost.
+func (Lost) Kind() string { return KindLost }
+
+// Kind returns KindCommitted.
+func (Committed) Kind() string { return KindCommitted }
+
+// Kind returns KindCommitFailed.
+func (CommitFailed) Kind() string { return KindCommitFailed }
+
+// Kind returns KindFetchFailed.
+func (FetchFailed) Kind() string { return KindFetchFailed }
+
+// Kind returns KindLag.
+func (Lag) Kind() string { return KindLag }
+
+// Kind returns KindStopped.
+func (Stopped) Kind() string { return KindStopped }
+
+func (Assigned) isEvent()     {}
+func (Claimed) isEvent()      {}
+func (Applied) isEvent()      {}
+func (Fenced) isEvent()       {}
+func (Stalled) isEvent()      {}
+func (Revoked) isEvent()      {}
+func (Lost) isEvent()         {}
+func (Committed) isEvent()    {}
+func (CommitFailed) isEvent() {}
+func (FetchFailed) isEvent()  {}
+func (Lag) isEvent()          {}
+func (Stopped) isEvent()      {}
+
+// observers is the Worker's fan-out to its Observers.
+type observers struct {
+	all      []Observer
+	handlers []HandlerObserver
+}
+
+func newObservers(all []Observer) observers {
+	o := observers{all: all}
+	for _, ob := range all {
+		if h, ok := ob.(HandlerObserver); ok {
+			o.handlers = append(o.handlers, h)
+		}
+	}
+	return o
+}
+
+// emit delivers e to every Observer, in order.
+func (o *observers) emit(e Event) {
+	for _, ob := range o.all {
+		ob.Observe(e)
+	}
+}
+
+// timeHandlers reports whether handler calls are timed.
+func (o *observers) timeHandlers() bool { return len(o.handlers) > 0 }
+
+func (o *observers) handlerDone(tok epochs.Token, typ string, d time.Duration, err error) {
+	for _, h := range o.handlers {
+		h.ObserveHandler(tok, typ, d, err)
+	}
+}

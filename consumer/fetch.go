@@ -1,0 +1,131 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// fetchMaxWait bounds how long the broker may hold a fetch open waiting for
+// data. A partition whose queue filled up is paused and later resumed; a
+// resumed partition joins only the next fetch request, so with kgo's default
+// (5s) it could sit idle behind a long poll on partitions that are caught
+// up. Measured with the SQLite bench workload (100k records, 12 partitions):
+// 7.6s with the default, 2.5s with 200ms. ClientOpts can override it.
+const fetchMaxWait = 200 * time.Millisecond
+
+// pollLoop takes whole fetches and hands each partition's records to its
+// tenure's queue (docs/design.md#protocol, fetch). Records of partitions
+// this member does not process (not yet claimed, fenced, released) are
+// dropped here: the next tenure refetches them from the sink's checkpoint.
+func (w *Worker[Tx]) pollLoop() {
+	defer w.wg.Done()
+	for {
+		// Take everything buffered: kgo drops (and later refetches) the
+		// buffered records of a partition that is paused, so records left
+		// in kgo's buffer when enqueue pauses a full queue would be
+		// fetched twice. A queue therefore exceeds QueueSize by at most
+		// one fetch of its partition (FetchMaxPartitionBytes).
+		fetches := w.cl.PollFetches(w.ctx)
+		if fetches.IsClientClosed() || w.ctx.Err() != nil {
+			return
+		}
+		var fatal error
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			w.obs.emit(FetchFailed{Topic: topic, Partition: p, Err: err})
+			if fatal == nil && isFatalGroupErr(err) {
+				fatal = err
+			}
+		})
+		if fatal != nil {
+			w.stopAsync(&FatalError{Err: fatal})
+			return
+		}
+		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
+			if ftp.Topic != w.cfg.Topic || len(ftp.Records) == 0 {
+				return
+			}
+			w.mu.Lock()
+			t := w.tenures[ftp.Partition]
+			w.mu.Unlock()
+			if t == nil || !t.started.Load() {
+				return // not ours (any more): the next tenure refetches from the sink's checkpoint
+			}
+			t.enqueue(ftp.Records)
+		})
+	}
+}
+
+// isFatalGroupErr reports whether err, from a poll, is a group error that
+// no retry can fix: the member is not allowed in the group, or its
+// configuration is refused by the coordinator. kgo retries these for ever;
+// the Worker stops instead, so that Done says so.
+func isFatalGroupErr(err error) bool {
+	var gs *kgo.ErrGroupSession
+	if !errors.As(err, &gs) {
+		return false
+	}
+	for _, fatal := range []error{
+		kerr.GroupAuthorizationFailed, kerr.TopicAuthorizationFailed, kerr.InvalidSessionTimeout,
+		kerr.InconsistentGroupProtocol, kerr.InvalidGroupID, kerr.FencedInstanceID, kerr.UnsupportedVersion,
+		kerr.UnsupportedAssignor,
+	} {
+		if errors.Is(gs.Err, fatal) {
+			return true
+		}
+	}
+	return false
+}
+
+// enqueue appends fetched records to the tenure's queue and pauses the
+// partition's fetching when the queue is full. It is called by the poll
+// loop.
+func (t *tenure[Tx]) enqueue(recs []*kgo.Record) {
+	if t.fenced.Load() {
+		return
+	}
+	t.mu.Lock()
+	t.queue = append(t.queue, recs...)
+	pause := !t.paused && len(t.queue) >= t.w.cfg.QueueSize
+	if pause {
+		t.paused = true
+	}
+	t.mu.Unlock()
+	if pause {
+		t.w.pauses.Add(1)
+		t.w.cl.PauseFetchPartitions(map[string][]int32{t.tok.Topic: {t.tok.Partition}})
+	}
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take removes up to max records from the queue, resuming the partition's
+// fetching once the queue has drained to half. It is called by the
+// tenure's goroutine.
+func (t *tenure[Tx]) take(max int) []*kgo.Record {
+	t.mu.Lock()
+	n := min(len(t.queue), max)
+	batch := make([]*kgo.Record, n)
+	copy(batch, t.queue)
+	t.queue = t.queue[n:]
+	if len(t.queue) == 0 {
+		t.queue = nil
+	}
+	resume := t.paused && len(t.queue) <= t.w.cfg.QueueSize/2
+	if resume {
+		t.paused = false
+	}
+	t.mu.Unlock()
+	if resume && !t.fenced.Load() {
+		t.w.cl.ResumeFetchPartitions(map[string][]int32{t.tok.Topic: {t.tok.Partition}})
+	}
+	return batch
+}

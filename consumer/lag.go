@@ -1,0 +1,57 @@
+package consumer
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// DefaultLagInterval is the default Config.LagInterval.
+const DefaultLagInterval = 10 * time.Second
+
+// lagLoop measures, every LagInterval until the Worker stops, the lag of
+// every partition it processes and reports it as a Lag event.
+func (w *Worker[Tx]) lagLoop() {
+	defer w.wg.Done()
+	adm := kadm.NewClient(w.cl) // shares the client; never closed here
+	t := time.NewTicker(w.cfg.LagInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.LagInterval)
+		ends, err := adm.ListEndOffsets(ctx, w.cfg.Topic)
+		cancel()
+		if err != nil {
+			if w.ctx.Err() == nil {
+				w.obs.emit(FetchFailed{Topic: w.cfg.Topic, Partition: -1, Err: err})
+			}
+			continue
+		}
+		if lag := w.lag(ends); len(lag) > 0 {
+			w.obs.emit(Lag{Topic: w.cfg.Topic, Lag: lag})
+		}
+	}
+}
+
+// lag returns the lag of every partition this Worker processes.
+func (w *Worker[Tx]) lag(ends kadm.ListedOffsets) map[int32]int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[int32]int64, len(w.tenures))
+	for p, t := range w.tenures {
+		if !t.started.Load() || t.fenced.Load() {
+			continue
+		}
+		end, ok := ends.Lookup(w.cfg.Topic, p)
+		if !ok || end.Err != nil || end.Offset < 0 {
+			continue
+		}
+		out[p] = max(end.Offset-t.next(), 0)
+	}
+	return out
+}

@@ -1,0 +1,81 @@
+package consumer
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func (w *Worker[Tx]) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	w.release(ctx, revoked[w.cfg.Topic], true)
+}
+
+func (w *Worker[Tx]) onLost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
+	w.release(ctx, lost[w.cfg.Topic], false)
+}
+
+// release stops the tenures of parts: each finishes its in-flight batch,
+// bounded by RevokeTimeout, after which its context is cancelled. On a
+// revoke (commit true) the final applied offsets are committed; a lost
+// partition commits nothing.
+func (w *Worker[Tx]) release(ctx context.Context, parts []int32, commit bool) {
+	<-w.ready
+	var ts []*tenure[Tx]
+	w.mu.Lock()
+	for _, p := range parts {
+		if t := w.tenures[p]; t != nil {
+			ts = append(ts, t)
+			delete(w.tenures, p)
+		}
+	}
+	w.mu.Unlock()
+	for _, t := range ts {
+		t.stop()
+		if commit {
+			w.revoked.Add(1)
+		} else {
+			w.lost.Add(1)
+		}
+	}
+	deadline := time.NewTimer(w.cfg.RevokeTimeout)
+	defer deadline.Stop()
+	timedOut := make(map[*tenure[Tx]]bool)
+	expired := false
+	for _, t := range ts {
+		if expired {
+			timedOut[t] = true
+			t.cancel()
+			continue
+		}
+		select {
+		case <-t.done:
+		case <-deadline.C:
+			expired = true
+			timedOut[t] = true
+			t.cancel()
+		}
+	}
+	final := make(map[int32]kgo.EpochOffset)
+	for _, t := range ts {
+		w.cl.ResumeFetchPartitions(map[string][]int32{w.cfg.Topic: {t.tok.Partition}})
+		if eo, ok := t.lastApplied(); ok && !t.fenced.Load() {
+			final[t.tok.Partition] = eo
+		}
+		if commit {
+			w.obs.emit(Revoked{Token: t.tok, NextOffset: t.appliedNext.Load(), TimedOut: timedOut[t]})
+		} else {
+			w.obs.emit(Lost{Token: t.tok, TimedOut: timedOut[t]})
+		}
+	}
+	w.commitMu.Lock()
+	defer w.commitMu.Unlock()
+	w.pendMu.Lock()
+	for _, t := range ts {
+		delete(w.pending, t.tok.Partition)
+	}
+	w.pendMu.Unlock()
+	if commit && len(final) > 0 {
+		w.commit(ctx, final)
+	}
+}
