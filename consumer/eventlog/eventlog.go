@@ -1,0 +1,223 @@
+// Package eventlog writes a consumer.Worker's events as JSON lines, one
+// object per event, and reads them back. A Worker process that writes its
+// events to a file or a pipe (`workrouter worker --events PATH`) can be
+// followed by another process — a test harness, a dashboard, an audit
+// trail — without parsing its log, whose wording is for people and may
+// change. The fields of a [Record] and the event kinds
+// (consumer.Kind*) are stable.
+//
+// A line looks like:
+//
+//	{"time":"2026-11-30T10:00:00.123Z","kind":"claimed","group":"g","topic":"t","partition":3,"epoch":7,"member":"m-1","next_offset":120}
+//
+// Programs may add events of their own kinds with [Writer.Emit] (the
+// workrouter fault harness does, for the faults it injects).
+package eventlog
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/epochs"
+)
+
+// Record is one event as a JSON object. Which fields are set depends on
+// Kind; see the consumer package's event types for their meaning. Token
+// fields (Group, Topic, Partition, Epoch, Member) are set for every event
+// of one partition's tenure; Partition is -1 for an event of no partition.
+type Record struct {
+	Time      time.Time `json:"time"`
+	Kind      string    `json:"kind"`
+	Group     string    `json:"group,omitempty"`
+	Topic     string    `json:"topic,omitempty"`
+	Partition int32     `json:"partition"`
+	Epoch     int32     `json:"epoch,omitempty"`
+	Member    string    `json:"member,omitempty"`
+
+	Op          string `json:"op,omitempty"`
+	FirstOffset int64  `json:"first_offset,omitempty"`
+	NextOffset  int64  `json:"next_offset,omitempty"`
+	Records     int    `json:"records,omitempty"`
+	Applied     int    `json:"applied,omitempty"`
+	Skipped     int    `json:"skipped,omitempty"`
+	Attempt     int    `json:"attempt,omitempty"`
+	Cause       string `json:"cause,omitempty"`
+	TimedOut    bool   `json:"timed_out,omitempty"`
+	// Since is when a stall began.
+	Since time.Time `json:"since,omitzero"`
+	// DurationMs is an Apply attempt's duration, in milliseconds.
+	DurationMs float64 `json:"duration_ms,omitempty"`
+	// BackoffMs is the wait before a retry, in milliseconds.
+	BackoffMs float64 `json:"backoff_ms,omitempty"`
+	// Offsets are committed (or not accepted) next offsets, or lags, by
+	// partition.
+	Offsets map[int32]int64 `json:"offsets,omitempty"`
+	// Err is the event's error text.
+	Err string `json:"err,omitempty"`
+	// Fields carry the details of events added with Writer.Emit.
+	Fields map[string]string `json:"fields,omitempty"`
+}
+
+// Token returns the record's token fields as a token.
+func (r Record) Token() epochs.Token {
+	return epochs.Token{Group: r.Group, Topic: r.Topic, Partition: r.Partition, Epoch: r.Epoch, Member: r.Member}
+}
+
+// FromEvent converts e to a Record stamped with now. It may be called from
+// any goroutine.
+func FromEvent(e consumer.Event, now time.Time) Record {
+	r := Record{Time: now.UTC(), Kind: e.Kind(), Partition: -1}
+	tok := func(t epochs.Token) {
+		r.Group, r.Topic, r.Partition, r.Epoch, r.Member = t.Group, t.Topic, t.Partition, t.Epoch, t.Member
+	}
+	errText := func(err error) string {
+		if err == nil {
+			return ""
+		}
+		return err.Error()
+	}
+	switch e := e.(type) {
+	case consumer.Assigned:
+		tok(e.Token)
+	case consumer.Claimed:
+		tok(e.Token)
+		r.NextOffset = e.NextOffset
+	case consumer.Applied:
+		tok(e.Token)
+		r.FirstOffset, r.NextOffset = e.FirstOffset, e.NextOffset
+		r.Records, r.Applied, r.Skipped = e.Records, e.Applied, e.Skipped
+		r.DurationMs = ms(e.Duration)
+	case consumer.Fenced:
+		tok(e.Token)
+		r.Op, r.FirstOffset, r.Records, r.Err = string(e.Op), e.FirstOffset, e.Records, errText(e.Err)
+	case consumer.Stalled:
+		tok(e.Token)
+		r.Op, r.FirstOffset, r.Attempt, r.Since = string(e.Op), e.FirstOffset, e.Attempt, e.Since.UTC()
+		r.BackoffMs, r.Cause, r.Err, r.DurationMs = ms(e.Backoff), e.Cause, errText(e.Err), ms(e.Duration)
+	case consumer.Revoked:
+		tok(e.Token)
+		r.NextOffset, r.TimedOut = e.NextOffset, e.TimedOut
+	case consumer.Lost:
+		tok(e.Token)
+		r.TimedOut = e.TimedOut
+	case consumer.Committed:
+		r.Group, r.Topic, r.Offsets = e.Group, e.Topic, e.Offsets
+	case consumer.CommitFailed:
+		r.Group, r.Topic, r.Offsets, r.Err = e.Group, e.Topic, e.Offsets, errText(e.Err)
+	case consumer.FetchFailed:
+		r.Topic, r.Partition, r.Err = e.Topic, e.Partition, errText(e.Err)
+	case consumer.Lag:
+		r.Topic, r.Offsets = e.Topic, e.Lag
+	case consumer.Stopped:
+		r.Err = errText(e.Err)
+	}
+	return r
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Writer writes events as JSON lines to an io.Writer. It is a
+// consumer.Observer: put it in consumer.Config.Observers. Every event is
+// written synchronously, one line per write call, so that a reader never
+// sees half a line: give it a file, or a pipe that is read continuously,
+// since a blocked write blocks the Worker goroutine that reported the
+// event. It is safe for concurrent use.
+type Writer struct {
+	mu      sync.Mutex
+	w       io.Writer
+	err     error
+	onError func(error)
+	now     func() time.Time
+}
+
+// NewWriter returns a Writer writing to w. onError, if not nil, is called
+// once, with the first write error: from then on the Writer drops every
+// event (the Worker never fails because its event stream did), so the
+// caller should log it — or stop, if the stream is its audit trail.
+func NewWriter(w io.Writer, onError func(error)) *Writer {
+	return &Writer{w: w, onError: onError, now: time.Now}
+}
+
+// Observe writes e. After a write error it drops e (see NewWriter).
+func (w *Writer) Observe(e consumer.Event) { _ = w.Emit(FromEvent(e, w.now())) }
+
+// Emit writes r as one line, stamping its Time if it is zero. Use it for
+// events of a program's own kinds. It returns the first write error, also
+// for every later call.
+func (w *Writer) Emit(r Record) error {
+	if r.Time.IsZero() {
+		r.Time = w.now().UTC()
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("eventlog: encoding a %q event: %w", r.Kind, err)
+	}
+	b = append(b, '\n')
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	if _, err := w.w.Write(b); err != nil {
+		w.err = fmt.Errorf("eventlog: writing: %w", err)
+		if w.onError != nil {
+			w.onError(w.err)
+		}
+	}
+	return w.err
+}
+
+// Err returns the first write error, or nil.
+func (w *Writer) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// ErrLine is matched by the error Reader.Next returns for a line that is
+// not a Record.
+var ErrLine = errors.New("eventlog: malformed line")
+
+// Reader reads Records, one per line. It is not safe for concurrent use.
+type Reader struct {
+	sc   *bufio.Scanner
+	line int
+}
+
+// NewReader returns a Reader reading r.
+func NewReader(r io.Reader) *Reader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	return &Reader{sc: sc}
+}
+
+// Next returns the next Record; io.EOF at the end of r. A malformed line
+// fails with an error matching ErrLine (naming the line); Next may be
+// called again to skip it.
+func (r *Reader) Next() (Record, error) {
+	for r.sc.Scan() {
+		r.line++
+		b := r.sc.Bytes()
+		if len(b) == 0 {
+			continue
+		}
+		var rec Record
+		if err := json.Unmarshal(b, &rec); err != nil || rec.Kind == "" {
+			if err == nil {
+				err = errors.New("no kind")
+			}
+			return Record{}, fmt.Errorf("%w %d: %w", ErrLine, r.line, err)
+		}
+		return rec, nil
+	}
+	if err := r.sc.Err(); err != nil {
+		return Record{}, fmt.Errorf("eventlog: reading: %w", err)
+	}
+	return Record{}, io.EOF
+}

@@ -1,0 +1,125 @@
+package eventlog_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/consumer/eventlog"
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+func TestRoundTrip(t *testing.T) {
+	tok := epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 7, Member: "m-1"}
+	since := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	events := []consumer.Event{
+		consumer.Assigned{Token: tok},
+		consumer.Claimed{Token: tok, NextOffset: 0},
+		consumer.Applied{Token: tok, FirstOffset: 0, NextOffset: 10, Records: 10, Applied: 9, Skipped: 1, Duration: 1500 * time.Microsecond},
+		consumer.Stalled{Token: tok, Op: sink.OpApply, FirstOffset: 10, Attempt: 2, Since: since, Backoff: 100 * time.Millisecond, Cause: consumer.CauseEffect, Err: errors.New("boom")},
+		consumer.Fenced{Token: tok, Op: sink.OpApply, FirstOffset: 10, Records: 5, Err: &sink.FencedError{Op: sink.OpApply, Offered: tok}},
+		consumer.Revoked{Token: tok, NextOffset: 10, TimedOut: true},
+		consumer.Lost{Token: tok},
+		consumer.Committed{Group: "g", Topic: "t", Offsets: map[int32]int64{0: 10, 1: 3}},
+		consumer.CommitFailed{Group: "g", Topic: "t", Offsets: map[int32]int64{0: 10}, Err: errors.New("rebalance")},
+		consumer.FetchFailed{Topic: "t", Partition: -1, Err: errors.New("unknown topic")},
+		consumer.Lag{Topic: "t", Lag: map[int32]int64{0: 4}},
+		consumer.Stopped{Err: consumer.ErrClosed},
+	}
+	var buf bytes.Buffer
+	w := eventlog.NewWriter(&buf, nil)
+	for _, e := range events {
+		w.Observe(e)
+	}
+	if err := w.Emit(eventlog.Record{Kind: "fault.freeze", Partition: 2, Fields: map[string]string{"signal": "SIGSTOP"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(buf.String(), "\n"); n != len(events)+1 {
+		t.Fatalf("%d lines for %d events", n, len(events)+1)
+	}
+	r := eventlog.NewReader(&buf)
+	for i, e := range events {
+		rec, err := r.Next()
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if rec.Kind != e.Kind() || rec.Time.IsZero() {
+			t.Errorf("event %d: kind %q time %v, want %q", i, rec.Kind, rec.Time, e.Kind())
+		}
+		switch e := e.(type) {
+		case consumer.Claimed:
+			if rec.Token() != e.Token || rec.NextOffset != e.NextOffset {
+				t.Errorf("claimed round trip: %+v", rec)
+			}
+		case consumer.Applied:
+			if rec.Token() != e.Token || rec.FirstOffset != 0 || rec.NextOffset != 10 || rec.Applied != 9 || rec.Skipped != 1 || rec.DurationMs != 1.5 {
+				t.Errorf("applied round trip: %+v", rec)
+			}
+		case consumer.Stalled:
+			if rec.Attempt != 2 || !rec.Since.Equal(since) || rec.Cause != consumer.CauseEffect || rec.Err != "boom" || rec.BackoffMs != 100 || rec.Op != "apply" {
+				t.Errorf("stalled round trip: %+v", rec)
+			}
+		case consumer.Fenced:
+			if rec.Op != "apply" || !strings.Contains(rec.Err, "fenced") || rec.Records != 5 {
+				t.Errorf("fenced round trip: %+v", rec)
+			}
+		case consumer.Committed:
+			if rec.Offsets[0] != 10 || rec.Offsets[1] != 3 || rec.Partition != -1 {
+				t.Errorf("committed round trip: %+v", rec)
+			}
+		case consumer.Stopped:
+			if rec.Err != consumer.ErrClosed.Error() {
+				t.Errorf("stopped round trip: %+v", rec)
+			}
+		}
+	}
+	rec, err := r.Next()
+	if err != nil || rec.Kind != "fault.freeze" || rec.Partition != 2 || rec.Fields["signal"] != "SIGSTOP" {
+		t.Fatalf("custom event: %+v %v", rec, err)
+	}
+	if _, err := r.Next(); err != io.EOF {
+		t.Fatalf("end: %v, want io.EOF", err)
+	}
+}
+
+func TestReaderMalformed(t *testing.T) {
+	r := eventlog.NewReader(strings.NewReader("not json\n{\"kind\":\"assigned\",\"partition\":1}\n{}\n"))
+	if _, err := r.Next(); !errors.Is(err, eventlog.ErrLine) || !strings.Contains(err.Error(), "1") {
+		t.Fatalf("malformed line: %v", err)
+	}
+	if rec, err := r.Next(); err != nil || rec.Kind != "assigned" || rec.Partition != 1 {
+		t.Fatalf("after a malformed line: %+v %v", rec, err)
+	}
+	if _, err := r.Next(); !errors.Is(err, eventlog.ErrLine) {
+		t.Fatalf("line without kind: %v", err)
+	}
+}
+
+type failing struct{ n int }
+
+func (f *failing) Write(p []byte) (int, error) {
+	f.n++
+	return 0, errors.New("disk full")
+}
+
+func TestWriteErrorKept(t *testing.T) {
+	f := &failing{}
+	var reported []error
+	w := eventlog.NewWriter(f, func(err error) { reported = append(reported, err) })
+	w.Observe(consumer.Stopped{})
+	w.Observe(consumer.Stopped{})
+	if err := w.Err(); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("Err = %v", err)
+	}
+	if len(reported) != 1 {
+		t.Fatalf("onError called %d times, want once", len(reported))
+	}
+	if f.n != 1 {
+		t.Fatalf("wrote %d times after the first error, want 1", f.n)
+	}
+}
