@@ -36,6 +36,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
@@ -50,6 +51,7 @@ var (
 	_ sink.Sink[*Tx] = (*Sink)(nil)
 	_ sink.Lister    = (*Sink)(nil)
 	_ sink.Resetter  = (*Sink)(nil)
+	_ sink.Historian = (*Sink)(nil)
 )
 
 // EventKind is the kind of a fence decision recorded in a [Sink]'s history.
@@ -99,6 +101,11 @@ type Event struct {
 	Stored epochs.Token
 	// Reason is the reason given to a Reset.
 	Reason string
+	// NextOffset is the scope's NextOffset returned by an accepted Claim,
+	// or kept by a Reset.
+	NextOffset int64
+	// At is when the sink recorded the event (informational).
+	At time.Time
 }
 
 // AuditEntry records one admin reset of a scope's fence.
@@ -153,6 +160,7 @@ func New() *Sink {
 // record appends an event, assigning its Seq. s.mu must be held for writing.
 func (s *Sink) record(ev Event) uint64 {
 	ev.Seq = uint64(len(s.events)) + 1
+	ev.At = time.Now()
 	s.events = append(s.events, ev)
 	if (ev.Kind == Claim || ev.Kind == Apply) && !ev.Accepted {
 		s.rejected++
@@ -199,7 +207,7 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
 		s.scopes[scope] = st
 	}
 	st.holder = tok
-	s.record(Event{Kind: Claim, Scope: scope, Token: tok, Accepted: true, Stored: holder})
+	s.record(Event{Kind: Claim, Scope: scope, Token: tok, Accepted: true, Stored: holder, NextOffset: st.nextOffset})
 	return st.nextOffset, nil
 }
 
@@ -406,7 +414,7 @@ func (s *Sink) ResetFence(ctx context.Context, scope epochs.Scope, reason string
 	}
 	before := sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset}
 	st.holder = epochs.Token{}
-	seq := s.record(Event{Kind: Reset, Scope: scope, Accepted: true, Stored: before.Holder, Reason: reason})
+	seq := s.record(Event{Kind: Reset, Scope: scope, Accepted: true, Stored: before.Holder, Reason: reason, NextOffset: before.NextOffset})
 	s.audit = append(s.audit, AuditEntry{Scope: scope, Before: before, Reason: reason, Seq: seq})
 	return before, nil
 }

@@ -303,11 +303,17 @@ func TestEventsRecordDecisions(t *testing.T) {
 	s.Apply(ctx, a, []int64{3}, noop) // fenced
 	s.Claim(ctx, a)                   // fenced
 	got := s.Events()
+	for i := range got {
+		if got[i].At.IsZero() {
+			t.Errorf("event %d has no time", got[i].Seq)
+		}
+		got[i].At = time.Time{}
+	}
 	want := []memory.Event{
 		{Seq: 1, Kind: memory.Claim, Scope: a.Scope(), Token: a, Accepted: true},
 		{Seq: 2, Kind: memory.Apply, Scope: a.Scope(), Token: a, Offsets: []int64{0, 1}, Accepted: true, Stored: a},
 		{Seq: 3, Kind: memory.Apply, Scope: a.Scope(), Token: a, Offsets: []int64{2}, Accepted: true, Stored: a},
-		{Seq: 4, Kind: memory.Claim, Scope: a.Scope(), Token: b, Accepted: true, Stored: a},
+		{Seq: 4, Kind: memory.Claim, Scope: a.Scope(), Token: b, Accepted: true, Stored: a, NextOffset: 3},
 		{Seq: 5, Kind: memory.Apply, Scope: a.Scope(), Token: a, Stored: b},
 		{Seq: 6, Kind: memory.Claim, Scope: a.Scope(), Token: a, Stored: b},
 	}

@@ -1,15 +1,19 @@
 package memory
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/invariants"
+	"github.com/workrouter/workrouter/sink"
 )
 
 // Violation is one breach of an invariant found by [Sink.Verify].
 type Violation struct {
-	// Invariant is "F", "O" or "X" (DESIGN.md §7).
+	// Invariant is "F", "O" or "X" (docs/design.md#invariants).
 	Invariant string
 	// Scope is the scope whose history breaks the invariant.
 	Scope epochs.Scope
@@ -26,8 +30,9 @@ func (v Violation) String() string {
 }
 
 // VerifyError is returned by [Sink.Verify] when the history breaks an
-// invariant. It lists every violation, in Seq order. Per scope, over the
-// accepted events in Seq order:
+// invariant. It lists every violation, by scope. Per scope, over the
+// accepted events in Seq order (workrouter's one invariant checker, with
+// the sink's own log of decisions as its clock):
 //
 //   - F: every accepted Apply carries exactly the token of the latest
 //     accepted Claim since the last Reset (no stale write after a newer
@@ -54,65 +59,84 @@ func (e *VerifyError) Error() string {
 	return b.String()
 }
 
-// scopeTrack is what verifyEvents remembers of one scope.
-type scopeTrack struct {
-	holder     epochs.Token // latest accepted claimer; zero after a reset
-	lastClaim  epochs.Token // latest accepted claimer ever
-	resetSince bool         // a reset came after lastClaim
-	maxApplied int64        // highest applied offset, -1 if none
-	applied    map[int64]uint64
-}
-
 // verifyEvents checks invariants F, O and X over events, which must be in
-// Seq order, and returns every violation found.
+// Seq order, scope by scope with the invariants package, and returns every
+// violation found.
 func verifyEvents(events []Event) []Violation {
-	tracks := make(map[epochs.Scope]*scopeTrack)
-	var out []Violation
-	add := func(inv string, ev Event, format string, args ...any) {
-		out = append(out, Violation{Invariant: inv, Scope: ev.Scope, Seq: ev.Seq, Detail: fmt.Sprintf(format, args...)})
+	type scopeInput struct {
+		history []sink.HistoryEntry
+		writes  []invariants.Write
 	}
+	scopes := map[epochs.Scope]*scopeInput{}
+	var order []epochs.Scope
 	for _, ev := range events {
 		if !ev.Accepted {
 			continue
 		}
-		tr := tracks[ev.Scope]
-		if tr == nil {
-			tr = &scopeTrack{maxApplied: -1, applied: make(map[int64]uint64)}
-			tracks[ev.Scope] = tr
+		in := scopes[ev.Scope]
+		if in == nil {
+			in = &scopeInput{}
+			scopes[ev.Scope] = in
+			order = append(order, ev.Scope)
 		}
+		seq := int64(ev.Seq)
 		switch ev.Kind {
 		case Claim:
-			prev := tr.lastClaim
-			if !prev.IsZero() && !tr.resetSince && !ev.Token.CanClaim(prev) {
-				if ev.Token.Epoch < prev.Epoch {
-					add("F", ev, "claim by %s lowered the epoch from %d without a reset", ev.Token, prev.Epoch)
-				} else {
-					add("F", ev, "claim by %s took epoch %d from member %q without a reset", ev.Token, prev.Epoch, prev.Member)
-				}
-			}
-			tr.holder, tr.lastClaim, tr.resetSince = ev.Token, ev.Token, false
+			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset})
 		case Reset:
-			tr.holder, tr.resetSince = epochs.Token{}, true
+			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryReset, Token: ev.Stored, NextOffset: ev.NextOffset})
 		case Apply:
-			if !ev.Token.Holds(tr.holder) {
-				if tr.holder.IsZero() {
-					add("F", ev, "apply by %s accepted with no claimed holder", ev.Token)
-				} else {
-					add("F", ev, "apply by %s accepted while the latest claimer was %s", ev.Token, tr.holder)
-				}
-			}
 			for _, o := range ev.Offsets {
-				if first, dup := tr.applied[o]; dup {
-					add("X", ev, "offset %d applied again (first applied by event %d)", o, first)
-					continue
-				}
-				if o <= tr.maxApplied {
-					add("O", ev, "offset %d applied after offset %d", o, tr.maxApplied)
-				}
-				tr.applied[o] = ev.Seq
-				tr.maxApplied = max(tr.maxApplied, o)
+				in.writes = append(in.writes, invariants.Write{Partition: ev.Scope.Partition, Offset: o,
+					Epoch: ev.Token.Epoch, Member: ev.Token.Member, Key: ev.Scope.String(), Seq: o, Order: seq})
 			}
 		}
 	}
+	var out []Violation
+	for _, scope := range order {
+		in := scopes[scope]
+		rep := invariants.Check(invariants.Input{Temporal: true, Writes: in.writes,
+			History: map[int32][]sink.HistoryEntry{scope.Partition: in.history}})
+		for _, f := range rep.Findings {
+			out = append(out, Violation{Invariant: f.Invariant, Scope: scope, Seq: uint64(f.Order), Detail: f.Detail})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Violation) int { return compareSeq(a.Seq, b.Seq) })
 	return out
+}
+
+func compareSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// History returns the accepted claims and the resets of scope in order
+// (ascending Seq); nil for a scope never claimed. At is when the sink
+// recorded each. It implements [sink.Historian] and may be called from any
+// goroutine.
+func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryEntry, error) {
+	if err := scope.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: history %s: %w", scope, err)
+	}
+	var out []sink.HistoryEntry
+	for _, ev := range s.Events() {
+		if !ev.Accepted || ev.Scope != scope {
+			continue
+		}
+		switch ev.Kind {
+		case Claim:
+			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset, At: ev.At})
+		case Reset:
+			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryReset, Token: ev.Stored, NextOffset: ev.NextOffset, Reason: ev.Reason, At: ev.At})
+		}
+	}
+	return out, nil
 }

@@ -6,8 +6,10 @@
 //   - workrouter_sink_operation_duration_seconds{backend, op} (histogram)
 //   - workrouter_sink_records_total{backend, outcome="applied"|"skipped"}
 //
-// The wrapped sink keeps the optional capabilities of the one it wraps
-// (sink.Lister, sink.Resetter) when it has them.
+// The wrapper implements sink.Unwrapper: the optional capabilities of the
+// sink it wraps (sink.Lister, sink.Resetter, sink.Historian, …) stay
+// reachable through sink.As, which the conformance suite checks for every
+// backend.
 package sinkmetrics
 
 import (
@@ -69,19 +71,12 @@ func Wrap[Tx any](s sink.Sink[Tx], reg prometheus.Registerer, backend string) (s
 			m.ops.WithLabelValues(op, o)
 		}
 	}
-	in := &Instrumented[Tx]{inner: s, backend: backend, m: m}
-	l, isLister := s.(sink.Lister)
-	r, isResetter := s.(sink.Resetter)
-	switch {
-	case isLister && isResetter:
-		return &withAdmin[Tx]{in, l, r}, nil
-	case isLister:
-		return &withLister[Tx]{in, l}, nil
-	case isResetter:
-		return &withResetter[Tx]{in, r}, nil
-	}
-	return in, nil
+	return &Instrumented[Tx]{inner: s, backend: backend, m: m}, nil
 }
+
+// Unwrap returns the instrumented sink, so that sink.As finds its optional
+// capabilities. It may be called from any goroutine.
+func (s *Instrumented[Tx]) Unwrap() sink.Sink[Tx] { return s.inner }
 
 func outcome(err error) string {
 	var ee *sink.EffectError
@@ -116,20 +111,4 @@ func (s *Instrumented[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets 
 		s.m.records.WithLabelValues("skipped").Add(float64(res.Skipped))
 	}
 	return res, err
-}
-
-type withLister[Tx any] struct {
-	*Instrumented[Tx]
-	sink.Lister
-}
-
-type withResetter[Tx any] struct {
-	*Instrumented[Tx]
-	sink.Resetter
-}
-
-type withAdmin[Tx any] struct {
-	*Instrumented[Tx]
-	sink.Lister
-	sink.Resetter
 }

@@ -49,10 +49,10 @@ func TestCountsOutcomesAndKeepsCapabilities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s.(sink.Lister); !ok {
+	if _, ok := sink.As[sink.Lister](s); !ok {
 		t.Fatal("the wrapper hid sink.Lister")
 	}
-	if _, ok := s.(sink.Resetter); !ok {
+	if _, ok := sink.As[sink.Resetter](s); !ok {
 		t.Fatal("the wrapper hid sink.Resetter")
 	}
 	ctx := context.Background()

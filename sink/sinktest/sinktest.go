@@ -30,8 +30,10 @@
 //		})
 //	}
 //
-// Optional capabilities are tested when the sink has them: [sink.Lister]
-// and [sink.Resetter]. A backend that is not durable leaves Reopen nil and
+// Optional capabilities are tested when the sink has them — [sink.Lister],
+// [sink.Resetter] and [sink.Historian] — both on the sink and through the
+// metrics wrapper (sink/sinkmetrics), which must keep every one of them
+// reachable with [sink.As]. A backend that is not durable leaves Reopen nil and
 // the durability test skips, saying so.
 package sinktest
 
@@ -44,9 +46,13 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/sinkmetrics"
 )
 
 // Harness adapts one backend to the suite. Its functions are called from
@@ -75,6 +81,14 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		t.Fatal("sinktest: Harness.Open, Harness.Put and Harness.Get are required")
 	}
 	c := &suite[Tx]{h: h}
+	// The same backend behind the metrics wrapper: its optional
+	// capabilities must stay reachable through sink.As.
+	wrapped := &suite[Tx]{h: h}
+	wrapped.h.Open = func(t testing.TB) sink.Sink[Tx] { return wrapMetrics(t, h.Open(t)) }
+	wrapped.h.Get = func(ctx context.Context, s sink.Sink[Tx], key string) (string, bool, error) {
+		return h.Get(ctx, s.(sink.Unwrapper[Tx]).Unwrap(), key)
+	}
+	wrapped.h.Reopen = nil
 	tests := []struct {
 		name string
 		fn   func(*testing.T)
@@ -98,6 +112,12 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		{"CancelledContext", c.testCancelledContext},
 		{"ListerFences", c.testLister},
 		{"ResetterResetFence", c.testResetter},
+		{"HistorianHistory", c.testHistorian},
+		{"CapabilitiesSurviveWrapping", c.testCapabilitiesSurviveWrapping},
+		{"ThroughMetricsWrapper/ListerFences", wrapped.testLister},
+		{"ThroughMetricsWrapper/ResetterResetFence", wrapped.testResetter},
+		{"ThroughMetricsWrapper/HistorianHistory", wrapped.testHistorian},
+		{"ThroughMetricsWrapper/StaleApplyFenced", wrapped.testStaleApplyFenced},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -611,7 +631,7 @@ func (c *suite[Tx]) testInvalidToken(t *testing.T) {
 	if next := c.claim(t, s, good); next != 0 {
 		t.Fatalf("Claim = %d, want 0", next)
 	}
-	if lister, ok := s.(sink.Lister); ok {
+	if lister, ok := sink.As[sink.Lister](s); ok {
 		fences, err := lister.Fences(t.Context())
 		if err != nil {
 			t.Fatalf("Fences: %v", err)
@@ -766,7 +786,7 @@ func (c *suite[Tx]) testCancelledContext(t *testing.T) {
 
 func (c *suite[Tx]) testLister(t *testing.T) {
 	s := c.h.Open(t)
-	lister, ok := s.(sink.Lister)
+	lister, ok := sink.As[sink.Lister](s)
 	if !ok {
 		t.Skip("sinktest: the sink does not implement sink.Lister")
 	}
@@ -815,7 +835,7 @@ func (c *suite[Tx]) testLister(t *testing.T) {
 
 func (c *suite[Tx]) testResetter(t *testing.T) {
 	s := c.h.Open(t)
-	resetter, ok := s.(sink.Resetter)
+	resetter, ok := sink.As[sink.Resetter](s)
 	if !ok {
 		t.Skip("sinktest: the sink does not implement sink.Resetter")
 	}
@@ -836,7 +856,7 @@ func (c *suite[Tx]) testResetter(t *testing.T) {
 	if want := (sink.Fence{Scope: scope, Holder: old, NextOffset: 3}); before != want {
 		t.Fatalf("ResetFence before = %+v, want %+v", before, want)
 	}
-	if lister, ok := s.(sink.Lister); ok {
+	if lister, ok := sink.As[sink.Lister](s); ok {
 		fences, err := lister.Fences(t.Context())
 		if err != nil {
 			t.Fatalf("Fences: %v", err)
@@ -873,5 +893,89 @@ func (c *suite[Tx]) testResetter(t *testing.T) {
 	unknown.Topic += "-never-seen"
 	if _, err := resetter.ResetFence(t.Context(), unknown, "sinktest: unknown scope"); !errors.Is(err, sink.ErrNotFound) {
 		t.Fatalf("ResetFence of unknown scope: error %v, want sink.ErrNotFound", err)
+	}
+}
+
+// wrapMetrics wraps s with sinkmetrics on a registry of its own.
+func wrapMetrics[Tx any](t testing.TB, s sink.Sink[Tx]) sink.Sink[Tx] {
+	w, err := sinkmetrics.Wrap(s, prometheus.NewRegistry(), "sinktest")
+	if err != nil {
+		t.Fatalf("sinkmetrics.Wrap: %v", err)
+	}
+	return w
+}
+
+// has reports which optional capabilities s reaches through sink.As.
+func has[Tx any](s sink.Sink[Tx]) map[string]bool {
+	_, l := sink.As[sink.Lister](s)
+	_, r := sink.As[sink.Resetter](s)
+	_, h := sink.As[sink.Historian](s)
+	return map[string]bool{"Lister": l, "Resetter": r, "Historian": h}
+}
+
+func (c *suite[Tx]) testCapabilitiesSurviveWrapping(t *testing.T) {
+	s := c.h.Open(t)
+	raw := has(s)
+	through := has(wrapMetrics(t, s))
+	for name, ok := range raw {
+		if ok && !through[name] {
+			t.Errorf("sink.%s is lost behind the metrics wrapper", name)
+		}
+		if !ok && through[name] {
+			t.Errorf("the metrics wrapper claims sink.%s, which the sink does not have", name)
+		}
+	}
+}
+
+func (c *suite[Tx]) testHistorian(t *testing.T) {
+	s := c.h.Open(t)
+	h, ok := sink.As[sink.Historian](s)
+	if !ok {
+		t.Skip("sinktest: the sink does not implement sink.Historian")
+	}
+	scope := scopeFor(t)
+	if got, err := h.History(t.Context(), scope); err != nil || len(got) != 0 {
+		t.Fatalf("History of a scope never claimed = %v, %v; want empty", got, err)
+	}
+	a, b, stale, c1 := tokenFor(scope, 2, "a"), tokenFor(scope, 5, "b"), tokenFor(scope, 3, "stale"), tokenFor(scope, 1, "c")
+	c.claim(t, s, a)
+	c.apply(t, s, a, offsetsRange(0, 2), c.putEffect(t, "k", offsetsRange(0, 2), "v"))
+	c.claim(t, s, b)
+	if _, err := s.Claim(t.Context(), stale); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("stale claim: %v, want fenced", err)
+	}
+	c.apply(t, s, b, []int64{2}, c.putEffect(t, "k", []int64{2}, "v"))
+	want := []sink.HistoryEntry{
+		{Kind: sink.HistoryClaim, Token: a, NextOffset: 0},
+		{Kind: sink.HistoryClaim, Token: b, NextOffset: 2},
+	}
+	if r, ok := sink.As[sink.Resetter](s); ok {
+		if _, err := r.ResetFence(t.Context(), scope, "sinktest: history"); err != nil {
+			t.Fatalf("ResetFence: %v", err)
+		}
+		c.claim(t, s, c1)
+		want = append(want,
+			sink.HistoryEntry{Kind: sink.HistoryReset, Token: b, NextOffset: 3, Reason: "sinktest: history"},
+			sink.HistoryEntry{Kind: sink.HistoryClaim, Token: c1, NextOffset: 3})
+	}
+	got, err := h.History(t.Context(), scope)
+	if err != nil {
+		t.Fatalf("History: %v", err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("History has %d entries, want %d (accepted claims and resets only): %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		g := got[i]
+		if i > 0 && g.Seq <= got[i-1].Seq {
+			t.Errorf("History entry %d has Seq %d after %d: not ascending", i, g.Seq, got[i-1].Seq)
+		}
+		if g.At.IsZero() {
+			t.Errorf("History entry %d has no time", i)
+		}
+		g.Seq, g.At = 0, time.Time{}
+		if g != want[i] {
+			t.Errorf("History[%d] = %+v, want %+v", i, g, want[i])
+		}
 	}
 }

@@ -1,0 +1,400 @@
+// Package invariants is workrouter's one checker of the invariants of
+// docs/design.md#invariants, computed from what a sink recorded: the
+// writes it applied (with the token each was applied under), its history
+// of claims and resets, the records the broker acknowledged, the dead
+// letters, and where each partition's checkpoint ended. The demo, the chaos
+// harness, the process-level fault tests and the sinks' own tests (sink/memory's
+// Verify) all call Check, so that every one of them judges a run by the
+// same rules as the sink itself (epochs.Token.CanClaim).
+//
+//   - F: no write with a stale token landed after a newer claim: a write at
+//     or past a claim's NextOffset (before the next reset) must carry a
+//     token that may take over from the claim's — the claim's own, or a
+//     newer one (a higher epoch, or the same epoch and the same member).
+//     Also: every write carries the token of a claim accepted at or before
+//     its offset, and consecutive claims never go backwards without a
+//     reset in between.
+//   - L: every acknowledged command (not marked poison) was applied.
+//   - O: per key, writes were applied in produce order (Seq grows).
+//   - X: no command was applied twice (plus any extra mismatches the
+//     caller found, such as ledger balances that do not match postings).
+//   - V: the sink's checkpoint and Kafka's committed offset reached the
+//     end of every partition (lag returned to zero after the faults).
+//   - D: every record that was skipped (the acknowledged records marked
+//     poison) has exactly one dead-letter row, and nothing else has one.
+//
+// It is internal: its input types follow the harnesses' needs.
+package invariants
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// Write is one record whose effects a sink applied, as the sink recorded
+// it.
+type Write struct {
+	Partition int32
+	Offset    int64
+	// Epoch and Member are the token the write was applied under.
+	Epoch  int32
+	Member string
+	// ID identifies the command, for X and L; empty means the record's
+	// position (partition/offset).
+	ID string
+	// Key and Seq give the produce order per key, for O; an empty Key
+	// leaves the write out of O.
+	Key string
+	Seq int64
+	// Order is the order the sink applied the write in, if known (for
+	// O); when every Order is zero, writes are taken in (partition,
+	// offset) order, which is the application order of one partition.
+	Order int64
+}
+
+// Acked is a record the broker acknowledged.
+type Acked struct {
+	ID        string
+	Partition int32
+	Offset    int64
+	// Poison marks a record that must be dead-lettered, not applied
+	// (a record that is not a command, or that its handler refuses for
+	// good).
+	Poison bool
+}
+
+// DeadLetter is one dead-letter row of a sink.
+type DeadLetter struct {
+	ID        string
+	Partition int32
+	Offset    int64
+}
+
+// Input is what Check reads, for one group and topic.
+type Input struct {
+	Writes []Write
+	// History is each partition's history of accepted claims and resets,
+	// in order (sink.Historian). A partition without history is not
+	// checked for F.
+	History map[int32][]sink.HistoryEntry
+	// Acked are the records the broker acknowledged (for L and D); nil
+	// skips L and D.
+	Acked []Acked
+	// DeadLetters are the sink's dead-letter rows (for D).
+	DeadLetters []DeadLetter
+	// Ends are the partitions' end offsets, Checkpoints the sink's
+	// NextOffset and Committed Kafka's committed offset per partition,
+	// for V; a partition missing from Ends is not checked.
+	Ends, Checkpoints, Committed map[int32]int64
+	// NotConverged reports that the run's wait for lag zero timed out
+	// (V, at least 1).
+	NotConverged bool
+	// Temporal reports that the writes' Order and the history entries'
+	// Seq are positions in one sequence, the sink's own log of decisions
+	// (sink/memory keeps one). F is then checked as the sink decides,
+	// write by write: a write must carry exactly the token of the latest
+	// claim since the last reset. Without it F is checked from offsets:
+	// see the package documentation.
+	Temporal bool
+	// ExtraX counts X violations the caller found itself (ledger balances
+	// that do not match their postings), described by ExtraXNote.
+	ExtraX     int
+	ExtraXNote string
+}
+
+// Violations counts the violations of each invariant.
+type Violations struct {
+	F int `json:"F"`
+	L int `json:"L"`
+	O int `json:"O"`
+	X int `json:"X"`
+	V int `json:"V"`
+	D int `json:"D"`
+}
+
+// Total is the sum of all violations.
+func (v Violations) Total() int { return v.F + v.L + v.O + v.X + v.V + v.D }
+
+// Finding is one violation.
+type Finding struct {
+	// Invariant is "F", "L", "O", "X", "V" or "D".
+	Invariant string
+	Partition int32
+	Offset    int64
+	// Order is the offending write's Order, when it is about a write.
+	Order int64
+	// Detail describes it.
+	Detail string
+}
+
+// String returns "F: detail".
+func (f Finding) String() string { return f.Invariant + ": " + f.Detail }
+
+// Report is Check's result.
+type Report struct {
+	Violations
+	// Findings lists every violation, by invariant (F, L, O, X, V, D)
+	// and then in the order found.
+	Findings []Finding
+}
+
+// Notes returns at most n findings as strings.
+func (r Report) Notes(n int) []string {
+	var out []string
+	for _, f := range r.Findings[:min(n, len(r.Findings))] {
+		out = append(out, f.String())
+	}
+	return out
+}
+
+func writeID(w Write) string {
+	if w.ID != "" {
+		return w.ID
+	}
+	return strconv.Itoa(int(w.Partition)) + "/" + strconv.FormatInt(w.Offset, 10)
+}
+
+func (w Write) token(h epochs.Token) epochs.Token {
+	return epochs.Token{Group: h.Group, Topic: h.Topic, Partition: h.Partition, Epoch: w.Epoch, Member: w.Member}
+}
+
+// claimEra is an accepted claim and the offset its era ends at: the
+// NextOffset of the first reset after it (writes at or past it belong to a
+// later era), or -1 if none.
+type claimEra struct {
+	e   sink.HistoryEntry
+	end int64
+}
+
+// Check computes every invariant over in. Any goroutine may call it.
+func Check(in Input) Report {
+	var r Report
+	add := func(f Finding) { r.Findings = append(r.Findings, f) }
+	writes := slices.Clone(in.Writes)
+	ordered := slices.ContainsFunc(writes, func(w Write) bool { return w.Order != 0 })
+	slices.SortStableFunc(writes, func(a, b Write) int {
+		if ordered {
+			return cmp.Compare(a.Order, b.Order)
+		}
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
+
+	// F.
+	eras := map[int32][]claimEra{}
+	for _, p := range slices.Sorted(maps.Keys(in.History)) {
+		var prev *sink.HistoryEntry
+		var list []claimEra
+		for _, e := range in.History[p] {
+			switch e.Kind {
+			case sink.HistoryReset:
+				for i := range list {
+					if list[i].end < 0 {
+						list[i].end = e.NextOffset
+					}
+				}
+				prev = nil
+			case sink.HistoryClaim:
+				if prev != nil && !e.Token.CanClaim(prev.Token) {
+					r.F++
+					add(Finding{Invariant: "F", Partition: p, Offset: e.NextOffset, Order: e.Seq,
+						Detail: fmt.Sprintf("partition %d: claim by %s accepted after the claim by %s without a reset", p, e.Token, prev.Token)})
+				}
+				list = append(list, claimEra{e: e, end: -1})
+				prev = &list[len(list)-1].e
+			}
+		}
+		eras[p] = list
+	}
+	if in.Temporal {
+		r.F += checkTemporal(in.History, writes, add)
+	} else {
+		r.F += checkOffsets(eras, writes, add)
+	}
+
+	// L: acknowledged commands applied.
+	applied := map[string]int{}
+	for _, w := range writes {
+		applied[writeID(w)]++
+	}
+	for _, a := range in.Acked {
+		if !a.Poison && applied[a.ID] == 0 {
+			r.L++
+			add(Finding{Invariant: "L", Partition: a.Partition, Offset: a.Offset,
+				Detail: fmt.Sprintf("acknowledged command %s (partition %d offset %d) was never applied", a.ID, a.Partition, a.Offset)})
+		}
+	}
+
+	// O: per key, Seq grows in application order (a repeated command is
+	// X's, not O's).
+	last := map[string]int64{}
+	once := map[string]bool{}
+	for _, w := range writes {
+		id := writeID(w)
+		if w.Key == "" || once[id] {
+			continue
+		}
+		once[id] = true
+		if prev, ok := last[w.Key]; ok && w.Seq <= prev {
+			r.O++
+			add(Finding{Invariant: "O", Partition: w.Partition, Offset: w.Offset, Order: w.Order,
+				Detail: fmt.Sprintf("key %s: seq %d applied at partition %d offset %d after seq %d", w.Key, w.Seq, w.Partition, w.Offset, prev)})
+		}
+		last[w.Key] = max(last[w.Key], w.Seq)
+	}
+
+	// X: applied once.
+	seen := map[string]bool{}
+	for _, w := range writes {
+		id := writeID(w)
+		if seen[id] {
+			r.X++
+			add(Finding{Invariant: "X", Partition: w.Partition, Offset: w.Offset, Order: w.Order,
+				Detail: fmt.Sprintf("command %s applied again at partition %d offset %d", id, w.Partition, w.Offset)})
+		}
+		seen[id] = true
+	}
+	if in.ExtraX > 0 {
+		r.X += in.ExtraX
+		add(Finding{Invariant: "X", Partition: -1, Detail: in.ExtraXNote})
+	}
+
+	// V: lag returned to zero.
+	for _, p := range slices.Sorted(maps.Keys(in.Ends)) {
+		end := in.Ends[p]
+		if next, ok := in.Checkpoints[p]; ok && next < end {
+			r.V++
+			add(Finding{Invariant: "V", Partition: p, Offset: next,
+				Detail: fmt.Sprintf("partition %d: the sink's checkpoint is %d, the log ends at %d", p, next, end)})
+		} else if c, ok := in.Committed[p]; ok && c < end {
+			r.V++
+			add(Finding{Invariant: "V", Partition: p, Offset: c,
+				Detail: fmt.Sprintf("partition %d: Kafka's committed offset is %d, the log ends at %d", p, c, end)})
+		}
+	}
+	if in.NotConverged && r.V == 0 {
+		r.V = 1
+		add(Finding{Invariant: "V", Partition: -1, Detail: "lag did not return to zero within the recovery timeout"})
+	}
+
+	// D: dead letters.
+	if in.Acked != nil || in.DeadLetters != nil {
+		poison := map[string]Acked{}
+		for _, a := range in.Acked {
+			if a.Poison {
+				poison[a.ID] = a
+			}
+		}
+		rows := map[string]int{}
+		for _, d := range in.DeadLetters {
+			rows[d.ID]++
+			if _, ok := poison[d.ID]; !ok {
+				r.D++
+				add(Finding{Invariant: "D", Partition: d.Partition, Offset: d.Offset,
+					Detail: fmt.Sprintf("record %s (partition %d offset %d) was dead-lettered but is not poison", d.ID, d.Partition, d.Offset)})
+			}
+		}
+		for _, id := range slices.Sorted(maps.Keys(poison)) {
+			a := poison[id]
+			switch n := rows[id]; {
+			case n == 0 && applied[id] == 0:
+				r.D++
+				add(Finding{Invariant: "D", Partition: a.Partition, Offset: a.Offset,
+					Detail: fmt.Sprintf("poison record %s (partition %d offset %d) was skipped without a dead-letter row", id, a.Partition, a.Offset)})
+			case n > 1:
+				r.D += n - 1
+				add(Finding{Invariant: "D", Partition: a.Partition, Offset: a.Offset,
+					Detail: fmt.Sprintf("poison record %s (partition %d offset %d) has %d dead-letter rows", id, a.Partition, a.Offset, n)})
+			}
+		}
+	}
+	slices.SortStableFunc(r.Findings, func(a, b Finding) int { return cmp.Compare(rank(a.Invariant), rank(b.Invariant)) })
+	return r
+}
+
+// rank orders invariants as the package documentation lists them.
+func rank(inv string) int {
+	for i, c := range "FLOXVD" {
+		if string(c) == inv {
+			return i
+		}
+	}
+	return 6
+}
+
+// checkOffsets checks F for writes against the claim eras of each
+// partition, from offsets alone.
+func checkOffsets(eras map[int32][]claimEra, writes []Write, add func(Finding)) int {
+	n := 0
+	for _, w := range writes {
+		list, ok := eras[w.Partition]
+		if !ok {
+			continue
+		}
+		claimed := false
+		for _, c := range list {
+			if w.Offset < c.e.NextOffset || (c.end >= 0 && w.Offset >= c.end) {
+				continue
+			}
+			tok := w.token(c.e.Token)
+			if tok == c.e.Token {
+				claimed = true
+			}
+			if !tok.CanClaim(c.e.Token) {
+				n++
+				add(Finding{Invariant: "F", Partition: w.Partition, Offset: w.Offset, Order: w.Order,
+					Detail: fmt.Sprintf("partition %d offset %d written at epoch %d by %s after the claim at epoch %d by %s from offset %d",
+						w.Partition, w.Offset, w.Epoch, w.Member, c.e.Token.Epoch, c.e.Token.Member, c.e.NextOffset)})
+				claimed = true // one finding per write
+				break
+			}
+		}
+		if !claimed {
+			n++
+			add(Finding{Invariant: "F", Partition: w.Partition, Offset: w.Offset, Order: w.Order,
+				Detail: fmt.Sprintf("partition %d offset %d written at epoch %d by %s, which never claimed the partition at or before that offset",
+					w.Partition, w.Offset, w.Epoch, w.Member)})
+		}
+	}
+	return n
+}
+
+// checkTemporal checks F for writes in one sequence with the history: each
+// write must be by the latest claim since the last reset (the holder).
+func checkTemporal(history map[int32][]sink.HistoryEntry, writes []Write, add func(Finding)) int {
+	n := 0
+	next := map[int32]int{} // index of the next history entry per partition
+	holder := map[int32]epochs.Token{}
+	for _, w := range writes {
+		h, ok := history[w.Partition]
+		if !ok {
+			continue
+		}
+		for i := next[w.Partition]; i < len(h) && h[i].Seq < w.Order; i++ {
+			switch h[i].Kind {
+			case sink.HistoryClaim:
+				holder[w.Partition] = h[i].Token
+			case sink.HistoryReset:
+				holder[w.Partition] = epochs.Token{}
+			}
+			next[w.Partition] = i + 1
+		}
+		cur := holder[w.Partition]
+		switch {
+		case cur.IsZero():
+			n++
+			add(Finding{Invariant: "F", Partition: w.Partition, Offset: w.Offset, Order: w.Order,
+				Detail: fmt.Sprintf("partition %d offset %d written at epoch %d by %s with no claimed holder", w.Partition, w.Offset, w.Epoch, w.Member)})
+		case !w.token(cur).Holds(cur):
+			n++
+			add(Finding{Invariant: "F", Partition: w.Partition, Offset: w.Offset, Order: w.Order,
+				Detail: fmt.Sprintf("partition %d offset %d written at epoch %d by %s while the holder was %s", w.Partition, w.Offset, w.Epoch, w.Member, cur)})
+		}
+	}
+	return n
+}

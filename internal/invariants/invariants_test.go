@@ -1,0 +1,164 @@
+package invariants_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/invariants"
+	"github.com/workrouter/workrouter/sink"
+)
+
+func tok(p, epoch int32, member string) epochs.Token {
+	return epochs.Token{Group: "g", Topic: "t", Partition: p, Epoch: epoch, Member: member}
+}
+
+func claim(t epochs.Token, next int64) sink.HistoryEntry {
+	return sink.HistoryEntry{Kind: sink.HistoryClaim, Token: t, NextOffset: next}
+}
+
+func reset(next int64) sink.HistoryEntry {
+	return sink.HistoryEntry{Kind: sink.HistoryReset, NextOffset: next}
+}
+
+func w(p int32, off int64, epoch int32, member, id, key string, seq int64) invariants.Write {
+	return invariants.Write{Partition: p, Offset: off, Epoch: epoch, Member: member, ID: id, Key: key, Seq: seq}
+}
+
+// clean is a run with no violation: partition 0 claimed by a at epoch 1,
+// taken over by b at epoch 3 from offset 2; partition 1 reset and claimed
+// at a lower epoch after the group was recreated.
+func clean() invariants.Input {
+	return invariants.Input{
+		Writes: []invariants.Write{
+			w(0, 0, 1, "a", "c0", "k1", 1),
+			w(0, 1, 1, "a", "c1", "k2", 1),
+			w(0, 2, 3, "b", "c2", "k1", 2),
+			w(0, 3, 3, "b", "c3", "k1", 3),
+			w(1, 0, 5, "a", "c4", "k3", 1),
+			w(1, 1, 1, "z", "c5", "k3", 2), // after the reset, at a lower epoch
+		},
+		History: map[int32][]sink.HistoryEntry{
+			0: {claim(tok(0, 1, "a"), 0), claim(tok(0, 3, "b"), 2)},
+			1: {claim(tok(1, 5, "a"), 0), reset(1), claim(tok(1, 1, "z"), 1)},
+		},
+		Acked: []invariants.Acked{
+			{ID: "c0", Partition: 0, Offset: 0}, {ID: "c1", Partition: 0, Offset: 1}, {ID: "c2", Partition: 0, Offset: 2},
+			{ID: "c3", Partition: 0, Offset: 3}, {ID: "c4", Partition: 1, Offset: 0}, {ID: "c5", Partition: 1, Offset: 1},
+			{ID: "bad", Partition: 1, Offset: 2, Poison: true},
+		},
+		DeadLetters: []invariants.DeadLetter{{ID: "bad", Partition: 1, Offset: 2}},
+		Ends:        map[int32]int64{0: 4, 1: 3},
+		Checkpoints: map[int32]int64{0: 4, 1: 3},
+		Committed:   map[int32]int64{0: 4, 1: 3},
+	}
+}
+
+func TestCleanRun(t *testing.T) {
+	r := invariants.Check(clean())
+	if r.Total() != 0 {
+		t.Fatalf("a clean run has violations: %+v %v", r.Violations, r.Notes(20))
+	}
+}
+
+// TestPlantedViolations plants one violation of each kind into a clean run
+// and checks that exactly it is found.
+func TestPlantedViolations(t *testing.T) {
+	cases := []struct {
+		name  string
+		plant func(in *invariants.Input)
+		want  invariants.Violations
+		note  string
+	}{
+		{"F older epoch after a newer claim", func(in *invariants.Input) {
+			in.Writes = append(in.Writes, w(0, 4, 1, "a", "c6", "k9", 1))
+			in.Acked = append(in.Acked, invariants.Acked{ID: "c6", Partition: 0, Offset: 4})
+			in.Ends[0], in.Checkpoints[0], in.Committed[0] = 5, 5, 5
+		}, invariants.Violations{F: 1}, "written at epoch 1 by a after the claim at epoch 3 by b"},
+		{"F same epoch, another member", func(in *invariants.Input) {
+			in.Writes[3].Member = "zombie"
+		}, invariants.Violations{F: 1}, "written at epoch 3 by zombie after the claim at epoch 3 by b"},
+		{"F write by a token that never claimed", func(in *invariants.Input) {
+			in.Writes[3].Epoch, in.Writes[3].Member = 4, "c"
+		}, invariants.Violations{F: 1}, "never claimed"},
+		{"F claim went backwards without a reset", func(in *invariants.Input) {
+			in.History[0] = append(in.History[0], claim(tok(0, 2, "old"), 4))
+		}, invariants.Violations{F: 1}, "without a reset"},
+		{"L acknowledged, never applied", func(in *invariants.Input) {
+			in.Writes = in.Writes[1:]
+		}, invariants.Violations{L: 1, F: 0}, "c0"},
+		{"O out of order per key", func(in *invariants.Input) {
+			in.Writes[3].Seq = 2
+		}, invariants.Violations{O: 1}, "key k1: seq 2"},
+		{"X applied twice", func(in *invariants.Input) {
+			in.Writes = append(in.Writes, w(0, 3, 3, "b", "c2", "", 0))
+		}, invariants.Violations{X: 1}, "c2 applied again"},
+		{"X extra (balances)", func(in *invariants.Input) {
+			in.ExtraX, in.ExtraXNote = 2, "2 account balances do not match their postings"
+		}, invariants.Violations{X: 2}, "balances"},
+		{"V checkpoint behind the end", func(in *invariants.Input) {
+			in.Checkpoints[1] = 2
+		}, invariants.Violations{V: 1}, "checkpoint is 2"},
+		{"V committed behind the end", func(in *invariants.Input) {
+			in.Committed[0] = 1
+		}, invariants.Violations{V: 1}, "committed offset is 1"},
+		{"V not converged", func(in *invariants.Input) {
+			in.NotConverged = true
+		}, invariants.Violations{V: 1}, "recovery timeout"},
+		{"D poison skipped without a row", func(in *invariants.Input) {
+			in.DeadLetters = nil
+		}, invariants.Violations{D: 1}, "without a dead-letter row"},
+		{"D two rows", func(in *invariants.Input) {
+			in.DeadLetters = append(in.DeadLetters, in.DeadLetters[0])
+		}, invariants.Violations{D: 1}, "2 dead-letter rows"},
+		{"D a good record dead-lettered", func(in *invariants.Input) {
+			in.DeadLetters = append(in.DeadLetters, invariants.DeadLetter{ID: "c5", Partition: 1, Offset: 1})
+		}, invariants.Violations{D: 1}, "not poison"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := clean()
+			tc.plant(&in)
+			r := invariants.Check(in)
+			if r.Violations != tc.want {
+				t.Fatalf("violations %+v, want %+v; findings %v", r.Violations, tc.want, r.Notes(20))
+			}
+			if !strings.Contains(strings.Join(r.Notes(20), "\n"), tc.note) {
+				t.Fatalf("findings %v do not mention %q", r.Notes(20), tc.note)
+			}
+		})
+	}
+}
+
+// TestResetEraEnds: claims before a reset do not judge writes after it,
+// but they do judge writes before it.
+func TestResetEraEnds(t *testing.T) {
+	in := invariants.Input{
+		Writes: []invariants.Write{w(0, 0, 9, "a", "x", "", 0), w(0, 1, 2, "late", "y", "", 0)},
+		History: map[int32][]sink.HistoryEntry{
+			0: {claim(tok(0, 9, "a"), 0), claim(tok(0, 10, "b"), 1), reset(5), claim(tok(0, 1, "c"), 5)},
+		},
+	}
+	r := invariants.Check(in)
+	if r.F != 1 || !strings.Contains(r.Notes(5)[0], "offset 1 written at epoch 2 by late") {
+		t.Fatalf("want the pre-reset stale write found: %+v %v", r.Violations, r.Notes(5))
+	}
+}
+
+// TestTemporal: with one sequence for writes and claims, F is the sink's own
+// Apply rule, write by write.
+func TestTemporal(t *testing.T) {
+	h := func(seq int64, e sink.HistoryEntry) sink.HistoryEntry { e.Seq = seq; return e }
+	wr := func(order int64, off int64, epoch int32, member string) invariants.Write {
+		return invariants.Write{Partition: 0, Offset: off, Epoch: epoch, Member: member, Order: order}
+	}
+	in := invariants.Input{
+		Temporal: true,
+		History:  map[int32][]sink.HistoryEntry{0: {h(1, claim(tok(0, 1, "a"), 0)), h(3, claim(tok(0, 2, "b"), 1)), h(5, reset(2))}},
+		Writes:   []invariants.Write{wr(2, 0, 1, "a"), wr(4, 1, 1, "a"), wr(6, 2, 2, "b")},
+	}
+	r := invariants.Check(in)
+	if r.F != 2 || !strings.Contains(r.Notes(5)[0], "while the holder was") || !strings.Contains(r.Notes(5)[1], "no claimed holder") {
+		t.Fatalf("want the stale write and the write after the reset: %+v %v", r.Violations, r.Notes(5))
+	}
+}
