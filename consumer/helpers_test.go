@@ -215,8 +215,8 @@ type workerOpts struct {
 	onFenced func(error) // called with every Fenced event's error
 	// observers are more Config.Observers.
 	observers []consumer.Observer
-	revoke   time.Duration
-	protocol consumer.Protocol
+	revoke    time.Duration
+	protocol  consumer.Protocol
 	// registerer and lagInterval set Config.Registerer and LagInterval.
 	registerer  prometheus.Registerer
 	lagInterval time.Duration

@@ -21,7 +21,6 @@ const (
 	outcomeOK     = "ok"
 	outcomeFenced = "fenced"
 	outcomeError  = "error"
-
 )
 
 // metrics is a Worker's Prometheus collectors, fed as an Observer of its

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -39,7 +38,7 @@ func claimedSink(t *testing.T) string {
 			t.Fatalf("claim %s: %v", tok, err)
 		}
 	}
-	noop := func(context.Context, *sql.Tx, int) error { return nil }
+	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
 	if _, err := s.Apply(ctx, a, []int64{0, 1, 2}, noop); err != nil {
 		t.Fatalf("apply: %v", err)
 	}

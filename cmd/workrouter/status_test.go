@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -75,13 +74,13 @@ func TestStatusWithWorkerAndSink(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			w, err := consumer.New(ctx, consumer.Config[*sql.Tx]{
+			w, err := consumer.New(ctx, consumer.Config[*sqlite.Tx]{
 				Brokers: []string{addr}, Group: group, Topic: topic, Sink: s, Protocol: tc.protocol,
 				ClientID:          "status-test-worker",
 				SessionTimeout:    6 * time.Second,
 				HeartbeatInterval: 200 * time.Millisecond,
-				Handlers: map[string]consumer.Handler[*sql.Tx]{
-					"touch": func(context.Context, *sql.Tx, consumer.Command) error { return nil },
+				Handlers: map[string]consumer.Handler[*sqlite.Tx]{
+					"touch": func(context.Context, *sqlite.Tx, consumer.Command) error { return nil },
 				},
 			})
 			if err != nil {

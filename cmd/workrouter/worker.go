@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -135,7 +134,7 @@ func runWorker(cmd *cobra.Command, f workerFlags) error {
 		if err := setup(ctx, s.DB()); err != nil {
 			return fmt.Errorf("setting up the %s tables: %w", f.example, err)
 		}
-		return serveWorker[*sql.Tx](cmd, f, protocol, "sqlite", s, handlers, logger)
+		return serveWorker[*sqlite.Tx](cmd, f, protocol, "sqlite", s, handlers, logger)
 	case "postgres":
 		// A search_path in the DSN names the schema of the sink's tables
 		// too, so that the sink and the example's tables live together.

@@ -45,6 +45,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
 // Topic is the default topic of invoice scheduler commands.
@@ -154,9 +155,9 @@ func setup(ctx context.Context, db execer) error {
 
 // SQLiteHandlers returns the example's handler for a sink/sqlite sink, by
 // command type ([TypeRunBilling]). Each call returns a new map.
-func SQLiteHandlers() map[string]consumer.Handler[*sql.Tx] {
-	return map[string]consumer.Handler[*sql.Tx]{
-		TypeRunBilling: func(ctx context.Context, tx *sql.Tx, cmd consumer.Command) error {
+func SQLiteHandlers() map[string]consumer.Handler[*sqlite.Tx] {
+	return map[string]consumer.Handler[*sqlite.Tx]{
+		TypeRunBilling: func(ctx context.Context, tx *sqlite.Tx, cmd consumer.Command) error {
 			return runBilling(ctx, sqlTx{tx}, cmd)
 		},
 	}

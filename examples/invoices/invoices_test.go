@@ -2,7 +2,6 @@ package invoices_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -35,7 +34,7 @@ type backend[Tx any] struct {
 	count func(ctx context.Context, query string) (int, error)
 }
 
-func openSQLite(t *testing.T) backend[*sql.Tx] {
+func openSQLite(t *testing.T) backend[*sqlite.Tx] {
 	t.Helper()
 	ctx := context.Background()
 	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "invoices.db")})
@@ -49,7 +48,7 @@ func openSQLite(t *testing.T) backend[*sql.Tx] {
 		}
 	}
 	db := s.DB()
-	return backend[*sql.Tx]{
+	return backend[*sqlite.Tx]{
 		sink:     s,
 		handlers: invoices.SQLiteHandlers(),
 		verify:   func(ctx context.Context) (invoices.Report, error) { return invoices.VerifySQLite(ctx, db) },

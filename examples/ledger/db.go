@@ -28,7 +28,15 @@ type rows interface {
 	Close()
 }
 
-type sqlTx struct{ tx *sql.Tx }
+// sqlTx adapts a *sqlite.Tx (in handlers) or a *sql.Tx (in Verify).
+type sqlTx struct{ tx sqlConn }
+
+// sqlConn is what *sqlite.Tx and *sql.Tx have in common.
+type sqlConn interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
 
 func (t sqlTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
 	res, err := t.tx.ExecContext(ctx, query, args...)

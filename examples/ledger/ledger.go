@@ -45,6 +45,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
 // Topic is the default topic of ledger commands.
@@ -193,8 +194,8 @@ func setup(ctx context.Context, db execer) error {
 
 // SQLiteHandlers returns the example's handlers for a sink/sqlite sink, by
 // command type ([TypeDeposit], [TypeWithdraw]). Each call returns a new map.
-func SQLiteHandlers() map[string]consumer.Handler[*sql.Tx] {
-	return handlers(func(tx *sql.Tx) execer { return sqlTx{tx} })
+func SQLiteHandlers() map[string]consumer.Handler[*sqlite.Tx] {
+	return handlers(func(tx *sqlite.Tx) execer { return sqlTx{tx} })
 }
 
 // PostgresHandlers returns the example's handlers for a sink/postgres sink,

@@ -2,7 +2,6 @@ package ledger_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -39,7 +38,7 @@ type backend[Tx any] struct {
 	count func(ctx context.Context, query string) (int, error)
 }
 
-func openSQLite(t *testing.T) backend[*sql.Tx] {
+func openSQLite(t *testing.T) backend[*sqlite.Tx] {
 	t.Helper()
 	ctx := context.Background()
 	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
@@ -54,7 +53,7 @@ func openSQLite(t *testing.T) backend[*sql.Tx] {
 		t.Fatalf("SetupSQLite again: %v", err)
 	}
 	db := s.DB()
-	return backend[*sql.Tx]{
+	return backend[*sqlite.Tx]{
 		sink:     s,
 		handlers: ledger.SQLiteHandlers(),
 		verify:   func(ctx context.Context) (ledger.Report, error) { return ledger.VerifySQLite(ctx, db) },

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/internal/unfenced"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -210,22 +211,23 @@ func W2SQLite(ctx context.Context, env *Env) (Result, error) {
 		return Result{ID: "W2-sqlite", Name: name}, err
 	}
 	defer s.Close()
-	h := func(ctx context.Context, tx *sql.Tx, cmd consumer.Command) error {
+	h := func(ctx context.Context, tx *sqlite.Tx, cmd consumer.Command) error {
 		_, err := tx.ExecContext(ctx, sqliteUpsert, cmd.Key, kvValue(cmd.Payload, cmd.Offset))
 		return err
 	}
 	var got int
 	r, err := Measure("W2-sqlite", name, n, func() error {
 		var err error
-		got, err = runWorker(ctx, env, consumer.Config[*sql.Tx]{Sink: s, Handlers: handlersFor(types, h)}, n)
+		got, err = runWorker(ctx, env, consumer.Config[*sqlite.Tx]{Sink: s, Handlers: handlersFor(types, h)}, n)
 		return err
 	})
 	r.Records = got
 	return r, err
 }
 
-// B3SQLite is the baseline of W2SQLite: the same upserts through the
-// SQLite sink's Unfenced (no fence row, no offset update), one transaction
+// B3SQLite is the baseline of W2SQLite: the same upserts on the same kind
+// of database through internal/unfenced (no fence row, no offset update,
+// the same BEGIN IMMEDIATE and in-process writer lock), one transaction
 // per fetched partition batch of at most 256 records, from a raw kgo
 // goroutine-per-partition consumer.
 func B3SQLite(ctx context.Context, env *Env) (Result, error) {
@@ -237,10 +239,11 @@ func B3SQLite(ctx context.Context, env *Env) (Result, error) {
 	}
 	defer s.Close()
 	var got int
+	mu := make(chan struct{}, 1)
 	r, err := Measure("B3-sqlite", name, n, func() error {
 		var err error
 		got, err = runUnfenced(ctx, env, n, func(ctx context.Context, batch []*kgo.Record) error {
-			return s.Unfenced(ctx, len(batch), func(ctx context.Context, tx *sql.Tx, i int) error {
+			return unfenced.SQLite(ctx, s.DB(), mu, len(batch), func(ctx context.Context, tx *sql.Tx, i int) error {
 				_, err := tx.ExecContext(ctx, sqliteUpsert, batch[i].Key, kvValue(batch[i].Value, batch[i].Offset))
 				return err
 			})
@@ -315,8 +318,8 @@ func W2Postgres(ctx context.Context, env *Env) (Result, error) {
 	return r, err
 }
 
-// B3Postgres is the baseline of W2Postgres: the same upserts through the
-// PostgreSQL sink's Unfenced (no fence row, no offset update), one
+// B3Postgres is the baseline of W2Postgres: the same upserts through
+// internal/unfenced on the sink's pool (no fence row, no offset update), one
 // transaction per fetched partition batch of at most 256 records, from a raw
 // kgo goroutine-per-partition consumer. It is skipped when env.PostgresDSN
 // is empty or unreachable.
@@ -332,7 +335,7 @@ func B3Postgres(ctx context.Context, env *Env) (Result, error) {
 	r, err := Measure("B3-pg", name, n, func() error {
 		var err error
 		got, err = runUnfenced(ctx, env, n, func(ctx context.Context, batch []*kgo.Record) error {
-			return kv.s.Unfenced(ctx, len(batch), func(ctx context.Context, tx pgx.Tx, i int) error {
+			return unfenced.Postgres(ctx, kv.s.Pool(), len(batch), func(ctx context.Context, tx pgx.Tx, i int) error {
 				_, err := tx.Exec(ctx, kv.upsert, batch[i].Key, kvValue(batch[i].Value, batch[i].Offset))
 				return err
 			})

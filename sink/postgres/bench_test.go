@@ -8,11 +8,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/unfenced"
 )
 
 // BenchmarkApply measures the cost of the fence: the same batch of N
 // upserts into kv (pipelined by the handler with a pgx.Batch) applied with
-// Apply under a claimed token ("fenced") and with Unfenced ("unfenced").
+// Apply under a claimed token ("fenced") and with internal/unfenced ("unfenced").
 func BenchmarkApply(b *testing.B) {
 	// Interleaved (fenced and unfenced of one size back to back) so that
 	// drifting background load hits both alike.
@@ -60,7 +61,7 @@ func benchApply(b *testing.B, fenced bool, n int) {
 			if _, err := s.Apply(ctx, tok, offsets, effect); err != nil {
 				b.Fatal(err)
 			}
-		} else if err := s.Unfenced(ctx, n, effect); err != nil {
+		} else if err := unfenced.Postgres(ctx, s.Pool(), n, effect); err != nil {
 			b.Fatal(err)
 		}
 		batches++

@@ -332,35 +332,6 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 	return out, nil
 }
 
-// Unfenced runs effect for i = 0 … n-1 in one transaction and commits,
-// with no fence read, no fence row and no offset update: the same effects
-// as an Apply of n records, without the fence. It exists as the baseline of
-// the fencing overhead benchmark; never use it for real work. It may be
-// called from any goroutine; effect is called on the calling goroutine.
-func (s *Sink) Unfenced(ctx context.Context, n int, effect func(ctx context.Context, tx pgx.Tx, i int) error) error {
-	if effect == nil {
-		return fmt.Errorf("postgres: unfenced: %w: nil effect", sink.ErrBadBatch)
-	}
-	if err := s.check(ctx, "unfenced"); err != nil {
-		return err
-	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return wrap(ctx, "unfenced", err)
-	}
-	defer rollback(ctx, tx)
-	htx := &handlerTx{Tx: tx}
-	for i := range n {
-		if err := effect(ctx, htx, i); err != nil {
-			return &sink.EffectError{Index: i, Offset: int64(i), Err: err}
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return commitError(ctx, "unfenced", err)
-	}
-	return nil
-}
-
 // handlerTx is the pgx.Tx handed to effects: the sink's transaction, with
 // Commit and Rollback refused (the sink ends the transaction after the
 // fence check).

@@ -562,22 +562,3 @@ func TestGivenPool(t *testing.T) {
 		t.Fatalf("the given pool was closed by Close: %v", err)
 	}
 }
-
-func TestUnfenced(t *testing.T) {
-	t.Parallel()
-	schema := newTestSchema(t)
-	s := openSink(t, schema, nil)
-	err := s.Unfenced(t.Context(), 3, func(ctx context.Context, tx pgx.Tx, i int) error {
-		_, err := tx.Exec(ctx, upsertKV, fmt.Sprint("u", i), "v")
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, _, _ := getKV(t.Context(), s, "u2"); v != "v" {
-		t.Fatalf("kv(u2) = %q", v)
-	}
-	if f, err := s.Fences(t.Context()); err != nil || len(f) != 0 {
-		t.Fatalf("Unfenced left fence rows: %+v, %v", f, err)
-	}
-}

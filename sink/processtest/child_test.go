@@ -2,7 +2,6 @@ package processtest
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,12 +84,12 @@ func child(ctx context.Context, out say) error {
 		if _, err := s.DB().ExecContext(ctx, sqliteEffectsDDL); err != nil {
 			return fmt.Errorf("effects table: %w", err)
 		}
-		exec := func(ctx context.Context, tx *sql.Tx, e effect) error {
+		exec := func(ctx context.Context, tx *sqlite.Tx, e effect) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO effects(k, seq, part, off, epoch, member) VALUES (?, ?, ?, ?, ?, ?)`,
 				e.key, e.seq, e.part, e.off, e.epoch, e.member)
 			return err
 		}
-		return runWorker[*sql.Tx](ctx, s, exec, nil, out)
+		return runWorker[*sqlite.Tx](ctx, s, exec, nil, out)
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
 		s, err := postgres.Open(ctx, postgres.Config{DSN: spec, Schema: os.Getenv(envSchema), IdleInTxTimeout: 10 * time.Second})
 		if err != nil {

@@ -8,18 +8,20 @@ import (
 	"testing"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/unfenced"
+	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
 // BenchmarkApply measures the cost of the fence: "fenced" applies batches
 // with a claimed token through Apply (fence read, effects, conditional
 // NextOffset update, commit); "unfenced" runs the same effects through
-// Unfenced (effects, commit). Each effect upserts one row of a 4096-row kv
+// internal/unfenced (effects, commit). Each effect upserts one row of a 4096-row kv
 // table with a new value. One iteration is one batch; records/s counts
 // records. Every commit syncs the WAL (synchronous=FULL), so results depend
 // mostly on the disk's fsync latency for small batches.
 func BenchmarkApply(b *testing.B) {
 	for _, batch := range []int{1, 16, 256} {
-		effect := func(ctx context.Context, tx *sql.Tx, i int, base int64) error {
+		effect := func(ctx context.Context, tx execer, i int, base int64) error {
 			// The value differs on every write: SQLite skips rewriting a
 			// row whose content is unchanged, which would turn an
 			// unfenced commit of repeated values into a no-op.
@@ -41,7 +43,7 @@ func BenchmarkApply(b *testing.B) {
 					offs[i] = next + int64(i)
 				}
 				base := next
-				res, err := s.Apply(ctx, tk, offs, func(ctx context.Context, tx *sql.Tx, i int) error {
+				res, err := s.Apply(ctx, tk, offs, func(ctx context.Context, tx *sqlite.Tx, i int) error {
 					return effect(ctx, tx, i, base)
 				})
 				if err != nil {
@@ -55,10 +57,11 @@ func BenchmarkApply(b *testing.B) {
 			s := openAt(b, filepath.Join(b.TempDir(), "bench.db"))
 			ctx := context.Background()
 			var next int64
+			mu := make(chan struct{}, 1)
 			b.ResetTimer()
 			for b.Loop() {
 				base := next
-				if err := s.Unfenced(ctx, batch, func(ctx context.Context, tx *sql.Tx, i int) error {
+				if err := unfenced.SQLite(ctx, s.DB(), mu, batch, func(ctx context.Context, tx *sql.Tx, i int) error {
 					return effect(ctx, tx, i, base)
 				}); err != nil {
 					b.Fatal(err)

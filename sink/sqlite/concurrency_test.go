@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -101,8 +100,8 @@ func hammer(ctx context.Context, s *sqlite.Sink, member string, parts, rounds in
 
 // effectFor records, per offset, the applying token and the latest
 // history row of its scope visible inside the transaction.
-func effectFor(tk epochs.Token, offs []int64) sink.Effect[*sql.Tx] {
-	return func(ctx context.Context, tx *sql.Tx, i int) error {
+func effectFor(tk epochs.Token, offs []int64) sink.Effect[*sqlite.Tx] {
+	return func(ctx context.Context, tx *sqlite.Tx, i int) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO effects (grp, part, off, epoch, member, claim_seq)
 			VALUES (?, ?, ?, ?, ?, (SELECT max(seq) FROM workrouter_history WHERE grp = ? AND topic = ? AND part = ?))`,
 			tk.Group, tk.Partition, offs[i], tk.Epoch, tk.Member, tk.Group, tk.Topic, tk.Partition)

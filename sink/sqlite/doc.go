@@ -1,5 +1,5 @@
 // Package sqlite is the embedded, durable fenced sink of workrouter: it
-// stores every scope's fence (holder token and NextOffset, DESIGN.md §3) in
+// stores every scope's fence (holder token and NextOffset, docs/design.md#protocol) in
 // an SQLite database file, next to the tables the handlers write, so that a
 // batch's effects and its new NextOffset commit in one SQLite transaction.
 // It uses modernc.org/sqlite, a pure-Go driver (no cgo).
@@ -7,19 +7,21 @@
 // # Use with a consumer
 //
 // Open a [Sink] on a file, create the handlers' tables through [Sink.DB],
-// and hand the sink to a worker as a sink.Sink[*sql.Tx]. Handlers receive
-// the *sql.Tx of the fenced unit and write ordinary SQL through it:
+// and hand the sink to a worker as a sink.Sink[*sqlite.Tx]. Handlers receive
+// the *[Tx] of the fenced unit — the statement methods of *sql.Tx, minus
+// Commit and Rollback, which it refuses ([ErrTxControl]) — and write
+// ordinary SQL through it:
 //
 //	snk, err := sqlite.Open(ctx, sqlite.Config{Path: "/var/lib/ledger/ledger.db"})
 //	if err != nil { ... }
 //	defer snk.Close()
 //	_, err = snk.DB().ExecContext(ctx, `CREATE TABLE IF NOT EXISTS balances(
 //		account TEXT PRIMARY KEY, cents INTEGER NOT NULL)`)
-//	w, err := consumer.New(ctx, consumer.Config[*sql.Tx]{
+//	w, err := consumer.New(ctx, consumer.Config[*sqlite.Tx]{
 //		Brokers: brokers, Group: "ledger", Topic: "postings",
 //		Sink: snk,
-//		Handlers: map[string]consumer.Handler[*sql.Tx]{
-//			"post": func(ctx context.Context, tx *sql.Tx, cmd consumer.Command) error {
+//		Handlers: map[string]consumer.Handler[*sqlite.Tx]{
+//			"post": func(ctx context.Context, tx *sqlite.Tx, cmd consumer.Command) error {
 //				_, err := tx.ExecContext(ctx, `INSERT INTO balances VALUES(?, ?)
 //					ON CONFLICT(account) DO UPDATE SET cents = cents + excluded.cents`,
 //					string(cmd.Key), amount(cmd))
@@ -30,8 +32,7 @@
 //
 // Handlers must write only through the tx they are given (never through
 // [Sink.DB], which is outside the fenced unit and, for writes, would wait
-// for the sink's own write lock), must not call the sink's methods, and must
-// not commit or roll the tx back.
+// for the sink's own write lock) and must not call the sink's methods.
 //
 // # Several processes, one file
 //

@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -32,8 +31,8 @@ func Example() {
 	if _, err := s.DB().ExecContext(ctx, `CREATE TABLE balances (account TEXT PRIMARY KEY, cents INTEGER NOT NULL)`); err != nil {
 		panic(err)
 	}
-	credit := func(amounts []int64) sink.Effect[*sql.Tx] {
-		return func(ctx context.Context, tx *sql.Tx, i int) error {
+	credit := func(amounts []int64) sink.Effect[*sqlite.Tx] {
+		return func(ctx context.Context, tx *sqlite.Tx, i int) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO balances VALUES ('alice', ?)
 				ON CONFLICT (account) DO UPDATE SET cents = cents + excluded.cents`, amounts[i])
 			return err

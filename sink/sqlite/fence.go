@@ -140,14 +140,15 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
 // the offsets below NextOffset; runs effect for each remaining record index
 // in order with the transaction's *sql.Tx; sets NextOffset to the last
 // offset + 1 with an update conditional on the holder and the NextOffset it
-// read; and commits. If every offset is skipped it writes nothing. An effect
+// read; and commits. The effect writes through a *[Tx], which refuses
+// Commit and Rollback. If every offset is skipped it writes nothing. An effect
 // error rolls everything back and is returned in a *[sink.EffectError]; a
 // malformed batch fails with [sink.ErrBadBatch] before anything runs; a
 // cancelled ctx rolls back and fails with an error matching its error; an
 // expired busy timeout fails with [ErrBusy] (nothing applied; retry).
 // Apply may be called from any goroutine; effect is called on the calling
 // goroutine and must not call the sink's methods or use [Sink.DB].
-func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*sql.Tx]) (sink.ApplyResult, error) {
+func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*Tx]) (sink.ApplyResult, error) {
 	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
 		return sink.ApplyResult{}, err
 	}
@@ -171,11 +172,12 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 		// A pure replay: the holder is verified, nothing to write.
 		return sink.ApplyResult{Skipped: len(offsets), NextOffset: row.nextOffset}, nil
 	}
+	htx := &Tx{tx: tx}
 	for i := first; i < len(offsets); i++ {
 		if err := ctx.Err(); err != nil {
 			return sink.ApplyResult{}, s.wrap(ctx, op, err)
 		}
-		if err := effect(ctx, tx, i); err != nil {
+		if err := effect(ctx, htx, i); err != nil {
 			eerr := &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
 			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 				return sink.ApplyResult{}, fmt.Errorf("sqlite: %s: %w: %w", op, cerr, eerr)
@@ -321,25 +323,4 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 		return nil, s.wrap(ctx, op, err)
 	}
 	return out, nil
-}
-
-// Unfenced runs effect for i = 0..n-1 in one writing transaction and
-// commits, with no fence row read and no NextOffset update: exactly the
-// work of an Apply of n records minus the fence. It exists as the baseline
-// of the fencing-overhead benchmark; never use it for commands, it is not
-// fenced. An effect error rolls back and is returned in a
-// *[sink.EffectError] (Offset = i). It may be called from any goroutine.
-func (s *Sink) Unfenced(ctx context.Context, n int, effect func(ctx context.Context, tx *sql.Tx, i int) error) error {
-	const op = "unfenced"
-	tx, done, err := s.begin(ctx, op)
-	if err != nil {
-		return err
-	}
-	defer done()
-	for i := range n {
-		if err := effect(ctx, tx, i); err != nil {
-			return &sink.EffectError{Index: i, Offset: int64(i), Err: err}
-		}
-	}
-	return s.commit(ctx, tx, op)
 }

@@ -41,10 +41,10 @@ var ErrNoReason = errors.New("sqlite: reset needs a non-empty reason")
 
 // Compile-time checks of the capabilities a *Sink provides.
 var (
-	_ sink.Sink[*sql.Tx] = (*Sink)(nil)
-	_ sink.Lister        = (*Sink)(nil)
-	_ sink.Resetter      = (*Sink)(nil)
-	_ sink.Historian     = (*Sink)(nil)
+	_ sink.Sink[*Tx] = (*Sink)(nil)
+	_ sink.Lister    = (*Sink)(nil)
+	_ sink.Resetter  = (*Sink)(nil)
+	_ sink.Historian = (*Sink)(nil)
 )
 
 // DefaultPrefix is the table name prefix used when [Config.Prefix] is empty.
@@ -123,7 +123,7 @@ func (c Config) dsn() string {
 }
 
 // Sink is a fenced sink stored in an SQLite database file. It implements
-// sink.Sink[*sql.Tx], [sink.Lister] and [sink.Resetter]. Create it with
+// sink.Sink[*Tx], [sink.Lister], [sink.Resetter] and [sink.Historian]. Create it with
 // [Open]. All its methods are safe for concurrent use by any number of
 // goroutines, and any number of processes may use the same file at once.
 type Sink struct {
@@ -234,7 +234,7 @@ func (s *Sink) prepare(ctx context.Context) error {
 
 // DB returns the sink's database handle, for creating the handlers' tables
 // and for reads outside the fenced unit (status pages, tests). Writes that
-// must be fenced go through the *sql.Tx an effect receives, never through
+// must be fenced go through the *[Tx] an effect receives, never through
 // DB. It may be called from any goroutine; the handle is closed by
 // [Sink.Close].
 func (s *Sink) DB() *sql.DB { return s.db }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,8 +21,14 @@ import (
 // kvDDL is the table the harness and the other tests write through effects.
 const kvDDL = `CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT NOT NULL)`
 
+// execer is what put needs: a *sqlite.Tx inside Apply, a *sql.Tx in the
+// unfenced benchmark baseline.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
 // put upserts k=v through tx.
-func put(ctx context.Context, tx *sql.Tx, k, v string) error {
+func put(ctx context.Context, tx execer, k, v string) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`, k, v)
 	return err
 }
@@ -46,14 +53,14 @@ func openAt(t testing.TB, path string) *sqlite.Sink {
 
 func TestConformance(t *testing.T) {
 	var files sync.Map // *sqlite.Sink -> its file
-	sinktest.Run(t, sinktest.Harness[*sql.Tx]{
-		Open: func(t testing.TB) sink.Sink[*sql.Tx] {
+	sinktest.Run(t, sinktest.Harness[*sqlite.Tx]{
+		Open: func(t testing.TB) sink.Sink[*sqlite.Tx] {
 			path := filepath.Join(t.TempDir(), "sink.db")
 			s := openAt(t, path)
 			files.Store(s, path)
 			return s
 		},
-		Reopen: func(t testing.TB, old sink.Sink[*sql.Tx]) sink.Sink[*sql.Tx] {
+		Reopen: func(t testing.TB, old sink.Sink[*sqlite.Tx]) sink.Sink[*sqlite.Tx] {
 			v, ok := files.Load(old)
 			if !ok {
 				t.Fatalf("Reopen of a sink the harness did not open")
@@ -66,8 +73,8 @@ func TestConformance(t *testing.T) {
 			files.Store(s, path)
 			return s
 		},
-		Put: put,
-		Get: func(ctx context.Context, s sink.Sink[*sql.Tx], key string) (string, bool, error) {
+		Put: func(ctx context.Context, tx *sqlite.Tx, k, v string) error { return put(ctx, tx, k, v) },
+		Get: func(ctx context.Context, s sink.Sink[*sqlite.Tx], key string) (string, bool, error) {
 			var v string
 			err := s.(*sqlite.Sink).DB().QueryRowContext(ctx, `SELECT v FROM kv WHERE k = ?`, key).Scan(&v)
 			if errors.Is(err, sql.ErrNoRows) {
@@ -95,7 +102,7 @@ func TestHistoryClaimsAndResets(t *testing.T) {
 	}
 	mustClaim(a, 0)
 	mustClaim(other, 0)
-	if _, err := s.Apply(ctx, a, []int64{0, 1, 2}, func(ctx context.Context, tx *sql.Tx, i int) error { return nil }); err != nil {
+	if _, err := s.Apply(ctx, a, []int64{0, 1, 2}, func(ctx context.Context, tx *sqlite.Tx, i int) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	mustClaim(a, 3) // idempotent re-claim: recorded too
@@ -355,39 +362,39 @@ func TestPragmas(t *testing.T) {
 	}
 }
 
-func TestUnfencedAndClosed(t *testing.T) {
+// TestHandlerCannotEndTheTransaction: the Tx an effect receives refuses
+// Commit and Rollback (the fence commits with the effects), and the batch
+// still commits as one unit.
+func TestHandlerCannotEndTheTransaction(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "u.db")
-	s := openAt(t, path)
-	boom := errors.New("boom")
-	err := s.Unfenced(ctx, 3, func(ctx context.Context, tx *sql.Tx, i int) error {
-		if err := put(ctx, tx, "u"+string(rune('0'+i)), "v"); err != nil {
-			return err
-		}
-		if i == 2 {
-			return boom
-		}
-		return nil
-	})
-	var ee *sink.EffectError
-	if !errors.As(err, &ee) || !errors.Is(err, boom) || ee.Index != 2 {
-		t.Fatalf("Unfenced with failing effect: %v", err)
-	}
-	var n int
-	if err := s.DB().QueryRow(`SELECT count(*) FROM kv`).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("rows after rolled back Unfenced = %d, %v", n, err)
-	}
-	if err := s.Unfenced(ctx, 2, func(ctx context.Context, tx *sql.Tx, i int) error {
-		return put(ctx, tx, "u"+string(rune('0'+i)), "v")
-	}); err != nil {
+	s := openAt(t, filepath.Join(t.TempDir(), "tx.db"))
+	tk := tok("g", 0, 1, "m")
+	if _, err := s.Claim(ctx, tk); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DB().QueryRow(`SELECT count(*) FROM kv`).Scan(&n); err != nil || n != 2 {
-		t.Fatalf("rows after Unfenced = %d, %v", n, err)
+	var commitErr, rollbackErr error
+	res, err := s.Apply(ctx, tk, []int64{0, 1}, func(ctx context.Context, tx *sqlite.Tx, i int) error {
+		if err := put(ctx, tx, "t"+strconv.Itoa(i), "v"); err != nil {
+			return err
+		}
+		commitErr, rollbackErr = tx.Commit(), tx.Rollback()
+		return nil
+	})
+	if err != nil || res.NextOffset != 2 {
+		t.Fatalf("Apply = %+v, %v", res, err)
 	}
-	if f, err := s.Fences(ctx); err != nil || len(f) != 0 {
-		t.Fatalf("Unfenced wrote fences: %+v, %v", f, err)
+	if !errors.Is(commitErr, sqlite.ErrTxControl) || !errors.Is(rollbackErr, sqlite.ErrTxControl) {
+		t.Fatalf("Commit = %v, Rollback = %v; want both refused with ErrTxControl", commitErr, rollbackErr)
 	}
+	var n int
+	if err := s.DB().QueryRow(`SELECT count(*) FROM kv WHERE k IN ('t0', 't1')`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("rows after the batch = %d, %v; want both", n, err)
+	}
+}
+
+func TestClosed(t *testing.T) {
+	ctx := t.Context()
+	s := openAt(t, filepath.Join(t.TempDir(), "u.db"))
 	s.Close()
 	if _, err := s.Claim(ctx, tok("g", 0, 1, "m")); err == nil {
 		t.Fatal("Claim after Close succeeded")
@@ -432,7 +439,7 @@ func TestBusy(t *testing.T) {
 		t.Fatalf("Claim gave up after %v, before the busy timeout", waited)
 	}
 	t.Logf("busy: %v", err)
-	_, err = s.Apply(t.Context(), tk, []int64{0}, func(context.Context, *sql.Tx, int) error {
+	_, err = s.Apply(t.Context(), tk, []int64{0}, func(context.Context, *sqlite.Tx, int) error {
 		t.Error("effect ran without the write lock")
 		return nil
 	})
