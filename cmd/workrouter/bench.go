@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/workrouter/workrouter/internal/bench"
+	"github.com/workrouter/workrouter/cmd/internal/bench"
 )
 
 // benchJSON is `workrouter bench --json` output.

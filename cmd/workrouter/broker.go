@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/workrouter/workrouter/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/broker"
 )
 
 // brokerFlags holds the values of `workrouter broker`'s flags.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/workrouter/workrouter/internal/chaos"
+	"github.com/workrouter/workrouter/cmd/internal/chaos"
 )
 
 func newChaosCmd() *cobra.Command {

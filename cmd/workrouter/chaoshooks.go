@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/internal/faults"
+	"github.com/workrouter/workrouter/cmd/internal/faults"
 	"github.com/workrouter/workrouter/sink"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/workrouter/workrouter/internal/demo"
+	"github.com/workrouter/workrouter/cmd/internal/demo"
 )
 
 func newDemoCmd() *cobra.Command {

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/broker"
 	"github.com/workrouter/workrouter/router"
 )
 

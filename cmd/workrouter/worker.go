@@ -16,7 +16,7 @@ import (
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/examples/invoices"
 	"github.com/workrouter/workrouter/examples/ledger"
-	"github.com/workrouter/workrouter/internal/faults"
+	"github.com/workrouter/workrouter/cmd/internal/faults"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sinkmetrics"

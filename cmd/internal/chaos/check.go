@@ -6,7 +6,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/workrouter/workrouter/internal/cluster"
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
 )
 
 // Records is what the checker reads after a run: the sink's own postings

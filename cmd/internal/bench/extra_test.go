@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/broker"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -68,7 +68,7 @@ func TestExtraProcessAll(t *testing.T) {
 		w         Workload
 		mayBeSkip bool
 	}{
-		{"B2Sarama", B2Sarama, true},
+		{"B2", B2, true},
 		{"W2SQLite", W2SQLite, false},
 		{"B3SQLite", B3SQLite, false},
 		{"W2Postgres", W2Postgres, true},

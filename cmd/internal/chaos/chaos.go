@@ -52,8 +52,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/workrouter/workrouter/examples/ledger"
-	"github.com/workrouter/workrouter/internal/cluster"
-	"github.com/workrouter/workrouter/internal/faults"
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
+	"github.com/workrouter/workrouter/cmd/internal/faults"
 	"github.com/workrouter/workrouter/router"
 )
 

@@ -30,7 +30,7 @@ func All(repeats int) []Entry {
 		{"B0", m(B0)},
 		{"B1", m(B1)},
 		{"W1", m(W1)},
-		{"B2", m(B2Sarama)},
+		{"B2", m(B2)},
 		{"W3", W3},
 		{"B3-sqlite", m(B3SQLite)},
 		{"W2-sqlite", m(W2SQLite)},

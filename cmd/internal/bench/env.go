@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/broker"
 	"github.com/workrouter/workrouter/router"
 )
 

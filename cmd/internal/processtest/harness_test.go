@@ -26,8 +26,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/internal/broker"
-	"github.com/workrouter/workrouter/internal/faults"
+	"github.com/workrouter/workrouter/cmd/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/faults"
 	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"

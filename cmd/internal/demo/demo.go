@@ -22,8 +22,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/examples/ledger"
-	"github.com/workrouter/workrouter/internal/broker"
-	"github.com/workrouter/workrouter/internal/cluster"
+	"github.com/workrouter/workrouter/cmd/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/router"
 )
 

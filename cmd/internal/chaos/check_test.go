@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
-	"github.com/workrouter/workrouter/internal/cluster"
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

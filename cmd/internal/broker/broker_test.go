@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
-	"github.com/workrouter/workrouter/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/broker"
 )
 
 func TestMain(m *testing.M) {

@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/workrouter/workrouter/internal/faults"
+	"github.com/workrouter/workrouter/cmd/internal/faults"
 )
 
 // Log messages of the worker that Worker follows. They are the messages the

@@ -1,3 +1,5 @@
+//go:build sarama
+
 package bench
 
 import (
@@ -10,16 +12,20 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// saramaVersion is the Kafka protocol version B2Sarama tells Sarama the
+// SaramaBuildTag is the build tag that compiles the Sarama baseline (B2)
+// into the binary; this build has it.
+const SaramaBuildTag = "sarama"
+
+// saramaVersion is the Kafka protocol version B2 tells Sarama the
 // broker speaks.
 func saramaVersion() sarama.KafkaVersion { return sarama.V3_6_0_0 }
 
-// B2Sarama is the Sarama baseline: an IBM/sarama ConsumerGroup (sticky
+// B2 is the Sarama baseline: an IBM/sarama ConsumerGroup (sticky
 // balance strategy, fresh group, from the oldest offset) whose handler does
 // nothing with a message but count and mark it, until env.Records messages
 // were consumed across all claims. If Sarama cannot join the group on the
 // broker within 30s, the result is Skipped with the reason.
-func B2Sarama(ctx context.Context, env *Env) (Result, error) {
+func B2(ctx context.Context, env *Env) (Result, error) {
 	const id, name = "B2", "IBM/sarama ConsumerGroup, no-op handler"
 	cfg := sarama.NewConfig()
 	cfg.Version = saramaVersion()
