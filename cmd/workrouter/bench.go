@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/workrouter/workrouter/cmd/internal/bench"
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
 )
 
 // benchJSON is `workrouter bench --json` output.
@@ -79,7 +80,7 @@ fail; a workload that errors does (after the report).`,
 			}
 			// W6 freezes a real `workrouter worker` process: this binary.
 			if exe, err := os.Executable(); err == nil {
-				cfg.WorkerArgv = []string{exe}
+				cfg.Worker = cluster.Binary{Argv: []string{exe}}
 			}
 			ctx := cmd.Context()
 			errOut := cmd.ErrOrStderr()

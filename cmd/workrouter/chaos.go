@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/workrouter/workrouter/cmd/internal/chaos"
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
 )
 
 func newChaosCmd() *cobra.Command {
@@ -72,7 +73,7 @@ fired, or no stale write was rejected although pause or heartbeat ran.`,
 			if err != nil {
 				return fmt.Errorf("chaos: cannot find its own executable to start workers: %w", err)
 			}
-			cfg.WorkerArgv = []string{exe}
+			cfg.Worker = cluster.Binary{Argv: []string{exe}}
 			out := cmd.OutOrStdout()
 			if !asJSON {
 				cfg.Out = out

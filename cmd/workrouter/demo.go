@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/cmd/internal/demo"
 )
 
@@ -39,7 +40,7 @@ any invariant failed.`,
 			if err != nil {
 				return fmt.Errorf("demo: cannot find its own executable to start workers: %w", err)
 			}
-			cfg.WorkerArgv = []string{exe}
+			cfg.Worker = cluster.Binary{Argv: []string{exe}}
 			if cfg.PostgresDSN, cfg.SinkPath, err = ledgerSink(sink); err != nil {
 				return err
 			}

@@ -17,8 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/cmd/internal/broker"
+	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink/sqlite"

@@ -16,6 +16,9 @@ import (
 )
 
 func main() {
+	if harnessEntry() {
+		os.Exit(harnessMain(os.Args[1:]))
+	}
 	os.Exit(run())
 }
 

@@ -10,13 +10,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
-	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/consumer/eventlog"
 	"github.com/workrouter/workrouter/examples/invoices"
 	"github.com/workrouter/workrouter/examples/ledger"
-	"github.com/workrouter/workrouter/cmd/internal/faults"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sinkmetrics"
@@ -37,10 +37,11 @@ type workerFlags struct {
 	heartbeatInterval time.Duration
 	revokeTimeout     time.Duration
 	rebalanceTimeout  time.Duration
-	freezeBeforeBatch int64
-	chaos             bool
-	chaosStall        time.Duration
 	metricsAddr       string
+	events            string
+	// sqliteBusy is the SQLite sink's busy timeout (0: its default); only
+	// the harness's worker sets it.
+	sqliteBusy time.Duration
 }
 
 // errUnknownExample is matched by the error for an --example that does not exist.
@@ -56,14 +57,24 @@ to a fenced sink until interrupted (Ctrl-C, SIGINT or SIGTERM), then leaves the
 group cleanly. Each owned partition is claimed in the sink before any record is
 processed, and every batch is applied in one fenced transaction.
 
+With --events, every event of the worker (claims, applied batches, fences,
+stalls, commits…) is also written as one JSON object per line to that file —
+for tooling that follows a worker without parsing its log.
+
 Real applications build their own binary from the library (see the README);
 this command runs the examples in ./examples.`,
 		Example: `  workrouter worker --example ledger --sink sqlite:ledger.db
-  workrouter worker --example invoices --sink postgres://postgres@127.0.0.1:5432/test --group billing`,
+  workrouter worker --example invoices --sink postgres://postgres@127.0.0.1:5432/test --group billing
+  workrouter worker --example ledger --events /var/log/workrouter/events.jsonl`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd, f) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd, f, nil) },
 	}
-	fl := cmd.Flags()
+	addWorkerFlags(cmd.Flags(), &f)
+	return cmd
+}
+
+// addWorkerFlags defines the worker's flags on fl.
+func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.StringVar(&f.example, "example", "", "built-in example to run: ledger or invoices (required)")
 	fl.StringSliceVar(&f.brokers, "brokers", []string{"127.0.0.1:9092"}, "seed brokers, comma-separated")
 	fl.StringVar(&f.topic, "topic", "", "topic of commands (default: the example's, ledger or invoices)")
@@ -77,17 +88,12 @@ this command runs the examples in ./examples.`,
 	fl.DurationVar(&f.revokeTimeout, "revoke-timeout", 10*time.Second, "how long a revoked partition's in-flight batch may take")
 	fl.DurationVar(&f.rebalanceTimeout, "rebalance-timeout", 60*time.Second, "group rebalance timeout: how long the group waits for members to rejoin")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (no host means loopback; empty disables)")
-	fl.Int64Var(&f.freezeBeforeBatch, "freeze-before-batch", 0, "fault injection: stop this process with SIGSTOP right before its Nth batch (0: never)")
-	_ = fl.MarkHidden("freeze-before-batch")
-	fl.BoolVar(&f.chaos, "chaos", false, "fault injection for `workrouter chaos`: SIGUSR1 freezes (SIGSTOP) before the next batch, "+
-		"SIGUSR2 cuts the broker connections, SIGHUP stalls them for --chaos-stall, SIGWINCH interrupts the next sink transaction mid-way")
-	fl.DurationVar(&f.chaosStall, "chaos-stall", 3*time.Second, "with --chaos: how long SIGHUP stalls the broker connections")
-	_ = fl.MarkHidden("chaos")
-	_ = fl.MarkHidden("chaos-stall")
-	return cmd
+	fl.StringVar(&f.events, "events", "", "also write every worker event as a JSON line to this file (appended; /dev/fd/N for an inherited descriptor)")
 }
 
-func runWorker(cmd *cobra.Command, f workerFlags) error {
+// runWorker runs the worker f describes; h adds the harness's fault hooks
+// (nil for the product command).
+func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 	if f.example != "ledger" && f.example != "invoices" {
 		return fmt.Errorf("%w %q: want ledger or invoices", errUnknownExample, f.example)
 	}
@@ -121,7 +127,7 @@ func runWorker(cmd *cobra.Command, f workerFlags) error {
 	ctx := cmd.Context()
 	switch spec.kind {
 	case "sqlite":
-		s, err := sqlite.Open(ctx, sqlite.Config{Path: spec.path, Logger: logger})
+		s, err := sqlite.Open(ctx, sqlite.Config{Path: spec.path, Logger: logger, BusyTimeout: f.sqliteBusy})
 		if err != nil {
 			return err
 		}
@@ -134,7 +140,7 @@ func runWorker(cmd *cobra.Command, f workerFlags) error {
 		if err := setup(ctx, s.DB()); err != nil {
 			return fmt.Errorf("setting up the %s tables: %w", f.example, err)
 		}
-		return serveWorker[*sqlite.Tx](cmd, f, protocol, "sqlite", s, handlers, logger)
+		return serveWorker[*sqlite.Tx](cmd, f, spec, protocol, "sqlite", s, handlers, logger, h, nil)
 	case "postgres":
 		// A search_path in the DSN names the schema of the sink's tables
 		// too, so that the sink and the example's tables live together.
@@ -155,31 +161,47 @@ func runWorker(cmd *cobra.Command, f workerFlags) error {
 		if err := setup(ctx, s.Pool()); err != nil {
 			return fmt.Errorf("setting up the %s tables: %w", f.example, err)
 		}
-		return serveWorker[pgx.Tx](cmd, f, protocol, "postgres", s, handlers, logger)
+		backendPID := func(ctx context.Context, tx pgx.Tx) (int, error) {
+			var pid int
+			err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
+			return pid, err
+		}
+		return serveWorker[pgx.Tx](cmd, f, spec, protocol, "postgres", s, handlers, logger, h, backendPID)
 	}
 	return fmt.Errorf("unsupported sink %q", f.sink)
 }
 
-func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, protocol consumer.Protocol, backend string, s sink.Sink[Tx],
-	handlers map[string]consumer.Handler[Tx], logger *slog.Logger) error {
+// serveWorker runs a Worker on s until the command's context ends or the
+// Worker stops by itself. backendPID, if set, reads the database session's
+// backend ID inside a transaction (for the harness's hooks).
+func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, protocol consumer.Protocol, backend string, s sink.Sink[Tx],
+	handlers map[string]consumer.Handler[Tx], logger *slog.Logger, h *harnessHooks, backendPID func(context.Context, Tx) (int, error)) error {
 	ctx := cmd.Context()
 	reg := newRegistry()
 	s, err := sinkmetrics.Wrap(s, reg, backend)
 	if err != nil {
 		return err
 	}
-	if f.freezeBeforeBatch > 0 {
-		s = faults.FreezeBeforeBatch(s, f.freezeBeforeBatch, func(tok epochs.Token, _ []int64) {
-			logger.Warn(faults.MsgFreezing, "group", tok.Group, "topic", tok.Topic,
-				"partition", tok.Partition, "epoch", tok.Epoch, "member", tok.Member)
+	var observers []consumer.Observer
+	var events *eventlog.Writer
+	if f.events != "" {
+		file, err := os.OpenFile(f.events, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return fmt.Errorf("--events: %w", err)
+		}
+		defer file.Close()
+		events = eventlog.NewWriter(file, func(err error) {
+			logger.Error("the event stream failed; events are no longer written", "events", f.events, "err", err)
 		})
+		observers = append(observers, events)
 	}
 	var clientOpts []kgo.Opt
-	if f.chaos {
-		ch := newChaosHooks(s, f.chaosStall, logger)
-		s = ch.sink
-		clientOpts = append(clientOpts, kgo.Dialer(ch.dialer.DialContext))
-		stop := ch.start(ctx)
+	if h != nil {
+		var stop func()
+		s, clientOpts, stop, err = installHooks(ctx, h, s, events, backendPID)
+		if err != nil {
+			return err
+		}
 		defer stop()
 	}
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -187,6 +209,7 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, protocol consumer.Pr
 	w, err := consumer.New(cctx, consumer.Config[Tx]{
 		ClientOpts:        clientOpts,
 		Registerer:        reg,
+		Observers:         observers,
 		Brokers:           f.brokers,
 		Group:             f.group,
 		Topic:             f.topic,
@@ -211,8 +234,12 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, protocol consumer.Pr
 	}
 	defer ops.close()
 	fmt.Fprintf(cmd.OutOrStdout(), "workrouter worker %s: example %s, group %s, topic %s, sink %s\n",
-		f.clientID, f.example, f.group, f.topic, f.sink)
-	<-ctx.Done()
-	logger.Info("leaving the group", "reason", context.Cause(ctx))
-	return w.Close()
+		f.clientID, f.example, f.group, f.topic, spec)
+	select {
+	case <-ctx.Done():
+		logger.Info("leaving the group", "reason", context.Cause(ctx))
+		return w.Close()
+	case <-w.Done():
+		return w.Err()
+	}
 }

@@ -94,7 +94,7 @@ func W5(ctx context.Context, env *Env) (Result, error) {
 // broker (a real broker's minimum session timeout is above
 // W6SessionTimeout).
 func W6(ctx context.Context, env *Env) (Result, error) {
-	if len(env.WorkerArgv) > 0 {
+	if len(env.Worker.Argv) > 0 {
 		return W6Process(ctx, env)
 	}
 	return W6TakeoverOn(Cluster(env))(ctx, env)

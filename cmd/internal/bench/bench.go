@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
 )
 
 // Env is what every workload runs against. Brokers is an embedded kfake
@@ -29,8 +31,8 @@ type Env struct {
 	PostgresDSN string
 	// TempDir holds SQLite files and the like.
 	TempDir string
-	// WorkerArgv starts a `workrouter worker` process (see SetupConfig).
-	WorkerArgv []string
+	// Worker starts a `workrouter worker` process (see SetupConfig).
+	Worker cluster.Binary
 
 	cluster *kfake.Cluster // the embedded broker's, nil with external brokers
 	payload []byte         // see payload

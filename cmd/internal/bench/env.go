@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/cmd/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -55,11 +56,11 @@ type SetupConfig struct {
 	// TempDir is where SQLite files and the like go; default a fresh
 	// directory under os.TempDir, removed by the cleanup function.
 	TempDir string
-	// WorkerArgv, if set, starts a `workrouter worker` process when its
+	// Worker, if set, starts a `workrouter worker` process when its
 	// arguments are appended (e.g. the workrouter executable): W6 then
 	// freezes a real worker process with SIGSTOP. Without it (go test
 	// -bench), W6 simulates the freeze in process.
-	WorkerArgv []string
+	Worker cluster.Binary
 }
 
 func (c SetupConfig) withDefaults() (SetupConfig, error) {
@@ -109,7 +110,7 @@ func Setup(ctx context.Context, cfg SetupConfig) (*Env, func(), error) {
 		Size:        cfg.Size,
 		PostgresDSN: cfg.PostgresDSN,
 		TempDir:     cfg.TempDir,
-		WorkerArgv:  cfg.WorkerArgv,
+		Worker:      cfg.Worker,
 	}
 	if env.TempDir == "" {
 		dir, err := os.MkdirTemp("", "workrouter-bench-")

@@ -21,7 +21,7 @@ import (
 var ErrTakeover = errors.New("bench: W6 takeover")
 
 // W6Process is W6, pause-to-takeover, with real worker processes: two
-// `workrouter worker --example ledger` processes (env.WorkerArgv) on an
+// `workrouter worker --example ledger` processes (env.Worker) on an
 // SQLite sink share a fresh one-partition topic with session timeout
 // W6SessionTimeout and a 200ms heartbeat. When the first owns the
 // partition and the second has joined, the first is frozen with SIGSTOP
@@ -53,7 +53,7 @@ func W6Process(ctx context.Context, env *Env) (Result, error) {
 	}
 	var workers []*cluster.Worker
 	defer func() { cluster.StopAll(workers, 5*time.Second) }()
-	a, err := cluster.StartWorker("w6-a", env.WorkerArgv, opts("w6-a")...)
+	a, err := cluster.StartWorker("w6-a", env.Worker, nil, opts("w6-a")...)
 	if err != nil {
 		return fail(err)
 	}
@@ -61,7 +61,7 @@ func W6Process(ctx context.Context, env *Env) (Result, error) {
 	if err := pollUntil(ctx, 30*time.Second, func() bool { _, ok := a.Owned()[0]; return ok }); err != nil {
 		return fail(fmt.Errorf("%w: the first worker never claimed the partition (%s): %w", ErrTakeover, a.LastErr(), err))
 	}
-	b, err := cluster.StartWorker("w6-b", env.WorkerArgv, opts("w6-b")...)
+	b, err := cluster.StartWorker("w6-b", env.Worker, nil, opts("w6-b")...)
 	if err != nil {
 		return fail(err)
 	}

@@ -51,9 +51,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/cmd/internal/faults"
+	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -142,9 +142,9 @@ type Config struct {
 	// LogDir, if set, receives each worker process's log as
 	// NAME-PID.log and the broker's as broker.log, for post-mortems.
 	LogDir string
-	// WorkerArgv starts one worker process ("worker" and its flags are
-	// appended). Required.
-	WorkerArgv []string
+	// Worker starts one worker process (the harness's worker of the
+	// workrouter binary; see cluster.StartWorker). Required.
+	Worker cluster.Binary
 	// Out receives the timeline as it happens; nil discards.
 	Out io.Writer
 }
@@ -181,7 +181,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.RecoverTimeout = 2 * time.Minute
 	}
 	switch {
-	case len(c.WorkerArgv) == 0:
+	case len(c.Worker.Argv) == 0:
 		return c, fmt.Errorf("%w: no worker command", ErrConfig)
 	case c.Workers < 2:
 		return c, fmt.Errorf("%w: need at least 2 workers, so that one can take over from another", ErrConfig)
@@ -251,6 +251,8 @@ type run struct {
 	ended    map[*cluster.Worker]bool // processes the harness ended on purpose
 	logs     []*os.File               // worker logs (LogDir), closed after the workers
 	res      Result
+
+	notConverged bool // the wait for lag zero timed out (V)
 }
 
 // markEnded records that the harness is about to end w on purpose.
@@ -422,7 +424,7 @@ func (r *run) run() error {
 		if ctx.Err() != nil {
 			return converged
 		}
-		r.res.Violations.V = 1
+		r.notConverged = true
 		r.logf("V: not converged: %v", converged)
 	} else {
 		r.res.Recover = time.Since(lastFault).Round(time.Millisecond)
@@ -431,32 +433,25 @@ func (r *run) run() error {
 	return r.check(prod)
 }
 
-// check reads the sink's records and fills the result's figures.
+// check reads the sink's records, checks the invariants over them with
+// the shared checker, and fills the result's figures.
 func (r *run) check(prod *cluster.Producer) error {
 	ctx := r.ctx
-	rep, err := r.store.Verify(ctx)
+	applied, err := r.store.Count(ctx, `SELECT count(*) FROM ledger_postings`)
 	if err != nil {
 		return err
 	}
-	postings, err := r.store.Postings(ctx)
+	rep, err := r.store.Check(ctx, cluster.CheckConfig{Brokers: r.brokers, Group: group, Topic: r.topic,
+		Partitions: r.cfg.Partitions, Acked: prod.Acked(), NotConverged: r.notConverged})
 	if err != nil {
 		return err
 	}
-	recs := Records{Postings: postings, Claims: map[int32][]cluster.Claim{}, Acked: prod.Acked(), BalanceMismatches: len(rep.Mismatches)}
-	for p := int32(0); p < r.cfg.Partitions; p++ {
-		cs, err := r.store.Claims(ctx, cluster.Scope(group, r.topic, p))
-		if err != nil {
-			return err
-		}
-		recs.Claims[p] = cs
-	}
-	v, notes := Check(recs)
-	v.V = r.res.Violations.V
+	notes := rep.Notes(20)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.res.Violations = v
+	r.res.Violations = rep.Violations
 	r.res.Notes = notes
-	r.res.Applied = len(postings)
+	r.res.Applied = applied
 	for _, w := range r.all {
 		if w.Exited() && !r.ended[w] {
 			r.res.Crashes++
@@ -496,9 +491,9 @@ func (r *run) produce(p *cluster.Producer, stop <-chan struct{}) error {
 
 // workerArgs is the command line of the worker named name.
 func (r *run) workerArgs(name string) []string {
-	args := cluster.WorkerOptions{Brokers: r.brokers, Topic: r.topic, Group: group, SinkSpec: r.store.WorkerSpec(name),
-		Name: name, SessionTimeout: r.cfg.SessionTimeout, Protocol: r.cfg.Protocol, RebalanceTimeout: r.cfg.RebalanceTimeout}.Args()
-	return append(args, "--chaos", "--chaos-stall", r.stallFor().String())
+	return cluster.WorkerOptions{Brokers: r.brokers, Topic: r.topic, Group: group, SinkSpec: r.store.WorkerSpec(name),
+		Name: name, SessionTimeout: r.cfg.SessionTimeout, Protocol: r.cfg.Protocol, RebalanceTimeout: r.cfg.RebalanceTimeout,
+		Hooks: []string{"--chaos", "--chaos-stall", r.stallFor().String()}}.Args()
 }
 
 func (r *run) startWorker(name string) (*cluster.Worker, error) {
@@ -514,7 +509,7 @@ func (r *run) startWorker(name string) (*cluster.Worker, error) {
 		r.mu.Unlock()
 		logTo = f
 	}
-	w, err := cluster.StartWorkerLogged(name, logTo, r.cfg.WorkerArgv, args...)
+	w, err := cluster.StartWorker(name, r.cfg.Worker, logTo, args...)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
@@ -711,9 +706,9 @@ func (r *run) brokerConn() (bool, error) {
 		return false, nil
 	}
 	r.supersede(w.Name())
-	msg, sig, what := faults.MsgBrokerCut, syscall.SIGUSR2, "cut"
+	msg, sig, what := faults.KindBrokerCut, syscall.SIGUSR2, "cut"
 	if r.rng.IntN(2) == 0 {
-		msg, sig, what = faults.MsgBrokerStall, syscall.SIGHUP, "stalled for "+r.stallFor().String()
+		msg, sig, what = faults.KindBrokerStall, syscall.SIGHUP, "stalled for "+r.stallFor().String()
 	}
 	before, start, held := w.Count(msg), time.Now(), w.Owned()
 	if err := w.Signal(sig); err != nil {
@@ -747,11 +742,11 @@ func (r *run) sinkConn() (bool, error) {
 		r.logf("SINK-CONN %s: pg_terminate_backend on %d connections (in a transaction: %v)", w.Name(), n, inTx)
 		return n > 0, r.ctx.Err()
 	}
-	before := w.Count(faults.MsgSinkCut)
+	before := w.Count(faults.KindSinkCut)
 	if err := w.Signal(syscall.SIGWINCH); err != nil {
 		return false, nil
 	}
-	fired := r.waitUntil(10*time.Second, w.Name()+" to interrupt a transaction", func() bool { return w.Count(faults.MsgSinkCut) > before }) == nil
+	fired := r.waitUntil(10*time.Second, w.Name()+" to interrupt a transaction", func() bool { return w.Count(faults.KindSinkCut) > before }) == nil
 	r.logf("SINK-CONN %s: transaction interrupted mid-way (SQLite: context cancelled after its first effect): %v", w.Name(), fired)
 	return fired, r.ctx.Err()
 }

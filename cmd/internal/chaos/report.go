@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/workrouter/workrouter/internal/invariants"
 )
 
 // Result is the outcome of a run: faults injected, figures read from the
@@ -28,8 +30,8 @@ type Result struct {
 	// Applied is the number of postings in the sink.
 	Applied int `json:"applied"`
 	// StaleRejected counts fenced claims and applies the workers logged.
-	StaleRejected int        `json:"stale_rejected"`
-	Violations    Violations `json:"violations"`
+	StaleRejected int                   `json:"stale_rejected"`
+	Violations    invariants.Violations `json:"violations"`
 	// Recover is the time from the later of the last fault's end and the
 	// last command produced until lag was zero with every acknowledged
 	// command applied (zero if never: see Violations.V).
@@ -41,8 +43,9 @@ type Result struct {
 	// fault's start (in the order they completed).
 	Watched   int             `json:"watched"`
 	Takeovers []time.Duration `json:"takeovers_ns"`
-	// WorkerErrors counts the errors the workers logged (fenced outcomes
-	// aside); informational, listed in the timeline.
+	// WorkerErrors counts the errors the workers reported (a worker that
+	// stopped by itself, a malformed event); informational, listed in the
+	// timeline.
 	WorkerErrors int `json:"worker_errors"`
 	// Crashes counts worker processes that exited without the harness
 	// ending them; informational, listed in the timeline.
@@ -119,13 +122,14 @@ func (r Result) Table() string {
 	fmt.Fprintf(tw, "violations O (per-key order)\t%d\n", v.O)
 	fmt.Fprintf(tw, "violations X (applied twice, balance)\t%d\n", v.X)
 	fmt.Fprintf(tw, "violations V (lag not back to zero)\t%d\n", v.V)
+	fmt.Fprintf(tw, "violations D (skipped without exactly one dead letter)\t%d\n", v.D)
 	rec := "never"
 	if v.V == 0 {
 		rec = r.Recover.String()
 	}
 	fmt.Fprintf(tw, "time to recover after the last fault\t%s\n", rec)
 	fmt.Fprintf(tw, "takeover after a fault (p50 / max)\t%s\n", r.takeoverSummary())
-	fmt.Fprintf(tw, "worker errors logged (not fenced)\t%d\n", r.WorkerErrors)
+	fmt.Fprintf(tw, "worker errors reported (not fenced)\t%d\n", r.WorkerErrors)
 	fmt.Fprintf(tw, "workers that exited by themselves\t%d\n", r.Crashes)
 	tw.Flush()
 	if m := r.Missing(); len(m) > 0 {

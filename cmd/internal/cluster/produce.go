@@ -13,11 +13,13 @@ import (
 	"github.com/workrouter/workrouter/router"
 )
 
-// Acked is a command the broker acknowledged: its account and the
-// account's sequence number for it.
+// Acked is a command the broker acknowledged: its account, the account's
+// sequence number for it, and where it landed.
 type Acked struct {
-	Account string
-	Seq     int
+	Account   string
+	Seq       int
+	Partition int32
+	Offset    int64
 }
 
 // Producer produces seeded ledger commands (deposits and withdrawals over
@@ -58,7 +60,7 @@ func (p *Producer) Send(ctx context.Context, count int) error {
 		if p.rng.IntN(3) == 0 {
 			cmd = ledger.Withdraw(acct, id, seq, amount)
 		}
-		p.rt.SendAsync(ctx, cmd, func(_ router.Result, err error) {
+		p.rt.SendAsync(ctx, cmd, func(res router.Result, err error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			if err != nil {
@@ -67,7 +69,7 @@ func (p *Producer) Send(ctx context.Context, count int) error {
 				}
 				return
 			}
-			p.acked[id] = Acked{Account: acct, Seq: seq}
+			p.acked[id] = Acked{Account: acct, Seq: seq, Partition: res.Partition, Offset: res.Offset}
 		})
 	}
 	if err := p.rt.Flush(ctx); err != nil {
@@ -97,24 +99,6 @@ func (p *Producer) AckedCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.acked)
-}
-
-// Lost counts the acknowledged commands whose (account, seq) is absent
-// from seqs (an account's applied seqs, as in ledger.Report.Seqs).
-func (p *Producer) Lost(seqs map[string][]int) int {
-	have := map[Acked]bool{}
-	for acct, ss := range seqs {
-		for _, s := range ss {
-			have[Acked{Account: acct, Seq: s}] = true
-		}
-	}
-	lost := 0
-	for _, a := range p.Acked() {
-		if !have[a] {
-			lost++
-		}
-	}
-	return lost
 }
 
 // LagZero reports whether group has committed every partition of topic up

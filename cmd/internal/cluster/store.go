@@ -55,7 +55,8 @@ type Store struct {
 
 	count    func(ctx context.Context, q string, args ...any) (int, error)
 	verify   func(ctx context.Context) (ledger.Report, error)
-	history  func(ctx context.Context, scope epochs.Scope) ([]Claim, error)
+	history  func(ctx context.Context, scope epochs.Scope) ([]sink.HistoryEntry, error)
+	fences   func(ctx context.Context) ([]sink.Fence, error)
 	postings func(ctx context.Context) ([]Posting, error)
 	exec     func(ctx context.Context, q string, args ...any) (int, error)
 	close    func()
@@ -88,7 +89,8 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 			return n, err
 		},
 		verify:  func(ctx context.Context) (ledger.Report, error) { return ledger.VerifySQLite(ctx, s.DB()) },
-		history: func(ctx context.Context, scope epochs.Scope) ([]Claim, error) { return claimsOf(ctx, s, scope) },
+		history: s.History,
+		fences:  s.Fences,
 		postings: func(ctx context.Context) ([]Posting, error) {
 			rows, err := s.DB().QueryContext(ctx, postingsSQL)
 			if err != nil {
@@ -162,7 +164,8 @@ func openPostgres(ctx context.Context, cfg StoreConfig) (*Store, error) {
 			return n, err
 		},
 		verify:  func(ctx context.Context) (ledger.Report, error) { return ledger.VerifyPostgres(ctx, s.Pool()) },
-		history: func(ctx context.Context, scope epochs.Scope) ([]Claim, error) { return claimsOf(ctx, s, scope) },
+		history: s.History,
+		fences:  s.Fences,
 		postings: func(ctx context.Context) ([]Posting, error) {
 			rows, err := s.Pool().Query(ctx, postingsSQL)
 			if err != nil {
@@ -228,8 +231,23 @@ func (s *Store) Verify(ctx context.Context) (ledger.Report, error) { return s.ve
 
 // Claims returns the accepted claims of scope, oldest first.
 func (s *Store) Claims(ctx context.Context, scope epochs.Scope) ([]Claim, error) {
+	hs, err := s.history(ctx, scope)
+	var out []Claim
+	for _, e := range hs {
+		if e.Kind == sink.HistoryClaim {
+			out = append(out, Claim{Epoch: e.Token.Epoch, Member: e.Token.Member, Next: e.NextOffset})
+		}
+	}
+	return out, err
+}
+
+// History returns the accepted claims and resets of scope, in order.
+func (s *Store) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryEntry, error) {
 	return s.history(ctx, scope)
 }
+
+// Fences returns the sink's fence rows.
+func (s *Store) Fences(ctx context.Context) ([]sink.Fence, error) { return s.fences(ctx) }
 
 // Postings returns every ledger posting, by partition and offset.
 func (s *Store) Postings(ctx context.Context) ([]Posting, error) { return s.postings(ctx) }
@@ -257,39 +275,4 @@ func (s *Store) Close() { s.close() }
 // Scope is the fencing scope of partition p of topic in group.
 func Scope(group, topic string, p int32) epochs.Scope {
 	return epochs.Scope{Group: group, Topic: topic, Partition: p}
-}
-
-// StaleAccepted counts postings written under a token older than a claim
-// that had already taken their partition over from an earlier offset
-// (invariant F), on partitions 0..partitions-1.
-func (s *Store) StaleAccepted(ctx context.Context, group, topic string, partitions int32) (int, error) {
-	n := 0
-	for p := int32(0); p < partitions; p++ {
-		claims, err := s.Claims(ctx, Scope(group, topic, p))
-		if err != nil {
-			return 0, err
-		}
-		for _, c := range claims {
-			k, err := s.Count(ctx, `SELECT count(*) FROM ledger_postings WHERE topic = $1 AND part = $2 AND off >= $3 AND epoch < $4`,
-				topic, p, c.Next, c.Epoch)
-			if err != nil {
-				return 0, err
-			}
-			n += k
-		}
-	}
-	return n, nil
-}
-
-// claimsOf returns the accepted claims in h's history of scope, oldest
-// first.
-func claimsOf(ctx context.Context, h sink.Historian, scope epochs.Scope) ([]Claim, error) {
-	hs, err := h.History(ctx, scope)
-	var out []Claim
-	for _, e := range hs {
-		if e.Kind == sink.HistoryClaim {
-			out = append(out, Claim{Epoch: e.Token.Epoch, Member: e.Token.Member, Next: e.NextOffset})
-		}
-	}
-	return out, err
 }

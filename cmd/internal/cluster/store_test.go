@@ -11,8 +11,9 @@ import (
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
-// TestStoreReadsSQLiteRecords: the store reads back postings, claims and
-// the stale postings (F) written through the real SQLite sink.
+// TestStoreReadsSQLiteRecords: the store reads back postings and claims
+// written through the real SQLite sink, and Check finds the stale posting
+// (F) among them.
 func TestStoreReadsSQLiteRecords(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -63,8 +64,9 @@ func TestStoreReadsSQLiteRecords(t *testing.T) {
 	if err != nil || len(ps) != 2 || ps[1] != (Posting{Partition: 0, Offset: 1, Account: "acct", ID: "cmd-b", Seq: 1, Epoch: 2, Member: "b"}) {
 		t.Fatalf("postings %+v %v", ps, err)
 	}
-	if n, err := st.StaleAccepted(ctx, "g", "ledger", 1); err != nil || n != 1 {
-		t.Fatalf("stale accepted %d %v, want 1 (a's posting at offset 0 after b claimed from 0)", n, err)
+	rep, err := st.Check(ctx, CheckConfig{Group: "g", Topic: "ledger", Partitions: 1})
+	if err != nil || rep.F != 1 || rep.O != 0 {
+		t.Fatalf("check %+v %v %v, want one F violation (a's posting at offset 0 after b claimed from 0)", rep.Violations, rep.Notes(5), err)
 	}
 	if !strings.HasPrefix(st.Desc(), "SQLite sink ") {
 		t.Fatalf("desc %q", st.Desc())

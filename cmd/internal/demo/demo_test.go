@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
 )
 
 // The full demo runs worker processes of the workrouter binary; it is
@@ -11,9 +13,9 @@ import (
 
 func TestRejectsBadConfig(t *testing.T) {
 	for name, cfg := range map[string]Config{
-		"one worker":     {Workers: 1, WorkerArgv: []string{"x"}},
+		"one worker":     {Workers: 1, Worker: cluster.Binary{Argv: []string{"x"}}},
 		"no worker argv": {},
-		"few commands":   {Commands: 10, WorkerArgv: []string{"x"}},
+		"few commands":   {Commands: 10, Worker: cluster.Binary{Argv: []string{"x"}}},
 	} {
 		if _, err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err = %v, want ErrConfig", name, err)

@@ -1,5 +1,10 @@
-// Package faults holds fault-injection hooks for the demo, the process-level
-// tests and the chaos harness. Nothing in it is meant for production use.
+// Package faults holds the fault-injection hooks of the harness's worker
+// (the demo, the process-level tests and the chaos harness start it; the
+// product's `workrouter worker` has none of them): sink wrappers that
+// freeze the process between transactions, cut a transaction mid-way or
+// hang at a chosen point, and a dialer whose broker connections can be cut
+// or stalled. Every wrapper implements sink.Unwrapper. Nothing in it is
+// meant for production use.
 package faults
 
 import (
@@ -49,6 +54,9 @@ type Freezer[Tx any] struct {
 	before   func(epochs.Token, []int64)
 	inflight sync.RWMutex
 }
+
+// Unwrap returns the wrapped sink, so that sink.As finds its capabilities.
+func (f *Freezer[Tx]) Unwrap() sink.Sink[Tx] { return f.Sink }
 
 // Arm makes the next Apply freeze the process before it runs.
 func (f *Freezer[Tx]) Arm() { f.armed.Store(true) }

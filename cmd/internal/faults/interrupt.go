@@ -31,6 +31,9 @@ func NewInterrupter[Tx any](s sink.Sink[Tx], fired func(tok epochs.Token, err er
 	return &Interrupter[Tx]{Sink: s, fired: fired}
 }
 
+// Unwrap returns the wrapped sink, so that sink.As finds its capabilities.
+func (in *Interrupter[Tx]) Unwrap() sink.Sink[Tx] { return in.Sink }
+
 // Arm makes the next Apply that runs an effect be interrupted.
 func (in *Interrupter[Tx]) Arm() { in.armed.Store(true) }
 

@@ -1,20 +1,24 @@
 package faults
 
-// Log messages of the fault hooks `workrouter worker --chaos` installs; the
-// chaos harness reads them from the worker's log as evidence that a fault
-// really happened.
+// Kinds of the events the fault hooks of the harness's worker report on
+// its event stream (consumer/eventlog, next to the consumer's own events),
+// as evidence for the harness that a fault really happened. The harness
+// reads these, never the worker's log.
 const (
-	// MsgFreezing is logged right before a Freezer stops its process.
-	MsgFreezing = "freezing (SIGSTOP) before batch"
-	// MsgFreezeArmed is logged when the next batch is set to freeze.
-	MsgFreezeArmed = "chaos: freeze armed"
-	// MsgBrokerCut is logged when the broker connections were closed.
-	MsgBrokerCut = "chaos: broker connections cut"
-	// MsgBrokerStall is logged when the broker connections were stalled.
-	MsgBrokerStall = "chaos: broker connections stalled"
-	// MsgSinkArmed is logged when the next sink transaction is set to be
-	// interrupted.
-	MsgSinkArmed = "chaos: sink interrupt armed"
-	// MsgSinkCut is logged after a sink transaction was interrupted.
-	MsgSinkCut = "chaos: sink transaction interrupted"
+	// KindFreezing: a Freezer is about to stop its process (SIGSTOP)
+	// before a batch; the record carries the batch's token and offsets.
+	KindFreezing = "fault.freezing"
+	// KindFreezeArmed: the next batch is set to freeze.
+	KindFreezeArmed = "fault.freeze_armed"
+	// KindBrokerCut: the broker connections were closed.
+	KindBrokerCut = "fault.broker_cut"
+	// KindBrokerStall: the broker connections were stalled.
+	KindBrokerStall = "fault.broker_stall"
+	// KindSinkArmed: the next sink transaction is set to be interrupted.
+	KindSinkArmed = "fault.sink_armed"
+	// KindSinkCut: a sink transaction was interrupted mid-way.
+	KindSinkCut = "fault.sink_cut"
+	// KindHang: a Hang reached its point (inside the batch's last effect,
+	// or after the sink's commit) and blocks.
+	KindHang = "fault.hang"
 )

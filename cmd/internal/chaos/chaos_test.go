@@ -17,78 +17,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// goodRecords: two partitions, a takeover of partition 0 at offset 2 by
-// member b at epoch 5; every acknowledged command applied once, in order.
-func goodRecords() Records {
-	post := func(part int32, off int64, acct, id string, seq int, epoch int32, member string) cluster.Posting {
-		return cluster.Posting{Partition: part, Offset: off, Account: acct, ID: id, Seq: seq, Epoch: epoch, Member: member}
-	}
-	return Records{
-		Postings: []cluster.Posting{
-			post(0, 0, "a1", "c1", 0, 3, "a"),
-			post(0, 1, "a1", "c2", 1, 3, "a"),
-			post(0, 2, "a1", "c3", 2, 5, "b"),
-			post(0, 3, "a2", "c4", 0, 5, "b"),
-			post(1, 0, "a3", "c5", 0, 3, "c"),
-		},
-		Claims: map[int32][]cluster.Claim{
-			0: {{Epoch: 3, Member: "a", Next: 0}, {Epoch: 5, Member: "b", Next: 2}},
-			1: {{Epoch: 3, Member: "c", Next: 0}},
-		},
-		Acked: map[string]cluster.Acked{
-			"c1": {Account: "a1", Seq: 0}, "c2": {Account: "a1", Seq: 1}, "c3": {Account: "a1", Seq: 2},
-			"c4": {Account: "a2", Seq: 0}, "c5": {Account: "a3", Seq: 0},
-		},
-	}
-}
-
-func TestCheckPassesGoodRecords(t *testing.T) {
-	v, notes := Check(goodRecords())
-	if v.Total() != 0 {
-		t.Fatalf("violations %+v on good records: %v", v, notes)
-	}
-}
-
-// TestCheckDetectsViolations feeds the checker records with one planted
-// fault each, so that it cannot pass vacuously.
-func TestCheckDetectsViolations(t *testing.T) {
-	for name, tc := range map[string]struct {
-		mutate func(*Records)
-		want   Violations
-		note   string
-	}{
-		"stale write after a newer claim": {func(r *Records) {
-			r.Postings[2].Epoch, r.Postings[2].Member = 3, "a" // a's write landed after b claimed from offset 2
-		}, Violations{F: 1}, "F: partition 0 offset 2"},
-		"same epoch, another member after its claim": {func(r *Records) {
-			r.Postings[3].Member = "zombie"
-		}, Violations{F: 1}, "F: partition 0 offset 3"},
-		"applied twice": {func(r *Records) {
-			r.Postings = append(r.Postings, cluster.Posting{Partition: 1, Offset: 1, Account: "a3", ID: "c5", Seq: 0, Epoch: 3, Member: "c"})
-		}, Violations{X: 1, O: 1}, "X: command c5"},
-		"balance mismatch": {func(r *Records) { r.BalanceMismatches = 2 }, Violations{X: 2}, "X: 2 account balances"},
-		"gap: acknowledged command never applied": {func(r *Records) {
-			r.Postings = append(r.Postings[:1], r.Postings[2:]...)
-		}, Violations{L: 1}, "L: acknowledged command c2"},
-		"out of order": {func(r *Records) {
-			r.Postings[0].Seq, r.Postings[1].Seq = 1, 0
-			r.Acked["c1"], r.Acked["c2"] = cluster.Acked{Account: "a1", Seq: 1}, cluster.Acked{Account: "a1", Seq: 0}
-		}, Violations{O: 1}, "O: a1 seq 0"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			r := goodRecords()
-			tc.mutate(&r)
-			v, notes := Check(r)
-			if v != tc.want {
-				t.Fatalf("violations %+v, want %+v (notes %v)", v, tc.want, notes)
-			}
-			if !strings.Contains(strings.Join(notes, "\n"), tc.note) {
-				t.Fatalf("notes %v lack %q", notes, tc.note)
-			}
-		})
-	}
-}
-
 func TestParseKinds(t *testing.T) {
 	all, err := ParseKinds("all")
 	if err != nil || len(all) != 7 {
@@ -106,10 +34,10 @@ func TestParseKinds(t *testing.T) {
 func TestRunRejectsBadConfig(t *testing.T) {
 	for name, cfg := range map[string]Config{
 		"no worker argv": {},
-		"one worker":     {Workers: 1, WorkerArgv: []string{"x"}},
-		"bad protocol":   {Protocol: "eager", WorkerArgv: []string{"x"}},
-		"bad kind":       {Kinds: []Kind{"gc"}, WorkerArgv: []string{"x"}},
-		"negative rate":  {Rate: -1, WorkerArgv: []string{"x"}},
+		"one worker":     {Workers: 1, Worker: cluster.Binary{Argv: []string{"x"}}},
+		"bad protocol":   {Protocol: "eager", Worker: cluster.Binary{Argv: []string{"x"}}},
+		"bad kind":       {Kinds: []Kind{"gc"}, Worker: cluster.Binary{Argv: []string{"x"}}},
+		"negative rate":  {Rate: -1, Worker: cluster.Binary{Argv: []string{"x"}}},
 	} {
 		if _, err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err = %v, want ErrConfig", name, err)
@@ -165,7 +93,7 @@ func TestErrorResponse(t *testing.T) {
 // seconds, the embedded broker kept the group in PreparingRebalance for
 // good (V=1). The harness's workers get 2.5× the session timeout.
 func TestWorkersGetShortRebalanceTimeout(t *testing.T) {
-	cfg, err := Config{WorkerArgv: []string{"x"}}.withDefaults()
+	cfg, err := Config{Worker: cluster.Binary{Argv: []string{"x"}}}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package processtest
+package main
 
 import (
 	"io"

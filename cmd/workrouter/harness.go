@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
+	"github.com/workrouter/workrouter/cmd/internal/faults"
+	"github.com/workrouter/workrouter/consumer/eventlog"
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// The harness's worker is the product worker plus the fault hooks of
+// package faults. It is reachable only through an internal entry point:
+// the workrouter binary runs it, instead of the CLI, when its environment
+// has cluster.EnvHarnessWorker=1, which the demo, the chaos harness and the
+// process tests set on the worker processes they start
+// (docs/design.md#testing). No command, flag or help text of the CLI
+// exposes it, and the product `worker` installs no hook and no signal
+// handler besides SIGINT and SIGTERM.
+
+// harnessHooks are the fault hooks a harness worker installs.
+type harnessHooks struct {
+	// chaos arms signal-triggered faults: SIGUSR1 freezes (SIGSTOP) before
+	// the next batch, SIGUSR2 cuts the broker connections, SIGHUP stalls
+	// them for stall, SIGWINCH interrupts the next sink transaction
+	// mid-way.
+	chaos bool
+	stall time.Duration
+	// freezeAt freezes the process before its Nth batch (0: never).
+	freezeAt int64
+	// hangBeforeCommit and hangAfterCommit block the Nth batch inside its
+	// last effect, or after the sink committed it, until the process is
+	// killed (0: never).
+	hangBeforeCommit, hangAfterCommit int64
+	// gateAt blocks the Nth batch inside its last effect, reporting the
+	// database session's backend ID, until gateFile exists.
+	gateAt   int64
+	gateFile string
+}
+
+// harnessMain runs the harness's worker with args and returns the exit
+// code.
+func harnessMain(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var f workerFlags
+	var h harnessHooks
+	cmd := &cobra.Command{
+		Use:           "harness-worker",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.events == "" {
+				return fmt.Errorf("the harness worker needs --events: the harness follows its events, not its log")
+			}
+			return runWorker(cmd, f, &h)
+		},
+	}
+	fl := cmd.Flags()
+	addWorkerFlags(fl, &f)
+	fl.String("log-level", "info", "log level")
+	fl.String("log-format", "text", "log format")
+	fl.BoolVar(&h.chaos, "chaos", false, "signal-armed faults (SIGUSR1 freeze, SIGUSR2 cut, SIGHUP stall, SIGWINCH sink interrupt)")
+	fl.DurationVar(&h.stall, "chaos-stall", 3*time.Second, "how long SIGHUP stalls the broker connections")
+	fl.Int64Var(&h.freezeAt, "freeze-before-batch", 0, "SIGSTOP this process right before its Nth batch")
+	fl.Int64Var(&h.hangBeforeCommit, "hang-before-commit", 0, "block the Nth batch inside its last effect until killed")
+	fl.Int64Var(&h.hangAfterCommit, "hang-after-commit", 0, "block the Nth batch after the sink committed it until killed")
+	fl.Int64Var(&h.gateAt, "gate-batch", 0, "block the Nth batch inside its last effect until --gate-file exists")
+	fl.StringVar(&h.gateFile, "gate-file", "", "the file --gate-batch waits for")
+	fl.DurationVar(&f.sqliteBusy, "sqlite-busy-timeout", 0, "the SQLite sink's busy timeout (default: the sink's)")
+	cmd.SetArgs(args)
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "workrouter harness worker: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// installHooks wraps s with h's hooks, which report on events; it returns
+// the wrapped sink, the client options (the cuttable dialer) and a
+// function that stops the hooks' goroutines.
+func installHooks[Tx any](ctx context.Context, h *harnessHooks, s sink.Sink[Tx], events *eventlog.Writer,
+	backendPID func(context.Context, Tx) (int, error)) (sink.Sink[Tx], []kgo.Opt, func(), error) {
+	if events == nil {
+		return nil, nil, nil, fmt.Errorf("fault hooks need --events")
+	}
+	emit := func(kind string, tok epochs.Token, offsets []int64, fields map[string]string) {
+		r := eventlog.Record{Kind: kind, Group: tok.Group, Topic: tok.Topic, Partition: tok.Partition, Epoch: tok.Epoch,
+			Member: tok.Member, Fields: fields}
+		if tok.IsZero() {
+			r.Partition = -1
+		}
+		if len(offsets) > 0 {
+			r.FirstOffset, r.NextOffset, r.Records = offsets[0], offsets[len(offsets)-1]+1, len(offsets)
+		}
+		_ = events.Emit(r)
+	}
+	var opts []kgo.Opt
+	var stops []func()
+	if h.chaos {
+		cut := faults.NewInterrupter(s, func(tok epochs.Token, err error) {
+			emit(faults.KindSinkCut, tok, nil, map[string]string{"err": fmt.Sprint(err)})
+		})
+		freeze := faults.NewFreezer[Tx](cut, func(tok epochs.Token, offsets []int64) {
+			emit(faults.KindFreezing, tok, offsets, nil)
+		})
+		dialer := faults.NewDialer()
+		opts = append(opts, kgo.Dialer(dialer.DialContext))
+		s = freeze
+		sigs := make(chan os.Signal, 8)
+		signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP, syscall.SIGWINCH)
+		sctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				select {
+				case <-sctx.Done():
+					return
+				case sig := <-sigs:
+					switch sig {
+					case syscall.SIGUSR1:
+						freeze.Arm()
+						emit(faults.KindFreezeArmed, epochs.Token{}, nil, nil)
+					case syscall.SIGUSR2:
+						emit(faults.KindBrokerCut, epochs.Token{}, nil, map[string]string{"conns": strconv.Itoa(dialer.Cut())})
+					case syscall.SIGHUP:
+						n := dialer.Stall(h.stall)
+						emit(faults.KindBrokerStall, epochs.Token{}, nil, map[string]string{"conns": strconv.Itoa(n), "for": h.stall.String()})
+					case syscall.SIGWINCH:
+						cut.Arm()
+						emit(faults.KindSinkArmed, epochs.Token{}, nil, nil)
+					}
+				}
+			}
+		})
+		stops = append(stops, func() {
+			cancel()
+			wg.Wait()
+			signal.Stop(sigs)
+			dialer.Close()
+		})
+	}
+	if h.freezeAt > 0 {
+		s = faults.FreezeBeforeBatch(s, h.freezeAt, func(tok epochs.Token, offsets []int64) {
+			emit(faults.KindFreezing, tok, offsets, nil)
+		})
+	}
+	hang := func(n int64, point faults.HangPoint, release <-chan struct{}, name string) {
+		s = faults.NewHang(s, n, point, release, func(ctx context.Context, tok epochs.Token, offsets []int64, tx Tx) {
+			fields := map[string]string{"hook": name, "point": point.String()}
+			if point == faults.BeforeCommit && backendPID != nil {
+				if pid, err := backendPID(ctx, tx); err == nil {
+					fields["pid"] = strconv.Itoa(pid)
+				}
+			}
+			emit(faults.KindHang, tok, offsets, fields)
+		})
+	}
+	if h.hangBeforeCommit > 0 {
+		hang(h.hangBeforeCommit, faults.BeforeCommit, nil, "hang-before-commit")
+	}
+	if h.hangAfterCommit > 0 {
+		hang(h.hangAfterCommit, faults.AfterCommit, nil, "hang-after-commit")
+	}
+	if h.gateAt > 0 {
+		if h.gateFile == "" {
+			return nil, nil, nil, fmt.Errorf("--gate-batch needs --gate-file")
+		}
+		open := make(chan struct{})
+		gctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			defer close(open)
+			for gctx.Err() == nil {
+				if _, err := os.Stat(h.gateFile); err == nil {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+		stops = append(stops, func() { cancel(); wg.Wait() })
+		hang(h.gateAt, faults.BeforeCommit, open, "gate")
+	}
+	return s, opts, func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}, nil
+}
+
+// harnessEntry reports whether this process was started as the harness's
+// worker.
+func harnessEntry() bool { return os.Getenv(cluster.EnvHarnessWorker) == "1" }

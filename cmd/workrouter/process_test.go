@@ -1,0 +1,461 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/cmd/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/internal/testpg"
+	"github.com/workrouter/workrouter/router"
+)
+
+// The process-level fault tests: real worker processes (the harness's
+// worker of this binary, re-executed) against an embedded broker in the test
+// process and a durable sink, with real faults — SIGSTOP past the session
+// timeout, SIGKILL before and after the sink commit, the database session
+// terminated mid-transaction, the sink unreachable for a while. Each test
+// asserts that its fault happened, and then the shared checker
+// (cluster.Store.Check, internal/invariants) verifies F, L, O, X, V and D
+// from the sink's own records.
+
+const procPartitions = 4
+
+// procBackend is the sink a process test runs on.
+type procBackend struct {
+	name  string
+	store *cluster.Store
+	// workerSpec returns the --sink of the worker named name.
+	workerSpec func(name string) string
+	// unreachable makes the sink unreachable for the workers until the
+	// returned release is called.
+	unreachable func(t *testing.T) (release func())
+	// admin is a direct PostgreSQL pool (nil on SQLite).
+	admin *pgxpool.Pool
+}
+
+func procSQLite(t *testing.T) *procBackend {
+	dir := t.TempDir()
+	st, err := cluster.OpenStore(t.Context(), cluster.StoreConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	path := filepath.Join(dir, "ledger.db")
+	return &procBackend{name: "sqlite", store: st, workerSpec: st.WorkerSpec,
+		unreachable: func(t *testing.T) func() {
+			// An exclusive writer holds the database: every worker's
+			// transaction fails with SQLITE_BUSY until it lets go.
+			db, err := sql.Open("sqlite", "file:"+path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn, err := db.Conn(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.ExecContext(t.Context(), "BEGIN EXCLUSIVE"); err != nil {
+				t.Fatal(err)
+			}
+			return func() {
+				conn.ExecContext(context.Background(), "ROLLBACK")
+				conn.Close()
+				db.Close()
+			}
+		}}
+}
+
+func procPostgres(t *testing.T) *procBackend {
+	dsn := testpg.DSN(t)
+	st, err := cluster.OpenStore(t.Context(), cluster.StoreConfig{PostgresDSN: dsn, SchemaPrefix: "wr_proc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	admin, err := pgxpool.New(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	// The workers reach PostgreSQL through a proxy the test can take down.
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	return &procBackend{name: "postgres", store: st, admin: admin,
+		workerSpec: func(name string) string { return withHost(st.WorkerSpec(name), px.addr()) },
+		unreachable: func(t *testing.T) func() {
+			px.down()
+			return px.up
+		}}
+}
+
+// withHost replaces the host:port of a postgres:// URL.
+func withHost(dsn, hostport string) string {
+	at := strings.Index(dsn, "@")
+	slash := strings.Index(dsn[at:], "/")
+	return dsn[:at+1] + hostport + dsn[at+slash:]
+}
+
+// eachBackend runs f as a subtest on SQLite and on PostgreSQL.
+func eachBackend(t *testing.T, f func(t *testing.T, b *procBackend)) {
+	t.Run("sqlite", func(t *testing.T) { f(t, procSQLite(t)) })
+	t.Run("postgres", func(t *testing.T) { f(t, procPostgres(t)) })
+}
+
+// procWorld is one process test's broker, producer and workers.
+type procWorld struct {
+	t     *testing.T
+	b     *procBackend
+	brk   *broker.Broker
+	topic string
+	group string
+	prod  *cluster.Producer
+}
+
+func newProcWorld(t *testing.T, b *procBackend) *procWorld {
+	brk, err := broker.Start(broker.Config{
+		Listen:            "127.0.0.1:0",
+		Topics:            map[string]int32{ledger.Topic: procPartitions},
+		MinSessionTimeout: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { brk.Close() })
+	rt, err := router.New(t.Context(), router.Config{Brokers: []string{brk.Addr()}, Topic: ledger.Topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return &procWorld{t: t, b: b, brk: brk, topic: ledger.Topic, group: "workers", prod: cluster.NewProducer(rt, 7, 40)}
+}
+
+// produce sends n more ledger commands and waits for their acknowledgement.
+func (w *procWorld) produce(n int) {
+	w.t.Helper()
+	if err := w.prod.Send(context.Background(), n); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// testBinary starts this test binary as workrouter (see TestMain).
+func testBinary() cluster.Binary {
+	return cluster.Binary{Argv: []string{os.Args[0]}, Env: []string{"WORKROUTER_TEST_MAIN=1"}}
+}
+
+// syncLog is a worker's log, kept for a failing test's output.
+type syncLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// start starts a worker named name with the given fault hooks.
+func (w *procWorld) start(name string, hooks ...string) *cluster.Worker {
+	w.t.Helper()
+	opts := cluster.WorkerOptions{Brokers: []string{w.brk.Addr()}, Topic: w.topic, Group: w.group,
+		SinkSpec: w.b.workerSpec(name), Name: name, SessionTimeout: 2 * time.Second, MaxBatch: 64,
+		RebalanceTimeout: 5 * time.Second, Hooks: hooks}
+	log := &syncLog{}
+	wk, err := cluster.StartWorker(name, testBinary(), log, opts.Args()...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() {
+		wk.Stop(15 * time.Second)
+		if w.t.Failed() {
+			w.t.Logf("worker %s log (tail):\n%s", name, tail(log.String(), 4000))
+		}
+	})
+	return wk
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func procWait(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if err := cluster.WaitUntil(t.Context(), d, what, cond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applied returns how many postings the sink holds.
+func (w *procWorld) applied() int {
+	n, err := w.b.store.Count(context.Background(), `SELECT count(*) FROM ledger_postings`)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func (w *procWorld) waitAllApplied(d time.Duration) {
+	w.t.Helper()
+	want := w.prod.AckedCount()
+	procWait(w.t, d, fmt.Sprintf("all %d commands applied", want), func() bool { return w.applied() >= want })
+}
+
+// committed returns Kafka's committed offset per partition (-1 if none).
+func (w *procWorld) committed() map[int32]int64 {
+	w.t.Helper()
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(w.brk.Addr()))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer adm.Close()
+	out := map[int32]int64{}
+	for p := int32(0); p < procPartitions; p++ {
+		out[p] = -1
+	}
+	offs, err := adm.FetchOffsets(context.Background(), w.group)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == w.topic {
+			out[o.Partition] = o.At
+		}
+	})
+	return out
+}
+
+// checkpoints returns the sink's NextOffset per partition.
+func (w *procWorld) checkpoints() map[int32]int64 {
+	w.t.Helper()
+	fs, err := w.b.store.Fences(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	for _, f := range fs {
+		if f.Scope.Group == w.group && f.Scope.Topic == w.topic {
+			out[f.Scope.Partition] = f.NextOffset
+		}
+	}
+	return out
+}
+
+// check waits for lag zero and verifies every invariant from the sink's
+// own records with the shared checker.
+func (w *procWorld) check() {
+	t := w.t
+	t.Helper()
+	converged := cluster.WaitUntil(t.Context(), 60*time.Second, "Kafka lag to reach zero", func() bool {
+		return cluster.LagZero(t.Context(), []string{w.brk.Addr()}, w.topic, w.group)
+	})
+	rep, err := w.b.store.Check(t.Context(), cluster.CheckConfig{Brokers: []string{w.brk.Addr()}, Group: w.group, Topic: w.topic,
+		Partitions: procPartitions, Acked: w.prod.Acked(), NotConverged: converged != nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Total() != 0 {
+		t.Fatalf("invariants violated: %+v\n%s", rep.Violations, strings.Join(rep.Notes(20), "\n"))
+	}
+}
+
+// postingsOf counts the postings of partition part written under epoch by
+// member at or after offset from.
+func (w *procWorld) postingsOf(part, epoch int32, member string, from int64) int {
+	n, err := w.b.store.Count(context.Background(),
+		`SELECT count(*) FROM ledger_postings WHERE part = $1 AND epoch = $2 AND member = $3 AND off >= $4`, part, epoch, member, from)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return n
+}
+
+// TestPausedWorkerRejected (hazard 4): a worker is frozen with SIGSTOP past
+// its session timeout, right before a batch; the other worker claims its
+// partitions and applies; after SIGCONT the frozen worker's batch is
+// rejected, and every invariant holds.
+func TestPausedWorkerRejected(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *procBackend) {
+		w := newProcWorld(t, b)
+		a := w.start("a", "--freeze-before-batch=3")
+		procWait(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
+		bw := w.start("b")
+		procWait(t, 30*time.Second, "b to claim partitions", func() bool { return len(bw.Owned()) > 0 })
+		w.produce(2000)
+
+		procWait(t, 60*time.Second, "a to freeze before its batch", func() bool { return len(a.Freezes()) > 0 && a.Stopped() })
+		fz := a.Freezes()[0]
+		// The new owner claims a's partition at a higher epoch and applies
+		// there, while a is still frozen.
+		procWait(t, 60*time.Second, "b to take over the partition and apply", func() bool {
+			c, ok := bw.Owned()[fz.Partition]
+			return ok && c.Epoch > fz.Epoch && w.postingsOf(fz.Partition, c.Epoch, c.Member, 0) > 0
+		})
+		if !a.Stopped() {
+			t.Fatal("a resumed before the takeover: the pause did not outlast the session")
+		}
+		a.Signal(syscall.SIGCONT)
+		// The resumed worker's batch is either rejected or (with a broken
+		// fence) lands; the checker below tells which.
+		procWait(t, 60*time.Second, "a's late batch to be decided", func() bool {
+			if a.FencedCount() > 0 {
+				return true
+			}
+			for _, r := range a.Applied() {
+				if r.Partition == fz.Partition && r.Epoch == fz.Epoch && r.FirstOffset == fz.First {
+					return true
+				}
+			}
+			return false
+		})
+		w.produce(500)
+		w.waitAllApplied(120 * time.Second)
+		w.check()
+		if a.FencedCount() < 1 {
+			t.Fatal("no stale write of the paused worker was rejected")
+		}
+		if n := w.postingsOf(fz.Partition, fz.Epoch, fz.Member, fz.First); n > 0 {
+			t.Fatalf("the paused worker's batch landed: %d postings at epoch %d from offset %d", n, fz.Epoch, fz.First)
+		}
+	})
+}
+
+// TestKilledBeforeSinkCommit (hazard 6): SIGKILL while the batch's
+// transaction is open; nothing of it is visible, and the restarted worker
+// applies every command exactly once.
+func TestKilledBeforeSinkCommit(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *procBackend) {
+		w := newProcWorld(t, b)
+		w.produce(1000)
+		a := w.start("a", "--hang-before-commit=3")
+		procWait(t, 60*time.Second, "a to hang inside its batch", func() bool { return len(a.Hangs()) > 0 })
+		h := a.Hangs()[0]
+		a.Kill()
+		n, err := b.store.Count(t.Context(), `SELECT count(*) FROM ledger_postings WHERE part = $1 AND off >= $2 AND off <= $3`,
+			h.Partition, h.First, h.Last)
+		if err != nil || n != 0 {
+			t.Fatalf("%d effects of the killed, uncommitted batch are visible (%v)", n, err)
+		}
+		if n := w.applied(); n >= w.prod.AckedCount() {
+			t.Fatalf("everything was applied before the kill (%d): the kill did not interrupt work", n)
+		}
+		w.start("a2")
+		w.waitAllApplied(120 * time.Second)
+		w.check()
+	})
+}
+
+// TestKilledAfterSinkCommit (hazard 6): SIGKILL after the sink committed a
+// batch but before Kafka's offset commit; the restarted worker resumes from
+// the sink's checkpoint, so nothing is applied twice.
+func TestKilledAfterSinkCommit(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *procBackend) {
+		w := newProcWorld(t, b)
+		w.produce(1000)
+		a := w.start("a", "--hang-after-commit=3")
+		procWait(t, 60*time.Second, "a to hang after its sink commit", func() bool { return len(a.Hangs()) > 0 })
+		h := a.Hangs()[0]
+		// The window is real: the sink has the batch, Kafka does not.
+		if next := w.checkpoints()[h.Partition]; next != h.Last+1 {
+			t.Fatalf("sink checkpoint of partition %d is %d, want %d", h.Partition, next, h.Last+1)
+		}
+		if c := w.committed()[h.Partition]; c > h.Last {
+			t.Fatalf("Kafka already has offset %d committed for partition %d: no window", c, h.Partition)
+		}
+		a.Kill()
+		w.start("a2")
+		w.waitAllApplied(120 * time.Second)
+		w.check()
+	})
+}
+
+// TestConnectionTerminatedMidTransaction: the worker's PostgreSQL session
+// is terminated inside a batch; the worker retries and the effect lands
+// exactly once.
+func TestConnectionTerminatedMidTransaction(t *testing.T) {
+	b := procPostgres(t)
+	w := newProcWorld(t, b)
+	w.produce(600)
+	gate := filepath.Join(t.TempDir(), "gate")
+	a := w.start("a", "--gate-batch=3", "--gate-file="+gate)
+	procWait(t, 60*time.Second, "a to stop inside its batch", func() bool { return len(a.Hangs()) > 0 })
+	pid := a.Hangs()[0].PID
+	if pid == 0 {
+		t.Fatalf("no backend pid in %+v", a.Hangs()[0])
+	}
+	stalls := a.Count(consumer.KindStalled)
+	var terminated bool
+	if err := b.admin.QueryRow(t.Context(), `SELECT pg_terminate_backend($1)`, pid).Scan(&terminated); err != nil || !terminated {
+		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, terminated, err)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	procWait(t, 30*time.Second, "a to report the failed batch", func() bool { return a.Count(consumer.KindStalled) > stalls })
+	w.waitAllApplied(120 * time.Second)
+	w.check()
+}
+
+// TestSinkUnreachable: the sink is unreachable for a while; the worker
+// backs off, skips nothing, commits no Kafka offset past unapplied
+// records, and resumes when the sink returns.
+func TestSinkUnreachable(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *procBackend) {
+		w := newProcWorld(t, b)
+		a := w.start("a", "--sqlite-busy-timeout=100ms")
+		procWait(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
+		w.produce(400)
+		w.waitAllApplied(60 * time.Second)
+		stalls := a.Count(consumer.KindStalled)
+
+		release := b.unreachable(t)
+		w.produce(400)
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) {
+			committed, next := w.committed(), w.checkpoints()
+			for p, c := range committed {
+				if c > next[p] {
+					release()
+					t.Fatalf("partition %d: Kafka offset %d committed past the sink's checkpoint %d", p, c, next[p])
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if a.Count(consumer.KindStalled) <= stalls {
+			release()
+			t.Fatal("the worker never saw the sink down: the fault did not happen")
+		}
+		release()
+		w.waitAllApplied(120 * time.Second)
+		w.check()
+	})
+}
