@@ -112,7 +112,7 @@ type Config[Tx any] struct {
 	// InstanceID requests static membership (group.instance.id). It is
 	// refused unless AllowStaticMembership is set: see ErrStaticMembership.
 	InstanceID string
-	// AllowStaticMembership accepts InstanceID. Hazard (DESIGN.md §4.1): a
+	// AllowStaticMembership accepts InstanceID. Hazard (docs/design.md#hazard-1): a
 	// restarted static member replaces the old one without a rebalance, so
 	// a paused zombie and its replacement share one generation and
 	// generation fencing cannot tell their writes apart. Set it only if
@@ -159,7 +159,7 @@ var ErrConfig = errors.New("consumer: invalid config")
 // ErrStaticMembership is matched by the error New returns when static
 // membership is requested without AllowStaticMembership.
 var ErrStaticMembership = errors.New("consumer: static membership refused: a restarted static member replaces the old one without a rebalance, " +
-	"so a paused zombie and its replacement share one generation and generation fencing cannot tell their writes apart (DESIGN.md hazard 1); " +
+	"so a paused zombie and its replacement share one generation and generation fencing cannot tell their writes apart (docs/design.md#hazard-1); " +
 	"remove the instance ID, or set AllowStaticMembership only if the sink is fenced by something else too")
 
 func (c *Config[Tx]) withDefaults() (Config[Tx], error) {

@@ -103,7 +103,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-// TestStaticMembershipRefused: hazard 1 of DESIGN.md.
+// TestStaticMembershipRefused: hazard 1 (docs/design.md#hazard-1).
 func TestStaticMembershipRefused(t *testing.T) {
 	cfg := consumer.Config[*memory.Tx]{
 		Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "t", Sink: memory.New(),

@@ -8,7 +8,7 @@ import (
 )
 
 // ErrEpochRegressed is matched by the error reported when a claim is fenced
-// because the group's epochs went backwards (DESIGN.md hazard 3): the sink
+// because the group's epochs went backwards (docs/design.md#hazard-3): the sink
 // has seen a higher epoch for the scope than the group coordinator can now
 // hand out, so every claim fails until an operator resets the fence.
 var ErrEpochRegressed = errors.New("consumer: group epoch went backwards")

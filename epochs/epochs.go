@@ -8,7 +8,7 @@
 // generation while the member keeps the partition. It is never built from a
 // clock.
 //
-// Ordering rules (DESIGN.md §3), per [Scope]:
+// Ordering rules (docs/design.md#token), per [Scope]:
 //
 //   - a token may claim a scope if its Epoch is greater than the stored
 //     holder's, or if the Epoch is equal and the Member is the same
@@ -107,7 +107,7 @@ func (t Token) String() string {
 // An equal epoch with a different member is refused: within one epoch the
 // coordinator gives a partition to one member only, so a second member at
 // the same epoch is either a static-membership replacement racing its
-// zombie (DESIGN.md hazard 1) or a bug; the first claimer keeps the scope.
+// zombie (docs/design.md#hazard-1) or a bug; the first claimer keeps the scope.
 func (t Token) CanClaim(holder Token) bool {
 	if holder.IsZero() {
 		return true

@@ -12,7 +12,7 @@
 // count), so workrouter producers interoperate with producers written in
 // any language that follows Kafka's default.
 //
-// # Partition count changes (DESIGN.md §4, hazard 5)
+// # Partition count changes (docs/design.md#hazard-5)
 //
 // Per-key serialization holds only while a key keeps its partition. If
 // partitions are added to the topic, [Partition] sends a key somewhere else

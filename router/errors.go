@@ -40,7 +40,7 @@ var (
 )
 
 // PartitionCountChangedError reports that the topic's partition count is no
-// longer the one the router partitions keys by (DESIGN.md §4, hazard 5). It
+// longer the one the router partitions keys by (docs/design.md#hazard-5). It
 // matches [ErrPartitionCountChanged] with errors.Is. Values are immutable and
 // safe to share between goroutines.
 type PartitionCountChangedError struct {

@@ -1,4 +1,4 @@
-// Package sink defines the fenced-sink contract of workrouter (DESIGN.md §3)
+// Package sink defines the fenced-sink contract of workrouter (docs/design.md#protocol)
 // and its errors. Backends live in sub-packages (sink/memory, …) and all of
 // them pass the one conformance suite in sink/sinktest.
 //
@@ -81,7 +81,7 @@ type Lister interface {
 }
 
 // Resetter is an optional capability of a sink: the explicit, audited admin
-// reset for a scope whose epochs went backwards (DESIGN.md hazard 3: the
+// reset for a scope whose epochs went backwards (docs/design.md#hazard-3: the
 // group was deleted and recreated, or a broker lost its state). Reset
 // clears the holder so that the next claim at any epoch succeeds; it keeps
 // NextOffset, so nothing is applied twice. It records reason in the sink's

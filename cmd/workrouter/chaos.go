@@ -47,7 +47,7 @@ order, 0.5–2 s apart; one fault at a time):
 
 When the duration is up it stops producing, waits until lag is zero with every
 acknowledged command applied, reads the sink's own records and checks the
-invariants of DESIGN.md §7: F (no stale write accepted after a newer claim),
+invariants of docs/design.md#invariants: F (no stale write accepted after a newer claim),
 L (nothing acknowledged lost), O (per-key order), X (nothing applied twice,
 balances match), V (lag back to zero). It prints a table and a final line
 

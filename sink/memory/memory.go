@@ -1,7 +1,7 @@
 // Package memory is the in-process backend of the workrouter fenced-sink
 // contract ([sink.Sink]): a transactional key-value store that keeps, per
 // [epochs.Scope], the holder token and NextOffset, and that records its own
-// history so tests can check the invariants of DESIGN.md §7.
+// history so tests can check the invariants of docs/design.md#invariants.
 //
 // It is meant for tests, examples and demos: nothing survives the process.
 // A [Sink] passes the conformance suite in sink/sinktest.
@@ -23,7 +23,7 @@
 //
 // Every fence decision (accepted or refused claim and apply, and every
 // reset) is appended to an ordered log ([Sink.Events]); [Sink.Verify]
-// checks invariants F, O and X of DESIGN.md §7 over it, and
+// checks invariants F, O and X (docs/design.md#invariants) over it, and
 // [Sink.Rejected] counts refusals so that a fault test can assert that its
 // fault actually happened.
 package memory
@@ -449,7 +449,7 @@ func (s *Sink) Rejected() int {
 	return s.rejected
 }
 
-// Verify checks invariants F, O and X of DESIGN.md §7 over the sink's
+// Verify checks invariants F, O and X (docs/design.md#invariants) over the sink's
 // history (see [VerifyError] for what each means here). It returns nil, or
 // a *[VerifyError] listing every violation. It may be called from any
 // goroutine, also while the sink is in use (it checks a snapshot).

@@ -2,7 +2,7 @@
 // contract ([sink.Sink]), built on pgx. Handlers receive a [pgx.Tx] and
 // write ordinary SQL inside the fenced unit: the batch's effects, the fence
 // check and the new NextOffset commit in one PostgreSQL transaction, or not
-// at all (DESIGN.md §3).
+// at all (docs/design.md#protocol).
 //
 // # Usage
 //

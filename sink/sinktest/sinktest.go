@@ -1,5 +1,5 @@
 // Package sinktest is the one conformance suite that every workrouter sink
-// backend must pass. It checks the fencing protocol of DESIGN.md §3 from
+// backend must pass. It checks the fencing protocol of docs/design.md#protocol from
 // the outside, through the [sink.Sink] contract and a few backend-specific
 // hooks a backend supplies in a [Harness]: how to open an empty sink, how
 // to reopen its durable storage, and how to write and read one key through

@@ -84,6 +84,18 @@ func TestExtraProcessAll(t *testing.T) {
 				t.Skip("WORKROUTER_TEST_POSTGRES not set")
 			}
 			r := runWorkload(t, tc.w, env)
+			if tc.name == "B2" {
+				// Sarama is linked only with -tags sarama (CI runs both).
+				if !saramaLinked {
+					if !strings.Contains(r.Skipped, "-tags "+SaramaBuildTag) {
+						t.Fatalf("B2 without Sarama linked: skipped %q, want the build tag named", r.Skipped)
+					}
+					t.Skipf("skipped: %s", r.Skipped)
+				}
+				if r.Skipped != "" {
+					t.Fatalf("B2 with Sarama linked was skipped: %s", r.Skipped)
+				}
+			}
 			if r.Skipped != "" {
 				if !tc.mayBeSkip {
 					t.Fatalf("skipped: %s", r.Skipped)

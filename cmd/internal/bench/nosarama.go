@@ -9,6 +9,9 @@ import "context"
 // IBM/sarama at all, and B2 reports itself skipped.
 const SaramaBuildTag = "sarama"
 
+// saramaLinked reports whether this build links IBM/sarama (B2 runs).
+const saramaLinked = false
+
 // B2 is the Sarama baseline; this build leaves IBM/sarama out of the
 // binary, so it is skipped, saying how to get it:
 // go run -tags sarama ./cmd/workrouter bench.

@@ -16,6 +16,9 @@ import (
 // into the binary; this build has it.
 const SaramaBuildTag = "sarama"
 
+// saramaLinked reports whether this build links IBM/sarama (B2 runs).
+const saramaLinked = true
+
 // saramaVersion is the Kafka protocol version B2 tells Sarama the
 // broker speaks.
 func saramaVersion() sarama.KafkaVersion { return sarama.V3_6_0_0 }

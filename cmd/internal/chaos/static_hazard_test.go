@@ -101,7 +101,7 @@ func (m *staticMember) waitAssigned(t *testing.T) epochs.Token {
 	}
 }
 
-// TestStaticMembershipHazard documents DESIGN.md hazard 1, the reason the
+// TestStaticMembershipHazard documents hazard 1 (docs/design.md#hazard-1), the reason the
 // Worker refuses static membership: member A (instance-1) owns the
 // partition and pauses; a replacement B with the same group.instance.id
 // joins and takes A's assignment without a rebalance, so A and B hold the
