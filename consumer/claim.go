@@ -80,7 +80,7 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx]) (int64, error) {
 	var since time.Time
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		next, err := w.cfg.Sink.Claim(ctx, t.tok)
+		next, err := w.cfg.Sink.Claim(ctx, t.tok, sink.Observed{})
 		if err == nil {
 			w.claims.Add(1)
 			w.mu.Lock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -212,7 +213,7 @@ func TestCommitsSinkCheckpointAtClaim(t *testing.T) {
 	produce(t, c, 1, keys, 0, 5) // offsets 0..9
 	// A previous tenure applied everything but never committed to Kafka.
 	old := epochs.Token{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 0, Member: "dead-worker"}
-	if _, err := s.Claim(context.Background(), old); err != nil {
+	if _, err := s.Claim(context.Background(), old, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	offsets := []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}

@@ -332,9 +332,14 @@ func TestGenerationBackwards(t *testing.T) {
 	}
 	w.Close()
 
-	// The operator's explicit, audited reset.
-	for p := int32(0); p < partitions; p++ {
-		if _, err := s.ResetFence(context.Background(), epochs.Scope{Group: c.group, Topic: c.topic, Partition: p}, "group g recreated; ticket OPS-1"); err != nil {
+	// The operator's explicit, audited reset (a compare-and-set on what
+	// the operator saw, keeping the checkpoint).
+	fences, err = s.Fences(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fences {
+		if _, err := s.ResetFence(context.Background(), sink.ResetRequest{Scope: f.Scope, Expect: f, Reason: "group g recreated; ticket OPS-1"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 type base struct{}
 
-func (base) Claim(context.Context, epochs.Token) (int64, error) { return 0, nil }
+func (base) Claim(context.Context, epochs.Token, sink.Observed) (int64, error) { return 0, nil }
 func (base) Apply(context.Context, epochs.Token, []int64, sink.Effect[int]) (sink.ApplyResult, error) {
 	return sink.ApplyResult{}, nil
 }

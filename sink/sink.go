@@ -48,12 +48,27 @@ type ApplyResult struct {
 // concurrent holders of one scope safe.
 type Sink[Tx any] interface {
 	// Claim makes tok the holder of its scope and returns the scope's
-	// NextOffset (0 for a scope never written). Atomically: if the stored
-	// holder has a greater epoch, or the same epoch and another member,
-	// Claim fails with an error matching ErrFenced (a *FencedError) and
-	// changes nothing; otherwise it stores tok (see epochs.Token.CanClaim).
+	// NextOffset. obs is what the claimer saw at the broker just before
+	// (docs/design.md#claim). Atomically:
+	//
+	//   - if the stored holder has a greater epoch, or the same epoch and
+	//     another member, Claim fails with an error matching ErrFenced (a
+	//     *FencedError) and changes nothing (see epochs.Token.CanClaim);
+	//   - if the scope's fence was reset and obs.MemberProven is false, it
+	//     fails with an error matching ErrProofRequired and changes nothing
+	//     (docs/design.md#admin-reset);
+	//   - if obs.TopicID is set, it checks the log's continuity
+	//     (docs/design.md#log-identity): a stored topic ID other than
+	//     obs.TopicID, a NextOffset above obs.LogEnd, or obs.LogStart above
+	//     NextOffset fail with a *LogChangedError (matching ErrLogChanged,
+	//     never ErrFenced) and change nothing; a scope with no topic ID
+	//     adopts obs.TopicID;
+	//   - otherwise it stores tok (and clears a reset's proof requirement)
+	//     and records the claim in its history.
+	//
+	// A scope never claimed starts at obs.LogStart (0 when unknown).
 	// Re-claiming with the holder's own token is idempotent.
-	Claim(ctx context.Context, tok epochs.Token) (nextOffset int64, err error)
+	Claim(ctx context.Context, tok epochs.Token, obs Observed) (nextOffset int64, err error)
 
 	// Apply applies a batch of records of tok's scope in one atomic unit.
 	// offsets are the batch's Kafka offsets, strictly ascending. Atomically:
@@ -66,11 +81,34 @@ type Sink[Tx any] interface {
 	Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect Effect[Tx]) (ApplyResult, error)
 }
 
+// Observed is what a claimer saw at the broker right before its Claim.
+// The zero value observed nothing: the sink then checks no continuity
+// and records no log identity (tests and sinks used without Kafka).
+type Observed struct {
+	// TopicID is the log's identity: Kafka's topic ID (the topic UUID
+	// from metadata), as text. Empty means unknown.
+	TopicID string
+	// LogStart and LogEnd are the partition's log start offset and high
+	// watermark; they are used only when TopicID is set.
+	LogStart, LogEnd int64
+	// MemberProven reports that the claimer proved, right before, that it
+	// is a current member of the group at its token's epoch (a
+	// generation-checked offset commit the broker accepted). A scope whose
+	// fence was reset accepts only a proven claim.
+	MemberProven bool
+}
+
 // Fence is the stored state of one scope.
 type Fence struct {
 	Scope      epochs.Scope
 	Holder     epochs.Token // zero if the scope has been reset and not claimed since
 	NextOffset int64
+	// TopicID is the identity of the log NextOffset refers to; empty
+	// before the first claim that observed one.
+	TopicID string
+	// ProofRequired reports that the fence was reset and the next claim
+	// must come with a proof of membership (Observed.MemberProven).
+	ProofRequired bool
 }
 
 // Lister is an optional capability of a sink: reading its fence rows, for
@@ -81,13 +119,39 @@ type Lister interface {
 }
 
 // Resetter is an optional capability of a sink: the explicit, audited admin
-// reset for a scope whose epochs went backwards (docs/design.md#hazard-3: the
-// group was deleted and recreated, or a broker lost its state). Reset
-// clears the holder so that the next claim at any epoch succeeds; it keeps
-// NextOffset, so nothing is applied twice. It records reason in the sink's
-// audit trail. Never call it automatically: it lifts the fence.
+// reset of a scope's fence (docs/design.md#admin-reset), for epochs that
+// went backwards (hazard 3) or a log that changed under the checkpoint
+// (hazard 8). Never call it automatically: it lifts the fence. Package
+// fences wraps it with the checks an operator needs.
 type Resetter interface {
-	ResetFence(ctx context.Context, scope epochs.Scope, reason string) (before Fence, err error)
+	// ResetFence, in one atomic unit, compares the stored fence with
+	// req.Expect (holder, NextOffset and topic ID) and fails with an error
+	// matching ErrResetConflict if it moved; otherwise it clears the
+	// holder, sets NextOffset and the topic ID as req says, requires a
+	// proof of membership from the next claim (Fence.ProofRequired), and
+	// appends a reset row with req.Reason and req.Detail to the history.
+	// It returns the fence as it was. An empty Reason fails with
+	// ErrNoReason, an unknown scope with ErrNotFound.
+	ResetFence(ctx context.Context, req ResetRequest) (before Fence, err error)
+}
+
+// ResetRequest is an admin reset of one scope's fence.
+type ResetRequest struct {
+	Scope epochs.Scope
+	// Expect is the fence the operator saw; the reset is a compare-and-set
+	// on its Holder, NextOffset and TopicID.
+	Expect Fence
+	// NextOffset, if not nil, is the new checkpoint (the scope restarts
+	// there, on a new log); nil keeps the checkpoint (the same log).
+	NextOffset *int64
+	// TopicID, if not empty, is the log identity the scope is reset onto;
+	// empty keeps the stored one.
+	TopicID string
+	// Reason says why; required, recorded.
+	Reason string
+	// Detail records what the operator observed (the diagnosis), audited
+	// with the reset.
+	Detail string
 }
 
 // Historian is an optional capability of a sink: the ordered record of a
@@ -124,6 +188,12 @@ type HistoryEntry struct {
 	NextOffset int64
 	// Reason is the operator's reason for a reset; empty for a claim.
 	Reason string
+	// TopicID is the log identity at the claim, or the one the reset left
+	// the scope on.
+	TopicID string
+	// Detail is a reset's audited detail (what the operator observed and
+	// what the reset changed); empty for a claim.
+	Detail string
 	// At is when the sink recorded the entry (informational only, never
 	// used for fencing; the backend says whose clock).
 	At time.Time
@@ -138,16 +208,33 @@ var ErrFenced = errors.New("sink: fenced")
 // (offsets not strictly ascending, negative offsets, nil effect).
 var ErrBadBatch = errors.New("sink: bad batch")
 
-// ErrNotFound is matched by errors reporting an unknown scope.
-var ErrNotFound = errors.New("sink: scope not found")
+// ErrNotFound is matched by errors reporting an unknown scope (or dead
+// letter).
+var ErrNotFound = errors.New("sink: not found")
+
+// ErrNoReason is matched by the error of an admin operation (a reset, a
+// dead letter's redrive or drop) called without a reason: it changes the
+// fence or the record of what was skipped, and must say why.
+var ErrNoReason = errors.New("sink: an admin operation needs a non-empty reason")
+
+// ErrResetConflict is matched by the error ResetFence returns when the
+// stored fence is no longer the one the operator saw (req.Expect).
+var ErrResetConflict = errors.New("sink: the fence changed since it was inspected")
+
+// ErrProofRequired is matched by the error Claim returns for a scope whose
+// fence was reset, when the claim comes without a proof of membership
+// (Observed.MemberProven). It never matches ErrFenced: the claimer should
+// prove its membership to the broker and claim again.
+var ErrProofRequired = errors.New("sink: the fence was reset; the claim needs a proof of current group membership")
 
 // Op names the sink operation in a FencedError.
 type Op string
 
 // The fenced operations.
 const (
-	OpClaim Op = "claim"
-	OpApply Op = "apply"
+	OpClaim      Op = "claim"
+	OpApply      Op = "apply"
+	OpDeadLetter Op = "dead-letter"
 )
 
 // FencedError reports a refused Claim or Apply with the stored and the

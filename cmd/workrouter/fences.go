@@ -349,7 +349,7 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 	}
 
 	for i, t := range targets {
-		before, err := s.ResetFence(ctx, t.Scope, f.reason)
+		before, err := s.ResetFence(ctx, sink.ResetRequest{Scope: t.Scope, Expect: t, Reason: f.reason})
 		if err != nil {
 			return fmt.Errorf("resetting %s: %w (%d of %d reset before it)", t.Scope, err, i, len(targets))
 		}

@@ -34,7 +34,7 @@ func claimedSink(t *testing.T) string {
 		{Group: "g", Topic: "t", Partition: 1, Epoch: 5, Member: "member-b"},
 		{Group: "other", Topic: "t", Partition: 0, Epoch: 2, Member: "member-c"},
 	} {
-		if _, err := s.Claim(ctx, tok); err != nil {
+		if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
 			t.Fatalf("claim %s: %v", tok, err)
 		}
 	}
@@ -189,7 +189,7 @@ func TestFencesResetWithYes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if next, err := s.Claim(context.Background(), epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 1, Member: "new"}); err != nil || next != 3 {
+	if next, err := s.Claim(context.Background(), epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 1, Member: "new"}, sink.Observed{MemberProven: true}); err != nil || next != 3 {
 		t.Fatalf("claim at epoch 1 after the reset: %d, %v; want 3, nil", next, err)
 	}
 }

@@ -93,7 +93,7 @@ func TestOpenAdminSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := epochs.Token{Group: "g", Topic: "t", Partition: 2, Epoch: 7, Member: "m"}
-	if _, err := s.Claim(ctx, tok); err != nil {
+	if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

@@ -147,11 +147,11 @@ func runFencing[Tx any](t *testing.T, b backend[Tx]) {
 	successor := paused
 	successor.Epoch, successor.Member = 2, "successor"
 
-	if _, err := b.sink.Claim(ctx, paused); err != nil {
+	if _, err := b.sink.Claim(ctx, paused, sink.Observed{}); err != nil {
 		t.Fatalf("claim epoch 1: %v", err)
 	}
 	// The paused scheduler's session expires; the partition moves on.
-	if _, err := b.sink.Claim(ctx, successor); err != nil {
+	if _, err := b.sink.Claim(ctx, successor, sink.Observed{}); err != nil {
 		t.Fatalf("claim epoch 2: %v", err)
 	}
 
@@ -188,7 +188,7 @@ func TestFencingPostgres(t *testing.T) { runFencing(t, openPostgres(t)) }
 func runRules[Tx any](t *testing.T, b backend[Tx]) {
 	ctx := context.Background()
 	tok := epochs.Token{Group: "g", Topic: invoices.Topic, Partition: 0, Epoch: 1, Member: "m"}
-	if _, err := b.sink.Claim(ctx, tok); err != nil {
+	if _, err := b.sink.Claim(ctx, tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	cmds := []router.Command{

@@ -238,7 +238,7 @@ func runFencing[Tx any](t *testing.T, b backend[Tx]) {
 	successor := paused
 	successor.Epoch, successor.Member = 2, "successor"
 
-	if _, err := b.sink.Claim(ctx, paused); err != nil {
+	if _, err := b.sink.Claim(ctx, paused, sink.Observed{}); err != nil {
 		t.Fatalf("claim epoch 1: %v", err)
 	}
 	first := []router.Command{ledger.Deposit("alice", "d0", 0, 100)}
@@ -247,7 +247,7 @@ func runFencing[Tx any](t *testing.T, b backend[Tx]) {
 	}
 
 	// The paused worker's session expires; the partition moves on.
-	next, err := b.sink.Claim(ctx, successor)
+	next, err := b.sink.Claim(ctx, successor, sink.Observed{})
 	if err != nil {
 		t.Fatalf("claim epoch 2: %v", err)
 	}
@@ -292,7 +292,7 @@ func TestFencingPostgres(t *testing.T) { runFencing(t, openPostgres(t)) }
 func runRules[Tx any](t *testing.T, b backend[Tx]) {
 	ctx := context.Background()
 	tok := epochs.Token{Group: "g", Topic: ledger.Topic, Partition: 1, Epoch: 1, Member: "m"}
-	if _, err := b.sink.Claim(ctx, tok); err != nil {
+	if _, err := b.sink.Claim(ctx, tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	cmds := []router.Command{

@@ -31,7 +31,6 @@ package memory
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -42,9 +41,10 @@ import (
 	"github.com/workrouter/workrouter/sink"
 )
 
-// ErrNoReason is matched by the error [Sink.ResetFence] returns when called
-// with an empty reason: a reset lifts the fence and must say why.
-var ErrNoReason = errors.New("memory: reset needs a non-empty reason")
+// ErrNoReason is matched by the error [Sink.ResetFence] (and the dead
+// letters' ResolveDeadLetter) returns when called with an empty reason: a
+// reset lifts the fence and must say why. It is [sink.ErrNoReason].
+var ErrNoReason = sink.ErrNoReason
 
 // Compile-time checks of the capabilities a *Sink provides.
 var (
@@ -52,6 +52,9 @@ var (
 	_ sink.Lister    = (*Sink)(nil)
 	_ sink.Resetter  = (*Sink)(nil)
 	_ sink.Historian = (*Sink)(nil)
+
+	_ sink.DeadLetterer    = (*Sink)(nil)
+	_ sink.DeadLetterStore = (*Sink)(nil)
 )
 
 // EventKind is the kind of a fence decision recorded in a [Sink]'s history.
@@ -65,6 +68,9 @@ const (
 	Apply
 	// Reset is a call to [Sink.ResetFence] that cleared a holder.
 	Reset
+	// DeadLetter is a call to [Sink.DeadLetter] that reached the fence
+	// check; Offsets holds the dead-lettered offset when it was stored.
+	DeadLetter
 )
 
 // String returns "claim", "apply" or "reset". It may be called from any
@@ -77,6 +83,8 @@ func (k EventKind) String() string {
 		return "apply"
 	case Reset:
 		return "reset"
+	case DeadLetter:
+		return "dead-letter"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -106,6 +114,10 @@ type Event struct {
 	NextOffset int64
 	// At is when the sink recorded the event (informational).
 	At time.Time
+	// TopicID is the log identity of a claim, or the one a reset left.
+	TopicID string
+	// Detail is a reset's audited detail.
+	Detail string
 }
 
 // AuditEntry records one admin reset of a scope's fence.
@@ -122,8 +134,10 @@ type AuditEntry struct {
 
 // fenceState is the stored fence of one scope.
 type fenceState struct {
-	holder     epochs.Token
-	nextOffset int64
+	holder        epochs.Token
+	nextOffset    int64
+	topicID       string
+	proofRequired bool
 }
 
 // entry is the committed state of one key. A deleted key keeps its entry
@@ -147,6 +161,9 @@ type Sink struct {
 	events   []Event
 	audit    []AuditEntry
 	rejected int
+
+	deadLetters []sink.DeadLetter // by ID (ID = index + 1)
+	dlAudit     []sink.DeadLetterAction
 }
 
 // New returns an empty sink. It may be called from any goroutine.
@@ -180,10 +197,12 @@ func (s *Sink) holderOf(scope epochs.Scope) epochs.Token {
 // Claim makes tok the holder of its scope and returns the scope's
 // NextOffset, following [sink.Sink.Claim]: it fails with a
 // *[sink.FencedError] if the stored holder has a greater epoch, or the same
-// epoch and another member. A refused claim changes nothing but is recorded
-// in the history. Claim never waits for a running Apply. It may be called
-// from any goroutine.
-func (s *Sink) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
+// epoch and another member, with [sink.ErrProofRequired] after a reset
+// without obs.MemberProven, and with a *[sink.LogChangedError] when the log
+// under the checkpoint changed. A refused claim changes nothing; a fenced
+// one is recorded in the history. Claim never waits for a running Apply.
+// It may be called from any goroutine.
+func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
 	if err := tok.Validate(); err != nil {
 		return 0, err
 	}
@@ -202,13 +221,25 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
 		s.record(Event{Kind: Claim, Scope: scope, Token: tok, Stored: holder})
 		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: holder, Offered: tok}
 	}
+	if st != nil && st.proofRequired && !obs.MemberProven {
+		return 0, fmt.Errorf("memory: claim %s: %w", tok, sink.ErrProofRequired)
+	}
+	var storedTopic string
+	var next int64
+	if st != nil {
+		storedTopic, next = st.topicID, st.nextOffset
+	}
+	next, topic, err := sink.CheckLog(scope, st != nil, storedTopic, next, obs)
+	if err != nil {
+		return 0, err
+	}
 	if st == nil {
 		st = &fenceState{}
 		s.scopes[scope] = st
 	}
-	st.holder = tok
-	s.record(Event{Kind: Claim, Scope: scope, Token: tok, Accepted: true, Stored: holder, NextOffset: st.nextOffset})
-	return st.nextOffset, nil
+	st.holder, st.nextOffset, st.topicID, st.proofRequired = tok, next, topic, false
+	s.record(Event{Kind: Claim, Scope: scope, Token: tok, Accepted: true, Stored: holder, NextOffset: next, TopicID: topic})
+	return next, nil
 }
 
 // Apply applies a batch of records of tok's scope, following
@@ -383,24 +414,28 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	s.mu.RLock()
 	fences := make([]sink.Fence, 0, len(s.scopes))
 	for scope, st := range s.scopes {
-		fences = append(fences, sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset})
+		fences = append(fences, sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset,
+			TopicID: st.topicID, ProofRequired: st.proofRequired})
 	}
 	s.mu.RUnlock()
 	slices.SortFunc(fences, func(a, b sink.Fence) int { return compareScopes(a.Scope, b.Scope) })
 	return fences, nil
 }
 
-// ResetFence clears the holder of scope so that the next claim at any epoch
-// succeeds, keeping NextOffset, and records reason in the audit trail
-// ([Sink.Audit]) and the history. It implements [sink.Resetter]. It fails
-// with an error matching [ErrNoReason] for an empty reason and
-// [sink.ErrNotFound] for a scope the sink does not know. It may be called
+// ResetFence resets a scope's fence following [sink.Resetter]: a
+// compare-and-set on req.Expect that clears the holder, keeps or moves
+// NextOffset and the topic ID, requires a proof of membership from the
+// next claim, and records req.Reason in the audit trail ([Sink.Audit]) and
+// the history. It fails with an error matching [ErrNoReason] for an empty
+// reason, [sink.ErrNotFound] for a scope the sink does not know and
+// [sink.ErrResetConflict] if the fence is not req.Expect. It may be called
 // from any goroutine, but only by an operator: it lifts the fence.
-func (s *Sink) ResetFence(ctx context.Context, scope epochs.Scope, reason string) (sink.Fence, error) {
+func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fence, error) {
+	scope := req.Scope
 	if err := scope.Validate(); err != nil {
 		return sink.Fence{}, err
 	}
-	if strings.TrimSpace(reason) == "" {
+	if strings.TrimSpace(req.Reason) == "" {
 		return sink.Fence{}, fmt.Errorf("memory: reset %s: %w", scope, ErrNoReason)
 	}
 	if err := ctx.Err(); err != nil {
@@ -412,10 +447,21 @@ func (s *Sink) ResetFence(ctx context.Context, scope epochs.Scope, reason string
 	if st == nil {
 		return sink.Fence{}, fmt.Errorf("memory: reset %s: %w", scope, sink.ErrNotFound)
 	}
-	before := sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset}
-	st.holder = epochs.Token{}
-	seq := s.record(Event{Kind: Reset, Scope: scope, Accepted: true, Stored: before.Holder, Reason: reason, NextOffset: before.NextOffset})
-	s.audit = append(s.audit, AuditEntry{Scope: scope, Before: before, Reason: reason, Seq: seq})
+	before := sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset, TopicID: st.topicID, ProofRequired: st.proofRequired}
+	if e := req.Expect; e.Holder != before.Holder || e.NextOffset != before.NextOffset || e.TopicID != before.TopicID {
+		return sink.Fence{}, fmt.Errorf("memory: reset %s: %w: expected holder %s at %d on %q, found %s at %d on %q", scope, sink.ErrResetConflict,
+			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
+	}
+	st.holder, st.proofRequired = epochs.Token{}, true
+	if req.NextOffset != nil {
+		st.nextOffset = *req.NextOffset
+	}
+	if req.TopicID != "" {
+		st.topicID = req.TopicID
+	}
+	seq := s.record(Event{Kind: Reset, Scope: scope, Accepted: true, Stored: before.Holder, Reason: req.Reason,
+		NextOffset: st.nextOffset, TopicID: st.topicID, Detail: req.Detail})
+	s.audit = append(s.audit, AuditEntry{Scope: scope, Before: before, Reason: req.Reason, Seq: seq})
 	return before, nil
 }
 

@@ -58,7 +58,7 @@ func token(epoch int32, member string) epochs.Token {
 func TestBlockedEffectDoesNotBlockClaim(t *testing.T) {
 	s := memory.New()
 	old, newer := token(1, "zombie"), token(2, "successor")
-	if _, err := s.Claim(t.Context(), old); err != nil {
+	if _, err := s.Claim(t.Context(), old, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -78,7 +78,7 @@ func TestBlockedEffectDoesNotBlockClaim(t *testing.T) {
 
 	claimDone := make(chan error, 1)
 	go func() {
-		_, err := s.Claim(t.Context(), newer)
+		_, err := s.Claim(t.Context(), newer, sink.Observed{})
 		claimDone <- err
 	}()
 	select {
@@ -110,7 +110,7 @@ func TestBlockedEffectDoesNotBlockClaim(t *testing.T) {
 			t.Fatalf("fenced Apply left %s=%q", k, v)
 		}
 	}
-	if next, err := s.Claim(t.Context(), newer); err != nil || next != 0 {
+	if next, err := s.Claim(t.Context(), newer, sink.Observed{}); err != nil || next != 0 {
 		t.Fatalf("re-Claim = %d, %v; want 0, nil", next, err)
 	}
 	if got := s.Rejected(); got != 1 {
@@ -130,7 +130,7 @@ func TestConflictingAppliesSerialize(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		tok := epochs.Token{Group: "g", Topic: "t", Partition: int32(w), Epoch: 1, Member: "m"}
-		if _, err := s.Claim(t.Context(), tok); err != nil {
+		if _, err := s.Claim(t.Context(), tok, sink.Observed{}); err != nil {
 			t.Fatal(err)
 		}
 		wg.Go(func() {
@@ -167,7 +167,7 @@ func TestPrefixScanConflict(t *testing.T) {
 	a := epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 1, Member: "a"}
 	b := epochs.Token{Group: "g", Topic: "t", Partition: 1, Epoch: 1, Member: "b"}
 	for _, tok := range []epochs.Token{a, b} {
-		if _, err := s.Claim(t.Context(), tok); err != nil {
+		if _, err := s.Claim(t.Context(), tok, sink.Observed{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -201,7 +201,7 @@ func TestPrefixScanConflict(t *testing.T) {
 func TestTxSemantics(t *testing.T) {
 	s := memory.New()
 	tok := token(1, "m")
-	if _, err := s.Claim(t.Context(), tok); err != nil {
+	if _, err := s.Claim(t.Context(), tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	put := func(off int64, f func(tx *memory.Tx)) {
@@ -257,16 +257,17 @@ func TestTxSemantics(t *testing.T) {
 func TestResetFenceAudit(t *testing.T) {
 	s := memory.New()
 	tok := token(4, "m")
-	if _, err := s.Claim(t.Context(), tok); err != nil {
+	if _, err := s.Claim(t.Context(), tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ResetFence(t.Context(), tok.Scope(), " "); !errors.Is(err, memory.ErrNoReason) {
+	seen := sink.Fence{Scope: tok.Scope(), Holder: tok}
+	if _, err := s.ResetFence(t.Context(), sink.ResetRequest{Scope: tok.Scope(), Expect: seen, Reason: " "}); !errors.Is(err, memory.ErrNoReason) {
 		t.Fatalf("ResetFence with blank reason: %v, want ErrNoReason", err)
 	}
-	if _, err := s.ResetFence(t.Context(), epochs.Scope{}, "why"); !errors.Is(err, epochs.ErrInvalidToken) {
+	if _, err := s.ResetFence(t.Context(), sink.ResetRequest{Reason: "why"}); !errors.Is(err, epochs.ErrInvalidToken) {
 		t.Fatalf("ResetFence of invalid scope: %v, want epochs.ErrInvalidToken", err)
 	}
-	if _, err := s.ResetFence(t.Context(), tok.Scope(), "group recreated"); err != nil {
+	if _, err := s.ResetFence(t.Context(), sink.ResetRequest{Scope: tok.Scope(), Expect: seen, Reason: "group recreated"}); err != nil {
 		t.Fatal(err)
 	}
 	audit := s.Audit()
@@ -283,7 +284,7 @@ func TestResetFenceAudit(t *testing.T) {
 		t.Fatalf("last event %+v does not match audit %+v", last, a)
 	}
 	// A lower epoch claims after the reset: not a violation.
-	if _, err := s.Claim(t.Context(), token(1, "new")); err != nil {
+	if _, err := s.Claim(t.Context(), token(1, "new"), sink.Observed{MemberProven: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Verify(); err != nil {
@@ -296,12 +297,12 @@ func TestEventsRecordDecisions(t *testing.T) {
 	a, b := token(1, "a"), token(2, "b")
 	ctx := t.Context()
 	noop := func(context.Context, *memory.Tx, int) error { return nil }
-	s.Claim(ctx, a)
+	s.Claim(ctx, a, sink.Observed{})
 	s.Apply(ctx, a, []int64{0, 1}, noop)
 	s.Apply(ctx, a, []int64{1, 2}, noop) // 1 skipped
-	s.Claim(ctx, b)
+	s.Claim(ctx, b, sink.Observed{})
 	s.Apply(ctx, a, []int64{3}, noop) // fenced
-	s.Claim(ctx, a)                   // fenced
+	s.Claim(ctx, a, sink.Observed{})                   // fenced
 	got := s.Events()
 	for i := range got {
 		if got[i].At.IsZero() {
@@ -333,7 +334,7 @@ func ExampleSink() {
 	s := memory.New()
 	tok := epochs.Token{Group: "billing", Topic: "invoices", Partition: 0, Epoch: 1, Member: "worker-a"}
 
-	next, _ := s.Claim(ctx, tok)
+	next, _ := s.Claim(ctx, tok, sink.Observed{})
 	fmt.Println("resume at", next)
 
 	send := func(_ context.Context, tx *memory.Tx, i int) error {
@@ -346,7 +347,7 @@ func ExampleSink() {
 	// worker-a pauses; the group hands the partition to worker-b.
 	successor := tok
 	successor.Epoch, successor.Member = 2, "worker-b"
-	next, _ = s.Claim(ctx, successor)
+	next, _ = s.Claim(ctx, successor, sink.Observed{})
 	fmt.Println("successor resumes at", next)
 
 	// worker-a wakes up and writes: the sink refuses it.

@@ -82,9 +82,9 @@ func verifyEvents(events []Event) []Violation {
 		seq := int64(ev.Seq)
 		switch ev.Kind {
 		case Claim:
-			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset})
+			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset, TopicID: ev.TopicID})
 		case Reset:
-			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryReset, Token: ev.Stored, NextOffset: ev.NextOffset})
+			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryReset, Token: ev.Stored, NextOffset: ev.NextOffset, TopicID: ev.TopicID})
 		case Apply:
 			for _, o := range ev.Offsets {
 				in.writes = append(in.writes, invariants.Write{Partition: ev.Scope.Partition, Offset: o,
@@ -133,9 +133,10 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryE
 		}
 		switch ev.Kind {
 		case Claim:
-			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset, At: ev.At})
+			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset, TopicID: ev.TopicID, At: ev.At})
 		case Reset:
-			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryReset, Token: ev.Stored, NextOffset: ev.NextOffset, Reason: ev.Reason, At: ev.At})
+			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryReset, Token: ev.Stored, NextOffset: ev.NextOffset, Reason: ev.Reason,
+				TopicID: ev.TopicID, Detail: ev.Detail, At: ev.At})
 		}
 	}
 	return out, nil

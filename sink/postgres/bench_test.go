@@ -9,6 +9,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/unfenced"
+	"github.com/workrouter/workrouter/sink"
 )
 
 // BenchmarkApply measures the cost of the fence: the same batch of N
@@ -46,7 +47,7 @@ func benchApply(b *testing.B, fenced bool, n int) {
 		return err
 	}
 	tok := epochs.Token{Group: "bench", Topic: "t", Partition: 0, Epoch: 1, Member: "m"}
-	if _, err := s.Claim(ctx, tok); err != nil {
+	if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
 		b.Fatal(err)
 	}
 	offsets := make([]int64, n)

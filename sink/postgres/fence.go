@@ -38,14 +38,17 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 }
 
 // Claim makes tok the holder of its scope and returns the scope's
-// NextOffset, following [sink.Sink.Claim]: one upsert whose conflict branch
-// applies [epochs.Token.CanClaim] (a reset holder can be claimed at any
-// epoch), in a transaction that also appends a "claim" row to the history.
-// A refused claim changes nothing and returns a *[sink.FencedError] with
-// the stored holder. Claim never waits for a running Apply's handler (only
-// for an Apply that is between its fence UPDATE and COMMIT). It may be
-// called from any goroutine.
-func (s *Sink) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
+// NextOffset, following [sink.Sink.Claim], in one transaction: it inserts
+// the row of a new scope (no holder, at obs.LogStart), locks the row, and
+// decides as the contract says — [epochs.Token.CanClaim], the proof after
+// a reset, the log's continuity ([sink.CheckLog]) — then stores tok and
+// appends a "claim" row to the history. A refused claim changes nothing
+// and returns a *[sink.FencedError] with the stored holder, an error
+// matching [sink.ErrProofRequired], or a *[sink.LogChangedError]. Claim
+// never waits for a running Apply's handler (only for an Apply that is
+// between its fence UPDATE and COMMIT). It may be called from any
+// goroutine.
+func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
 	if err := tok.Validate(); err != nil {
 		return 0, err
 	}
@@ -58,24 +61,41 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
 		return 0, wrap(ctx, op, err)
 	}
 	defer rollback(ctx, tx)
-	var next int64
-	err = tx.QueryRow(ctx, s.q.claim, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member).Scan(&next)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		// Refused. ON CONFLICT locked the row even though its WHERE was
-		// false, so this read sees the holder that refused us.
-		var (
-			epoch  int32
-			member string
-		)
-		if err := tx.QueryRow(ctx, s.q.holder, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member); err != nil {
-			return 0, wrap(ctx, op+": read holder", err)
-		}
-		fe := &sink.FencedError{Op: sink.OpClaim, Stored: holderToken(tok.Scope(), epoch, member), Offered: tok}
-		s.log.Debug("postgres sink: claim fenced", "offered", tok.String(), "stored", fe.Stored.String())
-		return 0, fe
-	case err != nil:
+	start, startTopic := int64(0), ""
+	if obs.TopicID != "" {
+		start, startTopic = max(obs.LogStart, 0), obs.TopicID
+	}
+	tag, err := tx.Exec(ctx, s.q.claimInsert, tok.Group, tok.Topic, tok.Partition, start, startTopic)
+	if err != nil {
 		return 0, wrap(ctx, op, err)
+	}
+	inserted := tag.RowsAffected() == 1
+	var (
+		epoch   int32
+		member  string
+		next    int64
+		topicID string
+		proof   bool
+	)
+	if err := tx.QueryRow(ctx, s.q.claimRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next, &topicID, &proof); err != nil {
+		return 0, wrap(ctx, op+": read fence", err)
+	}
+	if stored := holderToken(tok.Scope(), epoch, member); !tok.CanClaim(stored) {
+		s.log.Debug("postgres sink: claim fenced", "offered", tok.String(), "stored", stored.String())
+		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: stored, Offered: tok}
+	}
+	if proof && !obs.MemberProven {
+		return 0, fmt.Errorf("postgres: %s: %w", op, sink.ErrProofRequired)
+	}
+	next, topicID, err = sink.CheckLog(tok.Scope(), !inserted, topicID, next, obs)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, s.q.claimUpdate, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, topicID); err != nil {
+		return 0, wrap(ctx, op, err)
+	}
+	if _, err := tx.Exec(ctx, s.q.claimHistory, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, topicID); err != nil {
+		return 0, wrap(ctx, op+": history", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, wrap(ctx, op+": commit", err)
@@ -237,7 +257,7 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 		member string
 		out    []sink.Fence
 	)
-	_, err = pgx.ForEachRow(rows, []any{&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired}, func() error {
 		f.Holder = holderToken(f.Scope, epoch, member)
 		out = append(out, f)
 		return nil
@@ -248,19 +268,23 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	return out, nil
 }
 
-// ResetFence clears the holder of scope (stored as epoch -1, member empty) so
-// that the next claim at any epoch succeeds, keeps NextOffset, and appends
-// a "reset" row with reason to the history, all in one transaction. It
-// returns the fence as it was. It implements [sink.Resetter]; an empty
-// reason fails with [ErrNoReason], an unknown scope with [sink.ErrNotFound].
-// It may be called from any goroutine, but only by an operator: it lifts
-// the fence.
-func (s *Sink) ResetFence(ctx context.Context, scope epochs.Scope, reason string) (sink.Fence, error) {
+// ResetFence resets a scope's fence following [sink.Resetter], in one
+// transaction: it locks the row, compares it with req.Expect (holder,
+// NextOffset, topic ID), clears the holder (stored as epoch -1, member
+// empty), keeps or moves NextOffset and the topic ID as req says, requires
+// a proof of membership from the next claim, and appends a "reset" row
+// with req.Reason and req.Detail to the history. It returns the fence as
+// it was. An empty reason fails with [ErrNoReason], an unknown scope with
+// [sink.ErrNotFound], a moved fence with [sink.ErrResetConflict]. It may
+// be called from any goroutine, but only by an operator: it lifts the
+// fence.
+func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fence, error) {
+	scope := req.Scope
 	if err := scope.Validate(); err != nil {
 		return sink.Fence{}, err
 	}
 	op := "reset " + scope.String()
-	if strings.TrimSpace(reason) == "" {
+	if strings.TrimSpace(req.Reason) == "" {
 		return sink.Fence{}, fmt.Errorf("postgres: %s: %w", op, ErrNoReason)
 	}
 	if err := s.check(ctx, op); err != nil {
@@ -272,28 +296,42 @@ func (s *Sink) ResetFence(ctx context.Context, scope epochs.Scope, reason string
 	}
 	defer rollback(ctx, tx)
 	var (
-		epoch  int32
-		member string
-		next   int64
+		epoch   int32
+		member  string
+		next    int64
+		topicID string
+		proof   bool
 	)
-	err = tx.QueryRow(ctx, s.q.resetRead, scope.Group, scope.Topic, scope.Partition).Scan(&epoch, &member, &next)
+	err = tx.QueryRow(ctx, s.q.resetRead, scope.Group, scope.Topic, scope.Partition).Scan(&epoch, &member, &next, &topicID, &proof)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return sink.Fence{}, fmt.Errorf("postgres: %s: %w", op, sink.ErrNotFound)
 	case err != nil:
 		return sink.Fence{}, wrap(ctx, op, err)
 	}
-	before := sink.Fence{Scope: scope, Holder: holderToken(scope, epoch, member), NextOffset: next}
-	if _, err := tx.Exec(ctx, s.q.reset, scope.Group, scope.Topic, scope.Partition); err != nil {
+	before := sink.Fence{Scope: scope, Holder: holderToken(scope, epoch, member), NextOffset: next, TopicID: topicID, ProofRequired: proof}
+	if e := req.Expect; e.Holder != before.Holder || e.NextOffset != before.NextOffset || e.TopicID != before.TopicID {
+		return sink.Fence{}, fmt.Errorf("postgres: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
+			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
+	}
+	newNext, newTopic := next, topicID
+	if req.NextOffset != nil {
+		newNext = *req.NextOffset
+	}
+	if req.TopicID != "" {
+		newTopic = req.TopicID
+	}
+	if _, err := tx.Exec(ctx, s.q.reset, scope.Group, scope.Topic, scope.Partition, newNext, newTopic); err != nil {
 		return sink.Fence{}, wrap(ctx, op, err)
 	}
-	if _, err := tx.Exec(ctx, s.q.resetAudit, scope.Group, scope.Topic, scope.Partition, epoch, member, next, reason); err != nil {
+	if _, err := tx.Exec(ctx, s.q.resetAudit, scope.Group, scope.Topic, scope.Partition, epoch, member, newNext, req.Reason, newTopic, req.Detail); err != nil {
 		return sink.Fence{}, wrap(ctx, op+": audit", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return sink.Fence{}, wrap(ctx, op+": commit", err)
 	}
-	s.log.Warn("postgres sink: fence reset", "scope", scope.String(), "cleared", before.Holder.String(), "next_offset", next, "reason", reason)
+	s.log.Warn("postgres sink: fence reset", "scope", scope.String(), "cleared", before.Holder.String(), "next_offset_before", next,
+		"next_offset", newNext, "topic_id", newTopic, "reason", req.Reason)
 	return before, nil
 }
 
@@ -321,7 +359,7 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 		member string
 		out    []HistoryEntry
 	)
-	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &e.At}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &e.At, &e.TopicID, &e.Detail}, func() error {
 		e.Token = holderToken(scope, epoch, member)
 		out = append(out, e)
 		return nil

@@ -23,6 +23,9 @@ var (
 	_ sink.Lister       = (*Sink)(nil)
 	_ sink.Resetter     = (*Sink)(nil)
 	_ sink.Historian    = (*Sink)(nil)
+
+	_ sink.DeadLetterer    = (*Sink)(nil)
+	_ sink.DeadLetterStore = (*Sink)(nil)
 )
 
 // ErrConfig is matched by the errors [Open] returns for an invalid [Config]:
@@ -41,9 +44,10 @@ var ErrUnreachable = errors.New("postgres: server unreachable")
 // then leaves the database as it found it.
 var ErrSchema = errors.New("postgres: incompatible sink schema")
 
-// ErrNoReason is matched by the error [Sink.ResetFence] returns for an
-// empty reason: a reset lifts the fence and must say why.
-var ErrNoReason = errors.New("postgres: reset needs a non-empty reason")
+// ErrNoReason is matched by the error [Sink.ResetFence] (and
+// ResolveDeadLetter) returns for an empty reason: a reset lifts the fence
+// and must say why. It is [sink.ErrNoReason].
+var ErrNoReason = sink.ErrNoReason
 
 // ErrClosed is matched by the errors a [Sink]'s methods return after
 // [Sink.Close].

@@ -51,7 +51,7 @@ func testScope(t testing.TB) epochs.Scope {
 
 func mustClaim(t testing.TB, s *Sink, tok epochs.Token) int64 {
 	t.Helper()
-	next, err := s.Claim(context.Background(), tok)
+	next, err := s.Claim(context.Background(), tok, sink.Observed{})
 	if err != nil {
 		t.Fatalf("Claim(%s): %v", tok, err)
 	}
@@ -159,11 +159,11 @@ func TestOpenSchemaVersionConflict(t *testing.T) {
 	schema := newTestSchema(t)
 	s := openSink(t, schema, nil)
 	s.Close()
-	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 2")
+	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 3")
 	s, err := Open(t.Context(), Config{DSN: schemaDSN(t, schema), Schema: schema})
 	if err == nil {
 		s.Close()
-		t.Fatal("Open over a version 2 schema succeeded")
+		t.Fatal("Open over a version 3 schema succeeded")
 	}
 	if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "workrouter_schema") {
 		t.Fatalf("Open error %v: want ErrSchema naming workrouter_schema", err)
@@ -213,7 +213,7 @@ func TestOpenConcurrent(t *testing.T) {
 		wg.Go(func() {
 			s, err := Open(t.Context(), Config{DSN: schemaDSN(t, schema), Schema: schema})
 			if err == nil {
-				_, err = s.Claim(t.Context(), tokenOf(testScope(t), int32(i), fmt.Sprint("m", i)))
+				_, err = s.Claim(t.Context(), tokenOf(testScope(t), int32(i), fmt.Sprint("m", i)), sink.Observed{})
 				if errors.Is(err, sink.ErrFenced) {
 					err = nil
 				}
@@ -309,7 +309,7 @@ func TestBlockedHandlerDoesNotBlockClaim(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	next, err := s.Claim(ctx, newer)
+	next, err := s.Claim(ctx, newer, sink.Observed{})
 	if err != nil {
 		close(release)
 		t.Fatalf("Claim by the newer tenure while the old handler is blocked: %v", err)
@@ -421,20 +421,23 @@ func TestHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustClaim(t, s, b)
-	if _, err := s.Claim(ctx, c); !errors.Is(err, sink.ErrFenced) {
+	if _, err := s.Claim(ctx, c, sink.Observed{}); !errors.Is(err, sink.ErrFenced) {
 		t.Fatalf("Claim by a lower epoch: %v, want fenced", err)
 	}
-	if _, err := s.ResetFence(ctx, scope, ""); !errors.Is(err, ErrNoReason) {
+	seen := sink.Fence{Scope: scope, Holder: b, NextOffset: 2}
+	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: scope, Expect: seen}); !errors.Is(err, ErrNoReason) {
 		t.Fatalf("ResetFence without reason: %v, want ErrNoReason", err)
 	}
-	before, err := s.ResetFence(ctx, scope, "group recreated")
+	before, err := s.ResetFence(ctx, sink.ResetRequest{Scope: scope, Expect: seen, Reason: "group recreated"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := (sink.Fence{Scope: scope, Holder: b, NextOffset: 2}); before != want {
 		t.Fatalf("ResetFence before = %+v, want %+v", before, want)
 	}
-	mustClaim(t, s, c)
+	if _, err := s.Claim(ctx, c, sink.Observed{MemberProven: true}); err != nil {
+		t.Fatalf("proven claim after the reset: %v", err)
+	}
 	mustClaim(t, s, c) // a re-claim is a claim too
 
 	hist, err := s.History(ctx, scope)
@@ -529,7 +532,7 @@ func TestClose(t *testing.T) {
 			t.Fatalf("Close: %v", err)
 		}
 	}
-	if _, err := s.Claim(t.Context(), tokenOf(testScope(t), 1, "m")); !errors.Is(err, ErrClosed) {
+	if _, err := s.Claim(t.Context(), tokenOf(testScope(t), 1, "m"), sink.Observed{}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Claim after Close: %v, want ErrClosed", err)
 	}
 	if _, err := s.Fences(t.Context()); !errors.Is(err, ErrClosed) {
@@ -560,5 +563,49 @@ func TestGivenPool(t *testing.T) {
 	s.Close()
 	if err := pool.Ping(t.Context()); err != nil {
 		t.Fatalf("the given pool was closed by Close: %v", err)
+	}
+}
+
+// TestMigrateFromVersion1: Open migrates a version 1 schema in place,
+// keeping the fences and the history; the fence row adopts the topic ID
+// its next claim observes.
+func TestMigrateFromVersion1(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	q := func(table string) string { return pgx.Identifier{schema, table}.Sanitize() }
+	for _, stmt := range []string{
+		`CREATE TABLE ` + q("workrouter_fences") + ` (grp text NOT NULL, topic text NOT NULL, part int NOT NULL, epoch int NOT NULL,
+			member text NOT NULL, next_offset bigint NOT NULL DEFAULT 0, PRIMARY KEY (grp, topic, part))`,
+		`CREATE TABLE ` + q("workrouter_history") + ` (seq bigserial PRIMARY KEY, grp text NOT NULL, topic text NOT NULL, part int NOT NULL,
+			kind text NOT NULL CHECK (kind IN ('claim', 'reset')), epoch int NOT NULL, member text NOT NULL, next_offset bigint NOT NULL,
+			reason text NOT NULL DEFAULT '', at timestamptz NOT NULL DEFAULT now())`,
+		`CREATE TABLE ` + q("workrouter_schema") + ` (version int NOT NULL)`,
+		`INSERT INTO ` + q("workrouter_schema") + ` VALUES (1)`,
+		`INSERT INTO ` + q("workrouter_fences") + ` VALUES ('g', 'orders', 0, 7, 'm-7', 42)`,
+		`INSERT INTO ` + q("workrouter_history") + ` (grp, topic, part, kind, epoch, member, next_offset) VALUES ('g', 'orders', 0, 'claim', 7, 'm-7', 40)`,
+	} {
+		adminExec(t, stmt)
+	}
+	s := openSink(t, schema, nil)
+	ctx := t.Context()
+	fences, err := s.Fences(ctx)
+	if err != nil || len(fences) != 1 || fences[0].NextOffset != 42 || fences[0].TopicID != "" {
+		t.Fatalf("fences after migration = %+v, %v", fences, err)
+	}
+	b := epochs.Token{Group: "g", Topic: "orders", Partition: 0, Epoch: 8, Member: "m-8"}
+	if next, err := s.Claim(ctx, b, sink.Observed{TopicID: "topic-1", LogEnd: 50}); err != nil || next != 42 {
+		t.Fatalf("first claim after migration = %d, %v", next, err)
+	}
+	h, err := s.History(ctx, b.Scope())
+	if err != nil || len(h) != 2 || h[0].NextOffset != 40 || h[1].TopicID != "topic-1" {
+		t.Fatalf("history after migration = %+v, %v", h, err)
+	}
+	if _, err := s.DeadLetter(ctx, b, sink.DeadRecord{Offset: 42, Reason: "undecodable"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s2 := openSink(t, schema, nil)
+	if dl, err := s2.DeadLetters(ctx, sink.DeadLetterFilter{}); err != nil || len(dl) != 1 || dl[0].Record.TopicID != "topic-1" {
+		t.Fatalf("dead letters after reopen = %+v, %v", dl, err)
 	}
 }

@@ -11,8 +11,10 @@ import (
 )
 
 // schemaVersion is the version of the sink's tables this code reads and
-// writes.
-const schemaVersion = 1
+// writes. Version 2 added the log identity (topic ID), the reset's proof
+// requirement and the dead letters; Open migrates a version 1 schema in
+// place.
+const schemaVersion = 2
 
 // column is one expected column of a sink table, its type as PostgreSQL's
 // format_type spells it.
@@ -33,6 +35,7 @@ var tables = []tableSpec{
 		columns: []column{
 			{"grp", "text"}, {"topic", "text"}, {"part", "integer"},
 			{"epoch", "integer"}, {"member", "text"}, {"next_offset", "bigint"},
+			{"topic_id", "text"}, {"proof_required", "boolean"},
 		},
 		ddl: []string{`CREATE TABLE %[1]s (
 			grp text NOT NULL,
@@ -41,6 +44,8 @@ var tables = []tableSpec{
 			epoch int NOT NULL,
 			member text NOT NULL,
 			next_offset bigint NOT NULL DEFAULT 0,
+			topic_id text NOT NULL DEFAULT '',
+			proof_required boolean NOT NULL DEFAULT false,
 			PRIMARY KEY (grp, topic, part))`},
 	},
 	{
@@ -49,6 +54,7 @@ var tables = []tableSpec{
 			{"seq", "bigint"}, {"grp", "text"}, {"topic", "text"}, {"part", "integer"},
 			{"kind", "text"}, {"epoch", "integer"}, {"member", "text"},
 			{"next_offset", "bigint"}, {"reason", "text"}, {"at", "timestamp with time zone"},
+			{"topic_id", "text"}, {"detail", "text"},
 		},
 		ddl: []string{
 			`CREATE TABLE %[1]s (
@@ -61,7 +67,9 @@ var tables = []tableSpec{
 			member text NOT NULL,
 			next_offset bigint NOT NULL,
 			reason text NOT NULL DEFAULT '',
-			at timestamptz NOT NULL DEFAULT now())`,
+			at timestamptz NOT NULL DEFAULT now(),
+			topic_id text NOT NULL DEFAULT '',
+			detail text NOT NULL DEFAULT '')`,
 			`CREATE INDEX %[2]s ON %[1]s (grp, topic, part, seq)`,
 		},
 	},
@@ -70,50 +78,109 @@ var tables = []tableSpec{
 		columns: []column{{"version", "integer"}},
 		ddl:     []string{`CREATE TABLE %[1]s (version int NOT NULL)`},
 	},
+	{
+		suffix: "_dead_letters",
+		columns: []column{
+			{"id", "bigint"}, {"grp", "text"}, {"topic", "text"}, {"part", "integer"}, {"topic_id", "text"}, {"off", "bigint"},
+			{"rec_key", "bytea"}, {"rec_value", "bytea"}, {"headers", "text"}, {"rec_time", "timestamp with time zone"},
+			{"reason", "text"}, {"error", "text"}, {"attempts", "integer"}, {"epoch", "integer"}, {"member", "text"},
+			{"at", "timestamp with time zone"}, {"state", "text"}, {"mirrored", "boolean"},
+		},
+		ddl: []string{
+			`CREATE TABLE %[1]s (
+			id bigserial PRIMARY KEY,
+			grp text NOT NULL,
+			topic text NOT NULL,
+			part int NOT NULL,
+			topic_id text NOT NULL,
+			off bigint NOT NULL,
+			rec_key bytea,
+			rec_value bytea,
+			headers text NOT NULL,
+			rec_time timestamptz NOT NULL,
+			reason text NOT NULL,
+			error text NOT NULL,
+			attempts int NOT NULL,
+			epoch int NOT NULL,
+			member text NOT NULL,
+			at timestamptz NOT NULL DEFAULT now(),
+			state text NOT NULL CHECK (state IN ('open', 'redriving', 'redriven', 'dropped')),
+			mirrored boolean NOT NULL DEFAULT false,
+			UNIQUE (grp, topic, part, topic_id, off))`,
+			`CREATE INDEX %[2]s ON %[1]s (grp, topic, part, id)`,
+		},
+	},
+	{
+		suffix: "_dl_audit",
+		columns: []column{
+			{"seq", "bigint"}, {"id", "bigint"}, {"from_state", "text"}, {"to_state", "text"},
+			{"reason", "text"}, {"detail", "text"}, {"at", "timestamp with time zone"},
+		},
+		ddl: []string{
+			`CREATE TABLE %[1]s (
+			seq bigserial PRIMARY KEY,
+			id bigint NOT NULL,
+			from_state text NOT NULL,
+			to_state text NOT NULL,
+			reason text NOT NULL,
+			detail text NOT NULL,
+			at timestamptz NOT NULL DEFAULT now())`,
+			`CREATE INDEX %[2]s ON %[1]s (id, seq)`,
+		},
+	},
+}
+
+// v1Columns are the columns of schema version 1's tables, which Open
+// migrates.
+var v1Columns = map[string][]column{
+	"_fences":  tables[0].columns[:6],
+	"_history": tables[1].columns[:10],
+	"_schema":  tables[2].columns,
 }
 
 // queries holds the sink's SQL with its table names filled in.
 type queries struct {
-	fences, history, schema string // qualified, quoted table names
+	fences, history, schema, deadLetters, dlAudit string // qualified, quoted table names
 
-	claim, holder, fenceRead, advance, fenceList string
-	resetRead, reset, resetAudit, historyList    string
+	claimInsert, claimRead, claimUpdate, claimHistory string
+	fenceRead, advance, fenceList                     string
+	resetRead, reset, resetAudit, historyList         string
+	dlInsert, dlColumns                               string
 }
 
 func newQueries(schema, prefix string) queries {
 	q := queries{
-		fences:  pgx.Identifier{schema, prefix + "_fences"}.Sanitize(),
-		history: pgx.Identifier{schema, prefix + "_history"}.Sanitize(),
-		schema:  pgx.Identifier{schema, prefix + "_schema"}.Sanitize(),
+		fences:      pgx.Identifier{schema, prefix + "_fences"}.Sanitize(),
+		history:     pgx.Identifier{schema, prefix + "_history"}.Sanitize(),
+		schema:      pgx.Identifier{schema, prefix + "_schema"}.Sanitize(),
+		deadLetters: pgx.Identifier{schema, prefix + "_dead_letters"}.Sanitize(),
+		dlAudit:     pgx.Identifier{schema, prefix + "_dl_audit"}.Sanitize(),
 	}
-	// Claim: one upsert whose conflict branch applies epochs.Token.CanClaim
-	// (a reset holder has member ''), plus the history row, in one
-	// statement. Data-modifying CTEs always run; the history row is only
-	// inserted if the upsert returned a row.
-	q.claim = fmt.Sprintf(`WITH c AS (
-		INSERT INTO %[1]s AS f (grp, topic, part, epoch, member, next_offset)
-		VALUES ($1, $2, $3, $4, $5, 0)
-		ON CONFLICT (grp, topic, part) DO UPDATE SET epoch = EXCLUDED.epoch, member = EXCLUDED.member
-		WHERE f.epoch < EXCLUDED.epoch
-		   OR (f.epoch = EXCLUDED.epoch AND f.member = EXCLUDED.member)
-		   OR f.member = ''
-		RETURNING f.next_offset
-	), h AS (
-		INSERT INTO %[2]s (grp, topic, part, kind, epoch, member, next_offset)
-		SELECT $1, $2, $3, 'claim', $4, $5, next_offset FROM c
-	)
-	SELECT next_offset FROM c`, q.fences, q.history)
-	q.holder = fmt.Sprintf(`SELECT epoch, member FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
+	// Claim: a row for a new scope (no holder, starting at $4 on log $5),
+	// then the row locked, decided in Go, updated and recorded, in one
+	// transaction.
+	q.claimInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, epoch, member, next_offset, topic_id)
+		VALUES ($1, $2, $3, -1, '', $4, $5) ON CONFLICT (grp, topic, part) DO NOTHING`, q.fences)
+	q.claimRead = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required FROM %s
+		WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
+	q.claimUpdate = fmt.Sprintf(`UPDATE %s SET epoch = $4, member = $5, topic_id = $6, proof_required = false
+		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
+	q.claimHistory = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, topic_id)
+		VALUES ($1, $2, $3, 'claim', $4, $5, $6, $7)`, q.history)
 	q.fenceRead = fmt.Sprintf(`SELECT epoch, member, next_offset FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.advance = fmt.Sprintf(`UPDATE %s SET next_offset = $7
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6`, q.fences)
-	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset FROM %s ORDER BY grp, topic, part`, q.fences)
-	q.resetRead = fmt.Sprintf(`SELECT epoch, member, next_offset FROM %s WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
-	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '' WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
-	q.resetAudit = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, reason)
-		VALUES ($1, $2, $3, 'reset', $4, $5, $6, $7)`, q.history)
-	q.historyList = fmt.Sprintf(`SELECT seq, kind, epoch, member, next_offset, reason, at FROM %s
+	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required FROM %s ORDER BY grp, topic, part`, q.fences)
+	q.resetRead = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required FROM %s WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
+	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '', next_offset = $4, topic_id = $5, proof_required = true
+		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
+	q.resetAudit = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, reason, topic_id, detail)
+		VALUES ($1, $2, $3, 'reset', $4, $5, $6, $7, $8, $9)`, q.history)
+	q.historyList = fmt.Sprintf(`SELECT seq, kind, epoch, member, next_offset, reason, at, topic_id, detail FROM %s
 		WHERE grp = $1 AND topic = $2 AND part = $3 ORDER BY seq`, q.history)
+	q.dlInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, state)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'open') RETURNING id`, q.deadLetters)
+	q.dlColumns = "id, grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state, mirrored"
 	return q
 }
 
@@ -167,6 +234,16 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 		return wrap(ctx, "open: read catalog", err)
 	}
 
+	// A version 1 schema: its three tables with their version 1 columns,
+	// and nothing else of ours.
+	isV1 := len(existing) == len(v1Columns)
+	for suffix, cols := range v1Columns {
+		f := existing[s.prefix+suffix]
+		isV1 = isV1 && f != nil && slices.Equal(f.cols, cols)
+	}
+	if isV1 {
+		return s.migrateV1(ctx, tx)
+	}
 	for _, t := range tables {
 		name := s.prefix + t.suffix
 		f := existing[name]
@@ -197,7 +274,7 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 			ErrSchema, s.schema, strings.Join(slices.Sorted(maps.Keys(existing)), ", "), strings.Join(missing, ", "))
 	}
 
-	// All three tables exist with the right columns: check the version.
+	// All the tables exist with the right columns: check the version.
 	var versions []int32
 	rows, err = tx.Query(ctx, fmt.Sprintf(`SELECT version FROM %s`, s.q.schema))
 	if err != nil {
@@ -211,6 +288,49 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 			ErrSchema, s.schema, s.prefix, versions, schemaVersion)
 	}
 	return tx.Commit(ctx)
+}
+
+// migrateV1 turns a version 1 schema into the current one, in tx, and
+// commits: the fence and history rows gain a topic ID (empty: adopted on
+// the next claim that observes one), the fences a proof requirement and
+// the history a detail, and the dead letter tables are created.
+func (s *Sink) migrateV1(ctx context.Context, tx pgx.Tx) error {
+	var versions []int32
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT version FROM %s`, s.q.schema))
+	if err != nil {
+		return wrap(ctx, "open: read schema version", err)
+	}
+	if versions, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
+		return wrap(ctx, "open: read schema version", err)
+	}
+	if len(versions) != 1 || versions[0] != 1 {
+		return fmt.Errorf("%w: table %s.%s_schema holds versions %v with version 1 tables: the database was written by another version of workrouter",
+			ErrSchema, s.schema, s.prefix, versions)
+	}
+	stmts := []string{
+		`ALTER TABLE ` + s.q.fences + ` ADD COLUMN topic_id text NOT NULL DEFAULT ''`,
+		`ALTER TABLE ` + s.q.fences + ` ADD COLUMN proof_required boolean NOT NULL DEFAULT false`,
+		`ALTER TABLE ` + s.q.history + ` ADD COLUMN topic_id text NOT NULL DEFAULT ''`,
+		`ALTER TABLE ` + s.q.history + ` ADD COLUMN detail text NOT NULL DEFAULT ''`,
+	}
+	for _, t := range tables[3:] {
+		table := pgx.Identifier{s.schema, s.prefix + t.suffix}.Sanitize()
+		index := pgx.Identifier{s.prefix + t.suffix + "_scope_idx"}.Sanitize()
+		for _, d := range t.ddl {
+			stmts = append(stmts, fmt.Sprintf(d, table, index))
+		}
+	}
+	stmts = append(stmts, fmt.Sprintf(`UPDATE %s SET version = %d`, s.q.schema, schemaVersion))
+	for _, stmt := range stmts {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("%w: migrating schema %s from version 1: %w", ErrSchema, s.schema, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return wrap(ctx, "open: commit schema migration", err)
+	}
+	s.log.Info("postgres sink: migrated tables from version 1", "schema", s.schema, "prefix", s.prefix, "version", schemaVersion)
+	return nil
 }
 
 // createSchema creates the schema (if needed) and the sink's tables in tx,

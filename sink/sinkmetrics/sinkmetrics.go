@@ -92,9 +92,9 @@ func outcome(err error) string {
 }
 
 // Claim calls the wrapped sink's Claim and records it.
-func (s *Instrumented[Tx]) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
+func (s *Instrumented[Tx]) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
 	start := time.Now()
-	next, err := s.inner.Claim(ctx, tok)
+	next, err := s.inner.Claim(ctx, tok, obs)
 	s.m.dur.WithLabelValues("claim").Observe(time.Since(start).Seconds())
 	s.m.ops.WithLabelValues("claim", outcome(err)).Inc()
 	return next, err

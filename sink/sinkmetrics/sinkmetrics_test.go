@@ -60,10 +60,10 @@ func TestCountsOutcomesAndKeepsCapabilities(t *testing.T) {
 	next := old
 	next.Epoch, next.Member = 2, "b"
 	noop := func(context.Context, *memory.Tx, int) error { return nil }
-	if _, err := s.Claim(ctx, old); err != nil {
+	if _, err := s.Claim(ctx, old, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(ctx, next); err != nil {
+	if _, err := s.Claim(ctx, next, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Apply(ctx, old, []int64{0, 1}, noop); !errors.Is(err, sink.ErrFenced) {

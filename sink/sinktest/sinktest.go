@@ -112,12 +112,18 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		{"CancelledContext", c.testCancelledContext},
 		{"ListerFences", c.testLister},
 		{"ResetterResetFence", c.testResetter},
+		{"LogIdentity", c.testLogIdentity},
+		{"ResetOntoNewLog", c.testResetOntoNewLog},
+		{"DeadLetters", c.testDeadLetters},
+		{"DeadLetterStore", c.testDeadLetterStore},
 		{"HistorianHistory", c.testHistorian},
 		{"CapabilitiesSurviveWrapping", c.testCapabilitiesSurviveWrapping},
 		{"ThroughMetricsWrapper/ListerFences", wrapped.testLister},
 		{"ThroughMetricsWrapper/ResetterResetFence", wrapped.testResetter},
 		{"ThroughMetricsWrapper/HistorianHistory", wrapped.testHistorian},
 		{"ThroughMetricsWrapper/StaleApplyFenced", wrapped.testStaleApplyFenced},
+		{"ThroughMetricsWrapper/DeadLetters", wrapped.testDeadLetters},
+		{"ThroughMetricsWrapper/DeadLetterStore", wrapped.testDeadLetterStore},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,7 +165,7 @@ func (c *suite[Tx]) putEffect(t testing.TB, prefix string, offsets []int64, valu
 
 func (c *suite[Tx]) claim(t testing.TB, s sink.Sink[Tx], tok epochs.Token) int64 {
 	t.Helper()
-	next, err := s.Claim(t.Context(), tok)
+	next, err := s.Claim(t.Context(), tok, sink.Observed{})
 	if err != nil {
 		t.Fatalf("Claim(%s): %v", tok, err)
 	}
@@ -265,7 +271,7 @@ func (c *suite[Tx]) testStaleClaimFenced(t *testing.T) {
 	scope := scopeFor(t)
 	newer, older := tokenFor(scope, 5, "m-new"), tokenFor(scope, 4, "m-old")
 	c.claim(t, s, newer)
-	_, err := s.Claim(t.Context(), older)
+	_, err := s.Claim(t.Context(), older, sink.Observed{})
 	mustFenced(t, err, sink.OpClaim, newer, older)
 	// The refused claim changed nothing: newer still holds, older does not.
 	c.apply(t, s, newer, []int64{0}, c.putEffect(t, "new", []int64{0}, "v"))
@@ -305,7 +311,7 @@ func (c *suite[Tx]) testEqualEpochOtherMemberFenced(t *testing.T) {
 	scope := scopeFor(t)
 	first, second := tokenFor(scope, 3, "zombie"), tokenFor(scope, 3, "replacement")
 	c.claim(t, s, first)
-	_, err := s.Claim(t.Context(), second)
+	_, err := s.Claim(t.Context(), second, sink.Observed{})
 	mustFenced(t, err, sink.OpClaim, first, second)
 	_, err = s.Apply(t.Context(), second, []int64{0}, c.putEffect(t, "k", []int64{0}, "second"))
 	mustFenced(t, err, sink.OpApply, first, second)
@@ -362,7 +368,7 @@ func (c *suite[Tx]) testConcurrentClaimsHighestWins(t *testing.T) {
 	for _, e := range epochsOrder {
 		wg.Go(func() {
 			<-start
-			_, claimErrs[e] = s.Claim(t.Context(), tokenFor(scope, int32(e+1), "m"+strconv.Itoa(e+1)))
+			_, claimErrs[e] = s.Claim(t.Context(), tokenFor(scope, int32(e+1), "m"+strconv.Itoa(e+1)), sink.Observed{})
 		})
 	}
 	close(start)
@@ -438,7 +444,7 @@ func (c *suite[Tx]) testApplyRacingClaim(t *testing.T) {
 			for range r % 8 {
 				runtime.Gosched()
 			}
-			claimed, claimErr = s.Claim(t.Context(), newer)
+			claimed, claimErr = s.Claim(t.Context(), newer, sink.Observed{})
 		})
 		close(start)
 		wg.Wait()
@@ -620,7 +626,7 @@ func (c *suite[Tx]) testInvalidToken(t *testing.T) {
 		"zero":               {},
 	}
 	for name, tok := range bad {
-		if _, err := s.Claim(t.Context(), tok); !errors.Is(err, epochs.ErrInvalidToken) {
+		if _, err := s.Claim(t.Context(), tok, sink.Observed{}); !errors.Is(err, epochs.ErrInvalidToken) {
 			t.Errorf("%s: Claim error = %v, want epochs.ErrInvalidToken", name, err)
 		}
 		if _, err := s.Apply(t.Context(), tok, []int64{0}, failIfRun[Tx](t)); !errors.Is(err, epochs.ErrInvalidToken) {
@@ -713,7 +719,7 @@ func (c *suite[Tx]) testDurable(t *testing.T) {
 
 	s = c.h.Reopen(t, s)
 	// The holder survived: a lower epoch is still fenced.
-	_, err := s.Claim(t.Context(), stale)
+	_, err := s.Claim(t.Context(), stale, sink.Observed{})
 	mustFenced(t, err, sink.OpClaim, holder, stale)
 	_, err = s.Apply(t.Context(), stale, []int64{3}, failIfRun[Tx](t))
 	mustFenced(t, err, sink.OpApply, holder, stale)
@@ -736,7 +742,7 @@ func (c *suite[Tx]) testCancelledContext(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := s.Claim(ctx, tokenFor(scopeFor(t), 2, "m2")); !errors.Is(err, context.Canceled) {
+	if _, err := s.Claim(ctx, tokenFor(scopeFor(t), 2, "m2"), sink.Observed{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Claim with cancelled ctx: error %v, want context.Canceled", err)
 	}
 	offs := offsetsRange(0, 2)
@@ -846,40 +852,46 @@ func (c *suite[Tx]) testResetter(t *testing.T) {
 	c.apply(t, s, old, offs, c.putEffect(t, "k", offs, "v"))
 	// The group was recreated: its generation went backwards and every
 	// claim fails until an operator resets the fence.
-	_, err := s.Claim(t.Context(), recreated)
+	_, err := s.Claim(t.Context(), recreated, sink.Observed{})
 	mustFenced(t, err, sink.OpClaim, old, recreated)
 
-	before, err := resetter.ResetFence(t.Context(), scope, "sinktest: group recreated")
+	seen := sink.Fence{Scope: scope, Holder: old, NextOffset: 3}
+	// A compare-and-set: a reset that expects another fence changes nothing.
+	stale := seen
+	stale.NextOffset = 2
+	if _, err := resetter.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: stale, Reason: "sinktest: stale view"}); !errors.Is(err, sink.ErrResetConflict) {
+		t.Fatalf("ResetFence with a stale Expect: %v, want sink.ErrResetConflict", err)
+	}
+	if _, err := resetter.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: seen, Reason: "  "}); !errors.Is(err, sink.ErrNoReason) {
+		t.Fatalf("ResetFence without a reason: %v, want sink.ErrNoReason", err)
+	}
+	mustFenced(t, func() error { _, err := s.Claim(t.Context(), recreated, sink.Observed{}); return err }(), sink.OpClaim, old, recreated)
+
+	before, err := resetter.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: seen, Reason: "sinktest: group recreated", Detail: "sinktest detail"})
 	if err != nil {
 		t.Fatalf("ResetFence: %v", err)
 	}
-	if want := (sink.Fence{Scope: scope, Holder: old, NextOffset: 3}); before != want {
-		t.Fatalf("ResetFence before = %+v, want %+v", before, want)
+	if before != seen {
+		t.Fatalf("ResetFence before = %+v, want %+v", before, seen)
 	}
 	if lister, ok := sink.As[sink.Lister](s); ok {
-		fences, err := lister.Fences(t.Context())
-		if err != nil {
-			t.Fatalf("Fences: %v", err)
-		}
-		var found bool
-		for _, f := range fences {
-			if f.Scope == scope {
-				found = true
-				if want := (sink.Fence{Scope: scope, NextOffset: 3}); f != want {
-					t.Fatalf("Fences after reset = %+v, want %+v", f, want)
-				}
-			}
-		}
-		if !found {
-			t.Fatalf("Fences after reset lacks scope %s", scope)
+		if f := fenceOf(t, lister, scope); f != (sink.Fence{Scope: scope, NextOffset: 3, ProofRequired: true}) {
+			t.Fatalf("Fences after reset = %+v, want no holder, NextOffset 3, a proof required", f)
 		}
 	}
 	// With the holder cleared, nobody can write until someone claims.
 	_, err = s.Apply(t.Context(), old, []int64{3}, failIfRun[Tx](t))
 	mustFenced(t, err, sink.OpApply, epochs.Token{}, old)
-	// A lower epoch can now claim, and resumes at the kept NextOffset.
-	if next := c.claim(t, s, recreated); next != 3 {
-		t.Fatalf("Claim after reset = %d, want 3 (reset must keep NextOffset)", next)
+	// Right after a reset, a claim needs a proof of membership: the
+	// group's previous incarnation cannot come back.
+	if _, err := s.Claim(t.Context(), recreated, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) || errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("Claim after reset without a proof: %v, want sink.ErrProofRequired (not ErrFenced)", err)
+	}
+	// A lower epoch with a proof can claim, and resumes at the kept
+	// NextOffset.
+	next, err := s.Claim(t.Context(), recreated, sink.Observed{MemberProven: true})
+	if err != nil || next != 3 {
+		t.Fatalf("proven Claim after reset = %d, %v; want 3 (reset must keep NextOffset)", next, err)
 	}
 	_, err = s.Apply(t.Context(), old, []int64{3}, failIfRun[Tx](t))
 	mustFenced(t, err, sink.OpApply, recreated, old)
@@ -888,11 +900,139 @@ func (c *suite[Tx]) testResetter(t *testing.T) {
 		t.Fatalf("Apply after reset = %+v, want %+v", res, want)
 	}
 	c.mustGet(t, s, key(t, "k", 0), "v")
+	// Once claimed, no more proof is needed.
+	if next := c.claim(t, s, recreated); next != 4 {
+		t.Fatalf("re-claim = %d, want 4", next)
+	}
 
 	unknown := scope
 	unknown.Topic += "-never-seen"
-	if _, err := resetter.ResetFence(t.Context(), unknown, "sinktest: unknown scope"); !errors.Is(err, sink.ErrNotFound) {
+	if _, err := resetter.ResetFence(t.Context(), sink.ResetRequest{Scope: unknown, Reason: "sinktest: unknown scope"}); !errors.Is(err, sink.ErrNotFound) {
 		t.Fatalf("ResetFence of unknown scope: error %v, want sink.ErrNotFound", err)
+	}
+}
+
+// fenceOf returns scope's fence from l.
+func fenceOf(t testing.TB, l sink.Lister, scope epochs.Scope) sink.Fence {
+	t.Helper()
+	fences, err := l.Fences(t.Context())
+	if err != nil {
+		t.Fatalf("Fences: %v", err)
+	}
+	for _, f := range fences {
+		if f.Scope == scope {
+			return f
+		}
+	}
+	t.Fatalf("Fences lacks scope %s", scope)
+	return sink.Fence{}
+}
+
+// testLogIdentity: the claim checks that the log under the checkpoint is
+// the one the checkpoint was taken on (docs/design.md#log-identity).
+func (c *suite[Tx]) testLogIdentity(t *testing.T) {
+	s := c.h.Open(t)
+	scope := scopeFor(t)
+	ctx := t.Context()
+	obs := func(id string, start, end int64) sink.Observed {
+		return sink.Observed{TopicID: id, LogStart: start, LogEnd: end}
+	}
+	a := tokenFor(scope, 1, "a")
+	// A new scope starts at the log start (retention removed the earlier
+	// records before anyone consumed them).
+	if next, err := s.Claim(ctx, a, obs("topic-A", 5, 20)); err != nil || next != 5 {
+		t.Fatalf("first claim on a log starting at 5 = %d, %v; want 5", next, err)
+	}
+	c.apply(t, s, a, offsetsRange(5, 10), c.putEffect(t, "k", offsetsRange(5, 10), "v"))
+	refused := func(tok epochs.Token, o sink.Observed, want error, lost int64) {
+		t.Helper()
+		_, err := s.Claim(ctx, tok, o)
+		var lc *sink.LogChangedError
+		if !errors.Is(err, sink.ErrLogChanged) || !errors.Is(err, want) || errors.Is(err, sink.ErrFenced) || !errors.As(err, &lc) {
+			t.Fatalf("claim observing %+v: %v; want a *sink.LogChangedError matching %v and not ErrFenced", o, err, want)
+		}
+		if lc.Lost() != lost || lc.NextOffset != 10 || lc.Scope != scope {
+			t.Fatalf("LogChangedError %+v: lost %d, want %d", lc, lc.Lost(), lost)
+		}
+		// A refusal changes nothing: the old holder may still write.
+		if lister, ok := sink.As[sink.Lister](s); ok {
+			if f := fenceOf(t, lister, scope); f.Holder != a || f.NextOffset != 10 || f.TopicID != "topic-A" {
+				t.Fatalf("refused claim changed the fence: %+v", f)
+			}
+		}
+	}
+	b := tokenFor(scope, 2, "b")
+	refused(b, obs("topic-B", 0, 3), sink.ErrTopicRecreated, 0)
+	refused(b, obs("topic-A", 0, 7), sink.ErrLogTruncated, 0)
+	refused(b, obs("topic-A", 14, 30), sink.ErrRetentionLoss, 4)
+	// The same log, continuous: accepted.
+	if next, err := s.Claim(ctx, b, obs("topic-A", 10, 10)); err != nil || next != 10 {
+		t.Fatalf("claim on the same log = %d, %v; want 10", next, err)
+	}
+	// A scope that never recorded a topic ID adopts the first it sees.
+	other := scope
+	other.Partition++
+	x := tokenFor(other, 1, "x")
+	c.claim(t, s, x)
+	c.apply(t, s, x, offsetsRange(0, 2), c.putEffect(t, "o", offsetsRange(0, 2), "v"))
+	y := tokenFor(other, 2, "y")
+	if next, err := s.Claim(ctx, y, obs("topic-A", 0, 2)); err != nil || next != 2 {
+		t.Fatalf("claim adopting a topic ID = %d, %v", next, err)
+	}
+	if lister, ok := sink.As[sink.Lister](s); ok {
+		if f := fenceOf(t, lister, other); f.TopicID != "topic-A" {
+			t.Fatalf("the topic ID was not adopted: %+v", f)
+		}
+	}
+	if _, err := s.Claim(ctx, tokenFor(other, 3, "z"), obs("topic-C", 0, 2)); !errors.Is(err, sink.ErrTopicRecreated) {
+		t.Fatalf("after adoption, another topic ID: %v, want ErrTopicRecreated", err)
+	}
+	if h, ok := sink.As[sink.Historian](s); ok {
+		hs, err := h.History(ctx, scope)
+		if err != nil || len(hs) != 2 || hs[0].TopicID != "topic-A" || hs[1].TopicID != "topic-A" {
+			t.Fatalf("history %+v %v: want two claims on topic-A", hs, err)
+		}
+	}
+}
+
+// testResetOntoNewLog: a reset may move the scope onto a new log and
+// restart its checkpoint there.
+func (c *suite[Tx]) testResetOntoNewLog(t *testing.T) {
+	s := c.h.Open(t)
+	resetter, ok := sink.As[sink.Resetter](s)
+	if !ok {
+		t.Skip("sinktest: the sink does not implement sink.Resetter")
+	}
+	scope := scopeFor(t)
+	ctx := t.Context()
+	a := tokenFor(scope, 4, "a")
+	if _, err := s.Claim(ctx, a, sink.Observed{TopicID: "old", LogStart: 0, LogEnd: 25}); err != nil {
+		t.Fatal(err)
+	}
+	c.apply(t, s, a, offsetsRange(0, 25), c.putEffect(t, "k", offsetsRange(0, 25), "v"))
+	b := tokenFor(scope, 5, "b")
+	if _, err := s.Claim(ctx, b, sink.Observed{TopicID: "new", LogStart: 0, LogEnd: 5}); !errors.Is(err, sink.ErrTopicRecreated) {
+		t.Fatalf("claim on a recreated topic: %v", err)
+	}
+	zero := int64(0)
+	before, err := resetter.ResetFence(ctx, sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: a, NextOffset: 25, TopicID: "old"},
+		NextOffset: &zero, TopicID: "new", Reason: "sinktest: topic recreated", Detail: "restart at earliest"})
+	if err != nil || before.NextOffset != 25 || before.TopicID != "old" {
+		t.Fatalf("ResetFence onto the new log: %+v %v", before, err)
+	}
+	next, err := s.Claim(ctx, b, sink.Observed{TopicID: "new", LogStart: 0, LogEnd: 5, MemberProven: true})
+	if err != nil || next != 0 {
+		t.Fatalf("claim on the new log after the reset = %d, %v; want 0", next, err)
+	}
+	if h, ok := sink.As[sink.Historian](s); ok {
+		hs, err := h.History(ctx, scope)
+		if err != nil || len(hs) != 3 {
+			t.Fatalf("history %+v %v", hs, err)
+		}
+		r := hs[1]
+		if r.Kind != sink.HistoryReset || r.NextOffset != 0 || r.TopicID != "new" || r.Reason != "sinktest: topic recreated" || r.Detail != "restart at earliest" || r.Token != a {
+			t.Fatalf("reset history row %+v", r)
+		}
 	}
 }
 
@@ -910,7 +1050,9 @@ func has[Tx any](s sink.Sink[Tx]) map[string]bool {
 	_, l := sink.As[sink.Lister](s)
 	_, r := sink.As[sink.Resetter](s)
 	_, h := sink.As[sink.Historian](s)
-	return map[string]bool{"Lister": l, "Resetter": r, "Historian": h}
+	_, d := sink.As[sink.DeadLetterer](s)
+	_, ds := sink.As[sink.DeadLetterStore](s)
+	return map[string]bool{"Lister": l, "Resetter": r, "Historian": h, "DeadLetterer": d, "DeadLetterStore": ds}
 }
 
 func (c *suite[Tx]) testCapabilitiesSurviveWrapping(t *testing.T) {
@@ -941,7 +1083,7 @@ func (c *suite[Tx]) testHistorian(t *testing.T) {
 	c.claim(t, s, a)
 	c.apply(t, s, a, offsetsRange(0, 2), c.putEffect(t, "k", offsetsRange(0, 2), "v"))
 	c.claim(t, s, b)
-	if _, err := s.Claim(t.Context(), stale); !errors.Is(err, sink.ErrFenced) {
+	if _, err := s.Claim(t.Context(), stale, sink.Observed{}); !errors.Is(err, sink.ErrFenced) {
 		t.Fatalf("stale claim: %v, want fenced", err)
 	}
 	c.apply(t, s, b, []int64{2}, c.putEffect(t, "k", []int64{2}, "v"))
@@ -950,10 +1092,13 @@ func (c *suite[Tx]) testHistorian(t *testing.T) {
 		{Kind: sink.HistoryClaim, Token: b, NextOffset: 2},
 	}
 	if r, ok := sink.As[sink.Resetter](s); ok {
-		if _, err := r.ResetFence(t.Context(), scope, "sinktest: history"); err != nil {
+		if _, err := r.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: b, NextOffset: 3},
+			Reason: "sinktest: history"}); err != nil {
 			t.Fatalf("ResetFence: %v", err)
 		}
-		c.claim(t, s, c1)
+		if _, err := s.Claim(t.Context(), c1, sink.Observed{MemberProven: true}); err != nil {
+			t.Fatalf("proven claim after reset: %v", err)
+		}
 		want = append(want,
 			sink.HistoryEntry{Kind: sink.HistoryReset, Token: b, NextOffset: 3, Reason: "sinktest: history"},
 			sink.HistoryEntry{Kind: sink.HistoryClaim, Token: c1, NextOffset: 3})

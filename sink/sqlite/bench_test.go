@@ -9,6 +9,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/unfenced"
+	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
@@ -32,7 +33,7 @@ func BenchmarkApply(b *testing.B) {
 			s := openAt(b, filepath.Join(b.TempDir(), "bench.db"))
 			ctx := context.Background()
 			tk := epochs.Token{Group: "bench", Topic: "t", Partition: 0, Epoch: 1, Member: "m"}
-			next, err := s.Claim(ctx, tk)
+			next, err := s.Claim(ctx, tk, sink.Observed{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -50,7 +50,7 @@ func hammer(ctx context.Context, s *sqlite.Sink, member string, parts, rounds in
 	for r := range rounds {
 		part := rand.IntN(parts)
 		tk := epochs.Token{Group: hammerGroup, Topic: "t", Partition: int32(part), Epoch: nextEpoch(part), Member: member}
-		next, err := s.Claim(ctx, tk)
+		next, err := s.Claim(ctx, tk, sink.Observed{})
 		switch {
 		case errors.Is(err, sink.ErrFenced):
 			st.claimFenced.Add(1)

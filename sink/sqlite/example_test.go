@@ -40,14 +40,14 @@ func Example() {
 	}
 
 	old := epochs.Token{Group: "ledger", Topic: "postings", Partition: 0, Epoch: 1, Member: "worker-a"}
-	next, _ := s.Claim(ctx, old)
+	next, _ := s.Claim(ctx, old, sink.Observed{})
 	fmt.Println("worker-a resumes at offset", next)
 	res, _ := s.Apply(ctx, old, []int64{0, 1}, credit([]int64{100, 250}))
 	fmt.Println("applied", res.Applied, "next offset", res.NextOffset)
 
 	// worker-a pauses; the group hands the partition to worker-b.
 	newer := epochs.Token{Group: "ledger", Topic: "postings", Partition: 0, Epoch: 2, Member: "worker-b"}
-	next, _ = s.Claim(ctx, newer)
+	next, _ = s.Claim(ctx, newer, sink.Observed{})
 	fmt.Println("worker-b resumes at offset", next)
 
 	// worker-a wakes up and writes: refused, nothing applied.

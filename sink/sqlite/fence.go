@@ -36,18 +36,25 @@ func holderToken(scope epochs.Scope, epoch int64, member string) epochs.Token {
 
 // fenceRow is a scope's stored fence as read inside a transaction.
 type fenceRow struct {
-	found      bool
-	holder     epochs.Token
-	epoch      int64 // as stored (-1 when cleared)
-	member     string
-	nextOffset int64
+	found         bool
+	holder        epochs.Token
+	epoch         int64 // as stored (-1 when cleared)
+	member        string
+	nextOffset    int64
+	topicID       string
+	proofRequired bool
+}
+
+// fence returns the row as a sink.Fence of scope.
+func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
+	return sink.Fence{Scope: scope, Holder: r.holder, NextOffset: r.nextOffset, TopicID: r.topicID, ProofRequired: r.proofRequired}
 }
 
 // readFence reads scope's fence row inside tx.
 func (s *Sink) readFence(ctx context.Context, tx *sql.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.StmtContext(ctx, s.selFence).QueryRowContext(ctx, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fenceRow{}, nil
 	}
@@ -93,15 +100,17 @@ func (s *Sink) commit(ctx context.Context, tx *sql.Tx, op string) error {
 func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 
 // Claim makes tok the holder of its scope and returns the scope's
-// NextOffset (0 for a scope never claimed), following [sink.Sink.Claim]. In
-// one writing transaction it reads the fence row; if tok may not take the
-// scope over (see [epochs.Token.CanClaim]) it fails with a
-// *[sink.FencedError] and changes nothing; otherwise it stores tok, appends
-// a claim row to the history, and commits. An invalid tok fails with an
-// error matching [epochs.ErrInvalidToken]; a cancelled ctx with one
-// matching its error; an expired busy timeout with [ErrBusy]. Claim may be
-// called from any goroutine.
-func (s *Sink) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
+// NextOffset, following [sink.Sink.Claim]. In one writing transaction it
+// reads the fence row; if tok may not take the scope over (see
+// [epochs.Token.CanClaim]) it fails with a *[sink.FencedError]; after a
+// reset without obs.MemberProven with [sink.ErrProofRequired]; if the log
+// under the checkpoint changed with a *[sink.LogChangedError]; each
+// changing nothing. Otherwise it stores tok (adopting obs.TopicID if the
+// row has none), appends a claim row to the history, and commits. An
+// invalid tok fails with an error matching [epochs.ErrInvalidToken]; a
+// cancelled ctx with one matching its error; an expired busy timeout with
+// [ErrBusy]. Claim may be called from any goroutine.
+func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
 	if err := tok.Validate(); err != nil {
 		return 0, err
 	}
@@ -120,18 +129,25 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token) (int64, error) {
 		s.log.Debug("claim fenced", "token", tok.String(), "stored", row.holder.String())
 		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
 	}
+	if row.proofRequired && !obs.MemberProven {
+		return 0, fmt.Errorf("sqlite: %s: %w", op, sink.ErrProofRequired)
+	}
+	next, topicID, err := sink.CheckLog(scope, row.found, row.topicID, row.nextOffset, obs)
+	if err != nil {
+		return 0, err
+	}
 	if _, err := tx.StmtContext(ctx, s.upsertFence).ExecContext(ctx,
-		scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member); err != nil {
+		scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member, next, topicID); err != nil {
 		return 0, s.wrap(ctx, op, err)
 	}
 	if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx,
-		scope.Group, scope.Topic, scope.Partition, KindClaim, tok.Epoch, tok.Member, row.nextOffset, "", now()); err != nil {
+		scope.Group, scope.Topic, scope.Partition, KindClaim, tok.Epoch, tok.Member, next, "", now(), topicID, ""); err != nil {
 		return 0, s.wrap(ctx, op, err)
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
 		return 0, err
 	}
-	return row.nextOffset, nil
+	return next, nil
 }
 
 // Apply applies a batch of records of tok's scope, following
@@ -215,7 +231,7 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 // Holder. It implements [sink.Lister]. It reads without taking the write
 // lock, and may be called from any goroutine.
 func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT grp, topic, part, epoch, member, next_offset FROM "+s.fences+" ORDER BY grp, topic, part")
+	rows, err := s.db.QueryContext(ctx, "SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required FROM "+s.fences+" ORDER BY grp, topic, part")
 	if err != nil {
 		return nil, s.wrap(ctx, "fences", err)
 	}
@@ -227,7 +243,7 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 			epoch  int64
 			member string
 		)
-		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset); err != nil {
+		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired); err != nil {
 			return nil, s.wrap(ctx, "fences", err)
 		}
 		f.Holder = holderToken(f.Scope, epoch, member)
@@ -239,20 +255,24 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	return out, nil
 }
 
-// ResetFence clears the holder of scope (stored as epoch -1, member "") so
-// that the next claim at any epoch succeeds, keeps NextOffset, and appends
-// a reset row carrying reason and the cleared holder to the history, all in
-// one transaction. It returns the fence as it was before. It implements
-// [sink.Resetter]. It fails with an error matching [ErrNoReason] for an
-// empty reason, [epochs.ErrInvalidToken] for an invalid scope and
-// [sink.ErrNotFound] for a scope the database does not know. It may be
+// ResetFence resets a scope's fence following [sink.Resetter], in one
+// transaction: it compares the row with req.Expect (holder, NextOffset,
+// topic ID), clears the holder (stored as epoch -1, member ""), keeps or
+// moves NextOffset and the topic ID as req says, requires a proof of
+// membership from the next claim, and appends a reset row carrying
+// req.Reason, req.Detail and the cleared holder to the history. It returns
+// the fence as it was before. It fails with an error matching
+// [ErrNoReason] for an empty reason, [epochs.ErrInvalidToken] for an
+// invalid scope, [sink.ErrNotFound] for a scope the database does not know
+// and [sink.ErrResetConflict] when the fence is not req.Expect. It may be
 // called from any goroutine, but only by an operator: it lifts the fence.
-func (s *Sink) ResetFence(ctx context.Context, scope epochs.Scope, reason string) (sink.Fence, error) {
+func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fence, error) {
+	scope := req.Scope
 	if err := scope.Validate(); err != nil {
 		return sink.Fence{}, err
 	}
 	op := "reset " + scope.String()
-	if strings.TrimSpace(reason) == "" {
+	if strings.TrimSpace(req.Reason) == "" {
 		return sink.Fence{}, fmt.Errorf("sqlite: %s: %w", op, ErrNoReason)
 	}
 	tx, done, err := s.begin(ctx, op)
@@ -267,8 +287,19 @@ func (s *Sink) ResetFence(ctx context.Context, scope epochs.Scope, reason string
 	if !row.found {
 		return sink.Fence{}, fmt.Errorf("sqlite: %s: %w", op, sink.ErrNotFound)
 	}
-	before := sink.Fence{Scope: scope, Holder: row.holder, NextOffset: row.nextOffset}
-	if _, err := tx.StmtContext(ctx, s.resetFence).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition); err != nil {
+	before := row.fence(scope)
+	if e := req.Expect; e.Holder != before.Holder || e.NextOffset != before.NextOffset || e.TopicID != before.TopicID {
+		return sink.Fence{}, fmt.Errorf("sqlite: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
+			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
+	}
+	next, topicID := row.nextOffset, row.topicID
+	if req.NextOffset != nil {
+		next = *req.NextOffset
+	}
+	if req.TopicID != "" {
+		topicID = req.TopicID
+	}
+	if _, err := tx.StmtContext(ctx, s.resetFence).ExecContext(ctx, next, topicID, scope.Group, scope.Topic, scope.Partition); err != nil {
 		return sink.Fence{}, s.wrap(ctx, op, err)
 	}
 	epoch, member := int64(-1), ""
@@ -276,14 +307,14 @@ func (s *Sink) ResetFence(ctx context.Context, scope epochs.Scope, reason string
 		epoch, member = row.epoch, row.member
 	}
 	if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx,
-		scope.Group, scope.Topic, scope.Partition, KindReset, epoch, member, row.nextOffset, reason, now()); err != nil {
+		scope.Group, scope.Topic, scope.Partition, KindReset, epoch, member, next, req.Reason, now(), topicID, req.Detail); err != nil {
 		return sink.Fence{}, s.wrap(ctx, op, err)
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
 		return sink.Fence{}, err
 	}
 	s.log.Warn("fence reset", "scope", scope.String(), "cleared_holder", before.Holder.String(),
-		"next_offset", before.NextOffset, "reason", reason)
+		"next_offset_before", before.NextOffset, "next_offset", next, "topic_id", topicID, "reason", req.Reason)
 	return before, nil
 }
 
@@ -296,7 +327,7 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 		return nil, err
 	}
 	op := "history " + scope.String()
-	rows, err := s.db.QueryContext(ctx, "SELECT seq, kind, epoch, member, next_offset, reason, at FROM "+s.history+
+	rows, err := s.db.QueryContext(ctx, "SELECT seq, kind, epoch, member, next_offset, reason, at, topic_id, detail FROM "+s.history+
 		" WHERE grp = ? AND topic = ? AND part = ? ORDER BY seq", scope.Group, scope.Topic, scope.Partition)
 	if err != nil {
 		return nil, s.wrap(ctx, op, err)
@@ -310,7 +341,7 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 			member string
 			at     string
 		)
-		if err := rows.Scan(&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &at); err != nil {
+		if err := rows.Scan(&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &at, &e.TopicID, &e.Detail); err != nil {
 			return nil, s.wrap(ctx, op, err)
 		}
 		e.Token = holderToken(scope, epoch, member)

@@ -16,26 +16,29 @@ type tableDef struct {
 	ddl  string
 }
 
-// tableDefs returns the definitions of the sink's tables, fences first.
+// tableDefs returns the definitions of the sink's tables (schema version
+// SchemaVersion), fences first.
 func (s *Sink) tableDefs() []tableDef {
 	return []tableDef{
 		{
 			name: s.fences,
-			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset"},
+			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required"},
 			pk:   []string{"grp", "topic", "part"},
 			ddl: `CREATE TABLE ` + s.fences + ` (
-	grp         TEXT    NOT NULL,
-	topic       TEXT    NOT NULL,
-	part        INTEGER NOT NULL,
-	epoch       INTEGER NOT NULL,
-	member      TEXT    NOT NULL,
-	next_offset INTEGER NOT NULL,
+	grp            TEXT    NOT NULL,
+	topic          TEXT    NOT NULL,
+	part           INTEGER NOT NULL,
+	epoch          INTEGER NOT NULL,
+	member         TEXT    NOT NULL,
+	next_offset    INTEGER NOT NULL,
+	topic_id       TEXT    NOT NULL DEFAULT '',
+	proof_required INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (grp, topic, part)
 ) WITHOUT ROWID`,
 		},
 		{
 			name: s.history,
-			cols: []string{"seq", "grp", "topic", "part", "kind", "epoch", "member", "next_offset", "reason", "at"},
+			cols: []string{"seq", "grp", "topic", "part", "kind", "epoch", "member", "next_offset", "reason", "at", "topic_id", "detail"},
 			pk:   []string{"seq"},
 			ddl: `CREATE TABLE ` + s.history + ` (
 	seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -47,7 +50,9 @@ func (s *Sink) tableDefs() []tableDef {
 	member      TEXT    NOT NULL,
 	next_offset INTEGER NOT NULL,
 	reason      TEXT    NOT NULL,
-	at          TEXT    NOT NULL
+	at          TEXT    NOT NULL,
+	topic_id    TEXT    NOT NULL DEFAULT '',
+	detail      TEXT    NOT NULL DEFAULT ''
 )`,
 		},
 		{
@@ -55,21 +60,72 @@ func (s *Sink) tableDefs() []tableDef {
 			cols: []string{"version"},
 			ddl:  `CREATE TABLE ` + s.schema + ` (version INTEGER NOT NULL)`,
 		},
+		{
+			name: s.deadLetters,
+			cols: []string{"id", "grp", "topic", "part", "topic_id", "off", "rec_key", "rec_value", "headers", "rec_time",
+				"reason", "error", "attempts", "epoch", "member", "at", "state", "mirrored"},
+			pk: []string{"id"},
+			ddl: `CREATE TABLE ` + s.deadLetters + ` (
+	id        INTEGER PRIMARY KEY AUTOINCREMENT,
+	grp       TEXT    NOT NULL,
+	topic     TEXT    NOT NULL,
+	part      INTEGER NOT NULL,
+	topic_id  TEXT    NOT NULL,
+	off       INTEGER NOT NULL,
+	rec_key   BLOB,
+	rec_value BLOB,
+	headers   TEXT    NOT NULL,
+	rec_time  TEXT    NOT NULL,
+	reason    TEXT    NOT NULL,
+	error     TEXT    NOT NULL,
+	attempts  INTEGER NOT NULL,
+	epoch     INTEGER NOT NULL,
+	member    TEXT    NOT NULL,
+	at        TEXT    NOT NULL,
+	state     TEXT    NOT NULL CHECK (state IN ('open', 'redriving', 'redriven', 'dropped')),
+	mirrored  INTEGER NOT NULL DEFAULT 0,
+	UNIQUE (grp, topic, part, topic_id, off)
+)`,
+		},
+		{
+			name: s.dlAudit,
+			cols: []string{"seq", "id", "from_state", "to_state", "reason", "detail", "at"},
+			pk:   []string{"seq"},
+			ddl: `CREATE TABLE ` + s.dlAudit + ` (
+	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+	id         INTEGER NOT NULL,
+	from_state TEXT    NOT NULL,
+	to_state   TEXT    NOT NULL,
+	reason     TEXT    NOT NULL,
+	detail     TEXT    NOT NULL,
+	at         TEXT    NOT NULL
+)`,
+		},
 	}
 }
 
-// ensureSchema creates the sink's tables if none exists, or checks them if
-// all exist, in one writing transaction, so that concurrent Opens of a new
-// file create the schema once and a failed Open leaves nothing behind. It
-// reports whether it created the schema.
-func (s *Sink) ensureSchema(ctx context.Context) (created bool, err error) {
+// v1Cols are the columns of schema version 1's tables, which Open migrates.
+func (s *Sink) v1Cols() map[string][]string {
+	return map[string][]string{
+		s.fences:  {"grp", "topic", "part", "epoch", "member", "next_offset"},
+		s.history: {"seq", "grp", "topic", "part", "kind", "epoch", "member", "next_offset", "reason", "at"},
+		s.schema:  {"version"},
+	}
+}
+
+// ensureSchema creates the sink's tables if none exists, migrates a
+// version 1 schema to the current one, or checks the tables if all exist,
+// in one writing transaction, so that concurrent Opens of a new file create
+// (or migrate) the schema once and a failed Open leaves nothing behind. It
+// reports what it did: "created", "migrated from version 1" or "".
+func (s *Sink) ensureSchema(ctx context.Context) (did string, err error) {
 	if err := s.lockWriter(ctx); err != nil {
-		return false, s.wrap(ctx, "schema", err)
+		return "", s.wrap(ctx, "schema", err)
 	}
 	defer s.unlockWriter()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return false, s.openErr(ctx, err)
+		return "", s.openErr(ctx, err)
 	}
 	defer func() {
 		if err != nil {
@@ -78,48 +134,124 @@ func (s *Sink) ensureSchema(ctx context.Context) (created bool, err error) {
 	}()
 
 	defs := s.tableDefs()
-	var missing []string
+	tables := map[string]table{}
+	var present, missing []string
 	for _, d := range defs {
-		ok, err := s.checkTable(ctx, tx, d)
+		t, err := s.readTable(ctx, tx, d.name)
 		if err != nil {
-			return false, err
+			return "", err
 		}
-		if !ok {
+		tables[d.name] = t
+		if t.exists {
+			present = append(present, d.name)
+		} else {
 			missing = append(missing, d.name)
 		}
 	}
-	switch len(missing) {
-	case 0:
-		if err := s.checkVersion(ctx, tx); err != nil {
-			return false, err
-		}
-		// Tables in place; the index is created if an older Open of this
-		// version was interrupted before it (it is part of the same
-		// transaction, so that cannot happen, but it costs nothing).
-		if _, err := tx.ExecContext(ctx, s.indexDDL(true)); err != nil {
-			return false, fmt.Errorf("%w: index %s_history_scope: %w", ErrSchema, s.cfg.Prefix, err)
-		}
-	case len(defs):
+	switch {
+	case len(present) == 0:
 		for _, d := range defs {
 			if _, err := tx.ExecContext(ctx, d.ddl); err != nil {
-				return false, fmt.Errorf("%w: create table %s: %w", ErrSchema, d.name, err)
+				return "", fmt.Errorf("%w: create table %s: %w", ErrSchema, d.name, err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, s.indexDDL(false)); err != nil {
-			return false, fmt.Errorf("%w: create index %s_history_scope: %w", ErrSchema, s.cfg.Prefix, err)
+		if err := s.createIndexes(ctx, tx, false); err != nil {
+			return "", err
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO "+s.schema+" (version) VALUES (?)", SchemaVersion); err != nil {
-			return false, s.wrap(ctx, "record schema version", err)
+			return "", s.wrap(ctx, "record schema version", err)
 		}
-		created = true
+		did = "created"
+	case len(missing) == 0:
+		for _, d := range defs {
+			if err := s.checkTable(d, tables[d.name]); err != nil {
+				return "", err
+			}
+		}
+		if err := s.checkVersion(ctx, tx, SchemaVersion); err != nil {
+			return "", err
+		}
+		if err := s.createIndexes(ctx, tx, true); err != nil {
+			return "", err
+		}
+	case s.isV1(tables):
+		if err := s.checkVersion(ctx, tx, 1); err != nil {
+			return "", err
+		}
+		if err := s.migrateV1(ctx, tx, defs); err != nil {
+			return "", err
+		}
+		did = "migrated from version 1"
 	default:
-		return false, fmt.Errorf("%w: incomplete schema in %q: table(s) %s missing while the sink's other tables exist",
+		for _, d := range defs {
+			if t := tables[d.name]; t.exists {
+				if err := s.checkTable(d, t); err != nil {
+					return "", err
+				}
+			}
+		}
+		return "", fmt.Errorf("%w: incomplete schema in %q: table(s) %s missing while the sink's other tables exist",
 			ErrSchema, s.cfg.Path, strings.Join(missing, ", "))
 	}
 	if err := tx.Commit(); err != nil {
-		return false, s.wrap(ctx, "commit schema", err)
+		return "", s.wrap(ctx, "commit schema", err)
 	}
-	return created, nil
+	return did, nil
+}
+
+// isV1 reports whether tables hold exactly schema version 1's tables.
+func (s *Sink) isV1(tables map[string]table) bool {
+	v1 := s.v1Cols()
+	for name, t := range tables {
+		cols, isV1Table := v1[name]
+		if t.exists != isV1Table || isV1Table && !slices.Equal(t.cols, cols) {
+			return false
+		}
+	}
+	return true
+}
+
+// migrateV1 turns a version 1 schema into the current one: the fence and
+// history rows gain a topic ID (empty: adopted on the next claim that
+// observes one), the fences a proof requirement and the history a detail,
+// and the dead letter tables are created.
+func (s *Sink) migrateV1(ctx context.Context, tx *sql.Tx, defs []tableDef) error {
+	stmts := []string{
+		`ALTER TABLE ` + s.fences + ` ADD COLUMN topic_id TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE ` + s.fences + ` ADD COLUMN proof_required INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE ` + s.history + ` ADD COLUMN topic_id TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE ` + s.history + ` ADD COLUMN detail TEXT NOT NULL DEFAULT ''`,
+	}
+	for _, d := range defs {
+		if d.name == s.deadLetters || d.name == s.dlAudit {
+			stmts = append(stmts, d.ddl)
+		}
+	}
+	stmts = append(stmts, `UPDATE `+s.schema+` SET version = `+fmt.Sprint(SchemaVersion))
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%w: migrating %q from schema version 1: %w", ErrSchema, s.cfg.Path, err)
+		}
+	}
+	return s.createIndexes(ctx, tx, true)
+}
+
+// createIndexes creates the sink's indexes.
+func (s *Sink) createIndexes(ctx context.Context, tx *sql.Tx, ifNotExists bool) error {
+	ine := ""
+	if ifNotExists {
+		ine = "IF NOT EXISTS "
+	}
+	for _, q := range []string{
+		s.indexDDL(ifNotExists),
+		"CREATE INDEX " + ine + s.cfg.Prefix + "_dead_letters_scope ON " + s.deadLetters + " (grp, topic, part, id)",
+		"CREATE INDEX " + ine + s.cfg.Prefix + "_dl_audit_id ON " + s.dlAudit + " (id, seq)",
+	} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%w: index: %w", ErrSchema, err)
+		}
+	}
+	return nil
 }
 
 func (s *Sink) indexDDL(ifNotExists bool) string {
@@ -130,56 +262,67 @@ func (s *Sink) indexDDL(ifNotExists bool) string {
 	return "CREATE INDEX " + ine + s.cfg.Prefix + "_history_scope ON " + s.history + " (grp, topic, part, seq)"
 }
 
-// checkTable reports whether table d exists; it fails with ErrSchema if an
-// object of that name exists but is not a table with d's columns.
-func (s *Sink) checkTable(ctx context.Context, tx *sql.Tx, d tableDef) (bool, error) {
-	var typ string
-	err := tx.QueryRowContext(ctx, "SELECT type FROM sqlite_schema WHERE lower(name) = lower(?)", d.name).Scan(&typ)
+// table is what the database has under one of the sink's table names.
+type table struct {
+	exists bool
+	typ    string   // "table", or what else has the name
+	cols   []string // lower-cased, in order
+	pk     []string // in key order
+}
+
+// readTable reads what the database has under name.
+func (s *Sink) readTable(ctx context.Context, tx *sql.Tx, name string) (table, error) {
+	var t table
+	err := tx.QueryRowContext(ctx, "SELECT type FROM sqlite_schema WHERE lower(name) = lower(?)", name).Scan(&t.typ)
 	switch {
 	case err == sql.ErrNoRows:
-		return false, nil
+		return table{}, nil
 	case err != nil:
-		return false, s.openErr(ctx, err)
-	case typ != "table":
-		return false, fmt.Errorf("%w: %q already has a %s named %s, where the sink keeps a table", ErrSchema, s.cfg.Path, typ, d.name)
+		return table{}, s.openErr(ctx, err)
+	case t.typ != "table":
+		return table{}, fmt.Errorf("%w: %q already has a %s named %s, where the sink keeps a table", ErrSchema, s.cfg.Path, t.typ, name)
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT name, pk FROM pragma_table_info(?) ORDER BY cid", d.name)
+	t.exists = true
+	rows, err := tx.QueryContext(ctx, "SELECT name, pk FROM pragma_table_info(?) ORDER BY cid", name)
 	if err != nil {
-		return false, s.wrap(ctx, "read columns of "+d.name, err)
+		return table{}, s.wrap(ctx, "read columns of "+name, err)
 	}
 	defer rows.Close()
-	var cols []string
 	pk := map[int]string{}
 	for rows.Next() {
-		var name string
+		var col string
 		var pos int
-		if err := rows.Scan(&name, &pos); err != nil {
-			return false, s.wrap(ctx, "read columns of "+d.name, err)
+		if err := rows.Scan(&col, &pos); err != nil {
+			return table{}, s.wrap(ctx, "read columns of "+name, err)
 		}
-		cols = append(cols, strings.ToLower(name))
+		t.cols = append(t.cols, strings.ToLower(col))
 		if pos > 0 {
-			pk[pos] = strings.ToLower(name)
+			pk[pos] = strings.ToLower(col)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return false, s.wrap(ctx, "read columns of "+d.name, err)
+		return table{}, s.wrap(ctx, "read columns of "+name, err)
 	}
-	var pkCols []string
 	for i := 1; i <= len(pk); i++ {
-		pkCols = append(pkCols, pk[i])
+		t.pk = append(t.pk, pk[i])
 	}
-	if !slices.Equal(cols, d.cols) || !slices.Equal(pkCols, d.pk) {
-		return false, fmt.Errorf("%w: table %s in %q has columns (%s) primary key (%s), want columns (%s) primary key (%s): "+
+	return t, nil
+}
+
+// checkTable fails with ErrSchema unless t has d's columns and key.
+func (s *Sink) checkTable(d tableDef, t table) error {
+	if !slices.Equal(t.cols, d.cols) || !slices.Equal(t.pk, d.pk) {
+		return fmt.Errorf("%w: table %s in %q has columns (%s) primary key (%s), want columns (%s) primary key (%s): "+
 			"another application uses this name; choose another Config.Prefix",
-			ErrSchema, d.name, s.cfg.Path, strings.Join(cols, ", "), strings.Join(pkCols, ", "),
+			ErrSchema, d.name, s.cfg.Path, strings.Join(t.cols, ", "), strings.Join(t.pk, ", "),
 			strings.Join(d.cols, ", "), strings.Join(d.pk, ", "))
 	}
-	return true, nil
+	return nil
 }
 
 // checkVersion fails with ErrSchema unless the schema table holds exactly
-// one row, SchemaVersion.
-func (s *Sink) checkVersion(ctx context.Context, tx *sql.Tx) error {
+// one row, want.
+func (s *Sink) checkVersion(ctx context.Context, tx *sql.Tx, want int) error {
 	rows, err := tx.QueryContext(ctx, "SELECT version FROM "+s.schema)
 	if err != nil {
 		return s.wrap(ctx, "read schema version", err)
@@ -196,8 +339,8 @@ func (s *Sink) checkVersion(ctx context.Context, tx *sql.Tx) error {
 	if err := rows.Err(); err != nil {
 		return s.wrap(ctx, "read schema version", err)
 	}
-	if len(versions) != 1 || versions[0] != fmt.Sprint(SchemaVersion) {
-		return fmt.Errorf("%w: table %s in %q records schema version(s) [%s], this package uses version %d",
+	if len(versions) != 1 || versions[0] != fmt.Sprint(want) {
+		return fmt.Errorf("%w: table %s in %q records schema version(s) [%s], this package uses version %d (and migrates version 1)",
 			ErrSchema, s.schema, s.cfg.Path, strings.Join(versions, ", "), SchemaVersion)
 	}
 	return nil

@@ -35,9 +35,10 @@ var ErrSchema = errors.New("sqlite: conflicting schema")
 // transient: nothing was written, and the call may be retried.
 var ErrBusy = errors.New("sqlite: database busy")
 
-// ErrNoReason is matched by the error [Sink.ResetFence] returns when called
-// with an empty reason: a reset lifts the fence and must say why.
-var ErrNoReason = errors.New("sqlite: reset needs a non-empty reason")
+// ErrNoReason is matched by the error [Sink.ResetFence] (and
+// ResolveDeadLetter) returns when called with an empty reason: a reset
+// lifts the fence and must say why. It is [sink.ErrNoReason].
+var ErrNoReason = sink.ErrNoReason
 
 // Compile-time checks of the capabilities a *Sink provides.
 var (
@@ -45,6 +46,9 @@ var (
 	_ sink.Lister    = (*Sink)(nil)
 	_ sink.Resetter  = (*Sink)(nil)
 	_ sink.Historian = (*Sink)(nil)
+
+	_ sink.DeadLetterer    = (*Sink)(nil)
+	_ sink.DeadLetterStore = (*Sink)(nil)
 )
 
 // DefaultPrefix is the table name prefix used when [Config.Prefix] is empty.
@@ -56,7 +60,10 @@ const DefaultBusyTimeout = 30 * time.Second
 
 // SchemaVersion is the version of the sink's tables this package writes and
 // accepts, recorded in <prefix>_schema.
-const SchemaVersion = 1
+// Version 2 added the log identity (topic ID), the reset's proof
+// requirement and the dead letters; Open migrates a version 1 database in
+// place.
+const SchemaVersion = 2
 
 // Config configures [Open]. The zero value of every optional field is a
 // documented default.
@@ -67,7 +74,8 @@ type Config struct {
 	Path string
 	// Prefix is the prefix of the sink's table names, an SQL identifier
 	// ([A-Za-z_][A-Za-z0-9_]*); default [DefaultPrefix]. The tables are
-	// <Prefix>_fences, <Prefix>_history and <Prefix>_schema. Sinks with
+	// <Prefix>_fences, <Prefix>_history, <Prefix>_schema, <Prefix>_dead_letters
+	// and <Prefix>_dl_audit. Sinks with
 	// different prefixes may share one file.
 	Prefix string
 	// BusyTimeout is how long a writing transaction waits for SQLite's
@@ -137,10 +145,10 @@ type Sink struct {
 	wlock chan struct{}
 
 	// table names
-	fences, history, schema string
+	fences, history, schema, deadLetters, dlAudit string
 
 	// prepared statements, re-used per connection by database/sql
-	selFence, upsertFence, updNext, insHistory, resetFence *sql.Stmt
+	selFence, upsertFence, updNext, insHistory, resetFence, insDeadLetter *sql.Stmt
 
 	closeOnce sync.Once
 	closeErr  error
@@ -170,6 +178,9 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		fences:  cfg.Prefix + "_fences",
 		history: cfg.Prefix + "_history",
 		schema:  cfg.Prefix + "_schema",
+
+		deadLetters: cfg.Prefix + "_dead_letters",
+		dlAudit:     cfg.Prefix + "_dl_audit",
 	}
 	if err := s.init(ctx); err != nil {
 		_ = s.Close()
@@ -188,14 +199,17 @@ func (s *Sink) init(ctx context.Context) error {
 	if !strings.EqualFold(mode, "wal") {
 		return fmt.Errorf("%w: %q: the database could not be put in WAL mode (journal_mode is %q)", ErrConfig, s.cfg.Path, mode)
 	}
-	created, err := s.ensureSchema(ctx)
+	did, err := s.ensureSchema(ctx)
 	if err != nil {
 		return err
 	}
 	if err := s.prepare(ctx); err != nil {
 		return s.wrap(ctx, "prepare statements", err)
 	}
-	s.log.Info("sqlite sink opened", "path", s.cfg.Path, "prefix", s.cfg.Prefix, "schema_created", created)
+	if did != "" {
+		s.log.Info("sqlite sink: schema "+did, "path", s.cfg.Path, "prefix", s.cfg.Prefix, "version", SchemaVersion)
+	}
+	s.log.Info("sqlite sink opened", "path", s.cfg.Path, "prefix", s.cfg.Prefix)
 	return nil
 }
 
@@ -223,12 +237,15 @@ func (s *Sink) prepare(ctx context.Context) error {
 		st, err = s.db.PrepareContext(ctx, q)
 		return st
 	}
-	s.selFence = prep("SELECT epoch, member, next_offset FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
-	s.upsertFence = prep("INSERT INTO " + s.fences + " (grp, topic, part, epoch, member, next_offset) VALUES (?, ?, ?, ?, ?, 0)" +
-		" ON CONFLICT (grp, topic, part) DO UPDATE SET epoch = excluded.epoch, member = excluded.member")
+	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
+	s.upsertFence = prep("INSERT INTO " + s.fences + " (grp, topic, part, epoch, member, next_offset, topic_id, proof_required) VALUES (?, ?, ?, ?, ?, ?, ?, 0)" +
+		" ON CONFLICT (grp, topic, part) DO UPDATE SET epoch = excluded.epoch, member = excluded.member, topic_id = excluded.topic_id, proof_required = 0")
 	s.updNext = prep("UPDATE " + s.fences + " SET next_offset = ? WHERE grp = ? AND topic = ? AND part = ? AND epoch = ? AND member = ? AND next_offset = ?")
-	s.insHistory = prep("INSERT INTO " + s.history + " (grp, topic, part, kind, epoch, member, next_offset, reason, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-	s.resetFence = prep("UPDATE " + s.fences + " SET epoch = -1, member = '' WHERE grp = ? AND topic = ? AND part = ?")
+	s.insHistory = prep("INSERT INTO " + s.history + " (grp, topic, part, kind, epoch, member, next_offset, reason, at, topic_id, detail)" +
+		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	s.resetFence = prep("UPDATE " + s.fences + " SET epoch = -1, member = '', next_offset = ?, topic_id = ?, proof_required = 1 WHERE grp = ? AND topic = ? AND part = ?")
+	s.insDeadLetter = prep("INSERT INTO " + s.deadLetters + " (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state)" +
+		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open')")
 	return err
 }
 
@@ -246,7 +263,7 @@ func (s *Sink) DB() *sql.DB { return s.db }
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		for _, st := range []*sql.Stmt{s.selFence, s.upsertFence, s.updNext, s.insHistory, s.resetFence} {
+		for _, st := range []*sql.Stmt{s.selFence, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter} {
 			if st != nil {
 				errs = append(errs, st.Close())
 			}

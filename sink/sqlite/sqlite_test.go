@@ -96,7 +96,7 @@ func TestHistoryClaimsAndResets(t *testing.T) {
 	other := tok("g", 1, 7, "x")
 	mustClaim := func(tk epochs.Token, want int64) {
 		t.Helper()
-		if next, err := s.Claim(ctx, tk); err != nil || next != want {
+		if next, err := s.Claim(ctx, tk, sink.Observed{}); err != nil || next != want {
 			t.Fatalf("Claim(%s) = %d, %v; want %d, nil", tk, next, err, want)
 		}
 	}
@@ -107,23 +107,27 @@ func TestHistoryClaimsAndResets(t *testing.T) {
 	}
 	mustClaim(a, 3) // idempotent re-claim: recorded too
 	mustClaim(b, 3)
-	if _, err := s.Claim(ctx, a); !errors.Is(err, sink.ErrFenced) { // refused: not in history
+	if _, err := s.Claim(ctx, a, sink.Observed{}); !errors.Is(err, sink.ErrFenced) { // refused: not in history
 		t.Fatalf("stale claim: %v, want fenced", err)
 	}
-	if _, err := s.ResetFence(ctx, a.Scope(), ""); !errors.Is(err, sqlite.ErrNoReason) {
+	seen := sink.Fence{Scope: a.Scope(), Holder: b, NextOffset: 3}
+	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: a.Scope(), Expect: seen}); !errors.Is(err, sqlite.ErrNoReason) {
 		t.Fatalf("ResetFence without reason: %v, want ErrNoReason", err)
 	}
-	before, err := s.ResetFence(ctx, a.Scope(), "group recreated by ops ticket 42")
+	before, err := s.ResetFence(ctx, sink.ResetRequest{Scope: a.Scope(), Expect: seen, Reason: "group recreated by ops ticket 42"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if before.Holder != b || before.NextOffset != 3 {
 		t.Fatalf("ResetFence before = %+v", before)
 	}
-	if _, err := s.ResetFence(ctx, a.Scope(), "second reset, no holder"); err != nil {
+	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: a.Scope(), Expect: sink.Fence{Scope: a.Scope(), NextOffset: 3},
+		Reason: "second reset, no holder"}); err != nil {
 		t.Fatal(err)
 	}
-	mustClaim(c, 3)
+	if next, err := s.Claim(ctx, c, sink.Observed{MemberProven: true}); err != nil || next != 3 {
+		t.Fatalf("proven claim after the resets = %d, %v", next, err)
+	}
 
 	h, err := s.History(ctx, a.Scope())
 	if err != nil {
@@ -299,7 +303,7 @@ func TestOpenConflictingSchema(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Close()
-		execAt(t, path, `UPDATE workrouter_schema SET version = 2`)
+		execAt(t, path, `UPDATE workrouter_schema SET version = 3`)
 		_, err = sqlite.Open(ctx, sqlite.Config{Path: path})
 		if !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "workrouter_schema") {
 			t.Fatalf("Open error %v, want ErrSchema naming workrouter_schema", err)
@@ -337,7 +341,8 @@ func TestOpenConflictingSchema(t *testing.T) {
 				}
 			}
 		}
-		want := []string{"Other_1_fences", "Other_1_history", "Other_1_schema", "workrouter_fences", "workrouter_history", "workrouter_schema"}
+		want := []string{"Other_1_dead_letters", "Other_1_dl_audit", "Other_1_fences", "Other_1_history", "Other_1_schema",
+			"workrouter_dead_letters", "workrouter_dl_audit", "workrouter_fences", "workrouter_history", "workrouter_schema"}
 		if got := tablesOf(t, path); strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Fatalf("tables = %v, want %v", got, want)
 		}
@@ -369,7 +374,7 @@ func TestHandlerCannotEndTheTransaction(t *testing.T) {
 	ctx := t.Context()
 	s := openAt(t, filepath.Join(t.TempDir(), "tx.db"))
 	tk := tok("g", 0, 1, "m")
-	if _, err := s.Claim(ctx, tk); err != nil {
+	if _, err := s.Claim(ctx, tk, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	var commitErr, rollbackErr error
@@ -396,7 +401,7 @@ func TestClosed(t *testing.T) {
 	ctx := t.Context()
 	s := openAt(t, filepath.Join(t.TempDir(), "u.db"))
 	s.Close()
-	if _, err := s.Claim(ctx, tok("g", 0, 1, "m")); err == nil {
+	if _, err := s.Claim(ctx, tok("g", 0, 1, "m"), sink.Observed{}); err == nil {
 		t.Fatal("Claim after Close succeeded")
 	}
 }
@@ -412,7 +417,7 @@ func TestBusy(t *testing.T) {
 	}
 	defer s.Close()
 	tk := tok("g", 0, 1, "m")
-	if _, err := s.Claim(t.Context(), tk); err != nil {
+	if _, err := s.Claim(t.Context(), tk, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -431,7 +436,7 @@ func TestBusy(t *testing.T) {
 	}
 
 	start := time.Now()
-	_, err = s.Claim(t.Context(), tk)
+	_, err = s.Claim(t.Context(), tk, sink.Observed{})
 	if !errors.Is(err, sqlite.ErrBusy) || errors.Is(err, sink.ErrFenced) {
 		t.Fatalf("Claim under a held write lock: %v, want ErrBusy", err)
 	}
@@ -448,7 +453,7 @@ func TestBusy(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := s.Claim(ctx, tk); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := s.Claim(ctx, tk, sink.Observed{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Claim with a short ctx under a held write lock: %v, want context.DeadlineExceeded", err)
 	}
 	// Readers are not blocked in WAL mode.
@@ -459,7 +464,62 @@ func TestBusy(t *testing.T) {
 	if _, err := conn.ExecContext(t.Context(), "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
-	if next, err := s.Claim(t.Context(), tk); err != nil || next != 0 {
+	if next, err := s.Claim(t.Context(), tk, sink.Observed{}); err != nil || next != 0 {
 		t.Fatalf("Claim after the lock is released: %d, %v", next, err)
+	}
+}
+
+// v1Schema is the sink's schema version 1, as Open created it before the
+// log identity and the dead letters.
+const v1Schema = `
+CREATE TABLE workrouter_fences (grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL, epoch INTEGER NOT NULL,
+	member TEXT NOT NULL, next_offset INTEGER NOT NULL, PRIMARY KEY (grp, topic, part)) WITHOUT ROWID;
+CREATE TABLE workrouter_history (seq INTEGER PRIMARY KEY AUTOINCREMENT, grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL,
+	kind TEXT NOT NULL CHECK (kind IN ('claim', 'reset')), epoch INTEGER NOT NULL, member TEXT NOT NULL, next_offset INTEGER NOT NULL,
+	reason TEXT NOT NULL, at TEXT NOT NULL);
+CREATE TABLE workrouter_schema (version INTEGER NOT NULL);
+CREATE INDEX workrouter_history_scope ON workrouter_history (grp, topic, part, seq);
+INSERT INTO workrouter_schema VALUES (1);
+INSERT INTO workrouter_fences VALUES ('g', 'orders', 0, 7, 'm-7', 42);
+INSERT INTO workrouter_history (grp, topic, part, kind, epoch, member, next_offset, reason, at)
+	VALUES ('g', 'orders', 0, 'claim', 7, 'm-7', 40, '', '2026-11-01T00:00:00Z');
+`
+
+// TestMigrateFromVersion1: Open migrates a version 1 database in place,
+// keeping its fences and history; the fence row has no topic ID and adopts
+// the one its next claim observes.
+func TestMigrateFromVersion1(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "v1.db")
+	execAt(t, path, v1Schema)
+	s := openAt(t, path)
+	fences, err := s.Fences(ctx)
+	if err != nil || len(fences) != 1 || fences[0].NextOffset != 42 || fences[0].Holder.Epoch != 7 || fences[0].TopicID != "" {
+		t.Fatalf("fences after migration = %+v, %v", fences, err)
+	}
+	var version int
+	if err := s.DB().QueryRowContext(ctx, `SELECT version FROM workrouter_schema`).Scan(&version); err != nil || version != sqlite.SchemaVersion {
+		t.Fatalf("schema version after migration = %d, %v", version, err)
+	}
+	b := tok("g", 0, 8, "m-8")
+	if next, err := s.Claim(ctx, b, sink.Observed{TopicID: "topic-1", LogStart: 0, LogEnd: 50}); err != nil || next != 42 {
+		t.Fatalf("first claim after migration = %d, %v", next, err)
+	}
+	if fs, _ := s.Fences(ctx); fs[0].TopicID != "topic-1" {
+		t.Fatalf("the migrated row did not adopt the topic ID: %+v", fs[0])
+	}
+	h, err := s.History(ctx, b.Scope())
+	if err != nil || len(h) != 2 || h[0].NextOffset != 40 || h[1].TopicID != "topic-1" {
+		t.Fatalf("history after migration = %+v, %v", h, err)
+	}
+	// The dead letters work on the migrated database, and a second Open
+	// finds the current schema.
+	if _, err := s.DeadLetter(ctx, b, sink.DeadRecord{Offset: 42, Reason: "undecodable"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s2 := openAt(t, path)
+	if dl, err := s2.DeadLetters(ctx, sink.DeadLetterFilter{}); err != nil || len(dl) != 1 || dl[0].Record.TopicID != "topic-1" {
+		t.Fatalf("dead letters after reopen = %+v, %v", dl, err)
 	}
 }

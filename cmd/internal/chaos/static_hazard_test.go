@@ -150,10 +150,10 @@ func TestStaticMembershipHazard(t *testing.T) {
 	// B is locked out while A keeps the fence and writes on.
 	s := memory.New()
 	ctx := context.Background()
-	if _, err := s.Claim(ctx, aTok); err != nil {
+	if _, err := s.Claim(ctx, aTok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(ctx, bTok); !errors.Is(err, sink.ErrFenced) {
+	if _, err := s.Claim(ctx, bTok, sink.Observed{}); !errors.Is(err, sink.ErrFenced) {
 		t.Fatalf("replacement's claim at the zombie's epoch: %v, want fenced", err)
 	}
 

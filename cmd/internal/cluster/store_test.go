@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
@@ -38,10 +39,10 @@ func TestStoreReadsSQLiteRecords(t *testing.T) {
 	a := epochs.Token{Group: "g", Topic: "ledger", Partition: 0, Epoch: 1, Member: "a"}
 	b := a
 	b.Epoch, b.Member = 2, "b"
-	if _, err := s.Claim(ctx, a); err != nil {
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(ctx, b); err != nil {
+	if _, err := s.Claim(ctx, b, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	// Offset 0 by a before b's claim (at NextOffset 0, so it counts as

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -26,7 +27,7 @@ func TestInterrupterCutsOneTransaction(t *testing.T) {
 	var firedErr error
 	in := NewInterrupter(s, func(_ epochs.Token, err error) { firedErr = err })
 	tok := epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 1, Member: "m"}
-	if _, err := in.Claim(ctx, tok); err != nil {
+	if _, err := in.Claim(ctx, tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	calls := 0

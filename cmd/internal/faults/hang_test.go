@@ -27,7 +27,7 @@ func TestHang(t *testing.T) {
 			if _, ok := sink.As[sink.Lister](sink.Sink[*memory.Tx](h)); !ok {
 				t.Fatal("Hang hides the sink's capabilities")
 			}
-			if _, err := h.Claim(ctx, tok); err != nil {
+			if _, err := h.Claim(ctx, tok, sink.Observed{}); err != nil {
 				t.Fatal(err)
 			}
 			put := func(ctx context.Context, tx *memory.Tx, i int) error { tx.Put("k", []byte{byte(i)}); return nil }

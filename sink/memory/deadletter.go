@@ -1,0 +1,127 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// DeadLetter stores rec as a dead letter of tok's scope and advances
+// NextOffset past it, following [sink.DeadLetterer], in one critical
+// section: a token that is not exactly the holder is fenced, a replay
+// stores nothing. It may be called from any goroutine.
+func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
+	if err := sink.CheckDeadLetter(tok, rec); err != nil {
+		return sink.DeadLetterResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return sink.DeadLetterResult{}, fmt.Errorf("memory: dead letter %s@%d: %w", tok, rec.Offset, err)
+	}
+	scope := tok.Scope()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.scopes[scope]
+	if st == nil || !tok.Holds(st.holder) {
+		stored := s.holderOf(scope)
+		s.record(Event{Kind: DeadLetter, Scope: scope, Token: tok, Stored: stored})
+		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: stored, Offered: tok}
+	}
+	switch {
+	case rec.Offset < st.nextOffset:
+		return sink.DeadLetterResult{NextOffset: st.nextOffset}, nil
+	case rec.Offset > st.nextOffset:
+		return sink.DeadLetterResult{}, fmt.Errorf("memory: dead letter %s@%d: %w: the checkpoint is %d; apply the records before it first",
+			tok, rec.Offset, sink.ErrBadBatch, st.nextOffset)
+	}
+	rec.Key, rec.Value, rec.Headers = slices.Clone(rec.Key), slices.Clone(rec.Value), slices.Clone(rec.Headers)
+	if rec.TopicID == "" {
+		rec.TopicID = st.topicID
+	}
+	d := sink.DeadLetter{ID: int64(len(s.deadLetters)) + 1, Scope: scope, Record: rec, Token: tok, At: time.Now(), State: sink.DeadLetterOpen}
+	s.deadLetters = append(s.deadLetters, d)
+	st.nextOffset = rec.Offset + 1
+	s.record(Event{Kind: DeadLetter, Scope: scope, Token: tok, Offsets: []int64{rec.Offset}, Accepted: true, Stored: st.holder})
+	return sink.DeadLetterResult{ID: d.ID, Stored: true, NextOffset: st.nextOffset}, nil
+}
+
+// DeadLetters returns the dead letters that match f, by ID, following
+// [sink.DeadLetterStore]. It may be called from any goroutine.
+func (s *Sink) DeadLetters(ctx context.Context, f sink.DeadLetterFilter) ([]sink.DeadLetter, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: dead letters: %w", err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []sink.DeadLetter
+	for _, d := range s.deadLetters {
+		if f.Match(d) {
+			out = append(out, d)
+			if f.Limit > 0 && len(out) == f.Limit {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// ResolveDeadLetter moves a dead letter between states and audits it,
+// following [sink.DeadLetterStore]. It may be called from any goroutine.
+func (s *Sink) ResolveDeadLetter(ctx context.Context, id int64, from, to sink.DeadLetterState, reason, detail string) (sink.DeadLetter, error) {
+	if err := sink.CheckResolve(from, to, strings.TrimSpace(reason)); err != nil {
+		return sink.DeadLetter{}, fmt.Errorf("memory: dead letter %d: %w", id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return sink.DeadLetter{}, fmt.Errorf("memory: dead letter %d: %w", id, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id < 1 || id > int64(len(s.deadLetters)) {
+		return sink.DeadLetter{}, fmt.Errorf("memory: dead letter %d: %w", id, sink.ErrNotFound)
+	}
+	d := &s.deadLetters[id-1]
+	if d.State != from {
+		return *d, fmt.Errorf("memory: dead letter %d is %s, not %s: %w", id, d.State, from, sink.ErrDeadLetterState)
+	}
+	d.State = to
+	s.dlAudit = append(s.dlAudit, sink.DeadLetterAction{Seq: int64(len(s.dlAudit)) + 1, ID: id, From: from, To: to, Reason: reason, Detail: detail, At: time.Now()})
+	return *d, nil
+}
+
+// DeadLetterAudit returns dead letter id's audit rows, following
+// [sink.DeadLetterStore]. It may be called from any goroutine.
+func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]sink.DeadLetterAction, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: dead letter %d audit: %w", id, err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []sink.DeadLetterAction
+	for _, a := range s.dlAudit {
+		if a.ID == id {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// MarkMirrored records that dead letters ids were published to the DLQ
+// topic, following [sink.DeadLetterStore]. It may be called from any
+// goroutine.
+func (s *Sink) MarkMirrored(ctx context.Context, ids []int64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: mark mirrored: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if id >= 1 && id <= int64(len(s.deadLetters)) {
+			s.deadLetters[id-1].Mirrored = true
+		}
+	}
+	return nil
+}

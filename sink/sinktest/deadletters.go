@@ -1,0 +1,201 @@
+package sinktest
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// poison is a dead record at offset off, with a 1 MB value and headers.
+func poison(off int64) sink.DeadRecord {
+	return sink.DeadRecord{
+		TopicID: "topic-1", Offset: off, Key: []byte("acct-7"), Value: bytes.Repeat([]byte{0xfe, 'x'}, 512*1024),
+		Headers:   []sink.RecordHeader{{Key: "workrouter-type", Value: []byte("bogus")}, {Key: "h", Value: nil}},
+		Timestamp: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), Reason: "handler_error", Error: "boom", Attempts: 5,
+	}
+}
+
+// testDeadLetters: a dead letter is fenced like Apply, stored once,
+// advances NextOffset past it, and a replay stores nothing.
+func (c *suite[Tx]) testDeadLetters(t *testing.T) {
+	s := c.h.Open(t)
+	dl, ok := sink.As[sink.DeadLetterer](s)
+	if !ok {
+		t.Skip("sinktest: the sink does not implement sink.DeadLetterer")
+	}
+	ctx := t.Context()
+	scope := scopeFor(t)
+	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
+	c.claim(t, s, a)
+	c.apply(t, s, a, offsetsRange(0, 3), c.putEffect(t, "k", offsetsRange(0, 3), "v"))
+
+	// Only the record at the checkpoint can be dead-lettered: the good
+	// records before it are applied first.
+	if _, err := dl.DeadLetter(ctx, a, poison(4)); !errors.Is(err, sink.ErrBadBatch) {
+		t.Fatalf("dead letter past the checkpoint: %v, want sink.ErrBadBatch", err)
+	}
+	if _, err := dl.DeadLetter(ctx, a, sink.DeadRecord{Offset: 3}); !errors.Is(err, sink.ErrBadBatch) {
+		t.Fatalf("dead letter without a reason: %v, want sink.ErrBadBatch", err)
+	}
+	res, err := dl.DeadLetter(ctx, a, poison(3))
+	if err != nil || !res.Stored || res.ID == 0 || res.NextOffset != 4 {
+		t.Fatalf("DeadLetter = %+v, %v; want stored, NextOffset 4", res, err)
+	}
+	c.mustNext(t, s, a, 4)
+	// A replay (the tenure retried after an unknown outcome) stores nothing.
+	again, err := dl.DeadLetter(ctx, a, poison(3))
+	if err != nil || again.Stored || again.NextOffset != 4 {
+		t.Fatalf("replayed DeadLetter = %+v, %v; want not stored", again, err)
+	}
+	// A zombie cannot dead-letter: once b claimed, a is fenced.
+	c.claim(t, s, b)
+	_, err = dl.DeadLetter(ctx, a, poison(4))
+	mustFenced(t, err, sink.OpDeadLetter, b, a)
+	// The new owner resumes after the dead letter.
+	res2, err := dl.DeadLetter(ctx, b, poison(4))
+	if err != nil || !res2.Stored || res2.ID == res.ID {
+		t.Fatalf("b's dead letter = %+v, %v", res2, err)
+	}
+	c.apply(t, s, b, offsetsRange(3, 7), c.putEffect(t, "k", offsetsRange(3, 7), "w"))
+	c.mustNext(t, s, b, 7)
+	c.mustAbsent(t, s, key(t, "k", 3))
+	c.mustAbsent(t, s, key(t, "k", 4))
+	c.mustGet(t, s, key(t, "k", 5), "w")
+
+	store, ok := sink.As[sink.DeadLetterStore](s)
+	if !ok {
+		return
+	}
+	got, err := store.DeadLetters(ctx, sink.DeadLetterFilter{Group: scope.Group, Topic: scope.Topic})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("DeadLetters = %d rows, %v; want 2 (one per poison record, none for the replay)", len(got), err)
+	}
+	d := got[0]
+	want := poison(3)
+	if d.ID != res.ID || d.Scope != scope || d.Token != a || d.State != sink.DeadLetterOpen || d.Mirrored || d.At.IsZero() ||
+		d.Record.Offset != 3 || !bytes.Equal(d.Record.Key, want.Key) || !bytes.Equal(d.Record.Value, want.Value) ||
+		d.Record.Reason != want.Reason || d.Record.Error != want.Error || d.Record.Attempts != want.Attempts ||
+		d.Record.TopicID != want.TopicID || !d.Record.Timestamp.Equal(want.Timestamp) ||
+		!slices.EqualFunc(d.Record.Headers, want.Headers, func(x, y sink.RecordHeader) bool { return x.Key == y.Key && bytes.Equal(x.Value, y.Value) }) {
+		t.Fatalf("stored dead letter does not round-trip:\n got %+v\nwant %+v", summary(d.Record), summary(want))
+	}
+	if got[1].Token != b || got[1].Record.Offset != 4 {
+		t.Fatalf("second dead letter %+v", got[1])
+	}
+}
+
+func summary(r sink.DeadRecord) string {
+	r.Value = nil
+	return strings.ReplaceAll(strings.TrimSpace(fmtRecord(r)), "\n", " ")
+}
+
+func fmtRecord(r sink.DeadRecord) string {
+	var b strings.Builder
+	b.WriteString(r.TopicID + " " + r.Reason + " " + r.Error + " " + string(r.Key) + " " + r.Timestamp.String())
+	for _, h := range r.Headers {
+		b.WriteString(" " + h.Key + "=" + string(h.Value))
+	}
+	return b.String()
+}
+
+// testDeadLetterStore: listing with filters, the compare-and-set state
+// moves with their audit rows, and the DLQ mirror mark.
+func (c *suite[Tx]) testDeadLetterStore(t *testing.T) {
+	s := c.h.Open(t)
+	dl, ok1 := sink.As[sink.DeadLetterer](s)
+	store, ok2 := sink.As[sink.DeadLetterStore](s)
+	if !ok1 || !ok2 {
+		t.Skip("sinktest: the sink does not implement sink.DeadLetterer and sink.DeadLetterStore")
+	}
+	ctx := t.Context()
+	scope := scopeFor(t)
+	other := scope
+	other.Partition++
+	var ids []int64
+	for _, sc := range []epochs.Scope{scope, other} {
+		tok := tokenFor(sc, 1, "m")
+		c.claim(t, s, tok)
+		for off := int64(0); off < 2; off++ {
+			r := poison(off)
+			r.Value = []byte("small")
+			if off == 1 {
+				r.Reason = "undecodable"
+			}
+			res, err := dl.DeadLetter(ctx, tok, r)
+			if err != nil || !res.Stored {
+				t.Fatalf("DeadLetter: %+v %v", res, err)
+			}
+			ids = append(ids, res.ID)
+		}
+	}
+	p := other.Partition
+	count := func(f sink.DeadLetterFilter) int {
+		t.Helper()
+		f.Group = scope.Group
+		got, err := store.DeadLetters(ctx, f)
+		if err != nil {
+			t.Fatalf("DeadLetters(%+v): %v", f, err)
+		}
+		return len(got)
+	}
+	if n := count(sink.DeadLetterFilter{}); n != 4 {
+		t.Fatalf("all: %d, want 4", n)
+	}
+	if n := count(sink.DeadLetterFilter{Partition: &p}); n != 2 {
+		t.Fatalf("partition filter: %d, want 2", n)
+	}
+	if n := count(sink.DeadLetterFilter{Reason: "undecodable"}); n != 2 {
+		t.Fatalf("reason filter: %d, want 2", n)
+	}
+	if n := count(sink.DeadLetterFilter{Since: time.Now().Add(time.Hour)}); n != 0 {
+		t.Fatalf("since filter: %d, want 0", n)
+	}
+	if n := count(sink.DeadLetterFilter{IDs: ids[1:2]}); n != 1 {
+		t.Fatalf("ID filter: %d, want 1", n)
+	}
+	if n := count(sink.DeadLetterFilter{Limit: 3}); n != 3 {
+		t.Fatalf("limit: %d, want 3", n)
+	}
+
+	id := ids[0]
+	if _, err := store.ResolveDeadLetter(ctx, id, sink.DeadLetterOpen, sink.DeadLetterDropped, "", ""); !errors.Is(err, sink.ErrNoReason) {
+		t.Fatalf("resolve without a reason: %v, want sink.ErrNoReason", err)
+	}
+	if _, err := store.ResolveDeadLetter(ctx, 1<<40, sink.DeadLetterOpen, sink.DeadLetterDropped, "r", ""); !errors.Is(err, sink.ErrNotFound) {
+		t.Fatalf("resolve of an unknown id: %v, want sink.ErrNotFound", err)
+	}
+	d, err := store.ResolveDeadLetter(ctx, id, sink.DeadLetterOpen, sink.DeadLetterRedriving, "sinktest: redrive", "")
+	if err != nil || d.State != sink.DeadLetterRedriving {
+		t.Fatalf("open → redriving: %+v %v", d, err)
+	}
+	// A second redrive of the same row is refused: it is no longer open.
+	if _, err := store.ResolveDeadLetter(ctx, id, sink.DeadLetterOpen, sink.DeadLetterRedriving, "sinktest: again", ""); !errors.Is(err, sink.ErrDeadLetterState) {
+		t.Fatalf("second redrive: %v, want sink.ErrDeadLetterState", err)
+	}
+	if d, err = store.ResolveDeadLetter(ctx, id, sink.DeadLetterRedriving, sink.DeadLetterRedriven, "sinktest: redrive", "produced at t/1@9"); err != nil || d.State != sink.DeadLetterRedriven {
+		t.Fatalf("redriving → redriven: %+v %v", d, err)
+	}
+	audit, err := store.DeadLetterAudit(ctx, id)
+	if err != nil || len(audit) != 2 || audit[0].From != sink.DeadLetterOpen || audit[1].To != sink.DeadLetterRedriven ||
+		audit[1].Detail != "produced at t/1@9" || audit[0].ID != id || audit[0].At.IsZero() || audit[1].Seq <= audit[0].Seq {
+		t.Fatalf("audit %+v %v", audit, err)
+	}
+	if n := count(sink.DeadLetterFilter{States: []sink.DeadLetterState{sink.DeadLetterOpen}}); n != 3 {
+		t.Fatalf("open: %d, want 3", n)
+	}
+	if n := count(sink.DeadLetterFilter{NotMirrored: true}); n != 4 {
+		t.Fatalf("not mirrored: %d, want 4", n)
+	}
+	if err := store.MarkMirrored(ctx, ids[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(sink.DeadLetterFilter{NotMirrored: true}); n != 2 {
+		t.Fatalf("not mirrored after marking two: %d, want 2", n)
+	}
+}
