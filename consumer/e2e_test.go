@@ -13,8 +13,8 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 

@@ -302,7 +302,7 @@ func TestEventsRecordDecisions(t *testing.T) {
 	s.Apply(ctx, a, []int64{1, 2}, noop) // 1 skipped
 	s.Claim(ctx, b, sink.Observed{})
 	s.Apply(ctx, a, []int64{3}, noop) // fenced
-	s.Claim(ctx, a, sink.Observed{})                   // fenced
+	s.Claim(ctx, a, sink.Observed{})  // fenced
 	got := s.Events()
 	for i := range got {
 		if got[i].At.IsZero() {

@@ -259,4 +259,3 @@ func (s *Sink) MarkMirrored(ctx context.Context, ids []int64) error {
 	}
 	return nil
 }
-
