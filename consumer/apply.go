@@ -44,9 +44,47 @@ func (t *tenure[Tx]) run(next int64) {
 	}
 }
 
-// process applies one batch in one fenced sink Apply
-// (docs/design.md#apply), retrying anything but a fenced outcome. It
-// returns the new next offset and whether the tenure may go on.
+// decoded is a batch's records as commands.
+type decoded struct {
+	recs    []*kgo.Record
+	offsets []int64
+	cmds    []Command
+	errs    []error // the decode error of each record, or nil
+}
+
+func (t *tenure[Tx]) decode(recs []*kgo.Record) decoded {
+	d := decoded{recs: recs, offsets: make([]int64, len(recs)), cmds: make([]Command, len(recs)), errs: make([]error, len(recs))}
+	for i, r := range recs {
+		d.offsets[i] = r.Offset
+		c, err := router.Decode(r)
+		if err != nil {
+			d.errs[i] = fmt.Errorf("%w: offset %d: %w", ErrUndecodable, r.Offset, err)
+		}
+		d.cmds[i] = Command{Command: c, Offset: r.Offset, Timestamp: r.Timestamp, Token: t.tok}
+	}
+	return d
+}
+
+// deadAtOnce reports whether record i is to be dead-lettered without
+// trying it (undecodable, or no handler, under a dead-letter policy), with
+// the reason and error.
+func (t *tenure[Tx]) deadAtOnce(d decoded, i int) (reason string, err error, ok bool) {
+	p := &t.w.cfg.Poison
+	if d.errs[i] != nil {
+		return ReasonUndecodable, d.errs[i], p.Undecodable == PoisonDeadLetter && t.w.dl != nil
+	}
+	if _, has := t.w.cfg.Handlers[d.cmds[i].Type]; !has {
+		return ReasonNoHandler, fmt.Errorf("%w %q at offset %d", ErrNoHandler, d.cmds[i].Type, d.offsets[i]), p.NoHandler == PoisonDeadLetter && t.w.dl != nil
+	}
+	return "", nil, false
+}
+
+// process applies one batch (docs/design.md#apply): runs of good records
+// in one fenced sink Apply each, and the poison records among them handled
+// by the policy (docs/design.md#dead-letters), so that a poison record
+// never holds back the records before it. Failures of the sink are
+// retried without limit; a fenced outcome stops the tenure. It returns the
+// new next offset and whether the tenure may go on.
 func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 	// Records below the checkpoint were applied already (by this tenure or
 	// a previous one): the sink would skip them too.
@@ -59,83 +97,181 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 		return next, true
 	}
 	w := t.w
-	offsets := make([]int64, len(batch))
-	cmds := make([]Command, len(batch))
-	decodeErrs := make([]error, len(batch))
-	for i, r := range batch {
-		offsets[i] = r.Offset
-		c, err := router.Decode(r)
-		if err != nil {
-			decodeErrs[i] = fmt.Errorf("%w: offset %d: %w", ErrUndecodable, r.Offset, err)
-		}
-		cmds[i] = Command{Command: c, Offset: r.Offset, Timestamp: r.Timestamp, Token: t.tok}
-	}
-	handlers := w.cfg.Handlers
-	timed := w.obs.timeHandlers()
-	effect := func(ctx context.Context, tx Tx, i int) error {
-		if decodeErrs[i] != nil {
-			return decodeErrs[i]
-		}
-		h, ok := handlers[cmds[i].Type]
-		if !ok {
-			return fmt.Errorf("%w %q at offset %d", ErrNoHandler, cmds[i].Type, cmds[i].Offset)
-		}
-		if !timed {
-			return h(ctx, tx, cmds[i])
-		}
-		start := time.Now()
-		err := h(ctx, tx, cmds[i])
-		w.obs.handlerDone(t.tok, cmds[i].Type, time.Since(start), err)
-		return err
-	}
-
+	d := t.decode(batch)
 	backoff := w.cfg.RetryBackoff
-	var since time.Time
-	for attempt := 1; ; attempt++ {
+	limit := len(d.recs) // records to try in the next Apply: the good prefix before a poison record
+	for len(d.recs) > 0 {
+		if reason, err, ok := t.deadAtOnce(d, 0); ok {
+			var alive bool
+			if next, alive = t.deadLetter(d.recs[0], d.cmds[0].Type, reason, err, 0, next); !alive {
+				return next, false
+			}
+			d = d.slice(1)
+			limit, backoff = len(d.recs), w.cfg.RetryBackoff
+			continue
+		}
+		// The run of records before the next one to dead-letter at once.
+		run := 1
+		for run < limit {
+			if _, _, ok := t.deadAtOnce(d, run); ok {
+				break
+			}
+			run++
+		}
 		start := time.Now()
-		res, err := w.cfg.Sink.Apply(t.ctx, t.tok, offsets, effect)
+		res, err := w.cfg.Sink.Apply(t.ctx, t.tok, d.offsets[:run], t.effect(d))
 		if err == nil {
 			w.batches.Add(1)
 			w.records.Add(int64(res.Applied))
 			w.skipped.Add(int64(res.Skipped))
-			last := batch[len(batch)-1]
+			last := d.recs[run-1]
 			t.appliedEpoch.Store(last.LeaderEpoch)
 			t.appliedNext.Store(res.NextOffset)
 			w.markApplied(t, res.NextOffset, last.LeaderEpoch)
-			w.obs.emit(Applied{Token: t.tok, FirstOffset: offsets[0], NextOffset: res.NextOffset,
-				Records: len(offsets), Applied: res.Applied, Skipped: res.Skipped, Duration: time.Since(start)})
-			return res.NextOffset, true
+			w.obs.emit(Applied{Token: t.tok, FirstOffset: d.offsets[0], NextOffset: res.NextOffset,
+				Records: run, Applied: res.Applied, Skipped: res.Skipped, Duration: time.Since(start)})
+			t.progressed()
+			next = res.NextOffset
+			d = d.slice(run)
+			limit, backoff = len(d.recs), w.cfg.RetryBackoff
+			continue
 		}
 		if errors.Is(err, sink.ErrFenced) {
 			w.fencedApplies.Add(1)
 			t.markFenced()
-			w.obs.emit(Fenced{Token: t.tok, Op: sink.OpApply, FirstOffset: offsets[0], Records: len(offsets), Err: err})
+			w.obs.emit(Fenced{Token: t.tok, Op: sink.OpApply, FirstOffset: d.offsets[0], Records: run, Err: err})
 			return next, false
 		}
 		if t.ctx.Err() != nil {
 			return next, false
 		}
-		if attempt == 1 {
-			since = start
-		}
-		cause := CauseSink
 		var ee *sink.EffectError
-		if errors.As(err, &ee) {
-			cause = CauseEffect
+		if !errors.As(err, &ee) || ee.Index >= run || t.sinkFailed(err) {
+			if !t.stall(sink.OpApply, d.offsets[0], CauseSink, err, start, &backoff) {
+				return next, false
+			}
+			continue
 		}
-		w.retries.Add(1)
-		w.obs.emit(Stalled{Token: t.tok, Op: sink.OpApply, FirstOffset: offsets[0], Attempt: attempt, Since: since,
-			Backoff: backoff, Cause: cause, Err: err, Duration: time.Since(start)})
-		timer := time.NewTimer(backoff)
-		select {
-		case <-timer.C:
-		case <-t.stopCh:
-			timer.Stop()
-			return next, false
-		case <-t.ctx.Done():
-			timer.Stop()
+		// A handler's error, the sink healthy: record ee.Index is the
+		// poison one. The records before it are applied first.
+		k := ee.Index
+		pol := w.cfg.Poison.forType(d.cmds[k].Type)
+		attempts, since := t.recordFailure(d.offsets[k])
+		if k > 0 {
+			w.retries.Add(1) // the failed attempt is retried, after the prefix
+			limit = k
+			continue
+		}
+		reason, decide := t.poisonReason(d, ee.Err, pol, attempts, since)
+		if decide && w.dl != nil && (pol.HandlerError == PoisonDeadLetter || reason == ReasonUndecodable || reason == ReasonNoHandler) {
+			var alive bool
+			if next, alive = t.deadLetter(d.recs[0], d.cmds[0].Type, reason, ee.Err, attempts, next); !alive {
+				return next, false
+			}
+			d = d.slice(1)
+			limit, backoff = len(d.recs), w.cfg.RetryBackoff
+			continue
+		}
+		limit = 1 // retry the poison record alone
+		if !t.stall(sink.OpApply, d.offsets[0], CauseEffect, err, start, &backoff) {
 			return next, false
 		}
-		backoff = min(2*backoff, w.cfg.MaxRetryBackoff)
 	}
+	return next, true
+}
+
+// slice drops the first n records of d.
+func (d decoded) slice(n int) decoded {
+	return decoded{recs: d.recs[n:], offsets: d.offsets[n:], cmds: d.cmds[n:], errs: d.errs[n:]}
+}
+
+// effect returns the sink effect of d: the handler of each command, its
+// panics recovered, timed for HandlerObservers.
+func (t *tenure[Tx]) effect(d decoded) sink.Effect[Tx] {
+	w := t.w
+	handlers := w.cfg.Handlers
+	timed := w.obs.timeHandlers()
+	return func(ctx context.Context, tx Tx, i int) (err error) {
+		if d.errs[i] != nil {
+			return d.errs[i]
+		}
+		cmd := d.cmds[i]
+		h, ok := handlers[cmd.Type]
+		if !ok {
+			return fmt.Errorf("%w %q at offset %d", ErrNoHandler, cmd.Type, cmd.Offset)
+		}
+		var start time.Time
+		if timed {
+			start = time.Now()
+		}
+		func() {
+			defer recoverHandler(&err)
+			err = h(ctx, tx, cmd)
+		}()
+		if timed {
+			w.obs.handlerDone(t.tok, cmd.Type, time.Since(start), err)
+		}
+		return err
+	}
+}
+
+// poisonReason classifies the handler error of record 0 of d and says
+// whether the policy's decision is due: at once for an undecodable record,
+// a missing handler or a permanent error, else when the budget is spent.
+func (t *tenure[Tx]) poisonReason(d decoded, err error, pol TypePolicy, attempts int, since time.Time) (string, bool) {
+	p := &t.w.cfg.Poison
+	switch {
+	case errors.Is(err, ErrUndecodable):
+		return ReasonUndecodable, p.Undecodable == PoisonDeadLetter
+	case errors.Is(err, ErrNoHandler):
+		return ReasonNoHandler, p.NoHandler == PoisonDeadLetter
+	case errors.Is(err, ErrPermanent):
+		return ReasonPermanent, pol.HandlerError == PoisonDeadLetter
+	}
+	spent := attempts >= pol.MaxAttempts || time.Since(since) >= pol.MaxRetryTime
+	return ReasonHandlerError, spent && pol.HandlerError == PoisonDeadLetter
+}
+
+// sinkFailed reports whether err, from an Apply whose effect failed, is a
+// failure of the sink rather than of the handler: the sink says so
+// (sink.ErrorClassifier), or it does not answer a ping.
+func (t *tenure[Tx]) sinkFailed(err error) bool {
+	w := t.w
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if w.classifier != nil && w.classifier.IsSinkFailure(err) {
+		return true
+	}
+	if w.pinger != nil {
+		ctx, cancel := context.WithTimeout(t.ctx, 5*time.Second)
+		defer cancel()
+		if perr := w.pinger.Ping(ctx); perr != nil && t.ctx.Err() == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// stall reports a failed attempt (a Stalled event, the partition's state),
+// waits out the backoff and doubles it. It returns false when the tenure
+// stops meanwhile.
+func (t *tenure[Tx]) stall(op sink.Op, offset int64, cause string, err error, start time.Time, backoff *time.Duration) bool {
+	w := t.w
+	attempt, since := t.stalled(err)
+	w.retries.Add(1)
+	w.obs.emit(Stalled{Token: t.tok, Op: op, FirstOffset: offset, Attempt: attempt, Since: since,
+		Backoff: *backoff, Cause: cause, Err: err, Duration: time.Since(start)})
+	w.reportStall(t, attempt, since, cause, err)
+	timer := time.NewTimer(*backoff)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-t.stopCh:
+		return false
+	case <-t.ctx.Done():
+		return false
+	}
+	*backoff = min(2**backoff, w.cfg.MaxRetryBackoff)
+	return true
 }

@@ -2,21 +2,30 @@ package consumer
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/workrouter/workrouter/sink"
 )
 
+// errBlocked marks a claim refused for a reason an operator must resolve:
+// the partition waits, and reclaimLoop claims it again.
+var errBlocked = errors.New("consumer: claim blocked")
+
 // adjustOffsets runs after onAssigned and before fetching starts: it claims
 // every partition about to be fetched (docs/design.md#claim) and returns the
-// sink's NextOffset as the fetch position. Partitions whose claim is
-// fenced are removed, so they are never fetched in this tenure.
+// sink's NextOffset as the fetch position. A partition whose claim is
+// fenced by a newer tenure is removed, so it is never fetched in this
+// tenure; one whose claim is blocked (the log changed, the epochs went
+// backwards) is kept paused, and claimed again every ReclaimInterval.
 func (w *Worker[Tx]) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	<-w.ready
 	parts := offsets[w.cfg.Topic]
@@ -27,6 +36,8 @@ func (w *Worker[Tx]) adjustOffsets(ctx context.Context, offsets map[string]map[i
 	results := make(map[int32]outcome, len(parts))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	// One look at the log for all the claims; a retry looks again.
+	id, starts, ends, oerr := w.observe(ctx)
 	for p := range parts {
 		w.mu.Lock()
 		t := w.tenures[p]
@@ -38,8 +49,14 @@ func (w *Worker[Tx]) adjustOffsets(ctx context.Context, offsets map[string]map[i
 			t = w.tenures[p]
 			w.mu.Unlock()
 		}
+		var first *sink.Observed
+		if oerr == nil {
+			if obs, err := observed(w.cfg.Topic, p, id, starts, ends); err == nil {
+				first = &obs
+			}
+		}
 		wg.Go(func() {
-			next, err := w.claim(ctx, t)
+			next, err := w.claim(ctx, t, first)
 			mu.Lock()
 			results[p] = outcome{next, err}
 			mu.Unlock()
@@ -53,34 +70,123 @@ func (w *Worker[Tx]) adjustOffsets(ctx context.Context, offsets map[string]map[i
 		w.mu.Lock()
 		t := w.tenures[p]
 		w.mu.Unlock()
-		if r.err != nil || t == nil {
+		switch {
+		case t == nil:
 			delete(parts, p)
-			continue
-		}
-		committed := parts[p].EpochOffset().Offset
-		parts[p] = kgo.NewOffset().At(r.next).WithEpoch(-1)
-		t.start(r.next)
-		if r.next > 0 && r.next != committed {
-			// The sink is ahead of (or behind) Kafka's commit, e.g. a
-			// worker died between its sink commit and its Kafka commit.
-			// Commit the sink's checkpoint now, so that lag reaches zero
-			// even if no new record ever arrives on this partition.
-			t.appliedNext.Store(r.next)
-			t.appliedEpoch.Store(-1)
-			w.markApplied(t, r.next, -1)
+		case errors.Is(r.err, errBlocked):
+			// Keep the partition assigned but paused: a valid re-claim
+			// sets its offset and resumes it.
+			w.cl.PauseFetchPartitions(map[string][]int32{w.cfg.Topic: {p}})
+			parts[p] = kgo.NewOffset().AtEnd()
+		case r.err != nil:
+			delete(parts, p)
+		default:
+			committed := parts[p].EpochOffset().Offset
+			parts[p] = kgo.NewOffset().At(r.next).WithEpoch(-1)
+			t.start(r.next)
+			w.commitClaimed(t, r.next, committed)
 		}
 	}
 	return offsets, nil
 }
 
-// claim claims t's scope, retrying failures other than fencing until ctx
-// is done.
-func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx]) (int64, error) {
+// commitClaimed commits the sink's checkpoint at a claim when it differs
+// from Kafka's committed offset (e.g. a worker died between its sink commit
+// and its Kafka commit), so that lag reaches zero even if no new record
+// ever arrives on the partition.
+func (w *Worker[Tx]) commitClaimed(t *tenure[Tx], next, committed int64) {
+	if next > 0 && next != committed {
+		t.appliedNext.Store(next)
+		t.appliedEpoch.Store(-1)
+		w.markApplied(t, next, -1)
+	}
+}
+
+// observe reads, for the claims of partitions, the log's identity (the
+// topic ID) and each partition's log start and end offsets
+// (docs/design.md#log-identity).
+func (w *Worker[Tx]) observe(ctx context.Context) (topicID string, starts, ends kadm.ListedOffsets, err error) {
+	adm := kadm.NewClient(w.cl) // shares the client; never closed here
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	topics, err := adm.ListTopics(octx, w.cfg.Topic)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("consumer: reading topic %s's metadata: %w", w.cfg.Topic, err)
+	}
+	td, ok := topics[w.cfg.Topic]
+	if !ok || td.Err != nil {
+		err := td.Err
+		if !ok {
+			err = kerr.UnknownTopicOrPartition
+		}
+		return "", nil, nil, fmt.Errorf("consumer: reading topic %s's metadata: %w", w.cfg.Topic, err)
+	}
+	if td.ID != (kadm.TopicID{}) {
+		topicID = td.ID.String()
+	}
+	if starts, err = adm.ListStartOffsets(octx, w.cfg.Topic); err != nil {
+		return "", nil, nil, fmt.Errorf("consumer: listing topic %s's start offsets: %w", w.cfg.Topic, err)
+	}
+	if ends, err = adm.ListEndOffsets(octx, w.cfg.Topic); err != nil {
+		return "", nil, nil, fmt.Errorf("consumer: listing topic %s's end offsets: %w", w.cfg.Topic, err)
+	}
+	return topicID, starts, ends, nil
+}
+
+// observePartition returns what a claim of partition p observes.
+func (w *Worker[Tx]) observePartition(ctx context.Context, p int32) (sink.Observed, error) {
+	id, starts, ends, err := w.observe(ctx)
+	if err != nil {
+		return sink.Observed{}, err
+	}
+	return observed(w.cfg.Topic, p, id, starts, ends)
+}
+
+// observed picks partition p's observation out of one look at the log.
+func observed(topic string, p int32, id string, starts, ends kadm.ListedOffsets) (sink.Observed, error) {
+	if id == "" {
+		return sink.Observed{}, nil // a broker without topic IDs: no continuity check
+	}
+	s, ok1 := starts.Lookup(topic, p)
+	e, ok2 := ends.Lookup(topic, p)
+	switch {
+	case !ok1 || !ok2:
+		return sink.Observed{}, fmt.Errorf("consumer: no offsets listed for %s/%d", topic, p)
+	case s.Err != nil:
+		return sink.Observed{}, fmt.Errorf("consumer: listing %s/%d's start offset: %w", topic, p, s.Err)
+	case e.Err != nil:
+		return sink.Observed{}, fmt.Errorf("consumer: listing %s/%d's end offset: %w", topic, p, e.Err)
+	}
+	return sink.Observed{TopicID: id, LogStart: s.Offset, LogEnd: e.Offset}, nil
+}
+
+// claim claims t's scope (docs/design.md#claim), retrying failures other
+// than fencing until ctx is done. It observes the log first, and proves the
+// member's current membership when the sink asks for it (after a reset). A
+// claim refused for a reason an operator must resolve returns an error
+// matching errBlocked, after reporting it.
+//
+// first, if not nil, is the first attempt's observation of the log.
+func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Observed) (int64, error) {
 	backoff := w.cfg.RetryBackoff
-	var since time.Time
-	for attempt := 1; ; attempt++ {
+	proven, truncatedRetries := false, 0
+	for {
 		start := time.Now()
-		next, err := w.cfg.Sink.Claim(ctx, t.tok, sink.Observed{})
+		var obs sink.Observed
+		var err error
+		if first != nil {
+			obs, first = *first, nil
+		} else {
+			obs, err = w.observePartition(ctx, t.tok.Partition)
+		}
+		var next int64
+		if err == nil {
+			if obs.TopicID != "" {
+				t.topicID = obs.TopicID
+			}
+			obs.MemberProven = proven
+			next, err = w.cfg.Sink.Claim(ctx, t.tok, obs)
+		}
 		if err == nil {
 			w.claims.Add(1)
 			w.mu.Lock()
@@ -89,22 +195,47 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx]) (int64, error) {
 			if current {
 				w.obs.emit(Claimed{Token: t.tok, NextOffset: next})
 			}
+			t.progressed()
 			return next, nil
 		}
-		if errors.Is(err, sink.ErrFenced) {
+		var lc *sink.LogChangedError
+		switch {
+		case errors.Is(err, sink.ErrFenced):
 			err = w.diagnose(ctx, err)
 			w.fencedClaims.Add(1)
+			if errors.Is(err, ErrEpochRegressed) {
+				w.block(t, err)
+				return 0, fmt.Errorf("%w: %w", errBlocked, err)
+			}
 			t.markFenced()
 			w.obs.emit(Fenced{Token: t.tok, Op: sink.OpClaim, Err: err})
 			return 0, err
+		case errors.Is(err, sink.ErrProofRequired) && !proven:
+			if perr := w.proveMembership(ctx, t); perr != nil {
+				err = fmt.Errorf("%w; proving the membership failed: %w", err, perr)
+				break
+			}
+			proven = true
+			continue
+		case errors.As(err, &lc):
+			// A checkpoint past the end may be a race with the previous
+			// owner, which applied records produced after our look at
+			// the log: look again before deciding.
+			if errors.Is(err, sink.ErrLogTruncated) && truncatedRetries < 3 {
+				truncatedRetries++
+				continue
+			}
+			w.logChanged.Add(1)
+			w.lostToRetention.Add(lc.Lost())
+			w.obs.emit(LogChanged{Token: t.tok, Err: lc})
+			w.block(t, err)
+			return 0, fmt.Errorf("%w: %w", errBlocked, err)
 		}
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		if attempt == 1 {
-			since = start
-		}
 		w.retries.Add(1)
+		attempt, since := t.stalled(err)
 		w.obs.emit(Stalled{Token: t.tok, Op: sink.OpClaim, Attempt: attempt, Since: since, Backoff: backoff,
 			Cause: CauseSink, Err: err, Duration: time.Since(start)})
 		select {
@@ -116,9 +247,134 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx]) (int64, error) {
 	}
 }
 
+// block records that t's claim was refused for a reason an operator must
+// resolve.
+func (w *Worker[Tx]) block(t *tenure[Tx], err error) {
+	since := t.blocked(err)
+	w.obs.emit(Blocked{Token: t.tok, Since: since, Err: err})
+}
+
+// proveMembership proves to the broker that t's member is a current member
+// of the group (docs/design.md#admin-reset): an offset commit for t's
+// partition as that member, at the group's current generation, which the
+// coordinator accepts only from a current member. A member of the group's
+// previous incarnation is unknown to it and fails. The commit is of the
+// partition's current checkpoint (the sink's, read through sink.Lister, or
+// Kafka's committed offset), so it moves nothing.
+func (w *Worker[Tx]) proveMembership(ctx context.Context, t *tenure[Tx]) error {
+	member, gen := w.cl.GroupMetadata()
+	if member != t.tok.Member {
+		return fmt.Errorf("consumer: %s is no longer this client's member ID (now %q)", t.tok.Member, member)
+	}
+	offset := int64(-1)
+	if l, ok := sink.As[sink.Lister](w.cfg.Sink); ok {
+		if fences, err := l.Fences(ctx); err == nil {
+			for _, f := range fences {
+				if f.Scope == t.tok.Scope() {
+					offset = f.NextOffset
+				}
+			}
+		}
+	}
+	if offset < 0 {
+		adm := kadm.NewClient(w.cl)
+		if offs, err := adm.FetchOffsets(ctx, w.cfg.Group); err == nil {
+			if o, ok := offs.Lookup(w.cfg.Topic, t.tok.Partition); ok && o.Err == nil && o.At >= 0 {
+				offset = o.At
+			}
+		}
+	}
+	if offset < 0 {
+		offset = 0
+	}
+	return commitAs(ctx, w.cl, w.cfg.Group, member, gen, w.cfg.Topic, w.topicIDBytes(t), t.tok.Partition, offset, member)
+}
+
+// commitAs commits offset for topic/partition with metadata as member at
+// generation gen, and returns the coordinator's refusal, if any: the
+// broker-validated proof that member is a current member of group.
+//
+// topicID is the topic's ID (the zero ID if unknown): OffsetCommit v10+
+// names topics by ID.
+func commitAs(ctx context.Context, cl *kgo.Client, group, member string, gen int32, topic string, topicID [16]byte, partition int32, offset int64, metadata string) error {
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation, req.MemberID = group, gen, member
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic, rt.TopicID = topic, topicID
+	rp := kmsg.NewOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = partition, offset, -1, &metadata
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(cctx, cl)
+	if err != nil {
+		return fmt.Errorf("consumer: offset commit as member %s at generation %d: %w", member, gen, err)
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return fmt.Errorf("consumer: the coordinator refused an offset commit as member %s at generation %d: %w", member, gen, err)
+			}
+		}
+	}
+	return nil
+}
+
+// topicIDBytes returns the topic ID t observed, as bytes (zero if none).
+func (w *Worker[Tx]) topicIDBytes(t *tenure[Tx]) [16]byte {
+	var id [16]byte
+	if t.topicID != "" {
+		if b, err := base64.StdEncoding.DecodeString(t.topicID); err == nil && len(b) == 16 {
+			copy(id[:], b)
+		}
+	}
+	return id
+}
+
+// reclaimLoop claims again, every ReclaimInterval until the Worker stops,
+// the partitions whose claim was blocked; one that succeeds resumes where
+// the sink says.
+func (w *Worker[Tx]) reclaimLoop() {
+	defer w.wg.Done()
+	tick := time.NewTicker(w.cfg.ReclaimInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		w.mu.Lock()
+		var blocked []*tenure[Tx]
+		for _, t := range w.tenures {
+			if t.isBlocked() && !t.started.Load() {
+				blocked = append(blocked, t)
+			}
+		}
+		w.mu.Unlock()
+		for _, t := range blocked {
+			next, err := w.claim(t.ctx, t, nil)
+			if err != nil {
+				continue
+			}
+			w.mu.Lock()
+			current := w.tenures[t.tok.Partition] == t
+			w.mu.Unlock()
+			if !current {
+				continue
+			}
+			w.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{w.cfg.Topic: {t.tok.Partition: {Epoch: -1, Offset: next}}})
+			t.start(next)
+			w.cl.ResumeFetchPartitions(map[string][]int32{w.cfg.Topic: {t.tok.Partition}})
+			w.commitClaimed(t, next, -1)
+		}
+	}
+}
+
 // diagnose tells a zombie's stale claim from a group whose epochs went
-// backwards (docs/design.md#hazards, hazard 3). A claim refused because the
-// sink has seen a higher epoch is a regression when the coordinator cannot
+// backwards (docs/design.md#hazard-3). A claim refused because the sink
+// has seen a higher epoch is a regression when the coordinator cannot
 // have issued that epoch: under KIP-848 the group epoch is below it; under
 // the classic protocol this member is in the group but the stored holder
 // is not.

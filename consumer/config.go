@@ -76,10 +76,29 @@ type Config[Tx any] struct {
 	// Sink is the fenced sink every batch is applied to. Required.
 	Sink sink.Sink[Tx]
 	// Handlers maps a command Type to its handler. At least one is required.
-	// A record whose Type has no handler stalls its partition (retried with
-	// backoff and reported as a Stalled event) until a handler for it is
-	// deployed: commands are never silently skipped.
+	// What happens to a record whose Type has no handler, that is not a
+	// command, or whose handler keeps failing, is Poison's decision: by
+	// default a command without a handler stalls its partition until one
+	// is deployed, and the others are dead-lettered. Nothing is ever
+	// skipped without a dead letter.
 	Handlers map[string]Handler[Tx]
+	// Poison says what happens to records that cannot be applied
+	// (docs/design.md#dead-letters); the zero value is its documented
+	// defaults.
+	Poison PoisonPolicy
+	// DeadLetterTopic, if set, is the Kafka topic the Worker mirrors the
+	// dead letters of the partitions it owns to, from the sink's rows after
+	// they commit (at least once, keyed like the original, with headers
+	// naming the original topic, partition, offset, group, reason, error
+	// and token). It needs a sink with sink.DeadLetterStore. Empty disables
+	// the mirror; the sink's rows are the record either way.
+	DeadLetterTopic string
+	// ReclaimInterval is how often the Worker claims again a partition
+	// whose claim was refused for a reason an operator must resolve (the
+	// log changed, the epochs went backwards), so that it resumes by
+	// itself once the operator's reset makes the claim valid; default
+	// 10s.
+	ReclaimInterval time.Duration
 
 	// Protocol selects the group protocol; default Cooperative.
 	Protocol Protocol
@@ -179,7 +198,7 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 		return out, fmt.Errorf("%w: unknown protocol %d", ErrConfig, int(out.Protocol))
 	case out.MaxBatch < 0, out.QueueSize < 0, out.RevokeTimeout < 0, out.SessionTimeout < 0,
 		out.RebalanceTimeout < 0, out.HeartbeatInterval < 0, out.RetryBackoff < 0, out.MaxRetryBackoff < 0,
-		out.LagInterval < 0:
+		out.LagInterval < 0, out.ReclaimInterval < 0:
 		return out, fmt.Errorf("%w: negative size or duration", ErrConfig)
 	case out.InstanceID != "" && !out.AllowStaticMembership:
 		return out, fmt.Errorf("%w (instance ID %q)", ErrStaticMembership, out.InstanceID)
@@ -215,6 +234,13 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 	}
 	if out.LagInterval == 0 {
 		out.LagInterval = DefaultLagInterval
+	}
+	if out.ReclaimInterval == 0 {
+		out.ReclaimInterval = 10 * time.Second
+	}
+	var err error
+	if out.Poison, err = out.Poison.withDefaults(); err != nil {
+		return out, err
 	}
 	if out.ClientID == "" {
 		out.ClientID = "workrouter"

@@ -63,6 +63,9 @@ const (
 	KindFetchFailed  = "fetch_failed"
 	KindLag          = "lag"
 	KindStopped      = "stopped"
+	KindDeadLettered = "dead_lettered"
+	KindLogChanged   = "log_changed"
+	KindBlocked      = "blocked"
 )
 
 // Assigned: the group assigned a partition to this member and the Worker
@@ -118,13 +121,16 @@ const (
 	CauseSink = "sink"
 )
 
-// Stalled: an attempt to Claim (Op sink.OpClaim) or Apply (Op
-// sink.OpApply) failed for a reason other than fencing, and the Worker
-// will retry it after Backoff. Attempt counts the failed attempts of this
-// claim or batch (1 for the first) and Since is when the first of them
-// failed: the partition has made no progress since then. FirstOffset is
-// the batch's first offset (the claim's scope has none: 0). Cause is
-// CauseEffect or CauseSink. Duration is the failed attempt's.
+// Stalled: an attempt to Claim (Op sink.OpClaim), Apply (Op
+// sink.OpApply) or dead-letter (Op sink.OpDeadLetter) failed for a reason
+// other than fencing, and the Worker will retry it after Backoff. Attempt
+// counts the failed attempts since the partition last made progress (1
+// for the first) and Since is when the first of them failed. FirstOffset
+// is the first offset of the batch, or the offset of the failing record
+// when Cause is CauseEffect (the claim's scope has none: 0). Cause is
+// CauseEffect (a handler's error, which counts against the record's
+// budget) or CauseSink (a failure of the sink, which never does).
+// Duration is the failed attempt's.
 type Stalled struct {
 	Token       epochs.Token
 	Op          sink.Op
@@ -196,6 +202,43 @@ type Stopped struct {
 	Err error
 }
 
+// DeadLettered: the sink stored a record that cannot be applied as a dead
+// letter and moved the partition's checkpoint past it, in one fenced unit
+// (docs/design.md#dead-letters). Reason is one of the Reason* constants,
+// Err the error that decided it, Attempts how many times it was tried, ID
+// the dead letter's ID in the sink.
+type DeadLettered struct {
+	Token    epochs.Token
+	Offset   int64
+	Key      []byte
+	Type     string
+	Reason   string
+	Err      error
+	Attempts int
+	ID       int64
+}
+
+// LogChanged: a claim was refused because the log under the partition's
+// checkpoint is not the one it was taken on (docs/design.md#log-identity):
+// the topic was recreated, the log truncated, or records deleted before
+// they were applied (Err.Lost of them). The partition is not processed; the
+// Worker claims it again every Config.ReclaimInterval, so that it resumes
+// once an operator's reset makes the claim valid.
+type LogChanged struct {
+	Token epochs.Token
+	Err   *sink.LogChangedError
+}
+
+// Blocked: a claim was refused for a reason an operator must resolve —
+// the log changed (see LogChanged) or the group's epochs went backwards
+// (ErrEpochRegressed) — and the partition waits. Since is when it was
+// first refused; the Worker claims again every Config.ReclaimInterval.
+type Blocked struct {
+	Token epochs.Token
+	Since time.Time
+	Err   error
+}
+
 // Kind returns KindAssigned.
 func (Assigned) Kind() string { return KindAssigned }
 
@@ -232,6 +275,15 @@ func (Lag) Kind() string { return KindLag }
 // Kind returns KindStopped.
 func (Stopped) Kind() string { return KindStopped }
 
+// Kind returns KindDeadLettered.
+func (DeadLettered) Kind() string { return KindDeadLettered }
+
+// Kind returns KindLogChanged.
+func (LogChanged) Kind() string { return KindLogChanged }
+
+// Kind returns KindBlocked.
+func (Blocked) Kind() string { return KindBlocked }
+
 func (Assigned) isEvent()     {}
 func (Claimed) isEvent()      {}
 func (Applied) isEvent()      {}
@@ -244,6 +296,9 @@ func (CommitFailed) isEvent() {}
 func (FetchFailed) isEvent()  {}
 func (Lag) isEvent()          {}
 func (Stopped) isEvent()      {}
+func (DeadLettered) isEvent() {}
+func (LogChanged) isEvent()   {}
+func (Blocked) isEvent()      {}
 
 // observers is the Worker's fan-out to its Observers.
 type observers struct {

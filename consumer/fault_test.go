@@ -81,12 +81,25 @@ type zombie struct {
 }
 
 func setupZombie(t *testing.T, bHandler consumer.Handler[*memory.Tx]) *zombie {
-	return setupZombieRegs(t, bHandler, nil, nil)
+	return setupZombieOpts(t, bHandler, zombieOpts{})
+}
+
+// zombieOpts vary setupZombie: A's and B's metrics registered on aReg and
+// bReg (nil: no metrics), and aFails, if set, the error A's handler
+// returns for the command it blocked on.
+type zombieOpts struct {
+	aReg, bReg prometheus.Registerer
+	aFails     error
 }
 
 // setupZombieRegs is setupZombie with A's and B's metrics registered on
-// aReg and bReg (nil: no metrics).
+// aReg and bReg.
 func setupZombieRegs(t *testing.T, bHandler consumer.Handler[*memory.Tx], aReg, bReg prometheus.Registerer) *zombie {
+	return setupZombieOpts(t, bHandler, zombieOpts{aReg: aReg, bReg: bReg})
+}
+
+func setupZombieOpts(t *testing.T, bHandler consumer.Handler[*memory.Tx], zo zombieOpts) *zombie {
+	aReg, bReg := zo.aReg, zo.bReg
 	z := &zombie{c: newFakeCluster(t, 1), s: memory.New(), aGate: newGate(), aFenced: make(chan error, 16), keys: makeKeys(5), perKey: 20}
 	var aMember atomic.Value
 	aMember.Store("")
@@ -94,12 +107,17 @@ func setupZombieRegs(t *testing.T, bHandler consumer.Handler[*memory.Tx], aReg, 
 
 	var blockOnce sync.Once
 	aHandler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		first := false
 		blockOnce.Do(func() {
 			// A "pauses" mid-batch: it ignores its context, like a
 			// process frozen by SIGSTOP or a long GC pause.
 			aMember.Store(cmd.Token.Member)
 			z.aGate.wait()
+			first = true
 		})
+		if first && zo.aFails != nil {
+			return zo.aFails
+		}
 		return appendHandler(ctx, tx, cmd)
 	}
 	z.a = startWorker(t, z.c, z.s, workerOpts{name: "a", handler: aHandler, revoke: time.Minute,
@@ -311,11 +329,19 @@ func TestGenerationBackwards(t *testing.T) {
 		t.Fatalf("delete group: %v %v", err, res.Error())
 	}
 
-	fenced := make(chan error, 8)
-	w := startWorker(t, c, s, workerOpts{name: "w4", onFenced: func(err error) { fenced <- err }})
+	blocked := make(chan error, 64)
+	w := startWorker(t, c, s, workerOpts{name: "w4", reclaimInterval: 100 * time.Millisecond,
+		observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
+			if b, ok := e.(consumer.Blocked); ok {
+				select {
+				case blocked <- b.Err:
+				default:
+				}
+			}
+		})}})
 	var got error
 	select {
-	case got = <-fenced:
+	case got = <-blocked:
 	case <-time.After(30 * time.Second):
 		t.Fatal("claims after recreating the group were not refused")
 	}
@@ -330,10 +356,19 @@ func TestGenerationBackwards(t *testing.T) {
 	if len(w.Owned()) != 0 {
 		t.Fatalf("worker processes partitions despite refused claims: %v", w.Owned())
 	}
-	w.Close()
+	waitFor(t, 30*time.Second, "both partitions blocked by the regression", func() bool {
+		ps := w.Partitions()
+		for _, p := range ps {
+			if p.State != consumer.StateBlocked || !errors.Is(p.LastErr, consumer.ErrEpochRegressed) {
+				return false
+			}
+		}
+		return len(ps) == partitions
+	})
 
 	// The operator's explicit, audited reset (a compare-and-set on what
-	// the operator saw, keeping the checkpoint).
+	// the operator saw, keeping the checkpoint). The running worker notices
+	// and claims again by itself, proving its membership first.
 	fences, err = s.Fences(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -346,8 +381,7 @@ func TestGenerationBackwards(t *testing.T) {
 	if len(s.Audit()) != partitions {
 		t.Fatalf("audit trail has %d entries, want %d", len(s.Audit()), partitions)
 	}
-	w5 := startWorker(t, c, s, workerOpts{name: "w5"})
-	waitFor(t, 30*time.Second, "w5 to own both partitions", func() bool { return len(w5.Owned()) == partitions })
+	waitFor(t, 30*time.Second, "w4 to claim both partitions again by itself", func() bool { return len(w.Owned()) == partitions })
 	produce(t, c, partitions, keys, 8, 10)
 	waitFor(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*10 })
 	checkInvariants(t, s, keys, 10)

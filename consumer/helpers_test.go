@@ -19,6 +19,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -215,8 +216,16 @@ type workerOpts struct {
 	onFenced func(error) // called with every Fenced event's error
 	// observers are more Config.Observers.
 	observers []consumer.Observer
-	revoke    time.Duration
-	protocol  consumer.Protocol
+	// reclaimInterval sets Config.ReclaimInterval.
+	reclaimInterval time.Duration
+	// poison sets Config.Poison; handlers, if set, replaces the "append"
+	// handler map.
+	poison   consumer.PoisonPolicy
+	handlers map[string]consumer.Handler[*memory.Tx]
+	// sink, if set, is the sink the worker uses (a wrapper of s).
+	sink     sink.Sink[*memory.Tx]
+	revoke   time.Duration
+	protocol consumer.Protocol
 	// registerer and lagInterval set Config.Registerer and LagInterval.
 	registerer  prometheus.Registerer
 	lagInterval time.Duration
@@ -248,12 +257,21 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 		}))
 	}
 	observers = append(observers, o.observers...)
+	handlers := o.handlers
+	if handlers == nil {
+		handlers = map[string]consumer.Handler[*memory.Tx]{"append": o.handler}
+	}
+	var snk sink.Sink[*memory.Tx] = s
+	if o.sink != nil {
+		snk = o.sink
+	}
 	w, err := consumer.New(context.Background(), consumer.Config[*memory.Tx]{
 		Brokers:           c.ListenAddrs(),
 		Group:             o.group,
 		Topic:             c.topic,
-		Sink:              s,
-		Handlers:          map[string]consumer.Handler[*memory.Tx]{"append": o.handler},
+		Sink:              snk,
+		Handlers:          handlers,
+		Poison:            o.poison,
 		Protocol:          o.protocol,
 		MaxBatch:          o.maxBatch,
 		QueueSize:         o.queueSize,
@@ -268,6 +286,7 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 		Observers:         observers,
 		Registerer:        o.registerer,
 		LagInterval:       o.lagInterval,
+		ReclaimInterval:   o.reclaimInterval,
 	})
 	if err != nil {
 		t.Fatal(err)

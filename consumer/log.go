@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
@@ -17,16 +19,50 @@ import (
 // for people: programs should observe the events themselves (or their
 // consumer/eventlog stream), never parse the log. It may be used from any
 // goroutine.
-func NewLogObserver(logger *slog.Logger) Observer { return logObserver{logger} }
+func NewLogObserver(logger *slog.Logger) Observer {
+	return &logObserver{l: logger, last: map[int32]time.Time{}, muted: map[int32]int{}}
+}
 
-type logObserver struct{ l *slog.Logger }
+// A stall is logged at WARN, then at ERROR once it lasts stallEscalation;
+// after its first stallVerbose attempts it is logged at most once per
+// stallEvery (with the number of attempts not logged in between). Blocked
+// claims (retried every ReclaimInterval) are logged at most once per
+// stallEvery too.
+const (
+	stallEscalation = time.Minute
+	stallVerbose    = 3
+	stallEvery      = 30 * time.Second
+)
+
+type logObserver struct {
+	l *slog.Logger
+
+	mu    sync.Mutex
+	last  map[int32]time.Time // partition → when its stall or block was last logged
+	muted map[int32]int       // partition → attempts not logged since
+}
+
+// admit reports whether a stall's attempt of partition p is logged now,
+// and how many were not logged before it.
+func (o *logObserver) admit(p int32, attempt int) (bool, int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if attempt <= stallVerbose || time.Since(o.last[p]) >= stallEvery {
+		o.last[p] = time.Now()
+		muted := o.muted[p]
+		o.muted[p] = 0
+		return true, muted
+	}
+	o.muted[p]++
+	return false, 0
+}
 
 func tokenAttrs(t epochs.Token, more ...any) []any {
 	return append([]any{"group", t.Group, "topic", t.Topic, "partition", t.Partition, "epoch", t.Epoch, "member", t.Member}, more...)
 }
 
 // Observe logs e.
-func (o logObserver) Observe(e Event) {
+func (o *logObserver) Observe(e Event) {
 	l := o.l
 	switch e := e.(type) {
 	case Assigned:
@@ -34,6 +70,9 @@ func (o logObserver) Observe(e Event) {
 	case Claimed:
 		l.Info("partition claimed", tokenAttrs(e.Token, "next_offset", e.NextOffset)...)
 	case Applied:
+		o.mu.Lock()
+		delete(o.last, e.Token.Partition)
+		o.mu.Unlock()
 		if l.Enabled(context.Background(), slog.LevelDebug) {
 			l.Debug("batch applied", tokenAttrs(e.Token, "first_offset", e.FirstOffset, "next_offset", e.NextOffset,
 				"records", e.Records, "applied", e.Applied, "skipped", e.Skipped, "duration", e.Duration)...)
@@ -45,11 +84,29 @@ func (o logObserver) Observe(e Event) {
 			l.Error("apply fenced; partition stopped", tokenAttrs(e.Token, "err", e.Err, "first_offset", e.FirstOffset, "records", e.Records)...)
 		}
 	case Stalled:
-		if e.Op == sink.OpClaim {
-			l.Warn("claim failed; retrying", tokenAttrs(e.Token, "err", e.Err, "attempt", e.Attempt, "since", e.Since, "backoff", e.Backoff)...)
-		} else {
-			l.Warn("apply failed; retrying batch", tokenAttrs(e.Token, "err", e.Err, "cause", e.Cause, "first_offset", e.FirstOffset,
-				"attempt", e.Attempt, "since", e.Since, "backoff", e.Backoff)...)
+		ok, muted := o.admit(e.Token.Partition, e.Attempt)
+		if !ok {
+			return
+		}
+		level := slog.LevelWarn
+		if time.Since(e.Since) >= stallEscalation {
+			level = slog.LevelError
+		}
+		msg := map[sink.Op]string{sink.OpClaim: "claim failed; retrying", sink.OpApply: "apply failed; retrying",
+			sink.OpDeadLetter: "dead letter failed; retrying"}[e.Op]
+		l.Log(context.Background(), level, msg, tokenAttrs(e.Token, "err", e.Err, "cause", e.Cause, "offset", e.FirstOffset,
+			"attempt", e.Attempt, "since", e.Since, "stalled_for", time.Since(e.Since).Round(time.Millisecond), "backoff", e.Backoff,
+			"attempts_not_logged", muted)...)
+	case DeadLettered:
+		l.Warn("record dead-lettered; the partition goes on", tokenAttrs(e.Token, "offset", e.Offset, "key", string(e.Key), "type", e.Type,
+			"reason", e.Reason, "err", e.Err, "attempts", e.Attempts, "dead_letter_id", e.ID)...)
+	case LogChanged:
+		l.Error("claim refused: the log under the checkpoint changed; partition stopped until an operator resets its fence",
+			tokenAttrs(e.Token, "err", e.Err, "records_lost", e.Err.Lost())...)
+	case Blocked:
+		if ok, _ := o.admit(e.Token.Partition, stallVerbose+1); ok {
+			l.Error("partition blocked: its claim is refused until an operator acts; claiming again periodically",
+				tokenAttrs(e.Token, "err", e.Err, "since", e.Since, "blocked_for", time.Since(e.Since).Round(time.Millisecond))...)
 		}
 	case Revoked:
 		if e.TimedOut {

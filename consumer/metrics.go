@@ -44,7 +44,12 @@ type metrics struct {
 	lost            *prometheus.CounterVec // topic
 	ownedGauge      *prometheus.GaugeVec   // topic
 	tenureEpoch     *prometheus.GaugeVec   // topic, partition
-	retries         *prometheus.CounterVec // topic, kind
+	retries         *prometheus.CounterVec // topic, partition, kind
+	deadLetters     *prometheus.CounterVec // topic, reason
+	logChanged      *prometheus.CounterVec // topic, case
+	recordsLost     *prometheus.CounterVec // topic, partition
+	stalled         *prometheus.GaugeVec   // topic, partition
+	stalledSince    *prometheus.GaugeVec   // topic, partition
 	sinkErrors      *prometheus.CounterVec // topic, kind
 	lag             *prometheus.GaugeVec   // topic, partition
 }
@@ -94,7 +99,17 @@ func newMetrics(group string) *metrics {
 	m.tenureEpoch = gauge("workrouter_consumer_tenure_epoch",
 		"Epoch of the tenure this member holds on the partition, set on claim; absent when the partition is not held.", "topic", "partition")
 	m.retries = counter("workrouter_consumer_retries_total",
-		"Failed Apply (kind=apply) or Claim (kind=claim) attempts that are retried with backoff.", "topic", "kind")
+		"Failed Apply (kind=apply), Claim (kind=claim) or dead-letter (kind=dead-letter) attempts that are retried with backoff.", "topic", "partition", "kind")
+	m.deadLetters = counter("workrouter_consumer_dead_letters_total",
+		"Records the sink stored as dead letters, skipping them, by reason: undecodable, no_handler, permanent, handler_error.", "topic", "reason")
+	m.logChanged = counter("workrouter_consumer_log_changed_total",
+		"Claims refused because the log under the checkpoint changed, by case: topic_recreated, log_truncated, retention_loss.", "topic", "case")
+	m.recordsLost = counter("workrouter_consumer_records_lost_total",
+		"Records deleted (by retention or DeleteRecords) before they were applied, as refused claims found them.", "topic", "partition")
+	m.stalled = gauge("workrouter_consumer_partition_stalled",
+		"1 while an owned partition makes no progress (a failing batch being retried, or a claim blocked until an operator acts), else 0.", "topic", "partition")
+	m.stalledSince = gauge("workrouter_consumer_partition_stalled_since_timestamp_seconds",
+		"When the partition's current stall began (Unix time); 0 while it runs.", "topic", "partition")
 	m.sinkErrors = counter("workrouter_consumer_sink_errors_total",
 		"Failed Apply attempts other than fenced ones: a handler's error (kind=effect) or the sink's (kind=sink).", "topic", "kind")
 	m.lag = gauge("workrouter_consumer_lag",
@@ -145,8 +160,12 @@ func (m *metrics) initTopic(topic string) {
 	m.revoked.WithLabelValues(topic)
 	m.lost.WithLabelValues(topic)
 	m.ownedGauge.WithLabelValues(topic)
-	m.retries.WithLabelValues(topic, opApply)
-	m.retries.WithLabelValues(topic, opClaim)
+	for _, r := range []string{ReasonUndecodable, ReasonNoHandler, ReasonPermanent, ReasonHandlerError} {
+		m.deadLetters.WithLabelValues(topic, r)
+	}
+	for _, c := range []string{caseTopicRecreated, caseLogTruncated, caseRetentionLoss} {
+		m.logChanged.WithLabelValues(topic, c)
+	}
 	m.sinkErrors.WithLabelValues(topic, CauseEffect)
 	m.sinkErrors.WithLabelValues(topic, CauseSink)
 }
@@ -163,7 +182,13 @@ func (m *metrics) Observe(e Event) {
 		m.batchesApplied.WithLabelValues(topic, pl)
 		m.fenced.WithLabelValues(topic, pl, opClaim)
 		m.fenced.WithLabelValues(topic, pl, opApply)
+		m.retries.WithLabelValues(topic, pl, opApply)
+		m.retries.WithLabelValues(topic, pl, opClaim)
+		m.stalled.WithLabelValues(topic, pl).Set(0)
+		m.stalledSince.WithLabelValues(topic, pl).Set(0)
+		m.recordsLost.WithLabelValues(topic, pl)
 	case Claimed:
+		m.running(e.Token)
 		m.claims.WithLabelValues(e.Token.Topic, outcomeOK).Inc()
 		m.mu.Lock()
 		m.owned[e.Token.Partition] = e.Token
@@ -171,6 +196,7 @@ func (m *metrics) Observe(e Event) {
 		m.setOwned(e.Token.Topic)
 		m.mu.Unlock()
 	case Applied:
+		m.running(e.Token)
 		pl := partLabel(e.Token.Partition)
 		m.batchesApplied.WithLabelValues(e.Token.Topic, pl).Inc()
 		m.recordsApplied.WithLabelValues(e.Token.Topic, pl).Add(float64(e.Applied))
@@ -185,14 +211,30 @@ func (m *metrics) Observe(e Event) {
 		}
 		m.drop(e.Token)
 	case Stalled:
+		pl := partLabel(e.Token.Partition)
+		m.stalled.WithLabelValues(e.Token.Topic, pl).Set(1)
+		m.stalledSince.WithLabelValues(e.Token.Topic, pl).Set(float64(e.Since.UnixNano()) / 1e9)
+		m.retries.WithLabelValues(e.Token.Topic, pl, string(e.Op)).Inc()
 		if e.Op == sink.OpClaim {
 			m.claims.WithLabelValues(e.Token.Topic, outcomeError).Inc()
-			m.retries.WithLabelValues(e.Token.Topic, opClaim).Inc()
 			return
 		}
-		m.applyDuration.Observe(e.Duration.Seconds())
+		if e.Op == sink.OpApply {
+			m.applyDuration.Observe(e.Duration.Seconds())
+		}
 		m.sinkErrors.WithLabelValues(e.Token.Topic, e.Cause).Inc()
-		m.retries.WithLabelValues(e.Token.Topic, opApply).Inc()
+	case Blocked:
+		pl := partLabel(e.Token.Partition)
+		m.stalled.WithLabelValues(e.Token.Topic, pl).Set(1)
+		m.stalledSince.WithLabelValues(e.Token.Topic, pl).Set(float64(e.Since.UnixNano()) / 1e9)
+	case DeadLettered:
+		m.deadLetters.WithLabelValues(e.Token.Topic, e.Reason).Inc()
+		m.running(e.Token)
+	case LogChanged:
+		m.logChanged.WithLabelValues(e.Token.Topic, logCase(e.Err)).Inc()
+		if n := e.Err.Lost(); n > 0 {
+			m.recordsLost.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition)).Add(float64(n))
+		}
 	case Revoked:
 		m.revoked.WithLabelValues(e.Token.Topic).Inc()
 		m.drop(e.Token)
@@ -208,6 +250,31 @@ func (m *metrics) Observe(e Event) {
 		}
 		m.mu.Unlock()
 	}
+}
+
+// running records that tok's partition makes progress.
+func (m *metrics) running(tok epochs.Token) {
+	pl := partLabel(tok.Partition)
+	m.stalled.WithLabelValues(tok.Topic, pl).Set(0)
+	m.stalledSince.WithLabelValues(tok.Topic, pl).Set(0)
+}
+
+// Cases of workrouter_consumer_log_changed_total.
+const (
+	caseTopicRecreated = "topic_recreated"
+	caseLogTruncated   = "log_truncated"
+	caseRetentionLoss  = "retention_loss"
+)
+
+// logCase names the case of a log change for the metric.
+func logCase(err *sink.LogChangedError) string {
+	switch err.Case {
+	case sink.ErrTopicRecreated:
+		return caseTopicRecreated
+	case sink.ErrLogTruncated:
+		return caseLogTruncated
+	}
+	return caseRetentionLoss
 }
 
 // ObserveHandler times one handler call.
@@ -227,6 +294,8 @@ func (m *metrics) drop(tok epochs.Token) {
 	pl := partLabel(tok.Partition)
 	m.tenureEpoch.DeleteLabelValues(tok.Topic, pl)
 	m.lag.DeleteLabelValues(tok.Topic, pl)
+	m.stalled.DeleteLabelValues(tok.Topic, pl)
+	m.stalledSince.DeleteLabelValues(tok.Topic, pl)
 	m.setOwned(tok.Topic)
 }
 

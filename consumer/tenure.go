@@ -36,6 +36,13 @@ type tenure[Tx any] struct {
 	appliedEpoch atomic.Int32
 	// startNext is the sink's checkpoint the tenure started from.
 	startNext atomic.Int64
+
+	// topicID is the log identity observed at the claim (set before the
+	// tenure's goroutine starts).
+	topicID string
+
+	smu sync.Mutex // guards st
+	st  stallState
 }
 
 func newTenure[Tx any](w *Worker[Tx], tok epochs.Token) *tenure[Tx] {
@@ -47,6 +54,7 @@ func newTenure[Tx any](w *Worker[Tx], tok epochs.Token) *tenure[Tx] {
 		done:   make(chan struct{}),
 	}
 	t.appliedNext.Store(-1)
+	t.st.poisonOffset = -1
 	return t
 }
 

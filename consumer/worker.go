@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
 )
 
 // ErrClosed is what Worker.Err returns after Close: the Worker was stopped
@@ -31,6 +32,11 @@ type Stats struct {
 	Skipped       int64 // records skipped by the sink as already applied
 	Retries       int64 // failed batch or claim attempts that were retried
 	Pauses        int64 // times a partition's fetching was paused because its queue was full
+	DeadLettered  int64 // records the sink stored as dead letters
+	LogChanged    int64 // claims refused because the log under the checkpoint changed
+	// LostToRetention counts records deleted before they were applied,
+	// as refused claims found them (docs/design.md#log-identity).
+	LostToRetention int64
 }
 
 // Worker is one consumer group member. Create it with New; stop it with
@@ -59,8 +65,16 @@ type Worker[Tx any] struct {
 
 	m *metrics // nil without Config.Registerer; also in obs
 
+	// optional capabilities of the sink (nil without them)
+	dl         sink.DeadLetterer
+	dlStore    sink.DeadLetterStore
+	classifier sink.ErrorClassifier
+	pinger     sink.Pinger
+	mirrorSig  chan struct{} // nil without Config.DeadLetterTopic
+
 	assigned, revoked, lost, claims, fencedClaims, fencedApplies atomic.Int64
 	batches, records, skipped, retries, pauses                   atomic.Int64
+	deadLettered, logChanged, lostToRetention                    atomic.Int64
 }
 
 // New validates cfg, connects to the brokers and joins the group.
@@ -96,6 +110,21 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		all = append(all, m)
 	}
 	w.obs = newObservers(all)
+	w.dl, _ = sink.As[sink.DeadLetterer](c.Sink)
+	w.dlStore, _ = sink.As[sink.DeadLetterStore](c.Sink)
+	w.classifier, _ = sink.As[sink.ErrorClassifier](c.Sink)
+	w.pinger, _ = sink.As[sink.Pinger](c.Sink)
+	if c.DeadLetterTopic != "" {
+		if w.dlStore == nil {
+			w.m.unregister()
+			return nil, fmt.Errorf("%w: DeadLetterTopic %q needs a sink that stores dead letters (sink.DeadLetterStore)", ErrConfig, c.DeadLetterTopic)
+		}
+		w.mirrorSig = make(chan struct{}, 1)
+	}
+	if w.dl == nil && (c.Poison.Undecodable == PoisonDeadLetter || c.Poison.NoHandler == PoisonDeadLetter || c.Poison.HandlerError == PoisonDeadLetter) && c.Logger != nil {
+		c.Logger.Warn("the sink cannot store dead letters (no sink.DeadLetterer): records that cannot be applied will stall their partition instead of being dead-lettered",
+			"group", c.Group, "topic", c.Topic)
+	}
 
 	// The client joins the group as soon as it exists; its callbacks wait
 	// on ready until w is complete.
@@ -118,10 +147,15 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		return fail(fmt.Errorf("consumer: brokers %v unreachable: %w", c.Brokers, err))
 	}
 	close(w.ready)
-	w.wg.Add(3)
+	w.wg.Add(4)
 	go w.pollLoop()
 	go w.committer()
 	go w.lagLoop()
+	go w.reclaimLoop()
+	if w.mirrorSig != nil {
+		w.wg.Add(1)
+		go w.mirrorLoop()
+	}
 	return w, nil
 }
 
@@ -190,7 +224,8 @@ func (w *Worker[Tx]) Stats() Stats {
 		Assigned: w.assigned.Load(), Revoked: w.revoked.Load(), Lost: w.lost.Load(),
 		Claims: w.claims.Load(), FencedClaims: w.fencedClaims.Load(), FencedApplies: w.fencedApplies.Load(),
 		Batches: w.batches.Load(), Records: w.records.Load(), Skipped: w.skipped.Load(), Retries: w.retries.Load(),
-		Pauses: w.pauses.Load(),
+		Pauses: w.pauses.Load(), DeadLettered: w.deadLettered.Load(), LogChanged: w.logChanged.Load(),
+		LostToRetention: w.lostToRetention.Load(),
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"time"
 
@@ -116,6 +117,19 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 		r.Topic, r.Offsets = e.Topic, e.Lag
 	case consumer.Stopped:
 		r.Err = errText(e.Err)
+	case consumer.DeadLettered:
+		tok(e.Token)
+		r.FirstOffset, r.Cause, r.Err, r.Attempt = e.Offset, e.Reason, errText(e.Err), e.Attempts
+		r.Fields = map[string]string{"type": e.Type, "key": string(e.Key), "id": strconv.FormatInt(e.ID, 10)}
+	case consumer.LogChanged:
+		tok(e.Token)
+		r.NextOffset, r.Err = e.Err.NextOffset, errText(e.Err)
+		r.Fields = map[string]string{"case": e.Err.Case.Error(), "lost": strconv.FormatInt(e.Err.Lost(), 10),
+			"stored_topic_id": e.Err.StoredTopicID, "topic_id": e.Err.Observed.TopicID,
+			"log_start": strconv.FormatInt(e.Err.Observed.LogStart, 10), "log_end": strconv.FormatInt(e.Err.Observed.LogEnd, 10)}
+	case consumer.Blocked:
+		tok(e.Token)
+		r.Since, r.Err = e.Since.UTC(), errText(e.Err)
 	}
 	return r
 }

@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/workrouter/workrouter/sink"
 )
@@ -26,6 +31,8 @@ var (
 
 	_ sink.DeadLetterer    = (*Sink)(nil)
 	_ sink.DeadLetterStore = (*Sink)(nil)
+	_ sink.ErrorClassifier = (*Sink)(nil)
+	_ sink.Pinger          = (*Sink)(nil)
 )
 
 // ErrConfig is matched by the errors [Open] returns for an invalid [Config]:
@@ -265,4 +272,59 @@ func wrap(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("postgres: %s: %w (%w)", op, cerr, err)
 	}
 	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+// IsSinkFailure reports whether err is a failure of the database rather
+// than of a handler: a lost or refused connection, a timeout, an unknown
+// commit outcome, a concurrent-apply conflict, a serialization failure or
+// deadlock, the server out of resources or shutting down, a statement
+// cancelled by the server, or a cancelled context — also when it surfaced
+// through a handler's statement. It implements [sink.ErrorClassifier] and
+// may be called from any goroutine.
+func (s *Sink) IsSinkFailure(err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrOutcomeUnknown), errors.Is(err, ErrConflict), errors.Is(err, ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, pgx.ErrTxClosed), errors.Is(err, puddle.ErrClosedPool), pgconn.Timeout(err), pgconn.SafeToRetry(err):
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", // connection exception
+			"40", // transaction rollback: serialization failure, deadlock
+			"53", // insufficient resources
+			"57", // operator intervention: admin shutdown, query canceled, idle-in-transaction timeout
+			"58", // system error
+			"XX": // internal error
+			return true
+		}
+		return false
+	}
+	// A closed connection surfaces as a plain error from pgx/pgconn.
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")
+}
+
+// Ping checks that the server answers. It implements [sink.Pinger] and
+// may be called from any goroutine.
+func (s *Sink) Ping(ctx context.Context) error {
+	if err := s.check(ctx, "ping"); err != nil {
+		return err
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		return wrap(ctx, "ping", err)
+	}
+	return nil
 }

@@ -49,6 +49,8 @@ var (
 
 	_ sink.DeadLetterer    = (*Sink)(nil)
 	_ sink.DeadLetterStore = (*Sink)(nil)
+	_ sink.ErrorClassifier = (*Sink)(nil)
+	_ sink.Pinger          = (*Sink)(nil)
 )
 
 // DefaultPrefix is the table name prefix used when [Config.Prefix] is empty.
@@ -312,3 +314,38 @@ func (s *Sink) lockWriter(ctx context.Context) error {
 }
 
 func (s *Sink) unlockWriter() { <-s.wlock }
+
+// IsSinkFailure reports whether err is a failure of the database rather
+// than of a handler: the write lock not taken in time ([ErrBusy]), an I/O
+// error, a full disk, a read-only or unopenable file, corruption, memory
+// exhaustion, an interrupted statement, or a cancelled context. It
+// implements [sink.ErrorClassifier] and may be called from any goroutine.
+func (s *Sink) IsSinkFailure(err error) bool {
+	if errors.Is(err, ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrConnDone) {
+		return true
+	}
+	var se *sqlitedrv.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN,
+		sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_INTERRUPT, sqlite3.SQLITE_PROTOCOL,
+		sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_PERM:
+		return true
+	}
+	return false
+}
+
+// Ping checks that the database answers. It implements [sink.Pinger] and
+// may be called from any goroutine.
+func (s *Sink) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return s.wrap(ctx, "ping", err)
+	}
+	var one int
+	if err := s.db.QueryRowContext(ctx, "SELECT 1 FROM "+s.schema).Scan(&one); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return s.wrap(ctx, "ping", err)
+	}
+	return nil
+}

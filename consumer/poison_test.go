@@ -1,0 +1,327 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/invariants"
+	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/memory"
+)
+
+// rawProducer produces records as a foreign client would: explicit
+// partitions, any headers, any key — records workrouter's router never
+// writes.
+type rawProducer struct {
+	t  *testing.T
+	cl *kgo.Client
+}
+
+func newRawProducer(t *testing.T, c *cluster) *rawProducer {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &rawProducer{t: t, cl: cl}
+}
+
+// send produces recs in order and returns their offsets.
+func (p *rawProducer) send(recs ...*kgo.Record) []int64 {
+	p.t.Helper()
+	res := p.cl.ProduceSync(context.Background(), recs...)
+	if err := res.FirstErr(); err != nil {
+		p.t.Fatal(err)
+	}
+	var offs []int64
+	for _, r := range res {
+		offs = append(offs, r.Record.Offset)
+	}
+	return offs
+}
+
+// command is a valid command record of key with payload on partition p.
+func command(t *testing.T, topic string, p int32, key, typ, payload string) *kgo.Record {
+	r, err := router.Encode(topic, p, router.Command{Key: []byte(key), Type: typ, Payload: []byte(payload)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+type poisonCase struct {
+	name   string
+	rec    *kgo.Record
+	reason string
+}
+
+// TestPoisonRecordsCostOnlyThemselves (hazard 9): records that are not
+// commands, have no key, have no handler, are refused for good, panic their
+// handler or are huge, sit among good commands on three partitions. Every
+// good command is applied exactly once and in order — also those in the
+// same batch before a poison record — and every poison record has exactly
+// one dead letter; nothing else is skipped.
+func TestPoisonRecordsCostOnlyThemselves(t *testing.T) {
+	const partitions = 3
+	c := newFakeCluster(t, partitions)
+	s := memory.New()
+	var panics atomic.Int64
+	handler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		switch string(cmd.Payload) {
+		case "refused":
+			return consumer.Permanent(errors.New("amount is not a number"))
+		case "panic":
+			panics.Add(1)
+			var m map[string]int
+			m["boom"]++ // a nil map write: a real panic
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	w := startWorker(t, c, s, workerOpts{name: "a", maxBatch: 64,
+		handlers: map[string]consumer.Handler[*memory.Tx]{"append": handler},
+		poison:   consumer.PoisonPolicy{NoHandler: consumer.PoisonDeadLetter, MaxAttempts: 3}})
+	waitFor(t, 30*time.Second, "a to own every partition", func() bool { return len(w.Owned()) == partitions })
+
+	keys := []string{"k0", "k1", "k2"} // one per partition
+	raw := newRawProducer(t, c)
+	var acked []invariants.Acked
+	seq := map[string]int{}
+	good := func(p int32, n int) {
+		var recs []*kgo.Record
+		k := keys[p]
+		for range n {
+			recs = append(recs, command(t, c.topic, p, k, "append", strconv.Itoa(seq[k])))
+			seq[k]++
+		}
+		for _, off := range raw.send(recs...) {
+			acked = append(acked, invariants.Acked{ID: fmt.Sprintf("%d/%d", p, off), Partition: p, Offset: off})
+		}
+	}
+	bad := func(p int32, pc poisonCase) {
+		pc.rec.Topic, pc.rec.Partition = c.topic, p
+		off := raw.send(pc.rec)[0]
+		acked = append(acked, invariants.Acked{ID: fmt.Sprintf("%d/%d", p, off), Partition: p, Offset: off, Poison: true})
+	}
+	cases := []poisonCase{
+		{"not an envelope", &kgo.Record{Key: []byte("k"), Value: []byte(`{"plain": "json"}`)}, consumer.ReasonUndecodable},
+		{"null key", &kgo.Record{Value: []byte("x"), Headers: []kgo.RecordHeader{{Key: router.TypeHeader, Value: []byte("append")}}}, consumer.ReasonUndecodable},
+		{"two type headers", &kgo.Record{Key: []byte("k"), Headers: []kgo.RecordHeader{{Key: router.TypeHeader, Value: []byte("append")}, {Key: router.TypeHeader, Value: []byte("x")}}}, consumer.ReasonUndecodable},
+		{"unknown type", command(t, c.topic, 0, "k", "no-such-type", "0"), consumer.ReasonNoHandler},
+		{"refused for good", command(t, c.topic, 0, "k", "append", "refused"), consumer.ReasonPermanent},
+		{"panics", command(t, c.topic, 0, "k", "append", "panic"), consumer.ReasonHandlerError},
+		{"1 MB", &kgo.Record{Key: []byte("k"), Value: bytes.Repeat([]byte("x"), 1<<20)}, consumer.ReasonUndecodable},
+	}
+	// Good commands, then a poison record, then good ones, in one produce
+	// per partition round so that they land in the same batches.
+	for i, pc := range cases {
+		p := int32(i % partitions)
+		good(p, 5)
+		bad(p, pc)
+		good(p, 5)
+	}
+	for p := range int32(partitions) {
+		good(p, 3)
+	}
+	total := 0
+	for _, n := range seq {
+		total += n
+	}
+	waitFor(t, 60*time.Second, "every good command applied", func() bool { return appliedCount(s, keys) == total })
+	waitFor(t, 30*time.Second, "every poison record dead-lettered", func() bool {
+		dls, _ := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+		return len(dls) == len(cases)
+	})
+	for k, n := range seq {
+		if got := logOf(s, k); !slices.Equal(got, seqRange(n)) {
+			t.Errorf("key %s: applied %v, want 0..%d in order, each once", k, got, n-1)
+		}
+	}
+	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]int{}
+	for _, d := range dls {
+		reasons[d.Record.Reason]++
+		if d.Token.Member == "" || d.State != sink.DeadLetterOpen || d.Record.Error == "" {
+			t.Errorf("dead letter %+v lacks its token, state or error", d)
+		}
+	}
+	for _, pc := range cases {
+		reasons[pc.reason]--
+	}
+	for r, n := range reasons {
+		if n != 0 {
+			t.Errorf("reason %s: %+d dead letters off", r, n)
+		}
+	}
+	if panics.Load() < 3 {
+		t.Errorf("the panicking handler ran %d times, want its budget of 3: the panic was not retried", panics.Load())
+	}
+	if st := w.Stats(); st.DeadLettered != int64(len(cases)) {
+		t.Errorf("Stats.DeadLettered = %d, want %d", st.DeadLettered, len(cases))
+	}
+	// D (and F, L, O, X) with the project's checker, from the sink's own
+	// records: nothing skipped without exactly one dead letter.
+	in := invariants.Input{Acked: acked}
+	for _, d := range dls {
+		in.DeadLetters = append(in.DeadLetters, invariants.DeadLetter{ID: fmt.Sprintf("%d/%d", d.Scope.Partition, d.Record.Offset),
+			Partition: d.Scope.Partition, Offset: d.Record.Offset})
+	}
+	for _, ev := range s.Events() {
+		if ev.Kind == memory.Apply && ev.Accepted {
+			for _, o := range ev.Offsets {
+				in.Writes = append(in.Writes, invariants.Write{Partition: ev.Scope.Partition, Offset: o, Epoch: ev.Token.Epoch, Member: ev.Token.Member})
+			}
+		}
+	}
+	if rep := invariants.Check(in); rep.Total() != 0 {
+		t.Fatalf("invariants: %+v %v", rep.Violations, rep.Notes(10))
+	}
+	if err := s.Verify(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func seqRange(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// errConnLost is a failure of the sink that surfaces through a handler's
+// statement, as a broken database connection does.
+var errConnLost = errors.New("connection to the database lost")
+
+// outageSink is the memory sink with a database outage: while down, every
+// effect fails with errConnLost, and (without a classifier) Ping fails.
+type outageSink struct {
+	*memory.Sink
+	down       atomic.Bool
+	failures   atomic.Int64
+	classifies bool
+}
+
+func (o *outageSink) Unwrap() sink.Sink[*memory.Tx] { return o.Sink }
+
+func (o *outageSink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*memory.Tx]) (sink.ApplyResult, error) {
+	return o.Sink.Apply(ctx, tok, offsets, func(ctx context.Context, tx *memory.Tx, i int) error {
+		if o.down.Load() {
+			o.failures.Add(1)
+			return fmt.Errorf("handler: insert: %w", errConnLost)
+		}
+		return effect(ctx, tx, i)
+	})
+}
+
+// classifying tells errConnLost for a failure of the sink.
+type classifying struct{ *outageSink }
+
+func (c classifying) IsSinkFailure(err error) bool { return errors.Is(err, errConnLost) }
+
+// pinging answers pings only while up.
+type pinging struct{ *outageSink }
+
+func (p pinging) Ping(context.Context) error {
+	if p.down.Load() {
+		return errConnLost
+	}
+	return nil
+}
+
+// TestSinkOutageDeadLettersNothing (hazard 9): the database is down for
+// longer than a record's retry budget while commands stream in; its
+// failures surface through the handlers' statements. They are failures of
+// the sink, not of the records: every command is applied once the database
+// is back, and the dead-letter table stays empty. Told apart either by the
+// sink's classifier or by a failing ping.
+func TestSinkOutageDeadLettersNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(*outageSink) sink.Sink[*memory.Tx]
+	}{
+		{"classifier", func(o *outageSink) sink.Sink[*memory.Tx] { return classifying{o} }},
+		{"ping", func(o *outageSink) sink.Sink[*memory.Tx] { return pinging{o} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeCluster(t, 2)
+			s := memory.New()
+			o := &outageSink{Sink: s}
+			keys := makeKeys(10)
+			w := startWorker(t, c, s, workerOpts{name: "a", sink: tc.wrap(o),
+				poison: consumer.PoisonPolicy{MaxAttempts: 2, MaxRetryTime: 50 * time.Millisecond}})
+			waitFor(t, 30*time.Second, "a to own both partitions", func() bool { return len(w.Owned()) == 2 })
+			produce(t, c, 2, keys, 0, 5)
+			waitFor(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(s, keys) == 50 })
+			o.down.Store(true)
+			var wg sync.WaitGroup
+			wg.Go(func() { produce(t, c, 2, keys, 5, 10) })
+			// Down for longer than the budget (2 attempts, 50 ms): many
+			// failed attempts.
+			waitFor(t, 30*time.Second, "the outage to outlast the budget", func() bool { return o.failures.Load() > 20 })
+			o.down.Store(false)
+			wg.Wait()
+			waitFor(t, 60*time.Second, "every command applied after the outage", func() bool { return appliedCount(s, keys) == 100 })
+			checkInvariants(t, s, keys, 10)
+			if dls, _ := s.DeadLetters(t.Context(), sink.DeadLetterFilter{}); len(dls) != 0 {
+				t.Fatalf("the outage dead-lettered %d records: %+v", len(dls), dls[0].Record.Error)
+			}
+			if o.failures.Load() == 0 || w.Stats().Retries == 0 {
+				t.Fatal("the outage did not happen")
+			}
+		})
+	}
+}
+
+// TestZombieCannotDeadLetter: a zombie whose handler refuses a record for
+// good wakes after the new owner claimed but before it wrote (the zombie
+// window); its dead letter is fenced like a write. The record is applied
+// by the new owner, never dead-lettered by the zombie.
+func TestZombieCannotDeadLetter(t *testing.T) {
+	bGate := newGate()
+	bHandler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		bGate.wait()
+		return appendHandler(ctx, tx, cmd)
+	}
+	z := setupZombieOpts(t, bHandler, zombieOpts{aFails: consumer.Permanent(errors.New("refused by the zombie's stale logic"))})
+	t.Cleanup(bGate.open)
+	aTok := z.a.Owned()[0]
+	waitFor(t, 60*time.Second, "b to claim the partition", func() bool {
+		bMember, _ := z.b.Member()
+		_, ok := claimedBy(z.s, bMember)
+		return ok
+	})
+	z.aGate.open() // the zombie wakes: its handler refuses, it tries to dead-letter
+	var err error
+	select {
+	case err = <-z.aFenced:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the zombie's dead letter was not refused")
+	}
+	var fe *sink.FencedError
+	if !errors.As(err, &fe) || fe.Op != sink.OpDeadLetter || fe.Offered != aTok {
+		t.Fatalf("zombie: %v, want a fenced dead letter by %v", err, aTok)
+	}
+	bGate.open()
+	waitFor(t, 60*time.Second, "b to apply every command", func() bool { return appliedCount(z.s, z.keys) == len(z.keys)*z.perKey })
+	if dls, _ := z.s.DeadLetters(t.Context(), sink.DeadLetterFilter{}); len(dls) != 0 {
+		t.Fatalf("the zombie's dead letter landed: %+v", dls)
+	}
+	z.stopHole()
+	checkInvariants(t, z.s, z.keys, z.perKey)
+}
