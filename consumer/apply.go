@@ -60,7 +60,7 @@ func (t *tenure[Tx]) decode(recs []*kgo.Record) decoded {
 		if err != nil {
 			d.errs[i] = fmt.Errorf("%w: offset %d: %w", ErrUndecodable, r.Offset, err)
 		}
-		d.cmds[i] = Command{Command: c, Offset: r.Offset, Timestamp: r.Timestamp, Token: t.tok}
+		d.cmds[i] = Command{Command: c, Offset: r.Offset, Timestamp: r.Timestamp, Token: t.tok, TopicID: t.topicID}
 	}
 	return d
 }

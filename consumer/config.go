@@ -51,9 +51,15 @@ type Command struct {
 	Offset    int64
 	Timestamp time.Time
 	// Token is the fencing token of the tenure applying this command. Pass
-	// it (and the idempotency key topic/partition/offset) downstream when
-	// writing to a resource that cannot be fenced by the sink's transaction.
+	// it (and the idempotency key topic ID/partition/offset) downstream
+	// when writing to a resource that cannot be fenced by the sink's
+	// transaction.
 	Token epochs.Token
+	// TopicID is the identity of the log the command was read from
+	// (Kafka's topic ID; empty if the broker has none). A position
+	// (partition, offset) is unique only within one log: key anything by
+	// position together with it (docs/design.md#log-identity).
+	TopicID string
 }
 
 // Handler applies one command's effects through the sink's transaction

@@ -19,8 +19,8 @@
 //
 //	invoice_runs(tenant text, period text, invoice_id text, epoch int, member text,
 //	             topic text, part int, off bigint, primary key(tenant, period))
-//	invoice_skips(topic text, part int, off bigint, tenant text, period text,
-//	              epoch int, member text, primary key(topic, part, off))
+//	invoice_skips(topic_id text, topic text, part int, off bigint, tenant text, period text,
+//	              epoch int, member text, primary key(topic_id, topic, part, off))
 //
 // Both record the Kafka position (topic, partition, offset) of the command
 // and the epoch and member of the tenure that applied it. [VerifySQLite] and
@@ -109,6 +109,7 @@ var schema = []string{
 		PRIMARY KEY (tenant, period)
 	)`,
 	`CREATE TABLE IF NOT EXISTS invoice_skips (
+		topic_id text NOT NULL DEFAULT '',
 		topic  text   NOT NULL,
 		part   int    NOT NULL,
 		off    bigint NOT NULL,
@@ -116,7 +117,7 @@ var schema = []string{
 		period text   NOT NULL,
 		epoch  int    NOT NULL,
 		member text   NOT NULL,
-		PRIMARY KEY (topic, part, off)
+		PRIMARY KEY (topic_id, topic, part, off)
 	)`,
 }
 
@@ -126,8 +127,8 @@ const (
 	runSQL = `INSERT INTO invoice_runs (tenant, period, invoice_id, epoch, member, topic, part, off)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		ON CONFLICT (tenant, period) DO NOTHING`
-	skipSQL = `INSERT INTO invoice_skips (topic, part, off, tenant, period, epoch, member)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`
+	skipSQL = `INSERT INTO invoice_skips (topic, part, off, tenant, period, epoch, member, topic_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 )
 
 // SetupSQLite creates the example's tables in db if they do not exist. Call
@@ -191,7 +192,7 @@ func runBilling(ctx context.Context, tx execer, cmd consumer.Command) error {
 	}
 	// Already billed: a no-op, recorded once per command (its Kafka
 	// position is the key, so a command applied twice fails the batch).
-	if _, err := tx.exec(ctx, skipSQL, tok.Topic, tok.Partition, cmd.Offset, tenant, p.Period, tok.Epoch, tok.Member); err != nil {
+	if _, err := tx.exec(ctx, skipSQL, tok.Topic, tok.Partition, cmd.Offset, tenant, p.Period, tok.Epoch, tok.Member, cmd.TopicID); err != nil {
 		return fmt.Errorf("invoices: recording skipped billing of %q for %s: %w", tenant, p.Period, err)
 	}
 	return nil

@@ -12,13 +12,14 @@
 // [SetupPostgres]):
 //
 //	ledger_accounts(account text primary key, balance bigint not null check (balance >= 0))
-//	ledger_postings(topic text, part int, off bigint, account text, id text, seq int,
+//	ledger_postings(topic_id text, topic text, part int, off bigint, account text, id text, seq int,
 //	                kind text /* deposit|withdraw|refused */, amount bigint,
-//	                epoch int, member text, primary key(topic, part, off))
+//	                epoch int, member text, primary key(topic_id, topic, part, off))
 //
 // One postings row is written per command, unique on the command's Kafka
-// position (topic, partition, offset), together with the epoch and member of
-// the tenure that applied it. The handlers run inside the sink's fenced
+// position in its log (topic ID, topic, partition, offset: a recreated topic
+// is a new log whose offsets start again), together with the epoch and
+// member of the tenure that applied it. The handlers run inside the sink's fenced
 // transaction: a worker that was paused past its session timeout and wakes
 // up after its partition moved has its whole batch rejected by the sink
 // (sink.ErrFenced), so it cannot post twice or out of order.
@@ -141,6 +142,7 @@ var schema = []string{
 		balance bigint NOT NULL CHECK (balance >= 0)
 	)`,
 	`CREATE TABLE IF NOT EXISTS ledger_postings (
+		topic_id text NOT NULL DEFAULT '',
 		topic  text   NOT NULL,
 		part   int    NOT NULL,
 		off    bigint NOT NULL,
@@ -151,7 +153,7 @@ var schema = []string{
 		amount bigint NOT NULL CHECK (amount > 0),
 		epoch  int    NOT NULL,
 		member text   NOT NULL,
-		PRIMARY KEY (topic, part, off)
+		PRIMARY KEY (topic_id, topic, part, off)
 	)`,
 	`CREATE INDEX IF NOT EXISTS ledger_postings_account ON ledger_postings (account, part, off)`,
 }
@@ -165,8 +167,8 @@ const (
 	// withdrawSQL changes one row, or none if the withdrawal would
 	// overdraw: the overdraft rule is checked and applied in one statement.
 	withdrawSQL = `UPDATE ledger_accounts SET balance = balance - $2 WHERE account = $1 AND balance >= $2`
-	postSQL     = `INSERT INTO ledger_postings (topic, part, off, account, id, seq, kind, amount, epoch, member)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+	postSQL     = `INSERT INTO ledger_postings (topic, part, off, account, id, seq, kind, amount, epoch, member, topic_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 )
 
 // SetupSQLite creates the example's tables in db if they do not exist. Call
@@ -251,13 +253,13 @@ func withdraw(ctx context.Context, tx execer, cmd consumer.Command) error {
 }
 
 // post records the command's posting. Its primary key is the command's
-// Kafka position, so a command applied twice fails the batch instead of
-// posting twice.
+// Kafka position in its log, so a command applied twice fails the batch
+// instead of posting twice.
 func post(ctx context.Context, tx execer, cmd consumer.Command, p payload, kind string) error {
 	_, err := tx.exec(ctx, postSQL,
 		cmd.Token.Topic, cmd.Token.Partition, cmd.Offset,
 		string(cmd.Key), p.ID, p.Seq, kind, p.Amount,
-		cmd.Token.Epoch, cmd.Token.Member)
+		cmd.Token.Epoch, cmd.Token.Member, cmd.TopicID)
 	if err != nil {
 		return fmt.Errorf("ledger: posting %s %q: %w", kind, p.ID, err)
 	}

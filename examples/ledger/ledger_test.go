@@ -363,7 +363,7 @@ func TestVerifyDetects(t *testing.T) {
 	db := b.sink.(*sqlite.Sink).DB()
 	for _, stmt := range []string{
 		`INSERT INTO ledger_accounts VALUES ('ok', 7), ('off', 5), ('orphan', 3)`,
-		`INSERT INTO ledger_postings VALUES
+		`INSERT INTO ledger_postings (topic, part, off, account, id, seq, kind, amount, epoch, member) VALUES
 			('ledger', 0, 0, 'ok', 'a', 0, 'deposit', 10, 1, 'm'),
 			('ledger', 0, 1, 'ok', 'a', 1, 'withdraw', 3, 1, 'm'),
 			('ledger', 0, 2, 'ok', 'c', 1, 'refused', 99, 1, 'm'),

@@ -40,6 +40,9 @@ import (
 // Write is one record whose effects a sink applied, as the sink recorded
 // it.
 type Write struct {
+	// Log is the identity of the log the record was read from (Kafka's
+	// topic ID); empty if unknown. Positions are unique per log only.
+	Log       string
 	Partition int32
 	Offset    int64
 	// Epoch and Member are the token the write was applied under.
@@ -157,8 +160,16 @@ func writeID(w Write) string {
 	if w.ID != "" {
 		return w.ID
 	}
-	return strconv.Itoa(int(w.Partition)) + "/" + strconv.FormatInt(w.Offset, 10)
+	id := strconv.Itoa(int(w.Partition)) + "/" + strconv.FormatInt(w.Offset, 10)
+	if w.Log != "" {
+		id = w.Log + "/" + id
+	}
+	return id
 }
+
+// sameLog reports whether two log identities may be the same log (an
+// empty one is unknown and matches any).
+func sameLog(a, b string) bool { return a == "" || b == "" || a == b }
 
 func (w Write) token(h epochs.Token) epochs.Token {
 	return epochs.Token{Group: h.Group, Topic: h.Topic, Partition: h.Partition, Epoch: w.Epoch, Member: w.Member}
@@ -193,8 +204,11 @@ func Check(in Input) Report {
 		for _, e := range in.History[p] {
 			switch e.Kind {
 			case sink.HistoryReset:
+				// The reset ends the era of the claims before it on the
+				// same log (a reset onto a new log leaves the old log's
+				// positions to the old claims).
 				for i := range list {
-					if list[i].end < 0 {
+					if list[i].end < 0 && sameLog(list[i].e.TopicID, e.TopicID) {
 						list[i].end = e.NextOffset
 					}
 				}
@@ -338,7 +352,7 @@ func checkOffsets(eras map[int32][]claimEra, writes []Write, add func(Finding)) 
 		}
 		claimed := false
 		for _, c := range list {
-			if w.Offset < c.e.NextOffset || (c.end >= 0 && w.Offset >= c.end) {
+			if !sameLog(c.e.TopicID, w.Log) || w.Offset < c.e.NextOffset || (c.end >= 0 && w.Offset >= c.end) {
 				continue
 			}
 			tok := w.token(c.e.Token)

@@ -162,3 +162,34 @@ func TestTemporal(t *testing.T) {
 		t.Fatalf("want the stale write and the write after the reset: %+v %v", r.Violations, r.Notes(5))
 	}
 }
+
+// TestNewLog: after a reset onto a new log (the topic was recreated, and
+// the scope restarts at 0), the new log's writes reuse offsets; they are
+// judged by the claims on that log only, and they are not duplicates of
+// the old log's.
+func TestNewLog(t *testing.T) {
+	claimOn := func(tk epochs.Token, next int64, log string) sink.HistoryEntry {
+		e := claim(tk, next)
+		e.TopicID = log
+		return e
+	}
+	resetOnto := func(next int64, log string) sink.HistoryEntry {
+		e := reset(next)
+		e.TopicID = log
+		return e
+	}
+	wl := func(log string, off int64, epoch int32, member string) invariants.Write {
+		return invariants.Write{Log: log, Partition: 0, Offset: off, Epoch: epoch, Member: member}
+	}
+	in := invariants.Input{
+		History: map[int32][]sink.HistoryEntry{0: {claimOn(tok(0, 9, "a"), 0, "old"), resetOnto(0, "new"), claimOn(tok(0, 1, "b"), 0, "new")}},
+		Writes:  []invariants.Write{wl("old", 0, 9, "a"), wl("old", 1, 9, "a"), wl("new", 0, 1, "b"), wl("new", 1, 1, "b")},
+	}
+	if r := invariants.Check(in); r.Total() != 0 {
+		t.Fatalf("a clean restart on a new log: %+v %v", r.Violations, r.Notes(5))
+	}
+	in.Writes = append(in.Writes, wl("new", 2, 9, "a")) // the old incarnation writes on the new log
+	if r := invariants.Check(in); r.F != 1 {
+		t.Fatalf("a write on the new log by the old claim: %+v %v", r.Violations, r.Notes(5))
+	}
+}

@@ -35,7 +35,7 @@ func (s *Store) Check(ctx context.Context, cfg CheckConfig) (invariants.Report, 
 		return invariants.Report{}, fmt.Errorf("cluster: reading postings: %w", err)
 	}
 	for _, p := range postings {
-		in.Writes = append(in.Writes, invariants.Write{Partition: p.Partition, Offset: p.Offset, Epoch: p.Epoch, Member: p.Member,
+		in.Writes = append(in.Writes, invariants.Write{Log: p.TopicID, Partition: p.Partition, Offset: p.Offset, Epoch: p.Epoch, Member: p.Member,
 			ID: p.ID, Key: p.Account, Seq: int64(p.Seq)})
 	}
 	in.History = map[int32][]sink.HistoryEntry{}

@@ -37,6 +37,7 @@ type StoreConfig struct {
 
 // Posting is one row of ledger_postings.
 type Posting struct {
+	TopicID   string // the log's identity (empty before it was known)
 	Partition int32
 	Offset    int64
 	Account   string
@@ -103,7 +104,7 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	}, nil
 }
 
-const postingsSQL = `SELECT part, off, account, id, seq, epoch, member FROM ledger_postings ORDER BY part, off`
+const postingsSQL = `SELECT topic_id, part, off, account, id, seq, epoch, member FROM ledger_postings ORDER BY part, off`
 
 type scanner interface {
 	Next() bool
@@ -115,7 +116,7 @@ func scanPostings(rows scanner) ([]Posting, error) {
 	var out []Posting
 	for rows.Next() {
 		var p Posting
-		if err := rows.Scan(&p.Partition, &p.Offset, &p.Account, &p.ID, &p.Seq, &p.Epoch, &p.Member); err != nil {
+		if err := rows.Scan(&p.TopicID, &p.Partition, &p.Offset, &p.Account, &p.ID, &p.Seq, &p.Epoch, &p.Member); err != nil {
 			return nil, err
 		}
 		out = append(out, p)
