@@ -1,0 +1,366 @@
+// Package fences is the operator's side of workrouter's fence
+// (docs/design.md#admin-reset): Diagnose reads each scope's stored fence
+// next to what the broker says of its log and its group, and names what is
+// wrong; Reset is the audited, guarded admin reset the `workrouter fences
+// reset` command performs, for programs that build their own tooling.
+//
+// A reset is itself a write to the fence: it is a compare-and-set on the
+// fence the operator inspected, it says what happens to the checkpoint
+// (kept, for epochs that went backwards on an intact log; moved, for a new
+// log), it is refused when the live group and the log show no reason for
+// it unless forced, it is audited in the sink's history, and the next
+// claim must come with a proof of membership, so that a member of the
+// group's previous incarnation cannot come back through it.
+package fences
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// ProblemKind names what is wrong with a scope.
+type ProblemKind string
+
+// The problems Diagnose names.
+const (
+	// TopicRecreated: the topic's ID is not the one the checkpoint was
+	// taken on.
+	TopicRecreated ProblemKind = "topic_recreated"
+	// LogTruncated: the checkpoint is past the log's end.
+	LogTruncated ProblemKind = "log_truncated"
+	// RetentionLoss: the log starts past the checkpoint: records were
+	// deleted before they were applied.
+	RetentionLoss ProblemKind = "retention_loss"
+	// EpochRegressed: the group's epoch is below the stored holder's
+	// (KIP-848 groups, whose epoch the broker reports).
+	EpochRegressed ProblemKind = "epoch_regressed"
+	// HolderGone: the stored holder is not a member of the group while
+	// another member is assigned the partition: that member's claims are
+	// refused (for a classic group, the sign that its generations went
+	// backwards).
+	HolderGone ProblemKind = "holder_gone"
+)
+
+// Problem is one thing wrong with a scope.
+type Problem struct {
+	Kind   ProblemKind
+	Detail string
+}
+
+// Report is one scope's fence next to what the broker says.
+type Report struct {
+	Fence sink.Fence
+	// Log is the partition's log as the broker shows it (TopicID empty if
+	// the broker has no topic IDs or the topic does not exist).
+	Log sink.Observed
+	// TopicExists is false when the broker does not know the topic.
+	TopicExists bool
+	// Committed is Kafka's committed offset of the group (-1 if none).
+	Committed int64
+	// Owner is the member assigned the partition now ("" if none), and
+	// Members the group's member count.
+	Owner   string
+	Members int
+	// HolderIsMember reports whether the stored holder is a member now.
+	HolderIsMember bool
+	// GroupEpoch is a KIP-848 group's epoch (-1 for a classic group or
+	// none).
+	GroupEpoch int32
+	Problems   []Problem
+}
+
+// Lost is how many records the report's retention loss lost (0 if none).
+func (r Report) Lost() int64 {
+	if r.TopicExists && r.Log.TopicID != "" && r.Log.LogStart > r.Fence.NextOffset {
+		return r.Log.LogStart - r.Fence.NextOffset
+	}
+	return 0
+}
+
+// ExpectToken is a short, stable digest of the fence as it is now (holder,
+// checkpoint, topic ID): an operator copies it from a dry run and gives it
+// back, and the reset proceeds only if the fence did not move meanwhile.
+func ExpectToken(f sink.Fence) string {
+	h := sha256.Sum256([]byte(fmt.Sprintf("%d\x00%s\x00%d\x00%s", f.Holder.Epoch, f.Holder.Member, f.NextOffset, f.TopicID)))
+	return hex.EncodeToString(h[:4])
+}
+
+// Diagnose reads every fence of group and topic from l and what the
+// broker says of the topic's log and of the group, and names each scope's
+// problems. It may be called from any goroutine.
+func Diagnose(ctx context.Context, adm *kadm.Client, l sink.Lister, group, topic string) ([]Report, error) {
+	all, err := l.Fences(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fences: reading the sink's fences: %w", err)
+	}
+	var reports []Report
+	for _, f := range all {
+		if f.Scope.Group == group && f.Scope.Topic == topic {
+			reports = append(reports, Report{Fence: f, Committed: -1, GroupEpoch: -1})
+		}
+	}
+	if len(reports) == 0 {
+		return nil, nil
+	}
+	topics, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("fences: reading topic %s from the broker: %w", topic, err)
+	}
+	td, exists := topics[topic]
+	exists = exists && td.Err == nil
+	var starts, ends kadm.ListedOffsets
+	if exists {
+		if starts, err = adm.ListStartOffsets(ctx, topic); err != nil {
+			return nil, fmt.Errorf("fences: listing %s's start offsets: %w", topic, err)
+		}
+		if ends, err = adm.ListEndOffsets(ctx, topic); err != nil {
+			return nil, fmt.Errorf("fences: listing %s's end offsets: %w", topic, err)
+		}
+	}
+	committed, _ := adm.FetchOffsets(ctx, group) // a group with no commits: nothing committed
+	owners, members, groupEpoch := groupView(ctx, adm, group, topic)
+	for i := range reports {
+		r := &reports[i]
+		p := r.Fence.Scope.Partition
+		r.TopicExists, r.Members, r.GroupEpoch = exists, len(members), groupEpoch
+		r.Owner = owners[p]
+		r.HolderIsMember = !r.Fence.Holder.IsZero() && slices.Contains(members, r.Fence.Holder.Member)
+		if c, ok := committed.Lookup(topic, p); ok && c.Err == nil {
+			r.Committed = c.At
+		}
+		if exists && td.ID != (kadm.TopicID{}) {
+			r.Log.TopicID = td.ID.String()
+			if s, ok := starts.Lookup(topic, p); ok && s.Err == nil {
+				r.Log.LogStart = s.Offset
+			}
+			if e, ok := ends.Lookup(topic, p); ok && e.Err == nil {
+				r.Log.LogEnd = e.Offset
+			}
+			if _, _, err := sink.CheckLog(r.Fence.Scope, true, r.Fence.TopicID, r.Fence.NextOffset, r.Log); err != nil {
+				var lc *sink.LogChangedError
+				if errors.As(err, &lc) {
+					r.Problems = append(r.Problems, Problem{Kind: logKind(lc), Detail: lc.Error()})
+				}
+			}
+		}
+		h := r.Fence.Holder
+		if !h.IsZero() && groupEpoch >= 0 && groupEpoch < h.Epoch {
+			r.Problems = append(r.Problems, Problem{Kind: EpochRegressed,
+				Detail: fmt.Sprintf("the group's epoch is %d, below the stored holder's %d: the group was deleted and recreated, or its coordinator lost its state", groupEpoch, h.Epoch)})
+		}
+		if !h.IsZero() && !r.HolderIsMember && r.Owner != "" && r.Owner != h.Member {
+			r.Problems = append(r.Problems, Problem{Kind: HolderGone,
+				Detail: fmt.Sprintf("the stored holder %s (epoch %d) is not a member of the group; %s is assigned the partition and its claim is refused unless its epoch is higher", h.Member, h.Epoch, r.Owner)})
+		}
+	}
+	return reports, nil
+}
+
+func logKind(lc *sink.LogChangedError) ProblemKind {
+	switch lc.Case {
+	case sink.ErrTopicRecreated:
+		return TopicRecreated
+	case sink.ErrLogTruncated:
+		return LogTruncated
+	}
+	return RetentionLoss
+}
+
+// groupView returns who is assigned each partition of topic, the members,
+// and a KIP-848 group's epoch (-1 otherwise).
+func groupView(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]string, []string, int32) {
+	owners := map[int32]string{}
+	var members []string
+	if cgs, err := adm.DescribeConsumerGroups(ctx, group); err == nil {
+		if g, ok := cgs[group]; ok && g.Err == nil && len(g.Members) > 0 {
+			for _, m := range g.Members {
+				members = append(members, m.MemberID)
+				for p := range m.Assignment[topic] {
+					owners[p] = m.MemberID
+				}
+			}
+			return owners, members, g.Epoch
+		}
+	}
+	if gs, err := adm.DescribeGroups(ctx, group); err == nil {
+		if g, ok := gs[group]; ok && g.Err == nil {
+			for _, m := range g.Members {
+				members = append(members, m.MemberID)
+				if a, ok := m.Assigned.AsConsumer(); ok {
+					for _, t := range a.Topics {
+						if t.Topic == topic {
+							for _, p := range t.Partitions {
+								owners[p] = m.MemberID
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return owners, members, -1
+}
+
+// Checkpoint says what a reset does to the scope's checkpoint.
+type Checkpoint struct {
+	// Keep keeps NextOffset (and the log identity): the epochs went
+	// backwards, the log is intact.
+	Keep bool
+	// RestartAt, if Keep is false, is where the scope restarts on the log
+	// as it is now: "earliest" (the log start), "latest" (its end), or an
+	// offset between them, as text.
+	RestartAt string
+}
+
+// ParseCheckpoint reads a --restart-at value: earliest, latest or an
+// offset.
+func ParseCheckpoint(restartAt string) (Checkpoint, error) {
+	switch restartAt {
+	case "earliest", "latest":
+		return Checkpoint{RestartAt: restartAt}, nil
+	}
+	if n, err := strconv.ParseInt(restartAt, 10, 64); err != nil || n < 0 {
+		return Checkpoint{}, fmt.Errorf("%w: --restart-at %q: want earliest, latest or an offset", ErrBadRequest, restartAt)
+	}
+	return Checkpoint{RestartAt: restartAt}, nil
+}
+
+// Request is one guarded reset.
+type Request struct {
+	Scope epochs.Scope
+	// Expect is ExpectToken of the fence the operator inspected: the
+	// reset proceeds only if the fence is still that one.
+	Expect     string
+	Checkpoint Checkpoint
+	Reason     string
+	// Force resets although the diagnosis names no problem.
+	Force bool
+}
+
+// Errors of Reset, each matched by errors.Is.
+var (
+	// ErrBadRequest: the request itself is wrong (no reason, a checkpoint
+	// that does not fit the problem, an offset outside the log).
+	ErrBadRequest = errors.New("fences: bad reset request")
+	// ErrNoCause: the live group and the log show no reason for a reset;
+	// Force overrides.
+	ErrNoCause = errors.New("fences: the group and the log show no reason to reset this fence")
+	// ErrMoved: the fence is not the one the operator inspected (its
+	// ExpectToken differs).
+	ErrMoved = errors.New("fences: the fence changed since it was inspected")
+)
+
+// Result is what a reset did.
+type Result struct {
+	Before, After sink.Fence
+	Report        Report
+	// Resumes says whether a running worker will pick the reset up by
+	// itself (a member is assigned the partition: it claims again, with a
+	// proof of membership, within its ReclaimInterval) or needs to start.
+	Resumes bool
+}
+
+// admin is what Reset needs from a sink.
+type admin interface {
+	sink.Lister
+	sink.Resetter
+}
+
+// Reset performs req on s (docs/design.md#admin-reset): it diagnoses the
+// scope, refuses (ErrNoCause) when nothing is wrong unless req.Force, checks
+// that the fence is the one the operator inspected (ErrMoved), computes the
+// new checkpoint, and resets the fence in the sink — a compare-and-set
+// there too — with the diagnosis, the old and the new state in the audit
+// row. It may be called from any goroutine.
+func Reset(ctx context.Context, adm *kadm.Client, s admin, req Request) (Result, error) {
+	if strings.TrimSpace(req.Reason) == "" {
+		return Result{}, fmt.Errorf("%w: a reset needs a reason (it is recorded)", ErrBadRequest)
+	}
+	reports, err := Diagnose(ctx, adm, s, req.Scope.Group, req.Scope.Topic)
+	if err != nil {
+		return Result{}, err
+	}
+	i := slices.IndexFunc(reports, func(r Report) bool { return r.Fence.Scope == req.Scope })
+	if i < 0 {
+		return Result{}, fmt.Errorf("fences: %s: %w", req.Scope, sink.ErrNotFound)
+	}
+	r := reports[i]
+	res := Result{Before: r.Fence, Report: r, Resumes: r.Owner != ""}
+	if got := ExpectToken(r.Fence); req.Expect != got {
+		return res, fmt.Errorf("%w: %s is now %s (expect %s), not %s: inspect it again", ErrMoved, req.Scope, describe(r.Fence), got, req.Expect)
+	}
+	if len(r.Problems) == 0 && !req.Force {
+		return res, fmt.Errorf("%w: %s: holder %s, checkpoint %d, the log and the group agree; --force resets anyway (the live owner is fenced until it claims again)",
+			ErrNoCause, req.Scope, holder(r.Fence.Holder), r.Fence.NextOffset)
+	}
+	sreq := sink.ResetRequest{Scope: req.Scope, Expect: r.Fence, Reason: req.Reason}
+	if req.Checkpoint.Keep {
+		for _, p := range r.Problems {
+			if p.Kind == TopicRecreated || p.Kind == LogTruncated || p.Kind == RetentionLoss {
+				return res, fmt.Errorf("%w: %s: %s; keeping the checkpoint would not resume the scope: use --restart-at earliest|latest|OFFSET",
+					ErrBadRequest, req.Scope, p.Detail)
+			}
+		}
+	} else {
+		if r.Log.TopicID == "" {
+			return res, fmt.Errorf("%w: %s: the broker shows no log for %s (does the topic exist?); a restart needs the log", ErrBadRequest, req.Scope, req.Scope.Topic)
+		}
+		var next int64
+		switch req.Checkpoint.RestartAt {
+		case "earliest":
+			next = r.Log.LogStart
+		case "latest":
+			next = r.Log.LogEnd
+		default:
+			n, err := strconv.ParseInt(req.Checkpoint.RestartAt, 10, 64)
+			if err != nil || n < r.Log.LogStart || n > r.Log.LogEnd {
+				return res, fmt.Errorf("%w: %s: --restart-at %q is not an offset of the log [%d, %d]", ErrBadRequest, req.Scope, req.Checkpoint.RestartAt, r.Log.LogStart, r.Log.LogEnd)
+			}
+			next = n
+		}
+		sreq.NextOffset, sreq.TopicID = &next, r.Log.TopicID
+	}
+	detail, _ := json.Marshal(map[string]any{
+		"observed": map[string]any{"topic_id": r.Log.TopicID, "log_start": r.Log.LogStart, "log_end": r.Log.LogEnd,
+			"committed": r.Committed, "owner": r.Owner, "members": r.Members, "group_epoch": r.GroupEpoch, "problems": r.Problems},
+		"before":     map[string]any{"holder": r.Fence.Holder.String(), "next_offset": r.Fence.NextOffset, "topic_id": r.Fence.TopicID},
+		"checkpoint": req.Checkpoint, "forced": req.Force,
+	})
+	sreq.Detail = string(detail)
+	before, err := s.ResetFence(ctx, sreq)
+	if err != nil {
+		return res, fmt.Errorf("fences: resetting %s: %w", req.Scope, err)
+	}
+	res.Before = before
+	res.After = sink.Fence{Scope: req.Scope, NextOffset: before.NextOffset, TopicID: before.TopicID, ProofRequired: true}
+	if sreq.NextOffset != nil {
+		res.After.NextOffset = *sreq.NextOffset
+	}
+	if sreq.TopicID != "" {
+		res.After.TopicID = sreq.TopicID
+	}
+	return res, nil
+}
+
+func holder(t epochs.Token) string {
+	if t.IsZero() {
+		return "none"
+	}
+	return fmt.Sprintf("epoch %d member %s", t.Epoch, t.Member)
+}
+
+func describe(f sink.Fence) string {
+	return fmt.Sprintf("holder %s, checkpoint %d, topic ID %q", holder(f.Holder), f.NextOffset, f.TopicID)
+}
