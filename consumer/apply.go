@@ -136,6 +136,13 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 			limit, backoff = len(d.recs), w.cfg.RetryBackoff
 			continue
 		}
+		if fe := (*sink.FencedError)(nil); errors.As(err, &fe) && fe.Stored.IsZero() {
+			// Nobody holds the scope: an operator reset the fence under
+			// this tenure. Not a zombie: claim again, with a proof.
+			w.fencedApplies.Add(1)
+			w.resetUnderTenure(t, err)
+			return next, false
+		}
 		if errors.Is(err, sink.ErrFenced) {
 			w.fencedApplies.Add(1)
 			t.markFenced()

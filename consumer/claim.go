@@ -344,6 +344,7 @@ func (w *Worker[Tx]) reclaimLoop() {
 		case <-w.ctx.Done():
 			return
 		case <-tick.C:
+		case <-w.reclaimSig:
 		}
 		w.mu.Lock()
 		var blocked []*tenure[Tx]
@@ -364,6 +365,9 @@ func (w *Worker[Tx]) reclaimLoop() {
 			if !current {
 				continue
 			}
+			// Fetching restarts at the sink's checkpoint, which a reset may
+			// have moved: SetOffsets drops what was buffered from the old
+			// position.
 			w.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{w.cfg.Topic: {t.tok.Partition: {Epoch: -1, Offset: next}}})
 			t.start(next)
 			w.cl.ResumeFetchPartitions(map[string][]int32{w.cfg.Topic: {t.tok.Partition}})
@@ -417,4 +421,29 @@ func (w *Worker[Tx]) diagnose(ctx context.Context, err error) error {
 		}
 	}
 	return err
+}
+
+// resetUnderTenure handles a write of t refused because nobody holds its
+// scope: an operator reset the fence while t held it. t stops (its queue is
+// dropped and its partition paused), a fresh tenure with the same token
+// takes its place, blocked with ErrFenceReset, and reclaimLoop claims it at
+// once: with a proof of membership, at the checkpoint the reset left. It is
+// called by t's goroutine, which returns right after.
+func (w *Worker[Tx]) resetUnderTenure(t *tenure[Tx], err error) {
+	w.mu.Lock()
+	if w.tenures[t.tok.Partition] != t {
+		w.mu.Unlock()
+		return // revoked meanwhile: the next assignment claims
+	}
+	nt := newTenure(w, t.tok)
+	nt.topicID = t.topicID
+	w.tenures[t.tok.Partition] = nt
+	w.mu.Unlock()
+	t.markFenced()
+	t.cancel()
+	w.block(nt, fmt.Errorf("%w: %w", ErrFenceReset, err))
+	select {
+	case w.reclaimSig <- struct{}{}:
+	default:
+	}
 }

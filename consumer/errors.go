@@ -13,6 +13,13 @@ import (
 // hand out, so every claim fails until an operator resets the fence.
 var ErrEpochRegressed = errors.New("consumer: group epoch went backwards")
 
+// ErrFenceReset is matched by the error a partition is blocked with when an
+// operator reset its fence while this member held it (a forced `workrouter
+// fences reset` of a live scope, docs/design.md#admin-reset): the tenure's
+// next write was refused, and the Worker claims the partition again —
+// proving its membership — and resumes where the sink now says.
+var ErrFenceReset = errors.New("consumer: the fence was reset while this member held it")
+
 // EpochRegressedError reports a fenced claim diagnosed as a generation that
 // went backwards. It matches ErrEpochRegressed and, through Unwrap, the
 // underlying *sink.FencedError and sink.ErrFenced.
@@ -29,7 +36,7 @@ type EpochRegressedError struct {
 func (e *EpochRegressedError) Error() string {
 	return fmt.Sprintf("consumer: claim of %s refused: the sink has seen epoch %d (member %q) but the group now hands out epoch %d (%s); "+
 		"the group's generation went backwards: it was most likely deleted and recreated, or the broker lost its group state (no persistence); "+
-		"every claim will fail until an operator resets the fence for this scope with the sink's audited admin reset (sink.Resetter)",
+		"every claim will fail until an operator resets the fence for this scope (`workrouter fences reset --keep-checkpoint`, or package fences)",
 		e.Fenced.Offered.Scope(), e.Fenced.Stored.Epoch, e.Fenced.Stored.Member, e.GroupEpoch, e.Evidence)
 }
 

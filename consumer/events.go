@@ -233,6 +233,8 @@ type LogChanged struct {
 // the log changed (see LogChanged) or the group's epochs went backwards
 // (ErrEpochRegressed) — and the partition waits. Since is when it was
 // first refused; the Worker claims again every Config.ReclaimInterval.
+// An operator's reset of the fence under a live tenure (ErrFenceReset)
+// also blocks the partition, briefly: the Worker claims it again at once.
 type Blocked struct {
 	Token epochs.Token
 	Since time.Time

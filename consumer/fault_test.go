@@ -17,6 +17,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/fences"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -385,4 +386,153 @@ func TestGenerationBackwards(t *testing.T) {
 	produce(t, c, partitions, keys, 8, 10)
 	waitFor(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*10 })
 	checkInvariants(t, s, keys, 10)
+}
+
+// TestResetUnderLiveTenure: an operator force-resets the fence of a
+// partition a worker is processing, moving its checkpoint back. The
+// worker's next write is refused (nobody holds the scope), and instead of
+// giving the partition up as a zombie it claims again — proving its
+// membership — and resumes at the checkpoint the reset left.
+func TestResetUnderLiveTenure(t *testing.T) {
+	const partitions = 1
+	c := newCluster(t, partitions)
+	s := memory.New()
+	keys := makeKeys(4)
+	produce(t, c, partitions, keys, 0, 5)
+
+	var mu sync.Mutex
+	var blocked []error
+	var firsts []int64
+	w := startWorker(t, c, s, workerOpts{name: "w1", reclaimInterval: time.Hour, // only the reset's own wake-up re-claims
+		observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch e := e.(type) {
+			case consumer.Blocked:
+				blocked = append(blocked, e.Err)
+			case consumer.Applied:
+				firsts = append(firsts, e.FirstOffset)
+			}
+		})}})
+	waitFor(t, 30*time.Second, "applied", func() bool { return appliedCount(s, keys) == len(keys)*5 })
+
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ctx := context.Background()
+	reports, err := fences.Diagnose(ctx, adm, s, c.group, c.topic)
+	if err != nil || len(reports) != 1 {
+		t.Fatalf("diagnose: %v, %d reports", err, len(reports))
+	}
+	r := reports[0]
+	if len(r.Problems) != 0 || r.Fence.NextOffset != int64(len(keys)*5) {
+		t.Fatalf("a healthy scope was diagnosed %+v", r)
+	}
+	req := fences.Request{Scope: r.Fence.Scope, Expect: fences.ExpectToken(r.Fence), Checkpoint: fences.Checkpoint{RestartAt: "15"}, Reason: "replay the last five (test)"}
+	if _, err := fences.Reset(ctx, adm, s, req); !errors.Is(err, fences.ErrNoCause) {
+		t.Fatalf("unforced reset of a healthy scope: %v, want ErrNoCause", err)
+	}
+	req.Force = true
+	res, err := fences.Reset(ctx, adm, s, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Resumes {
+		t.Fatalf("the reset says no worker resumes: %+v", res)
+	}
+	mu.Lock()
+	firsts = nil
+	mu.Unlock()
+
+	// The worker's next write finds the fence reset.
+	produce(t, c, partitions, keys, 5, 6)
+	waitFor(t, 30*time.Second, "the worker to claim again and apply past the reset", func() bool {
+		fs, _ := s.Fences(ctx)
+		return len(fs) == 1 && fs[0].Holder.Member == r.Fence.Holder.Member && fs[0].NextOffset == int64(len(keys)*6)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(blocked) == 0 || !errors.Is(blocked[0], consumer.ErrFenceReset) || !errors.Is(blocked[0], sink.ErrFenced) {
+		t.Fatalf("blocked events %v: want one matching ErrFenceReset and sink.ErrFenced", blocked)
+	}
+	if len(firsts) == 0 || firsts[0] != 15 {
+		t.Fatalf("applies after the reset start at %v, want 15 (the reset's checkpoint)", firsts)
+	}
+	if got := w.Stats(); got.Claims < 2 || got.FencedApplies < 1 {
+		t.Fatalf("stats %+v: want a second claim after a refused apply", got)
+	}
+	if hs, _ := s.History(ctx, r.Fence.Scope); hs[len(hs)-1].Kind != "claim" || hs[len(hs)-2].Kind != "reset" {
+		t.Fatalf("history does not end with the reset and the worker's claim: %+v", hs[len(hs)-2:])
+	}
+}
+
+// TestTopicRecreatedBlocksUntilReset: the topic is deleted and created
+// again under a running worker. Its claim on the new log is refused as a
+// changed log (never silently restarted at offset 0, never mistaken for a
+// zombie); nothing of the new log is applied until an operator resets the
+// fence onto it; then the same worker resumes by itself and every key's
+// commands are applied exactly once, in order, across both logs.
+func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
+	const partitions = 1
+	c := newFakeCluster(t, partitions)
+	s := memory.New()
+	keys := makeKeys(4)
+	produce(t, c, partitions, keys, 0, 5)
+
+	var mu sync.Mutex
+	var changed []*sink.LogChangedError
+	w := startWorker(t, c, s, workerOpts{name: "w1", reclaimInterval: 100 * time.Millisecond,
+		observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
+			if lc, ok := e.(consumer.LogChanged); ok {
+				mu.Lock()
+				changed = append(changed, lc.Err)
+				mu.Unlock()
+			}
+		})}})
+	waitFor(t, 30*time.Second, "the old log applied", func() bool { return appliedCount(s, keys) == len(keys)*5 })
+
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ctx := context.Background()
+	if _, err := adm.DeleteTopics(ctx, c.topic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, partitions, 1, nil, c.topic); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, c, partitions, keys, 5, 8)
+	waitFor(t, 60*time.Second, "the claim on the new log to be refused", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(changed) > 0
+	})
+	mu.Lock()
+	first := changed[0]
+	mu.Unlock()
+	if !errors.Is(first, sink.ErrTopicRecreated) || errors.Is(first, sink.ErrFenced) {
+		t.Fatalf("LogChanged %v: want ErrTopicRecreated, not ErrFenced", first)
+	}
+	ps := w.Partitions()
+	if len(ps) != 1 || ps[0].State != consumer.StateBlocked || !errors.Is(ps[0].LastErr, sink.ErrLogChanged) {
+		t.Fatalf("partitions %+v: want the one partition blocked by the changed log", ps)
+	}
+	if n := appliedCount(s, keys); n != len(keys)*5 {
+		t.Fatalf("%d effects applied before the reset, want %d (nothing of the new log)", n, len(keys)*5)
+	}
+
+	reports, err := fences.Diagnose(ctx, adm, s, c.group, c.topic)
+	if err != nil || len(reports) != 1 || len(reports[0].Problems) != 1 || reports[0].Problems[0].Kind != fences.TopicRecreated {
+		t.Fatalf("diagnose: %v, %+v", err, reports)
+	}
+	if _, err := fences.Reset(ctx, adm, s, fences.Request{Scope: reports[0].Fence.Scope, Expect: fences.ExpectToken(reports[0].Fence),
+		Checkpoint: fences.Checkpoint{RestartAt: "earliest"}, Reason: "topic recreated (test)"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the new log applied", func() bool { return appliedCount(s, keys) == len(keys)*8 })
+	checkInvariants(t, s, keys, 8)
 }

@@ -71,6 +71,7 @@ type Worker[Tx any] struct {
 	classifier sink.ErrorClassifier
 	pinger     sink.Pinger
 	mirrorSig  chan struct{} // nil without Config.DeadLetterTopic
+	reclaimSig chan struct{} // wakes reclaimLoop before its next tick
 
 	assigned, revoked, lost, claims, fencedClaims, fencedApplies atomic.Int64
 	batches, records, skipped, retries, pauses                   atomic.Int64
@@ -89,12 +90,13 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		return nil, err
 	}
 	w := &Worker[Tx]{
-		cfg:       c,
-		tenures:   make(map[int32]*tenure[Tx]),
-		pending:   make(map[int32]kgo.EpochOffset),
-		commitSig: make(chan struct{}, 1),
-		ready:     make(chan struct{}),
-		done:      make(chan struct{}),
+		cfg:        c,
+		tenures:    make(map[int32]*tenure[Tx]),
+		pending:    make(map[int32]kgo.EpochOffset),
+		commitSig:  make(chan struct{}, 1),
+		reclaimSig: make(chan struct{}, 1),
+		ready:      make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	all := slices.Clone(c.Observers)
 	if c.Logger != nil {
