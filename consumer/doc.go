@@ -32,7 +32,8 @@
 // Everything the Worker does is an [Event] delivered to its [Observer]s
 // (Config.Observers): a partition assigned, claimed, a batch applied, a
 // claim or apply fenced, a stall, a revoke or loss, an offset commit, a
-// fetch error, lag, and the Worker stopping. Logging (Config.Logger, see
+// fetch error, lag, a topic that does not exist (and its creation), and the
+// Worker stopping. Logging (Config.Logger, see
 // [NewLogObserver]) and Prometheus metrics (Config.Registerer) are
 // Observers on the same events; package consumer/eventlog writes them as
 // JSON lines for other processes to follow.

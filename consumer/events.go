@@ -66,6 +66,8 @@ const (
 	KindDeadLettered = "dead_lettered"
 	KindLogChanged   = "log_changed"
 	KindBlocked      = "blocked"
+	KindTopicMissing = "topic_missing"
+	KindTopicFound   = "topic_found"
 )
 
 // Assigned: the group assigned a partition to this member and the Worker
@@ -196,6 +198,31 @@ type Lag struct {
 	Lag   map[int32]int64
 }
 
+// TopicMissing: the Worker's topic does not exist on the brokers it asked
+// (the brokers' metadata answered UNKNOWN_TOPIC_OR_PARTITION). The Worker
+// stays in its group and waits: nothing is consumed until the topic is
+// created. It is reported by the first check, right after New, and again
+// at every later check (every Config.LagInterval, at most every
+// MinTopicCheckInterval) while the topic is missing. Brokers are the seed
+// brokers (Config.Brokers), Since is when the first check of this streak
+// found it missing, and Attempts counts the checks that did. The logging
+// observer logs it at WARN, and at ERROR once it has been missing for
+// TopicMissingErrorAfter.
+type TopicMissing struct {
+	Topic    string
+	Brokers  []string
+	Since    time.Time
+	Attempts int
+}
+
+// TopicFound: the Worker's topic, reported missing before, exists now.
+// MissingSince and Attempts are those of the last TopicMissing.
+type TopicFound struct {
+	Topic        string
+	MissingSince time.Time
+	Attempts     int
+}
+
 // Stopped: the Worker stopped for good; Err is what Worker.Err returns
 // (ErrClosed after Close).
 type Stopped struct {
@@ -286,6 +313,12 @@ func (LogChanged) Kind() string { return KindLogChanged }
 // Kind returns KindBlocked.
 func (Blocked) Kind() string { return KindBlocked }
 
+// Kind returns KindTopicMissing.
+func (TopicMissing) Kind() string { return KindTopicMissing }
+
+// Kind returns KindTopicFound.
+func (TopicFound) Kind() string { return KindTopicFound }
+
 func (Assigned) isEvent()     {}
 func (Claimed) isEvent()      {}
 func (Applied) isEvent()      {}
@@ -301,6 +334,8 @@ func (Stopped) isEvent()      {}
 func (DeadLettered) isEvent() {}
 func (LogChanged) isEvent()   {}
 func (Blocked) isEvent()      {}
+func (TopicMissing) isEvent() {}
+func (TopicFound) isEvent()   {}
 
 // observers is the Worker's fan-out to its Observers.
 type observers struct {

@@ -11,10 +11,14 @@ import (
 const DefaultLagInterval = 10 * time.Second
 
 // lagLoop measures, every LagInterval until the Worker stops, the lag of
-// every partition it processes and reports it as a Lag event.
+// every partition it processes and reports it as a Lag event. It also
+// checks that the topic exists, at once and then with every measure (see
+// watchTopic).
 func (w *Worker[Tx]) lagLoop() {
 	defer w.wg.Done()
 	adm := kadm.NewClient(w.cl) // shares the client; never closed here
+	var topic topicWatch
+	w.watchTopic(adm, &topic)
 	t := time.NewTicker(w.cfg.LagInterval)
 	defer t.Stop()
 	for {
@@ -23,6 +27,7 @@ func (w *Worker[Tx]) lagLoop() {
 			return
 		case <-t.C:
 		}
+		w.watchTopic(adm, &topic)
 		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.LagInterval)
 		ends, err := adm.ListEndOffsets(ctx, w.cfg.Topic)
 		cancel()

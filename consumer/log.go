@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,9 +14,10 @@ import (
 
 // NewLogObserver returns an Observer that logs every event to logger, with
 // the token's group, topic, partition, epoch and member as attributes:
-// assignments, claims, revokes and losses at INFO; stalls and fetch errors
-// at WARN; fenced claims and applies, and a Worker that stopped by itself,
-// at ERROR; applied batches, commits and lag at DEBUG. The messages are
+// assignments, claims, revokes and losses at INFO; stalls, fetch errors and
+// a missing topic at WARN (at ERROR once it has been missing for
+// TopicMissingErrorAfter; its reappearance at INFO); fenced claims and
+// applies, and a Worker that stopped by itself, at ERROR; applied batches, commits and lag at DEBUG. The messages are
 // for people: programs should observe the events themselves (or their
 // consumer/eventlog stream), never parse the log. It may be used from any
 // goroutine.
@@ -126,6 +128,10 @@ func (o *logObserver) Observe(e Event) {
 		l.Warn("fetch error", "topic", e.Topic, "partition", e.Partition, "err", e.Err)
 	case Lag:
 		l.Debug("lag", "topic", e.Topic, "lag", e.Lag)
+	case TopicMissing:
+		logTopicMissing(l, e)
+	case TopicFound:
+		l.Info("topic now exists; consuming it", "topic", e.Topic, "missing_since", e.MissingSince, "checks", e.Attempts)
 	case Stopped:
 		if errors.Is(e.Err, ErrClosed) {
 			l.Info("worker stopped", "reason", e.Err)
@@ -133,4 +139,17 @@ func (o *logObserver) Observe(e Event) {
 			l.Error("worker stopped by itself", "err", e.Err)
 		}
 	}
+}
+
+// logTopicMissing logs a TopicMissing event: at WARN at first, at ERROR
+// once the topic has been missing for TopicMissingErrorAfter.
+func logTopicMissing(l *slog.Logger, e TopicMissing) {
+	level := slog.LevelWarn
+	missing := time.Since(e.Since)
+	if missing >= TopicMissingErrorAfter {
+		level = slog.LevelError
+	}
+	l.Log(context.Background(), level, "topic does not exist; the worker waits for it and consumes nothing",
+		"topic", e.Topic, "brokers", strings.Join(e.Brokers, ","), "missing_for", missing.Round(time.Second), "checks", e.Attempts,
+		"hint", "create the topic, or check the worker's topic name and brokers")
 }

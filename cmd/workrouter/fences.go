@@ -57,6 +57,9 @@ type fencesFlags struct {
 	yes       bool
 	asJSON    bool
 	timeout   time.Duration
+	// readOnly opens the sink read-only (list, history): see
+	// openAdminReadOnly.
+	readOnly bool
 }
 
 func (f *fencesFlags) addCommon(cmd *cobra.Command) {
@@ -79,7 +82,11 @@ func openFenceSink(cmd *cobra.Command, f fencesFlags) (context.Context, adminSin
 		return nil, nil, sinkSpec{}, nil, err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-	s, closeSink, err := openAdmin(ctx, spec)
+	open := openAdmin
+	if f.readOnly {
+		open = openAdminReadOnly
+	}
+	s, closeSink, err := open(ctx, spec)
 	if err != nil {
 		cancel()
 		return nil, nil, sinkSpec{}, nil, err
@@ -117,7 +124,7 @@ func holderText(t epochs.Token) string {
 }
 
 func newFencesListCmd() *cobra.Command {
-	var f fencesFlags
+	f := fencesFlags{readOnly: true}
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List every scope's holder epoch, member and NextOffset",
@@ -198,7 +205,7 @@ func checkScope(cmd *cobra.Command, f fencesFlags, allowAll bool) error {
 }
 
 func newFencesHistoryCmd() *cobra.Command {
-	var f fencesFlags
+	f := fencesFlags{readOnly: true}
 	cmd := &cobra.Command{
 		Use:   "history",
 		Short: "Show the accepted claims and admin resets of one scope, oldest first",

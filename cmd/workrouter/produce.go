@@ -30,6 +30,22 @@ var defaultBrokers = []string{"127.0.0.1:9092"}
 // maxLineBytes bounds one line of a --file of JSON commands.
 const maxLineBytes = 64 << 20
 
+// Bounds of what produce is asked to generate or send. A value beyond them
+// is a typo, refused with one line before anything is allocated or sent.
+const (
+	// maxPayload is the largest payload of one command (--size, --payload):
+	// a command is one Kafka record, and a record must fit in one record
+	// batch of at most 1,000,012 bytes (franz-go's default
+	// ProducerBatchMaxBytes, just below Kafka's default message.max.bytes
+	// of 1,048,588), with room left for its key, headers and framing.
+	maxPayload = 990_000
+	// maxCount is the most commands one --count run generates.
+	maxCount = 1_000_000_000
+	// maxKeys is the most distinct keys of generated load (--keys); they
+	// are held in memory.
+	maxKeys = 1_000_000
+)
+
 // produceFlags holds the values of `workrouter produce`'s flags.
 type produceFlags struct {
 	brokers []string
@@ -103,9 +119,9 @@ Unreachable brokers fail after --timeout with one line.`,
 	fl.StringVar(&f.payload, "payload", "", "payload of the single command (sent as is)")
 	fl.StringArrayVar(&f.headers, "header", nil, "header k=v of the single command; repeatable")
 	fl.StringVar(&f.file, "file", "", `file of JSON-lines commands to send; "-" reads stdin`)
-	fl.Int64Var(&f.count, "count", 0, "generate and send this many load commands")
-	fl.IntVar(&f.keys, "keys", 100, "distinct keys of the generated load")
-	fl.IntVar(&f.size, "size", 100, "payload bytes of each generated command")
+	fl.Int64Var(&f.count, "count", 0, fmt.Sprintf("generate and send this many load commands (at most %d)", maxCount))
+	fl.IntVar(&f.keys, "keys", 100, fmt.Sprintf("distinct keys of the generated load (at most %d)", maxKeys))
+	fl.IntVar(&f.size, "size", 100, fmt.Sprintf("payload bytes of each generated command (at most %d)", maxPayload))
 	return cmd
 }
 
@@ -159,6 +175,9 @@ func checkProduceFlags(cmd *cobra.Command, f *produceFlags) (produceMode, error)
 		if f.typ == "" {
 			return 0, errors.New("--type is required with --key")
 		}
+		if len(f.payload) > maxPayload {
+			return 0, fmt.Errorf("--payload is %d bytes; one command carries at most %d (a Kafka record batch's default limit, less room for the key and headers)", len(f.payload), maxPayload)
+		}
 		return modeSingle, nil
 	case set("file"):
 		if f.file == "" {
@@ -172,10 +191,16 @@ func checkProduceFlags(cmd *cobra.Command, f *produceFlags) (produceMode, error)
 		switch {
 		case f.count < 1:
 			return 0, fmt.Errorf("--count must be at least 1, got %d", f.count)
+		case f.count > maxCount:
+			return 0, fmt.Errorf("--count must be at most %d, got %d", maxCount, f.count)
 		case f.keys < 1:
 			return 0, fmt.Errorf("--keys must be at least 1, got %d", f.keys)
+		case f.keys > maxKeys:
+			return 0, fmt.Errorf("--keys must be at most %d, got %d", maxKeys, f.keys)
 		case f.size < 0:
 			return 0, fmt.Errorf("--size must not be negative, got %d", f.size)
+		case f.size > maxPayload:
+			return 0, fmt.Errorf("--size must be at most %d bytes (one command is one Kafka record, and a record batch holds at most 1,000,012 bytes by default), got %d", maxPayload, f.size)
 		}
 		if f.typ == "" {
 			f.typ = "load"

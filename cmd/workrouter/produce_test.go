@@ -267,7 +267,7 @@ func TestProduceRejectsBadInput(t *testing.T) {
 		{"missing file", []string{"--topic", "x", "--file", "/nonexistent/cmds.jsonl"}, "no such file"},
 		{"bad brokers", []string{"--topic", "x", "--brokers", "localhost", "--key", "k", "--type", "t"}, "not host:port"},
 		{"zero timeout", []string{"--topic", "x", "--timeout", "0s", "--key", "k", "--type", "t"}, "--timeout must be positive"},
-		{"positional", []string{"--topic", "x", "extra"}, "unknown command"},
+		{"positional", []string{"--topic", "x", "extra"}, `unexpected argument "extra"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, _, err := runCLI(t, nil, append([]string{"produce"}, tc.args...)...)

@@ -29,6 +29,9 @@ Every flag can also be set from the environment as WORKROUTER_<FLAG_NAME>
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
+		// Runnable, so that arguments are checked (an unknown command is an
+		// error, not the help and exit 0); without any it shows the help.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			return applyEnv(cmd.Flags(), os.LookupEnv)
 		},
@@ -48,8 +51,11 @@ Every flag can also be set from the environment as WORKROUTER_<FLAG_NAME>
 		newBenchCmd(),
 	)
 
-	// Last, so that it covers every command added above.
+	// Last, so that they cover every command added above.
 	annotateEnv(root)
+	strictArgs(root)
+	root.SetFlagErrorFunc(flagError)
+	root.SetHelpCommand(newHelpCmd(root))
 	return root
 }
 

@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -78,20 +75,15 @@ type adminSink interface {
 	sink.Historian
 }
 
-// openAdmin opens the sink for admin use (Lister + Resetter + History);
-// close it with the returned func. An SQLite file must already exist: an
-// admin command never creates an empty sink at a mistyped path.
+// openAdmin opens the sink for admin use that writes (fences reset:
+// Lister + Resetter + History); close it with the returned func. An SQLite
+// file must already exist: an admin command never creates an empty sink at
+// a mistyped path. Commands that only read use openAdminReadOnly.
 func openAdmin(ctx context.Context, spec sinkSpec) (adminSink, func() error, error) {
 	switch spec.kind {
 	case "sqlite":
-		st, err := os.Stat(spec.path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return nil, nil, fmt.Errorf("sink %s: no such file (a worker creates it on first use)", spec)
-		case err != nil:
-			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
-		case st.IsDir():
-			return nil, nil, fmt.Errorf("sink %s: is a directory, want an SQLite database file", spec)
+		if err := sqliteFileExists(spec); err != nil {
+			return nil, nil, err
 		}
 		s, err := sqlite.Open(ctx, sqlite.Config{Path: spec.path})
 		if err != nil {

@@ -153,6 +153,8 @@ func runStatus(cmd *cobra.Command, f statusFlags) error {
 	case ctx.Err() != nil && parent.Err() == nil:
 		return fmt.Errorf("no answer from the brokers %s within %s (--timeout); is a broker running there?",
 			strings.Join(brokers, ","), f.timeout)
+	case errors.Is(err, errTopicMissing):
+		return topicMissingError(f.topic, f.group, brokers)
 	case errors.As(err, new(unreachableError)):
 		return fmt.Errorf("cannot reach the brokers %s: %w", strings.Join(brokers, ","), err)
 	default:
@@ -187,7 +189,7 @@ func describeStatus(ctx context.Context, cl *kgo.Client, group, topic string) (s
 	}
 	td, ok := topics[topic]
 	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
-		return rep, fmt.Errorf("topic %q does not exist", topic)
+		return rep, errTopicMissing
 	}
 	if td.Err != nil {
 		return rep, fmt.Errorf("reading topic %q: %w", topic, td.Err)
@@ -344,7 +346,7 @@ func describeConsumerGroup(ctx context.Context, cl *kgo.Client, rep *statusRepor
 
 // addSinkFences adds the sink's fences of the group and topic to rep.
 func addSinkFences(ctx context.Context, rep *statusReport, spec sinkSpec) error {
-	s, closeSink, err := openAdmin(ctx, spec)
+	s, closeSink, err := openAdminReadOnly(ctx, spec)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,10 +48,13 @@ type Record struct {
 	Records     int    `json:"records,omitempty"`
 	Applied     int    `json:"applied,omitempty"`
 	Skipped     int    `json:"skipped,omitempty"`
-	Attempt     int    `json:"attempt,omitempty"`
-	Cause       string `json:"cause,omitempty"`
-	TimedOut    bool   `json:"timed_out,omitempty"`
-	// Since is when a stall began.
+	// Attempt counts a stall's failed attempts, or the checks that found
+	// the topic missing.
+	Attempt  int    `json:"attempt,omitempty"`
+	Cause    string `json:"cause,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+	// Since is when a stall began, or when the topic was first found
+	// missing (topic_missing, topic_found).
 	Since time.Time `json:"since,omitzero"`
 	// DurationMs is an Apply attempt's duration, in milliseconds.
 	DurationMs float64 `json:"duration_ms,omitempty"`
@@ -61,7 +65,8 @@ type Record struct {
 	Offsets map[int32]int64 `json:"offsets,omitempty"`
 	// Err is the event's error text.
 	Err string `json:"err,omitempty"`
-	// Fields carry the details of events added with Writer.Emit.
+	// Fields carry the details of events added with Writer.Emit, and the
+	// brokers a topic_missing event asked ("brokers", comma-separated).
 	Fields map[string]string `json:"fields,omitempty"`
 }
 
@@ -130,6 +135,11 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 	case consumer.Blocked:
 		tok(e.Token)
 		r.Since, r.Err = e.Since.UTC(), errText(e.Err)
+	case consumer.TopicMissing:
+		r.Topic, r.Since, r.Attempt = e.Topic, e.Since.UTC(), e.Attempts
+		r.Fields = map[string]string{"brokers": strings.Join(e.Brokers, ",")}
+	case consumer.TopicFound:
+		r.Topic, r.Since, r.Attempt = e.Topic, e.MissingSince.UTC(), e.Attempts
 	}
 	return r
 }

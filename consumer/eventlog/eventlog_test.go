@@ -30,6 +30,8 @@ func TestRoundTrip(t *testing.T) {
 		consumer.FetchFailed{Topic: "t", Partition: -1, Err: errors.New("unknown topic")},
 		consumer.Lag{Topic: "t", Lag: map[int32]int64{0: 4}},
 		consumer.Stopped{Err: consumer.ErrClosed},
+		consumer.TopicMissing{Topic: "t", Brokers: []string{"b1:9092", "b2:9092"}, Since: since, Attempts: 3},
+		consumer.TopicFound{Topic: "t", MissingSince: since, Attempts: 3},
 	}
 	var buf bytes.Buffer
 	w := eventlog.NewWriter(&buf, nil)
@@ -75,6 +77,14 @@ func TestRoundTrip(t *testing.T) {
 		case consumer.Stopped:
 			if rec.Err != consumer.ErrClosed.Error() {
 				t.Errorf("stopped round trip: %+v", rec)
+			}
+		case consumer.TopicMissing:
+			if rec.Topic != "t" || !rec.Since.Equal(since) || rec.Attempt != 3 || rec.Fields["brokers"] != "b1:9092,b2:9092" || rec.Partition != -1 {
+				t.Errorf("topic_missing round trip: %+v", rec)
+			}
+		case consumer.TopicFound:
+			if rec.Topic != "t" || !rec.Since.Equal(since) || rec.Attempt != 3 {
+				t.Errorf("topic_found round trip: %+v", rec)
 			}
 		}
 	}

@@ -31,6 +31,9 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 		return sink.DeadLetterResult{}, err
 	}
 	op := fmt.Sprintf("dead letter %s@%d", tok, rec.Offset)
+	if err := s.writable(op); err != nil {
+		return sink.DeadLetterResult{}, err
+	}
 	if err := s.check(ctx, op); err != nil {
 		return sink.DeadLetterResult{}, err
 	}
@@ -186,6 +189,9 @@ func (s *Sink) ResolveDeadLetter(ctx context.Context, id int64, from, to sink.De
 	if err := sink.CheckResolve(from, to, strings.TrimSpace(reason)); err != nil {
 		return sink.DeadLetter{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
+	if err := s.writable(op); err != nil {
+		return sink.DeadLetter{}, err
+	}
 	if err := s.check(ctx, op); err != nil {
 		return sink.DeadLetter{}, err
 	}
@@ -250,6 +256,9 @@ func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]sink.DeadLetter
 func (s *Sink) MarkMirrored(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
+	}
+	if err := s.writable("mark mirrored"); err != nil {
+		return err
 	}
 	if err := s.check(ctx, "mark mirrored"); err != nil {
 		return err

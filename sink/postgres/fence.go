@@ -56,6 +56,9 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	if err := s.check(ctx, op); err != nil {
 		return 0, err
 	}
+	if err := s.writable(op); err != nil {
+		return 0, err
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, wrap(ctx, op, err)
@@ -126,6 +129,9 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 		return sink.ApplyResult{}, err
 	}
 	op := "apply " + tok.String()
+	if err := s.writable(op); err != nil {
+		return sink.ApplyResult{}, err
+	}
 	for attempt := 1; ; attempt++ {
 		if err := s.check(ctx, op); err != nil {
 			return sink.ApplyResult{}, err
@@ -288,6 +294,9 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		return sink.Fence{}, fmt.Errorf("postgres: %s: %w", op, ErrNoReason)
 	}
 	if err := s.check(ctx, op); err != nil {
+		return sink.Fence{}, err
+	}
+	if err := s.writable(op); err != nil {
 		return sink.Fence{}, err
 	}
 	tx, err := s.pool.Begin(ctx)

@@ -121,6 +121,13 @@ type Config struct {
 	IdleInTxTimeout time.Duration
 	// Logger receives structured logs; default discards.
 	Logger *slog.Logger
+	// ReadOnly opens the sink for reading only, for tools that inspect it
+	// (Fences, History): Open creates no schema and no table, and fails
+	// with an error matching [ErrNoSchema] where it would have created
+	// them; the sessions of a pool it opens are read-only on the server
+	// (default_transaction_read_only); the writing methods fail with
+	// [ErrReadOnly].
+	ReadOnly bool
 }
 
 // Sink is a fenced sink in a PostgreSQL database. It implements
@@ -134,6 +141,7 @@ type Sink struct {
 	log      *slog.Logger
 	schema   string
 	prefix   string
+	readOnly bool
 	q        queries
 	closed   atomic.Bool
 	close    sync.Once
@@ -142,7 +150,8 @@ type Sink struct {
 // Open connects to the database described by cfg, checks that it is
 // reachable (an error matching [ErrUnreachable] if not, naming the server),
 // and creates the sink's tables on first use (an error matching
-// [ErrSchema] if conflicting tables exist). An invalid cfg fails with
+// [ErrSchema] if conflicting tables exist; with [Config.ReadOnly] it
+// creates nothing and fails with [ErrNoSchema] instead). An invalid cfg fails with
 // [ErrConfig]. Open may be called from any goroutine, also by several
 // processes at once against the same database.
 func Open(ctx context.Context, cfg Config) (*Sink, error) {
@@ -180,6 +189,8 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		schema: cfg.Schema,
 		prefix: cfg.Prefix,
 		q:      newQueries(cfg.Schema, cfg.Prefix),
+
+		readOnly: cfg.ReadOnly,
 	}
 	var target string
 	if s.pool == nil {
@@ -193,6 +204,9 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		}
 		ms := (cfg.IdleInTxTimeout + time.Millisecond - 1) / time.Millisecond
 		pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(int64(ms), 10)
+		if cfg.ReadOnly {
+			readOnlySessions(pcfg)
+		}
 		target = describeTarget(pcfg)
 		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {

@@ -261,6 +261,9 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 	}
 	switch len(existing) {
 	case 0:
+		if s.readOnly {
+			return s.noSchema()
+		}
 		return s.createSchema(ctx, tx)
 	case len(tables):
 	default:

@@ -49,6 +49,13 @@
 // The file must be on a local file system (WAL needs shared memory; network
 // file systems are not supported by SQLite's WAL mode).
 //
+// # Reading a sink without changing it
+//
+// Tools that only inspect a sink (the CLI's fences list and history, and
+// status) open it with [Config.ReadOnly]: nothing is created, no schema,
+// no journal-mode switch, no -wal or -shm file left behind, and a file
+// without the sink's tables fails with [ErrNoSchema].
+//
 // # Durability
 //
 // Connections run with PRAGMA synchronous=FULL: every commit is synced to the

@@ -71,6 +71,9 @@ func (s *Sink) readFence(ctx context.Context, tx *sql.Tx, scope epochs.Scope) (f
 // The returned release function rolls back unless the transaction was
 // committed, and releases the writer lock.
 func (s *Sink) begin(ctx context.Context, op string) (*sql.Tx, func(), error) {
+	if err := s.writable(op); err != nil {
+		return nil, nil, err
+	}
 	if err := s.lockWriter(ctx); err != nil {
 		return nil, nil, s.wrap(ctx, op, err)
 	}

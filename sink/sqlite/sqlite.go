@@ -86,6 +86,14 @@ type Config struct {
 	BusyTimeout time.Duration
 	// Logger receives structured logs (open, resets); default discards.
 	Logger *slog.Logger
+	// ReadOnly opens the database for reading only, for tools that inspect
+	// a sink (Fences, History): Open then never creates the file or the
+	// sink's tables, never changes the journal mode, and leaves the file
+	// byte for byte as it found it, and no -wal or -shm file behind that
+	// was not there (see readOnlyDSN for how). A database without the
+	// sink's tables fails with an error matching [ErrNoSchema]. The
+	// writing methods fail with [ErrReadOnly].
+	ReadOnly bool
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -154,20 +162,39 @@ type Sink struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// unchanged, set for a read-only Sink reading without locks, is
+	// checked by Close (see readOnlyDSN).
+	unchanged func() error
 }
 
 // Open opens the sink's database at cfg.Path, creating the file and the
 // sink's tables (in one transaction) if missing, and checks an existing
 // schema. The database is put in WAL mode. It fails with an error matching
 // [ErrConfig] for an invalid cfg or an unusable file, and [ErrSchema] for a
-// conflicting schema. Open may be called from any goroutine, by any number
-// of processes on the same file.
+// conflicting schema. With [Config.ReadOnly] it creates and changes
+// nothing, and fails with [ErrNoSchema] where it would have created the
+// tables. Open may be called from any goroutine, by any number of
+// processes on the same file.
 func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("sqlite", cfg.dsn())
+	dsn := cfg.dsn()
+	var unchanged func() error
+	if cfg.ReadOnly {
+		var immutable bool
+		if dsn, immutable, err = cfg.readOnlyDSN(); err != nil {
+			return nil, err
+		}
+		if immutable {
+			if unchanged, err = unchangedSince(cfg.Path); err != nil {
+				return nil, err
+			}
+		}
+	}
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %q: %w", ErrConfig, cfg.Path, err)
 	}
@@ -183,6 +210,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 
 		deadLetters: cfg.Prefix + "_dead_letters",
 		dlAudit:     cfg.Prefix + "_dl_audit",
+		unchanged:   unchanged,
 	}
 	if err := s.init(ctx); err != nil {
 		_ = s.Close()
@@ -194,6 +222,9 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 // init checks the connection, the journal mode and the schema, and
 // prepares the statements.
 func (s *Sink) init(ctx context.Context) error {
+	if s.cfg.ReadOnly {
+		return s.initReadOnly(ctx)
+	}
 	var mode string
 	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		return s.openErr(ctx, err)
@@ -260,8 +291,10 @@ func (s *Sink) DB() *sql.DB { return s.db }
 
 // Close closes the sink's prepared statements and database handle. It is
 // idempotent: later calls return the first call's result. Calls to the
-// sink's other methods made after Close fail. It may be called from any
-// goroutine.
+// sink's other methods made after Close fail. A read-only Sink that read a
+// WAL database without locks (see [Config.ReadOnly]) also fails with
+// [ErrChangedDuringRead] if the file changed while it was open. It may be
+// called from any goroutine.
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
@@ -271,6 +304,9 @@ func (s *Sink) Close() error {
 			}
 		}
 		errs = append(errs, s.db.Close())
+		if s.unchanged != nil {
+			errs = append(errs, s.unchanged())
+		}
 		if err := errors.Join(errs...); err != nil {
 			s.closeErr = fmt.Errorf("sqlite: close %q: %w", s.cfg.Path, err)
 		}

@@ -75,6 +75,16 @@ type Batch struct {
 // Freeze is the batch a worker froze itself before.
 type Freeze = Batch
 
+// Transition is a partition a worker claimed (Kind consumer.KindClaimed)
+// or let go (KindRevoked, KindLost, KindFenced), with its tenure's epoch
+// and the time the worker reported it (its event's time).
+type Transition struct {
+	Kind      string
+	Partition int32
+	Epoch     int32
+	At        time.Time
+}
+
 // WorkerOptions are the common flags of a ledger worker process: its
 // brokers, topic, group, --sink value and name (client ID, also the
 // worker's name in timelines), and the fault hooks it installs.
@@ -141,6 +151,7 @@ type Worker struct {
 	freezes []Batch
 	hangs   []Batch
 	applied []eventlog.Record
+	trans   []Transition
 	counts  map[string]int
 	errs    []string
 	bad     []string // lines of the event stream that were not events
@@ -209,6 +220,10 @@ func (w *Worker) observe(r eventlog.Record) {
 		return b
 	}
 	switch r.Kind {
+	case consumer.KindClaimed, consumer.KindRevoked, consumer.KindLost, consumer.KindFenced:
+		w.trans = append(w.trans, Transition{Kind: r.Kind, Partition: r.Partition, Epoch: r.Epoch, At: r.Time})
+	}
+	switch r.Kind {
 	case consumer.KindClaimed:
 		w.member = r.Member
 		w.claims[r.Partition] = Claim{Epoch: r.Epoch, Member: r.Member, Next: r.NextOffset}
@@ -268,6 +283,14 @@ func (w *Worker) Hangs() []Batch {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.hangs)
+}
+
+// Transitions returns the partitions the worker claimed and let go, in
+// order.
+func (w *Worker) Transitions() []Transition {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.trans)
 }
 
 // Applied returns the worker's applied-batch events, in order.
