@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
@@ -122,7 +121,7 @@ func (w *Worker[Tx]) observe(ctx context.Context) (topicID string, starts, ends 
 		return "", nil, nil, fmt.Errorf("consumer: reading topic %s's metadata: %w", w.cfg.Topic, err)
 	}
 	if td.ID != (kadm.TopicID{}) {
-		topicID = td.ID.String()
+		topicID = sink.FormatTopicID(td.ID)
 	}
 	if starts, err = adm.ListStartOffsets(octx, w.cfg.Topic); err != nil {
 		return "", nil, nil, fmt.Errorf("consumer: listing topic %s's start offsets: %w", w.cfg.Topic, err)
@@ -323,12 +322,7 @@ func commitAs(ctx context.Context, cl *kgo.Client, group, member string, gen int
 
 // topicIDBytes returns the topic ID t observed, as bytes (zero if none).
 func (w *Worker[Tx]) topicIDBytes(t *tenure[Tx]) [16]byte {
-	var id [16]byte
-	if t.topicID != "" {
-		if b, err := base64.StdEncoding.DecodeString(t.topicID); err == nil && len(b) == 16 {
-			copy(id[:], b)
-		}
-	}
+	id, _ := sink.ParseTopicID(t.topicID) // zero if none (a broker without topic IDs)
 	return id
 }
 
@@ -355,6 +349,13 @@ func (w *Worker[Tx]) reclaimLoop() {
 		}
 		w.mu.Unlock()
 		for _, t := range blocked {
+			if t.after != nil {
+				select { // the tenure it replaces has not exited yet
+				case <-t.after:
+				case <-t.ctx.Done():
+					continue
+				}
+			}
 			next, err := w.claim(t.ctx, t, nil)
 			if err != nil {
 				continue
@@ -424,24 +425,48 @@ func (w *Worker[Tx]) diagnose(ctx context.Context, err error) error {
 }
 
 // resetUnderTenure handles a write of t refused because nobody holds its
-// scope: an operator reset the fence while t held it. t stops (its queue is
-// dropped and its partition paused), a fresh tenure with the same token
-// takes its place, blocked with ErrFenceReset, and reclaimLoop claims it at
-// once: with a proof of membership, at the checkpoint the reset left. It is
-// called by t's goroutine, which returns right after.
+// scope: an operator reset the fence while t held it. It is called by t's
+// goroutine, which returns right after.
 func (w *Worker[Tx]) resetUnderTenure(t *tenure[Tx], err error) {
+	w.reclaimTenure(t, fmt.Errorf("%w: %w", ErrFenceReset, err))
+}
+
+// positionLost handles a fetch of partition p refused because its position
+// is not in the log any more (OFFSET_OUT_OF_RANGE: records deleted before
+// they were fetched, or a log truncated below it; or kgo's ErrDataLoss).
+// The Worker never jumps to another position by itself: it claims the
+// partition again, and the claim checks the log (a retention loss or a
+// truncation is refused and reported; a position that is valid again
+// resumes). It is called by the poll loop.
+func (w *Worker[Tx]) positionLost(p int32, err error) {
+	w.mu.Lock()
+	t := w.tenures[p]
+	w.mu.Unlock()
+	if t == nil || !t.started.Load() || t.fenced.Load() {
+		return
+	}
+	w.reclaimTenure(t, fmt.Errorf("consumer: the broker no longer serves %s/%d at offset %d (%w); claiming it again to check the log",
+		t.tok.Topic, p, t.next(), err))
+}
+
+// reclaimTenure stops t (its queue is dropped and its partition paused)
+// and puts in its place a fresh tenure with the same token, blocked with
+// cause, which reclaimLoop claims at once: the claim observes the log and,
+// after a reset, proves the membership; it starts the new tenure only once
+// t's goroutine has exited.
+func (w *Worker[Tx]) reclaimTenure(t *tenure[Tx], cause error) {
 	w.mu.Lock()
 	if w.tenures[t.tok.Partition] != t {
 		w.mu.Unlock()
-		return // revoked meanwhile: the next assignment claims
+		return // revoked meanwhile, or already replaced: the next claim checks
 	}
 	nt := newTenure(w, t.tok)
-	nt.topicID = t.topicID
+	nt.topicID, nt.after = t.topicID, t.done
 	w.tenures[t.tok.Partition] = nt
 	w.mu.Unlock()
 	t.markFenced()
 	t.cancel()
-	w.block(nt, fmt.Errorf("%w: %w", ErrFenceReset, err))
+	w.block(nt, cause)
 	select {
 	case w.reclaimSig <- struct{}{}:
 	default:

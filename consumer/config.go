@@ -270,7 +270,10 @@ func (w *Worker[Tx]) clientOpts() []kgo.Opt {
 		kgo.ConsumerGroup(c.Group),
 		kgo.ConsumeTopics(c.Topic),
 		kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Never jump over an out-of-range position: the poll loop sees
+		// the error and the partition is claimed again, which checks
+		// the log (docs/design.md#log-identity).
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(fetchMaxWait),
 		kgo.OnPartitionsAssigned(w.onAssigned),

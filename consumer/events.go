@@ -51,23 +51,24 @@ type Event interface {
 // Kinds of Event, as returned by Event.Kind. They are stable: event
 // streams (see package consumer/eventlog) and tooling key on them.
 const (
-	KindAssigned     = "assigned"
-	KindClaimed      = "claimed"
-	KindApplied      = "applied"
-	KindFenced       = "fenced"
-	KindStalled      = "stalled"
-	KindRevoked      = "revoked"
-	KindLost         = "lost"
-	KindCommitted    = "committed"
-	KindCommitFailed = "commit_failed"
-	KindFetchFailed  = "fetch_failed"
-	KindLag          = "lag"
-	KindStopped      = "stopped"
-	KindDeadLettered = "dead_lettered"
-	KindLogChanged   = "log_changed"
-	KindBlocked      = "blocked"
-	KindTopicMissing = "topic_missing"
-	KindTopicFound   = "topic_found"
+	KindAssigned       = "assigned"
+	KindClaimed        = "claimed"
+	KindApplied        = "applied"
+	KindFenced         = "fenced"
+	KindStalled        = "stalled"
+	KindRevoked        = "revoked"
+	KindLost           = "lost"
+	KindCommitted      = "committed"
+	KindCommitFailed   = "commit_failed"
+	KindFetchFailed    = "fetch_failed"
+	KindLag            = "lag"
+	KindStopped        = "stopped"
+	KindDeadLettered   = "dead_lettered"
+	KindLogChanged     = "log_changed"
+	KindBlocked        = "blocked"
+	KindTopicMissing   = "topic_missing"
+	KindTopicFound     = "topic_found"
+	KindTopicRecreated = "topic_recreated"
 )
 
 // Assigned: the group assigned a partition to this member and the Worker
@@ -223,6 +224,19 @@ type TopicFound struct {
 	Attempts     int
 }
 
+// TopicRecreated: the Worker's topic was deleted and created again while
+// it processed partitions of it (its topic ID changed from OldID to NewID:
+// a new log, whose offsets restart). The Worker stops those partitions,
+// forgets the old topic and rejoins the group; each partition's claim then
+// finds the changed log and waits (LogChanged, Blocked) for an operator's
+// reset (docs/design.md#log-identity). Nothing of the new log is applied
+// before that.
+type TopicRecreated struct {
+	Topic        string
+	OldID, NewID string
+	Partitions   []int32 // the partitions this member was processing on the old log
+}
+
 // Stopped: the Worker stopped for good; Err is what Worker.Err returns
 // (ErrClosed after Close).
 type Stopped struct {
@@ -319,23 +333,27 @@ func (TopicMissing) Kind() string { return KindTopicMissing }
 // Kind returns KindTopicFound.
 func (TopicFound) Kind() string { return KindTopicFound }
 
-func (Assigned) isEvent()     {}
-func (Claimed) isEvent()      {}
-func (Applied) isEvent()      {}
-func (Fenced) isEvent()       {}
-func (Stalled) isEvent()      {}
-func (Revoked) isEvent()      {}
-func (Lost) isEvent()         {}
-func (Committed) isEvent()    {}
-func (CommitFailed) isEvent() {}
-func (FetchFailed) isEvent()  {}
-func (Lag) isEvent()          {}
-func (Stopped) isEvent()      {}
-func (DeadLettered) isEvent() {}
-func (LogChanged) isEvent()   {}
-func (Blocked) isEvent()      {}
-func (TopicMissing) isEvent() {}
-func (TopicFound) isEvent()   {}
+// Kind returns KindTopicRecreated.
+func (TopicRecreated) Kind() string { return KindTopicRecreated }
+
+func (Assigned) isEvent()       {}
+func (Claimed) isEvent()        {}
+func (Applied) isEvent()        {}
+func (Fenced) isEvent()         {}
+func (Stalled) isEvent()        {}
+func (Revoked) isEvent()        {}
+func (Lost) isEvent()           {}
+func (Committed) isEvent()      {}
+func (CommitFailed) isEvent()   {}
+func (FetchFailed) isEvent()    {}
+func (Lag) isEvent()            {}
+func (Stopped) isEvent()        {}
+func (DeadLettered) isEvent()   {}
+func (LogChanged) isEvent()     {}
+func (Blocked) isEvent()        {}
+func (TopicMissing) isEvent()   {}
+func (TopicFound) isEvent()     {}
+func (TopicRecreated) isEvent() {}
 
 // observers is the Worker's fan-out to its Observers.
 type observers struct {

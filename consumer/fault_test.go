@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -483,12 +484,16 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 
 	var mu sync.Mutex
 	var changed []*sink.LogChangedError
-	w := startWorker(t, c, s, workerOpts{name: "w1", reclaimInterval: 100 * time.Millisecond,
+	var recreated []consumer.TopicRecreated
+	w := startWorker(t, c, s, workerOpts{name: "w1", reclaimInterval: 100 * time.Millisecond, lagInterval: 200 * time.Millisecond,
 		observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
-			if lc, ok := e.(consumer.LogChanged); ok {
-				mu.Lock()
-				changed = append(changed, lc.Err)
-				mu.Unlock()
+			mu.Lock()
+			defer mu.Unlock()
+			switch e := e.(type) {
+			case consumer.LogChanged:
+				changed = append(changed, e.Err)
+			case consumer.TopicRecreated:
+				recreated = append(recreated, e)
 			}
 		})}})
 	waitFor(t, 30*time.Second, "the old log applied", func() bool { return appliedCount(s, keys) == len(keys)*5 })
@@ -513,6 +518,9 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 	})
 	mu.Lock()
 	first := changed[0]
+	if len(recreated) == 0 || recreated[0].OldID == recreated[0].NewID || len(recreated[0].Partitions) != 1 {
+		t.Errorf("TopicRecreated events %+v: want one naming both IDs and the partition", recreated)
+	}
 	mu.Unlock()
 	if !errors.Is(first, sink.ErrTopicRecreated) || errors.Is(first, sink.ErrFenced) {
 		t.Fatalf("LogChanged %v: want ErrTopicRecreated, not ErrFenced", first)
@@ -535,4 +543,95 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "the new log applied", func() bool { return appliedCount(s, keys) == len(keys)*8 })
 	checkInvariants(t, s, keys, 8)
+}
+
+// TestRetentionUnderLiveWorker: records a running worker has not fetched
+// yet are deleted (DeleteRecords, as retention would). Its next fetch is
+// out of range; the worker must not jump to the new log start (the deleted
+// records would be skipped without a word): it claims again, the claim
+// finds the retention loss and counts it, and the partition waits for an
+// operator, who accepts the loss with a reset at the new log start.
+func TestRetentionUnderLiveWorker(t *testing.T) {
+	const partitions = 1
+	c := newFakeCluster(t, partitions)
+	s := memory.New()
+	keys := makeKeys(1)
+	produce(t, c, partitions, keys, 0, 5)
+
+	var mu sync.Mutex
+	var changed []*sink.LogChangedError
+	w := startWorker(t, c, s, workerOpts{name: "w1", reclaimInterval: 100 * time.Millisecond,
+		observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
+			if lc, ok := e.(consumer.LogChanged); ok {
+				mu.Lock()
+				changed = append(changed, lc.Err)
+				mu.Unlock()
+			}
+		})}})
+	waitFor(t, 30*time.Second, "the first records applied", func() bool { return appliedCount(s, keys) == 5 })
+
+	// Hold the worker's fetches while records 5..19 are produced and
+	// 5..14 deleted, then let them through.
+	release := make(chan struct{})
+	var held atomic.Int64
+	c.kf.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.kf.KeepControl()
+		select {
+		case <-release:
+			c.kf.DropControl()
+		default:
+			held.Add(1)
+			c.kf.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	waitFor(t, 30*time.Second, "a fetch held", func() bool { return held.Load() > 0 })
+	produce(t, c, partitions, keys, 5, 20)
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ctx := context.Background()
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: c.topic, Partition: 0, At: 15})
+	if res, err := adm.DeleteRecords(ctx, del); err != nil || res.Error() != nil {
+		t.Fatalf("delete records: %v %v", err, res.Error())
+	}
+	close(release)
+
+	waitFor(t, 30*time.Second, "the retention loss to be reported", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(changed) > 0
+	})
+	mu.Lock()
+	first := changed[0]
+	mu.Unlock()
+	if !errors.Is(first, sink.ErrRetentionLoss) || first.Lost() != 10 {
+		t.Fatalf("LogChanged %v (lost %d): want a retention loss of 10", first, first.Lost())
+	}
+	if got := w.Stats().LostToRetention; got != 10 {
+		t.Fatalf("Stats.LostToRetention = %d, want 10", got)
+	}
+	if n := appliedCount(s, keys); n != 5 {
+		t.Fatalf("%d records applied before the operator decided, want 5 (nothing past the gap)", n)
+	}
+
+	// The operator accepts the loss: restart at the log start.
+	reports, err := fences.Diagnose(ctx, adm, s, c.group, c.topic)
+	if err != nil || len(reports) != 1 || reports[0].Lost() != 10 {
+		t.Fatalf("diagnose: %v %+v", err, reports)
+	}
+	if _, err := fences.Reset(ctx, adm, s, fences.Request{Scope: reports[0].Fence.Scope, Expect: fences.ExpectToken(reports[0].Fence),
+		Checkpoint: fences.Checkpoint{RestartAt: "earliest"}, Reason: "accept the loss of offsets 5-14 (test)"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the records past the gap applied", func() bool { return appliedCount(s, keys) == 10 })
+	if got := logOf(s, keys[0]); !slices.Equal(got, []int{0, 1, 2, 3, 4, 15, 16, 17, 18, 19}) {
+		t.Fatalf("applied %v", got)
+	}
+	if err := s.Verify(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -23,6 +23,7 @@ const fetchMaxWait = 200 * time.Millisecond
 // dropped here: the next tenure refetches them from the sink's checkpoint.
 func (w *Worker[Tx]) pollLoop() {
 	defer w.wg.Done()
+	backoff := time.Duration(0)
 	for {
 		// Take everything buffered: kgo drops (and later refetches) the
 		// buffered records of a partition that is paused, so records left
@@ -34,11 +35,20 @@ func (w *Worker[Tx]) pollLoop() {
 			return
 		}
 		var fatal error
+		failed := false
 		fetches.EachError(func(topic string, p int32, err error) {
+			failed = true
 			if errors.Is(err, context.Canceled) {
 				return
 			}
 			w.obs.emit(FetchFailed{Topic: topic, Partition: p, Err: err})
+			if topic == w.cfg.Topic && errors.Is(err, kerr.UnknownTopicID) {
+				w.topicIDUnknown()
+			}
+			var loss *kgo.ErrDataLoss
+			if topic == w.cfg.Topic && (errors.Is(err, kerr.OffsetOutOfRange) || errors.As(err, &loss)) {
+				w.positionLost(p, err)
+			}
 			if fatal == nil && isFatalGroupErr(err) {
 				fatal = err
 			}
@@ -59,6 +69,19 @@ func (w *Worker[Tx]) pollLoop() {
 			}
 			t.enqueue(ftp.Records)
 		})
+		// A poll that only failed is retried after a growing pause: kgo
+		// returns some errors (UNKNOWN_TOPIC_ID after the topic was
+		// recreated) at once, again and again.
+		if !failed || fetches.NumRecords() > 0 {
+			backoff = 0
+			continue
+		}
+		backoff = min(max(2*backoff, w.cfg.RetryBackoff), w.cfg.MaxRetryBackoff)
+		select {
+		case <-time.After(backoff):
+		case <-w.ctx.Done():
+			return
+		}
 	}
 }
 

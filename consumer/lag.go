@@ -18,6 +18,7 @@ func (w *Worker[Tx]) lagLoop() {
 	defer w.wg.Done()
 	adm := kadm.NewClient(w.cl) // shares the client; never closed here
 	var topic topicWatch
+	var signalled time.Time
 	w.watchTopic(adm, &topic)
 	t := time.NewTicker(w.cfg.LagInterval)
 	defer t.Stop()
@@ -26,6 +27,14 @@ func (w *Worker[Tx]) lagLoop() {
 		case <-w.ctx.Done():
 			return
 		case <-t.C:
+		case <-w.topicSig:
+			// A fetch found the topic ID unknown: check now, at most
+			// once a second.
+			if time.Since(signalled) >= time.Second {
+				signalled, topic.last = time.Now(), time.Time{}
+				w.watchTopic(adm, &topic)
+			}
+			continue
 		}
 		w.watchTopic(adm, &topic)
 		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.LagInterval)

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -14,15 +15,20 @@ import (
 
 // NewLogObserver returns an Observer that logs every event to logger, with
 // the token's group, topic, partition, epoch and member as attributes:
-// assignments, claims, revokes and losses at INFO; stalls, fetch errors and
-// a missing topic at WARN (at ERROR once it has been missing for
+// assignments, claims, revokes and losses at INFO; stalls, dead letters,
+// fetch errors and a missing topic at WARN (a stall at ERROR once it lasts
+// a minute, a missing topic once it has been missing for
 // TopicMissingErrorAfter; its reappearance at INFO); fenced claims and
-// applies, and a Worker that stopped by itself, at ERROR; applied batches, commits and lag at DEBUG. The messages are
-// for people: programs should observe the events themselves (or their
-// consumer/eventlog stream), never parse the log. It may be used from any
-// goroutine.
+// applies, changed logs, blocked partitions, a recreated topic and a
+// Worker that stopped by itself at ERROR; applied batches, commits and lag
+// at DEBUG. What repeats is rate-limited, never dropped silently: a stall,
+// a blocked partition or a fetch error is logged for its first three
+// occurrences, then at most once per 30 s with the count not logged in
+// between. The messages are for people: programs should observe the
+// events themselves (or their consumer/eventlog stream), never parse the
+// log. It may be used from any goroutine.
 func NewLogObserver(logger *slog.Logger) Observer {
-	return &logObserver{l: logger, last: map[int32]time.Time{}, muted: map[int32]int{}}
+	return &logObserver{l: logger, last: map[int32]time.Time{}, muted: map[int32]int{}, repeats: map[string]repeat{}}
 }
 
 // A stall is logged at WARN, then at ERROR once it lasts stallEscalation;
@@ -42,6 +48,14 @@ type logObserver struct {
 	mu    sync.Mutex
 	last  map[int32]time.Time // partition → when its stall or block was last logged
 	muted map[int32]int       // partition → attempts not logged since
+	// repeats counts events that repeat under a key (fetch errors).
+	repeats map[string]repeat
+}
+
+// repeat is how often an event under one key was seen and logged.
+type repeat struct {
+	n, muted int
+	last     time.Time
 }
 
 // admit reports whether a stall's attempt of partition p is logged now,
@@ -56,6 +70,28 @@ func (o *logObserver) admit(p int32, attempt int) (bool, int) {
 		return true, muted
 	}
 	o.muted[p]++
+	return false, 0
+}
+
+// admitKey reports whether an event repeating under key (a fetch error of
+// one partition) is logged now, and how many repeats were not logged
+// before it: the first stallVerbose, then one per stallEvery.
+func (o *logObserver) admitKey(key string) (bool, int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.repeats) >= 1024 { // bounded: errors whose text varies without end
+		clear(o.repeats)
+	}
+	r := o.repeats[key]
+	r.n++
+	if r.n <= stallVerbose || time.Since(r.last) >= stallEvery {
+		muted := r.muted
+		r.last, r.muted = time.Now(), 0
+		o.repeats[key] = r
+		return true, muted
+	}
+	r.muted++
+	o.repeats[key] = r
 	return false, 0
 }
 
@@ -125,11 +161,16 @@ func (o *logObserver) Observe(e Event) {
 	case CommitFailed:
 		l.Debug("offset commit not accepted; retrying for partitions still owned", "group", e.Group, "topic", e.Topic, "offsets", e.Offsets, "err", e.Err)
 	case FetchFailed:
-		l.Warn("fetch error", "topic", e.Topic, "partition", e.Partition, "err", e.Err)
+		if ok, muted := o.admitKey(fmt.Sprintf("fetch/%d/%v", e.Partition, e.Err)); ok {
+			l.Warn("fetch error", "topic", e.Topic, "partition", e.Partition, "err", e.Err, "repeats_not_logged", muted)
+		}
 	case Lag:
 		l.Debug("lag", "topic", e.Topic, "lag", e.Lag)
 	case TopicMissing:
 		logTopicMissing(l, e)
+	case TopicRecreated:
+		l.Error("topic deleted and created again under this worker: its partitions stop and the worker rejoins; each waits for an operator's fence reset (workrouter fences reset --restart-at)",
+			"topic", e.Topic, "old_topic_id", e.OldID, "new_topic_id", e.NewID, "partitions", e.Partitions)
 	case TopicFound:
 		l.Info("topic now exists; consuming it", "topic", e.Topic, "missing_since", e.MissingSince, "checks", e.Attempts)
 	case Stopped:

@@ -40,6 +40,9 @@ type tenure[Tx any] struct {
 	// topicID is the log identity observed at the claim (set before the
 	// tenure's goroutine starts).
 	topicID string
+	// after, if not nil, is closed when the tenure this one replaced has
+	// exited (see reclaimTenure); this one starts only after.
+	after <-chan struct{}
 
 	smu sync.Mutex // guards st
 	st  stallState

@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/workrouter/workrouter/sink"
 )
 
 // TopicMissingErrorAfter is how long a Worker's topic may be missing before
@@ -57,6 +59,9 @@ func (w *Worker[Tx]) watchTopic(adm *kadm.Client, tw *topicWatch) {
 	}
 
 	tw.last = now
+	if !missing && td.ID != (kadm.TopicID{}) {
+		w.checkTopicID(sink.FormatTopicID(td.ID))
+	}
 	var e Event
 	switch {
 	case missing:
@@ -71,5 +76,43 @@ func (w *Worker[Tx]) watchTopic(adm *kadm.Client, tw *topicWatch) {
 	}
 	if e != nil && w.ctx.Err() == nil {
 		w.obs.emit(e)
+	}
+}
+
+// checkTopicID compares the topic ID the brokers report now with the one
+// the Worker's partitions were claimed on. A different one means the topic
+// was deleted and created again under them (docs/design.md#log-identity):
+// kgo refuses to fetch from the new topic (UNKNOWN_TOPIC_ID) and the
+// partitions would sit there. The Worker reports TopicRecreated, forgets
+// the old topic and consumes it again, which rejoins the group; each
+// partition's claim then finds the changed log and waits for an operator.
+// It is called from the lag loop's goroutine.
+func (w *Worker[Tx]) checkTopicID(id string) {
+	w.mu.Lock()
+	var old string
+	var parts []int32
+	for p, t := range w.tenures {
+		if t.topicID != "" && t.topicID != id {
+			old = t.topicID
+			parts = append(parts, p)
+		}
+	}
+	w.mu.Unlock()
+	if len(parts) == 0 || w.ctx.Err() != nil {
+		return
+	}
+	slices.Sort(parts)
+	w.obs.emit(TopicRecreated{Topic: w.cfg.Topic, OldID: old, NewID: id, Partitions: parts})
+	w.cl.PurgeTopicsFromClient(w.cfg.Topic)
+	w.cl.AddConsumeTopics(w.cfg.Topic)
+}
+
+// topicIDUnknown is called by the poll loop when a fetch of the Worker's
+// topic fails with UNKNOWN_TOPIC_ID (a sign the topic was recreated): it
+// asks the lag loop to check the topic now rather than at its next tick.
+func (w *Worker[Tx]) topicIDUnknown() {
+	select {
+	case w.topicSig <- struct{}{}:
+	default:
 	}
 }

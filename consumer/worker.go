@@ -72,6 +72,7 @@ type Worker[Tx any] struct {
 	pinger     sink.Pinger
 	mirrorSig  chan struct{} // nil without Config.DeadLetterTopic
 	reclaimSig chan struct{} // wakes reclaimLoop before its next tick
+	topicSig   chan struct{} // wakes the lag loop to check the topic (see topicIDUnknown)
 
 	assigned, revoked, lost, claims, fencedClaims, fencedApplies atomic.Int64
 	batches, records, skipped, retries, pauses                   atomic.Int64
@@ -95,6 +96,7 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		pending:    make(map[int32]kgo.EpochOffset),
 		commitSig:  make(chan struct{}, 1),
 		reclaimSig: make(chan struct{}, 1),
+		topicSig:   make(chan struct{}, 1),
 		ready:      make(chan struct{}),
 		done:       make(chan struct{}),
 	}

@@ -141,7 +141,7 @@ func Diagnose(ctx context.Context, adm *kadm.Client, l sink.Lister, group, topic
 			r.Committed = c.At
 		}
 		if exists && td.ID != (kadm.TopicID{}) {
-			r.Log.TopicID = td.ID.String()
+			r.Log.TopicID = sink.FormatTopicID(td.ID)
 			if s, ok := starts.Lookup(topic, p); ok && s.Err == nil {
 				r.Log.LogStart = s.Offset
 			}

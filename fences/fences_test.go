@@ -75,7 +75,7 @@ func (e *env) observe() sink.Observed {
 	}
 	s, _ := starts.Lookup(topic, 0)
 	en, _ := ends.Lookup(topic, 0)
-	return sink.Observed{TopicID: tds[topic].ID.String(), LogStart: s.Offset, LogEnd: en.Offset}
+	return sink.Observed{TopicID: sink.FormatTopicID(tds[topic].ID), LogStart: s.Offset, LogEnd: en.Offset}
 }
 
 // hold claims partition 0 for tok on the log as it is and applies up to

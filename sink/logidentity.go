@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 
@@ -102,3 +103,24 @@ func CheckLog(scope epochs.Scope, found bool, storedTopicID string, next int64, 
 	}
 	return next, obs.TopicID, nil
 }
+
+// FormatTopicID returns a Kafka topic ID as Kafka's own tools print it
+// (kafka-topics --describe): URL-safe base64 without padding. It is the
+// form of Observed.TopicID and Fence.TopicID. It may be called from any
+// goroutine.
+func FormatTopicID(id [16]byte) string { return base64.RawURLEncoding.EncodeToString(id[:]) }
+
+// ParseTopicID reads a topic ID in the form FormatTopicID writes.
+func ParseTopicID(s string) ([16]byte, error) {
+	var id [16]byte
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != 16 {
+		return id, fmt.Errorf("%w: %q is not a topic ID (22 characters of URL-safe base64)", ErrBadTopicID, s)
+	}
+	copy(id[:], b)
+	return id, nil
+}
+
+// ErrBadTopicID is matched by the error ParseTopicID returns for text that
+// is not a topic ID.
+var ErrBadTopicID = errors.New("sink: bad topic ID")

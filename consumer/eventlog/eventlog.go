@@ -140,6 +140,13 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 		r.Fields = map[string]string{"brokers": strings.Join(e.Brokers, ",")}
 	case consumer.TopicFound:
 		r.Topic, r.Since, r.Attempt = e.Topic, e.MissingSince.UTC(), e.Attempts
+	case consumer.TopicRecreated:
+		parts := make([]string, len(e.Partitions))
+		for i, p := range e.Partitions {
+			parts[i] = strconv.Itoa(int(p))
+		}
+		r.Topic = e.Topic
+		r.Fields = map[string]string{"old_topic_id": e.OldID, "new_topic_id": e.NewID, "partitions": strings.Join(parts, ",")}
 	}
 	return r
 }

@@ -17,6 +17,8 @@ import (
 func TestRoundTrip(t *testing.T) {
 	tok := epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 7, Member: "m-1"}
 	since := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	lc := &sink.LogChangedError{Scope: tok.Scope(), Case: sink.ErrRetentionLoss, StoredTopicID: "id", NextOffset: 10,
+		Observed: sink.Observed{TopicID: "id", LogStart: 15, LogEnd: 20}}
 	events := []consumer.Event{
 		consumer.Assigned{Token: tok},
 		consumer.Claimed{Token: tok, NextOffset: 0},
@@ -32,6 +34,10 @@ func TestRoundTrip(t *testing.T) {
 		consumer.Stopped{Err: consumer.ErrClosed},
 		consumer.TopicMissing{Topic: "t", Brokers: []string{"b1:9092", "b2:9092"}, Since: since, Attempts: 3},
 		consumer.TopicFound{Topic: "t", MissingSince: since, Attempts: 3},
+		consumer.DeadLettered{Token: tok, Offset: 12, Key: []byte("k"), Type: "pay", Reason: consumer.ReasonHandlerError, Err: errors.New("bad"), Attempts: 8, ID: 42},
+		consumer.LogChanged{Token: tok, Err: lc},
+		consumer.Blocked{Token: tok, Since: since, Err: lc},
+		consumer.TopicRecreated{Topic: "t", OldID: "old", NewID: "new", Partitions: []int32{0, 2}},
 	}
 	var buf bytes.Buffer
 	w := eventlog.NewWriter(&buf, nil)
@@ -85,6 +91,23 @@ func TestRoundTrip(t *testing.T) {
 		case consumer.TopicFound:
 			if rec.Topic != "t" || !rec.Since.Equal(since) || rec.Attempt != 3 {
 				t.Errorf("topic_found round trip: %+v", rec)
+			}
+		case consumer.DeadLettered:
+			if rec.Token() != e.Token || rec.FirstOffset != 12 || rec.Cause != consumer.ReasonHandlerError || rec.Err != "bad" || rec.Attempt != 8 ||
+				rec.Fields["id"] != "42" || rec.Fields["key"] != "k" || rec.Fields["type"] != "pay" {
+				t.Errorf("dead_lettered round trip: %+v", rec)
+			}
+		case consumer.LogChanged:
+			if rec.Token() != e.Token || rec.NextOffset != 10 || rec.Fields["lost"] != "5" || rec.Fields["log_start"] != "15" || !strings.Contains(rec.Err, "deleted") {
+				t.Errorf("log_changed round trip: %+v", rec)
+			}
+		case consumer.Blocked:
+			if rec.Token() != e.Token || !rec.Since.Equal(since) || rec.Err == "" {
+				t.Errorf("blocked round trip: %+v", rec)
+			}
+		case consumer.TopicRecreated:
+			if rec.Topic != "t" || rec.Fields["old_topic_id"] != "old" || rec.Fields["new_topic_id"] != "new" || rec.Fields["partitions"] != "0,2" {
+				t.Errorf("topic_recreated round trip: %+v", rec)
 			}
 		}
 	}

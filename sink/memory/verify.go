@@ -66,6 +66,7 @@ func verifyEvents(events []Event) []Violation {
 	type scopeInput struct {
 		history []sink.HistoryEntry
 		writes  []invariants.Write
+		log     string // the log identity of the latest claim or reset
 	}
 	scopes := map[epochs.Scope]*scopeInput{}
 	var order []epochs.Scope
@@ -81,6 +82,12 @@ func verifyEvents(events []Event) []Violation {
 		}
 		seq := int64(ev.Seq)
 		switch ev.Kind {
+		case Claim, Reset:
+			if ev.TopicID != "" {
+				in.log = ev.TopicID
+			}
+		}
+		switch ev.Kind {
 		case Claim:
 			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset, TopicID: ev.TopicID})
 		case Reset:
@@ -88,7 +95,7 @@ func verifyEvents(events []Event) []Violation {
 		case Apply:
 			for _, o := range ev.Offsets {
 				in.writes = append(in.writes, invariants.Write{Partition: ev.Scope.Partition, Offset: o,
-					Epoch: ev.Token.Epoch, Member: ev.Token.Member, Key: ev.Scope.String(), Seq: o, Order: seq})
+					Epoch: ev.Token.Epoch, Member: ev.Token.Member, Key: in.log + "/" + ev.Scope.String(), Seq: o, Order: seq, Log: in.log})
 			}
 		}
 	}
