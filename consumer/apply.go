@@ -67,6 +67,8 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 		c, err := router.Decode(r)
 		if err != nil {
 			decodeErrs[i] = fmt.Errorf("%w: offset %d: %w", ErrUndecodable, r.Offset, err)
+		} else if err := t.checkRoute(r); err != nil {
+			decodeErrs[i] = err
 		}
 		cmds[i] = Command{Command: c, Offset: r.Offset, Timestamp: r.Timestamp, Token: t.tok}
 	}

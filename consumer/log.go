@@ -11,8 +11,8 @@ import (
 
 // NewLogObserver returns an Observer that logs every event to logger, with
 // the token's group, topic, partition, epoch and member as attributes:
-// assignments, claims, revokes and losses at INFO; stalls and fetch errors
-// at WARN; fenced claims and applies, and a Worker that stopped by itself,
+// assignments, claims, revokes and losses at INFO; stalls, fetch errors
+// and misrouted records at WARN; fenced claims and applies, and a Worker that stopped by itself,
 // at ERROR; applied batches, commits and lag at DEBUG. The messages are
 // for people: programs should observe the events themselves (or their
 // consumer/eventlog stream), never parse the log. It may be used from any
@@ -69,6 +69,13 @@ func (o logObserver) Observe(e Event) {
 		l.Warn("fetch error", "topic", e.Topic, "partition", e.Partition, "err", e.Err)
 	case Lag:
 		l.Debug("lag", "topic", e.Topic, "lag", e.Lag)
+	case Misrouted:
+		msg := "misrouted record: its key maps to another partition, so a producer partitions keys differently and the key's commands may be applied out of order; applied anyway"
+		if e.Refused {
+			msg = "misrouted record: its key maps to another partition, so a producer partitions keys differently; refused (the partition stalls)"
+		}
+		l.Warn(msg, tokenAttrs(e.Token, "offset", e.Offset, "key", string(e.Key), "expected_partition", e.Expected,
+			"partitioner", e.Partitioner.String(), "partitions", e.Partitions)...)
 	case Stopped:
 		if errors.Is(e.Err, ErrClosed) {
 			l.Info("worker stopped", "reason", e.Err)

@@ -31,6 +31,7 @@ type Stats struct {
 	Skipped       int64 // records skipped by the sink as already applied
 	Retries       int64 // failed batch or claim attempts that were retried
 	Pauses        int64 // times a partition's fetching was paused because its queue was full
+	Misrouted     int64 // records whose key maps to another partition under Config.Partitioner
 }
 
 // Worker is one consumer group member. Create it with New; stop it with
@@ -59,8 +60,10 @@ type Worker[Tx any] struct {
 
 	m *metrics // nil without Config.Registerer; also in obs
 
+	route *routeCheck
+
 	assigned, revoked, lost, claims, fencedClaims, fencedApplies atomic.Int64
-	batches, records, skipped, retries, pauses                   atomic.Int64
+	batches, records, skipped, retries, pauses, misrouted        atomic.Int64
 }
 
 // New validates cfg, connects to the brokers and joins the group.
@@ -81,6 +84,7 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		commitSig: make(chan struct{}, 1),
 		ready:     make(chan struct{}),
 		done:      make(chan struct{}),
+		route:     &routeCheck{partitioner: c.Partitioner, policy: c.Misroute},
 	}
 	all := slices.Clone(c.Observers)
 	if c.Logger != nil {
@@ -117,6 +121,7 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	if err := cl.Ping(ctx); err != nil {
 		return fail(fmt.Errorf("consumer: brokers %v unreachable: %w", c.Brokers, err))
 	}
+	w.readPartitionCount(ctx)
 	close(w.ready)
 	w.wg.Add(3)
 	go w.pollLoop()
@@ -190,7 +195,7 @@ func (w *Worker[Tx]) Stats() Stats {
 		Assigned: w.assigned.Load(), Revoked: w.revoked.Load(), Lost: w.lost.Load(),
 		Claims: w.claims.Load(), FencedClaims: w.fencedClaims.Load(), FencedApplies: w.fencedApplies.Load(),
 		Batches: w.batches.Load(), Records: w.records.Load(), Skipped: w.skipped.Load(), Retries: w.retries.Load(),
-		Pauses: w.pauses.Load(),
+		Pauses: w.pauses.Load(), Misrouted: w.misrouted.Load(),
 	}
 }
 

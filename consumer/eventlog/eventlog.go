@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"time"
 
@@ -116,6 +117,11 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 		r.Topic, r.Offsets = e.Topic, e.Lag
 	case consumer.Stopped:
 		r.Err = errText(e.Err)
+	case consumer.Misrouted:
+		tok(e.Token)
+		r.FirstOffset = e.Offset
+		r.Fields = map[string]string{"key": string(e.Key), "expected_partition": strconv.Itoa(int(e.Expected)),
+			"partitions": strconv.Itoa(int(e.Partitions)), "partitioner": e.Partitioner.String(), "refused": strconv.FormatBool(e.Refused)}
 	}
 	return r
 }
