@@ -35,7 +35,7 @@ any invariant failed.
 With --brokers it runs on that cluster, on a topic of its own; the connection
 flags below reach the demo's clients and its worker processes (the password
 through their environment, never their command line).
-`+connHelp,
+` + connHelp,
 		Example: `  workrouter demo
   workrouter demo --json
   workrouter demo --brokers kafka-1:9092 --commands 10000
@@ -54,7 +54,7 @@ through their environment, never their command line).
 				}
 				cfg.Brokers, cfg.ClientOpts = c.brokers, c.opts
 				cfg.WorkerConn, cfg.Worker.Env = c.workerArgs()
-			} else if (cf.tls || cf.mechanism != "" || len(cf.properties) > 0 || cf.propertiesFile != "") {
+			} else if cf.tls || cf.mechanism != "" || len(cf.properties) > 0 || cf.propertiesFile != "" {
 				return fmt.Errorf("the connection flags (--tls, --sasl-*, -X, --properties) apply to --brokers; the embedded broker needs none")
 			}
 			if cfg.PostgresDSN, cfg.SinkPath, err = ledgerSink(sink); err != nil {
