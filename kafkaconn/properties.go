@@ -119,8 +119,8 @@ func (c *Config) defaultSASL() {
 func (c *Config) SetPropertyArg(kv string) error {
 	key, value, ok := strings.Cut(kv, "=")
 	if !ok || strings.TrimSpace(key) == "" {
-		k, _, _ := strings.Cut(kv, "=")
-		return fmt.Errorf("%w: property %q: want key=value", ErrConfig, k)
+		// Not repeated: a value without its key may be a password.
+		return fmt.Errorf("%w: a property is not key=value", ErrConfig)
 	}
 	return c.SetProperty(key, value)
 }
@@ -141,8 +141,7 @@ func (c *Config) ReadProperties(r io.Reader, name string) error {
 		}
 		i := strings.IndexAny(s, "=:")
 		if i <= 0 {
-			k, _, _ := strings.Cut(s, " ")
-			return fmt.Errorf("%s line %d: %w: %q is not key=value", name, line, ErrConfig, k)
+			return fmt.Errorf("%s line %d: %w: not key=value", name, line, ErrConfig)
 		}
 		if err := c.SetProperty(s[:i], s[i+1:]); err != nil {
 			return fmt.Errorf("%s line %d: %w", name, line, err)
