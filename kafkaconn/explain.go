@@ -166,12 +166,23 @@ func (h handshakeTimeout) Unwrap() error { return h.err }
 type Probe struct {
 	cfg Config
 
-	mu   sync.Mutex
-	last error
+	mu      sync.Mutex
+	last    error
+	named   error         // the first failure Explain names
+	refused chan struct{} // closed when named is set
 }
 
 // NewProbe returns a Probe for a client that connects as c.
-func NewProbe(c Config) *Probe { return &Probe{cfg: c} }
+func NewProbe(c Config) *Probe { return &Probe{cfg: c, refused: make(chan struct{})} }
+
+// Refused returns a channel that is closed once a connection failed, while
+// being set up, for a cause Explain names (refused credentials, an
+// untrusted certificate, a TLS client at a plaintext listener): retrying
+// will not fix it, so a caller waiting for the client may give up at once
+// instead of at its deadline. (A broker that hangs up on the first request
+// of a client without SASL or TLS fails that request at once; the client
+// reports it itself.)
+func (p *Probe) Refused() <-chan struct{} { return p.refused }
 
 // Opt returns the option that installs the Probe's hook on a client.
 func (p *Probe) Opt() kgo.Opt { return kgo.WithHooks(p) }
@@ -192,15 +203,32 @@ func (p *Probe) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.
 			err = handshakeTimeout{err}
 		}
 	}
-	p.mu.Lock()
-	p.last = err
-	p.mu.Unlock()
+	p.record(err)
 }
 
-// Last returns the error of the last failed connection, or nil.
+// record remembers err as the last failure, and as the named one if it is
+// the first Explain names.
+func (p *Probe) record(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if errors.Is(err, context.Canceled) {
+		return // the client is closing, or its caller gave up: no news
+	}
+	p.last = err
+	if e, named := errors.AsType[*Error](p.cfg.Explain(err)); named && p.named == nil {
+		p.named = e
+		close(p.refused)
+	}
+}
+
+// Last returns the first connection failure whose cause Explain names,
+// or else the last failed connection's error, or nil.
 func (p *Probe) Last() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.named != nil {
+		return p.named
+	}
 	return p.last
 }
 
@@ -217,7 +245,7 @@ func (p *Probe) Explain(err error) error {
 		return e
 	}
 	if last := p.Last(); last != nil {
-		if le := p.cfg.Explain(last); le != last {
+		if le, named := errors.AsType[*Error](p.cfg.Explain(last)); named {
 			return le
 		}
 	}

@@ -37,8 +37,9 @@ func secureCluster(t *testing.T) (*kfake.Cluster, testtls.Files) {
 	return kc, f
 }
 
-// ping connects as c to addrs and returns the explained error of a Ping.
-func ping(t *testing.T, c kafkaconn.Config, addrs []string) error {
+// ping connects as c to addrs and returns the explained error of a Ping,
+// and whether the Probe reported the failure as one no retry fixes.
+func ping(t *testing.T, c kafkaconn.Config, addrs []string) (error, bool) {
 	t.Helper()
 	opts, err := c.Opts()
 	if err != nil {
@@ -52,7 +53,13 @@ func ping(t *testing.T, c kafkaconn.Config, addrs []string) error {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return probe.Explain(cl.Ping(ctx))
+	err = probe.Explain(cl.Ping(ctx))
+	select {
+	case <-probe.Refused():
+		return err, true
+	default:
+		return err, false
+	}
 }
 
 // TestConnect connects to kfake over TLS + SASL with every mechanism kfake
@@ -86,12 +93,18 @@ func TestConnect(t *testing.T) {
 		{"TLS client, plaintext broker", kafkaconn.Config{CAFile: f.CA}, plain.ListenAddrs(), kafkaconn.ErrNotTLS},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := ping(t, c.cfg, c.addrs)
+			err, refused := ping(t, c.cfg, c.addrs)
 			if c.want == nil {
-				if err != nil {
-					t.Fatalf("Ping: %v", err)
+				if err != nil || refused {
+					t.Fatalf("Ping: %v (refused %v)", err, refused)
 				}
 				return
+			}
+			// A broker that hangs up on the first request fails that
+			// request at once; the others fail the connection's setup,
+			// which the Probe sees.
+			if !refused && c.want != kafkaconn.ErrSASLRequired && c.want != kafkaconn.ErrTLSRequired {
+				t.Errorf("Probe.Refused not closed for %v", err)
 			}
 			if !errors.Is(err, c.want) {
 				t.Fatalf("Ping: got %v, want an error matching %q", err, c.want)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -159,6 +160,23 @@ func resolveConn(cmd *cobra.Command, f connFlags, brokers []string) (conn, error
 	}
 	probe := kafkaconn.NewProbe(cfg)
 	return conn{brokers: brokers, cfg: cfg, probe: probe, opts: append(opts, probe.Opt())}, nil
+}
+
+// guard returns a context derived from ctx that is also cancelled as soon
+// as the connection fails for a cause no retry fixes (see
+// kafkaconn.Probe.Refused), so that a command fails at once with the
+// cause instead of at its deadline. Call the CancelFunc when done: it
+// also ends the goroutine guard starts.
+func (c conn) guard(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-c.probe.Refused():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // explain names the cause of a failed connection in err when it can.

@@ -246,9 +246,11 @@ func runProduce(cmd *cobra.Command, f produceFlags) error {
 	out := cmd.OutOrStdout()
 	switch mode {
 	case modeSingle:
-		sctx, cancel := context.WithTimeout(ctx, f.timeout)
+		gctx, stop := c.guard(ctx)
+		sctx, cancel := context.WithTimeout(gctx, f.timeout)
 		res, err := rt.Send(sctx, single)
 		cancel()
+		stop()
 		if err != nil {
 			return errors.Join(fmt.Errorf("send failed: %w", c.explain(err)), closeRouter())
 		}
@@ -275,7 +277,9 @@ func runProduce(cmd *cobra.Command, f produceFlags) error {
 // openRouter connects the router, turning its setup errors into one clear
 // line.
 func openRouter(ctx context.Context, f produceFlags, c conn, partitioner router.Partitioner, logger *slog.Logger) (*router.Router, error) {
-	nctx, cancel := context.WithTimeout(ctx, f.timeout)
+	gctx, stop := c.guard(ctx)
+	defer stop()
+	nctx, cancel := context.WithTimeout(gctx, f.timeout)
 	defer cancel()
 	rt, err := router.New(nctx, router.Config{
 		Brokers:      f.brokers,

@@ -163,7 +163,9 @@ func runStatus(cmd *cobra.Command, f statusFlags) error {
 		}
 	}
 	parent := cmd.Context()
-	ctx, cancel := context.WithTimeout(parent, f.timeout)
+	gctx, stop := c.guard(parent)
+	defer stop()
+	ctx, cancel := context.WithTimeout(gctx, f.timeout)
 	defer cancel()
 
 	clientOpts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DialTimeout(min(f.timeout/2, 10*time.Second))}, c.opts...)

@@ -241,7 +241,9 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, proto
 		}
 		defer stop()
 	}
-	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	gctx, stop := c.guard(ctx)
+	defer stop()
+	cctx, cancel := context.WithTimeout(gctx, 15*time.Second)
 	defer cancel()
 	clientOpts = append(clientOpts, c.opts...)
 	w, err := consumer.New(cctx, consumer.Config[Tx]{
