@@ -59,6 +59,8 @@ func (t *tenure[Tx]) decode(recs []*kgo.Record) decoded {
 		c, err := router.Decode(r)
 		if err != nil {
 			d.errs[i] = fmt.Errorf("%w: offset %d: %w", ErrUndecodable, r.Offset, err)
+		} else if err := t.checkRoute(r); err != nil {
+			d.errs[i] = err
 		}
 		d.cmds[i] = Command{Command: c, Offset: r.Offset, Timestamp: r.Timestamp, Token: t.tok, TopicID: t.topicID}
 	}
@@ -71,7 +73,11 @@ func (t *tenure[Tx]) decode(recs []*kgo.Record) decoded {
 func (t *tenure[Tx]) deadAtOnce(d decoded, i int) (reason string, err error, ok bool) {
 	p := &t.w.cfg.Poison
 	if d.errs[i] != nil {
-		return ReasonUndecodable, d.errs[i], p.Undecodable == PoisonDeadLetter && t.w.dl != nil
+		reason := ReasonUndecodable
+		if errors.Is(d.errs[i], ErrMisrouted) {
+			reason = ReasonMisrouted
+		}
+		return reason, d.errs[i], p.Undecodable == PoisonDeadLetter && t.w.dl != nil
 	}
 	if _, has := t.w.cfg.Handlers[d.cmds[i].Type]; !has {
 		return ReasonNoHandler, fmt.Errorf("%w %q at offset %d", ErrNoHandler, d.cmds[i].Type, d.offsets[i]), p.NoHandler == PoisonDeadLetter && t.w.dl != nil
@@ -153,7 +159,7 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 			return next, false
 		}
 		var ee *sink.EffectError
-		if !errors.As(err, &ee) || ee.Index >= run || t.sinkFailed(err) {
+		if !errors.As(err, &ee) || ee.Index >= run || t.sinkFailed(err, errors.Is(ee.Err, ErrPermanent)) {
 			if !t.stall(sink.OpApply, d.offsets[0], CauseSink, err, start, &backoff) {
 				return next, false
 			}
@@ -242,12 +248,15 @@ func (t *tenure[Tx]) poisonReason(d decoded, err error, pol TypePolicy, attempts
 // sinkFailed reports whether err, from an Apply whose effect failed, is a
 // failure of the sink rather than of the handler: the sink says so
 // (sink.ErrorClassifier), or it does not answer a ping.
-func (t *tenure[Tx]) sinkFailed(err error) bool {
+func (t *tenure[Tx]) sinkFailed(err error, permanent bool) bool {
 	w := t.w
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
-	if w.classifier != nil && w.classifier.IsSinkFailure(err) {
+	// A handler's own verdict (Permanent) is not second-guessed by the
+	// sink's classifier, which could mistake the handler's error for the
+	// sink's; a sink that is down is still found by the ping.
+	if !permanent && w.classifier != nil && w.classifier.IsSinkFailure(err) {
 		return true
 	}
 	if w.pinger != nil {

@@ -106,6 +106,17 @@ type Config[Tx any] struct {
 	// 10s.
 	ReclaimInterval time.Duration
 
+	// Partitioner is how the topic's producers map keys to partitions;
+	// default router.Murmur2, the router's default. The Worker checks every
+	// record against it and reports (or, under MisrouteRefuse, refuses)
+	// the ones whose key maps to another partition (see Misrouted and
+	// docs/design.md#hazard-11). Set router.CRC32 for a topic whose
+	// producers use librdkafka's default partitioner.
+	Partitioner router.Partitioner
+	// Misroute is what happens to a misrouted record; default
+	// MisrouteApply (apply it, report it).
+	Misroute MisroutePolicy
+
 	// Protocol selects the group protocol; default Cooperative.
 	Protocol Protocol
 	// MaxBatch is the most records applied in one sink Apply; default 256.
@@ -200,6 +211,10 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 		return out, fmt.Errorf("%w: nil sink", ErrConfig)
 	case len(out.Handlers) == 0:
 		return out, fmt.Errorf("%w: no handlers", ErrConfig)
+	case !out.Partitioner.Valid():
+		return out, fmt.Errorf("%w: unknown Partitioner %v", ErrConfig, out.Partitioner)
+	case out.Misroute != MisrouteApply && out.Misroute != MisrouteRefuse:
+		return out, fmt.Errorf("%w: unknown Misroute policy %v", ErrConfig, out.Misroute)
 	case out.Protocol != Cooperative && out.Protocol != KIP848:
 		return out, fmt.Errorf("%w: unknown protocol %d", ErrConfig, int(out.Protocol))
 	case out.MaxBatch < 0, out.QueueSize < 0, out.RevokeTimeout < 0, out.SessionTimeout < 0,

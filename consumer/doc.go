@@ -71,6 +71,9 @@
 //   - workrouter_consumer_retries_total{topic,kind="apply"|"claim"} and
 //     workrouter_consumer_sink_errors_total{topic,kind="effect"|"sink"}:
 //     failed attempts that are retried, and failed Applies by cause.
+//   - workrouter_consumer_misrouted_total{topic,partition}: records whose
+//     key Config.Partitioner maps to another partition than the one they
+//     arrived on (docs/design.md#hazard-11).
 //   - workrouter_consumer_lag{topic,partition}: gauge of records between
 //     the partition's end offset (the high watermark) and the next offset
 //     to apply, refreshed every Config.LagInterval; deleted with the

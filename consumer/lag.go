@@ -46,6 +46,7 @@ func (w *Worker[Tx]) lagLoop() {
 			}
 			continue
 		}
+		w.route.seeCount(int32(len(ends[w.cfg.Topic])))
 		if lag := w.lag(ends); len(lag) > 0 {
 			w.obs.emit(Lag{Topic: w.cfg.Topic, Lag: lag})
 		}

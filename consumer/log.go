@@ -16,7 +16,7 @@ import (
 // NewLogObserver returns an Observer that logs every event to logger, with
 // the token's group, topic, partition, epoch and member as attributes:
 // assignments, claims, revokes and losses at INFO; stalls, dead letters,
-// fetch errors and a missing topic at WARN (a stall at ERROR once it lasts
+// misrouted records, fetch errors and a missing topic at WARN (a stall at ERROR once it lasts
 // a minute, a missing topic once it has been missing for
 // TopicMissingErrorAfter; its reappearance at INFO); fenced claims and
 // applies, changed logs, blocked partitions, a recreated topic and a
@@ -173,6 +173,13 @@ func (o *logObserver) Observe(e Event) {
 			"topic", e.Topic, "old_topic_id", e.OldID, "new_topic_id", e.NewID, "partitions", e.Partitions)
 	case TopicFound:
 		l.Info("topic now exists; consuming it", "topic", e.Topic, "missing_since", e.MissingSince, "checks", e.Attempts)
+	case Misrouted:
+		msg := "misrouted record: its key maps to another partition, so a producer partitions keys differently and the key's commands may be applied out of order; applied anyway"
+		if e.Refused {
+			msg = "misrouted record: its key maps to another partition, so a producer partitions keys differently; refused: dead-lettered, or the partition stalls where the sink stores no dead letters"
+		}
+		l.Warn(msg, tokenAttrs(e.Token, "offset", e.Offset, "key", string(e.Key), "expected_partition", e.Expected,
+			"partitioner", e.Partitioner.String(), "partitions", e.Partitions)...)
 	case Stopped:
 		if errors.Is(e.Err, ErrClosed) {
 			l.Info("worker stopped", "reason", e.Err)

@@ -52,6 +52,7 @@ type metrics struct {
 	stalledSince    *prometheus.GaugeVec   // topic, partition
 	sinkErrors      *prometheus.CounterVec // topic, kind
 	lag             *prometheus.GaugeVec   // topic, partition
+	misrouted       *prometheus.CounterVec // topic, partition
 }
 
 // newMetrics builds (but does not register) the collectors of a Worker of
@@ -114,6 +115,8 @@ func newMetrics(group string) *metrics {
 		"Failed Apply attempts other than fenced ones: a handler's error (kind=effect) or the sink's (kind=sink).", "topic", "kind")
 	m.lag = gauge("workrouter_consumer_lag",
 		"Records between the partition's end offset and the next offset to apply, refreshed every Config.LagInterval.", "topic", "partition")
+	m.misrouted = counter("workrouter_consumer_misrouted_total",
+		"Records whose key maps to another partition than the one they arrived on under the worker's partitioner: a producer partitions keys differently.", "topic", "partition")
 	return m
 }
 
@@ -187,6 +190,9 @@ func (m *metrics) Observe(e Event) {
 		m.stalled.WithLabelValues(topic, pl).Set(0)
 		m.stalledSince.WithLabelValues(topic, pl).Set(0)
 		m.recordsLost.WithLabelValues(topic, pl)
+		m.misrouted.WithLabelValues(topic, pl)
+	case Misrouted:
+		m.misrouted.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition)).Inc()
 	case Claimed:
 		m.running(e.Token)
 		m.claims.WithLabelValues(e.Token.Topic, outcomeOK).Inc()

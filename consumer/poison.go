@@ -22,6 +22,9 @@ const (
 	// ReasonHandlerError: the handler kept failing (or panicking) until
 	// the record's retry budget was spent.
 	ReasonHandlerError = "handler_error"
+	// ReasonMisrouted: the record's key maps to another partition and
+	// Config.Misroute is MisrouteRefuse (docs/design.md#hazard-11).
+	ReasonMisrouted = "misrouted"
 )
 
 // PoisonAction is what happens to a record that cannot be applied.
@@ -61,8 +64,9 @@ func (a PoisonAction) String() string {
 // budget, and nothing is skipped without a dead letter. The zero value is
 // the documented defaults.
 type PoisonPolicy struct {
-	// Undecodable is for records that are not workrouter commands;
-	// default PoisonDeadLetter (at once: retrying cannot change them).
+	// Undecodable is for records that are not workrouter commands, and
+	// for misrouted records under MisrouteRefuse; default
+	// PoisonDeadLetter (at once: retrying cannot change them).
 	Undecodable PoisonAction
 	// NoHandler is for commands whose type has no handler; default
 	// PoisonStall, so that commands sent before their handler is deployed

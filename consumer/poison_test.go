@@ -325,3 +325,49 @@ func TestZombieCannotDeadLetter(t *testing.T) {
 	z.stopHole()
 	checkInvariants(t, z.s, z.keys, z.perKey)
 }
+
+// TestPermanentIsNotSecondGuessed: a handler marks its own error permanent,
+// and that error happens to wrap one the sink's classifier takes for a
+// failure of the sink (on PostgreSQL, a handler's json.Unmarshal of a
+// truncated payload returns io.ErrUnexpectedEOF). The handler's verdict
+// wins while the sink answers its ping: the record is dead-lettered and
+// the partition goes on; it does not stall for ever as an outage.
+func TestPermanentIsNotSecondGuessed(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	s := memory.New()
+	o := &outageSink{Sink: s}
+	keys := makeKeys(3)
+	handler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		if string(cmd.Payload) == "1" {
+			return consumer.Permanent(fmt.Errorf("decoding the payload: %w", errConnLost))
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	w := startWorker(t, c, s, workerOpts{name: "a", sink: classifyingPinger{o}, handler: handler})
+	produce(t, c, 1, keys, 0, 3)
+	waitFor(t, 30*time.Second, "the good commands applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
+	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	if err != nil || len(dls) != len(keys) {
+		t.Fatalf("dead letters %d, %v: want %d", len(dls), err, len(keys))
+	}
+	for _, d := range dls {
+		if d.Record.Reason != consumer.ReasonPermanent {
+			t.Fatalf("dead letter reason %q, want %q", d.Record.Reason, consumer.ReasonPermanent)
+		}
+	}
+	if w.Stats().DeadLettered != int64(len(keys)) {
+		t.Fatalf("Stats %+v", w.Stats())
+	}
+}
+
+// classifyingPinger both classifies (errConnLost is the sink's) and pings.
+type classifyingPinger struct{ *outageSink }
+
+func (c classifyingPinger) IsSinkFailure(err error) bool { return errors.Is(err, errConnLost) }
+
+func (c classifyingPinger) Ping(context.Context) error {
+	if c.down.Load() {
+		return errConnLost
+	}
+	return nil
+}

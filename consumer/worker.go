@@ -37,6 +37,7 @@ type Stats struct {
 	// LostToRetention counts records deleted before they were applied,
 	// as refused claims found them (docs/design.md#log-identity).
 	LostToRetention int64
+	Misrouted       int64 // records whose key maps to another partition under Config.Partitioner
 }
 
 // Worker is one consumer group member. Create it with New; stop it with
@@ -74,9 +75,11 @@ type Worker[Tx any] struct {
 	reclaimSig chan struct{} // wakes reclaimLoop before its next tick
 	topicSig   chan struct{} // wakes the lag loop to check the topic (see topicIDUnknown)
 
+	route *routeCheck
+
 	assigned, revoked, lost, claims, fencedClaims, fencedApplies atomic.Int64
 	batches, records, skipped, retries, pauses                   atomic.Int64
-	deadLettered, logChanged, lostToRetention                    atomic.Int64
+	deadLettered, logChanged, lostToRetention, misrouted         atomic.Int64
 }
 
 // New validates cfg, connects to the brokers and joins the group.
@@ -99,6 +102,7 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		topicSig:   make(chan struct{}, 1),
 		ready:      make(chan struct{}),
 		done:       make(chan struct{}),
+		route:      &routeCheck{partitioner: c.Partitioner, policy: c.Misroute},
 	}
 	all := slices.Clone(c.Observers)
 	if c.Logger != nil {
@@ -150,6 +154,7 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	if err := cl.Ping(ctx); err != nil {
 		return fail(fmt.Errorf("consumer: brokers %v unreachable: %w", c.Brokers, err))
 	}
+	w.readPartitionCount(ctx)
 	close(w.ready)
 	w.wg.Add(4)
 	go w.pollLoop()
@@ -229,7 +234,7 @@ func (w *Worker[Tx]) Stats() Stats {
 		Claims: w.claims.Load(), FencedClaims: w.fencedClaims.Load(), FencedApplies: w.fencedApplies.Load(),
 		Batches: w.batches.Load(), Records: w.records.Load(), Skipped: w.skipped.Load(), Retries: w.retries.Load(),
 		Pauses: w.pauses.Load(), DeadLettered: w.deadLettered.Load(), LogChanged: w.logChanged.Load(),
-		LostToRetention: w.lostToRetention.Load(),
+		LostToRetention: w.lostToRetention.Load(), Misrouted: w.misrouted.Load(),
 	}
 }
 

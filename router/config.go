@@ -73,6 +73,13 @@ type Config struct {
 	// producer defaults (idempotent, acks=all) apply unless overridden.
 	ClientOpts []kgo.Opt
 
+	// Partitioner maps keys to partitions. Default Murmur2, Kafka's own;
+	// set CRC32 where the topic's other producers use librdkafka's default
+	// partitioner. The workers (consumer.Config.Partitioner) must use the
+	// same one, or they flag every record as misrouted
+	// (docs/design.md#hazard-11).
+	Partitioner Partitioner
+
 	// OnPartitionCountChange selects what happens when the topic's
 	// partition count changes. Default: Refuse.
 	OnPartitionCountChange Policy
@@ -115,6 +122,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: Brokers is required when Client is nil", ErrInvalidConfig)
 	case c.OnPartitionCountChange != Refuse && c.OnPartitionCountChange != Alarm:
 		return c, fmt.Errorf("%w: unknown OnPartitionCountChange %v", ErrInvalidConfig, c.OnPartitionCountChange)
+	case !c.Partitioner.Valid():
+		return c, fmt.Errorf("%w: unknown Partitioner %v", ErrInvalidConfig, c.Partitioner)
 	case c.PartitionCheckInterval < 0:
 		return c, fmt.Errorf("%w: negative PartitionCheckInterval %v", ErrInvalidConfig, c.PartitionCheckInterval)
 	case c.CloseTimeout < 0:

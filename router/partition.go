@@ -1,5 +1,12 @@
 package router
 
+import (
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"strings"
+)
+
 // Partition returns the partition of a topic with numPartitions partitions
 // that the Java client's default partitioner picks for key:
 // toPositive(murmur2(key)) % numPartitions, where toPositive masks the sign
@@ -47,4 +54,63 @@ func murmur2(data []byte) uint32 {
 	h *= m
 	h ^= h >> 15
 	return h
+}
+
+// Partitioner names how keys are mapped to partitions. Every producer of a
+// topic and its workers must agree on it: a key placed on another partition
+// than the one the workers expect breaks per-key serialization
+// (docs/design.md#hazard-11). The zero value is Murmur2.
+type Partitioner int
+
+const (
+	// Murmur2 is Kafka's default (the Java client's, franz-go's, and
+	// librdkafka's "murmur2_random" for keyed records): see [Partition].
+	Murmur2 Partitioner = iota
+	// CRC32 is librdkafka's "consistent" and "consistent_random" (the
+	// default of librdkafka, kcat, confluent-kafka-go, confluent-kafka-python
+	// and node-rdkafka) for keyed records: crc32(key) % numPartitions, with
+	// the IEEE polynomial. Choose it to adopt workrouter on a topic whose
+	// existing producers use librdkafka's default partitioner.
+	CRC32
+)
+
+// ParsePartitioner returns the Partitioner named s: "murmur2" (also
+// librdkafka's "murmur2_random") or "crc32" (also librdkafka's
+// "consistent" and "consistent_random"), in any case. Other names fail
+// with an error matching [ErrInvalidConfig]. Safe to call from any
+// goroutine.
+func ParsePartitioner(s string) (Partitioner, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "murmur2", "murmur2_random":
+		return Murmur2, nil
+	case "crc32", "consistent", "consistent_random":
+		return CRC32, nil
+	}
+	return 0, fmt.Errorf("%w: unknown partitioner %q: want murmur2 or crc32", ErrInvalidConfig, s)
+}
+
+// String returns "murmur2", "crc32" or "Partitioner(n)". Safe to call from
+// any goroutine.
+func (p Partitioner) String() string {
+	switch p {
+	case Murmur2:
+		return "murmur2"
+	case CRC32:
+		return "crc32"
+	}
+	return "Partitioner(" + strconv.Itoa(int(p)) + ")"
+}
+
+// Valid reports whether p is Murmur2 or CRC32. Safe to call from any
+// goroutine.
+func (p Partitioner) Valid() bool { return p == Murmur2 || p == CRC32 }
+
+// Partition returns the partition p maps key to on a topic with
+// numPartitions partitions. numPartitions must be positive, and p valid
+// (an invalid p maps like Murmur2). Safe to call from any goroutine.
+func (p Partitioner) Partition(key []byte, numPartitions int32) int32 {
+	if p == CRC32 {
+		return int32(crc32.ChecksumIEEE(key) % uint32(numPartitions))
+	}
+	return Partition(key, numPartitions)
 }

@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -50,6 +51,44 @@ func TestPartitionMatchesKgoKafkaHasher(t *testing.T) {
 		want := int32(tp.Partition(&kgo.Record{Key: key}, int(n)))
 		if got := router.Partition(key, n); got != want {
 			t.Fatalf("Partition(%x, %d) = %d, kgo KafkaHasher gives %d", key, n, got, want)
+		}
+	}
+}
+
+// TestCRC32MatchesLibrdkafka pins CRC32 to librdkafka's consistent
+// partitioner: the standard CRC-32 check value, and the placements kcat
+// (librdkafka's consistent_random) was seen to make on a 6-partition topic
+// in issue 14, where murmur2 puts both keys on partition 0.
+func TestCRC32MatchesLibrdkafka(t *testing.T) {
+	if got := router.CRC32.Partition([]byte("123456789"), math.MaxInt32); got != int32(0xCBF43926%uint32(math.MaxInt32)) {
+		t.Errorf("CRC32 of the check string: partition %d", got)
+	}
+	for key, want := range map[string]int32{"acct-0": 1, "acct-9": 3} {
+		if got := router.CRC32.Partition([]byte(key), 6); got != want {
+			t.Errorf("CRC32.Partition(%q, 6) = %d, want %d (kcat)", key, got, want)
+		}
+		if got := router.Murmur2.Partition([]byte(key), 6); got != 0 {
+			t.Errorf("Murmur2.Partition(%q, 6) = %d, want 0", key, got)
+		}
+	}
+}
+
+func TestParsePartitioner(t *testing.T) {
+	for in, want := range map[string]router.Partitioner{
+		"murmur2": router.Murmur2, "murmur2_random": router.Murmur2, "CRC32": router.CRC32,
+		"consistent": router.CRC32, "consistent_random": router.CRC32,
+	} {
+		got, err := router.ParsePartitioner(in)
+		if err != nil || got != want {
+			t.Errorf("ParsePartitioner(%q) = %v, %v; want %v", in, got, err, want)
+		}
+		if back, _ := router.ParsePartitioner(got.String()); back != got {
+			t.Errorf("%v does not round-trip through String", got)
+		}
+	}
+	for _, bad := range []string{"", "fnv1a", "random"} {
+		if _, err := router.ParsePartitioner(bad); !errors.Is(err, router.ErrInvalidConfig) {
+			t.Errorf("ParsePartitioner(%q): %v, want ErrInvalidConfig", bad, err)
 		}
 	}
 }

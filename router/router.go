@@ -13,7 +13,7 @@ import (
 )
 
 // Router produces keyed [Command]s to one topic, placing each on the
-// partition [Partition] picks for its key, and guards against partition
+// partition Config.Partitioner picks for its key ([Partition] by default), and guards against partition
 // count changes (see the package documentation). All methods are safe for
 // concurrent use by any number of goroutines.
 type Router struct {
@@ -95,7 +95,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	}
 	r.count = n
 	r.m.initTopic(cfg.Topic, cfg.OnPartitionCountChange)
-	cfg.Logger.Info("router started", "topic", cfg.Topic, "partitions", n,
+	cfg.Logger.Info("router started", "topic", cfg.Topic, "partitions", n, "partitioner", cfg.Partitioner,
 		"on_partition_count_change", cfg.OnPartitionCountChange)
 
 	checkCtx, stop := context.WithCancel(context.Background())
@@ -207,7 +207,7 @@ func (r *Router) record(cmd Command) (*kgo.Record, error) {
 		e := *r.refused
 		return nil, &e
 	}
-	return Encode(r.cfg.Topic, Partition(cmd.Key, r.count), cmd)
+	return Encode(r.cfg.Topic, r.cfg.Partitioner.Partition(cmd.Key, r.count), cmd)
 }
 
 // result converts a produce promise's arguments into a send outcome.

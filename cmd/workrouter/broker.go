@@ -1,7 +1,9 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -20,6 +22,9 @@ type brokerFlags struct {
 	partitions        int32
 	minSessionTimeout time.Duration
 	metricsAddr       string
+	tlsCert           string
+	tlsKey            string
+	saslUsers         []string
 }
 
 // newBrokerCmd builds `workrouter broker`, which runs the embedded
@@ -36,7 +41,17 @@ The first line on stdout says where it listens, e.g.
   workrouter broker listening on 127.0.0.1:9092 (data dir ./data; topics commands:12)
 With --data-dir, topics, records and consumer group commits survive restarts.
 Topics given with --topic are created if absent; existing ones are left as is.
-It is a development broker: one node, no replication, no authentication.`,
+It is a development broker: one node, no replication.
+
+--listen :PORT binds the loopback interface only; name an interface (such as
+0.0.0.0:PORT) to expose the broker, which warns when it has no authentication.
+--tls-cert and --tls-key serve TLS; --sasl-user NAME:PASSWORD (repeatable, or
+WORKROUTER_SASL_USER, which keeps the password out of the process list)
+requires clients to log in with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. A
+secured local setup is one command:
+
+  workrouter broker --tls-cert server.pem --tls-key server-key.pem --sasl-user app:PASSWORD --topic commands
+  workrouter produce --tls-ca ca.pem --sasl-mechanism scram-sha-512 --sasl-username app …`,
 		Example: `  # In memory, on the default address, with a 12-partition "commands" topic:
   workrouter broker --topic commands
 
@@ -51,13 +66,17 @@ It is a development broker: one node, no replication, no authentication.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.listen, "listen", broker.DefaultListen, "host:port to listen on and advertise; port 0 picks a free port")
+	fl.StringVar(&f.listen, "listen", broker.DefaultListen, "host:port to listen on and advertise (no host means loopback); port 0 picks a free port")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory keeping topics, records and group commits across restarts (default: in memory)")
 	fl.BoolVar(&f.syncWrites, "sync-writes", false, "fsync every produced batch (needs --data-dir); otherwise data is flushed on shutdown")
 	fl.StringSliceVar(&f.topics, "topic", nil, "topic to create if absent; repeatable or comma-separated")
 	fl.Int32Var(&f.partitions, "partitions", 12, "partitions for each --topic that gets created")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (no host means loopback; empty disables)")
 	fl.DurationVar(&f.minSessionTimeout, "min-session-timeout", 0, "smallest consumer group session timeout accepted (default: kfake's 6s)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate to serve TLS with (with --tls-key)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM key of --tls-cert")
+	fl.StringArrayVar(&f.saslUsers, "sasl-user", nil, "NAME:PASSWORD of a user clients must log in as (SASL PLAIN or SCRAM); repeatable")
+	_ = fl.SetAnnotation("sasl-user", secretAnnotation, []string{"true"})
 	return cmd
 }
 
@@ -76,9 +95,39 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 	if err != nil {
 		return err
 	}
+	listen, exposed, err := brokerListen(f.listen)
+	if err != nil {
+		return err
+	}
+	var tlsConf *tls.Config
+	if f.tlsCert != "" || f.tlsKey != "" {
+		if f.tlsCert == "" || f.tlsKey == "" {
+			return fmt.Errorf("%w: TLS needs both --tls-cert and --tls-key", broker.ErrInvalidConfig)
+		}
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	var users []broker.User
+	for _, u := range f.saslUsers {
+		name, pass, ok := strings.Cut(u, ":")
+		if !ok || name == "" || pass == "" {
+			// The value is not repeated: it may hold a password.
+			return fmt.Errorf("%w: --sasl-user wants NAME:PASSWORD, both non-empty", broker.ErrInvalidConfig)
+		}
+		users = append(users, broker.User{Name: name, Password: pass})
+	}
+	if exposed && len(users) == 0 {
+		logger.Warn("the broker listens beyond this machine with no authentication: anyone who reaches it can read and write every topic; add --sasl-user (and --tls-cert), or listen on 127.0.0.1",
+			"listen", listen)
+	}
 
 	b, err := broker.Start(broker.Config{
-		Listen:            f.listen,
+		Listen:            listen,
+		TLS:               tlsConf,
+		Users:             users,
 		DataDir:           f.dataDir,
 		SyncWrites:        f.syncWrites,
 		Topics:            topics,
@@ -99,6 +148,16 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 	if f.dataDir != "" {
 		storage = "data dir " + f.dataDir
 	}
+	if tlsConf != nil {
+		storage += "; TLS"
+	}
+	if len(users) > 0 {
+		names := make([]string, len(users))
+		for i, u := range users {
+			names[i] = u.Name
+		}
+		storage += "; SASL PLAIN/SCRAM-SHA-256/SCRAM-SHA-512 users " + strings.Join(names, ",")
+	}
 	desc := make([]string, len(names))
 	for i, t := range names {
 		// The real count: an existing topic keeps its own.
@@ -118,6 +177,26 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 		return fmt.Errorf("closing broker: %w", err)
 	}
 	return nil
+}
+
+// brokerListen turns a --listen value without a host (":9092") into a
+// loopback one, like --metrics-addr, and reports whether the address is
+// reachable from other machines (a wildcard or a non-loopback address).
+func brokerListen(addr string) (string, bool, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", false, fmt.Errorf("broker: %w: listen address %q is not host:port (e.g. 127.0.0.1:9092): %w", broker.ErrInvalidConfig, addr, err)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	exposed := true
+	if host == "localhost" {
+		exposed = false
+	} else if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		exposed = false
+	}
+	return net.JoinHostPort(host, port), exposed, nil
 }
 
 // topicNames trims, de-duplicates and sorts the --topic values, dropping

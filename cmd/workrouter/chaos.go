@@ -54,7 +54,11 @@ balances match), V (lag back to zero). It prints a table and a final line
   chaos: faults=<n> kinds=<k> commands=<c> stale_rejected=<r> violations=<v>
 
 and exits non-zero if any invariant was violated, a requested kind never
-fired, or no stale write was rejected although pause or heartbeat ran.`,
+fired, or no stale write was rejected although pause or heartbeat ran.
+
+--brokers runs it on a real cluster (plaintext), on a topic of its own, with
+the kinds that need no embedded broker (pause, kill, broker-conn, sink-conn,
+churn: the default there).`,
 		Example: `  workrouter chaos --duration 2m --seed 1
   workrouter chaos --faults pause,heartbeat --duration 1m
   workrouter chaos --protocol kip848 --seed 7
@@ -66,6 +70,14 @@ fired, or no stale write was rejected although pause or heartbeat ran.`,
 				return err
 			}
 			cfg.Kinds = ks
+			if len(cfg.Brokers) > 0 {
+				if cfg.Brokers, err = cleanBrokers(cfg.Brokers); err != nil {
+					return err
+				}
+				if !cmd.Flags().Changed("faults") {
+					cfg.Kinds = chaos.ExternalKinds()
+				}
+			}
 			if cfg.PostgresDSN, cfg.SinkPath, err = ledgerSink(sink); err != nil {
 				return err
 			}
@@ -102,6 +114,7 @@ fired, or no stale write was rejected although pause or heartbeat ran.`,
 	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 2*time.Second, "the workers' session timeout")
 	fl.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 0, "the workers' rebalance timeout (default 2.5× the session timeout: the embedded broker restarts a rebalance's timer on every join)")
 	fl.DurationVar(&cfg.RecoverTimeout, "recover-timeout", 2*time.Minute, "how long lag may take to return to zero after the faults")
+	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run on this cluster (plaintext) instead of an in-process broker")
 	fl.StringVar(&cfg.LogDir, "log-dir", "", "write each worker's log and the broker's to this existing directory")
 	fl.BoolVar(&asJSON, "json", false, "print the result as one JSON object instead of the timeline and table")
 	return cmd

@@ -16,6 +16,7 @@ func newDemoCmd() *cobra.Command {
 		cfg    demo.Config
 		asJSON bool
 		sink   string
+		cf     connFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -29,7 +30,12 @@ transactions), resumes it with SIGCONT after another worker has taken over its
 partitions, waits until lag is zero, and checks from the sink's own records
 that nothing was lost, duplicated or reordered and that the late write was
 rejected. It prints a timeline and a final summary line, and exits non-zero if
-any invariant failed.`,
+any invariant failed.
+
+With --brokers it runs on that cluster, on a topic of its own; the connection
+flags below reach the demo's clients and its worker processes (the password
+through their environment, never their command line).
+` + connHelp,
 		Example: `  workrouter demo
   workrouter demo --json
   workrouter demo --brokers kafka-1:9092 --commands 10000
@@ -41,6 +47,16 @@ any invariant failed.`,
 				return fmt.Errorf("demo: cannot find its own executable to start workers: %w", err)
 			}
 			cfg.Worker = cluster.Binary{Argv: []string{exe}}
+			if len(cfg.Brokers) > 0 {
+				c, err := resolveConn(cmd, cf, cfg.Brokers)
+				if err != nil {
+					return err
+				}
+				cfg.Brokers, cfg.ClientOpts = c.brokers, c.opts
+				cfg.WorkerConn, cfg.Worker.Env = c.workerArgs()
+			} else if cf.tls || cf.mechanism != "" || len(cf.properties) > 0 || cf.propertiesFile != "" {
+				return fmt.Errorf("the connection flags (--tls, --sasl-*, -X, --properties) apply to --brokers; the embedded broker needs none")
+			}
 			if cfg.PostgresDSN, cfg.SinkPath, err = ledgerSink(sink); err != nil {
 				return err
 			}
@@ -70,5 +86,6 @@ any invariant failed.`,
 	fl.StringVar(&sink, "sink", "", "sqlite:PATH or postgres://… (default: an SQLite file in a temporary directory; PostgreSQL runs in a fresh schema dropped at the end)")
 	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "the workers' session timeout (default 2s)")
 	fl.BoolVar(&asJSON, "json", false, "print the summary as one JSON object instead of the timeline")
+	addConnFlags(fl, &cf)
 	return cmd
 }

@@ -65,6 +65,16 @@ func harnessMain(args []string) int {
 			if f.events == "" {
 				return fmt.Errorf("the harness worker needs --events: the harness follows its events, not its log")
 			}
+			// The one variable the harness sets for its workers: the SASL
+			// password, which never goes on a command line.
+			if err := applyEnv(cmd.Flags(), func(name string) (string, bool) {
+				if name != envName("sasl-password") {
+					return "", false
+				}
+				return os.LookupEnv(name)
+			}); err != nil {
+				return err
+			}
 			return runWorker(cmd, f, &h)
 		},
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/kafkaconn"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -62,6 +63,9 @@ type produceFlags struct {
 	count int64
 	keys  int
 	size  int
+
+	partitioner string
+	conn        connFlags
 }
 
 func newProduceCmd() *cobra.Command {
@@ -94,7 +98,14 @@ It takes exactly one source of commands:
       line is drawn on stderr (periodic lines when stderr is not a terminal)
       and a closing line says "produced N commands in Xs (Y/s)".
 
-Unreachable brokers fail after --timeout with one line.`,
+Keys are placed with Kafka's murmur2 partitioner (--partitioner murmur2), or
+with librdkafka's default, CRC32 (--partitioner crc32), where the topic's other
+producers use it; the workers must use the same (workrouter worker
+--partitioner).
+
+Unreachable brokers fail after --timeout with one line, and so do refused
+credentials and untrusted certificates, naming the cause.
+` + connHelp,
 		Example: `  # One command:
   workrouter produce --topic commands --key acct-42 --type deposit --payload '{"cents":100}'
 
@@ -122,6 +133,8 @@ Unreachable brokers fail after --timeout with one line.`,
 	fl.Int64Var(&f.count, "count", 0, fmt.Sprintf("generate and send this many load commands (at most %d)", maxCount))
 	fl.IntVar(&f.keys, "keys", 100, fmt.Sprintf("distinct keys of the generated load (at most %d)", maxKeys))
 	fl.IntVar(&f.size, "size", 100, fmt.Sprintf("payload bytes of each generated command (at most %d)", maxPayload))
+	fl.StringVar(&f.partitioner, "partitioner", "murmur2", "how keys map to partitions: murmur2 (Kafka's default) or crc32 (librdkafka's default)")
+	addConnFlags(fl, &f.conn)
 	return cmd
 }
 
@@ -139,10 +152,6 @@ func checkProduceFlags(cmd *cobra.Command, f *produceFlags) (produceMode, error)
 	set := func(name string) bool { return cmd.Flags().Changed(name) }
 	if f.topic == "" {
 		return 0, errors.New("--topic is required")
-	}
-	var err error
-	if f.brokers, err = cleanBrokers(f.brokers); err != nil {
-		return 0, err
 	}
 	if f.timeout <= 0 {
 		return 0, fmt.Errorf("--timeout must be positive, got %s", f.timeout)
@@ -237,9 +246,18 @@ func runProduce(cmd *cobra.Command, f produceFlags) error {
 	if err != nil {
 		return err
 	}
+	partitioner, err := router.ParsePartitioner(f.partitioner)
+	if err != nil {
+		return fmt.Errorf("--partitioner: %w", err)
+	}
+	c, err := resolveConn(cmd, f.conn, f.brokers)
+	if err != nil {
+		return err
+	}
+	f.brokers = c.brokers
 
 	ctx := cmd.Context()
-	rt, err := openRouter(ctx, f, logger)
+	rt, err := openRouter(ctx, f, c, partitioner, logger)
 	if err != nil {
 		return err
 	}
@@ -253,11 +271,13 @@ func runProduce(cmd *cobra.Command, f produceFlags) error {
 	out := cmd.OutOrStdout()
 	switch mode {
 	case modeSingle:
-		sctx, cancel := context.WithTimeout(ctx, f.timeout)
+		gctx, stop := c.guard(ctx)
+		sctx, cancel := context.WithTimeout(gctx, f.timeout)
 		res, err := rt.Send(sctx, single)
 		cancel()
+		stop()
 		if err != nil {
-			return errors.Join(fmt.Errorf("send failed: %w", err), closeRouter())
+			return errors.Join(fmt.Errorf("send failed: %w", c.explain(err)), closeRouter())
 		}
 		if err := closeRouter(); err != nil {
 			return err
@@ -281,30 +301,38 @@ func runProduce(cmd *cobra.Command, f produceFlags) error {
 
 // openRouter connects the router, turning its setup errors into one clear
 // line.
-func openRouter(ctx context.Context, f produceFlags, logger *slog.Logger) (*router.Router, error) {
-	nctx, cancel := context.WithTimeout(ctx, f.timeout)
+func openRouter(ctx context.Context, f produceFlags, c conn, partitioner router.Partitioner, logger *slog.Logger) (*router.Router, error) {
+	gctx, stop := c.guard(ctx)
+	defer stop()
+	nctx, cancel := context.WithTimeout(gctx, f.timeout)
 	defer cancel()
 	rt, err := router.New(nctx, router.Config{
 		Brokers:      f.brokers,
 		Topic:        f.topic,
 		CloseTimeout: f.timeout,
 		Logger:       logger,
-		ClientOpts: []kgo.Opt{
+		Partitioner:  partitioner,
+		ClientOpts: append([]kgo.Opt{
 			kgo.RecordDeliveryTimeout(f.timeout),
-			kgo.DialTimeout(min(f.timeout, 10*time.Second)),
-		},
+			// Short enough that a connection that fails (a TLS handshake
+			// nobody answers) is seen, and explained, before --timeout.
+			kgo.DialTimeout(min(f.timeout/2, 10*time.Second)),
+		}, c.opts...),
 	})
 	if err != nil {
-		return nil, brokerError(ctx, err, f.brokers, f.topic, f.timeout)
+		return nil, brokerError(ctx, c.explain(err), f.brokers, f.topic, f.timeout)
 	}
 	return rt, nil
 }
 
 // brokerError rewords the errors of connecting to the brokers.
 func brokerError(ctx context.Context, err error, brokers []string, topic string, timeout time.Duration) error {
+	var connErr *kafkaconn.Error
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("interrupted while connecting to %s: %w", strings.Join(brokers, ","), ctx.Err())
+	case errors.As(err, &connErr):
+		return fmt.Errorf("cannot connect to the brokers %s: %w", strings.Join(brokers, ","), err)
 	case errors.Is(err, router.ErrTopicNotFound):
 		return fmt.Errorf("topic %q does not exist on %s (create it first, e.g. workrouter broker --topic %s)",
 			topic, strings.Join(brokers, ","), topic)

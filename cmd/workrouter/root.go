@@ -80,6 +80,10 @@ func applyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
 			return
 		}
 		if serr := fs.Set(f.Name, v); serr != nil {
+			if isSecretFlag(f) {
+				err = fmt.Errorf("%s (for --%s): invalid value", envName(f.Name), f.Name)
+				return
+			}
 			err = fmt.Errorf("%s=%q (for --%s): %w", envName(f.Name), v, f.Name, serr)
 		}
 	})

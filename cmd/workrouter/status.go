@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/workrouter/workrouter/kafkaconn"
+	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -29,6 +31,10 @@ type statusFlags struct {
 	sink    string
 	asJSON  bool
 	timeout time.Duration
+
+	partitioner string
+	checkKeys   int
+	conn        connFlags
 }
 
 func newStatusCmd() *cobra.Command {
@@ -47,7 +53,12 @@ func newStatusCmd() *cobra.Command {
     for where a worker resumes.
 
 Both classic groups and KIP-848 consumer groups are described. A group or
-topic that does not exist is an error. --json prints one JSON object.`,
+topic that does not exist is an error. --json prints one JSON object.
+
+It also reads the last --check-keys records of every partition and counts
+those whose key --partitioner maps to another partition: a producer that
+partitions keys differently (see workrouter worker --partitioner).
+` + connHelp,
 		Example: `  workrouter status --group ledger-workers --topic ledger
   workrouter status --group ledger-workers --topic ledger --sink sqlite:ledger.db
   workrouter status --group billing --topic invoices --sink postgres://postgres@127.0.0.1:5432/test --json`,
@@ -61,6 +72,9 @@ topic that does not exist is an error. --json prints one JSON object.`,
 	fl.StringVar(&f.sink, "sink", "", "also show the fences stored in this sink: "+sinkSpecHelp)
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object instead of tables")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the brokers (and the sink)")
+	fl.StringVar(&f.partitioner, "partitioner", "murmur2", "the producers' partitioner, to check keys against: murmur2 or crc32")
+	fl.IntVar(&f.checkKeys, "check-keys", 100, "check the keys of the last N records of each partition against --partitioner (0 disables)")
+	addConnFlags(fl, &f.conn)
 	return cmd
 }
 
@@ -80,6 +94,9 @@ type statusReport struct {
 	TotalLag   int64             `json:"total_lag"`
 	// Sink names the sink whose fences are shown (no password).
 	Sink string `json:"sink,omitempty"`
+	// Routing is the check of recent records' keys against the
+	// partitioner; absent with --check-keys 0.
+	Routing *routingReport `json:"routing,omitempty"`
 }
 
 type statusMember struct {
@@ -127,10 +144,18 @@ func runStatus(cmd *cobra.Command, f statusFlags) error {
 	case f.timeout <= 0:
 		return fmt.Errorf("--timeout must be positive, got %s", f.timeout)
 	}
-	brokers, err := cleanBrokers(f.brokers)
+	partitioner, err := router.ParsePartitioner(f.partitioner)
+	if err != nil {
+		return fmt.Errorf("--partitioner: %w", err)
+	}
+	if f.checkKeys < 0 {
+		return fmt.Errorf("--check-keys must not be negative, got %d", f.checkKeys)
+	}
+	c, err := resolveConn(cmd, f.conn, f.brokers)
 	if err != nil {
 		return err
 	}
+	brokers := c.brokers
 	var spec sinkSpec
 	if f.sink != "" {
 		if spec, err = parseSinkSpec(f.sink); err != nil {
@@ -138,18 +163,24 @@ func runStatus(cmd *cobra.Command, f statusFlags) error {
 		}
 	}
 	parent := cmd.Context()
-	ctx, cancel := context.WithTimeout(parent, f.timeout)
+	gctx, stop := c.guard(parent)
+	defer stop()
+	ctx, cancel := context.WithTimeout(gctx, f.timeout)
 	defer cancel()
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DialTimeout(min(f.timeout, 10*time.Second)))
+	clientOpts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DialTimeout(min(f.timeout/2, 10*time.Second))}, c.opts...)
+	cl, err := kgo.NewClient(clientOpts...)
 	if err != nil {
 		return fmt.Errorf("--brokers: %w", err)
 	}
 	defer cl.Close()
 
 	rep, err := describeStatus(ctx, cl, f.group, f.topic)
+	var connErr *kafkaconn.Error
 	switch {
 	case err == nil:
+	case errors.As(c.explain(err), &connErr):
+		return fmt.Errorf("cannot connect to the brokers %s: %w", strings.Join(brokers, ","), connErr)
 	case ctx.Err() != nil && parent.Err() == nil:
 		return fmt.Errorf("no answer from the brokers %s within %s (--timeout); is a broker running there?",
 			strings.Join(brokers, ","), f.timeout)
@@ -159,6 +190,11 @@ func runStatus(cmd *cobra.Command, f statusFlags) error {
 		return fmt.Errorf("cannot reach the brokers %s: %w", strings.Join(brokers, ","), err)
 	default:
 		return err
+	}
+	if f.checkKeys > 0 {
+		if err := checkRouting(ctx, clientOpts, &rep, partitioner, f.checkKeys); err != nil {
+			return err
+		}
 	}
 	if f.sink != "" {
 		if err := addSinkFences(ctx, &rep, spec); err != nil {
@@ -394,6 +430,9 @@ func printStatus(w io.Writer, rep statusReport) error {
 		rep.Group, proto, rep.Topic, rep.State, members, rep.TotalLag)
 	if rep.Sink != "" {
 		fmt.Fprintf(ew, "sink %s\n", rep.Sink)
+	}
+	if rep.Routing != nil {
+		fmt.Fprintln(ew, rep.Routing.line())
 	}
 
 	fmt.Fprintln(ew)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +18,7 @@ import (
 	"github.com/workrouter/workrouter/consumer/eventlog"
 	"github.com/workrouter/workrouter/examples/invoices"
 	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sinkmetrics"
@@ -42,6 +44,10 @@ type workerFlags struct {
 	// sqliteBusy is the SQLite sink's busy timeout (0: its default); only
 	// the harness's worker sets it.
 	sqliteBusy time.Duration
+
+	partitioner string
+	misroute    string
+	conn        connFlags
 }
 
 // errUnknownExample is matched by the error for an --example that does not exist.
@@ -61,8 +67,15 @@ With --events, every event of the worker (claims, applied batches, fences,
 stalls, commits…) is also written as one JSON object per line to that file —
 for tooling that follows a worker without parsing its log.
 
+Every record's key is checked against the producers' partitioner
+(--partitioner, murmur2 by default): a record on another partition than its
+key maps to is counted (workrouter_consumer_misrouted_total), logged at WARN
+with the key and both partitions, and applied (--misroute apply) or refused,
+stalling its partition (--misroute refuse).
+
 Real applications build their own binary from the library (see the README);
-this command runs the examples in ./examples.`,
+this command runs the examples in ./examples.
+` + connHelp,
 		Example: `  workrouter worker --example ledger --sink sqlite:ledger.db
   workrouter worker --example invoices --sink postgres://postgres@127.0.0.1:5432/test --group billing
   workrouter worker --example ledger --events /var/log/workrouter/events.jsonl`,
@@ -88,6 +101,9 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.DurationVar(&f.revokeTimeout, "revoke-timeout", 10*time.Second, "how long a revoked partition's in-flight batch may take")
 	fl.DurationVar(&f.rebalanceTimeout, "rebalance-timeout", 60*time.Second, "group rebalance timeout: how long the group waits for members to rejoin")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (no host means loopback; empty disables)")
+	fl.StringVar(&f.partitioner, "partitioner", "murmur2", "the producers' partitioner, checked against every record: murmur2 (Kafka's default) or crc32 (librdkafka's default)")
+	fl.StringVar(&f.misroute, "misroute", "apply", "what to do with a record whose key maps to another partition: apply (and report it) or refuse (the partition stalls)")
+	addConnFlags(fl, &f.conn)
 	fl.StringVar(&f.events, "events", "", "also write every worker event as a JSON line to this file (appended; /dev/fd/N for an inherited descriptor)")
 }
 
@@ -118,6 +134,15 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 	}
 	spec, err := parseSinkSpec(f.sink)
 	if err != nil {
+		return err
+	}
+	if _, err := router.ParsePartitioner(f.partitioner); err != nil {
+		return fmt.Errorf("--partitioner: %w", err)
+	}
+	if f.misroute != "apply" && f.misroute != "refuse" {
+		return fmt.Errorf("--misroute %q: want apply or refuse", f.misroute)
+	}
+	if _, err := resolveConn(cmd, f.conn, f.brokers); err != nil {
 		return err
 	}
 	logger, err := newLogger(cmd)
@@ -177,8 +202,20 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, protocol consumer.Protocol, backend string, s sink.Sink[Tx],
 	handlers map[string]consumer.Handler[Tx], logger *slog.Logger, h *harnessHooks, backendPID func(context.Context, Tx) (int, error)) error {
 	ctx := cmd.Context()
+	c, err := resolveConn(cmd, f.conn, f.brokers)
+	if err != nil {
+		return err
+	}
+	partitioner, _ := router.ParsePartitioner(f.partitioner) // checked by runWorker
+	misroute := consumer.MisrouteApply
+	if f.misroute == "refuse" {
+		misroute = consumer.MisrouteRefuse
+	}
+	if h != nil && h.chaos && c.cfg.UsesTLS() {
+		return fmt.Errorf("--chaos cuts broker connections with a plain TCP dialer: run the fault harness on a plaintext listener")
+	}
 	reg := newRegistry()
-	s, err := sinkmetrics.Wrap(s, reg, backend)
+	s, err = sinkmetrics.Wrap(s, reg, backend)
 	if err != nil {
 		return err
 	}
@@ -204,13 +241,18 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, proto
 		}
 		defer stop()
 	}
-	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	gctx, stop := c.guard(ctx)
+	defer stop()
+	cctx, cancel := context.WithTimeout(gctx, 15*time.Second)
 	defer cancel()
+	clientOpts = append(clientOpts, c.opts...)
 	w, err := consumer.New(cctx, consumer.Config[Tx]{
 		ClientOpts:        clientOpts,
 		Registerer:        reg,
 		Observers:         observers,
-		Brokers:           f.brokers,
+		Partitioner:       partitioner,
+		Misroute:          misroute,
+		Brokers:           c.brokers,
 		Group:             f.group,
 		Topic:             f.topic,
 		Sink:              s,
@@ -225,7 +267,10 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, proto
 		Logger:            logger,
 	})
 	if err != nil {
-		return err
+		if errors.Is(err, consumer.ErrConfig) {
+			return err
+		}
+		return fmt.Errorf("cannot join group %s on the brokers %s: %w", f.group, strings.Join(c.brokers, ","), c.explain(err))
 	}
 	ops, err := startOps(f.metricsAddr, reg, w.Ready, logger)
 	if err != nil {
@@ -233,8 +278,8 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, proto
 		return err
 	}
 	defer ops.close()
-	fmt.Fprintf(cmd.OutOrStdout(), "workrouter worker %s: example %s, group %s, topic %s, sink %s\n",
-		f.clientID, f.example, f.group, f.topic, spec)
+	fmt.Fprintf(cmd.OutOrStdout(), "workrouter worker %s: example %s, group %s, topic %s, sink %s, brokers %s (%s), partitioner %s\n",
+		f.clientID, f.example, f.group, f.topic, spec, strings.Join(c.brokers, ","), c.cfg, partitioner)
 	select {
 	case <-ctx.Done():
 		logger.Info("leaving the group", "reason", context.Cause(ctx))

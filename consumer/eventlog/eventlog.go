@@ -147,6 +147,11 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 		}
 		r.Topic = e.Topic
 		r.Fields = map[string]string{"old_topic_id": e.OldID, "new_topic_id": e.NewID, "partitions": strings.Join(parts, ",")}
+	case consumer.Misrouted:
+		tok(e.Token)
+		r.FirstOffset = e.Offset
+		r.Fields = map[string]string{"key": string(e.Key), "expected_partition": strconv.Itoa(int(e.Expected)),
+			"partitions": strconv.Itoa(int(e.Partitions)), "partitioner": e.Partitioner.String(), "refused": strconv.FormatBool(e.Refused)}
 	}
 	return r
 }

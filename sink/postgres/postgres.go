@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"regexp"
@@ -293,15 +292,18 @@ func wrap(ctx context.Context, op string, err error) error {
 // commit outcome, a concurrent-apply conflict, a serialization failure or
 // deadlock, the server out of resources or shutting down, a statement
 // cancelled by the server, or a cancelled context — also when it surfaced
-// through a handler's statement. It implements [sink.ErrorClassifier] and
-// may be called from any goroutine.
+// through a handler's statement. io.EOF and io.ErrUnexpectedEOF alone are
+// not taken as a lost connection: handlers meet them in their own work
+// (encoding/json returns io.ErrUnexpectedEOF for truncated input), and a
+// connection that did break is found by the consumer's Ping. It implements
+// [sink.ErrorClassifier] and may be called from any goroutine.
 func (s *Sink) IsSinkFailure(err error) bool {
 	switch {
 	case err == nil:
 		return false
 	case errors.Is(err, ErrOutcomeUnknown), errors.Is(err, ErrConflict), errors.Is(err, ErrClosed),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, net.ErrClosed),
 		errors.Is(err, pgx.ErrTxClosed), errors.Is(err, puddle.ErrClosedPool), pgconn.Timeout(err), pgconn.SafeToRetry(err):
 		return true
 	}

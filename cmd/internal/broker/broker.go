@@ -6,13 +6,16 @@
 // and consumer group commits in a data directory so that they survive a
 // restart, and creates the configured topics if they are absent.
 //
-// The broker is a development tool: it has one node, no replication, no
-// authentication, and it advertises the address it listens on, so clients
-// must be able to reach that address.
+// The broker is a development tool: it has one node and no replication,
+// and it advertises the address it listens on, so clients must be able to
+// reach that address. It can serve TLS (Config.TLS) and require SASL
+// authentication (Config.Users: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512),
+// so that a secured setup can be tried locally.
 package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,11 +76,29 @@ type Config struct {
 	// tests that use short session timeouts such as 1s.
 	MinSessionTimeout time.Duration
 
+	// TLS, if set, is the server configuration of a TLS listener: clients
+	// must connect with TLS. Nil listens in plaintext.
+	TLS *tls.Config
+
+	// Users, if any, turn on SASL authentication: every client must log
+	// in as one of them, with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. They
+	// are superusers (no ACLs). None means no authentication.
+	Users []User
+
 	// Logger receives the broker's log records; nil discards them. kfake's
 	// info-level chatter (per-request notes, group joins) is logged at
 	// slog.LevelDebug; its warnings and errors at Warn and Error.
 	Logger *slog.Logger
 }
+
+// User is a SASL user of the broker.
+type User struct {
+	Name     string
+	Password string
+}
+
+// String returns the user's name, never its password.
+func (u User) String() string { return u.Name }
 
 // Broker is a running embedded broker. Its methods may be called from any
 // goroutine.
@@ -140,6 +161,17 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.MinSessionTimeout > 0 {
 		opts = append(opts, kfake.GroupMinSessionTimeout(cfg.MinSessionTimeout))
 	}
+	if cfg.TLS != nil {
+		opts = append(opts, kfake.TLS(cfg.TLS.Clone())) // kfake wraps the listener
+	}
+	if len(cfg.Users) > 0 {
+		opts = append(opts, kfake.EnableSASL())
+		for _, u := range cfg.Users {
+			for _, m := range []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} {
+				opts = append(opts, kfake.Superuser(m, u.Name, u.Password))
+			}
+		}
+	}
 
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
@@ -181,6 +213,11 @@ func validate(cfg Config) error {
 	}
 	if cfg.MinSessionTimeout < 0 {
 		return fmt.Errorf("broker: %w: negative MinSessionTimeout %v", ErrInvalidConfig, cfg.MinSessionTimeout)
+	}
+	for _, u := range cfg.Users {
+		if u.Name == "" || u.Password == "" {
+			return fmt.Errorf("broker: %w: a SASL user needs a name and a password", ErrInvalidConfig)
+		}
 	}
 	for t, n := range cfg.Topics {
 		if t == "" {

@@ -49,7 +49,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/cmd/internal/faults"
@@ -74,6 +76,13 @@ const (
 // Kinds returns every fault kind, in the order of the report's table.
 func Kinds() []Kind {
 	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Churn}
+}
+
+// ExternalKinds returns the fault kinds that work on any cluster: every
+// kind but heartbeat and coordinator, which intercept requests inside the
+// embedded broker (see Config.Brokers).
+func ExternalKinds() []Kind {
+	return []Kind{Pause, Kill, BrokerConn, SinkConn, Churn}
 }
 
 // ErrConfig is matched by the error Run or ParseKinds returns for a bad
@@ -139,6 +148,14 @@ type Config struct {
 	// RecoverTimeout bounds the wait for lag zero after the faults;
 	// default 2m.
 	RecoverTimeout time.Duration
+	// Brokers, if set, runs the experiment on that cluster, on a topic of
+	// its own (ledger-chaos-<time>), instead of an in-process broker.
+	// Only ExternalKinds can be injected there (the default then).
+	// Plaintext only: the broker-conn fault cuts plain TCP connections.
+	// The broker's own group settings apply: for KIP-848, its
+	// group.consumer.session.timeout.ms must not exceed SessionTimeout, or
+	// a paused worker is not evicted before it resumes.
+	Brokers []string
 	// LogDir, if set, receives each worker process's log as
 	// NAME-PID.log and the broker's as broker.log, for post-mortems.
 	LogDir string
@@ -155,6 +172,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if len(c.Kinds) == 0 {
 		c.Kinds = Kinds()
+		if len(c.Brokers) > 0 {
+			c.Kinds = ExternalKinds()
+		}
 	}
 	if c.Workers == 0 {
 		c.Workers = 3
@@ -193,6 +213,9 @@ func (c Config) withDefaults() (Config, error) {
 	for _, k := range c.Kinds {
 		if !slices.Contains(Kinds(), k) {
 			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
+		}
+		if len(c.Brokers) > 0 && !slices.Contains(ExternalKinds(), k) {
+			return c, fmt.Errorf("%w: fault kind %q intercepts requests inside the embedded broker and cannot run on --brokers (those can: %v)", ErrConfig, k, ExternalKinds())
 		}
 	}
 	return c, nil
@@ -274,6 +297,52 @@ func (r *run) run() error {
 	}
 	defer os.RemoveAll(dir)
 
+	if len(r.cfg.Brokers) > 0 {
+		if err := r.useCluster(); err != nil {
+			return err
+		}
+	} else if stop, err := r.startBroker(); err != nil {
+		return err
+	} else {
+		defer stop()
+	}
+
+	st, err := cluster.OpenStore(ctx, cluster.StoreConfig{Dir: dir, SQLitePath: r.cfg.SinkPath,
+		PostgresDSN: r.cfg.PostgresDSN, SchemaPrefix: "workrouter_chaos"})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	r.store = st
+	where := "kfake, in process"
+	if len(r.cfg.Brokers) > 0 {
+		where = "external cluster"
+	}
+	r.logf("broker %v (%s), topic %s with %d partitions, group %s, protocol %s; %s",
+		r.brokers, where, r.topic, r.cfg.Partitions, group, r.cfg.Protocol, st.Desc())
+	return r.runOn(st)
+}
+
+// useCluster creates the run's topic on Config.Brokers.
+func (r *run) useCluster() error {
+	r.brokers = r.cfg.Brokers
+	r.topic = fmt.Sprintf("%s-chaos-%d", ledger.Topic, time.Now().UnixNano())
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(r.brokers...))
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, r.cfg.Partitions, -1, nil, r.topic); err != nil {
+		return fmt.Errorf("chaos: creating topic %s on %v: %w", r.topic, r.brokers, err)
+	}
+	return nil
+}
+
+// startBroker starts the in-process broker with the run's topic; the
+// returned function stops it.
+func (r *run) startBroker() (func(), error) {
 	r.topic = ledger.Topic
 	// KIP-848 groups take their session timeout and heartbeat interval
 	// from the broker, not the client: give them the workers' values.
@@ -283,32 +352,32 @@ func (r *run) run() error {
 			"group.consumer.session.timeout.ms":    strconv.FormatInt(r.cfg.SessionTimeout.Milliseconds(), 10),
 			"group.consumer.heartbeat.interval.ms": "200",
 		})}
+	closeLog := func() {}
 	if r.cfg.LogDir != "" {
 		f, err := os.Create(filepath.Join(r.cfg.LogDir, "broker.log"))
 		if err != nil {
-			return fmt.Errorf("chaos: broker log: %w", err)
+			return nil, fmt.Errorf("chaos: broker log: %w", err)
 		}
-		defer f.Close()
+		closeLog = func() { f.Close() }
 		opts = append(opts, kfake.WithLogger(kfake.BasicLogger(f, kfake.LogLevelInfo)))
 	}
 	kc, err := kfake.NewCluster(opts...)
 	if err != nil {
-		return fmt.Errorf("chaos: starting the broker: %w", err)
+		closeLog()
+		return nil, fmt.Errorf("chaos: starting the broker: %w", err)
 	}
-	defer kc.Close()
 	r.icpt = newInterceptor(kc)
-	defer r.icpt.close()
 	r.brokers = kc.ListenAddrs()
+	return func() {
+		r.icpt.close()
+		kc.Close()
+		closeLog()
+	}, nil
+}
 
-	st, err := cluster.OpenStore(ctx, cluster.StoreConfig{Dir: dir, SQLitePath: r.cfg.SinkPath,
-		PostgresDSN: r.cfg.PostgresDSN, SchemaPrefix: "workrouter_chaos"})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	r.store = st
-	r.logf("broker %v (kfake, in process), topic %s with %d partitions, group %s, protocol %s; %s",
-		r.brokers, r.topic, r.cfg.Partitions, group, r.cfg.Protocol, st.Desc())
+// runOn runs the experiment once the broker and the store are up.
+func (r *run) runOn(st *cluster.Store) error {
+	ctx := r.ctx
 	r.logf("seed %d, faults %v, %d workers, %d commands/s, session timeout %s, for %s",
 		r.cfg.Seed, r.cfg.Kinds, r.cfg.Workers, r.cfg.Rate, r.cfg.SessionTimeout, r.cfg.Duration)
 

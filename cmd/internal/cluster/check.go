@@ -13,7 +13,10 @@ import (
 
 // CheckConfig says what Check reads.
 type CheckConfig struct {
-	Brokers    []string
+	Brokers []string
+	// ClientOpts are more options of the client that reads Kafka's
+	// offsets (TLS, SASL).
+	ClientOpts []kgo.Opt
 	Group      string
 	Topic      string
 	Partitions int32
@@ -68,7 +71,7 @@ func (s *Store) Check(ctx context.Context, cfg CheckConfig) (invariants.Report, 
 		}
 	}
 	if len(cfg.Brokers) > 0 {
-		adm, err := kadm.NewOptClient(kgo.SeedBrokers(cfg.Brokers...))
+		adm, err := kadm.NewOptClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.ClientOpts...)...)
 		if err != nil {
 			return invariants.Report{}, err
 		}

@@ -102,9 +102,10 @@ func (p *Producer) AckedCount() int {
 }
 
 // LagZero reports whether group has committed every partition of topic up
-// to its end offset. Any error reads as "not zero".
-func LagZero(ctx context.Context, brokers []string, topic, group string) bool {
-	adm, err := kadm.NewOptClient(kgo.SeedBrokers(brokers...))
+// to its end offset. Any error reads as "not zero". opts are more client
+// options (TLS, SASL).
+func LagZero(ctx context.Context, brokers []string, topic, group string, opts ...kgo.Opt) bool {
+	adm, err := kadm.NewOptClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 	if err != nil {
 		return false
 	}

@@ -102,6 +102,9 @@ type WorkerOptions struct {
 	// Hooks are fault-hook flags of the harness's worker, such as
 	// "--chaos" or "--freeze-before-batch=4".
 	Hooks []string
+	// Conn are the connection flags (TLS, SASL) of the worker; a password
+	// goes in the Binary's Env, never here.
+	Conn []string
 }
 
 // Args returns the harness worker's arguments (after the executable) for o.
@@ -134,6 +137,7 @@ func (o WorkerOptions) Args() []string {
 		"--log-level", "info",
 		"--events", "/dev/fd/" + strconv.Itoa(eventsFD),
 	}
+	args = append(args, o.Conn...)
 	return append(args, o.Hooks...)
 }
 

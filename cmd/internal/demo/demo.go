@@ -37,6 +37,11 @@ type Config struct {
 	// Brokers, if set, runs against that cluster instead of an embedded
 	// broker; the topic must exist or be creatable there.
 	Brokers []string
+	// ClientOpts are more options of the demo's own clients (TLS, SASL)
+	// for Brokers, and WorkerConn the matching flags of the worker
+	// processes (a password goes in Worker.Env).
+	ClientOpts []kgo.Opt
+	WorkerConn []string
 	// SinkPath is the SQLite file; default a file in a temporary directory.
 	SinkPath string
 	// PostgresDSN, if set, runs the demo on PostgreSQL instead of SQLite,
@@ -163,7 +168,7 @@ func (d *run) run() (Summary, error) {
 		d.logf("embedded broker on %s (data in %s), topic %s with %d partitions", b.Addr(), dir, topic, d.cfg.Partitions)
 	} else {
 		topic = fmt.Sprintf("%s-demo-%d", ledger.Topic, time.Now().UnixNano())
-		adm, err := kadm.NewOptClient(kgo.SeedBrokers(brokers...))
+		adm, err := kadm.NewOptClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, d.cfg.ClientOpts...)...)
 		if err != nil {
 			return Summary{}, err
 		}
@@ -186,7 +191,7 @@ func (d *run) run() (Summary, error) {
 	// Workers; w1 will freeze itself with SIGSTOP just before its 4th batch.
 	for i := 1; i <= d.cfg.Workers; i++ {
 		name := "w" + strconv.Itoa(i)
-		opts := cluster.WorkerOptions{Brokers: brokers, Topic: topic, Group: group, SinkSpec: st.Spec(),
+		opts := cluster.WorkerOptions{Brokers: brokers, Conn: d.cfg.WorkerConn, Topic: topic, Group: group, SinkSpec: st.Spec(),
 			Name: name, SessionTimeout: d.cfg.SessionTimeout}
 		if i == 1 {
 			opts.Hooks = []string{"--freeze-before-batch=4"}
@@ -213,7 +218,7 @@ func (d *run) run() (Summary, error) {
 		d.logf("%s owns %s", w.Name(), cluster.Describe(w.Owned()))
 	}
 
-	rt, err := router.New(ctx, router.Config{Brokers: brokers, Topic: topic})
+	rt, err := router.New(ctx, router.Config{Brokers: brokers, Topic: topic, ClientOpts: d.cfg.ClientOpts})
 	if err != nil {
 		return Summary{}, err
 	}
@@ -271,7 +276,7 @@ func (d *run) run() (Summary, error) {
 	d.logf("produced %d more commands", d.cfg.Commands-half)
 	converged := d.waitUntil(120*time.Second, "every command applied and Kafka lag at zero", func() bool {
 		n, err := st.Count(ctx, `SELECT count(*) FROM ledger_postings`)
-		return err == nil && n >= d.cfg.Commands && cluster.LagZero(ctx, brokers, topic, group)
+		return err == nil && n >= d.cfg.Commands && cluster.LagZero(ctx, brokers, topic, group, d.cfg.ClientOpts...)
 	})
 	if converged != nil {
 		d.logf("not converged: %v", converged)
@@ -287,7 +292,7 @@ func (d *run) run() (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	rep, err := st.Check(ctx, cluster.CheckConfig{Brokers: brokers, Group: group, Topic: topic,
+	rep, err := st.Check(ctx, cluster.CheckConfig{Brokers: brokers, ClientOpts: d.cfg.ClientOpts, Group: group, Topic: topic,
 		Partitions: d.cfg.Partitions, Acked: p.Acked(), NotConverged: converged != nil})
 	if err != nil {
 		return Summary{}, err

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/kafkaconn"
+)
+
+// secretAnnotation marks a flag whose value is a secret: applyEnv never
+// repeats it in an error.
+const secretAnnotation = "workrouter-secret"
+
+// connFlags are the flags that say how to connect to the brokers: TLS,
+// SASL, and librdkafka-style properties. Every command that talks to Kafka
+// has them (see addConnFlags); they become one kafkaconn.Config.
+type connFlags struct {
+	tls            bool
+	tlsCA          string
+	tlsCert        string
+	tlsKey         string
+	tlsServerName  string
+	mechanism      string
+	username       string
+	password       string
+	passwordFile   string
+	properties     []string
+	propertiesFile string
+}
+
+// connHelp is the connection section of a command's long help.
+const connHelp = `
+Connecting to a secured cluster (managed Kafka, Redpanda Cloud, MSK…):
+  --tls [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]
+  --sasl-mechanism plain|scram-sha-256|scram-sha-512|oauthbearer|aws-msk-iam
+  --sasl-username USER, and the password (or OAUTHBEARER token) from
+  --sasl-password-file FILE or WORKROUTER_SASL_PASSWORD (or --sasl-password,
+  which other users of the machine can see in the process list);
+  AWS_MSK_IAM reads AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+  AWS_SESSION_TOKEN. An existing client.properties works too
+  (--properties FILE, or -X key=value): security.protocol, sasl.mechanism(s),
+  sasl.username, sasl.password, ssl.ca.location, ssl.certificate.location,
+  ssl.key.location, bootstrap.servers. Flags win over properties. Passwords
+  are never printed or logged.`
+
+// addConnFlags defines the connection flags on fl.
+func addConnFlags(fl *pflag.FlagSet, f *connFlags) {
+	fl.BoolVar(&f.tls, "tls", false, "connect to the brokers over TLS (implied by the other --tls-* flags)")
+	fl.StringVar(&f.tlsCA, "tls-ca", "", "PEM file of the CA certificates to trust instead of the system's")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM client certificate, for brokers that require one (with --tls-key)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM key of --tls-cert")
+	fl.StringVar(&f.tlsServerName, "tls-server-name", "", "name the brokers' certificates must carry (default: the host dialed)")
+	fl.StringVar(&f.mechanism, "sasl-mechanism", "", "SASL mechanism: "+kafkaconn.Mechanisms)
+	fl.StringVar(&f.username, "sasl-username", "", "SASL username (OAUTHBEARER: the authorization ID)")
+	fl.StringVar(&f.password, "sasl-password", "", "SASL password or OAUTHBEARER token (prefer --sasl-password-file or the environment: a flag shows in the process list)")
+	fl.StringVar(&f.passwordFile, "sasl-password-file", "", "file holding the SASL password or OAUTHBEARER token (a trailing newline is dropped)")
+	fl.StringArrayVarP(&f.properties, "property", "X", nil, "librdkafka-style client property key=value (security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, …); repeatable")
+	fl.StringVar(&f.propertiesFile, "properties", "", "client.properties file of librdkafka-style key=value lines")
+	_ = fl.SetAnnotation("sasl-password", secretAnnotation, []string{"true"})
+	_ = fl.SetAnnotation("property", secretAnnotation, []string{"true"})
+}
+
+// isSecretFlag reports whether f holds a secret (see secretAnnotation).
+func isSecretFlag(f *pflag.Flag) bool {
+	_, ok := f.Annotations[secretAnnotation]
+	return ok
+}
+
+// config builds the connection the flags describe: the properties file,
+// then each -X, then the explicit flags, each overriding the one before.
+// Errors are one line and never repeat a password.
+func (f connFlags) config() (kafkaconn.Config, error) {
+	var c kafkaconn.Config
+	if f.propertiesFile != "" {
+		file, err := os.Open(f.propertiesFile)
+		if err != nil {
+			return c, fmt.Errorf("--properties: %w", err)
+		}
+		err = c.ReadProperties(file, f.propertiesFile)
+		file.Close()
+		if err != nil {
+			return c, fmt.Errorf("--properties %w", err)
+		}
+	}
+	for _, kv := range f.properties {
+		if err := c.SetPropertyArg(kv); err != nil {
+			return c, fmt.Errorf("-X: %w", err)
+		}
+	}
+	if f.tls {
+		c.TLS = true
+	}
+	for _, s := range []struct {
+		v   string
+		dst *string
+	}{{f.tlsCA, &c.CAFile}, {f.tlsCert, &c.CertFile}, {f.tlsKey, &c.KeyFile}, {f.tlsServerName, &c.ServerName}, {f.username, &c.Username}} {
+		if s.v != "" {
+			*s.dst = s.v
+		}
+	}
+	if f.mechanism != "" {
+		m, err := kafkaconn.ParseMechanism(f.mechanism)
+		if err != nil {
+			return c, fmt.Errorf("--sasl-mechanism: %w", err)
+		}
+		c.SASL = m
+	}
+	switch {
+	case f.password != "" && f.passwordFile != "":
+		return c, fmt.Errorf("give the SASL password once: --sasl-password (or WORKROUTER_SASL_PASSWORD) or --sasl-password-file, not both")
+	case f.password != "":
+		c.Password = kafkaconn.Secret(f.password)
+	case f.passwordFile != "":
+		b, err := os.ReadFile(f.passwordFile)
+		if err != nil {
+			return c, fmt.Errorf("--sasl-password-file: %w", err)
+		}
+		c.Password = kafkaconn.Secret(strings.TrimRight(string(b), "\r\n"))
+	}
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// conn is a command's resolved connection: its brokers, its kafkaconn
+// description, the franz-go options that implement it and a Probe that
+// explains a failed connection.
+type conn struct {
+	brokers []string
+	cfg     kafkaconn.Config
+	probe   *kafkaconn.Probe
+	opts    []kgo.Opt
+}
+
+// resolveConn validates the connection flags of cmd, picks the brokers
+// (--brokers if given, else the properties' bootstrap.servers, else the
+// flag's default) and builds the client options, the Probe's hook among
+// them.
+func resolveConn(cmd *cobra.Command, f connFlags, brokers []string) (conn, error) {
+	cfg, err := f.config()
+	if err != nil {
+		return conn{}, err
+	}
+	if len(cfg.Brokers) > 0 && !cmd.Flags().Changed("brokers") {
+		brokers = cfg.Brokers
+	}
+	if brokers, err = cleanBrokers(brokers); err != nil {
+		return conn{}, err
+	}
+	opts, err := cfg.Opts()
+	if err != nil {
+		return conn{}, err
+	}
+	probe := kafkaconn.NewProbe(cfg)
+	return conn{brokers: brokers, cfg: cfg, probe: probe, opts: append(opts, probe.Opt())}, nil
+}
+
+// guard returns a context derived from ctx that is also cancelled as soon
+// as the connection fails for a cause no retry fixes (see
+// kafkaconn.Probe.Refused), so that a command fails at once with the
+// cause instead of at its deadline. Call the CancelFunc when done: it
+// also ends the goroutine guard starts.
+func (c conn) guard(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-c.probe.Refused():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// explain names the cause of a failed connection in err when it can.
+func (c conn) explain(err error) error {
+	if c.probe == nil {
+		return err
+	}
+	return c.probe.Explain(err)
+}
+
+// workerArgs returns the flags and environment that give a worker process
+// this connection: the password travels in WORKROUTER_SASL_PASSWORD, never
+// on the command line.
+func (c conn) workerArgs() (args, env []string) {
+	k := c.cfg
+	if k.UsesTLS() {
+		args = append(args, "--tls")
+	}
+	for _, fv := range [][2]string{{"--tls-ca", k.CAFile}, {"--tls-cert", k.CertFile}, {"--tls-key", k.KeyFile},
+		{"--tls-server-name", k.ServerName}, {"--sasl-mechanism", string(k.SASL)}, {"--sasl-username", k.Username}} {
+		if fv[1] != "" {
+			args = append(args, fv[0], fv[1])
+		}
+	}
+	if k.Password != "" {
+		// Empty, so that a WORKROUTER_SASL_PASSWORD_FILE inherited from
+		// this process does not compete with the password.
+		args = append(args, "--sasl-password-file=")
+		env = append(env, envName("sasl-password")+"="+k.Password.Reveal())
+	}
+	return args, env
+}

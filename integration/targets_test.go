@@ -1,0 +1,252 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/modules/kafka"
+	"github.com/testcontainers/testcontainers-go/modules/redpanda"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/workrouter/workrouter/consumer"
+)
+
+// Images of the brokers, overridable for trying another release.
+const (
+	// defaultKafkaImage is Apache Kafka 4.0 (KRaft) as Confluent packages
+	// it for testcontainers' kafka module: the first release with KIP-848
+	// consumer groups.
+	defaultKafkaImage    = "confluentinc/confluent-local:8.0.0"
+	defaultRedpandaImage = "docker.redpanda.com/redpandadata/redpanda:v25.2.4"
+)
+
+// target is a cluster the tests run on.
+type target struct {
+	name    string
+	brokers []string
+	// kip848 says the broker serves KIP-848 consumer groups with a session
+	// timeout short enough for the tests (see protocols).
+	kip848 bool
+	// session is the group session timeout the tests' workers use.
+	session time.Duration
+}
+
+// protocols returns the group protocols to run on tg.
+func (tg target) protocols() []consumer.Protocol {
+	if tg.kip848 {
+		return []consumer.Protocol{consumer.Cooperative, consumer.KIP848}
+	}
+	return []consumer.Protocol{consumer.Cooperative}
+}
+
+func (tg target) protocolName(p consumer.Protocol) string { return tg.name + "/" + p.String() }
+
+var (
+	dockerOnce sync.Once
+	dockerErr  error
+
+	startMu  sync.Mutex
+	started  = map[string]target{}
+	startErr = map[string]error{}
+	stops    []func()
+)
+
+// TestMain stops the containers the tests started.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, stop := range stops {
+		stop()
+	}
+	os.Exit(code)
+}
+
+// targets returns the clusters to run on: WORKROUTER_TEST_BROKERS if set,
+// else a Kafka and a Redpanda container (started once per test binary).
+// Without either it skips t with one line.
+func targets(t *testing.T) []target {
+	t.Helper()
+	if env := os.Getenv("WORKROUTER_TEST_BROKERS"); env != "" {
+		tg := target{name: "env", brokers: strings.Split(env, ","), session: 6 * time.Second}
+		if s := os.Getenv("WORKROUTER_TEST_SESSION_TIMEOUT"); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				t.Fatalf("WORKROUTER_TEST_SESSION_TIMEOUT=%q: %v", s, err)
+			}
+			tg.session = d
+		}
+		// A cluster's KIP-848 session timeout is the broker's
+		// (group.consumer.session.timeout.ms, 45s by default): opt in
+		// only where it is no longer than the tests' session timeout.
+		tg.kip848 = os.Getenv("WORKROUTER_TEST_KIP848") == "1" && servesKIP848(t, tg.brokers)
+		return []target{tg}
+	}
+	dockerOnce.Do(func() { dockerErr = dockerHealthy() })
+	if dockerErr != nil {
+		t.Skipf("skipped: no healthy Docker engine (%s); start Docker, or point WORKROUTER_TEST_BROKERS at a cluster",
+			strings.Join(strings.Fields(dockerErr.Error()), " "))
+	}
+	return []target{start(t, "kafka", startKafka), start(t, "redpanda", startRedpanda)}
+}
+
+// dockerHealthy asks testcontainers' Docker provider whether the engine
+// answers.
+func dockerHealthy() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	p, err := testcontainers.ProviderDocker.GetProvider()
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return p.Health(ctx)
+}
+
+// start starts the container of name once per test binary with fn.
+func start(t *testing.T, name string, fn func(context.Context) (target, func(), error)) target {
+	t.Helper()
+	startMu.Lock()
+	defer startMu.Unlock()
+	if err, failed := startErr[name]; failed {
+		t.Fatalf("%s container: %v", name, err)
+	}
+	if tg, ok := started[name]; ok {
+		return tg
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tg, stop, err := fn(ctx)
+	if stop != nil {
+		stops = append(stops, stop)
+	}
+	if err != nil {
+		startErr[name] = err
+		t.Fatalf("%s container: %v", name, err)
+	}
+	tg.kip848 = tg.kip848 && servesKIP848(t, tg.brokers)
+	t.Logf("%s: brokers %v, KIP-848 %v", name, tg.brokers, tg.kip848)
+	started[name] = tg
+	return tg
+}
+
+// startKafka starts Apache Kafka in KRaft mode with group timeouts short
+// enough for the tests (the defaults are 6s classic and 45s KIP-848).
+func startKafka(ctx context.Context) (target, func(), error) {
+	img := os.Getenv("WORKROUTER_TEST_KAFKA_IMAGE")
+	if img == "" {
+		img = defaultKafkaImage
+	}
+	c, err := kafka.Run(ctx, img, testcontainers.WithEnv(map[string]string{
+		"KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS":             "1000",
+		"KAFKA_GROUP_CONSUMER_MIN_SESSION_TIMEOUT_MS":    "1000",
+		"KAFKA_GROUP_CONSUMER_SESSION_TIMEOUT_MS":        "2000",
+		"KAFKA_GROUP_CONSUMER_MIN_HEARTBEAT_INTERVAL_MS": "200",
+		"KAFKA_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS":     "500",
+		"KAFKA_AUTO_CREATE_TOPICS_ENABLE":                "false",
+	}))
+	stop := func() {
+		if c != nil {
+			_ = testcontainers.TerminateContainer(c)
+		}
+	}
+	if err != nil {
+		return target{}, stop, err
+	}
+	brokers, err := c.Brokers(ctx)
+	if err != nil {
+		return target{}, stop, err
+	}
+	return target{name: "kafka", brokers: brokers, kip848: true, session: 2 * time.Second}, stop, nil
+}
+
+// startRedpanda starts Redpanda in dev-container mode with the same
+// classic-group timeouts. Only the classic protocol runs on it: the tests
+// set no KIP-848 session timeout for Redpanda.
+func startRedpanda(ctx context.Context) (target, func(), error) {
+	img := os.Getenv("WORKROUTER_TEST_REDPANDA_IMAGE")
+	if img == "" {
+		img = defaultRedpandaImage
+	}
+	c, err := redpanda.Run(ctx, img,
+		redpanda.WithBootstrapConfig("group_min_session_timeout_ms", 1000),
+		redpanda.WithBootstrapConfig("group_initial_rebalance_delay", 0),
+	)
+	stop := func() {
+		if c != nil {
+			_ = testcontainers.TerminateContainer(c)
+		}
+	}
+	if err != nil {
+		return target{}, stop, err
+	}
+	seed, err := c.KafkaSeedBroker(ctx)
+	if err != nil {
+		return target{}, stop, err
+	}
+	return target{name: "redpanda", brokers: []string{seed}, session: 2 * time.Second}, stop, nil
+}
+
+// servesKIP848 reports whether every broker of the cluster answers
+// ConsumerGroupHeartbeat (KIP-848).
+func servesKIP848(t *testing.T, brokers []string) bool {
+	t.Helper()
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	versions, err := adm.ApiVersions(ctx)
+	if err != nil {
+		t.Fatalf("ApiVersions on %v: %v", brokers, err)
+	}
+	ok := len(versions) > 0
+	for _, v := range versions {
+		if v.Err != nil {
+			t.Fatalf("ApiVersions on %v: %v", brokers, v.Err)
+		}
+		if _, has := v.KeyMaxVersion(int16(kmsg.ConsumerGroupHeartbeat)); !has {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// newTopic creates a topic of its own for one test on tg.
+func newTopic(t *testing.T, tg target, partitions int32) string {
+	t.Helper()
+	topic := fmt.Sprintf("workrouter-it-%s-%d", strings.ToLower(strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())), time.Now().UnixNano())
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(tg.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, partitions, -1, nil, topic); err != nil {
+		t.Fatalf("creating topic %s on %s: %v", topic, tg.name, err)
+	}
+	t.Cleanup(func() {
+		adm, err := kadm.NewOptClient(kgo.SeedBrokers(tg.brokers...))
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, _ = adm.DeleteTopics(ctx, topic)
+			cancel()
+			adm.Close()
+		}
+	})
+	return topic
+}
