@@ -126,7 +126,10 @@ func decode(cmd consumer.Command) (payload, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(cmd.Payload))
 	if err := dec.Decode(&raw); err != nil {
-		return payload{}, fmt.Errorf("%w: %s at %s/%d@%d: payload is not a JSON object: %w", ErrMalformed, cmd.Type, cmd.Token.Topic, cmd.Token.Partition, cmd.Offset, err)
+		// The decoder's error is text here, not wrapped: for a truncated
+		// payload it is io.ErrUnexpectedEOF, which sink error classifiers
+		// read as a lost database connection (retried without limit).
+		return payload{}, fmt.Errorf("%w: %s at %s/%d@%d: payload is not a JSON object: %v", ErrMalformed, cmd.Type, cmd.Token.Topic, cmd.Token.Partition, cmd.Offset, err)
 	}
 	if dec.More() {
 		return payload{}, fmt.Errorf("%w: %s at %s/%d@%d: trailing data after the JSON payload", ErrMalformed, cmd.Type, cmd.Token.Topic, cmd.Token.Partition, cmd.Offset)

@@ -338,7 +338,9 @@ func runRules[Tx any](t *testing.T, b backend[Tx]) {
 // runMalformed produces malformed commands among good ones through a
 // worker with the default poison policy: each malformed command is
 // dead-lettered once, with reason permanent, and every good command is
-// applied once, in order, the ones after the malformed ones included.
+// applied once, in order, the ones after the malformed ones included. One
+// payload is truncated JSON, whose decoder error (io.ErrUnexpectedEOF)
+// must not pass for a lost database connection.
 func runMalformed[Tx any](t *testing.T, b backend[Tx]) {
 	ctx := context.Background()
 	brokers := testenv.Cluster(t, ledger.Topic, 2)
@@ -350,6 +352,9 @@ func runMalformed[Tx any](t *testing.T, b backend[Tx]) {
 			cmd := ledger.Deposit(account, id, seq, 10)
 			if seq == 2 {
 				cmd.Payload = []byte(fmt.Sprintf(`{"id":%q,"seq":%d,"amount":0}`, id, seq))
+				if account == "cyd" {
+					cmd.Payload = []byte(`{"id":"cyd-2","seq":2,"amo`) // truncated JSON
+				}
 				malformed[id] = true
 			}
 			cmds = append(cmds, cmd)
