@@ -15,6 +15,7 @@ import (
 
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/cmd/internal/faults"
+	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/consumer/eventlog"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
@@ -47,6 +48,17 @@ type harnessHooks struct {
 	// database session's backend ID, until gateFile exists.
 	gateAt   int64
 	gateFile string
+	// panicType, if set, adds a handler for that command type that
+	// panics (a handler bug the worker must survive).
+	panicType string
+}
+
+// panickingHandler is the handler --panic-type adds: it panics on every
+// command, as a buggy handler would.
+func panickingHandler[Tx any](typ string) consumer.Handler[Tx] {
+	return func(_ context.Context, _ Tx, cmd consumer.Command) error {
+		panic(fmt.Sprintf("harness: the %s handler panics (offset %d)", typ, cmd.Offset))
+	}
 }
 
 // harnessMain runs the harness's worker with args and returns the exit
@@ -90,6 +102,7 @@ func harnessMain(args []string) int {
 	fl.Int64Var(&h.gateAt, "gate-batch", 0, "block the Nth batch inside its last effect until --gate-file exists")
 	fl.StringVar(&h.gateFile, "gate-file", "", "the file --gate-batch waits for")
 	fl.DurationVar(&f.sqliteBusy, "sqlite-busy-timeout", 0, "the SQLite sink's busy timeout (default: the sink's)")
+	fl.StringVar(&h.panicType, "panic-type", "", "add a handler for this command type that panics")
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "workrouter harness worker: %v\n", err)

@@ -17,12 +17,12 @@ func TestWorkerHasNoFaultHooks(t *testing.T) {
 		t.Fatalf("worker --help exited %d: %s", code, p.stderr)
 	}
 	help := p.stdout.String()
-	for _, word := range []string{"chaos", "freeze", "hang", "gate", "SIGSTOP", "SIGUSR"} {
+	for _, word := range []string{"chaos", "freeze", "hang", "gate", "panic-type", "SIGSTOP", "SIGUSR"} {
 		if strings.Contains(strings.ToLower(help), strings.ToLower(word)) {
 			t.Errorf("worker --help mentions %q:\n%s", word, help)
 		}
 	}
-	for _, flag := range []string{"--chaos", "--freeze-before-batch=1", "--hang-before-commit=1", "--gate-batch=1"} {
+	for _, flag := range []string{"--chaos", "--freeze-before-batch=1", "--hang-before-commit=1", "--gate-batch=1", "--panic-type=boom"} {
 		p := startProc(t, []string{"worker", "--example", "ledger", flag})
 		if code := p.wait(t); code == 0 || !strings.Contains(p.stderr.String(), "unknown flag") {
 			t.Errorf("worker %s: exit %d, stderr %q; want an unknown-flag error", flag, code, p.stderr)

@@ -47,6 +47,7 @@ Every flag can also be set from the environment as WORKROUTER_<FLAG_NAME>
 		newProduceCmd(),
 		newStatusCmd(),
 		newFencesCmd(),
+		newDLQCmd(),
 		newWorkerCmd(),
 		newBenchCmd(),
 	)

@@ -91,7 +91,13 @@ func openAdmin(ctx context.Context, spec sinkSpec) (adminSink, func() error, err
 		}
 		return s, s.Close, nil
 	case "postgres":
-		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn})
+		// As for the worker: a search_path in the DSN names the schema of
+		// the sink's tables.
+		var schema string
+		if pc, err := pgx.ParseConfig(spec.dsn); err == nil {
+			schema = pc.RuntimeParams["search_path"]
+		}
+		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: schema})
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
 		}

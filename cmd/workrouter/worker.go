@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
@@ -48,7 +49,39 @@ type workerFlags struct {
 	partitioner string
 	misroute    string
 	conn        connFlags
+	// poison is the policy for records that cannot be applied (the
+	// --on-* flags, --max-attempts, --max-retry-time).
+	poison consumer.PoisonPolicy
+	// dlqTopic is the Kafka topic dead letters are mirrored to ("": none).
+	dlqTopic string
+	// readyMaxStall makes /readyz fail while a partition has been stalled
+	// or blocked longer than it (0: stalls do not affect readiness).
+	readyMaxStall time.Duration
 }
+
+// poisonActionValue is a --on-* flag: dead-letter or stall.
+type poisonActionValue struct{ a *consumer.PoisonAction }
+
+func (v poisonActionValue) String() string {
+	if v.a == nil {
+		return ""
+	}
+	return v.a.String()
+}
+
+func (v poisonActionValue) Set(s string) error {
+	switch s {
+	case "dead-letter":
+		*v.a = consumer.PoisonDeadLetter
+	case "stall":
+		*v.a = consumer.PoisonStall
+	default:
+		return fmt.Errorf("%q: want dead-letter or stall", s)
+	}
+	return nil
+}
+
+func (v poisonActionValue) Type() string { return "dead-letter|stall" }
 
 // errUnknownExample is matched by the error for an --example that does not exist.
 var errUnknownExample = errors.New("unknown example")
@@ -70,15 +103,34 @@ for tooling that follows a worker without parsing its log.
 Every record's key is checked against the producers' partitioner
 (--partitioner, murmur2 by default): a record on another partition than its
 key maps to is counted (workrouter_consumer_misrouted_total), logged at WARN
-with the key and both partitions, and applied (--misroute apply) or refused,
-stalling its partition (--misroute refuse).
+with the key and both partitions, and applied (--misroute apply) or refused
+as a poison record (--misroute refuse; handled as --on-undecodable says).
+
+Poison records — records that are not workrouter commands (no key, no or two
+type headers), commands of a type without a handler, and commands whose
+handler keeps failing while the sink is healthy — cost only themselves: the
+records before them are applied, and the sink stores the poison record as a
+dead letter in the same fenced transaction that moves the checkpoint past
+it (see workrouter dlq). What happens to each kind is set by --on-undecodable,
+--on-no-handler and --on-handler-error: dead-letter, or stall (retry with
+backoff until it applies; the partition waits). A handler error is retried
+--max-attempts times or for --max-retry-time, whichever ends first, before
+it is dead-lettered; an error the handler marks permanent is dead-lettered at
+once. Failures of the database itself (down, busy, a lost connection) never
+count: they are retried without limit and never dead-letter anything.
+--dlq-topic also publishes every dead letter to a Kafka topic (by
+convention <topic>.dlq; it must exist), with headers naming where it came
+from and why. --ready-max-stall makes /readyz fail while a partition has
+made no progress for longer than it.
 
 Real applications build their own binary from the library (see the README);
 this command runs the examples in ./examples.
 ` + connHelp,
 		Example: `  workrouter worker --example ledger --sink sqlite:ledger.db
   workrouter worker --example invoices --sink postgres://postgres@127.0.0.1:5432/test --group billing
-  workrouter worker --example ledger --events /var/log/workrouter/events.jsonl`,
+  workrouter worker --example ledger --events /var/log/workrouter/events.jsonl
+  workrouter worker --example ledger --on-no-handler dead-letter --dlq-topic ledger.dlq \
+      --metrics-addr :9464 --ready-max-stall 5m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd, f, nil) },
 	}
@@ -105,6 +157,54 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.StringVar(&f.misroute, "misroute", "apply", "what to do with a record whose key maps to another partition: apply (and report it) or refuse (the partition stalls)")
 	addConnFlags(fl, &f.conn)
 	fl.StringVar(&f.events, "events", "", "also write every worker event as a JSON line to this file (appended; /dev/fd/N for an inherited descriptor)")
+	f.poison = consumer.PoisonPolicy{Undecodable: consumer.PoisonDeadLetter, NoHandler: consumer.PoisonStall,
+		HandlerError: consumer.PoisonDeadLetter, MaxAttempts: 8, MaxRetryTime: time.Minute}
+	fl.Var(poisonActionValue{&f.poison.Undecodable}, "on-undecodable", "records that are not workrouter commands (no key, no or two type headers): dead-letter or stall")
+	fl.Var(poisonActionValue{&f.poison.NoHandler}, "on-no-handler", "commands of a type the example has no handler for: stall (wait for a handler) or dead-letter")
+	fl.Var(poisonActionValue{&f.poison.HandlerError}, "on-handler-error", "commands whose handler fails (or panics) past --max-attempts/--max-retry-time, or at once when it marks the error permanent: dead-letter or stall")
+	fl.IntVar(&f.poison.MaxAttempts, "max-attempts", f.poison.MaxAttempts, "failed attempts of a command's handler before it is dead-lettered (failures of the sink itself never count)")
+	fl.DurationVar(&f.poison.MaxRetryTime, "max-retry-time", f.poison.MaxRetryTime, "how long a failing command is retried, from its first failure, before it is dead-lettered (whichever of this and --max-attempts ends first)")
+	fl.StringVar(&f.dlqTopic, "dlq-topic", "", "also publish every dead letter to this Kafka topic, which must exist (by convention <topic>.dlq); empty: no mirror")
+	fl.DurationVar(&f.readyMaxStall, "ready-max-stall", 0, "make /readyz answer 503 while a partition has been stalled or blocked longer than this (needs --metrics-addr; 0: stalls do not affect readiness)")
+}
+
+// checkPoisonFlags validates the poison policy, --dlq-topic and
+// --ready-max-stall.
+func checkPoisonFlags(f workerFlags) error {
+	switch {
+	case f.poison.MaxAttempts < 1:
+		return fmt.Errorf("--max-attempts must be at least 1, got %d", f.poison.MaxAttempts)
+	case f.poison.MaxRetryTime <= 0:
+		return fmt.Errorf("--max-retry-time must be positive, got %s", f.poison.MaxRetryTime)
+	case f.readyMaxStall < 0:
+		return fmt.Errorf("--ready-max-stall must not be negative, got %s", f.readyMaxStall)
+	case f.readyMaxStall > 0 && f.metricsAddr == "":
+		return errors.New("--ready-max-stall changes /readyz, which only --metrics-addr serves: give --metrics-addr too")
+	case f.dlqTopic != "" && f.dlqTopic == f.topic:
+		return fmt.Errorf("--dlq-topic %q is the topic of commands: dead letters would be consumed again as commands", f.dlqTopic)
+	}
+	return nil
+}
+
+// checkDLQTopic fails with one clear line if the --dlq-topic does not
+// exist on the brokers (the mirror would otherwise fail on every publish).
+func checkDLQTopic(ctx context.Context, f workerFlags, c conn) error {
+	const flag = "--dlq-topic"
+	brokers, topic := c.brokers, f.dlqTopic
+	adm, err := kadm.NewOptClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, c.opts...)...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	defer adm.Close()
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("%s: cannot read the metadata of topic %q from %s: %w", flag, topic, strings.Join(brokers, ","), err)
+	}
+	if d, ok := td[topic]; !ok || d.Err != nil {
+		return fmt.Errorf("%s: topic %q does not exist on %s (create it first, e.g. workrouter broker --topic %s,%s)",
+			flag, topic, strings.Join(brokers, ","), f.topic, topic)
+	}
+	return nil
 }
 
 // runWorker runs the worker f describes; h adds the harness's fault hooks
@@ -122,6 +222,9 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 	if f.clientID == "" {
 		host, _ := os.Hostname()
 		f.clientID = fmt.Sprintf("workrouter-%s-%d", host, os.Getpid())
+	}
+	if err := checkPoisonFlags(f); err != nil {
+		return err
 	}
 	var protocol consumer.Protocol
 	switch f.protocol {
@@ -246,6 +349,14 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, proto
 	cctx, cancel := context.WithTimeout(gctx, 15*time.Second)
 	defer cancel()
 	clientOpts = append(clientOpts, c.opts...)
+	if f.dlqTopic != "" {
+		if err := checkDLQTopic(cctx, f, c); err != nil {
+			return err
+		}
+	}
+	if h != nil && h.panicType != "" {
+		handlers[h.panicType] = panickingHandler[Tx](h.panicType)
+	}
 	w, err := consumer.New(cctx, consumer.Config[Tx]{
 		ClientOpts:        clientOpts,
 		Registerer:        reg,
@@ -257,6 +368,8 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, proto
 		Topic:             f.topic,
 		Sink:              s,
 		Handlers:          handlers,
+		Poison:            f.poison,
+		DeadLetterTopic:   f.dlqTopic,
 		Protocol:          protocol,
 		MaxBatch:          f.maxBatch,
 		SessionTimeout:    f.sessionTimeout,
@@ -272,7 +385,11 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, proto
 		}
 		return fmt.Errorf("cannot join group %s on the brokers %s: %w", f.group, strings.Join(c.brokers, ","), c.explain(err))
 	}
-	ops, err := startOps(f.metricsAddr, reg, w.Ready, logger)
+	ready := w.Ready
+	if f.readyMaxStall > 0 {
+		ready = func() bool { return w.Ready() && !w.StalledLongerThan(f.readyMaxStall) }
+	}
+	ops, err := startOps(f.metricsAddr, reg, ready, logger)
 	if err != nil {
 		w.Close()
 		return err
@@ -280,6 +397,9 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, proto
 	defer ops.close()
 	fmt.Fprintf(cmd.OutOrStdout(), "workrouter worker %s: example %s, group %s, topic %s, sink %s, brokers %s (%s), partitioner %s\n",
 		f.clientID, f.example, f.group, f.topic, spec, strings.Join(c.brokers, ","), c.cfg, partitioner)
+	logger.Info("poison records", "on_undecodable", f.poison.Undecodable, "on_no_handler", f.poison.NoHandler,
+		"on_handler_error", f.poison.HandlerError, "max_attempts", f.poison.MaxAttempts, "max_retry_time", f.poison.MaxRetryTime,
+		"dlq_topic", f.dlqTopic, "ready_max_stall", f.readyMaxStall)
 	select {
 	case <-ctx.Done():
 		logger.Info("leaving the group", "reason", context.Cause(ctx))

@@ -6,7 +6,9 @@
 // land on one partition and are applied by the one worker that currently
 // owns it, in produce order. A withdrawal that would overdraw the account is
 // refused: the refusal is a business outcome, recorded as a posting of kind
-// "refused" with the balance left unchanged, not an error.
+// "refused" with the balance left unchanged, not an error. A command whose
+// payload is malformed is refused for good: its handler returns
+// [consumer.Permanent]([ErrMalformed]), and the worker dead-letters it.
 //
 // The handlers write two tables (created by [SetupSQLite] or
 // [SetupPostgres]):
@@ -74,9 +76,15 @@ const (
 
 // ErrMalformed is matched by the error a handler returns for a command whose
 // payload is not a valid ledger payload (not JSON, no id, negative seq,
-// amount not positive). The worker retries the batch and never skips the
-// command, so a malformed command stalls its partition until it is dealt
-// with; producers should only build commands with [Deposit] and [Withdraw].
+// amount not positive). Retrying cannot make such a command valid, so the
+// error is marked permanent ([consumer.Permanent], matching
+// [consumer.ErrPermanent]): under the worker's default policy the command
+// is dead-lettered at once — stored in the sink's dead-letter table, in the
+// fenced unit that moves the checkpoint past it — and the partition goes
+// on (docs/design.md#dead-letters). A worker whose policy stalls on handler
+// errors, or whose sink cannot store dead letters, stalls the partition on
+// it instead. Producers should only build commands with [Deposit] and
+// [Withdraw].
 var ErrMalformed = errors.New("ledger: malformed command")
 
 // payload is the JSON body of a ledger command.
@@ -119,7 +127,10 @@ func decode(cmd consumer.Command) (payload, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(cmd.Payload))
 	if err := dec.Decode(&raw); err != nil {
-		return payload{}, fmt.Errorf("%w: %s at %s/%d@%d: payload is not a JSON object: %w", ErrMalformed, cmd.Type, cmd.Token.Topic, cmd.Token.Partition, cmd.Offset, err)
+		// The decoder's error is text here, not wrapped: for a truncated
+		// payload it is io.ErrUnexpectedEOF, which sink error classifiers
+		// read as a lost database connection (retried without limit).
+		return payload{}, fmt.Errorf("%w: %s at %s/%d@%d: payload is not a JSON object: %v", ErrMalformed, cmd.Type, cmd.Token.Topic, cmd.Token.Partition, cmd.Offset, err)
 	}
 	if dec.More() {
 		return payload{}, fmt.Errorf("%w: %s at %s/%d@%d: trailing data after the JSON payload", ErrMalformed, cmd.Type, cmd.Token.Topic, cmd.Token.Partition, cmd.Offset)
@@ -222,7 +233,7 @@ func handlers[Tx any](wrap func(Tx) execer) map[string]consumer.Handler[Tx] {
 func deposit(ctx context.Context, tx execer, cmd consumer.Command) error {
 	p, err := decode(cmd)
 	if err != nil {
-		return err
+		return consumer.Permanent(err)
 	}
 	if _, err := tx.exec(ctx, depositSQL, string(cmd.Key), p.Amount); err != nil {
 		return fmt.Errorf("ledger: deposit %q: %w", p.ID, err)
@@ -235,7 +246,7 @@ func deposit(ctx context.Context, tx execer, cmd consumer.Command) error {
 func withdraw(ctx context.Context, tx execer, cmd consumer.Command) error {
 	p, err := decode(cmd)
 	if err != nil {
-		return err
+		return consumer.Permanent(err)
 	}
 	account := string(cmd.Key)
 	if _, err := tx.exec(ctx, openAccountSQL, account); err != nil {

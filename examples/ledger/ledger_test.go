@@ -326,14 +326,80 @@ func runRules[Tx any](t *testing.T, b backend[Tx]) {
 		// A good command first: the malformed one must abort the whole batch.
 		batch := []router.Command{ledger.Deposit("bob", "ok", 4, 7), cmd}
 		_, err := testenv.Apply(ctx, b.sink, tok, b.handlers, []int64{4, 5}, batch)
-		if !errors.Is(err, ledger.ErrMalformed) {
-			t.Errorf("malformed command %d (%s): err = %v, want ErrMalformed", i, cmd.Payload, err)
+		if !errors.Is(err, ledger.ErrMalformed) || !errors.Is(err, consumer.ErrPermanent) {
+			t.Errorf("malformed command %d (%s): err = %v, want ErrMalformed marked permanent", i, cmd.Payload, err)
 		}
 	}
 	if rep, err := b.verify(ctx); err != nil || rep.Postings != 4 {
 		t.Fatalf("after malformed batches: %+v (err %v), want them rolled back", rep, err)
 	}
 }
+
+// runMalformed produces malformed commands among good ones through a
+// worker with the default poison policy: each malformed command is
+// dead-lettered once, with reason permanent, and every good command is
+// applied once, in order, the ones after the malformed ones included. One
+// payload is truncated JSON, whose decoder error (io.ErrUnexpectedEOF)
+// must not pass for a lost database connection.
+func runMalformed[Tx any](t *testing.T, b backend[Tx]) {
+	ctx := context.Background()
+	brokers := testenv.Cluster(t, ledger.Topic, 2)
+	var cmds []router.Command
+	malformed := map[string]bool{}
+	for seq := range 6 {
+		for _, account := range []string{"ann", "bob", "cyd"} {
+			id := fmt.Sprintf("%s-%d", account, seq)
+			cmd := ledger.Deposit(account, id, seq, 10)
+			if seq == 2 {
+				cmd.Payload = []byte(fmt.Sprintf(`{"id":%q,"seq":%d,"amount":0}`, id, seq))
+				if account == "cyd" {
+					cmd.Payload = []byte(`{"id":"cyd-2","seq":2,"amo`) // truncated JSON
+				}
+				malformed[id] = true
+			}
+			cmds = append(cmds, cmd)
+		}
+	}
+	testenv.Worker(t, brokers, "ledger-test", ledger.Topic, "a", b.sink, b.handlers)
+	testenv.Produce(t, brokers, ledger.Topic, cmds)
+	store, ok := sink.As[sink.DeadLetterStore](b.sink)
+	if !ok {
+		t.Fatal("the sink has no dead-letter store")
+	}
+	var dls []sink.DeadLetter
+	testenv.WaitFor(t, 2*time.Minute, "every command applied or dead-lettered", func() (bool, error) {
+		rep, err := b.verify(ctx)
+		if err != nil {
+			return false, err
+		}
+		dls, err = store.DeadLetters(ctx, sink.DeadLetterFilter{})
+		return rep.Postings+len(dls) >= len(cmds), err
+	})
+	rep, err := b.verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Postings != len(cmds)-len(malformed) || rep.Duplicates != 0 || rep.OrderViolations != 0 || len(rep.Mismatches) != 0 {
+		t.Errorf("report %+v: want %d postings, no duplicates, order violations or mismatches", rep, len(cmds)-len(malformed))
+	}
+	for _, account := range []string{"ann", "bob", "cyd"} {
+		if got := rep.Seqs[account]; !slices.Equal(got, []int{0, 1, 3, 4, 5}) {
+			t.Errorf("account %s: seqs applied %v, want [0 1 3 4 5]", account, got)
+		}
+	}
+	if len(dls) != len(malformed) {
+		t.Fatalf("%d dead letters, want %d: %+v", len(dls), len(malformed), dls)
+	}
+	for _, d := range dls {
+		if d.Record.Reason != consumer.ReasonPermanent || d.Record.Attempts != 1 || d.State != sink.DeadLetterOpen ||
+			!malformed[fmt.Sprintf("%s-2", d.Record.Key)] {
+			t.Errorf("dead letter %+v: want an open, permanent dead letter of a malformed command, tried once", d)
+		}
+	}
+}
+
+func TestMalformedDeadLetteredSQLite(t *testing.T)   { runMalformed(t, openSQLite(t)) }
+func TestMalformedDeadLetteredPostgres(t *testing.T) { runMalformed(t, openPostgres(t)) }
 
 func TestRulesSQLite(t *testing.T)   { runRules(t, openSQLite(t)) }
 func TestRulesPostgres(t *testing.T) { runRules(t, openPostgres(t)) }

@@ -1,0 +1,777 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/postgres"
+	"github.com/workrouter/workrouter/sink/sqlite"
+)
+
+// errNoDeadLetters is matched by the error for a sink that cannot store
+// dead letters.
+var errNoDeadLetters = errors.New("the sink does not store dead letters")
+
+func newDLQCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "List, inspect, redrive and drop the dead letters stored in a sink",
+		Long: `dlq reads and resolves the dead letters a sink stores: the poison records a
+worker skipped — records that are not workrouter commands, commands of a type
+without a handler, commands whose handler refused them for good or kept
+failing — each stored, with why, in the same fenced transaction that moved
+the partition's checkpoint past it.
+
+  dlq list     the dead letters, with filters
+  dlq show     one dead letter whole: where it was, its headers and payload,
+               why it was skipped, and its audit rows
+  dlq redrive  produce it again through the router as a NEW command (same
+               key, so same partition; same type, payload and headers; a
+               header workrouter-redrive-of: ID) once the cause is fixed;
+               a dead letter is redriven at most once
+  dlq drop     mark it handled: nothing more will be done with it
+
+A dead letter moves open → redriving → redriven, or open → dropped; each move
+is recorded in its audit rows with --reason. Nothing is ever deleted.
+redrive and drop need --yes; without it they only say what they would do.`,
+		Example: `  workrouter dlq list --sink sqlite:ledger.db --state open
+  workrouter dlq show 7 --sink sqlite:ledger.db
+  workrouter dlq redrive 7 --sink sqlite:ledger.db --reason "handler fixed in v1.4.2 (INC-88)" --yes
+  workrouter dlq drop 8 --sink sqlite:ledger.db --reason "test record from a load test" --yes`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return errors.New("dlq needs a subcommand: list, show, redrive or drop (see workrouter dlq --help)")
+		},
+	}
+	cmd.AddCommand(newDLQListCmd(), newDLQShowCmd(), newDLQRedriveCmd(), newDLQDropCmd())
+	return cmd
+}
+
+// dlqFlags holds the flags of the dlq subcommands.
+type dlqFlags struct {
+	sink    string
+	timeout time.Duration
+	asJSON  bool
+
+	// list
+	group     string
+	topic     string
+	partition int32
+	typ       string
+	reason    string
+	since     string
+	states    []string
+	limit     int
+
+	// show
+	raw bool
+
+	// redrive and drop
+	yes         bool
+	brokers     []string
+	conn        connFlags
+	partitioner string
+}
+
+func (f *dlqFlags) addCommon(cmd *cobra.Command, withJSON bool) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.sink, "sink", "", "the sink: "+sinkSpecHelp+" (required)")
+	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the sink (and, for redrive, the brokers)")
+	if withJSON {
+		fl.BoolVar(&f.asJSON, "json", false, "print JSON instead of text")
+	}
+}
+
+// deadLetterStoreOf finds the dead-letter capability of an admin sink.
+func deadLetterStoreOf(s adminSink) (sink.DeadLetterStore, bool) {
+	switch s := s.(type) {
+	case *sqlite.Sink:
+		return sink.As[sink.DeadLetterStore](sink.Sink[*sqlite.Tx](s))
+	case *postgres.Sink:
+		return sink.As[sink.DeadLetterStore](sink.Sink[pgx.Tx](s))
+	}
+	ds, ok := s.(sink.DeadLetterStore)
+	return ds, ok
+}
+
+// openDLQ validates --sink and --timeout and opens the sink's dead-letter
+// store; call done when finished.
+func openDLQ(cmd *cobra.Command, f dlqFlags) (ctx context.Context, ds sink.DeadLetterStore, spec sinkSpec, done func(), err error) {
+	if f.sink == "" {
+		return nil, nil, sinkSpec{}, nil, fmt.Errorf("--sink is required: %s", sinkSpecHelp)
+	}
+	if f.timeout <= 0 {
+		return nil, nil, sinkSpec{}, nil, fmt.Errorf("--timeout must be positive, got %s", f.timeout)
+	}
+	if spec, err = parseSinkSpec(f.sink); err != nil {
+		return nil, nil, sinkSpec{}, nil, err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+	s, closeSink, err := openAdmin(ctx, spec)
+	if err != nil {
+		cancel()
+		return nil, nil, sinkSpec{}, nil, err
+	}
+	ds, ok := deadLetterStoreOf(s)
+	if !ok {
+		closeSink()
+		cancel()
+		return nil, nil, sinkSpec{}, nil, fmt.Errorf("sink %s: %w (it has no sink.DeadLetterStore)", spec, errNoDeadLetters)
+	}
+	return ctx, ds, spec, func() { closeSink(); cancel() }, nil
+}
+
+// parseID parses a dead letter ID argument.
+func parseID(arg string) (int64, error) {
+	id, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("dead letter ID %q: want a positive number (see workrouter dlq list)", arg)
+	}
+	return id, nil
+}
+
+// getDeadLetter reads dead letter id, or fails with an error matching
+// sink.ErrNotFound.
+func getDeadLetter(ctx context.Context, ds sink.DeadLetterStore, spec sinkSpec, id int64) (sink.DeadLetter, error) {
+	dls, err := ds.DeadLetters(ctx, sink.DeadLetterFilter{IDs: []int64{id}})
+	if err != nil {
+		return sink.DeadLetter{}, fmt.Errorf("reading dead letter %d: %w", id, err)
+	}
+	if len(dls) == 0 {
+		return sink.DeadLetter{}, fmt.Errorf("dead letter %d does not exist in sink %s: %w", id, spec, sink.ErrNotFound)
+	}
+	return dls[0], nil
+}
+
+// recordType returns the command type of a dead-lettered record (its
+// workrouter-type headers, comma-joined if there are several; "" if none).
+func recordType(r sink.DeadRecord) string {
+	var types []string
+	for _, h := range r.Headers {
+		if h.Key == router.TypeHeader {
+			types = append(types, string(h.Value))
+		}
+	}
+	return strings.Join(types, ",")
+}
+
+// printable reports whether b is valid UTF-8 without control characters
+// other than tabs and newlines (when lines is set).
+func printable(b []byte, lines bool) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if unicode.IsControl(r) && !(lines && (r == '\n' || r == '\t' || r == '\r')) {
+			return false
+		}
+	}
+	return true
+}
+
+// bytesText renders a key or header value on one line: its text when
+// printable, else 0x and its hex; null bytes as "(null)".
+func bytesText(b []byte) string {
+	switch {
+	case b == nil:
+		return "(null)"
+	case len(b) == 0:
+		return `""`
+	case printable(b, false):
+		return string(b)
+	}
+	return "0x" + hex.EncodeToString(b)
+}
+
+// clip shortens s to n runes, marking the cut.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// age renders how long ago t was, compactly.
+func age(now, t time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// dlqBytes is a key, value or header value in JSON: its text when it is
+// valid UTF-8, else its base64; null bytes as both absent.
+type dlqBytes struct {
+	Text   *string `json:"text,omitempty"`
+	Base64 *string `json:"base64,omitempty"`
+}
+
+func toDLQBytes(b []byte) *dlqBytes {
+	if b == nil {
+		return nil
+	}
+	if utf8.Valid(b) {
+		s := string(b)
+		return &dlqBytes{Text: &s}
+	}
+	s := base64.StdEncoding.EncodeToString(b)
+	return &dlqBytes{Base64: &s}
+}
+
+// dlqHeaderJSON is a record header in JSON.
+type dlqHeaderJSON struct {
+	Key   string    `json:"key"`
+	Value *dlqBytes `json:"value"`
+}
+
+// dlqAuditJSON is an audit row in JSON.
+type dlqAuditJSON struct {
+	Seq    int64     `json:"seq"`
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Reason string    `json:"reason"`
+	Detail string    `json:"detail,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// dlqJSON is a dead letter as the dlq commands print it in JSON. list
+// leaves out the payload, the headers and the audit rows.
+type dlqJSON struct {
+	ID         int64           `json:"id"`
+	Group      string          `json:"group"`
+	Topic      string          `json:"topic"`
+	Partition  int32           `json:"partition"`
+	Offset     int64           `json:"offset"`
+	TopicID    string          `json:"topic_id,omitempty"`
+	Key        *dlqBytes       `json:"key"`
+	Type       string          `json:"type"`
+	Reason     string          `json:"reason"`
+	Error      string          `json:"error"`
+	Attempts   int             `json:"attempts"`
+	Epoch      int32           `json:"epoch"`
+	Member     string          `json:"member"`
+	RecordTime time.Time       `json:"record_time"`
+	At         time.Time       `json:"at"`
+	State      string          `json:"state"`
+	Mirrored   bool            `json:"mirrored"`
+	Headers    []dlqHeaderJSON `json:"headers,omitempty"`
+	Payload    *dlqBytes       `json:"payload,omitempty"`
+	Audit      []dlqAuditJSON  `json:"audit,omitempty"`
+}
+
+func toDLQJSON(d sink.DeadLetter) dlqJSON {
+	return dlqJSON{ID: d.ID, Group: d.Scope.Group, Topic: d.Scope.Topic, Partition: d.Scope.Partition, Offset: d.Record.Offset,
+		TopicID: d.Record.TopicID, Key: toDLQBytes(d.Record.Key), Type: recordType(d.Record), Reason: d.Record.Reason,
+		Error: d.Record.Error, Attempts: d.Record.Attempts, Epoch: d.Token.Epoch, Member: d.Token.Member,
+		RecordTime: d.Record.Timestamp, At: d.At, State: string(d.State), Mirrored: d.Mirrored}
+}
+
+// parseSince parses --since: a duration before now, or an RFC 3339 time.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("--since %q: want a positive duration (how long ago) or an RFC 3339 time", s)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--since %q: want a duration (such as 2h) or an RFC 3339 time (such as 2026-01-02T15:04:05Z)", s)
+	}
+	return t, nil
+}
+
+func newDLQListCmd() *cobra.Command {
+	var f dlqFlags
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the dead letters of a sink, oldest first",
+		Long: `list prints the dead letters of a sink, oldest first, as a table (or
+--json): ID, scope (group/topic/partition), offset, key, command type,
+reason, attempts, state, age and error. Filters combine; --limit caps the
+rows (0: all).
+
+Reasons: undecodable (not a workrouter command: no key, no or two type
+headers), no_handler (no handler for its type), permanent (the handler
+refused it for good), handler_error (the handler kept failing until its
+retry budget was spent).`,
+		Example: `  workrouter dlq list --sink sqlite:ledger.db
+  workrouter dlq list --sink sqlite:ledger.db --state open --partition 3 --since 2h
+  workrouter dlq list --sink postgres://postgres@127.0.0.1:5432/test --reason permanent --type withdraw --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runDLQList(cmd, f) },
+	}
+	f.addCommon(cmd, true)
+	fl := cmd.Flags()
+	fl.StringVar(&f.group, "group", "", "only this consumer group")
+	fl.StringVar(&f.topic, "topic", "", "only this topic")
+	fl.Int32Var(&f.partition, "partition", 0, "only this partition")
+	fl.StringVar(&f.typ, "type", "", "only commands of this type (the record's workrouter-type header)")
+	fl.StringVar(&f.reason, "reason", "", "only this reason: undecodable, no_handler, permanent or handler_error")
+	fl.StringVar(&f.since, "since", "", "only dead letters stored since then: a duration ago (2h) or an RFC 3339 time")
+	fl.StringSliceVar(&f.states, "state", nil, "only these states: open, redriving, redriven, dropped (comma-separated or repeated)")
+	fl.IntVar(&f.limit, "limit", 100, "print at most this many (0: all)")
+	return cmd
+}
+
+func runDLQList(cmd *cobra.Command, f dlqFlags) error {
+	now := time.Now()
+	var filter sink.DeadLetterFilter
+	filter.Group, filter.Topic, filter.Reason = f.group, f.topic, f.reason
+	if cmd.Flags().Changed("partition") {
+		if f.partition < 0 {
+			return fmt.Errorf("--partition must be 0 or more, got %d", f.partition)
+		}
+		p := f.partition
+		filter.Partition = &p
+	}
+	if f.since != "" {
+		var err error
+		if filter.Since, err = parseSince(f.since, now); err != nil {
+			return err
+		}
+	}
+	for _, st := range f.states {
+		if !sink.DeadLetterState(st).Valid() {
+			return fmt.Errorf("--state %q: want open, redriving, redriven or dropped", st)
+		}
+		filter.States = append(filter.States, sink.DeadLetterState(st))
+	}
+	if f.limit < 0 {
+		return fmt.Errorf("--limit must be 0 (all) or more, got %d", f.limit)
+	}
+	if f.limit > 0 && f.typ == "" {
+		filter.Limit = f.limit + 1 // one more tells whether there are more
+	}
+	ctx, ds, _, done, err := openDLQ(cmd, f)
+	if err != nil {
+		return err
+	}
+	defer done()
+	all, err := ds.DeadLetters(ctx, filter)
+	if err != nil {
+		return fmt.Errorf("reading dead letters: %w", err)
+	}
+	var dls []sink.DeadLetter
+	for _, d := range all {
+		if f.typ == "" || recordType(d.Record) == f.typ {
+			dls = append(dls, d)
+		}
+	}
+	more := false
+	if f.limit > 0 && len(dls) > f.limit {
+		dls, more = dls[:f.limit], true
+	}
+	out := cmd.OutOrStdout()
+	if f.asJSON {
+		rows := make([]dlqJSON, len(dls))
+		for i, d := range dls {
+			rows[i] = toDLQJSON(d)
+		}
+		if err := writeJSONErr(out, rows); err != nil {
+			return err
+		}
+	} else if err := printDeadLetters(out, dls, now); err != nil {
+		return err
+	}
+	if more {
+		fmt.Fprintf(cmd.ErrOrStderr(), "more dead letters match: showing the first %d (--limit 0 shows all)\n", f.limit)
+	}
+	return nil
+}
+
+func printDeadLetters(w io.Writer, dls []sink.DeadLetter, now time.Time) error {
+	ew := &errWriter{w: w}
+	if len(dls) == 0 {
+		fmt.Fprintln(ew, "no dead letters")
+		return ew.err
+	}
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSCOPE\tOFFSET\tKEY\tTYPE\tREASON\tATTEMPTS\tSTATE\tAGE\tERROR")
+	for _, d := range dls {
+		typ := recordType(d.Record)
+		if typ == "" {
+			typ = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, d.Scope, d.Record.Offset,
+			clip(oneLine(bytesText(d.Record.Key)), 32), clip(oneLine(typ), 24), d.Record.Reason, d.Record.Attempts,
+			d.State, age(now, d.At), clip(oneLine(d.Record.Error), 80))
+	}
+	tw.Flush()
+	return ew.err
+}
+
+func newDLQShowCmd() *cobra.Command {
+	var f dlqFlags
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one dead letter whole: record, headers, payload, why, and its audit rows",
+		Long: `show prints one dead letter: its scope, offset, topic ID and key; its
+headers; its payload (as text when it is valid UTF-8, else as a hex dump);
+why it was skipped (reason, error, attempts) and by which tenure (token);
+when; its state, whether it was mirrored to the DLQ topic, and its audit
+rows. --raw writes only the payload's bytes to stdout; --json prints
+everything as one JSON object (a payload that is not UTF-8 as base64).`,
+		Example: `  workrouter dlq show 7 --sink sqlite:ledger.db
+  workrouter dlq show 7 --sink sqlite:ledger.db --raw > payload.bin`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runDLQShow(cmd, f, args[0]) },
+	}
+	f.addCommon(cmd, true)
+	cmd.Flags().BoolVar(&f.raw, "raw", false, "write only the payload's bytes to stdout")
+	return cmd
+}
+
+func runDLQShow(cmd *cobra.Command, f dlqFlags, arg string) error {
+	id, err := parseID(arg)
+	if err != nil {
+		return err
+	}
+	if f.raw && f.asJSON {
+		return errors.New("--raw and --json exclude each other")
+	}
+	ctx, ds, spec, done, err := openDLQ(cmd, f)
+	if err != nil {
+		return err
+	}
+	defer done()
+	d, err := getDeadLetter(ctx, ds, spec, id)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if f.raw {
+		_, err := out.Write(d.Record.Value)
+		return err
+	}
+	audit, err := ds.DeadLetterAudit(ctx, id)
+	if err != nil {
+		return fmt.Errorf("reading the audit rows of dead letter %d: %w", id, err)
+	}
+	if f.asJSON {
+		j := toDLQJSON(d)
+		j.Payload = toDLQBytes(d.Record.Value)
+		for _, h := range d.Record.Headers {
+			j.Headers = append(j.Headers, dlqHeaderJSON{Key: h.Key, Value: toDLQBytes(h.Value)})
+		}
+		for _, a := range audit {
+			j.Audit = append(j.Audit, dlqAuditJSON{Seq: a.Seq, From: string(a.From), To: string(a.To), Reason: a.Reason, Detail: a.Detail, At: a.At})
+		}
+		return writeJSONErr(out, j)
+	}
+	return printDeadLetter(out, d, audit, time.Now())
+}
+
+func printDeadLetter(w io.Writer, d sink.DeadLetter, audit []sink.DeadLetterAction, now time.Time) error {
+	ew := &errWriter{w: w}
+	typ := recordType(d.Record)
+	if typ == "" {
+		typ = "(none)"
+	}
+	topicID := d.Record.TopicID
+	if topicID == "" {
+		topicID = "(unknown)"
+	}
+	mirrored := "no"
+	if d.Mirrored {
+		mirrored = "yes"
+	}
+	fmt.Fprintf(ew, "dead letter %d\n", d.ID)
+	tw := tabwriter.NewWriter(ew, 0, 0, 1, ' ', 0)
+	for _, row := range [][2]string{
+		{"scope", d.Scope.String()},
+		{"offset", strconv.FormatInt(d.Record.Offset, 10)},
+		{"topic id", topicID},
+		{"key", bytesText(d.Record.Key)},
+		{"type", typ},
+		{"reason", d.Record.Reason},
+		{"error", oneLine(d.Record.Error)},
+		{"attempts", strconv.Itoa(d.Record.Attempts)},
+		{"token", fmt.Sprintf("epoch %d, member %s", d.Token.Epoch, d.Token.Member)},
+		{"record time", d.Record.Timestamp.UTC().Format(time.RFC3339Nano)},
+		{"stored at", fmt.Sprintf("%s (%s ago)", d.At.UTC().Format(time.RFC3339Nano), age(now, d.At))},
+		{"state", string(d.State)},
+		{"mirrored", mirrored},
+	} {
+		fmt.Fprintf(tw, "  %s:\t%s\n", row[0], row[1])
+	}
+	tw.Flush()
+	if len(d.Record.Headers) == 0 {
+		fmt.Fprintln(ew, "  headers: none")
+	} else {
+		fmt.Fprintln(ew, "  headers:")
+		for _, h := range d.Record.Headers {
+			fmt.Fprintf(ew, "    %s: %s\n", oneLine(h.Key), bytesText(h.Value))
+		}
+	}
+	v := d.Record.Value
+	switch {
+	case v == nil:
+		fmt.Fprintln(ew, "  payload: (null)")
+	case len(v) == 0:
+		fmt.Fprintln(ew, "  payload: (empty)")
+	case printable(v, true):
+		fmt.Fprintf(ew, "  payload (%d bytes, text):\n", len(v))
+		for _, line := range strings.Split(strings.TrimRight(string(v), "\n"), "\n") {
+			fmt.Fprintf(ew, "    %s\n", line)
+		}
+	default:
+		fmt.Fprintf(ew, "  payload (%d bytes, not text; --raw writes the bytes):\n", len(v))
+		for _, line := range strings.Split(strings.TrimRight(hex.Dump(v), "\n"), "\n") {
+			fmt.Fprintf(ew, "    %s\n", line)
+		}
+	}
+	if len(audit) == 0 {
+		fmt.Fprintln(ew, "  audit: none")
+	} else {
+		fmt.Fprintln(ew, "  audit:")
+		for _, a := range audit {
+			detail := ""
+			if a.Detail != "" {
+				detail = "; " + oneLine(a.Detail)
+			}
+			fmt.Fprintf(ew, "    %d  %s  %s -> %s  reason %q%s\n", a.Seq, a.At.UTC().Format(time.RFC3339), a.From, a.To, oneLine(a.Reason), detail)
+		}
+	}
+	return ew.err
+}
+
+// checkReason checks --reason for redrive and drop.
+func checkReason(f dlqFlags, what string) error {
+	if strings.TrimSpace(f.reason) == "" {
+		return fmt.Errorf("--reason is required: say why the dead letter is %s (it is recorded in its audit rows)", what)
+	}
+	return nil
+}
+
+// notOpen explains why a dead letter in state st cannot be redriven or
+// dropped.
+func notOpen(d sink.DeadLetter, verb string) error {
+	why := ""
+	switch d.State {
+	case sink.DeadLetterRedriven:
+		why = ": it was redriven already, and a dead letter is redriven at most once"
+	case sink.DeadLetterDropped:
+		why = ": it was dropped"
+	case sink.DeadLetterRedriving:
+		why = ": a redrive of it is under way, or was interrupted (see its audit rows: workrouter dlq show " + strconv.FormatInt(d.ID, 10) + ")"
+	}
+	return fmt.Errorf("cannot %s dead letter %d: %w: it is %s, not open%s (nothing changed, nothing sent)", verb, d.ID, sink.ErrDeadLetterState, d.State, why)
+}
+
+func newDLQRedriveCmd() *cobra.Command {
+	var f dlqFlags
+	cmd := &cobra.Command{
+		Use:   "redrive ID",
+		Short: "Produce a dead-lettered command again, as a new command, once its cause is fixed (audited)",
+		Long: `redrive produces the command of an open dead letter again through the
+router, as a NEW command on its original topic: the same key (so the same
+partition, and the worker that owns it applies it), type, payload and user
+headers, plus the header workrouter-redrive-of: ID. The dead letter itself is
+never rewritten: it moves open → redriving before the command is produced and
+redriving → redriven after, each move an audit row with --reason (the second
+names the partition and offset produced). If producing fails, it moves back
+to open, with an audit row saying so. A dead letter is redriven at most once;
+a record that is not a workrouter command (no key or type) cannot be
+redriven (drop it, and produce a corrected command yourself).
+
+The new command is applied after the commands of its key that were already
+applied: redriving changes its place in its key's order. Fix the cause first
+(deploy the handler, fix the data), or the command is dead-lettered again,
+as a new dead letter.
+
+Without --yes nothing is changed or sent: it prints what it would do and
+exits non-zero.`,
+		Example: `  # Show what would happen:
+  workrouter dlq redrive 7 --sink sqlite:ledger.db --reason "handler fixed in v1.4.2"
+
+  # Do it:
+  workrouter dlq redrive 7 --sink sqlite:ledger.db --brokers 10.0.0.1:9092 --reason "handler fixed in v1.4.2 (INC-88)" --yes`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runDLQRedrive(cmd, f, args[0]) },
+	}
+	f.addCommon(cmd, false)
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.brokers, "brokers", defaultBrokers, "seed brokers, comma-separated")
+	fl.StringVar(&f.partitioner, "partitioner", "murmur2", "how keys map to partitions: murmur2 (Kafka's default) or crc32 (librdkafka's default); as the topic's producers")
+	addConnFlags(fl, &f.conn)
+	fl.StringVar(&f.reason, "reason", "", "why it is redriven; recorded in its audit rows (required)")
+	fl.BoolVar(&f.yes, "yes", false, "really redrive; without it nothing is changed or sent")
+	return cmd
+}
+
+func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
+	id, err := parseID(arg)
+	if err != nil {
+		return err
+	}
+	if err := checkReason(f, "redriven"); err != nil {
+		return err
+	}
+	cn, err := resolveConn(cmd, f.conn, f.brokers)
+	if err != nil {
+		return err
+	}
+	partitioner, err := router.ParsePartitioner(f.partitioner)
+	if err != nil {
+		return fmt.Errorf("--partitioner: %w", err)
+	}
+	ctx, ds, spec, done, err := openDLQ(cmd, f)
+	if err != nil {
+		return err
+	}
+	defer done()
+	d, err := getDeadLetter(ctx, ds, spec, id)
+	if err != nil {
+		return fmt.Errorf("%w (nothing sent)", err)
+	}
+	if d.State != sink.DeadLetterOpen {
+		return notOpen(d, "redrive")
+	}
+	rec := &kgo.Record{Topic: d.Scope.Topic, Partition: d.Scope.Partition, Offset: d.Record.Offset, Key: d.Record.Key, Value: d.Record.Value}
+	for _, h := range d.Record.Headers {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	c, err := router.Decode(rec)
+	if err != nil {
+		return fmt.Errorf("cannot redrive dead letter %d: its record is not a workrouter command (%s), so it has no command to produce again; "+
+			"produce a corrected command yourself and mark this one handled with workrouter dlq drop %d --reason … --yes (nothing changed, nothing sent)",
+			id, oneLine(err.Error()), id)
+	}
+	out := &errWriter{w: cmd.OutOrStdout()}
+	what := fmt.Sprintf("%s command with key %s (%d bytes of payload, %d user headers) to topic %s, on its key's partition, with header %s: %d",
+		c.Type, bytesText(c.Key), len(c.Payload), len(c.Headers), d.Scope.Topic, router.RedriveOfHeader, id)
+	if !f.yes {
+		fmt.Fprintf(out, "would redrive dead letter %d (%s offset %d, %s): produce a new %s; then mark it redriven\n",
+			id, d.Scope, d.Record.Offset, d.Record.Reason, what)
+		if out.err != nil {
+			return out.err
+		}
+		return fmt.Errorf("refusing to redrive dead letter %d without --yes (nothing changed, nothing sent)", id)
+	}
+
+	logger, err := quietLogger(cmd)
+	if err != nil {
+		return err
+	}
+	// Connect first: a broker that cannot be reached changes nothing.
+	rt, err := openRouter(ctx, produceFlags{brokers: cn.brokers, topic: d.Scope.Topic, timeout: f.timeout}, cn, partitioner, logger)
+	if err != nil {
+		return fmt.Errorf("%w (dead letter %d not changed, nothing sent)", err, id)
+	}
+	defer rt.Close()
+	if _, err := ds.ResolveDeadLetter(ctx, id, sink.DeadLetterOpen, sink.DeadLetterRedriving, f.reason,
+		fmt.Sprintf("workrouter dlq redrive: producing it again to topic %s", d.Scope.Topic)); err != nil {
+		if errors.Is(err, sink.ErrDeadLetterState) {
+			return fmt.Errorf("cannot redrive dead letter %d: another redrive or drop changed it first: %w (nothing sent)", id, err)
+		}
+		return fmt.Errorf("marking dead letter %d redriving: %w (nothing sent)", id, err)
+	}
+	res, perr := rt.Redrive(ctx, c, strconv.FormatInt(id, 10))
+	if perr != nil {
+		// Back to open, so that it can be redriven again; the context may
+		// be spent, so the move gets its own.
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), f.timeout)
+		defer cancel()
+		if _, err := ds.ResolveDeadLetter(bctx, id, sink.DeadLetterRedriving, sink.DeadLetterOpen, f.reason,
+			"the redrive failed, back to open: "+oneLine(perr.Error())); err != nil {
+			return fmt.Errorf("redriving dead letter %d: producing failed (%w), and moving it back to open failed too (%v): it stays redriving; "+
+				"check the topic for a record with header %s: %d before resolving it", id, perr, err, router.RedriveOfHeader, id)
+		}
+		return fmt.Errorf("redriving dead letter %d: producing failed: %w (it is open again, with an audit row saying so)", id, perr)
+	}
+	detail := fmt.Sprintf("produced to %s partition %d offset %d", d.Scope.Topic, res.Partition, res.Offset)
+	if _, err := ds.ResolveDeadLetter(ctx, id, sink.DeadLetterRedriving, sink.DeadLetterRedriven, f.reason, detail); err != nil {
+		return fmt.Errorf("dead letter %d was %s, but marking it redriven failed: %w (it stays redriving)", id, detail, err)
+	}
+	fmt.Fprintf(out, "redrove dead letter %d: %s as a new %s command (header %s: %d); it is redriven\n",
+		id, detail, c.Type, router.RedriveOfHeader, id)
+	return out.err
+}
+
+func newDLQDropCmd() *cobra.Command {
+	var f dlqFlags
+	cmd := &cobra.Command{
+		Use:   "drop ID",
+		Short: "Mark a dead letter handled: nothing more is done with it (audited; nothing is deleted)",
+		Long: `drop moves an open dead letter to dropped, with an audit row recording
+--reason: an operator decided it needs nothing more (it was a test record,
+or a corrected command was produced instead). The row itself is kept.
+
+Without --yes nothing is changed: it prints what it would do and exits
+non-zero.`,
+		Example: `  workrouter dlq drop 8 --sink sqlite:ledger.db --reason "not a command: a stray record from a test producer"
+  workrouter dlq drop 8 --sink sqlite:ledger.db --reason "not a command: a stray record from a test producer" --yes`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runDLQDrop(cmd, f, args[0]) },
+	}
+	f.addCommon(cmd, false)
+	fl := cmd.Flags()
+	fl.StringVar(&f.reason, "reason", "", "why it is dropped; recorded in its audit rows (required)")
+	fl.BoolVar(&f.yes, "yes", false, "really drop; without it nothing is changed")
+	return cmd
+}
+
+func runDLQDrop(cmd *cobra.Command, f dlqFlags, arg string) error {
+	id, err := parseID(arg)
+	if err != nil {
+		return err
+	}
+	if err := checkReason(f, "dropped"); err != nil {
+		return err
+	}
+	ctx, ds, spec, done, err := openDLQ(cmd, f)
+	if err != nil {
+		return err
+	}
+	defer done()
+	d, err := getDeadLetter(ctx, ds, spec, id)
+	if err != nil {
+		return fmt.Errorf("%w (nothing changed)", err)
+	}
+	if d.State != sink.DeadLetterOpen {
+		return notOpen(d, "drop")
+	}
+	out := &errWriter{w: cmd.OutOrStdout()}
+	if !f.yes {
+		fmt.Fprintf(out, "would drop dead letter %d (%s offset %d, key %s, %s): open -> dropped, with an audit row\n",
+			id, d.Scope, d.Record.Offset, bytesText(d.Record.Key), d.Record.Reason)
+		if out.err != nil {
+			return out.err
+		}
+		return fmt.Errorf("refusing to drop dead letter %d without --yes (nothing changed)", id)
+	}
+	if _, err := ds.ResolveDeadLetter(ctx, id, sink.DeadLetterOpen, sink.DeadLetterDropped, f.reason, "workrouter dlq drop"); err != nil {
+		if errors.Is(err, sink.ErrDeadLetterState) {
+			return fmt.Errorf("cannot drop dead letter %d: another redrive or drop changed it first: %w", id, err)
+		}
+		return fmt.Errorf("dropping dead letter %d: %w", id, err)
+	}
+	fmt.Fprintf(out, "dropped dead letter %d (%s offset %d); its row and audit rows are kept\n", id, d.Scope, d.Record.Offset)
+	return out.err
+}

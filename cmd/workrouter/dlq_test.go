@@ -1,0 +1,450 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/workrouter/workrouter/cmd/internal/broker"
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/sqlite"
+)
+
+// binaryPayload is the value of the undecodable dead letter: not text.
+var binaryPayload = []byte{0x00, 0xff, 0x10, 'x', 0x80}
+
+// deadLetteredSink creates an SQLite sink file holding three dead letters,
+// stored the way a worker stores them (claimed, then dead-lettered under
+// the holder's token):
+//
+//	1: g/ledger/0@0  deposit, key acct-1, permanent, a trace header
+//	2: g/ledger/0@1  undecodable: no key, no type, a binary payload
+//	3: g/ledger/1@0  withdraw, key acct-2, handler_error after 8 attempts
+func deadLetteredSink(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "dlq.db")
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := epochs.Token{Group: "g", Topic: "ledger", Partition: 0, Epoch: 3, Member: "m-0"}
+	t1 := epochs.Token{Group: "g", Topic: "ledger", Partition: 1, Epoch: 3, Member: "m-1"}
+	for _, tok := range []epochs.Token{t0, t1} {
+		if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	typ := func(v string) sink.RecordHeader { return sink.RecordHeader{Key: router.TypeHeader, Value: []byte(v)} }
+	for _, dl := range []struct {
+		tok epochs.Token
+		rec sink.DeadRecord
+	}{
+		{t0, sink.DeadRecord{Offset: 0, Key: []byte("acct-1"), Value: []byte(`{"id":"c1","seq":0,"amount":500}`),
+			Headers: []sink.RecordHeader{typ("deposit"), {Key: "trace", Value: []byte("abc")}}, Timestamp: time.Now(),
+			Reason: consumer.ReasonPermanent, Error: "permanent: ledger: malformed command", Attempts: 1}},
+		{t0, sink.DeadRecord{Offset: 1, Value: binaryPayload, Timestamp: time.Now(),
+			Reason: consumer.ReasonUndecodable, Error: "consumer: undecodable record: no key"}},
+		{t1, sink.DeadRecord{Offset: 0, Key: []byte("acct-2"), Value: []byte(`{"id":"c2","seq":0,"amount":7}`),
+			Headers: []sink.RecordHeader{typ("withdraw")}, Timestamp: time.Now(),
+			Reason: consumer.ReasonHandlerError, Error: "ledger: withdraw \"c2\": database is\nlocked", Attempts: 8}},
+	} {
+		if _, err := s.DeadLetter(ctx, dl.tok, dl.rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
+}
+
+// deadLetterState reads dead letter id's state and audit rows from the
+// SQLite sink at path.
+func deadLetterState(t *testing.T, path string, id int64) (sink.DeadLetterState, []sink.DeadLetterAction) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dls, err := s.DeadLetters(ctx, sink.DeadLetterFilter{IDs: []int64{id}})
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("dead letter %d: %v, %v", id, dls, err)
+	}
+	audit, err := s.DeadLetterAudit(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dls[0].State, audit
+}
+
+// listIDs runs dlq list --json with args and returns the IDs printed.
+func listIDs(t *testing.T, path string, args ...string) []int64 {
+	t.Helper()
+	out, stderr, err := runCLI(t, nil, append([]string{"dlq", "list", "--sink", "sqlite:" + path, "--json"}, args...)...)
+	if err != nil {
+		t.Fatalf("dlq list %v: %v (stderr %q)", args, err, stderr)
+	}
+	var rows []dlqJSON
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("dlq list --json does not parse: %v\n%s", err, out)
+	}
+	ids := []int64{}
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+func TestDLQList(t *testing.T) {
+	path := deadLetteredSink(t)
+	out, _, err := runCLI(t, nil, "dlq", "list", "--sink", "sqlite:"+path)
+	if err != nil {
+		t.Fatalf("dlq list: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("dlq list printed %d lines, want a header and 3 rows:\n%s", len(lines), out)
+	}
+	for i, want := range [][]string{
+		{"ID", "SCOPE", "OFFSET", "KEY", "TYPE", "REASON", "ATTEMPTS", "STATE", "AGE", "ERROR"},
+		{"1", "g/ledger/0", "acct-1", "deposit", "permanent", "open", "permanent: ledger: malformed command"},
+		{"2", "g/ledger/0", "(null)", " - ", "undecodable", "open"},
+		{"3", "g/ledger/1", "acct-2", "withdraw", "handler_error", " 8 ", `database is locked`},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("line %d %q lacks %q", i, lines[i], w)
+			}
+		}
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want []int64
+	}{
+		{nil, []int64{1, 2, 3}},
+		{[]string{"--partition", "1"}, []int64{3}},
+		{[]string{"--partition", "0", "--group", "g", "--topic", "ledger"}, []int64{1, 2}},
+		{[]string{"--group", "other"}, []int64{}},
+		{[]string{"--type", "deposit"}, []int64{1}},
+		{[]string{"--reason", "undecodable"}, []int64{2}},
+		{[]string{"--state", "open"}, []int64{1, 2, 3}},
+		{[]string{"--state", "dropped,redriven"}, []int64{}},
+		{[]string{"--since", "1h"}, []int64{1, 2, 3}},
+		{[]string{"--since", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}, []int64{}},
+		{[]string{"--limit", "2"}, []int64{1, 2}},
+		{[]string{"--limit", "1", "--type", "withdraw"}, []int64{3}},
+	} {
+		if got := listIDs(t, path, tc.args...); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("dlq list %v: IDs %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	_, stderr, err := runCLI(t, nil, "dlq", "list", "--sink", "sqlite:"+path, "--limit", "2")
+	if err != nil || !strings.Contains(stderr, "showing the first 2") {
+		t.Errorf("dlq list --limit 2: err %v, stderr %q: want a note that more match", err, stderr)
+	}
+	out, _, err = runCLI(t, nil, "dlq", "list", "--sink", "sqlite:"+path, "--state", "dropped")
+	if err != nil || strings.TrimSpace(out) != "no dead letters" {
+		t.Errorf("dlq list --state dropped: %q, %v", out, err)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--state", "gone"}, `--state "gone"`},
+		{[]string{"--since", "yesterday"}, `--since "yesterday"`},
+		{[]string{"--partition", "-1"}, "--partition must be 0 or more"},
+		{[]string{"--limit", "-1"}, "--limit must be 0"},
+	} {
+		_, _, err := runCLI(t, nil, append([]string{"dlq", "list", "--sink", "sqlite:" + path}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("dlq list %v: %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+	_, _, err = runCLI(t, nil, "dlq", "list")
+	if err == nil || !strings.Contains(err.Error(), "--sink is required") {
+		t.Errorf("dlq list without --sink: %v", err)
+	}
+	_, _, err = runCLI(t, nil, "dlq", "list", "--sink", "sqlite:"+filepath.Join(t.TempDir(), "none.db"))
+	if err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("dlq list of a missing file: %v", err)
+	}
+}
+
+func TestDLQShow(t *testing.T) {
+	path := deadLetteredSink(t)
+	out, _, err := runCLI(t, nil, "dlq", "show", "1", "--sink", "sqlite:"+path)
+	if err != nil {
+		t.Fatalf("dlq show 1: %v", err)
+	}
+	for _, want := range []string{"dead letter 1", "scope:", "g/ledger/0", "offset:", "topic id:", "key:", "acct-1",
+		"type:", "deposit", "reason:", "permanent", "error:", "attempts:", "token:", "epoch 3, member m-0",
+		"record time:", "stored at:", "state:", "open", "mirrored:", "no", "headers:", "workrouter-type: deposit", "trace: abc",
+		"payload (32 bytes, text):", `{"id":"c1","seq":0,"amount":500}`, "audit: none"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dlq show 1 lacks %q:\n%s", want, out)
+		}
+	}
+
+	out, _, err = runCLI(t, nil, "dlq", "show", "2", "--sink", "sqlite:"+path)
+	if err != nil {
+		t.Fatalf("dlq show 2: %v", err)
+	}
+	for _, want := range []string{"key:", "(null)", "type:", "(none)", "headers: none", "payload (5 bytes, not text", "00 ff 10 78 80"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dlq show 2 lacks %q:\n%s", want, out)
+		}
+	}
+	raw, _, err := runCLI(t, nil, "dlq", "show", "2", "--sink", "sqlite:"+path, "--raw")
+	if err != nil || !bytes.Equal([]byte(raw), binaryPayload) {
+		t.Errorf("dlq show 2 --raw wrote %q (%v), want the payload's bytes %q", raw, err, binaryPayload)
+	}
+	out, _, err = runCLI(t, nil, "dlq", "show", "2", "--sink", "sqlite:"+path, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j dlqJSON
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatalf("--json does not parse: %v\n%s", err, out)
+	}
+	if j.ID != 2 || j.Key != nil || j.Payload == nil || j.Payload.Base64 == nil || *j.Payload.Base64 != "AP8QeIA=" || j.Reason != consumer.ReasonUndecodable {
+		t.Errorf("dlq show 2 --json = %s", out)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"99"}, "dead letter 99 does not exist"},
+		{[]string{"x"}, `dead letter ID "x"`},
+		{[]string{"1", "--raw", "--json"}, "exclude each other"},
+	} {
+		_, _, err := runCLI(t, nil, append([]string{"dlq", "show", "--sink", "sqlite:" + path}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("dlq show %v: %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestDLQDrop(t *testing.T) {
+	path := deadLetteredSink(t)
+	spec := "sqlite:" + path
+	out, _, err := runCLI(t, nil, "dlq", "drop", "2", "--sink", spec, "--reason", "a stray test record")
+	if err == nil || !strings.Contains(err.Error(), "without --yes (nothing changed)") {
+		t.Fatalf("drop without --yes: %v, want a refusal", err)
+	}
+	if !strings.Contains(out, "would drop dead letter 2 (g/ledger/0 offset 1, key (null), undecodable): open -> dropped") {
+		t.Errorf("drop without --yes did not say what it would do:\n%s", out)
+	}
+	if st, audit := deadLetterState(t, path, 2); st != sink.DeadLetterOpen || len(audit) != 0 {
+		t.Fatalf("after a refused drop: state %s, audit %v", st, audit)
+	}
+	if _, _, err := runCLI(t, nil, "dlq", "drop", "2", "--sink", spec, "--yes"); err == nil || !strings.Contains(err.Error(), "--reason is required") {
+		t.Fatalf("drop without --reason: %v", err)
+	}
+
+	out, _, err = runCLI(t, nil, "dlq", "drop", "2", "--sink", spec, "--reason", "a stray test record", "--yes")
+	if err != nil || !strings.Contains(out, "dropped dead letter 2") {
+		t.Fatalf("drop --yes: %v\n%s", err, out)
+	}
+	st, audit := deadLetterState(t, path, 2)
+	if st != sink.DeadLetterDropped || len(audit) != 1 || audit[0].From != sink.DeadLetterOpen || audit[0].To != sink.DeadLetterDropped ||
+		audit[0].Reason != "a stray test record" {
+		t.Fatalf("after drop: state %s, audit %+v", st, audit)
+	}
+	out, _, _ = runCLI(t, nil, "dlq", "show", "2", "--sink", spec)
+	if !strings.Contains(out, `open -> dropped  reason "a stray test record"`) {
+		t.Errorf("dlq show does not list the audit row:\n%s", out)
+	}
+
+	for _, args := range [][]string{
+		{"drop", "2", "--reason", "again", "--yes"},
+		{"redrive", "2", "--reason", "again", "--yes", "--brokers", freeAddr(t)},
+	} {
+		_, _, err := runCLI(t, nil, append([]string{"dlq", args[0], "--sink", spec}, args[1:]...)...)
+		if !errors.Is(err, sink.ErrDeadLetterState) || !strings.Contains(err.Error(), "it was dropped") {
+			t.Errorf("dlq %v of a dropped dead letter: %v, want a refusal", args, err)
+		}
+	}
+	_, _, err = runCLI(t, nil, "dlq", "drop", "42", "--sink", spec, "--reason", "x", "--yes")
+	if !errors.Is(err, sink.ErrNotFound) || !strings.Contains(err.Error(), "dead letter 42 does not exist") {
+		t.Errorf("drop of an unknown id: %v", err)
+	}
+	if st, audit := deadLetterState(t, path, 2); st != sink.DeadLetterDropped || len(audit) != 1 {
+		t.Fatalf("the refused commands changed dead letter 2: state %s, audit %v", st, audit)
+	}
+}
+
+// TestDLQRedrive: redrive produces the dead letter's command again, as a
+// new command with the same key, type, payload and user headers plus
+// workrouter-redrive-of, and moves it open → redriving → redriven with
+// audit rows; a second redrive, a redrive without --yes, of an unknown ID
+// or of a record that is not a command are refused with nothing sent.
+func TestDLQRedrive(t *testing.T) {
+	path := deadLetteredSink(t)
+	spec := "sqlite:" + path
+	addr := startCLITestBroker(t, map[string]int32{"ledger": 4})
+	redrive := func(args ...string) (string, error) {
+		out, _, err := runCLI(t, nil, append([]string{"dlq", "redrive", "--sink", spec, "--brokers", addr}, args...)...)
+		return out, err
+	}
+
+	out, err := redrive("1", "--reason", "handler fixed")
+	if err == nil || !strings.Contains(err.Error(), "without --yes (nothing changed, nothing sent)") {
+		t.Fatalf("redrive without --yes: %v", err)
+	}
+	if !strings.Contains(out, "would redrive dead letter 1 (g/ledger/0 offset 0, permanent): produce a new deposit command with key acct-1") {
+		t.Errorf("redrive without --yes did not say what it would do:\n%s", out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"2", "--reason", "x", "--yes"}, "not a workrouter command"},
+		{[]string{"77", "--reason", "x", "--yes"}, "dead letter 77 does not exist"},
+		{[]string{"1", "--yes"}, "--reason is required"},
+	} {
+		if _, err := redrive(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("redrive %v: %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := redrive("2", "--reason", "x", "--yes"); err == nil || !strings.Contains(err.Error(), "workrouter dlq drop 2") {
+		t.Errorf("redrive of an undecodable record does not suggest drop: %v", err)
+	}
+	if n := endOffsetSum(t, addr, "ledger"); n != 0 {
+		t.Fatalf("the refused redrives sent %d records", n)
+	}
+	if st, audit := deadLetterState(t, path, 1); st != sink.DeadLetterOpen || len(audit) != 0 {
+		t.Fatalf("the refused redrives changed dead letter 1: state %s, audit %v", st, audit)
+	}
+
+	out, err = redrive("1", "--reason", "handler fixed", "--yes")
+	if err != nil {
+		t.Fatalf("redrive --yes: %v", err)
+	}
+	p := router.Partition([]byte("acct-1"), 4)
+	if want := fmt.Sprintf("redrove dead letter 1: produced to ledger partition %d offset 0 as a new deposit command", p); !strings.Contains(out, want) {
+		t.Errorf("redrive printed %q, want %q", out, want)
+	}
+	recs := readAll(t, addr, "ledger", 1)
+	if len(recs) != 1 || recs[0].Partition != p {
+		t.Fatalf("read %d records (%v), want one on partition %d", len(recs), recs, p)
+	}
+	c, err := router.Decode(recs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(c.Key) != "acct-1" || c.Type != "deposit" || string(c.Payload) != `{"id":"c1","seq":0,"amount":500}` ||
+		len(c.Headers) != 1 || c.Headers[0].Key != "trace" || string(c.Headers[0].Value) != "abc" {
+		t.Errorf("the redriven record decodes to %+v", c)
+	}
+	var of []string
+	for _, h := range recs[0].Headers {
+		if h.Key == router.RedriveOfHeader {
+			of = append(of, string(h.Value))
+		}
+	}
+	if len(of) != 1 || of[0] != "1" {
+		t.Errorf("the redriven record's %s headers are %v, want [1]", router.RedriveOfHeader, of)
+	}
+	st, audit := deadLetterState(t, path, 1)
+	if st != sink.DeadLetterRedriven || len(audit) != 2 ||
+		audit[0].From != sink.DeadLetterOpen || audit[0].To != sink.DeadLetterRedriving || audit[0].Reason != "handler fixed" ||
+		audit[1].From != sink.DeadLetterRedriving || audit[1].To != sink.DeadLetterRedriven ||
+		audit[1].Detail != fmt.Sprintf("produced to ledger partition %d offset 0", p) {
+		t.Fatalf("after the redrive: state %s, audit %+v", st, audit)
+	}
+
+	_, err = redrive("1", "--reason", "again", "--yes")
+	if !errors.Is(err, sink.ErrDeadLetterState) || !strings.Contains(err.Error(), "redriven at most once") || !strings.Contains(err.Error(), "nothing sent") {
+		t.Fatalf("a second redrive: %v, want a refusal", err)
+	}
+	if n := endOffsetSum(t, addr, "ledger"); n != 1 {
+		t.Fatalf("the topic holds %d records after the second redrive, want 1", n)
+	}
+	if st, audit := deadLetterState(t, path, 1); st != sink.DeadLetterRedriven || len(audit) != 2 {
+		t.Fatalf("the second redrive changed dead letter 1: state %s, audit %v", st, audit)
+	}
+}
+
+// TestDLQRedriveProduceFails: the broker refuses the produce; the dead
+// letter goes back to open with an audit row saying so, and a later
+// redrive succeeds.
+func TestDLQRedriveProduceFails(t *testing.T) {
+	path := deadLetteredSink(t)
+	spec := "sqlite:" + path
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", Topics: map[string]int32{"ledger": 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	var refused atomic.Int32
+	b.Cluster().ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		refused.Add(1)
+		pr := req.(*kmsg.ProduceRequest)
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range pr.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.InvalidRecord.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	_, _, err = runCLI(t, nil, "dlq", "redrive", "3", "--sink", spec, "--brokers", b.Addr(), "--reason", "retry it", "--yes", "--timeout", "10s")
+	if err == nil || !strings.Contains(err.Error(), "producing failed") || !strings.Contains(err.Error(), "open again") {
+		t.Fatalf("redrive against a refusing broker: %v", err)
+	}
+	if n := refused.Load(); n != 1 {
+		t.Fatalf("the broker refused %d produce requests, want 1: the fault did not happen as planned", n)
+	}
+	st, audit := deadLetterState(t, path, 3)
+	if st != sink.DeadLetterOpen || len(audit) != 2 || audit[1].From != sink.DeadLetterRedriving || audit[1].To != sink.DeadLetterOpen ||
+		!strings.Contains(audit[1].Detail, "the redrive failed") {
+		t.Fatalf("after the failed redrive: state %s, audit %+v", st, audit)
+	}
+	out, _, err := runCLI(t, nil, "dlq", "redrive", "3", "--sink", spec, "--brokers", b.Addr(), "--reason", "retry it", "--yes")
+	if err != nil || !strings.Contains(out, "redrove dead letter 3") {
+		t.Fatalf("redrive after the broker accepts again: %v\n%s", err, out)
+	}
+	if st, audit := deadLetterState(t, path, 3); st != sink.DeadLetterRedriven || len(audit) != 4 {
+		t.Fatalf("after the second redrive: state %s, audit %+v", st, audit)
+	}
+}
+
+// noDeadLetters is an admin sink without the dead-letter capability.
+type noDeadLetters struct{ adminSink }
+
+func TestDLQNeedsTheCapability(t *testing.T) {
+	if _, ok := deadLetterStoreOf(noDeadLetters{}); ok {
+		t.Fatal("a sink without DeadLetterStore was taken for one")
+	}
+	path := deadLetteredSink(t)
+	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, ok := deadLetterStoreOf(s); !ok {
+		t.Fatal("the SQLite sink's dead-letter store was not found")
+	}
+}

@@ -1,0 +1,51 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// RedriveOfHeader is the reserved record header that marks a command
+// re-produced from a dead letter (docs/design.md#dead-letters): its value
+// names the dead letter it came from. Only [Router.Redrive] writes it;
+// user headers cannot (they must not start with [ReservedHeaderPrefix]),
+// and [Decode] leaves it out of Command.Headers like every reserved
+// header.
+const RedriveOfHeader = ReservedHeaderPrefix + "redrive-of"
+
+// ErrNoRedriveSource is matched by the error [Router.Redrive] returns
+// when it is not told which dead letter the command comes from.
+var ErrNoRedriveSource = errors.New("router: a redrive needs the dead letter it comes from")
+
+// Redrive sends cmd as a new command, exactly as [Router.Send] does (same
+// validation, partition, errors and metrics), with one more header,
+// [RedriveOfHeader], whose value is of: the ID of the dead letter cmd was
+// re-produced from (`workrouter dlq redrive`). An empty of fails with
+// [ErrNoRedriveSource] and sends nothing. Safe to call from any goroutine,
+// but not from a SendAsync callback.
+func (r *Router) Redrive(ctx context.Context, cmd Command, of string) (Result, error) {
+	if of == "" {
+		return Result{}, ErrNoRedriveSource
+	}
+	rec, err := r.record(cmd)
+	if err != nil {
+		r.m.notSent(r.cfg.Topic, err)
+		return Result{}, err
+	}
+	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: RedriveOfHeader, Value: []byte(of)})
+	var (
+		res  Result
+		done = make(chan struct{})
+	)
+	start := time.Now()
+	r.cl.Produce(ctx, rec, func(rec *kgo.Record, perr error) {
+		r.m.sent(r.cfg.Topic, start, perr)
+		res, err = r.result(rec, perr)
+		close(done)
+	})
+	<-done
+	return res, err
+}
