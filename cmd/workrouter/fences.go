@@ -1,18 +1,24 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/fences"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -24,19 +30,19 @@ func newFencesCmd() *cobra.Command {
 (group, topic, partition): the holder token {epoch, member} of the current
 tenure and NextOffset, the first Kafka offset not yet applied.
 
-  fences list     every scope's holder and NextOffset
+  fences list     every scope's holder, NextOffset and the log it refers to
   fences history  the accepted claims and the admin resets of one scope
-  fences reset    clear a scope's holder so that the next claim at any epoch
-                  succeeds (after a group was deleted and recreated, or a
-                  broker lost its state, every claim is fenced because the
-                  epochs went backwards). NextOffset is kept, so nothing is
-                  applied twice. Each reset is recorded with its reason in
-                  the sink's history. It needs --yes; without it, it only
-                  shows what it would change.`,
+  fences reset    diagnose a scope whose claims are refused for good (epochs
+                  that went backwards, a topic recreated, a log truncated,
+                  records deleted before they were applied) and reset its
+                  fence: --keep-checkpoint or --restart-at, a compare-and-set
+                  on the fence you inspected, refused without a cause unless
+                  --force, audited with its reason. Without --yes it only
+                  shows the diagnosis and what it would change.`,
 		Example: `  workrouter fences list --sink sqlite:ledger.db
   workrouter fences history --sink sqlite:ledger.db --group ledger-workers --topic ledger --partition 3
   workrouter fences reset --sink sqlite:ledger.db --group ledger-workers --topic ledger --partition 3 \
-      --reason "group recreated after broker data loss (INC-123)" --yes`,
+      --keep-checkpoint --reason "group recreated (INC-123)"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return errors.New("fences needs a subcommand: list, history or reset (see workrouter fences --help)")
@@ -57,6 +63,13 @@ type fencesFlags struct {
 	yes       bool
 	asJSON    bool
 	timeout   time.Duration
+	// reset
+	keep      bool
+	restartAt string
+	expect    []string
+	force     bool
+	brokers   []string
+	conn      connFlags
 	// readOnly opens the sink read-only (list, history): see
 	// openAdminReadOnly.
 	readOnly bool
@@ -103,11 +116,16 @@ type fenceJSON struct {
 	HolderEpoch  *int32 `json:"holder_epoch"`
 	HolderMember string `json:"holder_member"`
 	NextOffset   int64  `json:"next_offset"`
+	// TopicID is the log NextOffset refers to; empty before the first
+	// claim that saw one.
+	TopicID string `json:"topic_id"`
+	// ProofRequired: reset; the next claim must prove its membership.
+	ProofRequired bool `json:"proof_required"`
 }
 
 func toFenceJSON(f sink.Fence) fenceJSON {
 	out := fenceJSON{Group: f.Scope.Group, Topic: f.Scope.Topic, Partition: f.Scope.Partition,
-		HolderMember: f.Holder.Member, NextOffset: f.NextOffset}
+		HolderMember: f.Holder.Member, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: f.ProofRequired}
 	if !f.Holder.IsZero() {
 		e := f.Holder.Epoch
 		out.HolderEpoch = &e
@@ -166,13 +184,17 @@ func printFences(w io.Writer, fs []sink.Fence) error {
 		return ew.err
 	}
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tHOLDER EPOCH\tHOLDER MEMBER\tNEXT OFFSET")
+	fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tHOLDER EPOCH\tHOLDER MEMBER\tNEXT OFFSET\tTOPIC ID\tNOTE")
 	for _, fe := range fs {
 		epoch, member := "none", "none"
 		if !fe.Holder.IsZero() {
 			epoch, member = strconv.Itoa(int(fe.Holder.Epoch)), fe.Holder.Member
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\n", fe.Scope.Group, fe.Scope.Topic, fe.Scope.Partition, epoch, member, fe.NextOffset)
+		note := "-"
+		if fe.ProofRequired {
+			note = "reset: the next claim must prove its membership"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", fe.Scope.Group, fe.Scope.Topic, fe.Scope.Partition, epoch, member, fe.NextOffset, orDash(fe.TopicID), note)
 	}
 	tw.Flush()
 	return ew.err
@@ -232,17 +254,21 @@ func newFencesHistoryCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			if f.asJSON {
 				type row struct {
-					Seq        int64     `json:"seq"`
-					Kind       string    `json:"kind"`
-					Epoch      *int32    `json:"epoch"`
-					Member     string    `json:"member"`
-					NextOffset int64     `json:"next_offset"`
-					Reason     string    `json:"reason,omitempty"`
-					At         time.Time `json:"at"`
+					Seq        int64  `json:"seq"`
+					Kind       string `json:"kind"`
+					Epoch      *int32 `json:"epoch"`
+					Member     string `json:"member"`
+					NextOffset int64  `json:"next_offset"`
+					TopicID    string `json:"topic_id"`
+					Reason     string `json:"reason,omitempty"`
+					// Detail is a reset's audit of what the operator saw
+					// (JSON written by package fences).
+					Detail string    `json:"detail,omitempty"`
+					At     time.Time `json:"at"`
 				}
 				rows := make([]row, len(hs))
 				for i, h := range hs {
-					rows[i] = row{Seq: h.Seq, Kind: h.Kind, Member: h.Token.Member, NextOffset: h.NextOffset, Reason: h.Reason, At: h.At}
+					rows[i] = row{Seq: h.Seq, Kind: h.Kind, Member: h.Token.Member, NextOffset: h.NextOffset, TopicID: h.TopicID, Reason: h.Reason, Detail: h.Detail, At: h.At}
 					if !h.Token.IsZero() {
 						e := h.Token.Epoch
 						rows[i].Epoch = &e
@@ -253,7 +279,7 @@ func newFencesHistoryCmd() *cobra.Command {
 			ew := &errWriter{w: out}
 			fmt.Fprintf(ew, "history of %s\n\n", scope)
 			tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "SEQ\tKIND\tEPOCH\tMEMBER\tNEXT OFFSET\tAT\tREASON")
+			fmt.Fprintln(tw, "SEQ\tKIND\tEPOCH\tMEMBER\tNEXT OFFSET\tTOPIC ID\tAT\tREASON")
 			for _, h := range hs {
 				epoch, member := "-", "-"
 				if !h.Token.IsZero() {
@@ -263,7 +289,7 @@ func newFencesHistoryCmd() *cobra.Command {
 				if reason == "" {
 					reason = "-"
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", h.Seq, h.Kind, epoch, member, h.NextOffset,
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", h.Seq, h.Kind, epoch, member, h.NextOffset, orDash(h.TopicID),
 					h.At.UTC().Format(time.RFC3339), oneLine(reason))
 			}
 			tw.Flush()
@@ -279,24 +305,46 @@ func newFencesResetCmd() *cobra.Command {
 	var f fencesFlags
 	cmd := &cobra.Command{
 		Use:   "reset",
-		Short: "Clear a scope's holder (audited) so that the next claim at any epoch succeeds",
-		Long: `reset lifts the fence of one partition (or, with --all or --partition -1, of
-every partition of the group and topic the sink knows): it clears the stored
-holder so that the next claim succeeds whatever its epoch, and keeps
-NextOffset, so nothing is applied twice. Use it only when the group's epochs
-went backwards (the group was deleted and recreated, or a broker lost its
-state) and every claim is fenced; make sure no old worker of the group is
-still running.
+		Short: "Reset a scope's fence, audited and guarded, when its claims are refused for good",
+		Long: `reset is the operator's way out when a partition's claims are refused for
+a reason no retry fixes. It first diagnoses each scope from the sink's fence,
+the log on the brokers and the live group, and says what is wrong:
 
-Each reset is recorded in the sink's history with --reason (required).
-Without --yes nothing is changed: it prints what it would change and exits
-non-zero. It prints each scope's fence before and after.`,
-		Example: `  # Show what would change:
-  workrouter fences reset --sink sqlite:ledger.db --group ledger-workers --topic ledger --partition 3 --reason "group recreated"
+  what status and the worker say          what you run
+  epochs went backwards (the group was     --keep-checkpoint: the log is intact,
+    deleted and recreated, a coordinator     the checkpoint stays; nothing is
+    lost its state); holder gone             applied twice or skipped
+  topic recreated (a new topic ID)         --restart-at earliest (apply the new
+                                             log from its start) or latest, or
+                                             an offset of the new log
+  log truncated below the checkpoint       --restart-at: records the sink applied
+    (a broker lost its data)                 are gone from the log; pick where
+                                             the new history starts
+  records deleted before they were         --restart-at earliest (= the new log
+    applied (retention, DeleteRecords)       start): accept the loss, which the
+                                             reset's audit row records
 
-  # Do it, for every partition of the topic:
+--keep-checkpoint is refused for a log that changed (it would never resume).
+A reset is a compare-and-set: without --yes it only prints the diagnosis,
+what it would change and an expect token per partition; run it again with
+--yes --expect P=TOKEN,... (or confirm interactively at a terminal), and it
+proceeds only if each fence is still the one you saw. It is refused when
+the group and the log show no reason for it (a healthy fence: resetting it
+would only stop its owner) unless --force. Each reset clears the holder,
+requires the next claim to prove its membership to the broker (so a member
+of the group's previous incarnation cannot come back through it), and is
+recorded in the sink's history with --reason, the diagnosis, the old and
+the new state. The output says whether a running worker picks the reset up
+by itself (it re-claims blocked partitions every reclaim interval, 10 s by
+default) or whether the partition waits for a worker to be assigned it.
+` + connHelp,
+		Example: `  # Diagnose, and show what would change (nothing is changed):
   workrouter fences reset --sink sqlite:ledger.db --group ledger-workers --topic ledger --all \
-      --reason "broker lost its data dir; group recreated (INC-123)" --yes`,
+      --restart-at earliest --reason "topic recreated by mistake (INC-123)"
+
+  # Do it, with the expect tokens the dry run printed:
+  workrouter fences reset --sink sqlite:ledger.db --group ledger-workers --topic ledger --all \
+      --restart-at earliest --reason "topic recreated by mistake (INC-123)" --expect 0=3f9a1c2e,1=77d0b4aa --yes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runFencesReset(cmd, f) },
 	}
@@ -304,9 +352,38 @@ non-zero. It prints each scope's fence before and after.`,
 	f.addScope(cmd, "partition to reset; -1 resets every partition (as --all)")
 	fl := cmd.Flags()
 	fl.BoolVar(&f.all, "all", false, "reset every partition of the group and topic that the sink knows")
-	fl.StringVar(&f.reason, "reason", "", "why the fence is lifted; recorded in the sink's history (required)")
+	fl.BoolVar(&f.keep, "keep-checkpoint", false, "keep each checkpoint (the epochs went backwards; the log is intact)")
+	fl.StringVar(&f.restartAt, "restart-at", "", "restart on the log as it is now: earliest, latest or an offset (the log changed)")
+	fl.StringSliceVar(&f.expect, "expect", nil, "the expect tokens of the dry run: P=TOKEN per partition (a bare TOKEN for one partition)")
+	fl.BoolVar(&f.force, "force", false, "reset although the group and the log show no reason (the owner is fenced until it claims again)")
+	fl.StringVar(&f.reason, "reason", "", "why; recorded in the sink's history with the diagnosis (required)")
 	fl.BoolVar(&f.yes, "yes", false, "really reset; without it nothing is changed")
+	fl.StringSliceVar(&f.brokers, "brokers", defaultBrokers, "seed brokers, comma-separated (the diagnosis reads the log and the group)")
+	addConnFlags(fl, &f.conn)
 	return cmd
+}
+
+// resetPlan is one scope's diagnosis and what the reset does to it, as
+// the dry run prints it (and --json).
+type resetPlan struct {
+	Scope       string          `json:"scope"`
+	Partition   int32           `json:"partition"`
+	Fence       fenceJSON       `json:"fence"`
+	LogTopicID  string          `json:"log_topic_id"`
+	TopicExists bool            `json:"topic_exists"`
+	LogStart    int64           `json:"log_start"`
+	LogEnd      int64           `json:"log_end"`
+	Committed   int64           `json:"committed"`
+	Owner       string          `json:"owner"`
+	Members     int             `json:"members"`
+	Problems    []statusProblem `json:"problems"`
+	// Checkpoint is the checkpoint after the reset (-1 if the request
+	// cannot be met; Refusal says why).
+	Checkpoint int64  `json:"checkpoint"`
+	Refusal    string `json:"refusal,omitempty"`
+	Resumes    bool   `json:"resumes"`
+	Expect     string `json:"expect"`
+	Done       bool   `json:"done"`
 }
 
 func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
@@ -318,70 +395,272 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 	}
 	all := f.all || f.partition == -1
 	if strings.TrimSpace(f.reason) == "" {
-		return errors.New("--reason is required: say why the fence is lifted (it is recorded in the sink's history)")
+		return errors.New("--reason is required: say why the fence is reset (it is recorded in the sink's history)")
+	}
+	var cp fences.Checkpoint
+	switch {
+	case f.keep && f.restartAt != "":
+		return errors.New("--keep-checkpoint and --restart-at exclude each other: keep the checkpoint (epochs went backwards) or restart on the log as it is (the log changed)")
+	case f.keep:
+		cp.Keep = true
+	case f.restartAt != "":
+		var err error
+		if cp, err = fences.ParseCheckpoint(f.restartAt); err != nil {
+			return errors.New(strings.TrimPrefix(err.Error(), fences.ErrBadRequest.Error()+": "))
+		}
+	default:
+		return errors.New("say what happens to the checkpoint: --keep-checkpoint (the epochs went backwards, the log is intact) or --restart-at earliest|latest|OFFSET (the log changed); the dry run's diagnosis says which")
+	}
+	expect, err := parseExpect(f.expect)
+	if err != nil {
+		return err
+	}
+	c, err := resolveConn(cmd, f.conn, f.brokers)
+	if err != nil {
+		return err
 	}
 	ctx, s, spec, done, err := openFenceSink(cmd, f)
 	if err != nil {
 		return err
 	}
 	defer done()
-
 	known, err := s.Fences(ctx)
 	if err != nil {
 		return fmt.Errorf("reading fences: %w", err)
 	}
-	var targets []sink.Fence
-	for _, fe := range filterFences(known, f.group, f.topic) {
-		if all || fe.Scope.Partition == f.partition {
-			targets = append(targets, fe)
-		}
-	}
-	if len(targets) == 0 {
+	if !slices.ContainsFunc(filterFences(known, f.group, f.topic), func(fe sink.Fence) bool { return all || fe.Scope.Partition == f.partition }) {
 		what := fmt.Sprintf("%s/%s/%d", f.group, f.topic, f.partition)
 		if all {
 			what = fmt.Sprintf("any partition of %s/%s", f.group, f.topic)
 		}
 		return fmt.Errorf("%w: the sink %s has no fence for %s (nothing changed)", sink.ErrNotFound, spec, what)
 	}
+	gctx, stop := c.guard(ctx)
+	defer stop()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.brokers...), kgo.DialTimeout(min(f.timeout/2, 10*time.Second))}, c.opts...)...)
+	if err != nil {
+		return fmt.Errorf("--brokers: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+
+	reports, err := fences.Diagnose(gctx, adm, s, f.group, f.topic)
+	if err != nil {
+		return fmt.Errorf("%w (nothing changed)", brokerError(ctx, c.explain(err), c.brokers, f.topic, f.timeout))
+	}
+	var targets []fences.Report
+	for _, r := range reports {
+		if all || r.Fence.Scope.Partition == f.partition {
+			targets = append(targets, r)
+		}
+	}
+	if len(targets) == 0 {
+		return fmt.Errorf("%w: the fences of %s/%s changed while they were read (nothing changed)", sink.ErrNotFound, f.group, f.topic)
+	}
+	if len(expect) == 1 && expect[-1] != "" {
+		if len(targets) != 1 {
+			return fmt.Errorf("--expect %s names no partition, and %d fences are to be reset: give P=TOKEN for each", expect[-1], len(targets))
+		}
+		expect[targets[0].Fence.Scope.Partition] = expect[-1]
+		delete(expect, -1)
+	}
+	plans := make([]resetPlan, len(targets))
+	for i, r := range targets {
+		plans[i] = planReset(r, cp, f.force)
+	}
 
 	out := &errWriter{w: cmd.OutOrStdout()}
 	if !f.yes {
-		for _, t := range targets {
-			fmt.Fprintf(out, "would reset %s: holder %s -> none; next offset %d kept\n", t.Scope, holderText(t.Holder), t.NextOffset)
+		if f.asJSON {
+			if err := writeJSONErr(out, plans); err != nil {
+				return err
+			}
+		} else {
+			printPlans(out, plans, f.force)
+			var toks []string
+			for _, p := range plans {
+				toks = append(toks, fmt.Sprintf("%d=%s", p.Partition, p.Expect))
+			}
+			fmt.Fprintf(out, "\nto reset, run the same command with --yes --expect %s\n", strings.Join(toks, ","))
 		}
 		if out.err != nil {
 			return out.err
 		}
 		return fmt.Errorf("refusing to reset %d fence(s) without --yes (nothing changed)", len(targets))
 	}
-
-	for i, t := range targets {
-		before, err := s.ResetFence(ctx, sink.ResetRequest{Scope: t.Scope, Expect: t, Reason: f.reason})
-		if err != nil {
-			return fmt.Errorf("resetting %s: %w (%d of %d reset before it)", t.Scope, err, i, len(targets))
+	if len(expect) == 0 {
+		in := cmd.InOrStdin()
+		if f, ok := in.(*os.File); !ok || !isTerminal(f) {
+			return fmt.Errorf("--yes needs --expect (the tokens of the dry run: run it without --yes), or a terminal to confirm at (nothing changed)")
 		}
-		after := readFence(ctx, s, t.Scope)
-		fmt.Fprintf(out, "reset %s\n  before: holder %s, next offset %d\n  after:  %s\n",
-			t.Scope, holderText(before.Holder), before.NextOffset, after)
+		printPlans(out, plans, f.force)
+		if !confirm(in, cmd.ErrOrStderr(), len(plans)) {
+			return errors.New("not confirmed (nothing changed)")
+		}
+		for _, p := range plans {
+			expect[p.Partition] = p.Expect
+		}
 	}
-	if out.err != nil {
-		return out.err
+	for _, p := range plans {
+		if _, ok := expect[p.Partition]; !ok {
+			return fmt.Errorf("--expect has no token for partition %d (each partition reset needs its own; nothing changed)", p.Partition)
+		}
 	}
-	return nil
+
+	for i, r := range targets {
+		scope := r.Fence.Scope
+		res, err := fences.Reset(gctx, adm, s, fences.Request{Scope: scope, Expect: expect[scope.Partition], Checkpoint: cp, Reason: f.reason, Force: f.force})
+		if err != nil {
+			switch {
+			case errors.Is(err, fences.ErrMoved):
+				err = fmt.Errorf("%w; run the dry run again", err)
+			case errors.Is(err, fences.ErrNoCause):
+			}
+			return fmt.Errorf("%w (%d of %d reset before it)", err, i, len(targets))
+		}
+		plans[i].Done = true
+		if f.asJSON {
+			continue
+		}
+		fmt.Fprintf(out, "reset %s\n  before: holder %s, checkpoint %d, topic ID %s\n  after:  holder none, checkpoint %d, topic ID %s; the next claim must prove its membership\n",
+			scope, holderText(res.Before.Holder), res.Before.NextOffset, orDash(res.Before.TopicID), res.After.NextOffset, orDash(res.After.TopicID))
+		fmt.Fprintf(out, "  %s\n", resumeText(res.Resumes, r.Owner))
+	}
+	if f.asJSON {
+		return writeJSONErr(out, plans)
+	}
+	return out.err
 }
 
-// readFence re-reads scope's fence for the "after" line.
-func readFence(ctx context.Context, s adminSink, scope epochs.Scope) string {
-	fs, err := s.Fences(ctx)
-	if err != nil {
-		return "could not be read back: " + oneLine(err.Error())
+// planReset says what a reset of r with cp would do.
+func planReset(r fences.Report, cp fences.Checkpoint, force bool) resetPlan {
+	p := resetPlan{Scope: r.Fence.Scope.String(), Partition: r.Fence.Scope.Partition, Fence: toFenceJSON(r.Fence),
+		LogTopicID: r.Log.TopicID, TopicExists: r.TopicExists, LogStart: r.Log.LogStart, LogEnd: r.Log.LogEnd,
+		Committed: r.Committed, Owner: r.Owner, Members: r.Members, Problems: []statusProblem{},
+		Checkpoint: -1, Resumes: r.Owner != "", Expect: fences.ExpectToken(r.Fence)}
+	logChanged := false
+	for _, pr := range r.Problems {
+		p.Problems = append(p.Problems, statusProblem{Kind: string(pr.Kind), Detail: pr.Detail})
+		logChanged = logChanged || pr.Kind == fences.TopicRecreated || pr.Kind == fences.LogTruncated || pr.Kind == fences.RetentionLoss
 	}
-	for _, f := range fs {
-		if f.Scope == scope {
-			return fmt.Sprintf("holder %s, next offset %d", holderText(f.Holder), f.NextOffset)
+	switch {
+	case len(r.Problems) == 0 && !force:
+		p.Refusal = "the group and the log show no reason to reset this fence (--force resets it anyway; its owner is fenced until it claims again)"
+	case cp.Keep && logChanged:
+		p.Refusal = "the log changed under the checkpoint: keeping it would never resume; use --restart-at"
+	case cp.Keep:
+		p.Checkpoint = r.Fence.NextOffset
+	case r.Log.TopicID == "":
+		p.Refusal = "the brokers show no log for the topic (does it exist?); a restart needs one"
+	case cp.RestartAt == "earliest":
+		p.Checkpoint = r.Log.LogStart
+	case cp.RestartAt == "latest":
+		p.Checkpoint = r.Log.LogEnd
+	default:
+		n, _ := strconv.ParseInt(cp.RestartAt, 10, 64)
+		if n < r.Log.LogStart || n > r.Log.LogEnd {
+			p.Refusal = fmt.Sprintf("offset %d is not in the log [%d, %d]", n, r.Log.LogStart, r.Log.LogEnd)
+		} else {
+			p.Checkpoint = n
 		}
 	}
-	return "not found when read back"
+	return p
+}
+
+// printPlans prints the dry run: each scope's diagnosis and what the
+// reset would do.
+func printPlans(w io.Writer, plans []resetPlan, force bool) {
+	for i, p := range plans {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s\n", p.Scope)
+		holder := "none (reset)"
+		if p.Fence.HolderEpoch != nil {
+			holder = fmt.Sprintf("epoch %d member %s", *p.Fence.HolderEpoch, p.Fence.HolderMember)
+		}
+		fmt.Fprintf(w, "  fence:    holder %s, checkpoint %d, topic ID %s\n", holder, p.Fence.NextOffset, orDash(p.Fence.TopicID))
+		switch {
+		case !p.TopicExists:
+			fmt.Fprintln(w, "  log:      the topic does not exist on the brokers")
+		default:
+			fmt.Fprintf(w, "  log:      topic ID %s, offsets %d to %d\n", orDash(p.LogTopicID), p.LogStart, p.LogEnd)
+		}
+		owner, committed := "nobody", "nothing"
+		if p.Owner != "" {
+			owner = p.Owner
+		}
+		if p.Committed >= 0 {
+			committed = strconv.FormatInt(p.Committed, 10)
+		}
+		fmt.Fprintf(w, "  group:    %d member(s); the partition is assigned to %s; committed offset %s\n", p.Members, owner, committed)
+		if len(p.Problems) == 0 {
+			fmt.Fprintln(w, "  problems: none")
+		}
+		for _, pr := range p.Problems {
+			fmt.Fprintf(w, "  problem:  %s: %s\n", strings.ReplaceAll(pr.Kind, "_", " "), oneLine(pr.Detail))
+		}
+		if p.Refusal != "" {
+			fmt.Fprintf(w, "  reset:    refused: %s\n", p.Refusal)
+			continue
+		}
+		forced := ""
+		if len(p.Problems) == 0 && force {
+			forced = " (forced)"
+		}
+		fmt.Fprintf(w, "  reset:    holder -> none%s; checkpoint %d -> %d; the next claim must prove its membership\n", forced, p.Fence.NextOffset, p.Checkpoint)
+		fmt.Fprintf(w, "  then:     %s\n", resumeText(p.Resumes, p.Owner))
+		fmt.Fprintf(w, "  expect:   %d=%s\n", p.Partition, p.Expect)
+	}
+}
+
+func resumeText(resumes bool, owner string) string {
+	if resumes {
+		return fmt.Sprintf("the running worker that is assigned the partition (member %s) claims it again by itself, within its reclaim interval (10 s by default)", owner)
+	}
+	return "no member is assigned the partition now: it resumes when a worker of the group is assigned it"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// parseExpect reads --expect: P=TOKEN entries, or one bare TOKEN (key -1).
+func parseExpect(vals []string) (map[int32]string, error) {
+	out := make(map[int32]string, len(vals))
+	for _, v := range vals {
+		p, tok, ok := strings.Cut(v, "=")
+		if !ok {
+			if len(vals) != 1 {
+				return nil, fmt.Errorf("--expect %q: give P=TOKEN for each partition", v)
+			}
+			out[-1] = v
+			continue
+		}
+		n, err := strconv.ParseInt(p, 10, 32)
+		if err != nil || n < 0 || tok == "" {
+			return nil, fmt.Errorf("--expect %q: want PARTITION=TOKEN", v)
+		}
+		if _, dup := out[int32(n)]; dup {
+			return nil, fmt.Errorf("--expect names partition %d twice", n)
+		}
+		out[int32(n)] = tok
+	}
+	return out, nil
+}
+
+// confirm asks the operator, on a terminal, to type "reset N".
+func confirm(in io.Reader, out io.Writer, n int) bool {
+	want := fmt.Sprintf("reset %d", n)
+	fmt.Fprintf(out, "\ntype %q to reset %d fence(s) as shown above: ", want, n)
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && line == "" {
+		return false
+	}
+	return strings.TrimSpace(line) == want
 }
 
 // oneLine collapses whitespace, so a value cannot break a table row.

@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/fences"
 	"github.com/workrouter/workrouter/kafkaconn"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
@@ -45,12 +47,19 @@ func newStatusCmd() *cobra.Command {
 		Long: `status describes one consumer group on one topic:
 
   - its members (client id, member id, host) and the partitions each owns;
-  - per partition: the end offset, the group's committed Kafka offset and
-    the lag (end - committed; end - start when nothing is committed);
-  - with --sink: the sink's holder (epoch and member) for each partition and
+  - per partition: the log's start and end offsets, the group's committed
+    Kafka offset, the lag (end - committed; end - start when nothing is
+    committed), and its state: running, unowned, or stalled/blocked as the
+    worker last reported it (since when, attempts, the last error);
+  - with --sink: the sink's holder (epoch and member) for each partition,
     its checkpoint (NextOffset, the first offset not yet applied) beside
-    Kafka's committed offset. The sink, not Kafka, is the source of truth
-    for where a worker resumes.
+    Kafka's committed offset, the log that checkpoint refers to (this topic,
+    or the ID of another: the topic was recreated), and the open dead
+    letters. The sink, not Kafka, is the source of truth for where a worker
+    resumes. Anything wrong is listed in words under "needs attention": a
+    topic recreated, a log truncated below the checkpoint, records deleted
+    before they were applied (how many), epochs that went backwards, a
+    reset waiting for its claim, a stalled or blocked partition.
 
 Both classic groups and KIP-848 consumer groups are described. A group or
 topic that does not exist is an error. --json prints one JSON object.
@@ -82,6 +91,9 @@ partitions keys differently (see workrouter worker --partitioner).
 type statusReport struct {
 	Group string `json:"group"`
 	Topic string `json:"topic"`
+	// TopicID is the topic's ID as Kafka's tools print it (empty for a
+	// broker without topic IDs).
+	TopicID string `json:"topic_id,omitempty"`
 	// Protocol is "classic" or "consumer" (KIP-848).
 	Protocol string `json:"protocol"`
 	State    string `json:"state"`
@@ -119,9 +131,27 @@ type statusPartition struct {
 	// Committed is the group's committed Kafka offset; null if none.
 	Committed *int64 `json:"committed"`
 	Lag       int64  `json:"lag"`
+	// State is what the worker last reported in the committed offset's
+	// metadata: "stalled" or "blocked" (with since, attempts and the last
+	// error), else "running" when a member owns the partition and
+	// "unowned" when none does.
+	State         string     `json:"state"`
+	StateSince    *time.Time `json:"state_since,omitempty"`
+	StateAttempts int        `json:"state_attempts,omitempty"`
+	StateError    string     `json:"state_error,omitempty"`
 	// Sink is the sink's fence for the partition; absent without --sink
 	// or when the sink has never seen the partition.
 	Sink *statusFence `json:"sink,omitempty"`
+	// Problems are what is wrong with the partition's fence, the log and
+	// the group, in words (see workrouter fences diagnose); empty when
+	// nothing is.
+	Problems []statusProblem `json:"problems,omitempty"`
+}
+
+// statusProblem is one thing wrong with a partition (fences.Problem).
+type statusProblem struct {
+	Kind   string `json:"kind"`
+	Detail string `json:"detail"`
 }
 
 type statusFence struct {
@@ -131,8 +161,18 @@ type statusFence struct {
 	HolderMember string `json:"holder_member"`
 	// NextOffset is the sink's checkpoint: the first offset not applied.
 	NextOffset int64 `json:"next_offset"`
-	// Lag is end offset - NextOffset.
-	Lag int64 `json:"lag"`
+	// TopicID is the log NextOffset refers to (Kafka's topic ID); empty
+	// before the first claim that saw one.
+	TopicID string `json:"topic_id"`
+	// ProofRequired: the fence was reset and the next claim must prove
+	// its membership.
+	ProofRequired bool `json:"proof_required,omitempty"`
+	// Lag is end offset - NextOffset; null when NextOffset is not an
+	// offset of the log as it is (the log changed under it).
+	Lag *int64 `json:"lag"`
+	// OpenDeadLetters counts the partition's dead letters still open;
+	// null for a sink that stores none.
+	OpenDeadLetters *int `json:"open_dead_letters"`
 }
 
 func runStatus(cmd *cobra.Command, f statusFlags) error {
@@ -197,7 +237,7 @@ func runStatus(cmd *cobra.Command, f statusFlags) error {
 		}
 	}
 	if f.sink != "" {
-		if err := addSinkFences(ctx, &rep, spec); err != nil {
+		if err := addSinkFences(ctx, cl, &rep, spec); err != nil {
 			return err
 		}
 	}
@@ -231,6 +271,9 @@ func describeStatus(ctx context.Context, cl *kgo.Client, group, topic string) (s
 		return rep, fmt.Errorf("reading topic %q: %w", topic, td.Err)
 	}
 
+	if td.ID != (kadm.TopicID{}) {
+		rep.TopicID = sink.FormatTopicID(td.ID)
+	}
 	if err := describeGroup(ctx, cl, &rep, td.ID); err != nil {
 		return rep, err
 	}
@@ -271,10 +314,17 @@ func describeStatus(ctx context.Context, cl *kgo.Client, group, topic string) (s
 			sp.StartOffset = o.Offset
 		}
 		sp.Lag = sp.EndOffset - sp.StartOffset
+		sp.State = "unowned"
+		if sp.Owner != "" {
+			sp.State = "running"
+		}
 		if c, ok := committed.Lookup(topic, p); ok && c.Err == nil && c.At >= 0 {
 			at := c.At
 			sp.Committed = &at
 			sp.Lag = max(sp.EndOffset-at, 0)
+			if st, since, attempts, lastErr, ok := consumer.ParseStateMetadata(c.Metadata); ok && sp.Owner != "" {
+				sp.State, sp.StateSince, sp.StateAttempts, sp.StateError = string(st), &since, attempts, lastErr
+			}
 		}
 		rep.TotalLag += sp.Lag
 		rep.Partitions = append(rep.Partitions, sp)
@@ -380,32 +430,62 @@ func describeConsumerGroup(ctx context.Context, cl *kgo.Client, rep *statusRepor
 	return true, nil
 }
 
-// addSinkFences adds the sink's fences of the group and topic to rep.
-func addSinkFences(ctx context.Context, rep *statusReport, spec sinkSpec) error {
+// addSinkFences adds the sink's fences of the group and topic to rep, with
+// each partition's problems (fences.Diagnose) and open dead letters.
+func addSinkFences(ctx context.Context, cl *kgo.Client, rep *statusReport, spec sinkSpec) error {
 	s, closeSink, err := openAdminReadOnly(ctx, spec)
 	if err != nil {
 		return err
 	}
 	defer closeSink()
-	all, err := s.Fences(ctx)
+	reports, err := fences.Diagnose(ctx, kadm.NewClient(cl), s, rep.Group, rep.Topic)
 	if err != nil {
-		return fmt.Errorf("sink %s: reading fences: %w", spec, err)
+		return fmt.Errorf("sink %s: %w", spec, err)
 	}
 	rep.Sink = spec.String()
-	byPart := make(map[int32]sink.Fence)
-	for _, f := range filterFences(all, rep.Group, rep.Topic) {
-		byPart[f.Scope.Partition] = f
+	byPart := make(map[int32]fences.Report)
+	for _, r := range reports {
+		byPart[r.Fence.Scope.Partition] = r
+	}
+	var open map[int32]int
+	if ds, ok := deadLetterStoreOf(s); ok {
+		dls, err := ds.DeadLetters(ctx, sink.DeadLetterFilter{Group: rep.Group, Topic: rep.Topic, States: []sink.DeadLetterState{sink.DeadLetterOpen}})
+		if err != nil {
+			return fmt.Errorf("sink %s: reading dead letters: %w", spec, err)
+		}
+		open = make(map[int32]int)
+		for _, d := range dls {
+			open[d.Scope.Partition]++
+		}
 	}
 	for i := range rep.Partitions {
 		p := &rep.Partitions[i]
-		f, ok := byPart[p.Partition]
+		r, ok := byPart[p.Partition]
 		if !ok {
 			continue
 		}
-		sf := &statusFence{HolderMember: f.Holder.Member, NextOffset: f.NextOffset, Lag: max(p.EndOffset-f.NextOffset, 0)}
+		f := r.Fence
+		sf := &statusFence{HolderMember: f.Holder.Member, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: f.ProofRequired}
 		if !f.Holder.IsZero() {
 			e := f.Holder.Epoch
 			sf.HolderEpoch = &e
+		}
+		if open != nil {
+			n := open[p.Partition]
+			sf.OpenDeadLetters = &n
+		}
+		logChanged := false
+		for _, pr := range r.Problems {
+			p.Problems = append(p.Problems, statusProblem{Kind: string(pr.Kind), Detail: pr.Detail})
+			logChanged = logChanged || pr.Kind == fences.TopicRecreated || pr.Kind == fences.LogTruncated || pr.Kind == fences.RetentionLoss
+		}
+		if !logChanged {
+			lag := max(p.EndOffset-f.NextOffset, 0)
+			sf.Lag = &lag
+		}
+		if f.ProofRequired {
+			p.Problems = append(p.Problems, statusProblem{Kind: "reset_pending",
+				Detail: "the fence was reset; the next claim must prove its membership (a running worker claims again within its reclaim interval)"})
 		}
 		p.Sink = sf
 	}
@@ -426,8 +506,12 @@ func printStatus(w io.Writer, rep statusReport) error {
 	if len(rep.Members) == 1 {
 		members = "1 member"
 	}
-	fmt.Fprintf(ew, "group %s (%s) on topic %s: %s, %s, total lag %d\n",
-		rep.Group, proto, rep.Topic, rep.State, members, rep.TotalLag)
+	topicID := ""
+	if rep.TopicID != "" {
+		topicID = " (topic ID " + rep.TopicID + ")"
+	}
+	fmt.Fprintf(ew, "group %s (%s) on topic %s%s: %s, %s, total lag %d\n",
+		rep.Group, proto, rep.Topic, topicID, rep.State, members, rep.TotalLag)
 	if rep.Sink != "" {
 		fmt.Fprintf(ew, "sink %s\n", rep.Sink)
 	}
@@ -456,9 +540,9 @@ func printStatus(w io.Writer, rep statusReport) error {
 
 	fmt.Fprintln(ew)
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	header := "PARTITION\tOWNER\tEND\tCOMMITTED\tLAG"
+	header := "PARTITION\tOWNER\tSTART\tEND\tCOMMITTED\tLAG\tSTATE"
 	if rep.Sink != "" {
-		header += "\tSINK NEXT\tSINK LAG\tHOLDER EPOCH\tHOLDER MEMBER"
+		header += "\tSINK NEXT\tSINK LAG\tSINK LOG\tHOLDER EPOCH\tHOLDER MEMBER\tOPEN DEAD LETTERS"
 	}
 	fmt.Fprintln(tw, header)
 	for _, p := range rep.Partitions {
@@ -469,24 +553,59 @@ func printStatus(w io.Writer, rep statusReport) error {
 		if p.Committed != nil {
 			committed = strconv.FormatInt(*p.Committed, 10)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d", p.Partition, owner, p.EndOffset, committed, p.Lag)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%d\t%s", p.Partition, owner, p.StartOffset, p.EndOffset, committed, p.Lag, p.State)
 		switch {
 		case rep.Sink == "":
 		case p.Sink == nil:
-			fmt.Fprint(tw, "\t-\t-\t-\t-")
+			fmt.Fprint(tw, "\t-\t-\t-\t-\t-\t-")
 		default:
-			epoch, member := "none", "none"
+			epoch, member, lag, log, dead := "none", "none", "?", "-", "-"
 			if p.Sink.HolderEpoch != nil {
 				epoch = strconv.Itoa(int(*p.Sink.HolderEpoch))
 			}
 			if p.Sink.HolderMember != "" {
 				member = p.Sink.HolderMember
 			}
-			fmt.Fprintf(tw, "\t%d\t%d\t%s\t%s", p.Sink.NextOffset, p.Sink.Lag, epoch, member)
+			if p.Sink.Lag != nil {
+				lag = strconv.FormatInt(*p.Sink.Lag, 10)
+			}
+			switch {
+			case p.Sink.TopicID == "":
+			case p.Sink.TopicID == rep.TopicID:
+				log = "this topic"
+			default:
+				log = "other: " + p.Sink.TopicID
+			}
+			if p.Sink.OpenDeadLetters != nil {
+				dead = strconv.Itoa(*p.Sink.OpenDeadLetters)
+			}
+			fmt.Fprintf(tw, "\t%d\t%s\t%s\t%s\t%s\t%s", p.Sink.NextOffset, lag, log, epoch, member, dead)
 		}
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+
+	// What needs attention, in words.
+	var notes []string
+	for _, p := range rep.Partitions {
+		if p.StateSince != nil {
+			notes = append(notes, fmt.Sprintf("partition %d: %s since %s (%d attempts): %s", p.Partition, p.State,
+				p.StateSince.UTC().Format(time.RFC3339), p.StateAttempts, oneLine(p.StateError)))
+		}
+		for _, pr := range p.Problems {
+			notes = append(notes, fmt.Sprintf("partition %d: %s: %s", p.Partition, strings.ReplaceAll(pr.Kind, "_", " "), oneLine(pr.Detail)))
+		}
+	}
+	if len(notes) > 0 {
+		fmt.Fprintln(ew)
+		fmt.Fprintln(ew, "needs attention:")
+		for _, n := range notes {
+			fmt.Fprintln(ew, "  "+n)
+		}
+		if slices.ContainsFunc(rep.Partitions, func(p statusPartition) bool { return len(p.Problems) > 0 }) {
+			fmt.Fprintln(ew, "  (workrouter fences reset --help says what to do for each case)")
+		}
+	}
 	return ew.err
 }
 
