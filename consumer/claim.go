@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -385,12 +386,13 @@ func (w *Worker[Tx]) reclaimLoop() {
 // is not.
 func (w *Worker[Tx]) diagnose(ctx context.Context, err error) error {
 	var fe *sink.FencedError
-	if !errors.As(err, &fe) || fe.Stored.Epoch <= fe.Offered.Epoch {
+	if !errors.As(err, &fe) || fe.Stored.Epoch < fe.Offered.Epoch {
 		return err
 	}
 	adm := kadm.NewClient(w.cl) // shares the client; never closed here
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	var members []string
 	switch w.cfg.Protocol {
 	case KIP848:
 		groups, derr := adm.DescribeConsumerGroups(dctx, w.cfg.Group)
@@ -398,9 +400,15 @@ func (w *Worker[Tx]) diagnose(ctx context.Context, err error) error {
 			return err
 		}
 		g, ok := groups[w.cfg.Group]
-		if ok && g.Err == nil && g.Epoch < fe.Stored.Epoch {
+		if !ok || g.Err != nil {
+			return err
+		}
+		if g.Epoch < fe.Stored.Epoch {
 			return &EpochRegressedError{Fenced: fe, GroupEpoch: g.Epoch,
 				Evidence: fmt.Sprintf("the coordinator's group epoch is %d", g.Epoch)}
+		}
+		for _, m := range g.Members {
+			members = append(members, m.MemberID)
 		}
 	default:
 		groups, derr := adm.DescribeGroups(dctx, w.cfg.Group)
@@ -411,15 +419,18 @@ func (w *Worker[Tx]) diagnose(ctx context.Context, err error) error {
 		if !ok || g.Err != nil {
 			return err
 		}
-		var meIn, holderIn bool
 		for _, m := range g.Members {
-			meIn = meIn || m.MemberID == fe.Offered.Member
-			holderIn = holderIn || m.MemberID == fe.Stored.Member
+			members = append(members, m.MemberID)
 		}
-		if meIn && !holderIn {
-			return &EpochRegressedError{Fenced: fe, GroupEpoch: fe.Offered.Epoch,
-				Evidence: fmt.Sprintf("this member was assigned at generation %d and is in the group; the stored holder is not a member", fe.Offered.Epoch)}
-		}
+	}
+	// A holder with a higher or equal epoch that is not a member, while
+	// this member is: the epochs restarted under the holder (after data
+	// loss the new group hands out epoch 1 again, often the very epoch
+	// stored). A holder that is a member is a newer owner: this member is
+	// the zombie.
+	if slices.Contains(members, fe.Offered.Member) && !slices.Contains(members, fe.Stored.Member) {
+		return &EpochRegressedError{Fenced: fe, GroupEpoch: fe.Offered.Epoch,
+			Evidence: fmt.Sprintf("this member was assigned at epoch %d and is in the group; the stored holder is not a member", fe.Offered.Epoch)}
 	}
 	return err
 }

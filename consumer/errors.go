@@ -35,8 +35,9 @@ type EpochRegressedError struct {
 // Error names the likely causes and the remedy.
 func (e *EpochRegressedError) Error() string {
 	return fmt.Sprintf("consumer: claim of %s refused: the sink has seen epoch %d (member %q) but the group now hands out epoch %d (%s); "+
-		"the group's generation went backwards: it was most likely deleted and recreated, or the broker lost its group state (no persistence); "+
-		"every claim will fail until an operator resets the fence for this scope (`workrouter fences reset --keep-checkpoint`, or package fences)",
+		"the group's epochs went backwards or started over: it was most likely deleted and recreated, or the broker lost its state; "+
+		"every claim will fail until an operator resets the fence for this scope: `workrouter fences reset` diagnoses it "+
+		"(--keep-checkpoint if the log is intact, --restart-at if the topic was recreated too)",
 		e.Fenced.Offered.Scope(), e.Fenced.Stored.Epoch, e.Fenced.Stored.Member, e.GroupEpoch, e.Evidence)
 }
 

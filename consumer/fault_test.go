@@ -635,3 +635,157 @@ func TestRetentionUnderLiveWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// gatedClaims is a sink whose Claims wait on gate (ignoring their context,
+// like a process paused before it claims) from the n-th call on.
+type gatedClaims struct {
+	*memory.Sink
+	from    int64
+	calls   atomic.Int64
+	gate    *gate
+	members chan string
+}
+
+func (g *gatedClaims) Unwrap() sink.Sink[*memory.Tx] { return g.Sink }
+
+func (g *gatedClaims) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
+	if g.calls.Add(1) >= g.from {
+		select {
+		case g.members <- tok.Member:
+		default:
+		}
+		g.gate.wait()
+	}
+	return g.Sink.Claim(ctx, tok, obs)
+}
+
+// TestOldIncarnationCannotComeBackAfterReset is the scenario of a reset
+// opening the door to a zombie: the stored holder is at epoch 10 (the
+// group's previous incarnation); member OLD was assigned the partition and
+// paused before claiming; the coordinator evicted it and NEW, assigned the
+// partition at a lower epoch, is refused (epochs went backwards); the
+// operator resets the fence; OLD wakes and claims. The reset requires a
+// proof of membership, which OLD (unknown to the coordinator now) cannot
+// give: its claim is refused, it never writes, and NEW then claims and
+// applies every command exactly once.
+func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(5)
+	scope := epochs.Scope{Group: c.group, Topic: c.topic, Partition: 0}
+	prev := epochs.Token{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 10, Member: "previous-incarnation"}
+	if _, err := s.Claim(t.Context(), prev, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, c, 1, keys, 0, 4)
+
+	var oldMember atomic.Value
+	oldMember.Store("")
+	// OLD's heartbeats are answered "fine" by the test, never seen by the
+	// coordinator: the coordinator evicts OLD while OLD believes it is
+	// still a member (a paused process; its connections stay usable).
+	var swallowed atomic.Int64
+	c.kf.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.kf.KeepControl()
+		if hb, ok := req.(*kmsg.HeartbeatRequest); ok && hb.MemberID == oldMember.Load().(string) {
+			swallowed.Add(1)
+			resp := hb.ResponseKind().(*kmsg.HeartbeatResponse)
+			return resp, nil, true
+		}
+		return nil, nil, false
+	})
+	oldSink := &gatedClaims{Sink: s, from: 1, gate: newGate(), members: make(chan string, 1)}
+	var mu sync.Mutex
+	var oldRefusals []error
+	old := startWorker(t, c, s, workerOpts{name: "old", sink: oldSink, reclaimInterval: time.Hour,
+		observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
+			if st, ok := e.(consumer.Stalled); ok && st.Op == sink.OpClaim {
+				mu.Lock()
+				oldRefusals = append(oldRefusals, st.Err)
+				mu.Unlock()
+			}
+		})}})
+	t.Cleanup(oldSink.gate.open)
+	select {
+	case m := <-oldSink.members:
+		oldMember.Store(m)
+	case <-time.After(30 * time.Second):
+		t.Fatal("old was never assigned the partition")
+	}
+
+	// NEW's first claim is refused (the stored epoch is higher); its later
+	// claims wait on a gate the test opens once OLD has tried.
+	newSink := &gatedClaims{Sink: s, from: 2, gate: newGate(), members: make(chan string, 1)}
+	nw := startWorker(t, c, s, workerOpts{name: "new", sink: newSink, reclaimInterval: 100 * time.Millisecond})
+	t.Cleanup(newSink.gate.open) // before new's Close (cleanups run last first)
+	waitFor(t, 60*time.Second, "new to be blocked by the regressed epoch", func() bool {
+		ps := nw.Partitions()
+		return len(ps) == 1 && ps[0].State == consumer.StateBlocked && errors.Is(ps[0].LastErr, consumer.ErrEpochRegressed)
+	})
+	if swallowed.Load() == 0 {
+		t.Fatal("old's heartbeats were never held back: the coordinator did not evict it")
+	}
+
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	reports, err := fences.Diagnose(t.Context(), adm, s, c.group, c.topic)
+	if err != nil || len(reports) != 1 || len(reports[0].Problems) == 0 || reports[0].Problems[0].Kind != fences.HolderGone {
+		t.Fatalf("diagnose: %v %+v", err, reports)
+	}
+	if _, err := fences.Reset(t.Context(), adm, s, fences.Request{Scope: scope, Expect: fences.ExpectToken(reports[0].Fence),
+		Checkpoint: fences.Checkpoint{Keep: true}, Reason: "group recreated (test)"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// OLD wakes right after the reset and claims first.
+	oldSink.gate.open()
+	waitFor(t, 30*time.Second, "old's claim to be refused for want of a proof", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.ContainsFunc(oldRefusals, func(err error) bool { return errors.Is(err, sink.ErrProofRequired) })
+	})
+	if _, claimed := claimedBy(s, oldMember.Load().(string)); claimed || appliedBy(s, oldMember.Load().(string)) {
+		t.Fatal("the previous incarnation's member claimed or wrote after the reset")
+	}
+
+	// NEW claims, proving its membership, and applies everything.
+	newSink.gate.open()
+	waitFor(t, 60*time.Second, "new to apply every command", func() bool { return appliedCount(s, keys) == len(keys)*4 })
+	checkInvariants(t, s, keys, 4)
+	if _, claimed := claimedBy(s, oldMember.Load().(string)); claimed || appliedBy(s, oldMember.Load().(string)) {
+		t.Fatal("the previous incarnation's member claimed or wrote")
+	}
+	_ = old
+}
+
+// TestEqualEpochAfterDataLoss: after a broker lost its data, the new group
+// hands out epoch 1 again — often the very epoch stored, held by a member
+// that no longer exists. The claim is refused (same epoch, another member)
+// but it is not a zombie's: the partition is blocked as a regression (not
+// stopped for good), and resumes by itself after the operator's reset.
+func TestEqualEpochAfterDataLoss(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(3)
+	if _, err := s.Claim(t.Context(), epochs.Token{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 1, Member: "lost-with-the-broker"}, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, c, 1, keys, 0, 3)
+	w := startWorker(t, c, s, workerOpts{name: "w", reclaimInterval: 100 * time.Millisecond})
+	waitFor(t, 30*time.Second, "the partition blocked as a regression", func() bool {
+		ps := w.Partitions()
+		return len(ps) == 1 && ps[0].State == consumer.StateBlocked && errors.Is(ps[0].LastErr, consumer.ErrEpochRegressed)
+	})
+	if w.Stats().FencedClaims == 0 {
+		t.Fatal("the claim was never refused")
+	}
+	fs, _ := s.Fences(t.Context())
+	if _, err := s.ResetFence(t.Context(), sink.ResetRequest{Scope: fs[0].Scope, Expect: fs[0], Reason: "broker lost its data (test)"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == 9 })
+	checkInvariants(t, s, keys, 3)
+}
