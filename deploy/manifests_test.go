@@ -41,7 +41,7 @@ type scaledObject struct {
 		MinReplicaCount       *int32 `json:"minReplicaCount,omitempty"`
 		MaxReplicaCount       *int32 `json:"maxReplicaCount,omitempty"`
 		Advanced              *struct {
-			RestoreToOriginalReplicaCount  bool `json:"restoreToOriginalReplicaCount,omitempty"`
+			RestoreToOriginalReplicaCount bool `json:"restoreToOriginalReplicaCount,omitempty"`
 			HorizontalPodAutoscalerConfig *struct {
 				Name     string `json:"name,omitempty"`
 				Behavior *struct {
