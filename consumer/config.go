@@ -176,8 +176,9 @@ type Config[Tx any] struct {
 	// instance, another Worker of the same group already registered them
 	// on it). Nil disables metrics at no cost.
 	Registerer prometheus.Registerer
-	// LagInterval is how often, with metrics enabled, the Worker lists the
-	// topic's end offsets to refresh workrouter_consumer_lag; default
+	// LagInterval is how often the Worker lists the topic's end offsets
+	// (Lag events, workrouter_consumer_lag) and checks that the topic
+	// exists (TopicMissing, at most every MinTopicCheckInterval); default
 	// DefaultLagInterval (10s).
 	LagInterval time.Duration
 

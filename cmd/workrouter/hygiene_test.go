@@ -209,3 +209,12 @@ func TestReadOnlyCommandsLeaveSQLiteUnchanged(t *testing.T) {
 	oneLineFailure(t, []string{"fences", "history", "--sink", "sqlite:" + app, "--group", "g", "--topic", "t", "--partition", "0"}, "no workrouter sink tables")
 	sameDir(t, "fences on another application's database", appBefore, dirFiles(t, appDir))
 }
+
+// TestStatusSaysTheTopicIsMissing: status on a topic that does not exist
+// says so in one line, naming the brokers it asked and what the group's
+// workers do meanwhile.
+func TestStatusSaysTheTopicIsMissing(t *testing.T) {
+	addr := startCLITestBroker(t, map[string]int32{"here": 1})
+	oneLineFailure(t, []string{"status", "--brokers", addr, "--group", "ledger-workers", "--topic", "ledger"},
+		`topic "ledger" does not exist on `+addr, `the workers of group "ledger-workers" wait for it`, "workrouter broker --topic ledger")
+}

@@ -141,8 +141,18 @@ func SetupSQLite(ctx context.Context, db *sql.DB) error {
 // SetupPostgres creates the example's tables, in the first schema of the
 // pool's search_path, if they do not exist. Call it once before starting
 // workers, with the sink's pool (postgres.Sink.Pool).
+//
+// Workers that start together (the replicas of a Deployment) may all call
+// it at once, and PostgreSQL's CREATE TABLE IF NOT EXISTS fails with a
+// unique violation when another session creates the same table at the same
+// moment: the setups take turns under a transaction-scoped advisory lock.
 func SetupPostgres(ctx context.Context, pool *pgxpool.Pool) error {
-	return setup(ctx, pgxDB{pool})
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('workrouter/examples/invoices/setup'))`); err != nil {
+			return fmt.Errorf("invoices: setup: %w", err)
+		}
+		return setup(ctx, pgxTx{tx})
+	})
 }
 
 func setup(ctx context.Context, db execer) error {
