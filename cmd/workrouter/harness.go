@@ -15,6 +15,7 @@ import (
 
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/cmd/internal/faults"
+	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/consumer/eventlog"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
@@ -47,15 +48,42 @@ type harnessHooks struct {
 	// database session's backend ID, until gateFile exists.
 	gateAt   int64
 	gateFile string
+	// poison is the worker's PoisonPolicy, from --on-no-handler and
+	// --max-attempts (the names of the product worker's flags; zero
+	// fields keep the consumer's defaults).
+	poison consumer.PoisonPolicy
+}
+
+// poisonPolicy is the PoisonPolicy the harness's flags ask for; the
+// product worker (h == nil) keeps the consumer's defaults.
+func (h *harnessHooks) poisonPolicy() consumer.PoisonPolicy {
+	if h == nil {
+		return consumer.PoisonPolicy{}
+	}
+	return h.poison
+}
+
+// parsePoisonAction parses "dead-letter" or "stall" (PoisonAction.String).
+func parsePoisonAction(flag, s string) (consumer.PoisonAction, error) {
+	for _, a := range []consumer.PoisonAction{consumer.PoisonDeadLetter, consumer.PoisonStall} {
+		if s == a.String() {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("--%s %q: want dead-letter or stall", flag, s)
 }
 
 // harnessMain runs the harness's worker with args and returns the exit
 // code.
 func harnessMain(args []string) int {
+	if harnessBrokerEntry() {
+		return harnessBrokerMain(args)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var f workerFlags
 	var h harnessHooks
+	var onNoHandler string
 	cmd := &cobra.Command{
 		Use:           "harness-worker",
 		SilenceUsage:  true,
@@ -64,6 +92,13 @@ func harnessMain(args []string) int {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.events == "" {
 				return fmt.Errorf("the harness worker needs --events: the harness follows its events, not its log")
+			}
+			if onNoHandler != "" {
+				a, err := parsePoisonAction("on-no-handler", onNoHandler)
+				if err != nil {
+					return err
+				}
+				h.poison.NoHandler = a
 			}
 			return runWorker(cmd, f, &h)
 		},
@@ -80,6 +115,14 @@ func harnessMain(args []string) int {
 	fl.Int64Var(&h.gateAt, "gate-batch", 0, "block the Nth batch inside its last effect until --gate-file exists")
 	fl.StringVar(&h.gateFile, "gate-file", "", "the file --gate-batch waits for")
 	fl.DurationVar(&f.sqliteBusy, "sqlite-busy-timeout", 0, "the SQLite sink's busy timeout (default: the sink's)")
+	// The product worker is getting flags of these names: define them
+	// here only while it has none.
+	if fl.Lookup("on-no-handler") == nil {
+		fl.StringVar(&onNoHandler, "on-no-handler", "", "commands whose type has no handler: dead-letter or stall (default: the consumer's)")
+	}
+	if fl.Lookup("max-attempts") == nil {
+		fl.IntVar(&h.poison.MaxAttempts, "max-attempts", 0, "failed attempts of a handler before its record is dead-lettered (default: the consumer's)")
+	}
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "workrouter harness worker: %v\n", err)
@@ -201,5 +244,5 @@ func installHooks[Tx any](ctx context.Context, h *harnessHooks, s sink.Sink[Tx],
 }
 
 // harnessEntry reports whether this process was started as the harness's
-// worker.
-func harnessEntry() bool { return os.Getenv(cluster.EnvHarnessWorker) == "1" }
+// worker or the harness's broker (harnessbroker.go).
+func harnessEntry() bool { return os.Getenv(cluster.EnvHarnessWorker) == "1" || harnessBrokerEntry() }

@@ -223,6 +223,7 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, proto
 		RebalanceTimeout:  f.rebalanceTimeout,
 		ClientID:          f.clientID,
 		Logger:            logger,
+		Poison:            h.poisonPolicy(),
 	})
 	if err != nil {
 		return err

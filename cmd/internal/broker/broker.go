@@ -73,6 +73,12 @@ type Config struct {
 	// tests that use short session timeouts such as 1s.
 	MinSessionTimeout time.Duration
 
+	// BrokerConfigs are broker-level configs (kfake.BrokerConfigs), such
+	// as "group.consumer.session.timeout.ms" for KIP-848 groups, whose
+	// session timeout the broker sets, not the client. Nil keeps kfake's
+	// defaults. With a DataDir they are persisted too.
+	BrokerConfigs map[string]string
+
 	// Logger receives the broker's log records; nil discards them. kfake's
 	// info-level chatter (per-request notes, group joins) is logged at
 	// slog.LevelDebug; its warnings and errors at Warn and Error.
@@ -139,6 +145,9 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	if cfg.MinSessionTimeout > 0 {
 		opts = append(opts, kfake.GroupMinSessionTimeout(cfg.MinSessionTimeout))
+	}
+	if len(cfg.BrokerConfigs) > 0 {
+		opts = append(opts, kfake.BrokerConfigs(cfg.BrokerConfigs))
 	}
 
 	c, err := kfake.NewCluster(opts...)

@@ -1,13 +1,16 @@
 // Package chaos is workrouter's fault harness: a seeded, repeatable
-// experiment that runs worker processes of the ledger example against an
-// in-process broker (kfake) and a durable sink (SQLite or PostgreSQL),
+// experiment that runs worker processes of the ledger example against a
+// broker process (kfake, with synchronous writes to a data dir; see
+// package brokerproc) and a durable sink (SQLite or PostgreSQL),
 // produces keyed commands at a steady rate, injects faults of the selected
 // kinds at seeded random intervals, and then checks from the sink's own
 // records that the fencing promise held: no stale write landed (F), nothing
 // acknowledged was lost (L), per-key order held (O), nothing was applied
-// twice (X), and lag returned to zero after the faults (V). It also checks
-// that the faults happened: every requested kind fired, and a stale write
-// was rejected when pauses or heartbeat blackholes ran.
+// twice (X), lag returned to zero after the faults (V), and every record
+// that was skipped has exactly one dead letter and nothing else was
+// skipped (D). It also checks that the faults happened: every requested
+// kind fired, and a stale write was rejected when pauses or heartbeat
+// blackholes ran.
 //
 // The fault kinds (Kind) and what each does on each sink:
 //
@@ -29,6 +32,15 @@
 //     next transaction has its context cancelled after its first effect.
 //   - coordinator: for 1–2.5 s, answer one member's heartbeats and offset
 //     commits with NOT_COORDINATOR, REBALANCE_IN_PROGRESS, or no reply.
+//   - poison: a foreign producer (a plain kgo client with explicit
+//     partitions, not the router) writes, between the good commands, one
+//     record of each cluster.PoisonKind: not an envelope, a null key, two
+//     type headers, a type without a handler, a payload the ledger's
+//     handler refuses. The workers dead-letter types without a handler
+//     (--on-no-handler dead-letter) and give a failing handler 3 attempts.
+//   - broker-restart: SIGKILL the broker process and start it again on the
+//     same address and data dir; every acknowledged record must still be
+//     there, and every worker must claim again.
 //   - churn: all along the run, beside the other faults, an extra member
 //     joins, stays 1–5 s and leaves (SIGTERM), and the next joins 1–5 s
 //     later; each join-and-leave counts as one churn fault.
@@ -39,6 +51,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -49,8 +62,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-
+	"github.com/workrouter/workrouter/cmd/internal/brokerproc"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/cmd/internal/faults"
 	"github.com/workrouter/workrouter/examples/ledger"
@@ -62,18 +74,20 @@ type Kind string
 
 // The fault kinds; see the package documentation.
 const (
-	Pause       Kind = "pause"
-	Kill        Kind = "kill"
-	Heartbeat   Kind = "heartbeat"
-	BrokerConn  Kind = "broker-conn"
-	SinkConn    Kind = "sink-conn"
-	Coordinator Kind = "coordinator"
-	Churn       Kind = "churn"
+	Pause         Kind = "pause"
+	Kill          Kind = "kill"
+	Heartbeat     Kind = "heartbeat"
+	BrokerConn    Kind = "broker-conn"
+	SinkConn      Kind = "sink-conn"
+	Coordinator   Kind = "coordinator"
+	Poison        Kind = "poison"
+	BrokerRestart Kind = "broker-restart"
+	Churn         Kind = "churn"
 )
 
 // Kinds returns every fault kind, in the order of the report's table.
 func Kinds() []Kind {
-	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Churn}
+	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Poison, BrokerRestart, Churn}
 }
 
 // ErrConfig is matched by the error Run or ParseKinds returns for a bad
@@ -140,10 +154,12 @@ type Config struct {
 	// default 2m.
 	RecoverTimeout time.Duration
 	// LogDir, if set, receives each worker process's log as
-	// NAME-PID.log and the broker's as broker.log, for post-mortems.
+	// NAME-PID.log and the broker's as broker.log (every start of the
+	// broker process appends to it), for post-mortems.
 	LogDir string
-	// Worker starts one worker process (the harness's worker of the
-	// workrouter binary; see cluster.StartWorker). Required.
+	// Worker is the workrouter binary: it starts each worker process (the
+	// harness's worker; see cluster.StartWorker) and the broker process
+	// (the harness's broker; see package brokerproc). Required.
 	Worker cluster.Binary
 	// Out receives the timeline as it happens; nil discards.
 	Out io.Writer
@@ -200,6 +216,10 @@ func (c Config) withDefaults() (Config, error) {
 
 const group = "ledger-chaos"
 
+// maxAttempts is the workers' budget of failed handler attempts before a
+// record is dead-lettered.
+const maxAttempts = 3
+
 // Run runs the experiment. It owns every process and goroutine it starts
 // and ends them before returning. The Result is filled as far as the run
 // got; the error matches ErrFailed when the run finished but did not pass
@@ -233,10 +253,12 @@ type run struct {
 	start time.Time
 	rng   *rand.Rand // the fault schedule's; used by the scheduler goroutine only
 
-	brokers []string
-	topic   string
-	store   *cluster.Store
-	icpt    *interceptor
+	brokers    []string
+	topic      string
+	store      *cluster.Store
+	bp         *brokerproc.Process
+	prod       *cluster.Producer
+	poisonProd *cluster.PoisonProducer
 
 	tl *cluster.Timeline
 
@@ -275,30 +297,33 @@ func (r *run) run() error {
 	defer os.RemoveAll(dir)
 
 	r.topic = ledger.Topic
-	// KIP-848 groups take their session timeout and heartbeat interval
-	// from the broker, not the client: give them the workers' values.
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(r.cfg.Partitions, r.topic),
-		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
-		kfake.BrokerConfigs(map[string]string{
-			"group.consumer.session.timeout.ms":    strconv.FormatInt(r.cfg.SessionTimeout.Milliseconds(), 10),
-			"group.consumer.heartbeat.interval.ms": "200",
-		})}
+	var brokerLog io.Writer
 	if r.cfg.LogDir != "" {
-		f, err := os.Create(filepath.Join(r.cfg.LogDir, "broker.log"))
+		f, err := os.OpenFile(filepath.Join(r.cfg.LogDir, "broker.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
 			return fmt.Errorf("chaos: broker log: %w", err)
 		}
 		defer f.Close()
-		opts = append(opts, kfake.WithLogger(kfake.BasicLogger(f, kfake.LogLevelInfo)))
+		brokerLog = f
 	}
-	kc, err := kfake.NewCluster(opts...)
+	// KIP-848 groups take their session timeout and heartbeat interval
+	// from the broker, not the client: give them the workers' values.
+	bp, err := brokerproc.Start(ctx, r.cfg.Worker, brokerproc.Config{
+		DataDir: filepath.Join(dir, "broker"), SyncWrites: true, Control: filepath.Join(dir, "broker.sock"),
+		Topic: r.topic, Partitions: r.cfg.Partitions, MinSessionTimeout: 100 * time.Millisecond,
+		BrokerConfigs: map[string]string{
+			"group.consumer.session.timeout.ms":    strconv.FormatInt(r.cfg.SessionTimeout.Milliseconds(), 10),
+			"group.consumer.heartbeat.interval.ms": "200",
+		},
+		Verbose: r.cfg.LogDir != "",
+	}, brokerLog)
 	if err != nil {
 		return fmt.Errorf("chaos: starting the broker: %w", err)
 	}
-	defer kc.Close()
-	r.icpt = newInterceptor(kc)
-	defer r.icpt.close()
-	r.brokers = kc.ListenAddrs()
+	r.bp = bp
+	defer bp.Stop(15 * time.Second)
+	defer r.stopAll() // the workers leave while the broker is still up
+	r.brokers = []string{bp.Addr()}
 
 	st, err := cluster.OpenStore(ctx, cluster.StoreConfig{Dir: dir, SQLitePath: r.cfg.SinkPath,
 		PostgresDSN: r.cfg.PostgresDSN, SchemaPrefix: "workrouter_chaos"})
@@ -307,8 +332,8 @@ func (r *run) run() error {
 	}
 	defer st.Close()
 	r.store = st
-	r.logf("broker %v (kfake, in process), topic %s with %d partitions, group %s, protocol %s; %s",
-		r.brokers, r.topic, r.cfg.Partitions, group, r.cfg.Protocol, st.Desc())
+	r.logf("broker %v (kfake in process %d, synchronous writes to a data dir), topic %s with %d partitions, group %s, protocol %s; %s",
+		r.brokers, bp.Pid(), r.topic, r.cfg.Partitions, group, r.cfg.Protocol, st.Desc())
 	r.logf("seed %d, faults %v, %d workers, %d commands/s, session timeout %s, for %s",
 		r.cfg.Seed, r.cfg.Kinds, r.cfg.Workers, r.cfg.Rate, r.cfg.SessionTimeout, r.cfg.Duration)
 
@@ -337,6 +362,13 @@ func (r *run) run() error {
 	}
 	defer rt.Close()
 	prod := cluster.NewProducer(rt, r.cfg.Seed, r.cfg.Accounts)
+	r.prod = prod
+	if slices.Contains(r.cfg.Kinds, Poison) {
+		if r.poisonProd, err = cluster.NewPoisonProducer(r.brokers, r.topic, r.cfg.Seed); err != nil {
+			return err
+		}
+		defer r.poisonProd.Close()
+	}
 	stopProducing := make(chan struct{})
 	var prodWG sync.WaitGroup
 	var prodErr error
@@ -441,10 +473,39 @@ func (r *run) check(prod *cluster.Producer) error {
 	if err != nil {
 		return err
 	}
-	rep, err := r.store.Check(ctx, cluster.CheckConfig{Brokers: r.brokers, Group: group, Topic: r.topic,
-		Partitions: r.cfg.Partitions, Acked: prod.Acked(), NotConverged: r.notConverged})
+	cc := cluster.CheckConfig{Brokers: r.brokers, Group: group, Topic: r.topic,
+		Partitions: r.cfg.Partitions, Acked: prod.Acked(), NotConverged: r.notConverged}
+	poisoned := map[cluster.PoisonKind]int{}
+	if r.poisonProd != nil {
+		cc.Poison, cc.Unconfirmed = r.poisonProd.Acked(), r.poisonProd.Unconfirmed()
+		for _, p := range cc.Poison {
+			poisoned[p.Kind]++
+		}
+	}
+	if cc.LogCopies, err = cluster.LogCopies(ctx, r.brokers, r.topic); err != nil {
+		return err
+	}
+	if n := len(cc.LogCopies); n > 0 {
+		ex := make([]string, 0, 5)
+		for _, pos := range slices.Sorted(maps.Keys(cc.LogCopies)) {
+			if len(ex) < cap(ex) {
+				ex = append(ex, cc.LogCopies[pos]+" again at "+pos)
+			}
+		}
+		r.logf("the broker wrote %d records twice (a producer's retry across a broker restart; kfake does not rebuild its idempotent-producer state from its log): %s…",
+			n, strings.Join(ex, ", "))
+	}
+	rep, err := r.store.Check(ctx, cc)
 	if err != nil {
 		return err
+	}
+	dead := map[string]int{}
+	dls, err := r.store.DeadLetters(ctx, group, r.topic)
+	if err != nil && !errors.Is(err, cluster.ErrNoDeadLetters) {
+		return err
+	}
+	for _, d := range dls {
+		dead[d.Record.Reason]++
 	}
 	notes := rep.Notes(20)
 	r.mu.Lock()
@@ -452,6 +513,9 @@ func (r *run) check(prod *cluster.Producer) error {
 	r.res.Violations = rep.Violations
 	r.res.Notes = notes
 	r.res.Applied = applied
+	r.res.Poisoned, r.res.DeadLetters = poisoned, dead
+	r.res.PoisonUnconfirmed = len(cc.Unconfirmed)
+	r.res.LogCopies = len(cc.LogCopies)
 	for _, w := range r.all {
 		if w.Exited() && !r.ended[w] {
 			r.res.Crashes++
@@ -493,7 +557,11 @@ func (r *run) produce(p *cluster.Producer, stop <-chan struct{}) error {
 func (r *run) workerArgs(name string) []string {
 	return cluster.WorkerOptions{Brokers: r.brokers, Topic: r.topic, Group: group, SinkSpec: r.store.WorkerSpec(name),
 		Name: name, SessionTimeout: r.cfg.SessionTimeout, Protocol: r.cfg.Protocol, RebalanceTimeout: r.cfg.RebalanceTimeout,
-		Hooks: []string{"--chaos", "--chaos-stall", r.stallFor().String()}}.Args()
+		Hooks: []string{"--chaos", "--chaos-stall", r.stallFor().String(),
+			// Poison records cost only themselves: a type without a
+			// handler is dead-lettered too, and a failing handler gets
+			// 3 attempts (about 150 ms of retries) instead of 8.
+			"--on-no-handler", "dead-letter", "--max-attempts", strconv.Itoa(maxAttempts)}}.Args()
 }
 
 func (r *run) startWorker(name string) (*cluster.Worker, error) {
@@ -595,6 +663,10 @@ func (r *run) inject(k Kind) (bool, error) {
 		return r.sinkConn()
 	case Coordinator:
 		return r.coordinator()
+	case Poison:
+		return r.poison()
+	case BrokerRestart:
+		return r.brokerRestart()
 	}
 	return false, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 }
@@ -691,11 +763,17 @@ func (r *run) heartbeat() (bool, error) {
 	r.supersede(w.Name())
 	member := w.Member()
 	d := r.stallFor() + time.Duration(r.rng.Int64N(int64(time.Second)))
-	end := r.icpt.blackhole(member)
+	end, err := r.bp.Blackhole(r.ctx, member)
+	if err != nil {
+		return false, fmt.Errorf("chaos: heartbeat fault: %w", err)
+	}
 	r.watchTakeover(w.Name(), time.Now(), w.Owned())
 	r.logf("HEARTBEAT blackhole of %s (member %s, holds %s) for %s", w.Name(), member, cluster.Describe(w.Owned()), d.Round(time.Millisecond))
-	err := r.sleep(d)
-	n := end()
+	err = r.sleep(d)
+	n, endErr := end()
+	if endErr != nil {
+		return false, fmt.Errorf("chaos: ending a heartbeat fault: %w", endErr)
+	}
 	r.logf("  %d heartbeats of %s held back; released", n, w.Name())
 	return n > 0, err
 }
@@ -757,11 +835,17 @@ func (r *run) coordinator() (bool, error) {
 		return false, nil
 	}
 	r.supersede(w.Name())
-	mode := coordMode(r.rng.IntN(3))
+	mode := brokerproc.CoordMode(r.rng.IntN(3))
 	d := time.Second + time.Duration(r.rng.Int64N(int64(1500*time.Millisecond)))
-	end := r.icpt.coordinator(w.Member(), mode, d)
-	err := r.sleep(d)
-	n := end()
+	end, err := r.bp.Coordinator(r.ctx, w.Member(), mode, d)
+	if err != nil {
+		return false, fmt.Errorf("chaos: coordinator fault: %w", err)
+	}
+	err = r.sleep(d)
+	n, endErr := end()
+	if endErr != nil {
+		return false, fmt.Errorf("chaos: ending a coordinator fault: %w", endErr)
+	}
 	r.logf("COORDINATOR %s for %s: %d heartbeats and offset commits of %s answered so", mode, d.Round(time.Millisecond), n, w.Name())
 	return n > 0, err
 }
