@@ -84,6 +84,9 @@ func TestRestartKeepsAcknowledgedRecords(t *testing.T) {
 		}
 	}
 	produce(0, 40)
+	if err := p.Restart(ctx); !errors.Is(err, ErrRunning) {
+		t.Fatalf("Restart of a running broker: %v, want ErrRunning", err)
+	}
 	if !p.Kill() {
 		t.Fatal("the broker did not die of SIGKILL")
 	}

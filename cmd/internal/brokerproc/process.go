@@ -21,6 +21,10 @@ import (
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 )
 
+// ErrRunning is matched by the error Restart returns for a broker that is
+// still running (Restart follows Kill).
+var ErrRunning = errors.New("brokerproc: the broker is still running")
+
 // readyTimeout bounds the wait for a starting broker's ready line.
 const readyTimeout = 30 * time.Second
 
@@ -162,7 +166,7 @@ func (p *Process) Restart(ctx context.Context) error {
 	select {
 	case <-done:
 	default:
-		return errors.New("brokerproc: Restart of a broker that is running")
+		return ErrRunning
 	}
 	return p.start(ctx)
 }

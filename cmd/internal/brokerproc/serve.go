@@ -218,15 +218,15 @@ func startBroker(ctx context.Context, cfg Config, logger *slog.Logger) (*broker.
 	}
 }
 
-// control is the control channel's HTTP handler: one fault of each kind
-// at a time, ended by its /end call.
+// control serves the control channel: one fault of each kind at a time,
+// ended by its /end call. Its handlers run on the HTTP server's
+// goroutines.
 type control struct {
 	in *interceptor
 
-	mu      sync.Mutex
-	hbEnd   func() int
-	coEnd   func() int
-	handler http.Handler
+	mu    sync.Mutex
+	hbEnd func() int
+	coEnd func() int
 }
 
 // countReply is the body of an /end answer.
@@ -234,18 +234,16 @@ type countReply struct {
 	N int `json:"n"`
 }
 
-func newControl(in *interceptor) *control {
+// newControl returns the control channel's handler over in.
+func newControl(in *interceptor) http.Handler {
 	c := &control{in: in}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /blackhole", c.blackhole)
 	mux.HandleFunc("POST /blackhole/end", c.endBlackhole)
 	mux.HandleFunc("POST /coordinator", c.coordinator)
 	mux.HandleFunc("POST /coordinator/end", c.endCoordinator)
-	c.handler = mux
-	return c
+	return mux
 }
-
-func (c *control) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.handler.ServeHTTP(w, r) }
 
 func (c *control) blackhole(w http.ResponseWriter, r *http.Request) {
 	member := r.FormValue("member")

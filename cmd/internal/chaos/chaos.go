@@ -242,7 +242,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	if !res.OK() {
-		return res, fmt.Errorf("%w: %s", ErrFailed, res.Line())
+		return res, fmt.Errorf("%w: %s", ErrFailed, strings.Join(res.Failures(), "; "))
 	}
 	return res, nil
 }

@@ -45,7 +45,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 
 func TestResultOK(t *testing.T) {
 	r := Result{Requested: []Kind{Pause, Kill}, Faults: map[Kind]int{Pause: 2, Kill: 1}, StaleRejected: 1, Produced: 10}
-	if !r.OK() || r.Line() != "chaos: faults=3 kinds=2 commands=10 stale_rejected=1 dead_letters=0 violations=0" {
+	if !r.OK() || len(r.Failures()) != 0 || r.Line() != "chaos: faults=3 kinds=2 commands=10 stale_rejected=1 dead_letters=0 violations=0" {
 		t.Fatalf("OK %v line %q", r.OK(), r.Line())
 	}
 	for name, bad := range map[string]func(*Result){
@@ -59,8 +59,8 @@ func TestResultOK(t *testing.T) {
 		b := r
 		b.Faults = map[Kind]int{Pause: 2, Kill: 1}
 		bad(&b)
-		if b.OK() {
-			t.Errorf("%s: OK", name)
+		if b.OK() || len(b.Failures()) != 1 {
+			t.Errorf("%s: OK %v, failures %q", name, b.OK(), b.Failures())
 		}
 	}
 	if !strings.Contains(r.Table(), "time to recover") {

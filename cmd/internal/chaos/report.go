@@ -113,6 +113,33 @@ func (r Result) needsStale() bool {
 	return slices.Contains(r.Requested, Pause) || slices.Contains(r.Requested, Heartbeat)
 }
 
+// Failures says why the run did not pass, one reason a string (none when
+// OK).
+func (r Result) Failures() []string {
+	var out []string
+	if v := r.Violations; v.Total() > 0 {
+		out = append(out, fmt.Sprintf("%d violations (F %d, L %d, O %d, X %d, V %d, D %d)", v.Total(), v.F, v.L, v.O, v.X, v.V, v.D))
+	}
+	if m := r.Missing(); len(m) > 0 {
+		out = append(out, fmt.Sprintf("kinds that never fired: %v", m))
+	}
+	if r.needsStale() && r.StaleRejected == 0 {
+		out = append(out, "no stale write was rejected although pauses or heartbeat faults ran")
+	}
+	var lost int64
+	back, of := 0, 0
+	for _, rs := range r.Restarts {
+		lost, back, of = lost+rs.Lost, back+rs.Back, of+rs.Workers
+	}
+	if lost > 0 {
+		out = append(out, fmt.Sprintf("broker restarts lost %d acknowledged records", lost))
+	}
+	if back < of {
+		out = append(out, fmt.Sprintf("%d of %d workers did not come back after a broker restart", of-back, of))
+	}
+	return out
+}
+
 // OK reports whether the run passed: no violation, every requested kind
 // fired, a stale write rejected if pauses or heartbeat faults ran, and
 // every broker restart lost nothing acknowledged and saw every worker come
