@@ -22,7 +22,8 @@ func newChaosCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "Fault harness: inject seeded faults into worker processes and check the fencing invariants",
-		Long: `chaos starts an in-process broker, worker processes of the ledger example on
+		Long: `chaos starts a broker process (the embedded broker with synchronous writes to a
+data dir, so that it can be killed and restarted), worker processes of the ledger example on
 a durable sink (SQLite in a temporary directory by default, PostgreSQL with
 --sink postgres://…, in a fresh schema dropped at the end), produces keyed
 ledger commands at a steady rate for --duration, and injects faults of the
@@ -42,6 +43,14 @@ order, 0.5–2 s apart; one fault at a time):
                worker's transaction after its first effect, mid-transaction
   coordinator  answer one member's heartbeats and offset commits with
                NOT_COORDINATOR, REBALANCE_IN_PROGRESS or no reply for 1–2.5 s
+  poison       a foreign producer (a plain Kafka client, not the router) writes,
+               between the good commands, a record that is not a command, one
+               with a null key, one with two type headers, one of a type without
+               a handler and one the ledger's handler refuses; each must be
+               dead-lettered exactly once
+  broker-restart  SIGKILL the broker process and start it again on the same
+               address and data dir: nothing acknowledged may be lost, and every
+               worker must claim again
   churn        all along the run: an extra member joins, stays 1–5 s, leaves
                (SIGTERM); the next joins 1–5 s later
 
@@ -49,12 +58,14 @@ When the duration is up it stops producing, waits until lag is zero with every
 acknowledged command applied, reads the sink's own records and checks the
 invariants of docs/design.md#invariants: F (no stale write accepted after a newer claim),
 L (nothing acknowledged lost), O (per-key order), X (nothing applied twice,
-balances match), V (lag back to zero). It prints a table and a final line
+balances match), V (lag back to zero), D (every skipped record has exactly one
+dead letter, nothing else was skipped). It prints a table and a final line
 
-  chaos: faults=<n> kinds=<k> commands=<c> stale_rejected=<r> violations=<v>
+  chaos: faults=<n> kinds=<k> commands=<c> stale_rejected=<r> dead_letters=<d> violations=<v>
 
 and exits non-zero if any invariant was violated, a requested kind never
-fired, or no stale write was rejected although pause or heartbeat ran.
+fired, no stale write was rejected although pause or heartbeat ran, or a
+broker restart lost an acknowledged record or not every worker came back.
 
 --brokers runs it on a real cluster (plaintext), on a topic of its own, with
 the kinds that need no embedded broker (pause, kill, broker-conn, sink-conn,
@@ -104,7 +115,7 @@ churn: the default there).`,
 	fl := cmd.Flags()
 	fl.DurationVar(&cfg.Duration, "duration", 2*time.Minute, "how long to produce commands and inject faults")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the fault schedule and the commands")
-	fl.StringVar(&kinds, "faults", "all", "fault kinds, comma-separated: pause,kill,heartbeat,broker-conn,sink-conn,coordinator,churn, or all")
+	fl.StringVar(&kinds, "faults", "all", "fault kinds, comma-separated: pause,kill,heartbeat,broker-conn,sink-conn,coordinator,poison,broker-restart,churn, or all")
 	fl.IntVar(&cfg.Workers, "workers", 3, "worker processes (at least 2)")
 	fl.Int32Var(&cfg.Partitions, "partitions", 6, "topic partitions")
 	fl.IntVar(&cfg.Accounts, "accounts", 200, "distinct accounts (keys)")

@@ -1,17 +1,21 @@
 package main
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/workrouter/workrouter/cmd/internal/brokerproc"
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/internal/testpg"
 )
 
 // chaosLine is the final line of a passing run: every kind fired
-// (kinds=7), at least one stale write rejected, no violation.
-var chaosLine = regexp.MustCompile(`^chaos: faults=([0-9]+) kinds=7 commands=[1-9][0-9]* stale_rejected=[1-9][0-9]* violations=0$`)
+// (kinds=9), at least one stale write rejected, poison records
+// dead-lettered, no violation.
+var chaosLine = regexp.MustCompile(`^chaos: faults=([0-9]+) kinds=9 commands=[1-9][0-9]* stale_rejected=[1-9][0-9]* dead_letters=[1-9][0-9]* violations=0$`)
 
 // runChaos runs `workrouter chaos` with args and returns its exit code and
 // stdout, waiting up to limit.
@@ -45,19 +49,32 @@ func checkChaos(t *testing.T, code int, out string) {
 	if code != 0 || !chaosLine.MatchString(last) {
 		t.Fatalf("exit %d, final line %q\n%s", code, last, out)
 	}
-	for _, k := range []string{"pause", "kill", "heartbeat", "broker-conn", "sink-conn", "coordinator", "churn"} {
+	for _, k := range []string{"pause", "kill", "heartbeat", "broker-conn", "sink-conn", "coordinator", "poison", "broker-restart", "churn"} {
 		if !regexp.MustCompile(`(?m)^` + k + ` +[1-9][0-9]*$`).MatchString(out) {
 			t.Errorf("table lacks a fired %s row:\n%s", k, out)
 		}
 	}
-	for _, want := range []string{"PAUSE ", "KILL ", "HEARTBEAT blackhole", "BROKER-CONN ", "SINK-CONN ", "COORDINATOR ", "CHURN "} {
+	for _, want := range []string{"PAUSE ", "KILL ", "HEARTBEAT blackhole", "BROKER-CONN ", "SINK-CONN ", "COORDINATOR ", "POISON: ", "BROKER-RESTART: ", "CHURN "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	for _, inv := range []string{"F", "L", "O", "X", "V"} {
+	for _, inv := range []string{"F", "L", "O", "X", "V", "D"} {
 		if !regexp.MustCompile(`(?m)^violations ` + inv + ` \([^)]*\) +0$`).MatchString(out) {
 			t.Errorf("table lacks a zero %s row:\n%s", inv, out)
+		}
+	}
+	// Every broker restart lost nothing and saw every worker back; every
+	// poison kind was acknowledged, and dead-lettered.
+	if m := regexp.MustCompile(`(?m)^broker restarts: workers back +([0-9]+) of ([0-9]+)$`).FindStringSubmatch(out); m == nil || m[1] != m[2] || m[1] == "0" {
+		t.Errorf("not every worker came back after the broker restarts:\n%s", out)
+	}
+	if !regexp.MustCompile(`(?m)^broker restarts: acknowledged records lost +0$`).MatchString(out) {
+		t.Errorf("a broker restart lost acknowledged records:\n%s", out)
+	}
+	for _, kind := range []string{"not-envelope", "null-key", "duplicate-type", "unknown-type", "malformed"} {
+		if !regexp.MustCompile(`(?m)^poison records acknowledged .*\b` + kind + ` [1-9]`).MatchString(out) {
+			t.Errorf("no %s poison record was acknowledged:\n%s", kind, out)
 		}
 	}
 }
@@ -84,6 +101,29 @@ func TestChaosPostgres(t *testing.T) {
 	checkChaos(t, code, out)
 	if !strings.Contains(out, "pg_terminate_backend on ") {
 		t.Errorf("sink-conn did not terminate backends:\n%s", out)
+	}
+}
+
+// TestHarnessBrokerEntry: the harness's broker is reachable only through
+// its internal entry point, and refuses to start without its settings.
+func TestHarnessBrokerEntry(t *testing.T) {
+	p := startProc(t, nil, brokerproc.EnvHarnessBroker+"=1")
+	if code := p.wait(t); code != 1 || !strings.Contains(p.stderr.String(), "--data-dir, --control and --topic are required") {
+		t.Errorf("harness broker without settings: exit %d, stderr %q", code, p.stderr)
+	}
+	for _, args := range [][]string{{"--help"}, {"broker", "--help"}} {
+		p := startProc(t, args)
+		if code := p.wait(t); code != 0 {
+			t.Fatalf("%v exited %d", args, code)
+		}
+		if out := strings.ToLower(p.stdout.String()); strings.Contains(out, "harness broker") || strings.Contains(out, "internal_harness") || strings.Contains(out, "--control") {
+			t.Errorf("%v mentions the harness broker:\n%s", args, out)
+		}
+	}
+	// The harness worker's poison flags are checked.
+	p = startProc(t, []string{"--example", "ledger", "--events", os.DevNull, "--on-no-handler", "skip"}, cluster.EnvHarnessWorker+"=1")
+	if code := p.wait(t); code != 1 || !strings.Contains(p.stderr.String(), "want dead-letter or stall") {
+		t.Errorf("harness worker --on-no-handler skip: exit %d, stderr %q", code, p.stderr)
 	}
 }
 

@@ -64,6 +64,9 @@ func panickingHandler[Tx any](typ string) consumer.Handler[Tx] {
 // harnessMain runs the harness's worker with args and returns the exit
 // code.
 func harnessMain(args []string) int {
+	if harnessBrokerEntry() {
+		return harnessBrokerMain(args)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var f workerFlags
@@ -224,5 +227,5 @@ func installHooks[Tx any](ctx context.Context, h *harnessHooks, s sink.Sink[Tx],
 }
 
 // harnessEntry reports whether this process was started as the harness's
-// worker.
-func harnessEntry() bool { return os.Getenv(cluster.EnvHarnessWorker) == "1" }
+// worker or the harness's broker (harnessbroker.go).
+func harnessEntry() bool { return os.Getenv(cluster.EnvHarnessWorker) == "1" || harnessBrokerEntry() }

@@ -85,6 +85,12 @@ type Config struct {
 	// are superusers (no ACLs). None means no authentication.
 	Users []User
 
+	// BrokerConfigs are broker-level configs (kfake.BrokerConfigs), such
+	// as "group.consumer.session.timeout.ms" for KIP-848 groups, whose
+	// session timeout the broker sets, not the client. Nil keeps kfake's
+	// defaults. With a DataDir they are persisted too.
+	BrokerConfigs map[string]string
+
 	// Logger receives the broker's log records; nil discards them. kfake's
 	// info-level chatter (per-request notes, group joins) is logged at
 	// slog.LevelDebug; its warnings and errors at Warn and Error.
@@ -171,6 +177,9 @@ func Start(cfg Config) (*Broker, error) {
 				opts = append(opts, kfake.Superuser(m, u.Name, u.Password))
 			}
 		}
+	}
+	if len(cfg.BrokerConfigs) > 0 {
+		opts = append(opts, kfake.BrokerConfigs(cfg.BrokerConfigs))
 	}
 
 	c, err := kfake.NewCluster(opts...)

@@ -1,13 +1,16 @@
 // Package chaos is workrouter's fault harness: a seeded, repeatable
-// experiment that runs worker processes of the ledger example against an
-// in-process broker (kfake) and a durable sink (SQLite or PostgreSQL),
+// experiment that runs worker processes of the ledger example against a
+// broker process (kfake, with synchronous writes to a data dir; see
+// package brokerproc) and a durable sink (SQLite or PostgreSQL),
 // produces keyed commands at a steady rate, injects faults of the selected
 // kinds at seeded random intervals, and then checks from the sink's own
 // records that the fencing promise held: no stale write landed (F), nothing
 // acknowledged was lost (L), per-key order held (O), nothing was applied
-// twice (X), and lag returned to zero after the faults (V). It also checks
-// that the faults happened: every requested kind fired, and a stale write
-// was rejected when pauses or heartbeat blackholes ran.
+// twice (X), lag returned to zero after the faults (V), and every record
+// that was skipped has exactly one dead letter and nothing else was
+// skipped (D). It also checks that the faults happened: every requested
+// kind fired, and a stale write was rejected when pauses or heartbeat
+// blackholes ran.
 //
 // The fault kinds (Kind) and what each does on each sink:
 //
@@ -29,6 +32,15 @@
 //     next transaction has its context cancelled after its first effect.
 //   - coordinator: for 1–2.5 s, answer one member's heartbeats and offset
 //     commits with NOT_COORDINATOR, REBALANCE_IN_PROGRESS, or no reply.
+//   - poison: a foreign producer (a plain kgo client with explicit
+//     partitions, not the router) writes, between the good commands, one
+//     record of each cluster.PoisonKind: not an envelope, a null key, two
+//     type headers, a type without a handler, a payload the ledger's
+//     handler refuses. The workers dead-letter types without a handler
+//     (--on-no-handler dead-letter) and give a failing handler 3 attempts.
+//   - broker-restart: SIGKILL the broker process and start it again on the
+//     same address and data dir; every acknowledged record must still be
+//     there, and every worker must claim again.
 //   - churn: all along the run, beside the other faults, an extra member
 //     joins, stays 1–5 s and leaves (SIGTERM), and the next joins 1–5 s
 //     later; each join-and-leave counts as one churn fault.
@@ -39,6 +51,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -50,9 +63,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/cmd/internal/brokerproc"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/cmd/internal/faults"
 	"github.com/workrouter/workrouter/examples/ledger"
@@ -64,23 +77,25 @@ type Kind string
 
 // The fault kinds; see the package documentation.
 const (
-	Pause       Kind = "pause"
-	Kill        Kind = "kill"
-	Heartbeat   Kind = "heartbeat"
-	BrokerConn  Kind = "broker-conn"
-	SinkConn    Kind = "sink-conn"
-	Coordinator Kind = "coordinator"
-	Churn       Kind = "churn"
+	Pause         Kind = "pause"
+	Kill          Kind = "kill"
+	Heartbeat     Kind = "heartbeat"
+	BrokerConn    Kind = "broker-conn"
+	SinkConn      Kind = "sink-conn"
+	Coordinator   Kind = "coordinator"
+	Poison        Kind = "poison"
+	BrokerRestart Kind = "broker-restart"
+	Churn         Kind = "churn"
 )
 
 // Kinds returns every fault kind, in the order of the report's table.
 func Kinds() []Kind {
-	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Churn}
+	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Poison, BrokerRestart, Churn}
 }
 
 // ExternalKinds returns the fault kinds that work on any cluster: every
-// kind but heartbeat and coordinator, which intercept requests inside the
-// embedded broker (see Config.Brokers).
+// kind but heartbeat, coordinator and broker-restart, which need the
+// harness's own broker (see Config.Brokers), and poison.
 func ExternalKinds() []Kind {
 	return []Kind{Pause, Kill, BrokerConn, SinkConn, Churn}
 }
@@ -149,7 +164,7 @@ type Config struct {
 	// default 2m.
 	RecoverTimeout time.Duration
 	// Brokers, if set, runs the experiment on that cluster, on a topic of
-	// its own (ledger-chaos-<time>), instead of an in-process broker.
+	// its own (ledger-chaos-<time>), instead of the harness's broker.
 	// Only ExternalKinds can be injected there (the default then).
 	// Plaintext only: the broker-conn fault cuts plain TCP connections.
 	// The broker's own group settings apply: for KIP-848, its
@@ -157,10 +172,12 @@ type Config struct {
 	// a paused worker is not evicted before it resumes.
 	Brokers []string
 	// LogDir, if set, receives each worker process's log as
-	// NAME-PID.log and the broker's as broker.log, for post-mortems.
+	// NAME-PID.log and the broker's as broker.log (every start of the
+	// broker process appends to it), for post-mortems.
 	LogDir string
-	// Worker starts one worker process (the harness's worker of the
-	// workrouter binary; see cluster.StartWorker). Required.
+	// Worker is the workrouter binary: it starts each worker process (the
+	// harness's worker; see cluster.StartWorker) and the broker process
+	// (the harness's broker; see package brokerproc). Required.
 	Worker cluster.Binary
 	// Out receives the timeline as it happens; nil discards.
 	Out io.Writer
@@ -215,13 +232,17 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 		}
 		if len(c.Brokers) > 0 && !slices.Contains(ExternalKinds(), k) {
-			return c, fmt.Errorf("%w: fault kind %q intercepts requests inside the embedded broker and cannot run on --brokers (those can: %v)", ErrConfig, k, ExternalKinds())
+			return c, fmt.Errorf("%w: fault kind %q needs the harness's own broker and cannot run on --brokers (those can: %v)", ErrConfig, k, ExternalKinds())
 		}
 	}
 	return c, nil
 }
 
 const group = "ledger-chaos"
+
+// maxAttempts is the workers' budget of failed handler attempts before a
+// record is dead-lettered.
+const maxAttempts = 3
 
 // Run runs the experiment. It owns every process and goroutine it starts
 // and ends them before returning. The Result is filled as far as the run
@@ -245,7 +266,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	if !res.OK() {
-		return res, fmt.Errorf("%w: %s", ErrFailed, res.Line())
+		return res, fmt.Errorf("%w: %s", ErrFailed, strings.Join(res.Failures(), "; "))
 	}
 	return res, nil
 }
@@ -256,10 +277,12 @@ type run struct {
 	start time.Time
 	rng   *rand.Rand // the fault schedule's; used by the scheduler goroutine only
 
-	brokers []string
-	topic   string
-	store   *cluster.Store
-	icpt    *interceptor
+	brokers    []string
+	topic      string
+	store      *cluster.Store
+	bp         *brokerproc.Process
+	prod       *cluster.Producer
+	poisonProd *cluster.PoisonProducer
 
 	tl *cluster.Timeline
 
@@ -289,40 +312,6 @@ func (r *run) markEnded(w *cluster.Worker) {
 // takeover watches call it.
 func (r *run) logf(format string, args ...any) { r.tl.Logf(format, args...) }
 
-func (r *run) run() error {
-	ctx := r.ctx
-	dir, err := os.MkdirTemp("", "workrouter-chaos-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-
-	if len(r.cfg.Brokers) > 0 {
-		if err := r.useCluster(); err != nil {
-			return err
-		}
-	} else if stop, err := r.startBroker(); err != nil {
-		return err
-	} else {
-		defer stop()
-	}
-
-	st, err := cluster.OpenStore(ctx, cluster.StoreConfig{Dir: dir, SQLitePath: r.cfg.SinkPath,
-		PostgresDSN: r.cfg.PostgresDSN, SchemaPrefix: "workrouter_chaos"})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	r.store = st
-	where := "kfake, in process"
-	if len(r.cfg.Brokers) > 0 {
-		where = "external cluster"
-	}
-	r.logf("broker %v (%s), topic %s with %d partitions, group %s, protocol %s; %s",
-		r.brokers, where, r.topic, r.cfg.Partitions, group, r.cfg.Protocol, st.Desc())
-	return r.runOn(st)
-}
-
 // useCluster creates the run's topic on Config.Brokers.
 func (r *run) useCluster() error {
 	r.brokers = r.cfg.Brokers
@@ -340,44 +329,78 @@ func (r *run) useCluster() error {
 	return nil
 }
 
-// startBroker starts the in-process broker with the run's topic; the
-// returned function stops it.
-func (r *run) startBroker() (func(), error) {
+// startBroker starts the harness's broker process (package brokerproc)
+// with the run's topic and its data in dir; the returned function stops
+// it.
+func (r *run) startBroker(dir string) (func(), error) {
 	r.topic = ledger.Topic
-	// KIP-848 groups take their session timeout and heartbeat interval
-	// from the broker, not the client: give them the workers' values.
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(r.cfg.Partitions, r.topic),
-		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
-		kfake.BrokerConfigs(map[string]string{
-			"group.consumer.session.timeout.ms":    strconv.FormatInt(r.cfg.SessionTimeout.Milliseconds(), 10),
-			"group.consumer.heartbeat.interval.ms": "200",
-		})}
+	var brokerLog io.Writer
 	closeLog := func() {}
 	if r.cfg.LogDir != "" {
-		f, err := os.Create(filepath.Join(r.cfg.LogDir, "broker.log"))
+		f, err := os.OpenFile(filepath.Join(r.cfg.LogDir, "broker.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("chaos: broker log: %w", err)
 		}
 		closeLog = func() { f.Close() }
-		opts = append(opts, kfake.WithLogger(kfake.BasicLogger(f, kfake.LogLevelInfo)))
+		brokerLog = f
 	}
-	kc, err := kfake.NewCluster(opts...)
+	// KIP-848 groups take their session timeout and heartbeat interval
+	// from the broker, not the client: give them the workers' values.
+	bp, err := brokerproc.Start(r.ctx, r.cfg.Worker, brokerproc.Config{
+		DataDir: filepath.Join(dir, "broker"), SyncWrites: true, Control: filepath.Join(dir, "broker.sock"),
+		Topic: r.topic, Partitions: r.cfg.Partitions, MinSessionTimeout: 100 * time.Millisecond,
+		BrokerConfigs: map[string]string{
+			"group.consumer.session.timeout.ms":    strconv.FormatInt(r.cfg.SessionTimeout.Milliseconds(), 10),
+			"group.consumer.heartbeat.interval.ms": "200",
+		},
+		Verbose: r.cfg.LogDir != "",
+	}, brokerLog)
 	if err != nil {
 		closeLog()
 		return nil, fmt.Errorf("chaos: starting the broker: %w", err)
 	}
-	r.icpt = newInterceptor(kc)
-	r.brokers = kc.ListenAddrs()
+	r.bp = bp
+	r.brokers = []string{bp.Addr()}
 	return func() {
-		r.icpt.close()
-		kc.Close()
+		bp.Stop(15 * time.Second)
 		closeLog()
 	}, nil
 }
 
-// runOn runs the experiment once the broker and the store are up.
-func (r *run) runOn(st *cluster.Store) error {
+func (r *run) run() error {
 	ctx := r.ctx
+	dir, err := os.MkdirTemp("", "workrouter-chaos-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	if len(r.cfg.Brokers) > 0 {
+		if err := r.useCluster(); err != nil {
+			return err
+		}
+	} else {
+		stop, err := r.startBroker(dir)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	defer r.stopAll() // the workers leave while the broker is still up
+
+	st, err := cluster.OpenStore(ctx, cluster.StoreConfig{Dir: dir, SQLitePath: r.cfg.SinkPath,
+		PostgresDSN: r.cfg.PostgresDSN, SchemaPrefix: "workrouter_chaos"})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	r.store = st
+	where := "external cluster"
+	if r.bp != nil {
+		where = fmt.Sprintf("kfake in process %d, synchronous writes to a data dir", r.bp.Pid())
+	}
+	r.logf("broker %v (%s), topic %s with %d partitions, group %s, protocol %s; %s",
+		r.brokers, where, r.topic, r.cfg.Partitions, group, r.cfg.Protocol, st.Desc())
 	r.logf("seed %d, faults %v, %d workers, %d commands/s, session timeout %s, for %s",
 		r.cfg.Seed, r.cfg.Kinds, r.cfg.Workers, r.cfg.Rate, r.cfg.SessionTimeout, r.cfg.Duration)
 
@@ -406,6 +429,13 @@ func (r *run) runOn(st *cluster.Store) error {
 	}
 	defer rt.Close()
 	prod := cluster.NewProducer(rt, r.cfg.Seed, r.cfg.Accounts)
+	r.prod = prod
+	if slices.Contains(r.cfg.Kinds, Poison) {
+		if r.poisonProd, err = cluster.NewPoisonProducer(r.brokers, r.topic, r.cfg.Seed); err != nil {
+			return err
+		}
+		defer r.poisonProd.Close()
+	}
 	stopProducing := make(chan struct{})
 	var prodWG sync.WaitGroup
 	var prodErr error
@@ -510,10 +540,39 @@ func (r *run) check(prod *cluster.Producer) error {
 	if err != nil {
 		return err
 	}
-	rep, err := r.store.Check(ctx, cluster.CheckConfig{Brokers: r.brokers, Group: group, Topic: r.topic,
-		Partitions: r.cfg.Partitions, Acked: prod.Acked(), NotConverged: r.notConverged})
+	cc := cluster.CheckConfig{Brokers: r.brokers, Group: group, Topic: r.topic,
+		Partitions: r.cfg.Partitions, Acked: prod.Acked(), NotConverged: r.notConverged}
+	poisoned := map[cluster.PoisonKind]int{}
+	if r.poisonProd != nil {
+		cc.Poison, cc.Unconfirmed = r.poisonProd.Acked(), r.poisonProd.Unconfirmed()
+		for _, p := range cc.Poison {
+			poisoned[p.Kind]++
+		}
+	}
+	if cc.LogCopies, err = cluster.LogCopies(ctx, r.brokers, r.topic); err != nil {
+		return err
+	}
+	if n := len(cc.LogCopies); n > 0 {
+		ex := make([]string, 0, 5)
+		for _, pos := range slices.Sorted(maps.Keys(cc.LogCopies)) {
+			if len(ex) < cap(ex) {
+				ex = append(ex, cc.LogCopies[pos]+" again at "+pos)
+			}
+		}
+		r.logf("the broker wrote %d records twice (a producer's retry across a broker restart; kfake does not rebuild its idempotent-producer state from its log): %s…",
+			n, strings.Join(ex, ", "))
+	}
+	rep, err := r.store.Check(ctx, cc)
 	if err != nil {
 		return err
+	}
+	dead := map[string]int{}
+	dls, err := r.store.DeadLetters(ctx, group, r.topic)
+	if err != nil && !errors.Is(err, cluster.ErrNoDeadLetters) {
+		return err
+	}
+	for _, d := range dls {
+		dead[d.Record.Reason]++
 	}
 	notes := rep.Notes(20)
 	r.mu.Lock()
@@ -521,6 +580,9 @@ func (r *run) check(prod *cluster.Producer) error {
 	r.res.Violations = rep.Violations
 	r.res.Notes = notes
 	r.res.Applied = applied
+	r.res.Poisoned, r.res.DeadLetters = poisoned, dead
+	r.res.PoisonUnconfirmed = len(cc.Unconfirmed)
+	r.res.LogCopies = len(cc.LogCopies)
 	for _, w := range r.all {
 		if w.Exited() && !r.ended[w] {
 			r.res.Crashes++
@@ -562,7 +624,11 @@ func (r *run) produce(p *cluster.Producer, stop <-chan struct{}) error {
 func (r *run) workerArgs(name string) []string {
 	return cluster.WorkerOptions{Brokers: r.brokers, Topic: r.topic, Group: group, SinkSpec: r.store.WorkerSpec(name),
 		Name: name, SessionTimeout: r.cfg.SessionTimeout, Protocol: r.cfg.Protocol, RebalanceTimeout: r.cfg.RebalanceTimeout,
-		Hooks: []string{"--chaos", "--chaos-stall", r.stallFor().String()}}.Args()
+		Hooks: []string{"--chaos", "--chaos-stall", r.stallFor().String(),
+			// Poison records cost only themselves: a type without a
+			// handler is dead-lettered too, and a failing handler gets
+			// 3 attempts (about 150 ms of retries) instead of 8.
+			"--on-no-handler", "dead-letter", "--max-attempts", strconv.Itoa(maxAttempts)}}.Args()
 }
 
 func (r *run) startWorker(name string) (*cluster.Worker, error) {
@@ -664,6 +730,10 @@ func (r *run) inject(k Kind) (bool, error) {
 		return r.sinkConn()
 	case Coordinator:
 		return r.coordinator()
+	case Poison:
+		return r.poison()
+	case BrokerRestart:
+		return r.brokerRestart()
 	}
 	return false, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 }
@@ -760,11 +830,17 @@ func (r *run) heartbeat() (bool, error) {
 	r.supersede(w.Name())
 	member := w.Member()
 	d := r.stallFor() + time.Duration(r.rng.Int64N(int64(time.Second)))
-	end := r.icpt.blackhole(member)
+	end, err := r.bp.Blackhole(r.ctx, member)
+	if err != nil {
+		return false, fmt.Errorf("chaos: heartbeat fault: %w", err)
+	}
 	r.watchTakeover(w.Name(), time.Now(), w.Owned())
 	r.logf("HEARTBEAT blackhole of %s (member %s, holds %s) for %s", w.Name(), member, cluster.Describe(w.Owned()), d.Round(time.Millisecond))
-	err := r.sleep(d)
-	n := end()
+	err = r.sleep(d)
+	n, endErr := end()
+	if endErr != nil {
+		return false, fmt.Errorf("chaos: ending a heartbeat fault: %w", endErr)
+	}
 	r.logf("  %d heartbeats of %s held back; released", n, w.Name())
 	return n > 0, err
 }
@@ -826,11 +902,17 @@ func (r *run) coordinator() (bool, error) {
 		return false, nil
 	}
 	r.supersede(w.Name())
-	mode := coordMode(r.rng.IntN(3))
+	mode := brokerproc.CoordMode(r.rng.IntN(3))
 	d := time.Second + time.Duration(r.rng.Int64N(int64(1500*time.Millisecond)))
-	end := r.icpt.coordinator(w.Member(), mode, d)
-	err := r.sleep(d)
-	n := end()
+	end, err := r.bp.Coordinator(r.ctx, w.Member(), mode, d)
+	if err != nil {
+		return false, fmt.Errorf("chaos: coordinator fault: %w", err)
+	}
+	err = r.sleep(d)
+	n, endErr := end()
+	if endErr != nil {
+		return false, fmt.Errorf("chaos: ending a coordinator fault: %w", endErr)
+	}
 	r.logf("COORDINATOR %s for %s: %d heartbeats and offset commits of %s answered so", mode, d.Round(time.Millisecond), n, w.Name())
 	return n > 0, err
 }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
@@ -19,7 +17,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestParseKinds(t *testing.T) {
 	all, err := ParseKinds("all")
-	if err != nil || len(all) != 7 {
+	if err != nil || len(all) != 9 || !slices.Contains(all, Poison) || !slices.Contains(all, BrokerRestart) {
 		t.Fatalf("all: %v %v", all, err)
 	}
 	ks, err := ParseKinds("pause, churn,pause")
@@ -47,19 +45,22 @@ func TestRunRejectsBadConfig(t *testing.T) {
 
 func TestResultOK(t *testing.T) {
 	r := Result{Requested: []Kind{Pause, Kill}, Faults: map[Kind]int{Pause: 2, Kill: 1}, StaleRejected: 1, Produced: 10}
-	if !r.OK() || r.Line() != "chaos: faults=3 kinds=2 commands=10 stale_rejected=1 violations=0" {
+	if !r.OK() || len(r.Failures()) != 0 || r.Line() != "chaos: faults=3 kinds=2 commands=10 stale_rejected=1 dead_letters=0 violations=0" {
 		t.Fatalf("OK %v line %q", r.OK(), r.Line())
 	}
 	for name, bad := range map[string]func(*Result){
 		"violation":          func(r *Result) { r.Violations.F = 1 },
 		"kind never fired":   func(r *Result) { r.Faults = map[Kind]int{Pause: 2} },
 		"no stale rejection": func(r *Result) { r.StaleRejected = 0 },
+		"D violation":        func(r *Result) { r.Violations.D = 1 },
+		"lost at a restart":  func(r *Result) { r.Restarts = []Restart{{Workers: 3, Back: 3, Lost: 1}} },
+		"worker not back":    func(r *Result) { r.Restarts = []Restart{{Workers: 3, Back: 2}} },
 	} {
 		b := r
 		b.Faults = map[Kind]int{Pause: 2, Kill: 1}
 		bad(&b)
-		if b.OK() {
-			t.Errorf("%s: OK", name)
+		if b.OK() || len(b.Failures()) != 1 {
+			t.Errorf("%s: OK %v, failures %q", name, b.OK(), b.Failures())
 		}
 	}
 	if !strings.Contains(r.Table(), "time to recover") {
@@ -67,24 +68,33 @@ func TestResultOK(t *testing.T) {
 	}
 }
 
-func TestErrorResponse(t *testing.T) {
-	hb := kmsg.NewPtrHeartbeatRequest()
-	hb.SetVersion(4)
-	if r := errorResponse(hb, kerr.RebalanceInProgress.Code).(*kmsg.HeartbeatResponse); r.ErrorCode != kerr.RebalanceInProgress.Code || r.GetVersion() != 4 {
-		t.Fatalf("heartbeat response %+v", r)
+// TestResultReportsPoisonAndRestarts: the table and the final line carry
+// the dead letters, the poison records and the broker restarts' figures.
+func TestResultReportsPoisonAndRestarts(t *testing.T) {
+	r := Result{Requested: []Kind{Poison, BrokerRestart}, Faults: map[Kind]int{Poison: 2, BrokerRestart: 2}, Produced: 10,
+		Poisoned:    map[cluster.PoisonKind]int{cluster.PoisonNullKey: 2, cluster.PoisonMalformed: 2},
+		DeadLetters: map[string]int{"undecodable": 2, "handler_error": 2},
+		Restarts: []Restart{{Down: 300 * time.Millisecond, Recovery: time.Second, Workers: 3, Back: 3},
+			{Down: 400 * time.Millisecond, Recovery: 2 * time.Second, Workers: 3, Back: 3}},
+		LogCopies: 5}
+	if !r.OK() || r.Line() != "chaos: faults=4 kinds=2 commands=10 stale_rejected=0 dead_letters=4 violations=0" {
+		t.Fatalf("OK %v line %q", r.OK(), r.Line())
 	}
-	oc := kmsg.NewPtrOffsetCommitRequest()
-	ot := kmsg.NewOffsetCommitRequestTopic()
-	ot.Topic = "t"
-	for p := int32(0); p < 2; p++ {
-		op := kmsg.NewOffsetCommitRequestTopicPartition()
-		op.Partition = p
-		ot.Partitions = append(ot.Partitions, op)
-	}
-	oc.Topics = append(oc.Topics, ot)
-	r := errorResponse(oc, kerr.NotCoordinator.Code).(*kmsg.OffsetCommitResponse)
-	if len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 2 || r.Topics[0].Partitions[1].ErrorCode != kerr.NotCoordinator.Code {
-		t.Fatalf("offset commit response %+v", r)
+	table := r.Table()
+	flat := strings.Join(strings.Fields(table), " ")
+	for _, want := range []string{
+		"poison records acknowledged                      4 (malformed 2, null-key 2)",
+		"dead letters in the sink (by reason)             4 (handler_error 2, undecodable 2)",
+		"broker restarts: down, p50 / max                 300ms / 400ms (2 of 2)",
+		"broker restarts: recovery, p50 / max             1s / 2s (2 of 2)",
+		"broker restarts: workers back                    6 of 6",
+		"broker restarts: acknowledged records lost       0",
+		"broker restarts: records the broker wrote twice  5",
+		"violations D (skipped without exactly one dead letter)",
+	} {
+		if !strings.Contains(flat, strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("the table lacks %q:\n%s", want, table)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/internal/invariants"
 )
 
@@ -50,8 +51,41 @@ type Result struct {
 	// Crashes counts worker processes that exited without the harness
 	// ending them; informational, listed in the timeline.
 	Crashes int `json:"crashes"`
+	// Poisoned counts, per kind, the poison records the broker
+	// acknowledged; PoisonUnconfirmed counts those sent without an
+	// acknowledgement.
+	Poisoned          map[cluster.PoisonKind]int `json:"poisoned,omitempty"`
+	PoisonUnconfirmed int                        `json:"poison_unconfirmed,omitempty"`
+	// DeadLetters counts the sink's dead letters by reason.
+	DeadLetters map[string]int `json:"dead_letters,omitempty"`
+	// Restarts are the broker restarts, in order.
+	Restarts []Restart `json:"restarts,omitempty"`
+	// LogCopies counts the records the broker wrote twice (a producer's
+	// retry across a broker restart; see cluster.LogCopies): each is a
+	// record of its own, applied once like any other.
+	LogCopies int `json:"log_copies,omitempty"`
 	// Notes are examples of the violations found.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// total sums a map's counts.
+func total[K comparable](m map[K]int) int {
+	n := 0
+	for _, c := range m {
+		n += c
+	}
+	return n
+}
+
+// restartsOK reports whether every broker restart lost nothing
+// acknowledged and saw every worker come back.
+func (r Result) restartsOK() bool {
+	for _, rs := range r.Restarts {
+		if rs.Lost > 0 || rs.Back < rs.Workers {
+			return false
+		}
+	}
+	return true
 }
 
 // TotalFaults is the number of faults that happened.
@@ -79,10 +113,39 @@ func (r Result) needsStale() bool {
 	return slices.Contains(r.Requested, Pause) || slices.Contains(r.Requested, Heartbeat)
 }
 
+// Failures says why the run did not pass, one reason a string (none when
+// OK).
+func (r Result) Failures() []string {
+	var out []string
+	if v := r.Violations; v.Total() > 0 {
+		out = append(out, fmt.Sprintf("%d violations (F %d, L %d, O %d, X %d, V %d, D %d)", v.Total(), v.F, v.L, v.O, v.X, v.V, v.D))
+	}
+	if m := r.Missing(); len(m) > 0 {
+		out = append(out, fmt.Sprintf("kinds that never fired: %v", m))
+	}
+	if r.needsStale() && r.StaleRejected == 0 {
+		out = append(out, "no stale write was rejected although pauses or heartbeat faults ran")
+	}
+	var lost int64
+	back, of := 0, 0
+	for _, rs := range r.Restarts {
+		lost, back, of = lost+rs.Lost, back+rs.Back, of+rs.Workers
+	}
+	if lost > 0 {
+		out = append(out, fmt.Sprintf("broker restarts lost %d acknowledged records", lost))
+	}
+	if back < of {
+		out = append(out, fmt.Sprintf("%d of %d workers did not come back after a broker restart", of-back, of))
+	}
+	return out
+}
+
 // OK reports whether the run passed: no violation, every requested kind
-// fired, and a stale write rejected if pauses or heartbeat faults ran.
+// fired, a stale write rejected if pauses or heartbeat faults ran, and
+// every broker restart lost nothing acknowledged and saw every worker come
+// back.
 func (r Result) OK() bool {
-	return r.Violations.Total() == 0 && len(r.Missing()) == 0 && (!r.needsStale() || r.StaleRejected > 0)
+	return r.Violations.Total() == 0 && len(r.Missing()) == 0 && (!r.needsStale() || r.StaleRejected > 0) && r.restartsOK()
 }
 
 // Line is the run's final line.
@@ -93,8 +156,8 @@ func (r Result) Line() string {
 			kinds++
 		}
 	}
-	return fmt.Sprintf("chaos: faults=%d kinds=%d commands=%d stale_rejected=%d violations=%d",
-		r.TotalFaults(), kinds, r.Produced, r.StaleRejected, r.Violations.Total())
+	return fmt.Sprintf("chaos: faults=%d kinds=%d commands=%d stale_rejected=%d dead_letters=%d violations=%d",
+		r.TotalFaults(), kinds, r.Produced, r.StaleRejected, total(r.DeadLetters), r.Violations.Total())
 }
 
 // Table is the run's figures as an aligned text table.
@@ -129,6 +192,23 @@ func (r Result) Table() string {
 	}
 	fmt.Fprintf(tw, "time to recover after the last fault\t%s\n", rec)
 	fmt.Fprintf(tw, "takeover after a fault (p50 / max)\t%s\n", r.takeoverSummary())
+	fmt.Fprintf(tw, "poison records acknowledged\t%s\n", counts(r.Poisoned))
+	if r.PoisonUnconfirmed > 0 {
+		fmt.Fprintf(tw, "poison records not acknowledged\t%d\n", r.PoisonUnconfirmed)
+	}
+	fmt.Fprintf(tw, "dead letters in the sink (by reason)\t%s\n", counts(r.DeadLetters))
+	if len(r.Restarts) > 0 {
+		fmt.Fprintf(tw, "broker restarts: down, p50 / max\t%s\n", r.restartSummary(func(rs Restart) time.Duration { return rs.Down }))
+		fmt.Fprintf(tw, "broker restarts: recovery, p50 / max\t%s\n", r.restartSummary(func(rs Restart) time.Duration { return rs.Recovery }))
+		back, of := 0, 0
+		var lost int64
+		for _, rs := range r.Restarts {
+			back, of, lost = back+rs.Back, of+rs.Workers, lost+rs.Lost
+		}
+		fmt.Fprintf(tw, "broker restarts: workers back\t%d of %d\n", back, of)
+		fmt.Fprintf(tw, "broker restarts: acknowledged records lost\t%d\n", lost)
+		fmt.Fprintf(tw, "broker restarts: records the broker wrote twice\t%d\n", r.LogCopies)
+	}
 	fmt.Fprintf(tw, "worker errors reported (not fenced)\t%d\n", r.WorkerErrors)
 	fmt.Fprintf(tw, "workers that exited by themselves\t%d\n", r.Crashes)
 	tw.Flush()
@@ -137,6 +217,9 @@ func (r Result) Table() string {
 	}
 	if r.needsStale() && r.StaleRejected == 0 {
 		b.WriteString("\nno stale write was rejected although pauses or heartbeat faults ran\n")
+	}
+	if !r.restartsOK() {
+		b.WriteString("\na broker restart lost acknowledged records or not every worker came back\n")
 	}
 	return b.String()
 }
@@ -149,4 +232,37 @@ func (r Result) takeoverSummary() string {
 	ts := slices.Clone(r.Takeovers)
 	slices.Sort(ts)
 	return fmt.Sprintf("%s / %s (%d of %d faults)", ts[(len(ts)-1)/2].Round(time.Millisecond), ts[len(ts)-1].Round(time.Millisecond), len(ts), r.Watched)
+}
+
+// counts formats a map of counts as "total (k1 n1, k2 n2)", keys sorted.
+func counts[K ~string](m map[K]int) string {
+	if len(m) == 0 {
+		return "0"
+	}
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return fmt.Sprintf("%d (%s)", total(m), strings.Join(parts, ", "))
+}
+
+// restartSummary formats one duration of the restarts that recovered as
+// "p50 / max (n of m)".
+func (r Result) restartSummary(of func(Restart) time.Duration) string {
+	var ds []time.Duration
+	for _, rs := range r.Restarts {
+		if d := of(rs); d > 0 {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) == 0 {
+		return fmt.Sprintf("- (0 of %d)", len(r.Restarts))
+	}
+	slices.Sort(ds)
+	return fmt.Sprintf("%s / %s (%d of %d)", ds[(len(ds)-1)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond), len(ds), len(r.Restarts))
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -24,11 +25,28 @@ type CheckConfig struct {
 	Acked map[string]Acked
 	// NotConverged reports that the run's wait for lag zero timed out.
 	NotConverged bool
+	// Poison are the poison records the broker acknowledged
+	// (PoisonProducer.Acked): each must have exactly one dead letter, and
+	// no other record may have one (D).
+	Poison []PoisonRecord
+	// Unconfirmed are poison records sent without an acknowledgement
+	// (PoisonProducer.Unconfirmed). A dead letter that carries one's
+	// PoisonHeader proves that it landed: it then counts as a poison
+	// record at the dead letter's position. Any other dead letter is not
+	// poison.
+	Unconfirmed []PoisonRecord
+	// LogCopies are the records that repeat an earlier record's command
+	// (see LogCopies), by position. The posting of such a copy is the
+	// application of a record of its own, not the command applied twice:
+	// Check gives it an ID of its own (the command's ID and the position)
+	// and leaves it out of the per-key order (O).
+	LogCopies map[string]string
 }
 
 // Check reads the ledger sink's own records — its postings (each with the
 // token it was applied under), its history of claims and resets, its fence
-// rows and its balances — and Kafka's end and committed offsets, and checks
+// rows, its dead letters and its balances — and Kafka's end and committed
+// offsets, and checks
 // every invariant over them with internal/invariants: the one checker the
 // demo, the chaos harness and the process tests share.
 func (s *Store) Check(ctx context.Context, cfg CheckConfig) (invariants.Report, error) {
@@ -38,8 +56,12 @@ func (s *Store) Check(ctx context.Context, cfg CheckConfig) (invariants.Report, 
 		return invariants.Report{}, fmt.Errorf("cluster: reading postings: %w", err)
 	}
 	for _, p := range postings {
+		id, key := p.ID, p.Account
+		if pos := PositionID(p.Partition, p.Offset); cfg.LogCopies[pos] == p.ID && p.ID != "" {
+			id, key = p.ID+"@"+pos, ""
+		}
 		in.Writes = append(in.Writes, invariants.Write{Log: p.TopicID, Partition: p.Partition, Offset: p.Offset, Epoch: p.Epoch, Member: p.Member,
-			ID: p.ID, Key: p.Account, Seq: int64(p.Seq)})
+			ID: id, Key: key, Seq: int64(p.Seq)})
 	}
 	in.History = map[int32][]sink.HistoryEntry{}
 	for p := int32(0); p < cfg.Partitions; p++ {
@@ -52,6 +74,12 @@ func (s *Store) Check(ctx context.Context, cfg CheckConfig) (invariants.Report, 
 	in.Acked = []invariants.Acked{}
 	for id, a := range cfg.Acked {
 		in.Acked = append(in.Acked, invariants.Acked{ID: id, Partition: a.Partition, Offset: a.Offset})
+	}
+	for _, p := range cfg.Poison {
+		in.Acked = append(in.Acked, invariants.Acked{ID: p.Position(), Partition: p.Partition, Offset: p.Offset, Poison: true})
+	}
+	if err := s.addDeadLetters(ctx, cfg, &in); err != nil {
+		return invariants.Report{}, err
 	}
 	rep, err := s.Verify(ctx)
 	if err != nil {
@@ -101,4 +129,34 @@ func (s *Store) Check(ctx context.Context, cfg CheckConfig) (invariants.Report, 
 	}
 	in.NotConverged = cfg.NotConverged
 	return invariants.Check(in), nil
+}
+
+// addDeadLetters reads the sink's dead letters into in (for D), by
+// position, and adds the unconfirmed poison records whose dead letter
+// proves they landed. A sink without dead letters has none to check,
+// unless poison records were written.
+func (s *Store) addDeadLetters(ctx context.Context, cfg CheckConfig, in *invariants.Input) error {
+	dls, err := s.DeadLetters(ctx, cfg.Group, cfg.Topic)
+	if errors.Is(err, ErrNoDeadLetters) && len(cfg.Poison) == 0 && len(cfg.Unconfirmed) == 0 {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: reading dead letters: %w", err)
+	}
+	unconfirmed := map[string]bool{}
+	for _, p := range cfg.Unconfirmed {
+		unconfirmed[p.ID] = true
+	}
+	in.DeadLetters = []invariants.DeadLetter{}
+	for _, d := range dls {
+		part, off := d.Scope.Partition, d.Record.Offset
+		in.DeadLetters = append(in.DeadLetters, invariants.DeadLetter{ID: PositionID(part, off), Partition: part, Offset: off})
+		for _, h := range d.Record.Headers {
+			if h.Key == PoisonHeader && unconfirmed[string(h.Value)] {
+				delete(unconfirmed, string(h.Value))
+				in.Acked = append(in.Acked, invariants.Acked{ID: PositionID(part, off), Partition: part, Offset: off, Poison: true})
+			}
+		}
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -61,6 +62,8 @@ type Store struct {
 	postings func(ctx context.Context) ([]Posting, error)
 	exec     func(ctx context.Context, q string, args ...any) (int, error)
 	close    func()
+	// deadLetters is the sink's sink.DeadLetterStore, nil if it has none.
+	deadLetters sink.DeadLetterStore
 }
 
 // OpenStore opens (and for PostgreSQL creates) the ledger sink and its
@@ -100,8 +103,15 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 			defer rows.Close()
 			return scanPostings(rows)
 		},
-		close: func() { s.Close() },
+		close:       func() { s.Close() },
+		deadLetters: deadLetterStore[*sqlite.Tx](s),
 	}, nil
+}
+
+// deadLetterStore is s's sink.DeadLetterStore, or nil.
+func deadLetterStore[Tx any](s sink.Sink[Tx]) sink.DeadLetterStore {
+	d, _ := sink.As[sink.DeadLetterStore](s)
+	return d
 }
 
 const postingsSQL = `SELECT topic_id, part, off, account, id, seq, epoch, member FROM ledger_postings ORDER BY part, off`
@@ -191,6 +201,7 @@ func openPostgres(ctx context.Context, cfg StoreConfig) (*Store, error) {
 			s.Close()
 			dropSchema()
 		},
+		deadLetters: deadLetterStore[pgx.Tx](s),
 	}, nil
 }
 
@@ -268,6 +279,18 @@ func (s *Store) TerminateBackends(ctx context.Context, app string) (n int, inTx 
 	}
 	n, err = s.exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, app)
 	return n, false, err
+}
+
+// ErrNoDeadLetters is matched by the error of DeadLetters when the sink
+// cannot store dead letters (it has no sink.DeadLetterStore).
+var ErrNoDeadLetters = errors.New("cluster: the sink has no dead letters")
+
+// DeadLetters returns the sink's dead letters of group and topic, by ID.
+func (s *Store) DeadLetters(ctx context.Context, group, topic string) ([]sink.DeadLetter, error) {
+	if s.deadLetters == nil {
+		return nil, ErrNoDeadLetters
+	}
+	return s.deadLetters.DeadLetters(ctx, sink.DeadLetterFilter{Group: group, Topic: topic})
 }
 
 // Close closes the sink (and drops a PostgreSQL schema OpenStore created).

@@ -5,9 +5,10 @@
 // plus the fault hooks of package faults), follows each worker's event
 // stream (consumer/eventlog on an inherited pipe: claims, revokes, fenced
 // writes, applied batches, the hooks' own fault events) — never its log —
-// produces ledger commands, opens the ledger sink (SQLite or PostgreSQL) to
-// read back its own records, and checks the invariants over them with
-// internal/invariants.
+// produces ledger commands (and, for the chaos harness, poison records
+// from a foreign producer), opens the ledger sink (SQLite or PostgreSQL) to
+// read back its own records, dead letters included, and checks the
+// invariants over them with internal/invariants.
 //
 // It is internal: the harnesses are its only users.
 package cluster

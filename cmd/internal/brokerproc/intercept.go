@@ -1,6 +1,7 @@
-package chaos
+package brokerproc
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -9,22 +10,31 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// coordMode is what a coordinator fault answers.
-type coordMode int
+// CoordMode is what a coordinator fault answers.
+type CoordMode int
 
+// The answers of a coordinator fault.
 const (
-	coordNotCoordinator coordMode = iota
-	coordRebalancing
-	coordNoReply
+	// CoordNotCoordinator answers NOT_COORDINATOR.
+	CoordNotCoordinator CoordMode = iota
+	// CoordRebalancing answers REBALANCE_IN_PROGRESS.
+	CoordRebalancing
+	// CoordNoReply holds the request back without a reply until the
+	// fault ends.
+	CoordNoReply
 )
 
-func (m coordMode) String() string {
+// String returns "NOT_COORDINATOR", "REBALANCE_IN_PROGRESS" or "no reply".
+func (m CoordMode) String() string {
+	if m < CoordNotCoordinator || m > CoordNoReply {
+		return fmt.Sprintf("CoordMode(%d)", int(m))
+	}
 	return [...]string{"NOT_COORDINATOR", "REBALANCE_IN_PROGRESS", "no reply"}[m]
 }
 
-// interceptor is the harness's one control function per intercepted
-// request key (Heartbeat, ConsumerGroupHeartbeat, OffsetCommit) on the
-// in-process broker. It is always kept and does nothing unless a heartbeat
+// interceptor is the harness broker's one control function per
+// intercepted request key (Heartbeat, ConsumerGroupHeartbeat,
+// OffsetCommit), in the broker's process. It is always kept and does nothing unless a heartbeat
 // or coordinator fault is active, so nothing has to be removed afterwards.
 // Its methods may be called from any goroutine.
 type interceptor struct {
@@ -36,7 +46,7 @@ type interceptor struct {
 	swallowed int
 
 	coMember string
-	coMode   coordMode
+	coMode   CoordMode
 	coUntil  time.Time
 	coStop   chan struct{}
 	injected int
@@ -89,7 +99,7 @@ func (in *interceptor) control(req kmsg.Request) (kmsg.Response, error, bool) {
 		mode, stop, until := in.coMode, in.coStop, in.coUntil
 		in.mu.Unlock()
 		switch mode {
-		case coordNoReply:
+		case CoordNoReply:
 			in.c.SleepControl(func() {
 				t := time.NewTimer(time.Until(until))
 				defer t.Stop()
@@ -100,7 +110,7 @@ func (in *interceptor) control(req kmsg.Request) (kmsg.Response, error, bool) {
 				}
 			})
 			return nil, nil, false
-		case coordRebalancing:
+		case CoordRebalancing:
 			return errorResponse(req, kerr.RebalanceInProgress.Code), nil, true
 		default:
 			return errorResponse(req, kerr.NotCoordinator.Code), nil, true
@@ -152,7 +162,7 @@ func (in *interceptor) blackhole(member string) (end func() int) {
 
 // coordinator answers member's heartbeats and offset commits with mode for
 // d; end (call it after d) reports how many requests it answered so.
-func (in *interceptor) coordinator(member string, mode coordMode, d time.Duration) (end func() int) {
+func (in *interceptor) coordinator(member string, mode CoordMode, d time.Duration) (end func() int) {
 	stop := make(chan struct{})
 	in.mu.Lock()
 	in.coMember, in.coMode, in.coUntil, in.coStop, in.injected = member, mode, time.Now().Add(d), stop, 0

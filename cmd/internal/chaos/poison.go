@@ -1,0 +1,38 @@
+package chaos
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
+)
+
+// poison writes one record of every poison kind, in a seeded order, each
+// to a seeded partition, a few tens of milliseconds apart so that good
+// commands land between them. It happened when the broker acknowledged at
+// least one of them.
+func (r *run) poison() (bool, error) {
+	kinds := cluster.PoisonKinds()
+	r.rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+	var acked []string
+	for i, k := range kinds {
+		if i > 0 {
+			if err := r.sleep(time.Duration(20+r.rng.IntN(60)) * time.Millisecond); err != nil {
+				return len(acked) > 0, err
+			}
+		}
+		p := int32(r.rng.IntN(int(r.cfg.Partitions)))
+		rec, err := r.poisonProd.Send(r.ctx, p, k)
+		if err != nil {
+			if r.ctx.Err() != nil {
+				return len(acked) > 0, r.ctx.Err()
+			}
+			r.logf("  poison: %v (if it landed, its dead letter says so)", err)
+			continue
+		}
+		acked = append(acked, fmt.Sprintf("%s@p%d/%d", k, rec.Partition, rec.Offset))
+	}
+	r.logf("POISON: %d records from a foreign producer acknowledged between the good commands: %s", len(acked), strings.Join(acked, " "))
+	return len(acked) > 0, nil
+}
