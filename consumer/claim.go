@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/workrouter/workrouter/internal/topicid"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -109,28 +110,32 @@ func (w *Worker[Tx]) observe(ctx context.Context) (topicID string, starts, ends 
 	adm := kadm.NewClient(w.cl) // shares the client; never closed here
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	topics, err := adm.ListTopics(octx, w.cfg.Topic)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("consumer: reading topic %s's metadata: %w", w.cfg.Topic, err)
-	}
-	td, ok := topics[w.cfg.Topic]
-	if !ok || td.Err != nil {
-		err := td.Err
-		if !ok {
-			err = kerr.UnknownTopicOrPartition
+	// The topic ID from the brokers (never the client's metadata cache),
+	// read before and after the offsets: if they differ, the topic was
+	// recreated in between and the offsets may be of either log.
+	for {
+		id, err := topicid.Read(octx, w.cl, w.cfg.Topic)
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("consumer: %w", err)
 		}
-		return "", nil, nil, fmt.Errorf("consumer: reading topic %s's metadata: %w", w.cfg.Topic, err)
+		if starts, err = adm.ListStartOffsets(octx, w.cfg.Topic); err != nil {
+			return "", nil, nil, fmt.Errorf("consumer: listing topic %s's start offsets: %w", w.cfg.Topic, err)
+		}
+		if ends, err = adm.ListEndOffsets(octx, w.cfg.Topic); err != nil {
+			return "", nil, nil, fmt.Errorf("consumer: listing topic %s's end offsets: %w", w.cfg.Topic, err)
+		}
+		again, err := topicid.Read(octx, w.cl, w.cfg.Topic)
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("consumer: %w", err)
+		}
+		if again != id {
+			continue
+		}
+		if id != ([16]byte{}) {
+			topicID = sink.FormatTopicID(id)
+		}
+		return topicID, starts, ends, nil
 	}
-	if td.ID != (kadm.TopicID{}) {
-		topicID = sink.FormatTopicID(td.ID)
-	}
-	if starts, err = adm.ListStartOffsets(octx, w.cfg.Topic); err != nil {
-		return "", nil, nil, fmt.Errorf("consumer: listing topic %s's start offsets: %w", w.cfg.Topic, err)
-	}
-	if ends, err = adm.ListEndOffsets(octx, w.cfg.Topic); err != nil {
-		return "", nil, nil, fmt.Errorf("consumer: listing topic %s's end offsets: %w", w.cfg.Topic, err)
-	}
-	return topicID, starts, ends, nil
 }
 
 // observePartition returns what a claim of partition p observes.

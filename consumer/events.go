@@ -234,7 +234,7 @@ type TopicFound struct {
 type TopicRecreated struct {
 	Topic        string
 	OldID, NewID string
-	Partitions   []int32 // the partitions this member was processing on the old log
+	Partitions   []int32 // the partitions this member held on the old log
 }
 
 // Stopped: the Worker stopped for good; Err is what Worker.Err returns

@@ -417,13 +417,13 @@ func TestResetUnderLiveTenure(t *testing.T) {
 		})}})
 	waitFor(t, 30*time.Second, "applied", func() bool { return appliedCount(s, keys) == len(keys)*5 })
 
-	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer adm.Close()
+	defer cl.Close()
 	ctx := context.Background()
-	reports, err := fences.Diagnose(ctx, adm, s, c.group, c.topic)
+	reports, err := fences.Diagnose(ctx, cl, s, c.group, c.topic)
 	if err != nil || len(reports) != 1 {
 		t.Fatalf("diagnose: %v, %d reports", err, len(reports))
 	}
@@ -432,11 +432,11 @@ func TestResetUnderLiveTenure(t *testing.T) {
 		t.Fatalf("a healthy scope was diagnosed %+v", r)
 	}
 	req := fences.Request{Scope: r.Fence.Scope, Expect: fences.ExpectToken(r.Fence), Checkpoint: fences.Checkpoint{RestartAt: "15"}, Reason: "replay the last five (test)"}
-	if _, err := fences.Reset(ctx, adm, s, req); !errors.Is(err, fences.ErrNoCause) {
+	if _, err := fences.Reset(ctx, cl, s, req); !errors.Is(err, fences.ErrNoCause) {
 		t.Fatalf("unforced reset of a healthy scope: %v, want ErrNoCause", err)
 	}
 	req.Force = true
-	res, err := fences.Reset(ctx, adm, s, req)
+	res, err := fences.Reset(ctx, cl, s, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,11 +498,12 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 		})}})
 	waitFor(t, 30*time.Second, "the old log applied", func() bool { return appliedCount(s, keys) == len(keys)*5 })
 
-	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer adm.Close()
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
 	ctx := context.Background()
 	if _, err := adm.DeleteTopics(ctx, c.topic); err != nil {
 		t.Fatal(err)
@@ -533,11 +534,11 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 		t.Fatalf("%d effects applied before the reset, want %d (nothing of the new log)", n, len(keys)*5)
 	}
 
-	reports, err := fences.Diagnose(ctx, adm, s, c.group, c.topic)
+	reports, err := fences.Diagnose(ctx, cl, s, c.group, c.topic)
 	if err != nil || len(reports) != 1 || len(reports[0].Problems) != 1 || reports[0].Problems[0].Kind != fences.TopicRecreated {
 		t.Fatalf("diagnose: %v, %+v", err, reports)
 	}
-	if _, err := fences.Reset(ctx, adm, s, fences.Request{Scope: reports[0].Fence.Scope, Expect: fences.ExpectToken(reports[0].Fence),
+	if _, err := fences.Reset(ctx, cl, s, fences.Request{Scope: reports[0].Fence.Scope, Expect: fences.ExpectToken(reports[0].Fence),
 		Checkpoint: fences.Checkpoint{RestartAt: "earliest"}, Reason: "topic recreated (test)"}); err != nil {
 		t.Fatal(err)
 	}
@@ -587,11 +588,12 @@ func TestRetentionUnderLiveWorker(t *testing.T) {
 	})
 	waitFor(t, 30*time.Second, "a fetch held", func() bool { return held.Load() > 0 })
 	produce(t, c, partitions, keys, 5, 20)
-	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer adm.Close()
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
 	ctx := context.Background()
 	del := kadm.Offsets{}
 	del.Add(kadm.Offset{Topic: c.topic, Partition: 0, At: 15})
@@ -619,11 +621,11 @@ func TestRetentionUnderLiveWorker(t *testing.T) {
 	}
 
 	// The operator accepts the loss: restart at the log start.
-	reports, err := fences.Diagnose(ctx, adm, s, c.group, c.topic)
+	reports, err := fences.Diagnose(ctx, cl, s, c.group, c.topic)
 	if err != nil || len(reports) != 1 || reports[0].Lost() != 10 {
 		t.Fatalf("diagnose: %v %+v", err, reports)
 	}
-	if _, err := fences.Reset(ctx, adm, s, fences.Request{Scope: reports[0].Fence.Scope, Expect: fences.ExpectToken(reports[0].Fence),
+	if _, err := fences.Reset(ctx, cl, s, fences.Request{Scope: reports[0].Fence.Scope, Expect: fences.ExpectToken(reports[0].Fence),
 		Checkpoint: fences.Checkpoint{RestartAt: "earliest"}, Reason: "accept the loss of offsets 5-14 (test)"}); err != nil {
 		t.Fatal(err)
 	}
@@ -726,16 +728,16 @@ func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
 		t.Fatal("old's heartbeats were never held back: the coordinator did not evict it")
 	}
 
-	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer adm.Close()
-	reports, err := fences.Diagnose(t.Context(), adm, s, c.group, c.topic)
+	defer cl.Close()
+	reports, err := fences.Diagnose(t.Context(), cl, s, c.group, c.topic)
 	if err != nil || len(reports) != 1 || len(reports[0].Problems) == 0 || reports[0].Problems[0].Kind != fences.HolderGone {
 		t.Fatalf("diagnose: %v %+v", err, reports)
 	}
-	if _, err := fences.Reset(t.Context(), adm, s, fences.Request{Scope: scope, Expect: fences.ExpectToken(reports[0].Fence),
+	if _, err := fences.Reset(t.Context(), cl, s, fences.Request{Scope: scope, Expect: fences.ExpectToken(reports[0].Fence),
 		Checkpoint: fences.Checkpoint{Keep: true}, Reason: "group recreated (test)"}); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func (w *Worker[Tx]) lagLoop() {
 	adm := kadm.NewClient(w.cl) // shares the client; never closed here
 	var topic topicWatch
 	var signalled time.Time
-	w.watchTopic(adm, &topic)
+	w.watchTopic(&topic)
 	t := time.NewTicker(w.cfg.LagInterval)
 	defer t.Stop()
 	for {
@@ -32,11 +32,11 @@ func (w *Worker[Tx]) lagLoop() {
 			// once a second.
 			if time.Since(signalled) >= time.Second {
 				signalled, topic.last = time.Now(), time.Time{}
-				w.watchTopic(adm, &topic)
+				w.watchTopic(&topic)
 			}
 			continue
 		}
-		w.watchTopic(adm, &topic)
+		w.watchTopic(&topic)
 		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.LagInterval)
 		ends, err := adm.ListEndOffsets(ctx, w.cfg.Topic)
 		cancel()

@@ -6,9 +6,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/workrouter/workrouter/internal/topicid"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -32,6 +32,9 @@ type topicWatch struct {
 	missing  bool
 	since    time.Time // first check that found it missing, in this streak
 	attempts int       // checks that found it missing, in this streak
+	// id is the topic ID the Worker's client consumes: the first one a
+	// check saw, then the one it moved to after a recreation.
+	id string
 }
 
 // watchTopic checks, at most every MinTopicCheckInterval, whether the
@@ -41,26 +44,22 @@ type topicWatch struct {
 // topic (the lag loop reports that failure itself). It is called from the
 // lag loop's goroutine: once when the Worker starts, then every
 // LagInterval.
-func (w *Worker[Tx]) watchTopic(adm *kadm.Client, tw *topicWatch) {
+func (w *Worker[Tx]) watchTopic(tw *topicWatch) {
 	now := time.Now()
 	if !tw.last.IsZero() && now.Sub(tw.last) < MinTopicCheckInterval {
 		return
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, max(w.cfg.LagInterval, MinTopicCheckInterval))
-	topics, err := adm.ListTopics(ctx, w.cfg.Topic)
+	id, err := topicid.Read(ctx, w.cl, w.cfg.Topic)
 	cancel()
-	if err != nil {
-		return
-	}
-	td, ok := topics[w.cfg.Topic]
-	missing := !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition)
-	if !missing && td.Err != nil {
-		return // some other error (authorization, a leader election): not a verdict
+	missing := errors.Is(err, kerr.UnknownTopicOrPartition)
+	if err != nil && !missing {
+		return // unreachable brokers, an authorization error, a leader election: not a verdict
 	}
 
 	tw.last = now
-	if !missing && td.ID != (kadm.TopicID{}) {
-		w.checkTopicID(sink.FormatTopicID(td.ID))
+	if !missing && id != ([16]byte{}) {
+		w.checkTopicID(tw, sink.FormatTopicID(id))
 	}
 	var e Event
 	switch {
@@ -80,27 +79,32 @@ func (w *Worker[Tx]) watchTopic(adm *kadm.Client, tw *topicWatch) {
 }
 
 // checkTopicID compares the topic ID the brokers report now with the one
-// the Worker's partitions were claimed on. A different one means the topic
-// was deleted and created again under them (docs/design.md#log-identity):
-// kgo refuses to fetch from the new topic (UNKNOWN_TOPIC_ID) and the
-// partitions would sit there. The Worker reports TopicRecreated, forgets
-// the old topic and consumes it again, which rejoins the group; each
-// partition's claim then finds the changed log and waits for an operator.
-// It is called from the lag loop's goroutine.
-func (w *Worker[Tx]) checkTopicID(id string) {
+// the Worker's client consumes: the first it saw (kgo stays with the first
+// instance of a topic and refuses to fetch from a new one, failing with
+// UNKNOWN_TOPIC_ID). A different one means the topic was deleted and
+// created again (docs/design.md#log-identity). The Worker reports
+// TopicRecreated, forgets the old topic and consumes it again, which
+// rejoins the group; each partition's claim then finds the changed log and
+// waits for an operator's reset, after which the client fetches the new
+// log. It is called from the lag loop's goroutine only (tw is its state).
+func (w *Worker[Tx]) checkTopicID(tw *topicWatch, id string) {
+	if tw.id == "" || tw.id == id {
+		tw.id = id
+		return
+	}
+	if w.ctx.Err() != nil {
+		return
+	}
+	old := tw.id
+	tw.id = id
 	w.mu.Lock()
-	var old string
-	var parts []int32
+	parts := make([]int32, 0, len(w.tenures))
 	for p, t := range w.tenures {
-		if t.topicID != "" && t.topicID != id {
-			old = t.topicID
+		if t.topicID == old {
 			parts = append(parts, p)
 		}
 	}
 	w.mu.Unlock()
-	if len(parts) == 0 || w.ctx.Err() != nil {
-		return
-	}
 	slices.Sort(parts)
 	w.obs.emit(TopicRecreated{Topic: w.cfg.Topic, OldID: old, NewID: id, Partitions: parts})
 	w.cl.PurgeTopicsFromClient(w.cfg.Topic)

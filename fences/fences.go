@@ -25,8 +25,11 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/topicid"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -47,9 +50,10 @@ const (
 	// (KIP-848 groups, whose epoch the broker reports).
 	EpochRegressed ProblemKind = "epoch_regressed"
 	// HolderGone: the stored holder is not a member of the group while
-	// another member is assigned the partition: that member's claims are
-	// refused (for a classic group, the sign that its generations went
-	// backwards).
+	// another member is assigned the partition, and the log shows nothing
+	// wrong: the owner's claim did not replace the holder, so it was
+	// refused (for a classic group, whose epochs the broker does not
+	// report, the sign that its generations went backwards).
 	HolderGone ProblemKind = "holder_gone"
 )
 
@@ -98,9 +102,11 @@ func ExpectToken(f sink.Fence) string {
 }
 
 // Diagnose reads every fence of group and topic from l and what the
-// broker says of the topic's log and of the group, and names each scope's
-// problems. It may be called from any goroutine.
-func Diagnose(ctx context.Context, adm *kadm.Client, l sink.Lister, group, topic string) ([]Report, error) {
+// brokers (through cl) say of the topic's log and of the group, and names
+// each scope's problems. The topic's ID is read from the brokers, never
+// from cl's metadata cache. It may be called from any goroutine.
+func Diagnose(ctx context.Context, cl *kgo.Client, l sink.Lister, group, topic string) ([]Report, error) {
+	adm := kadm.NewClient(cl)
 	all, err := l.Fences(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fences: reading the sink's fences: %w", err)
@@ -114,12 +120,11 @@ func Diagnose(ctx context.Context, adm *kadm.Client, l sink.Lister, group, topic
 	if len(reports) == 0 {
 		return nil, nil
 	}
-	topics, err := adm.ListTopics(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("fences: reading topic %s from the broker: %w", topic, err)
+	id, err := topicid.Read(ctx, cl, topic)
+	exists := err == nil
+	if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return nil, fmt.Errorf("fences: %w", err)
 	}
-	td, exists := topics[topic]
-	exists = exists && td.Err == nil
 	var starts, ends kadm.ListedOffsets
 	if exists {
 		if starts, err = adm.ListStartOffsets(ctx, topic); err != nil {
@@ -140,8 +145,8 @@ func Diagnose(ctx context.Context, adm *kadm.Client, l sink.Lister, group, topic
 		if c, ok := committed.Lookup(topic, p); ok && c.Err == nil {
 			r.Committed = c.At
 		}
-		if exists && td.ID != (kadm.TopicID{}) {
-			r.Log.TopicID = sink.FormatTopicID(td.ID)
+		if exists && id != ([16]byte{}) {
+			r.Log.TopicID = sink.FormatTopicID(id)
 			if s, ok := starts.Lookup(topic, p); ok && s.Err == nil {
 				r.Log.LogStart = s.Offset
 			}
@@ -151,7 +156,7 @@ func Diagnose(ctx context.Context, adm *kadm.Client, l sink.Lister, group, topic
 			if _, _, err := sink.CheckLog(r.Fence.Scope, true, r.Fence.TopicID, r.Fence.NextOffset, r.Log); err != nil {
 				var lc *sink.LogChangedError
 				if errors.As(err, &lc) {
-					r.Problems = append(r.Problems, Problem{Kind: logKind(lc), Detail: lc.Error()})
+					r.Problems = append(r.Problems, Problem{Kind: logKind(lc), Detail: lc.What()})
 				}
 			}
 		}
@@ -160,9 +165,9 @@ func Diagnose(ctx context.Context, adm *kadm.Client, l sink.Lister, group, topic
 			r.Problems = append(r.Problems, Problem{Kind: EpochRegressed,
 				Detail: fmt.Sprintf("the group's epoch is %d, below the stored holder's %d: the group was deleted and recreated, or its coordinator lost its state", groupEpoch, h.Epoch)})
 		}
-		if !h.IsZero() && !r.HolderIsMember && r.Owner != "" && r.Owner != h.Member {
+		if !h.IsZero() && !r.HolderIsMember && r.Owner != "" && r.Owner != h.Member && len(r.Problems) == 0 {
 			r.Problems = append(r.Problems, Problem{Kind: HolderGone,
-				Detail: fmt.Sprintf("the stored holder %s (epoch %d) is not a member of the group; %s is assigned the partition and its claim is refused unless its epoch is higher", h.Member, h.Epoch, r.Owner)})
+				Detail: fmt.Sprintf("the stored holder %s (epoch %d) is not a member of the group, and %s, which is assigned the partition, has not replaced it: its claims are refused, so the group's epochs went backwards", h.Member, h.Epoch, r.Owner)})
 		}
 	}
 	return reports, nil
@@ -284,11 +289,11 @@ type admin interface {
 // new checkpoint, and resets the fence in the sink — a compare-and-set
 // there too — with the diagnosis, the old and the new state in the audit
 // row. It may be called from any goroutine.
-func Reset(ctx context.Context, adm *kadm.Client, s admin, req Request) (Result, error) {
+func Reset(ctx context.Context, cl *kgo.Client, s admin, req Request) (Result, error) {
 	if strings.TrimSpace(req.Reason) == "" {
 		return Result{}, fmt.Errorf("%w: a reset needs a reason (it is recorded)", ErrBadRequest)
 	}
-	reports, err := Diagnose(ctx, adm, s, req.Scope.Group, req.Scope.Topic)
+	reports, err := Diagnose(ctx, cl, s, req.Scope.Group, req.Scope.Topic)
 	if err != nil {
 		return Result{}, err
 	}

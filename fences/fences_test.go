@@ -98,7 +98,7 @@ func (e *env) hold(tok epochs.Token, next int64) {
 
 func (e *env) report() fences.Report {
 	e.t.Helper()
-	rs, err := fences.Diagnose(e.ctx, e.adm, e.s, group, topic)
+	rs, err := fences.Diagnose(e.ctx, e.cl, e.s, group, topic)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestResetRefusedWithoutCause(t *testing.T) {
 		t.Fatalf("healthy scope diagnosed as %+v", r)
 	}
 	req := fences.Request{Scope: scope, Expect: fences.ExpectToken(r.Fence), Checkpoint: fences.Checkpoint{Keep: true}, Reason: "test"}
-	if _, err := fences.Reset(e.ctx, e.adm, e.s, req); !errors.Is(err, fences.ErrNoCause) {
+	if _, err := fences.Reset(e.ctx, e.cl, e.s, req); !errors.Is(err, fences.ErrNoCause) {
 		t.Fatalf("reset of a healthy scope: %v, want ErrNoCause", err)
 	}
 	if f := e.report().Fence; f.Holder != tok || f.ProofRequired {
@@ -138,7 +138,7 @@ func TestResetRefusedWithoutCause(t *testing.T) {
 	}
 
 	req.Force = true
-	res, err := fences.Reset(e.ctx, e.adm, e.s, req)
+	res, err := fences.Reset(e.ctx, e.cl, e.s, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestResetRequestChecks(t *testing.T) {
 		{"unknown scope", fences.Request{Scope: epochs.Scope{Group: group, Topic: topic, Partition: 3}, Expect: good, Force: true, Reason: "r"}, sink.ErrNotFound},
 		{"offset past the log", fences.Request{Scope: scope, Expect: good, Force: true, Checkpoint: fences.Checkpoint{RestartAt: "6"}, Reason: "r"}, fences.ErrBadRequest},
 	} {
-		if _, err := fences.Reset(e.ctx, e.adm, e.s, c.req); !errors.Is(err, c.want) {
+		if _, err := fences.Reset(e.ctx, e.cl, e.s, c.req); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
 	}
@@ -227,14 +227,14 @@ func TestRecreatedTopic(t *testing.T) {
 
 	expect := fences.ExpectToken(r.Fence)
 	keep := fences.Request{Scope: scope, Expect: expect, Checkpoint: fences.Checkpoint{Keep: true}, Reason: "topic recreated"}
-	if _, err := fences.Reset(e.ctx, e.adm, e.s, keep); !errors.Is(err, fences.ErrBadRequest) {
+	if _, err := fences.Reset(e.ctx, e.cl, e.s, keep); !errors.Is(err, fences.ErrBadRequest) {
 		t.Fatalf("keeping the checkpoint of a recreated topic: %v, want ErrBadRequest", err)
 	}
 	cp, err := fences.ParseCheckpoint("earliest")
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := fences.Reset(e.ctx, e.adm, e.s, fences.Request{Scope: scope, Expect: expect, Checkpoint: cp, Reason: "topic recreated"})
+	res, err := fences.Reset(e.ctx, e.cl, e.s, fences.Request{Scope: scope, Expect: expect, Checkpoint: cp, Reason: "topic recreated"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,10 +270,10 @@ func TestRetentionLoss(t *testing.T) {
 		t.Fatalf("problems %v, lost %d; want [retention_loss], 5", got, r.Lost())
 	}
 	expect := fences.ExpectToken(r.Fence)
-	if _, err := fences.Reset(e.ctx, e.adm, e.s, fences.Request{Scope: scope, Expect: expect, Checkpoint: fences.Checkpoint{RestartAt: "12"}, Reason: "r"}); !errors.Is(err, fences.ErrBadRequest) {
+	if _, err := fences.Reset(e.ctx, e.cl, e.s, fences.Request{Scope: scope, Expect: expect, Checkpoint: fences.Checkpoint{RestartAt: "12"}, Reason: "r"}); !errors.Is(err, fences.ErrBadRequest) {
 		t.Fatalf("restart at a deleted offset: %v, want ErrBadRequest", err)
 	}
-	res, err := fences.Reset(e.ctx, e.adm, e.s, fences.Request{Scope: scope, Expect: expect, Checkpoint: fences.Checkpoint{RestartAt: "15"}, Reason: "accepted the loss of 10-14 (INC-1)"})
+	res, err := fences.Reset(e.ctx, e.cl, e.s, fences.Request{Scope: scope, Expect: expect, Checkpoint: fences.Checkpoint{RestartAt: "15"}, Reason: "accepted the loss of 10-14 (INC-1)"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,7 @@ func TestHolderGone(t *testing.T) {
 	if !strings.Contains(r.Problems[0].Detail, "gone") {
 		t.Fatalf("detail does not name the holder: %s", r.Problems[0].Detail)
 	}
-	res, err := fences.Reset(e.ctx, e.adm, e.s, fences.Request{Scope: scope, Expect: fences.ExpectToken(r.Fence), Checkpoint: fences.Checkpoint{Keep: true}, Reason: "group recreated"})
+	res, err := fences.Reset(e.ctx, e.cl, e.s, fences.Request{Scope: scope, Expect: fences.ExpectToken(r.Fence), Checkpoint: fences.Checkpoint{Keep: true}, Reason: "group recreated"})
 	if err != nil {
 		t.Fatal(err)
 	}

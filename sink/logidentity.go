@@ -56,6 +56,13 @@ func (e *LogChangedError) Lost() int64 {
 
 // Error names the case, the evidence and the way out.
 func (e *LogChangedError) Error() string {
+	return fmt.Sprintf("sink: claim of %s refused: %s; nothing is applied on this partition until an operator decides with `workrouter fences reset` (--keep-checkpoint or --restart-at)",
+		e.Scope, e.What())
+}
+
+// What describes the case and its evidence, without the refusal around
+// it (for diagnoses). It may be called from any goroutine.
+func (e *LogChangedError) What() string {
 	var what string
 	switch e.Case {
 	case ErrTopicRecreated:
@@ -70,8 +77,7 @@ func (e *LogChangedError) Error() string {
 	default:
 		what = fmt.Sprint(e.Case)
 	}
-	return fmt.Sprintf("sink: claim of %s refused: %s; nothing is applied on this partition until an operator decides with `workrouter fences reset` (--keep-checkpoint or --restart-at)",
-		e.Scope, what)
+	return what
 }
 
 // Is reports whether target is ErrLogChanged or the error's case.

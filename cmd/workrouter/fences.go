@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -442,9 +441,8 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 		return fmt.Errorf("--brokers: %w", err)
 	}
 	defer cl.Close()
-	adm := kadm.NewClient(cl)
 
-	reports, err := fences.Diagnose(gctx, adm, s, f.group, f.topic)
+	reports, err := fences.Diagnose(gctx, cl, s, f.group, f.topic)
 	if err != nil {
 		return fmt.Errorf("%w (nothing changed)", brokerError(ctx, c.explain(err), c.brokers, f.topic, f.timeout))
 	}
@@ -509,7 +507,7 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 
 	for i, r := range targets {
 		scope := r.Fence.Scope
-		res, err := fences.Reset(gctx, adm, s, fences.Request{Scope: scope, Expect: expect[scope.Partition], Checkpoint: cp, Reason: f.reason, Force: f.force})
+		res, err := fences.Reset(gctx, cl, s, fences.Request{Scope: scope, Expect: expect[scope.Partition], Checkpoint: cp, Reason: f.reason, Force: f.force})
 		if err != nil {
 			switch {
 			case errors.Is(err, fences.ErrMoved):

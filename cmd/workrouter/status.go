@@ -438,7 +438,7 @@ func addSinkFences(ctx context.Context, cl *kgo.Client, rep *statusReport, spec 
 		return err
 	}
 	defer closeSink()
-	reports, err := fences.Diagnose(ctx, kadm.NewClient(cl), s, rep.Group, rep.Topic)
+	reports, err := fences.Diagnose(ctx, cl, s, rep.Group, rep.Topic)
 	if err != nil {
 		return fmt.Errorf("sink %s: %w", spec, err)
 	}

@@ -56,8 +56,9 @@ type Write struct {
 	Key string
 	Seq int64
 	// Order is the order the sink applied the write in, if known (for
-	// O); when every Order is zero, writes are taken in (partition,
-	// offset) order, which is the application order of one partition.
+	// O); when every Order is zero, writes are taken in (partition, log,
+	// offset) order — logs in the order the partition's history first
+	// names them — which is the application order of one partition.
 	Order int64
 }
 
@@ -189,11 +190,25 @@ func Check(in Input) Report {
 	add := func(f Finding) { r.Findings = append(r.Findings, f) }
 	writes := slices.Clone(in.Writes)
 	ordered := slices.ContainsFunc(writes, func(w Write) bool { return w.Order != 0 })
+	// Without an Order, a partition's writes are taken log by log, in the
+	// order its history first names each log (a reset onto a new log
+	// restarts the offsets), then by offset.
+	logRank := map[int32]map[string]int{}
+	for p, hs := range in.History {
+		m := map[string]int{}
+		for _, e := range hs {
+			if _, seen := m[e.TopicID]; e.TopicID != "" && !seen {
+				m[e.TopicID] = len(m) + 1
+			}
+		}
+		logRank[p] = m
+	}
 	slices.SortStableFunc(writes, func(a, b Write) int {
 		if ordered {
 			return cmp.Compare(a.Order, b.Order)
 		}
-		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(logRank[a.Partition][a.Log], logRank[b.Partition][b.Log]),
+			cmp.Compare(a.Offset, b.Offset))
 	})
 
 	// F.

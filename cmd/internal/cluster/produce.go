@@ -80,6 +80,11 @@ func (p *Producer) Send(ctx context.Context, count int) error {
 	return first
 }
 
+// Use makes p send through rt from now on (a new router after the topic
+// was recreated: a router keeps refusing a topic whose ID changed). It must
+// not be called while Send runs.
+func (p *Producer) Use(rt *router.Router) { p.rt = rt }
+
 // Sent is how many commands Send produced (acknowledged or not).
 func (p *Producer) Sent() int { return p.n }
 

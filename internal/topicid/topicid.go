@@ -1,0 +1,43 @@
+// Package topicid reads a topic's ID from the brokers themselves.
+//
+// kadm's ListTopics answers from the client's metadata cache, which may be
+// up to MetadataMinAge (5 s by default) old: right after a topic was
+// deleted and created again it can still hold the old topic ID. The log's
+// identity (docs/design.md#log-identity) must never be judged from that,
+// so claims, the topic watch and the operator's diagnosis read it here,
+// with a metadata request of their own.
+package topicid
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Read returns topic's ID as the brokers report it now (the zero ID for a
+// broker without topic IDs). A topic that does not exist fails with an
+// error matching kerr.UnknownTopicOrPartition. It may be called from any
+// goroutine.
+func Read(ctx context.Context, cl *kgo.Client, topic string) ([16]byte, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return [16]byte{}, fmt.Errorf("reading the metadata of topic %s: %w", topic, err)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return [16]byte{}, fmt.Errorf("reading the metadata of topic %s: %w", topic, err)
+		}
+		return t.TopicID, nil
+	}
+	return [16]byte{}, fmt.Errorf("reading the metadata of topic %s: %w", topic, kerr.UnknownTopicOrPartition)
+}
