@@ -257,7 +257,7 @@ func (w *procWorld) checkAcked(acked map[string]cluster.Acked) {
 		return cluster.LagZero(t.Context(), []string{w.brk.Addr()}, w.topic, w.group)
 	})
 	rep, err := w.b.store.Check(t.Context(), cluster.CheckConfig{Brokers: []string{w.brk.Addr()}, Group: w.group, Topic: w.topic,
-		Partitions: procPartitions, Acked: acked, NotConverged: converged != nil})
+		Partitions: procPartitions, Acked: acked, Poison: w.poison, NotConverged: converged != nil})
 	if err != nil {
 		t.Fatal(err)
 	}

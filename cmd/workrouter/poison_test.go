@@ -122,6 +122,7 @@ func TestPoisonRecordsDeadLettered(t *testing.T) {
 		}
 		for _, p := range poison {
 			produceRaw(t, raw, p.rec)
+			w.poison = append(w.poison, cluster.PoisonRecord{Partition: p.rec.Partition, Offset: p.rec.Offset})
 		}
 		w.produce(300)
 
@@ -271,11 +272,12 @@ func TestDLQRedriveAfterFix(t *testing.T) {
 		}
 		defer rt.Close()
 		frozen := ledger.Deposit("frozen-1", "frozen-cmd", 0, 500)
-		if _, err := rt.Send(t.Context(), frozen); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := rt.Send(t.Context(), router.Command{Key: []byte("typo-1"), Type: ledger.TypeDeposit, Payload: []byte(`{"id":"typo","amount":5`)}); err != nil {
-			t.Fatal(err)
+		for _, cmd := range []router.Command{frozen, {Key: []byte("typo-1"), Type: ledger.TypeDeposit, Payload: []byte(`{"id":"typo","amount":5`)}} {
+			res, err := rt.Send(t.Context(), cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.poison = append(w.poison, cluster.PoisonRecord{Partition: res.Partition, Offset: res.Offset})
 		}
 		w.produce(200)
 		procWait(t, 60*time.Second, "2 dead letters", func() bool { return a.Count(consumer.KindDeadLettered) >= 2 })

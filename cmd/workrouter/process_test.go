@@ -130,6 +130,9 @@ type procWorld struct {
 	topic string
 	group string
 	prod  *cluster.Producer
+	// poison are records the test wrote that must each be dead-lettered
+	// once (and nothing else): the checker's D.
+	poison []cluster.PoisonRecord
 }
 
 func newProcWorld(t *testing.T, b *procBackend) *procWorld {
@@ -279,7 +282,7 @@ func (w *procWorld) check() {
 		return cluster.LagZero(t.Context(), []string{w.brk.Addr()}, w.topic, w.group)
 	})
 	rep, err := w.b.store.Check(t.Context(), cluster.CheckConfig{Brokers: []string{w.brk.Addr()}, Group: w.group, Topic: w.topic,
-		Partitions: procPartitions, Acked: w.prod.Acked(), NotConverged: converged != nil})
+		Partitions: procPartitions, Acked: w.prod.Acked(), Poison: w.poison, NotConverged: converged != nil})
 	if err != nil {
 		t.Fatal(err)
 	}
