@@ -56,28 +56,33 @@ func (e *LogChangedError) Lost() int64 {
 
 // Error names the case, the evidence and the way out.
 func (e *LogChangedError) Error() string {
-	return fmt.Sprintf("sink: claim of %s refused: %s; nothing is applied on this partition until an operator decides with `workrouter fences reset` (--keep-checkpoint or --restart-at)",
-		e.Scope, e.What())
-}
-
-// What describes the case and its evidence, without the refusal around
-// it (for diagnoses). It may be called from any goroutine.
-func (e *LogChangedError) What() string {
-	var what string
+	what := e.What()
 	switch e.Case {
 	case ErrTopicRecreated:
-		what = fmt.Sprintf("the topic was recreated: the checkpoint %d was taken on topic ID %s, the topic now has ID %s",
+		what = "the topic was recreated: " + what
+	case ErrLogTruncated:
+		what = "the log was truncated below the checkpoint: " + what
+	}
+	return fmt.Sprintf("sink: claim of %s refused: %s; nothing is applied on this partition until an operator decides with `workrouter fences reset` (--keep-checkpoint or --restart-at)",
+		e.Scope, what)
+}
+
+// What gives the evidence of the case, without naming the case (Case
+// does) or the refusal around it: for diagnoses that name the case
+// themselves. It may be called from any goroutine.
+func (e *LogChangedError) What() string {
+	switch e.Case {
+	case ErrTopicRecreated:
+		return fmt.Sprintf("the checkpoint %d was taken on topic ID %s, the topic now has ID %s",
 			e.NextOffset, e.StoredTopicID, e.Observed.TopicID)
 	case ErrLogTruncated:
-		what = fmt.Sprintf("the log was truncated below the checkpoint: the sink has applied up to offset %d, the log now ends at %d (a broker lost its data, or an unclean leader election)",
+		return fmt.Sprintf("the sink has applied up to offset %d, the log now ends at %d (a broker lost its data, or an unclean leader election)",
 			e.NextOffset, e.Observed.LogEnd)
 	case ErrRetentionLoss:
-		what = fmt.Sprintf("%d records were deleted before they were applied: the checkpoint is %d, the log now starts at %d (retention or DeleteRecords)",
+		return fmt.Sprintf("%d records were deleted before they were applied: the checkpoint is %d, the log now starts at %d (retention or DeleteRecords)",
 			e.Lost(), e.NextOffset, e.Observed.LogStart)
-	default:
-		what = fmt.Sprint(e.Case)
 	}
-	return what
+	return fmt.Sprint(e.Case)
 }
 
 // Is reports whether target is ErrLogChanged or the error's case.

@@ -133,8 +133,9 @@ type statusPartition struct {
 	Lag       int64  `json:"lag"`
 	// State is what the worker last reported in the committed offset's
 	// metadata: "stalled" or "blocked" (with since, attempts and the last
-	// error), else "running" when a member owns the partition and
-	// "unowned" when none does.
+	// error); else "blocked" when a member owns the partition but --sink
+	// shows a problem that refuses its claims, "running" when a member owns
+	// it, and "unowned" when none does.
 	State         string     `json:"state"`
 	StateSince    *time.Time `json:"state_since,omitempty"`
 	StateAttempts int        `json:"state_attempts,omitempty"`
@@ -482,6 +483,9 @@ func addSinkFences(ctx context.Context, cl *kgo.Client, rep *statusReport, spec 
 		if !logChanged {
 			lag := max(p.EndOffset-f.NextOffset, 0)
 			sf.Lag = &lag
+		}
+		if len(r.Problems) > 0 && p.State == "running" {
+			p.State = "blocked" // its owner's claims are refused: see the problems
 		}
 		if f.ProofRequired {
 			p.Problems = append(p.Problems, statusProblem{Kind: "reset_pending",
