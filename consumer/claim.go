@@ -231,8 +231,9 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 				continue
 			}
 			w.logChanged.Add(1)
-			w.lostToRetention.Add(lc.Lost())
-			w.obs.emit(LogChanged{Token: t.tok, Err: lc})
+			newly := w.countLoss(t.tok.Partition, lc)
+			w.lostToRetention.Add(newly)
+			w.obs.emit(LogChanged{Token: t.tok, Err: lc, NewlyLost: newly})
 			w.block(t, err)
 			return 0, fmt.Errorf("%w: %w", errBlocked, err)
 		}
@@ -487,4 +488,30 @@ func (w *Worker[Tx]) reclaimTenure(t *tenure[Tx], cause error) {
 	case w.reclaimSig <- struct{}{}:
 	default:
 	}
+}
+
+// lossMark is the retention loss last counted for a partition: on the log
+// topicID, for the checkpoint next, lost records.
+type lossMark struct {
+	topicID string
+	next    int64
+	lost    int64
+}
+
+// countLoss returns how many of lc's lost records were not counted before
+// for partition p (a blocked partition's re-claims see the same loss
+// again), and remembers lc's. It may be called from any goroutine.
+func (w *Worker[Tx]) countLoss(p int32, lc *sink.LogChangedError) int64 {
+	lost := lc.Lost()
+	if lost <= 0 {
+		return 0
+	}
+	w.lossMu.Lock()
+	defer w.lossMu.Unlock()
+	mark, seen := w.losses[p]
+	w.losses[p] = lossMark{topicID: lc.StoredTopicID, next: lc.NextOffset, lost: max(lost, mark.lost)}
+	if seen && mark.topicID == lc.StoredTopicID && mark.next == lc.NextOffset {
+		return max(lost-mark.lost, 0)
+	}
+	return lost
 }

@@ -268,6 +268,11 @@ type DeadLettered struct {
 type LogChanged struct {
 	Token epochs.Token
 	Err   *sink.LogChangedError
+	// NewlyLost is how many of Err.Lost() records no earlier refusal
+	// reported by this Worker counted: a blocked partition's re-claims
+	// find the same loss again and count 0 (or only what retention
+	// deleted since).
+	NewlyLost int64
 }
 
 // Blocked: a claim was refused for a reason an operator must resolve —

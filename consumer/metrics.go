@@ -238,7 +238,7 @@ func (m *metrics) Observe(e Event) {
 		m.running(e.Token)
 	case LogChanged:
 		m.logChanged.WithLabelValues(e.Token.Topic, logCase(e.Err)).Inc()
-		if n := e.Err.Lost(); n > 0 {
+		if n := e.NewlyLost; n > 0 {
 			m.recordsLost.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition)).Add(float64(n))
 		}
 	case Revoked:

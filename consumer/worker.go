@@ -35,7 +35,8 @@ type Stats struct {
 	DeadLettered  int64 // records the sink stored as dead letters
 	LogChanged    int64 // claims refused because the log under the checkpoint changed
 	// LostToRetention counts records deleted before they were applied,
-	// as refused claims found them (docs/design.md#log-identity).
+	// as refused claims found them (docs/design.md#log-identity), each
+	// once: a blocked partition's re-claims do not count it again.
 	LostToRetention int64
 	Misrouted       int64 // records whose key maps to another partition under Config.Partitioner
 }
@@ -75,6 +76,9 @@ type Worker[Tx any] struct {
 	reclaimSig chan struct{} // wakes reclaimLoop before its next tick
 	topicSig   chan struct{} // wakes the lag loop to check the topic (see topicIDUnknown)
 
+	lossMu sync.Mutex
+	losses map[int32]lossMark // per partition, the retention loss already counted
+
 	route *routeCheck
 
 	assigned, revoked, lost, claims, fencedClaims, fencedApplies atomic.Int64
@@ -100,6 +104,7 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		commitSig:  make(chan struct{}, 1),
 		reclaimSig: make(chan struct{}, 1),
 		topicSig:   make(chan struct{}, 1),
+		losses:     make(map[int32]lossMark),
 		ready:      make(chan struct{}),
 		done:       make(chan struct{}),
 		route:      &routeCheck{partitioner: c.Partitioner, policy: c.Misroute},

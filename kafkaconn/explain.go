@@ -170,6 +170,7 @@ type Probe struct {
 	last    error
 	named   error         // the first failure Explain names
 	refused chan struct{} // closed when named is set
+	readOK  bool          // a response was read: the client talked to a broker
 }
 
 // NewProbe returns a Probe for a client that connects as c.
@@ -204,6 +205,32 @@ func (p *Probe) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.
 		}
 	}
 	p.record(err)
+}
+
+// OnBrokerRead records a response that could not be read because the
+// broker hung up at the first request of a connection (kgo's
+// ErrFirstReadEOF): a broker that requires SASL or TLS the client does not
+// use. The request itself may then fail with a vaguer error (the client
+// retried it on a connection that died the same way), which Explain
+// explains with this one. kgo calls it from its connection goroutines.
+//
+// Only before any response was read: once the client talked to a broker,
+// a connection that dies at its first request is a broker going away (a
+// restart), not a misconfiguration.
+func (p *Probe) OnBrokerRead(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+	if err == nil {
+		p.mu.Lock()
+		p.readOK = true
+		p.mu.Unlock()
+		return
+	}
+	var firstRead *kgo.ErrFirstReadEOF
+	p.mu.Lock()
+	talked := p.readOK
+	p.mu.Unlock()
+	if !talked && errors.As(err, &firstRead) {
+		p.record(err)
+	}
 }
 
 // record remembers err as the last failure, and as the named one if it is

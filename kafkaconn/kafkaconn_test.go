@@ -267,3 +267,32 @@ func TestSecretNeverPrinted(t *testing.T) {
 		t.Error("Reveal does not return the secret")
 	}
 }
+
+// TestProbeExplainsAVagueError: a client without SASL whose first request
+// the broker hung up on may see the request fail with a vaguer error (kgo
+// retried it on a connection that died the same way); the Probe saw the
+// first-read EOF and names the cause. Once the client has read a response,
+// such an EOF is a broker going away and names nothing.
+func TestProbeExplainsAVagueError(t *testing.T) {
+	vague := errors.New("the broker connection has died and the request will be retried on a new connection")
+	firstRead := &kgo.ErrFirstReadEOF{}
+	cfg := kafkaconn.Config{Brokers: []string{"127.0.0.1:9092"}, TLS: true} // TLS without SASL
+
+	p := kafkaconn.NewProbe(cfg)
+	p.OnBrokerRead(kgo.BrokerMetadata{}, 18, 0, 0, 0, firstRead)
+	if err := p.Explain(vague); !errors.Is(err, kafkaconn.ErrSASLRequired) {
+		t.Fatalf("Explain after a first-read EOF: %v, want ErrSASLRequired", err)
+	}
+	select {
+	case <-p.Refused():
+	default:
+		t.Fatal("Refused not closed for a named cause")
+	}
+
+	p = kafkaconn.NewProbe(cfg)
+	p.OnBrokerRead(kgo.BrokerMetadata{}, 18, 100, 0, 0, nil)
+	p.OnBrokerRead(kgo.BrokerMetadata{}, 3, 0, 0, 0, firstRead)
+	if err := p.Explain(vague); errors.Is(err, kafkaconn.ErrSASLRequired) {
+		t.Fatalf("Explain after the client talked to a broker: %v, want the error unexplained", err)
+	}
+}

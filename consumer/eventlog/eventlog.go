@@ -129,7 +129,7 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 	case consumer.LogChanged:
 		tok(e.Token)
 		r.NextOffset, r.Err = e.Err.NextOffset, errText(e.Err)
-		r.Fields = map[string]string{"case": e.Err.Case.Error(), "lost": strconv.FormatInt(e.Err.Lost(), 10),
+		r.Fields = map[string]string{"case": e.Err.Case.Error(), "lost": strconv.FormatInt(e.Err.Lost(), 10), "newly_lost": strconv.FormatInt(e.NewlyLost, 10),
 			"stored_topic_id": e.Err.StoredTopicID, "topic_id": e.Err.Observed.TopicID,
 			"log_start": strconv.FormatInt(e.Err.Observed.LogStart, 10), "log_end": strconv.FormatInt(e.Err.Observed.LogEnd, 10)}
 	case consumer.Blocked:
