@@ -470,6 +470,24 @@ func TestReadyzFailsWhileStalled(t *testing.T) {
 	if !stalled.MatchString(metric(addr)) {
 		t.Fatalf("/readyz answers 503 but partition %d's stalled gauge is not 1:\n%s", res.Partition, metric(addr))
 	}
+	// status reads the stall from the committed offset's metadata, which
+	// the worker writes at every retry.
+	var sp statusPartition
+	procWait(t, 30*time.Second, "status --json to show the stall", func() bool {
+		rep, err := statusJSON(t, "--brokers", brk.Addr(), "--group", "ledger-workers", "--topic", ledger.Topic, "--check-keys", "0")
+		if err != nil {
+			return false
+		}
+		for _, q := range rep.Partitions {
+			if q.Partition == res.Partition {
+				sp = q
+			}
+		}
+		return sp.State == "stalled"
+	})
+	if sp.StateSince == nil || sp.StateAttempts < 1 || !strings.Contains(sp.StateError, `no handler for command type "transfer"`) {
+		t.Fatalf("status --json of the stalled partition: %+v", sp)
+	}
 	p.interrupt(t)
 
 	p, addr = start("dead-letter")
