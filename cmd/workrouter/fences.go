@@ -522,7 +522,7 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 		}
 		fmt.Fprintf(out, "reset %s\n  before: holder %s, checkpoint %d, topic ID %s\n  after:  holder none, checkpoint %d, topic ID %s; the next claim must prove its membership\n",
 			scope, holderText(res.Before.Holder), res.Before.NextOffset, orDash(res.Before.TopicID), res.After.NextOffset, orDash(res.After.TopicID))
-		fmt.Fprintf(out, "  %s\n", resumeText(res.Resumes, r.Owner))
+		fmt.Fprintf(out, "  %s\n", resumeText(res.Resumes, r.Owner, r.Members))
 	}
 	if f.asJSON {
 		return writeJSONErr(out, plans)
@@ -607,14 +607,17 @@ func printPlans(w io.Writer, plans []resetPlan, force bool) {
 			forced = " (forced)"
 		}
 		fmt.Fprintf(w, "  reset:    holder -> none%s; checkpoint %d -> %d; the next claim must prove its membership\n", forced, p.Fence.NextOffset, p.Checkpoint)
-		fmt.Fprintf(w, "  then:     %s\n", resumeText(p.Resumes, p.Owner))
+		fmt.Fprintf(w, "  then:     %s\n", resumeText(p.Resumes, p.Owner, p.Members))
 		fmt.Fprintf(w, "  expect:   %d=%s\n", p.Partition, p.Expect)
 	}
 }
 
-func resumeText(resumes bool, owner string) string {
-	if resumes {
+func resumeText(resumes bool, owner string, members int) string {
+	switch {
+	case resumes:
 		return fmt.Sprintf("the running worker that is assigned the partition (member %s) claims it again by itself, within its reclaim interval (10 s by default)", owner)
+	case members > 0:
+		return fmt.Sprintf("the group has %d member(s) but none is assigned the partition now (a rebalance in progress?): the member that is assigned it claims it then", members)
 	}
 	return "no member is assigned the partition now: it resumes when a worker of the group is assigned it"
 }

@@ -113,7 +113,7 @@ func TestTopicRecreatedUnderWorkers(t *testing.T) {
 		w.produce(100)
 		procWait(t, 60*time.Second, "the workers to refuse the new log", func() bool {
 			return w1.Count("log_changed")+w2.Count("log_changed") >= procPartitions &&
-				w1.Count("topic_recreated")+w2.Count("topic_recreated") > 0
+				w1.Count("topic_recreated") > 0 && w2.Count("topic_recreated") > 0 // each worker's client moved to the new topic
 		})
 		if n := w.postings(); n != before {
 			t.Fatalf("%d postings applied from the new log before the operator decided", n-before)
@@ -122,6 +122,20 @@ func TestTopicRecreatedUnderWorkers(t *testing.T) {
 			t.Fatalf("status does not say the topic was recreated:\n%s", st)
 		}
 
+		// The workers rejoin when they see the new topic ID: wait until
+		// the group has settled, so that the reset can say who resumes.
+		procWait(t, 60*time.Second, "every partition assigned again", func() bool {
+			rep, err := statusJSON(t, "--brokers", w.brk.Addr(), "--group", w.group, "--topic", w.topic, "--check-keys", "0")
+			if err != nil || len(rep.Partitions) != procPartitions {
+				return false
+			}
+			for _, p := range rep.Partitions {
+				if p.Owner == "" {
+					return false
+				}
+			}
+			return true
+		})
 		_, done := w.operatorReset([]string{"--restart-at", "earliest"}, "problem:  topic recreated", "checkpoint")
 		if strings.Count(done, "claims it again by itself") != procPartitions {
 			t.Fatalf("the reset does not say the running workers resume:\n%s", done)
