@@ -534,14 +534,9 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 		t.Fatalf("%d effects applied before the reset, want %d (nothing of the new log)", n, len(keys)*5)
 	}
 
-	reports, err := fences.Diagnose(ctx, cl, s, c.group, c.topic)
-	if err != nil || len(reports) != 1 || len(reports[0].Problems) != 1 || reports[0].Problems[0].Kind != fences.TopicRecreated {
-		t.Fatalf("diagnose: %v, %+v", err, reports)
-	}
-	if _, err := fences.Reset(ctx, cl, s, fences.Request{Scope: reports[0].Fence.Scope, Expect: fences.ExpectToken(reports[0].Fence),
-		Checkpoint: fences.Checkpoint{RestartAt: "earliest"}, Reason: "topic recreated (test)"}); err != nil {
-		t.Fatal(err)
-	}
+	operatorReset(t, cl, s, c, fences.Checkpoint{RestartAt: "earliest"}, func(r fences.Report) bool {
+		return len(r.Problems) == 1 && r.Problems[0].Kind == fences.TopicRecreated
+	})
 	waitFor(t, 30*time.Second, "the new log applied", func() bool { return appliedCount(s, keys) == len(keys)*8 })
 	checkInvariants(t, s, keys, 8)
 }
@@ -621,14 +616,7 @@ func TestRetentionUnderLiveWorker(t *testing.T) {
 	}
 
 	// The operator accepts the loss: restart at the log start.
-	reports, err := fences.Diagnose(ctx, cl, s, c.group, c.topic)
-	if err != nil || len(reports) != 1 || reports[0].Lost() != 10 {
-		t.Fatalf("diagnose: %v %+v", err, reports)
-	}
-	if _, err := fences.Reset(ctx, cl, s, fences.Request{Scope: reports[0].Fence.Scope, Expect: fences.ExpectToken(reports[0].Fence),
-		Checkpoint: fences.Checkpoint{RestartAt: "earliest"}, Reason: "accept the loss of offsets 5-14 (test)"}); err != nil {
-		t.Fatal(err)
-	}
+	operatorReset(t, cl, s, c, fences.Checkpoint{RestartAt: "earliest"}, func(r fences.Report) bool { return r.Lost() == 10 })
 	waitFor(t, 30*time.Second, "the records past the gap applied", func() bool { return appliedCount(s, keys) == 10 })
 	if got := logOf(s, keys[0]); !slices.Equal(got, []int{0, 1, 2, 3, 4, 15, 16, 17, 18, 19}) {
 		t.Fatalf("applied %v", got)
@@ -674,7 +662,6 @@ func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(5)
-	scope := epochs.Scope{Group: c.group, Topic: c.topic, Partition: 0}
 	prev := epochs.Token{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 10, Member: "previous-incarnation"}
 	if _, err := s.Claim(t.Context(), prev, sink.Observed{}); err != nil {
 		t.Fatal(err)
@@ -733,14 +720,9 @@ func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	reports, err := fences.Diagnose(t.Context(), cl, s, c.group, c.topic)
-	if err != nil || len(reports) != 1 || len(reports[0].Problems) == 0 || reports[0].Problems[0].Kind != fences.HolderGone {
-		t.Fatalf("diagnose: %v %+v", err, reports)
-	}
-	if _, err := fences.Reset(t.Context(), cl, s, fences.Request{Scope: scope, Expect: fences.ExpectToken(reports[0].Fence),
-		Checkpoint: fences.Checkpoint{Keep: true}, Reason: "group recreated (test)"}); err != nil {
-		t.Fatal(err)
-	}
+	operatorReset(t, cl, s, c, fences.Checkpoint{Keep: true}, func(r fences.Report) bool {
+		return len(r.Problems) > 0 && r.Problems[0].Kind == fences.HolderGone
+	})
 
 	// OLD wakes right after the reset and claims first.
 	oldSink.gate.open()
@@ -790,4 +772,18 @@ func TestEqualEpochAfterDataLoss(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == 9 })
 	checkInvariants(t, s, keys, 3)
+}
+
+// operatorReset diagnoses the cluster's only partition as an operator
+// would, checks the diagnosis with ok, and resets its fence with cp.
+func operatorReset(t *testing.T, cl *kgo.Client, s *memory.Sink, c *cluster, cp fences.Checkpoint, ok func(fences.Report) bool) {
+	t.Helper()
+	reports, err := fences.Diagnose(t.Context(), cl, s, c.group, c.topic)
+	if err != nil || len(reports) != 1 || !ok(reports[0]) {
+		t.Fatalf("diagnose: %v, %+v", err, reports)
+	}
+	if _, err := fences.Reset(t.Context(), cl, s, fences.Request{Scope: reports[0].Fence.Scope, Expect: fences.ExpectToken(reports[0].Fence),
+		Checkpoint: cp, Reason: "the operator's reset (test)"}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -263,7 +263,9 @@ func TestBrokerLostItsData(t *testing.T) {
 	})
 }
 
-// checkAcked is check with the given acknowledged commands.
+// checkAcked waits for lag zero and verifies every invariant from the
+// sink's own records with the shared checker, acked being the commands the
+// broker acknowledged that must be applied.
 func (w *procWorld) checkAcked(acked map[string]cluster.Acked) {
 	t := w.t
 	t.Helper()

@@ -276,19 +276,8 @@ func (w *procWorld) checkpoints() map[int32]int64 {
 // check waits for lag zero and verifies every invariant from the sink's
 // own records with the shared checker.
 func (w *procWorld) check() {
-	t := w.t
-	t.Helper()
-	converged := cluster.WaitUntil(t.Context(), 60*time.Second, "Kafka lag to reach zero", func() bool {
-		return cluster.LagZero(t.Context(), []string{w.brk.Addr()}, w.topic, w.group)
-	})
-	rep, err := w.b.store.Check(t.Context(), cluster.CheckConfig{Brokers: []string{w.brk.Addr()}, Group: w.group, Topic: w.topic,
-		Partitions: procPartitions, Acked: w.prod.Acked(), Poison: w.poison, NotConverged: converged != nil})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Total() != 0 {
-		t.Fatalf("invariants violated: %+v\n%s", rep.Violations, strings.Join(rep.Notes(20), "\n"))
-	}
+	w.t.Helper()
+	w.checkAcked(w.prod.Acked())
 }
 
 // postingsOf counts the postings of partition part written under epoch by
