@@ -21,6 +21,10 @@ import (
 // the partition waits, and reclaimLoop claims it again.
 var errBlocked = errors.New("consumer: claim blocked")
 
+// errClientOnOldTopic: a claim waits until the Worker's client consumes
+// the topic the claim observed (after a recreation).
+var errClientOnOldTopic = errors.New("consumer: the client is on the topic's previous incarnation")
+
 // adjustOffsets runs after onAssigned and before fetching starts: it claims
 // every partition about to be fetched (docs/design.md#claim) and returns the
 // sink's NextOffset as the fetch position. A partition whose claim is
@@ -185,6 +189,15 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 			obs, err = w.observePartition(ctx, t.tok.Partition)
 		}
 		var next int64
+		if err == nil && obs.TopicID != "" {
+			// A claim on a log the client does not consume yet (the topic
+			// was recreated and the topic watch has not moved the client)
+			// would succeed and then fetch nothing: move the client first.
+			if cid := w.clientTopic.Load(); cid != nil && *cid != obs.TopicID {
+				w.topicIDUnknown()
+				err = fmt.Errorf("%w: the topic now has ID %s, the client still consumes %s; moving it to the new topic first", errClientOnOldTopic, obs.TopicID, *cid)
+			}
+		}
 		if err == nil {
 			if obs.TopicID != "" {
 				t.topicID = obs.TopicID

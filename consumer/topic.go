@@ -90,6 +90,7 @@ func (w *Worker[Tx]) watchTopic(tw *topicWatch) {
 func (w *Worker[Tx]) checkTopicID(tw *topicWatch, id string) {
 	if tw.id == "" || tw.id == id {
 		tw.id = id
+		w.clientTopic.Store(&id)
 		return
 	}
 	if w.ctx.Err() != nil {
@@ -97,6 +98,7 @@ func (w *Worker[Tx]) checkTopicID(tw *topicWatch, id string) {
 	}
 	old := tw.id
 	tw.id = id
+	defer w.clientTopic.Store(&id) // once the client moved
 	w.mu.Lock()
 	parts := make([]int32, 0, len(w.tenures))
 	for p, t := range w.tenures {

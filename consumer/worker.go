@@ -75,6 +75,9 @@ type Worker[Tx any] struct {
 	mirrorSig  chan struct{} // nil without Config.DeadLetterTopic
 	reclaimSig chan struct{} // wakes reclaimLoop before its next tick
 	topicSig   chan struct{} // wakes the lag loop to check the topic (see topicIDUnknown)
+	// clientTopic is the topic ID the client consumes (see checkTopicID);
+	// "" until the first check.
+	clientTopic atomic.Pointer[string]
 
 	lossMu sync.Mutex
 	losses map[int32]lossMark // per partition, the retention loss already counted
