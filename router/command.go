@@ -75,18 +75,23 @@ func Encode(topic string, partition int32, cmd Command) (*kgo.Record, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}
-	headers := make([]kgo.RecordHeader, 0, len(cmd.Headers)+1)
-	headers = append(headers, kgo.RecordHeader{Key: TypeHeader, Value: []byte(cmd.Type)})
-	for _, h := range cmd.Headers {
-		headers = append(headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-	}
 	return &kgo.Record{
 		Topic:     topic,
 		Partition: partition,
 		Key:       cmd.Key,
 		Value:     cmd.Payload,
-		Headers:   headers,
+		Headers:   appendHeaders(make([]kgo.RecordHeader, 0, len(cmd.Headers)+1), []byte(cmd.Type), cmd.Headers),
 	}, nil
+}
+
+// appendHeaders appends the type header, with value typ, and the user
+// headers to dst.
+func appendHeaders(dst []kgo.RecordHeader, typ []byte, user []Header) []kgo.RecordHeader {
+	dst = append(dst, kgo.RecordHeader{Key: TypeHeader, Value: typ})
+	for _, h := range user {
+		dst = append(dst, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	return dst
 }
 
 // Decode returns the command carried by r. Every error it returns matches

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 // asserts anything about how long an operation takes.
 const testTimeout = 30 * time.Second
 
-func testContext(t *testing.T) context.Context {
+func testContext(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	t.Cleanup(cancel)
@@ -30,7 +30,7 @@ func testContext(t *testing.T) context.Context {
 
 // newCluster starts an in-process kfake broker with topic seeded with
 // partitions partitions and returns its addresses.
-func newCluster(t *testing.T, topic string, partitions int32) []string {
+func newCluster(t testing.TB, topic string, partitions int32) []string {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic))
 	if err != nil {
@@ -41,7 +41,7 @@ func newCluster(t *testing.T, topic string, partitions int32) []string {
 }
 
 // newRouter creates a Router on addrs and closes it at cleanup.
-func newRouter(t *testing.T, cfg router.Config) *router.Router {
+func newRouter(t testing.TB, cfg router.Config) *router.Router {
 	t.Helper()
 	r, err := router.New(testContext(t), cfg)
 	if err != nil {

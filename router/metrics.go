@@ -96,12 +96,13 @@ func (m *metrics) notSent(topic string, err error) {
 	m.sends.WithLabelValues(topic, outcome).Inc()
 }
 
-// sent counts a send the producer completed, started at start.
-func (m *metrics) sent(topic string, start time.Time, err error) {
+// sent counts a send the producer completed, took after it was handed to
+// the client.
+func (m *metrics) sent(topic string, took time.Duration, err error) {
 	if m == nil {
 		return
 	}
-	m.sendDuration.Observe(time.Since(start).Seconds())
+	m.sendDuration.Observe(took.Seconds())
 	outcome := outcomeOK
 	if err != nil {
 		outcome = outcomeError

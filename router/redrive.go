@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -30,20 +29,18 @@ func (r *Router) Redrive(ctx context.Context, cmd Command, of string) (Result, e
 	if of == "" {
 		return Result{}, ErrNoRedriveSource
 	}
-	rec, err := r.record(cmd)
+	p, err := r.pending(cmd)
 	if err != nil {
 		r.m.notSent(r.cfg.Topic, err)
 		return Result{}, err
 	}
-	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: RedriveOfHeader, Value: []byte(of)})
+	p.rec.Headers = append(p.rec.Headers, kgo.RecordHeader{Key: RedriveOfHeader, Value: []byte(of)})
 	var (
 		res  Result
 		done = make(chan struct{})
 	)
-	start := time.Now()
-	r.cl.Produce(ctx, rec, func(rec *kgo.Record, perr error) {
-		r.m.sent(r.cfg.Topic, start, perr)
-		res, err = r.result(rec, perr)
+	r.produce(ctx, p, func(rs Result, e error) {
+		res, err = rs, e
 		close(done)
 	})
 	<-done

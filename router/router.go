@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -21,12 +22,14 @@ type Router struct {
 	cl         *kgo.Client
 	ownsClient bool
 
-	mu      sync.RWMutex
-	closed  bool
-	count   int32                       // partition count keys are partitioned by
-	refused *PartitionCountChangedError // set, under Refuse, once a change is seen
+	mu    sync.Mutex                // serializes changes of state
+	state atomic.Pointer[sendState] // read by every send without a lock
 
 	checkMu sync.Mutex // serializes partition checks (and OnAlarm calls)
+
+	promise func(*kgo.Record, error) // r.onProduced, made once: every send shares it
+	hooked  bool                     // the client has hooks: each send gets a promise of its own
+	epoch   time.Time                // when New ran: a pending's clock (see pending.sentAt)
 
 	stop      context.CancelFunc // stops the checker goroutine
 	done      chan struct{}      // closed when the checker goroutine returns
@@ -34,6 +37,22 @@ type Router struct {
 	closeErr  error
 
 	m *metrics // nil without Config.Registerer
+}
+
+// sendState is what a send reads: replaced as a whole (under Router.mu),
+// never modified, so that sends read it with one atomic load.
+type sendState struct {
+	closed  bool
+	count   int32                       // partition count keys are partitioned by
+	refused *PartitionCountChangedError // set, under Refuse, once a change is seen
+}
+
+// setState replaces the send state with change applied to a copy of it.
+// The caller holds r.mu.
+func (r *Router) setState(change func(*sendState)) {
+	st := *r.state.Load()
+	change(&st)
+	r.state.Store(&st)
 }
 
 // Result is the outcome of a successful send.
@@ -62,6 +81,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		return nil, err
 	}
 	r := &Router{cfg: cfg, cl: cfg.Client, done: make(chan struct{})}
+	r.state.Store(&sendState{})
 	if cfg.Registerer != nil {
 		m := newMetrics()
 		if err := m.register(cfg.Registerer); err != nil {
@@ -93,7 +113,11 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		r.m.unregister()
 		return nil, err
 	}
-	r.count = n
+	r.state.Store(&sendState{count: n})
+	r.promise = r.onProduced
+	r.epoch = time.Now()
+	hooks, _ := r.cl.OptValue(kgo.WithHooks).([]kgo.Hook)
+	r.hooked = len(hooks) > 0
 	r.m.initTopic(cfg.Topic, cfg.OnPartitionCountChange)
 	cfg.Logger.Info("router started", "topic", cfg.Topic, "partitions", n, "partitioner", cfg.Partitioner,
 		"on_partition_count_change", cfg.OnPartitionCountChange)
@@ -173,41 +197,104 @@ func (r *Router) Send(ctx context.Context, cmd Command) (Result, error) {
 // buffer is full (until ctx is done). fn must not be nil. Safe to call from
 // any goroutine.
 func (r *Router) SendAsync(ctx context.Context, cmd Command, fn func(Result, error)) {
-	rec, err := r.record(cmd)
+	p, err := r.pending(cmd)
 	if err != nil {
 		r.m.notSent(r.cfg.Topic, err)
 		fn(Result{}, err)
 		return
 	}
-	if r.m == nil {
-		r.cl.Produce(ctx, rec, func(rec *kgo.Record, err error) {
-			fn(r.result(rec, err))
-		})
-		return
-	}
-	start := time.Now()
-	r.cl.Produce(ctx, rec, func(rec *kgo.Record, err error) {
-		r.m.sent(r.cfg.Topic, start, err)
-		fn(r.result(rec, err))
-	})
+	r.produce(ctx, p, fn)
 }
 
-// record validates cmd and encodes it for the partition its key maps to
-// under the current partition count.
-func (r *Router) record(cmd Command) (*kgo.Record, error) {
+// produce hands p's record to the client; fn gets the outcome.
+func (r *Router) produce(ctx context.Context, p *pending, fn func(Result, error)) {
+	p.fn = fn
+	if r.m != nil {
+		p.sentAt = int64(time.Since(r.epoch))
+	}
+	if r.hooked {
+		r.cl.Produce(ctx, &p.rec, func(rec *kgo.Record, err error) { r.finish(p, rec, err) })
+		return
+	}
+	p.Context = ctx
+	p.rec.Context = p
+	r.cl.Produce(ctx, &p.rec, r.promise)
+}
+
+// pending is one send in flight: the record handed to the client, its type
+// header and the callback, in one allocation (raw kgo pays one for the
+// record and one for its headers; see BenchmarkSendAsync). Unless the
+// client has hooks, the record's Context is the pending itself, which
+// embeds the caller's ctx (so the client sees the caller's context), and
+// the one promise every send shares ([Router.onProduced]) finds its
+// callback from the record. kgo lets hooks replace a record's Context, so
+// with hooks each send has a promise of its own.
+type pending struct {
+	context.Context // the caller's ctx
+	rec             kgo.Record
+	hdr             [1]kgo.RecordHeader // the type header of a command without user headers
+	typ             [pendingTypeLen]byte
+	fn              func(Result, error)
+	sentAt          int64 // with metrics only: when produce was called, in ns since Router.epoch
+}
+
+// pendingTypeLen is the longest command Type a pending carries inline;
+// a longer one is copied to a slice of its own.
+const pendingTypeLen = 16
+
+// pending validates cmd and encodes it, for the partition its key maps to
+// under the current partition count, into a new pending send.
+func (r *Router) pending(cmd Command) (*pending, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.closed {
+	st := r.state.Load()
+	if st.closed {
 		return nil, fmt.Errorf("%w: cannot send to topic %q", ErrClosed, r.cfg.Topic)
 	}
-	if r.refused != nil {
-		e := *r.refused
+	if st.refused != nil {
+		e := *st.refused
 		return nil, &e
 	}
-	return Encode(r.cfg.Topic, r.cfg.Partitioner.Partition(cmd.Key, r.count), cmd)
+	p := &pending{}
+	var typ []byte
+	if len(cmd.Type) <= pendingTypeLen {
+		typ = p.typ[:copy(p.typ[:], cmd.Type)]
+	} else {
+		typ = []byte(cmd.Type)
+	}
+	headers := p.hdr[:0]
+	if len(cmd.Headers) > 0 {
+		headers = make([]kgo.RecordHeader, 0, len(cmd.Headers)+1)
+	}
+	p.rec = kgo.Record{
+		Topic:     r.cfg.Topic,
+		Partition: r.cfg.Partitioner.Partition(cmd.Key, st.count),
+		Key:       cmd.Key,
+		Value:     cmd.Payload,
+		Headers:   appendHeaders(headers, typ, cmd.Headers),
+	}
+	return p, nil
+}
+
+// onProduced is the promise of every send: it finds the send's pending
+// from the record and calls its callback with the outcome.
+func (r *Router) onProduced(rec *kgo.Record, err error) {
+	p, ok := rec.Context.(*pending)
+	if !ok {
+		// Unreachable: without hooks nothing but produce sets a record's
+		// Context. Losing a callback silently would be worse than this.
+		panic(fmt.Sprintf("router: the Context of a record sent to %s/%d is not the router's; SendAsync cannot find its callback", rec.Topic, rec.Partition))
+	}
+	r.finish(p, rec, err)
+}
+
+// finish reports a send's outcome to its callback (and its metrics).
+func (r *Router) finish(p *pending, rec *kgo.Record, err error) {
+	if r.m != nil {
+		r.m.sent(r.cfg.Topic, time.Since(r.epoch)-time.Duration(p.sentAt), err)
+	}
+	p.fn(r.result(rec, err))
 }
 
 // result converts a produce promise's arguments into a send outcome.
@@ -222,9 +309,7 @@ func (r *Router) result(rec *kgo.Record, err error) (Result, error) {
 }
 
 func (r *Router) isClosed() bool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.closed
+	return r.state.Load().closed
 }
 
 // Flush waits until every send buffered so far has completed (its callback
@@ -255,7 +340,7 @@ func (r *Router) Flush(ctx context.Context) error {
 func (r *Router) Close() error {
 	r.closeOnce.Do(func() {
 		r.mu.Lock()
-		r.closed = true
+		r.setState(func(st *sendState) { st.closed = true })
 		r.mu.Unlock()
 
 		r.stop()
@@ -326,10 +411,11 @@ func (r *Router) check(ctx context.Context) error {
 		return err
 	}
 	r.mu.Lock()
-	expected, refused := r.count, r.refused
+	st := r.state.Load()
+	expected, refused := st.count, st.refused
 	if refused != nil && refused.Current != current {
-		r.refused = &PartitionCountChangedError{Topic: r.cfg.Topic, Expected: expected, Current: current}
-		refused = r.refused
+		refused = &PartitionCountChangedError{Topic: r.cfg.Topic, Expected: expected, Current: current}
+		r.setState(func(st *sendState) { st.refused = refused })
 		r.m.countChanged(r.cfg.Topic, Refuse)
 	}
 	r.mu.Unlock()
@@ -345,7 +431,7 @@ func (r *Router) check(ctx context.Context) error {
 	r.m.countChanged(r.cfg.Topic, r.cfg.OnPartitionCountChange)
 	if r.cfg.OnPartitionCountChange == Refuse {
 		r.mu.Lock()
-		r.refused = &change
+		r.setState(func(st *sendState) { st.refused = &change })
 		r.mu.Unlock()
 		r.cfg.Logger.Error("router: partition count changed; refusing all sends",
 			"topic", r.cfg.Topic, "expected", expected, "current", current, "err", &change)
@@ -359,7 +445,7 @@ func (r *Router) check(ctx context.Context) error {
 		return err
 	}
 	r.mu.Lock()
-	r.count = current
+	r.setState(func(st *sendState) { st.count = current })
 	r.mu.Unlock()
 	r.cfg.Logger.Error("router: partition count changed; producing with the new count (policy alarm)",
 		"topic", r.cfg.Topic, "expected", expected, "current", current, "err", &change)

@@ -1,0 +1,138 @@
+package router_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/router"
+)
+
+// The produce benchmarks send to an in-process kfake broker, which shares
+// the CPU with the client: compare SendAsync with RawProduce from the same
+// run (go test -bench 'SendAsync|RawProduce' -benchmem), not with figures
+// from another machine. Encode and Decode measure the envelope alone.
+
+const benchPartitions = 12
+
+// benchCommands returns n commands over 1,000 keys with 100-byte payloads,
+// as workrouter bench sends them.
+func benchCommands(n int) []router.Command {
+	payload := make([]byte, 100)
+	cmds := make([]router.Command, n)
+	for i := range cmds {
+		cmds[i] = router.Command{Key: fmt.Appendf(nil, "key-%06d", i%1000), Type: "bench", Payload: payload}
+	}
+	return cmds
+}
+
+// BenchmarkSendAsync sends b.N commands through Router.SendAsync, then
+// Flushes.
+func BenchmarkSendAsync(b *testing.B) {
+	addrs := newCluster(b, "bench", benchPartitions)
+	r := newRouter(b, router.Config{Brokers: addrs, Topic: "bench"})
+	ctx := context.Background()
+	cmds := benchCommands(1000)
+	var failed atomic.Int64
+	cb := func(_ router.Result, err error) {
+		if err != nil {
+			failed.Add(1)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		r.SendAsync(ctx, cmds[i%len(cmds)], cb)
+	}
+	if err := r.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d sends failed", n)
+	}
+}
+
+// BenchmarkRawProduce is BenchmarkSendAsync's baseline: the same records
+// (router.Partition, the type header) through a raw kgo client's Produce.
+func BenchmarkRawProduce(b *testing.B) {
+	addrs := newCluster(b, "bench", benchPartitions)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	cmds := benchCommands(1000)
+	typ := []byte("bench")
+	var failed atomic.Int64
+	cb := func(_ *kgo.Record, err error) {
+		if err != nil {
+			failed.Add(1)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		cmd := cmds[i%len(cmds)]
+		cl.Produce(ctx, &kgo.Record{
+			Topic:     "bench",
+			Partition: router.Partition(cmd.Key, benchPartitions),
+			Key:       cmd.Key,
+			Value:     cmd.Payload,
+			Headers:   []kgo.RecordHeader{{Key: router.TypeHeader, Value: typ}},
+		}, cb)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d produces failed", n)
+	}
+}
+
+// BenchmarkSend sends b.N commands one at a time through Router.Send, each
+// waiting for its acknowledgement.
+func BenchmarkSend(b *testing.B) {
+	addrs := newCluster(b, "bench", benchPartitions)
+	r := newRouter(b, router.Config{Brokers: addrs, Topic: "bench"})
+	ctx := context.Background()
+	cmds := benchCommands(1000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := r.Send(ctx, cmds[i%len(cmds)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEncode encodes a command with one user header.
+func BenchmarkEncode(b *testing.B) {
+	cmd := benchCommands(1)[0]
+	cmd.Headers = []router.Header{{Key: "trace", Value: []byte("abc")}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := router.Encode("bench", 3, cmd); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecode decodes a record with one user header.
+func BenchmarkDecode(b *testing.B) {
+	cmd := benchCommands(1)[0]
+	cmd.Headers = []router.Header{{Key: "trace", Value: []byte("abc")}}
+	rec, err := router.Encode("bench", 3, cmd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := router.Decode(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
