@@ -39,6 +39,7 @@ func All(repeats int) []Entry {
 		{"B4", m(B4)},
 		{"W4", m(W4)},
 		{"W5", W5},
+		{"W5-sqlite", W5SQLite},
 		{"W6", W6},
 	}
 }
@@ -74,19 +75,6 @@ func MedianOf(n int, w Workload) Workload {
 		r.Extra = strings.TrimSpace(r.Extra + fmt.Sprintf(" median of %d", n))
 		return r, nil
 	}
-}
-
-// W5 is W5LatencyAt half of the end-to-end maximum rate W5MaxRate
-// measures just before it (W1's rate is no guide: W1 consumes a pre-loaded
-// topic without producing). Extra states the maximum.
-func W5(ctx context.Context, env *Env) (Result, error) {
-	maxRate, err := W5MaxRate(ctx, env)
-	if err != nil {
-		return Result{ID: "W5"}, fmt.Errorf("W5: measuring the maximum rate: %w", err)
-	}
-	r, err := W5LatencyAt(maxRate/2)(ctx, env)
-	r.Extra = strings.TrimSpace(fmt.Sprintf("max_rate=%.0f/s %s", maxRate, r.Extra))
-	return r, err
 }
 
 // W6 is W6Process when env can start worker processes, else W6TakeoverOn

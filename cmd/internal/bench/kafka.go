@@ -332,13 +332,14 @@ func (c *produceCounter) result(want int) error {
 }
 
 // W4 produces env.Records commands (the same keys and payloads as the
-// pre-loaded ones) to a fresh topic through router.SendAsync and Flush.
+// pre-loaded ones) to a fresh topic (deleted afterwards) through router.SendAsync and Flush.
 // Router creation is not measured.
 func W4(ctx context.Context, env *Env) (Result, error) {
-	topic := UniqueName("bench-w4")
-	if err := CreateTopic(ctx, env, topic); err != nil {
+	topic, drop, err := createTopic(ctx, env, "bench-w4", env.Partitions)
+	if err != nil {
 		return Result{ID: "W4"}, err
 	}
+	defer drop() // a kept topic would grow the embedded broker's heap run by run
 	rt, err := router.New(ctx, router.Config{Brokers: env.Brokers, Topic: topic})
 	if err != nil {
 		return Result{ID: "W4"}, fmt.Errorf("W4: router: %w", err)
@@ -362,10 +363,11 @@ func W4(ctx context.Context, env *Env) (Result, error) {
 // header, the same keys and payloads) produced to a fresh topic with a raw
 // kgo client (kgo producer defaults, manual partitioner) and Flush.
 func B4(ctx context.Context, env *Env) (Result, error) {
-	topic := UniqueName("bench-b4")
-	if err := CreateTopic(ctx, env, topic); err != nil {
+	topic, drop, err := createTopic(ctx, env, "bench-b4", env.Partitions)
+	if err != nil {
 		return Result{ID: "B4"}, err
 	}
+	defer drop() // a kept topic would grow the embedded broker's heap run by run
 	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return Result{ID: "B4"}, fmt.Errorf("B4: client: %w", err)
