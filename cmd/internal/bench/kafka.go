@@ -360,7 +360,7 @@ func W4(ctx context.Context, env *Env) (Result, error) {
 }
 
 // B4 is W4's baseline: the same records (router.Partition, the type
-// header, the same keys and payloads) produced to a fresh topic with a raw
+// header, the same keys and payloads) produced to a fresh topic (deleted afterwards) with a raw
 // kgo client (kgo producer defaults, manual partitioner) and Flush.
 func B4(ctx context.Context, env *Env) (Result, error) {
 	topic, drop, err := createTopic(ctx, env, "bench-b4", env.Partitions)
