@@ -46,8 +46,9 @@ func (e Entry) runs() int { return max(e.Repeats, 1) }
 // warm-up (8 runs of B4,W4): median 2%, mean 2%. The consuming group (14
 // runs of B1,W1: first pair 0.97 of the others) and the SQLite group (4
 // runs at 50,000 records: 0.99) showed no such effect within the noise;
-// they get the warm-up too: it costs one run, and we did not repeat the
-// 1,000,000-record runs in which issue 16 saw router_vs_raw move.
+// they get the warm-up too: it costs one run, and in the one full
+// (1,000,000-record) run we made, the first run after the pre-load (B0's)
+// was 0.70 of the median of B0's later runs.
 //
 // W5 runs at half of the end-to-end maximum rate it measures first. W6
 // needs the embedded broker (Setup without Brokers) and is skipped
