@@ -15,28 +15,65 @@ import (
 
 // benchJSON is `workrouter bench --json` output.
 type benchJSON struct {
+	Quick   bool              `json:"quick"`   // --quick: the ratios decide no target
+	Repeats int               `json:"repeats"` // measured runs per throughput row
 	Results []benchJSONResult `json:"results"`
-	Ratios  map[string]any    `json:"ratios"` // name → ratio, or null if not measured
+	Ratios  map[string]any    `json:"ratios"` // name → median ratio, or null if not measured
+	Targets []benchJSONTarget `json:"targets"`
 	Line    string            `json:"line"`
 }
 
+// benchJSONResult is one row: the median run's figures, the throughput's
+// median and min–max over the measured runs, and every run.
 type benchJSONResult struct {
-	ID           string  `json:"id"`
-	Name         string  `json:"name"`
+	ID             string         `json:"id"`
+	Name           string         `json:"name"`
+	Records        int            `json:"records"`
+	Repeats        int            `json:"repeats"`  // runs planned
+	Measured       int            `json:"measured"` // runs that measured something
+	Seconds        float64        `json:"seconds"`
+	RecordsPerS    float64        `json:"records_per_s"` // median
+	RecordsPerSMin float64        `json:"records_per_s_min"`
+	RecordsPerSMax float64        `json:"records_per_s_max"`
+	CPUMicrosRec   float64        `json:"cpu_us_per_record"`
+	PeakRSSMiB     float64        `json:"peak_rss_mib"`
+	Extra          string         `json:"extra,omitempty"`
+	Skipped        string         `json:"skipped,omitempty"`  // no run measured anything: why
+	Problems       string         `json:"problems,omitempty"` // planned runs that measured nothing, and why
+	Runs           []benchJSONRun `json:"runs"`
+}
+
+// benchJSONRun is one run of a row, in run order.
+type benchJSONRun struct {
 	Records      int     `json:"records"`
 	Seconds      float64 `json:"seconds"`
 	RecordsPerS  float64 `json:"records_per_s"`
 	CPUMicrosRec float64 `json:"cpu_us_per_record"`
-	PeakRSSMiB   float64 `json:"peak_rss_mib"`
 	Extra        string  `json:"extra,omitempty"`
-	Skipped      string  `json:"skipped,omitempty"`
+	Skipped      string  `json:"skipped,omitempty"` // "failed: …" if it failed
+}
+
+// benchJSONTarget is one target line.
+type benchJSONTarget struct {
+	Name         string    `json:"name"`
+	Num          string    `json:"num"`
+	Den          string    `json:"den"`
+	Target       float64   `json:"target"`
+	Ratio        *float64  `json:"ratio"` // median(num)/median(den); null if not measured
+	PairMin      *float64  `json:"pair_min"`
+	PairMax      *float64  `json:"pair_max"`
+	Pairs        []float64 `json:"pairs"` // run i of num / run i of den
+	Met          bool      `json:"met"`   // the median ratio reached the target (never under --quick)
+	EveryPairMet bool      `json:"every_pair_met"`
+	Verdict      string    `json:"verdict"`
 }
 
 func newBenchCmd() *cobra.Command {
 	var (
-		cfg    bench.SetupConfig
-		only   []string
-		asJSON bool
+		cfg     bench.SetupConfig
+		only    []string
+		asJSON  bool
+		repeats int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -46,27 +83,58 @@ func newBenchCmd() *cobra.Command {
 then runs each workload and its baseline in this process:
 
   B0 raw kgo PollFetches loop, no work      W1 worker, no-op handler, memory sink
-  B1 raw kgo goroutine per partition        B2 IBM/sarama ConsumerGroup
+  B1 raw kgo goroutine per partition        B2 IBM/sarama ConsumerGroup (-tags sarama)
   W3 worker, 1ms simulated I/O per record   B3/W2 unfenced/fenced SQLite and PostgreSQL upserts
   B4 raw kgo produce                        W4 produce through the router
-  W5 end-to-end latency at half W1's rate   W6 pause-to-takeover
+  W5 end-to-end latency, produce to commit, at half the maximum rate it
+     measures (median of 3 runs): memory sink; W5-sqlite: SQLite sink
+  W6 pause-to-takeover
 
-It prints a table (throughput, CPU per record, peak RSS), whether each target
-ratio was met, and a final line of throughput ratios:
+Every throughput workload and baseline (all but W3, W5, W5-sqlite and W6)
+runs 5 times (3 with --quick; --repeats sets it). The runs of a workload and its baselines alternate, so that
+warm-up, leftover garbage and background load favour neither side:
+B1,W1,B2,B1,W1,B2,… then B3-sqlite,W2-sqlite,… B3-pg,W2-pg,… B4,W4,B4,W4,…
+(--only runs just the selected ones, interleaved the same way). Each of these
+groups starts with one unreported warm-up run of its first member (the first
+produce run of a process is often slow). B0 runs its repeats back to back;
+W3, W5, W5-sqlite and W6 run once.
+
+The table gives each row's median records/s over its runs and their min–max,
+with CPU per record and peak RSS; a run that failed or was skipped is counted
+and named in its row. Each target line gives the median ratio
+(median workload / median baseline) and the min–max of the per-pair ratios
+(workload run i / baseline run i, which ran next to each other):
+
+  target produce_vs_raw=0.97 [0.95–0.99 over 5 pairs] (W4/B4, want >= 0.95): met (every pair)
+
+A target is met if the median ratio reaches it; "met (median; worst pair
+0.88)" says that some pair did not, so a re-run may miss it. The targets:
+router_vs_raw >= 0.90, fenced_vs_unfenced_pg >= 0.90,
+fenced_vs_unfenced_sqlite >= 0.90, produce_vs_raw >= 0.95,
+router_vs_sarama >= 2.0. The last line gives the median ratios:
 
   bench: router_vs_raw=<W1/B1> fenced_vs_unfenced_pg=<W2/B3> fenced_vs_unfenced_sqlite=<W2/B3> produce_vs_raw=<W4/B4> router_vs_sarama=<W1/B2>
 
-A ratio whose inputs were not run is n/a. A missed target does not make bench
-fail; a workload that errors does (after the report).`,
+--quick pre-loads fewer records, so group join and start-up weigh more and a
+--quick run's ratios can differ from a full run's: they are indicative only
+and decide no target (each target line says "indicative (--quick decides no
+target)"). A ratio whose inputs were not run is n/a. A missed target does not make bench fail; a run that errors
+does (after the report).`,
 		Example: `  workrouter bench --quick
   workrouter bench --quick --only W1,B1
+  workrouter bench --repeats 9 --only B4,W4
   workrouter bench --postgres postgres://postgres@127.0.0.1:5432/test
   workrouter bench --brokers kafka-1:9092 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			repeats := bench.FullRepeats
-			if cfg.Quick {
-				repeats = bench.QuickRepeats
+			if repeats < 0 {
+				return fmt.Errorf("bench: --repeats %d is negative", repeats)
+			}
+			if repeats == 0 {
+				repeats = bench.FullRepeats
+				if cfg.Quick {
+					repeats = bench.QuickRepeats
+				}
 			}
 			entries, err := bench.Select(bench.All(repeats), only)
 			if err != nil {
@@ -90,20 +158,27 @@ fail; a workload that errors does (after the report).`,
 				return err
 			}
 			defer cleanup()
-			results, runErr := bench.Run(ctx, env, entries, errOut)
+			rows, runErr := bench.Run(ctx, env, entries, errOut)
 			out := cmd.OutOrStdout()
 			if asJSON {
-				err = writeBenchJSON(cmd, results)
+				err = writeBenchJSON(cmd, rows, cfg.Quick, repeats)
 			} else {
-				fmt.Fprintf(out, "workrouter bench: %d records of %d bytes, %d partitions, %d keys, brokers %v\n\n",
+				fmt.Fprintf(out, "workrouter bench: %d records of %d bytes, %d partitions, %d keys, brokers %v\n",
 					env.Records, env.Size, env.Partitions, env.Keys, env.Brokers)
-				err = bench.WriteReport(out, results)
+				fmt.Fprintf(out, "%d interleaved %s per throughput row; records/s is the median, min–max over the runs\n",
+					repeats, plural(repeats, "run", "runs"))
+				if cfg.Quick {
+					fmt.Fprintln(out, "--quick: the ratios are indicative only and decide no target")
+				}
+				fmt.Fprintln(out)
+				err = bench.WriteReport(out, rows, cfg.Quick)
 			}
 			return errors.Join(runErr, err)
 		},
 	}
 	fl := cmd.Flags()
-	fl.BoolVar(&cfg.Quick, "quick", false, "run the scaled-down set (300,000 pre-loaded commands)")
+	fl.BoolVar(&cfg.Quick, "quick", false, "run the scaled-down set (300,000 pre-loaded commands); its ratios decide no target")
+	fl.IntVar(&repeats, "repeats", 0, fmt.Sprintf("measured runs of each throughput workload and baseline, interleaved (default %d)", bench.FullRepeats))
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run against this cluster instead of an embedded broker")
 	fl.StringVar(&cfg.PostgresDSN, "postgres", "", "PostgreSQL DSN for W2/B3 on PostgreSQL (skipped without it)")
 	fl.StringSliceVar(&only, "only", nil, "run only these workloads, e.g. W1,B1 (default: all)")
@@ -113,26 +188,63 @@ fail; a workload that errors does (after the report).`,
 	return cmd
 }
 
-// writeBenchJSON writes results, ratios and the final line as one JSON
-// object.
-func writeBenchJSON(cmd *cobra.Command, results []bench.Result) error {
-	ratios := bench.Ratios(results)
-	doc := benchJSON{Ratios: map[string]any{}, Line: bench.FinalLine(ratios), Results: []benchJSONResult{}}
+// writeBenchJSON writes every row with its runs, the ratios with their
+// per-pair spread and verdicts, and the final line as one JSON object.
+func writeBenchJSON(cmd *cobra.Command, rows []bench.Row, quick bool, repeats int) error {
+	ratios := bench.Ratios(rows)
+	doc := benchJSON{Quick: quick, Repeats: repeats, Ratios: map[string]any{}, Line: bench.FinalLine(ratios),
+		Results: []benchJSONResult{}, Targets: []benchJSONTarget{}}
 	for _, r := range ratios {
+		t := benchJSONTarget{Name: r.Name, Num: r.Num, Den: r.Den, Target: r.Target, Pairs: r.Pairs,
+			Met: !quick && r.Met(), EveryPairMet: !quick && r.EveryPairMet(), Verdict: r.Verdict(quick)}
+		if t.Pairs == nil {
+			t.Pairs = []float64{}
+		}
 		if r.OK {
 			doc.Ratios[r.Name] = r.Value
+			t.Ratio = &r.Value
 		} else {
 			doc.Ratios[r.Name] = nil
 		}
+		if ps := r.PairSpread(); ps.N > 0 {
+			t.PairMin, t.PairMax = &ps.Min, &ps.Max
+		}
+		doc.Targets = append(doc.Targets, t)
 	}
-	for _, r := range results {
-		doc.Results = append(doc.Results, benchJSONResult{
-			ID: r.ID, Name: r.Name, Records: r.Records, Seconds: r.Elapsed.Seconds(),
-			RecordsPerS: r.Throughput(), CPUMicrosRec: float64(r.CPUPerRecord()) / float64(time.Microsecond),
-			PeakRSSMiB: float64(r.PeakRSS) / (1 << 20), Extra: r.Extra, Skipped: r.Skipped,
-		})
+	for _, row := range rows {
+		s, ok := row.Summary()
+		tp := row.Throughput()
+		res := benchJSONResult{
+			ID: row.ID, Name: s.Name, Repeats: row.Repeats, Measured: tp.N, Runs: []benchJSONRun{},
+			RecordsPerS: tp.Median, RecordsPerSMin: tp.Min, RecordsPerSMax: tp.Max,
+			PeakRSSMiB: mib(s.PeakRSS), Problems: row.Problems(),
+		}
+		if ok {
+			res.Records, res.Seconds, res.CPUMicrosRec, res.Extra = s.Records, s.Elapsed.Seconds(), micros(s), s.Extra
+		} else {
+			res.Skipped = "not run"
+			if len(row.Runs) > 0 {
+				res.Skipped = row.Runs[0].Skipped
+			}
+		}
+		for _, r := range row.Runs {
+			res.Runs = append(res.Runs, benchJSONRun{Records: r.Records, Seconds: r.Elapsed.Seconds(),
+				RecordsPerS: r.Throughput(), CPUMicrosRec: micros(r), Extra: r.Extra, Skipped: r.Skipped})
+		}
+		doc.Results = append(doc.Results, res)
 	}
 	enc := json.NewEncoder(cmd.OutOrStdout())
 	enc.SetIndent("", "  ")
 	return enc.Encode(doc)
+}
+
+func micros(r bench.Result) float64 { return float64(r.CPUPerRecord()) / float64(time.Microsecond) }
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestBenchCommand runs a tiny `workrouter bench` and checks the report's
-// final line, and that W6 froze a real worker process.
+// TestBenchCommand runs a tiny `workrouter bench --quick` and checks the
+// report: interleaved repeats with their spread, quick verdicts, the final
+// line, and that W6 froze a real worker process.
 func TestBenchCommand(t *testing.T) {
 	p := startProc(t, []string{"bench", "--quick", "--records", "2000", "--only", "W1,B1,W4,B4,W6"})
 	if code := p.wait(t); code != 0 {
@@ -20,9 +23,70 @@ func TestBenchCommand(t *testing.T) {
 	if !re.MatchString(last) {
 		t.Fatalf("final line %q does not match %v\n%s", last, re, out)
 	}
-	for _, want := range []string{"records/s", "CPU µs/rec", "target router_vs_raw=", "SIGSTOP of a worker process", "takeover="} {
+	for _, want := range []string{"records/s", "min–max", "CPU µs/rec", "SIGSTOP of a worker process", "takeover=",
+		"5 interleaved runs per throughput row", "--quick: the ratios are indicative only and decide no target"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	for _, re := range []string{
+		`(?m)^B1 .* 5/5 +[0-9.]+ +[0-9]+ +[0-9]+–[0-9]+ `,
+		`(?m)^W6 .* 1/1 +[0-9.]+ +[0-9]+ +- `,
+		`(?m)^target router_vs_raw=[0-9.]+ \[[0-9.]+–[0-9.]+ over 5 pairs\] \(W1/B1, want >= 0\.90\): indicative \(--quick decides no target\)$`,
+		`(?m)^target produce_vs_raw=[0-9.]+ \[[0-9.]+–[0-9.]+ over 5 pairs\] \(W4/B4, want >= 0\.95\): indicative \(--quick decides no target\)$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("report lacks %s:\n%s", re, out)
+		}
+	}
+	// The runs alternate, each group after one warm-up run.
+	var order []string
+	for line := range strings.Lines(p.stderr.String()) {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "bench: running "); ok {
+			order = append(order, id)
+		}
+	}
+	want := []string{"B1 (warm-up, not reported)", "B1 (1 of 5)", "W1 (1 of 5)", "B1 (2 of 5)", "W1 (2 of 5)"}
+	if len(order) < len(want) || !slices.Equal(order[:len(want)], want) {
+		t.Errorf("runs in order %q, want them to start %q", order, want)
+	}
+}
+
+// TestBenchCommandJSON checks that --json carries every run and each
+// ratio's per-pair spread and verdict, and that --repeats sets the runs.
+func TestBenchCommandJSON(t *testing.T) {
+	p := startProc(t, []string{"bench", "--records", "2000", "--repeats", "3", "--only", "B4,W4", "--json"})
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	var doc benchJSON
+	if err := json.Unmarshal([]byte(p.stdout.String()), &doc); err != nil {
+		t.Fatalf("%v:\n%s", err, p.stdout)
+	}
+	if doc.Quick || doc.Repeats != 3 || len(doc.Results) != 2 {
+		t.Fatalf("quick %v, repeats %d, %d results", doc.Quick, doc.Repeats, len(doc.Results))
+	}
+	for _, r := range doc.Results {
+		if r.Repeats != 3 || r.Measured != 3 || len(r.Runs) != 3 || r.Records != 2000 ||
+			r.RecordsPerSMin > r.RecordsPerS || r.RecordsPerS > r.RecordsPerSMax || r.Problems != "" {
+			t.Errorf("result %+v", r)
+		}
+		for _, run := range r.Runs {
+			if run.Records != 2000 || run.RecordsPerS <= 0 {
+				t.Errorf("%s run %+v", r.ID, run)
+			}
+		}
+	}
+	for _, tg := range doc.Targets {
+		if tg.Name != "produce_vs_raw" {
+			if tg.Ratio != nil || doc.Ratios[tg.Name] != nil || tg.Verdict != "n/a (not measured)" {
+				t.Errorf("target %+v", tg)
+			}
+			continue
+		}
+		if tg.Ratio == nil || len(tg.Pairs) != 3 || tg.PairMin == nil || *tg.PairMin > *tg.PairMax ||
+			tg.Target != 0.95 || tg.Met != (*tg.Ratio >= 0.95) || !strings.HasPrefix(tg.Verdict, map[bool]string{true: "met (", false: "MISSED ("}[tg.Met]) {
+			t.Errorf("target %+v", tg)
 		}
 	}
 }
@@ -31,6 +95,7 @@ func TestBenchCommandRejectsBadInput(t *testing.T) {
 	for _, args := range [][]string{
 		{"bench", "--only", "X9"},
 		{"bench", "--records", "-5", "--only", "W1"},
+		{"bench", "--repeats", "-1", "--only", "W1"},
 		{"bench", "extra-arg"},
 	} {
 		p := startProc(t, args)

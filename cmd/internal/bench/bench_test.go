@@ -3,9 +3,9 @@ package bench
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,26 +48,160 @@ func TestSelect(t *testing.T) {
 	}
 }
 
+// rows builds rows of repeats runs from records per second (0: a failed
+// run), each run lasting a second.
+func rows(repeats int, rates map[string][]int) []Row {
+	var out []Row
+	for _, id := range []string{"B1", "W1", "B3-sqlite", "W2-sqlite", "B4", "W4"} {
+		rs, ok := rates[id]
+		if !ok {
+			continue
+		}
+		row := Row{ID: id, Repeats: repeats}
+		for _, n := range rs {
+			r := Result{ID: id, Name: "name of " + id, Records: n, Elapsed: time.Second}
+			if n == 0 {
+				r.Skipped = failedPrefix + id + ": boom"
+			}
+			row.Runs = append(row.Runs, r)
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+func TestSpreadOf(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want Spread
+	}{
+		{nil, Spread{}},
+		{[]float64{3}, Spread{3, 3, 3, 1}},
+		{[]float64{300, 100, 500, 200, 400}, Spread{300, 100, 500, 5}},
+		{[]float64{4, 1, 3, 2}, Spread{2.5, 1, 4, 4}},
+	} {
+		if got := SpreadOf(tc.in); got != tc.want {
+			t.Errorf("SpreadOf(%v) = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestRatiosFromRepeats checks the median ratio (median over median, not
+// a median of pairs) and the per-pair ratios, which skip a round in which
+// either side failed.
+func TestRatiosFromRepeats(t *testing.T) {
+	rs := rows(5, map[string][]int{
+		"B1": {1000, 1000, 900, 1100, 1000},
+		"W1": {900, 950, 0, 1000, 800}, // run 3 failed
+		"B4": {1000, 2000, 1000},       // runs 4 and 5 not made
+		"W4": {500, 1000, 1000, 1000, 1000},
+	})
+	tp := rs[1].Throughput()
+	if tp != (Spread{925, 800, 1000, 4}) {
+		t.Fatalf("W1 throughput %+v", tp)
+	}
+	ratios := Ratios(rs)
+	byName := map[string]Ratio{}
+	for _, r := range ratios {
+		byName[r.Name] = r
+	}
+	raw := byName["router_vs_raw"]
+	if !raw.OK || raw.Value != 925.0/1000 || !slices.Equal(raw.Pairs, []float64{0.9, 0.95, 1000.0 / 1100, 0.8}) {
+		t.Fatalf("router_vs_raw = %+v", raw)
+	}
+	if ps := raw.PairSpread(); ps.Min != 0.8 || ps.Max != 0.95 || ps.N != 4 {
+		t.Fatalf("router_vs_raw pair spread %+v", ps)
+	}
+	prod := byName["produce_vs_raw"]
+	if !prod.OK || prod.Value != 1 || !slices.Equal(prod.Pairs, []float64{0.5, 0.5, 1}) {
+		t.Fatalf("produce_vs_raw = %+v", prod)
+	}
+	if r := byName["fenced_vs_unfenced_sqlite"]; r.OK || r.Pairs != nil {
+		t.Fatalf("fenced_vs_unfenced_sqlite without rows = %+v", r)
+	}
+}
+
+func TestVerdicts(t *testing.T) {
+	r := func(v float64, pairs ...float64) Ratio {
+		return Ratio{Name: "produce_vs_raw", Num: "W4", Den: "B4", Target: 0.95, Value: v, Pairs: pairs, OK: true}
+	}
+	for _, tc := range []struct {
+		r     Ratio
+		quick bool
+		want  string
+	}{
+		{r(0.97, 0.95, 0.99, 0.97), false, "met (every pair)"},
+		{r(0.97, 0.88, 0.99, 0.97), false, "met (median; worst pair 0.88)"},
+		{r(0.90, 0.88, 0.96, 0.90), false, "MISSED (median; best pair 0.96)"},
+		{r(0.90, 0.88, 0.90), false, "MISSED (every pair)"},
+		{r(0.97), false, "met (median; no complete pair)"},
+		{r(0.97, 0.95, 0.99), true, "indicative (--quick decides no target)"},
+		{r(0.50, 0.50), true, "indicative (--quick decides no target)"},
+		{Ratio{Target: 0.95}, true, "n/a (not measured)"},
+		{Ratio{Target: 0.95}, false, "n/a (not measured)"},
+	} {
+		if got := tc.r.Verdict(tc.quick); got != tc.want {
+			t.Errorf("Verdict(%+v, quick %v) = %q, want %q", tc.r, tc.quick, got, tc.want)
+		}
+	}
+	if got, want := TargetLine(r(0.97, 0.95, 0.99, 0.97, 0.96, 0.98), false),
+		"target produce_vs_raw=0.97 [0.95–0.99 over 5 pairs] (W4/B4, want >= 0.95): met (every pair)"; got != want {
+		t.Errorf("TargetLine = %q, want %q", got, want)
+	}
+}
+
+// TestTargets pins the targets of issue 16.
+func TestTargets(t *testing.T) {
+	want := map[string]float64{"router_vs_raw": 0.90, "fenced_vs_unfenced_pg": 0.90, "fenced_vs_unfenced_sqlite": 0.90,
+		"produce_vs_raw": 0.95, "router_vs_sarama": 2.0}
+	for _, r := range Ratios(nil) {
+		if r.Target != want[r.Name] {
+			t.Errorf("%s target %.2f, want %.2f", r.Name, r.Target, want[r.Name])
+		}
+	}
+}
+
 func TestReport(t *testing.T) {
-	res := []Result{
-		{ID: "W1", Name: "w", Records: 900, Elapsed: time.Second},
-		{ID: "B1", Name: "b", Records: 1000, Elapsed: time.Second},
-		{ID: "W2-Postgres", Skipped: "no DSN"},
-		{ID: "W4", Records: 500, Elapsed: time.Second},
-		{ID: "B4", Records: 1000, Elapsed: time.Second},
-	}
-	var buf bytes.Buffer
-	if err := WriteReport(&buf, res); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if want := "bench: router_vs_raw=0.90 fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=n/a produce_vs_raw=0.50 router_vs_sarama=n/a"; lines[len(lines)-1] != want {
-		t.Fatalf("final line %q, want %q", lines[len(lines)-1], want)
-	}
-	for _, re := range []string{`target router_vs_raw=0.90 .*: met`, `target produce_vs_raw=0.50 .*: MISSED`, `W2-Postgres .*skipped: no DSN`} {
-		if !regexp.MustCompile(re).MatchString(out) {
-			t.Errorf("report lacks %s:\n%s", re, out)
+	rs := rows(3, map[string][]int{
+		"W1": {900, 950, 850},
+		"B1": {1000, 1000, 1000},
+		"W4": {500, 0, 500},
+		"B4": {1000, 1000, 1000},
+	})
+	rs = append(rs, Row{ID: "W2-Postgres", Repeats: 3, Runs: []Result{{ID: "W2-Postgres", Skipped: "no DSN"}}})
+	for _, quick := range []bool{false, true} {
+		var buf bytes.Buffer
+		if err := WriteReport(&buf, rs, quick); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if want := "bench: router_vs_raw=0.90 fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=n/a produce_vs_raw=0.50 router_vs_sarama=n/a"; lines[len(lines)-1] != want {
+			t.Fatalf("final line %q, want %q", lines[len(lines)-1], want)
+		}
+		res := []string{
+			`records/s +min–max`,
+			`W1 +name of W1 +900 +3/3 +1\.00 +900 +850–950 `,
+			`W4 +name of W4 +500 +2/3 .*run 2 of 3 failed: W4: boom`,
+			`W2-Postgres .*0/3 .*skipped: no DSN`,
+		}
+		if quick {
+			res = append(res,
+				`target router_vs_raw=0.90 \[0.85–0.95 over 3 pairs\] \(W1/B1, want >= 0.90\): indicative \(--quick decides no target\)`,
+				`target produce_vs_raw=0.50 \[0.50–0.50 over 2 pairs\] .*: indicative \(--quick decides no target\)`)
+		} else {
+			res = append(res,
+				`target router_vs_raw=0.90 \[0.85–0.95 over 3 pairs\] \(W1/B1, want >= 0.90\): met \(median; worst pair 0.85\)`,
+				`target produce_vs_raw=0.50 \[0.50–0.50 over 2 pairs\] .*: MISSED \(every pair\)`,
+				`target fenced_vs_unfenced_pg=n/a \(W2-pg/B3-pg, want >= 0.90\): n/a \(not measured\)`)
+		}
+		for _, re := range res {
+			if !regexp.MustCompile(re).MatchString(out) {
+				t.Errorf("quick %v: report lacks %s:\n%s", quick, re, out)
+			}
+		}
+		if quick == strings.Contains(out, ": met") || quick == strings.Contains(out, "MISSED") {
+			t.Errorf("quick %v: verdicts\n%s", quick, out)
 		}
 	}
 }
@@ -111,32 +245,6 @@ func runBench(b *testing.B, id string) {
 		b.ReportMetric(el.Seconds()/float64(recs), "s/takeover")
 	case el > 0:
 		b.ReportMetric(float64(recs)/el.Seconds(), "records/s")
-	}
-}
-
-func TestMedianOf(t *testing.T) {
-	var calls int
-	rates := []int{300, 100, 500, 200, 400} // records per second
-	w := MedianOf(5, func(context.Context, *Env) (Result, error) {
-		r := Result{ID: "X", Records: rates[calls], Elapsed: time.Second, Extra: "e"}
-		calls++
-		return r, nil
-	})
-	r, err := w(t.Context(), &Env{})
-	if err != nil || calls != 5 || r.Records != 300 || r.Extra != "e median of 5" {
-		t.Fatalf("MedianOf(5): %+v, %v after %d calls; want the 300 records/s run", r, err, calls)
-	}
-	calls = 0
-	boom := errors.New("boom")
-	w = MedianOf(5, func(context.Context, *Env) (Result, error) {
-		calls++
-		if calls == 2 {
-			return Result{ID: "X"}, boom
-		}
-		return Result{ID: "X", Records: 1, Elapsed: time.Second}, nil
-	})
-	if _, err := w(t.Context(), &Env{}); !errors.Is(err, boom) || calls != 2 {
-		t.Fatalf("MedianOf with a failing run: %v after %d calls; want boom after 2", err, calls)
 	}
 }
 

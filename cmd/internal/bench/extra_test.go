@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -122,6 +123,21 @@ func TestExtraW5Latency(t *testing.T) {
 	}
 	if r.Elapsed < 900*time.Millisecond {
 		t.Fatalf("open loop at 1000/s for 1000 commands took %s", r.Elapsed)
+	}
+}
+
+// TestExtraW5AtHalfItsMaximum runs W5 and W5-sqlite as the bench does:
+// the maximum rate first (the median of W5MaxRuns runs), then half of it.
+func TestExtraW5AtHalfItsMaximum(t *testing.T) {
+	env, _ := extraEnv(t, 2000)
+	for _, w := range []Workload{W5, W5SQLite} {
+		r := runWorkload(t, w, env)
+		if r.Records != 2000 {
+			t.Fatalf("%s: records = %d, want 2000", r.ID, r.Records)
+		}
+		if !strings.Contains(r.Extra, fmt.Sprintf("(median of %d: ", W5MaxRuns)) || !strings.Contains(r.Extra, "p99=") {
+			t.Fatalf("%s: extra %q lacks the maximum's spread or p99", r.ID, r.Extra)
+		}
 	}
 }
 

@@ -9,13 +9,19 @@ import (
 )
 
 // Ratio is one throughput(workrouter) / throughput(baseline) comparison of
-// the final line.
+// the final line, computed from the repeated runs of both.
 type Ratio struct {
 	Name     string  // e.g. "router_vs_raw"
 	Num, Den string  // result IDs: workrouter's and the baseline's
 	Target   float64 // the ratio it must reach
-	Value    float64 // valid only if OK
-	OK       bool    // false: an input was skipped, failed or absent
+	// Value is the median throughput of Num's runs over the median of
+	// Den's; valid only if OK.
+	Value float64
+	// Pairs are the per-pair ratios: run i of Num over run i of Den, for
+	// every round i in which both measured something (the two ran next to
+	// each other, see All).
+	Pairs []float64
+	OK    bool // false: an input was skipped, failed or absent
 }
 
 // String is the ratio formatted %.2f, or "n/a".
@@ -26,16 +32,59 @@ func (r Ratio) String() string {
 	return fmt.Sprintf("%.2f", r.Value)
 }
 
-// Met reports whether the ratio was measured and reached its target.
+// Met reports whether the ratio was measured and its median reached its
+// target.
 func (r Ratio) Met() bool { return r.OK && r.Value >= r.Target }
 
-// ratioDefs lists the final line's ratios in order.
+// PairSpread is the spread of the per-pair ratios.
+func (r Ratio) PairSpread() Spread { return SpreadOf(r.Pairs) }
+
+// EveryPairMet reports whether there was at least one pair and every
+// per-pair ratio reached the target.
+func (r Ratio) EveryPairMet() bool {
+	return r.OK && len(r.Pairs) > 0 && r.PairSpread().Min >= r.Target
+}
+
+// QuickVerdict is Verdict's word for a measured ratio of a --quick run.
+const QuickVerdict = "indicative (--quick decides no target)"
+
+// Verdict is the target line's verdict: "n/a (not measured)"; with quick
+// (a --quick run: fewer records, so the ratios only indicate) always
+// QuickVerdict; otherwise "met" or "MISSED" by the median ratio, followed
+// by whether every pair agrees, e.g. "met (every pair)", "met (median;
+// worst pair 0.88)", "MISSED (median; best pair 0.93)".
+func (r Ratio) Verdict(quick bool) string {
+	switch {
+	case !r.OK:
+		return "n/a (not measured)"
+	case quick:
+		return QuickVerdict
+	}
+	word := "MISSED"
+	if r.Met() {
+		word = "met"
+	}
+	ps := r.PairSpread()
+	switch {
+	case ps.N == 0:
+		return word + " (median; no complete pair)"
+	case r.Met() && ps.Min >= r.Target, !r.Met() && ps.Max < r.Target:
+		return word + " (every pair)"
+	case r.Met():
+		return fmt.Sprintf("%s (median; worst pair %.2f)", word, ps.Min)
+	default:
+		return fmt.Sprintf("%s (median; best pair %.2f)", word, ps.Max)
+	}
+}
+
+// ratioDefs lists the final line's ratios in order, with the targets of
+// issue 16.
 var ratioDefs = []Ratio{
-	{Name: "router_vs_raw", Num: "W1", Den: "B1", Target: 0.8},
-	{Name: "fenced_vs_unfenced_pg", Num: "W2pg", Den: "B3pg", Target: 0.9},
-	{Name: "fenced_vs_unfenced_sqlite", Num: "W2sqlite", Den: "B3sqlite", Target: 0.9},
-	{Name: "produce_vs_raw", Num: "W4", Den: "B4", Target: 0.9},
-	{Name: "router_vs_sarama", Num: "W1", Den: "B2", Target: 1.0},
+	{Name: "router_vs_raw", Num: "W1", Den: "B1", Target: 0.90},
+	{Name: "fenced_vs_unfenced_pg", Num: "W2-pg", Den: "B3-pg", Target: 0.90},
+	{Name: "fenced_vs_unfenced_sqlite", Num: "W2-sqlite", Den: "B3-sqlite", Target: 0.90},
+	{Name: "produce_vs_raw", Num: "W4", Den: "B4", Target: 0.95},
+	{Name: "router_vs_sarama", Num: "W1", Den: "B2", Target: 2.0},
 }
 
 // normID folds a result ID for matching: lower case, letters and digits
@@ -51,31 +100,39 @@ func normID(id string) string {
 	return strings.ReplaceAll(id, "postgres", "pg")
 }
 
-// find returns the measured (not skipped, non-zero) result with ID id.
-func find(results []Result, id string) (Result, bool) {
-	for _, r := range results {
-		if normID(r.ID) == normID(id) && r.Skipped == "" && r.Throughput() > 0 {
+// find returns the row with ID id.
+func find(rows []Row, id string) (Row, bool) {
+	for _, r := range rows {
+		if normID(r.ID) == normID(id) {
 			return r, true
 		}
 	}
-	return Result{}, false
+	return Row{}, false
 }
 
-// Ratios computes the final line's ratios from results.
-func Ratios(results []Result) []Ratio {
+// Ratios computes the final line's ratios from rows.
+func Ratios(rows []Row) []Ratio {
 	out := make([]Ratio, len(ratioDefs))
 	for i, d := range ratioDefs {
-		num, ok1 := find(results, d.Num)
-		den, ok2 := find(results, d.Den)
-		if ok1 && ok2 {
-			d.Value, d.OK = num.Throughput()/den.Throughput(), true
+		num, ok1 := find(rows, d.Num)
+		den, ok2 := find(rows, d.Den)
+		tn, td := num.Throughput(), den.Throughput()
+		if ok1 && ok2 && tn.N > 0 && td.N > 0 {
+			d.Value, d.OK = tn.Median/td.Median, true
+			for j := range min(len(num.Runs), len(den.Runs)) {
+				a, okA := num.rate(j)
+				b, okB := den.rate(j)
+				if okA && okB {
+					d.Pairs = append(d.Pairs, a/b)
+				}
+			}
 		}
 		out[i] = d
 	}
 	return out
 }
 
-// FinalLine is the report's last line:
+// FinalLine is the report's last line, each ratio the median one:
 //
 //	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> produce_vs_raw=<r> router_vs_sarama=<r>
 func FinalLine(ratios []Ratio) string {
@@ -87,40 +144,74 @@ func FinalLine(ratios []Ratio) string {
 	return b.String()
 }
 
-// WriteTable writes one row per result: ID, name, records, seconds,
-// records/s, CPU µs/record, peak RSS MiB and extra (or why it was skipped).
-func WriteTable(w io.Writer, results []Result) error {
+// WriteTable writes one row per entry: ID, name, records, runs (measured
+// of planned), seconds, records/s (the median over the measured runs),
+// its min–max, CPU µs/record, peak RSS MiB and extra (or why it was
+// skipped, and which runs failed). Records, seconds, CPU and extra are the
+// median run's (see Row.Summary).
+func WriteTable(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tname\trecords\tseconds\trecords/s\tCPU µs/rec\tpeak RSS MiB\textra")
-	for _, r := range results {
-		if r.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\tskipped: %s\n", r.ID, r.Name, r.Skipped)
+	fmt.Fprintln(tw, "ID\tname\trecords\truns\tseconds\trecords/s\tmin–max\tCPU µs/rec\tpeak RSS MiB\textra")
+	for _, row := range rows {
+		s, ok := row.Summary()
+		tp := row.Throughput()
+		runs := fmt.Sprintf("%d/%d", tp.N, row.Repeats)
+		if !ok {
+			// One run (or none) made: it says why; an entry that
+			// reports itself Skipped is not run again. More runs made,
+			// all failed: which ones and why.
+			why := "not run"
+			if len(row.Runs) == 1 {
+				why = row.Runs[0].Skipped
+				if why == "" {
+					why = "measured no throughput"
+				} else if !strings.HasPrefix(why, failedPrefix) {
+					why = "skipped: " + why
+				}
+			} else if len(row.Runs) > 1 {
+				why = row.Problems()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t-\t%s\t-\t-\t-\t-\t-\t%s\n", row.ID, s.Name, runs, why)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.0f\t%.2f\t%.0f\t%s\n", r.ID, r.Name, r.Records,
-			r.Elapsed.Seconds(), r.Throughput(), float64(r.CPUPerRecord().Nanoseconds())/1e3,
-			float64(r.PeakRSS)/(1<<20), r.Extra)
+		spread := "-"
+		if row.Repeats > 1 {
+			spread = fmt.Sprintf("%.0f–%.0f", tp.Min, tp.Max)
+		}
+		extra := s.Extra
+		if p := row.Problems(); p != "" {
+			extra = strings.TrimSpace(extra + " " + p)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.2f\t%.0f\t%s\t%.2f\t%.0f\t%s\n", row.ID, s.Name, s.Records, runs,
+			s.Elapsed.Seconds(), tp.Median, spread, float64(s.CPUPerRecord().Nanoseconds())/1e3,
+			float64(s.PeakRSS)/(1<<20), extra)
 	}
 	return tw.Flush()
 }
 
-// WriteReport writes the table, one line per target (met, missed or n/a)
-// and the final line.
-func WriteReport(w io.Writer, results []Result) error {
-	if err := WriteTable(w, results); err != nil {
+// TargetLine is the report's line for r, e.g.
+//
+//	target produce_vs_raw=0.97 [0.95–0.99 over 5 pairs] (W4/B4, want >= 0.95): met (every pair)
+//
+// with quick as for Verdict.
+func TargetLine(r Ratio, quick bool) string {
+	spread := ""
+	if ps := r.PairSpread(); ps.N > 0 {
+		spread = fmt.Sprintf(" [%.2f–%.2f over %d %s]", ps.Min, ps.Max, ps.N, plural(ps.N, "pair", "pairs"))
+	}
+	return fmt.Sprintf("target %s=%s%s (%s/%s, want >= %.2f): %s", r.Name, r, spread, r.Num, r.Den, r.Target, r.Verdict(quick))
+}
+
+// WriteReport writes the table, one line per target (see TargetLine) and
+// the final line. quick marks a --quick run, whose ratios decide no target.
+func WriteReport(w io.Writer, rows []Row, quick bool) error {
+	if err := WriteTable(w, rows); err != nil {
 		return err
 	}
-	ratios := Ratios(results)
+	ratios := Ratios(rows)
 	fmt.Fprintln(w)
 	for _, r := range ratios {
-		verdict := "n/a (not measured)"
-		switch {
-		case r.Met():
-			verdict = "met"
-		case r.OK:
-			verdict = "MISSED"
-		}
-		fmt.Fprintf(w, "target %s=%s (%s/%s, want >= %.2f): %s\n", r.Name, r, r.Num, r.Den, r.Target, verdict)
+		fmt.Fprintln(w, TargetLine(r, quick))
 	}
 	_, err := fmt.Fprintln(w, FinalLine(ratios))
 	return err
