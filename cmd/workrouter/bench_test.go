@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/workrouter/workrouter/cmd/internal/bench"
 )
 
 // TestBenchCommand runs a tiny `workrouter bench --quick` and checks the
@@ -24,16 +27,17 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("final line %q does not match %v\n%s", last, re, out)
 	}
 	for _, want := range []string{"records/s", "min–max", "CPU µs/rec", "SIGSTOP of a worker process", "takeover=",
-		"5 interleaved runs per throughput row", "--quick: the ratios are indicative only and decide no target"} {
+		fmt.Sprintf("%d interleaved runs per throughput row", bench.QuickRepeats), "--quick: the ratios are indicative only and decide no target"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
 	}
+	n := bench.QuickRepeats
 	for _, re := range []string{
-		`(?m)^B1 .* 5/5 +[0-9.]+ +[0-9]+ +[0-9]+–[0-9]+ `,
+		fmt.Sprintf(`(?m)^B1 .* %d/%d +[0-9.]+ +[0-9]+ +[0-9]+–[0-9]+ `, n, n),
 		`(?m)^W6 .* 1/1 +[0-9.]+ +[0-9]+ +- `,
-		`(?m)^target router_vs_raw=[0-9.]+ \[[0-9.]+–[0-9.]+ over 5 pairs\] \(W1/B1, want >= 0\.90\): indicative \(--quick decides no target\)$`,
-		`(?m)^target produce_vs_raw=[0-9.]+ \[[0-9.]+–[0-9.]+ over 5 pairs\] \(W4/B4, want >= 0\.95\): indicative \(--quick decides no target\)$`,
+		fmt.Sprintf(`(?m)^target router_vs_raw=[0-9.]+ \[[0-9.]+–[0-9.]+ over %d pairs\] \(W1/B1, want >= 0\.90\): indicative \(--quick decides no target\)$`, n),
+		fmt.Sprintf(`(?m)^target produce_vs_raw=[0-9.]+ \[[0-9.]+–[0-9.]+ over %d pairs\] \(W4/B4, want >= 0\.95\): indicative \(--quick decides no target\)$`, n),
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("report lacks %s:\n%s", re, out)
@@ -46,7 +50,8 @@ func TestBenchCommand(t *testing.T) {
 			order = append(order, id)
 		}
 	}
-	want := []string{"B1 (warm-up, not reported)", "B1 (1 of 5)", "W1 (1 of 5)", "B1 (2 of 5)", "W1 (2 of 5)"}
+	want := []string{"B1 (warm-up, not reported)", fmt.Sprintf("B1 (1 of %d)", n), fmt.Sprintf("W1 (1 of %d)", n),
+		fmt.Sprintf("B1 (2 of %d)", n), fmt.Sprintf("W1 (2 of %d)", n)}
 	if len(order) < len(want) || !slices.Equal(order[:len(want)], want) {
 		t.Errorf("runs in order %q, want them to start %q", order, want)
 	}
