@@ -136,3 +136,21 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecoder decodes the record of BenchmarkDecode with a Decoder,
+// which reuses the Type string of a type it has seen.
+func BenchmarkDecoder(b *testing.B) {
+	cmd := benchCommands(1)[0]
+	cmd.Headers = []router.Header{{Key: "trace", Value: []byte("abc")}}
+	rec, err := router.Encode("bench", 3, cmd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var d router.Decoder
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := d.Decode(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -102,27 +102,93 @@ func appendHeaders(dst []kgo.RecordHeader, typ []byte, user []Header) []kgo.Reco
 // Command.Headers. The command references r's byte slices; it does not copy
 // them. Safe to call from any goroutine.
 func Decode(r *kgo.Record) (Command, error) {
-	if len(r.Key) == 0 {
-		return Command{}, fmt.Errorf("%w: %w: record %s/%d@%d", ErrMalformedRecord, ErrEmptyKey, r.Topic, r.Partition, r.Offset)
+	return decode(r, nil)
+}
+
+// Decoder decodes records as [Decode] does, and reuses the Type string of
+// the command types it has seen: [Decode] allocates a string for every
+// record's Type, while a consumer sees the same few types again and again.
+// It remembers up to [DecoderTypes] types; a record of any other type is
+// decoded as Decode decodes it. The zero Decoder is ready to use. A
+// Decoder is used by one goroutine at a time.
+type Decoder struct {
+	types []string
+}
+
+// DecoderTypes is how many distinct command types a [Decoder] remembers.
+const DecoderTypes = 16
+
+// Decode returns the command carried by r, with the same errors as the
+// package's [Decode].
+func (d *Decoder) Decode(r *kgo.Record) (Command, error) {
+	return decode(r, d)
+}
+
+// DecodeInto decodes r into *cmd, as Decode does, without copying the
+// command out: it overwrites every field of *cmd (leaving it zero on an
+// error) and never reuses what *cmd held (a Headers slice given to a
+// handler stays the handler's).
+func (d *Decoder) DecodeInto(r *kgo.Record, cmd *Command) error {
+	return decodeInto(r, d, cmd)
+}
+
+// typeOf returns b as a string: a remembered one if d has seen it before.
+func (d *Decoder) typeOf(b []byte) string {
+	if d == nil {
+		return string(b)
 	}
-	cmd := Command{Key: r.Key, Payload: r.Value}
-	seenType := false
+	for _, t := range d.types {
+		if t == string(b) { // no allocation: the compiler compares in place
+			return t
+		}
+	}
+	t := string(b)
+	if len(d.types) < DecoderTypes && t != "" {
+		d.types = append(d.types, t)
+	}
+	return t
+}
+
+// decode implements Decode and Decoder.Decode (d may be nil).
+func decode(r *kgo.Record, d *Decoder) (Command, error) {
+	var cmd Command
+	if err := decodeInto(r, d, &cmd); err != nil {
+		return Command{}, err
+	}
+	return cmd, nil
+}
+
+// decodeInto decodes r into *cmd, overwriting all of it (zero on an
+// error). d may be nil.
+func decodeInto(r *kgo.Record, d *Decoder, cmd *Command) error {
+	if len(r.Key) == 0 {
+		*cmd = Command{}
+		return fmt.Errorf("%w: %w: record %s/%d@%d", ErrMalformedRecord, ErrEmptyKey, r.Topic, r.Partition, r.Offset)
+	}
+	var (
+		typ      string
+		headers  []Header
+		seenType bool
+	)
 	for _, h := range r.Headers {
 		switch {
 		case h.Key == TypeHeader:
 			if seenType {
-				return Command{}, fmt.Errorf("%w: record %s/%d@%d has more than one %q header", ErrMalformedRecord, r.Topic, r.Partition, r.Offset, TypeHeader)
+				*cmd = Command{}
+				return fmt.Errorf("%w: record %s/%d@%d has more than one %q header", ErrMalformedRecord, r.Topic, r.Partition, r.Offset, TypeHeader)
 			}
 			seenType = true
-			cmd.Type = string(h.Value)
+			typ = d.typeOf(h.Value)
 		case strings.HasPrefix(h.Key, ReservedHeaderPrefix):
 			// Another workrouter header: not part of the command.
 		default:
-			cmd.Headers = append(cmd.Headers, Header{Key: h.Key, Value: h.Value})
+			headers = append(headers, Header{Key: h.Key, Value: h.Value})
 		}
 	}
-	if cmd.Type == "" {
-		return Command{}, fmt.Errorf("%w: %w: record %s/%d@%d has no non-empty %q header", ErrMalformedRecord, ErrMissingType, r.Topic, r.Partition, r.Offset, TypeHeader)
+	if typ == "" {
+		*cmd = Command{}
+		return fmt.Errorf("%w: %w: record %s/%d@%d has no non-empty %q header", ErrMalformedRecord, ErrMissingType, r.Topic, r.Partition, r.Offset, TypeHeader)
 	}
-	return cmd, nil
+	*cmd = Command{Key: r.Key, Type: typ, Payload: r.Value, Headers: headers}
+	return nil
 }

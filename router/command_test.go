@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -107,5 +108,49 @@ func TestDecodeSkipsOtherReservedHeaders(t *testing.T) {
 		Headers: []router.Header{{Key: "user", Value: []byte("u")}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Decode = %+v, want %+v", got, want)
+	}
+}
+
+// TestDecoderDecodesAsDecode: a Decoder returns what Decode returns, errors
+// included (DecodeInto too, over a command that held something else), for more types than it remembers, and decodes a record of a
+// type it remembers without allocating.
+func TestDecoderDecodesAsDecode(t *testing.T) {
+	var recs []*kgo.Record
+	for i := range 3 * router.DecoderTypes {
+		cmd := router.Command{Key: fmt.Appendf(nil, "k%d", i), Type: fmt.Sprintf("type-%d", i%(2*router.DecoderTypes)), Payload: []byte("p")}
+		if i%5 == 0 {
+			cmd.Headers = []router.Header{{Key: "h", Value: []byte("v")}}
+		}
+		rec, err := router.Encode("t", 0, cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	recs = append(recs, &kgo.Record{Topic: "t", Key: []byte("k")}, // no type
+		&kgo.Record{Topic: "t", Headers: []kgo.RecordHeader{{Key: router.TypeHeader, Value: []byte("x")}}}, // no key
+		&kgo.Record{Topic: "t", Key: []byte("k"), Headers: []kgo.RecordHeader{{Key: router.TypeHeader, Value: []byte("x")}, {Key: router.TypeHeader, Value: []byte("y")}}})
+	var d router.Decoder
+	for round := range 2 {
+		for i, rec := range recs {
+			want, wantErr := router.Decode(rec)
+			got, err := d.Decode(rec)
+			if fmt.Sprint(err) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d, record %d: Decoder gave %+v, %v; Decode gave %+v, %v", round, i, got, err, want, wantErr)
+			}
+			into := router.Command{Key: []byte("stale"), Type: "stale", Headers: []router.Header{{Key: "stale"}}}
+			err = d.DecodeInto(rec, &into)
+			if fmt.Sprint(err) != fmt.Sprint(wantErr) || !reflect.DeepEqual(into, want) {
+				t.Fatalf("round %d, record %d: DecodeInto gave %+v, %v; Decode gave %+v, %v", round, i, into, err, want, wantErr)
+			}
+		}
+	}
+	rec := recs[1] // a remembered type, no user headers
+	if allocs := testing.AllocsPerRun(100, func() { _, _ = d.Decode(rec) }); allocs != 0 {
+		t.Fatalf("Decoder.Decode of a remembered type allocates %v times, want 0", allocs)
+	}
+	var into router.Command
+	if allocs := testing.AllocsPerRun(100, func() { _ = d.DecodeInto(rec, &into) }); allocs != 0 {
+		t.Fatalf("Decoder.DecodeInto of a remembered type allocates %v times, want 0", allocs)
 	}
 }
