@@ -45,32 +45,41 @@ func (t *tenure[Tx]) run(next int64) {
 }
 
 // decoded is a batch's records as commands.
-type decoded struct {
+type decoded[Tx any] struct {
 	recs    []*kgo.Record
+	hs      []Handler[Tx] // the handler of each command's type, nil if none
 	offsets []int64
-	cmds    []Command
-	errs    []error // the decode error of each record, or nil
+	cmds    []router.Command // the handler's Command is made from it and its record when called
+	errs    []error          // the decode error of each record, or nil
 }
 
-func (t *tenure[Tx]) decode(recs []*kgo.Record) decoded {
-	d := decoded{recs: recs, offsets: make([]int64, len(recs)), cmds: make([]Command, len(recs)), errs: make([]error, len(recs))}
+// decode decodes recs into the tenure's batch memory, which it reuses
+// from batch to batch: the returned decoded is valid until the next call
+// (process, the tenure's goroutine, is its only caller). Every element it
+// returns is overwritten, so nothing of an earlier batch shows through.
+func (t *tenure[Tx]) decode(recs []*kgo.Record) decoded[Tx] {
+	d := &t.batch
+	if cap(d.cmds) < len(recs) {
+		d.offsets, d.cmds, d.errs, d.hs = make([]int64, len(recs)), make([]router.Command, len(recs)), make([]error, len(recs)), make([]Handler[Tx], len(recs))
+	}
+	d.recs, d.offsets, d.cmds, d.errs, d.hs = recs, d.offsets[:len(recs)], d.cmds[:len(recs)], d.errs[:len(recs)], d.hs[:len(recs)]
 	for i, r := range recs {
 		d.offsets[i] = r.Offset
-		c, err := router.Decode(r)
-		if err != nil {
+		d.errs[i] = nil
+		if err := t.decoder.DecodeInto(r, &d.cmds[i]); err != nil {
 			d.errs[i] = fmt.Errorf("%w: offset %d: %w", ErrUndecodable, r.Offset, err)
 		} else if err := t.checkRoute(r); err != nil {
 			d.errs[i] = err
 		}
-		d.cmds[i] = Command{Command: c, Offset: r.Offset, Timestamp: r.Timestamp, Token: t.tok, TopicID: t.topicID}
+		d.hs[i] = t.w.cfg.Handlers[d.cmds[i].Type]
 	}
-	return d
+	return *d
 }
 
 // deadAtOnce reports whether record i is to be dead-lettered without
 // trying it (undecodable, or no handler, under a dead-letter policy), with
 // the reason and error.
-func (t *tenure[Tx]) deadAtOnce(d decoded, i int) (reason string, err error, ok bool) {
+func (t *tenure[Tx]) deadAtOnce(d decoded[Tx], i int) (reason string, err error, ok bool) {
 	p := &t.w.cfg.Poison
 	if d.errs[i] != nil {
 		reason := ReasonUndecodable
@@ -79,7 +88,7 @@ func (t *tenure[Tx]) deadAtOnce(d decoded, i int) (reason string, err error, ok 
 		}
 		return reason, d.errs[i], p.Undecodable == PoisonDeadLetter && t.w.dl != nil
 	}
-	if _, has := t.w.cfg.Handlers[d.cmds[i].Type]; !has {
+	if d.hs[i] == nil {
 		return ReasonNoHandler, fmt.Errorf("%w %q at offset %d", ErrNoHandler, d.cmds[i].Type, d.offsets[i]), p.NoHandler == PoisonDeadLetter && t.w.dl != nil
 	}
 	return "", nil, false
@@ -194,44 +203,38 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 }
 
 // slice drops the first n records of d.
-func (d decoded) slice(n int) decoded {
-	return decoded{recs: d.recs[n:], offsets: d.offsets[n:], cmds: d.cmds[n:], errs: d.errs[n:]}
+func (d decoded[Tx]) slice(n int) decoded[Tx] {
+	return decoded[Tx]{recs: d.recs[n:], hs: d.hs[n:], offsets: d.offsets[n:], cmds: d.cmds[n:], errs: d.errs[n:]}
 }
 
 // effect returns the sink effect of d: the handler of each command, its
 // panics recovered, timed for HandlerObservers.
-func (t *tenure[Tx]) effect(d decoded) sink.Effect[Tx] {
+func (t *tenure[Tx]) effect(d decoded[Tx]) sink.Effect[Tx] {
 	w := t.w
-	handlers := w.cfg.Handlers
 	timed := w.obs.timeHandlers()
 	return func(ctx context.Context, tx Tx, i int) (err error) {
 		if d.errs[i] != nil {
 			return d.errs[i]
 		}
-		cmd := d.cmds[i]
-		h, ok := handlers[cmd.Type]
-		if !ok {
+		r := d.recs[i]
+		cmd := Command{Command: d.cmds[i], Offset: r.Offset, Timestamp: r.Timestamp, Token: t.tok, TopicID: t.topicID}
+		h := d.hs[i]
+		if h == nil {
 			return fmt.Errorf("%w %q at offset %d", ErrNoHandler, cmd.Type, cmd.Offset)
 		}
-		var start time.Time
 		if timed {
-			start = time.Now()
+			start := time.Now()
+			defer func() { w.obs.handlerDone(t.tok, cmd.Type, time.Since(start), err) }() // runs after the recovery below
 		}
-		func() {
-			defer recoverHandler(&err)
-			err = h(ctx, tx, cmd)
-		}()
-		if timed {
-			w.obs.handlerDone(t.tok, cmd.Type, time.Since(start), err)
-		}
-		return err
+		defer recoverHandler(&err) // a deferred call of its own: the per-command cost of a closure would be paid by every command
+		return h(ctx, tx, cmd)
 	}
 }
 
 // poisonReason classifies the handler error of record 0 of d and says
 // whether the policy's decision is due: at once for an undecodable record,
 // a missing handler or a permanent error, else when the budget is spent.
-func (t *tenure[Tx]) poisonReason(d decoded, err error, pol TypePolicy, attempts int, since time.Time) (string, bool) {
+func (t *tenure[Tx]) poisonReason(d decoded[Tx], err error, pol TypePolicy, attempts int, since time.Time) (string, bool) {
 	p := &t.w.cfg.Poison
 	switch {
 	case errors.Is(err, ErrUndecodable):

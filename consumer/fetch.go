@@ -132,12 +132,17 @@ func (t *tenure[Tx]) enqueue(recs []*kgo.Record) {
 
 // take removes up to max records from the queue, resuming the partition's
 // fetching once the queue has drained to half. It is called by the
-// tenure's goroutine.
+// tenure's goroutine; the batch it returns is valid until its next call
+// (its memory is reused).
 func (t *tenure[Tx]) take(max int) []*kgo.Record {
 	t.mu.Lock()
 	n := min(len(t.queue), max)
-	batch := make([]*kgo.Record, n)
+	if cap(t.taken) < n {
+		t.taken = make([]*kgo.Record, n)
+	}
+	batch := t.taken[:n]
 	copy(batch, t.queue)
+	clear(t.queue[:n]) // the queue's array no longer holds what it handed out
 	t.queue = t.queue[n:]
 	if len(t.queue) == 0 {
 		t.queue = nil

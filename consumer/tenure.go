@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/router"
 )
 
 // tenure is one ownership tenure of one partition: its token, its queue of
@@ -46,6 +47,13 @@ type tenure[Tx any] struct {
 
 	smu sync.Mutex // guards st
 	st  stallState
+
+	// Used by the tenure's goroutine only: the batch memory decode reuses
+	// (it holds at most one batch's records until the next batch), and the
+	// decoder that reuses command type strings.
+	batch   decoded[Tx]
+	decoder router.Decoder
+	taken   []*kgo.Record // the memory of take's batches
 }
 
 func newTenure[Tx any](w *Worker[Tx], tok epochs.Token) *tenure[Tx] {
