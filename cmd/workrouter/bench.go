@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -72,8 +73,9 @@ func newBenchCmd() *cobra.Command {
 	var (
 		cfg     bench.SetupConfig
 		only    []string
-		asJSON  bool
-		repeats int
+		asJSON     bool
+		repeats    int
+		cpuProfile string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -158,6 +160,17 @@ does (after the report).`,
 				return err
 			}
 			defer cleanup()
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("bench: --cpuprofile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("bench: --cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			rows, runErr := bench.Run(ctx, env, entries, errOut)
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -182,6 +195,7 @@ does (after the report).`,
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run against this cluster instead of an embedded broker")
 	fl.StringVar(&cfg.PostgresDSN, "postgres", "", "PostgreSQL DSN for W2/B3 on PostgreSQL (skipped without it)")
 	fl.StringSliceVar(&only, "only", nil, "run only these workloads, e.g. W1,B1 (default: all)")
+	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured workloads (after the pre-load) to this file, for go tool pprof")
 	fl.BoolVar(&asJSON, "json", false, "print the results as one JSON object instead of the table")
 	fl.IntVar(&cfg.Records, "records", 0, "pre-loaded commands (default 1,000,000, or 300,000 with --quick)")
 	_ = fl.MarkHidden("records")
