@@ -70,7 +70,11 @@ type Config struct {
 	// Client is nil (TLS, SASL, dialer, timeouts, …). The router appends
 	// kgo.SeedBrokers(Brokers...) before them and
 	// kgo.RecordPartitioner(kgo.ManualPartitioner()) after them. The kgo
-	// producer defaults (idempotent, acks=all) apply unless overridden.
+	// producer defaults (idempotent, acks=all) apply unless overridden,
+	// among them a linger of 10ms to fill batches: a lone Router.Send
+	// waits about that long (BenchmarkSend), so pass
+	// kgo.ProducerLinger(0) where each send's latency matters more than
+	// batching.
 	ClientOpts []kgo.Opt
 
 	// Partitioner maps keys to partitions. Default Murmur2, Kafka's own;
