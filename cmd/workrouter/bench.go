@@ -71,8 +71,8 @@ type benchJSONTarget struct {
 
 func newBenchCmd() *cobra.Command {
 	var (
-		cfg     bench.SetupConfig
-		only    []string
+		cfg        bench.SetupConfig
+		only       []string
 		asJSON     bool
 		repeats    int
 		cpuProfile string
