@@ -50,23 +50,17 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 		return sink.DeadLetterResult{}, wrap(ctx, op, err)
 	}
 	defer rollback(ctx, tx)
-	var (
-		epoch   int32
-		member  string
-		next    int64
-		topicID string
-		proof   bool
-	)
-	err = tx.QueryRow(ctx, s.q.claimRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next, &topicID, &proof)
+	row, err := s.lockFence(ctx, tx, tok.Scope())
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Offered: tok}
 	}
 	if err != nil {
 		return sink.DeadLetterResult{}, wrap(ctx, op+": read fence", err)
 	}
-	if stored := holderToken(tok.Scope(), epoch, member); !tok.Holds(stored) {
-		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: stored, Offered: tok}
+	if !tok.Holds(row.holder) {
+		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: row.holder, Offered: tok}
 	}
+	next, topicID := row.nextOffset, row.topicID
 	switch {
 	case rec.Offset < next:
 		return sink.DeadLetterResult{NextOffset: next}, nil

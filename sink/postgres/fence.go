@@ -29,6 +29,29 @@ func holderToken(scope epochs.Scope, epoch int32, member string) epochs.Token {
 	return epochs.Token{Group: scope.Group, Topic: scope.Topic, Partition: scope.Partition, Epoch: epoch, Member: member}
 }
 
+// fenceRow is a scope's fence row as read inside a transaction.
+type fenceRow struct {
+	epoch         int32 // as stored: -1 after a reset
+	member        string
+	holder        epochs.Token // zero when nobody holds the scope
+	nextOffset    int64
+	topicID       string
+	proofRequired bool
+}
+
+// lockFence reads scope's fence row inside tx and locks it (SELECT … FOR
+// UPDATE) until tx ends. A missing row is pgx.ErrNoRows.
+func (s *Sink) lockFence(ctx context.Context, tx pgx.Tx, scope epochs.Scope) (fenceRow, error) {
+	var r fenceRow
+	err := tx.QueryRow(ctx, s.q.fenceLock, scope.Group, scope.Topic, scope.Partition).
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired)
+	if err != nil {
+		return fenceRow{}, err
+	}
+	r.holder = holderToken(scope, r.epoch, r.member)
+	return r, nil
+}
+
 // rollback ends tx without the caller's ctx, which may be cancelled: a
 // rollback must still reach the server (or pgx closes the connection).
 func rollback(ctx context.Context, tx pgx.Tx) {
@@ -73,24 +96,18 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 		return 0, wrap(ctx, op, err)
 	}
 	inserted := tag.RowsAffected() == 1
-	var (
-		epoch   int32
-		member  string
-		next    int64
-		topicID string
-		proof   bool
-	)
-	if err := tx.QueryRow(ctx, s.q.claimRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next, &topicID, &proof); err != nil {
+	row, err := s.lockFence(ctx, tx, tok.Scope())
+	if err != nil {
 		return 0, wrap(ctx, op+": read fence", err)
 	}
-	if stored := holderToken(tok.Scope(), epoch, member); !tok.CanClaim(stored) {
-		s.log.Debug("postgres sink: claim fenced", "offered", tok.String(), "stored", stored.String())
-		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: stored, Offered: tok}
+	if !tok.CanClaim(row.holder) {
+		s.log.Debug("postgres sink: claim fenced", "offered", tok.String(), "stored", row.holder.String())
+		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
 	}
-	if proof && !obs.MemberProven {
+	if row.proofRequired && !obs.MemberProven {
 		return 0, fmt.Errorf("postgres: %s: %w", op, sink.ErrProofRequired)
 	}
-	next, topicID, err = sink.CheckLog(tok.Scope(), !inserted, topicID, next, obs)
+	next, topicID, err := sink.CheckLog(tok.Scope(), !inserted, row.topicID, row.nextOffset, obs)
 	if err != nil {
 		return 0, err
 	}
@@ -304,26 +321,19 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		return sink.Fence{}, wrap(ctx, op, err)
 	}
 	defer rollback(ctx, tx)
-	var (
-		epoch   int32
-		member  string
-		next    int64
-		topicID string
-		proof   bool
-	)
-	err = tx.QueryRow(ctx, s.q.resetRead, scope.Group, scope.Topic, scope.Partition).Scan(&epoch, &member, &next, &topicID, &proof)
+	row, err := s.lockFence(ctx, tx, scope)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return sink.Fence{}, fmt.Errorf("postgres: %s: %w", op, sink.ErrNotFound)
 	case err != nil:
 		return sink.Fence{}, wrap(ctx, op, err)
 	}
-	before := sink.Fence{Scope: scope, Holder: holderToken(scope, epoch, member), NextOffset: next, TopicID: topicID, ProofRequired: proof}
+	before := sink.Fence{Scope: scope, Holder: row.holder, NextOffset: row.nextOffset, TopicID: row.topicID, ProofRequired: row.proofRequired}
 	if e := req.Expect; e.Holder != before.Holder || e.NextOffset != before.NextOffset || e.TopicID != before.TopicID {
 		return sink.Fence{}, fmt.Errorf("postgres: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
 	}
-	newNext, newTopic := next, topicID
+	newNext, newTopic := row.nextOffset, row.topicID
 	if req.NextOffset != nil {
 		newNext = *req.NextOffset
 	}
@@ -333,13 +343,13 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	if _, err := tx.Exec(ctx, s.q.reset, scope.Group, scope.Topic, scope.Partition, newNext, newTopic); err != nil {
 		return sink.Fence{}, wrap(ctx, op, err)
 	}
-	if _, err := tx.Exec(ctx, s.q.resetAudit, scope.Group, scope.Topic, scope.Partition, epoch, member, newNext, req.Reason, newTopic, req.Detail); err != nil {
+	if _, err := tx.Exec(ctx, s.q.resetAudit, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, newNext, req.Reason, newTopic, req.Detail); err != nil {
 		return sink.Fence{}, wrap(ctx, op+": audit", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return sink.Fence{}, wrap(ctx, op+": commit", err)
 	}
-	s.log.Warn("postgres sink: fence reset", "scope", scope.String(), "cleared", before.Holder.String(), "next_offset_before", next,
+	s.log.Warn("postgres sink: fence reset", "scope", scope.String(), "cleared", before.Holder.String(), "next_offset_before", row.nextOffset,
 		"next_offset", newNext, "topic_id", newTopic, "reason", req.Reason)
 	return before, nil
 }

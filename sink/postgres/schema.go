@@ -142,10 +142,11 @@ var v1Columns = map[string][]column{
 type queries struct {
 	fences, history, schema, deadLetters, dlAudit string // qualified, quoted table names
 
-	claimInsert, claimRead, claimUpdate, claimHistory string
-	fenceRead, advance, fenceList                     string
-	resetRead, reset, resetAudit, historyList         string
-	dlInsert, dlColumns                               string
+	fenceLock                              string // the fence row, locked until the transaction ends: claims, dead letters and resets read it so
+	claimInsert, claimUpdate, claimHistory string
+	fenceRead, advance, fenceList          string
+	reset, resetAudit, historyList         string
+	dlInsert, dlColumns                    string
 }
 
 func newQueries(schema, prefix string) queries {
@@ -161,7 +162,7 @@ func newQueries(schema, prefix string) queries {
 	// transaction.
 	q.claimInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, epoch, member, next_offset, topic_id)
 		VALUES ($1, $2, $3, -1, '', $4, $5) ON CONFLICT (grp, topic, part) DO NOTHING`, q.fences)
-	q.claimRead = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required FROM %s
+	q.fenceLock = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required FROM %s
 		WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
 	q.claimUpdate = fmt.Sprintf(`UPDATE %s SET epoch = $4, member = $5, topic_id = $6, proof_required = false
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
@@ -171,7 +172,6 @@ func newQueries(schema, prefix string) queries {
 	q.advance = fmt.Sprintf(`UPDATE %s SET next_offset = $7
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6`, q.fences)
 	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required FROM %s ORDER BY grp, topic, part`, q.fences)
-	q.resetRead = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required FROM %s WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
 	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '', next_offset = $4, topic_id = $5, proof_required = true
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.resetAudit = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, reason, topic_id, detail)
