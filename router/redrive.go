@@ -29,20 +29,5 @@ func (r *Router) Redrive(ctx context.Context, cmd Command, of string) (Result, e
 	if of == "" {
 		return Result{}, ErrNoRedriveSource
 	}
-	p, err := r.pending(cmd)
-	if err != nil {
-		r.m.notSent(r.cfg.Topic, err)
-		return Result{}, err
-	}
-	p.rec.Headers = append(p.rec.Headers, kgo.RecordHeader{Key: RedriveOfHeader, Value: []byte(of)})
-	var (
-		res  Result
-		done = make(chan struct{})
-	)
-	r.produce(ctx, p, func(rs Result, e error) {
-		res, err = rs, e
-		close(done)
-	})
-	<-done
-	return res, err
+	return r.sendSync(ctx, cmd, &kgo.RecordHeader{Key: RedriveOfHeader, Value: []byte(of)})
 }

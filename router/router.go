@@ -173,12 +173,17 @@ func honoursRecordPartition(p kgo.Partitioner, topic string) (ok bool) {
 // outcome (so that an idempotent producer keeps its ordering guarantees).
 // Safe to call from any goroutine, but not from a SendAsync callback.
 func (r *Router) Send(ctx context.Context, cmd Command) (Result, error) {
+	return r.sendSync(ctx, cmd, nil)
+}
+
+// sendSync is send, waiting for the outcome.
+func (r *Router) sendSync(ctx context.Context, cmd Command, extra *kgo.RecordHeader) (Result, error) {
 	var (
 		res  Result
 		err  error
 		done = make(chan struct{})
 	)
-	r.SendAsync(ctx, cmd, func(rs Result, e error) {
+	r.send(ctx, cmd, extra, func(rs Result, e error) {
 		res, err = rs, e
 		close(done)
 	})
@@ -197,17 +202,21 @@ func (r *Router) Send(ctx context.Context, cmd Command) (Result, error) {
 // buffer is full (until ctx is done). fn must not be nil. Safe to call from
 // any goroutine.
 func (r *Router) SendAsync(ctx context.Context, cmd Command, fn func(Result, error)) {
+	r.send(ctx, cmd, nil, fn)
+}
+
+// send implements SendAsync; extra, if not nil, is one more (reserved)
+// header on the record.
+func (r *Router) send(ctx context.Context, cmd Command, extra *kgo.RecordHeader, fn func(Result, error)) {
 	p, err := r.pending(cmd)
 	if err != nil {
 		r.m.notSent(r.cfg.Topic, err)
 		fn(Result{}, err)
 		return
 	}
-	r.produce(ctx, p, fn)
-}
-
-// produce hands p's record to the client; fn gets the outcome.
-func (r *Router) produce(ctx context.Context, p *pending, fn func(Result, error)) {
+	if extra != nil {
+		p.rec.Headers = append(p.rec.Headers, *extra)
+	}
 	p.fn = fn
 	if r.m != nil {
 		p.sentAt = int64(time.Since(r.epoch))
