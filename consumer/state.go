@@ -109,10 +109,17 @@ func (t *tenure[Tx]) status() PartitionStatus {
 // stalled records a failed attempt; it returns the attempt's number and
 // when the stall began.
 func (t *tenure[Tx]) stalled(err error) (int, time.Time) {
+	return t.failedIn(StateStalled, err)
+}
+
+// failedIn records a failed attempt in state (stalled or blocked), which
+// begins now unless the tenure is in it already; it returns the attempt's
+// number and when the state began.
+func (t *tenure[Tx]) failedIn(state PartitionState, err error) (int, time.Time) {
 	t.smu.Lock()
 	defer t.smu.Unlock()
-	if t.st.state != StateStalled {
-		t.st.state, t.st.since, t.st.attempts = StateStalled, time.Now(), 0
+	if t.st.state != state {
+		t.st.state, t.st.since, t.st.attempts = state, time.Now(), 0
 	}
 	t.st.attempts++
 	t.st.lastErr = err
@@ -133,14 +140,8 @@ func (t *tenure[Tx]) progressed() {
 // blocked records a claim refused for a reason an operator must resolve;
 // it returns when the block began.
 func (t *tenure[Tx]) blocked(err error) time.Time {
-	t.smu.Lock()
-	defer t.smu.Unlock()
-	if t.st.state != StateBlocked {
-		t.st.state, t.st.since, t.st.attempts = StateBlocked, time.Now(), 0
-	}
-	t.st.attempts++
-	t.st.lastErr = err
-	return t.st.since
+	_, since := t.failedIn(StateBlocked, err)
+	return since
 }
 
 // isBlocked reports whether the tenure waits for a re-claim.
