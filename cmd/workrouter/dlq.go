@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/router"
@@ -561,12 +562,25 @@ func printDeadLetter(w io.Writer, d sink.DeadLetter, audit []sink.DeadLetterActi
 	return ew.err
 }
 
-// checkReason checks --reason for redrive and drop.
-func checkReason(f dlqFlags, what string) error {
-	if strings.TrimSpace(f.reason) == "" {
-		return fmt.Errorf("--reason is required: say why the dead letter is %s (it is recorded in its audit rows)", what)
+// addDecisionFlags adds --reason and --yes to redrive and drop: verb is
+// the command ("redrive"), done its past participle ("redriven"), and
+// unchanged what --yes is needed for ("nothing is changed or sent").
+func addDecisionFlags(fl *pflag.FlagSet, f *dlqFlags, verb, done, unchanged string) {
+	fl.StringVar(&f.reason, "reason", "", "why it is "+done+"; recorded in its audit rows (required)")
+	fl.BoolVar(&f.yes, "yes", false, "really "+verb+"; without it "+unchanged)
+}
+
+// decisionArgs reads the dead letter's ID of redrive and drop and checks
+// --reason (done as in addDecisionFlags).
+func decisionArgs(f dlqFlags, arg, done string) (int64, error) {
+	id, err := parseID(arg)
+	if err != nil {
+		return 0, err
 	}
-	return nil
+	if strings.TrimSpace(f.reason) == "" {
+		return 0, fmt.Errorf("--reason is required: say why the dead letter is %s (it is recorded in its audit rows)", done)
+	}
+	return id, nil
 }
 
 // notOpen explains why a dead letter in state st cannot be redriven or
@@ -620,17 +634,13 @@ exits non-zero.`,
 	fl.StringSliceVar(&f.brokers, "brokers", defaultBrokers, "seed brokers, comma-separated")
 	fl.StringVar(&f.partitioner, "partitioner", "murmur2", "how keys map to partitions: murmur2 (Kafka's default) or crc32 (librdkafka's default); as the topic's producers")
 	addConnFlags(fl, &f.conn)
-	fl.StringVar(&f.reason, "reason", "", "why it is redriven; recorded in its audit rows (required)")
-	fl.BoolVar(&f.yes, "yes", false, "really redrive; without it nothing is changed or sent")
+	addDecisionFlags(fl, &f, "redrive", "redriven", "nothing is changed or sent")
 	return cmd
 }
 
 func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
-	id, err := parseID(arg)
+	id, err := decisionArgs(f, arg, "redriven")
 	if err != nil {
-		return err
-	}
-	if err := checkReason(f, "redriven"); err != nil {
 		return err
 	}
 	cn, err := resolveConn(cmd, f.conn, f.brokers)
@@ -732,17 +742,13 @@ non-zero.`,
 	}
 	f.addCommon(cmd, false)
 	fl := cmd.Flags()
-	fl.StringVar(&f.reason, "reason", "", "why it is dropped; recorded in its audit rows (required)")
-	fl.BoolVar(&f.yes, "yes", false, "really drop; without it nothing is changed")
+	addDecisionFlags(fl, &f, "drop", "dropped", "nothing is changed")
 	return cmd
 }
 
 func runDLQDrop(cmd *cobra.Command, f dlqFlags, arg string) error {
-	id, err := parseID(arg)
+	id, err := decisionArgs(f, arg, "dropped")
 	if err != nil {
-		return err
-	}
-	if err := checkReason(f, "dropped"); err != nil {
 		return err
 	}
 	ctx, ds, spec, done, err := openDLQ(cmd, f)
