@@ -7,11 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"strings"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/workrouter/workrouter/sink/postgres"
-	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
 // openAdminReadOnly opens the sink for the commands that only read it
@@ -24,28 +19,7 @@ import (
 // the schema of the sink's tables, as for the worker. Close it with the
 // returned func.
 func openAdminReadOnly(ctx context.Context, spec sinkSpec) (adminSink, func() error, error) {
-	switch spec.kind {
-	case "sqlite":
-		if err := sqliteFileExists(spec); err != nil {
-			return nil, nil, err
-		}
-		s, err := sqlite.Open(ctx, sqlite.Config{Path: spec.path, ReadOnly: true})
-		if err != nil {
-			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
-		}
-		return s, s.Close, nil
-	case "postgres":
-		var schema string
-		if pc, err := pgx.ParseConfig(spec.dsn); err == nil {
-			schema = pc.RuntimeParams["search_path"]
-		}
-		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: schema, ReadOnly: true})
-		if err != nil {
-			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
-		}
-		return s, s.Close, nil
-	}
-	return nil, nil, fmt.Errorf("--sink: unknown sink kind %q: want %s", spec.kind, sinkSpecHelp)
+	return openAdminSink(ctx, spec, true)
 }
 
 // sqliteFileExists fails unless spec's SQLite file exists and is a file:

@@ -23,6 +23,16 @@ type sinkSpec struct {
 	dsn  string // postgres: the connection string, as given
 }
 
+// schema is the PostgreSQL schema of the sink's tables: the search_path
+// the DSN names, if any (the worker and the admin commands agree on it, so
+// that the sink's tables and the examples' live together).
+func (s sinkSpec) schema() string {
+	if pc, err := pgx.ParseConfig(s.dsn); err == nil {
+		return pc.RuntimeParams["search_path"]
+	}
+	return ""
+}
+
 // String describes the sink for messages, without secrets: the SQLite path,
 // or the PostgreSQL server, database and user (never the password).
 func (s sinkSpec) String() string {
@@ -80,24 +90,23 @@ type adminSink interface {
 // file must already exist: an admin command never creates an empty sink at
 // a mistyped path. Commands that only read use openAdminReadOnly.
 func openAdmin(ctx context.Context, spec sinkSpec) (adminSink, func() error, error) {
+	return openAdminSink(ctx, spec, false)
+}
+
+// openAdminSink implements openAdmin and, with readOnly, openAdminReadOnly.
+func openAdminSink(ctx context.Context, spec sinkSpec, readOnly bool) (adminSink, func() error, error) {
 	switch spec.kind {
 	case "sqlite":
 		if err := sqliteFileExists(spec); err != nil {
 			return nil, nil, err
 		}
-		s, err := sqlite.Open(ctx, sqlite.Config{Path: spec.path})
+		s, err := sqlite.Open(ctx, sqlite.Config{Path: spec.path, ReadOnly: readOnly})
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
 		}
 		return s, s.Close, nil
 	case "postgres":
-		// As for the worker: a search_path in the DSN names the schema of
-		// the sink's tables.
-		var schema string
-		if pc, err := pgx.ParseConfig(spec.dsn); err == nil {
-			schema = pc.RuntimeParams["search_path"]
-		}
-		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: schema})
+		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: spec.schema(), ReadOnly: readOnly})
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
 		}

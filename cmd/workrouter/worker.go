@@ -270,13 +270,7 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 		}
 		return serveWorker[*sqlite.Tx](cmd, f, spec, protocol, "sqlite", s, handlers, logger, h, nil)
 	case "postgres":
-		// A search_path in the DSN names the schema of the sink's tables
-		// too, so that the sink and the example's tables live together.
-		var schema string
-		if pc, err := pgx.ParseConfig(spec.dsn); err == nil {
-			schema = pc.RuntimeParams["search_path"]
-		}
-		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: schema, Logger: logger})
+		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: spec.schema(), Logger: logger})
 		if err != nil {
 			return err
 		}
