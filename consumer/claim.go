@@ -273,13 +273,26 @@ func (w *Worker[Tx]) block(t *tenure[Tx], err error) {
 	w.obs.emit(Blocked{Token: t.tok, Since: since, Err: err})
 }
 
-// proveMembership proves to the broker that t's member is a current member
-// of the group (docs/design.md#admin-reset): an offset commit for t's
-// partition as that member, at the group's current generation, which the
-// coordinator accepts only from a current member. A member of the group's
-// previous incarnation is unknown to it and fails. The commit is of the
-// partition's current checkpoint (the sink's, read through sink.Lister, or
-// Kafka's committed offset), so it moves nothing.
+// proveMembership proves to the broker that t's token belongs to the
+// group's current incarnation (docs/design.md#admin-reset): an offset
+// commit for t's partition as t's member, which the coordinator accepts
+// only from a current member. A member of the group's previous
+// incarnation is unknown to it and fails.
+//
+// The commit is made at the token's own epoch. Under KIP-848 that is the
+// only proof accepted: member IDs are the client's own and survive a
+// rejoin into a recreated group, so only the epoch ties the token to this
+// incarnation, and the coordinator checks it against the epoch at which
+// the partition was assigned to the member (KIP-1251). Under the classic
+// protocol the coordinator accepts only the current generation, which a
+// cooperative rebalance may have moved past the token's epoch while the
+// member kept the partition; then the commit is made at the current
+// generation, which proves the token too: classic member IDs are issued
+// by the coordinator and never outlive the incarnation that issued them,
+// and the current generation is not below the token's epoch.
+//
+// The commit is of the partition's current checkpoint (the sink's, read
+// through sink.Lister, or Kafka's committed offset), so it moves nothing.
 func (w *Worker[Tx]) proveMembership(ctx context.Context, t *tenure[Tx]) error {
 	member, gen := w.cl.GroupMetadata()
 	if member != t.tok.Member {
@@ -305,6 +318,10 @@ func (w *Worker[Tx]) proveMembership(ctx context.Context, t *tenure[Tx]) error {
 	}
 	if offset < 0 {
 		offset = 0
+	}
+	err := commitAs(ctx, w.cl, w.cfg.Group, member, t.tok.Epoch, w.cfg.Topic, w.topicIDBytes(t), t.tok.Partition, offset, member)
+	if err == nil || w.cfg.Protocol == KIP848 || !errors.Is(err, kerr.IllegalGeneration) || gen <= t.tok.Epoch {
+		return err
 	}
 	return commitAs(ctx, w.cl, w.cfg.Group, member, gen, w.cfg.Topic, w.topicIDBytes(t), t.tok.Partition, offset, member)
 }

@@ -63,11 +63,19 @@ type Command struct {
 }
 
 // Handler applies one command's effects through the sink's transaction
-// handle tx. It runs inside the sink's atomic unit: return an error to abort
-// the whole batch (it is retried with backoff, never skipped). A handler may
-// run more than once for the same command if a batch is retried, so it must
-// not have side effects outside tx. It is called from the partition's
-// goroutine; handlers of different partitions run concurrently.
+// handle tx. It runs inside the sink's atomic unit: returning an error
+// aborts that unit, so none of the command's effects are committed; the
+// records before it in the batch are applied on their own, and the failing
+// command is retried with backoff and then dead-lettered, or stalls its
+// partition, as Config.Poison says (an error marked [Permanent] is
+// dead-lettered at once). A handler may run more than once for the same
+// command if a batch is retried, so it must not have side effects outside
+// tx. It is called from the partition's goroutine; handlers of different
+// partitions run concurrently.
+//
+// cmd's byte slices (Key, Payload, header values) belong to the handler
+// once it is called: the Worker never reuses or overwrites them, so a
+// handler may keep them after it returns without copying.
 type Handler[Tx any] func(ctx context.Context, tx Tx, cmd Command) error
 
 // Config configures a Worker. The zero value of every optional field is a

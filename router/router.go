@@ -171,7 +171,14 @@ func honoursRecordPartition(p kgo.Partitioner, topic string) (ok bool) {
 // [ErrClosed] after [Router.Close]. ctx can cancel the send while it is
 // buffered; once a request carrying it is in flight, Send waits for its
 // outcome (so that an idempotent producer keeps its ordering guarantees).
-// Safe to call from any goroutine, but not from a SendAsync callback.
+//
+// Cancelling ctx is not private to this send: the client (kgo) cancels a
+// whole batch, judged by the context of the batch's first record, and then
+// fails every command buffered for the same partition, including other
+// goroutines' sends; and a cancelled command that is not first in its
+// batch may still be written. Give Send a context that lives as long as
+// the command is wanted, not a per-request deadline shared by unrelated
+// work. Safe to call from any goroutine, but not from a SendAsync callback.
 func (r *Router) Send(ctx context.Context, cmd Command) (Result, error) {
 	return r.sendSync(ctx, cmd, nil)
 }
@@ -199,7 +206,9 @@ func (r *Router) sendSync(ctx context.Context, cmd Command, extra *kgo.RecordHea
 // goroutine, serially with other callbacks, so fn must return quickly and
 // must not call Send, Flush or Close. Commands sent by one goroutine with the
 // same key are written in call order. SendAsync may block while the client
-// buffer is full (until ctx is done). fn must not be nil. Safe to call from
+// buffer is full (until ctx is done). Cancelling ctx after SendAsync
+// returned acts as it does for [Router.Send]: it may fail every command
+// buffered for the same partition. fn must not be nil. Safe to call from
 // any goroutine.
 func (r *Router) SendAsync(ctx context.Context, cmd Command, fn func(Result, error)) {
 	r.send(ctx, cmd, nil, fn)
