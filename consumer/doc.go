@@ -25,7 +25,10 @@
 //  5. commit.go — after Apply the Kafka offset is committed, for lag
 //     visibility; a rejected commit is not an error of the work.
 //  6. revoke.go — on revoke or loss the partition goroutine finishes its
-//     in-flight batch (bounded by Config.RevokeTimeout) and stops.
+//     in-flight batch (bounded by Config.RevokeTimeout) and stops; a
+//     partition with nothing in flight (blocked, claiming) is cancelled at
+//     once. A tenure that is gone never acts: the sink's late answers to it
+//     are discarded (Discarded events), never applied to its successor.
 //
 // # Events
 //
