@@ -188,6 +188,10 @@ type Config[Tx any] struct {
 	// your own program; package consumer/eventlog streams them as JSON
 	// lines.
 	Observers []Observer
+
+	// commitPace is the committer's least time between two commits;
+	// default the constant commitPace. Only this package's tests set it.
+	commitPace time.Duration
 }
 
 // ErrConfig is matched by every configuration error returned by New.
@@ -259,6 +263,9 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 	}
 	if out.ReclaimInterval == 0 {
 		out.ReclaimInterval = 10 * time.Second
+	}
+	if out.commitPace <= 0 {
+		out.commitPace = commitPace
 	}
 	var err error
 	if out.Poison, err = out.Poison.withDefaults(); err != nil {
