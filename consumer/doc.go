@@ -81,6 +81,16 @@
 //     the partition's end offset (the high watermark) and the next offset
 //     to apply, refreshed every Config.LagInterval; deleted with the
 //     partition.
+//   - workrouter_consumer_partition_stalled{topic,partition} and
+//     workrouter_consumer_partition_stalled_since_timestamp_seconds: 1
+//     (and since when) while an assigned partition makes no progress (a
+//     stall, or a claim blocked until an operator acts), else 0.
+//
+// Every per-partition gauge (tenure epoch, lag, stalled and since) is
+// deleted when the partition leaves the member, whichever way (revoked,
+// lost or fenced) and in whatever state (running, stalled, blocked,
+// claiming); events of a tenure already gone do not bring it back. The
+// per-partition counters stay: they are the member's history.
 //
 // [MetricNames] lists the names; [Worker.Stats] keeps the cumulative counts
 // without Prometheus.

@@ -87,9 +87,10 @@ func (h *heldClaims) Claim(ctx context.Context, tok epochs.Token, obs sink.Obser
 }
 
 // evict holds back every heartbeat of member until the coordinator has
-// removed it from the group, then lets them through: the member learns it
-// lost its partitions (a session that expired while it was paused).
-func evict(t *testing.T, c *cluster, member string) {
+// removed it from the group and then (if not nil) until holds, then lets
+// them through: the member learns it lost its partitions (a session that
+// expired while it was paused).
+func evict(t *testing.T, c *cluster, member string, until func() bool) {
 	t.Helper()
 	swallowed, stop := blackholeHeartbeats(c.kf, func() string { return member })
 	defer stop()
@@ -112,6 +113,9 @@ func evict(t *testing.T, c *cluster, member string) {
 	})
 	if swallowed.Load() == 0 {
 		t.Fatal("no heartbeat of the member was held back: the eviction is not the test's")
+	}
+	if until != nil {
+		waitFor(t, 30*time.Second, "the group to settle without "+member, until)
 	}
 }
 
@@ -182,7 +186,7 @@ func TestLostWhileReclaimingCancelsTheClaim(t *testing.T) {
 		t.Fatalf("partitions %+v: want the partition blocked by the regressed epoch", ps)
 	}
 
-	evict(t, c, old.Member)
+	evict(t, c, old.Member, nil)
 	waitFor(t, 30*time.Second, "the worker to learn it lost the partition", func() bool { return reachedAtLoss.Load() >= 0 })
 	select {
 	case tok := <-h.cancelled:
@@ -256,7 +260,7 @@ func TestStaleClaimDoesNotStopTheSuccessor(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the blocked partition was never claimed again")
 	}
-	evict(t, c, old.Member)
+	evict(t, c, old.Member, nil)
 	waitFor(t, 30*time.Second, "the successor tenure to own the partition", func() bool {
 		owned := w.Owned()
 		return len(owned) == 1 && owned[0].Member != old.Member
