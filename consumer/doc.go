@@ -19,9 +19,12 @@
 //  4. apply.go — each tenure goroutine takes batches of up to MaxBatch
 //     records and applies each in one sink Apply: the holder check, the
 //     handlers' effects and the new NextOffset commit atomically. A fenced
-//     Claim or Apply stops the partition at once and is never retried; any
-//     other failure (a handler error, the sink unreachable) is retried with
-//     exponential backoff and never skipped.
+//     Claim or Apply stops the partition at once and is never retried; a
+//     failure of the sink is retried with exponential backoff without
+//     limit; a record that cannot be applied (poison.go: a handler that
+//     keeps failing, no handler, not a command) is retried or
+//     dead-lettered as Config.Poison says, and never passed over without
+//     a dead letter stored by the sink.
 //  5. commit.go — after Apply the Kafka offset is committed, for lag
 //     visibility; a rejected commit is not an error of the work.
 //  6. revoke.go — on revoke or loss the partition goroutine finishes its
