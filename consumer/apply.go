@@ -155,7 +155,7 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 			// Nobody holds the scope: an operator reset the fence under
 			// this tenure. Not a zombie: claim again, with a proof.
 			w.fencedApplies.Add(1)
-			w.resetUnderTenure(t, err)
+			w.resetUnderTenure(t, sink.OpApply, err)
 			return next, false
 		}
 		if errors.Is(err, sink.ErrFenced) {

@@ -25,6 +25,10 @@ var errBlocked = errors.New("consumer: claim blocked")
 // the topic the claim observed (after a recreation).
 var errClientOnOldTopic = errors.New("consumer: the client is on the topic's previous incarnation")
 
+// errTenureGone: the tenure is no longer its partition's (released or
+// replaced); whatever it was doing is dropped.
+var errTenureGone = errors.New("consumer: the tenure is no longer the partition's")
+
 // adjustOffsets runs after onAssigned and before fetching starts: it claims
 // every partition about to be fetched (docs/design.md#claim) and returns the
 // sink's NextOffset as the fetch position. A partition whose claim is
@@ -35,6 +39,7 @@ func (w *Worker[Tx]) adjustOffsets(ctx context.Context, offsets map[string]map[i
 	<-w.ready
 	parts := offsets[w.cfg.Topic]
 	type outcome struct {
+		t    *tenure[Tx]
 		next int64
 		err  error
 	}
@@ -60,10 +65,17 @@ func (w *Worker[Tx]) adjustOffsets(ctx context.Context, offsets map[string]map[i
 				first = &obs
 			}
 		}
+		if t == nil {
+			continue // released meanwhile
+		}
 		wg.Go(func() {
-			next, err := w.claim(ctx, t, first)
+			// The claim ends with the session or with the tenure.
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			defer context.AfterFunc(t.ctx, cancel)()
+			next, err := w.claim(cctx, t, first)
 			mu.Lock()
-			results[p] = outcome{next, err}
+			results[p] = outcome{t, next, err}
 			mu.Unlock()
 		})
 	}
@@ -71,17 +83,20 @@ func (w *Worker[Tx]) adjustOffsets(ctx context.Context, offsets map[string]map[i
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	for p, r := range results {
+	for p := range parts {
+		r, ok := results[p]
 		w.mu.Lock()
 		t := w.tenures[p]
 		w.mu.Unlock()
 		switch {
-		case t == nil:
+		case !ok || t == nil || t != r.t:
+			// Released or replaced while it claimed: the claim's outcome
+			// was discarded (see claim); not fetched in this session.
 			delete(parts, p)
 		case errors.Is(r.err, errBlocked):
 			// Keep the partition assigned but paused: a valid re-claim
 			// sets its offset and resumes it.
-			w.cl.PauseFetchPartitions(map[string][]int32{w.cfg.Topic: {p}})
+			w.pauseIfCurrent(t)
 			parts[p] = kgo.NewOffset().AtEnd()
 		case r.err != nil:
 			delete(parts, p)
@@ -175,11 +190,19 @@ func observed(topic string, p int32, id string, starts, ends kadm.ListedOffsets)
 // claim refused for a reason an operator must resolve returns an error
 // matching errBlocked, after reporting it.
 //
+// A tenure that is gone never acts: claim makes no attempt once t is no
+// longer its partition's tenure, and the sink's answer to an attempt made
+// before is discarded (see discard) and errTenureGone returned, whatever
+// it was: nothing is reported, blocked or paused for the partition.
+//
 // first, if not nil, is the first attempt's observation of the log.
 func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Observed) (int64, error) {
 	backoff := w.cfg.RetryBackoff
 	proven, truncatedRetries := false, 0
 	for {
+		if !w.current(t) {
+			return 0, errTenureGone
+		}
 		start := time.Now()
 		var obs sink.Observed
 		var err error
@@ -204,13 +227,14 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 			}
 			obs.MemberProven = proven
 			next, err = w.cfg.Sink.Claim(ctx, t.tok, obs)
+			if !w.current(t) {
+				w.discard(t, sink.OpClaim, err)
+				return 0, errTenureGone
+			}
 		}
 		if err == nil {
 			w.claims.Add(1)
-			w.mu.Lock()
-			current := w.tenures[t.tok.Partition] == t && !t.fenced.Load()
-			w.mu.Unlock()
-			if current {
+			if !t.fenced.Load() {
 				w.obs.emit(Claimed{Token: t.tok, NextOffset: next})
 			}
 			t.progressed()
@@ -253,6 +277,9 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
+		if !w.current(t) {
+			return 0, errTenureGone
+		}
 		w.retries.Add(1)
 		attempt, since := t.stalled(err)
 		w.obs.emit(Stalled{Token: t.tok, Op: sink.OpClaim, Attempt: attempt, Since: since, Backoff: backoff,
@@ -271,6 +298,17 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 func (w *Worker[Tx]) block(t *tenure[Tx], err error) {
 	since := t.blocked(err)
 	w.obs.emit(Blocked{Token: t.tok, Since: since, Err: err})
+}
+
+// discard drops the sink's answer err (nil: accepted) to an op of t that
+// the sink decided while t stopped being its partition's tenure (released
+// or replaced): a tenure that is gone never acts, so the answer changes
+// nothing of the partition, which may have a successor tenure by now. It
+// is counted (Stats.Discarded) and reported as a Discarded event, which
+// the logging observer logs.
+func (w *Worker[Tx]) discard(t *tenure[Tx], op sink.Op, err error) {
+	w.discarded.Add(1)
+	w.obs.emit(Discarded{Token: t.tok, Op: op, Err: err})
 }
 
 // proveMembership proves to the broker that t's token belongs to the
@@ -365,7 +403,14 @@ func (w *Worker[Tx]) topicIDBytes(t *tenure[Tx]) [16]byte {
 
 // reclaimLoop claims again, every ReclaimInterval until the Worker stops,
 // the partitions whose claim was blocked; one that succeeds resumes where
-// the sink says.
+// the sink says. Each blocked tenure is claimed by a goroutine of its own
+// (reclaim; at most one per tenure at a time), so that a claim that hangs
+// or keeps failing (a sink that does not answer, a member ID that changed)
+// holds up only its own partition, never the re-claims of the others: a
+// bound per attempt instead would be a timeout too short for a slow sink
+// or long enough to keep delaying the others, and would not end a Claim
+// that ignores its context. Each goroutine ends with its tenure's context,
+// which is cancelled as soon as the tenure is released or replaced.
 func (w *Worker[Tx]) reclaimLoop() {
 	defer w.wg.Done()
 	tick := time.NewTicker(w.cfg.ReclaimInterval)
@@ -378,40 +423,52 @@ func (w *Worker[Tx]) reclaimLoop() {
 		case <-w.reclaimSig:
 		}
 		w.mu.Lock()
-		var blocked []*tenure[Tx]
 		for _, t := range w.tenures {
-			if t.isBlocked() && !t.started.Load() {
-				blocked = append(blocked, t)
+			if t.isBlocked() && !t.started.Load() && t.reclaiming.CompareAndSwap(false, true) {
+				w.wg.Add(1)
+				go w.reclaim(t)
 			}
 		}
 		w.mu.Unlock()
-		for _, t := range blocked {
-			if t.after != nil {
-				select { // the tenure it replaces has not exited yet
-				case <-t.after:
-				case <-t.ctx.Done():
-					continue
-				}
-			}
-			next, err := w.claim(t.ctx, t, nil)
-			if err != nil {
-				continue
-			}
-			w.mu.Lock()
-			current := w.tenures[t.tok.Partition] == t
-			w.mu.Unlock()
-			if !current {
-				continue
-			}
-			// Fetching restarts at the sink's checkpoint, which a reset may
-			// have moved: SetOffsets drops what was buffered from the old
-			// position.
-			w.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{w.cfg.Topic: {t.tok.Partition: {Epoch: -1, Offset: next}}})
-			t.start(next)
-			w.cl.ResumeFetchPartitions(map[string][]int32{w.cfg.Topic: {t.tok.Partition}})
-			w.commitClaimed(t, next, -1)
+	}
+}
+
+// reclaim claims the blocked tenure t again, once the tenure it replaces
+// (if any) has exited, and starts it if the claim is accepted while t is
+// still its partition's tenure. It is a goroutine of reclaimLoop.
+func (w *Worker[Tx]) reclaim(t *tenure[Tx]) {
+	defer w.wg.Done()
+	defer t.reclaiming.Store(false)
+	if t.after != nil {
+		select { // the tenure it replaces has not exited yet
+		case <-t.after:
+		case <-t.ctx.Done():
+			return
 		}
 	}
+	next, err := w.claim(t.ctx, t, nil)
+	if err != nil {
+		return
+	}
+	// The check that t is current, the new position and the start are one
+	// step under w.mu, which release takes to remove t: t either starts
+	// before its release (which then stops it) or never.
+	w.mu.Lock()
+	current := w.tenures[t.tok.Partition] == t
+	if current {
+		// Fetching restarts at the sink's checkpoint, which a reset may
+		// have moved: SetOffsets drops what was buffered from the old
+		// position.
+		w.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{w.cfg.Topic: {t.tok.Partition: {Epoch: -1, Offset: next}}})
+		t.start(next)
+		w.cl.ResumeFetchPartitions(map[string][]int32{w.cfg.Topic: {t.tok.Partition}})
+	}
+	w.mu.Unlock()
+	if !current {
+		w.discard(t, sink.OpClaim, nil)
+		return
+	}
+	w.commitClaimed(t, next, -1)
 }
 
 // diagnose tells a zombie's stale claim from a group whose epochs went
@@ -473,9 +530,13 @@ func (w *Worker[Tx]) diagnose(ctx context.Context, err error) error {
 
 // resetUnderTenure handles a write of t refused because nobody holds its
 // scope: an operator reset the fence while t held it. It is called by t's
-// goroutine, which returns right after.
-func (w *Worker[Tx]) resetUnderTenure(t *tenure[Tx], err error) {
-	w.reclaimTenure(t, fmt.Errorf("%w: %w", ErrFenceReset, err))
+// goroutine, which returns right after. A tenure released meanwhile
+// discards the refusal: its successor claims by itself.
+func (w *Worker[Tx]) resetUnderTenure(t *tenure[Tx], op sink.Op, err error) {
+	if !w.reclaimTenure(t, fmt.Errorf("%w: %w", ErrFenceReset, err)) {
+		t.markFenced()
+		w.discard(t, op, err)
+	}
 }
 
 // positionLost handles a fetch of partition p refused because its position
@@ -500,16 +561,21 @@ func (w *Worker[Tx]) positionLost(p int32, err error) {
 // and puts in its place a fresh tenure with the same token, blocked with
 // cause, which reclaimLoop claims at once: the claim observes the log and,
 // after a reset, proves the membership; it starts the new tenure only once
-// t's goroutine has exited.
-func (w *Worker[Tx]) reclaimTenure(t *tenure[Tx], cause error) {
+// t's goroutine has exited. It returns false, and does nothing, if t is
+// no longer its partition's tenure (released or replaced meanwhile: the
+// successor claims by itself).
+func (w *Worker[Tx]) reclaimTenure(t *tenure[Tx], cause error) bool {
 	w.mu.Lock()
 	if w.tenures[t.tok.Partition] != t {
 		w.mu.Unlock()
-		return // revoked meanwhile, or already replaced: the next claim checks
+		return false
 	}
 	nt := newTenure(w, t.tok)
 	nt.topicID, nt.after = t.topicID, t.done
 	w.tenures[t.tok.Partition] = nt
+	// Paused for nt, which is blocked until its claim; under w.mu like
+	// every pause of a current tenure (see pauseIfCurrent).
+	w.cl.PauseFetchPartitions(map[string][]int32{t.tok.Topic: {t.tok.Partition}})
 	w.mu.Unlock()
 	t.markFenced()
 	t.cancel()
@@ -518,6 +584,7 @@ func (w *Worker[Tx]) reclaimTenure(t *tenure[Tx], cause error) {
 	case w.reclaimSig <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 // lossMark is the retention loss last counted for a partition: on the log

@@ -29,11 +29,12 @@ func (w *Worker[Tx]) markApplied(t *tenure[Tx], next int64, leaderEpoch int32) {
 // sink's checkpoint says what was applied), so committing after every
 // batch buys nothing: at a million records a second it was a commit
 // request every few hundred microseconds, in the worker and the broker. A
-// revoke still commits at once (revokeTenures).
+// revoke still commits at once (release). Tests may set another pace in
+// Config.commitPace.
 const commitPace = 20 * time.Millisecond
 
 // committer commits the latest applied offsets, coalescing the batches
-// applied since its last commit, at most one commit per commitPace. A
+// applied since its last commit, at most one commit per commit pace. A
 // commit Kafka did not accept (a rebalance in progress, a coordinator
 // move) is retried with backoff for the partitions still owned, so that
 // lag returns to zero even when no new record arrives.
@@ -47,7 +48,7 @@ func (w *Worker[Tx]) committer() {
 		case <-w.ctx.Done():
 			return
 		}
-		if wait := commitPace - time.Since(last); wait > 0 {
+		if wait := w.cfg.commitPace - time.Since(last); wait > 0 {
 			select {
 			case <-time.After(wait):
 			case <-w.ctx.Done():

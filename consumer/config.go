@@ -63,15 +63,18 @@ type Command struct {
 }
 
 // Handler applies one command's effects through the sink's transaction
-// handle tx. It runs inside the sink's atomic unit: returning an error
-// aborts that unit, so none of the command's effects are committed; the
-// records before it in the batch are applied on their own, and the failing
-// command is retried with backoff and then dead-lettered, or stalls its
-// partition, as Config.Poison says (an error marked [Permanent] is
-// dead-lettered at once). A handler may run more than once for the same
-// command if a batch is retried, so it must not have side effects outside
-// tx. It is called from the partition's goroutine; handlers of different
-// partitions run concurrently.
+// handle tx. It runs inside the sink's atomic unit: return an error to
+// abort that unit. The records before the command in its batch are then
+// applied without it, and the command is retried with backoff until
+// Config.Poison decides (docs/design.md#dead-letters): by default it is
+// dead-lettered once its retry budget is spent (Poison.MaxAttempts failed
+// attempts or Poison.MaxRetryTime), or at once for an error marked
+// Permanent; under PoisonStall it is retried until it applies. A command
+// is passed over only with a dead letter, which the sink stores in the
+// fenced unit that moves the checkpoint past it. A handler may run more
+// than once for the same command if a batch is retried, so it must not
+// have side effects outside tx. It is called from the partition's
+// goroutine; handlers of different partitions run concurrently.
 //
 // cmd's byte slices (Key, Payload, header values) belong to the handler
 // once it is called: the Worker never reuses or overwrites them, so a
@@ -91,10 +94,16 @@ type Config[Tx any] struct {
 	Sink sink.Sink[Tx]
 	// Handlers maps a command Type to its handler. At least one is required.
 	// What happens to a record whose Type has no handler, that is not a
-	// command, or whose handler keeps failing, is Poison's decision: by
-	// default a command without a handler stalls its partition until one
-	// is deployed, and the others are dead-lettered. Nothing is ever
-	// skipped without a dead letter.
+	// command, or whose handler keeps failing, is Poison's decision
+	// (docs/design.md#dead-letters): by default a command without a
+	// handler stalls its partition until one is deployed, a record that
+	// is not a command is dead-lettered at once, and a command whose
+	// handler fails is retried until Poison.MaxAttempts failed attempts
+	// (8) or Poison.MaxRetryTime (1 minute), then dead-lettered (at once
+	// for an error marked Permanent). A dead letter is the sink's row of
+	// the record, stored in the fenced unit that moves the checkpoint past
+	// it: a record is never passed over without one, and with a sink that
+	// cannot store dead letters (no sink.DeadLetterer) it stalls instead.
 	Handlers map[string]Handler[Tx]
 	// Poison says what happens to records that cannot be applied
 	// (docs/design.md#dead-letters); the zero value is its documented
@@ -196,6 +205,10 @@ type Config[Tx any] struct {
 	// your own program; package consumer/eventlog streams them as JSON
 	// lines.
 	Observers []Observer
+
+	// commitPace is the committer's least time between two commits;
+	// default the constant commitPace. Only this package's tests set it.
+	commitPace time.Duration
 }
 
 // ErrConfig is matched by every configuration error returned by New.
@@ -267,6 +280,9 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 	}
 	if out.ReclaimInterval == 0 {
 		out.ReclaimInterval = 10 * time.Second
+	}
+	if out.commitPace <= 0 {
+		out.commitPace = commitPace
 	}
 	var err error
 	if out.Poison, err = out.Poison.withDefaults(); err != nil {

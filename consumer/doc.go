@@ -19,13 +19,19 @@
 //  4. apply.go — each tenure goroutine takes batches of up to MaxBatch
 //     records and applies each in one sink Apply: the holder check, the
 //     handlers' effects and the new NextOffset commit atomically. A fenced
-//     Claim or Apply stops the partition at once and is never retried; any
-//     other failure (a handler error, the sink unreachable) is retried with
-//     exponential backoff and never skipped.
+//     Claim or Apply stops the partition at once and is never retried; a
+//     failure of the sink is retried with exponential backoff without
+//     limit; a record that cannot be applied (poison.go: a handler that
+//     keeps failing, no handler, not a command) is retried or
+//     dead-lettered as Config.Poison says, and never passed over without
+//     a dead letter stored by the sink.
 //  5. commit.go — after Apply the Kafka offset is committed, for lag
 //     visibility; a rejected commit is not an error of the work.
 //  6. revoke.go — on revoke or loss the partition goroutine finishes its
-//     in-flight batch (bounded by Config.RevokeTimeout) and stops.
+//     in-flight batch (bounded by Config.RevokeTimeout) and stops; a
+//     partition with nothing in flight (blocked, claiming) is cancelled at
+//     once. A tenure that is gone never acts: the sink's late answers to it
+//     are discarded (Discarded events), never applied to its successor.
 //
 // # Events
 //
@@ -78,6 +84,16 @@
 //     the partition's end offset (the high watermark) and the next offset
 //     to apply, refreshed every Config.LagInterval; deleted with the
 //     partition.
+//   - workrouter_consumer_partition_stalled{topic,partition} and
+//     workrouter_consumer_partition_stalled_since_timestamp_seconds: 1
+//     (and since when) while an assigned partition makes no progress (a
+//     stall, or a claim blocked until an operator acts), else 0.
+//
+// Every per-partition gauge (tenure epoch, lag, stalled and since) is
+// deleted when the partition leaves the member, whichever way (revoked,
+// lost or fenced) and in whatever state (running, stalled, blocked,
+// claiming); events of a tenure already gone do not bring it back. The
+// per-partition counters stay: they are the member's history.
 //
 // [MetricNames] lists the names; [Worker.Stats] keeps the cumulative counts
 // without Prometheus.

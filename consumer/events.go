@@ -69,6 +69,7 @@ const (
 	KindTopicMissing   = "topic_missing"
 	KindTopicFound     = "topic_found"
 	KindTopicRecreated = "topic_recreated"
+	KindDiscarded      = "discarded"
 )
 
 // Assigned: the group assigned a partition to this member and the Worker
@@ -287,6 +288,21 @@ type Blocked struct {
 	Err   error
 }
 
+// Discarded: the sink answered a Claim (Op sink.OpClaim), or refused a
+// batch (Op sink.OpApply) as written under a reset fence, of a tenure
+// that was no longer its partition's by then: it was revoked, lost or
+// replaced while the sink decided. A tenure that is gone never acts, so
+// the Worker dropped the answer: no Claimed, Blocked or Fenced event, no
+// fetching started or paused, nothing committed; the partition's
+// successor tenure, if any, claims for itself. Err is the sink's answer
+// (nil: the claim was accepted, and the successor's claim supersedes
+// it). Counted in Stats.Discarded.
+type Discarded struct {
+	Token epochs.Token
+	Op    sink.Op
+	Err   error
+}
+
 // Kind returns KindAssigned.
 func (Assigned) Kind() string { return KindAssigned }
 
@@ -341,6 +357,9 @@ func (TopicFound) Kind() string { return KindTopicFound }
 // Kind returns KindTopicRecreated.
 func (TopicRecreated) Kind() string { return KindTopicRecreated }
 
+// Kind returns KindDiscarded.
+func (Discarded) Kind() string { return KindDiscarded }
+
 func (Assigned) isEvent()       {}
 func (Claimed) isEvent()        {}
 func (Applied) isEvent()        {}
@@ -359,6 +378,7 @@ func (Blocked) isEvent()        {}
 func (TopicMissing) isEvent()   {}
 func (TopicFound) isEvent()     {}
 func (TopicRecreated) isEvent() {}
+func (Discarded) isEvent()      {}
 
 // observers is the Worker's fan-out to its Observers.
 type observers struct {

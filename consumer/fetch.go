@@ -120,9 +120,8 @@ func (t *tenure[Tx]) enqueue(recs []*kgo.Record) {
 		t.paused = true
 	}
 	t.mu.Unlock()
-	if pause {
+	if pause && t.w.pauseIfCurrent(t) {
 		t.w.pauses.Add(1)
-		t.w.cl.PauseFetchPartitions(map[string][]int32{t.tok.Topic: {t.tok.Partition}})
 	}
 	select {
 	case t.wake <- struct{}{}:
@@ -152,8 +151,8 @@ func (t *tenure[Tx]) take(max int) []*kgo.Record {
 		t.paused = false
 	}
 	t.mu.Unlock()
-	if resume && !t.fenced.Load() {
-		t.w.cl.ResumeFetchPartitions(map[string][]int32{t.tok.Topic: {t.tok.Partition}})
+	if resume {
+		t.w.resumeIfCurrent(t)
 	}
 	return batch
 }

@@ -231,6 +231,9 @@ type workerOpts struct {
 	lagInterval time.Duration
 	// maxBatch and queueSize set Config.MaxBatch (default 64) and QueueSize.
 	maxBatch, queueSize int
+	// commitPace, if set, is the committer's least time between commits
+	// (consumer.SetCommitPace).
+	commitPace time.Duration
 }
 
 func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consumer.Worker[*memory.Tx] {
@@ -265,7 +268,7 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 	if o.sink != nil {
 		snk = o.sink
 	}
-	w, err := consumer.New(context.Background(), consumer.Config[*memory.Tx]{
+	cfg := consumer.Config[*memory.Tx]{
 		Brokers:           c.ListenAddrs(),
 		Group:             o.group,
 		Topic:             c.topic,
@@ -287,7 +290,11 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 		Registerer:        o.registerer,
 		LagInterval:       o.lagInterval,
 		ReclaimInterval:   o.reclaimInterval,
-	})
+	}
+	if o.commitPace > 0 {
+		consumer.SetCommitPace(&cfg, o.commitPace)
+	}
+	w, err := consumer.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

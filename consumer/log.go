@@ -146,6 +146,9 @@ func (o *logObserver) Observe(e Event) {
 			l.Error("partition blocked: its claim is refused until an operator acts; claiming again periodically",
 				tokenAttrs(e.Token, "err", e.Err, "since", e.Since, "blocked_for", time.Since(e.Since).Round(time.Millisecond))...)
 		}
+	case Discarded:
+		l.Warn("answer of the sink to a tenure that is gone (revoked, lost or replaced meanwhile) discarded; the partition's current tenure claims for itself",
+			tokenAttrs(e.Token, "op", string(e.Op), "err", e.Err)...)
 	case Revoked:
 		if e.TimedOut {
 			l.Warn("in-flight batch exceeded revoke timeout; cancelled it", tokenAttrs(e.Token)...)

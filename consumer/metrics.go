@@ -29,7 +29,12 @@ const (
 type metrics struct {
 	set promset.Set
 
-	mu    sync.Mutex             // guards owned, and orders series updates with their deletion
+	mu sync.Mutex // guards held and owned, and orders series updates with their deletion
+	// held is, per partition, the tenure the partition's gauges belong to:
+	// set when it is assigned, removed (with the gauges) when that tenure
+	// is revoked, lost or fenced. Events of any other tenure (one released
+	// while a batch of it was in flight) leave the gauges alone.
+	held  map[int32]epochs.Token
 	owned map[int32]epochs.Token // partitions claimed and not fenced or released
 
 	recordsApplied  *prometheus.CounterVec // topic, partition
@@ -58,7 +63,7 @@ type metrics struct {
 // newMetrics builds (but does not register) the collectors of a Worker of
 // group.
 func newMetrics(group string) *metrics {
-	m := &metrics{owned: make(map[int32]epochs.Token)}
+	m := &metrics{held: make(map[int32]epochs.Token), owned: make(map[int32]epochs.Token)}
 	cl := prometheus.Labels{"group": group}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: cl}, labels)
@@ -108,9 +113,9 @@ func newMetrics(group string) *metrics {
 	m.recordsLost = counter("workrouter_consumer_records_lost_total",
 		"Records deleted (by retention or DeleteRecords) before they were applied, as refused claims found them.", "topic", "partition")
 	m.stalled = gauge("workrouter_consumer_partition_stalled",
-		"1 while an owned partition makes no progress (a failing batch being retried, or a claim blocked until an operator acts), else 0.", "topic", "partition")
+		"1 while an assigned partition makes no progress (a failing batch being retried, or a claim blocked until an operator acts), else 0; absent once the partition is revoked, lost or fenced.", "topic", "partition")
 	m.stalledSince = gauge("workrouter_consumer_partition_stalled_since_timestamp_seconds",
-		"When the partition's current stall began (Unix time); 0 while it runs.", "topic", "partition")
+		"When the partition's current stall began (Unix time); 0 while it runs; absent once the partition is revoked, lost or fenced.", "topic", "partition")
 	m.sinkErrors = counter("workrouter_consumer_sink_errors_total",
 		"Failed Apply attempts other than fenced ones: a handler's error (kind=effect) or the sink's (kind=sink).", "topic", "kind")
 	m.lag = gauge("workrouter_consumer_lag",
@@ -187,19 +192,27 @@ func (m *metrics) Observe(e Event) {
 		m.fenced.WithLabelValues(topic, pl, opApply)
 		m.retries.WithLabelValues(topic, pl, opApply)
 		m.retries.WithLabelValues(topic, pl, opClaim)
-		m.stalled.WithLabelValues(topic, pl).Set(0)
-		m.stalledSince.WithLabelValues(topic, pl).Set(0)
 		m.recordsLost.WithLabelValues(topic, pl)
 		m.misrouted.WithLabelValues(topic, pl)
+		m.mu.Lock()
+		if old, ok := m.held[e.Token.Partition]; ok && old != e.Token {
+			m.deleteLocked(old) // a tenure replaced without a revoke
+		}
+		m.held[e.Token.Partition] = e.Token
+		m.stalled.WithLabelValues(topic, pl).Set(0)
+		m.stalledSince.WithLabelValues(topic, pl).Set(0)
+		m.mu.Unlock()
 	case Misrouted:
 		m.misrouted.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition)).Inc()
 	case Claimed:
-		m.running(e.Token)
 		m.claims.WithLabelValues(e.Token.Topic, outcomeOK).Inc()
 		m.mu.Lock()
-		m.owned[e.Token.Partition] = e.Token
-		m.tenureEpoch.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition)).Set(float64(e.Token.Epoch))
-		m.setOwned(e.Token.Topic)
+		if m.held[e.Token.Partition] == e.Token {
+			m.runningLocked(e.Token)
+			m.owned[e.Token.Partition] = e.Token
+			m.tenureEpoch.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition)).Set(float64(e.Token.Epoch))
+			m.setOwned(e.Token.Topic)
+		}
 		m.mu.Unlock()
 	case Applied:
 		m.running(e.Token)
@@ -218,8 +231,7 @@ func (m *metrics) Observe(e Event) {
 		m.drop(e.Token)
 	case Stalled:
 		pl := partLabel(e.Token.Partition)
-		m.stalled.WithLabelValues(e.Token.Topic, pl).Set(1)
-		m.stalledSince.WithLabelValues(e.Token.Topic, pl).Set(float64(e.Since.UnixNano()) / 1e9)
+		m.stalledAt(e.Token, e.Since)
 		m.retries.WithLabelValues(e.Token.Topic, pl, string(e.Op)).Inc()
 		if e.Op == sink.OpClaim {
 			m.claims.WithLabelValues(e.Token.Topic, outcomeError).Inc()
@@ -230,9 +242,7 @@ func (m *metrics) Observe(e Event) {
 		}
 		m.sinkErrors.WithLabelValues(e.Token.Topic, e.Cause).Inc()
 	case Blocked:
-		pl := partLabel(e.Token.Partition)
-		m.stalled.WithLabelValues(e.Token.Topic, pl).Set(1)
-		m.stalledSince.WithLabelValues(e.Token.Topic, pl).Set(float64(e.Since.UnixNano()) / 1e9)
+		m.stalledAt(e.Token, e.Since)
 	case DeadLettered:
 		m.deadLetters.WithLabelValues(e.Token.Topic, e.Reason).Inc()
 		m.running(e.Token)
@@ -258,11 +268,35 @@ func (m *metrics) Observe(e Event) {
 	}
 }
 
-// running records that tok's partition makes progress.
+// running records that tok's partition makes progress, if tok is the
+// tenure its gauges belong to.
 func (m *metrics) running(tok epochs.Token) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held[tok.Partition] == tok {
+		m.runningLocked(tok)
+	}
+}
+
+// runningLocked sets tok's partition's stall gauges to running; m.mu must
+// be held.
+func (m *metrics) runningLocked(tok epochs.Token) {
 	pl := partLabel(tok.Partition)
 	m.stalled.WithLabelValues(tok.Topic, pl).Set(0)
 	m.stalledSince.WithLabelValues(tok.Topic, pl).Set(0)
+}
+
+// stalledAt records that tok's partition makes no progress since since
+// (a stall or a block), if tok is the tenure its gauges belong to.
+func (m *metrics) stalledAt(tok epochs.Token, since time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held[tok.Partition] != tok {
+		return
+	}
+	pl := partLabel(tok.Partition)
+	m.stalled.WithLabelValues(tok.Topic, pl).Set(1)
+	m.stalledSince.WithLabelValues(tok.Topic, pl).Set(float64(since.UnixNano()) / 1e9)
 }
 
 // Cases of workrouter_consumer_log_changed_total.
@@ -288,14 +322,25 @@ func (m *metrics) ObserveHandler(_ epochs.Token, _ string, d time.Duration, _ er
 	m.handlerDuration.Observe(d.Seconds())
 }
 
-// drop deletes the tenure epoch and lag series of tok's partition if tok is
-// the tenure they belong to: this member no longer holds it.
+// drop deletes the gauges of tok's partition (tenure epoch, lag, stalled
+// and since) if tok is the tenure they belong to: this member no longer
+// holds it, whichever way it went (revoked, lost or fenced; running,
+// stalled, blocked or still claiming). The partition's counters stay:
+// they are this member's history, and an increment made as the partition
+// went (a fenced Apply) would be lost with them.
 func (m *metrics) drop(tok epochs.Token) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owned[tok.Partition] != tok {
+	if m.held[tok.Partition] != tok && m.owned[tok.Partition] != tok {
 		return
 	}
+	m.deleteLocked(tok)
+}
+
+// deleteLocked deletes the gauges of tok's partition and forgets the
+// partition; m.mu must be held.
+func (m *metrics) deleteLocked(tok epochs.Token) {
+	delete(m.held, tok.Partition)
 	delete(m.owned, tok.Partition)
 	pl := partLabel(tok.Partition)
 	m.tenureEpoch.DeleteLabelValues(tok.Topic, pl)

@@ -113,8 +113,8 @@ func TestMetricsZombie(t *testing.T) {
 	if after, _ := series(t, aReg, "workrouter_consumer_fenced_total", fencedApply); after <= before {
 		t.Errorf("a's fenced_total{op=apply} = %v, was %v: the rejection was not counted", after, before)
 	}
-	if v, ok := series(t, aReg, "workrouter_consumer_tenure_epoch", part); ok {
-		t.Errorf("a's tenure_epoch still exported after its Apply was fenced: %v", v)
+	if got := heldSeries(t, aReg, aTok.Partition); len(got) != 0 {
+		t.Errorf("a still exports %v for the partition after its Apply was fenced", got)
 	}
 	if v, _ := series(t, aReg, "workrouter_consumer_owned_partitions", nil); v != 0 {
 		t.Errorf("a's owned_partitions = %v, want 0", v)

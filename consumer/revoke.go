@@ -15,9 +15,13 @@ func (w *Worker[Tx]) onLost(ctx context.Context, _ *kgo.Client, lost map[string]
 	w.release(ctx, lost[w.cfg.Topic], false)
 }
 
-// release stops the tenures of parts: each finishes its in-flight batch,
-// bounded by RevokeTimeout, after which its context is cancelled. On a
-// revoke (commit true) the final applied offsets are committed; a lost
+// release stops the tenures of parts, which are gone from then on and
+// never act again (docs/design.md#fenced-outcomes): a tenure
+// with nothing in flight (blocked, waiting on a claim, waiting for the
+// tenure it replaced) is cancelled at once, which ends its claim; a
+// running one finishes its in-flight batch, bounded by RevokeTimeout, and
+// is cancelled when the batch returns or the timeout expires. On a revoke
+// (commit true) the final applied offsets are committed at once; a lost
 // partition commits nothing.
 func (w *Worker[Tx]) release(ctx context.Context, parts []int32, commit bool) {
 	<-w.ready
@@ -32,6 +36,11 @@ func (w *Worker[Tx]) release(ctx context.Context, parts []int32, commit bool) {
 	w.mu.Unlock()
 	for _, t := range ts {
 		t.stop()
+		// After stop, started cannot change: a tenure that never started
+		// has no batch to finish.
+		if !t.started.Load() {
+			t.cancel()
+		}
 		if commit {
 			w.revoked.Add(1)
 		} else {
@@ -58,6 +67,7 @@ func (w *Worker[Tx]) release(ctx context.Context, parts []int32, commit bool) {
 	}
 	final := make(map[int32]kgo.EpochOffset)
 	for _, t := range ts {
+		t.cancel() // its goroutine has exited, or was cancelled above
 		w.cl.ResumeFetchPartitions(map[string][]int32{w.cfg.Topic: {t.tok.Partition}})
 		if eo, ok := t.lastApplied(); ok && !t.fenced.Load() {
 			final[t.tok.Partition] = eo

@@ -126,11 +126,14 @@ func (t *tenure[Tx]) failedIn(state PartitionState, err error) (int, time.Time) 
 	return t.st.attempts, t.st.since
 }
 
-// progressed records that the partition moved on.
+// progressed records that the partition moved on. The budget of a
+// failing record is kept: the records before it in its batch are applied
+// after its first failure, and that failure counts.
 func (t *tenure[Tx]) progressed() {
 	t.smu.Lock()
 	wasStalled := t.st.state != StateRunning && t.st.state != ""
-	t.st = stallState{state: StateRunning, since: time.Now(), poisonOffset: -1}
+	t.st = stallState{state: StateRunning, since: time.Now(),
+		poisonOffset: t.st.poisonOffset, poisonAttempts: t.st.poisonAttempts, poisonSince: t.st.poisonSince}
 	t.smu.Unlock()
 	if wasStalled {
 		t.w.reportRunning(t)

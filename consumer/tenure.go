@@ -17,7 +17,11 @@ type tenure[Tx any] struct {
 	w   *Worker[Tx]
 	tok epochs.Token
 
-	ctx    context.Context // cancelled for a hard stop (revoke timeout, Close)
+	// ctx is cancelled once the tenure is gone: at once when it is
+	// released with nothing in flight (blocked, claiming, waiting for the
+	// tenure it replaces), else when its in-flight batch returns or
+	// RevokeTimeout expires; and when it is replaced, and on Close.
+	ctx    context.Context
 	cancel context.CancelFunc
 
 	stopCh chan struct{} // closed for a graceful stop: finish the in-flight batch
@@ -26,6 +30,9 @@ type tenure[Tx any] struct {
 
 	started atomic.Bool
 	fenced  atomic.Bool
+	// reclaiming is set while a goroutine of reclaimLoop claims the
+	// tenure again (at most one at a time).
+	reclaiming atomic.Bool
 
 	mu      sync.Mutex
 	queue   []*kgo.Record
@@ -97,14 +104,48 @@ func (t *tenure[Tx]) stop() {
 	}
 }
 
-// markFenced stops the tenure for good: it drops its queue and pauses
-// fetching its partition.
+// markFenced stops the tenure for good: it drops its queue and, if it is
+// still its partition's tenure, pauses fetching the partition. A tenure
+// that is gone (released or replaced) never pauses the partition: the
+// pause would stop its successor (release resumes the partition once).
 func (t *tenure[Tx]) markFenced() {
 	t.fenced.Store(true)
 	t.mu.Lock()
 	t.queue = nil
 	t.mu.Unlock()
-	t.w.cl.PauseFetchPartitions(map[string][]int32{t.tok.Topic: {t.tok.Partition}})
+	t.w.pauseIfCurrent(t)
+}
+
+// current reports whether t is still its partition's tenure. It may be
+// called from any goroutine.
+func (w *Worker[Tx]) current(t *tenure[Tx]) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.tenures[t.tok.Partition] == t
+}
+
+// pauseIfCurrent pauses fetching t's partition if t is still its tenure.
+// The check and the pause are one step under w.mu, which release takes to
+// remove a tenure before it resumes the partition: so a pause is either
+// undone by the release or never made.
+func (w *Worker[Tx]) pauseIfCurrent(t *tenure[Tx]) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.tenures[t.tok.Partition] != t {
+		return false
+	}
+	w.cl.PauseFetchPartitions(map[string][]int32{t.tok.Topic: {t.tok.Partition}})
+	return true
+}
+
+// resumeIfCurrent resumes fetching t's partition if t is still its tenure
+// and not fenced.
+func (w *Worker[Tx]) resumeIfCurrent(t *tenure[Tx]) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.tenures[t.tok.Partition] == t && !t.fenced.Load() {
+		w.cl.ResumeFetchPartitions(map[string][]int32{t.tok.Topic: {t.tok.Partition}})
+	}
 }
 
 // lastApplied returns the Kafka commit position of the last applied batch.

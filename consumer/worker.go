@@ -39,6 +39,11 @@ type Stats struct {
 	// once: a blocked partition's re-claims do not count it again.
 	LostToRetention int64
 	Misrouted       int64 // records whose key maps to another partition under Config.Partitioner
+	// Discarded counts the sink's answers to claims (and refused batches)
+	// of tenures that were no longer their partition's when the answer
+	// came (revoked, lost or replaced meanwhile): a tenure that is gone
+	// never acts, so each is dropped, and reported as a Discarded event.
+	Discarded int64
 }
 
 // Worker is one consumer group member. Create it with New; stop it with
@@ -87,6 +92,7 @@ type Worker[Tx any] struct {
 	assigned, revoked, lost, claims, fencedClaims, fencedApplies atomic.Int64
 	batches, records, skipped, retries, pauses                   atomic.Int64
 	deadLettered, logChanged, lostToRetention, misrouted         atomic.Int64
+	discarded                                                    atomic.Int64
 }
 
 // New validates cfg, connects to the brokers and joins the group.
@@ -242,7 +248,7 @@ func (w *Worker[Tx]) Stats() Stats {
 		Claims: w.claims.Load(), FencedClaims: w.fencedClaims.Load(), FencedApplies: w.fencedApplies.Load(),
 		Batches: w.batches.Load(), Records: w.records.Load(), Skipped: w.skipped.Load(), Retries: w.retries.Load(),
 		Pauses: w.pauses.Load(), DeadLettered: w.deadLettered.Load(), LogChanged: w.logChanged.Load(),
-		LostToRetention: w.lostToRetention.Load(), Misrouted: w.misrouted.Load(),
+		LostToRetention: w.lostToRetention.Load(), Misrouted: w.misrouted.Load(), Discarded: w.discarded.Load(),
 	}
 }
 

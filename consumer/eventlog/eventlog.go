@@ -147,6 +147,9 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 		}
 		r.Topic = e.Topic
 		r.Fields = map[string]string{"old_topic_id": e.OldID, "new_topic_id": e.NewID, "partitions": strings.Join(parts, ",")}
+	case consumer.Discarded:
+		tok(e.Token)
+		r.Op, r.Err = string(e.Op), errText(e.Err)
 	case consumer.Misrouted:
 		tok(e.Token)
 		r.FirstOffset = e.Offset

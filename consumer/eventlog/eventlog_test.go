@@ -38,6 +38,7 @@ func TestRoundTrip(t *testing.T) {
 		consumer.LogChanged{Token: tok, Err: lc},
 		consumer.Blocked{Token: tok, Since: since, Err: lc},
 		consumer.TopicRecreated{Topic: "t", OldID: "old", NewID: "new", Partitions: []int32{0, 2}},
+		consumer.Discarded{Token: tok, Op: sink.OpClaim, Err: &sink.FencedError{Op: sink.OpClaim, Offered: tok}},
 	}
 	var buf bytes.Buffer
 	w := eventlog.NewWriter(&buf, nil)
@@ -104,6 +105,10 @@ func TestRoundTrip(t *testing.T) {
 		case consumer.Blocked:
 			if rec.Token() != e.Token || !rec.Since.Equal(since) || rec.Err == "" {
 				t.Errorf("blocked round trip: %+v", rec)
+			}
+		case consumer.Discarded:
+			if rec.Token() != e.Token || rec.Op != "claim" || !strings.Contains(rec.Err, "fenced") {
+				t.Errorf("discarded round trip: %+v", rec)
 			}
 		case consumer.TopicRecreated:
 			if rec.Topic != "t" || rec.Fields["old_topic_id"] != "old" || rec.Fields["new_topic_id"] != "new" || rec.Fields["partitions"] != "0,2" {

@@ -1,0 +1,9 @@
+package consumer
+
+import "time"
+
+// SetCommitPace sets the least time between two commits of the committer
+// of a Worker made from c (20 ms by default), so that a test can put the
+// committer's next tick out of reach. It exists in this package's tests
+// only.
+func SetCommitPace[Tx any](c *Config[Tx], d time.Duration) { c.commitPace = d }
