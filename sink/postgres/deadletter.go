@@ -23,9 +23,10 @@ type header struct {
 // DeadLetter stores rec as a dead letter of tok's scope and advances
 // NextOffset past it, following [sink.DeadLetterer], in one transaction:
 // it locks the fence row and fails with a *[sink.FencedError] unless tok
-// is exactly the holder, stores nothing for a replay, inserts the row
-// (unique per scope, log and offset) and moves NextOffset. It may be
-// called from any goroutine.
+// is exactly the holder, stores nothing for a replay (rec.Offset below
+// NextOffset), and otherwise (rec.Offset at or above NextOffset, after a
+// gap too) inserts the row (unique per scope, log and offset) and moves
+// NextOffset to rec.Offset+1. It may be called from any goroutine.
 func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
 	if err := sink.CheckDeadLetter(tok, rec); err != nil {
 		return sink.DeadLetterResult{}, err
@@ -61,11 +62,8 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: row.holder, Offered: tok}
 	}
 	next, topicID := row.nextOffset, row.topicID
-	switch {
-	case rec.Offset < next:
+	if rec.Offset < next {
 		return sink.DeadLetterResult{NextOffset: next}, nil
-	case rec.Offset > next:
-		return sink.DeadLetterResult{}, fmt.Errorf("postgres: %s: %w: the checkpoint is %d; apply the records before it first", op, sink.ErrBadBatch, next)
 	}
 	if rec.TopicID != "" {
 		topicID = rec.TopicID

@@ -123,6 +123,7 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		{"ResetProofFloorDurable", c.testResetProofFloorDurable},
 		{"SameEpochAfterReset", c.testSameEpochAfterReset},
 		{"SameEpochResetDuringApply", c.testSameEpochResetDuringApply},
+		{"DeadLetterAfterGap", c.testDeadLetterAfterGap},
 		{"DeadLetters", c.testDeadLetters},
 		{"DeadLetterStore", c.testDeadLetterStore},
 		{"HistorianHistory", c.testHistorian},
