@@ -349,13 +349,7 @@ func Reset(ctx context.Context, cl *kgo.Client, s admin, req Request) (Result, e
 		return res, fmt.Errorf("fences: resetting %s: %w", req.Scope, err)
 	}
 	res.Before = before
-	res.After = sink.Fence{Scope: req.Scope, NextOffset: before.NextOffset, TopicID: before.TopicID, ProofRequired: true}
-	if sreq.NextOffset != nil {
-		res.After.NextOffset = *sreq.NextOffset
-	}
-	if sreq.TopicID != "" {
-		res.After.TopicID = sreq.TopicID
-	}
+	res.After = before.AfterReset(sreq)
 	return res, nil
 }
 

@@ -19,9 +19,13 @@ type DeadLetterer interface {
 	// exactly tok it fails with an error matching ErrFenced and stores
 	// nothing (a zombie cannot dead-letter); if rec.Offset is below
 	// NextOffset (a replay of a record already applied or dead-lettered)
-	// it stores nothing and returns Stored false; otherwise rec.Offset must
-	// equal NextOffset (the records before it are applied first), and it
-	// fails with ErrBadBatch if not.
+	// it stores nothing and returns Stored false; otherwise (rec.Offset at
+	// or above NextOffset) it stores rec and NextOffset becomes
+	// rec.Offset+1. An offset above NextOffset is a gap, as Apply accepts
+	// one: with read_committed consumers, transaction markers, aborted
+	// records and compaction leave offsets with no record, so the record
+	// after a gap is the next one to process. The caller applies the
+	// records before rec first.
 	DeadLetter(ctx context.Context, tok epochs.Token, rec DeadRecord) (DeadLetterResult, error)
 }
 

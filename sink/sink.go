@@ -54,7 +54,10 @@ type Sink[Tx any] interface {
 	//   - if the stored holder has a greater epoch, or the same epoch and
 	//     another member, Claim fails with an error matching ErrFenced (a
 	//     *FencedError) and changes nothing (see epochs.Token.CanClaim);
-	//   - if the scope's fence was reset and obs.MemberProven is false, it
+	//   - if the stored fence asks a proof of tok (Fence.NeedsProof: no
+	//     claim was accepted since a reset, or tok's epoch is at or below
+	//     the highest epoch a reset of the scope ever cleared, and tok is
+	//     not the stored holder itself) and obs.MemberProven is false, it
 	//     fails with an error matching ErrProofRequired and changes nothing
 	//     (docs/design.md#admin-reset);
 	//   - if obs.TopicID is set, it checks the log's continuity
@@ -63,8 +66,10 @@ type Sink[Tx any] interface {
 	//     NextOffset fail with a *LogChangedError (matching ErrLogChanged,
 	//     never ErrFenced) and change nothing; a scope with no topic ID
 	//     adopts obs.TopicID;
-	//   - otherwise it stores tok (and clears a reset's proof requirement)
-	//     and records the claim in its history.
+	//   - otherwise it stores tok, clears Fence.ProofRequired (but never
+	//     Fence.ProofBelow: claims at the previous incarnation's epochs
+	//     need a proof for as long as the sink exists) and records the
+	//     claim in its history.
 	//
 	// A scope never claimed starts at obs.LogStart (0 when unknown).
 	// Re-claiming with the holder's own token is idempotent.
@@ -93,8 +98,11 @@ type Observed struct {
 	LogStart, LogEnd int64
 	// MemberProven reports that the claimer proved, right before, that it
 	// is a current member of the group at its token's epoch (a
-	// generation-checked offset commit the broker accepted). A scope whose
-	// fence was reset accepts only a proven claim.
+	// generation-checked offset commit the broker accepted for the token's
+	// member and epoch). After a reset, a sink accepts a claim that
+	// Fence.NeedsProof names only with MemberProven: the first claim
+	// after the reset, and every claim, then and later, whose epoch is at
+	// or below the highest epoch a reset of the scope cleared.
 	MemberProven bool
 }
 
@@ -106,9 +114,55 @@ type Fence struct {
 	// TopicID is the identity of the log NextOffset refers to; empty
 	// before the first claim that observed one.
 	TopicID string
-	// ProofRequired reports that the fence was reset and the next claim
-	// must come with a proof of membership (Observed.MemberProven).
+	// ProofRequired reports that the fence was reset and no claim has been
+	// accepted since: the next claim, at any epoch, must come with a proof
+	// of membership (Observed.MemberProven). The first accepted claim
+	// clears it.
 	ProofRequired bool
+	// ProofBelow is the scope's proof floor: a claim whose token epoch is
+	// below ProofBelow must come with a proof of membership, also after
+	// ProofRequired was cleared. It is the highest epoch any reset of the
+	// scope cleared, plus one (so the cleared holder's own epoch, an epoch
+	// of the group's previous incarnation, needs a proof too), or 0 if no
+	// reset ever cleared a holder. A reset only raises it (see
+	// [Fence.AfterReset]); a claim never changes it, so it lasts as long
+	// as the sink's storage.
+	ProofBelow int64
+}
+
+// NeedsProof reports whether a claim by tok of the scope whose stored fence
+// is f must come with Observed.MemberProven (docs/design.md#admin-reset):
+// when a reset left f.ProofRequired, and whenever tok's epoch is below
+// f.ProofBelow, an epoch that a member of the group's previous incarnation
+// may hold. The stored holder's own re-claim never needs one: a caller
+// with the holder's exact token can already write. Every backend's Claim
+// decides with it, inside its atomic unit. It may be called from any
+// goroutine.
+func (f Fence) NeedsProof(tok epochs.Token) bool {
+	if !f.Holder.IsZero() && tok.Holds(f.Holder) {
+		return false
+	}
+	return f.ProofRequired || int64(tok.Epoch) < f.ProofBelow
+}
+
+// AfterReset returns the fence that a reset by req leaves of f, the fence
+// as the reset found it (docs/design.md#admin-reset): no holder, the
+// NextOffset and topic ID req asks for (the stored ones when req leaves
+// them unset), ProofRequired set, and ProofBelow raised past the cleared
+// holder's epoch (kept when f has no holder, never lowered). Every
+// backend's ResetFence stores it. It may be called from any goroutine.
+func (f Fence) AfterReset(req ResetRequest) Fence {
+	after := Fence{Scope: f.Scope, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: true, ProofBelow: f.ProofBelow}
+	if !f.Holder.IsZero() {
+		after.ProofBelow = max(f.ProofBelow, int64(f.Holder.Epoch)+1)
+	}
+	if req.NextOffset != nil {
+		after.NextOffset = *req.NextOffset
+	}
+	if req.TopicID != "" {
+		after.TopicID = req.TopicID
+	}
+	return after
 }
 
 // Lister is an optional capability of a sink: reading its fence rows, for
@@ -128,8 +182,11 @@ type Resetter interface {
 	// req.Expect (holder, NextOffset and topic ID) and fails with an error
 	// matching ErrResetConflict if it moved; otherwise it clears the
 	// holder, sets NextOffset and the topic ID as req says, requires a
-	// proof of membership from the next claim (Fence.ProofRequired), and
-	// appends a reset row with req.Reason and req.Detail to the history.
+	// proof of membership from the next claim (Fence.ProofRequired) and,
+	// for good, from every claim at or below the cleared holder's epoch
+	// (Fence.ProofBelow), storing the fence [Fence.AfterReset] returns,
+	// and appends a reset row with req.Reason and req.Detail to the
+	// history.
 	// It returns the fence as it was. An empty Reason fails with
 	// ErrNoReason, an unknown scope with ErrNotFound.
 	ResetFence(ctx context.Context, req ResetRequest) (before Fence, err error)
@@ -223,8 +280,9 @@ var ErrResetConflict = errors.New("sink: the fence changed since it was inspecte
 
 // ErrProofRequired is matched by the error Claim returns for a scope whose
 // fence was reset, when the claim comes without a proof of membership
-// (Observed.MemberProven). It never matches ErrFenced: the claimer should
-// prove its membership to the broker and claim again.
+// (Observed.MemberProven) and the fence asks for one ([Fence.NeedsProof]).
+// It never matches ErrFenced: the claimer should prove its membership to
+// the broker and claim again.
 var ErrProofRequired = errors.New("sink: the fence was reset; the claim needs a proof of current group membership")
 
 // Op names the sink operation in a FencedError.

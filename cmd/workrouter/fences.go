@@ -120,16 +120,35 @@ type fenceJSON struct {
 	TopicID string `json:"topic_id"`
 	// ProofRequired: reset; the next claim must prove its membership.
 	ProofRequired bool `json:"proof_required"`
+	// ProofBelow: every claim at an epoch below it must prove its
+	// membership, for good (a reset cleared epoch ProofBelow-1); 0 if no
+	// reset ever cleared a holder.
+	ProofBelow int64 `json:"proof_below"`
 }
 
 func toFenceJSON(f sink.Fence) fenceJSON {
 	out := fenceJSON{Group: f.Scope.Group, Topic: f.Scope.Topic, Partition: f.Scope.Partition,
-		HolderMember: f.Holder.Member, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: f.ProofRequired}
+		HolderMember: f.Holder.Member, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: f.ProofRequired,
+		ProofBelow: f.ProofBelow}
 	if !f.Holder.IsZero() {
 		e := f.Holder.Epoch
 		out.HolderEpoch = &e
 	}
 	return out
+}
+
+// proofText says which claims on f must prove their membership
+// (sink.Fence.NeedsProof); empty if none.
+func proofText(f sink.Fence) string {
+	switch {
+	case f.ProofRequired && f.ProofBelow > 0:
+		return fmt.Sprintf("reset: the next claim must prove its membership, and every claim at epoch %d or below for good", f.ProofBelow-1)
+	case f.ProofRequired:
+		return "reset: the next claim must prove its membership"
+	case f.ProofBelow > 0:
+		return fmt.Sprintf("reset earlier: a claim at epoch %d or below must prove its membership", f.ProofBelow-1)
+	}
+	return ""
 }
 
 // holderText renders a fence's holder for tables and messages.
@@ -189,9 +208,9 @@ func printFences(w io.Writer, fs []sink.Fence) error {
 		if !fe.Holder.IsZero() {
 			epoch, member = strconv.Itoa(int(fe.Holder.Epoch)), fe.Holder.Member
 		}
-		note := "-"
-		if fe.ProofRequired {
-			note = "reset: the next claim must prove its membership"
+		note := proofText(fe)
+		if note == "" {
+			note = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", fe.Scope.Group, fe.Scope.Topic, fe.Scope.Partition, epoch, member, fe.NextOffset, orDash(fe.TopicID), note)
 	}
@@ -520,8 +539,9 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 		if f.asJSON {
 			continue
 		}
-		fmt.Fprintf(out, "reset %s\n  before: holder %s, checkpoint %d, topic ID %s\n  after:  holder none, checkpoint %d, topic ID %s; the next claim must prove its membership\n",
-			scope, holderText(res.Before.Holder), res.Before.NextOffset, orDash(res.Before.TopicID), res.After.NextOffset, orDash(res.After.TopicID))
+		fmt.Fprintf(out, "reset %s\n  before: holder %s, checkpoint %d, topic ID %s\n  after:  holder none, checkpoint %d, topic ID %s; %s\n",
+			scope, holderText(res.Before.Holder), res.Before.NextOffset, orDash(res.Before.TopicID), res.After.NextOffset, orDash(res.After.TopicID),
+			strings.TrimPrefix(proofText(res.After), "reset: "))
 		fmt.Fprintf(out, "  %s\n", resumeText(res.Resumes, r.Owner, r.Members))
 	}
 	if f.asJSON {

@@ -168,6 +168,9 @@ type statusFence struct {
 	// ProofRequired: the fence was reset and the next claim must prove
 	// its membership.
 	ProofRequired bool `json:"proof_required,omitempty"`
+	// ProofBelow: every claim at an epoch below it must prove its
+	// membership, for good (a reset cleared epoch ProofBelow-1).
+	ProofBelow int64 `json:"proof_below,omitempty"`
 	// Lag is end offset - NextOffset; null when NextOffset is not an
 	// offset of the log as it is (the log changed under it).
 	Lag *int64 `json:"lag"`
@@ -466,7 +469,8 @@ func addSinkFences(ctx context.Context, cl *kgo.Client, rep *statusReport, spec 
 			continue
 		}
 		f := r.Fence
-		sf := &statusFence{HolderMember: f.Holder.Member, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: f.ProofRequired}
+		sf := &statusFence{HolderMember: f.Holder.Member, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: f.ProofRequired,
+			ProofBelow: f.ProofBelow}
 		if !f.Holder.IsZero() {
 			e := f.Holder.Epoch
 			sf.HolderEpoch = &e

@@ -14,7 +14,8 @@ import (
 // DeadLetter stores rec as a dead letter of tok's scope and advances
 // NextOffset past it, following [sink.DeadLetterer], in one critical
 // section: a token that is not exactly the holder is fenced, a replay
-// stores nothing. It may be called from any goroutine.
+// (rec.Offset below NextOffset) stores nothing, and a record at or above
+// NextOffset (after a gap) is stored and NextOffset becomes rec.Offset+1. It may be called from any goroutine.
 func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
 	if err := sink.CheckDeadLetter(tok, rec); err != nil {
 		return sink.DeadLetterResult{}, err
@@ -31,12 +32,8 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 		s.record(Event{Kind: DeadLetter, Scope: scope, Token: tok, Stored: stored})
 		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: stored, Offered: tok}
 	}
-	switch {
-	case rec.Offset < st.nextOffset:
+	if rec.Offset < st.nextOffset {
 		return sink.DeadLetterResult{NextOffset: st.nextOffset}, nil
-	case rec.Offset > st.nextOffset:
-		return sink.DeadLetterResult{}, fmt.Errorf("memory: dead letter %s@%d: %w: the checkpoint is %d; apply the records before it first",
-			tok, rec.Offset, sink.ErrBadBatch, st.nextOffset)
 	}
 	rec.Key, rec.Value, rec.Headers = slices.Clone(rec.Key), slices.Clone(rec.Value), slices.Clone(rec.Headers)
 	if rec.TopicID == "" {

@@ -138,6 +138,13 @@ type fenceState struct {
 	nextOffset    int64
 	topicID       string
 	proofRequired bool
+	proofBelow    int64 // sink.Fence.ProofBelow
+}
+
+// fence returns st as the sink.Fence of scope.
+func (st *fenceState) fence(scope epochs.Scope) sink.Fence {
+	return sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset, TopicID: st.topicID,
+		ProofRequired: st.proofRequired, ProofBelow: st.proofBelow}
 }
 
 // entry is the committed state of one key. A deleted key keeps its entry
@@ -197,8 +204,9 @@ func (s *Sink) holderOf(scope epochs.Scope) epochs.Token {
 // Claim makes tok the holder of its scope and returns the scope's
 // NextOffset, following [sink.Sink.Claim]: it fails with a
 // *[sink.FencedError] if the stored holder has a greater epoch, or the same
-// epoch and another member, with [sink.ErrProofRequired] after a reset
-// without obs.MemberProven, and with a *[sink.LogChangedError] when the log
+// epoch and another member, with [sink.ErrProofRequired] without
+// obs.MemberProven when the fence asks a proof of tok
+// ([sink.Fence.NeedsProof]: after a reset), and with a *[sink.LogChangedError] when the log
 // under the checkpoint changed. A refused claim changes nothing; a fenced
 // one is recorded in the history. Claim never waits for a running Apply.
 // It may be called from any goroutine.
@@ -221,7 +229,7 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 		s.record(Event{Kind: Claim, Scope: scope, Token: tok, Stored: holder})
 		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: holder, Offered: tok}
 	}
-	if st != nil && st.proofRequired && !obs.MemberProven {
+	if st != nil && st.fence(scope).NeedsProof(tok) && !obs.MemberProven {
 		return 0, fmt.Errorf("memory: claim %s: %w", tok, sink.ErrProofRequired)
 	}
 	var storedTopic string
@@ -414,8 +422,7 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	s.mu.RLock()
 	fences := make([]sink.Fence, 0, len(s.scopes))
 	for scope, st := range s.scopes {
-		fences = append(fences, sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset,
-			TopicID: st.topicID, ProofRequired: st.proofRequired})
+		fences = append(fences, st.fence(scope))
 	}
 	s.mu.RUnlock()
 	slices.SortFunc(fences, func(a, b sink.Fence) int { return compareScopes(a.Scope, b.Scope) })
@@ -425,7 +432,8 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 // ResetFence resets a scope's fence following [sink.Resetter]: a
 // compare-and-set on req.Expect that clears the holder, keeps or moves
 // NextOffset and the topic ID, requires a proof of membership from the
-// next claim, and records req.Reason in the audit trail ([Sink.Audit]) and
+// next claim and from every claim at or below the cleared holder's epoch
+// (it stores [sink.Fence.AfterReset]), and records req.Reason in the audit trail ([Sink.Audit]) and
 // the history. It fails with an error matching [ErrNoReason] for an empty
 // reason, [sink.ErrNotFound] for a scope the sink does not know and
 // [sink.ErrResetConflict] if the fence is not req.Expect. It may be called
@@ -447,18 +455,13 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	if st == nil {
 		return sink.Fence{}, fmt.Errorf("memory: reset %s: %w", scope, sink.ErrNotFound)
 	}
-	before := sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset, TopicID: st.topicID, ProofRequired: st.proofRequired}
+	before := st.fence(scope)
 	if e := req.Expect; e.Holder != before.Holder || e.NextOffset != before.NextOffset || e.TopicID != before.TopicID {
 		return sink.Fence{}, fmt.Errorf("memory: reset %s: %w: expected holder %s at %d on %q, found %s at %d on %q", scope, sink.ErrResetConflict,
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
 	}
-	st.holder, st.proofRequired = epochs.Token{}, true
-	if req.NextOffset != nil {
-		st.nextOffset = *req.NextOffset
-	}
-	if req.TopicID != "" {
-		st.topicID = req.TopicID
-	}
+	after := before.AfterReset(req)
+	st.holder, st.nextOffset, st.topicID, st.proofRequired, st.proofBelow = after.Holder, after.NextOffset, after.TopicID, after.ProofRequired, after.ProofBelow
 	seq := s.record(Event{Kind: Reset, Scope: scope, Accepted: true, Stored: before.Holder, Reason: req.Reason,
 		NextOffset: st.nextOffset, TopicID: st.topicID, Detail: req.Detail})
 	s.audit = append(s.audit, AuditEntry{Scope: scope, Before: before, Reason: req.Reason, Seq: seq})

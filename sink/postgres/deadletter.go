@@ -23,9 +23,12 @@ type header struct {
 // DeadLetter stores rec as a dead letter of tok's scope and advances
 // NextOffset past it, following [sink.DeadLetterer], in one transaction:
 // it locks the fence row and fails with a *[sink.FencedError] unless tok
-// is exactly the holder, stores nothing for a replay, inserts the row
-// (unique per scope, log and offset) and moves NextOffset. It may be
-// called from any goroutine.
+// is exactly the holder, stores nothing for a replay (rec.Offset below
+// NextOffset), and otherwise (rec.Offset at or above NextOffset, after a
+// gap too) inserts the row (unique per scope, log and offset) and moves
+// NextOffset to rec.Offset+1 with Apply's conditional UPDATE, whose row
+// count must be 1 (else it rolls back and fails with a
+// *[sink.FencedError]). It may be called from any goroutine.
 func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
 	if err := sink.CheckDeadLetter(tok, rec); err != nil {
 		return sink.DeadLetterResult{}, err
@@ -61,11 +64,8 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: row.holder, Offered: tok}
 	}
 	next, topicID := row.nextOffset, row.topicID
-	switch {
-	case rec.Offset < next:
+	if rec.Offset < next {
 		return sink.DeadLetterResult{NextOffset: next}, nil
-	case rec.Offset > next:
-		return sink.DeadLetterResult{}, fmt.Errorf("postgres: %s: %w: the checkpoint is %d; apply the records before it first", op, sink.ErrBadBatch, next)
 	}
 	if rec.TopicID != "" {
 		topicID = rec.TopicID
@@ -75,8 +75,25 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 		rec.Timestamp, rec.Reason, rec.Error, rec.Attempts, tok.Epoch, tok.Member).Scan(&id); err != nil {
 		return sink.DeadLetterResult{}, wrap(ctx, op, err)
 	}
-	if _, err := tx.Exec(ctx, s.q.advance, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, rec.Offset+1); err != nil {
+	// The same conditional UPDATE as Apply's: with the row locked above
+	// it matches, and a row count of 0 means the holder or NextOffset
+	// moved after all; then nothing is stored (the deferred rollback).
+	tag, err := tx.Exec(ctx, s.q.advance, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, rec.Offset+1)
+	if err != nil {
 		return sink.DeadLetterResult{}, wrap(ctx, op+": advance fence", err)
+	}
+	if tag.RowsAffected() != 1 {
+		stored := row.holder
+		var (
+			epoch  int32
+			member string
+			cur    int64
+		)
+		if err := tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &cur); err == nil {
+			stored = holderToken(tok.Scope(), epoch, member)
+		}
+		s.log.Warn("postgres sink: dead letter fenced at the conditional update", "token", tok.String(), "stored", stored.String(), "offset", rec.Offset)
+		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: stored, Offered: tok}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return sink.DeadLetterResult{}, commitError(ctx, op, err)

@@ -33,17 +33,22 @@
 // # Tables
 //
 // [Open] creates, on first use and in one transaction guarded by an
-// advisory lock (several processes may open concurrently), three tables in
+// advisory lock (several processes may open concurrently), five tables in
 // [Config.Schema], named after [Config.Prefix] (default "workrouter"):
 //
-//   - <prefix>_fences: one row per scope — holder epoch and member, and
-//     next_offset. A reset holder is stored as epoch -1, member empty.
+//   - <prefix>_fences: one row per scope — holder epoch and member,
+//     next_offset, topic ID, the reset's proof requirement and proof floor
+//     (see [sink.Fence]). A reset holder is stored as epoch -1, member
+//     empty.
 //   - <prefix>_history: one row per accepted claim (written in the claim's
 //     transaction) and per admin reset (the audit row); see [Sink.History].
-//   - <prefix>_schema: the schema version (1).
+//   - <prefix>_dead_letters and <prefix>_dl_audit: the dead letters and
+//     their state changes.
+//   - <prefix>_schema: the schema version (3).
 //
-// An existing table of the same name with other columns, or another schema
-// version, makes Open fail with [ErrSchema] and create nothing.
+// Open migrates a schema of version 1 or 2 in place. An existing table of
+// the same name with other columns, or another schema version, makes Open
+// fail with [ErrSchema] and create nothing.
 //
 // # Round trips and pipelining
 //

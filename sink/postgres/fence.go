@@ -37,6 +37,13 @@ type fenceRow struct {
 	nextOffset    int64
 	topicID       string
 	proofRequired bool
+	proofBelow    int64 // sink.Fence.ProofBelow
+}
+
+// fence returns the row as the sink.Fence of scope.
+func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
+	return sink.Fence{Scope: scope, Holder: r.holder, NextOffset: r.nextOffset, TopicID: r.topicID,
+		ProofRequired: r.proofRequired, ProofBelow: r.proofBelow}
 }
 
 // lockFence reads scope's fence row inside tx and locks it (SELECT … FOR
@@ -44,7 +51,7 @@ type fenceRow struct {
 func (s *Sink) lockFence(ctx context.Context, tx pgx.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.QueryRow(ctx, s.q.fenceLock, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow)
 	if err != nil {
 		return fenceRow{}, err
 	}
@@ -64,7 +71,7 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 // NextOffset, following [sink.Sink.Claim], in one transaction: it inserts
 // the row of a new scope (no holder, at obs.LogStart), locks the row, and
 // decides as the contract says — [epochs.Token.CanClaim], the proof after
-// a reset, the log's continuity ([sink.CheckLog]) — then stores tok and
+// a reset ([sink.Fence.NeedsProof]), the log's continuity ([sink.CheckLog]) — then stores tok and
 // appends a "claim" row to the history. A refused claim changes nothing
 // and returns a *[sink.FencedError] with the stored holder, an error
 // matching [sink.ErrProofRequired], or a *[sink.LogChangedError]. Claim
@@ -104,7 +111,7 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 		s.log.Debug("postgres sink: claim fenced", "offered", tok.String(), "stored", row.holder.String())
 		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
 	}
-	if row.proofRequired && !obs.MemberProven {
+	if row.fence(tok.Scope()).NeedsProof(tok) && !obs.MemberProven {
 		return 0, fmt.Errorf("postgres: %s: %w", op, sink.ErrProofRequired)
 	}
 	next, topicID, err := sink.CheckLog(tok.Scope(), !inserted, row.topicID, row.nextOffset, obs)
@@ -280,7 +287,7 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 		member string
 		out    []sink.Fence
 	)
-	_, err = pgx.ForEachRow(rows, []any{&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow}, func() error {
 		f.Holder = holderToken(f.Scope, epoch, member)
 		out = append(out, f)
 		return nil
@@ -295,7 +302,9 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 // transaction: it locks the row, compares it with req.Expect (holder,
 // NextOffset, topic ID), clears the holder (stored as epoch -1, member
 // empty), keeps or moves NextOffset and the topic ID as req says, requires
-// a proof of membership from the next claim, and appends a "reset" row
+// a proof of membership from the next claim and from every claim at or
+// below the cleared holder's epoch (it stores [sink.Fence.AfterReset]),
+// and appends a "reset" row
 // with req.Reason and req.Detail to the history. It returns the fence as
 // it was. An empty reason fails with [ErrNoReason], an unknown scope with
 // [sink.ErrNotFound], a moved fence with [sink.ErrResetConflict]. It may
@@ -328,19 +337,14 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	case err != nil:
 		return sink.Fence{}, wrap(ctx, op, err)
 	}
-	before := sink.Fence{Scope: scope, Holder: row.holder, NextOffset: row.nextOffset, TopicID: row.topicID, ProofRequired: row.proofRequired}
+	before := row.fence(scope)
 	if e := req.Expect; e.Holder != before.Holder || e.NextOffset != before.NextOffset || e.TopicID != before.TopicID {
 		return sink.Fence{}, fmt.Errorf("postgres: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
 	}
-	newNext, newTopic := row.nextOffset, row.topicID
-	if req.NextOffset != nil {
-		newNext = *req.NextOffset
-	}
-	if req.TopicID != "" {
-		newTopic = req.TopicID
-	}
-	if _, err := tx.Exec(ctx, s.q.reset, scope.Group, scope.Topic, scope.Partition, newNext, newTopic); err != nil {
+	after := before.AfterReset(req)
+	newNext, newTopic := after.NextOffset, after.TopicID
+	if _, err := tx.Exec(ctx, s.q.reset, scope.Group, scope.Topic, scope.Partition, newNext, newTopic, after.ProofBelow); err != nil {
 		return sink.Fence{}, wrap(ctx, op, err)
 	}
 	if _, err := tx.Exec(ctx, s.q.resetAudit, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, newNext, req.Reason, newTopic, req.Detail); err != nil {

@@ -159,11 +159,11 @@ func TestOpenSchemaVersionConflict(t *testing.T) {
 	schema := newTestSchema(t)
 	s := openSink(t, schema, nil)
 	s.Close()
-	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 3")
+	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 99")
 	s, err := Open(t.Context(), Config{DSN: schemaDSN(t, schema), Schema: schema})
 	if err == nil {
 		s.Close()
-		t.Fatal("Open over a version 3 schema succeeded")
+		t.Fatal("Open over a version 99 schema succeeded")
 	}
 	if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "workrouter_schema") {
 		t.Fatalf("Open error %v: want ErrSchema naming workrouter_schema", err)
@@ -607,5 +607,51 @@ func TestMigrateFromVersion1(t *testing.T) {
 	s2 := openSink(t, schema, nil)
 	if dl, err := s2.DeadLetters(ctx, sink.DeadLetterFilter{}); err != nil || len(dl) != 1 || dl[0].Record.TopicID != "topic-1" {
 		t.Fatalf("dead letters after reopen = %+v, %v", dl, err)
+	}
+}
+
+// TestMigrateFromVersion2: Open migrates a version 2 schema (version 3
+// without the fences' proof_below) in place, setting each scope's proof
+// floor from the resets in its history, so that a scope reset before the
+// upgrade still refuses its previous incarnation.
+func TestMigrateFromVersion2(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	ctx := t.Context()
+	s := openSink(t, schema, nil)
+	scope, otherScope := testScope(t), testScope(t)
+	otherScope.Partition++
+	old, fresh, zombie := tokenOf(scope, 10, "old-10"), tokenOf(scope, 1, "new-1"), tokenOf(scope, 9, "old-9")
+	other := tokenOf(otherScope, 4, "m-4")
+	mustClaim(t, s, old)
+	mustClaim(t, s, other)
+	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: old}, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, fresh, sink.Observed{MemberProven: true}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN proof_below")
+	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 2")
+
+	s = openSink(t, schema, nil)
+	fences, err := s.Fences(ctx)
+	if err != nil || len(fences) != 2 {
+		t.Fatalf("fences after migration = %+v, %v", fences, err)
+	}
+	if f := fences[0]; f.Holder != fresh || f.ProofBelow != 11 || f.ProofRequired {
+		t.Fatalf("reset scope after migration = %+v, want holder %s, proof below 11", f, fresh)
+	}
+	if f := fences[1]; f.Holder != other || f.ProofBelow != 0 {
+		t.Fatalf("scope never reset after migration = %+v, want holder %s, no proof floor", f, other)
+	}
+	if _, err := s.Claim(ctx, zombie, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
+		t.Fatalf("unproven claim at epoch 9 after migration: %v, want ErrProofRequired", err)
+	}
+	var version int32
+	adminQueryRow(t, "SELECT version FROM "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize(), nil, &version)
+	if version != schemaVersion {
+		t.Fatalf("schema version after migration = %d, want %d", version, schemaVersion)
 	}
 }

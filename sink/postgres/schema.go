@@ -12,9 +12,10 @@ import (
 
 // schemaVersion is the version of the sink's tables this code reads and
 // writes. Version 2 added the log identity (topic ID), the reset's proof
-// requirement and the dead letters; Open migrates a version 1 schema in
-// place.
-const schemaVersion = 2
+// requirement and the dead letters; version 3 the proof floor
+// (proof_below, sink.Fence.ProofBelow). Open migrates a version 1 or 2
+// schema in place.
+const schemaVersion = 3
 
 // column is one expected column of a sink table, its type as PostgreSQL's
 // format_type spells it.
@@ -35,7 +36,7 @@ var tables = []tableSpec{
 		columns: []column{
 			{"grp", "text"}, {"topic", "text"}, {"part", "integer"},
 			{"epoch", "integer"}, {"member", "text"}, {"next_offset", "bigint"},
-			{"topic_id", "text"}, {"proof_required", "boolean"},
+			{"topic_id", "text"}, {"proof_required", "boolean"}, {"proof_below", "bigint"},
 		},
 		ddl: []string{`CREATE TABLE %[1]s (
 			grp text NOT NULL,
@@ -46,6 +47,7 @@ var tables = []tableSpec{
 			next_offset bigint NOT NULL DEFAULT 0,
 			topic_id text NOT NULL DEFAULT '',
 			proof_required boolean NOT NULL DEFAULT false,
+			proof_below bigint NOT NULL DEFAULT 0,
 			PRIMARY KEY (grp, topic, part))`},
 	},
 	{
@@ -130,12 +132,22 @@ var tables = []tableSpec{
 	},
 }
 
-// v1Columns are the columns of schema version 1's tables, which Open
-// migrates.
-var v1Columns = map[string][]column{
-	"_fences":  tables[0].columns[:6],
-	"_history": tables[1].columns[:10],
-	"_schema":  tables[2].columns,
+// oldColumns are the columns of the tables of the older schema versions
+// Open migrates, by version and table suffix.
+var oldColumns = map[int32]map[string][]column{
+	1: {
+		"_fences":  tables[0].columns[:6],
+		"_history": tables[1].columns[:10],
+		"_schema":  tables[2].columns,
+	},
+	// Version 3's tables, the fences without proof_below.
+	2: {
+		"_fences":       tables[0].columns[:8],
+		"_history":      tables[1].columns,
+		"_schema":       tables[2].columns,
+		"_dead_letters": tables[3].columns,
+		"_dl_audit":     tables[4].columns,
+	},
 }
 
 // queries holds the sink's SQL with its table names filled in.
@@ -162,8 +174,10 @@ func newQueries(schema, prefix string) queries {
 	// transaction.
 	q.claimInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, epoch, member, next_offset, topic_id)
 		VALUES ($1, $2, $3, -1, '', $4, $5) ON CONFLICT (grp, topic, part) DO NOTHING`, q.fences)
-	q.fenceLock = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required FROM %s
+	q.fenceLock = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required, proof_below FROM %s
 		WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
+	// A claim keeps proof_below (a new row starts at 0): only a reset
+	// raises it (sink.Fence.ProofBelow).
 	q.claimUpdate = fmt.Sprintf(`UPDATE %s SET epoch = $4, member = $5, topic_id = $6, proof_required = false
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.claimHistory = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, topic_id)
@@ -171,8 +185,8 @@ func newQueries(schema, prefix string) queries {
 	q.fenceRead = fmt.Sprintf(`SELECT epoch, member, next_offset FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.advance = fmt.Sprintf(`UPDATE %s SET next_offset = $7
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6`, q.fences)
-	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required FROM %s ORDER BY grp, topic, part`, q.fences)
-	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '', next_offset = $4, topic_id = $5, proof_required = true
+	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below FROM %s ORDER BY grp, topic, part`, q.fences)
+	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '', next_offset = $4, topic_id = $5, proof_required = true, proof_below = $6
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.resetAudit = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, reason, topic_id, detail)
 		VALUES ($1, $2, $3, 'reset', $4, $5, $6, $7, $8, $9)`, q.history)
@@ -185,7 +199,8 @@ func newQueries(schema, prefix string) queries {
 }
 
 // ensureSchema creates the sink's tables if none exists, or checks that
-// the existing ones are the sink's, version 1. Everything happens in one
+// the existing ones are the sink's, of the current version (migrating
+// versions 1 and 2). Everything happens in one
 // transaction under an advisory lock keyed by schema and prefix, so
 // concurrent Opens serialize and a failure leaves nothing behind.
 func (s *Sink) ensureSchema(ctx context.Context) error {
@@ -234,15 +249,17 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 		return wrap(ctx, "open: read catalog", err)
 	}
 
-	// A version 1 schema: its three tables with their version 1 columns,
-	// and nothing else of ours.
-	isV1 := len(existing) == len(v1Columns)
-	for suffix, cols := range v1Columns {
-		f := existing[s.prefix+suffix]
-		isV1 = isV1 && f != nil && slices.Equal(f.cols, cols)
-	}
-	if isV1 {
-		return s.migrateV1(ctx, tx)
+	// An older schema: its tables with their columns, and nothing else
+	// of ours.
+	for _, version := range []int32{1, 2} {
+		old := len(existing) == len(oldColumns[version])
+		for suffix, cols := range oldColumns[version] {
+			f := existing[s.prefix+suffix]
+			old = old && f != nil && slices.Equal(f.cols, cols)
+		}
+		if old {
+			return s.migrate(ctx, tx, version)
+		}
 	}
 	for _, t := range tables {
 		name := s.prefix + t.suffix
@@ -293,11 +310,16 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 	return tx.Commit(ctx)
 }
 
-// migrateV1 turns a version 1 schema into the current one, in tx, and
-// commits: the fence and history rows gain a topic ID (empty: adopted on
-// the next claim that observes one), the fences a proof requirement and
-// the history a detail, and the dead letter tables are created.
-func (s *Sink) migrateV1(ctx context.Context, tx pgx.Tx) error {
+// migrate turns a schema of version from (1 or 2) into the current one,
+// in tx, and commits. From version 1: the fence and history rows gain a
+// topic ID (empty: adopted on the next claim that observes one), the
+// fences a proof requirement and the history a detail, and the dead
+// letter tables are created. From versions 1 and 2: the fences gain the
+// proof floor (proof_below), set from the history's resets, the highest
+// epoch a reset cleared plus one (sink.Fence.AfterReset), so that a scope
+// reset before the migration still asks a proof of its previous
+// incarnation's epochs.
+func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 	var versions []int32
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT version FROM %s`, s.q.schema))
 	if err != nil {
@@ -306,33 +328,39 @@ func (s *Sink) migrateV1(ctx context.Context, tx pgx.Tx) error {
 	if versions, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
 		return wrap(ctx, "open: read schema version", err)
 	}
-	if len(versions) != 1 || versions[0] != 1 {
-		return fmt.Errorf("%w: table %s.%s_schema holds versions %v with version 1 tables: the database was written by another version of workrouter",
-			ErrSchema, s.schema, s.prefix, versions)
+	if len(versions) != 1 || versions[0] != from {
+		return fmt.Errorf("%w: table %s.%s_schema holds versions %v with version %d tables: the database was written by another version of workrouter",
+			ErrSchema, s.schema, s.prefix, versions, from)
 	}
-	stmts := []string{
-		`ALTER TABLE ` + s.q.fences + ` ADD COLUMN topic_id text NOT NULL DEFAULT ''`,
-		`ALTER TABLE ` + s.q.fences + ` ADD COLUMN proof_required boolean NOT NULL DEFAULT false`,
-		`ALTER TABLE ` + s.q.history + ` ADD COLUMN topic_id text NOT NULL DEFAULT ''`,
-		`ALTER TABLE ` + s.q.history + ` ADD COLUMN detail text NOT NULL DEFAULT ''`,
-	}
-	for _, t := range tables[3:] {
-		table := pgx.Identifier{s.schema, s.prefix + t.suffix}.Sanitize()
-		index := pgx.Identifier{s.prefix + t.suffix + "_scope_idx"}.Sanitize()
-		for _, d := range t.ddl {
-			stmts = append(stmts, fmt.Sprintf(d, table, index))
+	var stmts []string
+	if from == 1 {
+		stmts = append(stmts,
+			`ALTER TABLE `+s.q.fences+` ADD COLUMN topic_id text NOT NULL DEFAULT ''`,
+			`ALTER TABLE `+s.q.fences+` ADD COLUMN proof_required boolean NOT NULL DEFAULT false`,
+			`ALTER TABLE `+s.q.history+` ADD COLUMN topic_id text NOT NULL DEFAULT ''`,
+			`ALTER TABLE `+s.q.history+` ADD COLUMN detail text NOT NULL DEFAULT ''`)
+		for _, t := range tables[3:] {
+			table := pgx.Identifier{s.schema, s.prefix + t.suffix}.Sanitize()
+			index := pgx.Identifier{s.prefix + t.suffix + "_scope_idx"}.Sanitize()
+			for _, d := range t.ddl {
+				stmts = append(stmts, fmt.Sprintf(d, table, index))
+			}
 		}
 	}
-	stmts = append(stmts, fmt.Sprintf(`UPDATE %s SET version = %d`, s.q.schema, schemaVersion))
+	stmts = append(stmts,
+		`ALTER TABLE `+s.q.fences+` ADD COLUMN proof_below bigint NOT NULL DEFAULT 0`,
+		fmt.Sprintf(`UPDATE %[1]s f SET proof_below = coalesce((SELECT max(h.epoch)::bigint + 1 FROM %[2]s h
+			WHERE h.grp = f.grp AND h.topic = f.topic AND h.part = f.part AND h.kind = 'reset' AND h.epoch >= 0), 0)`, s.q.fences, s.q.history),
+		fmt.Sprintf(`UPDATE %s SET version = %d`, s.q.schema, schemaVersion))
 	for _, stmt := range stmts {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
-			return fmt.Errorf("%w: migrating schema %s from version 1: %w", ErrSchema, s.schema, err)
+			return fmt.Errorf("%w: migrating schema %s from version %d: %w", ErrSchema, s.schema, from, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return wrap(ctx, "open: commit schema migration", err)
 	}
-	s.log.Info("postgres sink: migrated tables from version 1", "schema", s.schema, "prefix", s.prefix, "version", schemaVersion)
+	s.log.Info("postgres sink: migrated tables", "schema", s.schema, "prefix", s.prefix, "from", from, "version", schemaVersion)
 	return nil
 }
 

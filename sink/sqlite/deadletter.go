@@ -45,9 +45,10 @@ func decodeHeaders(s string) ([]sink.RecordHeader, error) {
 // NextOffset past it, following [sink.DeadLetterer], in one writing
 // transaction: it reads the fence row and fails with a
 // *[sink.FencedError] unless tok is exactly the holder, stores nothing for
-// a replay (rec.Offset below NextOffset), inserts the row (unique per
-// scope, log and offset) and moves NextOffset with the same conditional
-// update as Apply. It may be called from any goroutine.
+// a replay (rec.Offset below NextOffset), and otherwise (rec.Offset at or
+// above NextOffset, after a gap too) inserts the row (unique per scope,
+// log and offset) and moves NextOffset to rec.Offset+1 with the same
+// conditional update as Apply. It may be called from any goroutine.
 func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
 	if err := sink.CheckDeadLetter(tok, rec); err != nil {
 		return sink.DeadLetterResult{}, err
@@ -70,12 +71,8 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 	if !tok.Holds(row.holder) {
 		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: row.holder, Offered: tok}
 	}
-	switch {
-	case rec.Offset < row.nextOffset:
+	if rec.Offset < row.nextOffset {
 		return sink.DeadLetterResult{NextOffset: row.nextOffset}, nil
-	case rec.Offset > row.nextOffset:
-		return sink.DeadLetterResult{}, fmt.Errorf("sqlite: %s: %w: the checkpoint is %d; apply the records before it first",
-			op, sink.ErrBadBatch, row.nextOffset)
 	}
 	topicID := rec.TopicID
 	if topicID == "" {

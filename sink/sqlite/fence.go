@@ -43,18 +43,20 @@ type fenceRow struct {
 	nextOffset    int64
 	topicID       string
 	proofRequired bool
+	proofBelow    int64 // sink.Fence.ProofBelow
 }
 
 // fence returns the row as a sink.Fence of scope.
 func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
-	return sink.Fence{Scope: scope, Holder: r.holder, NextOffset: r.nextOffset, TopicID: r.topicID, ProofRequired: r.proofRequired}
+	return sink.Fence{Scope: scope, Holder: r.holder, NextOffset: r.nextOffset, TopicID: r.topicID,
+		ProofRequired: r.proofRequired, ProofBelow: r.proofBelow}
 }
 
 // readFence reads scope's fence row inside tx.
 func (s *Sink) readFence(ctx context.Context, tx *sql.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.StmtContext(ctx, s.selFence).QueryRowContext(ctx, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fenceRow{}, nil
 	}
@@ -105,8 +107,10 @@ func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 // Claim makes tok the holder of its scope and returns the scope's
 // NextOffset, following [sink.Sink.Claim]. In one writing transaction it
 // reads the fence row; if tok may not take the scope over (see
-// [epochs.Token.CanClaim]) it fails with a *[sink.FencedError]; after a
-// reset without obs.MemberProven with [sink.ErrProofRequired]; if the log
+// [epochs.Token.CanClaim]) it fails with a *[sink.FencedError]; without
+// obs.MemberProven when the row asks a proof of tok
+// ([sink.Fence.NeedsProof]: after a reset) with [sink.ErrProofRequired];
+// if the log
 // under the checkpoint changed with a *[sink.LogChangedError]; each
 // changing nothing. Otherwise it stores tok (adopting obs.TopicID if the
 // row has none), appends a claim row to the history, and commits. An
@@ -132,7 +136,7 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 		s.log.Debug("claim fenced", "token", tok.String(), "stored", row.holder.String())
 		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
 	}
-	if row.proofRequired && !obs.MemberProven {
+	if row.fence(scope).NeedsProof(tok) && !obs.MemberProven {
 		return 0, fmt.Errorf("sqlite: %s: %w", op, sink.ErrProofRequired)
 	}
 	next, topicID, err := sink.CheckLog(scope, row.found, row.topicID, row.nextOffset, obs)
@@ -234,7 +238,7 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 // Holder. It implements [sink.Lister]. It reads without taking the write
 // lock, and may be called from any goroutine.
 func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required FROM "+s.fences+" ORDER BY grp, topic, part")
+	rows, err := s.db.QueryContext(ctx, "SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below FROM "+s.fences+" ORDER BY grp, topic, part")
 	if err != nil {
 		return nil, s.wrap(ctx, "fences", err)
 	}
@@ -246,7 +250,7 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 			epoch  int64
 			member string
 		)
-		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired); err != nil {
+		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow); err != nil {
 			return nil, s.wrap(ctx, "fences", err)
 		}
 		f.Holder = holderToken(f.Scope, epoch, member)
@@ -262,7 +266,8 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 // transaction: it compares the row with req.Expect (holder, NextOffset,
 // topic ID), clears the holder (stored as epoch -1, member ""), keeps or
 // moves NextOffset and the topic ID as req says, requires a proof of
-// membership from the next claim, and appends a reset row carrying
+// membership from the next claim and from every claim at or below the
+// cleared holder's epoch (it stores [sink.Fence.AfterReset]), and appends a reset row carrying
 // req.Reason, req.Detail and the cleared holder to the history. It returns
 // the fence as it was before. It fails with an error matching
 // [ErrNoReason] for an empty reason, [epochs.ErrInvalidToken] for an
@@ -295,14 +300,9 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		return sink.Fence{}, fmt.Errorf("sqlite: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
 	}
-	next, topicID := row.nextOffset, row.topicID
-	if req.NextOffset != nil {
-		next = *req.NextOffset
-	}
-	if req.TopicID != "" {
-		topicID = req.TopicID
-	}
-	if _, err := tx.StmtContext(ctx, s.resetFence).ExecContext(ctx, next, topicID, scope.Group, scope.Topic, scope.Partition); err != nil {
+	after := before.AfterReset(req)
+	next, topicID := after.NextOffset, after.TopicID
+	if _, err := tx.StmtContext(ctx, s.resetFence).ExecContext(ctx, next, topicID, after.ProofBelow, scope.Group, scope.Topic, scope.Partition); err != nil {
 		return sink.Fence{}, s.wrap(ctx, op, err)
 	}
 	epoch, member := int64(-1), ""

@@ -158,9 +158,9 @@ func (s *Sink) initReadOnly(ctx context.Context) error {
 	case len(missing) == len(defs):
 		return fmt.Errorf("%w: %q has none of the tables %s (a worker creates them on first use; a read-only open never does)",
 			ErrNoSchema, s.cfg.Path, strings.Join(names, ", "))
-	case len(missing) > 0 && s.isV1(tables):
-		return fmt.Errorf("%w: %q holds schema version 1; a read-only open cannot migrate it to version %d (opening it read-write once, as a worker does, migrates it)",
-			ErrSchema, s.cfg.Path, SchemaVersion)
+	case s.oldVersion(tables) != 0:
+		return fmt.Errorf("%w: %q holds schema version %d; a read-only open cannot migrate it to version %d (opening it read-write once, as a worker does, migrates it)",
+			ErrSchema, s.cfg.Path, s.oldVersion(tables), SchemaVersion)
 	case len(missing) > 0:
 		return fmt.Errorf("%w: incomplete schema in %q: table(s) %s missing while the sink's other tables exist",
 			ErrSchema, s.cfg.Path, strings.Join(missing, ", "))

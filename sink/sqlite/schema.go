@@ -22,7 +22,7 @@ func (s *Sink) tableDefs() []tableDef {
 	return []tableDef{
 		{
 			name: s.fences,
-			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required"},
+			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required", "proof_below"},
 			pk:   []string{"grp", "topic", "part"},
 			ddl: `CREATE TABLE ` + s.fences + ` (
 	grp            TEXT    NOT NULL,
@@ -33,6 +33,7 @@ func (s *Sink) tableDefs() []tableDef {
 	next_offset    INTEGER NOT NULL,
 	topic_id       TEXT    NOT NULL DEFAULT '',
 	proof_required INTEGER NOT NULL DEFAULT 0,
+	proof_below    INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (grp, topic, part)
 ) WITHOUT ROWID`,
 		},
@@ -104,20 +105,33 @@ func (s *Sink) tableDefs() []tableDef {
 	}
 }
 
-// v1Cols are the columns of schema version 1's tables, which Open migrates.
-func (s *Sink) v1Cols() map[string][]string {
-	return map[string][]string{
-		s.fences:  {"grp", "topic", "part", "epoch", "member", "next_offset"},
-		s.history: {"seq", "grp", "topic", "part", "kind", "epoch", "member", "next_offset", "reason", "at"},
-		s.schema:  {"version"},
+// oldCols returns the columns of the tables of an older schema version
+// that Open migrates (1 or 2), by table name; nil for another version.
+func (s *Sink) oldCols(version int) map[string][]string {
+	switch version {
+	case 1:
+		return map[string][]string{
+			s.fences:  {"grp", "topic", "part", "epoch", "member", "next_offset"},
+			s.history: {"seq", "grp", "topic", "part", "kind", "epoch", "member", "next_offset", "reason", "at"},
+			s.schema:  {"version"},
+		}
+	case 2:
+		// Version 3's tables, the fences without proof_below.
+		cols := map[string][]string{}
+		for _, d := range s.tableDefs() {
+			cols[d.name] = d.cols
+		}
+		cols[s.fences] = slices.DeleteFunc(slices.Clone(cols[s.fences]), func(c string) bool { return c == "proof_below" })
+		return cols
 	}
+	return nil
 }
 
 // ensureSchema creates the sink's tables if none exists, migrates a
-// version 1 schema to the current one, or checks the tables if all exist,
+// version 1 or 2 schema to the current one, or checks the tables if all exist,
 // in one writing transaction, so that concurrent Opens of a new file create
 // (or migrate) the schema once and a failed Open leaves nothing behind. It
-// reports what it did: "created", "migrated from version 1" or "".
+// reports what it did: "created", "migrated from version N" or "".
 func (s *Sink) ensureSchema(ctx context.Context) (did string, err error) {
 	if err := s.lockWriter(ctx); err != nil {
 		return "", s.wrap(ctx, "schema", err)
@@ -148,6 +162,7 @@ func (s *Sink) ensureSchema(ctx context.Context) (did string, err error) {
 			missing = append(missing, d.name)
 		}
 	}
+	old := s.oldVersion(tables)
 	switch {
 	case len(present) == 0:
 		for _, d := range defs {
@@ -162,6 +177,14 @@ func (s *Sink) ensureSchema(ctx context.Context) (did string, err error) {
 			return "", s.wrap(ctx, "record schema version", err)
 		}
 		did = "created"
+	case old != 0:
+		if err := s.checkVersion(ctx, tx, old); err != nil {
+			return "", err
+		}
+		if err := s.migrate(ctx, tx, defs, old); err != nil {
+			return "", err
+		}
+		did = fmt.Sprintf("migrated from version %d", old)
 	case len(missing) == 0:
 		for _, d := range defs {
 			if err := s.checkTable(d, tables[d.name]); err != nil {
@@ -174,14 +197,6 @@ func (s *Sink) ensureSchema(ctx context.Context) (did string, err error) {
 		if err := s.createIndexes(ctx, tx, true); err != nil {
 			return "", err
 		}
-	case s.isV1(tables):
-		if err := s.checkVersion(ctx, tx, 1); err != nil {
-			return "", err
-		}
-		if err := s.migrateV1(ctx, tx, defs); err != nil {
-			return "", err
-		}
-		did = "migrated from version 1"
 	default:
 		for _, d := range defs {
 			if t := tables[d.name]; t.exists {
@@ -199,38 +214,56 @@ func (s *Sink) ensureSchema(ctx context.Context) (did string, err error) {
 	return did, nil
 }
 
-// isV1 reports whether tables hold exactly schema version 1's tables.
-func (s *Sink) isV1(tables map[string]table) bool {
-	v1 := s.v1Cols()
-	for name, t := range tables {
-		cols, isV1Table := v1[name]
-		if t.exists != isV1Table || isV1Table && !slices.Equal(t.cols, cols) {
-			return false
+// oldVersion returns the older schema version (1 or 2) whose tables, and
+// only those, tables holds exactly; 0 if none.
+func (s *Sink) oldVersion(tables map[string]table) int {
+	for _, v := range []int{1, 2} {
+		cols, match := s.oldCols(v), true
+		for name, t := range tables {
+			c, ok := cols[name]
+			if t.exists != ok || ok && !slices.Equal(t.cols, c) {
+				match = false
+				break
+			}
+		}
+		if match {
+			return v
 		}
 	}
-	return true
+	return 0
 }
 
-// migrateV1 turns a version 1 schema into the current one: the fence and
-// history rows gain a topic ID (empty: adopted on the next claim that
-// observes one), the fences a proof requirement and the history a detail,
-// and the dead letter tables are created.
-func (s *Sink) migrateV1(ctx context.Context, tx *sql.Tx, defs []tableDef) error {
-	stmts := []string{
-		`ALTER TABLE ` + s.fences + ` ADD COLUMN topic_id TEXT NOT NULL DEFAULT ''`,
-		`ALTER TABLE ` + s.fences + ` ADD COLUMN proof_required INTEGER NOT NULL DEFAULT 0`,
-		`ALTER TABLE ` + s.history + ` ADD COLUMN topic_id TEXT NOT NULL DEFAULT ''`,
-		`ALTER TABLE ` + s.history + ` ADD COLUMN detail TEXT NOT NULL DEFAULT ''`,
-	}
-	for _, d := range defs {
-		if d.name == s.deadLetters || d.name == s.dlAudit {
-			stmts = append(stmts, d.ddl)
+// migrate turns a schema of version from (1 or 2) into the current one.
+// From version 1: the fence and history rows gain a topic ID (empty:
+// adopted on the next claim that observes one), the fences a proof
+// requirement and the history a detail, and the dead letter tables are
+// created. From versions 1 and 2: the fences gain the proof floor
+// (proof_below), set from the history's resets, the highest epoch a reset
+// cleared plus one (sink.Fence.AfterReset), so that a scope reset before
+// the migration still asks a proof of its previous incarnation's epochs.
+func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from int) error {
+	var stmts []string
+	if from == 1 {
+		stmts = append(stmts,
+			`ALTER TABLE `+s.fences+` ADD COLUMN topic_id TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE `+s.fences+` ADD COLUMN proof_required INTEGER NOT NULL DEFAULT 0`,
+			`ALTER TABLE `+s.history+` ADD COLUMN topic_id TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE `+s.history+` ADD COLUMN detail TEXT NOT NULL DEFAULT ''`)
+		for _, d := range defs {
+			if d.name == s.deadLetters || d.name == s.dlAudit {
+				stmts = append(stmts, d.ddl)
+			}
 		}
 	}
-	stmts = append(stmts, `UPDATE `+s.schema+` SET version = `+fmt.Sprint(SchemaVersion))
+	stmts = append(stmts,
+		`ALTER TABLE `+s.fences+` ADD COLUMN proof_below INTEGER NOT NULL DEFAULT 0`,
+		`UPDATE `+s.fences+` SET proof_below = coalesce((SELECT max(h.epoch) + 1 FROM `+s.history+` h
+			WHERE h.grp = `+s.fences+`.grp AND h.topic = `+s.fences+`.topic AND h.part = `+s.fences+`.part
+			AND h.kind = 'reset' AND h.epoch >= 0), 0)`,
+		`UPDATE `+s.schema+` SET version = `+fmt.Sprint(SchemaVersion))
 	for _, q := range stmts {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("%w: migrating %q from schema version 1: %w", ErrSchema, s.cfg.Path, err)
+			return fmt.Errorf("%w: migrating %q from schema version %d: %w", ErrSchema, s.cfg.Path, from, err)
 		}
 	}
 	return s.createIndexes(ctx, tx, true)
@@ -340,7 +373,7 @@ func (s *Sink) checkVersion(ctx context.Context, tx *sql.Tx, want int) error {
 		return s.wrap(ctx, "read schema version", err)
 	}
 	if len(versions) != 1 || versions[0] != fmt.Sprint(want) {
-		return fmt.Errorf("%w: table %s in %q records schema version(s) [%s], this package uses version %d (and migrates version 1)",
+		return fmt.Errorf("%w: table %s in %q records schema version(s) [%s], this package uses version %d (and migrates versions 1 and 2)",
 			ErrSchema, s.schema, s.cfg.Path, strings.Join(versions, ", "), SchemaVersion)
 	}
 	return nil

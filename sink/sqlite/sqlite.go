@@ -63,9 +63,10 @@ const DefaultBusyTimeout = 30 * time.Second
 // SchemaVersion is the version of the sink's tables this package writes and
 // accepts, recorded in <prefix>_schema.
 // Version 2 added the log identity (topic ID), the reset's proof
-// requirement and the dead letters; Open migrates a version 1 database in
-// place.
-const SchemaVersion = 2
+// requirement and the dead letters; version 3 the proof floor
+// (proof_below, [sink.Fence.ProofBelow]). Open migrates a version 1 or 2
+// database in place.
+const SchemaVersion = 3
 
 // Config configures [Open]. The zero value of every optional field is a
 // documented default.
@@ -270,13 +271,16 @@ func (s *Sink) prepare(ctx context.Context) error {
 		st, err = s.db.PrepareContext(ctx, q)
 		return st
 	}
-	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
+	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required, proof_below FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
+	// A claim keeps proof_below (a new row starts at 0): only a reset
+	// raises it (sink.Fence.ProofBelow).
 	s.upsertFence = prep("INSERT INTO " + s.fences + " (grp, topic, part, epoch, member, next_offset, topic_id, proof_required) VALUES (?, ?, ?, ?, ?, ?, ?, 0)" +
 		" ON CONFLICT (grp, topic, part) DO UPDATE SET epoch = excluded.epoch, member = excluded.member, topic_id = excluded.topic_id, proof_required = 0")
 	s.updNext = prep("UPDATE " + s.fences + " SET next_offset = ? WHERE grp = ? AND topic = ? AND part = ? AND epoch = ? AND member = ? AND next_offset = ?")
 	s.insHistory = prep("INSERT INTO " + s.history + " (grp, topic, part, kind, epoch, member, next_offset, reason, at, topic_id, detail)" +
 		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-	s.resetFence = prep("UPDATE " + s.fences + " SET epoch = -1, member = '', next_offset = ?, topic_id = ?, proof_required = 1 WHERE grp = ? AND topic = ? AND part = ?")
+	s.resetFence = prep("UPDATE " + s.fences + " SET epoch = -1, member = '', next_offset = ?, topic_id = ?, proof_required = 1, proof_below = ?" +
+		" WHERE grp = ? AND topic = ? AND part = ?")
 	s.insDeadLetter = prep("INSERT INTO " + s.deadLetters + " (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state)" +
 		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open')")
 	return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -74,6 +75,8 @@ func TestConformance(t *testing.T) {
 			return s
 		},
 		Put: func(ctx context.Context, tx *sqlite.Tx, k, v string) error { return put(ctx, tx, k, v) },
+		// An Apply holds SQLite's write lock from BEGIN IMMEDIATE to COMMIT.
+		WritesSerialized: true,
 		Get: func(ctx context.Context, s sink.Sink[*sqlite.Tx], key string) (string, bool, error) {
 			var v string
 			err := s.(*sqlite.Sink).DB().QueryRowContext(ctx, `SELECT v FROM kv WHERE k = ?`, key).Scan(&v)
@@ -303,7 +306,7 @@ func TestOpenConflictingSchema(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Close()
-		execAt(t, path, `UPDATE workrouter_schema SET version = 3`)
+		execAt(t, path, fmt.Sprintf(`UPDATE workrouter_schema SET version = %d`, sqlite.SchemaVersion+1))
 		_, err = sqlite.Open(ctx, sqlite.Config{Path: path})
 		if !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "workrouter_schema") {
 			t.Fatalf("Open error %v, want ErrSchema naming workrouter_schema", err)
@@ -521,5 +524,55 @@ func TestMigrateFromVersion1(t *testing.T) {
 	s2 := openAt(t, path)
 	if dl, err := s2.DeadLetters(ctx, sink.DeadLetterFilter{}); err != nil || len(dl) != 1 || dl[0].Record.TopicID != "topic-1" {
 		t.Fatalf("dead letters after reopen = %+v, %v", dl, err)
+	}
+}
+
+// TestMigrateFromVersion2: Open migrates a version 2 database (version 3
+// without the fences' proof_below) in place, setting each scope's proof
+// floor from the resets in its history, so that a scope reset before the
+// upgrade still refuses its previous incarnation; a read-only Open refuses
+// to migrate it.
+func TestMigrateFromVersion2(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "v2.db")
+	s := openAt(t, path)
+	old, fresh, zombie := tok("g", 0, 10, "old-10"), tok("g", 0, 1, "new-1"), tok("g", 0, 9, "old-9")
+	other := tok("g", 1, 4, "m-4")
+	for _, c := range []epochs.Token{old, other} {
+		if _, err := s.Claim(ctx, c, sink.Observed{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: old.Scope(), Expect: sink.Fence{Scope: old.Scope(), Holder: old}, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, fresh, sink.Observed{MemberProven: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	execAt(t, path, `ALTER TABLE workrouter_fences DROP COLUMN proof_below`, `UPDATE workrouter_schema SET version = 2`)
+
+	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 2") {
+		t.Fatalf("read-only Open of a version 2 database: %v, want ErrSchema naming version 2", err)
+	}
+	s = openAt(t, path)
+	fences, err := s.Fences(ctx)
+	if err != nil || len(fences) != 2 {
+		t.Fatalf("fences after migration = %+v, %v", fences, err)
+	}
+	if f := fences[0]; f.Holder != fresh || f.ProofBelow != 11 || f.ProofRequired {
+		t.Fatalf("reset scope after migration = %+v, want holder %s, proof below 11", f, fresh)
+	}
+	if f := fences[1]; f.Holder != other || f.ProofBelow != 0 {
+		t.Fatalf("scope never reset after migration = %+v, want holder %s, no proof floor", f, other)
+	}
+	if _, err := s.Claim(ctx, zombie, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
+		t.Fatalf("unproven claim at epoch 9 after migration: %v, want ErrProofRequired", err)
+	}
+	var version int
+	if err := s.DB().QueryRowContext(ctx, `SELECT version FROM workrouter_schema`).Scan(&version); err != nil || version != sqlite.SchemaVersion {
+		t.Fatalf("schema version after migration = %d, %v", version, err)
 	}
 }
