@@ -1,0 +1,81 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/fences"
+	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/memory"
+)
+
+// TestPreviousIncarnationBelowTheResetEpoch: the stored holder is at
+// epoch 10, of the group's previous incarnation; the live worker of the
+// new incarnation, at a lower epoch, is blocked until an operator resets
+// the fence; it then claims with a proof and applies. A member of the
+// previous incarnation that never proved anything (at epoch 9: above the
+// live holder's epoch, below the one the reset cleared) claims afterwards.
+// The sink must still ask it for a proof (docs/design.md#admin-reset): the
+// proof requirement outlives the first claim. Its claim is refused, it
+// writes nothing, and the live worker applies every command without ever
+// being fenced.
+func TestPreviousIncarnationBelowTheResetEpoch(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(4)
+	prev := epochs.Token{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 10, Member: "previous-incarnation"}
+	if _, err := s.Claim(t.Context(), prev, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, c, 1, keys, 0, 1)
+
+	w := startWorker(t, c, s, workerOpts{name: "live", reclaimInterval: 100 * time.Millisecond})
+	waitFor(t, 60*time.Second, "the live worker to be blocked by the regressed epoch", func() bool {
+		ps := w.Partitions()
+		return len(ps) == 1 && ps[0].State == consumer.StateBlocked && errors.Is(ps[0].LastErr, consumer.ErrEpochRegressed)
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	operatorReset(t, cl, s, c, fences.Checkpoint{Keep: true}, func(r fences.Report) bool {
+		return len(r.Problems) > 0 && r.Problems[0].Kind == fences.HolderGone
+	})
+	waitFor(t, 60*time.Second, "the live worker to claim with a proof and apply", func() bool { return appliedCount(s, keys) == len(keys) })
+	live, ok := claimedBy(s, w.Partitions()[0].Token.Member)
+	if !ok || live.Epoch >= 9 {
+		t.Fatalf("the live worker's claim %v (claimed %v): want one below epoch 9", live, ok)
+	}
+
+	// The previous incarnation's member wakes and claims, unproven.
+	zombie := epochs.Token{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 9, Member: "previous-incarnation-2"}
+	if _, err := s.Claim(t.Context(), zombie, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
+		t.Fatalf("an unproven claim at epoch 9 after a reset that cleared epoch 10: %v, want ErrProofRequired", err)
+	}
+	if _, err := s.Apply(t.Context(), zombie, []int64{1}, func(_ context.Context, tx *memory.Tx, _ int) error {
+		tx.Put("zombie", []byte("landed"))
+		return nil
+	}); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("the zombie's write: %v, want ErrFenced", err)
+	}
+
+	produce(t, c, 1, keys, 1, 3)
+	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*3 })
+	checkInvariants(t, s, keys, 3)
+	if _, landed := s.Get("zombie"); landed || appliedBy(s, zombie.Member) {
+		t.Fatal("the previous incarnation's write landed")
+	}
+	if st := w.Stats(); st.FencedApplies != 0 {
+		t.Fatalf("the live worker was fenced after its proven claim: %+v", st)
+	}
+	if fs, _ := s.Fences(t.Context()); len(fs) != 1 || fs[0].Holder.Member != live.Member {
+		t.Fatalf("the fence's holder is %+v, want the live worker %s", fs, live.Member)
+	}
+}
