@@ -216,7 +216,7 @@ func (r Result) Table() string {
 	fmt.Fprintf(tw, "violations V (lag not back to zero, committed offset ahead of NextOffset)\t%d\n", v.V)
 	fmt.Fprintf(tw, "violations D (a record without exactly one dead letter or effect)\t%d\n", v.D)
 	rec := "never"
-	if v.V == 0 {
+	if v.V == 0 || r.Recover > 0 { // V also counts samples: lag may have returned to zero
 		rec = r.Recover.String()
 	}
 	fmt.Fprintf(tw, "V samples: compared / skipped / readings failed\t%d / %d / %d\n", r.VSamples, r.VSkipped, r.VReadsFailed)
