@@ -81,7 +81,7 @@ type Result struct {
 	// Restarts are the broker restarts, in order.
 	Restarts []Restart `json:"restarts,omitempty"`
 	// LogCopies counts the records the broker wrote twice (a producer's
-	// retry across a broker restart; see cluster.LogCopies): each is a
+	// retry across a broker restart; see cluster.LogScan): each is a
 	// record of its own, applied once like any other.
 	LogCopies int `json:"log_copies,omitempty"`
 	// Notes are examples of the violations found.
