@@ -46,8 +46,11 @@ order, 0.5–2 s apart; one fault at a time):
   poison       a foreign producer (a plain Kafka client, not the router) writes,
                between the good commands, a record that is not a command, one
                with a null key, one with two type headers, one of a type without
-               a handler and one the ledger's handler refuses; each must be
-               dead-lettered exactly once
+               a handler and one the ledger's handler refuses; then, with a
+               transactional client, poison records right after a commit
+               marker and right after an aborted transaction (whose records
+               must be neither applied nor dead-lettered); each poison record
+               must be dead-lettered exactly once
   broker-restart  SIGKILL the broker process and start it again on the same
                address and data dir: nothing acknowledged may be lost, and every
                worker must claim again
@@ -58,14 +61,18 @@ When the duration is up it stops producing, waits until lag is zero with every
 acknowledged command applied, reads the sink's own records and checks the
 invariants of docs/design.md#invariants: F (no stale write accepted after a newer claim),
 L (nothing acknowledged lost), O (per-key order), X (nothing applied twice,
-balances match), V (lag back to zero), D (every skipped record has exactly one
-dead letter, nothing else was skipped). It prints a table and a final line
+balances match), V (lag back to zero, and no committed offset ahead of the
+sink's checkpoint in samples taken every 1–2 s all along the run), D (every
+skipped record has exactly one dead letter, nothing else was skipped, no
+record both dead-lettered and applied). It prints a table and a final line
 
-  chaos: faults=<n> kinds=<k> commands=<c> stale_rejected=<r> dead_letters=<d> violations=<v>
+  chaos: faults=<n> kinds=<k> commands=<c> stale_rejected=<r> dead_letters=<d> gap_dead_letters=<g> v_samples=<s> violations=<v>
 
 and exits non-zero if any invariant was violated, a requested kind never
-fired, no stale write was rejected although pause or heartbeat ran, or a
-broker restart lost an acknowledged record or not every worker came back.
+fired, no stale write was rejected although pause or heartbeat ran, a broker
+restart lost an acknowledged record or not every worker came back, V was
+never sampled, or poison ran and no poison record was dead-lettered right
+after an offset gap.
 
 --brokers runs it on a real cluster (plaintext), on a topic of its own, with
 the kinds that need no embedded broker (pause, kill, broker-conn, sink-conn,

@@ -14,8 +14,9 @@ import (
 
 // chaosLine is the final line of a passing run: every kind fired
 // (kinds=9), at least one stale write rejected, poison records
-// dead-lettered, no violation.
-var chaosLine = regexp.MustCompile(`^chaos: faults=([0-9]+) kinds=9 commands=[1-9][0-9]* stale_rejected=[1-9][0-9]* dead_letters=[1-9][0-9]* violations=0$`)
+// dead-lettered (at least one right after an offset gap), V sampled while
+// the run went on, no violation.
+var chaosLine = regexp.MustCompile(`^chaos: faults=([0-9]+) kinds=9 commands=[1-9][0-9]* stale_rejected=[1-9][0-9]* dead_letters=[1-9][0-9]* gap_dead_letters=[1-9][0-9]* v_samples=[1-9][0-9]* violations=0$`)
 
 // runChaos runs `workrouter chaos` with args and returns its exit code and
 // stdout, waiting up to limit.
@@ -71,6 +72,16 @@ func checkChaos(t *testing.T, code int, out string) {
 	}
 	if !regexp.MustCompile(`(?m)^broker restarts: acknowledged records lost +0$`).MatchString(out) {
 		t.Errorf("a broker restart lost acknowledged records:\n%s", out)
+	}
+	// V was sampled all along; poison records were written in committed
+	// transactions and records in aborted ones.
+	if !regexp.MustCompile(`(?m)^V samples: compared / skipped / readings failed +[1-9][0-9]* / `).MatchString(out) {
+		t.Errorf("V was not sampled:\n%s", out)
+	}
+	for _, row := range []string{"poison records in committed transactions", "records of aborted transactions", "dead letters right after an offset gap"} {
+		if !regexp.MustCompile(`(?m)^` + row + ` +[1-9][0-9]*$`).MatchString(out) {
+			t.Errorf("the table's %q row is not above zero:\n%s", row, out)
+		}
 	}
 	for _, kind := range []string{"not-envelope", "null-key", "duplicate-type", "unknown-type", "malformed"} {
 		if !regexp.MustCompile(`(?m)^poison records acknowledged .*\b` + kind + ` [1-9]`).MatchString(out) {

@@ -19,9 +19,16 @@
 //   - X: no command was applied twice (plus any extra mismatches the
 //     caller found, such as ledger balances that do not match postings).
 //   - V: the sink's checkpoint and Kafka's committed offset reached the
-//     end of every partition (lag returned to zero after the faults).
+//     end of every partition (lag returned to zero after the faults), and
+//     no committed offset was ahead of the sink's NextOffset on the same
+//     log: neither at the end nor in any sample taken while the system ran
+//     (Sample).
 //   - D: every record that was skipped (the acknowledged records marked
-//     poison) has exactly one dead-letter row, and nothing else has one.
+//     poison) has exactly one dead-letter row, and nothing else has one;
+//     no record has both a dead-letter row and an effect row; a record of
+//     an aborted transaction has neither. Offsets without a record
+//     (transaction markers, aborted records) are normal: D and L judge the
+//     records the caller names, never the offsets between them.
 //
 // It is internal: its input types follow the harnesses' needs.
 package invariants
@@ -32,6 +39,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
@@ -75,9 +83,39 @@ type Acked struct {
 
 // DeadLetter is one dead-letter row of a sink.
 type DeadLetter struct {
-	ID        string
+	ID string
+	// Log is the identity of the log the record was read from; empty if
+	// unknown (it then matches any log).
+	Log       string
 	Partition int32
 	Offset    int64
+}
+
+// Position is a record's place: its log (empty if unknown), partition and
+// offset.
+type Position struct {
+	Log       string
+	Partition int32
+	Offset    int64
+}
+
+// Sample is one observation of a partition, taken while the system ran:
+// Kafka's committed offset, read first, and then the sink's NextOffset.
+// In that order a commit or an Apply between the two reads can only make
+// Next larger (a worker commits an offset only after the sink applied up
+// to it, and NextOffset never goes back on one log without an admin
+// reset), so Committed > Next is a violation (V) and never a race of the
+// reads. The two are compared only when they may refer to the same log.
+type Sample struct {
+	// At is when the sample was taken.
+	At        time.Time
+	Partition int32
+	Committed int64
+	Next      int64
+	// CommittedLog is the topic's ID while the committed offset was read,
+	// NextLog the log the sink's NextOffset refers to (the fence's topic
+	// ID); empty if unknown, which matches any log.
+	CommittedLog, NextLog string
 }
 
 // Input is what Check reads, for one group and topic.
@@ -92,10 +130,26 @@ type Input struct {
 	Acked []Acked
 	// DeadLetters are the sink's dead-letter rows (for D).
 	DeadLetters []DeadLetter
+	// Aborted are the records written in transactions that were aborted
+	// (for D): they are not acknowledged (so L does not expect them), and
+	// none may have an effect row or a dead-letter row.
+	Aborted []Position
 	// Ends are the partitions' end offsets, Checkpoints the sink's
 	// NextOffset and Committed Kafka's committed offset per partition,
-	// for V; a partition missing from Ends is not checked.
+	// for V; a partition missing from Ends is not checked for lag. A
+	// committed offset ahead of the partition's checkpoint is a violation
+	// too: read Committed before Checkpoints (see Sample).
 	Ends, Checkpoints, Committed map[int32]int64
+	// CheckpointLogs is the log each checkpoint refers to (the fence's
+	// topic ID) and CommittedLog the topic's ID when Committed was read;
+	// a committed offset is compared with a checkpoint only when the two
+	// may be the same log (an empty or missing one is unknown and matches
+	// any).
+	CheckpointLogs map[int32]string
+	CommittedLog   string
+	// Samples are the observations of committed offsets and NextOffsets
+	// taken while the system ran (V).
+	Samples []Sample
 	// NotConverged reports that the run's wait for lag zero timed out
 	// (V, at least 1).
 	NotConverged bool
@@ -133,6 +187,8 @@ type Finding struct {
 	Offset    int64
 	// Order is the offending write's Order, when it is about a write.
 	Order int64
+	// At is when the offending Sample was taken, when it is about one.
+	At time.Time
 	// Detail describes it.
 	Detail string
 }
@@ -146,6 +202,10 @@ type Report struct {
 	// Findings lists every violation, by invariant (F, L, O, X, V, D)
 	// and then in the order found.
 	Findings []Finding
+	// Samples counts the Input's samples that compared a committed offset
+	// with a NextOffset on the same log; SamplesSkipped those that were
+	// not compared because the two referred to different logs.
+	Samples, SamplesSkipped int
 }
 
 // Notes returns at most n findings as strings.
@@ -310,22 +370,88 @@ func Check(in Input) Report {
 		r.V = 1
 		add(Finding{Invariant: "V", Partition: -1, Detail: "lag did not return to zero within the recovery timeout"})
 	}
+	// V: no committed offset ahead of the sink's NextOffset, at the end
+	// and in every sample.
+	for _, p := range slices.Sorted(maps.Keys(in.Committed)) {
+		c := in.Committed[p]
+		if next, ok := in.Checkpoints[p]; ok && c > next && sameLog(in.CommittedLog, in.CheckpointLogs[p]) {
+			r.V++
+			add(Finding{Invariant: "V", Partition: p, Offset: c,
+				Detail: fmt.Sprintf("partition %d: Kafka's committed offset %d is ahead of the sink's NextOffset %d", p, c, next)})
+		}
+	}
+	for _, smp := range in.Samples {
+		if !sameLog(smp.CommittedLog, smp.NextLog) {
+			r.SamplesSkipped++
+			continue
+		}
+		r.Samples++
+		if smp.Committed > smp.Next {
+			r.V++
+			add(Finding{Invariant: "V", Partition: smp.Partition, Offset: smp.Committed, At: smp.At,
+				Detail: fmt.Sprintf("partition %d at %s: Kafka's committed offset %d was ahead of the sink's NextOffset %d",
+					smp.Partition, smp.At.Format("15:04:05.000"), smp.Committed, smp.Next)})
+		}
+	}
 
 	// D: dead letters.
-	if in.Acked != nil || in.DeadLetters != nil {
+	if in.Acked != nil || in.DeadLetters != nil || in.Aborted != nil {
 		poison := map[string]Acked{}
 		for _, a := range in.Acked {
 			if a.Poison {
 				poison[a.ID] = a
 			}
 		}
+		// The logs of the writes at each position, for the rows a record
+		// must never have both of.
+		type pos struct {
+			p int32
+			o int64
+		}
+		effects := map[pos][]Write{}
+		for _, w := range writes {
+			effects[pos{w.Partition, w.Offset}] = append(effects[pos{w.Partition, w.Offset}], w)
+		}
+		effectAt := func(log string, p int32, o int64) (Write, bool) {
+			for _, w := range effects[pos{p, o}] {
+				if sameLog(w.Log, log) {
+					return w, true
+				}
+			}
+			return Write{}, false
+		}
+		aborted := map[pos][]string{}
+		for _, a := range in.Aborted {
+			aborted[pos{a.Partition, a.Offset}] = append(aborted[pos{a.Partition, a.Offset}], a.Log)
+		}
+		isAborted := func(log string, p int32, o int64) bool {
+			return slices.ContainsFunc(aborted[pos{p, o}], func(l string) bool { return sameLog(l, log) })
+		}
 		rows := map[string]int{}
 		for _, d := range in.DeadLetters {
 			rows[d.ID]++
 			if _, ok := poison[d.ID]; !ok {
 				r.D++
+				what := "is not poison"
+				if isAborted(d.Log, d.Partition, d.Offset) {
+					what = "was written in an aborted transaction"
+				}
 				add(Finding{Invariant: "D", Partition: d.Partition, Offset: d.Offset,
-					Detail: fmt.Sprintf("record %s (partition %d offset %d) was dead-lettered but is not poison", d.ID, d.Partition, d.Offset)})
+					Detail: fmt.Sprintf("record %s (partition %d offset %d) was dead-lettered but %s", d.ID, d.Partition, d.Offset, what)})
+			}
+			if w, ok := effectAt(d.Log, d.Partition, d.Offset); ok {
+				r.D++
+				add(Finding{Invariant: "D", Partition: d.Partition, Offset: d.Offset, Order: w.Order,
+					Detail: fmt.Sprintf("record at partition %d offset %d has both a dead-letter row (%s) and an effect row (%s)",
+						d.Partition, d.Offset, d.ID, writeID(w))})
+			}
+		}
+		for _, a := range in.Aborted {
+			if w, ok := effectAt(a.Log, a.Partition, a.Offset); ok {
+				r.D++
+				add(Finding{Invariant: "D", Partition: a.Partition, Offset: a.Offset, Order: w.Order,
+					Detail: fmt.Sprintf("record at partition %d offset %d was written in an aborted transaction but has an effect row (%s)",
+						a.Partition, a.Offset, writeID(w))})
 			}
 		}
 		for _, id := range slices.Sorted(maps.Keys(poison)) {

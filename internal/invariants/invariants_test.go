@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/invariants"
@@ -98,7 +99,7 @@ func TestPlantedViolations(t *testing.T) {
 			in.ExtraX, in.ExtraXNote = 2, "2 account balances do not match their postings"
 		}, invariants.Violations{X: 2}, "balances"},
 		{"V checkpoint behind the end", func(in *invariants.Input) {
-			in.Checkpoints[1] = 2
+			in.Checkpoints[1], in.Committed[1] = 2, 2
 		}, invariants.Violations{V: 1}, "checkpoint is 2"},
 		{"V committed behind the end", func(in *invariants.Input) {
 			in.Committed[0] = 1
@@ -106,6 +107,17 @@ func TestPlantedViolations(t *testing.T) {
 		{"V not converged", func(in *invariants.Input) {
 			in.NotConverged = true
 		}, invariants.Violations{V: 1}, "recovery timeout"},
+		{"V committed ahead of the checkpoint at the end", func(in *invariants.Input) {
+			in.Committed[1] = 4 // the checkpoint (and the log's end) is 3
+		}, invariants.Violations{V: 1}, "committed offset 4 is ahead of the sink's NextOffset 3"},
+		{"V committed ahead of NextOffset in a sample", func(in *invariants.Input) {
+			at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+			in.Samples = []invariants.Sample{
+				{At: at, Partition: 0, Committed: 2, Next: 2},
+				{At: at.Add(time.Second), Partition: 0, Committed: 3, Next: 2, CommittedLog: "L", NextLog: "L"},
+				{At: at.Add(2 * time.Second), Partition: 1, Committed: 1, Next: 3},
+			}
+		}, invariants.Violations{V: 1}, "partition 0 at 03:04:06.000: Kafka's committed offset 3 was ahead of the sink's NextOffset 2"},
 		{"D poison skipped without a row", func(in *invariants.Input) {
 			in.DeadLetters = nil
 		}, invariants.Violations{D: 1}, "without a dead-letter row"},
@@ -113,8 +125,21 @@ func TestPlantedViolations(t *testing.T) {
 			in.DeadLetters = append(in.DeadLetters, in.DeadLetters[0])
 		}, invariants.Violations{D: 1}, "2 dead-letter rows"},
 		{"D a good record dead-lettered", func(in *invariants.Input) {
-			in.DeadLetters = append(in.DeadLetters, invariants.DeadLetter{ID: "c5", Partition: 1, Offset: 1})
+			in.DeadLetters = append(in.DeadLetters, invariants.DeadLetter{ID: "1/5", Partition: 1, Offset: 5})
 		}, invariants.Violations{D: 1}, "not poison"},
+		{"D a dead-letter row and an effect row", func(in *invariants.Input) {
+			in.Writes = append(in.Writes, w(1, 2, 1, "z", "c7", "", 0)) // the poison record's position
+		}, invariants.Violations{D: 1}, "partition 1 offset 2 has both a dead-letter row (bad) and an effect row (c7)"},
+		{"D a dead-lettered good record that was applied too", func(in *invariants.Input) {
+			in.DeadLetters = append(in.DeadLetters, invariants.DeadLetter{ID: "c5", Partition: 1, Offset: 1})
+		}, invariants.Violations{D: 2}, "both a dead-letter row (c5) and an effect row (c5)"},
+		{"D an aborted record applied", func(in *invariants.Input) {
+			in.Aborted = []invariants.Position{{Partition: 0, Offset: 3}}
+		}, invariants.Violations{D: 1}, "offset 3 was written in an aborted transaction but has an effect row (c3)"},
+		{"D an aborted record dead-lettered", func(in *invariants.Input) {
+			in.Aborted = []invariants.Position{{Partition: 1, Offset: 2}}
+			in.Acked = in.Acked[:len(in.Acked)-1] // never acknowledged: the transaction aborted
+		}, invariants.Violations{D: 1}, "record bad (partition 1 offset 2) was dead-lettered but was written in an aborted transaction"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -210,5 +235,61 @@ func TestNewLog(t *testing.T) {
 	in.Writes[1].Seq = 5
 	if r := invariants.Check(in); r.O == 0 {
 		t.Fatalf("out of order across logs not found: %+v %v", r.Violations, r.Notes(5))
+	}
+}
+
+// TestGapsAreNormal (docs/design.md#invariants, D and L): offsets without a
+// record — transaction markers, aborted records — between applied records
+// and right before a dead letter are not violations, and the aborted
+// records, neither applied nor dead-lettered, are not lost.
+func TestGapsAreNormal(t *testing.T) {
+	// Partition 0: c0@0, commit marker @1, c1@2, aborted @3 @4, abort
+	// marker @5, the poison record @6 (dead-lettered above the record
+	// before it), commit marker @7, c2@8, commit marker @9.
+	in := invariants.Input{
+		Writes: []invariants.Write{
+			w(0, 0, 1, "a", "c0", "k", 1), w(0, 2, 1, "a", "c1", "k", 2), w(0, 8, 1, "a", "c2", "k", 3),
+		},
+		History: map[int32][]sink.HistoryEntry{0: {claim(tok(0, 1, "a"), 0)}},
+		Acked: []invariants.Acked{
+			{ID: "c0", Partition: 0, Offset: 0}, {ID: "c1", Partition: 0, Offset: 2}, {ID: "c2", Partition: 0, Offset: 8},
+			{ID: "0/6", Partition: 0, Offset: 6, Poison: true},
+		},
+		Aborted:     []invariants.Position{{Partition: 0, Offset: 3}, {Partition: 0, Offset: 4}},
+		DeadLetters: []invariants.DeadLetter{{ID: "0/6", Partition: 0, Offset: 6}},
+		Ends:        map[int32]int64{0: 10},
+		Committed:   map[int32]int64{0: 10},
+		Checkpoints: map[int32]int64{0: 10},
+		Samples: []invariants.Sample{
+			{Partition: 0, Committed: 1, Next: 1}, {Partition: 0, Committed: 3, Next: 6}, {Partition: 0, Committed: 7, Next: 7},
+		},
+	}
+	r := invariants.Check(in)
+	if r.Total() != 0 || r.Samples != 3 || r.SamplesSkipped != 0 {
+		t.Fatalf("gaps reported as violations: %+v %v (samples %d, skipped %d)", r.Violations, r.Notes(10), r.Samples, r.SamplesSkipped)
+	}
+}
+
+// TestSamplesAcrossALogChange: a committed offset and a NextOffset of
+// different logs (the topic recreated, a broker that lost its data) are
+// not compared, and each such sample is counted as skipped; the same
+// values on one log are a violation.
+func TestSamplesAcrossALogChange(t *testing.T) {
+	in := invariants.Input{
+		Samples: []invariants.Sample{
+			{Partition: 0, Committed: 40, Next: 3, CommittedLog: "new", NextLog: "old"},
+			{Partition: 0, Committed: 2, Next: 3, CommittedLog: "new", NextLog: "new"},
+		},
+		Committed: map[int32]int64{0: 40}, Checkpoints: map[int32]int64{0: 3},
+		CommittedLog: "new", CheckpointLogs: map[int32]string{0: "old"},
+	}
+	r := invariants.Check(in)
+	if r.Total() != 0 || r.Samples != 1 || r.SamplesSkipped != 1 {
+		t.Fatalf("across a log change: %+v %v (samples %d, skipped %d), want none, 1 compared, 1 skipped",
+			r.Violations, r.Notes(5), r.Samples, r.SamplesSkipped)
+	}
+	in.Samples[0].NextLog, in.CheckpointLogs[0] = "new", "new"
+	if r := invariants.Check(in); r.V != 2 || r.Samples != 2 || r.SamplesSkipped != 0 {
+		t.Fatalf("on one log: %+v %v (samples %d, skipped %d), want V = 2", r.Violations, r.Notes(5), r.Samples, r.SamplesSkipped)
 	}
 }

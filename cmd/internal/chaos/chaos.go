@@ -6,11 +6,14 @@
 // kinds at seeded random intervals, and then checks from the sink's own
 // records that the fencing promise held: no stale write landed (F), nothing
 // acknowledged was lost (L), per-key order held (O), nothing was applied
-// twice (X), lag returned to zero after the faults (V), and every record
-// that was skipped has exactly one dead letter and nothing else was
-// skipped (D). It also checks that the faults happened: every requested
-// kind fired, and a stale write was rejected when pauses or heartbeat
-// blackholes ran.
+// twice (X), lag returned to zero after the faults and no committed
+// offset was ever ahead of the sink's NextOffset (V: sampled every 1–2 s
+// all along the run, see vSampler), and every record that was skipped has
+// exactly one dead letter, nothing else was skipped and no record was both
+// dead-lettered and applied (D). It also checks that the faults happened:
+// every requested kind fired, a stale write was rejected when pauses or
+// heartbeat blackholes ran, V was sampled, and a poison record was
+// dead-lettered right after an offset gap when poison ran.
 //
 // The fault kinds (Kind) and what each does on each sink:
 //
@@ -36,8 +39,12 @@
 //     partitions, not the router) writes, between the good commands, one
 //     record of each cluster.PoisonKind: not an envelope, a null key, two
 //     type headers, a type without a handler, a payload the ledger's
-//     handler refuses. The workers dead-letter types without a handler
-//     (--on-no-handler dead-letter) and give a failing handler 3 attempts.
+//     handler refuses. Then a transactional client writes poison records
+//     right after a commit marker and right after an aborted transaction
+//     (cluster.PoisonProducer.Transactions), which the workers, reading
+//     read_committed, dead-letter above their checkpoint. The workers
+//     dead-letter types without a handler (--on-no-handler dead-letter)
+//     and give a failing handler 3 attempts.
 //   - broker-restart: SIGKILL the broker process and start it again on the
 //     same address and data dir; every acknowledged record must still be
 //     there, and every worker must claim again.
@@ -286,6 +293,8 @@ type run struct {
 
 	tl *cluster.Timeline
 
+	sampler vSampler // V's samples; its goroutine's until it stopped
+
 	watchWG   sync.WaitGroup // watchTakeover's goroutines
 	stopWatch chan struct{}  // closed when the run stops watching takeovers
 
@@ -431,11 +440,18 @@ func (r *run) run() error {
 	prod := cluster.NewProducer(rt, r.cfg.Seed, r.cfg.Accounts)
 	r.prod = prod
 	if slices.Contains(r.cfg.Kinds, Poison) {
-		if r.poisonProd, err = cluster.NewPoisonProducer(r.brokers, r.topic, r.cfg.Seed); err != nil {
+		if r.poisonProd, err = cluster.NewPoisonProducer(r.brokers, r.topic, r.cfg.Partitions, r.cfg.Seed); err != nil {
 			return err
 		}
 		defer r.poisonProd.Close()
 	}
+	// V is sampled all along, until the final check.
+	stopSampling := make(chan struct{})
+	var sampleWG sync.WaitGroup
+	sampleWG.Go(func() { r.sampler.run(r, stopSampling) })
+	stopSampler := sync.OnceFunc(func() { close(stopSampling); sampleWG.Wait() })
+	defer stopSampler()
+
 	stopProducing := make(chan struct{})
 	var prodWG sync.WaitGroup
 	var prodErr error
@@ -513,7 +529,15 @@ func (r *run) run() error {
 	}
 	r.res.Sent = prod.Sent()
 	r.res.Produced = prod.AckedCount()
-	r.logf("faults over; produced %d commands (%d acknowledged); waiting for lag zero", r.res.Sent, r.res.Produced)
+	txnCommands := 0
+	if r.poisonProd != nil {
+		// The good commands the poison producer wrote (in committed
+		// transactions, and after them) must be applied too.
+		txnCommands = len(r.poisonProd.Commands())
+		r.res.Produced += txnCommands
+	}
+	r.logf("faults over; produced %d commands through the router (%d acknowledged), and %d good commands with the poison transactions; waiting for lag zero",
+		r.res.Sent, r.res.Produced-txnCommands, txnCommands)
 
 	converged := r.waitUntil(r.cfg.RecoverTimeout, "every acknowledged command applied and lag zero", func() bool {
 		n, err := st.Count(ctx, `SELECT count(*) FROM ledger_postings`)
@@ -529,6 +553,10 @@ func (r *run) run() error {
 		r.res.Recover = time.Since(lastFault).Round(time.Millisecond)
 		r.logf("lag zero, every acknowledged command applied, %s after the last fault", r.res.Recover)
 	}
+	stopSampler()
+	v := &r.sampler
+	r.logf("V sampling: %d readings of the committed offsets and then the sink's NextOffsets, %d failed (last error: %v), %d skipped because the topic's ID changed during the reading",
+		v.rounds, v.failed, v.lastErr, v.logChanged)
 	return r.check(prod)
 }
 
@@ -541,17 +569,24 @@ func (r *run) check(prod *cluster.Producer) error {
 		return err
 	}
 	cc := cluster.CheckConfig{Brokers: r.brokers, Group: group, Topic: r.topic,
-		Partitions: r.cfg.Partitions, Acked: prod.Acked(), NotConverged: r.notConverged}
+		Partitions: r.cfg.Partitions, Acked: prod.Acked(), NotConverged: r.notConverged, Samples: r.sampler.samples}
 	poisoned := map[cluster.PoisonKind]int{}
+	poisonTxn := 0
 	if r.poisonProd != nil {
-		cc.Poison, cc.Unconfirmed = r.poisonProd.Acked(), r.poisonProd.Unconfirmed()
+		cc.Poison, cc.Unconfirmed, cc.Aborted = r.poisonProd.Acked(), r.poisonProd.Unconfirmed(), r.poisonProd.Aborted()
 		for _, p := range cc.Poison {
 			poisoned[p.Kind]++
+			if p.Transactional {
+				poisonTxn++
+			}
 		}
+		maps.Copy(cc.Acked, r.poisonProd.Commands())
 	}
-	if cc.LogCopies, err = cluster.LogCopies(ctx, r.brokers, r.topic); err != nil {
+	scan, err := cluster.ScanLog(ctx, r.brokers, r.topic)
+	if err != nil {
 		return err
 	}
+	cc.LogCopies = scan.Copies
 	if n := len(cc.LogCopies); n > 0 {
 		ex := make([]string, 0, 5)
 		for _, pos := range slices.Sorted(maps.Keys(cc.LogCopies)) {
@@ -571,8 +606,12 @@ func (r *run) check(prod *cluster.Producer) error {
 	if err != nil && !errors.Is(err, cluster.ErrNoDeadLetters) {
 		return err
 	}
+	afterGap := 0
 	for _, d := range dls {
 		dead[d.Record.Reason]++
+		if scan.AfterGap[cluster.PositionID(d.Scope.Partition, d.Record.Offset)] {
+			afterGap++
+		}
 	}
 	notes := rep.Notes(20)
 	r.mu.Lock()
@@ -583,6 +622,10 @@ func (r *run) check(prod *cluster.Producer) error {
 	r.res.Poisoned, r.res.DeadLetters = poisoned, dead
 	r.res.PoisonUnconfirmed = len(cc.Unconfirmed)
 	r.res.LogCopies = len(cc.LogCopies)
+	r.res.PoisonTxn, r.res.Aborted, r.res.DeadLettersAfterGap = poisonTxn, len(cc.Aborted), afterGap
+	r.res.VSamples = rep.Samples
+	r.res.VSkipped = rep.SamplesSkipped + r.sampler.logChanged
+	r.res.VReadsFailed = r.sampler.failed
 	for _, w := range r.all {
 		if w.Exited() && !r.ended[w] {
 			r.res.Crashes++

@@ -44,8 +44,8 @@ func TestRunRejectsBadConfig(t *testing.T) {
 }
 
 func TestResultOK(t *testing.T) {
-	r := Result{Requested: []Kind{Pause, Kill}, Faults: map[Kind]int{Pause: 2, Kill: 1}, StaleRejected: 1, Produced: 10}
-	if !r.OK() || len(r.Failures()) != 0 || r.Line() != "chaos: faults=3 kinds=2 commands=10 stale_rejected=1 dead_letters=0 violations=0" {
+	r := Result{Requested: []Kind{Pause, Kill}, Faults: map[Kind]int{Pause: 2, Kill: 1}, StaleRejected: 1, Produced: 10, VSamples: 12}
+	if !r.OK() || len(r.Failures()) != 0 || r.Line() != "chaos: faults=3 kinds=2 commands=10 stale_rejected=1 dead_letters=0 gap_dead_letters=0 v_samples=12 violations=0" {
 		t.Fatalf("OK %v line %q", r.OK(), r.Line())
 	}
 	for name, bad := range map[string]func(*Result){
@@ -55,6 +55,10 @@ func TestResultOK(t *testing.T) {
 		"D violation":        func(r *Result) { r.Violations.D = 1 },
 		"lost at a restart":  func(r *Result) { r.Restarts = []Restart{{Workers: 3, Back: 3, Lost: 1}} },
 		"worker not back":    func(r *Result) { r.Restarts = []Restart{{Workers: 3, Back: 2}} },
+		"V never sampled":    func(r *Result) { r.VSamples, r.VSkipped, r.VReadsFailed = 0, 4, 2 },
+		"poison, no gap": func(r *Result) {
+			r.Requested, r.Faults[Poison], r.DeadLetters = append(r.Requested, Poison), 1, map[string]int{"undecodable": 5}
+		},
 	} {
 		b := r
 		b.Faults = map[Kind]int{Pause: 2, Kill: 1}
@@ -73,11 +77,12 @@ func TestResultOK(t *testing.T) {
 func TestResultReportsPoisonAndRestarts(t *testing.T) {
 	r := Result{Requested: []Kind{Poison, BrokerRestart}, Faults: map[Kind]int{Poison: 2, BrokerRestart: 2}, Produced: 10,
 		Poisoned:    map[cluster.PoisonKind]int{cluster.PoisonNullKey: 2, cluster.PoisonMalformed: 2},
-		DeadLetters: map[string]int{"undecodable": 2, "handler_error": 2},
+		DeadLetters: map[string]int{"undecodable": 2, "handler_error": 2}, DeadLettersAfterGap: 2, PoisonTxn: 2, Aborted: 4,
+		VSamples: 30, VSkipped: 6, VReadsFailed: 2,
 		Restarts: []Restart{{Down: 300 * time.Millisecond, Recovery: time.Second, Workers: 3, Back: 3},
 			{Down: 400 * time.Millisecond, Recovery: 2 * time.Second, Workers: 3, Back: 3}},
 		LogCopies: 5}
-	if !r.OK() || r.Line() != "chaos: faults=4 kinds=2 commands=10 stale_rejected=0 dead_letters=4 violations=0" {
+	if !r.OK() || r.Line() != "chaos: faults=4 kinds=2 commands=10 stale_rejected=0 dead_letters=4 gap_dead_letters=2 v_samples=30 violations=0" {
 		t.Fatalf("OK %v line %q", r.OK(), r.Line())
 	}
 	table := r.Table()
@@ -90,7 +95,11 @@ func TestResultReportsPoisonAndRestarts(t *testing.T) {
 		"broker restarts: workers back                    6 of 6",
 		"broker restarts: acknowledged records lost       0",
 		"broker restarts: records the broker wrote twice  5",
-		"violations D (skipped without exactly one dead letter)",
+		"violations D (a record without exactly one dead letter or effect)",
+		"poison records in committed transactions         2",
+		"records of aborted transactions                  4",
+		"dead letters right after an offset gap           2",
+		"V samples: compared / skipped / readings failed  30 / 6 / 2",
 	} {
 		if !strings.Contains(flat, strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("the table lacks %q:\n%s", want, table)

@@ -10,8 +10,11 @@ import (
 
 // poison writes one record of every poison kind, in a seeded order, each
 // to a seeded partition, a few tens of milliseconds apart so that good
-// commands land between them. It happened when the broker acknowledged at
-// least one of them.
+// commands land between them; then, to another seeded partition, the
+// poison producer's transactions (cluster.PoisonProducer.Transactions):
+// poison records right after a commit marker and right after an aborted
+// transaction, so that a worker dead-letters them above its checkpoint.
+// It happened when the broker acknowledged at least one poison record.
 func (r *run) poison() (bool, error) {
 	kinds := cluster.PoisonKinds()
 	r.rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
@@ -34,5 +37,15 @@ func (r *run) poison() (bool, error) {
 		acked = append(acked, fmt.Sprintf("%s@p%d/%d", k, rec.Partition, rec.Offset))
 	}
 	r.logf("POISON: %d records from a foreign producer acknowledged between the good commands: %s", len(acked), strings.Join(acked, " "))
-	return len(acked) > 0, nil
+	p := int32(r.rng.IntN(int(r.cfg.Partitions)))
+	before := len(r.poisonProd.Acked())
+	what, err := r.poisonProd.Transactions(r.ctx, p)
+	if err != nil && r.ctx.Err() != nil {
+		return len(acked) > 0, r.ctx.Err()
+	}
+	r.logf("  POISON in transactions on partition %d: %s", p, what)
+	if err != nil {
+		r.logf("  poison transactions: %v (records whose transaction may have committed count if dead-lettered)", err)
+	}
+	return len(acked) > 0 || len(r.poisonProd.Acked()) > before, nil
 }

@@ -24,8 +24,10 @@ type Result struct {
 	// Faults counts, per kind, the faults that really happened (with
 	// evidence: a stopped process, a held heartbeat, a log line…).
 	Faults map[Kind]int `json:"faults"`
-	// Sent is how many commands were produced; Produced how many of them
-	// the broker acknowledged.
+	// Sent is how many commands were produced through the router;
+	// Produced how many commands the broker acknowledged that must be
+	// applied: those of the router, and the good commands the poison
+	// producer wrote in committed transactions and after them.
 	Sent     int `json:"sent"`
 	Produced int `json:"produced"`
 	// Applied is the number of postings in the sink.
@@ -52,16 +54,34 @@ type Result struct {
 	// ending them; informational, listed in the timeline.
 	Crashes int `json:"crashes"`
 	// Poisoned counts, per kind, the poison records the broker
-	// acknowledged; PoisonUnconfirmed counts those sent without an
-	// acknowledgement.
+	// acknowledged (those of a transaction if it committed);
+	// PoisonUnconfirmed counts those sent without an acknowledgement or in
+	// a transaction whose outcome is unknown. PoisonTxn counts the poison
+	// records of committed transactions, Aborted the records of aborted
+	// transactions (none may be applied or dead-lettered).
 	Poisoned          map[cluster.PoisonKind]int `json:"poisoned,omitempty"`
 	PoisonUnconfirmed int                        `json:"poison_unconfirmed,omitempty"`
-	// DeadLetters counts the sink's dead letters by reason.
-	DeadLetters map[string]int `json:"dead_letters,omitempty"`
+	PoisonTxn         int                        `json:"poison_txn,omitempty"`
+	Aborted           int                        `json:"aborted,omitempty"`
+	// DeadLetters counts the sink's dead letters by reason;
+	// DeadLettersAfterGap those of a record right after an offset without
+	// a record (a transaction marker, an aborted record), which the worker
+	// reached with its checkpoint below the record (cluster.LogScan).
+	DeadLetters         map[string]int `json:"dead_letters,omitempty"`
+	DeadLettersAfterGap int            `json:"dead_letters_after_gap,omitempty"`
+	// VSamples counts V's comparisons, taken every 1–2 s while the run went
+	// on, of a partition's committed offset with the sink's NextOffset on
+	// the same log (invariants.Sample); VSkipped those not compared (the
+	// two referred to different logs, or the topic's ID changed during the
+	// reading), VReadsFailed the readings that failed (the broker down
+	// during a restart).
+	VSamples     int `json:"v_samples"`
+	VSkipped     int `json:"v_skipped,omitempty"`
+	VReadsFailed int `json:"v_reads_failed,omitempty"`
 	// Restarts are the broker restarts, in order.
 	Restarts []Restart `json:"restarts,omitempty"`
 	// LogCopies counts the records the broker wrote twice (a producer's
-	// retry across a broker restart; see cluster.LogCopies): each is a
+	// retry across a broker restart; see cluster.LogScan): each is a
 	// record of its own, applied once like any other.
 	LogCopies int `json:"log_copies,omitempty"`
 	// Notes are examples of the violations found.
@@ -137,16 +157,25 @@ func (r Result) Failures() []string {
 	if back < of {
 		out = append(out, fmt.Sprintf("%d of %d workers did not come back after a broker restart", of-back, of))
 	}
+	if r.VSamples == 0 {
+		out = append(out, "V was never sampled while the run went on (no committed offset compared with the sink's NextOffset)")
+	}
+	if r.needsGap() && r.DeadLettersAfterGap == 0 {
+		out = append(out, "poison ran, but no poison record was dead-lettered right after an offset gap")
+	}
 	return out
 }
 
+// needsGap reports whether the run must show a poison record
+// dead-lettered right after an offset gap: poison faults happened.
+func (r Result) needsGap() bool { return r.Faults[Poison] > 0 }
+
 // OK reports whether the run passed: no violation, every requested kind
-// fired, a stale write rejected if pauses or heartbeat faults ran, and
-// every broker restart lost nothing acknowledged and saw every worker come
-// back.
-func (r Result) OK() bool {
-	return r.Violations.Total() == 0 && len(r.Missing()) == 0 && (!r.needsStale() || r.StaleRejected > 0) && r.restartsOK()
-}
+// fired, a stale write rejected if pauses or heartbeat faults ran, every
+// broker restart lost nothing acknowledged and saw every worker come back,
+// V sampled at least once while the run went on, and, if poison faults
+// ran, a poison record dead-lettered right after an offset gap.
+func (r Result) OK() bool { return len(r.Failures()) == 0 }
 
 // Line is the run's final line.
 func (r Result) Line() string {
@@ -156,8 +185,8 @@ func (r Result) Line() string {
 			kinds++
 		}
 	}
-	return fmt.Sprintf("chaos: faults=%d kinds=%d commands=%d stale_rejected=%d dead_letters=%d violations=%d",
-		r.TotalFaults(), kinds, r.Produced, r.StaleRejected, total(r.DeadLetters), r.Violations.Total())
+	return fmt.Sprintf("chaos: faults=%d kinds=%d commands=%d stale_rejected=%d dead_letters=%d gap_dead_letters=%d v_samples=%d violations=%d",
+		r.TotalFaults(), kinds, r.Produced, r.StaleRejected, total(r.DeadLetters), r.DeadLettersAfterGap, r.VSamples, r.Violations.Total())
 }
 
 // Table is the run's figures as an aligned text table.
@@ -184,19 +213,23 @@ func (r Result) Table() string {
 	fmt.Fprintf(tw, "violations L (acknowledged, never applied)\t%d\n", v.L)
 	fmt.Fprintf(tw, "violations O (per-key order)\t%d\n", v.O)
 	fmt.Fprintf(tw, "violations X (applied twice, balance)\t%d\n", v.X)
-	fmt.Fprintf(tw, "violations V (lag not back to zero)\t%d\n", v.V)
-	fmt.Fprintf(tw, "violations D (skipped without exactly one dead letter)\t%d\n", v.D)
+	fmt.Fprintf(tw, "violations V (lag not back to zero, committed offset ahead of NextOffset)\t%d\n", v.V)
+	fmt.Fprintf(tw, "violations D (a record without exactly one dead letter or effect)\t%d\n", v.D)
 	rec := "never"
-	if v.V == 0 {
+	if v.V == 0 || r.Recover > 0 { // V also counts samples: lag may have returned to zero
 		rec = r.Recover.String()
 	}
+	fmt.Fprintf(tw, "V samples: compared / skipped / readings failed\t%d / %d / %d\n", r.VSamples, r.VSkipped, r.VReadsFailed)
 	fmt.Fprintf(tw, "time to recover after the last fault\t%s\n", rec)
 	fmt.Fprintf(tw, "takeover after a fault (p50 / max)\t%s\n", r.takeoverSummary())
 	fmt.Fprintf(tw, "poison records acknowledged\t%s\n", counts(r.Poisoned))
 	if r.PoisonUnconfirmed > 0 {
 		fmt.Fprintf(tw, "poison records not acknowledged\t%d\n", r.PoisonUnconfirmed)
 	}
+	fmt.Fprintf(tw, "poison records in committed transactions\t%d\n", r.PoisonTxn)
+	fmt.Fprintf(tw, "records of aborted transactions\t%d\n", r.Aborted)
 	fmt.Fprintf(tw, "dead letters in the sink (by reason)\t%s\n", counts(r.DeadLetters))
+	fmt.Fprintf(tw, "dead letters right after an offset gap\t%d\n", r.DeadLettersAfterGap)
 	if len(r.Restarts) > 0 {
 		fmt.Fprintf(tw, "broker restarts: down, p50 / max\t%s\n", r.restartSummary(func(rs Restart) time.Duration { return rs.Down }))
 		fmt.Fprintf(tw, "broker restarts: recovery, p50 / max\t%s\n", r.restartSummary(func(rs Restart) time.Duration { return rs.Recovery }))
@@ -220,6 +253,12 @@ func (r Result) Table() string {
 	}
 	if !r.restartsOK() {
 		b.WriteString("\na broker restart lost acknowledged records or not every worker came back\n")
+	}
+	if r.VSamples == 0 {
+		b.WriteString("\nV was never sampled while the run went on\n")
+	}
+	if r.needsGap() && r.DeadLettersAfterGap == 0 {
+		b.WriteString("\npoison ran, but no poison record was dead-lettered right after an offset gap\n")
 	}
 	return b.String()
 }

@@ -52,7 +52,11 @@ func (r *run) brokerRestart() (bool, error) {
 		maxAcked[a.Partition] = max(maxAcked[a.Partition], a.Offset+1)
 	}
 	if r.poisonProd != nil {
-		for _, a := range r.poisonProd.Acked() {
+		// Records of aborted transactions are in the log too.
+		for _, a := range slices.Concat(r.poisonProd.Acked(), r.poisonProd.Aborted()) {
+			maxAcked[a.Partition] = max(maxAcked[a.Partition], a.Offset+1)
+		}
+		for _, a := range r.poisonProd.Commands() {
 			maxAcked[a.Partition] = max(maxAcked[a.Partition], a.Offset+1)
 		}
 	}

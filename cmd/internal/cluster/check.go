@@ -35,8 +35,14 @@ type CheckConfig struct {
 	// record at the dead letter's position. Any other dead letter is not
 	// poison.
 	Unconfirmed []PoisonRecord
+	// Aborted are the records written in transactions that were aborted
+	// (PoisonProducer.Aborted): none may be applied or dead-lettered (D).
+	Aborted []PoisonRecord
+	// Samples are the observations of committed offsets and NextOffsets
+	// taken while the run went on (SampleCommitted), for V.
+	Samples []invariants.Sample
 	// LogCopies are the records that repeat an earlier record's command
-	// (see LogCopies), by position. The posting of such a copy is the
+	// (see LogScan.Copies), by position. The posting of such a copy is the
 	// application of a record of its own, not the command applied twice:
 	// Check gives it an ID of its own (the command's ID and the position)
 	// and leaves it out of the per-key order (O).
@@ -46,9 +52,11 @@ type CheckConfig struct {
 // Check reads the ledger sink's own records — its postings (each with the
 // token it was applied under), its history of claims and resets, its fence
 // rows, its dead letters and its balances — and Kafka's end and committed
-// offsets, and checks
-// every invariant over them with internal/invariants: the one checker the
-// demo, the chaos harness and the process tests share.
+// offsets, and checks every invariant over them with internal/invariants:
+// the one checker the demo, the chaos harness and the process tests share.
+// Kafka's offsets (and the topic's ID) are read before the sink's fence
+// rows, so that a committed offset ahead of NextOffset is never an artefact
+// of the order of the reads (invariants.Sample).
 func (s *Store) Check(ctx context.Context, cfg CheckConfig) (invariants.Report, error) {
 	var in invariants.Input
 	postings, err := s.Postings(ctx)
@@ -88,30 +96,25 @@ func (s *Store) Check(ctx context.Context, cfg CheckConfig) (invariants.Report, 
 	if n := len(rep.Mismatches); n > 0 {
 		in.ExtraX, in.ExtraXNote = n, fmt.Sprintf("%d account balances do not match their postings: %v", n, rep.Mismatches)
 	}
-	fences, err := s.Fences(ctx)
-	if err != nil {
-		return invariants.Report{}, fmt.Errorf("cluster: reading fences: %w", err)
-	}
-	in.Checkpoints = map[int32]int64{}
-	for _, f := range fences {
-		if f.Scope.Group == cfg.Group && f.Scope.Topic == cfg.Topic {
-			in.Checkpoints[f.Scope.Partition] = f.NextOffset
-		}
-	}
 	if len(cfg.Brokers) > 0 {
-		adm, err := kadm.NewOptClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.ClientOpts...)...)
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.ClientOpts...)...)
 		if err != nil {
 			return invariants.Report{}, err
 		}
-		defer adm.Close()
+		defer cl.Close()
+		adm := kadm.NewClient(cl)
 		ends, err := adm.ListEndOffsets(ctx, cfg.Topic)
 		if err != nil {
 			return invariants.Report{}, fmt.Errorf("cluster: listing end offsets: %w", err)
 		}
-		committed, err := adm.FetchOffsets(ctx, cfg.Group)
-		if err != nil {
-			return invariants.Report{}, fmt.Errorf("cluster: fetching committed offsets: %w", err)
+		log, committed, err := readCommitted(ctx, cl, cfg.Group, cfg.Topic)
+		for try := 1; errors.Is(err, ErrLogChanged) && try < 3; try++ {
+			log, committed, err = readCommitted(ctx, cl, cfg.Group, cfg.Topic)
 		}
+		if err != nil {
+			return invariants.Report{}, err
+		}
+		in.CommittedLog = log
 		in.Ends, in.Committed = map[int32]int64{}, map[int32]int64{}
 		ends.Each(func(o kadm.ListedOffset) {
 			if o.Err != nil || o.Offset == 0 {
@@ -119,14 +122,31 @@ func (s *Store) Check(ctx context.Context, cfg CheckConfig) (invariants.Report, 
 			}
 			in.Ends[o.Partition] = o.Offset
 			in.Committed[o.Partition] = 0
-			if c, ok := committed.Lookup(cfg.Topic, o.Partition); ok {
-				in.Committed[o.Partition] = c.At
-			}
-			if _, ok := in.Checkpoints[o.Partition]; !ok {
-				in.Checkpoints[o.Partition] = 0
+			if c, ok := committed[o.Partition]; ok {
+				in.Committed[o.Partition] = c
 			}
 		})
 	}
+	fences, err := s.Fences(ctx)
+	if err != nil {
+		return invariants.Report{}, fmt.Errorf("cluster: reading fences: %w", err)
+	}
+	in.Checkpoints, in.CheckpointLogs = map[int32]int64{}, map[int32]string{}
+	for _, f := range fences {
+		if f.Scope.Group == cfg.Group && f.Scope.Topic == cfg.Topic {
+			in.Checkpoints[f.Scope.Partition] = f.NextOffset
+			in.CheckpointLogs[f.Scope.Partition] = f.TopicID
+		}
+	}
+	for p := range in.Ends {
+		if _, ok := in.Checkpoints[p]; !ok {
+			in.Checkpoints[p] = 0
+		}
+	}
+	for _, a := range cfg.Aborted {
+		in.Aborted = append(in.Aborted, invariants.Position{Partition: a.Partition, Offset: a.Offset})
+	}
+	in.Samples = cfg.Samples
 	in.NotConverged = cfg.NotConverged
 	return invariants.Check(in), nil
 }
@@ -150,7 +170,7 @@ func (s *Store) addDeadLetters(ctx context.Context, cfg CheckConfig, in *invaria
 	in.DeadLetters = []invariants.DeadLetter{}
 	for _, d := range dls {
 		part, off := d.Scope.Partition, d.Record.Offset
-		in.DeadLetters = append(in.DeadLetters, invariants.DeadLetter{ID: PositionID(part, off), Partition: part, Offset: off})
+		in.DeadLetters = append(in.DeadLetters, invariants.DeadLetter{ID: PositionID(part, off), Log: d.Record.TopicID, Partition: part, Offset: off})
 		for _, h := range d.Record.Headers {
 			if h.Key == PoisonHeader && unconfirmed[string(h.Value)] {
 				delete(unconfirmed, string(h.Value))

@@ -47,12 +47,17 @@ const PoisonHeader = "chaos-poison"
 
 // PoisonRecord is a poison record the harness wrote: its harness ID, its
 // kind, and where it landed (Offset -1 if the broker never acknowledged
-// it).
+// it). In PoisonProducer.Aborted it is any record of an aborted
+// transaction: a good command (Kind empty, ID the command's) or a poison
+// record.
 type PoisonRecord struct {
 	ID        string
 	Kind      PoisonKind
 	Partition int32
 	Offset    int64
+	// Transactional reports that it was written in a transaction (and,
+	// in PoisonProducer.Acked, that the transaction committed).
+	Transactional bool
 }
 
 // Position is the record's position as the checker names records that
@@ -66,29 +71,51 @@ func PositionID(partition int32, offset int64) string {
 }
 
 // PoisonProducer writes poison records to chosen partitions with a plain
-// kgo client (explicit partitions, no router), and remembers which the
-// broker acknowledged. Its methods may be called from any goroutine; Close
-// once, at the end.
+// kgo client (explicit partitions, no router), and, with a transactional
+// kgo client, transactions that mix poison records and good commands, some
+// of them aborted (Transactions). It remembers what the broker
+// acknowledged. Send and the read methods may be called from any
+// goroutine, Transactions from one goroutine at a time; Close once, at the
+// end.
 type PoisonProducer struct {
-	cl    *kgo.Client
-	topic string
+	cl         *kgo.Client
+	tx         *kgo.Client // transactional
+	topic      string
+	partitions int32
+
+	txMu sync.Mutex // one transaction at a time
 
 	mu          sync.Mutex
 	rng         *rand.Rand
 	n           int
 	acked       []PoisonRecord
 	unconfirmed []PoisonRecord
+	aborted     []PoisonRecord
+	commands    map[string]Acked
 }
 
-// NewPoisonProducer returns a PoisonProducer writing to topic on brokers,
-// with payloads drawn from seed.
-func NewPoisonProducer(brokers []string, topic string, seed uint64) (*PoisonProducer, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+// txnTimeout is the transactional client's transaction timeout: a
+// transaction it could not end (the broker restarted under it) is aborted
+// by the broker after it, so that read_committed readers are not held
+// back for long.
+const txnTimeout = 10 * time.Second
+
+// NewPoisonProducer returns a PoisonProducer writing to topic, of
+// partitions partitions, on brokers, with payloads drawn from seed.
+func NewPoisonProducer(brokers []string, topic string, partitions int32, seed uint64) (*PoisonProducer, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner())}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: poison producer: %w", err)
 	}
-	return &PoisonProducer{cl: cl, topic: topic, rng: rand.New(rand.NewPCG(seed, seed^0xbad))}, nil
+	tx, err := kgo.NewClient(append(opts, kgo.TransactionalID(fmt.Sprintf("workrouter-chaos-poison-%d-%d", seed, time.Now().UnixNano())),
+		kgo.TransactionTimeout(txnTimeout))...)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("cluster: transactional poison producer: %w", err)
+	}
+	return &PoisonProducer{cl: cl, tx: tx, topic: topic, partitions: partitions, rng: rand.New(rand.NewPCG(seed, seed^0xbad)),
+		commands: map[string]Acked{}}, nil
 }
 
 // record builds the record of kind with harness ID id.
@@ -123,14 +150,19 @@ func (p *PoisonProducer) record(partition int32, kind PoisonKind, id string) *kg
 	return rec
 }
 
+// nextID returns a new harness ID with prefix.
+func (p *PoisonProducer) nextID(prefix string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n++
+	return prefix + strconv.Itoa(p.n)
+}
+
 // Send writes one poison record of kind to partition and waits for the
 // broker's answer. The record is remembered as acknowledged, or, if the
 // broker did not acknowledge it, as unconfirmed (it may have landed).
 func (p *PoisonProducer) Send(ctx context.Context, partition int32, kind PoisonKind) (PoisonRecord, error) {
-	p.mu.Lock()
-	p.n++
-	id := "poison-" + strconv.Itoa(p.n)
-	p.mu.Unlock()
+	id := p.nextID("poison-")
 	pr := PoisonRecord{ID: id, Kind: kind, Partition: partition, Offset: -1}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -147,7 +179,8 @@ func (p *PoisonProducer) Send(ctx context.Context, partition int32, kind PoisonK
 	return pr, nil
 }
 
-// Acked returns the poison records the broker acknowledged, in order.
+// Acked returns the poison records the broker acknowledged (those of a
+// transaction only if it committed), in order.
 func (p *PoisonProducer) Acked() []PoisonRecord {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -155,12 +188,37 @@ func (p *PoisonProducer) Acked() []PoisonRecord {
 }
 
 // Unconfirmed returns the poison records sent without an
-// acknowledgement.
+// acknowledgement, or in a transaction whose outcome is unknown.
 func (p *PoisonProducer) Unconfirmed() []PoisonRecord {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]PoisonRecord(nil), p.unconfirmed...)
 }
 
-// Close closes the client.
-func (p *PoisonProducer) Close() { p.cl.Close() }
+// Aborted returns the records of the transactions that were aborted, in
+// order: they are in the log, but a read_committed reader never sees them,
+// so none may be applied or dead-lettered.
+func (p *PoisonProducer) Aborted() []PoisonRecord {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]PoisonRecord(nil), p.aborted...)
+}
+
+// Commands returns the good commands the producer wrote that must be
+// applied — those of committed transactions, and the good command after
+// them — by command ID.
+func (p *PoisonProducer) Commands() map[string]Acked {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]Acked, len(p.commands))
+	for id, a := range p.commands {
+		out[id] = a
+	}
+	return out
+}
+
+// Close closes the clients.
+func (p *PoisonProducer) Close() {
+	p.tx.Close()
+	p.cl.Close()
+}
