@@ -245,7 +245,8 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 	if f.misroute != "apply" && f.misroute != "refuse" {
 		return fmt.Errorf("--misroute %q: want apply or refuse", f.misroute)
 	}
-	if _, err := resolveConn(cmd, f.conn, f.brokers); err != nil {
+	c, err := resolveConn(cmd, f.conn, f.brokers)
+	if err != nil {
 		return err
 	}
 	logger, err := newLogger(cmd)
@@ -268,7 +269,7 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 		if err := setup(ctx, s.DB()); err != nil {
 			return fmt.Errorf("setting up the %s tables: %w", f.example, err)
 		}
-		return serveWorker[*sqlite.Tx](cmd, f, spec, protocol, "sqlite", s, handlers, logger, h, nil)
+		return serveWorker[*sqlite.Tx](cmd, f, c, spec, protocol, "sqlite", s, handlers, logger, h, nil)
 	case "postgres":
 		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: spec.schema(), Logger: logger})
 		if err != nil {
@@ -288,21 +289,17 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 			err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
 			return pid, err
 		}
-		return serveWorker[pgx.Tx](cmd, f, spec, protocol, "postgres", s, handlers, logger, h, backendPID)
+		return serveWorker[pgx.Tx](cmd, f, c, spec, protocol, "postgres", s, handlers, logger, h, backendPID)
 	}
 	return fmt.Errorf("unsupported sink %q", f.sink)
 }
 
-// serveWorker runs a Worker on s until the command's context ends or the
-// Worker stops by itself. backendPID, if set, reads the database session's
+// serveWorker runs a Worker on s, connected as c, until the command's
+// context ends or the Worker stops by itself. backendPID, if set, reads the database session's
 // backend ID inside a transaction (for the harness's hooks).
-func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, protocol consumer.Protocol, backend string, s sink.Sink[Tx],
+func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpec, protocol consumer.Protocol, backend string, s sink.Sink[Tx],
 	handlers map[string]consumer.Handler[Tx], logger *slog.Logger, h *harnessHooks, backendPID func(context.Context, Tx) (int, error)) error {
 	ctx := cmd.Context()
-	c, err := resolveConn(cmd, f.conn, f.brokers)
-	if err != nil {
-		return err
-	}
 	partitioner, _ := router.ParsePartitioner(f.partitioner) // checked by runWorker
 	misroute := consumer.MisrouteApply
 	if f.misroute == "refuse" {
@@ -312,7 +309,7 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, proto
 		return fmt.Errorf("--chaos cuts broker connections with a plain TCP dialer: run the fault harness on a plaintext listener")
 	}
 	reg := newRegistry()
-	s, err = sinkmetrics.Wrap(s, reg, backend)
+	s, err := sinkmetrics.Wrap(s, reg, backend)
 	if err != nil {
 		return err
 	}
