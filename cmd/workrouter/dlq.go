@@ -112,8 +112,9 @@ func deadLetterStoreOf(s adminSink) (sink.DeadLetterStore, bool) {
 }
 
 // openDLQ validates --sink and --timeout and opens the sink's dead-letter
-// store; call done when finished.
-func openDLQ(cmd *cobra.Command, f dlqFlags) (ctx context.Context, ds sink.DeadLetterStore, spec sinkSpec, done func(), err error) {
+// store, read-only (see openAdminReadOnly) for list and show; call done
+// when finished.
+func openDLQ(cmd *cobra.Command, f dlqFlags, readOnly bool) (ctx context.Context, ds sink.DeadLetterStore, spec sinkSpec, done func(), err error) {
 	if f.sink == "" {
 		return nil, nil, sinkSpec{}, nil, fmt.Errorf("--sink is required: %s", sinkSpecHelp)
 	}
@@ -124,7 +125,7 @@ func openDLQ(cmd *cobra.Command, f dlqFlags) (ctx context.Context, ds sink.DeadL
 		return nil, nil, sinkSpec{}, nil, err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-	s, closeSink, err := openAdmin(ctx, spec)
+	s, closeSink, err := openAdminSink(ctx, spec, readOnly)
 	if err != nil {
 		cancel()
 		return nil, nil, sinkSpec{}, nil, err
@@ -315,7 +316,9 @@ func newDLQListCmd() *cobra.Command {
 		Long: `list prints the dead letters of a sink, oldest first, as a table (or
 --json): ID, scope (group/topic/partition), offset, key, command type,
 reason, attempts, state, age and error. Filters combine; --limit caps the
-rows (0: all).
+rows (0: all). list and show open the sink read-only: they create nothing,
+and a database without the sink's tables (or a PostgreSQL schema, the
+DSN's search_path, that does not exist) is an error that says so.
 
 Reasons: undecodable (not a workrouter command: no key, no or two type
 headers), no_handler (no handler for its type), permanent (the handler
@@ -369,7 +372,7 @@ func runDLQList(cmd *cobra.Command, f dlqFlags) error {
 	if f.limit > 0 && f.typ == "" {
 		filter.Limit = f.limit + 1 // one more tells whether there are more
 	}
-	ctx, ds, _, done, err := openDLQ(cmd, f)
+	ctx, ds, _, done, err := openDLQ(cmd, f, true)
 	if err != nil {
 		return err
 	}
@@ -456,7 +459,7 @@ func runDLQShow(cmd *cobra.Command, f dlqFlags, arg string) error {
 	if f.raw && f.asJSON {
 		return errors.New("--raw and --json exclude each other")
 	}
-	ctx, ds, spec, done, err := openDLQ(cmd, f)
+	ctx, ds, spec, done, err := openDLQ(cmd, f, true)
 	if err != nil {
 		return err
 	}
@@ -651,7 +654,7 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	if err != nil {
 		return fmt.Errorf("--partitioner: %w", err)
 	}
-	ctx, ds, spec, done, err := openDLQ(cmd, f)
+	ctx, ds, spec, done, err := openDLQ(cmd, f, false)
 	if err != nil {
 		return err
 	}
@@ -751,7 +754,7 @@ func runDLQDrop(cmd *cobra.Command, f dlqFlags, arg string) error {
 	if err != nil {
 		return err
 	}
-	ctx, ds, spec, done, err := openDLQ(cmd, f)
+	ctx, ds, spec, done, err := openDLQ(cmd, f, false)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -108,6 +109,9 @@ func openAdminSink(ctx context.Context, spec sinkSpec, readOnly bool) (adminSink
 	case "postgres":
 		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: spec.schema(), ReadOnly: readOnly})
 		if err != nil {
+			if errors.Is(err, postgres.ErrNoSchema) && spec.schema() != "" {
+				return nil, nil, fmt.Errorf("sink %s: %w; the schema is the DSN's search_path: check it", spec, err)
+			}
 			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
 		}
 		return s, s.Close, nil

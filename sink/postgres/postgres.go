@@ -227,12 +227,33 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		}
 		return nil, fmt.Errorf("%w: cannot connect to %s: %w", ErrUnreachable, target, err)
 	}
+	if s.readOnly {
+		if err := s.checkSchemaExists(ctx, target); err != nil {
+			s.closePool()
+			return nil, err
+		}
+	}
 	if err := s.ensureSchema(ctx); err != nil {
 		s.closePool()
 		return nil, err
 	}
 	s.log.Debug("postgres sink open", "server", target, "schema", s.schema, "prefix", s.prefix)
 	return s, nil
+}
+
+// checkSchemaExists fails with an error matching ErrNoSchema, naming the
+// schema, when s's schema does not exist in the database: a read-only
+// Open says so rather than that the schema holds no tables.
+func (s *Sink) checkSchemaExists(ctx context.Context, target string) error {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists); err != nil {
+		return wrap(ctx, "open: read catalog", err)
+	}
+	if !exists {
+		return fmt.Errorf("%w: schema %q does not exist on %s (a worker creates it on first use; a read-only open never does)",
+			ErrNoSchema, s.schema, target)
+	}
+	return nil
 }
 
 // describeTarget names the server and database of a pool config, without
