@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,11 +20,17 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
+
+// dlqReasons are the reasons the consumer dead-letters a record for
+// (sink.DeadRecord.Reason), which dlq list --reason accepts.
+var dlqReasons = []string{consumer.ReasonUndecodable, consumer.ReasonNoHandler, consumer.ReasonPermanent,
+	consumer.ReasonHandlerError, consumer.ReasonMisrouted}
 
 // errNoDeadLetters is matched by the error for a sink that cannot store
 // dead letters.
@@ -323,7 +330,8 @@ DSN's search_path, that does not exist) is an error that says so.
 Reasons: undecodable (not a workrouter command: no key, no or two type
 headers), no_handler (no handler for its type), permanent (the handler
 refused it for good), handler_error (the handler kept failing until its
-retry budget was spent).`,
+retry budget was spent), misrouted (its key maps to another partition than
+the one it was on, and the worker ran with --misroute refuse).`,
 		Example: `  workrouter dlq list --sink sqlite:ledger.db
   workrouter dlq list --sink sqlite:ledger.db --state open --partition 3 --since 2h
   workrouter dlq list --sink postgres://postgres@127.0.0.1:5432/test --reason permanent --type withdraw --json`,
@@ -336,10 +344,11 @@ retry budget was spent).`,
 	fl.StringVar(&f.topic, "topic", "", "only this topic")
 	fl.Int32Var(&f.partition, "partition", 0, "only this partition")
 	fl.StringVar(&f.typ, "type", "", "only commands of this type (the record's workrouter-type header)")
-	fl.StringVar(&f.reason, "reason", "", "only this reason: undecodable, no_handler, permanent or handler_error")
+	fl.StringVar(&f.reason, "reason", "", "only this reason: undecodable, no_handler, permanent, handler_error or misrouted")
 	fl.StringVar(&f.since, "since", "", "only dead letters stored since then: a duration ago (2h) or an RFC 3339 time")
 	fl.StringSliceVar(&f.states, "state", nil, "only these states: open, redriving, redriven, dropped (comma-separated or repeated)")
 	fl.IntVar(&f.limit, "limit", 100, "print at most this many (0: all)")
+	notEmpty(fl, "group", "topic", "type", "reason")
 	return cmd
 }
 
@@ -347,6 +356,9 @@ func runDLQList(cmd *cobra.Command, f dlqFlags) error {
 	now := time.Now()
 	var filter sink.DeadLetterFilter
 	filter.Group, filter.Topic, filter.Reason = f.group, f.topic, f.reason
+	if f.reason != "" && !slices.Contains(dlqReasons, f.reason) {
+		return fmt.Errorf("--reason %q: want %s", f.reason, strings.Join(dlqReasons, ", "))
+	}
 	if cmd.Flags().Changed("partition") {
 		if f.partition < 0 {
 			return fmt.Errorf("--partition must be 0 or more, got %d", f.partition)

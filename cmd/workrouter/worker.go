@@ -144,6 +144,7 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.StringSliceVar(&f.brokers, "brokers", []string{"127.0.0.1:9092"}, "seed brokers, comma-separated")
 	fl.StringVar(&f.topic, "topic", "", "topic of commands (default: the example's, ledger or invoices)")
 	fl.StringVar(&f.group, "group", "", "consumer group (default: <example>-workers)")
+	notEmpty(fl, "topic", "group")
 	fl.StringVar(&f.sink, "sink", "sqlite:workrouter.db", "fenced sink: sqlite:PATH or postgres://…")
 	fl.StringVar(&f.protocol, "protocol", "cooperative", "group protocol: cooperative or kip848")
 	fl.StringVar(&f.clientID, "client-id", "", "this member's client id (default: workrouter-<host>-<pid>)")

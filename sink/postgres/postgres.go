@@ -35,8 +35,9 @@ var (
 )
 
 // ErrConfig is matched by the errors [Open] returns for an invalid [Config]:
-// a missing or unparsable DSN, a Schema or Prefix that is not a plain SQL
-// identifier, a negative IdleInTxTimeout.
+// a missing or unparsable DSN, a DSN that names no host, user or database
+// (nor do PGHOST, PGUSER, PGDATABASE or PGSERVICE), a Schema or Prefix
+// that is not a plain SQL identifier, a negative IdleInTxTimeout.
 var ErrConfig = errors.New("postgres: invalid config")
 
 // ErrUnreachable is matched by the error [Open] returns when it cannot
@@ -98,7 +99,10 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 type Config struct {
 	// DSN is the connection string, in pgx/libpq syntax (URL or key=value),
 	// e.g. postgres://postgres@127.0.0.1:5432/test. Required unless Pool
-	// is set.
+	// is set. It must name the host, the user and the database (or leave
+	// them to PGHOST, PGUSER and PGDATABASE, or a PGSERVICE/service): Open
+	// does not take libpq's defaults (the local socket, the operating
+	// system's user, a database named after it) for a sink.
 	DSN string
 	// Pool, if set, is used instead of opening a pool from DSN. Close does
 	// not close it. The sink cannot set session parameters on a pool it
@@ -197,6 +201,9 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		if err != nil {
 			// pgx's parse errors redact the password.
 			return nil, fmt.Errorf("%w: cannot parse DSN: %w", ErrConfig, err)
+		}
+		if err := checkDSN(cfg.DSN); err != nil {
+			return nil, err
 		}
 		if pcfg.ConnConfig.ConnectTimeout == 0 {
 			pcfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
