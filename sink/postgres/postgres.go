@@ -28,10 +28,11 @@ var (
 	_ sink.Resetter     = (*Sink)(nil)
 	_ sink.Historian    = (*Sink)(nil)
 
-	_ sink.DeadLetterer    = (*Sink)(nil)
-	_ sink.DeadLetterStore = (*Sink)(nil)
-	_ sink.ErrorClassifier = (*Sink)(nil)
-	_ sink.Pinger          = (*Sink)(nil)
+	_ sink.DeadLetterer        = (*Sink)(nil)
+	_ sink.DeadLetterStore     = (*Sink)(nil)
+	_ sink.ErrorClassifier     = (*Sink)(nil)
+	_ sink.PermanentClassifier = (*Sink)(nil)
+	_ sink.Pinger              = (*Sink)(nil)
 )
 
 // ErrConfig is matched by the errors [Open] returns for an invalid [Config]:
@@ -359,6 +360,58 @@ func (s *Sink) IsSinkFailure(err error) bool {
 	// A closed connection surfaces as a plain error from pgx/pgconn.
 	msg := err.Error()
 	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")
+}
+
+// IsPermanent reports whether err, returned by an effect, is an error of
+// the server that no retry of the same record can fix, so that the record
+// is dead-lettered at once instead of after its retry budget:
+//
+//   - SQLSTATE class 22, data exception: a value the statement was given
+//     is not valid for its type or encoding (22021, text that is not
+//     UTF-8, such as a record's binary key written to a text column;
+//     22P02, invalid input syntax; 22003, out of range; 22001, too long;
+//     22012, division by zero …). It is raised by evaluating the
+//     statement on its values, never by another session.
+//   - class 54, program limit exceeded: a value too large for what the
+//     statement does with it (54000, an index row larger than a B-tree
+//     page allows), or a statement too complex; the same values exceed the
+//     same limit every time.
+//
+// Not permanent, and so retried within the budget:
+//
+//   - class 23, integrity constraint violation: a unique (23505) or
+//     exclusion (23P01) violation can be a race with a concurrent
+//     transaction (another partition's handler, or a zombie's transaction
+//     that is then rolled back) that a retry wins; a foreign key (23503)
+//     can name a row another partition's command has not created yet; a
+//     check (23514) or not-null (23502) violation can depend on rows other
+//     commands change. A handler that knows its constraint cannot pass
+//     marks the error permanent itself (consumer.Permanent).
+//   - class 42, syntax error or access rule violation (an undefined
+//     table or column, a missing privilege): the handler's code or the
+//     schema is wrong, not the record; a migration or a GRANT fixes it, and
+//     dead-lettering at once would dead-letter every record at full speed
+//     after a bad deploy.
+//   - failures of the database (IsSinkFailure): connection errors, 40001
+//     serialization failure, 40P01 deadlock, 57P01 admin shutdown, 53xxx
+//     insufficient resources …, retried without limit.
+//
+// It implements [sink.PermanentClassifier] and may be called from any
+// goroutine.
+func (s *Sink) IsPermanent(err error) bool {
+	if err == nil || s.IsSinkFailure(err) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", // data exception
+		"54": // program limit exceeded
+		return true
+	}
+	return false
 }
 
 // Ping checks that the server answers. It implements [sink.Pinger] and
