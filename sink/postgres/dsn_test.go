@@ -2,8 +2,12 @@ package postgres
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/workrouter/workrouter/internal/testpg"
 )
@@ -86,5 +90,36 @@ func TestOpenCompleteDSNs(t *testing.T) {
 		s.Close()
 	} else if !errors.Is(err, ErrNoSchema) {
 		t.Fatalf("Open(postgres://) with PGHOST, PGUSER and PGDATABASE: %v", err)
+	}
+}
+
+// TestOpenSaysTheServerRefused: a server that answered that the database
+// or the role does not exist is not "unreachable": Open fails with
+// ErrRefused, quoting the answer.
+func TestOpenSaysTheServerRefused(t *testing.T) {
+	dsn := testpg.DSN(t)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("postgres://%%s@%s:%d/%%s", cfg.Host, cfg.Port)
+	for _, tc := range []struct {
+		dsn, code, says string
+	}{
+		{fmt.Sprintf(base, cfg.User, "wr_nosuchdb"), "3D000", `database "wr_nosuchdb" does not exist`},
+		{fmt.Sprintf(base, "wr_nosuchrole", cfg.Database), "28000", `role "wr_nosuchrole" does not exist`},
+	} {
+		s, err := Open(t.Context(), Config{DSN: tc.dsn, ReadOnly: true})
+		if err == nil {
+			s.Close()
+			t.Fatalf("Open(%s) succeeded", tc.dsn)
+		}
+		var pgErr *pgconn.PgError
+		if !errors.Is(err, ErrRefused) || errors.Is(err, ErrUnreachable) || !errors.As(err, &pgErr) || pgErr.Code != tc.code {
+			t.Errorf("Open(%s): %v, want ErrRefused (not ErrUnreachable) with SQLSTATE %s", tc.dsn, err, tc.code)
+		}
+		if msg := err.Error(); !strings.Contains(msg, tc.says) || strings.Contains(msg, "unreachable") {
+			t.Errorf("Open(%s): %q does not say %q, or says unreachable", tc.dsn, msg, tc.says)
+		}
 	}
 }

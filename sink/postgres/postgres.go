@@ -42,9 +42,17 @@ var (
 var ErrConfig = errors.New("postgres: invalid config")
 
 // ErrUnreachable is matched by the error [Open] returns when it cannot
-// connect to the server (refused, unresolvable, timed out, authentication
-// or database errors at connect time).
+// connect to the server (refused, unresolvable, timed out, or the server
+// busy: too many connections, starting up or shutting down).
 var ErrUnreachable = errors.New("postgres: server unreachable")
+
+// ErrRefused is matched by the error [Open] returns when the server
+// answered but refused the session for a reason no retry fixes: the
+// database does not exist (SQLSTATE 3D000), the role does not exist or
+// may not log in, the password is wrong (class 28), the role may not
+// connect to the database (42501). The error names the server and quotes
+// its answer (a *pgconn.PgError, matchable with errors.As).
+var ErrRefused = errors.New("postgres: the server refused the connection")
 
 // ErrSchema is matched by the error [Open] returns when the database holds
 // a table with one of the sink's names but other columns, or a sink schema
@@ -152,7 +160,9 @@ type Sink struct {
 }
 
 // Open connects to the database described by cfg, checks that it is
-// reachable (an error matching [ErrUnreachable] if not, naming the server),
+// reachable (an error matching [ErrUnreachable] if not, naming the server,
+// or [ErrRefused] if the server answered that the database, the role or
+// the password is wrong),
 // and creates the sink's tables on first use (an error matching
 // [ErrSchema] if conflicting tables exist; with [Config.ReadOnly] it
 // creates nothing and fails with [ErrNoSchema] instead). An invalid cfg fails with
@@ -233,6 +243,9 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, fmt.Errorf("postgres: open %s: %w (%w)", target, cerr, err)
 		}
+		if pgErr := refusal(err); pgErr != nil {
+			return nil, fmt.Errorf("%w: %s answered: %w", ErrRefused, target, pgErr)
+		}
 		return nil, fmt.Errorf("%w: cannot connect to %s: %w", ErrUnreachable, target, err)
 	}
 	if s.readOnly {
@@ -247,6 +260,23 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	}
 	s.log.Debug("postgres sink open", "server", target, "schema", s.schema, "prefix", s.prefix)
 	return s, nil
+}
+
+// refusal returns the server's answer in err, a connection error, when
+// the server refused the session for a reason no retry fixes (see
+// ErrRefused), or nil.
+func refusal(err error) *pgconn.PgError {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
+		return nil
+	}
+	switch {
+	case pgErr.Code[:2] == "28", // invalid authorization specification
+		pgErr.Code == "3D000", // invalid catalog name: no such database
+		pgErr.Code == "42501": // insufficient privilege: no CONNECT on the database
+		return pgErr
+	}
+	return nil
 }
 
 // checkSchemaExists fails with an error matching ErrNoSchema, naming the
