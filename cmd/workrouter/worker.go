@@ -104,7 +104,9 @@ Every record's key is checked against the producers' partitioner
 (--partitioner, murmur2 by default): a record on another partition than its
 key maps to is counted (workrouter_consumer_misrouted_total), logged at WARN
 with the key and both partitions, and applied (--misroute apply) or refused
-as a poison record (--misroute refuse; handled as --on-undecodable says).
+as a poison record (--misroute refuse): handled as --on-undecodable says, so
+by default dead-lettered at once with reason misrouted (see workrouter dlq
+list --reason misrouted); with --on-undecodable stall its partition stalls.
 
 Poison records — records that are not workrouter commands (no key, no or two
 type headers), commands of a type without a handler, and commands whose
@@ -155,7 +157,7 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.DurationVar(&f.rebalanceTimeout, "rebalance-timeout", 60*time.Second, "group rebalance timeout: how long the group waits for members to rejoin")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (no host means loopback; empty disables)")
 	fl.StringVar(&f.partitioner, "partitioner", "murmur2", "the producers' partitioner, checked against every record: murmur2 (Kafka's default) or crc32 (librdkafka's default)")
-	fl.StringVar(&f.misroute, "misroute", "apply", "what to do with a record whose key maps to another partition: apply (and report it) or refuse (the partition stalls)")
+	fl.StringVar(&f.misroute, "misroute", "apply", "what to do with a record whose key maps to another partition: apply (and report it) or refuse (dead-letter it at once, reason misrouted, as --on-undecodable says; with --on-undecodable stall the partition stalls)")
 	addConnFlags(fl, &f.conn)
 	fl.StringVar(&f.events, "events", "", "also write every worker event as a JSON line to this file (appended; /dev/fd/N for an inherited descriptor)")
 	f.poison = consumer.PoisonPolicy{Undecodable: consumer.PoisonDeadLetter, NoHandler: consumer.PoisonStall,
