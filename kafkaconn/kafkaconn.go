@@ -12,8 +12,14 @@
 // A Config can also be read from the librdkafka-style properties most
 // managed services hand out (client.properties: security.protocol,
 // sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, …) with
-// [Config.SetProperty] and [Config.ReadProperties]. Unknown keys are
-// refused, never ignored.
+// [Config.SetProperty] and [Config.ReadProperties], in the librdkafka form
+// or the Java client's (sasl.jaas.config with PlainLoginModule or
+// ScramLoginModule), as Confluent Cloud hands out both. Client-tuning keys
+// that workrouter sets itself or that do not apply to it
+// (session.timeout.ms, client.dns.lookup, acks=all, …) are accepted and
+// listed in [Config.Ignored] for the caller to log; keys that would weaken
+// security or correctness are refused ([ErrRefusedProperty]), and unknown
+// keys too ([ErrUnknownProperty]): never silently ignored.
 //
 // Passwords are [Secret]s: they print, log and marshal as "[redacted]".
 // [Explain] turns the errors of a failed connection (an untrusted CA, a
@@ -166,6 +172,18 @@ type Config struct {
 	// client's connection goroutines. Nil reads AWS_ACCESS_KEY_ID,
 	// AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN from the environment.
 	AWSCredentials func(context.Context) (aws.Auth, error)
+
+	// Ignored lists the client properties SetProperty and ReadProperties
+	// accepted without applying them (client tuning that workrouter sets
+	// itself or that does not apply to it), once per key, in the order
+	// first seen. Opts does not use it; the caller logs it (the CLI logs
+	// one INFO line per entry).
+	Ignored []IgnoredProperty
+
+	// loginModule is the mechanism family of a sasl.jaas.config's login
+	// module (Plain, or ScramSHA512 for either SCRAM); Validate checks
+	// that SASL agrees with it.
+	loginModule Mechanism
 }
 
 // UsesTLS reports whether connections are made over TLS: TLS is set, or
@@ -175,9 +193,13 @@ func (c Config) UsesTLS() bool {
 }
 
 // Validate checks c without reading any file: a known mechanism with the
-// credentials it needs, and a certificate only with its key. The error
+// credentials it needs (and the one a sasl.jaas.config's login module is
+// for), and a certificate only with its key. The error
 // matches ErrConfig and never contains the password.
 func (c Config) Validate() error {
+	if err := c.checkLoginModule(); err != nil {
+		return err
+	}
 	switch c.SASL {
 	case NoSASL:
 		if c.Username != "" || c.Password != "" {

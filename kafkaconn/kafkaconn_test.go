@@ -228,8 +228,8 @@ ssl.ca.location: /etc/ssl/ca.pem
 		in   string
 		want error
 	}{
-		{"session.timeout.ms=45000", kafkaconn.ErrUnknownProperty},
-		{"sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required password=\"" + secret + "\";", kafkaconn.ErrUnknownProperty},
+		{"fetch.wait.max.ms=100", kafkaconn.ErrUnknownProperty},
+		{"sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required password=\"" + secret + "\";", kafkaconn.ErrConfig},
 		{"security.protocol=" + secret, kafkaconn.ErrConfig},
 		{"sasl.mechanism=" + secret, kafkaconn.ErrConfig},
 		{"no-equals-sign", kafkaconn.ErrConfig},

@@ -44,10 +44,17 @@ Connecting to a secured cluster (managed Kafka, Redpanda Cloud, MSK…):
   which other users of the machine can see in the process list);
   AWS_MSK_IAM reads AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
   AWS_SESSION_TOKEN. An existing client.properties works too
-  (--properties FILE, or -X key=value): security.protocol, sasl.mechanism(s),
-  sasl.username, sasl.password, ssl.ca.location, ssl.certificate.location,
-  ssl.key.location, bootstrap.servers. Flags win over properties. Passwords
-  are never printed or logged.`
+  (--properties FILE, or -X key=value), in the librdkafka form or the Java
+  one: security.protocol, sasl.mechanism(s), sasl.username, sasl.password,
+  sasl.jaas.config (PlainLoginModule or ScramLoginModule), ssl.ca.location,
+  ssl.certificate.location, ssl.key.location, bootstrap.servers. Client
+  tuning that workrouter sets itself or that does not apply
+  (session.timeout.ms, heartbeat.interval.ms, client.dns.lookup, client.id,
+  acks=all, enable.idempotence=true, the Schema Registry's keys) is accepted
+  with one INFO line each; acks other than all, enable.idempotence=false and
+  enable.ssl.certificate.verification=false are refused, and so is any
+  other key. Flags win over properties. Passwords are never printed or
+  logged.`
 
 // addConnFlags defines the connection flags on fl.
 func addConnFlags(fl *pflag.FlagSet, f *connFlags) {
@@ -60,8 +67,8 @@ func addConnFlags(fl *pflag.FlagSet, f *connFlags) {
 	fl.StringVar(&f.username, "sasl-username", "", "SASL username (OAUTHBEARER: the authorization ID)")
 	fl.StringVar(&f.password, "sasl-password", "", "SASL password or OAUTHBEARER token (prefer --sasl-password-file or the environment: a flag shows in the process list)")
 	fl.StringVar(&f.passwordFile, "sasl-password-file", "", "file holding the SASL password or OAUTHBEARER token (a trailing newline is dropped)")
-	fl.StringArrayVarP(&f.properties, "property", "X", nil, "librdkafka-style client property key=value (security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, …); repeatable")
-	fl.StringVar(&f.propertiesFile, "properties", "", "client.properties file of librdkafka-style key=value lines")
+	fl.StringArrayVarP(&f.properties, "property", "X", nil, "librdkafka-style or Java client property key=value (security.protocol, sasl.mechanism, sasl.username, sasl.password, sasl.jaas.config, ssl.ca.location, …); repeatable")
+	fl.StringVar(&f.propertiesFile, "properties", "", "client.properties file of key=value lines, librdkafka or Java style (as Confluent Cloud hands out)")
 	_ = fl.SetAnnotation("sasl-password", secretAnnotation, []string{"true"})
 	_ = fl.SetAnnotation("property", secretAnnotation, []string{"true"})
 }
@@ -142,11 +149,20 @@ type conn struct {
 // resolveConn validates the connection flags of cmd, picks the brokers
 // (--brokers if given, else the properties' bootstrap.servers, else the
 // flag's default) and builds the client options, the Probe's hook among
-// them.
+// them. It logs one INFO line for each property accepted without being
+// applied (kafkaconn.Config.Ignored): call it once per command.
 func resolveConn(cmd *cobra.Command, f connFlags, brokers []string) (conn, error) {
 	cfg, err := f.config()
 	if err != nil {
 		return conn{}, err
+	}
+	logger, err := newLogger(cmd)
+	if err != nil {
+		return conn{}, err
+	}
+	for _, p := range cfg.Ignored {
+		// The key and why, never the value (it may be a password).
+		logger.Info("client property accepted, not applied", "property", p.Key, "why", p.Why)
 	}
 	if len(cfg.Brokers) > 0 && !cmd.Flags().Changed("brokers") {
 		brokers = cfg.Brokers

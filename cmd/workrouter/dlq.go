@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,11 +20,17 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
+
+// dlqReasons are the reasons the consumer dead-letters a record for
+// (sink.DeadRecord.Reason), which dlq list --reason accepts.
+var dlqReasons = []string{consumer.ReasonUndecodable, consumer.ReasonNoHandler, consumer.ReasonPermanent,
+	consumer.ReasonHandlerError, consumer.ReasonMisrouted}
 
 // errNoDeadLetters is matched by the error for a sink that cannot store
 // dead letters.
@@ -112,8 +119,9 @@ func deadLetterStoreOf(s adminSink) (sink.DeadLetterStore, bool) {
 }
 
 // openDLQ validates --sink and --timeout and opens the sink's dead-letter
-// store; call done when finished.
-func openDLQ(cmd *cobra.Command, f dlqFlags) (ctx context.Context, ds sink.DeadLetterStore, spec sinkSpec, done func(), err error) {
+// store, read-only (see openAdminReadOnly) for list and show; call done
+// when finished.
+func openDLQ(cmd *cobra.Command, f dlqFlags, readOnly bool) (ctx context.Context, ds sink.DeadLetterStore, spec sinkSpec, done func(), err error) {
 	if f.sink == "" {
 		return nil, nil, sinkSpec{}, nil, fmt.Errorf("--sink is required: %s", sinkSpecHelp)
 	}
@@ -124,7 +132,7 @@ func openDLQ(cmd *cobra.Command, f dlqFlags) (ctx context.Context, ds sink.DeadL
 		return nil, nil, sinkSpec{}, nil, err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-	s, closeSink, err := openAdmin(ctx, spec)
+	s, closeSink, err := openAdminSink(ctx, spec, readOnly)
 	if err != nil {
 		cancel()
 		return nil, nil, sinkSpec{}, nil, err
@@ -315,12 +323,15 @@ func newDLQListCmd() *cobra.Command {
 		Long: `list prints the dead letters of a sink, oldest first, as a table (or
 --json): ID, scope (group/topic/partition), offset, key, command type,
 reason, attempts, state, age and error. Filters combine; --limit caps the
-rows (0: all).
+rows (0: all). list and show open the sink read-only: they create nothing,
+and a database without the sink's tables (or a PostgreSQL schema, the
+DSN's search_path, that does not exist) is an error that says so.
 
 Reasons: undecodable (not a workrouter command: no key, no or two type
 headers), no_handler (no handler for its type), permanent (the handler
 refused it for good), handler_error (the handler kept failing until its
-retry budget was spent).`,
+retry budget was spent), misrouted (its key maps to another partition than
+the one it was on, and the worker ran with --misroute refuse).`,
 		Example: `  workrouter dlq list --sink sqlite:ledger.db
   workrouter dlq list --sink sqlite:ledger.db --state open --partition 3 --since 2h
   workrouter dlq list --sink postgres://postgres@127.0.0.1:5432/test --reason permanent --type withdraw --json`,
@@ -333,10 +344,11 @@ retry budget was spent).`,
 	fl.StringVar(&f.topic, "topic", "", "only this topic")
 	fl.Int32Var(&f.partition, "partition", 0, "only this partition")
 	fl.StringVar(&f.typ, "type", "", "only commands of this type (the record's workrouter-type header)")
-	fl.StringVar(&f.reason, "reason", "", "only this reason: undecodable, no_handler, permanent or handler_error")
+	fl.StringVar(&f.reason, "reason", "", "only this reason: undecodable, no_handler, permanent, handler_error or misrouted")
 	fl.StringVar(&f.since, "since", "", "only dead letters stored since then: a duration ago (2h) or an RFC 3339 time")
 	fl.StringSliceVar(&f.states, "state", nil, "only these states: open, redriving, redriven, dropped (comma-separated or repeated)")
 	fl.IntVar(&f.limit, "limit", 100, "print at most this many (0: all)")
+	notEmpty(fl, "group", "topic", "type", "reason")
 	return cmd
 }
 
@@ -344,6 +356,9 @@ func runDLQList(cmd *cobra.Command, f dlqFlags) error {
 	now := time.Now()
 	var filter sink.DeadLetterFilter
 	filter.Group, filter.Topic, filter.Reason = f.group, f.topic, f.reason
+	if f.reason != "" && !slices.Contains(dlqReasons, f.reason) {
+		return fmt.Errorf("--reason %q: want %s", f.reason, strings.Join(dlqReasons, ", "))
+	}
 	if cmd.Flags().Changed("partition") {
 		if f.partition < 0 {
 			return fmt.Errorf("--partition must be 0 or more, got %d", f.partition)
@@ -369,7 +384,7 @@ func runDLQList(cmd *cobra.Command, f dlqFlags) error {
 	if f.limit > 0 && f.typ == "" {
 		filter.Limit = f.limit + 1 // one more tells whether there are more
 	}
-	ctx, ds, _, done, err := openDLQ(cmd, f)
+	ctx, ds, _, done, err := openDLQ(cmd, f, true)
 	if err != nil {
 		return err
 	}
@@ -456,7 +471,7 @@ func runDLQShow(cmd *cobra.Command, f dlqFlags, arg string) error {
 	if f.raw && f.asJSON {
 		return errors.New("--raw and --json exclude each other")
 	}
-	ctx, ds, spec, done, err := openDLQ(cmd, f)
+	ctx, ds, spec, done, err := openDLQ(cmd, f, true)
 	if err != nil {
 		return err
 	}
@@ -651,7 +666,7 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	if err != nil {
 		return fmt.Errorf("--partitioner: %w", err)
 	}
-	ctx, ds, spec, done, err := openDLQ(cmd, f)
+	ctx, ds, spec, done, err := openDLQ(cmd, f, false)
 	if err != nil {
 		return err
 	}
@@ -751,7 +766,7 @@ func runDLQDrop(cmd *cobra.Command, f dlqFlags, arg string) error {
 	if err != nil {
 		return err
 	}
-	ctx, ds, spec, done, err := openDLQ(cmd, f)
+	ctx, ds, spec, done, err := openDLQ(cmd, f, false)
 	if err != nil {
 		return err
 	}

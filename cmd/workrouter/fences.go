@@ -192,6 +192,7 @@ func newFencesListCmd() *cobra.Command {
 	f.addCommon(cmd)
 	cmd.Flags().StringVar(&f.group, "group", "", "only this consumer group")
 	cmd.Flags().StringVar(&f.topic, "topic", "", "only this topic")
+	notEmpty(cmd.Flags(), "group", "topic")
 	return cmd
 }
 

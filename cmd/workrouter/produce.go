@@ -627,13 +627,9 @@ func cleanBrokers(raw []string) ([]string, error) {
 // quietLogger is the command's logger (see newLogger), but at info level
 // it keeps to warnings: the clients' info logs are noise in a CLI run.
 func quietLogger(cmd *cobra.Command) (*slog.Logger, error) {
-	name, err := cmd.Flags().GetString("log-level")
+	level, _, err := logSettings(cmd)
 	if err != nil {
 		return nil, err
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(name)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error: %w", name, err)
 	}
 	if level == slog.LevelInfo {
 		level = slog.LevelWarn

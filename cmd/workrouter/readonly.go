@@ -10,7 +10,7 @@ import (
 )
 
 // openAdminReadOnly opens the sink for the commands that only read it
-// (fences list, fences history, status --sink). It never changes the
+// (fences list, fences history, status --sink, dlq list, dlq show). It never changes the
 // database: SQLite is opened read-only (no file, table or -wal file
 // created, the journal mode left alone), PostgreSQL in read-only sessions
 // with no schema or table created. A database without the sink's tables

@@ -33,7 +33,16 @@ Every flag can also be set from the environment as WORKROUTER_<FLAG_NAME>
 		// error, not the help and exit 0); without any it shows the help.
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return applyEnv(cmd.Flags(), os.LookupEnv)
+			if err := applyEnv(cmd.Flags(), os.LookupEnv); err != nil {
+				return err
+			}
+			if err := checkNotEmpty(cmd.Flags()); err != nil {
+				return err
+			}
+			// Every command, also one that logs nothing (version), refuses
+			// a log level or format it does not know.
+			_, _, err := logSettings(cmd)
+			return err
 		},
 	}
 	root.PersistentFlags().String("log-level", "info", "log level on stderr: debug, info, warn or error")
@@ -107,27 +116,64 @@ func annotateEnv(cmd *cobra.Command) {
 	}
 }
 
-// newLogger returns the slog logger a command should use: on the command's
-// stderr, in the --log-format and at the --log-level it was given.
-func newLogger(cmd *cobra.Command) (*slog.Logger, error) {
+// notEmptyAnnotation marks a flag that, when given, must not be empty
+// (see notEmpty).
+const notEmptyAnnotation = "workrouter-not-empty"
+
+// notEmpty marks the flags of fl called names as refusing an empty value
+// when given: `--group ""` (a script's unset variable) is an error, not
+// the flag's default.
+func notEmpty(fl *pflag.FlagSet, names ...string) {
+	for _, n := range names {
+		if err := fl.SetAnnotation(n, notEmptyAnnotation, []string{"true"}); err != nil {
+			panic(err) // a flag name that does not exist: a bug of this file's callers
+		}
+	}
+}
+
+// checkNotEmpty fails for the first flag of fs marked by notEmpty that
+// was given with an empty (or blank) value.
+func checkNotEmpty(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if _, ok := f.Annotations[notEmptyAnnotation]; err == nil && ok && f.Changed && strings.TrimSpace(f.Value.String()) == "" {
+			err = fmt.Errorf("--%s is given but empty (an unset variable?): give a value, or leave the flag out", f.Name)
+		}
+	})
+	return err
+}
+
+// logSettings returns the --log-level and --log-format of cmd, failing
+// with one line for a value it does not know.
+func logSettings(cmd *cobra.Command) (slog.Level, string, error) {
 	name, err := cmd.Flags().GetString("log-level")
 	if err != nil {
-		return nil, err
+		return 0, "", err
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(name)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error: %w", name, err)
+		return 0, "", fmt.Errorf("--log-level %q: want debug, info, warn or error", name)
 	}
 	format, err := cmd.Flags().GetString("log-format")
+	if err != nil {
+		return 0, "", err
+	}
+	if format != "text" && format != "json" {
+		return 0, "", fmt.Errorf("--log-format %q: want text or json", format)
+	}
+	return level, format, nil
+}
+
+// newLogger returns the slog logger a command should use: on the command's
+// stderr, in the --log-format and at the --log-level it was given.
+func newLogger(cmd *cobra.Command) (*slog.Logger, error) {
+	level, format, err := logSettings(cmd)
 	if err != nil {
 		return nil, err
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), opts)), nil
-	case "json":
+	if format == "json" {
 		return slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), opts)), nil
 }

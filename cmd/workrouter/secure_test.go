@@ -168,3 +168,74 @@ func TestSecureClusterFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestManagedClusterProperties: the two client.properties files Confluent
+// Cloud hands out (kafkaconn/testdata, its librdkafka form and its Java
+// form with sasl.jaas.config), pointed at the embedded broker (its
+// address, user and CA), connect produce; each client-tuning or Schema
+// Registry key is named by one INFO line, without its value, and no
+// password is shown.
+func TestManagedClusterProperties(t *testing.T) {
+	const topic = "ledger"
+	addr, tf, _ := secureBroker(t, topic)
+	for _, tc := range []struct {
+		file    string
+		ignored []string
+	}{
+		{"confluent-cloud-librdkafka.properties", []string{"session.timeout.ms", "schema.registry.url", "basic.auth.credentials.source", "basic.auth.user.info"}},
+		{"confluent-cloud-java.properties", []string{"client.dns.lookup", "session.timeout.ms", "acks", "schema.registry.url", "basic.auth.credentials.source", "basic.auth.user.info"}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("..", "..", "kafkaconn", "testdata", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := strings.NewReplacer("pkc-abc12.us-east-1.aws.confluent.cloud:9092", addr, "KEY", "app", "SR_SECRET", "sr-"+plantedPassword,
+				"SECRET", plantedPassword).Replace(string(b)) + "ssl.ca.location=" + tf.CA + "\n"
+			props := filepath.Join(t.TempDir(), "client.properties")
+			if err := os.WriteFile(props, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, stderr, err := runCLI(t, nil, "produce", "--properties", props, "--topic", topic, "--key", "acct-1", "--type", "deposit",
+				"--payload", `{"id":"c-1","seq":0,"amount":1}`)
+			if err != nil || !strings.HasPrefix(out, "partition=") {
+				t.Fatalf("produce --properties %s: %v\n%s%s", tc.file, err, out, stderr)
+			}
+			if strings.Contains(out+stderr, plantedPassword) || strings.Contains(stderr, "45000") {
+				t.Fatalf("a value is shown:\n%s%s", out, stderr)
+			}
+			for _, key := range tc.ignored {
+				if n := strings.Count(stderr, "level=INFO msg=\"client property accepted, not applied\" property="+key+" "); n != 1 {
+					t.Errorf("%d INFO lines name %s, want 1:\n%s", n, key, stderr)
+				}
+			}
+			if n := strings.Count(stderr, "\n"); n != len(tc.ignored) {
+				t.Errorf("%d lines on stderr, want %d:\n%s", n, len(tc.ignored), stderr)
+			}
+
+			// A worker: connected (its banner), each key named once.
+			w := startProc(t, []string{"worker", "--properties", props, "--example", "ledger", "--topic", topic,
+				"--sink", "sqlite:" + filepath.Join(t.TempDir(), "ledger.db")})
+			select {
+			case line := <-w.stdout.firstLine:
+				if !strings.Contains(line, "SASL PLAIN as app") {
+					t.Errorf("worker banner: %q", line)
+				}
+			case <-w.done:
+				t.Fatalf("the worker exited: %s", w.stderr)
+			case <-time.After(deadline):
+				t.Fatalf("no worker banner: %s", w.stderr)
+			}
+			w.interrupt(t)
+			werr := w.stderr.String()
+			for _, key := range tc.ignored {
+				if n := strings.Count(werr, "msg=\"client property accepted, not applied\" property="+key+" "); n != 1 {
+					t.Errorf("worker: %d INFO lines name %s, want 1:\n%s", n, key, werr)
+				}
+			}
+			if strings.Contains(werr+w.stdout.String(), plantedPassword) {
+				t.Errorf("the worker shows the password:\n%s", werr)
+			}
+		})
+	}
+}

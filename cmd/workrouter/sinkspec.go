@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -34,7 +36,8 @@ func (s sinkSpec) schema() string {
 }
 
 // String describes the sink for messages, without secrets: the SQLite path,
-// or the PostgreSQL server, database and user (never the password).
+// or the PostgreSQL server, database, user and schema (the search_path, if
+// the DSN names one; never the password).
 func (s sinkSpec) String() string {
 	switch s.kind {
 	case "sqlite":
@@ -44,7 +47,11 @@ func (s sinkSpec) String() string {
 		if err != nil {
 			return "postgres"
 		}
-		return fmt.Sprintf("postgres://%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+		out := fmt.Sprintf("postgres://%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+		if schema := s.schema(); schema != "" {
+			out += "?search_path=" + url.QueryEscape(schema)
+		}
+		return out
 	}
 	return s.kind
 }
@@ -64,6 +71,10 @@ func parseSinkSpec(s string) (sinkSpec, error) {
 	case "sqlite", "sqlite3":
 		if strings.TrimSpace(rest) == "" {
 			return sinkSpec{}, fmt.Errorf("--sink %q: empty path after \"sqlite:\" (e.g. sqlite:./workrouter.db)", s)
+		}
+		if strings.HasPrefix(rest, "file:") {
+			return sinkSpec{}, fmt.Errorf("--sink %q: give the SQLite file's path (e.g. sqlite:./workrouter.db), not a file: URI: "+
+				"the commands that only read open it read-only themselves", s)
 		}
 		return sinkSpec{kind: "sqlite", path: rest}, nil
 	case "postgres", "postgresql":
@@ -108,6 +119,9 @@ func openAdminSink(ctx context.Context, spec sinkSpec, readOnly bool) (adminSink
 	case "postgres":
 		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: spec.schema(), ReadOnly: readOnly})
 		if err != nil {
+			if errors.Is(err, postgres.ErrNoSchema) && spec.schema() != "" {
+				return nil, nil, fmt.Errorf("sink %s: %w; the schema is the DSN's search_path: check it", spec, err)
+			}
 			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
 		}
 		return s, s.Close, nil

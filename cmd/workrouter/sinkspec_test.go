@@ -32,6 +32,7 @@ func TestParseSinkSpec(t *testing.T) {
 		"":                               "--sink is empty",
 		"   ":                            "--sink is empty",
 		"sqlite:":                        `empty path after "sqlite:"`,
+		"sqlite:file:x.db?mode=ro":       "not a file: URI",
 		"/tmp/w.db":                      "has no kind",
 		":w.db":                          "has no kind",
 		"redis://localhost:6379":         `unknown sink kind "redis"`,
@@ -56,6 +57,15 @@ func TestSinkSpecStringHidesPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, want := spec.String(), "postgres://alice@db.example:6543/ledger"; got != want {
+		t.Fatalf("String() = %q, want %q", got, want)
+	}
+	// The schema is part of which sink it is: the worker's banner and
+	// status name it (they used to leave it out).
+	spec, err = parseSinkSpec("postgres://alice:secret@db.example:6543/ledger?sslmode=disable&search_path=billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := spec.String(), "postgres://alice@db.example:6543/ledger?search_path=billing"; got != want {
 		t.Fatalf("String() = %q, want %q", got, want)
 	}
 	if got := (sinkSpec{kind: "sqlite", path: "a.db"}).String(); got != "sqlite:a.db" {

@@ -104,7 +104,9 @@ Every record's key is checked against the producers' partitioner
 (--partitioner, murmur2 by default): a record on another partition than its
 key maps to is counted (workrouter_consumer_misrouted_total), logged at WARN
 with the key and both partitions, and applied (--misroute apply) or refused
-as a poison record (--misroute refuse; handled as --on-undecodable says).
+as a poison record (--misroute refuse): handled as --on-undecodable says, so
+by default dead-lettered at once with reason misrouted (see workrouter dlq
+list --reason misrouted); with --on-undecodable stall its partition stalls.
 
 Poison records — records that are not workrouter commands (no key, no or two
 type headers), commands of a type without a handler, and commands whose
@@ -144,6 +146,7 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.StringSliceVar(&f.brokers, "brokers", []string{"127.0.0.1:9092"}, "seed brokers, comma-separated")
 	fl.StringVar(&f.topic, "topic", "", "topic of commands (default: the example's, ledger or invoices)")
 	fl.StringVar(&f.group, "group", "", "consumer group (default: <example>-workers)")
+	notEmpty(fl, "topic", "group")
 	fl.StringVar(&f.sink, "sink", "sqlite:workrouter.db", "fenced sink: sqlite:PATH or postgres://…")
 	fl.StringVar(&f.protocol, "protocol", "cooperative", "group protocol: cooperative or kip848")
 	fl.StringVar(&f.clientID, "client-id", "", "this member's client id (default: workrouter-<host>-<pid>)")
@@ -154,7 +157,7 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.DurationVar(&f.rebalanceTimeout, "rebalance-timeout", 60*time.Second, "group rebalance timeout: how long the group waits for members to rejoin")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (no host means loopback; empty disables)")
 	fl.StringVar(&f.partitioner, "partitioner", "murmur2", "the producers' partitioner, checked against every record: murmur2 (Kafka's default) or crc32 (librdkafka's default)")
-	fl.StringVar(&f.misroute, "misroute", "apply", "what to do with a record whose key maps to another partition: apply (and report it) or refuse (the partition stalls)")
+	fl.StringVar(&f.misroute, "misroute", "apply", "what to do with a record whose key maps to another partition: apply (and report it) or refuse (dead-letter it at once, reason misrouted, as --on-undecodable says; with --on-undecodable stall the partition stalls)")
 	addConnFlags(fl, &f.conn)
 	fl.StringVar(&f.events, "events", "", "also write every worker event as a JSON line to this file (appended; /dev/fd/N for an inherited descriptor)")
 	f.poison = consumer.PoisonPolicy{Undecodable: consumer.PoisonDeadLetter, NoHandler: consumer.PoisonStall,
@@ -245,7 +248,8 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 	if f.misroute != "apply" && f.misroute != "refuse" {
 		return fmt.Errorf("--misroute %q: want apply or refuse", f.misroute)
 	}
-	if _, err := resolveConn(cmd, f.conn, f.brokers); err != nil {
+	c, err := resolveConn(cmd, f.conn, f.brokers)
+	if err != nil {
 		return err
 	}
 	logger, err := newLogger(cmd)
@@ -268,7 +272,7 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 		if err := setup(ctx, s.DB()); err != nil {
 			return fmt.Errorf("setting up the %s tables: %w", f.example, err)
 		}
-		return serveWorker[*sqlite.Tx](cmd, f, spec, protocol, "sqlite", s, handlers, logger, h, nil)
+		return serveWorker[*sqlite.Tx](cmd, f, c, spec, protocol, "sqlite", s, handlers, logger, h, nil)
 	case "postgres":
 		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: spec.schema(), Logger: logger})
 		if err != nil {
@@ -288,21 +292,17 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 			err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
 			return pid, err
 		}
-		return serveWorker[pgx.Tx](cmd, f, spec, protocol, "postgres", s, handlers, logger, h, backendPID)
+		return serveWorker[pgx.Tx](cmd, f, c, spec, protocol, "postgres", s, handlers, logger, h, backendPID)
 	}
 	return fmt.Errorf("unsupported sink %q", f.sink)
 }
 
-// serveWorker runs a Worker on s until the command's context ends or the
-// Worker stops by itself. backendPID, if set, reads the database session's
+// serveWorker runs a Worker on s, connected as c, until the command's
+// context ends or the Worker stops by itself. backendPID, if set, reads the database session's
 // backend ID inside a transaction (for the harness's hooks).
-func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, protocol consumer.Protocol, backend string, s sink.Sink[Tx],
+func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpec, protocol consumer.Protocol, backend string, s sink.Sink[Tx],
 	handlers map[string]consumer.Handler[Tx], logger *slog.Logger, h *harnessHooks, backendPID func(context.Context, Tx) (int, error)) error {
 	ctx := cmd.Context()
-	c, err := resolveConn(cmd, f.conn, f.brokers)
-	if err != nil {
-		return err
-	}
 	partitioner, _ := router.ParsePartitioner(f.partitioner) // checked by runWorker
 	misroute := consumer.MisrouteApply
 	if f.misroute == "refuse" {
@@ -312,7 +312,7 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, spec sinkSpec, proto
 		return fmt.Errorf("--chaos cuts broker connections with a plain TCP dialer: run the fault harness on a plaintext listener")
 	}
 	reg := newRegistry()
-	s, err = sinkmetrics.Wrap(s, reg, backend)
+	s, err := sinkmetrics.Wrap(s, reg, backend)
 	if err != nil {
 		return err
 	}

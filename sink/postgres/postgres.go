@@ -28,21 +28,31 @@ var (
 	_ sink.Resetter     = (*Sink)(nil)
 	_ sink.Historian    = (*Sink)(nil)
 
-	_ sink.DeadLetterer    = (*Sink)(nil)
-	_ sink.DeadLetterStore = (*Sink)(nil)
-	_ sink.ErrorClassifier = (*Sink)(nil)
-	_ sink.Pinger          = (*Sink)(nil)
+	_ sink.DeadLetterer        = (*Sink)(nil)
+	_ sink.DeadLetterStore     = (*Sink)(nil)
+	_ sink.ErrorClassifier     = (*Sink)(nil)
+	_ sink.PermanentClassifier = (*Sink)(nil)
+	_ sink.Pinger              = (*Sink)(nil)
 )
 
 // ErrConfig is matched by the errors [Open] returns for an invalid [Config]:
-// a missing or unparsable DSN, a Schema or Prefix that is not a plain SQL
-// identifier, a negative IdleInTxTimeout.
+// a missing or unparsable DSN, a DSN that names no host, user or database
+// (nor do PGHOST, PGUSER, PGDATABASE or PGSERVICE), a Schema or Prefix
+// that is not a plain SQL identifier, a negative IdleInTxTimeout.
 var ErrConfig = errors.New("postgres: invalid config")
 
 // ErrUnreachable is matched by the error [Open] returns when it cannot
-// connect to the server (refused, unresolvable, timed out, authentication
-// or database errors at connect time).
+// connect to the server (refused, unresolvable, timed out, or the server
+// busy: too many connections, starting up or shutting down).
 var ErrUnreachable = errors.New("postgres: server unreachable")
+
+// ErrRefused is matched by the error [Open] returns when the server
+// answered but refused the session for a reason no retry fixes: the
+// database does not exist (SQLSTATE 3D000), the role does not exist or
+// may not log in, the password is wrong (class 28), the role may not
+// connect to the database (42501). The error names the server and quotes
+// its answer (a *pgconn.PgError, matchable with errors.As).
+var ErrRefused = errors.New("postgres: the server refused the connection")
 
 // ErrSchema is matched by the error [Open] returns when the database holds
 // a table with one of the sink's names but other columns, or a sink schema
@@ -98,7 +108,10 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 type Config struct {
 	// DSN is the connection string, in pgx/libpq syntax (URL or key=value),
 	// e.g. postgres://postgres@127.0.0.1:5432/test. Required unless Pool
-	// is set.
+	// is set. It must name the host, the user and the database (or leave
+	// them to PGHOST, PGUSER and PGDATABASE, or a PGSERVICE/service): Open
+	// does not take libpq's defaults (the local socket, the operating
+	// system's user, a database named after it) for a sink.
 	DSN string
 	// Pool, if set, is used instead of opening a pool from DSN. Close does
 	// not close it. The sink cannot set session parameters on a pool it
@@ -147,7 +160,9 @@ type Sink struct {
 }
 
 // Open connects to the database described by cfg, checks that it is
-// reachable (an error matching [ErrUnreachable] if not, naming the server),
+// reachable (an error matching [ErrUnreachable] if not, naming the server,
+// or [ErrRefused] if the server answered that the database, the role or
+// the password is wrong),
 // and creates the sink's tables on first use (an error matching
 // [ErrSchema] if conflicting tables exist; with [Config.ReadOnly] it
 // creates nothing and fails with [ErrNoSchema] instead). An invalid cfg fails with
@@ -198,6 +213,9 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 			// pgx's parse errors redact the password.
 			return nil, fmt.Errorf("%w: cannot parse DSN: %w", ErrConfig, err)
 		}
+		if err := checkDSN(cfg.DSN); err != nil {
+			return nil, err
+		}
 		if pcfg.ConnConfig.ConnectTimeout == 0 {
 			pcfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 		}
@@ -225,7 +243,16 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, fmt.Errorf("postgres: open %s: %w (%w)", target, cerr, err)
 		}
+		if pgErr := refusal(err); pgErr != nil {
+			return nil, fmt.Errorf("%w: %s answered: %w", ErrRefused, target, pgErr)
+		}
 		return nil, fmt.Errorf("%w: cannot connect to %s: %w", ErrUnreachable, target, err)
+	}
+	if s.readOnly {
+		if err := s.checkSchemaExists(ctx, target); err != nil {
+			s.closePool()
+			return nil, err
+		}
 	}
 	if err := s.ensureSchema(ctx); err != nil {
 		s.closePool()
@@ -233,6 +260,38 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	}
 	s.log.Debug("postgres sink open", "server", target, "schema", s.schema, "prefix", s.prefix)
 	return s, nil
+}
+
+// refusal returns the server's answer in err, a connection error, when
+// the server refused the session for a reason no retry fixes (see
+// ErrRefused), or nil.
+func refusal(err error) *pgconn.PgError {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
+		return nil
+	}
+	switch {
+	case pgErr.Code[:2] == "28", // invalid authorization specification
+		pgErr.Code == "3D000", // invalid catalog name: no such database
+		pgErr.Code == "42501": // insufficient privilege: no CONNECT on the database
+		return pgErr
+	}
+	return nil
+}
+
+// checkSchemaExists fails with an error matching ErrNoSchema, naming the
+// schema, when s's schema does not exist in the database: a read-only
+// Open says so rather than that the schema holds no tables.
+func (s *Sink) checkSchemaExists(ctx context.Context, target string) error {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists); err != nil {
+		return wrap(ctx, "open: read catalog", err)
+	}
+	if !exists {
+		return fmt.Errorf("%w: schema %q does not exist on %s (a worker creates it on first use; a read-only open never does)",
+			ErrNoSchema, s.schema, target)
+	}
+	return nil
 }
 
 // describeTarget names the server and database of a pool config, without
@@ -331,6 +390,58 @@ func (s *Sink) IsSinkFailure(err error) bool {
 	// A closed connection surfaces as a plain error from pgx/pgconn.
 	msg := err.Error()
 	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")
+}
+
+// IsPermanent reports whether err, returned by an effect, is an error of
+// the server that no retry of the same record can fix, so that the record
+// is dead-lettered at once instead of after its retry budget:
+//
+//   - SQLSTATE class 22, data exception: a value the statement was given
+//     is not valid for its type or encoding (22021, text that is not
+//     UTF-8, such as a record's binary key written to a text column;
+//     22P02, invalid input syntax; 22003, out of range; 22001, too long;
+//     22012, division by zero …). It is raised by evaluating the
+//     statement on its values, never by another session.
+//   - class 54, program limit exceeded: a value too large for what the
+//     statement does with it (54000, an index row larger than a B-tree
+//     page allows), or a statement too complex; the same values exceed the
+//     same limit every time.
+//
+// Not permanent, and so retried within the budget:
+//
+//   - class 23, integrity constraint violation: a unique (23505) or
+//     exclusion (23P01) violation can be a race with a concurrent
+//     transaction (another partition's handler, or a zombie's transaction
+//     that is then rolled back) that a retry wins; a foreign key (23503)
+//     can name a row another partition's command has not created yet; a
+//     check (23514) or not-null (23502) violation can depend on rows other
+//     commands change. A handler that knows its constraint cannot pass
+//     marks the error permanent itself (consumer.Permanent).
+//   - class 42, syntax error or access rule violation (an undefined
+//     table or column, a missing privilege): the handler's code or the
+//     schema is wrong, not the record; a migration or a GRANT fixes it, and
+//     dead-lettering at once would dead-letter every record at full speed
+//     after a bad deploy.
+//   - failures of the database (IsSinkFailure): connection errors, 40001
+//     serialization failure, 40P01 deadlock, 57P01 admin shutdown, 53xxx
+//     insufficient resources …, retried without limit.
+//
+// It implements [sink.PermanentClassifier] and may be called from any
+// goroutine.
+func (s *Sink) IsPermanent(err error) bool {
+	if err == nil || s.IsSinkFailure(err) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", // data exception
+		"54": // program limit exceeded
+		return true
+	}
+	return false
 }
 
 // Ping checks that the server answers. It implements [sink.Pinger] and

@@ -103,8 +103,10 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.Path == "":
 		return c, fmt.Errorf("%w: empty Path", ErrConfig)
-	case c.Path == ":memory:" || strings.HasPrefix(c.Path, "file:"):
+	case c.Path == ":memory:":
 		return c, fmt.Errorf("%w: Path %q is not a plain file path (an in-memory database is neither durable nor shareable between processes)", ErrConfig, c.Path)
+	case strings.HasPrefix(c.Path, "file:"):
+		return c, fmt.Errorf("%w: Path %q is a file: URI, not a plain file path: give the file's path; the sink sets the URI's options itself (Config.ReadOnly opens it read-only)", ErrConfig, c.Path)
 	case strings.ContainsRune(c.Path, '?'):
 		return c, fmt.Errorf("%w: Path %q contains '?'", ErrConfig, c.Path)
 	case c.BusyTimeout < 0:
