@@ -168,7 +168,7 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 			return next, false
 		}
 		var ee *sink.EffectError
-		if !errors.As(err, &ee) || ee.Index >= run || t.sinkFailed(err, errors.Is(ee.Err, ErrPermanent)) {
+		if !errors.As(err, &ee) || ee.Index >= run || t.sinkFailed(err, t.isPermanent(ee.Err)) {
 			if !t.stall(sink.OpApply, d.offsets[0], CauseSink, err, start, &backoff) {
 				return next, false
 			}
@@ -241,11 +241,18 @@ func (t *tenure[Tx]) poisonReason(d decoded[Tx], err error, pol TypePolicy, atte
 		return ReasonUndecodable, p.Undecodable == PoisonDeadLetter
 	case errors.Is(err, ErrNoHandler):
 		return ReasonNoHandler, p.NoHandler == PoisonDeadLetter
-	case errors.Is(err, ErrPermanent):
+	case t.isPermanent(err):
 		return ReasonPermanent, pol.HandlerError == PoisonDeadLetter
 	}
 	spent := attempts >= pol.MaxAttempts || time.Since(since) >= pol.MaxRetryTime
 	return ReasonHandlerError, spent && pol.HandlerError == PoisonDeadLetter
+}
+
+// isPermanent reports whether a handler's error can never succeed on a
+// retry of the same record: the handler marked it (Permanent), or the sink
+// says so (sink.PermanentClassifier: e.g. a value the database refuses).
+func (t *tenure[Tx]) isPermanent(err error) bool {
+	return errors.Is(err, ErrPermanent) || t.w.permanent != nil && t.w.permanent.IsPermanent(err)
 }
 
 // sinkFailed reports whether err, from an Apply whose effect failed, is a

@@ -371,3 +371,57 @@ func (c classifyingPinger) Ping(context.Context) error {
 	}
 	return nil
 }
+
+// errBadValue stands for an error the sink knows no retry can fix (a
+// value the database refuses, such as text that is not UTF-8).
+var errBadValue = errors.New("the database refused the value")
+
+// permanentClassifying is a sink that classifies errBadValue as permanent
+// (sink.PermanentClassifier), as the PostgreSQL sink does for data
+// exceptions.
+type permanentClassifying struct{ *memory.Sink }
+
+func (p permanentClassifying) Unwrap() sink.Sink[*memory.Tx] { return p.Sink }
+
+func (permanentClassifying) IsPermanent(err error) bool { return errors.Is(err, errBadValue) }
+
+// TestSinkClassifiedPermanentDeadLettersAtOnce: a handler error the sink
+// classifies as permanent (sink.PermanentClassifier) is dead-lettered on
+// its first failure on its own (one attempt inside its batch, behind the
+// records before it, and one alone once those are applied), with reason
+// permanent, instead of after its whole retry budget; the commands around
+// it are applied. It is red when the
+// Worker ignores the sink's classifier (the record is tried MaxAttempts
+// times and dead-lettered as handler_error).
+func TestSinkClassifiedPermanentDeadLettersAtOnce(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(3)
+	var calls atomic.Int64
+	handler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		if string(cmd.Payload) == "1" {
+			calls.Add(1)
+			return fmt.Errorf("inserting %s: %w", cmd.Key, errBadValue)
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	w := startWorker(t, c, s, workerOpts{name: "a", sink: permanentClassifying{s}, handler: handler,
+		poison: consumer.PoisonPolicy{MaxAttempts: 5}})
+	produce(t, c, 1, keys, 0, 3)
+	waitFor(t, 30*time.Second, "the good commands applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
+	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	if err != nil || len(dls) != len(keys) {
+		t.Fatalf("dead letters %d, %v: want %d", len(dls), err, len(keys))
+	}
+	for _, d := range dls {
+		if d.Record.Reason != consumer.ReasonPermanent || d.Record.Attempts > 2 {
+			t.Fatalf("dead letter reason %q after %d attempts, want %q after at most 2 (of a budget of 5)", d.Record.Reason, d.Record.Attempts, consumer.ReasonPermanent)
+		}
+	}
+	if n := calls.Load(); n > 2*int64(len(keys)) {
+		t.Fatalf("the failing handler ran %d times for %d records: a permanent error was retried", n, len(keys))
+	}
+	if w.Stats().DeadLettered != int64(len(keys)) {
+		t.Fatalf("Stats %+v", w.Stats())
+	}
+}

@@ -76,6 +76,7 @@ type Worker[Tx any] struct {
 	dl         sink.DeadLetterer
 	dlStore    sink.DeadLetterStore
 	classifier sink.ErrorClassifier
+	permanent  sink.PermanentClassifier
 	pinger     sink.Pinger
 	mirrorSig  chan struct{} // nil without Config.DeadLetterTopic
 	reclaimSig chan struct{} // wakes reclaimLoop before its next tick
@@ -135,6 +136,7 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	w.dl, _ = sink.As[sink.DeadLetterer](c.Sink)
 	w.dlStore, _ = sink.As[sink.DeadLetterStore](c.Sink)
 	w.classifier, _ = sink.As[sink.ErrorClassifier](c.Sink)
+	w.permanent, _ = sink.As[sink.PermanentClassifier](c.Sink)
 	w.pinger, _ = sink.As[sink.Pinger](c.Sink)
 	if c.DeadLetterTopic != "" {
 		if w.dlStore == nil {
