@@ -40,6 +40,13 @@ func (t *tenure[Tx]) deadLetter(r *kgo.Record, typ, reason string, cause error, 
 			t.progressed()
 			return res.NextOffset, true
 		}
+		if fe := (*sink.FencedError)(nil); errors.As(err, &fe) && fe.Stored.IsZero() {
+			// Nobody holds the scope: an operator reset the fence under
+			// this tenure, as for an Apply: claim again, with a proof.
+			w.fencedApplies.Add(1)
+			w.resetUnderTenure(t, sink.OpDeadLetter, err)
+			return next, false
+		}
 		if errors.Is(err, sink.ErrFenced) {
 			w.fencedApplies.Add(1)
 			t.markFenced()

@@ -425,3 +425,59 @@ func TestSinkClassifiedPermanentDeadLettersAtOnce(t *testing.T) {
 		t.Fatalf("Stats %+v", w.Stats())
 	}
 }
+
+// resetBeforeDeadLetter is a sink whose first DeadLetter finds the fence
+// reset by an operator just before (the reset lands between the worker's
+// decision and its dead letter).
+type resetBeforeDeadLetter struct {
+	*memory.Sink
+	once  sync.Once
+	reset atomic.Bool
+}
+
+func (r *resetBeforeDeadLetter) Unwrap() sink.Sink[*memory.Tx] { return r.Sink }
+
+func (r *resetBeforeDeadLetter) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
+	r.once.Do(func() {
+		fs, err := r.Sink.Fences(ctx)
+		for _, f := range fs {
+			if err == nil && f.Scope == tok.Scope() {
+				_, err = r.Sink.ResetFence(ctx, sink.ResetRequest{Scope: f.Scope, Expect: f, Reason: "reset before a dead letter (test)"})
+			}
+		}
+		r.reset.Store(err == nil)
+	})
+	return r.Sink.DeadLetter(ctx, tok, rec)
+}
+
+// TestResetBeforeDeadLetterReclaims: an operator resets the fence under a
+// live tenure right before it dead-letters a poison record. The refused
+// dead letter (nobody holds the scope) is not a zombie's: the worker
+// claims again, with a proof, dead-letters the record and applies the
+// commands after it, as it does for a refused Apply. It is red when the
+// refusal is taken for a newer owner's (the partition stops until a
+// rebalance that never comes).
+func TestResetBeforeDeadLetterReclaims(t *testing.T) {
+	c := newFakeCluster(t, 1)
+	s := memory.New()
+	r := &resetBeforeDeadLetter{Sink: s}
+	keys := makeKeys(3)
+	w := startWorker(t, c, s, workerOpts{name: "a", sink: r, reclaimInterval: 100 * time.Millisecond})
+	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
+	produce(t, c, 1, keys, 0, 1)
+	raw := newRawProducer(t, c)
+	poison := raw.send(&kgo.Record{Topic: c.topic, Partition: 0, Key: []byte("k"), Value: []byte("not an envelope")})[0]
+	produce(t, c, 1, keys, 1, 2)
+	waitFor(t, 30*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == 2*len(keys) })
+	if !r.reset.Load() {
+		t.Fatal("the fence was never reset before the dead letter")
+	}
+	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	if err != nil || len(dls) != 1 || dls[0].Record.Offset != poison {
+		t.Fatalf("dead letters %+v, %v: want the one at offset %d", dls, err, poison)
+	}
+	if st := w.Stats(); st.Claims < 2 {
+		t.Fatalf("the worker did not claim again after the reset: %+v", st)
+	}
+	checkInvariants(t, s, keys, 2)
+}
