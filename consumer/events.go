@@ -149,10 +149,12 @@ type Stalled struct {
 
 // Revoked: the group took the partition back in a rebalance; the tenure
 // finished (or, if TimedOut, was cancelled in) its in-flight batch and its
-// last applied offset was committed. NextOffset is the checkpoint the
-// tenure reached (-1 if it applied nothing).
+// last applied offset was committed.
 type Revoked struct {
-	Token      epochs.Token
+	Token epochs.Token
+	// NextOffset is the sink's checkpoint the tenure left: after its last
+	// applied batch, or where its claim started it if it applied nothing;
+	// -1 if it was revoked before its claim succeeded.
 	NextOffset int64
 	TimedOut   bool
 }

@@ -41,6 +41,9 @@ func (w *Worker[Tx]) pollLoop() {
 			if errors.Is(err, context.Canceled) {
 				return
 			}
+			if topic == "" {
+				p = -1 // the client's or the group's error (kgo reports it as partition 0 of no topic)
+			}
 			w.obs.emit(FetchFailed{Topic: topic, Partition: p, Err: err})
 			if topic == w.cfg.Topic && errors.Is(err, kerr.UnknownTopicID) {
 				w.topicIDUnknown()

@@ -153,7 +153,11 @@ func (o *logObserver) Observe(e Event) {
 		if e.TimedOut {
 			l.Warn("in-flight batch exceeded revoke timeout; cancelled it", tokenAttrs(e.Token)...)
 		}
-		l.Info("partition revoked", tokenAttrs(e.Token, "next_offset", e.NextOffset)...)
+		if e.NextOffset >= 0 {
+			l.Info("partition revoked", tokenAttrs(e.Token, "next_offset", e.NextOffset)...)
+		} else {
+			l.Info("partition revoked before its tenure claimed it", tokenAttrs(e.Token)...)
+		}
 	case Lost:
 		if e.TimedOut {
 			l.Warn("in-flight batch exceeded revoke timeout; cancelled it", tokenAttrs(e.Token)...)
@@ -165,7 +169,14 @@ func (o *logObserver) Observe(e Event) {
 		l.Debug("offset commit not accepted; retrying for partitions still owned", "group", e.Group, "topic", e.Topic, "offsets", e.Offsets, "err", e.Err)
 	case FetchFailed:
 		if ok, muted := o.admitKey(fmt.Sprintf("fetch/%d/%v", e.Partition, e.Err)); ok {
-			l.Warn("fetch error", "topic", e.Topic, "partition", e.Partition, "err", e.Err, "repeats_not_logged", muted)
+			switch {
+			case e.Topic == "":
+				l.Warn("consumer group or client error (joining, syncing or heartbeating)", "err", e.Err, "repeats_not_logged", muted)
+			case e.Partition < 0:
+				l.Warn("fetch error", "topic", e.Topic, "err", e.Err, "repeats_not_logged", muted)
+			default:
+				l.Warn("fetch error", "topic", e.Topic, "partition", e.Partition, "err", e.Err, "repeats_not_logged", muted)
+			}
 		}
 	case Lag:
 		l.Debug("lag", "topic", e.Topic, "lag", e.Lag)

@@ -73,7 +73,7 @@ func (w *Worker[Tx]) release(ctx context.Context, parts []int32, commit bool) {
 			final[t.tok.Partition] = eo
 		}
 		if commit {
-			w.obs.emit(Revoked{Token: t.tok, NextOffset: t.appliedNext.Load(), TimedOut: timedOut[t]})
+			w.obs.emit(Revoked{Token: t.tok, NextOffset: t.revokedNext(), TimedOut: timedOut[t]})
 		} else {
 			w.obs.emit(Lost{Token: t.tok, TimedOut: timedOut[t]})
 		}

@@ -157,6 +157,16 @@ func (t *tenure[Tx]) lastApplied() (kgo.EpochOffset, bool) {
 	return kgo.EpochOffset{Epoch: t.appliedEpoch.Load(), Offset: next}, true
 }
 
+// revokedNext returns the next offset of a revoked tenure: the
+// checkpoint after its last applied batch, else the one its claim started
+// from, or -1 if it never claimed.
+func (t *tenure[Tx]) revokedNext() int64 {
+	if !t.started.Load() {
+		return -1
+	}
+	return t.next()
+}
+
 // next returns the next offset the tenure will apply.
 func (t *tenure[Tx]) next() int64 {
 	if n := t.appliedNext.Load(); n >= 0 {

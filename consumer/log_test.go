@@ -1,0 +1,41 @@
+package consumer_test
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/epochs"
+)
+
+// TestLogObserverWording pins two log lines an operator reads: a group
+// error (kgo reports it as partition 0 of no topic) is logged as a group
+// or client error without a made-up topic and partition, and a revoke of
+// a tenure that never claimed does not print next_offset=-1.
+func TestLogObserverWording(t *testing.T) {
+	var buf bytes.Buffer
+	obs := consumer.NewLogObserver(slog.New(slog.NewTextHandler(&buf, nil)))
+	obs.Observe(consumer.FetchFailed{Topic: "", Partition: 0, Err: &kgo.ErrGroupSession{Err: errors.New("join refused")}})
+	tok := epochs.Token{Group: "g", Topic: "t", Partition: 3, Epoch: 2, Member: "m"}
+	obs.Observe(consumer.Revoked{Token: tok, NextOffset: -1})
+	obs.Observe(consumer.Revoked{Token: tok, NextOffset: 7})
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3:\n%s", len(lines), buf.String())
+	}
+	if strings.Contains(lines[0], "fetch error") || strings.Contains(lines[0], `topic=""`) || strings.Contains(lines[0], "partition=") ||
+		!strings.Contains(lines[0], "join refused") {
+		t.Errorf("a group error is logged as %s", lines[0])
+	}
+	if strings.Contains(lines[1], "next_offset") {
+		t.Errorf("a revoke before any claim is logged as %s", lines[1])
+	}
+	if !strings.Contains(lines[2], "next_offset=7") {
+		t.Errorf("a revoke after applying is logged as %s", lines[2])
+	}
+}
