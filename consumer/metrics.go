@@ -168,7 +168,7 @@ func (m *metrics) initTopic(topic string) {
 	m.revoked.WithLabelValues(topic)
 	m.lost.WithLabelValues(topic)
 	m.ownedGauge.WithLabelValues(topic)
-	for _, r := range []string{ReasonUndecodable, ReasonNoHandler, ReasonPermanent, ReasonHandlerError} {
+	for _, r := range Reasons() {
 		m.deadLetters.WithLabelValues(topic, r)
 	}
 	for _, c := range []string{caseTopicRecreated, caseLogTruncated, caseRetentionLoss} {

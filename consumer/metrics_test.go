@@ -186,6 +186,11 @@ func TestMetricsLint(t *testing.T) {
 	if n := testutil.CollectAndCount(reg, "workrouter_consumer_tenure_epoch"); n != partitions {
 		t.Errorf("%d tenure_epoch series, want %d", n, partitions)
 	}
+	for _, reason := range consumer.Reasons() { // alerts on rate() need each series before its first increment
+		if v, ok := series(t, reg, "workrouter_consumer_dead_letters_total", map[string]string{"reason": reason}); !ok || v != 0 {
+			t.Errorf("dead_letters_total{reason=%q} = %v (exported %v), want a series at 0", reason, v, ok)
+		}
+	}
 
 	mfs, err := reg.Gather()
 	if err != nil {

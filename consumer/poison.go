@@ -27,6 +27,14 @@ const (
 	ReasonMisrouted = "misrouted"
 )
 
+// Reasons returns every reason the Worker dead-letters a record for, in
+// a fixed order (a new slice each call). Tools that filter dead letters by
+// reason, and the metrics that pre-create a series per reason, use it. It
+// may be called from any goroutine.
+func Reasons() []string {
+	return []string{ReasonUndecodable, ReasonNoHandler, ReasonPermanent, ReasonHandlerError, ReasonMisrouted}
+}
+
 // PoisonAction is what happens to a record that cannot be applied.
 type PoisonAction int
 

@@ -27,11 +27,6 @@ import (
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
-// dlqReasons are the reasons the consumer dead-letters a record for
-// (sink.DeadRecord.Reason), which dlq list --reason accepts.
-var dlqReasons = []string{consumer.ReasonUndecodable, consumer.ReasonNoHandler, consumer.ReasonPermanent,
-	consumer.ReasonHandlerError, consumer.ReasonMisrouted}
-
 // errNoDeadLetters is matched by the error for a sink that cannot store
 // dead letters.
 var errNoDeadLetters = errors.New("the sink does not store dead letters")
@@ -356,8 +351,8 @@ func runDLQList(cmd *cobra.Command, f dlqFlags) error {
 	now := time.Now()
 	var filter sink.DeadLetterFilter
 	filter.Group, filter.Topic, filter.Reason = f.group, f.topic, f.reason
-	if f.reason != "" && !slices.Contains(dlqReasons, f.reason) {
-		return fmt.Errorf("--reason %q: want %s", f.reason, strings.Join(dlqReasons, ", "))
+	if f.reason != "" && !slices.Contains(consumer.Reasons(), f.reason) {
+		return fmt.Errorf("--reason %q: want %s", f.reason, strings.Join(consumer.Reasons(), ", "))
 	}
 	if cmd.Flags().Changed("partition") {
 		if f.partition < 0 {
