@@ -16,6 +16,7 @@ import (
 // brokerFlags holds the values of `workrouter broker`'s flags.
 type brokerFlags struct {
 	listen            string
+	advertise         string
 	dataDir           string
 	syncWrites        bool
 	topics            []string
@@ -43,15 +44,25 @@ With --data-dir, topics, records and consumer group commits survive restarts.
 Topics given with --topic are created if absent; existing ones are left as is.
 It is a development broker: one node, no replication.
 
---listen :PORT binds the loopback interface only; name an interface (such as
-0.0.0.0:PORT) to expose the broker, which warns when it has no authentication.
+The broker tells clients (in its metadata) to connect to the address it
+listens on. --listen :PORT binds the loopback interface only. To expose the
+broker, listen on one interface's address, which is then advertised, or on
+every interface (0.0.0.0:PORT) with --advertise HOST:PORT, the address other
+machines reach this one at: on every interface without --advertise the broker
+refuses to start, since it would send remote clients to themselves. It warns
+when it is exposed with no authentication.
+
 --tls-cert and --tls-key serve TLS; --sasl-user NAME:PASSWORD (repeatable, or
 WORKROUTER_SASL_USER, which keeps the password out of the process list)
-requires clients to log in with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. A
-secured local setup is one command:
+requires clients to log in with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, which
+kcat and the other librdkafka clients, KafkaJS, kafka-python and franz-go
+all do (SaslHandshake v0 and v1). A wrong password is answered "Authentication
+failed" and logged. A secured local setup is one command:
 
   workrouter broker --tls-cert server.pem --tls-key server-key.pem --sasl-user app:PASSWORD --topic commands
-  workrouter produce --tls-ca ca.pem --sasl-mechanism scram-sha-512 --sasl-username app …`,
+  workrouter produce --tls-ca ca.pem --sasl-mechanism scram-sha-512 --sasl-username app …
+  kcat -L -b 127.0.0.1:9092 -X security.protocol=SASL_SSL -X sasl.mechanisms=SCRAM-SHA-512 \
+    -X sasl.username=app -X sasl.password=PASSWORD -X ssl.ca.location=ca.pem`,
 		Example: `  # In memory, on the default address, with a 12-partition "commands" topic:
   workrouter broker --topic commands
 
@@ -59,7 +70,11 @@ secured local setup is one command:
   workrouter broker --listen 127.0.0.1:0 --data-dir ./data --topic commands,invoices --partitions 6
 
   # The same through the environment:
-  WORKROUTER_DATA_DIR=./data WORKROUTER_TOPIC=commands workrouter broker`,
+  WORKROUTER_DATA_DIR=./data WORKROUTER_TOPIC=commands workrouter broker
+
+  # Reachable from other machines as broker.example.com:9092:
+  WORKROUTER_SASL_USER=app:$PASSWORD workrouter broker --listen 0.0.0.0:9092 --advertise broker.example.com:9092 \
+    --tls-cert server.pem --tls-key server-key.pem --topic commands`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBroker(cmd, f)
@@ -67,6 +82,7 @@ secured local setup is one command:
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", broker.DefaultListen, "host:port to listen on and advertise (no host means loopback); port 0 picks a free port")
+	fl.StringVar(&f.advertise, "advertise", "", "host:port to send clients to instead of --listen's (required with 0.0.0.0 or [::]); port 0 means --listen's port")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory keeping topics, records and group commits across restarts (default: in memory)")
 	fl.BoolVar(&f.syncWrites, "sync-writes", false, "fsync every produced batch (needs --data-dir); otherwise data is flushed on shutdown")
 	fl.StringSliceVar(&f.topics, "topic", nil, "topic to create if absent; repeatable or comma-separated")
@@ -75,7 +91,7 @@ secured local setup is one command:
 	fl.DurationVar(&f.minSessionTimeout, "min-session-timeout", 0, "smallest consumer group session timeout accepted (default: kfake's 6s)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate to serve TLS with (with --tls-key)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM key of --tls-cert")
-	fl.StringArrayVar(&f.saslUsers, "sasl-user", nil, "NAME:PASSWORD of a user clients must log in as (SASL PLAIN or SCRAM); repeatable")
+	fl.StringArrayVar(&f.saslUsers, "sasl-user", nil, "NAME:PASSWORD of a user clients must log in as (SASL PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512); repeatable")
 	_ = fl.SetAnnotation("sasl-user", secretAnnotation, []string{"true"})
 	return cmd
 }
@@ -86,7 +102,14 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 	if f.partitions < 1 {
 		return fmt.Errorf("%w: --partitions must be at least 1, got %d", broker.ErrInvalidConfig, f.partitions)
 	}
-	names := topicNames(f.topics)
+	names, err := topicNames(f.topics)
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 && cmd.Flags().Changed("topic") {
+		// pflag reads --topic '' as no value at all.
+		return fmt.Errorf("%w: --topic \"\" has an empty topic name", broker.ErrInvalidConfig)
+	}
 	topics := make(map[string]int32, len(names))
 	for _, t := range names {
 		topics[t] = f.partitions
@@ -119,13 +142,10 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 		}
 		users = append(users, broker.User{Name: name, Password: pass})
 	}
-	if exposed && len(users) == 0 {
-		logger.Warn("the broker listens beyond this machine with no authentication: anyone who reaches it can read and write every topic; add --sasl-user (and --tls-cert), or listen on 127.0.0.1",
-			"listen", listen)
-	}
 
 	b, err := broker.Start(broker.Config{
 		Listen:            listen,
+		Advertise:         f.advertise,
 		TLS:               tlsConf,
 		Users:             users,
 		DataDir:           f.dataDir,
@@ -137,6 +157,10 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 	if err != nil {
 		return err
 	}
+	if exposed && len(users) == 0 {
+		logger.Warn("the broker listens beyond this machine with no authentication: anyone who reaches it can read and write every topic; add --sasl-user (and --tls-cert), or listen on 127.0.0.1",
+			"listen", listen)
+	}
 
 	ops, err := startOps(f.metricsAddr, newRegistry(), nil, logger)
 	if err != nil {
@@ -147,6 +171,9 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 	storage := "in memory"
 	if f.dataDir != "" {
 		storage = "data dir " + f.dataDir
+	}
+	if b.Advertised() != b.Addr() {
+		storage += "; advertised as " + b.Advertised()
 	}
 	if tlsConf != nil {
 		storage += "; TLS"
@@ -199,15 +226,20 @@ func brokerListen(addr string) (string, bool, error) {
 	return net.JoinHostPort(host, port), exposed, nil
 }
 
-// topicNames trims, de-duplicates and sorts the --topic values, dropping
-// empty ones.
-func topicNames(raw []string) []string {
+// topicNames trims, de-duplicates and sorts the --topic values. An empty
+// one (--topic "", a stray comma, an unset variable) is refused: the broker
+// would otherwise run without the topic the caller meant.
+func topicNames(raw []string) ([]string, error) {
 	var out []string
 	for _, t := range raw {
-		if t = strings.TrimSpace(t); t != "" && !slices.Contains(out, t) {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			return nil, fmt.Errorf("%w: --topic %q has an empty topic name", broker.ErrInvalidConfig, strings.Join(raw, ","))
+		}
+		if !slices.Contains(out, t) {
 			out = append(out, t)
 		}
 	}
 	slices.Sort(out)
-	return out
+	return out, nil
 }

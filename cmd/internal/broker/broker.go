@@ -6,11 +6,15 @@
 // and consumer group commits in a data directory so that they survive a
 // restart, and creates the configured topics if they are absent.
 //
-// The broker is a development tool: it has one node and no replication,
-// and it advertises the address it listens on, so clients must be able to
-// reach that address. It can serve TLS (Config.TLS) and require SASL
-// authentication (Config.Users: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512),
-// so that a secured setup can be tried locally.
+// The broker is a development tool: it has one node and no replication.
+// It advertises the address it listens on (or Config.Advertise), so
+// clients must be able to reach that address; listening on every interface
+// (0.0.0.0, [::] or no host) needs Config.Advertise, since such an address
+// names no host a client can connect to. It can serve TLS (Config.TLS) and
+// require SASL authentication (Config.Users: PLAIN, SCRAM-SHA-256 and
+// SCRAM-SHA-512, with SaslHandshake v0 or v1, so that librdkafka, KafkaJS,
+// kafka-python and franz-go clients all log in; see sasl.go), so that a
+// secured setup can be tried locally.
 package broker
 
 import (
@@ -53,8 +57,16 @@ var ErrDataDir = errors.New("unusable data dir")
 // goroutine may reuse or change a Config once Start has returned.
 type Config struct {
 	// Listen is the host:port to listen on; DefaultListen if empty. Port 0
-	// picks a free port. The broker advertises this address to clients.
+	// picks a free port. The broker advertises this address to clients
+	// unless Advertise is set; an address of every interface (0.0.0.0,
+	// [::], an empty host) requires Advertise.
 	Listen string
+
+	// Advertise, if not empty, is the host:port the broker tells clients
+	// to connect to (in Metadata and FindCoordinator responses) instead
+	// of Listen: the address other machines reach this one at. Port 0
+	// means the port the broker listens on.
+	Advertise string
 
 	// DataDir, if not empty, is where the broker keeps its state: topics,
 	// records and consumer group commits survive a Close and a Start on the
@@ -109,10 +121,12 @@ func (u User) String() string { return u.Name }
 // Broker is a running embedded broker. Its methods may be called from any
 // goroutine.
 type Broker struct {
-	c      *kfake.Cluster
-	addr   string
-	logger *slog.Logger
-	klog   *kfakeLogger
+	c          *kfake.Cluster
+	addr       string
+	advertised string
+	logger     *slog.Logger
+	klog       *kfakeLogger
+	front      *saslFront // nil without Users
 
 	closeOnce sync.Once
 	closeErr  error
@@ -144,12 +158,27 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w on %s: %w", ErrListen, cfg.Listen, err)
 	}
+	advertised, err := advertise(cfg, ln.Addr())
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	klnr := &listener{Listener: ln, advertised: advertAddr(advertised)}
+	if cfg.TLS != nil {
+		// TLS below the SASL front, which reads the protocol's frames.
+		klnr.Listener = tls.NewListener(ln, cfg.TLS.Clone())
+	}
+	var front *saslFront
+	if len(cfg.Users) > 0 {
+		front = &saslFront{logger: logger}
+		klnr.front = front
+	}
 	var handedOut atomic.Bool
 	listenFn := func(string, string) (net.Listener, error) {
 		if handedOut.Swap(true) {
 			return nil, errors.New("broker: kfake asked for a second listener; the embedded broker has one node")
 		}
-		return ln, nil
+		return klnr, nil
 	}
 
 	klog := &kfakeLogger{l: logger}
@@ -167,13 +196,10 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.MinSessionTimeout > 0 {
 		opts = append(opts, kfake.GroupMinSessionTimeout(cfg.MinSessionTimeout))
 	}
-	if cfg.TLS != nil {
-		opts = append(opts, kfake.TLS(cfg.TLS.Clone())) // kfake wraps the listener
-	}
 	if len(cfg.Users) > 0 {
 		opts = append(opts, kfake.EnableSASL())
 		for _, u := range cfg.Users {
-			for _, m := range []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} {
+			for _, m := range mechanisms {
 				opts = append(opts, kfake.Superuser(m, u.Name, u.Password))
 			}
 		}
@@ -190,7 +216,7 @@ func Start(cfg Config) (*Broker, error) {
 		}
 		return nil, fmt.Errorf("broker: starting kfake: %w", err)
 	}
-	b := &Broker{c: c, addr: ln.Addr().String(), logger: logger, klog: klog}
+	b := &Broker{c: c, addr: ln.Addr().String(), advertised: advertised, logger: logger, klog: klog, front: front}
 
 	// Sorted for deterministic logs and error messages.
 	names := make([]string, 0, len(cfg.Topics))
@@ -204,18 +230,34 @@ func Start(cfg Config) (*Broker, error) {
 			return nil, err
 		}
 	}
-	logger.Info("broker started", "addr", b.addr, "data_dir", cfg.DataDir, "topics", len(names))
+	logger.Info("broker started", "addr", b.addr, "advertised", b.advertised, "data_dir", cfg.DataDir, "topics", len(names))
 	return b, nil
 }
 
 func validate(cfg Config) error {
-	// An empty host means all interfaces, which net.Listen accepts.
+	// An empty host means all interfaces, which net.Listen accepts (and
+	// which needs Advertise, below).
 	_, port, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("broker: %w: listen address %q is not host:port (e.g. 127.0.0.1:9092): %w", ErrInvalidConfig, cfg.Listen, err)
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return fmt.Errorf("broker: %w: listen address %q: port %q is not a number in 0..65535", ErrInvalidConfig, cfg.Listen, port)
+	}
+	if cfg.Advertise != "" {
+		host, port, err := net.SplitHostPort(cfg.Advertise)
+		if err != nil {
+			return fmt.Errorf("broker: %w: advertised address %q is not host:port (e.g. broker.example.com:9092): %w", ErrInvalidConfig, cfg.Advertise, err)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return fmt.Errorf("broker: %w: advertised address %q: port %q is not a number in 0..65535", ErrInvalidConfig, cfg.Advertise, port)
+		}
+		if unspecified(host) {
+			return fmt.Errorf("broker: %w: advertised address %q names no host a client can connect to: give this machine's name or IP address", ErrInvalidConfig, cfg.Advertise)
+		}
+	} else if host, _, _ := net.SplitHostPort(cfg.Listen); unspecified(host) {
+		return fmt.Errorf("broker: %w: listen address %q is every interface, which is no address a client can connect back to: "+
+			"give the address other machines reach this one at with --advertise HOST:PORT (Config.Advertise)", ErrInvalidConfig, cfg.Listen)
 	}
 	if cfg.SyncWrites && cfg.DataDir == "" {
 		return fmt.Errorf("broker: %w: SyncWrites needs a DataDir", ErrInvalidConfig)
@@ -282,6 +324,20 @@ func (b *Broker) ensureTopic(topic string, partitions int32) error {
 // port when Config.Listen asked for port 0). Any goroutine may call it.
 func (b *Broker) Addr() string { return b.addr }
 
+// Advertised returns the host:port the broker tells clients to connect to:
+// Config.Advertise (with the real port if it gave port 0), or else Addr.
+// Any goroutine may call it.
+func (b *Broker) Advertised() string { return b.advertised }
+
+// AuthFailures returns how many SASL logins the broker has refused (each
+// is also logged at WARN). Any goroutine may call it.
+func (b *Broker) AuthFailures() int64 {
+	if b.front == nil {
+		return 0
+	}
+	return b.front.failures.Load()
+}
+
 // Cluster returns the underlying kfake cluster, for tests that intercept
 // requests (Control, Fault) or inspect groups (GroupInfo). Any goroutine may
 // call it; the cluster must not be closed directly (use Close).
@@ -299,6 +355,9 @@ func (b *Broker) Partitions(topic string) int32 {
 // first to finish and return its result.
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
+		if b.front != nil {
+			b.front.closing.Store(true) // the dropped logins are no refusals
+		}
 		b.klog.capture()
 		b.c.Close()
 		if errs := b.klog.captured(); len(errs) > 0 {
@@ -308,6 +367,63 @@ func (b *Broker) Close() error {
 	})
 	return b.closeErr
 }
+
+// unspecified reports whether host means every interface.
+func unspecified(host string) bool {
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
+// advertise returns the address the broker advertises, listening on bound.
+func advertise(cfg Config, bound net.Addr) (string, error) {
+	_, boundPort, err := net.SplitHostPort(bound.String())
+	if err != nil {
+		return "", fmt.Errorf("broker: listening on %s: %w", bound, err)
+	}
+	if cfg.Advertise == "" {
+		return bound.String(), nil
+	}
+	host, port, _ := net.SplitHostPort(cfg.Advertise) // validated
+	if port == "0" {
+		port = boundPort
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// listener is what kfake accepts clients from: the bound listener (TLS
+// inside if configured), whose Addr is the advertised address (kfake
+// advertises its listener's address) and whose connections go through the
+// SASL front when there are users.
+type listener struct {
+	net.Listener
+	advertised advertAddr
+	front      *saslFront
+}
+
+// Accept returns the next client connection, behind the SASL front if
+// any. kfake's accepting goroutine calls it.
+func (l *listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil || l.front == nil {
+		return c, err
+	}
+	return l.front.wrap(c), nil
+}
+
+// Addr returns the advertised address.
+func (l *listener) Addr() net.Addr { return l.advertised }
+
+// advertAddr is a host:port as a net.Addr.
+type advertAddr string
+
+// Network returns "tcp".
+func (advertAddr) Network() string { return "tcp" }
+
+// String returns the host:port.
+func (a advertAddr) String() string { return string(a) }
 
 // kfakeLogger adapts kfake's printf logger to slog. While capturing (during
 // Close) it also keeps error-level messages, which is the only way kfake

@@ -286,6 +286,13 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		{"empty topic", broker.Config{Listen: "127.0.0.1:0", Topics: map[string]int32{"": 1}}, broker.ErrInvalidConfig, nil},
 		{"sync writes in memory", broker.Config{Listen: "127.0.0.1:0", SyncWrites: true}, broker.ErrInvalidConfig, nil},
 		{"negative session timeout", broker.Config{Listen: "127.0.0.1:0", MinSessionTimeout: -time.Second}, broker.ErrInvalidConfig, nil},
+		{"every interface, nothing advertised", broker.Config{Listen: "0.0.0.0:0"}, broker.ErrInvalidConfig, nil},
+		{"every IPv6 interface, nothing advertised", broker.Config{Listen: "[::]:0"}, broker.ErrInvalidConfig, nil},
+		{"no host, nothing advertised", broker.Config{Listen: ":0"}, broker.ErrInvalidConfig, nil},
+		{"advertise without port", broker.Config{Listen: "127.0.0.1:0", Advertise: "broker.example.com"}, broker.ErrInvalidConfig, nil},
+		{"advertise port out of range", broker.Config{Listen: "127.0.0.1:0", Advertise: "broker.example.com:70000"}, broker.ErrInvalidConfig, nil},
+		{"advertise every interface", broker.Config{Listen: "0.0.0.0:0", Advertise: "0.0.0.0:9092"}, broker.ErrInvalidConfig, nil},
+		{"advertise no host", broker.Config{Listen: "0.0.0.0:0", Advertise: ":9092"}, broker.ErrInvalidConfig, nil},
 		{"data dir is a file", broker.Config{Listen: "127.0.0.1:0", DataDir: notADir}, broker.ErrDataDir, nil},
 		{"data dir under a file", broker.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(notADir, "sub")}, broker.ErrDataDir, nil},
 	} {
