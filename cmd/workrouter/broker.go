@@ -164,7 +164,7 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 
 	ops, err := startOps(f.metricsAddr, newRegistry(), nil, logger)
 	if err != nil {
-		return fmt.Errorf("%w (and closing: %w)", err, b.Close())
+		return withClose(err, b.Close())
 	}
 	defer ops.close()
 
@@ -195,7 +195,7 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 		topicList = strings.Join(desc, ",")
 	}
 	if _, err := fmt.Fprintf(cmd.OutOrStdout(), "workrouter broker listening on %s (%s; topics %s)\n", b.Addr(), storage, topicList); err != nil {
-		return fmt.Errorf("%w (and closing: %w)", err, b.Close())
+		return withClose(err, b.Close())
 	}
 
 	<-cmd.Context().Done()
@@ -242,4 +242,13 @@ func topicNames(raw []string) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// withClose returns err, with the error of the close that followed it if
+// that failed too.
+func withClose(err, closeErr error) error {
+	if closeErr == nil {
+		return err
+	}
+	return fmt.Errorf("%w (and closing: %w)", err, closeErr)
 }

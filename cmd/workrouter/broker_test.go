@@ -68,3 +68,24 @@ func TestBrokerRefusesUnusableListen(t *testing.T) {
 		t.Run(strings.Join(tc.args[1:], "_"), func(t *testing.T) { oneLineFailure(t, tc.args, tc.want...) })
 	}
 }
+
+// TestBrokerBindErrorReadsWell: a broker whose metrics listener cannot
+// bind fails with a last line naming the flag and the address, and no "%!w(<nil>)" for the
+// close that succeeded after it.
+func TestBrokerBindErrorReadsWell(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	p := startProc(t, []string{"broker", "--listen", "127.0.0.1:0", "--metrics-addr", addr})
+	if code := p.wait(t); code == 0 {
+		t.Fatalf("exit code 0 with the metrics address taken; stderr:\n%s", p.stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(p.stderr.String()), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "workrouter: --metrics-addr: ") || !strings.Contains(last, addr) || strings.Contains(p.stderr.String(), "%!") {
+		t.Fatalf("the failure reads %q, want one line naming --metrics-addr and %s, without a formatting error", last, addr)
+	}
+}
