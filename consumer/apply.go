@@ -115,7 +115,24 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 	d := t.decode(batch)
 	backoff := w.cfg.RetryBackoff
 	limit := len(d.recs) // records to try in the next Apply: the good prefix before a poison record
+	// A record whose handler failed permanently behind a good prefix is
+	// dead-lettered once that prefix is applied, without running it again.
+	var permanent struct {
+		err      error
+		offset   int64
+		attempts int
+	}
 	for len(d.recs) > 0 {
+		if permanent.err != nil && d.offsets[0] == permanent.offset {
+			var alive bool
+			if next, alive = t.deadLetter(d.recs[0], d.cmds[0].Type, ReasonPermanent, permanent.err, permanent.attempts, next); !alive {
+				return next, false
+			}
+			permanent.err = nil
+			d = d.slice(1)
+			limit, backoff = len(d.recs), w.cfg.RetryBackoff
+			continue
+		}
 		if reason, err, ok := t.deadAtOnce(d, 0); ok {
 			var alive bool
 			if next, alive = t.deadLetter(d.recs[0], d.cmds[0].Type, reason, err, 0, next); !alive {
@@ -180,7 +197,11 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 		pol := w.cfg.Poison.forType(d.cmds[k].Type)
 		attempts, since := t.recordFailure(d.offsets[k])
 		if k > 0 {
-			w.retries.Add(1) // the failed attempt is retried, after the prefix
+			if t.isPermanent(ee.Err) && pol.HandlerError == PoisonDeadLetter && w.dl != nil {
+				permanent.err, permanent.offset, permanent.attempts = ee.Err, d.offsets[k], attempts
+			} else {
+				w.retries.Add(1) // the failed attempt is retried, after the prefix
+			}
 			limit = k
 			continue
 		}

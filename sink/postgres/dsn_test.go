@@ -88,7 +88,10 @@ func TestOpenCompleteDSNs(t *testing.T) {
 	s, err := Open(t.Context(), Config{DSN: "postgres://", ReadOnly: true})
 	if err == nil {
 		s.Close()
-	} else if !errors.Is(err, ErrNoSchema) {
+	} else if !errors.Is(err, ErrNoSchema) && !errors.Is(err, ErrSchema) {
+		// No sink in the public schema, or one of another version that a
+		// read-only open leaves alone: either way the DSN was accepted
+		// and the server answered.
 		t.Fatalf("Open(postgres://) with PGHOST, PGUSER and PGDATABASE: %v", err)
 	}
 }

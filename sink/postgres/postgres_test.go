@@ -635,6 +635,14 @@ func TestMigrateFromVersion2(t *testing.T) {
 	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN proof_below")
 	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 2")
 
+	// A read-only open (the admin tools') cannot migrate: it says so.
+	if ro, err := Open(ctx, Config{DSN: schemaDSN(t, schema), Schema: schema, ReadOnly: true}); err == nil {
+		ro.Close()
+		t.Fatal("a read-only open of a version 2 schema succeeded")
+	} else if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "read-only open cannot migrate") {
+		t.Fatalf("read-only open of a version 2 schema: %v, want ErrSchema saying it cannot migrate", err)
+	}
+
 	s = openSink(t, schema, nil)
 	fences, err := s.Fences(ctx)
 	if err != nil || len(fences) != 2 {

@@ -258,6 +258,10 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 			old = old && f != nil && slices.Equal(f.cols, cols)
 		}
 		if old {
+			if s.readOnly {
+				return fmt.Errorf("%w: schema %s holds workrouter sink tables of version %d, which a read-only open cannot migrate to version %d: open it once read-write (a worker does) and try again",
+					ErrSchema, s.schema, version, schemaVersion)
+			}
 			return s.migrate(ctx, tx, version)
 		}
 	}
