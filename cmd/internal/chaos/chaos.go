@@ -290,6 +290,11 @@ type run struct {
 	bp         *brokerproc.Process
 	prod       *cluster.Producer
 	poisonProd *cluster.PoisonProducer
+	// quiet is held by the load producer while it sends and flushes, and
+	// by the poison transactions: nothing else is written meanwhile, so
+	// each transactional poison record follows a transaction marker
+	// directly (a gap right before it, every time).
+	quiet sync.Mutex
 
 	tl *cluster.Timeline
 
@@ -657,7 +662,10 @@ func (r *run) produce(p *cluster.Producer, stop <-chan struct{}) error {
 			return r.ctx.Err()
 		case <-tick.C:
 		}
-		if err := p.Send(r.ctx, per); err != nil && first == nil {
+		r.quiet.Lock()
+		err := p.Send(r.ctx, per)
+		r.quiet.Unlock()
+		if err != nil && first == nil {
 			first = err
 		}
 	}

@@ -13,7 +13,9 @@ import (
 // commands land between them; then, to another seeded partition, the
 // poison producer's transactions (cluster.PoisonProducer.Transactions):
 // poison records right after a commit marker and right after an aborted
-// transaction, so that a worker dead-letters them above its checkpoint.
+// transaction, so that a worker dead-letters them above its checkpoint;
+// the load producer waits meanwhile, so that nothing lands between a
+// marker and the poison record after it.
 // It happened when the broker acknowledged at least one poison record.
 func (r *run) poison() (bool, error) {
 	kinds := cluster.PoisonKinds()
@@ -39,7 +41,9 @@ func (r *run) poison() (bool, error) {
 	r.logf("POISON: %d records from a foreign producer acknowledged between the good commands: %s", len(acked), strings.Join(acked, " "))
 	p := int32(r.rng.IntN(int(r.cfg.Partitions)))
 	before := len(r.poisonProd.Acked())
+	r.quiet.Lock() // the load producer waits: a marker, then the poison record at once
 	what, err := r.poisonProd.Transactions(r.ctx, p)
+	r.quiet.Unlock()
 	if err != nil && r.ctx.Err() != nil {
 		return len(acked) > 0, r.ctx.Err()
 	}
