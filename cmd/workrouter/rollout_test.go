@@ -43,8 +43,8 @@ type rolloutStep struct {
 // fenced), its partitions are all claimed again in the first rebalance
 // after it left (one epoch, not one per partition), and the shared
 // checker finds nothing lost or applied twice and every other invariant
-// intact. Each step's pause is logged ("rollout step"); the README shows
-// them.
+// intact. Each step's pause is logged ("rollout step");
+// docs/operating.md#deploying shows them.
 func TestRollingRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("rolling restarts of worker processes: skipped with -short")

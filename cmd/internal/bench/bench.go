@@ -1,6 +1,6 @@
 // Package bench runs workrouter's benchmark workloads and their baselines in
 // one process, against an embedded broker, and reports throughput ratios
-// measured in the same run (see the README's performance section).
+// measured in the same run (see docs/performance.md).
 package bench
 
 import (

@@ -16,7 +16,6 @@ var marker = regexp.MustCompile(`^<!-- file: (\S+) -->$`)
 // preceded by a marker naming an example program under examples/, and is
 // that file's content exactly.
 func TestREADMEGoBlocksAreExamplePrograms(t *testing.T) {
-	const root = "../../.."
 	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
 	if err != nil {
 		t.Fatal(err)
