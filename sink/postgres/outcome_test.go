@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -66,7 +65,35 @@ func (p *commitCutter) serve() {
 		p.mu.Lock()
 		p.conns = append(p.conns, client, server)
 		p.mu.Unlock()
-		go func() { _, _ = io.Copy(client, server); client.Close() }()
+		// After a forwarded COMMIT is cut, the server's reply is read
+		// here and never reaches the client: committed is closed when
+		// the server has answered COMMIT (so it has committed).
+		cutting := make(chan struct{})
+		committed := make(chan struct{})
+		go func() {
+			defer client.Close()
+			buf := make([]byte, 64<<10)
+			var after []byte
+			for {
+				n, err := server.Read(buf)
+				if err != nil {
+					return
+				}
+				select {
+				case <-cutting:
+					after = append(after, buf[:n]...)
+					if bytes.Contains(after, []byte("COMMIT\x00")) {
+						close(committed)
+						return
+					}
+					continue
+				default:
+				}
+				if _, err := client.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}()
 		go func() {
 			defer server.Close()
 			defer client.Close()
@@ -80,10 +107,14 @@ func (p *commitCutter) serve() {
 				if p.armed.Load() && bytes.Contains(bytes.ToLower(chunk), []byte("commit")) {
 					p.armed.Store(false)
 					p.cut.Add(1)
+					close(cutting)
 					client.Close() // the reply, if any, is lost
 					if p.forward {
 						_, _ = server.Write(chunk)
-						time.Sleep(200 * time.Millisecond) // let the server commit
+						select { // the server committed (its reply is dropped)
+						case <-committed:
+						case <-time.After(30 * time.Second):
+						}
 					}
 					return
 				}
