@@ -662,10 +662,7 @@ func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(5)
-	prev := epochs.Token{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 10, Member: "previous-incarnation"}
-	if _, err := s.Claim(t.Context(), prev, sink.Observed{}); err != nil {
-		t.Fatal(err)
-	}
+	regressAll(t, c, s, 1) // held at epoch 10 by the previous incarnation
 	produce(t, c, 1, keys, 0, 4)
 
 	var oldMember atomic.Value
@@ -707,10 +704,7 @@ func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
 	newSink := &gatedClaims{Sink: s, from: 2, gate: newGate(), members: make(chan string, 1)}
 	nw := startWorker(t, c, s, workerOpts{name: "new", sink: newSink, reclaimInterval: 100 * time.Millisecond})
 	t.Cleanup(newSink.gate.open) // before new's Close (cleanups run last first)
-	waitFor(t, 60*time.Second, "new to be blocked by the regressed epoch", func() bool {
-		ps := nw.Partitions()
-		return len(ps) == 1 && ps[0].State == consumer.StateBlocked && errors.Is(ps[0].LastErr, consumer.ErrEpochRegressed)
-	})
+	waitFor(t, 60*time.Second, "new to be blocked by the regressed epoch", func() bool { return blockedBy(nw.Partitions(), 1) })
 	if swallowed.Load() == 0 {
 		t.Fatal("old's heartbeats were never held back: the coordinator did not evict it")
 	}
@@ -759,10 +753,7 @@ func TestEqualEpochAfterDataLoss(t *testing.T) {
 	}
 	produce(t, c, 1, keys, 0, 3)
 	w := startWorker(t, c, s, workerOpts{name: "w", reclaimInterval: 100 * time.Millisecond})
-	waitFor(t, 30*time.Second, "the partition blocked as a regression", func() bool {
-		ps := w.Partitions()
-		return len(ps) == 1 && ps[0].State == consumer.StateBlocked && errors.Is(ps[0].LastErr, consumer.ErrEpochRegressed)
-	})
+	waitFor(t, 30*time.Second, "the partition blocked as a regression", func() bool { return blockedBy(w.Partitions(), 1) })
 	if w.Stats().FencedClaims == 0 {
 		t.Fatal("the claim was never refused")
 	}

@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -325,4 +327,29 @@ func fmtTokens[T fmt.Stringer](ts []T) string {
 		b.WriteString(t.String() + " ")
 	}
 	return b.String()
+}
+
+// regressAll stores, for each of the partitions, a holder of the group's
+// previous incarnation at epoch 10: every claim of the group's members is
+// refused as a regression, so the partitions stay blocked.
+func regressAll(t *testing.T, c *cluster, s *memory.Sink, partitions int32) {
+	t.Helper()
+	for p := range partitions {
+		prev := epochs.Token{Group: c.group, Topic: c.topic, Partition: p, Epoch: 10, Member: "previous-incarnation"}
+		if _, err := s.Claim(t.Context(), prev, sink.Observed{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// blockedBy reports whether every one of ps (want of them) is blocked as
+// a regression of the group's epochs.
+func blockedBy(ps []consumer.PartitionStatus, want int) bool {
+	n := 0
+	for _, p := range ps {
+		if p.State == consumer.StateBlocked && errors.Is(p.LastErr, consumer.ErrEpochRegressed) {
+			n++
+		}
+	}
+	return n == want && len(ps) == want
 }

@@ -37,29 +37,6 @@ func heldSeries(t *testing.T, reg prometheus.Gatherer, p int32) []string {
 	return out
 }
 
-// regressAll stores, for each of the partitions, a holder of the group's
-// previous incarnation at epoch 10: every claim of the group's members is
-// refused as a regression, so the partitions stay blocked.
-func regressAll(t *testing.T, c *cluster, s *memory.Sink, partitions int32) {
-	t.Helper()
-	for p := range partitions {
-		prev := epochs.Token{Group: c.group, Topic: c.topic, Partition: p, Epoch: 10, Member: "previous-incarnation"}
-		if _, err := s.Claim(t.Context(), prev, sink.Observed{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func blockedBy(ps []consumer.PartitionStatus, want int) bool {
-	n := 0
-	for _, p := range ps {
-		if p.State == consumer.StateBlocked && errors.Is(p.LastErr, consumer.ErrEpochRegressed) {
-			n++
-		}
-	}
-	return n == want && len(ps) == want
-}
-
 // TestMetricsBlockedThenRevoked: a worker's two partitions are blocked
 // (stalled = 1); a second worker joins and one of them is revoked. The
 // revoked partition's series are gone from the first worker's registry,

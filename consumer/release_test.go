@@ -155,10 +155,7 @@ func (e *events) find(match func(consumer.Event) bool) []consumer.Event {
 func TestLostWhileReclaimingCancelsTheClaim(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	s := memory.New()
-	prev := epochs.Token{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 10, Member: "previous-incarnation"}
-	if _, err := s.Claim(t.Context(), prev, sink.Observed{}); err != nil {
-		t.Fatal(err)
-	}
+	regressAll(t, c, s, 1) // held at epoch 10 by the previous incarnation
 	var first atomic.Pointer[epochs.Token]
 	h := newHeldClaims(s, true, func(tok epochs.Token, n int) bool {
 		first.CompareAndSwap(nil, &tok)
@@ -318,12 +315,7 @@ func TestHungReclaimHoldsUpOnlyItsPartition(t *testing.T) {
 	const partitions = 2
 	c := newFakeCluster(t, partitions)
 	s := memory.New()
-	for p := range int32(partitions) {
-		prev := epochs.Token{Group: c.group, Topic: c.topic, Partition: p, Epoch: 10, Member: "previous-incarnation"}
-		if _, err := s.Claim(t.Context(), prev, sink.Observed{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	regressAll(t, c, s, partitions)
 	h := newHeldClaims(s, false, func(tok epochs.Token, n int) bool { return tok.Partition == 0 && n == 2 })
 	w := startWorker(t, c, s, workerOpts{name: "a", sink: h, reclaimInterval: 50 * time.Millisecond})
 	t.Cleanup(h.open) // before the worker's Close

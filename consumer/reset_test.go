@@ -8,7 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/fences"
 	"github.com/workrouter/workrouter/sink"
@@ -29,17 +28,11 @@ func TestPreviousIncarnationBelowTheResetEpoch(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(4)
-	prev := epochs.Token{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 10, Member: "previous-incarnation"}
-	if _, err := s.Claim(t.Context(), prev, sink.Observed{}); err != nil {
-		t.Fatal(err)
-	}
+	regressAll(t, c, s, 1) // held at epoch 10 by the previous incarnation
 	produce(t, c, 1, keys, 0, 1)
 
 	w := startWorker(t, c, s, workerOpts{name: "live", reclaimInterval: 100 * time.Millisecond})
-	waitFor(t, 60*time.Second, "the live worker to be blocked by the regressed epoch", func() bool {
-		ps := w.Partitions()
-		return len(ps) == 1 && ps[0].State == consumer.StateBlocked && errors.Is(ps[0].LastErr, consumer.ErrEpochRegressed)
-	})
+	waitFor(t, 60*time.Second, "the live worker to be blocked by the regressed epoch", func() bool { return blockedBy(w.Partitions(), 1) })
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
