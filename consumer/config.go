@@ -209,6 +209,10 @@ type Config[Tx any] struct {
 	// commitPace is the committer's least time between two commits;
 	// default the constant commitPace. Only this package's tests set it.
 	commitPace time.Duration
+	// topicCheckEvery is the least time between two checks of whether
+	// the topic exists; default MinTopicCheckInterval. Only this
+	// package's tests set it.
+	topicCheckEvery time.Duration
 }
 
 // ErrConfig is matched by every configuration error returned by New.
@@ -280,6 +284,9 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 	}
 	if out.ReclaimInterval == 0 {
 		out.ReclaimInterval = 10 * time.Second
+	}
+	if out.topicCheckEvery <= 0 {
+		out.topicCheckEvery = MinTopicCheckInterval
 	}
 	if out.commitPace <= 0 {
 		out.commitPace = commitPace

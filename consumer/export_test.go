@@ -7,3 +7,9 @@ import "time"
 // committer's next tick out of reach. It exists in this package's tests
 // only.
 func SetCommitPace[Tx any](c *Config[Tx], d time.Duration) { c.commitPace = d }
+
+// SetTopicCheckInterval sets the least time between two checks of whether
+// the topic of a Worker made from c exists (MinTopicCheckInterval by
+// default), so that a test of a missing topic need not wait it out. It
+// exists in this package's tests only.
+func SetTopicCheckInterval[Tx any](c *Config[Tx], d time.Duration) { c.topicCheckEvery = d }

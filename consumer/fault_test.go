@@ -486,7 +486,7 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 	var changed []*sink.LogChangedError
 	var recreated []consumer.TopicRecreated
 	w := startWorker(t, c, s, workerOpts{name: "w1", reclaimInterval: 100 * time.Millisecond, lagInterval: 200 * time.Millisecond,
-		observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
+		topicCheck: 300 * time.Millisecond, observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch e := e.(type) {

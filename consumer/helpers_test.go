@@ -236,6 +236,9 @@ type workerOpts struct {
 	// commitPace, if set, is the committer's least time between commits
 	// (consumer.SetCommitPace).
 	commitPace time.Duration
+	// topicCheck, if set, is the least time between two checks of the
+	// topic (consumer.SetTopicCheckInterval).
+	topicCheck time.Duration
 }
 
 func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consumer.Worker[*memory.Tx] {
@@ -295,6 +298,9 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 	}
 	if o.commitPace > 0 {
 		consumer.SetCommitPace(&cfg, o.commitPace)
+	}
+	if o.topicCheck > 0 {
+		consumer.SetTopicCheckInterval(&cfg, o.topicCheck)
 	}
 	w, err := consumer.New(context.Background(), cfg)
 	if err != nil {

@@ -46,7 +46,7 @@ type topicWatch struct {
 // LagInterval.
 func (w *Worker[Tx]) watchTopic(tw *topicWatch) {
 	now := time.Now()
-	if !tw.last.IsZero() && now.Sub(tw.last) < MinTopicCheckInterval {
+	if !tw.last.IsZero() && now.Sub(tw.last) < w.cfg.topicCheckEvery {
 		return
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, max(w.cfg.LagInterval, MinTopicCheckInterval))

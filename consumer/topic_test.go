@@ -64,14 +64,16 @@ func TestTopicMissingIsReported(t *testing.T) {
 	}
 	var logs lockedBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	w, err := consumer.New(context.Background(), consumer.Config[*memory.Tx]{
+	cfg := consumer.Config[*memory.Tx]{
 		Brokers: c.ListenAddrs(), Group: c.group, Topic: c.topic, Sink: s,
 		Handlers:       map[string]consumer.Handler[*memory.Tx]{"append": appendHandler},
 		SessionTimeout: time.Second, RebalanceTimeout: 3 * time.Second, HeartbeatInterval: 100 * time.Millisecond,
 		LagInterval: 100 * time.Millisecond,
 		Logger:      logger,
 		Observers:   []consumer.Observer{record},
-	})
+	}
+	consumer.SetTopicCheckInterval(&cfg, 300*time.Millisecond) // not MinTopicCheckInterval's 5 s between the checks it waits for
+	w, err := consumer.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
