@@ -39,7 +39,9 @@ const restartWait = 60 * time.Second
 // brokerRestart kills the broker process with SIGKILL, starts it again on
 // the same address and data dir, checks that every record acknowledged
 // before the kill is still in its log, and waits until every partition is
-// claimed again at a newer epoch and every worker has claimed again. It
+// claimed again at a newer epoch, or is still held by the member that held
+// it before the kill (its session outlived the restart), and every worker
+// is back in the same sense. It
 // happened when the process died of the SIGKILL and came back.
 func (r *run) brokerRestart() (bool, error) {
 	members := slices.DeleteFunc(r.members(), func(w *cluster.Worker) bool { return w.Exited() })
@@ -69,9 +71,24 @@ func (r *run) brokerRestart() (bool, error) {
 	all := slices.Clone(r.all)
 	r.mu.Unlock()
 	var before int32
+	// A member whose session outlives the restart keeps its partitions
+	// with their tenures (a cooperative rebalance leaves their tokens as
+	// they are): such a partition is back without a new claim.
+	type holding struct {
+		w *cluster.Worker
+		c cluster.Claim
+	}
+	heldBefore := map[int32]holding{}
 	for p := range r.cfg.Partitions {
-		_, c := cluster.OwnerOf(all, p)
+		w, c := cluster.OwnerOf(all, p)
 		before = max(before, c.Epoch)
+		if w != nil {
+			heldBefore[p] = holding{w, c}
+		}
+	}
+	keeps := func(w *cluster.Worker, p int32, c cluster.Claim) bool {
+		h, ok := heldBefore[p]
+		return ok && h.w == w && h.c == c && !w.Exited()
 	}
 	if err := r.bp.Restart(r.ctx); err != nil {
 		return false, fmt.Errorf("chaos: restarting the broker: %w", err)
@@ -101,8 +118,8 @@ func (r *run) brokerRestart() (bool, error) {
 	backCount := func(ws []*cluster.Worker) int {
 		n := 0
 		for _, w := range ws {
-			for _, c := range w.Owned() {
-				if c.Epoch > before {
+			for p, c := range w.Owned() {
+				if c.Epoch > before || keeps(w, p, c) {
 					n++
 					break
 				}
@@ -115,7 +132,7 @@ func (r *run) brokerRestart() (bool, error) {
 		all := slices.Clone(r.all)
 		r.mu.Unlock()
 		for p := range r.cfg.Partitions {
-			if _, c := cluster.OwnerOf(all, p); c.Epoch <= before {
+			if w, c := cluster.OwnerOf(all, p); c.Epoch <= before && !keeps(w, p, c) {
 				return false
 			}
 		}
@@ -126,7 +143,7 @@ func (r *run) brokerRestart() (bool, error) {
 	rs.Workers, rs.Back = min(len(ws), int(r.cfg.Partitions)), min(backCount(ws), int(r.cfg.Partitions))
 	if recovered {
 		rs.Recovery = time.Since(ready)
-		r.logf("  RECOVERED: every partition claimed again above epoch %d and %d of %d workers back %s after the restart",
+		r.logf("  RECOVERED: every partition claimed again above epoch %d (or kept through the restart) and %d of %d workers back %s after the restart",
 			before, rs.Back, rs.Workers, rs.Recovery.Round(time.Millisecond))
 	} else {
 		r.logf("  NOT RECOVERED within %s: %d of %d workers back", restartWait, rs.Back, rs.Workers)
