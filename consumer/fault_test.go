@@ -16,9 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/fences"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -423,7 +423,7 @@ func TestResetUnderLiveTenure(t *testing.T) {
 	}
 	defer cl.Close()
 	ctx := context.Background()
-	reports, err := fences.Diagnose(ctx, cl, s, c.group, c.topic)
+	reports, err := admin.Diagnose(ctx, cl, s, c.group, c.topic)
 	if err != nil || len(reports) != 1 {
 		t.Fatalf("diagnose: %v, %d reports", err, len(reports))
 	}
@@ -431,12 +431,12 @@ func TestResetUnderLiveTenure(t *testing.T) {
 	if len(r.Problems) != 0 || r.Fence.NextOffset != int64(len(keys)*5) {
 		t.Fatalf("a healthy scope was diagnosed %+v", r)
 	}
-	req := fences.Request{Scope: r.Fence.Scope, Expect: fences.ExpectToken(r.Fence), Checkpoint: fences.Checkpoint{RestartAt: "15"}, Reason: "replay the last five (test)"}
-	if _, err := fences.Reset(ctx, cl, s, req); !errors.Is(err, fences.ErrNoCause) {
+	req := admin.Request{Scope: r.Fence.Scope, Expect: admin.ExpectToken(r.Fence), Checkpoint: admin.Checkpoint{RestartAt: "15"}, Reason: "replay the last five (test)"}
+	if _, err := admin.Reset(ctx, cl, s, req); !errors.Is(err, admin.ErrNoCause) {
 		t.Fatalf("unforced reset of a healthy scope: %v, want ErrNoCause", err)
 	}
 	req.Force = true
-	res, err := fences.Reset(ctx, cl, s, req)
+	res, err := admin.Reset(ctx, cl, s, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,8 +534,8 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 		t.Fatalf("%d effects applied before the reset, want %d (nothing of the new log)", n, len(keys)*5)
 	}
 
-	operatorReset(t, cl, s, c, fences.Checkpoint{RestartAt: "earliest"}, func(r fences.Report) bool {
-		return len(r.Problems) == 1 && r.Problems[0].Kind == fences.TopicRecreated
+	operatorReset(t, cl, s, c, admin.Checkpoint{RestartAt: "earliest"}, func(r admin.Report) bool {
+		return len(r.Problems) == 1 && r.Problems[0].Kind == admin.TopicRecreated
 	})
 	waitFor(t, 30*time.Second, "the new log applied", func() bool { return appliedCount(s, keys) == len(keys)*8 })
 	checkInvariants(t, s, keys, 8)
@@ -616,7 +616,7 @@ func TestRetentionUnderLiveWorker(t *testing.T) {
 	}
 
 	// The operator accepts the loss: restart at the log start.
-	operatorReset(t, cl, s, c, fences.Checkpoint{RestartAt: "earliest"}, func(r fences.Report) bool { return r.Lost() == 10 })
+	operatorReset(t, cl, s, c, admin.Checkpoint{RestartAt: "earliest"}, func(r admin.Report) bool { return r.Lost() == 10 })
 	waitFor(t, 30*time.Second, "the records past the gap applied", func() bool { return appliedCount(s, keys) == 10 })
 	if got := logOf(s, keys[0]); !slices.Equal(got, []int{0, 1, 2, 3, 4, 15, 16, 17, 18, 19}) {
 		t.Fatalf("applied %v", got)
@@ -714,8 +714,8 @@ func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	operatorReset(t, cl, s, c, fences.Checkpoint{Keep: true}, func(r fences.Report) bool {
-		return len(r.Problems) > 0 && r.Problems[0].Kind == fences.HolderGone
+	operatorReset(t, cl, s, c, admin.Checkpoint{Keep: true}, func(r admin.Report) bool {
+		return len(r.Problems) > 0 && r.Problems[0].Kind == admin.HolderGone
 	})
 
 	// OLD wakes right after the reset and claims first.
@@ -767,13 +767,13 @@ func TestEqualEpochAfterDataLoss(t *testing.T) {
 
 // operatorReset diagnoses the cluster's only partition as an operator
 // would, checks the diagnosis with ok, and resets its fence with cp.
-func operatorReset(t *testing.T, cl *kgo.Client, s *memory.Sink, c *cluster, cp fences.Checkpoint, ok func(fences.Report) bool) {
+func operatorReset(t *testing.T, cl *kgo.Client, s *memory.Sink, c *cluster, cp admin.Checkpoint, ok func(admin.Report) bool) {
 	t.Helper()
-	reports, err := fences.Diagnose(t.Context(), cl, s, c.group, c.topic)
+	reports, err := admin.Diagnose(t.Context(), cl, s, c.group, c.topic)
 	if err != nil || len(reports) != 1 || !ok(reports[0]) {
 		t.Fatalf("diagnose: %v, %+v", err, reports)
 	}
-	if _, err := fences.Reset(t.Context(), cl, s, fences.Request{Scope: reports[0].Fence.Scope, Expect: fences.ExpectToken(reports[0].Fence),
+	if _, err := admin.Reset(t.Context(), cl, s, admin.Request{Scope: reports[0].Fence.Scope, Expect: admin.ExpectToken(reports[0].Fence),
 		Checkpoint: cp, Reason: "the operator's reset (test)"}); err != nil {
 		t.Fatal(err)
 	}

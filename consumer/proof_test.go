@@ -7,9 +7,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/fences"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -71,8 +71,8 @@ func TestProofAfterTheEpochMoved(t *testing.T) {
 			if fence.Holder != kept {
 				t.Fatalf("the kept partition's fence %+v is not held by a's token %v", fence, kept)
 			}
-			if _, err := fences.Reset(ctx, cl, s, fences.Request{Scope: fence.Scope, Expect: fences.ExpectToken(fence),
-				Checkpoint: fences.Checkpoint{Keep: true}, Reason: "reset under a moved epoch (test)", Force: true}); err != nil {
+			if _, err := admin.Reset(ctx, cl, s, admin.Request{Scope: fence.Scope, Expect: admin.ExpectToken(fence),
+				Checkpoint: admin.Checkpoint{Keep: true}, Reason: "reset under a moved epoch (test)", Force: true}); err != nil {
 				t.Fatal(err)
 			}
 			claimsBefore := a.Stats().Claims

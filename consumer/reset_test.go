@@ -8,8 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/fences"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -38,8 +38,8 @@ func TestPreviousIncarnationBelowTheResetEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	operatorReset(t, cl, s, c, fences.Checkpoint{Keep: true}, func(r fences.Report) bool {
-		return len(r.Problems) > 0 && r.Problems[0].Kind == fences.HolderGone
+	operatorReset(t, cl, s, c, admin.Checkpoint{Keep: true}, func(r admin.Report) bool {
+		return len(r.Problems) > 0 && r.Problems[0].Kind == admin.HolderGone
 	})
 	waitFor(t, 60*time.Second, "the live worker to claim with a proof and apply", func() bool { return appliedCount(s, keys) == len(keys) })
 	live, ok := claimedBy(s, w.Partitions()[0].Token.Member)

@@ -12,7 +12,7 @@ import (
 // scope's checkpoint is not the log the checkpoint was taken on
 // (docs/design.md#log-identity). It never matches ErrFenced: the claimer
 // is not a zombie, the log changed, and an operator must decide (see
-// package fences). Each case also matches its own sentinel below.
+// package admin). Each case also matches its own sentinel below.
 var ErrLogChanged = errors.New("sink: the log under the checkpoint changed")
 
 // The cases of a *LogChangedError, each matched by errors.Is.

@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/fences"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -281,7 +281,7 @@ func newFencesHistoryCmd() *cobra.Command {
 					TopicID    string `json:"topic_id"`
 					Reason     string `json:"reason,omitempty"`
 					// Detail is a reset's audit of what the operator saw
-					// (JSON written by package fences).
+					// (JSON written by package admin).
 					Detail string    `json:"detail,omitempty"`
 					At     time.Time `json:"at"`
 				}
@@ -416,7 +416,7 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 	if strings.TrimSpace(f.reason) == "" {
 		return errors.New("--reason is required: say why the fence is reset (it is recorded in the sink's history)")
 	}
-	var cp fences.Checkpoint
+	var cp admin.Checkpoint
 	switch {
 	case f.keep && f.restartAt != "":
 		return errors.New("--keep-checkpoint and --restart-at exclude each other: keep the checkpoint (epochs went backwards) or restart on the log as it is (the log changed)")
@@ -424,8 +424,8 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 		cp.Keep = true
 	case f.restartAt != "":
 		var err error
-		if cp, err = fences.ParseCheckpoint(f.restartAt); err != nil {
-			return errors.New(strings.TrimPrefix(err.Error(), fences.ErrBadRequest.Error()+": "))
+		if cp, err = admin.ParseCheckpoint(f.restartAt); err != nil {
+			return errors.New(strings.TrimPrefix(err.Error(), admin.ErrBadRequest.Error()+": "))
 		}
 	default:
 		return errors.New("say what happens to the checkpoint: --keep-checkpoint (the epochs went backwards, the log is intact) or --restart-at earliest|latest|OFFSET (the log changed); the dry run's diagnosis says which")
@@ -462,11 +462,11 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 	}
 	defer cl.Close()
 
-	reports, err := fences.Diagnose(gctx, cl, s, f.group, f.topic)
+	reports, err := admin.Diagnose(gctx, cl, s, f.group, f.topic)
 	if err != nil {
 		return fmt.Errorf("%w (nothing changed)", brokerError(ctx, c.explain(err), c.brokers, f.topic, f.timeout))
 	}
-	var targets []fences.Report
+	var targets []admin.Report
 	for _, r := range reports {
 		if all || r.Fence.Scope.Partition == f.partition {
 			targets = append(targets, r)
@@ -527,12 +527,12 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 
 	for i, r := range targets {
 		scope := r.Fence.Scope
-		res, err := fences.Reset(gctx, cl, s, fences.Request{Scope: scope, Expect: expect[scope.Partition], Checkpoint: cp, Reason: f.reason, Force: f.force})
+		res, err := admin.Reset(gctx, cl, s, admin.Request{Scope: scope, Expect: expect[scope.Partition], Checkpoint: cp, Reason: f.reason, Force: f.force})
 		if err != nil {
 			switch {
-			case errors.Is(err, fences.ErrMoved):
+			case errors.Is(err, admin.ErrMoved):
 				err = fmt.Errorf("%w; run the dry run again", err)
-			case errors.Is(err, fences.ErrNoCause):
+			case errors.Is(err, admin.ErrNoCause):
 			}
 			return fmt.Errorf("%w (%d of %d reset before it)", err, i, len(targets))
 		}
@@ -552,15 +552,15 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 }
 
 // planReset says what a reset of r with cp would do.
-func planReset(r fences.Report, cp fences.Checkpoint, force bool) resetPlan {
+func planReset(r admin.Report, cp admin.Checkpoint, force bool) resetPlan {
 	p := resetPlan{Scope: r.Fence.Scope.String(), Partition: r.Fence.Scope.Partition, Fence: toFenceJSON(r.Fence),
 		LogTopicID: r.Log.TopicID, TopicExists: r.TopicExists, LogStart: r.Log.LogStart, LogEnd: r.Log.LogEnd,
 		Committed: r.Committed, Owner: r.Owner, Members: r.Members, Problems: []statusProblem{},
-		Checkpoint: -1, Resumes: r.Owner != "", Expect: fences.ExpectToken(r.Fence)}
+		Checkpoint: -1, Resumes: r.Owner != "", Expect: admin.ExpectToken(r.Fence)}
 	logChanged := false
 	for _, pr := range r.Problems {
 		p.Problems = append(p.Problems, statusProblem{Kind: string(pr.Kind), Detail: pr.Detail})
-		logChanged = logChanged || pr.Kind == fences.TopicRecreated || pr.Kind == fences.LogTruncated || pr.Kind == fences.RetentionLoss
+		logChanged = logChanged || pr.Kind == admin.TopicRecreated || pr.Kind == admin.LogTruncated || pr.Kind == admin.RetentionLoss
 	}
 	switch {
 	case len(r.Problems) == 0 && !force:

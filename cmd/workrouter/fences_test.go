@@ -17,8 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/fences"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -143,7 +143,7 @@ func produceTo(t *testing.T, kf *kfake.Cluster, topic string, p int32, n int) {
 // expectOf returns the expect token of scope's fence in the sink at path.
 func expectOf(t *testing.T, path string, p int32) string {
 	t.Helper()
-	return fences.ExpectToken(sinkFences(t, path)[epochs.Scope{Group: "g", Topic: "t", Partition: p}])
+	return admin.ExpectToken(sinkFences(t, path)[epochs.Scope{Group: "g", Topic: "t", Partition: p}])
 }
 
 func resetArgs(path, addr string, more ...string) []string {

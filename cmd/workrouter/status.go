@@ -18,8 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/consumer"
-	"github.com/workrouter/workrouter/fences"
 	"github.com/workrouter/workrouter/kafkaconn"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
@@ -149,7 +149,7 @@ type statusPartition struct {
 	Problems []statusProblem `json:"problems,omitempty"`
 }
 
-// statusProblem is one thing wrong with a partition (fences.Problem).
+// statusProblem is one thing wrong with a partition (admin.Problem).
 type statusProblem struct {
 	Kind   string `json:"kind"`
 	Detail string `json:"detail"`
@@ -435,19 +435,19 @@ func describeConsumerGroup(ctx context.Context, cl *kgo.Client, rep *statusRepor
 }
 
 // addSinkFences adds the sink's fences of the group and topic to rep, with
-// each partition's problems (fences.Diagnose) and open dead letters.
+// each partition's problems (admin.Diagnose) and open dead letters.
 func addSinkFences(ctx context.Context, cl *kgo.Client, rep *statusReport, spec sinkSpec) error {
 	s, closeSink, err := openAdminReadOnly(ctx, spec)
 	if err != nil {
 		return err
 	}
 	defer closeSink()
-	reports, err := fences.Diagnose(ctx, cl, s, rep.Group, rep.Topic)
+	reports, err := admin.Diagnose(ctx, cl, s, rep.Group, rep.Topic)
 	if err != nil {
 		return fmt.Errorf("sink %s: %w", spec, err)
 	}
 	rep.Sink = spec.String()
-	byPart := make(map[int32]fences.Report)
+	byPart := make(map[int32]admin.Report)
 	for _, r := range reports {
 		byPart[r.Fence.Scope.Partition] = r
 	}
@@ -482,7 +482,7 @@ func addSinkFences(ctx context.Context, cl *kgo.Client, rep *statusReport, spec 
 		logChanged := false
 		for _, pr := range r.Problems {
 			p.Problems = append(p.Problems, statusProblem{Kind: string(pr.Kind), Detail: pr.Detail})
-			logChanged = logChanged || pr.Kind == fences.TopicRecreated || pr.Kind == fences.LogTruncated || pr.Kind == fences.RetentionLoss
+			logChanged = logChanged || pr.Kind == admin.TopicRecreated || pr.Kind == admin.LogTruncated || pr.Kind == admin.RetentionLoss
 		}
 		if !logChanged {
 			lag := max(p.EndOffset-f.NextOffset, 0)

@@ -1,4 +1,4 @@
-package fences_test
+package admin_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/fences"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -96,9 +96,9 @@ func (e *env) hold(tok epochs.Token, next int64) {
 	}
 }
 
-func (e *env) report() fences.Report {
+func (e *env) report() admin.Report {
 	e.t.Helper()
-	rs, err := fences.Diagnose(e.ctx, e.cl, e.s, group, topic)
+	rs, err := admin.Diagnose(e.ctx, e.cl, e.s, group, topic)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -108,8 +108,8 @@ func (e *env) report() fences.Report {
 	return rs[0]
 }
 
-func kinds(r fences.Report) []fences.ProblemKind {
-	var ks []fences.ProblemKind
+func kinds(r admin.Report) []admin.ProblemKind {
+	var ks []admin.ProblemKind
 	for _, p := range r.Problems {
 		ks = append(ks, p.Kind)
 	}
@@ -129,8 +129,8 @@ func TestResetRefusedWithoutCause(t *testing.T) {
 	if len(r.Problems) != 0 || !r.TopicExists || r.Log.LogEnd != 10 {
 		t.Fatalf("healthy scope diagnosed as %+v", r)
 	}
-	req := fences.Request{Scope: scope, Expect: fences.ExpectToken(r.Fence), Checkpoint: fences.Checkpoint{Keep: true}, Reason: "test"}
-	if _, err := fences.Reset(e.ctx, e.cl, e.s, req); !errors.Is(err, fences.ErrNoCause) {
+	req := admin.Request{Scope: scope, Expect: admin.ExpectToken(r.Fence), Checkpoint: admin.Checkpoint{Keep: true}, Reason: "test"}
+	if _, err := admin.Reset(e.ctx, e.cl, e.s, req); !errors.Is(err, admin.ErrNoCause) {
 		t.Fatalf("reset of a healthy scope: %v, want ErrNoCause", err)
 	}
 	if f := e.report().Fence; f.Holder != tok || f.ProofRequired {
@@ -138,7 +138,7 @@ func TestResetRefusedWithoutCause(t *testing.T) {
 	}
 
 	req.Force = true
-	res, err := fences.Reset(e.ctx, e.cl, e.s, req)
+	res, err := admin.Reset(e.ctx, e.cl, e.s, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,18 +164,18 @@ func TestResetRequestChecks(t *testing.T) {
 	e := newEnv(t)
 	e.produce(5)
 	e.hold(tok, 5)
-	good := fences.ExpectToken(e.report().Fence)
+	good := admin.ExpectToken(e.report().Fence)
 	for _, c := range []struct {
 		name string
-		req  fences.Request
+		req  admin.Request
 		want error
 	}{
-		{"no reason", fences.Request{Scope: scope, Expect: good, Force: true, Checkpoint: fences.Checkpoint{Keep: true}}, fences.ErrBadRequest},
-		{"stale expect", fences.Request{Scope: scope, Expect: "00000000", Force: true, Checkpoint: fences.Checkpoint{Keep: true}, Reason: "r"}, fences.ErrMoved},
-		{"unknown scope", fences.Request{Scope: epochs.Scope{Group: group, Topic: topic, Partition: 3}, Expect: good, Force: true, Reason: "r"}, sink.ErrNotFound},
-		{"offset past the log", fences.Request{Scope: scope, Expect: good, Force: true, Checkpoint: fences.Checkpoint{RestartAt: "6"}, Reason: "r"}, fences.ErrBadRequest},
+		{"no reason", admin.Request{Scope: scope, Expect: good, Force: true, Checkpoint: admin.Checkpoint{Keep: true}}, admin.ErrBadRequest},
+		{"stale expect", admin.Request{Scope: scope, Expect: "00000000", Force: true, Checkpoint: admin.Checkpoint{Keep: true}, Reason: "r"}, admin.ErrMoved},
+		{"unknown scope", admin.Request{Scope: epochs.Scope{Group: group, Topic: topic, Partition: 3}, Expect: good, Force: true, Reason: "r"}, sink.ErrNotFound},
+		{"offset past the log", admin.Request{Scope: scope, Expect: good, Force: true, Checkpoint: admin.Checkpoint{RestartAt: "6"}, Reason: "r"}, admin.ErrBadRequest},
 	} {
-		if _, err := fences.Reset(e.ctx, e.cl, e.s, c.req); !errors.Is(err, c.want) {
+		if _, err := admin.Reset(e.ctx, e.cl, e.s, c.req); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
 	}
@@ -183,7 +183,7 @@ func TestResetRequestChecks(t *testing.T) {
 		t.Fatalf("refused resets changed the fence: %+v", f)
 	}
 	for _, bad := range []string{"", "first", "-1", "1.5"} {
-		if _, err := fences.ParseCheckpoint(bad); !errors.Is(err, fences.ErrBadRequest) {
+		if _, err := admin.ParseCheckpoint(bad); !errors.Is(err, admin.ErrBadRequest) {
 			t.Errorf("ParseCheckpoint(%q): %v, want ErrBadRequest", bad, err)
 		}
 	}
@@ -213,7 +213,7 @@ func TestRecreatedTopic(t *testing.T) {
 	e.cl, e.adm = cl, kadm.NewClient(cl)
 	e.produce(3)
 	r := e.report()
-	if got := kinds(r); len(got) != 1 || got[0] != fences.TopicRecreated {
+	if got := kinds(r); len(got) != 1 || got[0] != admin.TopicRecreated {
 		t.Fatalf("problems %v, want [topic_recreated]", got)
 	}
 	if r.Log.TopicID == oldID || r.Log.TopicID == "" {
@@ -225,16 +225,16 @@ func TestRecreatedTopic(t *testing.T) {
 		t.Fatalf("claim on the recreated topic: %v", err)
 	}
 
-	expect := fences.ExpectToken(r.Fence)
-	keep := fences.Request{Scope: scope, Expect: expect, Checkpoint: fences.Checkpoint{Keep: true}, Reason: "topic recreated"}
-	if _, err := fences.Reset(e.ctx, e.cl, e.s, keep); !errors.Is(err, fences.ErrBadRequest) {
+	expect := admin.ExpectToken(r.Fence)
+	keep := admin.Request{Scope: scope, Expect: expect, Checkpoint: admin.Checkpoint{Keep: true}, Reason: "topic recreated"}
+	if _, err := admin.Reset(e.ctx, e.cl, e.s, keep); !errors.Is(err, admin.ErrBadRequest) {
 		t.Fatalf("keeping the checkpoint of a recreated topic: %v, want ErrBadRequest", err)
 	}
-	cp, err := fences.ParseCheckpoint("earliest")
+	cp, err := admin.ParseCheckpoint("earliest")
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := fences.Reset(e.ctx, e.cl, e.s, fences.Request{Scope: scope, Expect: expect, Checkpoint: cp, Reason: "topic recreated"})
+	res, err := admin.Reset(e.ctx, e.cl, e.s, admin.Request{Scope: scope, Expect: expect, Checkpoint: cp, Reason: "topic recreated"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,14 +266,14 @@ func TestRetentionLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.report()
-	if got := kinds(r); len(got) != 1 || got[0] != fences.RetentionLoss || r.Lost() != 5 {
+	if got := kinds(r); len(got) != 1 || got[0] != admin.RetentionLoss || r.Lost() != 5 {
 		t.Fatalf("problems %v, lost %d; want [retention_loss], 5", got, r.Lost())
 	}
-	expect := fences.ExpectToken(r.Fence)
-	if _, err := fences.Reset(e.ctx, e.cl, e.s, fences.Request{Scope: scope, Expect: expect, Checkpoint: fences.Checkpoint{RestartAt: "12"}, Reason: "r"}); !errors.Is(err, fences.ErrBadRequest) {
+	expect := admin.ExpectToken(r.Fence)
+	if _, err := admin.Reset(e.ctx, e.cl, e.s, admin.Request{Scope: scope, Expect: expect, Checkpoint: admin.Checkpoint{RestartAt: "12"}, Reason: "r"}); !errors.Is(err, admin.ErrBadRequest) {
 		t.Fatalf("restart at a deleted offset: %v, want ErrBadRequest", err)
 	}
-	res, err := fences.Reset(e.ctx, e.cl, e.s, fences.Request{Scope: scope, Expect: expect, Checkpoint: fences.Checkpoint{RestartAt: "15"}, Reason: "accepted the loss of 10-14 (INC-1)"})
+	res, err := admin.Reset(e.ctx, e.cl, e.s, admin.Request{Scope: scope, Expect: expect, Checkpoint: admin.Checkpoint{RestartAt: "15"}, Reason: "accepted the loss of 10-14 (INC-1)"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestTruncatedLog(t *testing.T) {
 	e := newEnv(t)
 	e.produce(5)
 	e.hold(tok, 8) // the sink applied offsets the log no longer has
-	if got := kinds(e.report()); len(got) != 1 || got[0] != fences.LogTruncated {
+	if got := kinds(e.report()); len(got) != 1 || got[0] != admin.LogTruncated {
 		t.Fatalf("problems %v, want [log_truncated]", got)
 	}
 }
@@ -307,7 +307,7 @@ func TestHolderGone(t *testing.T) {
 	}
 	defer member.Close()
 	deadline := time.Now().Add(20 * time.Second)
-	var r fences.Report
+	var r admin.Report
 	for {
 		pctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
 		member.PollFetches(pctx)
@@ -316,13 +316,13 @@ func TestHolderGone(t *testing.T) {
 			break
 		}
 	}
-	if got := kinds(r); len(got) != 1 || got[0] != fences.HolderGone || r.HolderIsMember || r.Members != 1 {
+	if got := kinds(r); len(got) != 1 || got[0] != admin.HolderGone || r.HolderIsMember || r.Members != 1 {
 		t.Fatalf("report %+v, want one holder_gone problem with one member", r)
 	}
 	if !strings.Contains(r.Problems[0].Detail, "gone") {
 		t.Fatalf("detail does not name the holder: %s", r.Problems[0].Detail)
 	}
-	res, err := fences.Reset(e.ctx, e.cl, e.s, fences.Request{Scope: scope, Expect: fences.ExpectToken(r.Fence), Checkpoint: fences.Checkpoint{Keep: true}, Reason: "group recreated"})
+	res, err := admin.Reset(e.ctx, e.cl, e.s, admin.Request{Scope: scope, Expect: admin.ExpectToken(r.Fence), Checkpoint: admin.Checkpoint{Keep: true}, Reason: "group recreated"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,17 +1,4 @@
-// Package fences is the operator's side of workrouter's fence
-// (docs/design.md#admin-reset): Diagnose reads each scope's stored fence
-// next to what the broker says of its log and its group, and names what is
-// wrong; Reset is the audited, guarded admin reset the `workrouter fences
-// reset` command performs, for programs that build their own tooling.
-//
-// A reset is itself a write to the fence: it is a compare-and-set on the
-// fence the operator inspected, it says what happens to the checkpoint
-// (kept, for epochs that went backwards on an intact log; moved, for a new
-// log), it is refused when the live group and the log show no reason for
-// it unless forced, it is audited in the sink's history, and the next
-// claim must come with a proof of membership, so that a member of the
-// group's previous incarnation cannot come back through it.
-package fences
+package admin
 
 import (
 	"context"
@@ -109,7 +96,7 @@ func Diagnose(ctx context.Context, cl *kgo.Client, l sink.Lister, group, topic s
 	adm := kadm.NewClient(cl)
 	all, err := l.Fences(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("fences: reading the sink's fences: %w", err)
+		return nil, fmt.Errorf("admin: reading the sink's fences: %w", err)
 	}
 	var reports []Report
 	for _, f := range all {
@@ -123,15 +110,15 @@ func Diagnose(ctx context.Context, cl *kgo.Client, l sink.Lister, group, topic s
 	id, err := topicid.Read(ctx, cl, topic)
 	exists := err == nil
 	if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return nil, fmt.Errorf("fences: %w", err)
+		return nil, fmt.Errorf("admin: %w", err)
 	}
 	var starts, ends kadm.ListedOffsets
 	if exists {
 		if starts, err = adm.ListStartOffsets(ctx, topic); err != nil {
-			return nil, fmt.Errorf("fences: listing %s's start offsets: %w", topic, err)
+			return nil, fmt.Errorf("admin: listing %s's start offsets: %w", topic, err)
 		}
 		if ends, err = adm.ListEndOffsets(ctx, topic); err != nil {
-			return nil, fmt.Errorf("fences: listing %s's end offsets: %w", topic, err)
+			return nil, fmt.Errorf("admin: listing %s's end offsets: %w", topic, err)
 		}
 	}
 	committed, _ := adm.FetchOffsets(ctx, group) // a group with no commits: nothing committed
@@ -258,13 +245,13 @@ type Request struct {
 var (
 	// ErrBadRequest: the request itself is wrong (no reason, a checkpoint
 	// that does not fit the problem, an offset outside the log).
-	ErrBadRequest = errors.New("fences: bad reset request")
+	ErrBadRequest = errors.New("admin: bad reset request")
 	// ErrNoCause: the live group and the log show no reason for a reset;
 	// Force overrides.
-	ErrNoCause = errors.New("fences: the group and the log show no reason to reset this fence")
+	ErrNoCause = errors.New("admin: the group and the log show no reason to reset this fence")
 	// ErrMoved: the fence is not the one the operator inspected (its
 	// ExpectToken differs).
-	ErrMoved = errors.New("fences: the fence changed since it was inspected")
+	ErrMoved = errors.New("admin: the fence changed since it was inspected")
 )
 
 // Result is what a reset did.
@@ -299,7 +286,7 @@ func Reset(ctx context.Context, cl *kgo.Client, s admin, req Request) (Result, e
 	}
 	i := slices.IndexFunc(reports, func(r Report) bool { return r.Fence.Scope == req.Scope })
 	if i < 0 {
-		return Result{}, fmt.Errorf("fences: %s: %w", req.Scope, sink.ErrNotFound)
+		return Result{}, fmt.Errorf("admin: %s: %w", req.Scope, sink.ErrNotFound)
 	}
 	r := reports[i]
 	res := Result{Before: r.Fence, Report: r, Resumes: r.Owner != ""}
@@ -346,7 +333,7 @@ func Reset(ctx context.Context, cl *kgo.Client, s admin, req Request) (Result, e
 	sreq.Detail = string(detail)
 	before, err := s.ResetFence(ctx, sreq)
 	if err != nil {
-		return res, fmt.Errorf("fences: resetting %s: %w", req.Scope, err)
+		return res, fmt.Errorf("admin: resetting %s: %w", req.Scope, err)
 	}
 	res.Before = before
 	res.After = before.AfterReset(sreq)

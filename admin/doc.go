@@ -1,0 +1,20 @@
+// Package admin is the operator's side of workrouter, for every front end:
+// the `workrouter` CLI is flag parsing, one call into this package and
+// rendering, and a team that builds its own tooling (a Kubernetes
+// operator, an internal console, a chat bot) calls the same functions.
+//
+// Diagnose reads each scope's stored fence next to what the brokers say of
+// its log and its group, and names what is wrong; Reset is the audited,
+// guarded admin reset (docs/design.md#admin-reset).
+//
+// A reset is itself a write to the fence: it is a compare-and-set on the
+// fence the operator inspected, it says what happens to the checkpoint
+// (kept, for epochs that went backwards on an intact log; moved, for a new
+// log), it is refused when the live group and the log show no reason for
+// it unless forced, it is audited in the sink's history, and the next
+// claim must come with a proof of membership, so that a member of the
+// group's previous incarnation cannot come back through it.
+//
+// Every function may be called from any goroutine; none starts a goroutine
+// that outlives its call.
+package admin
