@@ -125,10 +125,10 @@ func AppendHeaders(dst []kgo.RecordHeader, typ []byte, user []Header) []kgo.Reco
 // Decode returns the command carried by r. Every error it returns matches
 // [ErrMalformedRecord]; it also matches [ErrMissingType] if the record has
 // no non-empty [TypeHeader], or [ErrEmptyKey] if it has no key. A record
-// with more than one TypeHeader is malformed too. Reserved headers other than [TypeHeader] (such as the
-// fencing token) are not user headers and are left out of
-// Command.Headers. The command references r's byte slices; it does not copy
-// them. Safe to call from any goroutine.
+// with more than one TypeHeader is malformed too. Reserved headers other
+// than [TypeHeader] (see [ReservedHeaderPrefix]) are not user headers and
+// are left out of Command.Headers. The command references r's byte slices;
+// it does not copy them. Safe to call from any goroutine.
 func Decode(r *kgo.Record) (Command, error) {
 	return decode(r, nil)
 }

@@ -26,7 +26,8 @@
 // ([Partition]: murmur2, high bit masked, modulo the partition count), and
 // [CRC32] as librdkafka's default does. [ParsePartitioner] reads their
 // names. If the topic's partition count changes, keys move
-// (docs/design.md#hazard-5): the router and the consumer watch for that.
+// (docs/design.md#hazard-5); package router refuses to follow such a change
+// silently.
 //
 // Every function and method of this package is safe to call from any
 // goroutine, except that a [Decoder] is used by one goroutine at a time.

@@ -1,9 +1,9 @@
 // Package router produces workrouter's keyed commands to Kafka.
 //
-// A [Router] sends each [Command] (an [envelope.Command]: the wire format
-// every workrouter producer and consumer agree on, defined in package
-// envelope, which package consumer decodes with) to the partition its key
-// maps to. [Config.Partitioner] picks the mapping: by default
+// A [Router] sends each [Command] to the partition its key maps to. A
+// Command is an [envelope.Command]: package envelope defines the wire
+// format that every producer and consumer agree on, and package consumer
+// decodes with it. [Config.Partitioner] picks the mapping: by default
 // [envelope.Murmur2], exactly as the Java client's default partitioner maps
 // keys ([envelope.Partition]: murmur2, high bit masked, modulo the
 // partition count), so workrouter producers interoperate with producers
@@ -14,10 +14,10 @@
 // # Partition count changes (docs/design.md#hazard-5)
 //
 // Per-key serialization holds only while a key keeps its partition. If
-// partitions are added to the topic, the partitioner sends a key somewhere else
-// while its older commands may still wait, unapplied, in the old partition,
-// so two workers can apply commands of one key concurrently and out of
-// order. A [Router] therefore remembers the partition count it started with,
+// partitions are added to the topic, the partitioner sends a key somewhere
+// else while its older commands may still wait, unapplied, in the old
+// partition, so two workers can apply commands of one key concurrently and
+// out of order. A [Router] therefore remembers the partition count it started with,
 // re-reads it periodically (and on [Router.CheckPartitions]), and never
 // follows a change silently: under [Refuse] (the default) every later send
 // fails with a [*PartitionCountChangedError]; under [Alarm] it logs at Error
