@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -49,8 +49,8 @@ type decoded[Tx any] struct {
 	recs    []*kgo.Record
 	hs      []Handler[Tx] // the handler of each command's type, nil if none
 	offsets []int64
-	cmds    []router.Command // the handler's Command is made from it and its record when called
-	errs    []error          // the decode error of each record, or nil
+	cmds    []envelope.Command // the handler's Command is made from it and its record when called
+	errs    []error            // the decode error of each record, or nil
 }
 
 // decode decodes recs into the tenure's batch memory, which it reuses
@@ -60,7 +60,7 @@ type decoded[Tx any] struct {
 func (t *tenure[Tx]) decode(recs []*kgo.Record) decoded[Tx] {
 	d := &t.batch
 	if cap(d.cmds) < len(recs) {
-		d.offsets, d.cmds, d.errs, d.hs = make([]int64, len(recs)), make([]router.Command, len(recs)), make([]error, len(recs)), make([]Handler[Tx], len(recs))
+		d.offsets, d.cmds, d.errs, d.hs = make([]int64, len(recs)), make([]envelope.Command, len(recs)), make([]error, len(recs)), make([]Handler[Tx], len(recs))
 	}
 	d.recs, d.offsets, d.cmds, d.errs, d.hs = recs, d.offsets[:len(recs)], d.cmds[:len(recs)], d.errs[:len(recs)], d.hs[:len(recs)]
 	for i, r := range recs {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/workrouter/workrouter/consumer"
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -21,10 +21,10 @@ func TestSlowPartitionDoesNotStallOthers(t *testing.T) {
 	s := memory.New()
 	keys := makeKeys(60)
 	const perKey = 50 // 3,000 commands
-	blocked := router.Partition([]byte(keys[0]), partitions)
+	blocked := envelope.Partition([]byte(keys[0]), partitions)
 	var slowKeys, fastKeys []string
 	for _, k := range keys {
-		if router.Partition([]byte(k), partitions) == blocked {
+		if envelope.Partition([]byte(k), partitions) == blocked {
 			slowKeys = append(slowKeys, k)
 		} else {
 			fastKeys = append(fastKeys, k)

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -27,13 +27,13 @@ func TestHandlersSeeEachRecordAsProduced(t *testing.T) {
 	const (
 		partitions = 2
 		records    = 600
-		types      = router.DecoderTypes + 4
+		types      = envelope.DecoderTypes + 4
 	)
 	c := newFakeCluster(t, partitions)
 	s := memory.New()
 
 	type seen struct{ key, typ, payload, headers string }
-	fmtHeaders := func(hs []router.Header) string {
+	fmtHeaders := func(hs []envelope.Header) string {
 		var b strings.Builder
 		for _, h := range hs {
 			fmt.Fprintf(&b, "%s=%s;", h.Key, h.Value)
@@ -69,12 +69,12 @@ func TestHandlersSeeEachRecordAsProduced(t *testing.T) {
 			rec = &kgo.Record{Topic: c.topic, Partition: p, Key: []byte("k"), Value: []byte("not an envelope")}
 			undecodable++
 		} else {
-			cmd := router.Command{Key: fmt.Appendf(nil, "key-%d", i%31), Type: fmt.Sprintf("type-%d", (i/3)%types), Payload: fmt.Appendf(nil, "%d", i)}
+			cmd := envelope.Command{Key: fmt.Appendf(nil, "key-%d", i%31), Type: fmt.Sprintf("type-%d", (i/3)%types), Payload: fmt.Appendf(nil, "%d", i)}
 			if i%4 == 1 {
-				cmd.Headers = []router.Header{{Key: "n", Value: fmt.Appendf(nil, "%d", i)}}
+				cmd.Headers = []envelope.Header{{Key: "n", Value: fmt.Appendf(nil, "%d", i)}}
 			}
 			var err error
-			if rec, err = router.Encode(c.topic, p, cmd); err != nil {
+			if rec, err = envelope.Encode(c.topic, p, cmd); err != nil {
 				t.Fatal(err)
 			}
 			exp = seen{string(cmd.Key), cmd.Type, string(cmd.Payload), fmtHeaders(cmd.Headers)}

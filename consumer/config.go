@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -47,7 +47,7 @@ func (p Protocol) String() string {
 // Command is one record handed to a Handler: the producer's command plus
 // where it came from and the tenure token it is applied under.
 type Command struct {
-	router.Command
+	envelope.Command
 	Offset    int64
 	Timestamp time.Time
 	// Token is the fencing token of the tenure applying this command. Pass
@@ -124,12 +124,12 @@ type Config[Tx any] struct {
 	ReclaimInterval time.Duration
 
 	// Partitioner is how the topic's producers map keys to partitions;
-	// default router.Murmur2, the router's default. The Worker checks every
+	// default envelope.Murmur2, the router's default. The Worker checks every
 	// record against it and reports (or, under MisrouteRefuse, refuses)
 	// the ones whose key maps to another partition (see Misrouted and
-	// docs/design.md#hazard-11). Set router.CRC32 for a topic whose
+	// docs/design.md#hazard-11). Set envelope.CRC32 for a topic whose
 	// producers use librdkafka's default partitioner.
-	Partitioner router.Partitioner
+	Partitioner envelope.Partitioner
 	// Misroute is what happens to a misrouted record; default
 	// MisrouteApply (apply it, report it).
 	Misroute MisroutePolicy

@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -182,7 +182,7 @@ func TestHandlerErrorRetriedNeverSkipped(t *testing.T) {
 	}
 
 	// A command type nobody handles: nothing after it is applied.
-	rec, err := router.Encode(c.topic, 0, router.Command{Key: []byte(keys[0]), Type: "unknown"})
+	rec, err := envelope.Encode(c.topic, 0, envelope.Command{Key: []byte(keys[0]), Type: "unknown"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -117,7 +117,7 @@ func produce(t *testing.T, c *cluster, partitions int32, keys []string, from, to
 	}
 	for seq := from; seq < to; seq++ {
 		for _, k := range keys {
-			r, err := router.Encode(c.topic, router.Partition([]byte(k), partitions), router.Command{
+			r, err := envelope.Encode(c.topic, envelope.Partition([]byte(k), partitions), envelope.Command{
 				Key: []byte(k), Type: "append", Payload: []byte(strconv.Itoa(seq)),
 			})
 			if err != nil {

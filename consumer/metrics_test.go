@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -162,7 +163,7 @@ func TestMetricsLint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := r.Send(ctx, router.Command{Type: "append"}); !errors.Is(err, router.ErrEmptyKey) {
+	if _, err := r.Send(ctx, router.Command{Type: "append"}); !errors.Is(err, envelope.ErrEmptyKey) {
 		t.Fatalf("send without key: %v", err)
 	}
 	waitFor(t, 30*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys) })

@@ -10,8 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/router"
 )
 
 // MisroutePolicy says what a Worker does with a misrouted record: one
@@ -57,7 +57,7 @@ var ErrMisrouted = errors.New("consumer: record's key maps to another partition 
 // routeCheck finds misrouted records. It is shared by the Worker's
 // partition goroutines and its lag loop.
 type routeCheck struct {
-	partitioner router.Partitioner
+	partitioner envelope.Partitioner
 	policy      MisroutePolicy
 
 	mu     sync.Mutex
@@ -135,7 +135,7 @@ type Misrouted struct {
 	Key         []byte
 	Expected    int32
 	Partitions  int32
-	Partitioner router.Partitioner
+	Partitioner envelope.Partitioner
 	Refused     bool
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -43,7 +44,7 @@ func produceEnvelopes(t *testing.T, cl *kgo.Client, c *cluster, keys []string, s
 	t.Helper()
 	var recs []*kgo.Record
 	for _, k := range keys {
-		r, err := router.Encode(c.topic, 0, router.Command{Key: []byte(k), Type: "append", Payload: []byte(strconv.Itoa(seq))})
+		r, err := envelope.Encode(c.topic, 0, router.Command{Key: []byte(k), Type: "append", Payload: []byte(strconv.Itoa(seq))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +61,7 @@ func produceEnvelopes(t *testing.T, cl *kgo.Client, c *cluster, keys []string, s
 	return out
 }
 
-func misrouteWorker(t *testing.T, c *cluster, s *memory.Sink, p router.Partitioner, policy consumer.MisroutePolicy,
+func misrouteWorker(t *testing.T, c *cluster, s *memory.Sink, p envelope.Partitioner, policy consumer.MisroutePolicy,
 	reg prometheus.Registerer, log *lockedBuffer, obs consumer.Observer, opts ...func(*consumer.Config[*memory.Tx])) *consumer.Worker[*memory.Tx] {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -110,7 +111,7 @@ func TestMisroutedRecordsFlagged(t *testing.T) {
 	}
 	want := 0
 	for k, p := range landed {
-		if router.Partition([]byte(k), partitions) != p {
+		if envelope.Partition([]byte(k), partitions) != p {
 			want++
 		}
 	}
@@ -132,7 +133,7 @@ func TestMisroutedRecordsFlagged(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	log := &lockedBuffer{}
 	s := memory.New()
-	w := misrouteWorker(t, c, s, router.Murmur2, consumer.MisrouteApply, reg, log, obs)
+	w := misrouteWorker(t, c, s, envelope.Murmur2, consumer.MisrouteApply, reg, log, obs)
 	waitFor(t, 30*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys) })
 
 	if got := w.Stats().Misrouted; got != int64(want) {
@@ -143,7 +144,7 @@ func TestMisroutedRecordsFlagged(t *testing.T) {
 	}
 	mu.Lock()
 	for _, m := range events {
-		if m.Refused || m.Partitions != partitions || m.Expected != router.Partition(m.Key, partitions) || m.Token.Partition != landed[string(m.Key)] {
+		if m.Refused || m.Partitions != partitions || m.Expected != envelope.Partition(m.Key, partitions) || m.Token.Partition != landed[string(m.Key)] {
 			t.Errorf("bad event %+v", m)
 		}
 	}
@@ -167,7 +168,7 @@ func TestCRC32PartitionerAgreesWithLibrdkafka(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	rt, err := router.New(ctx, router.Config{Brokers: c.addrs, Topic: c.topic, Partitioner: router.CRC32})
+	rt, err := router.New(ctx, router.Config{Brokers: c.addrs, Topic: c.topic, Partitioner: envelope.CRC32})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestCRC32PartitionerAgreesWithLibrdkafka(t *testing.T) {
 	log := &lockedBuffer{}
 	s := memory.New()
 	var flagged sync.Map
-	w := misrouteWorker(t, c, s, router.CRC32, consumer.MisrouteApply, reg, log, consumer.ObserverFunc(func(e consumer.Event) {
+	w := misrouteWorker(t, c, s, envelope.CRC32, consumer.MisrouteApply, reg, log, consumer.ObserverFunc(func(e consumer.Event) {
 		if m, ok := e.(consumer.Misrouted); ok {
 			flagged.Store(string(m.Key), true)
 		}
@@ -214,7 +215,7 @@ func TestMisrouteRefuseStalls(t *testing.T) {
 	}
 	stalled := make(chan error, 16)
 	s := memory.New()
-	w := misrouteWorker(t, c, s, router.Murmur2, consumer.MisrouteRefuse, nil, &lockedBuffer{}, consumer.ObserverFunc(func(e consumer.Event) {
+	w := misrouteWorker(t, c, s, envelope.Murmur2, consumer.MisrouteRefuse, nil, &lockedBuffer{}, consumer.ObserverFunc(func(e consumer.Event) {
 		if st, ok := e.(consumer.Stalled); ok && st.Token.Partition == 1 {
 			select {
 			case stalled <- st.Err:
@@ -248,7 +249,7 @@ func TestMisrouteRefuseDeadLetters(t *testing.T) {
 	c := newCluster(t, 6)
 	produceEnvelopes(t, librdkafkaProducer(t, c), c, []string{"acct-0"}, 0) // partition 1; murmur2 says 0
 	s := memory.New()
-	w := misrouteWorker(t, c, s, router.Murmur2, consumer.MisrouteRefuse, nil, &lockedBuffer{}, consumer.ObserverFunc(func(consumer.Event) {}))
+	w := misrouteWorker(t, c, s, envelope.Murmur2, consumer.MisrouteRefuse, nil, &lockedBuffer{}, consumer.ObserverFunc(func(consumer.Event) {}))
 	waitFor(t, 30*time.Second, "the misrouted record dead-lettered", func() bool { return w.Stats().DeadLettered >= 1 })
 	dls, err := s.DeadLetters(context.Background(), sink.DeadLetterFilter{})
 	if err != nil || len(dls) < 1 || dls[0].Record.Reason != consumer.ReasonMisrouted || !strings.Contains(dls[0].Record.Error, "maps it to partition 0") {

@@ -15,9 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/invariants"
-	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -55,7 +55,7 @@ func (p *rawProducer) send(recs ...*kgo.Record) []int64 {
 
 // command is a valid command record of key with payload on partition p.
 func command(t *testing.T, topic string, p int32, key, typ, payload string) *kgo.Record {
-	r, err := router.Encode(topic, p, router.Command{Key: []byte(key), Type: typ, Payload: []byte(payload)})
+	r, err := envelope.Encode(topic, p, envelope.Command{Key: []byte(key), Type: typ, Payload: []byte(payload)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +117,8 @@ func TestPoisonRecordsCostOnlyThemselves(t *testing.T) {
 	}
 	cases := []poisonCase{
 		{"not an envelope", &kgo.Record{Key: []byte("k"), Value: []byte(`{"plain": "json"}`)}, consumer.ReasonUndecodable},
-		{"null key", &kgo.Record{Value: []byte("x"), Headers: []kgo.RecordHeader{{Key: router.TypeHeader, Value: []byte("append")}}}, consumer.ReasonUndecodable},
-		{"two type headers", &kgo.Record{Key: []byte("k"), Headers: []kgo.RecordHeader{{Key: router.TypeHeader, Value: []byte("append")}, {Key: router.TypeHeader, Value: []byte("x")}}}, consumer.ReasonUndecodable},
+		{"null key", &kgo.Record{Value: []byte("x"), Headers: []kgo.RecordHeader{{Key: envelope.TypeHeader, Value: []byte("append")}}}, consumer.ReasonUndecodable},
+		{"two type headers", &kgo.Record{Key: []byte("k"), Headers: []kgo.RecordHeader{{Key: envelope.TypeHeader, Value: []byte("append")}, {Key: envelope.TypeHeader, Value: []byte("x")}}}, consumer.ReasonUndecodable},
 		{"unknown type", command(t, c.topic, 0, "k", "no-such-type", "0"), consumer.ReasonNoHandler},
 		{"refused for good", command(t, c.topic, 0, "k", "append", "refused"), consumer.ReasonPermanent},
 		{"panics", command(t, c.topic, 0, "k", "append", "panic"), consumer.ReasonHandlerError},

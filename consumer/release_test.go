@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -341,7 +341,7 @@ func TestHungReclaimHoldsUpOnlyItsPartition(t *testing.T) {
 	}
 	keys := []string{}
 	for _, k := range makeKeys(20) {
-		if router.Partition([]byte(k), partitions) == 1 {
+		if envelope.Partition([]byte(k), partitions) == 1 {
 			keys = append(keys, k)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/workrouter/workrouter/consumer"
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -47,9 +47,9 @@ func TestHandlersMayKeepTheCommandsBytes(t *testing.T) {
 	raw := newRawProducer(t, c)
 	want := map[int64]kept{}
 	for i := range records {
-		cmd := router.Command{Key: fmt.Appendf(nil, "key-%d", i), Type: "append", Payload: fmt.Appendf(nil, "payload-%d", i),
-			Headers: []router.Header{{Key: "n", Value: fmt.Appendf(nil, "header-%d", i)}}}
-		rec, err := router.Encode(c.topic, 0, cmd)
+		cmd := envelope.Command{Key: fmt.Appendf(nil, "key-%d", i), Type: "append", Payload: fmt.Appendf(nil, "payload-%d", i),
+			Headers: []envelope.Header{{Key: "n", Value: fmt.Appendf(nil, "header-%d", i)}}}
+		rec, err := envelope.Encode(c.topic, 0, cmd)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/router"
 )
 
 // tenure is one ownership tenure of one partition: its token, its queue of
@@ -59,7 +59,7 @@ type tenure[Tx any] struct {
 	// (it holds at most one batch's records until the next batch), and the
 	// decoder that reuses command type strings.
 	batch   decoded[Tx]
-	decoder router.Decoder
+	decoder envelope.Decoder
 	taken   []*kgo.Record // the memory of take's batches
 }
 

@@ -7,7 +7,11 @@ import (
 )
 
 // HeaderKey is the Kafka record header key under which workrouter forwards a
-// token downstream (see [Token.Header]).
+// token downstream (see [Token.Header]). It is one of workrouter's reserved
+// headers, all listed at
+// [github.com/workrouter/workrouter/envelope.ReservedHeaderPrefix]: a
+// command's user headers cannot set it, and decoding a command leaves it
+// out of the command's headers.
 const HeaderKey = "workrouter-token"
 
 // codecVersion is the first byte of every encoded token.

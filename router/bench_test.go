@@ -8,13 +8,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/router"
 )
 
 // The produce benchmarks send to an in-process kfake broker, which shares
 // the CPU with the client: compare SendAsync with RawProduce from the same
 // run (go test -bench 'SendAsync|RawProduce' -benchmem), not with figures
-// from another machine. Encode and Decode measure the envelope alone.
+// from another machine. The codec's own benchmarks (Encode, Decode, Decoder)
+// are in package envelope.
 
 const benchPartitions = 12
 
@@ -56,7 +58,7 @@ func BenchmarkSendAsync(b *testing.B) {
 }
 
 // BenchmarkRawProduce is BenchmarkSendAsync's baseline: the same records
-// (router.Partition, the type header) through a raw kgo client's Produce.
+// (envelope.Partition, the type header) through a raw kgo client's Produce.
 func BenchmarkRawProduce(b *testing.B) {
 	addrs := newCluster(b, "bench", benchPartitions)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -79,10 +81,10 @@ func BenchmarkRawProduce(b *testing.B) {
 		cmd := cmds[i%len(cmds)]
 		cl.Produce(ctx, &kgo.Record{
 			Topic:     "bench",
-			Partition: router.Partition(cmd.Key, benchPartitions),
+			Partition: envelope.Partition(cmd.Key, benchPartitions),
 			Key:       cmd.Key,
 			Value:     cmd.Payload,
-			Headers:   []kgo.RecordHeader{{Key: router.TypeHeader, Value: typ}},
+			Headers:   []kgo.RecordHeader{{Key: envelope.TypeHeader, Value: typ}},
 		}, cb)
 	}
 	if err := cl.Flush(ctx); err != nil {
@@ -104,52 +106,6 @@ func BenchmarkSend(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		if _, err := r.Send(ctx, cmds[i%len(cmds)]); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkEncode encodes a command with one user header.
-func BenchmarkEncode(b *testing.B) {
-	cmd := benchCommands(1)[0]
-	cmd.Headers = []router.Header{{Key: "trace", Value: []byte("abc")}}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := router.Encode("bench", 3, cmd); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkDecode decodes a record with one user header.
-func BenchmarkDecode(b *testing.B) {
-	cmd := benchCommands(1)[0]
-	cmd.Headers = []router.Header{{Key: "trace", Value: []byte("abc")}}
-	rec, err := router.Encode("bench", 3, cmd)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := router.Decode(rec); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkDecoder decodes the record of BenchmarkDecode with a Decoder,
-// which reuses the Type string of a type it has seen.
-func BenchmarkDecoder(b *testing.B) {
-	cmd := benchCommands(1)[0]
-	cmd.Headers = []router.Header{{Key: "trace", Value: []byte("abc")}}
-	rec, err := router.Encode("bench", 3, cmd)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var d router.Decoder
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := d.Decode(rec); err != nil {
 			b.Fatal(err)
 		}
 	}

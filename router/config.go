@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/envelope"
 )
 
 // Default values used for zero fields of [Config].
@@ -77,12 +79,13 @@ type Config struct {
 	// batching.
 	ClientOpts []kgo.Opt
 
-	// Partitioner maps keys to partitions. Default Murmur2, Kafka's own;
-	// set CRC32 where the topic's other producers use librdkafka's default
+	// Partitioner maps keys to partitions. Default envelope.Murmur2,
+	// Kafka's own; set envelope.CRC32 where the topic's other producers
+	// use librdkafka's default
 	// partitioner. The workers (consumer.Config.Partitioner) must use the
 	// same one, or they flag every record as misrouted
 	// (docs/design.md#hazard-11).
-	Partitioner Partitioner
+	Partitioner envelope.Partitioner
 
 	// OnPartitionCountChange selects what happens when the topic's
 	// partition count changes. Default: Refuse.

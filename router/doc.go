@@ -1,24 +1,23 @@
 // Package router produces workrouter's keyed commands to Kafka.
 //
-// A [Command] is the envelope every workrouter producer and consumer agree
-// on: a non-empty Key that selects the partition (and so the one worker that
-// applies it), a non-empty Type carried in the [TypeHeader] record header, an
-// opaque Payload in the record value, and optional user headers. [Encode] and
-// [Decode] convert between commands and *kgo.Record; the consumer decodes
-// with the same functions.
-//
-// Keys map to partitions exactly as the Java client's default partitioner
-// maps them ([Partition]: murmur2, high bit masked, modulo the partition
-// count), so workrouter producers interoperate with producers written in
-// any language that follows Kafka's default.
+// A [Router] sends each [Command] to the partition its key maps to. A
+// Command is an [envelope.Command]: package envelope defines the wire
+// format that every producer and consumer agree on, and package consumer
+// decodes with it. [Config.Partitioner] picks the mapping: by default
+// [envelope.Murmur2], exactly as the Java client's default partitioner maps
+// keys ([envelope.Partition]: murmur2, high bit masked, modulo the
+// partition count), so workrouter producers interoperate with producers
+// written in any language that follows Kafka's default; [envelope.CRC32]
+// matches librdkafka's default. [Router.Redrive] sends a command again from
+// a dead letter, marked with [envelope.RedriveOfHeader].
 //
 // # Partition count changes (docs/design.md#hazard-5)
 //
 // Per-key serialization holds only while a key keeps its partition. If
-// partitions are added to the topic, [Partition] sends a key somewhere else
-// while its older commands may still wait, unapplied, in the old partition,
-// so two workers can apply commands of one key concurrently and out of
-// order. A [Router] therefore remembers the partition count it started with,
+// partitions are added to the topic, the partitioner sends a key somewhere
+// else while its older commands may still wait, unapplied, in the old
+// partition, so two workers can apply commands of one key concurrently and
+// out of order. A [Router] therefore remembers the partition count it started with,
 // re-reads it periodically (and on [Router.CheckPartitions]), and never
 // follows a change silently: under [Refuse] (the default) every later send
 // fails with a [*PartitionCountChangedError]; under [Alarm] it logs at Error

@@ -6,26 +6,11 @@ import (
 )
 
 // Sentinel errors. Errors returned by this package wrap one (or more) of
-// these with details; match them with errors.Is.
+// these with details; match them with errors.Is. A send of a command that
+// [envelope.Command.Validate] refuses fails with its error, which matches
+// [envelope.ErrEmptyKey], [envelope.ErrEmptyType] or
+// [envelope.ErrReservedHeader].
 var (
-	// ErrEmptyKey means a command has no key. Every command needs a key:
-	// the key selects the partition and so the worker that applies it.
-	ErrEmptyKey = errors.New("router: empty command key")
-	// ErrEmptyType means a command has no type.
-	ErrEmptyType = errors.New("router: empty command type")
-	// ErrReservedHeader means a user header key starts with
-	// [ReservedHeaderPrefix], which workrouter keeps for itself.
-	ErrReservedHeader = errors.New("router: reserved header key")
-	// ErrEmptyTopic means Encode was given no topic.
-	ErrEmptyTopic = errors.New("router: empty topic")
-	// ErrInvalidPartition means Encode was given a negative partition.
-	ErrInvalidPartition = errors.New("router: invalid partition")
-	// ErrMalformedRecord means Decode was given a record that is not a
-	// workrouter command. More specific sentinels (ErrMissingType,
-	// ErrEmptyKey) are wrapped alongside it where they apply.
-	ErrMalformedRecord = errors.New("router: malformed command record")
-	// ErrMissingType means a record has no (or an empty) [TypeHeader].
-	ErrMissingType = errors.New("router: missing command type header")
 	// ErrInvalidConfig means New was given an unusable [Config].
 	ErrInvalidConfig = errors.New("router: invalid config")
 	// ErrTopicNotFound means the configured topic does not exist.

@@ -10,17 +10,6 @@ import (
 	"github.com/workrouter/workrouter/router"
 )
 
-func ExamplePartition() {
-	// The same partitions the Java client's default partitioner picks.
-	for _, key := range []string{"21", "foobar", "account-7"} {
-		fmt.Printf("%s -> %d of 12\n", key, router.Partition([]byte(key), 12))
-	}
-	// Output:
-	// 21 -> 0 of 12
-	// foobar -> 6 of 12
-	// account-7 -> 11 of 12
-}
-
 func ExampleRouter() {
 	// An in-process Kafka-protocol broker with a 4-partition topic.
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "commands"))

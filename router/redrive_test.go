@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/workrouter/workrouter/envelope"
+
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -18,14 +20,14 @@ func TestRedriveAddsReservedHeader(t *testing.T) {
 	r := newRouter(t, router.Config{Brokers: addrs, Topic: topic})
 	ctx := testContext(t)
 	cmd := router.Command{Key: []byte("acct-7"), Type: "deposit", Payload: []byte(`{"amount":5}`),
-		Headers: []router.Header{{Key: "trace", Value: []byte("abc")}}}
+		Headers: []envelope.Header{{Key: "trace", Value: []byte("abc")}}}
 
 	if _, err := r.Redrive(ctx, cmd, ""); !errors.Is(err, router.ErrNoRedriveSource) {
 		t.Fatalf("Redrive without a source: %v, want ErrNoRedriveSource", err)
 	}
 	bad := cmd
-	bad.Headers = []router.Header{{Key: router.RedriveOfHeader, Value: []byte("1")}}
-	if _, err := r.Redrive(ctx, bad, "1"); !errors.Is(err, router.ErrReservedHeader) {
+	bad.Headers = []envelope.Header{{Key: envelope.RedriveOfHeader, Value: []byte("1")}}
+	if _, err := r.Redrive(ctx, bad, "1"); !errors.Is(err, envelope.ErrReservedHeader) {
 		t.Fatalf("Redrive with a reserved user header: %v, want ErrReservedHeader", err)
 	}
 
@@ -33,7 +35,7 @@ func TestRedriveAddsReservedHeader(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Redrive: %v", err)
 	}
-	if want := router.Partition(cmd.Key, 4); res.Partition != want || res.Offset != 0 {
+	if want := envelope.Partition(cmd.Key, 4); res.Partition != want || res.Offset != 0 {
 		t.Fatalf("Redrive went to %d@%d, want %d@0", res.Partition, res.Offset, want)
 	}
 	recs := consume(t, addrs, topic, 1)
@@ -43,14 +45,14 @@ func TestRedriveAddsReservedHeader(t *testing.T) {
 	rec := recs[0]
 	var of []string
 	for _, h := range rec.Headers {
-		if h.Key == router.RedriveOfHeader {
+		if h.Key == envelope.RedriveOfHeader {
 			of = append(of, string(h.Value))
 		}
 	}
 	if len(of) != 1 || of[0] != "42" {
-		t.Fatalf("record headers %v: want one %s: 42", rec.Headers, router.RedriveOfHeader)
+		t.Fatalf("record headers %v: want one %s: 42", rec.Headers, envelope.RedriveOfHeader)
 	}
-	got, err := router.Decode(rec)
+	got, err := envelope.Decode(rec)
 	if err != nil {
 		t.Fatalf("Decode: %v", err)
 	}

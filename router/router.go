@@ -11,12 +11,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/workrouter/workrouter/envelope"
 )
 
 // Router produces keyed [Command]s to one topic, placing each on the
-// partition Config.Partitioner picks for its key ([Partition] by default), and guards against partition
-// count changes (see the package documentation). All methods are safe for
-// concurrent use by any number of goroutines.
+// partition Config.Partitioner picks for its key ([envelope.Partition] by
+// default), and guards against partition count changes (see the package
+// documentation). All methods are safe for concurrent use by any number of
+// goroutines.
 type Router struct {
 	cfg        Config
 	cl         *kgo.Client
@@ -290,7 +293,7 @@ func (r *Router) pending(cmd Command) (*pending, error) {
 		Partition: r.cfg.Partitioner.Partition(cmd.Key, st.count),
 		Key:       cmd.Key,
 		Value:     cmd.Payload,
-		Headers:   appendHeaders(headers, typ, cmd.Headers),
+		Headers:   envelope.AppendHeaders(headers, typ, cmd.Headers),
 	}
 	return p, nil
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/envelope"
+
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -30,13 +32,13 @@ func TestSendPlacesByKeyAndConsumesBack(t *testing.T) {
 			Key:     fmt.Appendf(nil, "key-%d", i%10),
 			Type:    "test.cmd",
 			Payload: fmt.Appendf(nil, "payload-%d", i),
-			Headers: []router.Header{{Key: "seq", Value: fmt.Appendf(nil, "%d", i)}},
+			Headers: []envelope.Header{{Key: "seq", Value: fmt.Appendf(nil, "%d", i)}},
 		}
 		res, err := r.Send(ctx, cmd)
 		if err != nil {
 			t.Fatalf("Send %d: %v", i, err)
 		}
-		if want := router.Partition(cmd.Key, 4); res.Partition != want {
+		if want := envelope.Partition(cmd.Key, 4); res.Partition != want {
 			t.Errorf("Send(%q) partition = %d, want Partition(key, 4) = %d", cmd.Key, res.Partition, want)
 		}
 		if res.Offset != nextOffset[res.Partition] {
@@ -49,10 +51,10 @@ func TestSendPlacesByKeyAndConsumesBack(t *testing.T) {
 	recs := consume(t, addrs, topic, len(sent))
 	perKey := map[string][]router.Command{}
 	for _, rec := range recs {
-		if want := router.Partition(rec.Key, 4); rec.Partition != want {
+		if want := envelope.Partition(rec.Key, 4); rec.Partition != want {
 			t.Errorf("record %q on partition %d, want %d", rec.Key, rec.Partition, want)
 		}
-		cmd, err := router.Decode(rec)
+		cmd, err := envelope.Decode(rec)
 		if err != nil {
 			t.Fatalf("Decode: %v", err)
 		}
@@ -93,7 +95,7 @@ func TestSendAsyncCallsBackOncePerSend(t *testing.T) {
 				r.SendAsync(ctx, cmd, func(res router.Result, err error) {
 					calls[n].Add(1)
 					if n%50 == 0 {
-						if !errors.Is(err, router.ErrEmptyType) {
+						if !errors.Is(err, envelope.ErrEmptyType) {
 							t.Errorf("send %d: err = %v, want ErrEmptyType", n, err)
 						}
 						return
@@ -129,9 +131,9 @@ func TestSendValidationErrors(t *testing.T) {
 		cmd  router.Command
 		want error
 	}{
-		{router.Command{Type: "t"}, router.ErrEmptyKey},
-		{router.Command{Key: []byte("k")}, router.ErrEmptyType},
-		{router.Command{Key: []byte("k"), Type: "t", Headers: []router.Header{{Key: router.TypeHeader}}}, router.ErrReservedHeader},
+		{router.Command{Type: "t"}, envelope.ErrEmptyKey},
+		{router.Command{Key: []byte("k")}, envelope.ErrEmptyType},
+		{router.Command{Key: []byte("k"), Type: "t", Headers: []envelope.Header{{Key: envelope.TypeHeader}}}, envelope.ErrReservedHeader},
 	} {
 		if _, err := r.Send(ctx, c.cmd); !errors.Is(err, c.want) {
 			t.Errorf("Send(%+v) = %v, want %v", c.cmd, err, c.want)
@@ -254,13 +256,13 @@ func TestPartitionCountChangeAlarm(t *testing.T) {
 	var key []byte
 	for i := 0; ; i++ {
 		key = fmt.Appendf(nil, "key-%d", i)
-		if router.Partition(key, 6) >= 4 {
+		if envelope.Partition(key, 6) >= 4 {
 			break
 		}
 	}
 	cmd := router.Command{Key: key, Type: "t"}
-	if res, err := r.Send(ctx, cmd); err != nil || res.Partition != router.Partition(key, 4) {
-		t.Fatalf("Send before change = %+v, %v; want partition %d", res, err, router.Partition(key, 4))
+	if res, err := r.Send(ctx, cmd); err != nil || res.Partition != envelope.Partition(key, 4) {
+		t.Fatalf("Send before change = %+v, %v; want partition %d", res, err, envelope.Partition(key, 4))
 	}
 
 	before, after := addPartitions(t, addrs, topic, 2)
@@ -281,7 +283,7 @@ func TestPartitionCountChangeAlarm(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Send after change under Alarm: %v", err)
 	}
-	if wantP := router.Partition(key, after); res.Partition != wantP {
+	if wantP := envelope.Partition(key, after); res.Partition != wantP {
 		t.Errorf("Send after change: partition %d, want %d (new count %d)", res.Partition, wantP, after)
 	}
 }
@@ -368,7 +370,7 @@ func TestCallerClientIsNotClosed(t *testing.T) {
 	}
 	ctx := testContext(t)
 	res, err := r.Send(ctx, router.Command{Key: []byte("k"), Type: "t"})
-	if err != nil || res.Partition != router.Partition([]byte("k"), 4) {
+	if err != nil || res.Partition != envelope.Partition([]byte("k"), 4) {
 		t.Fatalf("Send = %+v, %v", res, err)
 	}
 	if err := r.Close(); err != nil {

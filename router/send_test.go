@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/envelope"
+
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -30,7 +32,7 @@ func TestSendAsyncResultsBelongToTheirCommands(t *testing.T) {
 			cmd.Type = longType
 		}
 		if n%4 == 2 {
-			cmd.Headers = []router.Header{{Key: "n", Value: fmt.Appendf(nil, "%d", n)}, {Key: "x", Value: []byte("y")}}
+			cmd.Headers = []envelope.Header{{Key: "n", Value: fmt.Appendf(nil, "%d", n)}, {Key: "x", Value: []byte("y")}}
 		}
 		return cmd
 	}
@@ -56,7 +58,7 @@ func TestSendAsyncResultsBelongToTheirCommands(t *testing.T) {
 	}
 	at := map[[2]int64]router.Command{}
 	for _, rec := range consume(t, addrs, topic, len(results)) {
-		cmd, err := router.Decode(rec)
+		cmd, err := envelope.Decode(rec)
 		if err != nil {
 			t.Fatalf("decoding %d@%d: %v", rec.Partition, rec.Offset, err)
 		}
@@ -73,8 +75,8 @@ func TestSendAsyncResultsBelongToTheirCommands(t *testing.T) {
 				got.Key, got.Type, got.Payload, want.Key, want.Type, want.Payload)
 		case len(got.Headers) != len(want.Headers):
 			t.Errorf("send %d: %d user headers, want %d", n, len(got.Headers), len(want.Headers))
-		case res.Partition != router.Partition(want.Key, 4):
-			t.Errorf("send %d: partition %d, want %d", n, res.Partition, router.Partition(want.Key, 4))
+		case res.Partition != envelope.Partition(want.Key, 4):
+			t.Errorf("send %d: partition %d, want %d", n, res.Partition, envelope.Partition(want.Key, 4))
 		}
 	}
 }

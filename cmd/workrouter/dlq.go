@@ -21,7 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sqlite"
@@ -168,7 +168,7 @@ func getDeadLetter(ctx context.Context, ds sink.DeadLetterStore, spec sinkSpec, 
 func recordType(r sink.DeadRecord) string {
 	var types []string
 	for _, h := range r.Headers {
-		if h.Key == router.TypeHeader {
+		if h.Key == envelope.TypeHeader {
 			types = append(types, string(h.Value))
 		}
 	}
@@ -657,7 +657,7 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	if err != nil {
 		return err
 	}
-	partitioner, err := router.ParsePartitioner(f.partitioner)
+	partitioner, err := envelope.ParsePartitioner(f.partitioner)
 	if err != nil {
 		return fmt.Errorf("--partitioner: %w", err)
 	}
@@ -677,7 +677,7 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	for _, h := range d.Record.Headers {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
-	c, err := router.Decode(rec)
+	c, err := envelope.Decode(rec)
 	if err != nil {
 		return fmt.Errorf("cannot redrive dead letter %d: its record is not a workrouter command (%s), so it has no command to produce again; "+
 			"produce a corrected command yourself and mark this one handled with workrouter dlq drop %d --reason … --yes (nothing changed, nothing sent)",
@@ -685,7 +685,7 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	}
 	out := &errWriter{w: cmd.OutOrStdout()}
 	what := fmt.Sprintf("%s command with key %s (%d bytes of payload, %d user headers) to topic %s, on its key's partition, with header %s: %d",
-		c.Type, bytesText(c.Key), len(c.Payload), len(c.Headers), d.Scope.Topic, router.RedriveOfHeader, id)
+		c.Type, bytesText(c.Key), len(c.Payload), len(c.Headers), d.Scope.Topic, envelope.RedriveOfHeader, id)
 	if !f.yes {
 		fmt.Fprintf(out, "would redrive dead letter %d (%s offset %d, %s): produce a new %s; then mark it redriven\n",
 			id, d.Scope, d.Record.Offset, d.Record.Reason, what)
@@ -721,7 +721,7 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 		if _, err := ds.ResolveDeadLetter(bctx, id, sink.DeadLetterRedriving, sink.DeadLetterOpen, f.reason,
 			"the redrive failed, back to open: "+oneLine(perr.Error())); err != nil {
 			return fmt.Errorf("redriving dead letter %d: producing failed (%w), and moving it back to open failed too (%v): it stays redriving; "+
-				"check the topic for a record with header %s: %d before resolving it", id, perr, err, router.RedriveOfHeader, id)
+				"check the topic for a record with header %s: %d before resolving it", id, perr, err, envelope.RedriveOfHeader, id)
 		}
 		return fmt.Errorf("redriving dead letter %d: producing failed: %w (it is open again, with an audit row saying so)", id, perr)
 	}
@@ -730,7 +730,7 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 		return fmt.Errorf("dead letter %d was %s, but marking it redriven failed: %w (it stays redriving)", id, detail, err)
 	}
 	fmt.Fprintf(out, "redrove dead letter %d: %s as a new %s command (header %s: %d); it is redriven\n",
-		id, detail, c.Type, router.RedriveOfHeader, id)
+		id, detail, c.Type, envelope.RedriveOfHeader, id)
 	return out.err
 }
 

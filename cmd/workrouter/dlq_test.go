@@ -17,8 +17,8 @@ import (
 
 	"github.com/workrouter/workrouter/cmd/internal/broker"
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -49,7 +49,7 @@ func deadLetteredSink(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	typ := func(v string) sink.RecordHeader { return sink.RecordHeader{Key: router.TypeHeader, Value: []byte(v)} }
+	typ := func(v string) sink.RecordHeader { return sink.RecordHeader{Key: envelope.TypeHeader, Value: []byte(v)} }
 	for _, dl := range []struct {
 		tok epochs.Token
 		rec sink.DeadRecord
@@ -337,7 +337,7 @@ func TestDLQRedrive(t *testing.T) {
 	if err != nil {
 		t.Fatalf("redrive --yes: %v", err)
 	}
-	p := router.Partition([]byte("acct-1"), 4)
+	p := envelope.Partition([]byte("acct-1"), 4)
 	if want := fmt.Sprintf("redrove dead letter 1: produced to ledger partition %d offset 0 as a new deposit command", p); !strings.Contains(out, want) {
 		t.Errorf("redrive printed %q, want %q", out, want)
 	}
@@ -345,7 +345,7 @@ func TestDLQRedrive(t *testing.T) {
 	if len(recs) != 1 || recs[0].Partition != p {
 		t.Fatalf("read %d records (%v), want one on partition %d", len(recs), recs, p)
 	}
-	c, err := router.Decode(recs[0])
+	c, err := envelope.Decode(recs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,12 +355,12 @@ func TestDLQRedrive(t *testing.T) {
 	}
 	var of []string
 	for _, h := range recs[0].Headers {
-		if h.Key == router.RedriveOfHeader {
+		if h.Key == envelope.RedriveOfHeader {
 			of = append(of, string(h.Value))
 		}
 	}
 	if len(of) != 1 || of[0] != "1" {
-		t.Errorf("the redriven record's %s headers are %v, want [1]", router.RedriveOfHeader, of)
+		t.Errorf("the redriven record's %s headers are %v, want [1]", envelope.RedriveOfHeader, of)
 	}
 	st, audit := deadLetterState(t, path, 1)
 	if st != sink.DeadLetterRedriven || len(audit) != 2 ||

@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/testpg"
-	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
 )
@@ -121,7 +121,7 @@ func TestDLQListPostgresReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := s.DeadLetter(ctx, tok, sink.DeadRecord{Offset: 0, Key: []byte("acct-ro"), Value: []byte(`{}`),
-		Headers: []sink.RecordHeader{{Key: router.TypeHeader, Value: []byte("deposit")}}, Timestamp: time.Now(),
+		Headers: []sink.RecordHeader{{Key: envelope.TypeHeader, Value: []byte("deposit")}}, Timestamp: time.Now(),
 		Reason: consumer.ReasonPermanent, Error: "permanent: bad", Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/envelope"
 )
 
 // routingReport is status's check of recent records' keys against the
@@ -58,7 +58,7 @@ func (r routingReport) line() string {
 // (with a client built from opts) and checks their keys against p. It
 // gives up reading, and marks the report partial, after a few seconds or
 // when ctx ends.
-func checkRouting(ctx context.Context, opts []kgo.Opt, rep *statusReport, p router.Partitioner, n int) error {
+func checkRouting(ctx context.Context, opts []kgo.Opt, rep *statusReport, p envelope.Partitioner, n int) error {
 	count := int32(len(rep.Partitions))
 	r := &routingReport{Partitioner: p.String(), ByPartition: map[int32]int{}}
 	rep.Routing = r

@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/examples/ledger"
-	"github.com/workrouter/workrouter/router"
 )
 
 // TestMisrouteRefuseDeadLetters: under --misroute refuse a record on
@@ -23,14 +23,14 @@ import (
 func TestMisrouteRefuseDeadLetters(t *testing.T) {
 	addr := startCLITestBroker(t, map[string]int32{ledger.Topic: 2})
 	key := []byte("acct-0")
-	wrong := 1 - router.Partition(key, 2)
+	wrong := 1 - envelope.Partition(key, 2)
 	deposit := func(p int32, key []byte, id string) *kgo.Record {
 		return &kgo.Record{Topic: ledger.Topic, Partition: p, Key: key, Headers: []kgo.RecordHeader{typeHeader(ledger.TypeDeposit)},
 			Value: []byte(fmt.Sprintf(`{"id":%q,"seq":0,"amount":5}`, id))}
 	}
 	// The misrouted record, then one its partition applies after it.
 	other := []byte("acct-x")
-	for router.Partition(other, 2) != wrong {
+	for envelope.Partition(other, 2) != wrong {
 		other = append(other, 'x')
 	}
 	raw := foreignProducer(t, addr)

@@ -21,6 +21,7 @@ import (
 	"github.com/workrouter/workrouter/cmd/internal/broker"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/invariants"
 	"github.com/workrouter/workrouter/router"
@@ -53,7 +54,7 @@ func produceRaw(t *testing.T, cl *kgo.Client, recs ...*kgo.Record) {
 
 // typeHeader is a workrouter-type header.
 func typeHeader(typ string) kgo.RecordHeader {
-	return kgo.RecordHeader{Key: router.TypeHeader, Value: []byte(typ)}
+	return kgo.RecordHeader{Key: envelope.TypeHeader, Value: []byte(typ)}
 }
 
 // dlqRows runs `dlq list --json` on spec in process and returns its rows.

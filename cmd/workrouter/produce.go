@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/kafkaconn"
 	"github.com/workrouter/workrouter/router"
 )
@@ -246,7 +247,7 @@ func runProduce(cmd *cobra.Command, f produceFlags) error {
 	if err != nil {
 		return err
 	}
-	partitioner, err := router.ParsePartitioner(f.partitioner)
+	partitioner, err := envelope.ParsePartitioner(f.partitioner)
 	if err != nil {
 		return fmt.Errorf("--partitioner: %w", err)
 	}
@@ -301,7 +302,7 @@ func runProduce(cmd *cobra.Command, f produceFlags) error {
 
 // openRouter connects the router, turning its setup errors into one clear
 // line.
-func openRouter(ctx context.Context, f produceFlags, c conn, partitioner router.Partitioner, logger *slog.Logger) (*router.Router, error) {
+func openRouter(ctx context.Context, f produceFlags, c conn, partitioner envelope.Partitioner, logger *slog.Logger) (*router.Router, error) {
 	gctx, stop := c.guard(ctx)
 	defer stop()
 	nctx, cancel := context.WithTimeout(gctx, f.timeout)
@@ -356,7 +357,7 @@ func singleCommand(f produceFlags) (router.Command, error) {
 		if !ok || k == "" {
 			return router.Command{}, fmt.Errorf("--header %q: want KEY=VALUE", h)
 		}
-		c.Headers = append(c.Headers, router.Header{Key: k, Value: []byte(v)})
+		c.Headers = append(c.Headers, envelope.Header{Key: k, Value: []byte(v)})
 	}
 	if err := c.Validate(); err != nil {
 		return router.Command{}, err
@@ -405,7 +406,7 @@ func parseCommandLine(line []byte) (router.Command, error) {
 	}
 	slices.Sort(names)
 	for _, k := range names {
-		c.Headers = append(c.Headers, router.Header{Key: k, Value: []byte(jc.Headers[k])})
+		c.Headers = append(c.Headers, envelope.Header{Key: k, Value: []byte(jc.Headers[k])})
 	}
 	if err := c.Validate(); err != nil {
 		return router.Command{}, err

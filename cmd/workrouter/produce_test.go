@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/cmd/internal/broker"
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/envelope"
 )
 
 // startCLITestBroker starts an embedded broker on a free port with the
@@ -106,7 +106,7 @@ func TestProduceSingleCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("produce: %v (stderr %q)", err, stderr)
 	}
-	want := fmt.Sprintf("partition=%d offset=0\n", router.Partition([]byte("acct-42"), 4))
+	want := fmt.Sprintf("partition=%d offset=0\n", envelope.Partition([]byte("acct-42"), 4))
 	if out != want {
 		t.Fatalf("stdout %q, want %q", out, want)
 	}
@@ -114,7 +114,7 @@ func TestProduceSingleCommand(t *testing.T) {
 		t.Errorf("stderr not empty: %q", stderr)
 	}
 	recs := readAll(t, addr, "cmds", 1)
-	c, err := router.Decode(recs[0])
+	c, err := envelope.Decode(recs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestProduceFileStopsAtFirstBadLine(t *testing.T) {
 	recs := readAll(t, addr, "cmds", 2)
 	got := map[string]string{}
 	for _, r := range recs {
-		c, err := router.Decode(r)
+		c, err := envelope.Decode(r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,14 +200,14 @@ func TestProduceLoad(t *testing.T) {
 	}
 	perKey := map[string]int{}
 	for _, r := range readAll(t, addr, "load", count) {
-		c, err := router.Decode(r)
+		c, err := envelope.Decode(r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if c.Type != "load" || len(c.Payload) != size {
 			t.Fatalf("record type %q payload %d bytes, want load and %d", c.Type, len(c.Payload), size)
 		}
-		if want := router.Partition(c.Key, 6); r.Partition != want {
+		if want := envelope.Partition(c.Key, 6); r.Partition != want {
 			t.Fatalf("key %s on partition %d, want %d", c.Key, r.Partition, want)
 		}
 		perKey[string(c.Key)]++
@@ -327,8 +327,8 @@ func TestParseCommandLine(t *testing.T) {
 	if string(c.Payload) != `{"a": [1, 2]}` {
 		t.Errorf("payload %q: want the JSON value as written", c.Payload)
 	}
-	if !slices.EqualFunc(c.Headers, []router.Header{{Key: "a", Value: []byte("2")}, {Key: "z", Value: []byte("1")}},
-		func(a, b router.Header) bool { return a.Key == b.Key && bytes.Equal(a.Value, b.Value) }) {
+	if !slices.EqualFunc(c.Headers, []envelope.Header{{Key: "a", Value: []byte("2")}, {Key: "z", Value: []byte("1")}},
+		func(a, b envelope.Header) bool { return a.Key == b.Key && bytes.Equal(a.Value, b.Value) }) {
 		t.Errorf("headers %v: want sorted by key", c.Headers)
 	}
 	for line, want := range map[string]string{

@@ -20,8 +20,8 @@ import (
 
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/kafkaconn"
-	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -188,7 +188,7 @@ func runStatus(cmd *cobra.Command, f statusFlags) error {
 	case f.timeout <= 0:
 		return fmt.Errorf("--timeout must be positive, got %s", f.timeout)
 	}
-	partitioner, err := router.ParsePartitioner(f.partitioner)
+	partitioner, err := envelope.ParsePartitioner(f.partitioner)
 	if err != nil {
 		return fmt.Errorf("--partitioner: %w", err)
 	}

@@ -17,9 +17,9 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/consumer/eventlog"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/examples/invoices"
 	"github.com/workrouter/workrouter/examples/ledger"
-	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sinkmetrics"
@@ -242,7 +242,7 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 	if err != nil {
 		return err
 	}
-	if _, err := router.ParsePartitioner(f.partitioner); err != nil {
+	if _, err := envelope.ParsePartitioner(f.partitioner); err != nil {
 		return fmt.Errorf("--partitioner: %w", err)
 	}
 	if f.misroute != "apply" && f.misroute != "refuse" {
@@ -303,7 +303,7 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpec, protocol consumer.Protocol, backend string, s sink.Sink[Tx],
 	handlers map[string]consumer.Handler[Tx], logger *slog.Logger, h *harnessHooks, backendPID func(context.Context, Tx) (int, error)) error {
 	ctx := cmd.Context()
-	partitioner, _ := router.ParsePartitioner(f.partitioner) // checked by runWorker
+	partitioner, _ := envelope.ParsePartitioner(f.partitioner) // checked by runWorker
 	misroute := consumer.MisrouteApply
 	if f.misroute == "refuse" {
 		misroute = consumer.MisrouteRefuse

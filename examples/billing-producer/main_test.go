@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/examples/internal/testenv"
-	"github.com/workrouter/workrouter/router"
 )
 
 // envMain, set to 1, makes the test binary run main().
@@ -39,7 +39,7 @@ func TestBillingProducer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("billing-producer: %v\n%s", err, out)
 	}
-	part := router.Partition([]byte("tenant-9"), partitions)
+	part := envelope.Partition([]byte("tenant-9"), partitions)
 	if want := fmt.Sprintf("partition=%d offset=0\n", part); string(out) != want {
 		t.Fatalf("billing-producer printed %q, want %q", out, want)
 	}
@@ -59,7 +59,7 @@ func TestBillingProducer(t *testing.T) {
 		}
 		recs = append(recs, fs.Records()...)
 	}
-	got, err := router.Decode(recs[0])
+	got, err := envelope.Decode(recs[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/workrouter/workrouter/cmd/internal/broker"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/envelope"
 )
 
 // Scale defaults (see SetupConfig).
@@ -87,8 +87,8 @@ func (c SetupConfig) withDefaults() (SetupConfig, error) {
 
 // Setup starts the embedded broker (unless cfg.Brokers is set), creates a
 // fresh topic of cfg.Partitions partitions and pre-loads it with
-// cfg.Records commands (see Command), partitioned with router.Partition and
-// encoded with router.Encode. The returned function closes everything Setup
+// cfg.Records commands (see Command), partitioned with envelope.Partition and
+// encoded with envelope.Encode. The returned function closes everything Setup
 // started; call it even after an error-free run.
 func Setup(ctx context.Context, cfg SetupConfig) (*Env, func(), error) {
 	cfg, err := cfg.withDefaults()
@@ -198,8 +198,8 @@ func Keys(env *Env) [][]byte {
 
 // Command returns the i-th benchmark command: key keys[i%len(keys)], Type
 // CommandType and a shared payload of env.Size bytes.
-func Command(env *Env, keys [][]byte, i int) router.Command {
-	return router.Command{Key: keys[i%len(keys)], Type: CommandType, Payload: payload(env)}
+func Command(env *Env, keys [][]byte, i int) envelope.Command {
+	return envelope.Command{Key: keys[i%len(keys)], Type: CommandType, Payload: payload(env)}
 }
 
 // producerOpts are the options of the pre-loading producer: big batches,
@@ -237,7 +237,7 @@ func preload(ctx context.Context, env *Env) error {
 	}
 	for i := range env.Records {
 		cmd := Command(env, keys, i)
-		rec, err := router.Encode(env.Topic, router.Partition(cmd.Key, env.Partitions), cmd)
+		rec, err := envelope.Encode(env.Topic, envelope.Partition(cmd.Key, env.Partitions), cmd)
 		if err != nil {
 			return err
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/cmd/internal/broker"
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/envelope"
 )
 
 // extraEnv starts an embedded broker with a 12-partition topic pre-loaded
@@ -36,7 +36,7 @@ func extraEnv(t *testing.T, records int) (*Env, *broker.Broker) {
 	for i := range records {
 		key := []byte("key-" + strconv.Itoa(i%env.Keys))
 		payload := []byte(strings.Repeat("x", env.Size-8) + strconv.Itoa(10_000_000 + i)[:8])
-		r, err := router.Encode(topic, router.Partition(key, env.Partitions), router.Command{Key: key, Type: CommandType, Payload: payload})
+		r, err := envelope.Encode(topic, envelope.Partition(key, env.Partitions), envelope.Command{Key: key, Type: CommandType, Payload: payload})
 		if err != nil {
 			t.Fatal(err)
 		}

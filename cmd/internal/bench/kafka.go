@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -186,7 +187,7 @@ func (s *splitConsumer) consume(pc *partConsumer) {
 	defer close(pc.done)
 	for recs := range pc.recs {
 		for _, r := range recs {
-			cmd, err := router.Decode(r)
+			cmd, err := envelope.Decode(r)
 			if err == nil {
 				err = noopHandle(s.ctx, cmd)
 			}
@@ -359,7 +360,7 @@ func W4(ctx context.Context, env *Env) (Result, error) {
 	})
 }
 
-// B4 is W4's baseline: the same records (router.Partition, the type
+// B4 is W4's baseline: the same records (envelope.Partition, the type
 // header, the same keys and payloads) produced to a fresh topic (deleted afterwards) with a raw
 // kgo client (kgo producer defaults, manual partitioner) and Flush.
 func B4(ctx context.Context, env *Env) (Result, error) {
@@ -382,10 +383,10 @@ func B4(ctx context.Context, env *Env) (Result, error) {
 			cmd := Command(env, keys, i)
 			cl.Produce(ctx, &kgo.Record{
 				Topic:     topic,
-				Partition: router.Partition(cmd.Key, env.Partitions),
+				Partition: envelope.Partition(cmd.Key, env.Partitions),
 				Key:       cmd.Key,
 				Value:     cmd.Payload,
-				Headers:   []kgo.RecordHeader{{Key: router.TypeHeader, Value: typ}},
+				Headers:   []kgo.RecordHeader{{Key: envelope.TypeHeader, Value: typ}},
 			}, cb)
 		}
 		if err := cl.Flush(ctx); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -468,7 +469,7 @@ func W6TakeoverOn(cluster *kfake.Cluster) Workload {
 			return Result{ID: id, Name: name}, err
 		}
 		defer cl.Close()
-		rec, err := router.Encode(topic, 0, router.Command{Key: []byte("w6"), Type: CommandType, Payload: make([]byte, max(env.Size, 1))})
+		rec, err := envelope.Encode(topic, 0, router.Command{Key: []byte("w6"), Type: CommandType, Payload: make([]byte, max(env.Size, 1))})
 		if err != nil {
 			return Result{ID: id, Name: name}, err
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/envelope"
 )
 
 // LogScan is what ScanLog found in a topic's log.
@@ -92,7 +92,7 @@ func ScanLog(ctx context.Context, brokers []string, topic string) (LogScan, erro
 				out.AfterGap[PositionID(r.Partition, r.Offset)] = true
 			}
 			prev[r.Partition] = r.Offset + 1
-			cmd, err := router.Decode(r)
+			cmd, err := envelope.Decode(r)
 			if err != nil {
 				return
 			}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/examples/ledger"
-	"github.com/workrouter/workrouter/router"
 )
 
 // PoisonKind is a kind of record that a ledger worker cannot apply, as a
@@ -125,7 +125,7 @@ func (p *PoisonProducer) record(partition int32, kind PoisonKind, id string) *kg
 	variant := p.rng.IntN(3)
 	p.mu.Unlock()
 	mark := kgo.RecordHeader{Key: PoisonHeader, Value: []byte(id)}
-	typ := func(t string) kgo.RecordHeader { return kgo.RecordHeader{Key: router.TypeHeader, Value: []byte(t)} }
+	typ := func(t string) kgo.RecordHeader { return kgo.RecordHeader{Key: envelope.TypeHeader, Value: []byte(t)} }
 	good := ledger.Deposit(acct, id, 0, 100).Payload
 	rec := &kgo.Record{Topic: p.topic, Partition: partition, Key: []byte(acct), Value: good}
 	switch kind {

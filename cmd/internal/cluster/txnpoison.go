@@ -10,8 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/examples/ledger"
-	"github.com/workrouter/workrouter/router"
 )
 
 // txnRecord is one record of a transaction Transactions writes: a poison
@@ -29,10 +29,10 @@ type txnRecord struct {
 func (p *PoisonProducer) command(partition int32) (txnRecord, error) {
 	id := p.nextID("txn-cmd-")
 	acct := id
-	for i := 0; router.Partition([]byte(acct), p.partitions) != partition; i++ {
+	for i := 0; envelope.Partition([]byte(acct), p.partitions) != partition; i++ {
 		acct = id + "-" + strconv.Itoa(i)
 	}
-	rec, err := router.Encode(p.topic, partition, ledger.Deposit(acct, id, 0, 100))
+	rec, err := envelope.Encode(p.topic, partition, ledger.Deposit(acct, id, 0, 100))
 	if err != nil {
 		return txnRecord{}, fmt.Errorf("cluster: transactional command %s: %w", id, err)
 	}

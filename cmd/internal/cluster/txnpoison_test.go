@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/envelope"
 )
 
 // TestTransactions: the poison producer's transactions land as documented
@@ -61,7 +61,7 @@ func TestTransactions(t *testing.T) {
 	}
 	var cmdOffsets []int64
 	for _, a := range p.Commands() {
-		if a.Partition != 1 || router.Partition([]byte(a.Account), 2) != 1 {
+		if a.Partition != 1 || envelope.Partition([]byte(a.Account), 2) != 1 {
 			t.Errorf("command %+v: not on partition 1, or its key is not", a)
 		}
 		cmdOffsets = append(cmdOffsets, a.Offset)

@@ -1,4 +1,4 @@
-package router
+package envelope
 
 import (
 	"fmt"
@@ -77,7 +77,7 @@ const (
 // ParsePartitioner returns the Partitioner named s: "murmur2" (also
 // librdkafka's "murmur2_random") or "crc32" (also librdkafka's
 // "consistent" and "consistent_random"), in any case. Other names fail
-// with an error matching [ErrInvalidConfig]. Safe to call from any
+// with an error matching [ErrUnknownPartitioner]. Safe to call from any
 // goroutine.
 func ParsePartitioner(s string) (Partitioner, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
@@ -86,7 +86,7 @@ func ParsePartitioner(s string) (Partitioner, error) {
 	case "crc32", "consistent", "consistent_random":
 		return CRC32, nil
 	}
-	return 0, fmt.Errorf("%w: unknown partitioner %q: want murmur2 or crc32", ErrInvalidConfig, s)
+	return 0, fmt.Errorf("%w %q: want murmur2 or crc32", ErrUnknownPartitioner, s)
 }
 
 // String returns "murmur2", "crc32" or "Partitioner(n)". Safe to call from

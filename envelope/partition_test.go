@@ -1,4 +1,4 @@
-package router_test
+package envelope_test
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/envelope"
 )
 
 // TestPartitionKafkaVectors checks Partition against the Java results of
@@ -27,7 +27,7 @@ func TestPartitionKafkaVectors(t *testing.T) {
 	} {
 		for _, n := range []int32{1, 3, 4, 12, math.MaxInt32} {
 			want := (c.hash & 0x7fffffff) % n
-			if got := router.Partition([]byte(c.key), n); got != want {
+			if got := envelope.Partition([]byte(c.key), n); got != want {
 				t.Errorf("Partition(%q, %d) = %d, want %d", c.key, n, got, want)
 			}
 		}
@@ -49,7 +49,7 @@ func TestPartitionMatchesKgoKafkaHasher(t *testing.T) {
 			n = 1 + rng.Int32N(math.MaxInt32)
 		}
 		want := int32(tp.Partition(&kgo.Record{Key: key}, int(n)))
-		if got := router.Partition(key, n); got != want {
+		if got := envelope.Partition(key, n); got != want {
 			t.Fatalf("Partition(%x, %d) = %d, kgo KafkaHasher gives %d", key, n, got, want)
 		}
 	}
@@ -60,35 +60,35 @@ func TestPartitionMatchesKgoKafkaHasher(t *testing.T) {
 // (librdkafka's consistent_random) was seen to make on a 6-partition topic
 // in issue 14, where murmur2 puts both keys on partition 0.
 func TestCRC32MatchesLibrdkafka(t *testing.T) {
-	if got := router.CRC32.Partition([]byte("123456789"), math.MaxInt32); got != int32(0xCBF43926%uint32(math.MaxInt32)) {
+	if got := envelope.CRC32.Partition([]byte("123456789"), math.MaxInt32); got != int32(0xCBF43926%uint32(math.MaxInt32)) {
 		t.Errorf("CRC32 of the check string: partition %d", got)
 	}
 	for key, want := range map[string]int32{"acct-0": 1, "acct-9": 3} {
-		if got := router.CRC32.Partition([]byte(key), 6); got != want {
+		if got := envelope.CRC32.Partition([]byte(key), 6); got != want {
 			t.Errorf("CRC32.Partition(%q, 6) = %d, want %d (kcat)", key, got, want)
 		}
-		if got := router.Murmur2.Partition([]byte(key), 6); got != 0 {
+		if got := envelope.Murmur2.Partition([]byte(key), 6); got != 0 {
 			t.Errorf("Murmur2.Partition(%q, 6) = %d, want 0", key, got)
 		}
 	}
 }
 
 func TestParsePartitioner(t *testing.T) {
-	for in, want := range map[string]router.Partitioner{
-		"murmur2": router.Murmur2, "murmur2_random": router.Murmur2, "CRC32": router.CRC32,
-		"consistent": router.CRC32, "consistent_random": router.CRC32,
+	for in, want := range map[string]envelope.Partitioner{
+		"murmur2": envelope.Murmur2, "murmur2_random": envelope.Murmur2, "CRC32": envelope.CRC32,
+		"consistent": envelope.CRC32, "consistent_random": envelope.CRC32,
 	} {
-		got, err := router.ParsePartitioner(in)
+		got, err := envelope.ParsePartitioner(in)
 		if err != nil || got != want {
 			t.Errorf("ParsePartitioner(%q) = %v, %v; want %v", in, got, err, want)
 		}
-		if back, _ := router.ParsePartitioner(got.String()); back != got {
+		if back, _ := envelope.ParsePartitioner(got.String()); back != got {
 			t.Errorf("%v does not round-trip through String", got)
 		}
 	}
 	for _, bad := range []string{"", "fnv1a", "random"} {
-		if _, err := router.ParsePartitioner(bad); !errors.Is(err, router.ErrInvalidConfig) {
-			t.Errorf("ParsePartitioner(%q): %v, want ErrInvalidConfig", bad, err)
+		if _, err := envelope.ParsePartitioner(bad); !errors.Is(err, envelope.ErrUnknownPartitioner) {
+			t.Errorf("ParsePartitioner(%q): %v, want ErrUnknownPartitioner", bad, err)
 		}
 	}
 }

@@ -1,0 +1,189 @@
+package envelope_test
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/envelope"
+	"github.com/workrouter/workrouter/epochs"
+)
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	for _, cmd := range []envelope.Command{
+		{Key: []byte("k"), Type: "t"},
+		{Key: []byte("account-7"), Type: "ledger.post", Payload: []byte(`{"amount":12}`)},
+		{Key: []byte{0, 1, 2}, Type: "bin", Payload: []byte{}, Headers: []envelope.Header{
+			{Key: "trace", Value: []byte("abc")},
+			{Key: "empty", Value: nil},
+			{Key: "trace", Value: []byte("dup keys are kept in order")},
+		}},
+	} {
+		rec, err := envelope.Encode("cmds", 3, cmd)
+		if err != nil {
+			t.Fatalf("Encode(%+v): %v", cmd, err)
+		}
+		if rec.Topic != "cmds" || rec.Partition != 3 {
+			t.Errorf("Encode placed record at %s/%d, want cmds/3", rec.Topic, rec.Partition)
+		}
+		if len(rec.Headers) == 0 || rec.Headers[0].Key != envelope.TypeHeader || string(rec.Headers[0].Value) != cmd.Type {
+			t.Errorf("Encode headers %+v: want %q=%q first", rec.Headers, envelope.TypeHeader, cmd.Type)
+		}
+		got, err := envelope.Decode(rec)
+		if err != nil {
+			t.Fatalf("Decode(Encode(%+v)): %v", cmd, err)
+		}
+		if !reflect.DeepEqual(got, cmd) {
+			t.Errorf("Decode(Encode(x)) = %+v, want %+v", got, cmd)
+		}
+	}
+}
+
+func TestValidationErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cmd  envelope.Command
+		want error
+	}{
+		{"nil key", envelope.Command{Type: "t"}, envelope.ErrEmptyKey},
+		{"empty key", envelope.Command{Key: []byte{}, Type: "t"}, envelope.ErrEmptyKey},
+		{"empty type", envelope.Command{Key: []byte("k")}, envelope.ErrEmptyType},
+		{"type header as user header", envelope.Command{Key: []byte("k"), Type: "t",
+			Headers: []envelope.Header{{Key: envelope.TypeHeader, Value: []byte("x")}}}, envelope.ErrReservedHeader},
+		{"reserved prefix", envelope.Command{Key: []byte("k"), Type: "t",
+			Headers: []envelope.Header{{Key: "ok"}, {Key: "workrouter-token"}}}, envelope.ErrReservedHeader},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.cmd.Validate(); !errors.Is(err, c.want) {
+				t.Errorf("Validate() = %v, want %v", err, c.want)
+			}
+			if rec, err := envelope.Encode("cmds", 0, c.cmd); !errors.Is(err, c.want) || rec != nil {
+				t.Errorf("Encode() = %v, %v, want nil, %v", rec, err, c.want)
+			}
+		})
+	}
+	ok := envelope.Command{Key: []byte("k"), Type: "t"}
+	if _, err := envelope.Encode("", 0, ok); !errors.Is(err, envelope.ErrEmptyTopic) {
+		t.Errorf("Encode with empty topic = %v, want ErrEmptyTopic", err)
+	}
+	if _, err := envelope.Encode("cmds", -1, ok); !errors.Is(err, envelope.ErrInvalidPartition) {
+		t.Errorf("Encode with partition -1 = %v, want ErrInvalidPartition", err)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	typ := kgo.RecordHeader{Key: envelope.TypeHeader, Value: []byte("t")}
+	for _, c := range []struct {
+		name string
+		rec  *kgo.Record
+		want error
+	}{
+		{"no type header", &kgo.Record{Key: []byte("k"), Headers: []kgo.RecordHeader{{Key: "a"}}}, envelope.ErrMissingType},
+		{"empty type header", &kgo.Record{Key: []byte("k"), Headers: []kgo.RecordHeader{{Key: envelope.TypeHeader}}}, envelope.ErrMissingType},
+		{"no key", &kgo.Record{Headers: []kgo.RecordHeader{typ}}, envelope.ErrEmptyKey},
+		{"two type headers", &kgo.Record{Key: []byte("k"), Headers: []kgo.RecordHeader{typ, typ}}, envelope.ErrMalformedRecord},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := envelope.Decode(c.rec)
+			if !errors.Is(err, c.want) || !errors.Is(err, envelope.ErrMalformedRecord) {
+				t.Errorf("Decode() = %v, want %v and ErrMalformedRecord", err, c.want)
+			}
+		})
+	}
+}
+
+func TestDecodeSkipsOtherReservedHeaders(t *testing.T) {
+	rec := &kgo.Record{Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{
+		{Key: "workrouter-token", Value: []byte{1}},
+		{Key: "user", Value: []byte("u")},
+		{Key: envelope.TypeHeader, Value: []byte("t")},
+	}}
+	got, err := envelope.Decode(rec)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	want := envelope.Command{Key: []byte("k"), Type: "t", Payload: []byte("v"),
+		Headers: []envelope.Header{{Key: "user", Value: []byte("u")}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Decode = %+v, want %+v", got, want)
+	}
+}
+
+// TestDecoderDecodesAsDecode: a Decoder returns what Decode returns, errors
+// included (DecodeInto too, over a command that held something else), for more types than it remembers, and decodes a record of a
+// type it remembers without allocating.
+func TestDecoderDecodesAsDecode(t *testing.T) {
+	var recs []*kgo.Record
+	for i := range 3 * envelope.DecoderTypes {
+		cmd := envelope.Command{Key: fmt.Appendf(nil, "k%d", i), Type: fmt.Sprintf("type-%d", i%(2*envelope.DecoderTypes)), Payload: []byte("p")}
+		if i%5 == 0 {
+			cmd.Headers = []envelope.Header{{Key: "h", Value: []byte("v")}}
+		}
+		rec, err := envelope.Encode("t", 0, cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	recs = append(recs, &kgo.Record{Topic: "t", Key: []byte("k")}, // no type
+		&kgo.Record{Topic: "t", Headers: []kgo.RecordHeader{{Key: envelope.TypeHeader, Value: []byte("x")}}}, // no key
+		&kgo.Record{Topic: "t", Key: []byte("k"), Headers: []kgo.RecordHeader{{Key: envelope.TypeHeader, Value: []byte("x")}, {Key: envelope.TypeHeader, Value: []byte("y")}}})
+	var d envelope.Decoder
+	for round := range 2 {
+		for i, rec := range recs {
+			want, wantErr := envelope.Decode(rec)
+			got, err := d.Decode(rec)
+			if fmt.Sprint(err) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d, record %d: Decoder gave %+v, %v; Decode gave %+v, %v", round, i, got, err, want, wantErr)
+			}
+			into := envelope.Command{Key: []byte("stale"), Type: "stale", Headers: []envelope.Header{{Key: "stale"}}}
+			err = d.DecodeInto(rec, &into)
+			if fmt.Sprint(err) != fmt.Sprint(wantErr) || !reflect.DeepEqual(into, want) {
+				t.Fatalf("round %d, record %d: DecodeInto gave %+v, %v; Decode gave %+v, %v", round, i, into, err, want, wantErr)
+			}
+		}
+	}
+	rec := recs[1] // a remembered type, no user headers
+	if allocs := testing.AllocsPerRun(100, func() { _, _ = d.Decode(rec) }); allocs != 0 {
+		t.Fatalf("Decoder.Decode of a remembered type allocates %v times, want 0", allocs)
+	}
+	var into envelope.Command
+	if allocs := testing.AllocsPerRun(100, func() { _ = d.DecodeInto(rec, &into) }); allocs != 0 {
+		t.Fatalf("Decoder.DecodeInto of a remembered type allocates %v times, want 0", allocs)
+	}
+}
+
+// TestReservedHeaders: every reserved header that ReservedHeaderPrefix's
+// list names, the token header of package epochs included, starts with the
+// prefix, is refused as a user header, and is left out of a decoded
+// command's user headers.
+func TestReservedHeaders(t *testing.T) {
+	tokenKey, _, err := epochs.Token{Group: "g", Topic: "t", Partition: 1, Epoch: 2, Member: "m"}.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{envelope.TypeHeader, envelope.RedriveOfHeader, epochs.HeaderKey, tokenKey} {
+		if !strings.HasPrefix(key, envelope.ReservedHeaderPrefix) {
+			t.Errorf("reserved header %q does not start with %q", key, envelope.ReservedHeaderPrefix)
+		}
+		cmd := envelope.Command{Key: []byte("k"), Type: "t", Headers: []envelope.Header{{Key: key, Value: []byte("v")}}}
+		if err := cmd.Validate(); !errors.Is(err, envelope.ErrReservedHeader) {
+			t.Errorf("Validate of a user header %q = %v, want ErrReservedHeader", key, err)
+		}
+		if key == envelope.TypeHeader {
+			continue
+		}
+		rec, err := envelope.Encode("t", 0, envelope.Command{Key: []byte("k"), Type: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: key, Value: []byte("v")})
+		if got, err := envelope.Decode(rec); err != nil || len(got.Headers) != 0 {
+			t.Errorf("Decode of a record with header %q = %+v, %v; want no user headers", key, got, err)
+		}
+	}
+}
