@@ -85,8 +85,6 @@ func (e *NotOpenError) Error() string {
 	switch e.State {
 	case sink.DeadLetterRedriven:
 		why = ": it was redriven already, and a dead letter is redriven at most once"
-	case sink.DeadLetterDropped:
-		why = ": it was dropped"
 	case sink.DeadLetterRedriving:
 		why = ": a redrive of it is under way, or was interrupted (its audit rows say which step it reached)"
 	}
