@@ -321,7 +321,7 @@ func TestDrop(t *testing.T) {
 	if d, err := admin.PlanDrop(ctx, s, 2); err != nil || d.ID != 2 || d.State != sink.DeadLetterOpen {
 		t.Fatalf("PlanDrop(2) = %+v, %v", d, err)
 	}
-	if _, err := admin.Drop(ctx, s, 2, admin.DropOptions{}); !errors.Is(err, sink.ErrNoReason) {
+	if _, err := admin.Drop(ctx, s, 2, admin.DropOptions{}); !errors.Is(err, sink.ErrNoReason) || !strings.Contains(err.Error(), "DropOptions.Reason") {
 		t.Errorf("Drop without a reason: %v", err)
 	}
 	if st, audit := stateOf(t, s, 2); st != sink.DeadLetterOpen || len(audit) != 0 {

@@ -710,6 +710,18 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	}
 	defer rt.Close()
 	res, err := admin.Redrive(ctx, ds, rt, id, admin.RedriveOptions{Reason: f.reason, Actor: "workrouter dlq redrive", RevertTimeout: f.timeout})
+	if err != nil {
+		return redriveError(err, spec, id)
+	}
+	fmt.Fprintf(out, "redrove dead letter %d: %s as a new %s command (header %s: %d); it is redriven\n",
+		id, res.Detail, res.Command.Type, router.RedriveOfHeader, id)
+	return out.err
+}
+
+// redriveError renders an error of admin.Redrive with the CLI's hints: a
+// *admin.RedriveError says what was sent and the state the dead letter is
+// left in; any other means nothing was sent (see decisionError).
+func redriveError(err error, spec sinkSpec, id int64) error {
 	var re *admin.RedriveError
 	switch {
 	case errors.As(err, &re) && re.Produced:
@@ -720,12 +732,8 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 			"check the topic for a record with header %s: %d before resolving it", id, re.Err, re.RevertErr, router.RedriveOfHeader, id)
 	case errors.As(err, &re):
 		return fmt.Errorf("redriving dead letter %d: producing failed: %w (it is open again, with an audit row saying so)", id, re.Err)
-	case err != nil:
-		return decisionError(err, spec, id, "redrive", "nothing sent")
 	}
-	fmt.Fprintf(out, "redrove dead letter %d: %s as a new %s command (header %s: %d); it is redriven\n",
-		id, res.Detail, res.Command.Type, router.RedriveOfHeader, id)
-	return out.err
+	return decisionError(err, spec, id, "redrive", "nothing sent")
 }
 
 func newDLQDropCmd() *cobra.Command {
