@@ -265,7 +265,7 @@ func TestDLQDrop(t *testing.T) {
 	}
 	st, audit := deadLetterState(t, path, 2)
 	if st != sink.DeadLetterDropped || len(audit) != 1 || audit[0].From != sink.DeadLetterOpen || audit[0].To != sink.DeadLetterDropped ||
-		audit[0].Reason != "a stray test record" {
+		audit[0].Reason != "a stray test record" || audit[0].Detail != "workrouter dlq drop" {
 		t.Fatalf("after drop: state %s, audit %+v", st, audit)
 	}
 	out, _, _ = runCLI(t, nil, "dlq", "show", "2", "--sink", spec)
@@ -366,6 +366,7 @@ func TestDLQRedrive(t *testing.T) {
 	st, audit := deadLetterState(t, path, 1)
 	if st != sink.DeadLetterRedriven || len(audit) != 2 ||
 		audit[0].From != sink.DeadLetterOpen || audit[0].To != sink.DeadLetterRedriving || audit[0].Reason != "handler fixed" ||
+		audit[0].Detail != "workrouter dlq redrive: producing it again to topic ledger" ||
 		audit[1].From != sink.DeadLetterRedriving || audit[1].To != sink.DeadLetterRedriven ||
 		audit[1].Detail != fmt.Sprintf("produced to ledger partition %d offset 0", p) {
 		t.Fatalf("after the redrive: state %s, audit %+v", st, audit)
