@@ -15,6 +15,14 @@
 // claim must come with a proof of membership, so that a member of the
 // group's previous incarnation cannot come back through it.
 //
+// Dead letters (docs/design.md#dead-letters): DeadLetters, DeadLetter and
+// DeadLetterAudit read them; Redrive produces an open dead letter's
+// command again through a Producer (a *router.Router) and moves it open →
+// redriving → redriven, or back to open when producing fails, each move an
+// audit row; Drop moves it open → dropped. PlanRedrive and PlanDrop are
+// their dry runs. A redrive stopped after producing leaves the dead letter
+// redriving, where neither moves it again.
+//
 // Every function may be called from any goroutine; none starts a goroutine
 // that outlives its call.
 package admin

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -18,9 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
@@ -150,29 +148,21 @@ func parseID(arg string) (int64, error) {
 	return id, nil
 }
 
-// getDeadLetter reads dead letter id, or fails with an error matching
-// sink.ErrNotFound.
+// getDeadLetter reads dead letter id (admin.DeadLetter), or fails with an
+// error matching sink.ErrNotFound that names the sink.
 func getDeadLetter(ctx context.Context, ds sink.DeadLetterStore, spec sinkSpec, id int64) (sink.DeadLetter, error) {
-	dls, err := ds.DeadLetters(ctx, sink.DeadLetterFilter{IDs: []int64{id}})
-	if err != nil {
-		return sink.DeadLetter{}, fmt.Errorf("reading dead letter %d: %w", id, err)
-	}
-	if len(dls) == 0 {
-		return sink.DeadLetter{}, fmt.Errorf("dead letter %d does not exist in sink %s: %w", id, spec, sink.ErrNotFound)
-	}
-	return dls[0], nil
+	d, err := admin.DeadLetter(ctx, ds, id)
+	return d, deadLetterError(err, spec, id)
 }
 
-// recordType returns the command type of a dead-lettered record (its
-// workrouter-type headers, comma-joined if there are several; "" if none).
-func recordType(r sink.DeadRecord) string {
-	var types []string
-	for _, h := range r.Headers {
-		if h.Key == envelope.TypeHeader {
-			types = append(types, string(h.Value))
-		}
+// deadLetterError renders an error of admin's dead-letter functions that
+// matches sink.ErrNotFound as the CLI says it, naming the sink; others
+// pass unchanged.
+func deadLetterError(err error, spec sinkSpec, id int64) error {
+	if err != nil && errors.Is(err, sink.ErrNotFound) {
+		return fmt.Errorf("dead letter %d does not exist in sink %s: %w", id, spec, sink.ErrNotFound)
 	}
-	return strings.Join(types, ",")
+	return err
 }
 
 // printable reports whether b is valid UTF-8 without control characters
@@ -290,7 +280,7 @@ type dlqJSON struct {
 
 func toDLQJSON(d sink.DeadLetter) dlqJSON {
 	return dlqJSON{ID: d.ID, Group: d.Scope.Group, Topic: d.Scope.Topic, Partition: d.Scope.Partition, Offset: d.Record.Offset,
-		TopicID: d.Record.TopicID, Key: toDLQBytes(d.Record.Key), Type: recordType(d.Record), Reason: d.Record.Reason,
+		TopicID: d.Record.TopicID, Key: toDLQBytes(d.Record.Key), Type: admin.RecordType(d.Record), Reason: d.Record.Reason,
 		Error: d.Record.Error, Attempts: d.Record.Attempts, Epoch: d.Token.Epoch, Member: d.Token.Member,
 		RecordTime: d.Record.Timestamp, At: d.At, State: string(d.State), Mirrored: d.Mirrored}
 }
@@ -349,55 +339,34 @@ the one it was on, and the worker ran with --misroute refuse).`,
 
 func runDLQList(cmd *cobra.Command, f dlqFlags) error {
 	now := time.Now()
-	var filter sink.DeadLetterFilter
-	filter.Group, filter.Topic, filter.Reason = f.group, f.topic, f.reason
-	if f.reason != "" && !slices.Contains(consumer.Reasons(), f.reason) {
-		return fmt.Errorf("--reason %q: want %s", f.reason, strings.Join(consumer.Reasons(), ", "))
-	}
+	q := admin.DeadLetterQuery{Group: f.group, Topic: f.topic, Type: f.typ, Reason: f.reason, Limit: f.limit}
 	if cmd.Flags().Changed("partition") {
-		if f.partition < 0 {
-			return fmt.Errorf("--partition must be 0 or more, got %d", f.partition)
-		}
 		p := f.partition
-		filter.Partition = &p
+		q.Partition = &p
 	}
 	if f.since != "" {
 		var err error
-		if filter.Since, err = parseSince(f.since, now); err != nil {
+		if q.Since, err = parseSince(f.since, now); err != nil {
 			return err
 		}
 	}
 	for _, st := range f.states {
-		if !sink.DeadLetterState(st).Valid() {
-			return fmt.Errorf("--state %q: want open, redriving, redriven or dropped", st)
-		}
-		filter.States = append(filter.States, sink.DeadLetterState(st))
+		q.States = append(q.States, sink.DeadLetterState(st))
 	}
-	if f.limit < 0 {
-		return fmt.Errorf("--limit must be 0 (all) or more, got %d", f.limit)
-	}
-	if f.limit > 0 && f.typ == "" {
-		filter.Limit = f.limit + 1 // one more tells whether there are more
+	// The flags are checked before the sink is opened.
+	if err := q.Validate(); err != nil {
+		return queryFlagError(err)
 	}
 	ctx, ds, _, done, err := openDLQ(cmd, f, true)
 	if err != nil {
 		return err
 	}
 	defer done()
-	all, err := ds.DeadLetters(ctx, filter)
+	page, err := admin.DeadLetters(ctx, ds, q)
 	if err != nil {
-		return fmt.Errorf("reading dead letters: %w", err)
+		return queryFlagError(err)
 	}
-	var dls []sink.DeadLetter
-	for _, d := range all {
-		if f.typ == "" || recordType(d.Record) == f.typ {
-			dls = append(dls, d)
-		}
-	}
-	more := false
-	if f.limit > 0 && len(dls) > f.limit {
-		dls, more = dls[:f.limit], true
-	}
+	dls := page.DeadLetters
 	out := cmd.OutOrStdout()
 	if f.asJSON {
 		rows := make([]dlqJSON, len(dls))
@@ -410,10 +379,30 @@ func runDLQList(cmd *cobra.Command, f dlqFlags) error {
 	} else if err := printDeadLetters(out, dls, now); err != nil {
 		return err
 	}
-	if more {
+	if page.More {
 		fmt.Fprintf(cmd.ErrOrStderr(), "more dead letters match: showing the first %d (--limit 0 shows all)\n", f.limit)
 	}
 	return nil
+}
+
+// queryFlagError renders an *admin.QueryError with the flag of its field;
+// other errors pass unchanged.
+func queryFlagError(err error) error {
+	var qe *admin.QueryError
+	if !errors.As(err, &qe) {
+		return err
+	}
+	switch qe.Field {
+	case "Reason":
+		return fmt.Errorf("--reason %s: want %s", qe.Value, qe.Want)
+	case "States":
+		return fmt.Errorf("--state %s: want %s", qe.Value, qe.Want)
+	case "Partition":
+		return fmt.Errorf("--partition must be %s, got %s", qe.Want, qe.Value)
+	case "Limit":
+		return fmt.Errorf("--limit must be %s, got %s", qe.Want, qe.Value)
+	}
+	return err
 }
 
 func printDeadLetters(w io.Writer, dls []sink.DeadLetter, now time.Time) error {
@@ -425,7 +414,7 @@ func printDeadLetters(w io.Writer, dls []sink.DeadLetter, now time.Time) error {
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSCOPE\tOFFSET\tKEY\tTYPE\tREASON\tATTEMPTS\tSTATE\tAGE\tERROR")
 	for _, d := range dls {
-		typ := recordType(d.Record)
+		typ := admin.RecordType(d.Record)
 		if typ == "" {
 			typ = "-"
 		}
@@ -480,9 +469,9 @@ func runDLQShow(cmd *cobra.Command, f dlqFlags, arg string) error {
 		_, err := out.Write(d.Record.Value)
 		return err
 	}
-	audit, err := ds.DeadLetterAudit(ctx, id)
+	audit, err := admin.DeadLetterAudit(ctx, ds, id)
 	if err != nil {
-		return fmt.Errorf("reading the audit rows of dead letter %d: %w", id, err)
+		return err
 	}
 	if f.asJSON {
 		j := toDLQJSON(d)
@@ -500,7 +489,7 @@ func runDLQShow(cmd *cobra.Command, f dlqFlags, arg string) error {
 
 func printDeadLetter(w io.Writer, d sink.DeadLetter, audit []sink.DeadLetterAction, now time.Time) error {
 	ew := &errWriter{w: w}
-	typ := recordType(d.Record)
+	typ := admin.RecordType(d.Record)
 	if typ == "" {
 		typ = "(none)"
 	}
@@ -593,19 +582,46 @@ func decisionArgs(f dlqFlags, arg, done string) (int64, error) {
 	return id, nil
 }
 
-// notOpen explains why a dead letter in state st cannot be redriven or
-// dropped.
-func notOpen(d sink.DeadLetter, verb string) error {
+// decisionError renders an error of admin.PlanRedrive, admin.Redrive,
+// admin.PlanDrop or admin.Drop (verb "redrive" or "drop") with the CLI's
+// hints; unchanged, if not empty, says what was not done ("nothing sent").
+func decisionError(err error, spec sinkSpec, id int64, verb, unchanged string) error {
+	if unchanged != "" {
+		unchanged = " (" + unchanged + ")"
+	}
+	var (
+		no  *admin.NotOpenError
+		nac *admin.NotACommandError
+		cf  *admin.ChangedFirstError
+	)
+	switch {
+	case errors.Is(err, sink.ErrNotFound):
+		return fmt.Errorf("%w%s", deadLetterError(err, spec, id), unchanged)
+	case errors.As(err, &no):
+		return notOpen(no, verb)
+	case errors.As(err, &nac):
+		return fmt.Errorf("cannot redrive dead letter %d: its record is not a workrouter command (%s), so it has no command to produce again; "+
+			"produce a corrected command yourself and mark this one handled with workrouter dlq drop %d --reason … --yes (nothing changed, nothing sent)",
+			id, oneLine(nac.Err.Error()), id)
+	case errors.As(err, &cf):
+		return fmt.Errorf("cannot %s dead letter %d: another redrive or drop changed it first: %w%s", verb, id, cf.Err, unchanged)
+	}
+	return fmt.Errorf("%w%s", err, unchanged)
+}
+
+// notOpen explains why a dead letter that is not open cannot be redriven
+// or dropped.
+func notOpen(e *admin.NotOpenError, verb string) error {
 	why := ""
-	switch d.State {
+	switch e.State {
 	case sink.DeadLetterRedriven:
 		why = ": it was redriven already, and a dead letter is redriven at most once"
 	case sink.DeadLetterDropped:
 		why = ": it was dropped"
 	case sink.DeadLetterRedriving:
-		why = ": a redrive of it is under way, or was interrupted (see its audit rows: workrouter dlq show " + strconv.FormatInt(d.ID, 10) + ")"
+		why = ": a redrive of it is under way, or was interrupted (see its audit rows: workrouter dlq show " + strconv.FormatInt(e.ID, 10) + ")"
 	}
-	return fmt.Errorf("cannot %s dead letter %d: %w: it is %s, not open%s (nothing changed, nothing sent)", verb, d.ID, sink.ErrDeadLetterState, d.State, why)
+	return fmt.Errorf("cannot %s dead letter %d: %w: it is %s, not open%s (nothing changed, nothing sent)", verb, e.ID, sink.ErrDeadLetterState, e.State, why)
 }
 
 func newDLQRedriveCmd() *cobra.Command {
@@ -666,23 +682,11 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 		return err
 	}
 	defer done()
-	d, err := getDeadLetter(ctx, ds, spec, id)
+	plan, err := admin.PlanRedrive(ctx, ds, id)
 	if err != nil {
-		return fmt.Errorf("%w (nothing sent)", err)
+		return decisionError(err, spec, id, "redrive", "nothing sent")
 	}
-	if d.State != sink.DeadLetterOpen {
-		return notOpen(d, "redrive")
-	}
-	rec := &kgo.Record{Topic: d.Scope.Topic, Partition: d.Scope.Partition, Offset: d.Record.Offset, Key: d.Record.Key, Value: d.Record.Value}
-	for _, h := range d.Record.Headers {
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-	}
-	c, err := envelope.Decode(rec)
-	if err != nil {
-		return fmt.Errorf("cannot redrive dead letter %d: its record is not a workrouter command (%s), so it has no command to produce again; "+
-			"produce a corrected command yourself and mark this one handled with workrouter dlq drop %d --reason … --yes (nothing changed, nothing sent)",
-			id, oneLine(err.Error()), id)
-	}
+	d, c := plan.DeadLetter, plan.Command
 	out := &errWriter{w: cmd.OutOrStdout()}
 	what := fmt.Sprintf("%s command with key %s (%d bytes of payload, %d user headers) to topic %s, on its key's partition, with header %s: %d",
 		c.Type, bytesText(c.Key), len(c.Payload), len(c.Headers), d.Scope.Topic, envelope.RedriveOfHeader, id)
@@ -705,33 +709,31 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 		return fmt.Errorf("%w (dead letter %d not changed, nothing sent)", err, id)
 	}
 	defer rt.Close()
-	if _, err := ds.ResolveDeadLetter(ctx, id, sink.DeadLetterOpen, sink.DeadLetterRedriving, f.reason,
-		fmt.Sprintf("workrouter dlq redrive: producing it again to topic %s", d.Scope.Topic)); err != nil {
-		if errors.Is(err, sink.ErrDeadLetterState) {
-			return fmt.Errorf("cannot redrive dead letter %d: another redrive or drop changed it first: %w (nothing sent)", id, err)
-		}
-		return fmt.Errorf("marking dead letter %d redriving: %w (nothing sent)", id, err)
-	}
-	res, perr := rt.Redrive(ctx, c, strconv.FormatInt(id, 10))
-	if perr != nil {
-		// Back to open, so that it can be redriven again; the context may
-		// be spent, so the move gets its own.
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), f.timeout)
-		defer cancel()
-		if _, err := ds.ResolveDeadLetter(bctx, id, sink.DeadLetterRedriving, sink.DeadLetterOpen, f.reason,
-			"the redrive failed, back to open: "+oneLine(perr.Error())); err != nil {
-			return fmt.Errorf("redriving dead letter %d: producing failed (%w), and moving it back to open failed too (%v): it stays redriving; "+
-				"check the topic for a record with header %s: %d before resolving it", id, perr, err, envelope.RedriveOfHeader, id)
-		}
-		return fmt.Errorf("redriving dead letter %d: producing failed: %w (it is open again, with an audit row saying so)", id, perr)
-	}
-	detail := fmt.Sprintf("produced to %s partition %d offset %d", d.Scope.Topic, res.Partition, res.Offset)
-	if _, err := ds.ResolveDeadLetter(ctx, id, sink.DeadLetterRedriving, sink.DeadLetterRedriven, f.reason, detail); err != nil {
-		return fmt.Errorf("dead letter %d was %s, but marking it redriven failed: %w (it stays redriving)", id, detail, err)
+	res, err := admin.Redrive(ctx, ds, rt, id, admin.RedriveOptions{Reason: f.reason, Actor: "workrouter dlq redrive", RevertTimeout: f.timeout})
+	if err != nil {
+		return redriveError(err, spec, id)
 	}
 	fmt.Fprintf(out, "redrove dead letter %d: %s as a new %s command (header %s: %d); it is redriven\n",
-		id, detail, c.Type, envelope.RedriveOfHeader, id)
+		id, res.Detail, res.Command.Type, envelope.RedriveOfHeader, id)
 	return out.err
+}
+
+// redriveError renders an error of admin.Redrive with the CLI's hints: a
+// *admin.RedriveError says what was sent and the state the dead letter is
+// left in; any other means nothing was sent (see decisionError).
+func redriveError(err error, spec sinkSpec, id int64) error {
+	var re *admin.RedriveError
+	switch {
+	case errors.As(err, &re) && re.Produced:
+		return fmt.Errorf("dead letter %d was produced to %s partition %d offset %d, but marking it redriven failed: %w (it stays redriving)",
+			id, re.Topic, re.Result.Partition, re.Result.Offset, re.Err)
+	case errors.As(err, &re) && re.RevertErr != nil:
+		return fmt.Errorf("redriving dead letter %d: producing failed (%w), and moving it back to open failed too (%v): it stays redriving; "+
+			"check the topic for a record with header %s: %d before resolving it", id, re.Err, re.RevertErr, envelope.RedriveOfHeader, id)
+	case errors.As(err, &re):
+		return fmt.Errorf("redriving dead letter %d: producing failed: %w (it is open again, with an audit row saying so)", id, re.Err)
+	}
+	return decisionError(err, spec, id, "redrive", "nothing sent")
 }
 
 func newDLQDropCmd() *cobra.Command {
@@ -766,12 +768,9 @@ func runDLQDrop(cmd *cobra.Command, f dlqFlags, arg string) error {
 		return err
 	}
 	defer done()
-	d, err := getDeadLetter(ctx, ds, spec, id)
+	d, err := admin.PlanDrop(ctx, ds, id)
 	if err != nil {
-		return fmt.Errorf("%w (nothing changed)", err)
-	}
-	if d.State != sink.DeadLetterOpen {
-		return notOpen(d, "drop")
+		return decisionError(err, spec, id, "drop", "nothing changed")
 	}
 	out := &errWriter{w: cmd.OutOrStdout()}
 	if !f.yes {
@@ -782,11 +781,8 @@ func runDLQDrop(cmd *cobra.Command, f dlqFlags, arg string) error {
 		}
 		return fmt.Errorf("refusing to drop dead letter %d without --yes (nothing changed)", id)
 	}
-	if _, err := ds.ResolveDeadLetter(ctx, id, sink.DeadLetterOpen, sink.DeadLetterDropped, f.reason, "workrouter dlq drop"); err != nil {
-		if errors.Is(err, sink.ErrDeadLetterState) {
-			return fmt.Errorf("cannot drop dead letter %d: another redrive or drop changed it first: %w", id, err)
-		}
-		return fmt.Errorf("dropping dead letter %d: %w", id, err)
+	if _, err := admin.Drop(ctx, ds, id, admin.DropOptions{Reason: f.reason, Actor: "workrouter dlq drop"}); err != nil {
+		return decisionError(err, spec, id, "drop", "")
 	}
 	fmt.Fprintf(out, "dropped dead letter %d (%s offset %d); its row and audit rows are kept\n", id, d.Scope, d.Record.Offset)
 	return out.err

@@ -15,10 +15,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/cmd/internal/broker"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -264,7 +266,7 @@ func TestDLQDrop(t *testing.T) {
 	}
 	st, audit := deadLetterState(t, path, 2)
 	if st != sink.DeadLetterDropped || len(audit) != 1 || audit[0].From != sink.DeadLetterOpen || audit[0].To != sink.DeadLetterDropped ||
-		audit[0].Reason != "a stray test record" {
+		audit[0].Reason != "a stray test record" || audit[0].Detail != "workrouter dlq drop" {
 		t.Fatalf("after drop: state %s, audit %+v", st, audit)
 	}
 	out, _, _ = runCLI(t, nil, "dlq", "show", "2", "--sink", spec)
@@ -365,6 +367,7 @@ func TestDLQRedrive(t *testing.T) {
 	st, audit := deadLetterState(t, path, 1)
 	if st != sink.DeadLetterRedriven || len(audit) != 2 ||
 		audit[0].From != sink.DeadLetterOpen || audit[0].To != sink.DeadLetterRedriving || audit[0].Reason != "handler fixed" ||
+		audit[0].Detail != "workrouter dlq redrive: producing it again to topic ledger" ||
 		audit[1].From != sink.DeadLetterRedriving || audit[1].To != sink.DeadLetterRedriven ||
 		audit[1].Detail != fmt.Sprintf("produced to ledger partition %d offset 0", p) {
 		t.Fatalf("after the redrive: state %s, audit %+v", st, audit)
@@ -446,5 +449,72 @@ func TestDLQNeedsTheCapability(t *testing.T) {
 	defer s.Close()
 	if _, ok := deadLetterStoreOf(s); !ok {
 		t.Fatal("the SQLite sink's dead-letter store was not found")
+	}
+}
+
+// TestDLQErrorsRendered: each error admin's dead-letter operations return
+// is rendered with what was (not) done, the CLI's hints, and its cause
+// still matchable, for the failures the end-to-end tests cannot cause (a
+// sink failing mid-redrive, a lost race).
+func TestDLQErrorsRendered(t *testing.T) {
+	spec := sinkSpec{kind: "sqlite", path: "dlq.db"}
+	down, refused := errors.New("sink down"), errors.New("broker refused")
+	for _, tc := range []struct {
+		name  string
+		err   error
+		is    []error
+		wants []string
+	}{
+		{"produced, not marked", &admin.RedriveError{ID: 7, Produced: true, Result: router.Result{Partition: 2, Offset: 9}, Topic: "ledger",
+			State: sink.DeadLetterRedriving, Err: down}, []error{down},
+			[]string{"dead letter 7 was produced to ledger partition 2 offset 9, but marking it redriven failed: sink down (it stays redriving)"}},
+		{"not produced, not reverted", &admin.RedriveError{ID: 7, Topic: "ledger", State: sink.DeadLetterRedriving, Err: refused, RevertErr: down},
+			[]error{refused}, []string{"producing failed (broker refused), and moving it back to open failed too (sink down): it stays redriving",
+				"check the topic for a record with header workrouter-redrive-of: 7"}},
+		{"not produced, reverted", &admin.RedriveError{ID: 7, Topic: "ledger", State: sink.DeadLetterOpen, Err: refused}, []error{refused},
+			[]string{"redriving dead letter 7: producing failed: broker refused (it is open again, with an audit row saying so)"}},
+		{"lost race", &admin.ChangedFirstError{Op: "admin.Redrive", ID: 7, Err: fmt.Errorf("sqlite: %w", sink.ErrDeadLetterState)},
+			[]error{sink.ErrDeadLetterState}, []string{"cannot redrive dead letter 7: another redrive or drop changed it first: sqlite: ", "(nothing sent)"}},
+		{"redriving", &admin.NotOpenError{Op: "admin.Redrive", ID: 7, State: sink.DeadLetterRedriving}, []error{sink.ErrDeadLetterState},
+			[]string{"cannot redrive dead letter 7", "it is redriving, not open", "see its audit rows: workrouter dlq show 7", "(nothing changed, nothing sent)"}},
+		{"not found", fmt.Errorf("admin: dead letter 7: %w", sink.ErrNotFound), []error{sink.ErrNotFound},
+			[]string{"dead letter 7 does not exist in sink sqlite:dlq.db", "(nothing sent)"}},
+		{"other", fmt.Errorf("admin.Redrive: marking dead letter 7 redriving: %w", down), []error{down},
+			[]string{"marking dead letter 7 redriving: sink down (nothing sent)"}},
+	} {
+		err := redriveError(tc.err, spec, 7)
+		for _, is := range tc.is {
+			if !errors.Is(err, is) {
+				t.Errorf("%s: %v does not match %v", tc.name, err, is)
+			}
+		}
+		for _, w := range tc.wants {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q lacks %q", tc.name, err, w)
+			}
+		}
+	}
+	err := decisionError(&admin.ChangedFirstError{Op: "admin.Drop", ID: 8, Err: sink.ErrDeadLetterState}, spec, 8, "drop", "")
+	if !errors.Is(err, sink.ErrDeadLetterState) || !strings.HasPrefix(err.Error(), "cannot drop dead letter 8: another redrive or drop changed it first") ||
+		strings.HasSuffix(err.Error(), ")") {
+		t.Errorf("a drop that lost the race: %v", err)
+	}
+	for field, want := range map[string]string{"Reason": `--reason "x": want`, "States": `--state "x": want`,
+		"Partition": "--partition must be 0 or more, got -1", "Limit": "--limit must be 0 (all) or more, got -1"} {
+		q := admin.DeadLetterQuery{}
+		m1 := int32(-1)
+		switch field {
+		case "Reason":
+			q.Reason = "x"
+		case "States":
+			q.States = []sink.DeadLetterState{"x"}
+		case "Partition":
+			q.Partition = &m1
+		case "Limit":
+			q.Limit = -1
+		}
+		if err := queryFlagError(q.Validate()); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("query with a bad %s: %v, want %q", field, err, want)
+		}
 	}
 }
