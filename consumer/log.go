@@ -183,7 +183,7 @@ func (o *logObserver) Observe(e Event) {
 	case TopicMissing:
 		logTopicMissing(l, e)
 	case TopicRecreated:
-		l.Error("topic deleted and created again under this worker: its partitions stop and the worker rejoins; each waits for an operator's fence reset (workrouter fences reset --restart-at)",
+		l.Error("topic deleted and created again under this worker: its partitions stop and the worker rejoins; each waits for an operator's fence reset that restarts it on the new log (admin.Reset, docs/design.md#admin-reset)",
 			"topic", e.Topic, "old_topic_id", e.OldID, "new_topic_id", e.NewID, "partitions", e.Partitions)
 	case TopicFound:
 		l.Info("topic now exists; consuming it", "topic", e.Topic, "missing_since", e.MissingSince, "checks", e.Attempts)

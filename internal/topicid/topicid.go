@@ -11,6 +11,7 @@ package topicid
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,22 +23,35 @@ import (
 // error matching kerr.UnknownTopicOrPartition. It may be called from any
 // goroutine.
 func Read(ctx context.Context, cl *kgo.Client, topic string) ([16]byte, error) {
+	id, _, err := ReadPartitions(ctx, cl, topic)
+	return id, err
+}
+
+// ReadPartitions is Read that also returns the topic's partitions, in
+// ascending order, from the same metadata response. It may be called from
+// any goroutine.
+func ReadPartitions(ctx context.Context, cl *kgo.Client, topic string) ([16]byte, []int32, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	rt := kmsg.NewMetadataRequestTopic()
 	rt.Topic = kmsg.StringPtr(topic)
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return [16]byte{}, fmt.Errorf("reading the metadata of topic %s: %w", topic, err)
+		return [16]byte{}, nil, fmt.Errorf("reading the metadata of topic %s: %w", topic, err)
 	}
 	for _, t := range resp.Topics {
 		if t.Topic == nil || *t.Topic != topic {
 			continue
 		}
 		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
-			return [16]byte{}, fmt.Errorf("reading the metadata of topic %s: %w", topic, err)
+			return [16]byte{}, nil, fmt.Errorf("reading the metadata of topic %s: %w", topic, err)
 		}
-		return t.TopicID, nil
+		parts := make([]int32, 0, len(t.Partitions))
+		for _, p := range t.Partitions {
+			parts = append(parts, p.Partition)
+		}
+		slices.Sort(parts)
+		return t.TopicID, parts, nil
 	}
-	return [16]byte{}, fmt.Errorf("reading the metadata of topic %s: %w", topic, kerr.UnknownTopicOrPartition)
+	return [16]byte{}, nil, fmt.Errorf("reading the metadata of topic %s: %w", topic, kerr.UnknownTopicOrPartition)
 }
