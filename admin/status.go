@@ -162,7 +162,7 @@ type MisroutedExample struct {
 
 // ErrTopicMissing is matched by Status's error when the topic does not
 // exist.
-var ErrTopicMissing = errors.New("topic does not exist")
+var ErrTopicMissing = errors.New("admin: topic does not exist")
 
 // UnreachableError is Status's error when its first request to the
 // brokers fails.
