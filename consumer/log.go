@@ -139,7 +139,7 @@ func (o *logObserver) Observe(e Event) {
 		l.Warn("record dead-lettered; the partition goes on", tokenAttrs(e.Token, "offset", e.Offset, "key", string(e.Key), "type", e.Type,
 			"reason", e.Reason, "err", e.Err, "attempts", e.Attempts, "dead_letter_id", e.ID)...)
 	case LogChanged:
-		l.Error("claim refused: the log under the checkpoint changed; the partition waits for an operator to reset its fence (workrouter fences reset), and is claimed again periodically",
+		l.Error("claim refused: the log under the checkpoint changed; the partition waits for an operator to reset its fence (admin.Reset, docs/design.md#admin-reset), and is claimed again periodically",
 			tokenAttrs(e.Token, "err", e.Err, "records_lost", e.Err.Lost())...)
 	case Blocked:
 		if ok, _ := o.admit(e.Token.Partition, stallVerbose+1); ok {
