@@ -13,6 +13,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/internal/observe"
+	"github.com/workrouter/workrouter/internal/topicid"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 )
@@ -214,13 +215,17 @@ func Status(ctx context.Context, cl *kgo.Client, req StatusRequest) (StatusRepor
 func describeStatus(ctx context.Context, cl *kgo.Client, group, topic string) (StatusReport, error) {
 	rep := StatusReport{Group: group, Topic: topic, Members: []StatusMember{}, Partitions: []StatusPartition{}}
 	look, err := observe.ReadLog(ctx, cl, topic)
+	var md *topicid.Error
 	switch {
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
 		return rep, ErrTopicMissing
-	case err != nil && errors.As(err, new(*kerr.Error)):
-		return rep, fmt.Errorf("reading topic %q: %w", topic, err)
+	case errors.As(err, &md) && errors.As(md.Err, new(*kerr.Error)):
+		return rep, fmt.Errorf("reading topic %q: %w", topic, md.Err)
+	case errors.As(err, &md):
+		// The first request to the brokers failed.
+		return rep, &UnreachableError{fmt.Errorf("reading topic %q: %w", topic, md.Err)}
 	case err != nil:
-		return rep, &UnreachableError{fmt.Errorf("reading topic %q: %w", topic, err)}
+		return rep, err
 	}
 	rep.TopicID = look.TopicID()
 	g, err := observe.DescribeGroup(ctx, cl, group, topic, look.ID, observe.Any)
