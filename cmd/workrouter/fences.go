@@ -533,8 +533,10 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 				err = fmt.Errorf("%w; run the dry run again", err)
 			case errors.Is(err, admin.ErrNoCause):
 				err = fmt.Errorf("%w; --force resets anyway", err)
-			case errors.Is(err, admin.ErrBadRequest):
-				err = fmt.Errorf("%w; the dry run (without --yes) says which of --keep-checkpoint and --restart-at earliest|latest|OFFSET fits", err)
+			case errors.Is(err, admin.ErrBadRequest) && t.Refused == admin.RefusedKeepOnChangedLog:
+				err = fmt.Errorf("%w; use --restart-at earliest|latest|OFFSET", err)
+			case errors.Is(err, admin.ErrBadRequest) && t.Refused == admin.RefusedOffsetOutsideLog:
+				err = fmt.Errorf("%w; give --restart-at an offset of the log, or earliest or latest", err)
 			}
 			return fmt.Errorf("%w (%d of %d reset before it)", err, i, len(targets))
 		}
