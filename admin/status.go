@@ -165,6 +165,10 @@ type MisroutedExample struct {
 // exist.
 var ErrTopicMissing = errors.New("admin: topic does not exist")
 
+// ErrGroupNotFound is matched by Status's error when the group does not
+// exist (no members and no committed offsets).
+var ErrGroupNotFound = observe.ErrGroupNotFound
+
 // UnreachableError is Status's error when its first request to the
 // brokers fails.
 type UnreachableError struct{ Err error }
