@@ -4,8 +4,15 @@
 // operator, an internal console, a chat bot) calls the same functions.
 //
 // Diagnose reads each scope's stored fence next to what the brokers say of
-// its log and its group, and names what is wrong; Reset is the audited,
-// guarded admin reset (docs/design.md#admin-reset).
+// its log and its group, and names what is wrong; Plan is the dry run of a
+// reset (what it would change, the expect token, whether it would be
+// refused and why), the one place the reset rules live; Reset is the
+// audited, guarded admin reset built on Plan (docs/design.md#admin-reset);
+// Status describes a group on a topic with its offsets, lag, the state its
+// workers report, and the sink's fences. The log and the group are read
+// from the brokers the way the consumer reads them (internal/observe:
+// the topic ID never from a client's metadata cache, KIP-848 assignments
+// matched by topic ID as well as by name).
 //
 // A reset is itself a write to the fence: it is a compare-and-set on the
 // fence the operator inspected, it says what happens to the checkpoint

@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/internal/topicid"
+	"github.com/workrouter/workrouter/internal/observe"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -93,7 +93,6 @@ func ExpectToken(f sink.Fence) string {
 // each scope's problems. The topic's ID is read from the brokers, never
 // from cl's metadata cache. It may be called from any goroutine.
 func Diagnose(ctx context.Context, cl *kgo.Client, l sink.Lister, group, topic string) ([]Report, error) {
-	adm := kadm.NewClient(cl)
 	all, err := l.Fences(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("admin: reading the sink's fences: %w", err)
@@ -107,22 +106,15 @@ func Diagnose(ctx context.Context, cl *kgo.Client, l sink.Lister, group, topic s
 	if len(reports) == 0 {
 		return nil, nil
 	}
-	id, err := topicid.Read(ctx, cl, topic)
+	look, err := observe.ReadLog(ctx, cl, topic)
 	exists := err == nil
 	if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
 		return nil, fmt.Errorf("admin: %w", err)
 	}
-	var starts, ends kadm.ListedOffsets
-	if exists {
-		if starts, err = adm.ListStartOffsets(ctx, topic); err != nil {
-			return nil, fmt.Errorf("admin: listing %s's start offsets: %w", topic, err)
-		}
-		if ends, err = adm.ListEndOffsets(ctx, topic); err != nil {
-			return nil, fmt.Errorf("admin: listing %s's end offsets: %w", topic, err)
-		}
-	}
-	committed, _ := adm.FetchOffsets(ctx, group) // a group with no commits: nothing committed
-	owners, members, groupEpoch := groupView(ctx, adm, group, topic)
+	committed, _ := kadm.NewClient(cl).FetchOffsets(ctx, group) // a group with no commits: nothing committed
+	owners, members, groupEpoch := groupView(ctx, cl, group, topic, look.ID)
+	id := look.ID
+	starts, ends := look.Starts, look.Ends
 	for i := range reports {
 		r := &reports[i]
 		p := r.Fence.Scope.Partition
@@ -170,39 +162,16 @@ func logKind(lc *sink.LogChangedError) ProblemKind {
 	return RetentionLoss
 }
 
-// groupView returns who is assigned each partition of topic, the members,
-// and a KIP-848 group's epoch (-1 otherwise).
-func groupView(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]string, []string, int32) {
-	owners := map[int32]string{}
-	var members []string
-	if cgs, err := adm.DescribeConsumerGroups(ctx, group); err == nil {
-		if g, ok := cgs[group]; ok && g.Err == nil && len(g.Members) > 0 {
-			for _, m := range g.Members {
-				members = append(members, m.MemberID)
-				for p := range m.Assignment[topic] {
-					owners[p] = m.MemberID
-				}
-			}
-			return owners, members, g.Epoch
-		}
+// groupView returns who is assigned each partition of topic (matched by
+// topicID or name), the members, and a KIP-848 group's epoch (-1
+// otherwise), from observe.DescribeGroup; a group it cannot describe has
+// no members.
+func groupView(ctx context.Context, cl *kgo.Client, group, topic string, topicID [16]byte) (map[int32]string, []string, int32) {
+	g, err := observe.DescribeGroup(ctx, cl, group, topic, topicID, observe.Any)
+	if err != nil {
+		return map[int32]string{}, nil, -1
 	}
-	if gs, err := adm.DescribeGroups(ctx, group); err == nil {
-		if g, ok := gs[group]; ok && g.Err == nil {
-			for _, m := range g.Members {
-				members = append(members, m.MemberID)
-				if a, ok := m.Assigned.AsConsumer(); ok {
-					for _, t := range a.Topics {
-						if t.Topic == topic {
-							for _, p := range t.Partitions {
-								owners[p] = m.MemberID
-							}
-						}
-					}
-				}
-			}
-		}
-	}
-	return owners, members, -1
+	return g.Owners(), g.MemberIDs(), g.Epoch
 }
 
 // Checkpoint says what a reset does to the scope's checkpoint.
@@ -216,15 +185,15 @@ type Checkpoint struct {
 	RestartAt string
 }
 
-// ParseCheckpoint reads a --restart-at value: earliest, latest or an
-// offset.
+// ParseCheckpoint reads a Checkpoint's RestartAt: earliest, latest or an
+// offset. It may be called from any goroutine.
 func ParseCheckpoint(restartAt string) (Checkpoint, error) {
 	switch restartAt {
 	case "earliest", "latest":
 		return Checkpoint{RestartAt: restartAt}, nil
 	}
 	if n, err := strconv.ParseInt(restartAt, 10, 64); err != nil || n < 0 {
-		return Checkpoint{}, fmt.Errorf("%w: --restart-at %q: want earliest, latest or an offset", ErrBadRequest, restartAt)
+		return Checkpoint{}, fmt.Errorf("%w: Checkpoint.RestartAt %q: want earliest, latest or an offset", ErrBadRequest, restartAt)
 	}
 	return Checkpoint{RestartAt: restartAt}, nil
 }
@@ -264,65 +233,172 @@ type Result struct {
 	Resumes bool
 }
 
-// admin is what Reset needs from a sink.
-type admin interface {
+// ResetSink is what Reset needs from a sink: its fences (to diagnose the
+// scope) and the audited compare-and-set reset.
+type ResetSink interface {
 	sink.Lister
 	sink.Resetter
 }
 
-// Reset performs req on s (docs/design.md#admin-reset): it diagnoses the
-// scope, refuses (ErrNoCause) when nothing is wrong unless req.Force, checks
-// that the fence is the one the operator inspected (ErrMoved), computes the
-// new checkpoint, and resets the fence in the sink — a compare-and-set
+// Refusal names why a planned reset would be refused ("" if it would
+// proceed).
+type Refusal string
+
+// The refusals of a plan.
+const (
+	// RefusedNoCause: the group and the log show no reason to reset the
+	// fence, and the request does not force it (ErrNoCause).
+	RefusedNoCause Refusal = "no_cause"
+	// RefusedKeepOnChangedLog: the checkpoint is to be kept, but the log
+	// changed under it, so it would never resume (ErrBadRequest).
+	RefusedKeepOnChangedLog Refusal = "keep_on_changed_log"
+	// RefusedNoLog: a restart on the log, but the brokers show none for
+	// the topic (ErrBadRequest).
+	RefusedNoLog Refusal = "no_log"
+	// RefusedOffsetOutsideLog: a restart at an offset outside the log as
+	// it is now (ErrBadRequest).
+	RefusedOffsetOutsideLog Refusal = "offset_outside_log"
+	// RefusedBadCheckpoint: the Checkpoint neither keeps nor names a
+	// restart (ErrBadRequest).
+	RefusedBadCheckpoint Refusal = "bad_checkpoint"
+)
+
+// PlanRequest is a dry run of resets: which scopes, and what the resets
+// would do to them.
+type PlanRequest struct {
+	Group, Topic string
+	// Partitions are the partitions to plan; nil plans every partition of
+	// Group and Topic that the sink has a fence for.
+	Partitions []int32
+	Checkpoint Checkpoint
+	// Force plans the reset of a fence the diagnosis names no problem of.
+	Force bool
+}
+
+// ResetPlan is one scope's diagnosis and what a reset of it would do.
+type ResetPlan struct {
+	Report Report
+	// Expect is the ExpectToken of the fence as diagnosed: a Request
+	// carrying it proceeds only if the fence did not move meanwhile.
+	Expect string
+	// Checkpoint is the scope's NextOffset after the reset (-1 if the
+	// reset would be refused).
+	Checkpoint int64
+	// TopicID is the log Checkpoint refers to after the reset.
+	TopicID string
+	// Forced says the reset proceeds only because the request forces it.
+	Forced bool
+	// Refused says why the reset would be refused ("" if it would
+	// proceed), and Err is the error Reset would return then (matching
+	// ErrNoCause or ErrBadRequest).
+	Refused Refusal
+	Err     error
+	// Resumes says whether a running worker would pick the reset up by
+	// itself (a member is assigned the partition).
+	Resumes bool
+}
+
+// Plan is the dry run of resets (docs/design.md#admin-reset): it
+// diagnoses the scopes of req (Diagnose) and says, for each, what a reset
+// with req's checkpoint would change, its expect token, and whether it
+// would be refused and why — the rules Reset applies, which Reset takes
+// from here. It changes nothing. The plans are in the sink's order of the
+// fences; a partition the sink has no fence for is left out. It may be
+// called from any goroutine.
+func Plan(ctx context.Context, cl *kgo.Client, l sink.Lister, req PlanRequest) ([]ResetPlan, error) {
+	reports, err := Diagnose(ctx, cl, l, req.Group, req.Topic)
+	if err != nil {
+		return nil, err
+	}
+	var plans []ResetPlan
+	for _, r := range reports {
+		if req.Partitions == nil || slices.Contains(req.Partitions, r.Fence.Scope.Partition) {
+			plans = append(plans, plan(r, req.Checkpoint, req.Force))
+		}
+	}
+	return plans, nil
+}
+
+// plan holds the reset rules: what a reset of r with cp (forced or not)
+// does, or why it is refused.
+func plan(r Report, cp Checkpoint, force bool) ResetPlan {
+	p := ResetPlan{Report: r, Expect: ExpectToken(r.Fence), Checkpoint: -1, Resumes: r.Owner != ""}
+	scope := r.Fence.Scope
+	refuse := func(why Refusal, err error) ResetPlan {
+		p.Refused, p.Err = why, err
+		return p
+	}
+	if len(r.Problems) == 0 {
+		if !force {
+			return refuse(RefusedNoCause, fmt.Errorf("%w: %s: holder %s, checkpoint %d, the log and the group agree; Request.Force resets anyway (the live owner is fenced until it claims again; docs/design.md#admin-reset)",
+				ErrNoCause, scope, holder(r.Fence.Holder), r.Fence.NextOffset))
+		}
+		p.Forced = true
+	}
+	if cp.Keep {
+		for _, pr := range r.Problems {
+			if pr.Kind == TopicRecreated || pr.Kind == LogTruncated || pr.Kind == RetentionLoss {
+				return refuse(RefusedKeepOnChangedLog, fmt.Errorf("%w: %s: %s; keeping the checkpoint would not resume the scope: Checkpoint.RestartAt restarts it on the log (earliest, latest or an offset; docs/design.md#admin-reset)",
+					ErrBadRequest, scope, pr.Detail))
+			}
+		}
+		p.Checkpoint, p.TopicID = r.Fence.NextOffset, r.Fence.TopicID
+		return p
+	}
+	if cp.RestartAt == "" {
+		return refuse(RefusedBadCheckpoint, fmt.Errorf("%w: %s: the Checkpoint neither keeps the checkpoint (Keep) nor says where to restart (RestartAt)", ErrBadRequest, scope))
+	}
+	if r.Log.TopicID == "" {
+		return refuse(RefusedNoLog, fmt.Errorf("%w: %s: the broker shows no log for %s (does the topic exist?); a restart needs the log", ErrBadRequest, scope, scope.Topic))
+	}
+	switch cp.RestartAt {
+	case "earliest":
+		p.Checkpoint = r.Log.LogStart
+	case "latest":
+		p.Checkpoint = r.Log.LogEnd
+	default:
+		n, err := strconv.ParseInt(cp.RestartAt, 10, 64)
+		if err != nil || n < r.Log.LogStart || n > r.Log.LogEnd {
+			return refuse(RefusedOffsetOutsideLog, fmt.Errorf("%w: %s: Checkpoint.RestartAt %q is not an offset of the log [%d, %d]", ErrBadRequest, scope, cp.RestartAt, r.Log.LogStart, r.Log.LogEnd))
+		}
+		p.Checkpoint = n
+	}
+	p.TopicID = r.Log.TopicID
+	return p
+}
+
+// Reset performs req on s (docs/design.md#admin-reset): it plans the reset
+// of req.Scope (Plan), checks that the fence is the one the operator
+// inspected (ErrMoved), is refused as the plan says (ErrNoCause when
+// nothing is wrong unless req.Force; ErrBadRequest for a checkpoint that
+// does not fit), and resets the fence in the sink — a compare-and-set
 // there too — with the diagnosis, the old and the new state in the audit
 // row. It may be called from any goroutine.
-func Reset(ctx context.Context, cl *kgo.Client, s admin, req Request) (Result, error) {
+func Reset(ctx context.Context, cl *kgo.Client, s ResetSink, req Request) (Result, error) {
 	if strings.TrimSpace(req.Reason) == "" {
-		return Result{}, fmt.Errorf("%w: a reset needs a reason (it is recorded)", ErrBadRequest)
+		return Result{}, fmt.Errorf("%w: Request.Reason is empty: a reset needs a reason (it is recorded)", ErrBadRequest)
 	}
-	reports, err := Diagnose(ctx, cl, s, req.Scope.Group, req.Scope.Topic)
+	plans, err := Plan(ctx, cl, s, PlanRequest{Group: req.Scope.Group, Topic: req.Scope.Topic,
+		Partitions: []int32{req.Scope.Partition}, Checkpoint: req.Checkpoint, Force: req.Force})
 	if err != nil {
 		return Result{}, err
 	}
-	i := slices.IndexFunc(reports, func(r Report) bool { return r.Fence.Scope == req.Scope })
-	if i < 0 {
+	if len(plans) == 0 {
 		return Result{}, fmt.Errorf("admin: %s: %w", req.Scope, sink.ErrNotFound)
 	}
-	r := reports[i]
-	res := Result{Before: r.Fence, Report: r, Resumes: r.Owner != ""}
-	if got := ExpectToken(r.Fence); req.Expect != got {
-		return res, fmt.Errorf("%w: %s is now %s (expect %s), not %s: inspect it again", ErrMoved, req.Scope, describe(r.Fence), got, req.Expect)
+	pl := plans[0]
+	r := pl.Report
+	res := Result{Before: r.Fence, Report: r, Resumes: pl.Resumes}
+	if req.Expect != pl.Expect {
+		return res, fmt.Errorf("%w: %s is now %s (expect %s), not %s: inspect it again", ErrMoved, req.Scope, describe(r.Fence), pl.Expect, req.Expect)
 	}
-	if len(r.Problems) == 0 && !req.Force {
-		return res, fmt.Errorf("%w: %s: holder %s, checkpoint %d, the log and the group agree; --force resets anyway (the live owner is fenced until it claims again)",
-			ErrNoCause, req.Scope, holder(r.Fence.Holder), r.Fence.NextOffset)
+	if pl.Err != nil {
+		return res, pl.Err
 	}
 	sreq := sink.ResetRequest{Scope: req.Scope, Expect: r.Fence, Reason: req.Reason}
-	if req.Checkpoint.Keep {
-		for _, p := range r.Problems {
-			if p.Kind == TopicRecreated || p.Kind == LogTruncated || p.Kind == RetentionLoss {
-				return res, fmt.Errorf("%w: %s: %s; keeping the checkpoint would not resume the scope: use --restart-at earliest|latest|OFFSET",
-					ErrBadRequest, req.Scope, p.Detail)
-			}
-		}
-	} else {
-		if r.Log.TopicID == "" {
-			return res, fmt.Errorf("%w: %s: the broker shows no log for %s (does the topic exist?); a restart needs the log", ErrBadRequest, req.Scope, req.Scope.Topic)
-		}
-		var next int64
-		switch req.Checkpoint.RestartAt {
-		case "earliest":
-			next = r.Log.LogStart
-		case "latest":
-			next = r.Log.LogEnd
-		default:
-			n, err := strconv.ParseInt(req.Checkpoint.RestartAt, 10, 64)
-			if err != nil || n < r.Log.LogStart || n > r.Log.LogEnd {
-				return res, fmt.Errorf("%w: %s: --restart-at %q is not an offset of the log [%d, %d]", ErrBadRequest, req.Scope, req.Checkpoint.RestartAt, r.Log.LogStart, r.Log.LogEnd)
-			}
-			next = n
-		}
-		sreq.NextOffset, sreq.TopicID = &next, r.Log.TopicID
+	if !req.Checkpoint.Keep {
+		next := pl.Checkpoint
+		sreq.NextOffset, sreq.TopicID = &next, pl.TopicID
 	}
 	detail, _ := json.Marshal(map[string]any{
 		"observed": map[string]any{"topic_id": r.Log.TopicID, "log_start": r.Log.LogStart, "log_end": r.Log.LogEnd,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/observe"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -58,24 +59,19 @@ func (e *env) produce(n int) {
 	}
 }
 
-// observe reads the partition's log as a worker's claim does.
+// observe reads the partition's log as a worker's claim does
+// (observe.ReadLog, from the brokers).
 func (e *env) observe() sink.Observed {
 	e.t.Helper()
-	tds, err := e.adm.ListTopics(e.ctx, topic)
+	look, err := observe.ReadLog(e.ctx, e.cl, topic)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	starts, err := e.adm.ListStartOffsets(e.ctx, topic)
+	obs, err := look.Observed(topic, 0)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ends, err := e.adm.ListEndOffsets(e.ctx, topic)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	s, _ := starts.Lookup(topic, 0)
-	en, _ := ends.Lookup(topic, 0)
-	return sink.Observed{TopicID: sink.FormatTopicID(tds[topic].ID), LogStart: s.Offset, LogEnd: en.Offset}
+	return obs
 }
 
 // hold claims partition 0 for tok on the log as it is and applies up to

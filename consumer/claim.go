@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/workrouter/workrouter/internal/topicid"
+	"github.com/workrouter/workrouter/internal/observe"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -47,7 +47,7 @@ func (w *Worker[Tx]) adjustOffsets(ctx context.Context, offsets map[string]map[i
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	// One look at the log for all the claims; a retry looks again.
-	id, starts, ends, oerr := w.observe(ctx)
+	look, oerr := w.observe(ctx)
 	for p := range parts {
 		w.mu.Lock()
 		t := w.tenures[p]
@@ -61,7 +61,7 @@ func (w *Worker[Tx]) adjustOffsets(ctx context.Context, offsets map[string]map[i
 		}
 		var first *sink.Observed
 		if oerr == nil {
-			if obs, err := observed(w.cfg.Topic, p, id, starts, ends); err == nil {
+			if obs, err := look.Observed(w.cfg.Topic, p); err == nil {
 				first = &obs
 			}
 		}
@@ -124,64 +124,30 @@ func (w *Worker[Tx]) commitClaimed(t *tenure[Tx], next, committed int64) {
 
 // observe reads, for the claims of partitions, the log's identity (the
 // topic ID) and each partition's log start and end offsets
-// (docs/design.md#log-identity).
-func (w *Worker[Tx]) observe(ctx context.Context) (topicID string, starts, ends kadm.ListedOffsets, err error) {
-	adm := kadm.NewClient(w.cl) // shares the client; never closed here
+// (docs/design.md#log-identity), with observe.ReadLog: the topic ID from
+// the brokers (never the client's metadata cache), read before and after
+// the offsets, again until both agree.
+func (w *Worker[Tx]) observe(ctx context.Context) (observe.Log, error) {
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// The topic ID from the brokers (never the client's metadata cache),
-	// read before and after the offsets: if they differ, the topic was
-	// recreated in between and the offsets may be of either log.
-	for {
-		id, err := topicid.Read(octx, w.cl, w.cfg.Topic)
-		if err != nil {
-			return "", nil, nil, fmt.Errorf("consumer: %w", err)
-		}
-		if starts, err = adm.ListStartOffsets(octx, w.cfg.Topic); err != nil {
-			return "", nil, nil, fmt.Errorf("consumer: listing topic %s's start offsets: %w", w.cfg.Topic, err)
-		}
-		if ends, err = adm.ListEndOffsets(octx, w.cfg.Topic); err != nil {
-			return "", nil, nil, fmt.Errorf("consumer: listing topic %s's end offsets: %w", w.cfg.Topic, err)
-		}
-		again, err := topicid.Read(octx, w.cl, w.cfg.Topic)
-		if err != nil {
-			return "", nil, nil, fmt.Errorf("consumer: %w", err)
-		}
-		if again != id {
-			continue
-		}
-		if id != ([16]byte{}) {
-			topicID = sink.FormatTopicID(id)
-		}
-		return topicID, starts, ends, nil
+	l, err := observe.ReadLog(octx, w.cl, w.cfg.Topic)
+	if err != nil {
+		return observe.Log{}, fmt.Errorf("consumer: %w", err)
 	}
+	return l, nil
 }
 
 // observePartition returns what a claim of partition p observes.
 func (w *Worker[Tx]) observePartition(ctx context.Context, p int32) (sink.Observed, error) {
-	id, starts, ends, err := w.observe(ctx)
+	l, err := w.observe(ctx)
 	if err != nil {
 		return sink.Observed{}, err
 	}
-	return observed(w.cfg.Topic, p, id, starts, ends)
-}
-
-// observed picks partition p's observation out of one look at the log.
-func observed(topic string, p int32, id string, starts, ends kadm.ListedOffsets) (sink.Observed, error) {
-	if id == "" {
-		return sink.Observed{}, nil // a broker without topic IDs: no continuity check
+	obs, err := l.Observed(w.cfg.Topic, p)
+	if err != nil {
+		return sink.Observed{}, fmt.Errorf("consumer: %w", err)
 	}
-	s, ok1 := starts.Lookup(topic, p)
-	e, ok2 := ends.Lookup(topic, p)
-	switch {
-	case !ok1 || !ok2:
-		return sink.Observed{}, fmt.Errorf("consumer: no offsets listed for %s/%d", topic, p)
-	case s.Err != nil:
-		return sink.Observed{}, fmt.Errorf("consumer: listing %s/%d's start offset: %w", topic, p, s.Err)
-	case e.Err != nil:
-		return sink.Observed{}, fmt.Errorf("consumer: listing %s/%d's end offset: %w", topic, p, e.Err)
-	}
-	return sink.Observed{TopicID: id, LogStart: s.Offset, LogEnd: e.Offset}, nil
+	return obs, nil
 }
 
 // claim claims t's scope (docs/design.md#claim), retrying failures other
@@ -482,40 +448,22 @@ func (w *Worker[Tx]) diagnose(ctx context.Context, err error) error {
 	if !errors.As(err, &fe) || fe.Stored.Epoch < fe.Offered.Epoch {
 		return err
 	}
-	adm := kadm.NewClient(w.cl) // shares the client; never closed here
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var members []string
-	switch w.cfg.Protocol {
-	case KIP848:
-		groups, derr := adm.DescribeConsumerGroups(dctx, w.cfg.Group)
-		if derr != nil {
-			return err
-		}
-		g, ok := groups[w.cfg.Group]
-		if !ok || g.Err != nil {
-			return err
-		}
-		if g.Epoch < fe.Stored.Epoch {
-			return &EpochRegressedError{Fenced: fe, GroupEpoch: g.Epoch,
-				Evidence: fmt.Sprintf("the coordinator's group epoch is %d", g.Epoch)}
-		}
-		for _, m := range g.Members {
-			members = append(members, m.MemberID)
-		}
-	default:
-		groups, derr := adm.DescribeGroups(dctx, w.cfg.Group)
-		if derr != nil {
-			return err
-		}
-		g, ok := groups[w.cfg.Group]
-		if !ok || g.Err != nil {
-			return err
-		}
-		for _, m := range g.Members {
-			members = append(members, m.MemberID)
-		}
+	which := observe.Classic
+	if w.cfg.Protocol == KIP848 {
+		which = observe.Consumer
 	}
+	// The group's assignments are not needed here: no topic ID to match.
+	g, derr := observe.DescribeGroup(dctx, w.cl, w.cfg.Group, w.cfg.Topic, [16]byte{}, which)
+	if derr != nil {
+		return err
+	}
+	if w.cfg.Protocol == KIP848 && g.Epoch < fe.Stored.Epoch {
+		return &EpochRegressedError{Fenced: fe, GroupEpoch: g.Epoch,
+			Evidence: fmt.Sprintf("the coordinator's group epoch is %d", g.Epoch)}
+	}
+	members := g.MemberIDs()
 	// A holder with a higher or equal epoch that is not a member, while
 	// this member is: the epochs restarted under the holder (after data
 	// loss the new group hands out epoch 1 again, often the very epoch

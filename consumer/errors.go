@@ -36,8 +36,8 @@ type EpochRegressedError struct {
 func (e *EpochRegressedError) Error() string {
 	return fmt.Sprintf("consumer: claim of %s refused: the sink has seen epoch %d (member %q) but the group now hands out epoch %d (%s); "+
 		"the group's epochs went backwards or started over: it was most likely deleted and recreated, or the broker lost its state; "+
-		"every claim will fail until an operator resets the fence for this scope: `workrouter fences reset` diagnoses it "+
-		"(--keep-checkpoint if the log is intact, --restart-at if the topic was recreated too)",
+		"every claim will fail until an operator resets the fence for this scope (admin.Reset, docs/design.md#admin-reset; "+
+		"keep the checkpoint if the log is intact, restart on the log if the topic was recreated too)",
 		e.Fenced.Offered.Scope(), e.Fenced.Stored.Epoch, e.Fenced.Stored.Member, e.GroupEpoch, e.Evidence)
 }
 

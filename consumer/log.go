@@ -139,7 +139,7 @@ func (o *logObserver) Observe(e Event) {
 		l.Warn("record dead-lettered; the partition goes on", tokenAttrs(e.Token, "offset", e.Offset, "key", string(e.Key), "type", e.Type,
 			"reason", e.Reason, "err", e.Err, "attempts", e.Attempts, "dead_letter_id", e.ID)...)
 	case LogChanged:
-		l.Error("claim refused: the log under the checkpoint changed; the partition waits for an operator to reset its fence (workrouter fences reset), and is claimed again periodically",
+		l.Error("claim refused: the log under the checkpoint changed; the partition waits for an operator to reset its fence (admin.Reset, docs/design.md#admin-reset), and is claimed again periodically",
 			tokenAttrs(e.Token, "err", e.Err, "records_lost", e.Err.Lost())...)
 	case Blocked:
 		if ok, _ := o.admit(e.Token.Partition, stallVerbose+1); ok {
@@ -183,7 +183,7 @@ func (o *logObserver) Observe(e Event) {
 	case TopicMissing:
 		logTopicMissing(l, e)
 	case TopicRecreated:
-		l.Error("topic deleted and created again under this worker: its partitions stop and the worker rejoins; each waits for an operator's fence reset (workrouter fences reset --restart-at)",
+		l.Error("topic deleted and created again under this worker: its partitions stop and the worker rejoins; each waits for an operator's fence reset that restarts it on the new log (admin.Reset, docs/design.md#admin-reset)",
 			"topic", e.Topic, "old_topic_id", e.OldID, "new_topic_id", e.NewID, "partitions", e.Partitions)
 	case TopicFound:
 		l.Info("topic now exists; consuming it", "topic", e.Topic, "missing_since", e.MissingSince, "checks", e.Attempts)

@@ -63,7 +63,7 @@ func (e *LogChangedError) Error() string {
 	case ErrLogTruncated:
 		what = "the log was truncated below the checkpoint: " + what
 	}
-	return fmt.Sprintf("sink: claim of %s refused: %s; nothing is applied on this partition until an operator decides with `workrouter fences reset` (--keep-checkpoint or --restart-at)",
+	return fmt.Sprintf("sink: claim of %s refused: %s; nothing is applied on this partition until an operator decides with an admin reset (admin.Reset: keep the checkpoint or restart on the log; docs/design.md#admin-reset)",
 		e.Scope, what)
 }
 

@@ -425,7 +425,7 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 	case f.restartAt != "":
 		var err error
 		if cp, err = admin.ParseCheckpoint(f.restartAt); err != nil {
-			return errors.New(strings.TrimPrefix(err.Error(), admin.ErrBadRequest.Error()+": "))
+			return fmt.Errorf("--restart-at %q: want earliest, latest or an offset", f.restartAt)
 		}
 	default:
 		return errors.New("say what happens to the checkpoint: --keep-checkpoint (the epochs went backwards, the log is intact) or --restart-at earliest|latest|OFFSET (the log changed); the dry run's diagnosis says which")
@@ -462,15 +462,13 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 	}
 	defer cl.Close()
 
-	reports, err := admin.Diagnose(gctx, cl, s, f.group, f.topic)
+	preq := admin.PlanRequest{Group: f.group, Topic: f.topic, Checkpoint: cp, Force: f.force}
+	if !all {
+		preq.Partitions = []int32{f.partition}
+	}
+	targets, err := admin.Plan(gctx, cl, s, preq)
 	if err != nil {
 		return fmt.Errorf("%w (nothing changed)", brokerError(ctx, c.explain(err), c.brokers, f.topic, f.timeout))
-	}
-	var targets []admin.Report
-	for _, r := range reports {
-		if all || r.Fence.Scope.Partition == f.partition {
-			targets = append(targets, r)
-		}
 	}
 	if len(targets) == 0 {
 		return fmt.Errorf("%w: the fences of %s/%s changed while they were read (nothing changed)", sink.ErrNotFound, f.group, f.topic)
@@ -479,12 +477,12 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 		if len(targets) != 1 {
 			return fmt.Errorf("--expect %s names no partition, and %d fences are to be reset: give P=TOKEN for each", expect[-1], len(targets))
 		}
-		expect[targets[0].Fence.Scope.Partition] = expect[-1]
+		expect[targets[0].Report.Fence.Scope.Partition] = expect[-1]
 		delete(expect, -1)
 	}
 	plans := make([]resetPlan, len(targets))
-	for i, r := range targets {
-		plans[i] = planReset(r, cp, f.force)
+	for i, t := range targets {
+		plans[i] = toResetPlan(t, cp)
 	}
 
 	out := &errWriter{w: cmd.OutOrStdout()}
@@ -525,7 +523,8 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 		}
 	}
 
-	for i, r := range targets {
+	for i, t := range targets {
+		r := t.Report
 		scope := r.Fence.Scope
 		res, err := admin.Reset(gctx, cl, s, admin.Request{Scope: scope, Expect: expect[scope.Partition], Checkpoint: cp, Reason: f.reason, Force: f.force})
 		if err != nil {
@@ -533,6 +532,11 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 			case errors.Is(err, admin.ErrMoved):
 				err = fmt.Errorf("%w; run the dry run again", err)
 			case errors.Is(err, admin.ErrNoCause):
+				err = fmt.Errorf("%w; --force resets anyway", err)
+			case errors.Is(err, admin.ErrBadRequest) && t.Refused == admin.RefusedKeepOnChangedLog:
+				err = fmt.Errorf("%w; use --restart-at earliest|latest|OFFSET", err)
+			case errors.Is(err, admin.ErrBadRequest) && t.Refused == admin.RefusedOffsetOutsideLog:
+				err = fmt.Errorf("%w; give --restart-at an offset of the log, or earliest or latest", err)
 			}
 			return fmt.Errorf("%w (%d of %d reset before it)", err, i, len(targets))
 		}
@@ -551,37 +555,30 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 	return out.err
 }
 
-// planReset says what a reset of r with cp would do.
-func planReset(r admin.Report, cp admin.Checkpoint, force bool) resetPlan {
+// toResetPlan renders t, a plan of a reset with cp, as the dry run prints
+// it (and --json), with the refusals in the CLI's words (its flags).
+func toResetPlan(t admin.ResetPlan, cp admin.Checkpoint) resetPlan {
+	r := t.Report
 	p := resetPlan{Scope: r.Fence.Scope.String(), Partition: r.Fence.Scope.Partition, Fence: toFenceJSON(r.Fence),
 		LogTopicID: r.Log.TopicID, TopicExists: r.TopicExists, LogStart: r.Log.LogStart, LogEnd: r.Log.LogEnd,
 		Committed: r.Committed, Owner: r.Owner, Members: r.Members, Problems: []statusProblem{},
-		Checkpoint: -1, Resumes: r.Owner != "", Expect: admin.ExpectToken(r.Fence)}
-	logChanged := false
+		Checkpoint: t.Checkpoint, Resumes: t.Resumes, Expect: t.Expect}
 	for _, pr := range r.Problems {
 		p.Problems = append(p.Problems, statusProblem{Kind: string(pr.Kind), Detail: pr.Detail})
-		logChanged = logChanged || pr.Kind == admin.TopicRecreated || pr.Kind == admin.LogTruncated || pr.Kind == admin.RetentionLoss
 	}
-	switch {
-	case len(r.Problems) == 0 && !force:
+	switch t.Refused {
+	case "":
+	case admin.RefusedNoCause:
 		p.Refusal = "the group and the log show no reason to reset this fence (--force resets it anyway; its owner is fenced until it claims again)"
-	case cp.Keep && logChanged:
+	case admin.RefusedKeepOnChangedLog:
 		p.Refusal = "the log changed under the checkpoint: keeping it would never resume; use --restart-at"
-	case cp.Keep:
-		p.Checkpoint = r.Fence.NextOffset
-	case r.Log.TopicID == "":
+	case admin.RefusedNoLog:
 		p.Refusal = "the brokers show no log for the topic (does it exist?); a restart needs one"
-	case cp.RestartAt == "earliest":
-		p.Checkpoint = r.Log.LogStart
-	case cp.RestartAt == "latest":
-		p.Checkpoint = r.Log.LogEnd
-	default:
+	case admin.RefusedOffsetOutsideLog:
 		n, _ := strconv.ParseInt(cp.RestartAt, 10, 64)
-		if n < r.Log.LogStart || n > r.Log.LogEnd {
-			p.Refusal = fmt.Sprintf("offset %d is not in the log [%d, %d]", n, r.Log.LogStart, r.Log.LogEnd)
-		} else {
-			p.Checkpoint = n
-		}
+		p.Refusal = fmt.Sprintf("offset %d is not in the log [%d, %d]", n, r.Log.LogStart, r.Log.LogEnd)
+	default:
+		p.Refusal = t.Err.Error()
 	}
 	return p
 }

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+
+	"github.com/workrouter/workrouter/admin"
 )
 
 // openAdminReadOnly opens the sink for the commands that only read it
@@ -37,9 +39,9 @@ func sqliteFileExists(spec sinkSpec) error {
 	return nil
 }
 
-// errTopicMissing is matched by the error describeStatus returns when the
+// errTopicMissing is matched by the error admin.Status returns when the
 // topic does not exist.
-var errTopicMissing = errors.New("topic does not exist")
+var errTopicMissing = admin.ErrTopicMissing
 
 // topicMissingError is status's one line about a topic that does not
 // exist: where it looked, what the group's workers do meanwhile, and the
