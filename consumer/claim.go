@@ -483,7 +483,7 @@ func (w *Worker[Tx]) diagnose(ctx context.Context, err error) error {
 		return err
 	}
 	adm := kadm.NewClient(w.cl) // shares the client; never closed here
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	dctx, cancel := context.WithTimeout(ctx, w.cfg.diagnoseTimeout)
 	defer cancel()
 	var members []string
 	switch w.cfg.Protocol {

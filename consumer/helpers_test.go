@@ -74,8 +74,10 @@ func newCluster(t *testing.T, partitions int32) *cluster {
 	return newFakeCluster(t, partitions)
 }
 
-// newFakeCluster starts an in-process kfake broker with the topic seeded
-// and short session timeouts allowed. Tests that inject faults through
+// newFakeCluster starts an in-process kfake broker with the topic seeded,
+// short session timeouts allowed, and KIP-848 members told to heartbeat
+// every 100 ms (as the tests' classic members do) rather than every 5 s,
+// so that a KIP-848 rebalance is not a wait of seconds. Tests that inject faults through
 // kfake's request interception use it even when WORKROUTER_TEST_BROKERS is
 // set: a real cluster cannot be intercepted.
 func newFakeCluster(t *testing.T, partitions int32) *cluster {
@@ -84,6 +86,7 @@ func newFakeCluster(t *testing.T, partitions int32) *cluster {
 		kfake.NumBrokers(1),
 		kfake.SeedTopics(partitions, topic),
 		kfake.GroupMinSessionTimeout(100*time.Millisecond),
+		kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100"}),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -239,6 +242,9 @@ type workerOpts struct {
 	// topicCheck, if set, is the least time between two checks of the
 	// topic (consumer.SetTopicCheckInterval).
 	topicCheck time.Duration
+	// diagnoseTimeout, if set, bounds the look at the group after a
+	// fenced claim (consumer.SetDiagnoseTimeout).
+	diagnoseTimeout time.Duration
 }
 
 func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consumer.Worker[*memory.Tx] {
@@ -301,6 +307,9 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 	}
 	if o.topicCheck > 0 {
 		consumer.SetTopicCheckInterval(&cfg, o.topicCheck)
+	}
+	if o.diagnoseTimeout > 0 {
+		consumer.SetDiagnoseTimeout(&cfg, o.diagnoseTimeout)
 	}
 	w, err := consumer.New(context.Background(), cfg)
 	if err != nil {
