@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,13 +28,28 @@ import (
 
 const topic = "cmds"
 
+// testParallel is how many of this package's parallel tests run at once
+// unless -parallel says otherwise: they mostly wait on the broker's timers
+// (sessions, rebalances, backoffs), not on the CPU, so the default of
+// -parallel (GOMAXPROCS) would leave a small machine waiting.
+const testParallel = "8"
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", testParallel); err != nil {
+			panic(err)
+		}
+	}
 	goleak.VerifyTestMain(m)
 }
 
 // cluster is where a test runs: the in-process kfake broker by default, or
 // the real cluster named by WORKROUTER_TEST_BROKERS (comma-separated
-// addresses), on a fresh topic and group per test.
+// addresses), on a fresh topic and group per test (named after the test,
+// so that tests running in parallel never share one).
 type cluster struct {
 	addrs []string
 	kf    *kfake.Cluster // nil on a real cluster
@@ -50,7 +66,7 @@ func newCluster(t *testing.T, partitions int32) *cluster {
 		c := &cluster{
 			addrs: strings.Split(env, ","),
 			topic: fmt.Sprintf("workrouter-test-%s-%d", strings.ToLower(t.Name()), time.Now().UnixNano()),
-			group: fmt.Sprintf("workrouter-test-%d", time.Now().UnixNano()),
+			group: fmt.Sprintf("workrouter-test-%s-%d", strings.ToLower(t.Name()), time.Now().UnixNano()),
 		}
 		adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.addrs...))
 		if err != nil {
