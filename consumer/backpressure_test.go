@@ -16,6 +16,7 @@ import (
 // loop that blocks on the slowest), then that nothing is lost or reordered
 // once the blocked partition resumes.
 func TestSlowPartitionDoesNotStallOthers(t *testing.T) {
+	t.Parallel()
 	const partitions = 3
 	c := newCluster(t, partitions)
 	s := memory.New()

@@ -24,6 +24,7 @@ import (
 // offset (nothing of an earlier batch shows through), and only the
 // undecodable records are dead-lettered.
 func TestHandlersSeeEachRecordAsProduced(t *testing.T) {
+	t.Parallel()
 	const (
 		partitions = 2
 		records    = 600

@@ -448,7 +448,7 @@ func (w *Worker[Tx]) diagnose(ctx context.Context, err error) error {
 	if !errors.As(err, &fe) || fe.Stored.Epoch < fe.Offered.Epoch {
 		return err
 	}
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	dctx, cancel := context.WithTimeout(ctx, w.cfg.diagnoseTimeout)
 	defer cancel()
 	which := observe.Classic
 	if w.cfg.Protocol == KIP848 {

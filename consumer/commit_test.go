@@ -88,6 +88,7 @@ func (g *gatedApplies) Apply(ctx context.Context, tok epochs.Token, offs []int64
 // after the committer has committed another partition's newer work; once
 // the Apply returns, the commit catches up with the sink.
 func TestCommitNeverAheadOfTheSink(t *testing.T) {
+	t.Parallel()
 	const partitions = 2
 	c := newFakeCluster(t, partitions)
 	s := memory.New()
@@ -152,6 +153,7 @@ func TestCommitNeverAheadOfTheSink(t *testing.T) {
 // the revoke (Close leaves the group) the group's committed offset is the
 // sink's NextOffset.
 func TestRevokeCommitsAtOnce(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(1)
@@ -175,6 +177,7 @@ func TestRevokeCommitsAtOnce(t *testing.T) {
 // Poison.Types) before the record is dead-lettered with Attempts equal to
 // that budget; the records around it are applied once each.
 func TestRetryBudgetIsExact(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	var mu sync.Mutex

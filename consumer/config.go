@@ -213,7 +213,16 @@ type Config[Tx any] struct {
 	// the topic exists; default MinTopicCheckInterval. Only this
 	// package's tests set it.
 	topicCheckEvery time.Duration
+	// diagnoseTimeout bounds the look at the group that tells a fenced
+	// claim from a regression (diagnose); default diagnoseTimeout. Only
+	// this package's tests set it.
+	diagnoseTimeout time.Duration
 }
+
+// diagnoseTimeout bounds how long diagnose looks at the group before it
+// reports a fenced claim as fenced (no regression shown). Tests may set
+// another in Config.diagnoseTimeout.
+const diagnoseTimeout = 5 * time.Second
 
 // ErrConfig is matched by every configuration error returned by New.
 var ErrConfig = errors.New("consumer: invalid config")
@@ -290,6 +299,9 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 	}
 	if out.commitPace <= 0 {
 		out.commitPace = commitPace
+	}
+	if out.diagnoseTimeout <= 0 {
+		out.diagnoseTimeout = diagnoseTimeout
 	}
 	var err error
 	if out.Poison, err = out.Poison.withDefaults(); err != nil {

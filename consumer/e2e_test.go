@@ -22,6 +22,7 @@ import (
 // late and one leaves in the middle. L, O, X and F must hold on the memory
 // sink's data and history.
 func TestEndToEndRebalance(t *testing.T) {
+	t.Parallel()
 	const partitions = 6
 	c := newCluster(t, partitions)
 	s := memory.New()
@@ -136,6 +137,7 @@ func TestUnreachableBroker(t *testing.T) {
 // tokens carry member epochs, a member joining moves partitions, and the
 // invariants hold.
 func TestKIP848(t *testing.T) {
+	t.Parallel()
 	const partitions = 4
 	c := newCluster(t, partitions)
 	s := memory.New()
@@ -163,6 +165,7 @@ func TestKIP848(t *testing.T) {
 // applied once, in order. A command with no handler stalls its partition
 // rather than being skipped.
 func TestHandlerErrorRetriedNeverSkipped(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(3)
@@ -207,6 +210,7 @@ func TestHandlerErrorRetriedNeverSkipped(t *testing.T) {
 // must commit the sink's checkpoint even when no record is left to apply,
 // or lag never returns to zero. (Found by the process-level kill test.)
 func TestCommitsSinkCheckpointAtClaim(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(2)

@@ -144,6 +144,7 @@ func setupZombieOpts(t *testing.T, bHandler consumer.Handler[*memory.Tx], zo zom
 // the old handler is released its Apply is rejected with ErrFenced and has
 // no effect.
 func TestZombieApplyFenced(t *testing.T) {
+	t.Parallel()
 	z := setupZombie(t, nil)
 	aTok := z.a.Owned()[0]
 
@@ -190,6 +191,7 @@ func TestZombieApplyFenced(t *testing.T) {
 // claim but before the new owner's first write. It is still rejected,
 // because the new owner claims before it works.
 func TestZombieWindow(t *testing.T) {
+	t.Parallel()
 	bGate := newGate()
 	bHandler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
 		bGate.wait()
@@ -240,6 +242,7 @@ func TestZombieWindow(t *testing.T) {
 // generation while the owner keeps some partitions; its writes under the
 // original tenure token keep succeeding.
 func TestEpochBumpKeepsTenure(t *testing.T) {
+	t.Parallel()
 	const partitions = 4
 	c := newCluster(t, partitions)
 	s := memory.New()
@@ -297,6 +300,7 @@ func TestEpochBumpKeepsTenure(t *testing.T) {
 // recreated, claims fail loudly with an error naming the likely cause; an
 // explicit, audited reset lets work resume with nothing applied twice.
 func TestGenerationBackwards(t *testing.T) {
+	t.Parallel()
 	const partitions = 2
 	c := newCluster(t, partitions)
 	s := memory.New()
@@ -395,6 +399,7 @@ func TestGenerationBackwards(t *testing.T) {
 // giving the partition up as a zombie it claims again — proving its
 // membership — and resumes at the checkpoint the reset left.
 func TestResetUnderLiveTenure(t *testing.T) {
+	t.Parallel()
 	const partitions = 1
 	c := newCluster(t, partitions)
 	s := memory.New()
@@ -476,6 +481,7 @@ func TestResetUnderLiveTenure(t *testing.T) {
 // fence onto it; then the same worker resumes by itself and every key's
 // commands are applied exactly once, in order, across both logs.
 func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
+	t.Parallel()
 	const partitions = 1
 	c := newFakeCluster(t, partitions)
 	s := memory.New()
@@ -548,6 +554,7 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 // finds the retention loss and counts it, and the partition waits for an
 // operator, who accepts the loss with a reset at the new log start.
 func TestRetentionUnderLiveWorker(t *testing.T) {
+	t.Parallel()
 	const partitions = 1
 	c := newFakeCluster(t, partitions)
 	s := memory.New()
@@ -659,6 +666,7 @@ func (g *gatedClaims) Claim(ctx context.Context, tok epochs.Token, obs sink.Obse
 // give: its claim is refused, it never writes, and NEW then claims and
 // applies every command exactly once.
 func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(5)
@@ -745,6 +753,7 @@ func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
 // but it is not a zombie's: the partition is blocked as a regression (not
 // stopped for good), and resumes by itself after the operator's reset.
 func TestEqualEpochAfterDataLoss(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(3)

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,13 +28,28 @@ import (
 
 const topic = "cmds"
 
+// testParallel is how many of this package's parallel tests run at once
+// unless -parallel says otherwise: they mostly wait on the broker's timers
+// (sessions, rebalances, backoffs), not on the CPU, so the default of
+// -parallel (GOMAXPROCS) would leave a small machine waiting.
+const testParallel = "8"
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", testParallel); err != nil {
+			panic(err)
+		}
+	}
 	goleak.VerifyTestMain(m)
 }
 
 // cluster is where a test runs: the in-process kfake broker by default, or
 // the real cluster named by WORKROUTER_TEST_BROKERS (comma-separated
-// addresses), on a fresh topic and group per test.
+// addresses), on a fresh topic and group per test (named after the test,
+// so that tests running in parallel never share one).
 type cluster struct {
 	addrs []string
 	kf    *kfake.Cluster // nil on a real cluster
@@ -50,7 +66,7 @@ func newCluster(t *testing.T, partitions int32) *cluster {
 		c := &cluster{
 			addrs: strings.Split(env, ","),
 			topic: fmt.Sprintf("workrouter-test-%s-%d", strings.ToLower(t.Name()), time.Now().UnixNano()),
-			group: fmt.Sprintf("workrouter-test-%d", time.Now().UnixNano()),
+			group: fmt.Sprintf("workrouter-test-%s-%d", strings.ToLower(t.Name()), time.Now().UnixNano()),
 		}
 		adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.addrs...))
 		if err != nil {
@@ -74,8 +90,10 @@ func newCluster(t *testing.T, partitions int32) *cluster {
 	return newFakeCluster(t, partitions)
 }
 
-// newFakeCluster starts an in-process kfake broker with the topic seeded
-// and short session timeouts allowed. Tests that inject faults through
+// newFakeCluster starts an in-process kfake broker with the topic seeded,
+// short session timeouts allowed, and KIP-848 members told to heartbeat
+// every 100 ms (as the tests' classic members do) rather than every 5 s,
+// so that a KIP-848 rebalance is not a wait of seconds. Tests that inject faults through
 // kfake's request interception use it even when WORKROUTER_TEST_BROKERS is
 // set: a real cluster cannot be intercepted.
 func newFakeCluster(t *testing.T, partitions int32) *cluster {
@@ -84,6 +102,7 @@ func newFakeCluster(t *testing.T, partitions int32) *cluster {
 		kfake.NumBrokers(1),
 		kfake.SeedTopics(partitions, topic),
 		kfake.GroupMinSessionTimeout(100*time.Millisecond),
+		kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100"}),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -239,6 +258,9 @@ type workerOpts struct {
 	// topicCheck, if set, is the least time between two checks of the
 	// topic (consumer.SetTopicCheckInterval).
 	topicCheck time.Duration
+	// diagnoseTimeout, if set, bounds the look at the group after a
+	// fenced claim (consumer.SetDiagnoseTimeout).
+	diagnoseTimeout time.Duration
 }
 
 func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consumer.Worker[*memory.Tx] {
@@ -301,6 +323,9 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 	}
 	if o.topicCheck > 0 {
 		consumer.SetTopicCheckInterval(&cfg, o.topicCheck)
+	}
+	if o.diagnoseTimeout > 0 {
+		consumer.SetDiagnoseTimeout(&cfg, o.diagnoseTimeout)
 	}
 	w, err := consumer.New(context.Background(), cfg)
 	if err != nil {

@@ -107,6 +107,7 @@ func (r *recorder) all() []consumer.Event {
 // per partition (assigned, claimed, applied…, revoked) with the tenure's
 // token, and the last one is Stopped with ErrClosed; Done and Err agree.
 func TestEventsFollowTheProtocol(t *testing.T) {
+	t.Parallel()
 	const partitions = 2
 	c := newCluster(t, partitions)
 	s := memory.New()
@@ -191,6 +192,7 @@ func TestEventsFollowTheProtocol(t *testing.T) {
 // every JoinGroup), the Worker stops by itself: Done is closed and Err
 // says why, matching the broker's error code.
 func TestFatalGroupErrorStopsWorker(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	var refusals int
 	var mu sync.Mutex

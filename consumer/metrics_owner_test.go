@@ -42,6 +42,7 @@ func heldSeries(t *testing.T, reg prometheus.Gatherer, p int32) []string {
 // revoked partition's series are gone from the first worker's registry,
 // the kept one still shows its block.
 func TestMetricsBlockedThenRevoked(t *testing.T) {
+	t.Parallel()
 	const partitions = 2
 	c := newFakeCluster(t, partitions)
 	s := memory.New()
@@ -82,6 +83,7 @@ func TestMetricsBlockedThenRevoked(t *testing.T) {
 // member. The worker rejoins with nothing; its registry shows no series of
 // the partition, though stalled was 1 when it lost it.
 func TestMetricsBlockedThenLost(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	regressAll(t, c, s, 1)
@@ -113,6 +115,7 @@ func TestMetricsBlockedThenLost(t *testing.T) {
 // worker shows no series of the partition any more (the fence is counted
 // in fenced_total, which stays).
 func TestMetricsFencedClaim(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	reg := prometheus.NewPedanticRegistry()
@@ -121,7 +124,11 @@ func TestMetricsFencedClaim(t *testing.T) {
 		return first.CompareAndSwap(nil, &tok) // a's first claim, the first of all
 	})
 	rec := &events{}
-	startWorker(t, c, s, workerOpts{name: "a", sink: h, registerer: reg, observers: []consumer.Observer{rec}})
+	// a's look at the group after its fenced claim waits behind its held
+	// heartbeat (one connection) until it times out, and the claim is
+	// reported fenced: a short timeout spares the test 5 s.
+	startWorker(t, c, s, workerOpts{name: "a", sink: h, registerer: reg, observers: []consumer.Observer{rec},
+		diagnoseTimeout: 200 * time.Millisecond})
 	t.Cleanup(h.open) // before a's Close
 	var aTok epochs.Token
 	select {

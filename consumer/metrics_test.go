@@ -83,6 +83,7 @@ func sumOf(t *testing.T, g prometheus.Gatherer, name string) float64 {
 // old owner, whose tenure epoch series disappears, while the new owner
 // shows the epoch it claimed at.
 func TestMetricsZombie(t *testing.T) {
+	t.Parallel()
 	aReg, bReg := prometheus.NewPedanticRegistry(), prometheus.NewPedanticRegistry()
 	z := setupZombieRegs(t, nil, aReg, bReg)
 	aTok := z.a.Owned()[0]
@@ -141,6 +142,7 @@ func TestMetricsZombie(t *testing.T) {
 // traffic, and lints everything gathered; every metric either package
 // lists must be exported, and nothing else.
 func TestMetricsLint(t *testing.T) {
+	t.Parallel()
 	const partitions = 2
 	c := newCluster(t, partitions)
 	reg := prometheus.NewPedanticRegistry()

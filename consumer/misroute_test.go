@@ -102,6 +102,7 @@ func acctKeys() []string {
 // murmur2 maps elsewhere is counted, logged at WARN with the key and both
 // partitions, and (policy apply) still applied.
 func TestMisroutedRecordsFlagged(t *testing.T) {
+	t.Parallel()
 	const partitions = 6
 	c := newCluster(t, partitions)
 	keys := acctKeys()
@@ -161,6 +162,7 @@ func TestMisroutedRecordsFlagged(t *testing.T) {
 // router and the worker, the router places every key where the
 // librdkafka-style producer does, and the worker flags nothing.
 func TestCRC32PartitionerAgreesWithLibrdkafka(t *testing.T) {
+	t.Parallel()
 	const partitions = 6
 	c := newCluster(t, partitions)
 	keys := acctKeys()
@@ -208,6 +210,7 @@ func TestCRC32PartitionerAgreesWithLibrdkafka(t *testing.T) {
 // (reported as Stalled with ErrMisrouted) and nothing after it on that
 // partition is applied.
 func TestMisrouteRefuseStalls(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 6)
 	landed := produceEnvelopes(t, librdkafkaProducer(t, c), c, []string{"acct-0"}, 0) // partition 1; murmur2 says 0
 	if landed["acct-0"] != 1 {
@@ -246,6 +249,7 @@ func TestMisrouteRefuseStalls(t *testing.T) {
 // poison policy, a misrouted record is dead-lettered (reason misrouted)
 // and its partition goes on.
 func TestMisrouteRefuseDeadLetters(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 6)
 	produceEnvelopes(t, librdkafkaProducer(t, c), c, []string{"acct-0"}, 0) // partition 1; murmur2 says 0
 	s := memory.New()

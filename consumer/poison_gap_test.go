@@ -65,6 +65,7 @@ func (p *txnProducer) txn(commit bool, recs ...*kgo.Record) []int64 {
 // dead-lettered at its own offset, and the good commands around it are
 // applied: the gap does not stall the partition.
 func TestPoisonAfterOffsetGap(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		abort bool // an aborted transaction between the good command and the poison record
@@ -73,6 +74,7 @@ func TestPoisonAfterOffsetGap(t *testing.T) {
 		{"aborted transaction", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := newFakeCluster(t, 1)
 			s := memory.New()
 			var (

@@ -75,6 +75,7 @@ type poisonCase struct {
 // same batch before a poison record — and every poison record has exactly
 // one dead letter; nothing else is skipped.
 func TestPoisonRecordsCostOnlyThemselves(t *testing.T) {
+	t.Parallel()
 	const partitions = 3
 	c := newFakeCluster(t, partitions)
 	s := memory.New()
@@ -251,6 +252,7 @@ func (p pinging) Ping(context.Context) error {
 // is back, and the dead-letter table stays empty. Told apart either by the
 // sink's classifier or by a failing ping.
 func TestSinkOutageDeadLettersNothing(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		wrap func(*outageSink) sink.Sink[*memory.Tx]
@@ -259,6 +261,7 @@ func TestSinkOutageDeadLettersNothing(t *testing.T) {
 		{"ping", func(o *outageSink) sink.Sink[*memory.Tx] { return pinging{o} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := newFakeCluster(t, 2)
 			s := memory.New()
 			o := &outageSink{Sink: s}
@@ -293,6 +296,7 @@ func TestSinkOutageDeadLettersNothing(t *testing.T) {
 // window); its dead letter is fenced like a write. The record is applied
 // by the new owner, never dead-lettered by the zombie.
 func TestZombieCannotDeadLetter(t *testing.T) {
+	t.Parallel()
 	bGate := newGate()
 	bHandler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
 		bGate.wait()
@@ -333,6 +337,7 @@ func TestZombieCannotDeadLetter(t *testing.T) {
 // wins while the sink answers its ping: the record is dead-lettered and
 // the partition goes on; it does not stall for ever as an outage.
 func TestPermanentIsNotSecondGuessed(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	o := &outageSink{Sink: s}
@@ -393,6 +398,7 @@ func (permanentClassifying) IsPermanent(err error) bool { return errors.Is(err, 
 // Worker ignores the sink's classifier (the record is tried MaxAttempts
 // times and dead-lettered as handler_error).
 func TestSinkClassifiedPermanentDeadLettersAtOnce(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(3)
@@ -457,6 +463,7 @@ func (r *resetBeforeDeadLetter) DeadLetter(ctx context.Context, tok epochs.Token
 // refusal is taken for a newer owner's (the partition stops until a
 // rebalance that never comes).
 func TestResetBeforeDeadLetterReclaims(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	r := &resetBeforeDeadLetter{Sink: s}

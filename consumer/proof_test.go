@@ -26,8 +26,10 @@ import (
 // partition goes on applying. It is red if the classic proof is made only
 // at the token's epoch (the partition stays blocked).
 func TestProofAfterTheEpochMoved(t *testing.T) {
+	t.Parallel()
 	for _, proto := range []consumer.Protocol{consumer.Cooperative, consumer.KIP848} {
 		t.Run(proto.String(), func(t *testing.T) {
+			t.Parallel()
 			const partitions = 4
 			c := newFakeCluster(t, partitions)
 			s := memory.New()

@@ -153,6 +153,7 @@ func (e *events) find(match func(consumer.Event) bool) []consumer.Event {
 // old tenure after the loss, and the abandoned claim is reported as
 // discarded, not as a block of the partition.
 func TestLostWhileReclaimingCancelsTheClaim(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	regressAll(t, c, s, 1) // held at epoch 10 by the previous incarnation
@@ -233,6 +234,7 @@ func TestLostWhileReclaimingCancelsTheClaim(t *testing.T) {
 // that is gone, so it must not stop the successor, which goes on applying
 // what arrives.
 func TestStaleClaimDoesNotStopTheSuccessor(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(3)
@@ -312,6 +314,7 @@ func TestStaleClaimDoesNotStopTheSuccessor(t *testing.T) {
 // its context. The operator resets partition 1's fence: it is claimed
 // again and applies while partition 0's claim still hangs.
 func TestHungReclaimHoldsUpOnlyItsPartition(t *testing.T) {
+	t.Parallel()
 	const partitions = 2
 	c := newFakeCluster(t, partitions)
 	s := memory.New()

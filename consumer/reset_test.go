@@ -25,6 +25,7 @@ import (
 // writes nothing, and the live worker applies every command without ever
 // being fenced.
 func TestPreviousIncarnationBelowTheResetEpoch(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(4)

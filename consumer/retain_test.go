@@ -20,6 +20,7 @@ import (
 // It is red if the Worker ever decodes a batch into memory of an earlier
 // batch's commands.
 func TestHandlersMayKeepTheCommandsBytes(t *testing.T) {
+	t.Parallel()
 	const records = 400
 	c := newFakeCluster(t, 1)
 	s := memory.New()

@@ -41,6 +41,7 @@ func (b *lockedBuffer) String() string {
 // WARN), keeps saying so, and once the topic is created reports
 // TopicFound ("topic now exists") and consumes it.
 func TestTopicMissingIsReported(t *testing.T) {
+	t.Parallel()
 	c := newFakeCluster(t, 2)
 	c.topic = "not-created-yet"
 	s := memory.New()

@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/workrouter/workrouter/internal/testpg"
 )
@@ -21,32 +23,44 @@ func requireDB(tb testing.TB) string {
 	return testpg.DSN(tb)
 }
 
-// adminExec runs one statement on a fresh connection to the test server.
+// adminPool is the pool of the tests' admin statements, shared by the
+// package's tests: a fresh connection per statement costs the server
+// milliseconds of CPU each, and every test makes a few. It is opened by
+// the first admin call and lives as long as the test binary.
+var adminPool struct {
+	once sync.Once
+	pool *pgxpool.Pool
+	err  error
+}
+
+// admin returns the shared admin pool, or fails tb.
+func admin(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	dsn := requireDB(tb)
+	adminPool.once.Do(func() { adminPool.pool, adminPool.err = pgxpool.New(context.Background(), dsn) })
+	if adminPool.err != nil {
+		tb.Fatalf("admin pool: %v", adminPool.err)
+	}
+	return adminPool.pool
+}
+
+// adminExec runs one statement on the test server (the admin pool).
 func adminExec(tb testing.TB, sql string, args ...any) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, requireDB(tb))
-	if err != nil {
-		tb.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+	if _, err := admin(tb).Exec(ctx, sql, args...); err != nil {
 		tb.Fatalf("%s: %v", sql, err)
 	}
 }
 
-// adminQueryRow runs one query on a fresh connection and scans its row.
+// adminQueryRow runs one query on the test server (the admin pool) and
+// scans its row.
 func adminQueryRow(tb testing.TB, sql string, args []any, dest ...any) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, requireDB(tb))
-	if err != nil {
-		tb.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+	if err := admin(tb).QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
 		tb.Fatalf("%s: %v", sql, err)
 	}
 }

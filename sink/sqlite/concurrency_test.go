@@ -183,6 +183,7 @@ func verifyHammer(t *testing.T, s *sqlite.Sink, parts int) (total int) {
 // replays and zombie writes on shared scopes, and checks that nothing
 // fails with "database is locked" and the invariants hold.
 func TestTwoSinksOneFile(t *testing.T) {
+	t.Parallel()
 	const (
 		parts   = 3
 		workers = 4 // per sink
@@ -220,6 +221,7 @@ func TestTwoSinksOneFile(t *testing.T) {
 // TestMultiProcess runs the same hammering from several OS processes (this
 // test binary re-executed) sharing one file.
 func TestMultiProcess(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}

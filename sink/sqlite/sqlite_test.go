@@ -413,6 +413,7 @@ func TestClosed(t *testing.T) {
 // call waits up to BusyTimeout, then fails with ErrBusy (transient, not
 // fenced), or with the ctx's error if that ends first; reads go on.
 func TestBusy(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "busy.db")
 	s, err := sqlite.Open(t.Context(), sqlite.Config{Path: path, BusyTimeout: 150 * time.Millisecond})
 	if err != nil {
