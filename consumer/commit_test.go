@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
@@ -40,6 +41,9 @@ func newOffsets(t *testing.T, c *cluster, s *memory.Sink) *offsets {
 func (o *offsets) committed(p int32) int64 {
 	o.t.Helper()
 	offs, err := o.adm.FetchOffsets(o.t.Context(), o.c.group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return -1 // the worker has not joined yet: nothing committed
+	}
 	if err != nil {
 		o.t.Fatal(err)
 	}
