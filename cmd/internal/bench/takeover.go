@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
+	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -97,7 +98,10 @@ func W6Process(ctx context.Context, env *Env) (Result, error) {
 		})
 		takeover = time.Since(stopped)
 		if err != nil {
-			return fmt.Errorf("%w: no write after the pause: %w", ErrTakeover, err)
+			// What the second worker saw, so that a failure says where the
+			// takeover stopped (never joined, claim refused, stalled).
+			return fmt.Errorf("%w: no write after the pause: %w (the second worker owns %v, its last error: %s; claims %d, stalls %d, fenced %d)",
+				ErrTakeover, err, b.Owned(), b.LastErr(), b.Count(consumer.KindClaimed), b.Count(consumer.KindStalled), b.FencedCount())
 		}
 		if !a.Stopped() {
 			return fmt.Errorf("%w: the first worker was not stopped at takeover", ErrTakeover)
