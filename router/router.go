@@ -224,7 +224,8 @@ func (r *Router) sendSync(ctx context.Context, cmd Command, extra []kgo.RecordHe
 }
 
 // SendAsync sends cmd without waiting and calls fn exactly once with the
-// outcome, which carries the same errors as [Router.Send]'s. If the send
+// outcome, which carries the same errors and the same command ID
+// (Result.ID, on an error too) as [Router.Send]'s. If the send
 // fails before being buffered (validation, [ErrClosed], a refused partition
 // count change), fn is called on the calling goroutine before SendAsync
 // returns; otherwise it is called later from the client's promise
