@@ -175,47 +175,105 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
 		return sink.ApplyResult{}, err
 	}
+	res, err := s.apply(ctx, tok, offsets, nil, effect)
+	return res.ApplyResult, err
+}
+
+// ApplyOnce applies a batch of records of tok's scope with their command
+// IDs, following [sink.Deduplicator], in the one writing transaction of
+// [Sink.Apply]: after the fence check, for each record at or above
+// NextOffset with an ID that is its first in the batch, an upsert into
+// <prefix>_command_ids that inserts the ID, or moves it to the record's
+// offset if it was applied before the window; a row it does not change
+// is a duplicate, and so is an ID seen earlier in the batch. The effects
+// of the other records run in order; then NextOffset advances, the IDs
+// below the new horizon are deleted (an index range on (scope, off)), and
+// the transaction commits. A fence refusal, an effect error or a
+// cancelled ctx rolls the recorded IDs back with everything else. It may
+// be called from any goroutine; effect is called on the calling
+// goroutine and must not call the sink's methods or use [Sink.DB].
+func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	if err := sink.CheckIDs(offsets, ids); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	return s.apply(ctx, tok, offsets, ids, effect)
+}
+
+// DedupeWindow returns [Config.DedupeWindow] (its default filled in). It
+// implements [sink.Deduplicator] and may be called from any goroutine.
+func (s *Sink) DedupeWindow() int64 { return s.cfg.DedupeWindow }
+
+// apply is Apply, and ApplyOnce when ids is not nil.
+func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
 	op := "apply " + tok.String()
 	tx, done, err := s.begin(ctx, op)
 	if err != nil {
-		return sink.ApplyResult{}, err
+		return sink.ApplyOnceResult{}, err
 	}
 	defer done()
 	scope := tok.Scope()
 	row, err := s.readFence(ctx, tx, scope)
 	if err != nil {
-		return sink.ApplyResult{}, s.wrap(ctx, op, err)
+		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
 	}
 	if !tok.Holds(row.holder) {
 		s.log.Debug("apply fenced", "token", tok.String(), "stored", row.holder.String())
-		return sink.ApplyResult{}, &sink.FencedError{Op: sink.OpApply, Stored: row.holder, Offered: tok}
+		return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: row.holder, Offered: tok}
 	}
 	first, _ := slices.BinarySearch(offsets, row.nextOffset)
 	if first == len(offsets) {
 		// A pure replay: the holder is verified, nothing to write.
-		return sink.ApplyResult{Skipped: len(offsets), NextOffset: row.nextOffset}, nil
+		return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Skipped: len(offsets), NextOffset: row.nextOffset}}, nil
+	}
+	var dup []bool // by index: a duplicate, not run
+	if ids != nil {
+		dup = make([]bool, len(offsets))
+		plan := sink.PlanDedupe(ids, first)
+		for _, i := range plan.InBatch {
+			dup[i] = true
+		}
+		ins := tx.StmtContext(ctx, s.insID)
+		for _, i := range plan.Lookup {
+			r, err := ins.ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, ids[i], offsets[i], s.cfg.DedupeWindow)
+			if err != nil {
+				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": record command ID", err)
+			}
+			n, err := r.RowsAffected()
+			if err != nil {
+				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": record command ID", err)
+			}
+			dup[i] = n == 0
+		}
 	}
 	htx := &Tx{tx: tx}
+	var out sink.ApplyOnceResult
 	for i := first; i < len(offsets); i++ {
 		if err := ctx.Err(); err != nil {
-			return sink.ApplyResult{}, s.wrap(ctx, op, err)
+			return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+		}
+		if dup != nil && dup[i] {
+			out.Duplicates = append(out.Duplicates, i)
+			continue
 		}
 		if err := effect(ctx, htx, i); err != nil {
 			eerr := &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
 			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-				return sink.ApplyResult{}, fmt.Errorf("sqlite: %s: %w: %w", op, cerr, eerr)
+				return sink.ApplyOnceResult{}, fmt.Errorf("sqlite: %s: %w: %w", op, cerr, eerr)
 			}
-			return sink.ApplyResult{}, eerr
+			return sink.ApplyOnceResult{}, eerr
 		}
 	}
 	next := offsets[len(offsets)-1] + 1
 	res, err := tx.StmtContext(ctx, s.updNext).ExecContext(ctx,
 		next, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, row.nextOffset)
 	if err != nil {
-		return sink.ApplyResult{}, s.wrap(ctx, op, err)
+		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
 	}
 	if n, err := res.RowsAffected(); err != nil {
-		return sink.ApplyResult{}, s.wrap(ctx, op, err)
+		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
 	} else if n != 1 {
 		// Cannot happen while the write lock is held, unless an effect
 		// wrote the fence table itself: refuse rather than guess.
@@ -225,13 +283,29 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 		}
 		s.log.Warn("apply fenced at the conditional update (did an effect write the fence table?)",
 			"token", tok.String(), "stored", stored.String())
-		return sink.ApplyResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+		return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+	}
+	if ids != nil {
+		start := time.Now()
+		r, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, sink.Horizon(next, s.cfg.DedupeWindow))
+		if err != nil {
+			return sink.ApplyOnceResult{}, s.wrap(ctx, op+": prune command IDs", err)
+		}
+		if observePrune != nil {
+			n, _ := r.RowsAffected()
+			observePrune(time.Since(start), n)
+		}
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
-		return sink.ApplyResult{}, err
+		return sink.ApplyOnceResult{}, err
 	}
-	return sink.ApplyResult{Applied: len(offsets) - first, Skipped: first, NextOffset: next}, nil
+	out.ApplyResult = sink.ApplyResult{Applied: len(offsets) - first - len(out.Duplicates), Skipped: first, NextOffset: next}
+	return out, nil
 }
+
+// observePrune, set by the benchmarks (export_test.go), is told how long
+// each prune of ApplyOnce took and how many IDs it deleted.
+var observePrune func(d time.Duration, deleted int64)
 
 // Fences returns the stored fence of every scope in the database, sorted by
 // group, topic and partition; a scope whose holder was reset has a zero

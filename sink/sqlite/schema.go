@@ -102,12 +102,34 @@ func (s *Sink) tableDefs() []tableDef {
 	at         TEXT    NOT NULL
 )`,
 		},
+		{
+			name: s.commandIDs,
+			cols: []string{"grp", "topic", "part", "cmd_id", "off"},
+			pk:   []string{"grp", "topic", "part", "cmd_id"},
+			ddl: `CREATE TABLE ` + s.commandIDs + ` (
+	grp    TEXT    NOT NULL,
+	topic  TEXT    NOT NULL,
+	part   INTEGER NOT NULL,
+	cmd_id TEXT    NOT NULL,
+	off    INTEGER NOT NULL,
+	PRIMARY KEY (grp, topic, part, cmd_id)
+) WITHOUT ROWID`,
+		},
 	}
 }
 
 // oldCols returns the columns of the tables of an older schema version
-// that Open migrates (1 or 2), by table name; nil for another version.
+// that Open migrates (1, 2 or 3), by table name; nil for another version.
 func (s *Sink) oldCols(version int) map[string][]string {
+	current := func() map[string][]string {
+		cols := map[string][]string{}
+		for _, d := range s.tableDefs() {
+			if d.name != s.commandIDs {
+				cols[d.name] = d.cols
+			}
+		}
+		return cols
+	}
 	switch version {
 	case 1:
 		return map[string][]string{
@@ -117,18 +139,18 @@ func (s *Sink) oldCols(version int) map[string][]string {
 		}
 	case 2:
 		// Version 3's tables, the fences without proof_below.
-		cols := map[string][]string{}
-		for _, d := range s.tableDefs() {
-			cols[d.name] = d.cols
-		}
+		cols := current()
 		cols[s.fences] = slices.DeleteFunc(slices.Clone(cols[s.fences]), func(c string) bool { return c == "proof_below" })
 		return cols
+	case 3:
+		// Version 4's tables without the command IDs.
+		return current()
 	}
 	return nil
 }
 
 // ensureSchema creates the sink's tables if none exists, migrates a
-// version 1 or 2 schema to the current one, or checks the tables if all exist,
+// version 1, 2 or 3 schema to the current one, or checks the tables if all exist,
 // in one writing transaction, so that concurrent Opens of a new file create
 // (or migrate) the schema once and a failed Open leaves nothing behind. It
 // reports what it did: "created", "migrated from version N" or "".
@@ -214,10 +236,10 @@ func (s *Sink) ensureSchema(ctx context.Context) (did string, err error) {
 	return did, nil
 }
 
-// oldVersion returns the older schema version (1 or 2) whose tables, and
-// only those, tables holds exactly; 0 if none.
+// oldVersion returns the older schema version (1, 2 or 3) whose tables,
+// and only those, tables holds exactly; 0 if none.
 func (s *Sink) oldVersion(tables map[string]table) int {
-	for _, v := range []int{1, 2} {
+	for _, v := range []int{1, 2, 3} {
 		cols, match := s.oldCols(v), true
 		for name, t := range tables {
 			c, ok := cols[name]
@@ -233,7 +255,7 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 	return 0
 }
 
-// migrate turns a schema of version from (1 or 2) into the current one.
+// migrate turns a schema of version from (1, 2 or 3) into the current one.
 // From version 1: the fence and history rows gain a topic ID (empty:
 // adopted on the next claim that observes one), the fences a proof
 // requirement and the history a detail, and the dead letter tables are
@@ -241,6 +263,8 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 // (proof_below), set from the history's resets, the highest epoch a reset
 // cleared plus one (sink.Fence.AfterReset), so that a scope reset before
 // the migration still asks a proof of its previous incarnation's epochs.
+// From versions 1 to 3: the command IDs table is created, empty (no
+// command applied before had its ID recorded).
 func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from int) error {
 	var stmts []string
 	if from == 1 {
@@ -255,12 +279,19 @@ func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from in
 			}
 		}
 	}
-	stmts = append(stmts,
-		`ALTER TABLE `+s.fences+` ADD COLUMN proof_below INTEGER NOT NULL DEFAULT 0`,
-		`UPDATE `+s.fences+` SET proof_below = coalesce((SELECT max(h.epoch) + 1 FROM `+s.history+` h
+	if from <= 2 {
+		stmts = append(stmts,
+			`ALTER TABLE `+s.fences+` ADD COLUMN proof_below INTEGER NOT NULL DEFAULT 0`,
+			`UPDATE `+s.fences+` SET proof_below = coalesce((SELECT max(h.epoch) + 1 FROM `+s.history+` h
 			WHERE h.grp = `+s.fences+`.grp AND h.topic = `+s.fences+`.topic AND h.part = `+s.fences+`.part
-			AND h.kind = 'reset' AND h.epoch >= 0), 0)`,
-		`UPDATE `+s.schema+` SET version = `+fmt.Sprint(SchemaVersion))
+			AND h.kind = 'reset' AND h.epoch >= 0), 0)`)
+	}
+	for _, d := range defs {
+		if d.name == s.commandIDs {
+			stmts = append(stmts, d.ddl)
+		}
+	}
+	stmts = append(stmts, `UPDATE `+s.schema+` SET version = `+fmt.Sprint(SchemaVersion))
 	for _, q := range stmts {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("%w: migrating %q from schema version %d: %w", ErrSchema, s.cfg.Path, from, err)
@@ -279,6 +310,8 @@ func (s *Sink) createIndexes(ctx context.Context, tx *sql.Tx, ifNotExists bool) 
 		s.indexDDL(ifNotExists),
 		"CREATE INDEX " + ine + s.cfg.Prefix + "_dead_letters_scope ON " + s.deadLetters + " (grp, topic, part, id)",
 		"CREATE INDEX " + ine + s.cfg.Prefix + "_dl_audit_id ON " + s.dlAudit + " (id, seq)",
+		// The prune of ApplyOnce: a range of the scope's lowest offsets.
+		"CREATE INDEX " + ine + s.cfg.Prefix + "_command_ids_off ON " + s.commandIDs + " (grp, topic, part, off)",
 	} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("%w: index: %w", ErrSchema, err)
@@ -373,7 +406,7 @@ func (s *Sink) checkVersion(ctx context.Context, tx *sql.Tx, want int) error {
 		return s.wrap(ctx, "read schema version", err)
 	}
 	if len(versions) != 1 || versions[0] != fmt.Sprint(want) {
-		return fmt.Errorf("%w: table %s in %q records schema version(s) [%s], this package uses version %d (and migrates versions 1 and 2)",
+		return fmt.Errorf("%w: table %s in %q records schema version(s) [%s], this package uses version %d (and migrates versions 1 to 3)",
 			ErrSchema, s.schema, s.cfg.Path, strings.Join(versions, ", "), SchemaVersion)
 	}
 	return nil

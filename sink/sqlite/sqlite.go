@@ -47,6 +47,8 @@ var (
 	_ sink.Resetter  = (*Sink)(nil)
 	_ sink.Historian = (*Sink)(nil)
 
+	_ sink.Deduplicator[*Tx] = (*Sink)(nil)
+
 	_ sink.DeadLetterer    = (*Sink)(nil)
 	_ sink.DeadLetterStore = (*Sink)(nil)
 	_ sink.ErrorClassifier = (*Sink)(nil)
@@ -64,9 +66,10 @@ const DefaultBusyTimeout = 30 * time.Second
 // accepts, recorded in <prefix>_schema.
 // Version 2 added the log identity (topic ID), the reset's proof
 // requirement and the dead letters; version 3 the proof floor
-// (proof_below, [sink.Fence.ProofBelow]). Open migrates a version 1 or 2
-// database in place.
-const SchemaVersion = 3
+// (proof_below, [sink.Fence.ProofBelow]); version 4 the applied command
+// IDs ([sink.Deduplicator]). Open migrates a version 1, 2 or 3 database
+// in place.
+const SchemaVersion = 4
 
 // Config configures [Open]. The zero value of every optional field is a
 // documented default.
@@ -77,10 +80,14 @@ type Config struct {
 	Path string
 	// Prefix is the prefix of the sink's table names, an SQL identifier
 	// ([A-Za-z_][A-Za-z0-9_]*); default [DefaultPrefix]. The tables are
-	// <Prefix>_fences, <Prefix>_history, <Prefix>_schema, <Prefix>_dead_letters
-	// and <Prefix>_dl_audit. Sinks with
+	// <Prefix>_fences, <Prefix>_history, <Prefix>_schema, <Prefix>_dead_letters,
+	// <Prefix>_dl_audit and <Prefix>_command_ids. Sinks with
 	// different prefixes may share one file.
 	Prefix string
+	// DedupeWindow is the retention horizon of applied command IDs, in
+	// offsets of a scope ([sink.Deduplicator], docs/design.md#command-ids);
+	// default [sink.DefaultDedupeWindow]. Negative is invalid.
+	DedupeWindow int64
 	// BusyTimeout is how long a writing transaction waits for SQLite's
 	// write lock held by another connection (another process) before
 	// failing with [ErrBusy]; default [DefaultBusyTimeout].
@@ -111,7 +118,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: Path %q contains '?'", ErrConfig, c.Path)
 	case c.BusyTimeout < 0:
 		return c, fmt.Errorf("%w: negative BusyTimeout %s", ErrConfig, c.BusyTimeout)
+	case c.DedupeWindow < 0:
+		return c, fmt.Errorf("%w: negative DedupeWindow %d", ErrConfig, c.DedupeWindow)
 	}
+	c.DedupeWindow = sink.DedupeWindowOf(c.DedupeWindow)
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
@@ -158,10 +168,11 @@ type Sink struct {
 	wlock chan struct{}
 
 	// table names
-	fences, history, schema, deadLetters, dlAudit string
+	fences, history, schema, deadLetters, dlAudit, commandIDs string
 
 	// prepared statements, re-used per connection by database/sql
 	selFence, upsertFence, updNext, insHistory, resetFence, insDeadLetter *sql.Stmt
+	insID, pruneIDs                                                       *sql.Stmt
 
 	closeOnce sync.Once
 	closeErr  error
@@ -213,6 +224,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 
 		deadLetters: cfg.Prefix + "_dead_letters",
 		dlAudit:     cfg.Prefix + "_dl_audit",
+		commandIDs:  cfg.Prefix + "_command_ids",
 		unchanged:   unchanged,
 	}
 	if err := s.init(ctx); err != nil {
@@ -285,6 +297,12 @@ func (s *Sink) prepare(ctx context.Context) error {
 		" WHERE grp = ? AND topic = ? AND part = ?")
 	s.insDeadLetter = prep("INSERT INTO " + s.deadLetters + " (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state)" +
 		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open')")
+	// An ID applied within the window is a duplicate (the upsert changes
+	// no row); one applied before it (sink.IsDuplicate false) is applied
+	// again and moves to its new offset.
+	s.insID = prep("INSERT INTO " + s.commandIDs + " (grp, topic, part, cmd_id, off) VALUES (?, ?, ?, ?, ?)" +
+		" ON CONFLICT (grp, topic, part, cmd_id) DO UPDATE SET off = excluded.off WHERE off < excluded.off - ?")
+	s.pruneIDs = prep("DELETE FROM " + s.commandIDs + " WHERE grp = ? AND topic = ? AND part = ? AND off < ?")
 	return err
 }
 
@@ -304,7 +322,7 @@ func (s *Sink) DB() *sql.DB { return s.db }
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		for _, st := range []*sql.Stmt{s.selFence, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter} {
+		for _, st := range []*sql.Stmt{s.selFence, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter, s.insID, s.pruneIDs} {
 			if st != nil {
 				errs = append(errs, st.Close())
 			}

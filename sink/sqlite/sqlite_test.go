@@ -344,8 +344,8 @@ func TestOpenConflictingSchema(t *testing.T) {
 				}
 			}
 		}
-		want := []string{"Other_1_dead_letters", "Other_1_dl_audit", "Other_1_fences", "Other_1_history", "Other_1_schema",
-			"workrouter_dead_letters", "workrouter_dl_audit", "workrouter_fences", "workrouter_history", "workrouter_schema"}
+		want := []string{"Other_1_command_ids", "Other_1_dead_letters", "Other_1_dl_audit", "Other_1_fences", "Other_1_history", "Other_1_schema",
+			"workrouter_command_ids", "workrouter_dead_letters", "workrouter_dl_audit", "workrouter_fences", "workrouter_history", "workrouter_schema"}
 		if got := tablesOf(t, path); strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Fatalf("tables = %v, want %v", got, want)
 		}
@@ -520,10 +520,117 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if _, err := s.DeadLetter(ctx, b, sink.DeadRecord{Offset: 42, Reason: "undecodable"}); err != nil {
 		t.Fatal(err)
 	}
+	// So does the deduplication.
+	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
+	if res, err := s.ApplyOnce(ctx, b, []int64{43, 44}, []string{"c", "c"}, noop); err != nil || res.Applied != 1 || len(res.Duplicates) != 1 {
+		t.Fatalf("ApplyOnce after migration = %+v, %v", res, err)
+	}
 	s.Close()
 	s2 := openAt(t, path)
 	if dl, err := s2.DeadLetters(ctx, sink.DeadLetterFilter{}); err != nil || len(dl) != 1 || dl[0].Record.TopicID != "topic-1" {
 		t.Fatalf("dead letters after reopen = %+v, %v", dl, err)
+	}
+}
+
+// TestMigrateFromVersion3: Open migrates a version 3 database (version 4
+// without the command IDs table) in place, keeping its fences, and the
+// command IDs work at once; a read-only Open refuses to migrate it.
+func TestMigrateFromVersion3(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "v3.db")
+	s := openAt(t, path)
+	a := tok("g", 0, 3, "m-3")
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, a, []int64{0, 1}, func(context.Context, *sqlite.Tx, int) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	execAt(t, path, `DROP TABLE workrouter_command_ids`, `UPDATE workrouter_schema SET version = 3`)
+
+	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 3") {
+		t.Fatalf("read-only Open of a version 3 database: %v, want ErrSchema naming version 3", err)
+	}
+	s = openAt(t, path)
+	var version int
+	if err := s.DB().QueryRowContext(ctx, `SELECT version FROM workrouter_schema`).Scan(&version); err != nil || version != sqlite.SchemaVersion {
+		t.Fatalf("schema version after migration = %d, %v", version, err)
+	}
+	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].Holder != a || fs[0].NextOffset != 2 {
+		t.Fatalf("fences after migration = %+v, %v", fs, err)
+	}
+	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
+	if res, err := s.ApplyOnce(ctx, a, []int64{2, 3}, []string{"x", "y"}, noop); err != nil || res.Applied != 2 {
+		t.Fatalf("ApplyOnce after migration = %+v, %v", res, err)
+	}
+	if res, err := s.ApplyOnce(ctx, a, []int64{4}, []string{"x"}, noop); err != nil || res.Applied != 0 || len(res.Duplicates) != 1 {
+		t.Fatalf("ApplyOnce of a duplicate after migration = %+v, %v", res, err)
+	}
+}
+
+// TestDedupeWindowConfig: Config.DedupeWindow sets the horizon (zero is
+// the default, negative refused), and the prune keeps the table at the
+// window's IDs.
+func TestDedupeWindowConfig(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	if _, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "neg.db"), DedupeWindow: -1}); !errors.Is(err, sqlite.ErrConfig) {
+		t.Fatalf("Open with a negative DedupeWindow: %v, want ErrConfig", err)
+	}
+	s := openAt(t, filepath.Join(dir, "default.db"))
+	if w := s.DedupeWindow(); w != sink.DefaultDedupeWindow {
+		t.Fatalf("default DedupeWindow = %d, want %d", w, sink.DefaultDedupeWindow)
+	}
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "small.db"), DedupeWindow: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := tok("g", 0, 1, "m")
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
+	for b := range int64(10) {
+		offs, ids := make([]int64, 7), make([]string, 7)
+		for i := range offs {
+			offs[i] = b*7 + int64(i)
+			ids[i] = "id-" + strconv.FormatInt(offs[i], 10)
+		}
+		if _, err := s.ApplyOnce(ctx, a, offs, ids, noop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// NextOffset is 70: the IDs of offsets 60..69 are kept, no more.
+	var n, low int64
+	if err := s.DB().QueryRowContext(ctx, `SELECT count(*), min(off) FROM workrouter_command_ids`).Scan(&n, &low); err != nil || n != 10 || low != 60 {
+		t.Fatalf("command IDs kept: %d from offset %d (%v), want 10 from 60", n, low, err)
+	}
+	// The prune and the lookup are index ranges, never a scan.
+	for q, want := range map[string]string{
+		`DELETE FROM workrouter_command_ids WHERE grp = 'g' AND topic = 'orders' AND part = 0 AND off < 5`: "workrouter_command_ids_off (grp=? AND topic=? AND part=? AND off<?)",
+		`SELECT off FROM workrouter_command_ids WHERE grp = 'g' AND topic = 'orders' AND part = 0 AND cmd_id = 'x'`: "PRIMARY KEY (grp=? AND topic=? AND part=? AND cmd_id=?)",
+	} {
+		var plan []string
+		rows, err := s.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		if len(plan) != 1 || !strings.Contains(plan[0], want) || strings.HasPrefix(plan[0], "SCAN") {
+			t.Errorf("plan of %s: %q, want a SEARCH using %s", q, plan, want)
+		}
 	}
 }
 
@@ -552,7 +659,7 @@ func TestMigrateFromVersion2(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	execAt(t, path, `ALTER TABLE workrouter_fences DROP COLUMN proof_below`, `UPDATE workrouter_schema SET version = 2`)
+	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN proof_below`, `UPDATE workrouter_schema SET version = 2`)
 
 	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 2") {
 		t.Fatalf("read-only Open of a version 2 database: %v, want ErrSchema naming version 2", err)
