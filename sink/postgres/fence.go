@@ -152,15 +152,50 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
 		return sink.ApplyResult{}, err
 	}
+	res, err := s.apply(ctx, tok, offsets, nil, effect)
+	return res.ApplyResult, err
+}
+
+// ApplyOnce applies a batch of records of tok's scope with their command
+// IDs, following [sink.Deduplicator], in the one transaction of
+// [Sink.Apply]: after the early fence read, one INSERT … ON CONFLICT
+// records the first-in-batch IDs of the records at or above NextOffset
+// (sorted by ID, so that concurrent batches lock them in one order); an
+// ID whose row it neither inserts nor moves (applied within the window)
+// is a duplicate, and so is an ID seen earlier in the batch. The effects
+// of the other records run in order; then the conditional UPDATE of the
+// fence row (the authoritative check) and the prune of the IDs below the
+// new horizon (an index range on (scope, off)) go in one round trip, and
+// the transaction commits. A refusal, an effect error, a conflict or a
+// cancelled ctx rolls the recorded IDs back with everything else; a
+// batch run again after a conflict decides its duplicates again. It may
+// be called from any goroutine; effect is called on the calling
+// goroutine, with a pgx.Tx that must not be used after effect returns.
+func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (sink.ApplyOnceResult, error) {
+	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	if err := sink.CheckIDs(offsets, ids); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	return s.apply(ctx, tok, offsets, ids, effect)
+}
+
+// DedupeWindow returns [Config.DedupeWindow] (its default filled in). It
+// implements [sink.Deduplicator] and may be called from any goroutine.
+func (s *Sink) DedupeWindow() int64 { return s.window }
+
+// apply is Apply, and ApplyOnce when ids is not nil.
+func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (sink.ApplyOnceResult, error) {
 	op := "apply " + tok.String()
 	if err := s.writable(op); err != nil {
-		return sink.ApplyResult{}, err
+		return sink.ApplyOnceResult{}, err
 	}
 	for attempt := 1; ; attempt++ {
 		if err := s.check(ctx, op); err != nil {
-			return sink.ApplyResult{}, err
+			return sink.ApplyOnceResult{}, err
 		}
-		res, retry, err := s.applyOnce(ctx, tok, offsets, effect)
+		res, retry, err := s.applyAttempt(ctx, tok, offsets, ids, effect)
 		if !retry || attempt == maxAttempts {
 			return res, err
 		}
@@ -168,9 +203,10 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 	}
 }
 
-// applyOnce is one attempt of Apply. retry reports a conflict after which
-// the batch should be run again.
-func (s *Sink) applyOnce(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[pgx.Tx]) (res sink.ApplyResult, retry bool, err error) {
+// applyAttempt is one attempt of Apply (and of ApplyOnce when ids is not
+// nil). retry reports a conflict after which the batch should be run
+// again.
+func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (res sink.ApplyOnceResult, retry bool, err error) {
 	op := "apply " + tok.String()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -198,12 +234,23 @@ func (s *Sink) applyOnce(ctx context.Context, tok epochs.Token, offsets []int64,
 	first, _ := slices.BinarySearch(offsets, next)
 	if first == len(offsets) {
 		// A replay: nothing to apply, nothing to write.
-		return sink.ApplyResult{Skipped: first, NextOffset: next}, false, nil
+		return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Skipped: first, NextOffset: next}}, false, nil
+	}
+	var dup []bool // by index: a duplicate, not run
+	if ids != nil {
+		if dup, err = s.recordIDs(ctx, tx, tok.Scope(), offsets, ids, first); err != nil {
+			return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": record command IDs", err)
+		}
 	}
 	htx := &handlerTx{Tx: tx}
+	var dups []int
 	for i := first; i < len(offsets); i++ {
 		if err := ctx.Err(); err != nil {
 			return res, false, fmt.Errorf("postgres: %s: %w", op, err)
+		}
+		if dup != nil && dup[i] {
+			dups = append(dups, i)
+			continue
 		}
 		if err := effect(ctx, htx, i); err != nil {
 			return res, retryable(err) && ctx.Err() == nil, &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
@@ -214,9 +261,26 @@ func (s *Sink) applyOnce(ctx context.Context, tok epochs.Token, offsets []int64,
 	}
 
 	// The authoritative check: advance NextOffset only if tok still holds
-	// the scope and no other Apply moved NextOffset meanwhile.
+	// the scope and no other Apply moved NextOffset meanwhile. The prune
+	// of the command IDs rides in the same round trip (rolled back with
+	// the rest if the check fails).
 	newNext := offsets[len(offsets)-1] + 1
-	tag, err := tx.Exec(ctx, s.q.advance, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext)
+	var tag pgconn.CommandTag
+	if ids == nil {
+		tag, err = tx.Exec(ctx, s.q.advance, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext)
+	} else {
+		b := &pgx.Batch{}
+		b.Queue(s.q.advance, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext)
+		b.Queue(s.q.idPrune, tok.Group, tok.Topic, tok.Partition, sink.Horizon(newNext, s.window))
+		br := tx.SendBatch(ctx, b)
+		tag, err = br.Exec()
+		if err == nil {
+			_, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}
 	if err != nil {
 		return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": advance fence", err)
 	}
@@ -237,7 +301,43 @@ func (s *Sink) applyOnce(ctx context.Context, tok epochs.Token, offsets []int64,
 	if err := tx.Commit(ctx); err != nil {
 		return res, false, commitError(ctx, op, err)
 	}
-	return sink.ApplyResult{Applied: len(offsets) - first, Skipped: first, NextOffset: newNext}, false, nil
+	return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Applied: len(offsets) - first - len(dups), Skipped: first, NextOffset: newNext},
+		Duplicates: dups}, false, nil
+}
+
+// recordIDs records, in tx, the first-in-batch command IDs of the records
+// from index first on, and returns which records are duplicates.
+func (s *Sink) recordIDs(ctx context.Context, tx pgx.Tx, scope epochs.Scope, offsets []int64, ids []string, first int) ([]bool, error) {
+	dup := make([]bool, len(offsets))
+	plan := sink.PlanDedupe(ids, first)
+	for _, i := range plan.InBatch {
+		dup[i] = true
+	}
+	if len(plan.Lookup) == 0 {
+		return dup, nil
+	}
+	lookup := slices.Clone(plan.Lookup)
+	slices.SortFunc(lookup, func(a, b int) int { return strings.Compare(ids[a], ids[b]) })
+	batchIDs, batchOffs := make([]string, len(lookup)), make([]int64, len(lookup))
+	index := make(map[string]int, len(lookup))
+	for k, i := range lookup {
+		batchIDs[k], batchOffs[k] = ids[i], offsets[i]
+		index[ids[i]] = i
+		dup[i] = true // until the insert returns it
+	}
+	rows, err := tx.Query(ctx, s.q.idInsert, scope.Group, scope.Topic, scope.Partition, batchIDs, batchOffs, s.window)
+	if err != nil {
+		return nil, err
+	}
+	var id string
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		dup[index[id]] = false
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return dup, nil
 }
 
 // fenced logs and returns the refusal of an Apply by tok.

@@ -611,7 +611,7 @@ func TestDedupeWindowConfig(t *testing.T) {
 	}
 	// The prune and the lookup are index ranges, never a scan.
 	for q, want := range map[string]string{
-		`DELETE FROM workrouter_command_ids WHERE grp = 'g' AND topic = 'orders' AND part = 0 AND off < 5`: "workrouter_command_ids_off (grp=? AND topic=? AND part=? AND off<?)",
+		`DELETE FROM workrouter_command_ids WHERE grp = 'g' AND topic = 'orders' AND part = 0 AND off < 5`:          "workrouter_command_ids_off (grp=? AND topic=? AND part=? AND off<?)",
 		`SELECT off FROM workrouter_command_ids WHERE grp = 'g' AND topic = 'orders' AND part = 0 AND cmd_id = 'x'`: "PRIMARY KEY (grp=? AND topic=? AND part=? AND cmd_id=?)",
 	} {
 		var plan []string
