@@ -3,9 +3,13 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/unfenced"
@@ -72,4 +76,144 @@ func BenchmarkApply(b *testing.B) {
 			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "records/s")
 		})
 	}
+}
+
+// commandID returns a random command ID in the textual form of a UUID
+// (36 bytes), as the router generates them.
+func commandID(r *rand.Rand) string {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// BenchmarkDedup measures the cost of deduplication (docs/design.md#command-ids):
+// "off" applies batches with Apply, "on" the same batches with ApplyOnce,
+// every record with a new random command ID, on a scope whose window
+// (sink.DefaultDedupeWindow) is already full, so that every batch also
+// prunes as many IDs as it records (the steady state). The effect is
+// BenchmarkApply's. "on" also reports the storage per retained ID
+// (B/id: the table and its index, from dbstat, over the window's IDs)
+// and the prune alone (prune-µs/256: deleting the next 256 IDs at the
+// horizon, in a transaction rolled back).
+func BenchmarkDedup(b *testing.B) {
+	for _, batch := range []int{1, 256} {
+		for _, mode := range []string{"off", "on"} {
+			b.Run(mode+"/batch="+strconv.Itoa(batch), func(b *testing.B) {
+				benchDedup(b, mode == "on", batch)
+			})
+		}
+	}
+}
+
+func benchDedup(b *testing.B, on bool, batch int) {
+	ctx := context.Background()
+	w, _ := strconv.ParseInt(os.Getenv("W"), 10, 64)
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(b.TempDir(), "bench.db"), DedupeWindow: w})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.DB().Exec(kvDDL); err != nil {
+		b.Fatal(err)
+	}
+	tk := epochs.Token{Group: "bench", Topic: "orders", Partition: 0, Epoch: 1, Member: "m"}
+	if _, err := s.Claim(ctx, tk, sink.Observed{}); err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	window := s.DedupeWindow()
+	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
+	var (
+		next                  int64
+		bytesPerID, pruneCost float64
+	)
+	if on {
+		// Fill the window through ApplyOnce itself (random IDs, as in
+		// production), in batches of 1024.
+		for next < window {
+			n := min(1024, window-next)
+			offs, ids := make([]int64, n), make([]string, n)
+			for i := range offs {
+				offs[i], ids[i] = next+int64(i), commandID(r)
+			}
+			res, err := s.ApplyOnce(ctx, tk, offs, ids, noop)
+			if err != nil || res.Applied != int(n) {
+				b.Fatalf("fill: %+v, %v", res, err)
+			}
+			next = res.NextOffset
+		}
+		var pages, rows int64
+		if err := s.DB().QueryRowContext(ctx, `SELECT sum(pgsize) FROM dbstat WHERE name IN ('workrouter_command_ids', 'workrouter_command_ids_off')`).Scan(&pages); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM workrouter_command_ids`).Scan(&rows); err != nil || rows != window {
+			b.Fatalf("%d IDs retained (%v), want %d", rows, err, window)
+		}
+		bytesPerID = float64(pages) / float64(rows)
+		pruneCost = prunePerBatch(b, s, tk, next-window)
+	}
+	offs, ids := make([]int64, batch), make([]string, batch)
+	b.ResetTimer()
+	for b.Loop() {
+		for i := range offs {
+			offs[i], ids[i] = next+int64(i), commandID(r)
+		}
+		base := next
+		effect := func(ctx context.Context, tx *sqlite.Tx, i int) error {
+			o := base + int64(i)
+			return put(ctx, tx, "k"+strconv.FormatInt(o%4096, 10), "value-written-at-offset-"+strconv.FormatInt(o, 10))
+		}
+		var res sink.ApplyResult
+		var err error
+		if on {
+			var once sink.ApplyOnceResult
+			once, err = s.ApplyOnce(ctx, tk, offs, ids, effect)
+			res = once.ApplyResult
+		} else {
+			res, err = s.Apply(ctx, tk, offs, effect)
+		}
+		if err != nil || res.Applied != batch {
+			b.Fatalf("%+v, %v", res, err)
+		}
+		next = res.NextOffset
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "records/s")
+	if on {
+		b.ReportMetric(bytesPerID, "B/id")
+		b.ReportMetric(pruneCost, "prune-µs/256")
+	}
+}
+
+// prunePerBatch returns the mean time, in µs, of deleting the 256 lowest
+// command IDs of tk's scope from horizon on, as ApplyOnce's prune does,
+// in 20 transactions that are rolled back.
+func prunePerBatch(b *testing.B, s *sqlite.Sink, tk epochs.Token, horizon int64) float64 {
+	ctx := context.Background()
+	var total time.Duration
+	const rounds = 20
+	for range rounds {
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		res, err := tx.ExecContext(ctx, `DELETE FROM workrouter_command_ids WHERE grp = ? AND topic = ? AND part = ? AND off < ?`,
+			tk.Group, tk.Topic, tk.Partition, horizon+256)
+		total += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n, _ := res.RowsAffected(); n != 256 {
+			b.Fatalf("prune deleted %d IDs, want 256", n)
+		}
+		if err := tx.Rollback(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(total.Microseconds()) / rounds
 }

@@ -286,14 +286,8 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
 	}
 	if ids != nil {
-		start := time.Now()
-		r, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, sink.Horizon(next, s.cfg.DedupeWindow))
-		if err != nil {
+		if _, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, sink.Horizon(next, s.cfg.DedupeWindow)); err != nil {
 			return sink.ApplyOnceResult{}, s.wrap(ctx, op+": prune command IDs", err)
-		}
-		if observePrune != nil {
-			n, _ := r.RowsAffected()
-			observePrune(time.Since(start), n)
 		}
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
@@ -302,10 +296,6 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 	out.ApplyResult = sink.ApplyResult{Applied: len(offsets) - first - len(out.Duplicates), Skipped: first, NextOffset: next}
 	return out, nil
 }
-
-// observePrune, set by the benchmarks (export_test.go), is told how long
-// each prune of ApplyOnce took and how many IDs it deleted.
-var observePrune func(d time.Duration, deleted int64)
 
 // Fences returns the stored fence of every scope in the database, sorted by
 // group, topic and partition; a scope whose holder was reset has a zero
