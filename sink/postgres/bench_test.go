@@ -5,8 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/unfenced"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // BenchmarkApply measures the cost of the fence: the same batch of N
@@ -91,13 +90,14 @@ func commandID(r *rand.Rand) string {
 // BenchmarkDedup measures the cost of deduplication (docs/design.md#command-ids):
 // "off" applies batches with Apply, "on" the same batches with ApplyOnce,
 // every record with a new random command ID, on a scope whose window
-// (sink.DefaultDedupeWindow) is already full, so that every batch also
-// prunes as many IDs as it records (the steady state). The effect is
-// BenchmarkApply's (upserts pipelined in one round trip). "on" also
-// reports the storage per retained ID (B/id: pg_total_relation_size of
-// the table, its indexes included, over the window's IDs, right after
-// they were written) and the prune alone (prune-µs/256: deleting the next
-// 256 IDs at the horizon, in a transaction rolled back).
+// (sink.DefaultDedupeWindow) is already full (rows of the batch's size),
+// so that every batch also prunes as many IDs as it records (the steady
+// state). The effect is BenchmarkApply's (upserts pipelined in one round
+// trip). "on" also reports the storage per retained ID (B/id:
+// pg_total_relation_size of the table, its index and TOAST included,
+// over the window's IDs, right after they were written) and the prune
+// alone (prune-µs/256: deleting the rows of the next 256 IDs at the
+// horizon, in a transaction rolled back).
 func BenchmarkDedup(b *testing.B) {
 	for _, n := range []int{1, 256} {
 		for _, mode := range []string{"off", "on"} {
@@ -110,8 +110,7 @@ func BenchmarkDedup(b *testing.B) {
 
 func benchDedup(b *testing.B, on bool, n int) {
 	schema := newTestSchema(b)
-	w, _ := strconv.ParseInt(os.Getenv("W"), 10, 64)
-	s := openSink(b, schema, func(c *Config) { c.DedupeWindow = w })
+	s := openSink(b, schema, nil)
 	ctx := context.Background()
 	keys := make([]string, n)
 	for i := range keys {
@@ -138,26 +137,43 @@ func benchDedup(b *testing.B, on bool, n int) {
 		bytesPerID, pruneCost float64
 	)
 	if on {
+		// Fill the window as ApplyOnce would have, one row per batch of
+		// random IDs, in one transaction; then one ApplyOnce loads them.
 		window := s.DedupeWindow()
-		noop := func(context.Context, pgx.Tx, int) error { return nil }
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var rows pgx.Batch
 		for next < window {
-			k := min(1024, window-next)
+			k := min(int64(n), window-next)
 			offs, ids := make([]int64, k), make([]string, k)
 			for i := range offs {
 				offs[i], ids[i] = next+int64(i), commandID(r)
 			}
-			res, err := s.ApplyOnce(ctx, tok, offs, ids, noop)
-			if err != nil || res.Applied != int(k) {
-				b.Fatalf("fill: %+v, %v", res, err)
-			}
-			next = res.NextOffset
+			rows.Queue("INSERT INTO "+table+" (grp, topic, part, first_off, last_off, ids) VALUES ($1, $2, $3, $4, $5, $6)",
+				tok.Group, tok.Topic, tok.Partition, offs[0], offs[k-1], cmdids.Encode(offs[0], offs, ids))
+			next += k
 		}
-		var size, rows int64
-		if err := s.Pool().QueryRow(ctx, "SELECT pg_total_relation_size($1), (SELECT count(*) FROM "+table+")", table).Scan(&size, &rows); err != nil || rows != window {
-			b.Fatalf("%d IDs retained (%v), want %d", rows, err, window)
+		rows.Queue("UPDATE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" SET next_offset = $1, ids_version = ids_version + 1", next)
+		if err := tx.SendBatch(ctx, &rows).Close(); err != nil {
+			b.Fatal(err)
 		}
-		bytesPerID = float64(size) / float64(rows)
+		if err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+		var size int64
+		if err := s.Pool().QueryRow(ctx, "SELECT pg_total_relation_size($1)", table).Scan(&size); err != nil {
+			b.Fatal(err)
+		}
+		bytesPerID = float64(size) / float64(window)
 		pruneCost = prunePerBatch(b, s, table, next-window)
+		noop := func(context.Context, pgx.Tx, int) error { return nil }
+		res, err := s.ApplyOnce(ctx, tok, []int64{next}, []string{commandID(r)}, noop)
+		if err != nil || res.Applied != 1 {
+			b.Fatalf("first ApplyOnce: %+v, %v", res, err)
+		}
+		next = res.NextOffset
 	}
 	offsets, ids := make([]int64, n), make([]string, n)
 	batches := 0
@@ -190,9 +206,9 @@ func benchDedup(b *testing.B, on bool, n int) {
 	}
 }
 
-// prunePerBatch returns the mean time, in µs, of deleting the 256 lowest
-// command IDs of the bench scope from horizon on, as ApplyOnce's prune
-// does, in 20 transactions that are rolled back.
+// prunePerBatch returns the mean time, in µs, of deleting the rows of the
+// 256 lowest command IDs of the bench scope from horizon on, as
+// ApplyOnce's prune does, in 20 transactions that are rolled back.
 func prunePerBatch(b *testing.B, s *Sink, table string, horizon int64) float64 {
 	ctx := context.Background()
 	var total time.Duration
@@ -203,13 +219,10 @@ func prunePerBatch(b *testing.B, s *Sink, table string, horizon int64) float64 {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		tag, err := tx.Exec(ctx, "DELETE FROM "+table+" WHERE grp = 'bench' AND topic = 'orders' AND part = 0 AND off < $1", horizon+256)
+		_, err = tx.Exec(ctx, "DELETE FROM "+table+" WHERE grp = 'bench' AND topic = 'orders' AND part = 0 AND last_off < $1", horizon+256)
 		total += time.Since(start)
 		if err != nil {
 			b.Fatal(err)
-		}
-		if tag.RowsAffected() != 256 {
-			b.Fatalf("prune deleted %d IDs, want 256", tag.RowsAffected())
 		}
 		if err := tx.Rollback(ctx); err != nil {
 			b.Fatal(err)

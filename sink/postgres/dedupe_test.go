@@ -10,11 +10,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
 )
 
 // TestMigrateFromVersion3: Open migrates a version 3 schema (version 4
-// without the command IDs table) in place, keeping its fences, and the
+// without the command IDs table and the fences' ids_version) in place, keeping its fences, and the
 // command IDs work at once; a read-only Open refuses to migrate it.
 func TestMigrateFromVersion3(t *testing.T) {
 	t.Parallel()
@@ -29,6 +30,7 @@ func TestMigrateFromVersion3(t *testing.T) {
 	}
 	s.Close()
 	adminExec(t, "DROP TABLE "+pgx.Identifier{schema, "workrouter_command_ids"}.Sanitize())
+	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN ids_version")
 	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 3")
 
 	if ro, err := Open(ctx, Config{DSN: schemaDSN(t, schema), Schema: schema, ReadOnly: true}); err == nil {
@@ -81,21 +83,65 @@ func TestDedupeWindowConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// NextOffset is 70: the IDs of offsets 60..69 are kept, no more.
+	// NextOffset is 70, the horizon 60: the rows (one per batch) of
+	// offsets 56..62 and 63..69 are kept, no more.
 	var n, low int64
-	adminQueryRow(t, "SELECT count(*), min(off) FROM "+pgx.Identifier{schema, "workrouter_command_ids"}.Sanitize(), nil, &n, &low)
-	if n != 10 || low != 60 {
-		t.Fatalf("command IDs kept: %d from offset %d, want 10 from 60", n, low)
+	adminQueryRow(t, "SELECT count(*), min(first_off) FROM "+pgx.Identifier{schema, "workrouter_command_ids"}.Sanitize(), nil, &n, &low)
+	if n != 2 || low != 56 {
+		t.Fatalf("command ID rows kept: %d from offset %d, want 2 from 56", n, low)
+	}
+	// What is inside the window is a duplicate, what is outside is not.
+	res, err := s.ApplyOnce(ctx, a, []int64{70, 71}, []string{"id-60", "id-59"}, noop)
+	if err != nil || len(res.Duplicates) != 1 || res.Duplicates[0] != 0 || res.Applied != 1 {
+		t.Fatalf("ApplyOnce of id-60 and id-59 at 70 and 71 = %+v, %v; want id-60 a duplicate, id-59 applied", res, err)
 	}
 }
 
-// TestDedupeZombieInsertDoesNotHideTheCommand: a zombie tenure that
-// recorded a command ID and then waits in its handler holds that ID's row
-// uncommitted; the new holder's ApplyOnce of the same command waits for
-// it (asserted: its session waits on a lock), and when the zombie is
-// fenced and rolls back, the new holder applies the command: a fenced
-// batch's IDs never count.
-func TestDedupeZombieInsertDoesNotHideTheCommand(t *testing.T) {
+// TestDedupeTwoSinks: two Sinks (two worker processes) apply the same
+// scope in turn, as a partition moving between workers does; each sees
+// the IDs the other applied although each caches the scope's IDs: the
+// cache is used only while it mirrors the fence row's IDs version.
+func TestDedupeTwoSinks(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	ctx := t.Context()
+	s1, s2 := openSink(t, schema, nil), openSink(t, schema, nil)
+	scope := testScope(t)
+	a, b, c := tokenOf(scope, 1, "a"), tokenOf(scope, 2, "b"), tokenOf(scope, 3, "c")
+	noop := func(context.Context, pgx.Tx, int) error { return nil }
+	once := func(s *Sink, tk epochs.Token, off int64, id string) sink.ApplyOnceResult {
+		t.Helper()
+		res, err := s.ApplyOnce(ctx, tk, []int64{off}, []string{id}, noop)
+		if err != nil {
+			t.Fatalf("ApplyOnce(%s, %d, %q): %v", tk, off, id, err)
+		}
+		return res
+	}
+	mustClaim(t, s1, a)
+	once(s1, a, 0, "x") // s1's cache now holds the scope
+	mustClaim(t, s2, b)
+	if res := once(s2, b, 1, "x"); len(res.Duplicates) != 1 {
+		t.Fatalf("s2 applied x again: %+v", res)
+	}
+	once(s2, b, 2, "y")
+	mustClaim(t, s1, c) // the partition moves back: s1's cache is stale
+	if res := once(s1, c, 3, "y"); len(res.Duplicates) != 1 {
+		t.Fatalf("s1 applied y, which s2 applied, again: %+v", res)
+	}
+	if res := once(s1, c, 4, "z"); res.Applied != 1 {
+		t.Fatalf("s1 did not apply z: %+v", res)
+	}
+	if _, err := s2.ApplyOnce(ctx, b, []int64{5}, []string{"w"}, noop); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("ApplyOnce by the superseded s2 tenure: %v, want fenced", err)
+	}
+}
+
+// TestDedupeZombieDoesNotHideTheCommand: a zombie tenure that looked a
+// command ID up and then waits in its handler neither blocks the new
+// holder's ApplyOnce of the same command (asserted: it completes while
+// the zombie waits) nor hides it: the new holder applies it, and the
+// zombie, released, is fenced and records nothing.
+func TestDedupeZombieDoesNotHideTheCommand(t *testing.T) {
 	t.Parallel()
 	schema := newTestSchema(t)
 	s := openSink(t, schema, nil)
@@ -107,7 +153,9 @@ func TestDedupeZombieInsertDoesNotHideTheCommand(t *testing.T) {
 	oldDone := make(chan error, 1)
 	go func() {
 		_, err := s.ApplyOnce(context.Background(), old, []int64{0}, []string{"cmd"}, func(ctx context.Context, tx pgx.Tx, i int) error {
-			if _, err := tx.Exec(ctx, upsertKV, "cmd", "old"); err != nil {
+			// (Its own key: a write of the key the new holder writes
+			// would hold a row lock the new holder's effect waits for.)
+			if _, err := tx.Exec(ctx, upsertKV, "cmd/old", "applied"); err != nil {
 				return err
 			}
 			close(entered)
@@ -118,37 +166,29 @@ func TestDedupeZombieInsertDoesNotHideTheCommand(t *testing.T) {
 	}()
 	<-entered
 	mustClaim(t, s, newer)
-	type result struct {
-		res sink.ApplyOnceResult
-		err error
-	}
-	newDone := make(chan result, 1)
-	go func() {
-		res, err := s.ApplyOnce(context.Background(), newer, []int64{0}, []string{"cmd"}, func(ctx context.Context, tx pgx.Tx, i int) error {
-			_, err := tx.Exec(ctx, upsertKV, "cmd", "new")
-			return err
-		})
-		newDone <- result{res, err}
-	}()
-	waited := false
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !waited; time.Sleep(20 * time.Millisecond) {
-		var n int
-		adminQueryRow(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%command_ids%'`, nil, &n)
-		waited = n > 0
-	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	res, err := s.ApplyOnce(ctx, newer, []int64{0}, []string{"cmd"}, func(ctx context.Context, tx pgx.Tx, i int) error {
+		_, err := tx.Exec(ctx, upsertKV, "cmd/new", "applied")
+		return err
+	})
 	close(release)
-	if !waited {
-		t.Fatal("the new holder's ApplyOnce never waited for the zombie's uncommitted command ID")
+	if err != nil || res.Applied != 1 || len(res.Duplicates) != 0 {
+		t.Fatalf("the new holder's ApplyOnce while the zombie waits = %+v, %v; want the command applied", res, err)
 	}
 	var fe *sink.FencedError
 	if err := <-oldDone; !errors.As(err, &fe) {
 		t.Fatalf("the zombie's ApplyOnce: %v, want fenced", err)
 	}
-	r := <-newDone
-	if r.err != nil || r.res.Applied != 1 || len(r.res.Duplicates) != 0 {
-		t.Fatalf("the new holder's ApplyOnce = %+v, %v; want the command applied", r.res, r.err)
+	if _, ok, err := getKV(t.Context(), s, "cmd/new"); err != nil || !ok {
+		t.Fatalf("the new holder's write is missing (%v, %v)", ok, err)
 	}
-	if v, ok, err := getKV(t.Context(), s, "cmd"); err != nil || !ok || v != "new" {
-		t.Fatalf("cmd = %q (%v, %v), want the new holder's write", v, ok, err)
+	if _, ok, err := getKV(t.Context(), s, "cmd/old"); err != nil || ok {
+		t.Fatalf("the zombie's write is visible (%v, %v)", ok, err)
+	}
+	var rows int
+	adminQueryRow(t, "SELECT count(*) FROM "+pgx.Identifier{schema, "workrouter_command_ids"}.Sanitize(), nil, &rows)
+	if rows != 1 {
+		t.Fatalf("%d command ID rows, want 1 (the new holder's)", rows)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // maxAttempts bounds how often Apply runs a batch again after a retryable
@@ -158,19 +159,22 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 
 // ApplyOnce applies a batch of records of tok's scope with their command
 // IDs, following [sink.Deduplicator], in the one transaction of
-// [Sink.Apply]: after the early fence read, one INSERT … ON CONFLICT
-// records the first-in-batch IDs of the records at or above NextOffset
-// (sorted by ID, so that concurrent batches lock them in one order); an
-// ID whose row it neither inserts nor moves (applied within the window)
-// is a duplicate, and so is an ID seen earlier in the batch. The effects
-// of the other records run in order; then the conditional UPDATE of the
-// fence row (the authoritative check) and the prune of the IDs below the
-// new horizon (an index range on (scope, off)) go in one round trip, and
-// the transaction commits. A refusal, an effect error, a conflict or a
-// cancelled ctx rolls the recorded IDs back with everything else; a
-// batch run again after a conflict decides its duplicates again. It may
-// be called from any goroutine; effect is called on the calling
-// goroutine, with a pgx.Tx that must not be used after effect returns.
+// [Sink.Apply]: the early fence read also returns the fence row's IDs
+// version; the batch's IDs are looked up in the scope's retained IDs (a
+// per-Sink cache, used when it mirrors that version, else loaded from
+// <prefix>_command_ids in the transaction); the effects of the records
+// that are not duplicates run in order; then the conditional UPDATE of
+// the fence row (the authoritative check, which also requires the IDs
+// version read and bumps it), the insert of the applied IDs as one row
+// and the delete of the rows whose last offset is below the new horizon
+// (an index range on (scope, last_off)) go in one round trip, and the
+// transaction commits. Two attempts that looked up the same version
+// cannot both commit: the version is part of the fenced compare-and-set.
+// A refusal, an effect error, a conflict or a cancelled ctx rolls it all
+// back and records nothing; a batch run again after a conflict decides
+// its duplicates again. It may be called from any goroutine; effect is
+// called on the calling goroutine, with a pgx.Tx that must not be used
+// after effect returns.
 func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (sink.ApplyOnceResult, error) {
 	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
 		return sink.ApplyOnceResult{}, err
@@ -216,11 +220,12 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 
 	// Early refusal: a plain read, no lock.
 	var (
-		epoch  int32
-		member string
-		next   int64
+		epoch      int32
+		member     string
+		next       int64
+		idsVersion int64
 	)
-	err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next)
+	err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next, &idsVersion)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return res, false, s.fenced(tok, epochs.Token{})
@@ -236,10 +241,23 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 		// A replay: nothing to apply, nothing to write.
 		return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Skipped: first, NextOffset: next}}, false, nil
 	}
-	var dup []bool // by index: a duplicate, not run
+	var (
+		dup    []bool // by index: a duplicate, not run
+		loaded bool   // the cache was loaded in this transaction
+	)
 	if ids != nil {
-		if dup, err = s.recordIDs(ctx, tx, tok.Scope(), offsets, ids, first); err != nil {
-			return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": record command IDs", err)
+		if dup, loaded, err = s.duplicates(ctx, tx, tok.Scope(), idsVersion, offsets, ids, first); err != nil {
+			return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": look up command IDs", err)
+		}
+		if loaded {
+			// What the load read may be newer than idsVersion (another
+			// statement, another snapshot): keep it only if this
+			// transaction's compare-and-set on the version commits.
+			defer func() {
+				if err != nil {
+					s.ids.Drop(tok.Scope())
+				}
+			}()
 		}
 	}
 	htx := &handlerTx{Tx: tx}
@@ -265,16 +283,30 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 	// of the command IDs rides in the same round trip (rolled back with
 	// the rest if the check fails).
 	newNext := offsets[len(offsets)-1] + 1
-	var tag pgconn.CommandTag
+	var (
+		tag     pgconn.CommandTag
+		applied cmdids.Row
+		horizon = sink.Horizon(newNext, s.window)
+	)
 	if ids == nil {
 		tag, err = tx.Exec(ctx, s.q.advance, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext)
 	} else {
+		// The advance (the version's compare-and-set), the batch's row
+		// of IDs and the prune, in one round trip.
 		b := &pgx.Batch{}
-		b.Queue(s.q.advance, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext)
-		b.Queue(s.q.idPrune, tok.Group, tok.Topic, tok.Partition, sink.Horizon(newNext, s.window))
+		b.Queue(s.q.advanceOnce, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext, idsVersion)
+		applied = appliedRow(offsets, ids, first, dup)
+		if len(applied.IDs) > 0 {
+			b.Queue(s.q.idInsert, tok.Group, tok.Topic, tok.Partition, applied.Offs[0], applied.Last,
+				cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs))
+		}
+		b.Queue(s.q.idPrune, tok.Group, tok.Topic, tok.Partition, horizon)
 		br := tx.SendBatch(ctx, b)
 		tag, err = br.Exec()
-		if err == nil {
+		for range b.Len() - 1 {
+			if err != nil {
+				break
+			}
 			_, err = br.Exec()
 		}
 		if cerr := br.Close(); err == nil {
@@ -286,7 +318,7 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 	}
 	if tag.RowsAffected() != 1 {
 		expected := next
-		err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next)
+		err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next, &idsVersion)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return res, false, wrap(ctx, op+": read fence", err)
 		}
@@ -298,46 +330,74 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 		// the same tenure committed first. Run again on the new state.
 		return res, true, fmt.Errorf("postgres: %s: %w: NextOffset moved from %d to %d during the batch", op, ErrConflict, expected, next)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err = tx.Commit(ctx); err != nil {
+		if ids != nil {
+			s.ids.Drop(tok.Scope()) // the commit may have happened
+		}
 		return res, false, commitError(ctx, op, err)
+	}
+	if ids != nil {
+		s.ids.Committed(tok.Scope(), idsVersion, applied, horizon)
 	}
 	return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Applied: len(offsets) - first - len(dups), Skipped: first, NextOffset: newNext},
 		Duplicates: dups}, false, nil
 }
 
-// recordIDs records, in tx, the first-in-batch command IDs of the records
-// from index first on, and returns which records are duplicates.
-func (s *Sink) recordIDs(ctx context.Context, tx pgx.Tx, scope epochs.Scope, offsets []int64, ids []string, first int) ([]bool, error) {
-	dup := make([]bool, len(offsets))
+// appliedRow returns the row of the IDs of the records from index first on
+// that are not duplicates and carry an ID.
+func appliedRow(offsets []int64, ids []string, first int, dup []bool) cmdids.Row {
+	var r cmdids.Row
+	for i := first; i < len(offsets); i++ {
+		if !dup[i] && ids[i] != "" {
+			r.Offs = append(r.Offs, offsets[i])
+			r.IDs = append(r.IDs, ids[i])
+			r.Last = offsets[i]
+		}
+	}
+	return r
+}
+
+// duplicates returns which records of the batch, from index first on, are
+// duplicates: an ID seen earlier in the batch, or one the scope applied
+// within the window. It looks the IDs up in the cache, first loading the
+// scope's rows into it (loaded) if it does not mirror version, the fence
+// row's IDs version the attempt read.
+func (s *Sink) duplicates(ctx context.Context, tx pgx.Tx, scope epochs.Scope, version int64, offsets []int64, ids []string, first int) (dup []bool, loaded bool, err error) {
+	dup = make([]bool, len(offsets))
 	plan := sink.PlanDedupe(ids, first)
 	for _, i := range plan.InBatch {
 		dup[i] = true
 	}
 	if len(plan.Lookup) == 0 {
-		return dup, nil
+		return dup, false, nil
 	}
-	lookup := slices.Clone(plan.Lookup)
-	slices.SortFunc(lookup, func(a, b int) int { return strings.Compare(ids[a], ids[b]) })
-	batchIDs, batchOffs := make([]string, len(lookup)), make([]int64, len(lookup))
-	index := make(map[string]int, len(lookup))
-	for k, i := range lookup {
-		batchIDs[k], batchOffs[k] = ids[i], offsets[i]
-		index[ids[i]] = i
-		dup[i] = true // until the insert returns it
+	found := func(i int, applied int64) { dup[i] = sink.IsDuplicate(offsets[i], applied, s.window) }
+	if s.ids.Lookup(scope, version, ids, plan.Lookup, found) {
+		return dup, false, nil
 	}
-	rows, err := tx.Query(ctx, s.q.idInsert, scope.Group, scope.Topic, scope.Partition, batchIDs, batchOffs, s.window)
+	rows, err := tx.Query(ctx, s.q.idSelect, scope.Group, scope.Topic, scope.Partition)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var id string
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		dup[index[id]] = false
+	var (
+		rowFirst, last int64
+		data           []byte
+		all            []cmdids.Row
+	)
+	_, err = pgx.ForEachRow(rows, []any{&rowFirst, &last, &data}, func() error {
+		offs, rowIDs, err := cmdids.Decode(rowFirst, data)
+		if err != nil {
+			return err
+		}
+		all = append(all, cmdids.Row{Last: last, Offs: offs, IDs: rowIDs})
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return dup, nil
+	s.ids.Load(scope, version, all)
+	s.ids.Lookup(scope, version, ids, plan.Lookup, found)
+	return dup, true, nil
 }
 
 // fenced logs and returns the refusal of an Apply by tok.

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // Compile-time checks of the capabilities a *Sink provides.
@@ -163,6 +164,7 @@ type Sink struct {
 	readOnly bool
 	q        queries
 	window   int64 // Config.DedupeWindow, its default filled in
+	ids      cmdids.Cache
 	closed   atomic.Bool
 	close    sync.Once
 }

@@ -37,6 +37,7 @@ var tables = []tableSpec{
 			{"grp", "text"}, {"topic", "text"}, {"part", "integer"},
 			{"epoch", "integer"}, {"member", "text"}, {"next_offset", "bigint"},
 			{"topic_id", "text"}, {"proof_required", "boolean"}, {"proof_below", "bigint"},
+			{"ids_version", "bigint"},
 		},
 		ddl: []string{`CREATE TABLE %[1]s (
 			grp text NOT NULL,
@@ -48,6 +49,7 @@ var tables = []tableSpec{
 			topic_id text NOT NULL DEFAULT '',
 			proof_required boolean NOT NULL DEFAULT false,
 			proof_below bigint NOT NULL DEFAULT 0,
+			ids_version bigint NOT NULL DEFAULT 0,
 			PRIMARY KEY (grp, topic, part))`},
 	},
 	{
@@ -131,20 +133,23 @@ var tables = []tableSpec{
 		},
 	},
 	{
+		// The command IDs one ApplyOnce applied, one row (cmdids.Encode).
 		suffix: "_command_ids",
 		columns: []column{
-			{"grp", "text"}, {"topic", "text"}, {"part", "integer"}, {"cmd_id", "text"}, {"off", "bigint"},
+			{"seq", "bigint"}, {"grp", "text"}, {"topic", "text"}, {"part", "integer"},
+			{"first_off", "bigint"}, {"last_off", "bigint"}, {"ids", "bytea"},
 		},
 		ddl: []string{
 			`CREATE TABLE %[1]s (
+			seq bigserial PRIMARY KEY,
 			grp text NOT NULL,
 			topic text NOT NULL,
 			part int NOT NULL,
-			cmd_id text NOT NULL,
-			off bigint NOT NULL,
-			PRIMARY KEY (grp, topic, part, cmd_id))`,
-			// The prune of ApplyOnce: a range of the scope's lowest offsets.
-			`CREATE INDEX %[2]s ON %[1]s (grp, topic, part, off)`,
+			first_off bigint NOT NULL,
+			last_off bigint NOT NULL,
+			ids bytea NOT NULL)`,
+			// The load and the prune of ApplyOnce: ranges of the scope.
+			`CREATE INDEX %[2]s ON %[1]s (grp, topic, part, last_off)`,
 		},
 	},
 }
@@ -169,9 +174,10 @@ var oldColumns = map[int32]map[string][]column{
 		"_dead_letters": tables[3].columns,
 		"_dl_audit":     tables[4].columns,
 	},
-	// Version 4's tables without the command IDs.
+	// Version 4's tables without the command IDs, the fences without
+	// ids_version.
 	3: {
-		"_fences":       tables[0].columns,
+		"_fences":       tables[0].columns[:9],
 		"_history":      tables[1].columns,
 		"_schema":       tables[2].columns,
 		"_dead_letters": tables[3].columns,
@@ -183,12 +189,12 @@ var oldColumns = map[int32]map[string][]column{
 type queries struct {
 	fences, history, schema, deadLetters, dlAudit, commandIDs string // qualified, quoted table names
 
-	fenceLock                              string // the fence row, locked until the transaction ends: claims, dead letters and resets read it so
-	claimInsert, claimUpdate, claimHistory string
-	fenceRead, advance, fenceList          string
-	reset, resetAudit, historyList         string
-	dlInsert, dlColumns                    string
-	idInsert, idPrune                      string
+	fenceLock                                  string // the fence row, locked until the transaction ends: claims, dead letters and resets read it so
+	claimInsert, claimUpdate, claimHistory     string
+	fenceRead, advance, advanceOnce, fenceList string
+	reset, resetAudit, historyList             string
+	dlInsert, dlColumns                        string
+	idInsert, idSelect, idPrune                string
 }
 
 func newQueries(schema, prefix string) queries {
@@ -213,9 +219,13 @@ func newQueries(schema, prefix string) queries {
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.claimHistory = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, topic_id)
 		VALUES ($1, $2, $3, 'claim', $4, $5, $6, $7)`, q.history)
-	q.fenceRead = fmt.Sprintf(`SELECT epoch, member, next_offset FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
+	q.fenceRead = fmt.Sprintf(`SELECT epoch, member, next_offset, ids_version FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.advance = fmt.Sprintf(`UPDATE %s SET next_offset = $7
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6`, q.fences)
+	// ApplyOnce's advance also bumps the IDs version, on the condition
+	// that it is the one read (cmdids).
+	q.advanceOnce = fmt.Sprintf(`UPDATE %s SET next_offset = $7, ids_version = ids_version + 1
+		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6 AND ids_version = $8`, q.fences)
 	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below FROM %s ORDER BY grp, topic, part`, q.fences)
 	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '', next_offset = $4, topic_id = $5, proof_required = true, proof_below = $6
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
@@ -226,14 +236,11 @@ func newQueries(schema, prefix string) queries {
 	q.dlInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, state)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'open') RETURNING id`, q.deadLetters)
 	q.dlColumns = "id, grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state, mirrored"
-	// ApplyOnce: the batch's first-in-batch IDs in one statement; an ID
-	// applied within the window ($6) keeps its row and is not returned (a
-	// duplicate); one applied before it moves to its new offset.
-	q.idInsert = fmt.Sprintf(`INSERT INTO %s AS t (grp, topic, part, cmd_id, off)
-		SELECT $1, $2, $3, u.id, u.off FROM unnest($4::text[], $5::bigint[]) AS u(id, off)
-		ON CONFLICT (grp, topic, part, cmd_id) DO UPDATE SET off = EXCLUDED.off WHERE t.off < EXCLUDED.off - $6
-		RETURNING cmd_id`, q.commandIDs)
-	q.idPrune = fmt.Sprintf(`DELETE FROM %s WHERE grp = $1 AND topic = $2 AND part = $3 AND off < $4`, q.commandIDs)
+	// ApplyOnce: the IDs of a batch are one row; the load and the prune
+	// are ranges of the scope.
+	q.idInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, first_off, last_off, ids) VALUES ($1, $2, $3, $4, $5, $6)`, q.commandIDs)
+	q.idSelect = fmt.Sprintf(`SELECT first_off, last_off, ids FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.commandIDs)
+	q.idPrune = fmt.Sprintf(`DELETE FROM %s WHERE grp = $1 AND topic = $2 AND part = $3 AND last_off < $4`, q.commandIDs)
 	return q
 }
 
@@ -361,8 +368,9 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 // proof floor (proof_below), set from the history's resets, the highest
 // epoch a reset cleared plus one (sink.Fence.AfterReset), so that a scope
 // reset before the migration still asks a proof of its previous
-// incarnation's epochs. From versions 1 to 3: the command IDs table is
-// created, empty (no command applied before had its ID recorded).
+// incarnation's epochs. From versions 1 to 3: the fences gain the IDs
+// version (ids_version, 0) and the command IDs table is created, empty
+// (no command applied before had its ID recorded).
 func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 	var versions []int32
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT version FROM %s`, s.q.schema))
@@ -391,6 +399,7 @@ func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 			fmt.Sprintf(`UPDATE %[1]s f SET proof_below = coalesce((SELECT max(h.epoch)::bigint + 1 FROM %[2]s h
 			WHERE h.grp = f.grp AND h.topic = f.topic AND h.part = f.part AND h.kind = 'reset' AND h.epoch >= 0), 0)`, s.q.fences, s.q.history))
 	}
+	stmts = append(stmts, `ALTER TABLE `+s.q.fences+` ADD COLUMN ids_version bigint NOT NULL DEFAULT 0`)
 	stmts = append(stmts, s.tableDDL(tables[commandIDsTable])...)
 	stmts = append(stmts, fmt.Sprintf(`UPDATE %s SET version = %d`, s.q.schema, schemaVersion))
 	for _, stmt := range stmts {

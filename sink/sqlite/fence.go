@@ -11,6 +11,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // History entry kinds (the same as the sink package's).
@@ -44,6 +45,7 @@ type fenceRow struct {
 	topicID       string
 	proofRequired bool
 	proofBelow    int64 // sink.Fence.ProofBelow
+	idsVersion    int64 // bumped by every ApplyOnce that commits (cmdids)
 }
 
 // fence returns the row as a sink.Fence of scope.
@@ -56,7 +58,7 @@ func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 func (s *Sink) readFence(ctx context.Context, tx *sql.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.StmtContext(ctx, s.selFence).QueryRowContext(ctx, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.idsVersion)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fenceRow{}, nil
 	}
@@ -181,15 +183,15 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 
 // ApplyOnce applies a batch of records of tok's scope with their command
 // IDs, following [sink.Deduplicator], in the one writing transaction of
-// [Sink.Apply]: after the fence check, for each record at or above
-// NextOffset with an ID that is its first in the batch, an upsert into
-// <prefix>_command_ids that inserts the ID, or moves it to the record's
-// offset if it was applied before the window; a row it does not change
-// is a duplicate, and so is an ID seen earlier in the batch. The effects
-// of the other records run in order; then NextOffset advances, the IDs
-// below the new horizon are deleted (an index range on (scope, off)), and
-// the transaction commits. A fence refusal, an effect error or a
-// cancelled ctx rolls the recorded IDs back with everything else. It may
+// [Sink.Apply]: after the fence check it looks the batch's IDs up in the
+// scope's retained IDs (a per-Sink cache, valid when it mirrors the IDs
+// version the fence row carries, else reloaded from <prefix>_command_ids
+// inside the transaction), runs the effects of the records that are not
+// duplicates, and then, with the NextOffset update (which also bumps the
+// IDs version), stores the applied IDs as one row and deletes the rows
+// whose last offset is below the new horizon (an index range on (scope,
+// last_off)), and commits. A fence refusal, an effect error or a
+// cancelled ctx rolls it all back and records nothing. It may
 // be called from any goroutine; effect is called on the calling
 // goroutine and must not call the sink's methods or use [Sink.DB].
 func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
@@ -230,22 +232,8 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 	}
 	var dup []bool // by index: a duplicate, not run
 	if ids != nil {
-		dup = make([]bool, len(offsets))
-		plan := sink.PlanDedupe(ids, first)
-		for _, i := range plan.InBatch {
-			dup[i] = true
-		}
-		ins := tx.StmtContext(ctx, s.insID)
-		for _, i := range plan.Lookup {
-			r, err := ins.ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, ids[i], offsets[i], s.cfg.DedupeWindow)
-			if err != nil {
-				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": record command ID", err)
-			}
-			n, err := r.RowsAffected()
-			if err != nil {
-				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": record command ID", err)
-			}
-			dup[i] = n == 0
+		if dup, err = s.duplicates(ctx, tx, scope, row.idsVersion, offsets, ids, first); err != nil {
+			return sink.ApplyOnceResult{}, s.wrap(ctx, op+": look up command IDs", err)
 		}
 	}
 	htx := &Tx{tx: tx}
@@ -267,8 +255,15 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		}
 	}
 	next := offsets[len(offsets)-1] + 1
-	res, err := tx.StmtContext(ctx, s.updNext).ExecContext(ctx,
-		next, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, row.nextOffset)
+	upd, version := s.updNext, any(nil)
+	if ids != nil {
+		upd, version = s.updNextOnce, row.idsVersion
+	}
+	args := []any{next, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, row.nextOffset}
+	if version != nil {
+		args = append(args, version)
+	}
+	res, err := tx.StmtContext(ctx, upd).ExecContext(ctx, args...)
 	if err != nil {
 		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
 	}
@@ -285,16 +280,91 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 			"token", tok.String(), "stored", stored.String())
 		return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
 	}
+	var applied cmdids.Row
+	horizon := sink.Horizon(next, s.cfg.DedupeWindow)
 	if ids != nil {
-		if _, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, sink.Horizon(next, s.cfg.DedupeWindow)); err != nil {
+		applied = appliedRow(offsets, ids, first, dup)
+		if len(applied.IDs) > 0 {
+			if _, err := tx.StmtContext(ctx, s.insIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition,
+				applied.Offs[0], applied.Last, cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs)); err != nil {
+				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": record command IDs", err)
+			}
+		}
+		if _, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, horizon); err != nil {
 			return sink.ApplyOnceResult{}, s.wrap(ctx, op+": prune command IDs", err)
 		}
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
+		if ids != nil {
+			s.ids.Drop(scope) // the commit may have happened
+		}
 		return sink.ApplyOnceResult{}, err
+	}
+	if ids != nil {
+		s.ids.Committed(scope, row.idsVersion, applied, horizon)
 	}
 	out.ApplyResult = sink.ApplyResult{Applied: len(offsets) - first - len(out.Duplicates), Skipped: first, NextOffset: next}
 	return out, nil
+}
+
+// appliedRow returns the row of the IDs of the records from index first on
+// that are not duplicates and carry an ID.
+func appliedRow(offsets []int64, ids []string, first int, dup []bool) cmdids.Row {
+	var r cmdids.Row
+	for i := first; i < len(offsets); i++ {
+		if !dup[i] && ids[i] != "" {
+			r.Offs = append(r.Offs, offsets[i])
+			r.IDs = append(r.IDs, ids[i])
+			r.Last = offsets[i]
+		}
+	}
+	return r
+}
+
+// duplicates returns which records of the batch, from index first on, are
+// duplicates: an ID seen earlier in the batch, or one the scope applied
+// within the window. It looks the IDs up in the cache, first loading the
+// scope's rows into it if it does not mirror version (the fence row's,
+// read in tx: under the write lock, the rows are that version's).
+func (s *Sink) duplicates(ctx context.Context, tx *sql.Tx, scope epochs.Scope, version int64, offsets []int64, ids []string, first int) ([]bool, error) {
+	dup := make([]bool, len(offsets))
+	plan := sink.PlanDedupe(ids, first)
+	for _, i := range plan.InBatch {
+		dup[i] = true
+	}
+	if len(plan.Lookup) == 0 {
+		return dup, nil
+	}
+	found := func(i int, applied int64) { dup[i] = sink.IsDuplicate(offsets[i], applied, s.cfg.DedupeWindow) }
+	if s.ids.Lookup(scope, version, ids, plan.Lookup, found) {
+		return dup, nil
+	}
+	rows, err := tx.StmtContext(ctx, s.selIDs).QueryContext(ctx, scope.Group, scope.Topic, scope.Partition)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var loaded []cmdids.Row
+	for rows.Next() {
+		var (
+			first, last int64
+			data        []byte
+		)
+		if err := rows.Scan(&first, &last, &data); err != nil {
+			return nil, err
+		}
+		offs, rowIDs, err := cmdids.Decode(first, data)
+		if err != nil {
+			return nil, err
+		}
+		loaded = append(loaded, cmdids.Row{Last: last, Offs: offs, IDs: rowIDs})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	s.ids.Load(scope, version, loaded)
+	s.ids.Lookup(scope, version, ids, plan.Lookup, found)
+	return dup, nil
 }
 
 // Fences returns the stored fence of every scope in the database, sorted by

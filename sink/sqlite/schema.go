@@ -22,7 +22,7 @@ func (s *Sink) tableDefs() []tableDef {
 	return []tableDef{
 		{
 			name: s.fences,
-			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required", "proof_below"},
+			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required", "proof_below", "ids_version"},
 			pk:   []string{"grp", "topic", "part"},
 			ddl: `CREATE TABLE ` + s.fences + ` (
 	grp            TEXT    NOT NULL,
@@ -34,6 +34,7 @@ func (s *Sink) tableDefs() []tableDef {
 	topic_id       TEXT    NOT NULL DEFAULT '',
 	proof_required INTEGER NOT NULL DEFAULT 0,
 	proof_below    INTEGER NOT NULL DEFAULT 0,
+	ids_version    INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (grp, topic, part)
 ) WITHOUT ROWID`,
 		},
@@ -103,17 +104,19 @@ func (s *Sink) tableDefs() []tableDef {
 )`,
 		},
 		{
+			// The command IDs one ApplyOnce applied, one row (cmdids.Encode).
 			name: s.commandIDs,
-			cols: []string{"grp", "topic", "part", "cmd_id", "off"},
-			pk:   []string{"grp", "topic", "part", "cmd_id"},
+			cols: []string{"seq", "grp", "topic", "part", "first_off", "last_off", "ids"},
+			pk:   []string{"seq"},
 			ddl: `CREATE TABLE ` + s.commandIDs + ` (
-	grp    TEXT    NOT NULL,
-	topic  TEXT    NOT NULL,
-	part   INTEGER NOT NULL,
-	cmd_id TEXT    NOT NULL,
-	off    INTEGER NOT NULL,
-	PRIMARY KEY (grp, topic, part, cmd_id)
-) WITHOUT ROWID`,
+	seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+	grp       TEXT    NOT NULL,
+	topic     TEXT    NOT NULL,
+	part      INTEGER NOT NULL,
+	first_off INTEGER NOT NULL,
+	last_off  INTEGER NOT NULL,
+	ids       BLOB    NOT NULL
+)`,
 		},
 	}
 }
@@ -121,13 +124,16 @@ func (s *Sink) tableDefs() []tableDef {
 // oldCols returns the columns of the tables of an older schema version
 // that Open migrates (1, 2 or 3), by table name; nil for another version.
 func (s *Sink) oldCols(version int) map[string][]string {
-	current := func() map[string][]string {
+	// Version 3: version 4's tables without the command IDs, the fences
+	// without ids_version.
+	v3 := func() map[string][]string {
 		cols := map[string][]string{}
 		for _, d := range s.tableDefs() {
 			if d.name != s.commandIDs {
 				cols[d.name] = d.cols
 			}
 		}
+		cols[s.fences] = slices.DeleteFunc(slices.Clone(cols[s.fences]), func(c string) bool { return c == "ids_version" })
 		return cols
 	}
 	switch version {
@@ -139,12 +145,11 @@ func (s *Sink) oldCols(version int) map[string][]string {
 		}
 	case 2:
 		// Version 3's tables, the fences without proof_below.
-		cols := current()
+		cols := v3()
 		cols[s.fences] = slices.DeleteFunc(slices.Clone(cols[s.fences]), func(c string) bool { return c == "proof_below" })
 		return cols
 	case 3:
-		// Version 4's tables without the command IDs.
-		return current()
+		return v3()
 	}
 	return nil
 }
@@ -263,8 +268,9 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 // (proof_below), set from the history's resets, the highest epoch a reset
 // cleared plus one (sink.Fence.AfterReset), so that a scope reset before
 // the migration still asks a proof of its previous incarnation's epochs.
-// From versions 1 to 3: the command IDs table is created, empty (no
-// command applied before had its ID recorded).
+// From versions 1 to 3: the fences gain the IDs version (ids_version, 0)
+// and the command IDs table is created, empty (no command applied before
+// had its ID recorded).
 func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from int) error {
 	var stmts []string
 	if from == 1 {
@@ -286,6 +292,7 @@ func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from in
 			WHERE h.grp = `+s.fences+`.grp AND h.topic = `+s.fences+`.topic AND h.part = `+s.fences+`.part
 			AND h.kind = 'reset' AND h.epoch >= 0), 0)`)
 	}
+	stmts = append(stmts, `ALTER TABLE `+s.fences+` ADD COLUMN ids_version INTEGER NOT NULL DEFAULT 0`)
 	for _, d := range defs {
 		if d.name == s.commandIDs {
 			stmts = append(stmts, d.ddl)
@@ -310,8 +317,8 @@ func (s *Sink) createIndexes(ctx context.Context, tx *sql.Tx, ifNotExists bool) 
 		s.indexDDL(ifNotExists),
 		"CREATE INDEX " + ine + s.cfg.Prefix + "_dead_letters_scope ON " + s.deadLetters + " (grp, topic, part, id)",
 		"CREATE INDEX " + ine + s.cfg.Prefix + "_dl_audit_id ON " + s.dlAudit + " (id, seq)",
-		// The prune of ApplyOnce: a range of the scope's lowest offsets.
-		"CREATE INDEX " + ine + s.cfg.Prefix + "_command_ids_off ON " + s.commandIDs + " (grp, topic, part, off)",
+		// The load and the prune of ApplyOnce: ranges of the scope.
+		"CREATE INDEX " + ine + s.cfg.Prefix + "_command_ids_scope ON " + s.commandIDs + " (grp, topic, part, last_off)",
 	} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("%w: index: %w", ErrSchema, err)

@@ -17,6 +17,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // ErrConfig is matched by the errors [Open] returns for an invalid [Config]
@@ -172,7 +173,10 @@ type Sink struct {
 
 	// prepared statements, re-used per connection by database/sql
 	selFence, upsertFence, updNext, insHistory, resetFence, insDeadLetter *sql.Stmt
-	insID, pruneIDs                                                       *sql.Stmt
+	updNextOnce, insIDs, selIDs, pruneIDs                                 *sql.Stmt
+
+	// ids caches the retained command IDs of the scopes ApplyOnce saw.
+	ids cmdids.Cache
 
 	closeOnce sync.Once
 	closeErr  error
@@ -285,7 +289,7 @@ func (s *Sink) prepare(ctx context.Context) error {
 		st, err = s.db.PrepareContext(ctx, q)
 		return st
 	}
-	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required, proof_below FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
+	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required, proof_below, ids_version FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
 	// A claim keeps proof_below (a new row starts at 0): only a reset
 	// raises it (sink.Fence.ProofBelow).
 	s.upsertFence = prep("INSERT INTO " + s.fences + " (grp, topic, part, epoch, member, next_offset, topic_id, proof_required) VALUES (?, ?, ?, ?, ?, ?, ?, 0)" +
@@ -297,12 +301,14 @@ func (s *Sink) prepare(ctx context.Context) error {
 		" WHERE grp = ? AND topic = ? AND part = ?")
 	s.insDeadLetter = prep("INSERT INTO " + s.deadLetters + " (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state)" +
 		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open')")
-	// An ID applied within the window is a duplicate (the upsert changes
-	// no row); one applied before it (sink.IsDuplicate false) is applied
-	// again and moves to its new offset.
-	s.insID = prep("INSERT INTO " + s.commandIDs + " (grp, topic, part, cmd_id, off) VALUES (?, ?, ?, ?, ?)" +
-		" ON CONFLICT (grp, topic, part, cmd_id) DO UPDATE SET off = excluded.off WHERE off < excluded.off - ?")
-	s.pruneIDs = prep("DELETE FROM " + s.commandIDs + " WHERE grp = ? AND topic = ? AND part = ? AND off < ?")
+	// ApplyOnce: the NextOffset update also bumps the IDs version, on
+	// the condition that it is the one read (cmdids); the IDs of a batch
+	// are one row; the prune and the load are ranges of the scope.
+	s.updNextOnce = prep("UPDATE " + s.fences + " SET next_offset = ?, ids_version = ids_version + 1" +
+		" WHERE grp = ? AND topic = ? AND part = ? AND epoch = ? AND member = ? AND next_offset = ? AND ids_version = ?")
+	s.insIDs = prep("INSERT INTO " + s.commandIDs + " (grp, topic, part, first_off, last_off, ids) VALUES (?, ?, ?, ?, ?, ?)")
+	s.selIDs = prep("SELECT first_off, last_off, ids FROM " + s.commandIDs + " WHERE grp = ? AND topic = ? AND part = ?")
+	s.pruneIDs = prep("DELETE FROM " + s.commandIDs + " WHERE grp = ? AND topic = ? AND part = ? AND last_off < ?")
 	return err
 }
 
@@ -322,7 +328,7 @@ func (s *Sink) DB() *sql.DB { return s.db }
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		for _, st := range []*sql.Stmt{s.selFence, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter, s.insID, s.pruneIDs} {
+		for _, st := range []*sql.Stmt{s.selFence, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter, s.updNextOnce, s.insIDs, s.selIDs, s.pruneIDs} {
 			if st != nil {
 				errs = append(errs, st.Close())
 			}

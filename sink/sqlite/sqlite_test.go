@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -533,7 +534,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 }
 
 // TestMigrateFromVersion3: Open migrates a version 3 database (version 4
-// without the command IDs table) in place, keeping its fences, and the
+// without the command IDs table and the fences' ids_version) in place, keeping its fences, and the
 // command IDs work at once; a read-only Open refuses to migrate it.
 func TestMigrateFromVersion3(t *testing.T) {
 	ctx := t.Context()
@@ -549,7 +550,7 @@ func TestMigrateFromVersion3(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	execAt(t, path, `DROP TABLE workrouter_command_ids`, `UPDATE workrouter_schema SET version = 3`)
+	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN ids_version`, `UPDATE workrouter_schema SET version = 3`)
 
 	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 3") {
 		t.Fatalf("read-only Open of a version 3 database: %v, want ErrSchema naming version 3", err)
@@ -604,15 +605,21 @@ func TestDedupeWindowConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// NextOffset is 70: the IDs of offsets 60..69 are kept, no more.
+	// NextOffset is 70, the horizon 60: the rows (one per batch) of
+	// offsets 56..62 and 63..69 are kept, no more.
 	var n, low int64
-	if err := s.DB().QueryRowContext(ctx, `SELECT count(*), min(off) FROM workrouter_command_ids`).Scan(&n, &low); err != nil || n != 10 || low != 60 {
-		t.Fatalf("command IDs kept: %d from offset %d (%v), want 10 from 60", n, low, err)
+	if err := s.DB().QueryRowContext(ctx, `SELECT count(*), min(first_off) FROM workrouter_command_ids`).Scan(&n, &low); err != nil || n != 2 || low != 56 {
+		t.Fatalf("command ID rows kept: %d from offset %d (%v), want 2 from 56", n, low, err)
 	}
-	// The prune and the lookup are index ranges, never a scan.
+	// What is inside the window is a duplicate, what is outside is not.
+	res, err := s.ApplyOnce(ctx, a, []int64{70, 71}, []string{"id-60", "id-59"}, noop)
+	if err != nil || !slices.Equal(res.Duplicates, []int{0}) || res.Applied != 1 {
+		t.Fatalf("ApplyOnce of id-60 and id-59 at 70 and 71 = %+v, %v; want id-60 a duplicate, id-59 applied", res, err)
+	}
+	// The prune and the load are index ranges, never a scan.
 	for q, want := range map[string]string{
-		`DELETE FROM workrouter_command_ids WHERE grp = 'g' AND topic = 'orders' AND part = 0 AND off < 5`:          "workrouter_command_ids_off (grp=? AND topic=? AND part=? AND off<?)",
-		`SELECT off FROM workrouter_command_ids WHERE grp = 'g' AND topic = 'orders' AND part = 0 AND cmd_id = 'x'`: "PRIMARY KEY (grp=? AND topic=? AND part=? AND cmd_id=?)",
+		`DELETE FROM workrouter_command_ids WHERE grp = 'g' AND topic = 'orders' AND part = 0 AND last_off < 5`:         "workrouter_command_ids_scope (grp=? AND topic=? AND part=? AND last_off<?)",
+		`SELECT first_off, last_off, ids FROM workrouter_command_ids WHERE grp = 'g' AND topic = 'orders' AND part = 0`: "workrouter_command_ids_scope (grp=? AND topic=? AND part=?)",
 	} {
 		var plan []string
 		rows, err := s.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+q)
@@ -659,7 +666,8 @@ func TestMigrateFromVersion2(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN proof_below`, `UPDATE workrouter_schema SET version = 2`)
+	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN ids_version`,
+		`ALTER TABLE workrouter_fences DROP COLUMN proof_below`, `UPDATE workrouter_schema SET version = 2`)
 
 	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 2") {
 		t.Fatalf("read-only Open of a version 2 database: %v, want ErrSchema naming version 2", err)
@@ -681,5 +689,51 @@ func TestMigrateFromVersion2(t *testing.T) {
 	var version int
 	if err := s.DB().QueryRowContext(ctx, `SELECT version FROM workrouter_schema`).Scan(&version); err != nil || version != sqlite.SchemaVersion {
 		t.Fatalf("schema version after migration = %d, %v", version, err)
+	}
+}
+
+// TestDedupeTwoSinksOneFile: two Sinks (two processes) on one file apply
+// the same scope in turn, as a partition moving between workers does;
+// each sees the IDs the other applied, although each keeps a cache of
+// the scope's IDs: the cache is used only while it mirrors the fence
+// row's IDs version.
+func TestDedupeTwoSinksOneFile(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "two.db")
+	s1, s2 := openAt(t, path), openAt(t, path)
+	a, b := tok("g", 0, 1, "a"), tok("g", 0, 2, "b")
+	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
+	once := func(s *sqlite.Sink, tk epochs.Token, off int64, id string) sink.ApplyOnceResult {
+		t.Helper()
+		res, err := s.ApplyOnce(ctx, tk, []int64{off}, []string{id}, noop)
+		if err != nil {
+			t.Fatalf("ApplyOnce(%s, %d, %q): %v", tk, off, id, err)
+		}
+		return res
+	}
+	if _, err := s1.Claim(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	once(s1, a, 0, "x") // s1's cache now holds the scope
+	if _, err := s2.Claim(ctx, b, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	if res := once(s2, b, 1, "x"); len(res.Duplicates) != 1 {
+		t.Fatalf("s2 applied x again: %+v", res)
+	}
+	once(s2, b, 2, "y")
+	// The partition moves back to s1's process: its cache is stale.
+	c := tok("g", 0, 3, "c")
+	if _, err := s1.Claim(ctx, c, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	if res := once(s1, c, 3, "y"); len(res.Duplicates) != 1 {
+		t.Fatalf("s1 applied y, which s2 applied, again: %+v", res)
+	}
+	if res := once(s1, c, 4, "z"); res.Applied != 1 {
+		t.Fatalf("s1 did not apply z: %+v", res)
+	}
+	if _, err := s2.ApplyOnce(ctx, b, []int64{5}, []string{"w"}, noop); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("ApplyOnce by the superseded s2 tenure: %v, want fenced", err)
 	}
 }
