@@ -219,9 +219,13 @@ func (c *suite[Tx]) testDedupeReplayIsSkipped(t *testing.T) {
 	c.claim(t, s, tok)
 	mustResult(t, c.applyOnce(t, d, tok, []int64{0, 1}, "a", "b"), 2, 0, nil, 2)
 	mustResult(t, c.applyOnce(t, d, tok, []int64{0, 1, 2}, "a", "b", "c"), 1, 2, nil, 3)
-	// A replay's ID is not recorded: "n" at replayed offset 1 is new at 3.
+	// A replay's ID is not recorded: "n" at replayed offset 1 is new at
+	// 3, and "r" at replayed offset 2 is new at 5.
 	mustResult(t, c.applyOnce(t, d, tok, []int64{1, 3}, "n", "n"), 1, 1, nil, 4)
 	c.mustID(t, s, "n", 3)
+	mustResult(t, c.applyOnce(t, d, tok, []int64{2, 4}, "r", "s"), 1, 1, nil, 5)
+	mustResult(t, c.applyOnce(t, d, tok, []int64{5}, "r"), 1, 0, nil, 6)
+	c.mustID(t, s, "r", 5)
 }
 
 // testDedupeWindowHorizon: an ID applied at offset p is a duplicate for a
