@@ -147,7 +147,8 @@ var tables = []tableSpec{
 			part int NOT NULL,
 			first_off bigint NOT NULL,
 			last_off bigint NOT NULL,
-			ids bytea NOT NULL)`,
+			ids bytea NOT NULL)
+			WITH (toast_tuple_target = 8160)`, // a batch's row stays in the heap page (no TOAST) up to ~400 UUIDs
 			// The load and the prune of ApplyOnce: ranges of the scope.
 			`CREATE INDEX %[2]s ON %[1]s (grp, topic, part, last_off)`,
 		},

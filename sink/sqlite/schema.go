@@ -109,7 +109,7 @@ func (s *Sink) tableDefs() []tableDef {
 			cols: []string{"seq", "grp", "topic", "part", "first_off", "last_off", "ids"},
 			pk:   []string{"seq"},
 			ddl: `CREATE TABLE ` + s.commandIDs + ` (
-	seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+	seq       INTEGER PRIMARY KEY, -- the rowid; not AUTOINCREMENT: nothing refers to it, and reusing one costs nothing
 	grp       TEXT    NOT NULL,
 	topic     TEXT    NOT NULL,
 	part      INTEGER NOT NULL,

@@ -30,8 +30,10 @@ import (
 var ErrCorrupt = errors.New("cmdids: corrupt command ID row")
 
 // Encode returns the stored form of the IDs ids, applied at offs (in
-// ascending order, each at or above first). It may be called from any
-// goroutine.
+// ascending order, each at or above first): for each ID, its offset's
+// distance from first and the ID, a canonical UUID (the router's IDs:
+// 36 bytes of lowercase hex and dashes) packed into its 16 bytes. It may
+// be called from any goroutine.
 func Encode(first int64, offs []int64, ids []string) []byte {
 	n := 0
 	for _, id := range ids {
@@ -40,10 +42,68 @@ func Encode(first int64, offs []int64, ids []string) []byte {
 	b := make([]byte, 0, n)
 	for i, id := range ids {
 		b = binary.AppendUvarint(b, uint64(offs[i]-first))
-		b = binary.AppendUvarint(b, uint64(len(id)))
+		if u, ok := packUUID(id); ok {
+			b = binary.AppendUvarint(b, 1) // a packed UUID
+			b = append(b, u[:]...)
+			continue
+		}
+		b = binary.AppendUvarint(b, uint64(len(id))<<1)
 		b = append(b, id...)
 	}
 	return b
+}
+
+// packUUID returns the 16 bytes of id if it is a canonical UUID (so that
+// unpackUUID gives id back exactly).
+func packUUID(id string) (u [16]byte, ok bool) {
+	if len(id) != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' || id[23] != '-' {
+		return u, false
+	}
+	k := 0
+	for i := 0; i < 36; i += 2 {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i--
+			continue
+		}
+		hi, ok1 := lowerHex(id[i])
+		lo, ok2 := lowerHex(id[i+1])
+		if !ok1 || !ok2 {
+			return u, false
+		}
+		u[k] = hi<<4 | lo
+		k++
+	}
+	return u, k == 16
+}
+
+func lowerHex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// unpackUUID returns the canonical text of u.
+func unpackUUID(u []byte) string {
+	const hexd = "0123456789abcdef"
+	var b [36]byte
+	k := 0
+	for i := 0; i < 36; i++ {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			b[i] = '-'
+			continue
+		}
+		nib := u[k/2] >> 4
+		if k%2 == 1 {
+			nib = u[k/2] & 0x0f
+		}
+		b[i] = hexd[nib]
+		k++
+	}
+	return string(b[:])
 }
 
 // Decode returns the offsets and IDs data, encoded with first, holds. It
@@ -56,14 +116,25 @@ func Decode(first int64, data []byte) (offs []int64, ids []string, err error) {
 			return nil, nil, fmt.Errorf("%w: bad offset", ErrCorrupt)
 		}
 		data = data[n:]
-		l, n := binary.Uvarint(data)
-		if n <= 0 || uint64(len(data)-n) < l {
-			return nil, nil, fmt.Errorf("%w: bad ID length", ErrCorrupt)
+		h, n := binary.Uvarint(data)
+		if n <= 0 {
+			return nil, nil, fmt.Errorf("%w: bad ID header", ErrCorrupt)
 		}
 		data = data[n:]
+		var id string
+		switch {
+		case h == 1:
+			if len(data) < 16 {
+				return nil, nil, fmt.Errorf("%w: short UUID", ErrCorrupt)
+			}
+			id, data = unpackUUID(data[:16]), data[16:]
+		case h&1 == 0 && uint64(len(data)) >= h>>1:
+			id, data = string(data[:h>>1]), data[h>>1:]
+		default:
+			return nil, nil, fmt.Errorf("%w: bad ID length", ErrCorrupt)
+		}
 		offs = append(offs, first+int64(d))
-		ids = append(ids, string(data[:l]))
-		data = data[l:]
+		ids = append(ids, id)
 	}
 	return offs, ids, nil
 }

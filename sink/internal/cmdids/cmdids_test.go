@@ -9,12 +9,17 @@ import (
 )
 
 func TestEncodeDecode(t *testing.T) {
-	offs, ids := []int64{100, 101, 1000}, []string{"a", "", "0123456789abcdef-long-id"}
+	offs := []int64{100, 101, 1000, 1001, 1002, 1003}
+	ids := []string{"a", "", "0123456789abcdef-long-id", "6ba7b810-9dad-41d1-80b4-00c04fd430c8",
+		"6BA7B810-9DAD-41D1-80B4-00C04FD430C8", "6ba7b810-9dad-41d1-80b4-00c04fd430cg"}
 	got, gotIDs, err := Decode(100, Encode(100, offs, ids))
 	if err != nil || !slices.Equal(got, offs) || !slices.Equal(gotIDs, ids) {
 		t.Fatalf("Decode(Encode) = %v %q %v", got, gotIDs, err)
 	}
 	data := Encode(100, offs, ids)
+	if n := len(Encode(0, []int64{0}, ids[3:4])); n != 1+1+16 {
+		t.Errorf("a canonical UUID takes %d bytes, want 18 (packed)", n)
+	}
 	if _, _, err := Decode(100, data[:len(data)-1]); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Decode of truncated data: %v, want ErrCorrupt", err)
 	}
