@@ -27,8 +27,9 @@ type Deduplicator[Tx any] interface {
 	// an ID is applied as Apply applies it. A replay (offset below
 	// NextOffset) is Skipped, never a duplicate, and its ID is neither
 	// checked nor recorded. IDs applied at offsets below the new
-	// NextOffset minus the window are forgotten (pruned) in the same
-	// unit, without a full scan. ids must have the length of offsets and
+	// NextOffset minus the window are no longer duplicates, and are
+	// pruned in the same unit, without a full scan, when PruneDue says
+	// so. ids must have the length of offsets and
 	// hold no ID longer than MaxCommandIDLen bytes, or ApplyOnce fails
 	// with ErrBadBatch before anything runs.
 	ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect Effect[Tx]) (ApplyOnceResult, error)
@@ -126,8 +127,26 @@ func IsDuplicate(off, applied, window int64) bool {
 }
 
 // Horizon returns the lowest offset whose ID a scope at nextOffset still
-// remembers with window: IDs applied below it are pruned. It may be called
-// from any goroutine.
+// remembers with window: IDs applied below it are no longer duplicates,
+// and may be pruned. It may be called from any goroutine.
 func Horizon(nextOffset, window int64) int64 {
 	return nextOffset - window
+}
+
+// PruneDue reports whether an ApplyOnce that moves a scope's NextOffset
+// from oldNext to newNext prunes the IDs below the new horizon: when the
+// horizon crosses a multiple of window/16 (at least 1), so that a sink
+// deletes its old IDs in a few larger steps instead of a little with
+// every batch. The IDs it keeps meanwhile are past the horizon and never
+// duplicates ([IsDuplicate] decides by offset); storage holds at most
+// window + window/16 offsets' IDs (more if NextOffset moved by Apply or
+// DeadLetter, which never prune, until the next ApplyOnce that does). It
+// may be called from any goroutine.
+func PruneDue(oldNext, newNext, window int64) bool {
+	step := max(window/16, 1)
+	h := Horizon(newNext, window)
+	if h <= 0 {
+		return false // no offset below it
+	}
+	return h/step > max(Horizon(oldNext, window), 0)/step
 }

@@ -166,9 +166,9 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 // that are not duplicates run in order; then the conditional UPDATE of
 // the fence row (the authoritative check, which also requires the IDs
 // version read and bumps it), the insert of the applied IDs as one row
-// and the delete of the rows whose last offset is below the new horizon
-// (an index range on (scope, last_off)) go in one round trip, and the
-// transaction commits. Two attempts that looked up the same version
+// and, when [sink.PruneDue], the delete of the rows whose last offset is
+// below the new horizon (an index range on (scope, last_off)) go in one
+// round trip, and the transaction commits. Two attempts that looked up the same version
 // cannot both commit: the version is part of the fenced compare-and-set.
 // A refusal, an effect error, a conflict or a cancelled ctx rolls it all
 // back and records nothing; a batch run again after a conflict decides
@@ -287,6 +287,7 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 		tag     pgconn.CommandTag
 		applied cmdids.Row
 		horizon = sink.Horizon(newNext, s.window)
+		prune   = sink.PruneDue(next, newNext, s.window)
 	)
 	if ids == nil {
 		tag, err = tx.Exec(ctx, s.q.advance, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext)
@@ -300,7 +301,9 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 			b.Queue(s.q.idInsert, tok.Group, tok.Topic, tok.Partition, applied.Offs[0], applied.Last,
 				cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs))
 		}
-		b.Queue(s.q.idPrune, tok.Group, tok.Topic, tok.Partition, horizon)
+		if prune {
+			b.Queue(s.q.idPrune, tok.Group, tok.Topic, tok.Partition, horizon)
+		}
 		br := tx.SendBatch(ctx, b)
 		tag, err = br.Exec()
 		for range b.Len() - 1 {
@@ -337,7 +340,7 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 		return res, false, commitError(ctx, op, err)
 	}
 	if ids != nil {
-		s.ids.Committed(tok.Scope(), idsVersion, applied, horizon)
+		s.ids.Committed(tok.Scope(), idsVersion, applied, prune, horizon)
 	}
 	return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Applied: len(offsets) - first - len(dups), Skipped: first, NextOffset: newNext},
 		Duplicates: dups}, false, nil

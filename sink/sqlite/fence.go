@@ -188,9 +188,9 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 // version the fence row carries, else reloaded from <prefix>_command_ids
 // inside the transaction), runs the effects of the records that are not
 // duplicates, and then, with the NextOffset update (which also bumps the
-// IDs version), stores the applied IDs as one row and deletes the rows
-// whose last offset is below the new horizon (an index range on (scope,
-// last_off)), and commits. A fence refusal, an effect error or a
+// IDs version), stores the applied IDs as one row and, when
+// [sink.PruneDue], deletes the rows whose last offset is below the new
+// horizon (an index range on (scope, last_off)), and commits. A fence refusal, an effect error or a
 // cancelled ctx rolls it all back and records nothing. It may
 // be called from any goroutine; effect is called on the calling
 // goroutine and must not call the sink's methods or use [Sink.DB].
@@ -282,6 +282,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 	}
 	var applied cmdids.Row
 	horizon := sink.Horizon(next, s.cfg.DedupeWindow)
+	prune := sink.PruneDue(row.nextOffset, next, s.cfg.DedupeWindow)
 	if ids != nil {
 		applied = appliedRow(offsets, ids, first, dup)
 		if len(applied.IDs) > 0 {
@@ -290,8 +291,10 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": record command IDs", err)
 			}
 		}
-		if _, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, horizon); err != nil {
-			return sink.ApplyOnceResult{}, s.wrap(ctx, op+": prune command IDs", err)
+		if prune {
+			if _, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, horizon); err != nil {
+				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": prune command IDs", err)
+			}
 		}
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
@@ -301,7 +304,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		return sink.ApplyOnceResult{}, err
 	}
 	if ids != nil {
-		s.ids.Committed(scope, row.idsVersion, applied, horizon)
+		s.ids.Committed(scope, row.idsVersion, applied, prune, horizon)
 	}
 	out.ApplyResult = sink.ApplyResult{Applied: len(offsets) - first - len(out.Duplicates), Skipped: first, NextOffset: next}
 	return out, nil

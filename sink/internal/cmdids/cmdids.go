@@ -232,10 +232,10 @@ func (c *Cache) Load(scope epochs.Scope, version int64, rows []Row) {
 }
 
 // Committed records that an ApplyOnce that read scope at version
-// committed: it added row (if it holds IDs), pruned below horizon, and
-// moved the version to version+1. A cache that does not hold scope at
+// committed: it added row (if it holds IDs), pruned below horizon if
+// prune, and moved the version to version+1. A cache that does not hold scope at
 // version is left alone (the next ApplyOnce loads it).
-func (c *Cache) Committed(scope epochs.Scope, version int64, row Row, horizon int64) {
+func (c *Cache) Committed(scope epochs.Scope, version int64, row Row, prune bool, horizon int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.scopes[scope]
@@ -245,7 +245,9 @@ func (c *Cache) Committed(scope epochs.Scope, version int64, row Row, horizon in
 	if len(row.IDs) > 0 {
 		s.add(row)
 	}
-	s.prune(horizon)
+	if prune {
+		s.prune(horizon)
+	}
 	s.version = version + 1
 }
 

@@ -50,20 +50,24 @@ func TestCache(t *testing.T) {
 	if got, ok := lookup(3, "a", "c"); !ok || len(got) != 1 || got["a"] != 10 {
 		t.Fatalf("lookup at version 3 = %v, %v", got, ok)
 	}
-	c.Committed(scope, 3, Row{Last: 20, Offs: []int64{20}, IDs: []string{"c"}}, 11)
+	c.Committed(scope, 3, Row{Last: 20, Offs: []int64{20}, IDs: []string{"c"}}, true, 11)
 	if got, ok := lookup(4, "a", "b", "c"); !ok || len(got) != 3 {
 		t.Fatalf("after a commit below the horizon 11 = %v, %v; want a, b (row last 11 kept) and c", got, ok)
 	}
-	c.Committed(scope, 4, Row{}, 12)
-	if got, ok := lookup(5, "a", "b", "c"); !ok || len(got) != 1 || got["c"] != 20 {
+	c.Committed(scope, 4, Row{}, false, 12)
+	if c.Len(scope) != 3 {
+		t.Fatalf("a commit that does not prune pruned: %d IDs", c.Len(scope))
+	}
+	c.Committed(scope, 5, Row{}, true, 12)
+	if got, ok := lookup(6, "a", "b", "c"); !ok || len(got) != 1 || got["c"] != 20 {
 		t.Fatalf("after the horizon passed the first row = %v, %v; want c only", got, ok)
 	}
-	c.Committed(scope, 4, Row{Last: 30, Offs: []int64{30}, IDs: []string{"d"}}, 0) // a stale commit is ignored
-	if got, _ := lookup(5, "d"); len(got) != 0 || c.Len(scope) != 1 {
+	c.Committed(scope, 4, Row{Last: 30, Offs: []int64{30}, IDs: []string{"d"}}, true, 0) // a stale commit is ignored
+	if got, _ := lookup(6, "d"); len(got) != 0 || c.Len(scope) != 1 {
 		t.Fatalf("a commit from a stale version changed the cache: %v", got)
 	}
 	c.Drop(scope)
-	if _, ok := lookup(5, "c"); ok {
+	if _, ok := lookup(6, "c"); ok {
 		t.Fatal("a dropped scope answered")
 	}
 }
