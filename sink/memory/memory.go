@@ -166,9 +166,10 @@ type entry struct {
 
 // Sink is an in-process fenced sink with a transactional key-value store.
 // It implements [sink.Sink] with *[Tx] as the transaction handle,
-// [sink.Lister] and [sink.Resetter]. The zero value is not usable: call
-// [New]. All methods are safe for concurrent use by any number of
-// goroutines.
+// [sink.Lister], [sink.Resetter] and [sink.Deduplicator]
+// ([Sink.ApplyOnce]). The zero value is not usable: call [New] or
+// [NewWithConfig]. All methods are safe for concurrent use by any number
+// of goroutines.
 type Sink struct {
 	mu       sync.RWMutex
 	scopes   map[epochs.Scope]*fenceState

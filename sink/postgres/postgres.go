@@ -151,10 +151,10 @@ type Config struct {
 }
 
 // Sink is a fenced sink in a PostgreSQL database. It implements
-// [sink.Sink] with [pgx.Tx] as the transaction handle, [sink.Lister] and
-// [sink.Resetter]. Create it with [Open]. All methods are safe for
-// concurrent use by any number of goroutines (and processes sharing the
-// database).
+// [sink.Sink] with [pgx.Tx] as the transaction handle, [sink.Lister],
+// [sink.Resetter] and [sink.Deduplicator] ([Sink.ApplyOnce]). Create it
+// with [Open]. All methods are safe for concurrent use by any number of
+// goroutines (and processes sharing the database).
 type Sink struct {
 	pool     *pgxpool.Pool
 	ownsPool bool

@@ -155,7 +155,8 @@ func (c Config) dsn() string {
 }
 
 // Sink is a fenced sink stored in an SQLite database file. It implements
-// sink.Sink[*Tx], [sink.Lister], [sink.Resetter] and [sink.Historian]. Create it with
+// sink.Sink[*Tx], [sink.Lister], [sink.Resetter], [sink.Historian] and
+// [sink.Deduplicator] ([Sink.ApplyOnce]). Create it with
 // [Open]. All its methods are safe for concurrent use by any number of
 // goroutines, and any number of processes may use the same file at once.
 type Sink struct {
