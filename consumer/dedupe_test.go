@@ -125,8 +125,8 @@ func TestDuplicateCommandAppliedOnce(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	rec := &eventRecorder{}
 	w := startWorker(t, c, s, workerOpts{name: "dedupe", registerer: reg, observers: []consumer.Observer{rec}})
-	if v, ok := series(t, reg, "workrouter_consumer_dedupe_enabled", map[string]string{"topic": c.topic}); !ok || v != 1 {
-		t.Errorf("dedupe_enabled = %v (exported %v), want 1 with the memory sink", v, ok)
+	if v, ok := series(t, reg, "workrouter_consumer_dedupe_window_offsets", map[string]string{"topic": c.topic}); !ok || v != float64(sink.DefaultDedupeWindow) {
+		t.Errorf("dedupe_window_offsets = %v (exported %v), want the memory sink's default window %d", v, ok, sink.DefaultDedupeWindow)
 	}
 	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	if v, ok := series(t, reg, "workrouter_consumer_duplicates_skipped_total", partition0(c)); !ok || v != 0 {
@@ -276,8 +276,8 @@ func TestSinkWithoutDedupe(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	rec := &eventRecorder{}
 	w := startWorker(t, c, s, workerOpts{name: "plain", sink: plainSink{s}, registerer: reg, observers: []consumer.Observer{rec}})
-	if v, ok := series(t, reg, "workrouter_consumer_dedupe_enabled", map[string]string{"topic": c.topic}); !ok || v != 0 {
-		t.Errorf("dedupe_enabled = %v (exported %v), want 0 for a sink without sink.Deduplicator", v, ok)
+	if v, ok := series(t, reg, "workrouter_consumer_dedupe_window_offsets", map[string]string{"topic": c.topic}); !ok || v != 0 {
+		t.Errorf("dedupe_window_offsets = %v (exported %v), want 0 for a sink without sink.Deduplicator", v, ok)
 	}
 	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	produceIDs(t, c, idRec{id: "a", payload: "0"}, idRec{id: "a", payload: "0"}, idRec{id: "a", payload: "9", redriveFor: "billing"})

@@ -151,7 +151,11 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	w.permanent, _ = sink.As[sink.PermanentClassifier](c.Sink)
 	w.pinger, _ = sink.As[sink.Pinger](c.Sink)
 	w.dedupe, _ = sink.As[sink.Deduplicator[Tx]](c.Sink)
-	w.m.dedupeOn(c.Topic, w.dedupe != nil)
+	if w.dedupe != nil {
+		w.m.dedupeOn(c.Topic, w.dedupe.DedupeWindow())
+	} else {
+		w.m.dedupeOn(c.Topic, 0)
+	}
 	if w.dedupe == nil && c.Logger != nil {
 		c.Logger.Warn("the sink does not deduplicate command IDs (no sink.Deduplicator): records are applied once per offset only, so a command that entered the log twice is applied twice",
 			"group", c.Group, "topic", c.Topic)
