@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -92,6 +93,38 @@ func checkApplied(t *testing.T, r *eventRecorder, st consumer.Stats) {
 	}
 }
 
+// waitApplied waits until the Worker reported the batch that moved
+// partition 0's checkpoint to next: its Stats and events are complete
+// then (the sink's fence row moves before the Worker counts).
+func waitApplied(t *testing.T, r *eventRecorder, next int64) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "the batch up to offset "+strconv.FormatInt(next, 10)+" reported", func() bool {
+		for _, a := range eventsOf[consumer.Applied](r) {
+			if a.NextOffset == next {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitSeries waits until the series name of partition 0 is want: the
+// metrics observer sees an event after the test's recorder does.
+func waitSeries(t *testing.T, g prometheus.Gatherer, c *cluster, name string, want float64) {
+	t.Helper()
+	var v float64
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if v, _ = series(t, g, name, partition0(c)); v == want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v != want {
+		t.Errorf("%s = %v, want %v", name, v, want)
+	}
+}
+
 func partition0(c *cluster) map[string]string {
 	return map[string]string{"group": c.group, "topic": c.topic, "partition": "0"}
 }
@@ -134,11 +167,11 @@ func TestDuplicateCommandAppliedOnce(t *testing.T) {
 	}
 
 	produceIDs(t, c, idRec{id: "a", payload: "0"})
-	waitFor(t, 30*time.Second, "the first command applied", func() bool { return len(logOf(s, "k")) == 1 })
+	waitApplied(t, rec, 1)
 	// The same command again in a later batch (offset 1), then a new one
 	// and a copy of it in one batch (offsets 2 and 3).
 	produceIDs(t, c, idRec{id: "a", payload: "0"}, idRec{id: "b", payload: "1"}, idRec{id: "b", payload: "1"})
-	waitFor(t, 30*time.Second, "every record behind the checkpoint", func() bool { return fenceOf(t, s, c).NextOffset == 4 })
+	waitApplied(t, rec, 4)
 
 	if got := logOf(s, "k"); !slices.Equal(got, []int{0, 1}) {
 		t.Fatalf("log %v, want [0 1]: a command written twice was applied twice", got)
@@ -155,12 +188,8 @@ func TestDuplicateCommandAppliedOnce(t *testing.T) {
 		t.Errorf("DuplicateSkipped events %+v, want %+v", got, want)
 	}
 	checkApplied(t, rec, st)
-	if v, _ := series(t, reg, "workrouter_consumer_duplicates_skipped_total", partition0(c)); v != 2 {
-		t.Errorf("duplicates_skipped_total = %v, want 2", v)
-	}
-	if v, _ := series(t, reg, "workrouter_consumer_records_applied_total", partition0(c)); v != 2 {
-		t.Errorf("records_applied_total = %v, want 2", v)
-	}
+	waitSeries(t, reg, c, "workrouter_consumer_duplicates_skipped_total", 2)
+	waitSeries(t, reg, c, "workrouter_consumer_records_applied_total", 2)
 	if f := fenceOf(t, s, c); f.Duplicates != 2 {
 		t.Errorf("the fence row counts %d duplicates, want 2", f.Duplicates)
 	}
@@ -194,7 +223,7 @@ func TestRedriveScopedToGroup(t *testing.T) {
 	// Offsets 0-1: other groups' redrives of command "x" (the first one far
 	// behind the window once the others are applied).
 	produceIDs(t, c, idRec{id: "x", payload: "7", redriveFor: "billing"}, idRec{id: "x", payload: "8", redriveFor: "audit"})
-	waitFor(t, 30*time.Second, "the other groups' redrives behind the checkpoint", func() bool { return fenceOf(t, s, c).NextOffset == 2 })
+	waitApplied(t, rec, 2)
 	scope := epochs.Scope{Group: c.group, Topic: c.topic, Partition: 0}
 	if n := s.CommandIDs(scope); n != 0 {
 		t.Errorf("the sink remembers %d command IDs after two redrives for other groups, want 0", n)
@@ -202,9 +231,9 @@ func TestRedriveScopedToGroup(t *testing.T) {
 	// Offset 2: this group's redrive of "x": applied. Offset 3: this
 	// group's redrive again: a duplicate.
 	produceIDs(t, c, idRec{id: "x", payload: "1", redriveFor: c.group})
-	waitFor(t, 30*time.Second, "this group's redrive applied", func() bool { return fenceOf(t, s, c).NextOffset == 3 })
+	waitApplied(t, rec, 3)
 	produceIDs(t, c, idRec{id: "x", payload: "2", redriveFor: c.group})
-	waitFor(t, 30*time.Second, "every record behind the checkpoint", func() bool { return fenceOf(t, s, c).NextOffset == 4 })
+	waitApplied(t, rec, 4)
 
 	if got := logOf(s, "k"); !slices.Equal(got, []int{1}) {
 		t.Fatalf("log %v, want [1]: only this group's first redrive is applied", got)
@@ -224,12 +253,8 @@ func TestRedriveScopedToGroup(t *testing.T) {
 		t.Errorf("DuplicateSkipped events %+v, want one at offset 3 for x", d)
 	}
 	checkApplied(t, rec, st)
-	if v, _ := series(t, reg, "workrouter_consumer_redrives_skipped_total", partition0(c)); v != 2 {
-		t.Errorf("redrives_skipped_total = %v, want 2", v)
-	}
-	if v, _ := series(t, reg, "workrouter_consumer_duplicates_skipped_total", partition0(c)); v != 1 {
-		t.Errorf("duplicates_skipped_total = %v, want 1", v)
-	}
+	waitSeries(t, reg, c, "workrouter_consumer_redrives_skipped_total", 2)
+	waitSeries(t, reg, c, "workrouter_consumer_duplicates_skipped_total", 1)
 }
 
 // TestRecordsWithoutIDCounted: records without a command ID are applied
@@ -247,7 +272,7 @@ func TestRecordsWithoutIDCounted(t *testing.T) {
 		t.Errorf("records_without_id_total = %v (exported %v) before any record, want a series at 0", v, ok)
 	}
 	produceIDs(t, c, idRec{payload: "0"}, idRec{payload: "0"}, idRec{id: "a", payload: "1"})
-	waitFor(t, 30*time.Second, "every record behind the checkpoint", func() bool { return fenceOf(t, s, c).NextOffset == 3 })
+	waitApplied(t, rec, 3)
 	if got := logOf(s, "k"); !slices.Equal(got, []int{0, 0, 1}) {
 		t.Fatalf("log %v, want [0 0 1]", got)
 	}
@@ -256,9 +281,7 @@ func TestRecordsWithoutIDCounted(t *testing.T) {
 		t.Errorf("Stats %+v, want 2 records without ID, no duplicate, 3 applied", st)
 	}
 	checkApplied(t, rec, st)
-	if v, _ := series(t, reg, "workrouter_consumer_records_without_id_total", partition0(c)); v != 2 {
-		t.Errorf("records_without_id_total = %v, want 2", v)
-	}
+	waitSeries(t, reg, c, "workrouter_consumer_records_without_id_total", 2)
 }
 
 // plainSink is a memory sink seen through the Sink contract alone: no
@@ -281,7 +304,7 @@ func TestSinkWithoutDedupe(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	produceIDs(t, c, idRec{id: "a", payload: "0"}, idRec{id: "a", payload: "0"}, idRec{id: "a", payload: "9", redriveFor: "billing"})
-	waitFor(t, 30*time.Second, "every record behind the checkpoint", func() bool { return fenceOf(t, s, c).NextOffset == 3 })
+	waitApplied(t, rec, 3)
 	if got := logOf(s, "k"); !slices.Equal(got, []int{0, 0}) {
 		t.Fatalf("log %v, want [0 0]: applied per offset, the other group's redrive skipped", got)
 	}
