@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,5 +316,46 @@ func TestSinkWithoutDedupe(t *testing.T) {
 	checkApplied(t, rec, st)
 	if n := s.CommandIDs(epochs.Scope{Group: c.group, Topic: c.topic, Partition: 0}); n != 0 {
 		t.Errorf("the sink remembers %d command IDs through a sink without ApplyOnce", n)
+	}
+}
+
+// applyWrapper wraps a sink, counting its Applies, and unwraps to it (as
+// a fault or tracing wrapper does) without implementing ApplyOnce.
+type applyWrapper struct {
+	sink.Sink[*memory.Tx]
+	applies atomic.Int64
+}
+
+func (a *applyWrapper) Unwrap() sink.Sink[*memory.Tx] { return a.Sink }
+
+func (a *applyWrapper) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*memory.Tx]) (sink.ApplyResult, error) {
+	a.applies.Add(1)
+	return a.Sink.Apply(ctx, tok, offsets, effect)
+}
+
+// TestWrapperWithoutApplyOnceNotBypassed: a wrapper that unwraps to a
+// sink.Deduplicator but does not implement it is applied through its own
+// Apply (per offset only, said by the gauge), never bypassed by the
+// wrapped sink's ApplyOnce. Red with sink.As in place of the Worker's
+// direct check (the wrapper sees no Apply).
+func TestWrapperWithoutApplyOnceNotBypassed(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	s := memory.New()
+	reg := prometheus.NewPedanticRegistry()
+	rec := &eventRecorder{}
+	wrap := &applyWrapper{Sink: s}
+	w := startWorker(t, c, s, workerOpts{name: "wrapped", sink: wrap, registerer: reg, observers: []consumer.Observer{rec}})
+	if v, ok := series(t, reg, "workrouter_consumer_dedupe_window_offsets", map[string]string{"topic": c.topic}); !ok || v != 0 {
+		t.Errorf("dedupe_window_offsets = %v (exported %v), want 0 for a wrapper without ApplyOnce", v, ok)
+	}
+	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
+	produceIDs(t, c, idRec{id: "a", payload: "0"}, idRec{id: "a", payload: "0"})
+	waitApplied(t, rec, 2)
+	if n := wrap.applies.Load(); n == 0 {
+		t.Fatal("the wrapper's Apply was never called: the wrapped sink's ApplyOnce bypassed it")
+	}
+	if got := logOf(s, "k"); !slices.Equal(got, []int{0, 0}) {
+		t.Fatalf("log %v, want [0 0]: applied per offset through the wrapper", got)
 	}
 }
