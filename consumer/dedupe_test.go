@@ -2,8 +2,10 @@ package consumer_test
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -215,7 +217,9 @@ func TestRedriveScopedToGroup(t *testing.T) {
 	}
 	reg := prometheus.NewPedanticRegistry()
 	rec := &eventRecorder{}
-	w := startWorker(t, c, s, workerOpts{name: "redrive", registerer: reg, observers: []consumer.Observer{rec}})
+	logs := &lockedBuffer{}
+	logObs := consumer.NewLogObserver(slog.New(slog.NewTextHandler(logs, nil)))
+	w := startWorker(t, c, s, workerOpts{name: "redrive", registerer: reg, observers: []consumer.Observer{rec, logObs}})
 	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	if v, ok := series(t, reg, "workrouter_consumer_redrives_skipped_total", partition0(c)); !ok || v != 0 {
 		t.Errorf("redrives_skipped_total = %v (exported %v) before any redrive, want a series at 0", v, ok)
@@ -256,7 +260,15 @@ func TestRedriveScopedToGroup(t *testing.T) {
 	checkApplied(t, rec, st)
 	waitSeries(t, reg, c, "workrouter_consumer_redrives_skipped_total", 2)
 	waitSeries(t, reg, c, "workrouter_consumer_duplicates_skipped_total", 1)
+	out := logs.String()
+	for _, want := range []string{"redrive for another consumer group skipped", "redrive_for=billing", "redrive_for=audit",
+		"duplicate command skipped", "offset=3 id=x"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %q:\n%s", want, out)
+		}
+	}
 }
+
 
 // TestRecordsWithoutIDCounted: records without a command ID are applied
 // as before (a copy is applied again: per offset only) and counted. Red
