@@ -269,7 +269,6 @@ func TestRedriveScopedToGroup(t *testing.T) {
 	}
 }
 
-
 // TestRecordsWithoutIDCounted: records without a command ID are applied
 // as before (a copy is applied again: per offset only) and counted. Red
 // without the count.
