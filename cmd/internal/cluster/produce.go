@@ -60,6 +60,7 @@ func (p *Producer) Send(ctx context.Context, count int) error {
 		if p.rng.IntN(3) == 0 {
 			cmd = ledger.Withdraw(acct, id, seq, amount)
 		}
+		cmd.ID = id // the posting's ID is the command ID (envelope.IDHeader)
 		p.rt.SendAsync(ctx, cmd, func(res router.Result, err error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
