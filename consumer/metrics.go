@@ -61,7 +61,7 @@ type metrics struct {
 	duplicates      *prometheus.CounterVec // topic, partition
 	redrivesSkipped *prometheus.CounterVec // topic, partition
 	withoutID       *prometheus.CounterVec // topic, partition
-	dedupeEnabled   *prometheus.GaugeVec   // topic
+	dedupeWindow    *prometheus.GaugeVec   // topic
 }
 
 // newMetrics builds (but does not register) the collectors of a Worker of
@@ -132,21 +132,16 @@ func newMetrics(group string) *metrics {
 		"Records redriven from a dead letter for another consumer group, skipped without calling a handler.", "topic", "partition")
 	m.withoutID = counter("workrouter_consumer_records_without_id_total",
 		"Applied records that carried no command ID: applied once per offset, not deduplicated by ID.", "topic", "partition")
-	m.dedupeEnabled = gauge("workrouter_consumer_dedupe_enabled",
-		"1 if the sink deduplicates command IDs (sink.Deduplicator), 0 if records are applied once per offset only.", "topic")
+	m.dedupeWindow = gauge("workrouter_consumer_dedupe_window_offsets",
+		"The sink's retention horizon of applied command IDs, in offsets of a partition (sink.Deduplicator); 0 if the sink does not deduplicate: records are applied once per offset only.", "topic")
 	return m
 }
 
-// dedupeOn sets the dedupe gauge of topic.
-func (m *metrics) dedupeOn(topic string, on bool) {
-	if m == nil {
-		return
+// dedupeOn sets the dedupe window gauge of topic (0: no deduplication).
+func (m *metrics) dedupeOn(topic string, window int64) {
+	if m != nil {
+		m.dedupeWindow.WithLabelValues(topic).Set(float64(window))
 	}
-	v := 0.0
-	if on {
-		v = 1
-	}
-	m.dedupeEnabled.WithLabelValues(topic).Set(v)
 }
 
 // register registers every collector on reg, or none: on a failure the

@@ -150,11 +150,20 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	w.classifier, _ = sink.As[sink.ErrorClassifier](c.Sink)
 	w.permanent, _ = sink.As[sink.PermanentClassifier](c.Sink)
 	w.pinger, _ = sink.As[sink.Pinger](c.Sink)
-	w.dedupe, _ = sink.As[sink.Deduplicator[Tx]](c.Sink)
-	w.m.dedupeOn(c.Topic, w.dedupe != nil)
+	w.dedupe = dedupeOf(c.Sink)
+	if w.dedupe != nil {
+		w.m.dedupeOn(c.Topic, w.dedupe.DedupeWindow())
+	} else {
+		w.m.dedupeOn(c.Topic, 0)
+	}
 	if w.dedupe == nil && c.Logger != nil {
-		c.Logger.Warn("the sink does not deduplicate command IDs (no sink.Deduplicator): records are applied once per offset only, so a command that entered the log twice is applied twice",
-			"group", c.Group, "topic", c.Topic)
+		if _, under := sink.As[sink.Deduplicator[Tx]](c.Sink); under {
+			c.Logger.Warn("the sink wraps a sink.Deduplicator but does not implement it itself, so its ApplyOnce would bypass the wrapper's Apply: records are applied once per offset only, so a command that entered the log twice is applied twice (implement sink.Deduplicator on the wrapper)",
+				"group", c.Group, "topic", c.Topic, "sink", fmt.Sprintf("%T", c.Sink))
+		} else {
+			c.Logger.Warn("the sink does not deduplicate command IDs (no sink.Deduplicator): records are applied once per offset only, so a command that entered the log twice is applied twice",
+				"group", c.Group, "topic", c.Topic)
+		}
 	}
 	if c.DeadLetterTopic != "" {
 		if w.dlStore == nil {
@@ -200,6 +209,17 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		go w.mirrorLoop()
 	}
 	return w, nil
+}
+
+// dedupeOf returns s as a sink.Deduplicator, or nil. Unlike the other
+// capabilities, it is not looked for under wrappers (sink.As): ApplyOnce
+// replaces Apply, so a Deduplicator found under a wrapper that does not
+// implement it would bypass the wrapper's Apply (its faults, its
+// tracing), every batch. Such a sink is applied per offset only, and New
+// says so.
+func dedupeOf[Tx any](s sink.Sink[Tx]) sink.Deduplicator[Tx] {
+	d, _ := s.(sink.Deduplicator[Tx])
+	return d
 }
 
 // Close leaves the group (revoked partitions finish their in-flight batch and

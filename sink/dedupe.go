@@ -9,9 +9,12 @@ import (
 
 // Deduplicator is an optional capability of a sink: applying a batch whose
 // records carry command IDs so that a command that entered the log twice
-// is applied once (docs/design.md#command-ids). Discover it with
-// As[Deduplicator[Tx]]; every backend of this module has it, and the
-// metrics wrapper keeps it.
+// is applied once (docs/design.md#command-ids). Every backend of this
+// module has it, and the metrics wrapper keeps it. Unlike the other
+// capabilities, a wrapper keeps it only by implementing it itself: its
+// ApplyOnce replaces Apply, so the consumer (and sinkmetrics) use a
+// sink's own ApplyOnce, never one As finds under a wrapper, which would
+// bypass the wrapper's Apply.
 type Deduplicator[Tx any] interface {
 	// ApplyOnce is Apply (the same fence check, replay skip, effects,
 	// NextOffset past the whole batch, all in one atomic unit) with

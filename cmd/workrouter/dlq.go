@@ -640,8 +640,12 @@ GROUP, the dead letter's consumer group.
 
 Every consumer group of the topic reads the new command, but only GROUP
 applies it: the workers of the topic's other groups, which applied the
-original command already, skip it (counted and reported as an event), and
-so does GROUP if it applied the command's ID already. The dead letter itself is
+original command already, skip it whatever their dedupe window, without
+calling a handler or recording its ID (counted in
+workrouter_consumer_redrives_skipped_total and reported as a redrive_skipped
+event), and GROUP skips it as a duplicate if it applied the command's ID
+within its sink's dedupe window (workrouter worker --dedupe-window;
+workrouter_consumer_duplicates_skipped_total). The dead letter itself is
 never rewritten: it moves open → redriving before the command is produced and
 redriving → redriven after, each move an audit row with --reason (the second
 names the partition and offset produced). If producing fails, it moves back

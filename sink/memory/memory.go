@@ -148,12 +148,13 @@ type fenceState struct {
 	topicID       string
 	proofRequired bool
 	proofBelow    int64 // sink.Fence.ProofBelow
+	duplicates    int64 // sink.Fence.Duplicates
 }
 
 // fence returns st as the sink.Fence of scope.
 func (st *fenceState) fence(scope epochs.Scope) sink.Fence {
 	return sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset, TopicID: st.topicID,
-		ProofRequired: st.proofRequired, ProofBelow: st.proofBelow}
+		ProofRequired: st.proofRequired, ProofBelow: st.proofBelow, Duplicates: st.duplicates}
 }
 
 // entry is the committed state of one key. A deleted key keeps its entry
@@ -389,6 +390,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		if first < len(offsets) {
 			st.nextOffset = offsets[len(offsets)-1] + 1
 		}
+		st.duplicates += int64(len(dups))
 		if ids != nil && first < len(offsets) {
 			if set == nil {
 				set = &idSet{at: map[string]int64{}}

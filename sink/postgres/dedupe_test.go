@@ -15,8 +15,9 @@ import (
 )
 
 // TestMigrateFromVersion3: Open migrates a version 3 schema (version 4
-// without the command IDs table and the fences' ids_version) in place, keeping its fences, and the
-// command IDs work at once; a read-only Open refuses to migrate it.
+// without the command IDs table and the fences' ids_version and
+// duplicates) in place, keeping its fences, and the command IDs work at
+// once, the duplicates counted; a read-only Open refuses to migrate it.
 func TestMigrateFromVersion3(t *testing.T) {
 	t.Parallel()
 	schema := newTestSchema(t)
@@ -31,6 +32,7 @@ func TestMigrateFromVersion3(t *testing.T) {
 	s.Close()
 	adminExec(t, "DROP TABLE "+pgx.Identifier{schema, "workrouter_command_ids"}.Sanitize())
 	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN ids_version")
+	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN duplicates")
 	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 3")
 
 	if ro, err := Open(ctx, Config{DSN: schemaDSN(t, schema), Schema: schema, ReadOnly: true}); err == nil {
@@ -53,6 +55,9 @@ func TestMigrateFromVersion3(t *testing.T) {
 	}
 	if res, err := s.ApplyOnce(ctx, a, []int64{4}, []string{"x"}, noop); err != nil || res.Applied != 0 || len(res.Duplicates) != 1 {
 		t.Fatalf("ApplyOnce of a duplicate after migration = %+v, %v", res, err)
+	}
+	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].Duplicates != 1 {
+		t.Fatalf("fences after a duplicate = %+v, %v, want 1 duplicate counted", fs, err)
 	}
 }
 

@@ -39,12 +39,13 @@ type fenceRow struct {
 	topicID       string
 	proofRequired bool
 	proofBelow    int64 // sink.Fence.ProofBelow
+	duplicates    int64 // sink.Fence.Duplicates
 }
 
 // fence returns the row as the sink.Fence of scope.
 func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 	return sink.Fence{Scope: scope, Holder: r.holder, NextOffset: r.nextOffset, TopicID: r.topicID,
-		ProofRequired: r.proofRequired, ProofBelow: r.proofBelow}
+		ProofRequired: r.proofRequired, ProofBelow: r.proofBelow, Duplicates: r.duplicates}
 }
 
 // lockFence reads scope's fence row inside tx and locks it (SELECT … FOR
@@ -52,7 +53,7 @@ func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 func (s *Sink) lockFence(ctx context.Context, tx pgx.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.QueryRow(ctx, s.q.fenceLock, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.duplicates)
 	if err != nil {
 		return fenceRow{}, err
 	}
@@ -295,7 +296,7 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 		// The advance (the version's compare-and-set), the batch's row
 		// of IDs and the prune, in one round trip.
 		b := &pgx.Batch{}
-		b.Queue(s.q.advanceOnce, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext, idsVersion)
+		b.Queue(s.q.advanceOnce, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext, idsVersion, int64(len(dups)))
 		applied = appliedRow(offsets, ids, first, dup)
 		if len(applied.IDs) > 0 {
 			b.Queue(s.q.idInsert, tok.Group, tok.Topic, tok.Partition, applied.Offs[0], applied.Last,
@@ -450,7 +451,7 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 		member string
 		out    []sink.Fence
 	)
-	_, err = pgx.ForEachRow(rows, []any{&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow, &f.Duplicates}, func() error {
 		f.Holder = holderToken(f.Scope, epoch, member)
 		out = append(out, f)
 		return nil

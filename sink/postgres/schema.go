@@ -14,7 +14,8 @@ import (
 // writes. Version 2 added the log identity (topic ID), the reset's proof
 // requirement and the dead letters; version 3 the proof floor
 // (proof_below, sink.Fence.ProofBelow); version 4 the applied command IDs
-// (sink.Deduplicator). Open migrates a version 1, 2 or 3 schema in place.
+// (sink.Deduplicator) and the fences' count of skipped duplicates
+// (sink.Fence.Duplicates). Open migrates a version 1, 2 or 3 schema in place.
 const schemaVersion = 4
 
 // column is one expected column of a sink table, its type as PostgreSQL's
@@ -37,7 +38,7 @@ var tables = []tableSpec{
 			{"grp", "text"}, {"topic", "text"}, {"part", "integer"},
 			{"epoch", "integer"}, {"member", "text"}, {"next_offset", "bigint"},
 			{"topic_id", "text"}, {"proof_required", "boolean"}, {"proof_below", "bigint"},
-			{"ids_version", "bigint"},
+			{"ids_version", "bigint"}, {"duplicates", "bigint"},
 		},
 		ddl: []string{`CREATE TABLE %[1]s (
 			grp text NOT NULL,
@@ -50,6 +51,7 @@ var tables = []tableSpec{
 			proof_required boolean NOT NULL DEFAULT false,
 			proof_below bigint NOT NULL DEFAULT 0,
 			ids_version bigint NOT NULL DEFAULT 0,
+			duplicates bigint NOT NULL DEFAULT 0,
 			PRIMARY KEY (grp, topic, part))`},
 	},
 	{
@@ -176,7 +178,7 @@ var oldColumns = map[int32]map[string][]column{
 		"_dl_audit":     tables[4].columns,
 	},
 	// Version 4's tables without the command IDs, the fences without
-	// ids_version.
+	// ids_version and duplicates.
 	3: {
 		"_fences":       tables[0].columns[:9],
 		"_history":      tables[1].columns,
@@ -212,7 +214,7 @@ func newQueries(schema, prefix string) queries {
 	// transaction.
 	q.claimInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, epoch, member, next_offset, topic_id)
 		VALUES ($1, $2, $3, -1, '', $4, $5) ON CONFLICT (grp, topic, part) DO NOTHING`, q.fences)
-	q.fenceLock = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required, proof_below FROM %s
+	q.fenceLock = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates FROM %s
 		WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
 	// A claim keeps proof_below (a new row starts at 0): only a reset
 	// raises it (sink.Fence.ProofBelow).
@@ -224,10 +226,11 @@ func newQueries(schema, prefix string) queries {
 	q.advance = fmt.Sprintf(`UPDATE %s SET next_offset = $7
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6`, q.fences)
 	// ApplyOnce's advance also bumps the IDs version, on the condition
-	// that it is the one read (cmdids).
-	q.advanceOnce = fmt.Sprintf(`UPDATE %s SET next_offset = $7, ids_version = ids_version + 1
+	// that it is the one read (cmdids), and counts the batch's $9
+	// duplicates.
+	q.advanceOnce = fmt.Sprintf(`UPDATE %s SET next_offset = $7, ids_version = ids_version + 1, duplicates = duplicates + $9
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6 AND ids_version = $8`, q.fences)
-	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below FROM %s ORDER BY grp, topic, part`, q.fences)
+	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates FROM %s ORDER BY grp, topic, part`, q.fences)
 	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '', next_offset = $4, topic_id = $5, proof_required = true, proof_below = $6
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.resetAudit = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, reason, topic_id, detail)
@@ -370,7 +373,8 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 // epoch a reset cleared plus one (sink.Fence.AfterReset), so that a scope
 // reset before the migration still asks a proof of its previous
 // incarnation's epochs. From versions 1 to 3: the fences gain the IDs
-// version (ids_version, 0) and the command IDs table is created, empty
+// version (ids_version, 0) and the count of skipped duplicates
+// (duplicates, 0), and the command IDs table is created, empty
 // (no command applied before had its ID recorded).
 func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 	var versions []int32
@@ -400,7 +404,8 @@ func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 			fmt.Sprintf(`UPDATE %[1]s f SET proof_below = coalesce((SELECT max(h.epoch)::bigint + 1 FROM %[2]s h
 			WHERE h.grp = f.grp AND h.topic = f.topic AND h.part = f.part AND h.kind = 'reset' AND h.epoch >= 0), 0)`, s.q.fences, s.q.history))
 	}
-	stmts = append(stmts, `ALTER TABLE `+s.q.fences+` ADD COLUMN ids_version bigint NOT NULL DEFAULT 0`)
+	stmts = append(stmts, `ALTER TABLE `+s.q.fences+` ADD COLUMN ids_version bigint NOT NULL DEFAULT 0`,
+		`ALTER TABLE `+s.q.fences+` ADD COLUMN duplicates bigint NOT NULL DEFAULT 0`)
 	stmts = append(stmts, s.tableDDL(tables[commandIDsTable])...)
 	stmts = append(stmts, fmt.Sprintf(`UPDATE %s SET version = %d`, s.q.schema, schemaVersion))
 	for _, stmt := range stmts {

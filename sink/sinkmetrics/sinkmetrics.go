@@ -78,14 +78,18 @@ func Wrap[Tx any](s sink.Sink[Tx], reg prometheus.Registerer, backend string) (s
 		m.records.WithLabelValues(o)
 	}
 	in := &Instrumented[Tx]{inner: s, backend: backend, m: m}
-	if d, ok := sink.As[sink.Deduplicator[Tx]](s); ok {
+	// s itself, not a sink under it: ApplyOnce replaces Apply, so a
+	// Deduplicator under a wrapper that lacks it would bypass that
+	// wrapper's Apply (the consumer decides the same way).
+	if d, ok := s.(sink.Deduplicator[Tx]); ok {
 		return &Deduplicating[Tx]{Instrumented: in, once: d}, nil
 	}
 	return in, nil
 }
 
-// Deduplicating is what Wrap returns for a sink that has
-// sink.Deduplicator: an *Instrumented that also implements
+// Deduplicating is what Wrap returns for a sink that is a
+// sink.Deduplicator itself (not one found under a wrapper that lacks
+// it): an *Instrumented that also implements
 // sink.Deduplicator[Tx], recording ApplyOnce like Apply. It is safe for
 // concurrent use if the wrapped sink is.
 type Deduplicating[Tx any] struct {

@@ -122,3 +122,23 @@ workrouter_sink_records_total{backend="memory",outcome="skipped"} 2
 		t.Fatalf("second registration: %v", err)
 	}
 }
+
+// unwrapsOnly wraps a sink and unwraps to it without implementing
+// sink.Deduplicator, as a tracing or fault wrapper might.
+type unwrapsOnly struct{ sink.Sink[*memory.Tx] }
+
+func (u unwrapsOnly) Unwrap() sink.Sink[*memory.Tx] { return u.Sink }
+
+// TestNoDeduplicatorFromUnderAWrapper: Wrap of a wrapper that lacks
+// ApplyOnce is no Deduplicator either, though sink.As finds one under it:
+// its ApplyOnce would bypass the inner wrapper's Apply. Red with sink.As in
+// Wrap.
+func TestNoDeduplicatorFromUnderAWrapper(t *testing.T) {
+	s, err := sinkmetrics.Wrap[*memory.Tx](unwrapsOnly{memory.New()}, prometheus.NewRegistry(), "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.(sink.Deduplicator[*memory.Tx]); ok {
+		t.Fatalf("Wrap of a wrapper without ApplyOnce returned a Deduplicator (%T)", s)
+	}
+}

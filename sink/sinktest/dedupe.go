@@ -108,6 +108,29 @@ func (c *suite[Tx]) mustID(t testing.TB, s sink.Sink[Tx], id string, at int64) {
 	c.mustGet(t, s, key(t, "id", id), "at "+strconv.FormatInt(at, 10))
 }
 
+// mustDuplicates asserts the scope's fence row counts want duplicates
+// (sink.Fence.Duplicates), when the sink lists its fences.
+func (c *suite[Tx]) mustDuplicates(t testing.TB, s sink.Sink[Tx], scope epochs.Scope, want int64) {
+	t.Helper()
+	l, ok := sink.As[sink.Lister](s)
+	if !ok {
+		return
+	}
+	fences, err := l.Fences(t.Context())
+	if err != nil {
+		t.Fatalf("Fences: %v", err)
+	}
+	for _, f := range fences {
+		if f.Scope == scope {
+			if f.Duplicates != want {
+				t.Fatalf("the fence row of %s counts %d duplicates, want %d (the duplicates ApplyOnce reported)", scope, f.Duplicates, want)
+			}
+			return
+		}
+	}
+	t.Fatalf("Fences lists no row of %s", scope)
+}
+
 // testDedupeAcrossBatches: a command ID applied by one batch is a
 // duplicate in a later batch: not run, reported by index, and NextOffset
 // still moves past it.
@@ -127,6 +150,7 @@ func (c *suite[Tx]) testDedupeAcrossBatches(t *testing.T) {
 	mustResult(t, c.applyOnce(t, d, tok, []int64{7}, "c"), 0, 0, []int{0}, 8)
 	c.mustID(t, s, "c", 2)
 	c.mustNext(t, s, tok, 8)
+	c.mustDuplicates(t, s, tok.Scope(), 3)
 }
 
 // testDedupeWithinBatch: an ID that appears twice in one batch is run
@@ -138,8 +162,10 @@ func (c *suite[Tx]) testDedupeWithinBatch(t *testing.T) {
 	c.claim(t, s, tok)
 	mustResult(t, c.applyOnce(t, d, tok, []int64{0, 1, 2, 3}, "a", "b", "a", "a"), 2, 0, []int{2, 3}, 4)
 	c.mustID(t, s, "a", 0)
+	c.mustDuplicates(t, s, tok.Scope(), 2)
 	// Both were recorded once: a later batch sees them.
 	mustResult(t, c.applyOnce(t, d, tok, []int64{4, 5}, "b", "a"), 0, 0, []int{0, 1}, 6)
+	c.mustDuplicates(t, s, tok.Scope(), 4)
 }
 
 // testDedupeSurvivesNewHolder: the IDs belong to the scope, not the
@@ -169,6 +195,10 @@ func (c *suite[Tx]) testDedupeFencedRecordsNoID(t *testing.T) {
 	mustFenced(t, err, sink.OpApply, b, a)
 	mustResult(t, c.applyOnce(t, d, b, []int64{0}, "x"), 1, 0, nil, 1)
 	c.mustID(t, s, "x", 0)
+	// A fenced batch of a duplicate counts nothing.
+	_, err = d.ApplyOnce(t.Context(), a, []int64{1}, []string{"x"}, failIfRun[Tx](t))
+	mustFenced(t, err, sink.OpApply, b, a)
+	c.mustDuplicates(t, s, scope, 0)
 }
 
 // testDedupeEffectErrorRecordsNoID: a batch whose effect fails records
@@ -193,6 +223,12 @@ func (c *suite[Tx]) testDedupeEffectErrorRecordsNoID(t *testing.T) {
 	c.mustAbsent(t, s, key(t, "id", "a"))
 	mustResult(t, c.applyOnce(t, d, tok, offsets, ids...), 2, 0, nil, 2)
 	c.mustID(t, s, "a", 0)
+	// A failed batch with a duplicate in it counts nothing.
+	offsets, ids = []int64{2, 3}, []string{"a", "c"}
+	if _, err := d.ApplyOnce(t.Context(), tok, offsets, ids, func(context.Context, Tx, int) error { return errBoom }); !errors.Is(err, errBoom) {
+		t.Fatalf("ApplyOnce with a failing effect: %v, want errBoom", err)
+	}
+	c.mustDuplicates(t, s, tok.Scope(), 0)
 }
 
 // testDedupeNoIDAlwaysApplied: records without an ID are applied as Apply
@@ -273,6 +309,13 @@ func (c *suite[Tx]) testDedupeKeptAcrossReset(t *testing.T) {
 	}
 	mustResult(t, c.applyOnce(t, d, b, []int64{0, 1}, "y", "z"), 1, 0, []int{0}, 2)
 	c.mustID(t, s, "y", 41)
+	c.mustDuplicates(t, s, scope, 1)
+	// The count is kept by a reset too.
+	if _, err := r.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: b, NextOffset: 2, TopicID: "new-log"},
+		Reason: "sinktest: " + t.Name()}); err != nil {
+		t.Fatalf("ResetFence: %v", err)
+	}
+	c.mustDuplicates(t, s, scope, 1)
 }
 
 // testDedupeBadBatch: ids of another length than offsets, or an ID

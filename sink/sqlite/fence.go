@@ -46,19 +46,20 @@ type fenceRow struct {
 	proofRequired bool
 	proofBelow    int64 // sink.Fence.ProofBelow
 	idsVersion    int64 // bumped by every ApplyOnce that commits (cmdids)
+	duplicates    int64 // sink.Fence.Duplicates
 }
 
 // fence returns the row as a sink.Fence of scope.
 func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 	return sink.Fence{Scope: scope, Holder: r.holder, NextOffset: r.nextOffset, TopicID: r.topicID,
-		ProofRequired: r.proofRequired, ProofBelow: r.proofBelow}
+		ProofRequired: r.proofRequired, ProofBelow: r.proofBelow, Duplicates: r.duplicates}
 }
 
 // readFence reads scope's fence row inside tx.
 func (s *Sink) readFence(ctx context.Context, tx *sql.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.StmtContext(ctx, s.selFence).QueryRowContext(ctx, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.idsVersion)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.idsVersion, &r.duplicates)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fenceRow{}, nil
 	}
@@ -255,13 +256,10 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		}
 	}
 	next := offsets[len(offsets)-1] + 1
-	upd, version := s.updNext, any(nil)
+	upd, args := s.updNext, []any{next, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, row.nextOffset}
 	if ids != nil {
-		upd, version = s.updNextOnce, row.idsVersion
-	}
-	args := []any{next, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, row.nextOffset}
-	if version != nil {
-		args = append(args, version)
+		upd = s.updNextOnce
+		args = []any{next, len(out.Duplicates), scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, row.nextOffset, row.idsVersion}
 	}
 	res, err := tx.StmtContext(ctx, upd).ExecContext(ctx, args...)
 	if err != nil {
@@ -375,7 +373,7 @@ func (s *Sink) duplicates(ctx context.Context, tx *sql.Tx, scope epochs.Scope, v
 // Holder. It implements [sink.Lister]. It reads without taking the write
 // lock, and may be called from any goroutine.
 func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below FROM "+s.fences+" ORDER BY grp, topic, part")
+	rows, err := s.db.QueryContext(ctx, "SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates FROM "+s.fences+" ORDER BY grp, topic, part")
 	if err != nil {
 		return nil, s.wrap(ctx, "fences", err)
 	}
@@ -387,7 +385,7 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 			epoch  int64
 			member string
 		)
-		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow); err != nil {
+		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow, &f.Duplicates); err != nil {
 			return nil, s.wrap(ctx, "fences", err)
 		}
 		f.Holder = holderToken(f.Scope, epoch, member)

@@ -22,7 +22,7 @@ func (s *Sink) tableDefs() []tableDef {
 	return []tableDef{
 		{
 			name: s.fences,
-			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required", "proof_below", "ids_version"},
+			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required", "proof_below", "ids_version", "duplicates"},
 			pk:   []string{"grp", "topic", "part"},
 			ddl: `CREATE TABLE ` + s.fences + ` (
 	grp            TEXT    NOT NULL,
@@ -35,6 +35,7 @@ func (s *Sink) tableDefs() []tableDef {
 	proof_required INTEGER NOT NULL DEFAULT 0,
 	proof_below    INTEGER NOT NULL DEFAULT 0,
 	ids_version    INTEGER NOT NULL DEFAULT 0,
+	duplicates     INTEGER NOT NULL DEFAULT 0, -- sink.Fence.Duplicates
 	PRIMARY KEY (grp, topic, part)
 ) WITHOUT ROWID`,
 		},
@@ -125,7 +126,7 @@ func (s *Sink) tableDefs() []tableDef {
 // that Open migrates (1, 2 or 3), by table name; nil for another version.
 func (s *Sink) oldCols(version int) map[string][]string {
 	// Version 3: version 4's tables without the command IDs, the fences
-	// without ids_version.
+	// without ids_version and duplicates.
 	v3 := func() map[string][]string {
 		cols := map[string][]string{}
 		for _, d := range s.tableDefs() {
@@ -133,7 +134,7 @@ func (s *Sink) oldCols(version int) map[string][]string {
 				cols[d.name] = d.cols
 			}
 		}
-		cols[s.fences] = slices.DeleteFunc(slices.Clone(cols[s.fences]), func(c string) bool { return c == "ids_version" })
+		cols[s.fences] = slices.DeleteFunc(slices.Clone(cols[s.fences]), func(c string) bool { return c == "ids_version" || c == "duplicates" })
 		return cols
 	}
 	switch version {
@@ -269,7 +270,8 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 // cleared plus one (sink.Fence.AfterReset), so that a scope reset before
 // the migration still asks a proof of its previous incarnation's epochs.
 // From versions 1 to 3: the fences gain the IDs version (ids_version, 0)
-// and the command IDs table is created, empty (no command applied before
+// and the count of skipped duplicates (duplicates, 0), and the command
+// IDs table is created, empty (no command applied before
 // had its ID recorded).
 func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from int) error {
 	var stmts []string
@@ -292,7 +294,8 @@ func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from in
 			WHERE h.grp = `+s.fences+`.grp AND h.topic = `+s.fences+`.topic AND h.part = `+s.fences+`.part
 			AND h.kind = 'reset' AND h.epoch >= 0), 0)`)
 	}
-	stmts = append(stmts, `ALTER TABLE `+s.fences+` ADD COLUMN ids_version INTEGER NOT NULL DEFAULT 0`)
+	stmts = append(stmts, `ALTER TABLE `+s.fences+` ADD COLUMN ids_version INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE `+s.fences+` ADD COLUMN duplicates INTEGER NOT NULL DEFAULT 0`)
 	for _, d := range defs {
 		if d.name == s.commandIDs {
 			stmts = append(stmts, d.ddl)

@@ -68,7 +68,8 @@ const DefaultBusyTimeout = 30 * time.Second
 // Version 2 added the log identity (topic ID), the reset's proof
 // requirement and the dead letters; version 3 the proof floor
 // (proof_below, [sink.Fence.ProofBelow]); version 4 the applied command
-// IDs ([sink.Deduplicator]). Open migrates a version 1, 2 or 3 database
+// IDs ([sink.Deduplicator]) and the fences' count of skipped duplicates
+// ([sink.Fence.Duplicates]). Open migrates a version 1, 2 or 3 database
 // in place.
 const SchemaVersion = 4
 
@@ -290,7 +291,7 @@ func (s *Sink) prepare(ctx context.Context) error {
 		st, err = s.db.PrepareContext(ctx, q)
 		return st
 	}
-	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required, proof_below, ids_version FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
+	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required, proof_below, ids_version, duplicates FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
 	// A claim keeps proof_below (a new row starts at 0): only a reset
 	// raises it (sink.Fence.ProofBelow).
 	s.upsertFence = prep("INSERT INTO " + s.fences + " (grp, topic, part, epoch, member, next_offset, topic_id, proof_required) VALUES (?, ?, ?, ?, ?, ?, ?, 0)" +
@@ -305,7 +306,7 @@ func (s *Sink) prepare(ctx context.Context) error {
 	// ApplyOnce: the NextOffset update also bumps the IDs version, on
 	// the condition that it is the one read (cmdids); the IDs of a batch
 	// are one row; the prune and the load are ranges of the scope.
-	s.updNextOnce = prep("UPDATE " + s.fences + " SET next_offset = ?, ids_version = ids_version + 1" +
+	s.updNextOnce = prep("UPDATE " + s.fences + " SET next_offset = ?, ids_version = ids_version + 1, duplicates = duplicates + ?" +
 		" WHERE grp = ? AND topic = ? AND part = ? AND epoch = ? AND member = ? AND next_offset = ? AND ids_version = ?")
 	s.insIDs = prep("INSERT INTO " + s.commandIDs + " (grp, topic, part, first_off, last_off, ids) VALUES (?, ?, ?, ?, ?, ?)")
 	s.selIDs = prep("SELECT first_off, last_off, ids FROM " + s.commandIDs + " WHERE grp = ? AND topic = ? AND part = ?")

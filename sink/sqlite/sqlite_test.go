@@ -535,8 +535,9 @@ func TestMigrateFromVersion1(t *testing.T) {
 }
 
 // TestMigrateFromVersion3: Open migrates a version 3 database (version 4
-// without the command IDs table and the fences' ids_version) in place, keeping its fences, and the
-// command IDs work at once; a read-only Open refuses to migrate it.
+// without the command IDs table and the fences' ids_version and
+// duplicates) in place, keeping its fences, and the command IDs work at
+// once, the duplicates counted; a read-only Open refuses to migrate it.
 func TestMigrateFromVersion3(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "v3.db")
@@ -551,7 +552,7 @@ func TestMigrateFromVersion3(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN ids_version`, `UPDATE workrouter_schema SET version = 3`)
+	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN ids_version`, `ALTER TABLE workrouter_fences DROP COLUMN duplicates`, `UPDATE workrouter_schema SET version = 3`)
 
 	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 3") {
 		t.Fatalf("read-only Open of a version 3 database: %v, want ErrSchema naming version 3", err)
@@ -570,6 +571,9 @@ func TestMigrateFromVersion3(t *testing.T) {
 	}
 	if res, err := s.ApplyOnce(ctx, a, []int64{4}, []string{"x"}, noop); err != nil || res.Applied != 0 || len(res.Duplicates) != 1 {
 		t.Fatalf("ApplyOnce of a duplicate after migration = %+v, %v", res, err)
+	}
+	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].Duplicates != 1 {
+		t.Fatalf("fences after a duplicate = %+v, %v, want 1 duplicate counted", fs, err)
 	}
 }
 
@@ -667,7 +671,7 @@ func TestMigrateFromVersion2(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN ids_version`,
+	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN ids_version`, `ALTER TABLE workrouter_fences DROP COLUMN duplicates`,
 		`ALTER TABLE workrouter_fences DROP COLUMN proof_below`, `UPDATE workrouter_schema SET version = 2`)
 
 	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 2") {
