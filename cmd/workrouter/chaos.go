@@ -77,7 +77,9 @@ and exits non-zero if any invariant was violated, a requested kind never
 fired, no stale write was rejected although pause or heartbeat ran, a broker
 restart lost an acknowledged record or not every worker came back, V was
 never sampled, poison ran and no poison record was dead-lettered right
-after an offset gap, or resend ran and no duplicate was skipped.
+after an offset gap, resend ran and no duplicate was skipped, or the sink's
+count of duplicates skipped is not the number of records in the log that repeat
+a command ID.
 
 --brokers runs it on a real cluster (plaintext), on a topic of its own, with
 the kinds that need no embedded broker (pause, kill, broker-conn, sink-conn,

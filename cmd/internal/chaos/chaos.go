@@ -613,6 +613,16 @@ func (r *run) check(prod *cluster.Producer) error {
 	if err != nil {
 		return err
 	}
+	fences, err := r.store.Fences(ctx)
+	if err != nil {
+		return err
+	}
+	skipped := 0
+	for _, f := range fences {
+		if f.Scope.Group == group && f.Scope.Topic == r.topic {
+			skipped += int(f.Duplicates)
+		}
+	}
 	dead := map[string]int{}
 	dls, err := r.store.DeadLetters(ctx, group, r.topic)
 	if err != nil && !errors.Is(err, cluster.ErrNoDeadLetters) {
@@ -634,6 +644,7 @@ func (r *run) check(prod *cluster.Producer) error {
 	r.res.Poisoned, r.res.DeadLetters = poisoned, dead
 	r.res.PoisonUnconfirmed = len(cc.Unconfirmed)
 	r.res.LogCopies = len(scan.Copies)
+	r.res.DuplicatesSkipped = skipped
 	r.res.Resent = prod.Resent()
 	r.res.PoisonTxn, r.res.Aborted, r.res.DeadLettersAfterGap = poisonTxn, len(cc.Aborted), afterGap
 	r.res.VSamples = rep.Samples
@@ -645,7 +656,7 @@ func (r *run) check(prod *cluster.Producer) error {
 			r.logf("worker %s exited by itself: %s", w.Name(), w.LastErr())
 		}
 		r.res.StaleRejected += w.FencedCount()
-		r.res.DuplicatesSkipped += w.Count(consumer.KindDuplicate)
+		r.res.DuplicateEvents += w.Count(consumer.KindDuplicate)
 		for _, e := range w.Errors() {
 			r.logf("worker %s logged an error: %s", w.Name(), e)
 			r.res.WorkerErrors++

@@ -90,10 +90,14 @@ type Result struct {
 	// had acknowledged (cluster.Producer.Resend).
 	Resent int `json:"resent,omitempty"`
 	// DuplicatesSkipped counts the records the workers skipped because
-	// their command ID was applied already (their duplicate_skipped
-	// events; a worker killed between a commit and its events leaves a
-	// few out).
+	// their command ID was applied already, as the sink counted them in
+	// the fenced units that skipped them (sink.Fence.Duplicates, summed
+	// over the group's partitions). Every copy in the log must be skipped
+	// once, so it must equal LogCopies. DuplicateEvents counts the
+	// workers' duplicate_skipped events (a worker killed between a commit
+	// and its events leaves a few out).
 	DuplicatesSkipped int `json:"duplicates_skipped"`
+	DuplicateEvents   int `json:"duplicate_events"`
 	// Notes are examples of the violations found.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -176,6 +180,9 @@ func (r Result) Failures() []string {
 	if r.needsDuplicates() && r.DuplicatesSkipped == 0 {
 		out = append(out, "resend ran, but no duplicate was skipped")
 	}
+	if r.DuplicatesSkipped != r.LogCopies {
+		out = append(out, fmt.Sprintf("the sink counted %d duplicates skipped, but the log holds %d records that repeat a command ID", r.DuplicatesSkipped, r.LogCopies))
+	}
 	return out
 }
 
@@ -191,8 +198,9 @@ func (r Result) needsGap() bool { return r.Faults[Poison] > 0 }
 // fired, a stale write rejected if pauses or heartbeat faults ran, every
 // broker restart lost nothing acknowledged and saw every worker come back,
 // V sampled at least once while the run went on, if poison faults ran, a
-// poison record dead-lettered right after an offset gap, and if resend
-// faults ran, a duplicate skipped.
+// poison record dead-lettered right after an offset gap, if resend faults
+// ran, a duplicate skipped, and as many duplicates skipped as the log holds
+// copies of commands.
 func (r Result) OK() bool { return len(r.Failures()) == 0 }
 
 // Line is the run's final line.
@@ -252,7 +260,7 @@ func (r Result) Table() string {
 		fmt.Fprintf(tw, "acknowledged commands re-sent with their IDs\t%d\n", r.Resent)
 	}
 	fmt.Fprintf(tw, "records in the log repeating a command ID\t%d\n", r.LogCopies)
-	fmt.Fprintf(tw, "duplicates skipped\t%d\n", r.DuplicatesSkipped)
+	fmt.Fprintf(tw, "duplicates skipped (sink's count / workers' events)\t%d / %d\n", r.DuplicatesSkipped, r.DuplicateEvents)
 	if len(r.Restarts) > 0 {
 		fmt.Fprintf(tw, "broker restarts: down, p50 / max\t%s\n", r.restartSummary(func(rs Restart) time.Duration { return rs.Down }))
 		fmt.Fprintf(tw, "broker restarts: recovery, p50 / max\t%s\n", r.restartSummary(func(rs Restart) time.Duration { return rs.Recovery }))
@@ -284,6 +292,9 @@ func (r Result) Table() string {
 	}
 	if r.needsDuplicates() && r.DuplicatesSkipped == 0 {
 		b.WriteString("\nresend ran, but no duplicate was skipped\n")
+	}
+	if r.DuplicatesSkipped != r.LogCopies {
+		fmt.Fprintf(&b, "\nthe sink counted %d duplicates skipped, but the log holds %d records that repeat a command ID\n", r.DuplicatesSkipped, r.LogCopies)
 	}
 	return b.String()
 }
