@@ -59,12 +59,12 @@ type benchJSONTarget struct {
 	Name         string    `json:"name"`
 	Num          string    `json:"num"`
 	Den          string    `json:"den"`
-	Target       float64   `json:"target"`
-	Ratio        *float64  `json:"ratio"` // median(num)/median(den); null if not measured
+	Target       float64   `json:"target"` // 0: no target, the ratio is only reported
+	Ratio        *float64  `json:"ratio"`  // median(num)/median(den); null if not measured
 	PairMin      *float64  `json:"pair_min"`
 	PairMax      *float64  `json:"pair_max"`
 	Pairs        []float64 `json:"pairs"` // run i of num / run i of den
-	Met          bool      `json:"met"`   // the median ratio reached the target (never under --quick)
+	Met          bool      `json:"met"`   // the median ratio reached the target (never under --quick, never without a target)
 	EveryPairMet bool      `json:"every_pair_met"`
 	Verdict      string    `json:"verdict"`
 }
