@@ -75,7 +75,7 @@ func benchApply(b *testing.B, fenced bool, n int) {
 }
 
 // commandID returns a random command ID in the textual form of a UUID
-// (36 bytes), as the router generates them.
+// (36 bytes), as an application might choose them.
 func commandID(r *rand.Rand) string {
 	var b [16]byte
 	for i := range b {

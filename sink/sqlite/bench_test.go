@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"encoding/base32"
 	"encoding/hex"
 	"math/rand/v2"
 	"path/filepath"
@@ -79,7 +80,7 @@ func BenchmarkApply(b *testing.B) {
 }
 
 // commandID returns a random command ID in the textual form of a UUID
-// (36 bytes), as the router generates them.
+// (36 bytes), as an application might choose them.
 func commandID(r *rand.Rand) string {
 	var b [16]byte
 	for i := range b {
@@ -100,24 +101,47 @@ func commandID(r *rand.Rand) string {
 // per retained ID (B/id: the table and its index, from dbstat, over the
 // window's IDs) and the prune alone (prune-µs/256: deleting the rows of
 // the next 256 IDs at the horizon, in a transaction rolled back).
+//
+// "on" uses random UUIDs; "on-router" IDs shaped as package router
+// generates them (routerIDs): one 27-byte prefix and a counter.
 func BenchmarkDedup(b *testing.B) {
 	for _, batch := range []int{1, 256} {
-		for _, mode := range []string{"off", "on"} {
+		for _, mode := range []string{"off", "on", "on-router"} {
 			b.Run(mode+"/batch="+strconv.Itoa(batch), func(b *testing.B) {
-				benchDedup(b, mode == "on", batch)
+				r := rand.New(rand.NewPCG(1, 2))
+				newID := func() string { return commandID(r) }
+				if mode == "on-router" {
+					newID = routerIDs(r)
+				}
+				benchDedup(b, mode != "off", batch, newID)
 			})
 		}
 	}
 }
 
-func benchDedup(b *testing.B, on bool, batch int) {
+// routerIDs returns a generator of IDs in the form package router gives
+// the commands it generates an ID for: 128 random bits in base32, a dash
+// and a counter in hex from 1.
+func routerIDs(r *rand.Rand) func() string {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	prefix := base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]) + "-"
+	var n uint64
+	return func() string {
+		n++
+		return prefix + strconv.FormatUint(n, 16)
+	}
+}
+
+func benchDedup(b *testing.B, on bool, batch int, newID func() string) {
 	ctx := context.Background()
 	s := openAt(b, filepath.Join(b.TempDir(), "bench.db"))
 	tk := epochs.Token{Group: "bench", Topic: "orders", Partition: 0, Epoch: 1, Member: "m"}
 	if _, err := s.Claim(ctx, tk, sink.Observed{}); err != nil {
 		b.Fatal(err)
 	}
-	r := rand.New(rand.NewPCG(1, 2))
 	window := s.DedupeWindow()
 	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
 	var (
@@ -135,7 +159,7 @@ func benchDedup(b *testing.B, on bool, batch int) {
 			n := min(int64(batch), window-next)
 			offs, ids := make([]int64, n), make([]string, n)
 			for i := range offs {
-				offs[i], ids[i] = next+int64(i), commandID(r)
+				offs[i], ids[i] = next+int64(i), newID()
 			}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO workrouter_command_ids (grp, topic, part, first_off, last_off, ids) VALUES (?, ?, ?, ?, ?, ?)`,
 				tk.Group, tk.Topic, tk.Partition, offs[0], offs[n-1], cmdids.Encode(offs[0], offs, ids)); err != nil {
@@ -155,7 +179,7 @@ func benchDedup(b *testing.B, on bool, batch int) {
 		}
 		bytesPerID = float64(bytes) / float64(window)
 		pruneCost = prunePerBatch(b, s, tk, next-window)
-		res, err := s.ApplyOnce(ctx, tk, []int64{next}, []string{commandID(r)}, noop)
+		res, err := s.ApplyOnce(ctx, tk, []int64{next}, []string{newID()}, noop)
 		if err != nil || res.Applied != 1 {
 			b.Fatalf("first ApplyOnce: %+v, %v", res, err)
 		}
@@ -165,7 +189,7 @@ func benchDedup(b *testing.B, on bool, batch int) {
 	b.ResetTimer()
 	for b.Loop() {
 		for i := range offs {
-			offs[i], ids[i] = next+int64(i), commandID(r)
+			offs[i], ids[i] = next+int64(i), newID()
 		}
 		base := next
 		effect := func(ctx context.Context, tx *sqlite.Tx, i int) error {

@@ -3,6 +3,7 @@ package cmdids
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -22,6 +23,46 @@ func TestEncodeDecode(t *testing.T) {
 	}
 	if _, _, err := Decode(100, data[:len(data)-1]); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Decode of truncated data: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestFrontCoding checks that IDs sharing a prefix with the previous one,
+// as the router's do, are stored as the prefix's length and the rest, and
+// decode back, mixed with IDs that share none and with UUIDs.
+func TestFrontCoding(t *testing.T) {
+	const prefix = "MFRGGZDFMZTWQ2LKNNWG23TPOA-" // the shape of a router prefix
+	var offs []int64
+	var ids []string
+	for i := range 256 {
+		offs = append(offs, int64(i))
+		ids = append(ids, prefix+strconv.FormatUint(uint64(0xfff0+i), 16))
+	}
+	data := Encode(0, offs, ids)
+	if len(data) > 256*7 {
+		t.Errorf("256 IDs sharing a %d-byte prefix take %d bytes, want at most 7 each", len(prefix), len(data))
+	}
+	got, gotIDs, err := Decode(0, data)
+	if err != nil || !slices.Equal(got, offs) || !slices.Equal(gotIDs, ids) {
+		t.Fatalf("Decode(Encode) of front-coded IDs = %v %q %v", got, gotIDs, err)
+	}
+	mixed := []string{"abcdefgh", "abcdefgh", "abcdeXYZ", "abc", "abcd", "6ba7b810-9dad-41d1-80b4-00c04fd430c8", "6ba7b810-9dad-41d1-80b4-00c04fd430c9", "6ba7b810-zzz", "ab"}
+	moffs := make([]int64, len(mixed))
+	for i := range moffs {
+		moffs[i] = int64(10 + i)
+	}
+	got, gotIDs, err = Decode(10, Encode(10, moffs, mixed))
+	if err != nil || !slices.Equal(got, moffs) || !slices.Equal(gotIDs, mixed) {
+		t.Fatalf("Decode(Encode) of mixed IDs = %v %q %v", got, gotIDs, err)
+	}
+	// A shared prefix longer than the previous ID, or with no previous
+	// ID, is corrupt.
+	for _, bad := range [][]byte{
+		{0, 2 << 1, 'a', 'b', 1, 1<<2 | 3, 3, 'c'},
+		{0, 1<<2 | 3, 0, 'c'},
+	} {
+		if _, _, err := Decode(0, bad); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("Decode(%v): %v, want ErrCorrupt", bad, err)
+		}
 	}
 }
 
