@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -35,49 +34,50 @@ func NewWithConfig(cfg Config) (*Sink, error) {
 	return s, nil
 }
 
-// idEntry is one applied command ID of a scope, in the prune heap.
+// idEntry is one applied command ID of a scope, in the prune queue.
 type idEntry struct {
 	off int64
 	id  string
 }
 
-// idHeap orders a scope's applied IDs by offset, lowest first, so that
-// pruning pops only what it forgets.
-type idHeap []idEntry
-
-func (h idHeap) Len() int           { return len(h) }
-func (h idHeap) Less(i, j int) bool { return h[i].off < h[j].off }
-func (h idHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *idHeap) Push(x any)        { *h = append(*h, x.(idEntry)) }
-func (h *idHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
-}
-
 // idSet is the applied command IDs of one scope.
 type idSet struct {
-	at    map[string]int64 // ID -> offset it was applied at
-	order idHeap           // the same entries by offset (stale ones skipped when popped)
-	ver   uint64           // moves on every change, for the optimistic check
+	at map[string]int64 // ID -> offset it was applied at
+	// order holds the same entries in the order they were recorded, from
+	// head on (stale ones skipped when popped). A scope applies its
+	// offsets in ascending order, so this is by offset too, except after
+	// a reset onto a new log whose offsets start lower: then the newer,
+	// lower entries wait behind the older ones, and are forgotten later
+	// than the window says, never earlier (IsDuplicate decides by
+	// offset, so keeping an entry longer changes no decision).
+	order []idEntry
+	head  int
+	ver   uint64 // moves on every change, for the optimistic check
 }
 
 // record records that id was applied at off. The sink's mu must be held
 // for writing.
 func (set *idSet) record(id string, off int64) {
 	set.at[id] = off
-	heap.Push(&set.order, idEntry{off: off, id: id})
+	set.order = append(set.order, idEntry{off: off, id: id})
 }
 
-// prune forgets the IDs applied below horizon. The sink's mu must be
-// held for writing.
+// prune forgets the IDs applied below horizon, from the front of the
+// queue. The sink's mu must be held for writing.
 func (set *idSet) prune(horizon int64) {
-	for len(set.order) > 0 && set.order[0].off < horizon {
-		e := heap.Pop(&set.order).(idEntry)
+	for set.head < len(set.order) && set.order[set.head].off < horizon {
+		e := set.order[set.head]
+		set.order[set.head] = idEntry{} // drop the string for the GC
+		set.head++
 		if set.at[e.id] == e.off {
 			delete(set.at, e.id)
 		}
+	}
+	// Reuse the front once it holds more than half the queue.
+	if set.head > 0 && set.head >= len(set.order)/2 {
+		n := copy(set.order, set.order[set.head:])
+		clear(set.order[n:])
+		set.order, set.head = set.order[:n], 0
 	}
 }
 
