@@ -43,11 +43,12 @@ type DeadLetterResolver interface {
 }
 
 // Producer is what Redrive needs to produce a dead letter's command again:
-// [*router.Router] implements it. Redrive must send cmd as a new command
-// with the header [envelope.RedriveOfHeader] set to of, and return where it
-// was written.
+// [*router.Router] implements it. Redrive must send cmd, keeping its ID,
+// with the header [envelope.RedriveOfHeader] set to o.DeadLetter and
+// [envelope.RedriveForHeader] set to o.Group, and return where it was
+// written.
 type Producer interface {
-	Redrive(ctx context.Context, cmd envelope.Command, of string) (router.Result, error)
+	Redrive(ctx context.Context, cmd envelope.Command, o router.RedriveOptions) (router.Result, error)
 }
 
 var (
@@ -328,8 +329,13 @@ type RedrivePlan struct {
 	// DeadLetter is the dead letter, open.
 	DeadLetter sink.DeadLetter
 	// Command is its record as a command: Redrive produces it to
-	// DeadLetter.Scope.Topic (on its key's partition) with the header
-	// envelope.RedriveOfHeader naming DeadLetter.ID.
+	// DeadLetter.Scope.Topic (on its key's partition), with its ID
+	// (Command.ID, "" if the record had none: then the producer gives it
+	// one), the header envelope.RedriveOfHeader naming DeadLetter.ID and
+	// envelope.RedriveForHeader naming DeadLetter.Scope.Group, the one
+	// group that is to apply it: the topic's other groups skip it, and so
+	// does this group if it applied the command's ID already. Its
+	// RedriveFor, set if the record was itself a redrive, is replaced.
 	Command envelope.Command
 }
 
@@ -380,16 +386,20 @@ type Redriven struct {
 	// DeadLetter is the dead letter as it is after: redriven.
 	DeadLetter sink.DeadLetter
 	// Command is the command produced again (without the
-	// envelope.RedriveOfHeader header p added).
+	// envelope.RedriveOfHeader and envelope.RedriveForHeader headers p
+	// added).
 	Command envelope.Command
-	// Result is where it was produced.
+	// Result is where it was produced, and its ID (Command.ID, or the one
+	// p generated).
 	Result router.Result
 	// Detail is the last audit row's detail: where it was produced.
 	Detail string
 }
 
 // Redrive produces the command of open dead letter id again through p, as
-// a new command, and moves the dead letter open → redriving before it
+// a new command for the dead letter's group only (see RedrivePlan.Command:
+// it keeps its ID, and the topic's other groups skip it), and moves the
+// dead letter open → redriving before it
 // produces and redriving → redriven after, each move an audit row with
 // o.Reason (the second names the partition and offset produced). If
 // producing fails it moves the dead letter back to open, with an audit row
@@ -425,7 +435,7 @@ func Redrive(ctx context.Context, s DeadLetterResolver, p Producer, id int64, o 
 		}
 		return Redriven{}, fmt.Errorf("admin.Redrive: marking dead letter %d redriving: %w", id, err)
 	}
-	res, perr := p.Redrive(ctx, c, fmt.Sprint(id))
+	res, perr := p.Redrive(ctx, c, router.RedriveOptions{DeadLetter: fmt.Sprint(id), Group: d.Scope.Group})
 	if perr != nil {
 		// Back to open, so that it can be redriven again; ctx may be
 		// spent, so the move gets its own.

@@ -27,9 +27,9 @@ var _ admin.DeadLetterResolver = (*memory.Sink)(nil)
 // as a worker stores them (claimed, then dead-lettered under the holder's
 // token):
 //
-//	1: g/ledger/0@0  deposit, key acct-1, permanent, a trace header
+//	1: g/ledger/0@0  deposit, key acct-1, ID c1, permanent, a trace header
 //	2: g/ledger/0@1  undecodable: no key, no type
-//	3: g/ledger/1@0  withdraw, key acct-2, handler_error after 8 attempts
+//	3: g/ledger/1@0  withdraw, key acct-2, no ID, handler_error after 8 attempts
 func deadLettered(t *testing.T) *memory.Sink {
 	t.Helper()
 	ctx := context.Background()
@@ -47,7 +47,7 @@ func deadLettered(t *testing.T) *memory.Sink {
 		rec sink.DeadRecord
 	}{
 		{t0, sink.DeadRecord{Offset: 0, Key: []byte("acct-1"), Value: []byte(`{"amount":500}`),
-			Headers: []sink.RecordHeader{typ("deposit"), {Key: "trace", Value: []byte("abc")}}, Timestamp: time.Now(),
+			Headers: []sink.RecordHeader{typ("deposit"), {Key: envelope.IDHeader, Value: []byte("c1")}, {Key: "trace", Value: []byte("abc")}}, Timestamp: time.Now(),
 			Reason: consumer.ReasonPermanent, Error: "permanent: malformed", Attempts: 1}},
 		{t0, sink.DeadRecord{Offset: 1, Value: []byte{0, 0xff}, Timestamp: time.Now(),
 			Reason: consumer.ReasonUndecodable, Error: "consumer: undecodable record: no key"}},
@@ -71,11 +71,11 @@ type fakeProducer struct {
 
 type produced struct {
 	cmd router.Command
-	of  string
+	o   router.RedriveOptions
 }
 
-func (p *fakeProducer) Redrive(ctx context.Context, cmd router.Command, of string) (router.Result, error) {
-	p.calls = append(p.calls, produced{cmd, of})
+func (p *fakeProducer) Redrive(ctx context.Context, cmd router.Command, o router.RedriveOptions) (router.Result, error) {
+	p.calls = append(p.calls, produced{cmd, o})
 	if p.err != nil {
 		return router.Result{}, p.err
 	}
@@ -120,7 +120,8 @@ func stateOf(t *testing.T, s *memory.Sink, id int64) (sink.DeadLetterState, []si
 }
 
 // TestRedrive: Redrive produces the dead letter's command again (key,
-// type, payload, user headers, and the dead letter it comes from) and
+// type, payload, user headers, its original ID, the dead letter it comes
+// from and the group it is for) and
 // moves it open → redriving → redriven with two audit rows; a second
 // redrive is refused with nothing produced.
 func TestRedrive(t *testing.T) {
@@ -147,9 +148,10 @@ func TestRedrive(t *testing.T) {
 		t.Fatalf("Redrive produced %d commands, want 1", len(p.calls))
 	}
 	c := p.calls[0]
-	if c.of != "1" || string(c.cmd.Key) != "acct-1" || c.cmd.Type != "deposit" || string(c.cmd.Payload) != `{"amount":500}` ||
+	if c.o != (router.RedriveOptions{DeadLetter: "1", Group: "g"}) || string(c.cmd.Key) != "acct-1" || c.cmd.Type != "deposit" ||
+		string(c.cmd.Payload) != `{"amount":500}` || c.cmd.ID != "c1" ||
 		len(c.cmd.Headers) != 1 || c.cmd.Headers[0].Key != "trace" || string(c.cmd.Headers[0].Value) != "abc" {
-		t.Errorf("Redrive produced %+v of %q", c.cmd, c.of)
+		t.Errorf("Redrive produced %+v with %+v", c.cmd, c.o)
 	}
 	if res.DeadLetter.State != sink.DeadLetterRedriven || res.Result != (router.Result{Partition: 2, Offset: 41}) ||
 		res.Detail != "produced to ledger partition 2 offset 41" || res.Command.Type != "deposit" {

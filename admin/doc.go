@@ -24,7 +24,8 @@
 //
 // Dead letters (docs/design.md#dead-letters): DeadLetters, DeadLetter and
 // DeadLetterAudit read them; Redrive produces an open dead letter's
-// command again through a Producer (a *router.Router) and moves it open →
+// command again through a Producer (a *router.Router), with its command ID
+// and for the dead letter's group only, and moves it open →
 // redriving → redriven, or back to open when producing fails, each move an
 // audit row; Drop moves it open → dropped. PlanRedrive and PlanDrop are
 // their dry runs. A redrive stopped after producing leaves the dead letter

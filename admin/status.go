@@ -127,6 +127,10 @@ type StatusFence struct {
 	// ProofBelow: every claim at an epoch below it must prove its
 	// membership, for good (a reset cleared epoch ProofBelow-1).
 	ProofBelow int64 `json:"proof_below,omitempty"`
+	// Duplicates counts the records the sink skipped in the partition's
+	// scope because their command ID was applied already
+	// (sink.Fence.Duplicates): commands that entered the log twice.
+	Duplicates int64 `json:"duplicates_skipped"`
 	// Lag is end offset - NextOffset; null when NextOffset is not an
 	// offset of the log as it is (the log changed under it).
 	Lag *int64 `json:"lag"`
@@ -319,7 +323,7 @@ func addSinkFences(ctx context.Context, cl *kgo.Client, rep *StatusReport, l sin
 		}
 		f := r.Fence
 		sf := &StatusFence{HolderMember: f.Holder.Member, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: f.ProofRequired,
-			ProofBelow: f.ProofBelow}
+			ProofBelow: f.ProofBelow, Duplicates: f.Duplicates}
 		if !f.Holder.IsZero() {
 			e := f.Holder.Epoch
 			sf.HolderEpoch = &e

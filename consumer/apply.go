@@ -51,6 +51,10 @@ type decoded[Tx any] struct {
 	offsets []int64
 	cmds    []envelope.Command // the handler's Command is made from it and its record when called
 	errs    []error            // the decode error of each record, or nil
+	// ids are the command IDs passed to ApplyOnce: "" for a record
+	// without one, an undecodable one, and another group's redrive (whose
+	// ID this group must stay free to apply: see otherGroup).
+	ids []string
 }
 
 // decode decodes recs into the tenure's batch memory, which it reuses
@@ -61,8 +65,10 @@ func (t *tenure[Tx]) decode(recs []*kgo.Record) decoded[Tx] {
 	d := &t.batch
 	if cap(d.cmds) < len(recs) {
 		d.offsets, d.cmds, d.errs, d.hs = make([]int64, len(recs)), make([]envelope.Command, len(recs)), make([]error, len(recs)), make([]Handler[Tx], len(recs))
+		d.ids = make([]string, len(recs))
 	}
 	d.recs, d.offsets, d.cmds, d.errs, d.hs = recs, d.offsets[:len(recs)], d.cmds[:len(recs)], d.errs[:len(recs)], d.hs[:len(recs)]
+	d.ids = d.ids[:len(recs)]
 	for i, r := range recs {
 		d.offsets[i] = r.Offset
 		d.errs[i] = nil
@@ -72,8 +78,24 @@ func (t *tenure[Tx]) decode(recs []*kgo.Record) decoded[Tx] {
 			d.errs[i] = err
 		}
 		d.hs[i] = t.w.cfg.Handlers[d.cmds[i].Type]
+		d.ids[i] = ""
+		if d.errs[i] == nil && !t.otherGroup(&d.cmds[i]) {
+			d.ids[i] = d.cmds[i].ID
+		}
 	}
 	return *d
+}
+
+// otherGroup reports whether cmd is a redrive for another consumer group
+// (envelope.RedriveForHeader names a group that is not this Worker's):
+// this group applied the original already, or never saw it fail, so the
+// Worker does not call its handler (docs/design.md#command-ids). It is
+// skipped inside the fenced Apply, so that the checkpoint moves past it
+// in the same unit, and its ID is not recorded as applied: this group
+// may later redrive its own dead letter of the same command, with the
+// same ID, and that must not be a duplicate.
+func (t *tenure[Tx]) otherGroup(cmd *envelope.Command) bool {
+	return cmd.RedriveFor != "" && cmd.RedriveFor != t.w.cfg.Group
 }
 
 // deadAtOnce reports whether record i is to be dead-lettered without
@@ -87,6 +109,9 @@ func (t *tenure[Tx]) deadAtOnce(d decoded[Tx], i int) (reason string, err error,
 			reason = ReasonMisrouted
 		}
 		return reason, d.errs[i], p.Undecodable == PoisonDeadLetter && t.w.dl != nil
+	}
+	if t.otherGroup(&d.cmds[i]) {
+		return "", nil, false // skipped by its effect, whether this group has a handler or not
 	}
 	if d.hs[i] == nil {
 		return ReasonNoHandler, fmt.Errorf("%w %q at offset %d", ErrNoHandler, d.cmds[i].Type, d.offsets[i]), p.NoHandler == PoisonDeadLetter && t.w.dl != nil
@@ -151,17 +176,21 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 			run++
 		}
 		start := time.Now()
-		res, err := w.cfg.Sink.Apply(t.ctx, t.tok, d.offsets[:run], t.effect(d))
+		res, dups, err := t.apply(d, run)
 		if err == nil {
+			a := t.applied(d, run, res, dups)
+			a.Duration = time.Since(start)
 			w.batches.Add(1)
-			w.records.Add(int64(res.Applied))
-			w.skipped.Add(int64(res.Skipped))
+			w.records.Add(int64(a.Applied))
+			w.skipped.Add(int64(a.Skipped))
+			w.duplicates.Add(int64(a.Duplicates))
+			w.redrivesSkipped.Add(int64(a.OtherGroup))
+			w.withoutID.Add(int64(a.WithoutID))
 			last := d.recs[run-1]
 			t.appliedEpoch.Store(last.LeaderEpoch)
 			t.appliedNext.Store(res.NextOffset)
 			w.markApplied(t, res.NextOffset, last.LeaderEpoch)
-			w.obs.emit(Applied{Token: t.tok, FirstOffset: d.offsets[0], NextOffset: res.NextOffset,
-				Records: run, Applied: res.Applied, Skipped: res.Skipped, Duration: time.Since(start)})
+			w.obs.emit(a)
 			t.progressed()
 			next = res.NextOffset
 			d = d.slice(run)
@@ -223,9 +252,51 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 	return next, true
 }
 
+// apply applies the first run records of d in one fenced unit: with
+// their command IDs (ApplyOnce) when the sink deduplicates, else with
+// Apply (per offset only). It returns the indexes of the duplicates the
+// sink did not run.
+func (t *tenure[Tx]) apply(d decoded[Tx], run int) (sink.ApplyResult, []int, error) {
+	w := t.w
+	if w.dedupe == nil {
+		res, err := w.cfg.Sink.Apply(t.ctx, t.tok, d.offsets[:run], t.effect(d))
+		return res, nil, err
+	}
+	res, err := w.dedupe.ApplyOnce(t.ctx, t.tok, d.offsets[:run], d.ids[:run], t.effect(d))
+	return res.ApplyResult, res.Duplicates, err
+}
+
+// applied returns the Applied event of the first run records of d, which
+// the sink applied with res, dups its duplicates, and emits a
+// DuplicateSkipped or RedriveSkipped event for each record skipped so.
+// The records the sink skipped as replays are the first res.Skipped.
+func (t *tenure[Tx]) applied(d decoded[Tx], run int, res sink.ApplyResult, dups []int) Applied {
+	a := Applied{Token: t.tok, FirstOffset: d.offsets[0], NextOffset: res.NextOffset, Records: run,
+		Applied: res.Applied, Skipped: res.Skipped, Duplicates: len(dups)}
+	k := 0 // next index in dups
+	for i := res.Skipped; i < run; i++ {
+		if k < len(dups) && dups[k] == i {
+			k++
+			t.w.obs.emit(DuplicateSkipped{Token: t.tok, Offset: d.offsets[i], ID: d.cmds[i].ID})
+			continue
+		}
+		c := &d.cmds[i]
+		switch {
+		case d.errs[i] != nil:
+		case t.otherGroup(c):
+			a.OtherGroup++
+			t.w.obs.emit(RedriveSkipped{Token: t.tok, Offset: d.offsets[i], ID: c.ID, For: c.RedriveFor})
+		case c.ID == "":
+			a.WithoutID++
+		}
+	}
+	a.Applied -= a.OtherGroup // run by the sink, but no handler was called
+	return a
+}
+
 // slice drops the first n records of d.
 func (d decoded[Tx]) slice(n int) decoded[Tx] {
-	return decoded[Tx]{recs: d.recs[n:], hs: d.hs[n:], offsets: d.offsets[n:], cmds: d.cmds[n:], errs: d.errs[n:]}
+	return decoded[Tx]{recs: d.recs[n:], hs: d.hs[n:], offsets: d.offsets[n:], cmds: d.cmds[n:], errs: d.errs[n:], ids: d.ids[n:]}
 }
 
 // effect returns the sink effect of d: the handler of each command, its
@@ -236,6 +307,9 @@ func (t *tenure[Tx]) effect(d decoded[Tx]) sink.Effect[Tx] {
 	return func(ctx context.Context, tx Tx, i int) (err error) {
 		if d.errs[i] != nil {
 			return d.errs[i]
+		}
+		if t.otherGroup(&d.cmds[i]) {
+			return nil // another group's redrive: the checkpoint moves past it, nothing else
 		}
 		r := d.recs[i]
 		cmd := Command{Command: d.cmds[i], Offset: r.Offset, Timestamp: r.Timestamp, Token: t.tok, TopicID: t.topicID}

@@ -86,6 +86,14 @@ func (g *gatedApplies) Apply(ctx context.Context, tok epochs.Token, offs []int64
 	return g.Sink.Apply(ctx, tok, offs, effect)
 }
 
+// ApplyOnce waits on the gate as Apply does: the Worker applies with it.
+func (g *gatedApplies) ApplyOnce(ctx context.Context, tok epochs.Token, offs []int64, ids []string, effect sink.Effect[*memory.Tx]) (sink.ApplyOnceResult, error) {
+	if tok.Partition == g.partition && g.calls.Add(1) >= g.from {
+		g.gate.wait()
+	}
+	return g.Sink.ApplyOnce(ctx, tok, offs, ids, effect)
+}
+
 // TestCommitNeverAheadOfTheSink (docs/design.md#checkpoint-and-kafka-commits):
 // while a batch of partition 0 is inside the sink's Apply, the group's
 // committed offset of partition 0 is not past the sink's NextOffset, even

@@ -24,7 +24,12 @@
 //     limit; a record that cannot be applied (poison.go: a handler that
 //     keeps failing, no handler, not a command) is retried or
 //     dead-lettered as Config.Poison says, and never passed over without
-//     a dead letter stored by the sink.
+//     a dead letter stored by the sink. With a sink that is a
+//     sink.Deduplicator the Apply is ApplyOnce with the records' command
+//     IDs, so a command that entered the log twice is applied once
+//     (DuplicateSkipped); a redrive for another consumer group is skipped
+//     inside the unit, its ID not recorded (RedriveSkipped;
+//     docs/design.md#the-worker-and-command-ids).
 //  5. commit.go — after Apply the Kafka offset is committed, for lag
 //     visibility; a rejected commit is not an error of the work.
 //  6. revoke.go — on revoke or loss the partition goroutine finishes its
@@ -37,7 +42,8 @@
 //
 // Everything the Worker does is an [Event] delivered to its [Observer]s
 // (Config.Observers): a partition assigned, claimed, a batch applied, a
-// claim or apply fenced, a stall, a revoke or loss, an offset commit, a
+// claim or apply fenced, a duplicate or another group's redrive skipped,
+// a stall, a revoke or loss, an offset commit, a
 // fetch error, lag, a topic that does not exist (and its creation), and the
 // Worker stopping. Logging (Config.Logger, see
 // [NewLogObserver]) and Prometheus metrics (Config.Registerer) are
@@ -80,6 +86,13 @@
 //   - workrouter_consumer_misrouted_total{topic,partition}: records whose
 //     key Config.Partitioner maps to another partition than the one they
 //     arrived on (docs/design.md#hazard-11).
+//   - workrouter_consumer_duplicates_skipped_total{topic,partition},
+//     workrouter_consumer_redrives_skipped_total{topic,partition} and
+//     workrouter_consumer_records_without_id_total{topic,partition}:
+//     records skipped because their command ID was applied already,
+//     other groups' redrives skipped, and applied records without a
+//     command ID; workrouter_consumer_dedupe_window_offsets{topic}: the
+//     sink's dedupe window (0: the sink does not deduplicate).
 //   - workrouter_consumer_lag{topic,partition}: gauge of records between
 //     the partition's end offset (the high watermark) and the next offset
 //     to apply, refreshed every Config.LagInterval; deleted with the

@@ -70,6 +70,8 @@ const (
 	KindTopicFound     = "topic_found"
 	KindTopicRecreated = "topic_recreated"
 	KindDiscarded      = "discarded"
+	KindDuplicate      = "duplicate_skipped"
+	KindRedriveSkipped = "redrive_skipped"
 )
 
 // Assigned: the group assigned a partition to this member and the Worker
@@ -86,11 +88,18 @@ type Claimed struct {
 	NextOffset int64
 }
 
-// Applied: one batch was applied in one fenced sink Apply
-// (docs/design.md#apply). Records is the batch's size, Applied and Skipped
-// split it into records whose effects ran and replays the sink skipped;
-// FirstOffset is the batch's first offset and NextOffset the checkpoint
-// after it. Duration is the successful Apply attempt's.
+// Applied: one batch was applied in one fenced sink Apply (ApplyOnce
+// when the sink is a sink.Deduplicator; docs/design.md#apply). Records is
+// the batch's size, split into Applied (records whose handlers ran),
+// Skipped (replays the sink skipped as below its checkpoint), Duplicates
+// (commands whose ID the sink had applied already: see DuplicateSkipped)
+// and OtherGroup (redrives for another group: see RedriveSkipped), so
+// Applied + Skipped + Duplicates + OtherGroup = Records. WithoutID counts
+// the Applied records that carry no command ID (envelope.IDHeader): they
+// are applied once per offset, but a second copy of one in the log would
+// be applied again. FirstOffset is the batch's first offset and
+// NextOffset the checkpoint after it. Duration is the successful Apply
+// attempt's.
 type Applied struct {
 	Token       epochs.Token
 	FirstOffset int64
@@ -98,7 +107,40 @@ type Applied struct {
 	Records     int
 	Applied     int
 	Skipped     int
+	Duplicates  int
+	OtherGroup  int
+	WithoutID   int
 	Duration    time.Duration
+}
+
+// DuplicateSkipped: the sink did not run a record's handler because its
+// command ID was applied in the partition's scope already, within the
+// sink's dedupe window, or earlier in the same batch
+// (sink.Deduplicator, docs/design.md#command-ids): the same command
+// entered the log twice (a retried send, a producer's retry, a redrive
+// of a command this group applied). The checkpoint moved past it in the
+// batch's fenced unit. Offset is the skipped record's, ID its command ID.
+// Counted in Stats.Duplicates and
+// workrouter_consumer_duplicates_skipped_total.
+type DuplicateSkipped struct {
+	Token  epochs.Token
+	Offset int64
+	ID     string
+}
+
+// RedriveSkipped: a record re-produced from a dead letter for another
+// consumer group (envelope.RedriveForHeader names For, not this Worker's
+// group) was not handed to a handler: the checkpoint moved past it in the
+// batch's fenced unit, and its ID was not recorded as applied, so that a
+// redrive of this group's own dead letter of the command is still
+// applied. It is skipped whatever the sink's dedupe window. Offset is the
+// record's, ID its command ID. Counted in Stats.RedrivesSkipped and
+// workrouter_consumer_redrives_skipped_total.
+type RedriveSkipped struct {
+	Token  epochs.Token
+	Offset int64
+	ID     string
+	For    string
 }
 
 // Fenced: the sink refused a Claim (Op sink.OpClaim) or an Apply (Op
@@ -362,25 +404,33 @@ func (TopicRecreated) Kind() string { return KindTopicRecreated }
 // Kind returns KindDiscarded.
 func (Discarded) Kind() string { return KindDiscarded }
 
-func (Assigned) isEvent()       {}
-func (Claimed) isEvent()        {}
-func (Applied) isEvent()        {}
-func (Fenced) isEvent()         {}
-func (Stalled) isEvent()        {}
-func (Revoked) isEvent()        {}
-func (Lost) isEvent()           {}
-func (Committed) isEvent()      {}
-func (CommitFailed) isEvent()   {}
-func (FetchFailed) isEvent()    {}
-func (Lag) isEvent()            {}
-func (Stopped) isEvent()        {}
-func (DeadLettered) isEvent()   {}
-func (LogChanged) isEvent()     {}
-func (Blocked) isEvent()        {}
-func (TopicMissing) isEvent()   {}
-func (TopicFound) isEvent()     {}
-func (TopicRecreated) isEvent() {}
-func (Discarded) isEvent()      {}
+// Kind returns KindDuplicate.
+func (DuplicateSkipped) Kind() string { return KindDuplicate }
+
+// Kind returns KindRedriveSkipped.
+func (RedriveSkipped) Kind() string { return KindRedriveSkipped }
+
+func (Assigned) isEvent()         {}
+func (Claimed) isEvent()          {}
+func (Applied) isEvent()          {}
+func (Fenced) isEvent()           {}
+func (Stalled) isEvent()          {}
+func (Revoked) isEvent()          {}
+func (Lost) isEvent()             {}
+func (Committed) isEvent()        {}
+func (CommitFailed) isEvent()     {}
+func (FetchFailed) isEvent()      {}
+func (Lag) isEvent()              {}
+func (Stopped) isEvent()          {}
+func (DeadLettered) isEvent()     {}
+func (LogChanged) isEvent()       {}
+func (Blocked) isEvent()          {}
+func (TopicMissing) isEvent()     {}
+func (TopicFound) isEvent()       {}
+func (TopicRecreated) isEvent()   {}
+func (Discarded) isEvent()        {}
+func (DuplicateSkipped) isEvent() {}
+func (RedriveSkipped) isEvent()   {}
 
 // observers is the Worker's fan-out to its Observers.
 type observers struct {

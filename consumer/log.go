@@ -15,7 +15,8 @@ import (
 
 // NewLogObserver returns an Observer that logs every event to logger, with
 // the token's group, topic, partition, epoch and member as attributes:
-// assignments, claims, revokes and losses at INFO; stalls, dead letters,
+// assignments, claims, revokes and losses, skipped duplicates and
+// skipped redrives for another group at INFO; stalls, dead letters,
 // misrouted records, fetch errors and a missing topic at WARN (a stall at ERROR once it lasts
 // a minute, a missing topic once it has been missing for
 // TopicMissingErrorAfter; its reappearance at INFO); fenced claims and
@@ -113,8 +114,15 @@ func (o *logObserver) Observe(e Event) {
 		o.mu.Unlock()
 		if l.Enabled(context.Background(), slog.LevelDebug) {
 			l.Debug("batch applied", tokenAttrs(e.Token, "first_offset", e.FirstOffset, "next_offset", e.NextOffset,
-				"records", e.Records, "applied", e.Applied, "skipped", e.Skipped, "duration", e.Duration)...)
+				"records", e.Records, "applied", e.Applied, "skipped", e.Skipped, "duplicates", e.Duplicates,
+				"other_group", e.OtherGroup, "without_id", e.WithoutID, "duration", e.Duration)...)
 		}
+	case DuplicateSkipped:
+		l.Info("duplicate command skipped: its ID was applied already in this partition's scope; the partition goes on",
+			tokenAttrs(e.Token, "offset", e.Offset, "id", e.ID)...)
+	case RedriveSkipped:
+		l.Info("redrive for another consumer group skipped: no handler called, its ID not recorded; the partition goes on",
+			tokenAttrs(e.Token, "offset", e.Offset, "id", e.ID, "redrive_for", e.For)...)
 	case Fenced:
 		if e.Op == sink.OpClaim {
 			l.Error("claim fenced; partition stopped", tokenAttrs(e.Token, "err", e.Err)...)

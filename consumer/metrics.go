@@ -58,6 +58,10 @@ type metrics struct {
 	sinkErrors      *prometheus.CounterVec // topic, kind
 	lag             *prometheus.GaugeVec   // topic, partition
 	misrouted       *prometheus.CounterVec // topic, partition
+	duplicates      *prometheus.CounterVec // topic, partition
+	redrivesSkipped *prometheus.CounterVec // topic, partition
+	withoutID       *prometheus.CounterVec // topic, partition
+	dedupeWindow    *prometheus.GaugeVec   // topic
 }
 
 // newMetrics builds (but does not register) the collectors of a Worker of
@@ -122,7 +126,22 @@ func newMetrics(group string) *metrics {
 		"Records between the partition's end offset and the next offset to apply, refreshed every Config.LagInterval.", "topic", "partition")
 	m.misrouted = counter("workrouter_consumer_misrouted_total",
 		"Records whose key maps to another partition than the one they arrived on under the worker's partitioner: a producer partitions keys differently.", "topic", "partition")
+	m.duplicates = counter("workrouter_consumer_duplicates_skipped_total",
+		"Records not applied because the sink had applied their command ID already in the partition's scope (a command that entered the log twice).", "topic", "partition")
+	m.redrivesSkipped = counter("workrouter_consumer_redrives_skipped_total",
+		"Records redriven from a dead letter for another consumer group, skipped without calling a handler.", "topic", "partition")
+	m.withoutID = counter("workrouter_consumer_records_without_id_total",
+		"Applied records that carried no command ID: applied once per offset, not deduplicated by ID.", "topic", "partition")
+	m.dedupeWindow = gauge("workrouter_consumer_dedupe_window_offsets",
+		"The sink's retention horizon of applied command IDs, in offsets of a partition (sink.Deduplicator); 0 if the sink does not deduplicate: records are applied once per offset only.", "topic")
 	return m
+}
+
+// dedupeOn sets the dedupe window gauge of topic (0: no deduplication).
+func (m *metrics) dedupeOn(topic string, window int64) {
+	if m != nil {
+		m.dedupeWindow.WithLabelValues(topic).Set(float64(window))
+	}
 }
 
 // register registers every collector on reg, or none: on a failure the
@@ -194,6 +213,9 @@ func (m *metrics) Observe(e Event) {
 		m.retries.WithLabelValues(topic, pl, opClaim)
 		m.recordsLost.WithLabelValues(topic, pl)
 		m.misrouted.WithLabelValues(topic, pl)
+		m.duplicates.WithLabelValues(topic, pl)
+		m.redrivesSkipped.WithLabelValues(topic, pl)
+		m.withoutID.WithLabelValues(topic, pl)
 		m.mu.Lock()
 		if old, ok := m.held[e.Token.Partition]; ok && old != e.Token {
 			m.deleteLocked(old) // a tenure replaced without a revoke
@@ -219,6 +241,15 @@ func (m *metrics) Observe(e Event) {
 		pl := partLabel(e.Token.Partition)
 		m.batchesApplied.WithLabelValues(e.Token.Topic, pl).Inc()
 		m.recordsApplied.WithLabelValues(e.Token.Topic, pl).Add(float64(e.Applied))
+		if e.Duplicates > 0 {
+			m.duplicates.WithLabelValues(e.Token.Topic, pl).Add(float64(e.Duplicates))
+		}
+		if e.OtherGroup > 0 {
+			m.redrivesSkipped.WithLabelValues(e.Token.Topic, pl).Add(float64(e.OtherGroup))
+		}
+		if e.WithoutID > 0 {
+			m.withoutID.WithLabelValues(e.Token.Topic, pl).Add(float64(e.WithoutID))
+		}
 		m.batchSize.Observe(float64(e.Records))
 		m.applyDuration.Observe(e.Duration.Seconds())
 	case Fenced:

@@ -221,13 +221,23 @@ type outageSink struct {
 func (o *outageSink) Unwrap() sink.Sink[*memory.Tx] { return o.Sink }
 
 func (o *outageSink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*memory.Tx]) (sink.ApplyResult, error) {
-	return o.Sink.Apply(ctx, tok, offsets, func(ctx context.Context, tx *memory.Tx, i int) error {
+	return o.Sink.Apply(ctx, tok, offsets, o.effect(effect))
+}
+
+// ApplyOnce is the memory sink's with the outage: the Worker applies
+// with it (the embedded sink's would bypass the outage).
+func (o *outageSink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*memory.Tx]) (sink.ApplyOnceResult, error) {
+	return o.Sink.ApplyOnce(ctx, tok, offsets, ids, o.effect(effect))
+}
+
+func (o *outageSink) effect(effect sink.Effect[*memory.Tx]) sink.Effect[*memory.Tx] {
+	return func(ctx context.Context, tx *memory.Tx, i int) error {
 		if o.down.Load() {
 			o.failures.Add(1)
 			return fmt.Errorf("handler: insert: %w", errConnLost)
 		}
 		return effect(ctx, tx, i)
-	})
+	}
 }
 
 // classifying tells errConnLost for a failure of the sink.

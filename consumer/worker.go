@@ -30,10 +30,19 @@ type Stats struct {
 	Batches       int64 // batches applied
 	Records       int64 // records whose effects were applied
 	Skipped       int64 // records skipped by the sink as already applied
-	Retries       int64 // failed batch or claim attempts that were retried
-	Pauses        int64 // times a partition's fetching was paused because its queue was full
-	DeadLettered  int64 // records the sink stored as dead letters
-	LogChanged    int64 // claims refused because the log under the checkpoint changed
+	// Duplicates counts records the sink did not run because their
+	// command ID was applied already (DuplicateSkipped events).
+	Duplicates int64
+	// RedrivesSkipped counts redrives for another group, skipped without
+	// calling a handler (RedriveSkipped events).
+	RedrivesSkipped int64
+	// WithoutID counts applied records that carried no command ID: per
+	// offset exactly once only.
+	WithoutID    int64
+	Retries      int64 // failed batch or claim attempts that were retried
+	Pauses       int64 // times a partition's fetching was paused because its queue was full
+	DeadLettered int64 // records the sink stored as dead letters
+	LogChanged   int64 // claims refused because the log under the checkpoint changed
 	// LostToRetention counts records deleted before they were applied,
 	// as refused claims found them (docs/design.md#log-identity), each
 	// once: a blocked partition's re-claims do not count it again.
@@ -94,6 +103,9 @@ type Worker[Tx any] struct {
 	batches, records, skipped, retries, pauses                   atomic.Int64
 	deadLettered, logChanged, lostToRetention, misrouted         atomic.Int64
 	discarded                                                    atomic.Int64
+	duplicates, redrivesSkipped, withoutID                       atomic.Int64
+
+	dedupe sink.Deduplicator[Tx] // the sink's, nil if it has none: Apply, per offset only
 }
 
 // New validates cfg, connects to the brokers and joins the group.
@@ -138,6 +150,21 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	w.classifier, _ = sink.As[sink.ErrorClassifier](c.Sink)
 	w.permanent, _ = sink.As[sink.PermanentClassifier](c.Sink)
 	w.pinger, _ = sink.As[sink.Pinger](c.Sink)
+	w.dedupe = dedupeOf(c.Sink)
+	if w.dedupe != nil {
+		w.m.dedupeOn(c.Topic, w.dedupe.DedupeWindow())
+	} else {
+		w.m.dedupeOn(c.Topic, 0)
+	}
+	if w.dedupe == nil && c.Logger != nil {
+		if _, under := sink.As[sink.Deduplicator[Tx]](c.Sink); under {
+			c.Logger.Warn("the sink wraps a sink.Deduplicator but does not implement it itself, so its ApplyOnce would bypass the wrapper's Apply: records are applied once per offset only, so a command that entered the log twice is applied twice (implement sink.Deduplicator on the wrapper)",
+				"group", c.Group, "topic", c.Topic, "sink", fmt.Sprintf("%T", c.Sink))
+		} else {
+			c.Logger.Warn("the sink does not deduplicate command IDs (no sink.Deduplicator): records are applied once per offset only, so a command that entered the log twice is applied twice",
+				"group", c.Group, "topic", c.Topic)
+		}
+	}
 	if c.DeadLetterTopic != "" {
 		if w.dlStore == nil {
 			w.m.unregister()
@@ -182,6 +209,17 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		go w.mirrorLoop()
 	}
 	return w, nil
+}
+
+// dedupeOf returns s as a sink.Deduplicator, or nil. Unlike the other
+// capabilities, it is not looked for under wrappers (sink.As): ApplyOnce
+// replaces Apply, so a Deduplicator found under a wrapper that does not
+// implement it would bypass the wrapper's Apply (its faults, its
+// tracing), every batch. Such a sink is applied per offset only, and New
+// says so.
+func dedupeOf[Tx any](s sink.Sink[Tx]) sink.Deduplicator[Tx] {
+	d, _ := s.(sink.Deduplicator[Tx])
+	return d
 }
 
 // Close leaves the group (revoked partitions finish their in-flight batch and
@@ -251,6 +289,7 @@ func (w *Worker[Tx]) Stats() Stats {
 		Batches: w.batches.Load(), Records: w.records.Load(), Skipped: w.skipped.Load(), Retries: w.retries.Load(),
 		Pauses: w.pauses.Load(), DeadLettered: w.deadLettered.Load(), LogChanged: w.logChanged.Load(),
 		LostToRetention: w.lostToRetention.Load(), Misrouted: w.misrouted.Load(), Discarded: w.discarded.Load(),
+		Duplicates: w.duplicates.Load(), RedrivesSkipped: w.redrivesSkipped.Load(), WithoutID: w.withoutID.Load(),
 	}
 }
 

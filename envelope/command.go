@@ -1,8 +1,11 @@
 package envelope
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -14,8 +17,14 @@ import (
 // carry:
 //
 //   - [TypeHeader], "workrouter-type": the command's Type, on every command;
+//   - [IDHeader], "workrouter-id": the command's ID (its idempotency key,
+//     [Command].ID), on every command package router sends and on those of
+//     foreign producers that set it;
 //   - [RedriveOfHeader], "workrouter-redrive-of": on a command re-produced
 //     from a dead letter, that dead letter's ID;
+//   - [RedriveForHeader], "workrouter-redrive-for": on a command
+//     re-produced from a dead letter, the consumer group the redrive is for
+//     ([Command].RedriveFor);
 //   - [github.com/workrouter/workrouter/epochs.HeaderKey],
 //     "workrouter-token": a fencing token that a handler forwards
 //     downstream ([github.com/workrouter/workrouter/epochs.Token.Header]).
@@ -39,6 +48,25 @@ const TypeHeader = ReservedHeaderPrefix + "type"
 // like every reserved header.
 const RedriveOfHeader = ReservedHeaderPrefix + "redrive-of"
 
+// IDHeader is the reserved record header that carries a command's ID, its
+// idempotency key ([Command].ID): at most one per record, 1 to [MaxIDLen]
+// bytes of UTF-8 without control characters. A record without it has no
+// ID. Foreign producers may set it themselves (docs/interop.md).
+const IDHeader = ReservedHeaderPrefix + "id"
+
+// RedriveForHeader is the reserved record header that names the consumer
+// group a command re-produced from a dead letter is for: the group that
+// dead-lettered it. A redrive is re-produced to the topic every group of
+// that topic reads, and only the named group is to apply it; [Decode]
+// returns its value as Command.RedriveFor. Only package router's
+// Router.Redrive writes it, next to [RedriveOfHeader].
+const RedriveForHeader = ReservedHeaderPrefix + "redrive-for"
+
+// MaxIDLen is the longest [Command].ID, in bytes: long enough for a UUID
+// (36), a ULID (26) or a key such as "order-<uuid>-capture", short enough
+// that a sink can keep many of them per partition for deduplication.
+const MaxIDLen = 128
+
 // Command is one keyed unit of work: the envelope shared by producers
 // (package router) and consumers (package consumer). Commands are plain
 // values; functions that take one do not modify it, but they do not copy
@@ -57,6 +85,32 @@ type Command struct {
 	// Headers are optional user headers. Their keys must not start with
 	// [ReservedHeaderPrefix].
 	Headers []Header
+	// ID is the command's idempotency key: two records with the same ID
+	// are the same command, sent twice (a retried send, a producer's
+	// retry, a broker that wrote a batch twice), and a worker that
+	// deduplicates applies it once. Duplicates are found per partition,
+	// which the key selects, so the same ID must always travel with the
+	// same key (it does, being the same command); never give two
+	// different commands one ID. Optional: "" is no ID, and a command
+	// without one is applied once per offset, as any record. When set it
+	// is 1 to [MaxIDLen] bytes of valid UTF-8 without control characters
+	// ([ErrInvalidID]), so that any sink can store it as text and any log
+	// can print it. It travels in the [IDHeader] record header.
+	//
+	// Package router generates an ID for a command sent without one, once
+	// per send, and returns it in its Result: to make retrying a send safe,
+	// set ID yourself (an order number, a UUID you keep with the request),
+	// or retry with the ID the first attempt returned.
+	ID string
+	// RedriveFor is set on a command re-produced from a dead letter
+	// (package router's Router.Redrive): the consumer group that redrive
+	// is for, the group that dead-lettered the original. [Decode] fills it
+	// from the [RedriveForHeader] header; on every other command it is "".
+	// It is not the sender's to set: [Command.Validate] refuses a command
+	// with RedriveFor set ([ErrRedriveFor]), so that a command decoded
+	// from a redrive and sent on is not skipped by every group but one;
+	// Router.Redrive writes the header itself.
+	RedriveFor string
 }
 
 // Header is a user record header of a [Command].
@@ -67,10 +121,11 @@ type Header struct {
 	Value []byte
 }
 
-// Validate reports whether c can be sent: it needs a key and a type, and no
-// header key may start with [ReservedHeaderPrefix]. The error matches
-// [ErrEmptyKey], [ErrEmptyType] or [ErrReservedHeader]. Safe to call from
-// any goroutine.
+// Validate reports whether c can be sent: it needs a key and a type, an ID
+// that is empty or valid (see Command.ID), no RedriveFor, and no header key
+// may start with [ReservedHeaderPrefix]. The error matches [ErrEmptyKey],
+// [ErrEmptyType], [ErrInvalidID], [ErrRedriveFor] or [ErrReservedHeader].
+// Safe to call from any goroutine.
 func (c Command) Validate() error {
 	if len(c.Key) == 0 {
 		return fmt.Errorf("%w: a command needs a key to select its partition", ErrEmptyKey)
@@ -78,9 +133,47 @@ func (c Command) Validate() error {
 	if c.Type == "" {
 		return fmt.Errorf("%w: command with key %q", ErrEmptyType, c.Key)
 	}
+	if c.ID != "" {
+		if err := checkID(c.ID); err != nil {
+			return fmt.Errorf("%w: command with key %q: Command.ID %s", ErrInvalidID, c.Key, err)
+		}
+	}
+	if c.RedriveFor != "" {
+		return fmt.Errorf("%w: command with key %q has RedriveFor %q", ErrRedriveFor, c.Key, c.RedriveFor)
+	}
 	for i, h := range c.Headers {
 		if strings.HasPrefix(h.Key, ReservedHeaderPrefix) {
 			return fmt.Errorf("%w: header %d key %q starts with %q", ErrReservedHeader, i, h.Key, ReservedHeaderPrefix)
+		}
+	}
+	return nil
+}
+
+// checkID returns why id, non-empty, is not a valid ID (to follow "its
+// ID"), or nil. It does not allocate for a valid ID.
+func checkID(id string) error {
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("is %d bytes, longer than %d", len(id), MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if b := id[i]; b >= utf8.RuneSelf {
+			return checkIDRunes(id[i:])
+		} else if b < 0x20 || b == 0x7f {
+			return fmt.Errorf("has a control character at byte %d", i)
+		}
+	}
+	return nil
+}
+
+// checkIDRunes is checkID for the rest of an ID from its first non-ASCII
+// byte.
+func checkIDRunes(id string) error {
+	if !utf8.ValidString(id) {
+		return errors.New("is not valid UTF-8")
+	}
+	for _, r := range id {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("has the control character %U", r)
 		}
 	}
 	return nil
@@ -99,23 +192,31 @@ func Encode(topic string, partition int32, cmd Command) (*kgo.Record, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}
+	var id []byte
+	if cmd.ID != "" {
+		id = []byte(cmd.ID)
+	}
 	return &kgo.Record{
 		Topic:     topic,
 		Partition: partition,
 		Key:       cmd.Key,
 		Value:     cmd.Payload,
-		Headers:   AppendHeaders(make([]kgo.RecordHeader, 0, len(cmd.Headers)+1), []byte(cmd.Type), cmd.Headers),
+		Headers:   AppendHeaders(make([]kgo.RecordHeader, 0, len(cmd.Headers)+2), []byte(cmd.Type), id, cmd.Headers),
 	}, nil
 }
 
 // AppendHeaders appends to dst the record headers that carry a command of
-// type typ with the user headers user, in the order [Encode] writes them:
-// the [TypeHeader] first, then the user headers in order. It validates
-// nothing (see [Command.Validate]) and copies neither typ nor the header
-// values. It is for producers that build their records themselves to save
+// type typ and ID id with the user headers user, in the order [Encode]
+// writes them: the [TypeHeader] first, then the [IDHeader] if id is not
+// empty, then the user headers in order. It validates nothing (see
+// [Command.Validate]) and copies neither typ, id nor the header values. It
+// is for producers that build their records themselves to save
 // allocations, as package router does. Safe to call from any goroutine.
-func AppendHeaders(dst []kgo.RecordHeader, typ []byte, user []Header) []kgo.RecordHeader {
+func AppendHeaders(dst []kgo.RecordHeader, typ, id []byte, user []Header) []kgo.RecordHeader {
 	dst = append(dst, kgo.RecordHeader{Key: TypeHeader, Value: typ})
+	if len(id) > 0 {
+		dst = append(dst, kgo.RecordHeader{Key: IDHeader, Value: id})
+	}
 	for _, h := range user {
 		dst = append(dst, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
@@ -124,11 +225,18 @@ func AppendHeaders(dst []kgo.RecordHeader, typ []byte, user []Header) []kgo.Reco
 
 // Decode returns the command carried by r. Every error it returns matches
 // [ErrMalformedRecord]; it also matches [ErrMissingType] if the record has
-// no non-empty [TypeHeader], or [ErrEmptyKey] if it has no key. A record
-// with more than one TypeHeader is malformed too. Reserved headers other
-// than [TypeHeader] (see [ReservedHeaderPrefix]) are not user headers and
-// are left out of Command.Headers. The command references r's byte slices;
-// it does not copy them. Safe to call from any goroutine.
+// no non-empty [TypeHeader], [ErrEmptyKey] if it has no key, or
+// [ErrInvalidID] if its [IDHeader] is not a valid ID (see Command.ID). A
+// record with more than one TypeHeader, IDHeader or [RedriveForHeader], or
+// an empty RedriveForHeader, is malformed too. Command.ID is the IDHeader's
+// value ("" for a record without one), Command.RedriveFor the
+// RedriveForHeader's. Reserved headers (see [ReservedHeaderPrefix]) are not
+// user headers and are left out of Command.Headers. The command references
+// r's key, value and user header values; it does not copy them. Its ID and
+// RedriveFor are copies (a string each, the only allocations of a Decoder
+// for a record of a type it remembers and without user headers): a sink
+// may keep an ID long after the record is gone, and must not keep a whole
+// fetch buffer alive with it. Safe to call from any goroutine.
 func Decode(r *kgo.Record) (Command, error) {
 	return decode(r, nil)
 }
@@ -194,9 +302,9 @@ func decodeInto(r *kgo.Record, d *Decoder, cmd *Command) error {
 		return fmt.Errorf("%w: %w: record %s/%d@%d", ErrMalformedRecord, ErrEmptyKey, r.Topic, r.Partition, r.Offset)
 	}
 	var (
-		typ      string
-		headers  []Header
-		seenType bool
+		typ, id, redriveFor       string
+		headers                   []Header
+		seenType, seenID, seenFor bool
 	)
 	for _, h := range r.Headers {
 		switch {
@@ -207,6 +315,31 @@ func decodeInto(r *kgo.Record, d *Decoder, cmd *Command) error {
 			}
 			seenType = true
 			typ = d.typeOf(h.Value)
+		case h.Key == IDHeader:
+			if seenID {
+				*cmd = Command{}
+				return fmt.Errorf("%w: record %s/%d@%d has more than one %q header", ErrMalformedRecord, r.Topic, r.Partition, r.Offset, IDHeader)
+			}
+			seenID = true
+			id = string(h.Value)
+			if id == "" {
+				*cmd = Command{}
+				return fmt.Errorf("%w: %w: record %s/%d@%d has an empty %q header", ErrMalformedRecord, ErrInvalidID, r.Topic, r.Partition, r.Offset, IDHeader)
+			}
+			if err := checkID(id); err != nil {
+				*cmd = Command{}
+				return fmt.Errorf("%w: %w: record %s/%d@%d: its %q header %s", ErrMalformedRecord, ErrInvalidID, r.Topic, r.Partition, r.Offset, IDHeader, err)
+			}
+		case h.Key == RedriveForHeader:
+			if seenFor {
+				*cmd = Command{}
+				return fmt.Errorf("%w: record %s/%d@%d has more than one %q header", ErrMalformedRecord, r.Topic, r.Partition, r.Offset, RedriveForHeader)
+			}
+			seenFor = true
+			if redriveFor = string(h.Value); redriveFor == "" {
+				*cmd = Command{}
+				return fmt.Errorf("%w: record %s/%d@%d has an empty %q header", ErrMalformedRecord, r.Topic, r.Partition, r.Offset, RedriveForHeader)
+			}
 		case strings.HasPrefix(h.Key, ReservedHeaderPrefix):
 			// Another workrouter header: not part of the command.
 		default:
@@ -217,6 +350,6 @@ func decodeInto(r *kgo.Record, d *Decoder, cmd *Command) error {
 		*cmd = Command{}
 		return fmt.Errorf("%w: %w: record %s/%d@%d has no non-empty %q header", ErrMalformedRecord, ErrMissingType, r.Topic, r.Partition, r.Offset, TypeHeader)
 	}
-	*cmd = Command{Key: r.Key, Type: typ, Payload: r.Value, Headers: headers}
+	*cmd = Command{Key: r.Key, Type: typ, Payload: r.Value, Headers: headers, ID: id, RedriveFor: redriveFor}
 	return nil
 }

@@ -166,7 +166,7 @@ func TestReservedHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{envelope.TypeHeader, envelope.RedriveOfHeader, epochs.HeaderKey, tokenKey} {
+	for _, key := range []string{envelope.TypeHeader, envelope.IDHeader, envelope.RedriveOfHeader, envelope.RedriveForHeader, epochs.HeaderKey, tokenKey} {
 		if !strings.HasPrefix(key, envelope.ReservedHeaderPrefix) {
 			t.Errorf("reserved header %q does not start with %q", key, envelope.ReservedHeaderPrefix)
 		}
@@ -184,6 +184,140 @@ func TestReservedHeaders(t *testing.T) {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: key, Value: []byte("v")})
 		if got, err := envelope.Decode(rec); err != nil || len(got.Headers) != 0 {
 			t.Errorf("Decode of a record with header %q = %+v, %v; want no user headers", key, got, err)
+		}
+	}
+}
+
+// TestCommandIDRoundTrip: a command's ID travels in one IDHeader, right
+// after the type header, and decodes back (Decode, Decoder.Decode and
+// DecodeInto alike); a command without one has no IDHeader and decodes
+// with ID "".
+func TestCommandIDRoundTrip(t *testing.T) {
+	for _, cmd := range []envelope.Command{
+		{Key: []byte("k"), Type: "t", ID: "7b0c2c9e-3a1f-4c8e-9d55-0b6f1f2a9e41"},
+		{Key: []byte("k"), Type: "t", ID: "commande-n°42", Payload: []byte("p"), Headers: []envelope.Header{{Key: "trace", Value: []byte("abc")}}},
+		{Key: []byte("k"), Type: "t", ID: strings.Repeat("x", envelope.MaxIDLen)},
+		{Key: []byte("k"), Type: "t"},
+	} {
+		rec, err := envelope.Encode("cmds", 0, cmd)
+		if err != nil {
+			t.Fatalf("Encode(%+v): %v", cmd, err)
+		}
+		var ids []string
+		for _, h := range rec.Headers {
+			if h.Key == envelope.IDHeader {
+				ids = append(ids, string(h.Value))
+			}
+		}
+		switch {
+		case cmd.ID == "" && len(ids) != 0:
+			t.Errorf("Encode of a command without an ID wrote %s headers %q", envelope.IDHeader, ids)
+		case cmd.ID != "" && (len(ids) != 1 || ids[0] != cmd.ID || rec.Headers[1].Key != envelope.IDHeader):
+			t.Errorf("Encode of ID %q wrote headers %+v, want one %s second", cmd.ID, rec.Headers, envelope.IDHeader)
+		}
+		var d envelope.Decoder
+		var into envelope.Command
+		for i, decode := range []func() (envelope.Command, error){
+			func() (envelope.Command, error) { return envelope.Decode(rec) },
+			func() (envelope.Command, error) { return d.Decode(rec) },
+			func() (envelope.Command, error) { err := d.DecodeInto(rec, &into); return into, err },
+		} {
+			got, err := decode()
+			if err != nil {
+				t.Fatalf("decoder %d of %+v: %v", i, cmd, err)
+			}
+			if !reflect.DeepEqual(got, cmd) {
+				t.Errorf("decoder %d: Decode(Encode(x)) = %+v, want %+v", i, got, cmd)
+			}
+		}
+	}
+}
+
+// TestInvalidIDs: Validate and Encode refuse an ID that is too long, not
+// UTF-8 or holds a control character, and Decode refuses a record whose
+// IDHeader is empty or invalid, or that has two, as malformed.
+func TestInvalidIDs(t *testing.T) {
+	for _, id := range []string{
+		strings.Repeat("x", envelope.MaxIDLen+1),
+		"a\x00b", "tab\there", "del\x7f", "\xff\xfe", "c1-\u0085",
+	} {
+		cmd := envelope.Command{Key: []byte("k"), Type: "t", ID: id}
+		if err := cmd.Validate(); !errors.Is(err, envelope.ErrInvalidID) {
+			t.Errorf("Validate of ID %q = %v, want ErrInvalidID", id, err)
+		}
+		if rec, err := envelope.Encode("cmds", 0, cmd); !errors.Is(err, envelope.ErrInvalidID) || rec != nil {
+			t.Errorf("Encode of ID %q = %v, %v, want ErrInvalidID", id, rec, err)
+		}
+		rec := &kgo.Record{Key: []byte("k"), Headers: []kgo.RecordHeader{
+			{Key: envelope.TypeHeader, Value: []byte("t")}, {Key: envelope.IDHeader, Value: []byte(id)}}}
+		if _, err := envelope.Decode(rec); !errors.Is(err, envelope.ErrInvalidID) || !errors.Is(err, envelope.ErrMalformedRecord) {
+			t.Errorf("Decode of a record with ID %q = %v, want ErrInvalidID and ErrMalformedRecord", id, err)
+		}
+	}
+	typ := kgo.RecordHeader{Key: envelope.TypeHeader, Value: []byte("t")}
+	for name, headers := range map[string][]kgo.RecordHeader{
+		"empty ID":     {typ, {Key: envelope.IDHeader}},
+		"two IDs":      {typ, {Key: envelope.IDHeader, Value: []byte("a")}, {Key: envelope.IDHeader, Value: []byte("a")}},
+		"two targets":  {typ, {Key: envelope.RedriveForHeader, Value: []byte("g")}, {Key: envelope.RedriveForHeader, Value: []byte("g")}},
+		"empty target": {typ, {Key: envelope.RedriveForHeader}},
+	} {
+		var d envelope.Decoder
+		into := envelope.Command{Key: []byte("stale"), ID: "stale"}
+		if _, err := envelope.Decode(&kgo.Record{Key: []byte("k"), Headers: headers}); !errors.Is(err, envelope.ErrMalformedRecord) {
+			t.Errorf("%s: Decode = %v, want ErrMalformedRecord", name, err)
+		}
+		if err := d.DecodeInto(&kgo.Record{Key: []byte("k"), Headers: headers}, &into); !errors.Is(err, envelope.ErrMalformedRecord) ||
+			!reflect.DeepEqual(into, envelope.Command{}) {
+			t.Errorf("%s: DecodeInto = %v, left %+v, want ErrMalformedRecord and a zero command", name, err, into)
+		}
+	}
+}
+
+// TestRedriveFor: Decode returns a RedriveForHeader's value as RedriveFor
+// (not as a user header), and a command with RedriveFor set cannot be
+// sent, so that one decoded from a redrive is not sent on as one.
+func TestRedriveFor(t *testing.T) {
+	rec, err := envelope.Encode("cmds", 0, envelope.Command{Key: []byte("k"), Type: "t", ID: "c-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: envelope.RedriveOfHeader, Value: []byte("7")},
+		kgo.RecordHeader{Key: envelope.RedriveForHeader, Value: []byte("ledger-workers")})
+	got, err := envelope.Decode(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := envelope.Command{Key: []byte("k"), Type: "t", ID: "c-1", RedriveFor: "ledger-workers"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Decode = %+v, want %+v", got, want)
+	}
+	if err := got.Validate(); !errors.Is(err, envelope.ErrRedriveFor) {
+		t.Errorf("Validate of a command with RedriveFor = %v, want ErrRedriveFor", err)
+	}
+	if _, err := envelope.Encode("cmds", 0, got); !errors.Is(err, envelope.ErrRedriveFor) {
+		t.Errorf("Encode of a command with RedriveFor = %v, want ErrRedriveFor", err)
+	}
+}
+
+// TestDecoderAllocationsWithAnID: a Decoder still decodes a record of a
+// type it remembers without allocating when the record has no ID, and
+// with one string allocation (the ID's copy) when it has one.
+func TestDecoderAllocationsWithAnID(t *testing.T) {
+	var d envelope.Decoder
+	var into envelope.Command
+	for _, c := range []struct {
+		id   string
+		want float64
+	}{{"", 0}, {"7b0c2c9e-3a1f-4c8e-9d55-0b6f1f2a9e41", 1}} {
+		rec, err := envelope.Encode("t", 0, envelope.Command{Key: []byte("k"), Type: "t", ID: c.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.DecodeInto(rec, &into); err != nil || into.ID != c.id {
+			t.Fatalf("DecodeInto: %+v, %v", into, err)
+		}
+		if allocs := testing.AllocsPerRun(100, func() { _ = d.DecodeInto(rec, &into) }); allocs != c.want {
+			t.Errorf("DecodeInto of a record with ID %q allocates %v times, want %v", c.id, allocs, c.want)
 		}
 	}
 }

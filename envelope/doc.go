@@ -9,6 +9,8 @@
 //   - the record value is the command's Payload, opaque to workrouter;
 //   - the [TypeHeader] record header carries its Type (required, exactly
 //     once, non-empty);
+//   - the [IDHeader] record header carries its ID, its idempotency key
+//     (optional, at most once; see [Command].ID);
 //   - any other header is a user header, in [Command].Headers, unless its key
 //     starts with [ReservedHeaderPrefix]: those headers are workrouter's own
 //     (the list is at [ReservedHeaderPrefix]), users cannot set them, and
@@ -28,6 +30,22 @@
 // names. If the topic's partition count changes, keys move
 // (docs/design.md#hazard-5); package router refuses to follow such a change
 // silently.
+//
+// # Command IDs
+//
+// A command's ID says which records are the same command: a send retried
+// after an ambiguous error, a non-idempotent producer's retry, a batch a
+// broker wrote twice, a dead letter redriven to a topic other groups read.
+// Workers that deduplicate apply each ID once per partition (for as long
+// as their sink remembers the IDs it applied), and a record without an ID
+// once per offset. Set Command.ID to your own idempotency key
+// (an order number, a payment's UUID) to make a retried send safe whatever
+// process retries it; package router otherwise generates one per send and
+// returns it, and a retry that reuses it is deduplicated too, while a retry
+// without it is a new command. Foreign producers set the IDHeader
+// themselves (docs/interop.md). A redriven command keeps the ID of the
+// command it re-produces, and [RedriveForHeader] names the one group that
+// is to apply it (Command.RedriveFor).
 //
 // Every function and method of this package is safe to call from any
 // goroutine, except that a [Decoder] is used by one goroutine at a time.

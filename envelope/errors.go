@@ -14,13 +14,21 @@ var (
 	// ErrReservedHeader means a user header key starts with
 	// [ReservedHeaderPrefix], which workrouter keeps for itself.
 	ErrReservedHeader = errors.New("envelope: reserved header key")
+	// ErrInvalidID means a command's ID (Command.ID, or a record's
+	// [IDHeader]) is not 1 to [MaxIDLen] bytes of UTF-8 without control
+	// characters. [Decode] wraps it alongside ErrMalformedRecord.
+	ErrInvalidID = errors.New("envelope: invalid command ID")
+	// ErrRedriveFor means a command to send has Command.RedriveFor set:
+	// only a redrive (package router's Router.Redrive) names the group a
+	// command is for.
+	ErrRedriveFor = errors.New("envelope: RedriveFor is set by a redrive only")
 	// ErrEmptyTopic means Encode was given no topic.
 	ErrEmptyTopic = errors.New("envelope: empty topic")
 	// ErrInvalidPartition means Encode was given a negative partition.
 	ErrInvalidPartition = errors.New("envelope: invalid partition")
 	// ErrMalformedRecord means Decode was given a record that is not a
 	// workrouter command. More specific sentinels (ErrMissingType,
-	// ErrEmptyKey) are wrapped alongside it where they apply.
+	// ErrEmptyKey, ErrInvalidID) are wrapped alongside it where they apply.
 	ErrMalformedRecord = errors.New("envelope: malformed command record")
 	// ErrMissingType means a record has no (or an empty) [TypeHeader].
 	ErrMissingType = errors.New("envelope: missing command type header")

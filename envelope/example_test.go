@@ -41,6 +41,7 @@ func ExampleEncode() {
 	rec, err := envelope.Encode("commands", 3, envelope.Command{
 		Key:     []byte("account-7"),
 		Type:    "ledger.post",
+		ID:      "post-0042", // the caller's idempotency key
 		Payload: []byte(`{"amount":10}`),
 		Headers: []envelope.Header{{Key: "trace", Value: []byte("abc")}},
 	})
@@ -58,14 +59,15 @@ func ExampleEncode() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("decoded %s %s, %d user header\n", cmd.Type, cmd.Key, len(cmd.Headers))
+	fmt.Printf("decoded %s %s (ID %s), %d user header\n", cmd.Type, cmd.Key, cmd.ID, len(cmd.Headers))
 
 	_, err = envelope.Decode(&kgo.Record{Key: []byte("k")})
 	fmt.Println(errors.Is(err, envelope.ErrMalformedRecord), errors.Is(err, envelope.ErrMissingType))
 	// Output:
 	// commands/3 key=account-7 value={"amount":10}
 	// header workrouter-type=ledger.post
+	// header workrouter-id=post-0042
 	// header trace=abc
-	// decoded ledger.post account-7, 1 user header
+	// decoded ledger.post account-7 (ID post-0042), 1 user header
 	// true true
 }

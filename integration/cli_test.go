@@ -100,7 +100,7 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped with -short: 40-second chaos profiles")
 	}
-	clean := regexp.MustCompile(`^chaos: faults=[1-9][0-9]* kinds=5 commands=[1-9][0-9]* stale_rejected=[1-9][0-9]* dead_letters=[0-9]+ violations=0$`)
+	clean := regexp.MustCompile(`^chaos: faults=[1-9][0-9]* kinds=6 commands=[1-9][0-9]* stale_rejected=[1-9][0-9]* dead_letters=[0-9]+ gap_dead_letters=[0-9]+ duplicates_skipped=[1-9][0-9]* v_samples=[1-9][0-9]* violations=0$`)
 	for _, tg := range targets(t) {
 		for _, p := range tg.protocols() {
 			t.Run(tg.protocolName(p), func(t *testing.T) {

@@ -9,7 +9,33 @@
 // partition count), so workrouter producers interoperate with producers
 // written in any language that follows Kafka's default; [envelope.CRC32]
 // matches librdkafka's default. [Router.Redrive] sends a command again from
-// a dead letter, marked with [envelope.RedriveOfHeader].
+// a dead letter, marked with [envelope.RedriveOfHeader] and, naming the
+// one consumer group that is to apply it, [envelope.RedriveForHeader].
+//
+// # Command IDs
+//
+// Every command a Router sends carries an ID, its idempotency key, in the
+// [envelope.IDHeader] header, and every [Result] says which ([Result].ID).
+// Workers that deduplicate apply each ID once per partition (see
+// envelope.Command.ID). The ID is:
+//
+//   - the caller's, if cmd.ID is set: an order number, a payment's UUID,
+//     anything that names this command and no other (at most
+//     [envelope.MaxIDLen] bytes of UTF-8). This is the way to make a retry
+//     safe whatever retries it: another attempt, another process, a
+//     restarted job;
+//   - otherwise one the Router generates for this send: 128 random bits
+//     drawn once, when New runs, and a per-Router sequence number, so
+//     unique across Routers and processes at no cost per send (no system
+//     call, no allocation).
+//
+// The ID is fixed when the record is built: the client's own retries (an
+// idempotent producer resending a batch) resend the same record, ID
+// included. A second call of Send is a new send: with cmd.ID empty it gets
+// a new ID, and both commands are applied if both were written. So after
+// an ambiguous error (a timeout, a cancelled ctx, a broken connection: the
+// first attempt may have been written), retry with cmd.ID = res.ID, the ID
+// the failed send returned, or with your own ID from the start.
 //
 // # Partition count changes (docs/design.md#hazard-5)
 //

@@ -2,11 +2,15 @@ package router
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base32"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -34,6 +38,9 @@ type Router struct {
 	hooked  bool                     // the client has hooks: each send gets a promise of its own
 	epoch   time.Time                // when New ran: a pending's clock (see pending.sentAt)
 
+	idPrefix string        // the generated IDs' prefix: random, made by New (see newIDPrefix)
+	idSeq    atomic.Uint64 // the number of the last generated ID
+
 	stop      context.CancelFunc // stops the checker goroutine
 	done      chan struct{}      // closed when the checker goroutine returns
 	closeOnce sync.Once
@@ -58,12 +65,20 @@ func (r *Router) setState(change func(*sendState)) {
 	r.state.Store(&st)
 }
 
-// Result is the outcome of a successful send.
+// Result is the outcome of a send.
 type Result struct {
 	// Partition is the partition the command was written to.
 	Partition int32
 	// Offset is the command's offset in that partition.
 	Offset int64
+	// ID is the command's ID ([envelope.Command].ID): the caller's, or
+	// the one the router generated for a command sent without one. It is
+	// set on an error too once the command was handed to the client,
+	// which may have written it: a caller that retries after such an
+	// error sets cmd.ID = res.ID, so that workers that deduplicate apply
+	// the command once. It is "" when nothing was sent (an invalid
+	// command, a closed router, a refused partition count change).
+	ID string
 }
 
 // New validates cfg, connects, reads the topic's partition count and
@@ -119,6 +134,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	r.state.Store(&sendState{count: n})
 	r.promise = r.onProduced
 	r.epoch = time.Now()
+	r.idPrefix = newIDPrefix()
 	hooks, _ := r.cl.OptValue(kgo.WithHooks).([]kgo.Hook)
 	r.hooked = len(hooks) > 0
 	r.m.initTopic(cfg.Topic, cfg.OnPartitionCountChange)
@@ -169,6 +185,12 @@ func honoursRecordPartition(p kgo.Partitioner, topic string) (ok bool) {
 
 // Send sends cmd and waits until Kafka has acknowledged it (acks=all by
 // default) or it has failed. cmd is validated first ([Command.Validate]).
+// A cmd without an ID is given one (see the package documentation,
+// "Command IDs"), which the Result carries, on an error too: to retry a
+// send that failed ambiguously (a timeout, a cancelled ctx, a broken
+// connection: the command may have been written), send the same command
+// with cmd.ID = res.ID, and workers that deduplicate apply it once; a
+// retry without it is a new command.
 // Send fails with a [*PartitionCountChangedError] if the router refuses to
 // send because the partition count changed, and with an error matching
 // [ErrClosed] after [Router.Close]. ctx can cancel the send while it is
@@ -187,7 +209,7 @@ func (r *Router) Send(ctx context.Context, cmd Command) (Result, error) {
 }
 
 // sendSync is send, waiting for the outcome.
-func (r *Router) sendSync(ctx context.Context, cmd Command, extra *kgo.RecordHeader) (Result, error) {
+func (r *Router) sendSync(ctx context.Context, cmd Command, extra []kgo.RecordHeader) (Result, error) {
 	var (
 		res  Result
 		err  error
@@ -202,7 +224,8 @@ func (r *Router) sendSync(ctx context.Context, cmd Command, extra *kgo.RecordHea
 }
 
 // SendAsync sends cmd without waiting and calls fn exactly once with the
-// outcome, which carries the same errors as [Router.Send]'s. If the send
+// outcome, which carries the same errors and the same command ID
+// (Result.ID, on an error too) as [Router.Send]'s. If the send
 // fails before being buffered (validation, [ErrClosed], a refused partition
 // count change), fn is called on the calling goroutine before SendAsync
 // returns; otherwise it is called later from the client's promise
@@ -217,17 +240,17 @@ func (r *Router) SendAsync(ctx context.Context, cmd Command, fn func(Result, err
 	r.send(ctx, cmd, nil, fn)
 }
 
-// send implements SendAsync; extra, if not nil, is one more (reserved)
-// header on the record.
-func (r *Router) send(ctx context.Context, cmd Command, extra *kgo.RecordHeader, fn func(Result, error)) {
+// send implements SendAsync; extra are more (reserved) headers on the
+// record.
+func (r *Router) send(ctx context.Context, cmd Command, extra []kgo.RecordHeader, fn func(Result, error)) {
 	p, err := r.pending(cmd)
 	if err != nil {
 		r.m.notSent(r.cfg.Topic, err)
 		fn(Result{}, err)
 		return
 	}
-	if extra != nil {
-		p.rec.Headers = append(p.rec.Headers, *extra)
+	if len(extra) > 0 {
+		p.rec.Headers = append(p.rec.Headers, extra...)
 	}
 	p.fn = fn
 	if r.m != nil {
@@ -243,8 +266,8 @@ func (r *Router) send(ctx context.Context, cmd Command, extra *kgo.RecordHeader,
 }
 
 // pending is one send in flight: the record handed to the client, its type
-// header and the callback, in one allocation (raw kgo pays one for the
-// record and one for its headers; see BenchmarkSendAsync). Unless the
+// and ID headers and the callback, in one allocation (raw kgo pays one for
+// the record and one for its headers; see BenchmarkSendAsync). Unless the
 // client has hooks, the record's Context is the pending itself, which
 // embeds the caller's ctx (so the client sees the caller's context), and
 // the one promise every send shares ([Router.onProduced]) finds its
@@ -253,8 +276,10 @@ func (r *Router) send(ctx context.Context, cmd Command, extra *kgo.RecordHeader,
 type pending struct {
 	context.Context // the caller's ctx
 	rec             kgo.Record
-	hdr             [1]kgo.RecordHeader // the type header of a command without user headers
+	hdr             [2]kgo.RecordHeader // the type and ID headers of a command without user headers
 	typ             [pendingTypeLen]byte
+	idBuf           [pendingIDLen]byte // the ID header's value, if it fits: a generated ID, or a caller's
+	id              string             // the command's ID, for Result.ID
 	fn              func(Result, error)
 	sentAt          int64 // with metrics only: when produce was called, in ns since Router.epoch
 }
@@ -262,6 +287,56 @@ type pending struct {
 // pendingTypeLen is the longest command Type a pending carries inline;
 // a longer one is copied to a slice of its own.
 const pendingTypeLen = 16
+
+// pendingIDLen is the longest command ID a pending carries inline: every
+// generated ID (idLen) and a caller's UUID (36 bytes); a longer one is
+// copied to a slice of its own.
+const pendingIDLen = 48
+
+// idLen is the longest ID the router generates: its prefix (see
+// newIDPrefix) and a sequence number of at most 16 hex digits.
+const idLen = idPrefixLen + 16
+
+// idPrefixLen is the length of newIDPrefix's prefix: 128 bits in RFC 4648
+// base32 without padding (26 characters), and a dash.
+const idPrefixLen = 26 + 1
+
+// Every generated ID fits in a pending's idBuf (a compile-time check).
+var _ [pendingIDLen - idLen]struct{}
+
+// idEncoding encodes the random part of the generated IDs.
+var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// newIDPrefix returns the prefix of the IDs a Router generates: 128 random
+// bits from crypto/rand, in base32, and a dash. A Router numbers its IDs
+// after it from 1, so they are unique within the Router, and the random
+// prefix makes them unique across Routers and processes: n Routers share a
+// prefix with a chance below n²/2^129.
+func newIDPrefix() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (it crashes the program instead)
+	return idEncoding.EncodeToString(b[:]) + "-"
+}
+
+// setID gives p the ID of cmd: cmd.ID if set, else a new one. It is the
+// only writer of p.idBuf, before the record is handed to the client.
+func (r *Router) setID(p *pending, cmd Command) []byte {
+	if cmd.ID != "" {
+		p.id = cmd.ID
+		if len(cmd.ID) <= pendingIDLen {
+			return p.idBuf[:copy(p.idBuf[:], cmd.ID)]
+		}
+		return []byte(cmd.ID)
+	}
+	b := append(p.idBuf[:0], r.idPrefix...)
+	b = strconv.AppendUint(b, r.idSeq.Add(1), 16)
+	// No allocation: p.id views p.idBuf, which nothing writes again (the
+	// record's ID header views it too, and the client only reads header
+	// values), and which lives as long as p.id does, p being
+	// allocated for this send alone.
+	p.id = unsafe.String(&p.idBuf[0], len(b))
+	return b
+}
 
 // pending validates cmd and encodes it, for the partition its key maps to
 // under the current partition count, into a new pending send.
@@ -284,16 +359,17 @@ func (r *Router) pending(cmd Command) (*pending, error) {
 	} else {
 		typ = []byte(cmd.Type)
 	}
+	id := r.setID(p, cmd)
 	headers := p.hdr[:0]
 	if len(cmd.Headers) > 0 {
-		headers = make([]kgo.RecordHeader, 0, len(cmd.Headers)+1)
+		headers = make([]kgo.RecordHeader, 0, len(cmd.Headers)+2)
 	}
 	p.rec = kgo.Record{
 		Topic:     r.cfg.Topic,
 		Partition: r.cfg.Partitioner.Partition(cmd.Key, st.count),
 		Key:       cmd.Key,
 		Value:     cmd.Payload,
-		Headers:   envelope.AppendHeaders(headers, typ, cmd.Headers),
+		Headers:   envelope.AppendHeaders(headers, typ, id, cmd.Headers),
 	}
 	return p, nil
 }
@@ -315,18 +391,19 @@ func (r *Router) finish(p *pending, rec *kgo.Record, err error) {
 	if r.m != nil {
 		r.m.sent(r.cfg.Topic, time.Since(r.epoch)-time.Duration(p.sentAt), err)
 	}
-	p.fn(r.result(rec, err))
+	p.fn(r.result(rec, p.id, err))
 }
 
-// result converts a produce promise's arguments into a send outcome.
-func (r *Router) result(rec *kgo.Record, err error) (Result, error) {
+// result converts a produce promise's arguments into a send outcome for
+// the command with ID id.
+func (r *Router) result(rec *kgo.Record, id string, err error) (Result, error) {
 	if err != nil {
 		if errors.Is(err, kgo.ErrClientClosed) && r.isClosed() {
-			return Result{}, fmt.Errorf("%w: send to %s/%d not completed: %w", ErrClosed, rec.Topic, rec.Partition, err)
+			return Result{ID: id}, fmt.Errorf("%w: send to %s/%d of command %s not completed: %w", ErrClosed, rec.Topic, rec.Partition, id, err)
 		}
-		return Result{}, fmt.Errorf("router: send to %s/%d failed: %w", rec.Topic, rec.Partition, err)
+		return Result{ID: id}, fmt.Errorf("router: send to %s/%d of command %s failed: %w", rec.Topic, rec.Partition, id, err)
 	}
-	return Result{Partition: rec.Partition, Offset: rec.Offset}, nil
+	return Result{Partition: rec.Partition, Offset: rec.Offset, ID: id}, nil
 }
 
 func (r *Router) isClosed() bool {

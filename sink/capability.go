@@ -4,7 +4,9 @@ package sink
 // tracing, fault injection — to give access to it. A wrapper implements
 // the Sink contract itself and Unwrap; it need not repeat the optional
 // capabilities (Lister, Resetter, Historian, …) of what it wraps: callers
-// find those with As, which looks through every wrapper.
+// find those with As, which looks through every wrapper. Deduplicator is
+// the exception: it replaces Apply, so a wrapper that wants its Apply
+// called implements ApplyOnce too (see Deduplicator).
 type Unwrapper[Tx any] interface {
 	// Unwrap returns the wrapped sink.
 	Unwrap() Sink[Tx]

@@ -128,6 +128,12 @@ type Fence struct {
 	// [Fence.AfterReset]); a claim never changes it, so it lasts as long
 	// as the sink's storage.
 	ProofBelow int64
+	// Duplicates counts the records ApplyOnce did not run in the scope
+	// because their command ID was applied already
+	// (ApplyOnceResult.Duplicates), since the scope's fence row was made:
+	// incremented in ApplyOnce's atomic unit, kept by a reset. Zero for a
+	// sink without [Deduplicator].
+	Duplicates int64
 }
 
 // NeedsProof reports whether a claim by tok of the scope whose stored fence
@@ -152,7 +158,7 @@ func (f Fence) NeedsProof(tok epochs.Token) bool {
 // holder's epoch (kept when f has no holder, never lowered). Every
 // backend's ResetFence stores it. It may be called from any goroutine.
 func (f Fence) AfterReset(req ResetRequest) Fence {
-	after := Fence{Scope: f.Scope, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: true, ProofBelow: f.ProofBelow}
+	after := Fence{Scope: f.Scope, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: true, ProofBelow: f.ProofBelow, Duplicates: f.Duplicates}
 	if !f.Holder.IsZero() {
 		after.ProofBelow = max(f.ProofBelow, int64(f.Holder.Epoch)+1)
 	}

@@ -54,29 +54,36 @@ order, 0.5–2 s apart; one fault at a time):
   broker-restart  SIGKILL the broker process and start it again on the same
                address and data dir: nothing acknowledged may be lost, and every
                worker must claim again
+  resend       the producer sends 5–20 commands the broker had acknowledged again,
+               with their command IDs, as an application retrying Send after an
+               ambiguous error whose first attempt had landed: the workers must
+               skip every copy as a duplicate
   churn        all along the run: an extra member joins, stays 1–5 s, leaves
                (SIGTERM); the next joins 1–5 s later
 
 When the duration is up it stops producing, waits until lag is zero with every
 acknowledged command applied, reads the sink's own records and checks the
 invariants of docs/design.md#invariants: F (no stale write accepted after a newer claim),
-L (nothing acknowledged lost), O (per-key order), X (nothing applied twice,
-balances match), V (lag back to zero, and no committed offset ahead of the
+L (nothing acknowledged lost), O (per-key order), X (no command ID applied twice
+— a command that entered the log twice, re-sent or written twice by the broker
+across a restart, is skipped as a duplicate — and balances match), V (lag back to zero, and no committed offset ahead of the
 sink's checkpoint in samples taken every 1–2 s all along the run), D (every
 skipped record has exactly one dead letter, nothing else was skipped, no
 record both dead-lettered and applied). It prints a table and a final line
 
-  chaos: faults=<n> kinds=<k> commands=<c> stale_rejected=<r> dead_letters=<d> gap_dead_letters=<g> v_samples=<s> violations=<v>
+  chaos: faults=<n> kinds=<k> commands=<c> stale_rejected=<r> dead_letters=<d> gap_dead_letters=<g> duplicates_skipped=<u> v_samples=<s> violations=<v>
 
 and exits non-zero if any invariant was violated, a requested kind never
 fired, no stale write was rejected although pause or heartbeat ran, a broker
 restart lost an acknowledged record or not every worker came back, V was
-never sampled, or poison ran and no poison record was dead-lettered right
-after an offset gap.
+never sampled, poison ran and no poison record was dead-lettered right
+after an offset gap, resend ran and no duplicate was skipped, or the sink's
+count of duplicates skipped is not the number of records in the log that repeat
+a command ID.
 
 --brokers runs it on a real cluster (plaintext), on a topic of its own, with
 the kinds that need no embedded broker (pause, kill, broker-conn, sink-conn,
-churn: the default there).`,
+resend, churn: the default there).`,
 		Example: `  workrouter chaos --duration 2m --seed 1
   workrouter chaos --faults pause,heartbeat --duration 1m
   workrouter chaos --protocol kip848 --seed 7

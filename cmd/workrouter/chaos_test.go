@@ -13,10 +13,11 @@ import (
 )
 
 // chaosLine is the final line of a passing run: every kind fired
-// (kinds=9), at least one stale write rejected, poison records
-// dead-lettered (at least one right after an offset gap), V sampled while
-// the run went on, no violation.
-var chaosLine = regexp.MustCompile(`^chaos: faults=([0-9]+) kinds=9 commands=[1-9][0-9]* stale_rejected=[1-9][0-9]* dead_letters=[1-9][0-9]* gap_dead_letters=[1-9][0-9]* v_samples=[1-9][0-9]* violations=0$`)
+// (kinds=10), at least one stale write rejected, poison records
+// dead-lettered (at least one right after an offset gap), duplicates
+// skipped (the resend fault's copies at least), V sampled while the run
+// went on, no violation.
+var chaosLine = regexp.MustCompile(`^chaos: faults=([0-9]+) kinds=10 commands=[1-9][0-9]* stale_rejected=[1-9][0-9]* dead_letters=[1-9][0-9]* gap_dead_letters=[1-9][0-9]* duplicates_skipped=[1-9][0-9]* v_samples=[1-9][0-9]* violations=0$`)
 
 // runChaos runs `workrouter chaos` with args and returns its exit code and
 // stdout, waiting up to limit.
@@ -50,12 +51,12 @@ func checkChaos(t *testing.T, code int, out string) {
 	if code != 0 || !chaosLine.MatchString(last) {
 		t.Fatalf("exit %d, final line %q\n%s", code, last, out)
 	}
-	for _, k := range []string{"pause", "kill", "heartbeat", "broker-conn", "sink-conn", "coordinator", "poison", "broker-restart", "churn"} {
+	for _, k := range []string{"pause", "kill", "heartbeat", "broker-conn", "sink-conn", "coordinator", "poison", "broker-restart", "resend", "churn"} {
 		if !regexp.MustCompile(`(?m)^` + k + ` +[1-9][0-9]*$`).MatchString(out) {
 			t.Errorf("table lacks a fired %s row:\n%s", k, out)
 		}
 	}
-	for _, want := range []string{"PAUSE ", "KILL ", "HEARTBEAT blackhole", "BROKER-CONN ", "SINK-CONN ", "COORDINATOR ", "POISON: ", "BROKER-RESTART: ", "CHURN "} {
+	for _, want := range []string{"PAUSE ", "KILL ", "HEARTBEAT blackhole", "BROKER-CONN ", "SINK-CONN ", "COORDINATOR ", "POISON: ", "BROKER-RESTART: ", "RESEND: ", "CHURN "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -78,10 +79,14 @@ func checkChaos(t *testing.T, code int, out string) {
 	if !regexp.MustCompile(`(?m)^V samples: compared / skipped / readings failed +[1-9][0-9]* / `).MatchString(out) {
 		t.Errorf("V was not sampled:\n%s", out)
 	}
-	for _, row := range []string{"poison records in committed transactions", "records of aborted transactions", "dead letters right after an offset gap"} {
+	for _, row := range []string{"poison records in committed transactions", "records of aborted transactions", "dead letters right after an offset gap",
+		"acknowledged commands re-sent with their IDs", "records in the log repeating a command ID"} {
 		if !regexp.MustCompile(`(?m)^` + row + ` +[1-9][0-9]*$`).MatchString(out) {
 			t.Errorf("the table's %q row is not above zero:\n%s", row, out)
 		}
+	}
+	if m := regexp.MustCompile(`(?m)^records in the log repeating a command ID +([0-9]+)\nduplicates skipped \(sink's count / workers' events\) +([0-9]+) / `).FindStringSubmatch(out); m == nil || m[1] != m[2] {
+		t.Errorf("the duplicates skipped are not the copies in the log:\n%s", out)
 	}
 	for _, kind := range []string{"not-envelope", "null-key", "duplicate-type", "unknown-type", "malformed"} {
 		if !regexp.MustCompile(`(?m)^poison records acknowledged .*\b` + kind + ` [1-9]`).MatchString(out) {

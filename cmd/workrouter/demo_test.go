@@ -71,7 +71,7 @@ func TestWorkerCommand(t *testing.T) {
 	}
 	defer b.Close()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	w := startProc(t, []string{"worker", "--example", "ledger", "--brokers", b.Addr(), "--sink", "sqlite:" + path, "--client-id", "w1", "--metrics-addr", "127.0.0.1:0"})
+	w := startProc(t, []string{"worker", "--example", "ledger", "--brokers", b.Addr(), "--sink", "sqlite:" + path, "--client-id", "w1", "--metrics-addr", "127.0.0.1:0", "--dedupe-window", "5000"})
 	select {
 	case line := <-w.stdout.firstLine:
 		if !strings.Contains(line, "workrouter worker w1: example ledger, group ledger-workers, topic ledger") {
@@ -135,7 +135,8 @@ func TestWorkerCommand(t *testing.T) {
 		t.Fatalf("records_applied_total sums to %d, want 60:\n%s", total, metrics)
 	}
 	for _, want := range []string{"workrouter_consumer_tenure_epoch{", "workrouter_consumer_owned_partitions{", "go_goroutines",
-		`workrouter_sink_operations_total{backend="sqlite",op="claim",outcome="ok"} 3`, `workrouter_sink_records_total{backend="sqlite",outcome="applied"} 60`} {
+		`workrouter_sink_operations_total{backend="sqlite",op="claim",outcome="ok"} 3`, `workrouter_sink_records_total{backend="sqlite",outcome="applied"} 60`,
+		`workrouter_consumer_dedupe_window_offsets{group="ledger-workers",topic="ledger"} 5000`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
@@ -158,6 +159,7 @@ func TestWorkerCommandRejectsBadInput(t *testing.T) {
 		"worker --example nope":                                       "unknown example",
 		"worker --example ledger --sink bogus:x":                      "sink",
 		"worker --example ledger --protocol eager":                    "protocol",
+		"worker --example ledger --dedupe-window -1":                  "--dedupe-window must not be negative",
 		"worker --example ledger --sink sqlite:/nonexistent-dir/x.db": "",
 	} {
 		p := startProc(t, strings.Fields(args))

@@ -43,9 +43,11 @@ the partition's checkpoint past it.
   dlq show     one dead letter whole: where it was, its headers and payload,
                why it was skipped, and its audit rows
   dlq redrive  produce it again through the router as a NEW command (same
-               key, so same partition; same type, payload and headers; a
-               header workrouter-redrive-of: ID) once the cause is fixed;
-               a dead letter is redriven at most once
+               key, so same partition; same type, payload, headers and
+               command ID; headers workrouter-redrive-of: ID and
+               workrouter-redrive-for: GROUP) once the cause is fixed: only
+               the dead letter's group applies it, the topic's other groups
+               skip it; a dead letter is redriven at most once
   dlq drop     mark it handled: nothing more will be done with it
 
 A dead letter moves open → redriving → redriven, or open → dropped; each move
@@ -631,8 +633,19 @@ func newDLQRedriveCmd() *cobra.Command {
 		Short: "Produce a dead-lettered command again, as a new command, once its cause is fixed (audited)",
 		Long: `redrive produces the command of an open dead letter again through the
 router, as a NEW command on its original topic: the same key (so the same
-partition, and the worker that owns it applies it), type, payload and user
-headers, plus the header workrouter-redrive-of: ID. The dead letter itself is
+partition, and the worker that owns it applies it), type, payload, user
+headers and command ID (workrouter-id; one is generated if the record had
+none), plus the headers workrouter-redrive-of: ID and workrouter-redrive-for:
+GROUP, the dead letter's consumer group.
+
+Every consumer group of the topic reads the new command, but only GROUP
+applies it: the workers of the topic's other groups, which applied the
+original command already, skip it whatever their dedupe window, without
+calling a handler or recording its ID (counted in
+workrouter_consumer_redrives_skipped_total and reported as a redrive_skipped
+event), and GROUP skips it as a duplicate if it applied the command's ID
+within its sink's dedupe window (workrouter worker --dedupe-window;
+workrouter_consumer_duplicates_skipped_total). The dead letter itself is
 never rewritten: it moves open → redriving before the command is produced and
 redriving → redriven after, each move an audit row with --reason (the second
 names the partition and offset produced). If producing fails, it moves back
@@ -688,8 +701,9 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	}
 	d, c := plan.DeadLetter, plan.Command
 	out := &errWriter{w: cmd.OutOrStdout()}
-	what := fmt.Sprintf("%s command with key %s (%d bytes of payload, %d user headers) to topic %s, on its key's partition, with header %s: %d",
-		c.Type, bytesText(c.Key), len(c.Payload), len(c.Headers), d.Scope.Topic, envelope.RedriveOfHeader, id)
+	what := fmt.Sprintf("%s command with key %s (%d bytes of payload, %d user headers, %s) to topic %s, on its key's partition, with headers %s: %d and %s: %s (only group %s applies it; the topic's other groups skip it)",
+		c.Type, bytesText(c.Key), len(c.Payload), len(c.Headers), commandIDText(c.ID), d.Scope.Topic,
+		envelope.RedriveOfHeader, id, envelope.RedriveForHeader, d.Scope.Group, d.Scope.Group)
 	if !f.yes {
 		fmt.Fprintf(out, "would redrive dead letter %d (%s offset %d, %s): produce a new %s; then mark it redriven\n",
 			id, d.Scope, d.Record.Offset, d.Record.Reason, what)
@@ -713,9 +727,17 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	if err != nil {
 		return redriveError(err, spec, id)
 	}
-	fmt.Fprintf(out, "redrove dead letter %d: %s as a new %s command (header %s: %d); it is redriven\n",
-		id, res.Detail, res.Command.Type, envelope.RedriveOfHeader, id)
+	fmt.Fprintf(out, "redrove dead letter %d: %s as a new %s command with ID %s, for group %s only (headers %s: %d, %s: %s); it is redriven\n",
+		id, res.Detail, res.Command.Type, res.Result.ID, d.Scope.Group, envelope.RedriveOfHeader, id, envelope.RedriveForHeader, d.Scope.Group)
 	return out.err
+}
+
+// commandIDText says which command ID a redrive keeps.
+func commandIDText(id string) string {
+	if id == "" {
+		return "no command ID: one is generated"
+	}
+	return "command ID " + id
 }
 
 // redriveError renders an error of admin.Redrive with the CLI's hints: a

@@ -32,7 +32,7 @@ var binaryPayload = []byte{0x00, 0xff, 0x10, 'x', 0x80}
 // stored the way a worker stores them (claimed, then dead-lettered under
 // the holder's token):
 //
-//	1: g/ledger/0@0  deposit, key acct-1, permanent, a trace header
+//	1: g/ledger/0@0  deposit, key acct-1, command ID c1, permanent, a trace header
 //	2: g/ledger/0@1  undecodable: no key, no type, a binary payload
 //	3: g/ledger/1@0  withdraw, key acct-2, handler_error after 8 attempts
 func deadLetteredSink(t *testing.T) string {
@@ -57,7 +57,7 @@ func deadLetteredSink(t *testing.T) string {
 		rec sink.DeadRecord
 	}{
 		{t0, sink.DeadRecord{Offset: 0, Key: []byte("acct-1"), Value: []byte(`{"id":"c1","seq":0,"amount":500}`),
-			Headers: []sink.RecordHeader{typ("deposit"), {Key: "trace", Value: []byte("abc")}}, Timestamp: time.Now(),
+			Headers: []sink.RecordHeader{typ("deposit"), {Key: envelope.IDHeader, Value: []byte("c1")}, {Key: "trace", Value: []byte("abc")}}, Timestamp: time.Now(),
 			Reason: consumer.ReasonPermanent, Error: "permanent: ledger: malformed command", Attempts: 1}},
 		{t0, sink.DeadRecord{Offset: 1, Value: binaryPayload, Timestamp: time.Now(),
 			Reason: consumer.ReasonUndecodable, Error: "consumer: undecodable record: no key"}},
@@ -293,8 +293,9 @@ func TestDLQDrop(t *testing.T) {
 }
 
 // TestDLQRedrive: redrive produces the dead letter's command again, as a
-// new command with the same key, type, payload and user headers plus
-// workrouter-redrive-of, and moves it open → redriving → redriven with
+// new command with the same key, type, payload, user headers and command
+// ID plus workrouter-redrive-of and workrouter-redrive-for naming the dead
+// letter's group (and says so), and moves it open → redriving → redriven with
 // audit rows; a second redrive, a redrive without --yes, of an unknown ID
 // or of a record that is not a command are refused with nothing sent.
 func TestDLQRedrive(t *testing.T) {
@@ -310,7 +311,8 @@ func TestDLQRedrive(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "without --yes (nothing changed, nothing sent)") {
 		t.Fatalf("redrive without --yes: %v", err)
 	}
-	if !strings.Contains(out, "would redrive dead letter 1 (g/ledger/0 offset 0, permanent): produce a new deposit command with key acct-1") {
+	if !strings.Contains(out, "would redrive dead letter 1 (g/ledger/0 offset 0, permanent): produce a new deposit command with key acct-1") ||
+		!strings.Contains(out, "command ID c1") || !strings.Contains(out, "workrouter-redrive-for: g (only group g applies it; the topic's other groups skip it)") {
 		t.Errorf("redrive without --yes did not say what it would do:\n%s", out)
 	}
 	for _, tc := range []struct {
@@ -340,7 +342,8 @@ func TestDLQRedrive(t *testing.T) {
 		t.Fatalf("redrive --yes: %v", err)
 	}
 	p := envelope.Partition([]byte("acct-1"), 4)
-	if want := fmt.Sprintf("redrove dead letter 1: produced to ledger partition %d offset 0 as a new deposit command", p); !strings.Contains(out, want) {
+	if want := fmt.Sprintf("redrove dead letter 1: produced to ledger partition %d offset 0 as a new deposit command with ID c1, for group g only "+
+		"(headers workrouter-redrive-of: 1, workrouter-redrive-for: g)", p); !strings.Contains(out, want) {
 		t.Errorf("redrive printed %q, want %q", out, want)
 	}
 	recs := readAll(t, addr, "ledger", 1)
@@ -352,7 +355,7 @@ func TestDLQRedrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(c.Key) != "acct-1" || c.Type != "deposit" || string(c.Payload) != `{"id":"c1","seq":0,"amount":500}` ||
-		len(c.Headers) != 1 || c.Headers[0].Key != "trace" || string(c.Headers[0].Value) != "abc" {
+		len(c.Headers) != 1 || c.Headers[0].Key != "trace" || string(c.Headers[0].Value) != "abc" || c.ID != "c1" || c.RedriveFor != "g" {
 		t.Errorf("the redriven record decodes to %+v", c)
 	}
 	var of []string

@@ -124,12 +124,15 @@ type fenceJSON struct {
 	// membership, for good (a reset cleared epoch ProofBelow-1); 0 if no
 	// reset ever cleared a holder.
 	ProofBelow int64 `json:"proof_below"`
+	// Duplicates counts the records the sink skipped in the scope because
+	// their command ID was applied already (sink.Fence.Duplicates).
+	Duplicates int64 `json:"duplicates_skipped"`
 }
 
 func toFenceJSON(f sink.Fence) fenceJSON {
 	out := fenceJSON{Group: f.Scope.Group, Topic: f.Scope.Topic, Partition: f.Scope.Partition,
 		HolderMember: f.Holder.Member, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: f.ProofRequired,
-		ProofBelow: f.ProofBelow}
+		ProofBelow: f.ProofBelow, Duplicates: f.Duplicates}
 	if !f.Holder.IsZero() {
 		e := f.Holder.Epoch
 		out.HolderEpoch = &e
@@ -203,7 +206,7 @@ func printFences(w io.Writer, fs []sink.Fence) error {
 		return ew.err
 	}
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tHOLDER EPOCH\tHOLDER MEMBER\tNEXT OFFSET\tTOPIC ID\tNOTE")
+	fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tHOLDER EPOCH\tHOLDER MEMBER\tNEXT OFFSET\tTOPIC ID\tDUPLICATES SKIPPED\tNOTE")
 	for _, fe := range fs {
 		epoch, member := "none", "none"
 		if !fe.Holder.IsZero() {
@@ -213,7 +216,7 @@ func printFences(w io.Writer, fs []sink.Fence) error {
 		if note == "" {
 			note = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", fe.Scope.Group, fe.Scope.Topic, fe.Scope.Partition, epoch, member, fe.NextOffset, orDash(fe.TopicID), note)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%d\t%s\n", fe.Scope.Group, fe.Scope.Topic, fe.Scope.Partition, epoch, member, fe.NextOffset, orDash(fe.TopicID), fe.Duplicates, note)
 	}
 	tw.Flush()
 	return ew.err

@@ -25,7 +25,8 @@ import (
 
 // claimedSink creates an SQLite sink file whose scopes were claimed the
 // way workers claim them: g/t/0 at epoch 5 by member-a with 3 records
-// applied, g/t/1 at epoch 5 by member-b, and other/t/0 at epoch 2.
+// applied (the third a duplicate of the first's command ID, skipped), g/t/1
+// at epoch 5 by member-b, and other/t/0 at epoch 2.
 func claimedSink(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
@@ -47,8 +48,8 @@ func claimedSink(t *testing.T) string {
 		}
 	}
 	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
-	if _, err := s.Apply(ctx, a, []int64{0, 1, 2}, noop); err != nil {
-		t.Fatalf("apply: %v", err)
+	if res, err := s.ApplyOnce(ctx, a, []int64{0, 1, 2}, []string{"x", "y", "x"}, noop); err != nil || len(res.Duplicates) != 1 {
+		t.Fatalf("apply: %+v, %v, want one duplicate", res, err)
 	}
 	return path
 }
@@ -84,7 +85,7 @@ func TestFencesList(t *testing.T) {
 		t.Fatalf("fences list printed %d lines, want a header and 3 rows:\n%s", len(lines), out)
 	}
 	for i, want := range [][]string{
-		{"GROUP", "TOPIC", "PARTITION", "HOLDER EPOCH", "HOLDER MEMBER", "NEXT OFFSET"},
+		{"GROUP", "TOPIC", "PARTITION", "HOLDER EPOCH", "HOLDER MEMBER", "NEXT OFFSET", "DUPLICATES SKIPPED"},
 		{"g", "t", "0", "5", "member-a", "3"},
 		{"g", "t", "1", "5", "member-b", "0"},
 		{"other", "t", "0", "2", "member-c", "0"},
@@ -100,12 +101,15 @@ func TestFencesList(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fences list --json: %v", err)
 	}
+	if f := strings.Fields(lines[1]); len(f) != 9 || f[7] != "1" {
+		t.Errorf("line 1 %q: DUPLICATES SKIPPED is not 1", lines[1])
+	}
 	var rows []fenceJSON
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("--json does not parse: %v\n%s", err, out)
 	}
 	if len(rows) != 2 || rows[0].Group != "g" || rows[0].HolderEpoch == nil || *rows[0].HolderEpoch != 5 ||
-		rows[0].HolderMember != "member-a" || rows[0].NextOffset != 3 || rows[1].Partition != 1 {
+		rows[0].HolderMember != "member-a" || rows[0].NextOffset != 3 || rows[1].Partition != 1 || rows[0].Duplicates != 1 || rows[1].Duplicates != 0 {
 		t.Fatalf("--group g --json rows %+v", rows)
 	}
 }

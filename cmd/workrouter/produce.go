@@ -56,6 +56,7 @@ type produceFlags struct {
 
 	key     string
 	typ     string
+	id      string
 	payload string
 	headers []string
 
@@ -81,17 +82,24 @@ send if the topic's partition count changes while it runs.
 
 It takes exactly one source of commands:
 
-  --key K --type T [--payload P] [--header k=v ...]
+  --key K --type T [--id ID] [--payload P] [--header k=v ...]
       one command; prints "partition=P offset=O".
 
   --file F  (F = - reads stdin)
       one JSON object per line, sent in file order, each acknowledged before
       the next line is read:
-        {"key":"acct-42","type":"deposit","payload":{"cents":100},"headers":{"trace":"abc"}}
+        {"key":"acct-42","type":"deposit","id":"dep-7","payload":{"cents":100},"headers":{"trace":"abc"}}
       "payload" is any JSON value; a JSON string is sent as its text, anything
-      else as its JSON encoding. Empty lines are skipped. The first malformed
-      line or failed send stops the run: nothing after it is sent, and the
-      error names the line and how many commands were sent before it.
+      else as its JSON encoding. "id" is optional. Empty lines are skipped.
+      The first malformed line or failed send stops the run: nothing after it
+      is sent, and the error names the line and how many commands were sent
+      before it.
+
+Every command carries a command ID (header workrouter-id): --id, or a
+line's "id", or else one the router generates. Workers that deduplicate
+apply an ID once, so sending a file again after a failed run, with an "id"
+on every line, applies each command once; without ids, a line sent twice is
+applied twice. A failed single send says its ID: retry with --id ID.
 
   --count N [--keys K] [--size B] [--type T]
       generated load: N commands of type "load" (or --type) over the keys
@@ -128,6 +136,7 @@ credentials and untrusted certificates, naming the cause.
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the brokers, and for each command's acknowledgement")
 	fl.StringVar(&f.key, "key", "", "key of the single command to send")
 	fl.StringVar(&f.typ, "type", "", `command type (required with --key; default "load" with --count)`)
+	fl.StringVar(&f.id, "id", "", fmt.Sprintf("command ID (idempotency key) of the single command, at most %d bytes; default: one is generated", envelope.MaxIDLen))
 	fl.StringVar(&f.payload, "payload", "", "payload of the single command (sent as is)")
 	fl.StringArrayVar(&f.headers, "header", nil, "header k=v of the single command; repeatable")
 	fl.StringVar(&f.file, "file", "", `file of JSON-lines commands to send; "-" reads stdin`)
@@ -157,10 +166,10 @@ func checkProduceFlags(cmd *cobra.Command, f *produceFlags) (produceMode, error)
 	if f.timeout <= 0 {
 		return 0, fmt.Errorf("--timeout must be positive, got %s", f.timeout)
 	}
-	single := set("key") || set("payload") || set("header")
+	single := set("key") || set("payload") || set("header") || set("id")
 	var sources []string
 	if single {
-		sources = append(sources, "--key/--payload/--header")
+		sources = append(sources, "--key/--id/--payload/--header")
 	}
 	if set("file") {
 		sources = append(sources, "--file")
@@ -278,7 +287,12 @@ func runProduce(cmd *cobra.Command, f produceFlags) error {
 		cancel()
 		stop()
 		if err != nil {
-			return errors.Join(fmt.Errorf("send failed: %w", c.explain(err)), closeRouter())
+			retry := ""
+			if res.ID != "" {
+				// It may have been written: the same ID makes a retry the same command.
+				retry = fmt.Sprintf(" (command ID %s: it may have been written; retry with --id %s)", res.ID, res.ID)
+			}
+			return errors.Join(fmt.Errorf("send failed: %w%s", c.explain(err), retry), closeRouter())
 		}
 		if err := closeRouter(); err != nil {
 			return err
@@ -348,7 +362,7 @@ func brokerError(ctx context.Context, err error, brokers []string, topic string,
 
 // singleCommand builds the command given by --key/--type/--payload/--header.
 func singleCommand(f produceFlags) (router.Command, error) {
-	c := router.Command{Key: []byte(f.key), Type: f.typ}
+	c := router.Command{Key: []byte(f.key), Type: f.typ, ID: f.id}
 	if f.payload != "" {
 		c.Payload = []byte(f.payload)
 	}
@@ -369,6 +383,7 @@ func singleCommand(f produceFlags) (router.Command, error) {
 type jsonCommand struct {
 	Key     string            `json:"key"`
 	Type    string            `json:"type"`
+	ID      string            `json:"id"`
 	Payload json.RawMessage   `json:"payload"`
 	Headers map[string]string `json:"headers"`
 }
@@ -388,7 +403,7 @@ func parseCommandLine(line []byte) (router.Command, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return router.Command{}, errors.New("invalid JSON: more than one value on the line")
 	}
-	c := router.Command{Key: []byte(jc.Key), Type: jc.Type}
+	c := router.Command{Key: []byte(jc.Key), Type: jc.Type, ID: jc.ID}
 	switch p := bytes.TrimSpace(jc.Payload); {
 	case len(p) == 0 || string(p) == "null":
 	case p[0] == '"':

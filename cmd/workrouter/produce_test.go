@@ -259,6 +259,8 @@ func TestProduceRejectsBadInput(t *testing.T) {
 		{"empty key", []string{"--topic", "x", "--key", "", "--type", "t"}, "--key is required"},
 		{"reserved header", []string{"--topic", "x", "--key", "k", "--type", "t", "--header", "workrouter-x=1"}, "reserved header"},
 		{"bad header", []string{"--topic", "x", "--key", "k", "--type", "t", "--header", "novalue"}, "want KEY=VALUE"},
+		{"long id", []string{"--topic", "x", "--key", "k", "--type", "t", "--id", strings.Repeat("x", envelope.MaxIDLen+1)}, "invalid command ID"},
+		{"id with count", []string{"--topic", "x", "--id", "a", "--count", "3"}, "only one source"},
 		{"count zero", []string{"--topic", "x", "--count", "0"}, "--count must be at least 1"},
 		{"keys zero", []string{"--topic", "x", "--count", "3", "--keys", "0"}, "--keys must be at least 1"},
 		{"negative size", []string{"--topic", "x", "--count", "3", "--size", "-1"}, "--size must not be negative"},
@@ -319,10 +321,39 @@ func TestProduceBadLineExitCode(t *testing.T) {
 	}
 }
 
+// TestProduceCommandIDs: a command's ID is --id or its line's "id", sent
+// in the workrouter-id header; a command without one gets a generated ID,
+// a different one for each.
+func TestProduceCommandIDs(t *testing.T) {
+	addr := startCLITestBroker(t, map[string]int32{"cmds": 3})
+	if _, stderr, err := runCLI(t, nil, "produce", "--brokers", addr, "--topic", "cmds", "--key", "a", "--type", "t", "--id", "dep-7"); err != nil {
+		t.Fatalf("produce --id: %v (stderr %q)", err, stderr)
+	}
+	in := strings.NewReader(`{"key":"b","type":"t","id":"dep-8","payload":{"id":"not this one"}}` + "\n" +
+		`{"key":"c","type":"t"}` + "\n" + `{"key":"d","type":"t"}` + "\n")
+	if _, stderr, err := runCLI(t, in, "produce", "--brokers", addr, "--topic", "cmds", "--file", "-"); err != nil {
+		t.Fatalf("produce --file: %v (stderr %q)", err, stderr)
+	}
+	ids := map[string]string{}
+	for _, r := range readAll(t, addr, "cmds", 4) {
+		c, err := envelope.Decode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[string(c.Key)] = c.ID
+	}
+	if ids["a"] != "dep-7" || ids["b"] != "dep-8" || ids["c"] == "" || ids["d"] == "" || ids["c"] == ids["d"] {
+		t.Fatalf("the records' IDs by key are %q: want a: dep-7, b: dep-8 and two different generated ones", ids)
+	}
+}
+
 func TestParseCommandLine(t *testing.T) {
-	c, err := parseCommandLine([]byte(`{"key":"k","type":"t","payload":{"a": [1, 2]},"headers":{"z":"1","a":"2"}}`))
+	c, err := parseCommandLine([]byte(`{"key":"k","type":"t","id":"dep-7","payload":{"a": [1, 2]},"headers":{"z":"1","a":"2"}}`))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.ID != "dep-7" {
+		t.Errorf("ID %q: want the line's id", c.ID)
 	}
 	if string(c.Payload) != `{"a": [1, 2]}` {
 		t.Errorf("payload %q: want the JSON value as written", c.Payload)
@@ -338,6 +369,8 @@ func TestParseCommandLine(t *testing.T) {
 		`{"key":"k","type":"t","x":1}`:       `unknown field "x"`,
 		`{"key":"k","type":"t"} {}`:          "more than one value",
 		`{"key":"k","type":"t","headers":1}`: "cannot unmarshal",
+		`{"key":"k","type":"t","id":"a\tb"}`: "invalid command ID",
+		`{"key":"k","type":"t","id":7}`:      "cannot unmarshal",
 	} {
 		if _, err := parseCommandLine([]byte(line)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("parseCommandLine(%s): %v, want an error containing %q", line, err, want)

@@ -219,7 +219,7 @@ func printStatus(w io.Writer, rep statusReport) error {
 	tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	header := "PARTITION\tOWNER\tSTART\tEND\tCOMMITTED\tLAG\tSTATE"
 	if rep.Sink != "" {
-		header += "\tSINK NEXT\tSINK LAG\tSINK LOG\tHOLDER EPOCH\tHOLDER MEMBER\tOPEN DEAD LETTERS"
+		header += "\tSINK NEXT\tSINK LAG\tSINK LOG\tHOLDER EPOCH\tHOLDER MEMBER\tOPEN DEAD LETTERS\tDUPLICATES SKIPPED"
 	}
 	fmt.Fprintln(tw, header)
 	for _, p := range rep.Partitions {
@@ -234,7 +234,7 @@ func printStatus(w io.Writer, rep statusReport) error {
 		switch {
 		case rep.Sink == "":
 		case p.Sink == nil:
-			fmt.Fprint(tw, "\t-\t-\t-\t-\t-\t-")
+			fmt.Fprint(tw, "\t-\t-\t-\t-\t-\t-\t-")
 		default:
 			epoch, member, lag, log, dead := "none", "none", "?", "-", "-"
 			if p.Sink.HolderEpoch != nil {
@@ -256,7 +256,7 @@ func printStatus(w io.Writer, rep statusReport) error {
 			if p.Sink.OpenDeadLetters != nil {
 				dead = strconv.Itoa(*p.Sink.OpenDeadLetters)
 			}
-			fmt.Fprintf(tw, "\t%d\t%s\t%s\t%s\t%s\t%s", p.Sink.NextOffset, lag, log, epoch, member, dead)
+			fmt.Fprintf(tw, "\t%d\t%s\t%s\t%s\t%s\t%s\t%d", p.Sink.NextOffset, lag, log, epoch, member, dead, p.Sink.Duplicates)
 		}
 		fmt.Fprintln(tw)
 	}

@@ -33,6 +33,24 @@ func sendCommands(t *testing.T, addr, topic string, n int) {
 	}
 }
 
+// sendTwice sends one command twice with the same ID, as an application
+// that retries a send whose first attempt landed.
+func sendTwice(t *testing.T, addr, topic string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	rt, err := router.New(ctx, router.Config{Brokers: []string{addr}, Topic: topic})
+	if err != nil {
+		t.Fatalf("router.New: %v", err)
+	}
+	defer rt.Close()
+	for range 2 {
+		if _, err := rt.Send(ctx, router.Command{Key: []byte("k-twice"), Type: "touch", ID: "sent-twice"}); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+}
+
 // statusJSON runs `status --json` and decodes its output.
 func statusJSON(t *testing.T, args ...string) (statusReport, error) {
 	t.Helper()
@@ -52,7 +70,8 @@ func statusJSON(t *testing.T, args ...string) (statusReport, error) {
 
 // TestStatusWithWorkerAndSink runs a real consumer.Worker on the SQLite
 // sink, for both group protocols, and checks that status shows its
-// membership, zero lag, and the sink's holder and checkpoint.
+// membership, zero lag, the sink's holder and checkpoint, and the one
+// command sent twice (one ID) as a duplicate the sink skipped.
 func TestStatusWithWorkerAndSink(t *testing.T) {
 	for _, tc := range []struct {
 		protocol consumer.Protocol
@@ -64,7 +83,8 @@ func TestStatusWithWorkerAndSink(t *testing.T) {
 		t.Run(tc.protocol.String(), func(t *testing.T) {
 			const topic, group, records = "jobs", "job-workers", 30
 			addr := startCLITestBroker(t, map[string]int32{topic: 3})
-			sendCommands(t, addr, topic, records)
+			sendCommands(t, addr, topic, records-2)
+			sendTwice(t, addr, topic)
 
 			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
@@ -104,11 +124,17 @@ func TestStatusWithWorkerAndSink(t *testing.T) {
 			if rep.Protocol != tc.want || rep.Members[0].MemberID != member || rep.Members[0].ClientID != "status-test-worker" {
 				t.Fatalf("protocol %q member %+v, want %q and member %q", rep.Protocol, rep.Members[0], tc.want, member)
 			}
+			var dups int64
 			for _, p := range rep.Partitions {
+				dups += p.Sink.Duplicates
 				if p.Sink.HolderMember != member || p.Sink.HolderEpoch == nil || p.Sink.NextOffset != *p.Committed {
 					t.Fatalf("partition %d: sink %+v, committed %d; want holder %q and NextOffset = committed",
 						p.Partition, p.Sink, *p.Committed, member)
 				}
+			}
+
+			if dups != 1 {
+				t.Fatalf("status shows %d duplicates skipped, want 1 (the command sent twice)", dups)
 			}
 
 			// The table shows the same.
@@ -119,7 +145,7 @@ func TestStatusWithWorkerAndSink(t *testing.T) {
 			for _, want := range []string{
 				"group " + group + " (" + tc.want, "1 member, total lag 0", "sink sqlite:" + dbPath,
 				"MEMBER", "status-test-worker", "0,1,2",
-				"PARTITION", "OWNER", "COMMITTED", "LAG", "SINK NEXT", "HOLDER EPOCH", "HOLDER MEMBER",
+				"PARTITION", "OWNER", "COMMITTED", "LAG", "SINK NEXT", "HOLDER EPOCH", "HOLDER MEMBER", "DUPLICATES SKIPPED",
 			} {
 				if !strings.Contains(out, want) {
 					t.Errorf("status table lacks %q:\n%s", want, out)

@@ -45,6 +45,8 @@ type workerFlags struct {
 	// sqliteBusy is the SQLite sink's busy timeout (0: its default); only
 	// the harness's worker sets it.
 	sqliteBusy time.Duration
+	// dedupeWindow is the sink's Config.DedupeWindow (0: its default).
+	dedupeWindow int64
 
 	partitioner string
 	misroute    string
@@ -125,6 +127,15 @@ convention <topic>.dlq; it must exist), with headers naming where it came
 from and why. --ready-max-stall makes /readyz fail while a partition has
 made no progress for longer than it.
 
+Every command's ID (the workrouter-id header) is checked inside the fenced
+transaction: a command whose ID the sink applied in the partition within the
+last --dedupe-window offsets (100000 by default) is skipped as a duplicate,
+counted (workrouter_consumer_duplicates_skipped_total, the fence row's count
+that fences list and status --sink show) and logged. A record without an ID
+is applied once per offset, and counted. A command redriven from a dead
+letter for another consumer group (workrouter dlq redrive) is skipped
+without calling a handler, whatever the window, and its ID is not recorded.
+
 Real applications build their own binary from the library (see the README);
 this command runs the examples in ./examples.
 ` + connHelp,
@@ -169,12 +180,15 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.DurationVar(&f.poison.MaxRetryTime, "max-retry-time", f.poison.MaxRetryTime, "how long a failing command is retried, from its first failure, before it is dead-lettered (whichever of this and --max-attempts ends first)")
 	fl.StringVar(&f.dlqTopic, "dlq-topic", "", "also publish every dead letter to this Kafka topic, which must exist (by convention <topic>.dlq); empty: no mirror")
 	fl.DurationVar(&f.readyMaxStall, "ready-max-stall", 0, "make /readyz answer 503 while a partition has been stalled or blocked longer than this (needs --metrics-addr; 0: stalls do not affect readiness)")
+	fl.Int64Var(&f.dedupeWindow, "dedupe-window", 0, "how many offsets of a partition the sink remembers applied command IDs for: a command whose ID was applied within it is skipped as a duplicate (0: the sink's default, 100000)")
 }
 
-// checkPoisonFlags validates the poison policy, --dlq-topic and
-// --ready-max-stall.
+// checkPoisonFlags validates the poison policy, --dlq-topic,
+// --ready-max-stall and --dedupe-window.
 func checkPoisonFlags(f workerFlags) error {
 	switch {
+	case f.dedupeWindow < 0:
+		return fmt.Errorf("--dedupe-window must not be negative, got %d", f.dedupeWindow)
 	case f.poison.MaxAttempts < 1:
 		return fmt.Errorf("--max-attempts must be at least 1, got %d", f.poison.MaxAttempts)
 	case f.poison.MaxRetryTime <= 0:
@@ -259,7 +273,7 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 	ctx := cmd.Context()
 	switch spec.kind {
 	case "sqlite":
-		s, err := sqlite.Open(ctx, sqlite.Config{Path: spec.path, Logger: logger, BusyTimeout: f.sqliteBusy})
+		s, err := sqlite.Open(ctx, sqlite.Config{Path: spec.path, Logger: logger, BusyTimeout: f.sqliteBusy, DedupeWindow: f.dedupeWindow})
 		if err != nil {
 			return err
 		}
@@ -274,7 +288,7 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 		}
 		return serveWorker[*sqlite.Tx](cmd, f, c, spec, protocol, "sqlite", s, handlers, logger, h, nil)
 	case "postgres":
-		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: spec.schema(), Logger: logger})
+		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: spec.schema(), Logger: logger, DedupeWindow: f.dedupeWindow})
 		if err != nil {
 			return err
 		}

@@ -48,6 +48,16 @@ type Record struct {
 	Records     int    `json:"records,omitempty"`
 	Applied     int    `json:"applied,omitempty"`
 	Skipped     int    `json:"skipped,omitempty"`
+	// Duplicates, OtherGroup and WithoutID are an applied batch's
+	// consumer.Applied counts of the same names.
+	Duplicates int `json:"duplicates,omitempty"`
+	OtherGroup int `json:"other_group,omitempty"`
+	WithoutID  int `json:"without_id,omitempty"`
+	// ID is a skipped record's command ID (duplicate_skipped,
+	// redrive_skipped).
+	ID string `json:"id,omitempty"`
+	// RedriveFor is the group a skipped redrive was for (redrive_skipped).
+	RedriveFor string `json:"redrive_for,omitempty"`
 	// Attempt counts a stall's failed attempts, or the checks that found
 	// the topic missing.
 	Attempt  int    `json:"attempt,omitempty"`
@@ -98,6 +108,7 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 		tok(e.Token)
 		r.FirstOffset, r.NextOffset = e.FirstOffset, e.NextOffset
 		r.Records, r.Applied, r.Skipped = e.Records, e.Applied, e.Skipped
+		r.Duplicates, r.OtherGroup, r.WithoutID = e.Duplicates, e.OtherGroup, e.WithoutID
 		r.DurationMs = ms(e.Duration)
 	case consumer.Fenced:
 		tok(e.Token)
@@ -150,6 +161,12 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 	case consumer.Discarded:
 		tok(e.Token)
 		r.Op, r.Err = string(e.Op), errText(e.Err)
+	case consumer.DuplicateSkipped:
+		tok(e.Token)
+		r.FirstOffset, r.ID = e.Offset, e.ID
+	case consumer.RedriveSkipped:
+		tok(e.Token)
+		r.FirstOffset, r.ID, r.RedriveFor = e.Offset, e.ID, e.For
 	case consumer.Misrouted:
 		tok(e.Token)
 		r.FirstOffset = e.Offset

@@ -22,7 +22,9 @@ func TestRoundTrip(t *testing.T) {
 	events := []consumer.Event{
 		consumer.Assigned{Token: tok},
 		consumer.Claimed{Token: tok, NextOffset: 0},
-		consumer.Applied{Token: tok, FirstOffset: 0, NextOffset: 10, Records: 10, Applied: 9, Skipped: 1, Duration: 1500 * time.Microsecond},
+		consumer.Applied{Token: tok, FirstOffset: 0, NextOffset: 10, Records: 10, Applied: 6, Skipped: 1, Duplicates: 2, OtherGroup: 1, WithoutID: 3, Duration: 1500 * time.Microsecond},
+		consumer.DuplicateSkipped{Token: tok, Offset: 4, ID: "order-1"},
+		consumer.RedriveSkipped{Token: tok, Offset: 5, ID: "order-2", For: "billing"},
 		consumer.Stalled{Token: tok, Op: sink.OpApply, FirstOffset: 10, Attempt: 2, Since: since, Backoff: 100 * time.Millisecond, Cause: consumer.CauseEffect, Err: errors.New("boom")},
 		consumer.Fenced{Token: tok, Op: sink.OpApply, FirstOffset: 10, Records: 5, Err: &sink.FencedError{Op: sink.OpApply, Offered: tok}},
 		consumer.Revoked{Token: tok, NextOffset: 10, TimedOut: true},
@@ -66,8 +68,17 @@ func TestRoundTrip(t *testing.T) {
 				t.Errorf("claimed round trip: %+v", rec)
 			}
 		case consumer.Applied:
-			if rec.Token() != e.Token || rec.FirstOffset != 0 || rec.NextOffset != 10 || rec.Applied != 9 || rec.Skipped != 1 || rec.DurationMs != 1.5 {
+			if rec.Token() != e.Token || rec.FirstOffset != 0 || rec.NextOffset != 10 || rec.Applied != 6 || rec.Skipped != 1 || rec.DurationMs != 1.5 ||
+				rec.Duplicates != 2 || rec.OtherGroup != 1 || rec.WithoutID != 3 {
 				t.Errorf("applied round trip: %+v", rec)
+			}
+		case consumer.DuplicateSkipped:
+			if rec.Token() != e.Token || rec.FirstOffset != 4 || rec.ID != "order-1" {
+				t.Errorf("duplicate_skipped round trip: %+v", rec)
+			}
+		case consumer.RedriveSkipped:
+			if rec.Token() != e.Token || rec.FirstOffset != 5 || rec.ID != "order-2" || rec.RedriveFor != "billing" {
+				t.Errorf("redrive_skipped round trip: %+v", rec)
 			}
 		case consumer.Stalled:
 			if rec.Attempt != 2 || !rec.Since.Equal(since) || rec.Cause != consumer.CauseEffect || rec.Err != "boom" || rec.BackoffMs != 100 || rec.Op != "apply" {

@@ -16,8 +16,11 @@
 //     reset in between.
 //   - L: every acknowledged command (not marked poison) was applied.
 //   - O: per key, writes were applied in produce order (Seq grows).
-//   - X: no command was applied twice (plus any extra mismatches the
-//     caller found, such as ledger balances that do not match postings).
+//   - X: no command ID was applied twice, strict: two writes with one
+//     Write.ID are a violation whatever their positions (a command that
+//     entered the log twice must be skipped as a duplicate the second
+//     time, docs/design.md#command-ids); plus any extra mismatches the
+//     caller found, such as ledger balances that do not match postings.
 //   - V: the sink's checkpoint and Kafka's committed offset reached the
 //     end of every partition (lag returned to zero after the faults), and
 //     no committed offset was ahead of the sink's NextOffset on the same

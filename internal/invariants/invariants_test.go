@@ -95,6 +95,13 @@ func TestPlantedViolations(t *testing.T) {
 		{"X applied twice", func(in *invariants.Input) {
 			in.Writes = append(in.Writes, w(0, 3, 3, "b", "c2", "", 0))
 		}, invariants.Violations{X: 1}, "c2 applied again"},
+		{"X one command ID applied at two positions (a copy in the log)", func(in *invariants.Input) {
+			// c1 entered the log again at offset 4 (a retried send, a
+			// batch the broker wrote twice) and was applied there too:
+			// X per command ID, not an O violation of its key.
+			in.Writes = append(in.Writes, w(0, 4, 3, "b", "c1", "k2", 1))
+			in.Ends[0], in.Checkpoints[0], in.Committed[0] = 5, 5, 5
+		}, invariants.Violations{X: 1}, "command c1 applied again at partition 0 offset 4"},
 		{"X extra (balances)", func(in *invariants.Input) {
 			in.ExtraX, in.ExtraXNote = 2, "2 account balances do not match their postings"
 		}, invariants.Violations{X: 2}, "balances"},

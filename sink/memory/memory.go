@@ -53,6 +53,8 @@ var (
 	_ sink.Resetter  = (*Sink)(nil)
 	_ sink.Historian = (*Sink)(nil)
 
+	_ sink.Deduplicator[*Tx] = (*Sink)(nil)
+
 	_ sink.DeadLetterer    = (*Sink)(nil)
 	_ sink.DeadLetterStore = (*Sink)(nil)
 )
@@ -100,8 +102,15 @@ type Event struct {
 	// Token is the offered token (zero for a Reset).
 	Token epochs.Token
 	// Offsets are the offsets actually applied by an accepted Apply
-	// (replayed offsets that were skipped are not listed). Nil otherwise.
+	// (replayed offsets that were skipped are not listed, nor are
+	// duplicates). Nil otherwise.
 	Offsets []int64
+	// IDs are the command IDs of Offsets (by index; "" for a record
+	// without one) for an Apply made by [Sink.ApplyOnce]; nil otherwise.
+	IDs []string
+	// Duplicates are the offsets an accepted ApplyOnce did not run
+	// because their command ID was already applied.
+	Duplicates []int64
 	// Accepted reports whether the sink accepted the operation; a refused
 	// Claim or Apply was fenced.
 	Accepted bool
@@ -139,12 +148,13 @@ type fenceState struct {
 	topicID       string
 	proofRequired bool
 	proofBelow    int64 // sink.Fence.ProofBelow
+	duplicates    int64 // sink.Fence.Duplicates
 }
 
 // fence returns st as the sink.Fence of scope.
 func (st *fenceState) fence(scope epochs.Scope) sink.Fence {
 	return sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset, TopicID: st.topicID,
-		ProofRequired: st.proofRequired, ProofBelow: st.proofBelow}
+		ProofRequired: st.proofRequired, ProofBelow: st.proofBelow, Duplicates: st.duplicates}
 }
 
 // entry is the committed state of one key. A deleted key keeps its entry
@@ -157,9 +167,10 @@ type entry struct {
 
 // Sink is an in-process fenced sink with a transactional key-value store.
 // It implements [sink.Sink] with *[Tx] as the transaction handle,
-// [sink.Lister] and [sink.Resetter]. The zero value is not usable: call
-// [New]. All methods are safe for concurrent use by any number of
-// goroutines.
+// [sink.Lister], [sink.Resetter] and [sink.Deduplicator]
+// ([Sink.ApplyOnce]). The zero value is not usable: call [New] or
+// [NewWithConfig]. All methods are safe for concurrent use by any number
+// of goroutines.
 type Sink struct {
 	mu       sync.RWMutex
 	scopes   map[epochs.Scope]*fenceState
@@ -169,15 +180,21 @@ type Sink struct {
 	audit    []AuditEntry
 	rejected int
 
+	ids    map[epochs.Scope]*idSet // applied command IDs (sink.Deduplicator)
+	window int64                   // their retention horizon, in offsets
+
 	deadLetters []sink.DeadLetter // by ID (ID = index + 1)
 	dlAudit     []sink.DeadLetterAction
 }
 
-// New returns an empty sink. It may be called from any goroutine.
+// New returns an empty sink with the default configuration (see
+// [NewWithConfig]). It may be called from any goroutine.
 func New() *Sink {
 	return &Sink{
 		scopes: make(map[epochs.Scope]*fenceState),
 		data:   make(map[string]*entry),
+		ids:    make(map[epochs.Scope]*idSet),
+		window: sink.DefaultDedupeWindow,
 	}
 }
 
@@ -264,31 +281,59 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
 		return sink.ApplyResult{}, err
 	}
+	res, err := s.apply(ctx, tok, offsets, nil, effect)
+	return res.ApplyResult, err
+}
+
+// apply is Apply, and ApplyOnce when ids is not nil.
+func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
 	scope := tok.Scope()
 	for {
 		if err := ctx.Err(); err != nil {
-			return sink.ApplyResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
+			return sink.ApplyOnceResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
 		}
 
-		// Snapshot NextOffset; refuse early if tok is not the holder
-		// (a refusal is safe to decide at any moment).
+		// Snapshot NextOffset and the applied IDs; refuse early if tok is
+		// not the holder (a refusal is safe to decide at any moment).
 		s.mu.Lock()
 		st := s.scopes[scope]
 		if st == nil || !tok.Holds(st.holder) {
 			stored := s.holderOf(scope)
 			s.record(Event{Kind: Apply, Scope: scope, Token: tok, Stored: stored})
 			s.mu.Unlock()
-			return sink.ApplyResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
 		}
 		next := st.nextOffset
+		first, _ := slices.BinarySearch(offsets, next)
+		var (
+			dup   []bool // by index: a duplicate, not run
+			idVer uint64
+		)
+		if ids != nil {
+			dup = make([]bool, len(offsets))
+			plan := sink.PlanDedupe(ids, first)
+			for _, i := range plan.InBatch {
+				dup[i] = true
+			}
+			if set := s.ids[scope]; set != nil {
+				idVer = set.ver
+				for _, i := range plan.Lookup {
+					if p, ok := set.at[ids[i]]; ok && sink.IsDuplicate(offsets[i], p, s.window) {
+						dup[i] = true
+					}
+				}
+			}
+		}
 		s.mu.Unlock()
 
-		first, _ := slices.BinarySearch(offsets, next)
 		tx := &Tx{s: s}
 		var effErr error
 		for i := first; i < len(offsets); i++ {
 			if err := ctx.Err(); err != nil {
-				return sink.ApplyResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
+				return sink.ApplyOnceResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
+			}
+			if dup != nil && dup[i] {
+				continue
 			}
 			if err := effect(ctx, tx, i); err != nil {
 				effErr = &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
@@ -307,30 +352,60 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 			if stale {
 				continue
 			}
-			return sink.ApplyResult{}, effErr
+			return sink.ApplyOnceResult{}, effErr
 		}
 		if err := ctx.Err(); err != nil {
 			s.mu.Unlock()
-			return sink.ApplyResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
+			return sink.ApplyOnceResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
 		}
 		st = s.scopes[scope]
 		if st == nil || !tok.Holds(st.holder) {
 			stored := s.holderOf(scope)
 			s.record(Event{Kind: Apply, Scope: scope, Token: tok, Stored: stored})
 			s.mu.Unlock()
-			return sink.ApplyResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
 		}
-		if st.nextOffset != next || !s.validLocked(tx) {
+		set := s.ids[scope]
+		if st.nextOffset != next || !s.validLocked(tx) || ids != nil && set != nil && set.ver != idVer {
 			s.mu.Unlock()
 			continue // conflict: discard the write set and run again
 		}
 		s.installLocked(tx)
-		applied := slices.Clone(offsets[first:])
-		if len(applied) > 0 {
-			st.nextOffset = applied[len(applied)-1] + 1
+		var (
+			applied, dups []int64
+			appliedIDs    []string
+			res           sink.ApplyOnceResult
+		)
+		for i := first; i < len(offsets); i++ {
+			if dup != nil && dup[i] {
+				dups = append(dups, offsets[i])
+				res.Duplicates = append(res.Duplicates, i)
+				continue
+			}
+			applied = append(applied, offsets[i])
+			if ids != nil {
+				appliedIDs = append(appliedIDs, ids[i])
+			}
 		}
-		s.record(Event{Kind: Apply, Scope: scope, Token: tok, Offsets: applied, Accepted: true, Stored: st.holder})
-		res := sink.ApplyResult{Applied: len(applied), Skipped: first, NextOffset: st.nextOffset}
+		if first < len(offsets) {
+			st.nextOffset = offsets[len(offsets)-1] + 1
+		}
+		st.duplicates += int64(len(dups))
+		if ids != nil && first < len(offsets) {
+			if set == nil {
+				set = &idSet{at: map[string]int64{}}
+				s.ids[scope] = set
+			}
+			for k, o := range applied {
+				if appliedIDs[k] != "" {
+					set.record(appliedIDs[k], o)
+				}
+			}
+			set.prune(sink.Horizon(st.nextOffset, s.window))
+			set.ver++
+		}
+		s.record(Event{Kind: Apply, Scope: scope, Token: tok, Offsets: applied, IDs: appliedIDs, Duplicates: dups, Accepted: true, Stored: st.holder})
+		res.ApplyResult = sink.ApplyResult{Applied: len(applied), Skipped: first, NextOffset: st.nextOffset}
 		s.mu.Unlock()
 		return res, nil
 	}
@@ -476,6 +551,8 @@ func (s *Sink) Events() []Event {
 	out := make([]Event, len(s.events))
 	for i, ev := range s.events {
 		ev.Offsets = slices.Clone(ev.Offsets)
+		ev.IDs = slices.Clone(ev.IDs)
+		ev.Duplicates = slices.Clone(ev.Duplicates)
 		out[i] = ev
 	}
 	return out

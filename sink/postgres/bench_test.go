@@ -2,14 +2,18 @@ package postgres
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/unfenced"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // BenchmarkApply measures the cost of the fence: the same batch of N
@@ -68,4 +72,161 @@ func benchApply(b *testing.B, fenced bool, n int) {
 		batches++
 	}
 	b.ReportMetric(float64(batches*n)/b.Elapsed().Seconds(), "records/s")
+}
+
+// commandID returns a random command ID in the textual form of a UUID
+// (36 bytes), as an application might choose them.
+func commandID(r *rand.Rand) string {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// BenchmarkDedup measures the cost of deduplication (docs/design.md#command-ids):
+// "off" applies batches with Apply, "on" the same batches with ApplyOnce,
+// every record with a new random command ID, on a scope whose window
+// (sink.DefaultDedupeWindow) is already full (rows of the batch's size),
+// so that every batch also prunes as many IDs as it records (the steady
+// state). The effect is BenchmarkApply's (upserts pipelined in one round
+// trip). "on" also reports the storage per retained ID (B/id:
+// pg_total_relation_size of the table, its index and TOAST included,
+// over the window's IDs, right after they were written) and the prune
+// alone (prune-µs/256: deleting the rows of the next 256 IDs at the
+// horizon, in a transaction rolled back).
+func BenchmarkDedup(b *testing.B) {
+	for _, n := range []int{1, 256} {
+		for _, mode := range []string{"off", "on"} {
+			b.Run(fmt.Sprintf("%s/batch=%d", mode, n), func(b *testing.B) {
+				benchDedup(b, mode == "on", n)
+			})
+		}
+	}
+}
+
+func benchDedup(b *testing.B, on bool, n int) {
+	schema := newTestSchema(b)
+	s := openSink(b, schema, nil)
+	ctx := context.Background()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprint("key-", i)
+	}
+	var batch pgx.Batch
+	effect := func(ctx context.Context, tx pgx.Tx, i int) error {
+		batch.Queue(upsertKV, keys[i], "value")
+		if i < n-1 {
+			return nil
+		}
+		err := tx.SendBatch(ctx, &batch).Close()
+		batch = pgx.Batch{}
+		return err
+	}
+	tok := epochs.Token{Group: "bench", Topic: "orders", Partition: 0, Epoch: 1, Member: "m"}
+	if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	table := pgx.Identifier{schema, "workrouter_command_ids"}.Sanitize()
+	var (
+		next                  int64
+		bytesPerID, pruneCost float64
+	)
+	if on {
+		// Fill the window as ApplyOnce would have, one row per batch of
+		// random IDs, in one transaction; then one ApplyOnce loads them.
+		window := s.DedupeWindow()
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var rows pgx.Batch
+		for next < window {
+			k := min(int64(n), window-next)
+			offs, ids := make([]int64, k), make([]string, k)
+			for i := range offs {
+				offs[i], ids[i] = next+int64(i), commandID(r)
+			}
+			rows.Queue("INSERT INTO "+table+" (grp, topic, part, first_off, last_off, ids) VALUES ($1, $2, $3, $4, $5, $6)",
+				tok.Group, tok.Topic, tok.Partition, offs[0], offs[k-1], cmdids.Encode(offs[0], offs, ids))
+			next += k
+		}
+		rows.Queue("UPDATE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" SET next_offset = $1, ids_version = ids_version + 1", next)
+		if err := tx.SendBatch(ctx, &rows).Close(); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+		var size int64
+		if err := s.Pool().QueryRow(ctx, "SELECT pg_total_relation_size($1)", table).Scan(&size); err != nil {
+			b.Fatal(err)
+		}
+		bytesPerID = float64(size) / float64(window)
+		pruneCost = prunePerBatch(b, s, table, next-window)
+		noop := func(context.Context, pgx.Tx, int) error { return nil }
+		res, err := s.ApplyOnce(ctx, tok, []int64{next}, []string{commandID(r)}, noop)
+		if err != nil || res.Applied != 1 {
+			b.Fatalf("first ApplyOnce: %+v, %v", res, err)
+		}
+		next = res.NextOffset
+	}
+	offsets, ids := make([]int64, n), make([]string, n)
+	batches := 0
+	b.ResetTimer()
+	for b.Loop() {
+		for i := range offsets {
+			offsets[i], ids[i] = next+int64(i), commandID(r)
+		}
+		var (
+			res sink.ApplyResult
+			err error
+		)
+		if on {
+			var once sink.ApplyOnceResult
+			once, err = s.ApplyOnce(ctx, tok, offsets, ids, effect)
+			res = once.ApplyResult
+		} else {
+			res, err = s.Apply(ctx, tok, offsets, effect)
+		}
+		if err != nil || res.Applied != n {
+			b.Fatalf("%+v, %v", res, err)
+		}
+		next = res.NextOffset
+		batches++
+	}
+	b.ReportMetric(float64(batches*n)/b.Elapsed().Seconds(), "records/s")
+	if on {
+		b.ReportMetric(bytesPerID, "B/id")
+		b.ReportMetric(pruneCost, "prune-µs/256")
+	}
+}
+
+// prunePerBatch returns the mean time, in µs, of deleting the rows of the
+// 256 lowest command IDs of the bench scope from horizon on, as
+// ApplyOnce's prune does, in 20 transactions that are rolled back.
+func prunePerBatch(b *testing.B, s *Sink, table string, horizon int64) float64 {
+	ctx := context.Background()
+	var total time.Duration
+	const rounds = 20
+	for range rounds {
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		_, err = tx.Exec(ctx, "DELETE FROM "+table+" WHERE grp = 'bench' AND topic = 'orders' AND part = 0 AND last_off < $1", horizon+256)
+		total += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(total.Microseconds()) / rounds
 }

@@ -89,7 +89,7 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 			member string
 			cur    int64
 		)
-		if err := tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &cur); err == nil {
+		if err := tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &cur, new(int64)); err == nil {
 			stored = holderToken(tok.Scope(), epoch, member)
 		}
 		s.log.Warn("postgres sink: dead letter fenced at the conditional update", "token", tok.String(), "stored", stored.String(), "offset", rec.Offset)

@@ -33,7 +33,7 @@
 // # Tables
 //
 // [Open] creates, on first use and in one transaction guarded by an
-// advisory lock (several processes may open concurrently), five tables in
+// advisory lock (several processes may open concurrently), six tables in
 // [Config.Schema], named after [Config.Prefix] (default "workrouter"):
 //
 //   - <prefix>_fences: one row per scope — holder epoch and member,
@@ -44,9 +44,11 @@
 //     transaction) and per admin reset (the audit row); see [Sink.History].
 //   - <prefix>_dead_letters and <prefix>_dl_audit: the dead letters and
 //     their state changes.
-//   - <prefix>_schema: the schema version (3).
+//   - <prefix>_command_ids: the command IDs [Sink.ApplyOnce] applied
+//     within [Config.DedupeWindow], by scope, with their offsets.
+//   - <prefix>_schema: the schema version (4).
 //
-// Open migrates a schema of version 1 or 2 in place. An existing table of
+// Open migrates a schema of version 1, 2 or 3 in place. An existing table of
 // the same name with other columns, or another schema version, makes Open
 // fail with [ErrSchema] and create nothing.
 //

@@ -13,6 +13,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // maxAttempts bounds how often Apply runs a batch again after a retryable
@@ -38,12 +39,13 @@ type fenceRow struct {
 	topicID       string
 	proofRequired bool
 	proofBelow    int64 // sink.Fence.ProofBelow
+	duplicates    int64 // sink.Fence.Duplicates
 }
 
 // fence returns the row as the sink.Fence of scope.
 func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 	return sink.Fence{Scope: scope, Holder: r.holder, NextOffset: r.nextOffset, TopicID: r.topicID,
-		ProofRequired: r.proofRequired, ProofBelow: r.proofBelow}
+		ProofRequired: r.proofRequired, ProofBelow: r.proofBelow, Duplicates: r.duplicates}
 }
 
 // lockFence reads scope's fence row inside tx and locks it (SELECT … FOR
@@ -51,7 +53,7 @@ func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 func (s *Sink) lockFence(ctx context.Context, tx pgx.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.QueryRow(ctx, s.q.fenceLock, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.duplicates)
 	if err != nil {
 		return fenceRow{}, err
 	}
@@ -152,15 +154,53 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
 		return sink.ApplyResult{}, err
 	}
+	res, err := s.apply(ctx, tok, offsets, nil, effect)
+	return res.ApplyResult, err
+}
+
+// ApplyOnce applies a batch of records of tok's scope with their command
+// IDs, following [sink.Deduplicator], in the one transaction of
+// [Sink.Apply]: the early fence read also returns the fence row's IDs
+// version; the batch's IDs are looked up in the scope's retained IDs (a
+// per-Sink cache, used when it mirrors that version, else loaded from
+// <prefix>_command_ids in the transaction); the effects of the records
+// that are not duplicates run in order; then the conditional UPDATE of
+// the fence row (the authoritative check, which also requires the IDs
+// version read and bumps it), the insert of the applied IDs as one row
+// and, when [sink.PruneDue], the delete of the rows whose last offset is
+// below the new horizon (an index range on (scope, last_off)) go in one
+// round trip, and the transaction commits. Two attempts that looked up the same version
+// cannot both commit: the version is part of the fenced compare-and-set.
+// A refusal, an effect error, a conflict or a cancelled ctx rolls it all
+// back and records nothing; a batch run again after a conflict decides
+// its duplicates again. It may be called from any goroutine; effect is
+// called on the calling goroutine, with a pgx.Tx that must not be used
+// after effect returns.
+func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (sink.ApplyOnceResult, error) {
+	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	if err := sink.CheckIDs(offsets, ids); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	return s.apply(ctx, tok, offsets, ids, effect)
+}
+
+// DedupeWindow returns [Config.DedupeWindow] (its default filled in). It
+// implements [sink.Deduplicator] and may be called from any goroutine.
+func (s *Sink) DedupeWindow() int64 { return s.window }
+
+// apply is Apply, and ApplyOnce when ids is not nil.
+func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (sink.ApplyOnceResult, error) {
 	op := "apply " + tok.String()
 	if err := s.writable(op); err != nil {
-		return sink.ApplyResult{}, err
+		return sink.ApplyOnceResult{}, err
 	}
 	for attempt := 1; ; attempt++ {
 		if err := s.check(ctx, op); err != nil {
-			return sink.ApplyResult{}, err
+			return sink.ApplyOnceResult{}, err
 		}
-		res, retry, err := s.applyOnce(ctx, tok, offsets, effect)
+		res, retry, err := s.applyAttempt(ctx, tok, offsets, ids, effect)
 		if !retry || attempt == maxAttempts {
 			return res, err
 		}
@@ -168,9 +208,10 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 	}
 }
 
-// applyOnce is one attempt of Apply. retry reports a conflict after which
-// the batch should be run again.
-func (s *Sink) applyOnce(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[pgx.Tx]) (res sink.ApplyResult, retry bool, err error) {
+// applyAttempt is one attempt of Apply (and of ApplyOnce when ids is not
+// nil). retry reports a conflict after which the batch should be run
+// again.
+func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (res sink.ApplyOnceResult, retry bool, err error) {
 	op := "apply " + tok.String()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -180,11 +221,12 @@ func (s *Sink) applyOnce(ctx context.Context, tok epochs.Token, offsets []int64,
 
 	// Early refusal: a plain read, no lock.
 	var (
-		epoch  int32
-		member string
-		next   int64
+		epoch      int32
+		member     string
+		next       int64
+		idsVersion int64
 	)
-	err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next)
+	err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next, &idsVersion)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return res, false, s.fenced(tok, epochs.Token{})
@@ -198,12 +240,36 @@ func (s *Sink) applyOnce(ctx context.Context, tok epochs.Token, offsets []int64,
 	first, _ := slices.BinarySearch(offsets, next)
 	if first == len(offsets) {
 		// A replay: nothing to apply, nothing to write.
-		return sink.ApplyResult{Skipped: first, NextOffset: next}, false, nil
+		return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Skipped: first, NextOffset: next}}, false, nil
+	}
+	var (
+		dup    []bool // by index: a duplicate, not run
+		loaded bool   // the cache was loaded in this transaction
+	)
+	if ids != nil {
+		if dup, loaded, err = s.duplicates(ctx, tx, tok.Scope(), idsVersion, offsets, ids, first); err != nil {
+			return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": look up command IDs", err)
+		}
+		if loaded {
+			// What the load read may be newer than idsVersion (another
+			// statement, another snapshot): keep it only if this
+			// transaction's compare-and-set on the version commits.
+			defer func() {
+				if err != nil {
+					s.ids.Drop(tok.Scope())
+				}
+			}()
+		}
 	}
 	htx := &handlerTx{Tx: tx}
+	var dups []int
 	for i := first; i < len(offsets); i++ {
 		if err := ctx.Err(); err != nil {
 			return res, false, fmt.Errorf("postgres: %s: %w", op, err)
+		}
+		if dup != nil && dup[i] {
+			dups = append(dups, i)
+			continue
 		}
 		if err := effect(ctx, htx, i); err != nil {
 			return res, retryable(err) && ctx.Err() == nil, &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
@@ -214,15 +280,49 @@ func (s *Sink) applyOnce(ctx context.Context, tok epochs.Token, offsets []int64,
 	}
 
 	// The authoritative check: advance NextOffset only if tok still holds
-	// the scope and no other Apply moved NextOffset meanwhile.
+	// the scope and no other Apply moved NextOffset meanwhile. The prune
+	// of the command IDs rides in the same round trip (rolled back with
+	// the rest if the check fails).
 	newNext := offsets[len(offsets)-1] + 1
-	tag, err := tx.Exec(ctx, s.q.advance, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext)
+	var (
+		tag     pgconn.CommandTag
+		applied cmdids.Row
+		horizon = sink.Horizon(newNext, s.window)
+		prune   = sink.PruneDue(next, newNext, s.window)
+	)
+	if ids == nil {
+		tag, err = tx.Exec(ctx, s.q.advance, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext)
+	} else {
+		// The advance (the version's compare-and-set), the batch's row
+		// of IDs and the prune, in one round trip.
+		b := &pgx.Batch{}
+		b.Queue(s.q.advanceOnce, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext, idsVersion, int64(len(dups)))
+		applied = appliedRow(offsets, ids, first, dup)
+		if len(applied.IDs) > 0 {
+			b.Queue(s.q.idInsert, tok.Group, tok.Topic, tok.Partition, applied.Offs[0], applied.Last,
+				cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs))
+		}
+		if prune {
+			b.Queue(s.q.idPrune, tok.Group, tok.Topic, tok.Partition, horizon)
+		}
+		br := tx.SendBatch(ctx, b)
+		tag, err = br.Exec()
+		for range b.Len() - 1 {
+			if err != nil {
+				break
+			}
+			_, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}
 	if err != nil {
 		return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": advance fence", err)
 	}
 	if tag.RowsAffected() != 1 {
 		expected := next
-		err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next)
+		err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next, &idsVersion)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return res, false, wrap(ctx, op+": read fence", err)
 		}
@@ -234,10 +334,74 @@ func (s *Sink) applyOnce(ctx context.Context, tok epochs.Token, offsets []int64,
 		// the same tenure committed first. Run again on the new state.
 		return res, true, fmt.Errorf("postgres: %s: %w: NextOffset moved from %d to %d during the batch", op, ErrConflict, expected, next)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err = tx.Commit(ctx); err != nil {
+		if ids != nil {
+			s.ids.Drop(tok.Scope()) // the commit may have happened
+		}
 		return res, false, commitError(ctx, op, err)
 	}
-	return sink.ApplyResult{Applied: len(offsets) - first, Skipped: first, NextOffset: newNext}, false, nil
+	if ids != nil {
+		s.ids.Committed(tok.Scope(), idsVersion, applied, prune, horizon)
+	}
+	return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Applied: len(offsets) - first - len(dups), Skipped: first, NextOffset: newNext},
+		Duplicates: dups}, false, nil
+}
+
+// appliedRow returns the row of the IDs of the records from index first on
+// that are not duplicates and carry an ID.
+func appliedRow(offsets []int64, ids []string, first int, dup []bool) cmdids.Row {
+	var r cmdids.Row
+	for i := first; i < len(offsets); i++ {
+		if !dup[i] && ids[i] != "" {
+			r.Offs = append(r.Offs, offsets[i])
+			r.IDs = append(r.IDs, ids[i])
+			r.Last = offsets[i]
+		}
+	}
+	return r
+}
+
+// duplicates returns which records of the batch, from index first on, are
+// duplicates: an ID seen earlier in the batch, or one the scope applied
+// within the window. It looks the IDs up in the cache, first loading the
+// scope's rows into it (loaded) if it does not mirror version, the fence
+// row's IDs version the attempt read.
+func (s *Sink) duplicates(ctx context.Context, tx pgx.Tx, scope epochs.Scope, version int64, offsets []int64, ids []string, first int) (dup []bool, loaded bool, err error) {
+	dup = make([]bool, len(offsets))
+	plan := sink.PlanDedupe(ids, first)
+	for _, i := range plan.InBatch {
+		dup[i] = true
+	}
+	if len(plan.Lookup) == 0 {
+		return dup, false, nil
+	}
+	found := func(i int, applied int64) { dup[i] = sink.IsDuplicate(offsets[i], applied, s.window) }
+	if s.ids.Lookup(scope, version, ids, plan.Lookup, found) {
+		return dup, false, nil
+	}
+	rows, err := tx.Query(ctx, s.q.idSelect, scope.Group, scope.Topic, scope.Partition)
+	if err != nil {
+		return nil, false, err
+	}
+	var (
+		rowFirst, last int64
+		data           []byte
+		all            []cmdids.Row
+	)
+	_, err = pgx.ForEachRow(rows, []any{&rowFirst, &last, &data}, func() error {
+		offs, rowIDs, err := cmdids.Decode(rowFirst, data)
+		if err != nil {
+			return err
+		}
+		all = append(all, cmdids.Row{Last: last, Offs: offs, IDs: rowIDs})
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	s.ids.Load(scope, version, all)
+	s.ids.Lookup(scope, version, ids, plan.Lookup, found)
+	return dup, true, nil
 }
 
 // fenced logs and returns the refusal of an Apply by tok.
@@ -287,7 +451,7 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 		member string
 		out    []sink.Fence
 	)
-	_, err = pgx.ForEachRow(rows, []any{&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow, &f.Duplicates}, func() error {
 		f.Holder = holderToken(f.Scope, epoch, member)
 		out = append(out, f)
 		return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // Compile-time checks of the capabilities a *Sink provides.
@@ -27,6 +28,8 @@ var (
 	_ sink.Lister       = (*Sink)(nil)
 	_ sink.Resetter     = (*Sink)(nil)
 	_ sink.Historian    = (*Sink)(nil)
+
+	_ sink.Deduplicator[pgx.Tx] = (*Sink)(nil)
 
 	_ sink.DeadLetterer        = (*Sink)(nil)
 	_ sink.DeadLetterStore     = (*Sink)(nil)
@@ -123,9 +126,14 @@ type Config struct {
 	// identifier (letters, digits, underscores, not starting with a digit).
 	Schema string
 	// Prefix is the table name prefix; default "workrouter". The tables are
-	// <prefix>_fences, <prefix>_history and <prefix>_schema. It must be a
-	// plain identifier of at most 40 bytes.
+	// <prefix>_fences, <prefix>_history, <prefix>_schema,
+	// <prefix>_dead_letters, <prefix>_dl_audit and <prefix>_command_ids. It
+	// must be a plain identifier of at most 40 bytes.
 	Prefix string
+	// DedupeWindow is the retention horizon of applied command IDs, in
+	// offsets of a scope ([sink.Deduplicator], docs/design.md#command-ids);
+	// default [sink.DefaultDedupeWindow]. Negative is invalid.
+	DedupeWindow int64
 	// IdleInTxTimeout is set as idle_in_transaction_session_timeout on the
 	// sessions the sink opens, so that a paused (SIGSTOPped) worker's open
 	// transaction cannot hold locks forever; default 30s. It must be longer
@@ -143,10 +151,10 @@ type Config struct {
 }
 
 // Sink is a fenced sink in a PostgreSQL database. It implements
-// [sink.Sink] with [pgx.Tx] as the transaction handle, [sink.Lister] and
-// [sink.Resetter]. Create it with [Open]. All methods are safe for
-// concurrent use by any number of goroutines (and processes sharing the
-// database).
+// [sink.Sink] with [pgx.Tx] as the transaction handle, [sink.Lister],
+// [sink.Resetter] and [sink.Deduplicator] ([Sink.ApplyOnce]). Create it
+// with [Open]. All methods are safe for concurrent use by any number of
+// goroutines (and processes sharing the database).
 type Sink struct {
 	pool     *pgxpool.Pool
 	ownsPool bool
@@ -155,6 +163,8 @@ type Sink struct {
 	prefix   string
 	readOnly bool
 	q        queries
+	window   int64 // Config.DedupeWindow, its default filled in
+	ids      cmdids.Cache
 	closed   atomic.Bool
 	close    sync.Once
 }
@@ -193,6 +203,8 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 			ErrConfig, cfg.Prefix, maxPrefixLen)
 	case cfg.IdleInTxTimeout < 0:
 		return nil, fmt.Errorf("%w: negative IdleInTxTimeout %s", ErrConfig, cfg.IdleInTxTimeout)
+	case cfg.DedupeWindow < 0:
+		return nil, fmt.Errorf("%w: negative DedupeWindow %d", ErrConfig, cfg.DedupeWindow)
 	case cfg.Pool == nil && cfg.DSN == "":
 		return nil, fmt.Errorf("%w: DSN is required (or pass a Pool)", ErrConfig)
 	}
@@ -203,6 +215,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		schema: cfg.Schema,
 		prefix: cfg.Prefix,
 		q:      newQueries(cfg.Schema, cfg.Prefix),
+		window: sink.DedupeWindowOf(cfg.DedupeWindow),
 
 		readOnly: cfg.ReadOnly,
 	}

@@ -13,9 +13,10 @@ import (
 // schemaVersion is the version of the sink's tables this code reads and
 // writes. Version 2 added the log identity (topic ID), the reset's proof
 // requirement and the dead letters; version 3 the proof floor
-// (proof_below, sink.Fence.ProofBelow). Open migrates a version 1 or 2
-// schema in place.
-const schemaVersion = 3
+// (proof_below, sink.Fence.ProofBelow); version 4 the applied command IDs
+// (sink.Deduplicator) and the fences' count of skipped duplicates
+// (sink.Fence.Duplicates). Open migrates a version 1, 2 or 3 schema in place.
+const schemaVersion = 4
 
 // column is one expected column of a sink table, its type as PostgreSQL's
 // format_type spells it.
@@ -37,6 +38,7 @@ var tables = []tableSpec{
 			{"grp", "text"}, {"topic", "text"}, {"part", "integer"},
 			{"epoch", "integer"}, {"member", "text"}, {"next_offset", "bigint"},
 			{"topic_id", "text"}, {"proof_required", "boolean"}, {"proof_below", "bigint"},
+			{"ids_version", "bigint"}, {"duplicates", "bigint"},
 		},
 		ddl: []string{`CREATE TABLE %[1]s (
 			grp text NOT NULL,
@@ -48,6 +50,8 @@ var tables = []tableSpec{
 			topic_id text NOT NULL DEFAULT '',
 			proof_required boolean NOT NULL DEFAULT false,
 			proof_below bigint NOT NULL DEFAULT 0,
+			ids_version bigint NOT NULL DEFAULT 0,
+			duplicates bigint NOT NULL DEFAULT 0,
 			PRIMARY KEY (grp, topic, part))`},
 	},
 	{
@@ -130,7 +134,32 @@ var tables = []tableSpec{
 			`CREATE INDEX %[2]s ON %[1]s (id, seq)`,
 		},
 	},
+	{
+		// The command IDs one ApplyOnce applied, one row (cmdids.Encode).
+		suffix: "_command_ids",
+		columns: []column{
+			{"seq", "bigint"}, {"grp", "text"}, {"topic", "text"}, {"part", "integer"},
+			{"first_off", "bigint"}, {"last_off", "bigint"}, {"ids", "bytea"},
+		},
+		ddl: []string{
+			`CREATE TABLE %[1]s (
+			seq bigserial PRIMARY KEY,
+			grp text NOT NULL,
+			topic text NOT NULL,
+			part int NOT NULL,
+			first_off bigint NOT NULL,
+			last_off bigint NOT NULL,
+			ids bytea NOT NULL)
+			WITH (toast_tuple_target = 8160)`, // a batch's row stays in the heap page (no TOAST) up to ~400 UUIDs
+			// The load and the prune of ApplyOnce: ranges of the scope.
+			`CREATE INDEX %[2]s ON %[1]s (grp, topic, part, last_off)`,
+		},
+	},
 }
+
+// commandIDsTable is the index in tables of the command IDs, which
+// version 4 added.
+const commandIDsTable = 5
 
 // oldColumns are the columns of the tables of the older schema versions
 // Open migrates, by version and table suffix.
@@ -148,17 +177,27 @@ var oldColumns = map[int32]map[string][]column{
 		"_dead_letters": tables[3].columns,
 		"_dl_audit":     tables[4].columns,
 	},
+	// Version 4's tables without the command IDs, the fences without
+	// ids_version and duplicates.
+	3: {
+		"_fences":       tables[0].columns[:9],
+		"_history":      tables[1].columns,
+		"_schema":       tables[2].columns,
+		"_dead_letters": tables[3].columns,
+		"_dl_audit":     tables[4].columns,
+	},
 }
 
 // queries holds the sink's SQL with its table names filled in.
 type queries struct {
-	fences, history, schema, deadLetters, dlAudit string // qualified, quoted table names
+	fences, history, schema, deadLetters, dlAudit, commandIDs string // qualified, quoted table names
 
-	fenceLock                              string // the fence row, locked until the transaction ends: claims, dead letters and resets read it so
-	claimInsert, claimUpdate, claimHistory string
-	fenceRead, advance, fenceList          string
-	reset, resetAudit, historyList         string
-	dlInsert, dlColumns                    string
+	fenceLock                                  string // the fence row, locked until the transaction ends: claims, dead letters and resets read it so
+	claimInsert, claimUpdate, claimHistory     string
+	fenceRead, advance, advanceOnce, fenceList string
+	reset, resetAudit, historyList             string
+	dlInsert, dlColumns                        string
+	idInsert, idSelect, idPrune                string
 }
 
 func newQueries(schema, prefix string) queries {
@@ -168,13 +207,14 @@ func newQueries(schema, prefix string) queries {
 		schema:      pgx.Identifier{schema, prefix + "_schema"}.Sanitize(),
 		deadLetters: pgx.Identifier{schema, prefix + "_dead_letters"}.Sanitize(),
 		dlAudit:     pgx.Identifier{schema, prefix + "_dl_audit"}.Sanitize(),
+		commandIDs:  pgx.Identifier{schema, prefix + "_command_ids"}.Sanitize(),
 	}
 	// Claim: a row for a new scope (no holder, starting at $4 on log $5),
 	// then the row locked, decided in Go, updated and recorded, in one
 	// transaction.
 	q.claimInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, epoch, member, next_offset, topic_id)
 		VALUES ($1, $2, $3, -1, '', $4, $5) ON CONFLICT (grp, topic, part) DO NOTHING`, q.fences)
-	q.fenceLock = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required, proof_below FROM %s
+	q.fenceLock = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates FROM %s
 		WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
 	// A claim keeps proof_below (a new row starts at 0): only a reset
 	// raises it (sink.Fence.ProofBelow).
@@ -182,10 +222,15 @@ func newQueries(schema, prefix string) queries {
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.claimHistory = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, topic_id)
 		VALUES ($1, $2, $3, 'claim', $4, $5, $6, $7)`, q.history)
-	q.fenceRead = fmt.Sprintf(`SELECT epoch, member, next_offset FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
+	q.fenceRead = fmt.Sprintf(`SELECT epoch, member, next_offset, ids_version FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.advance = fmt.Sprintf(`UPDATE %s SET next_offset = $7
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6`, q.fences)
-	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below FROM %s ORDER BY grp, topic, part`, q.fences)
+	// ApplyOnce's advance also bumps the IDs version, on the condition
+	// that it is the one read (cmdids), and counts the batch's $9
+	// duplicates.
+	q.advanceOnce = fmt.Sprintf(`UPDATE %s SET next_offset = $7, ids_version = ids_version + 1, duplicates = duplicates + $9
+		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6 AND ids_version = $8`, q.fences)
+	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates FROM %s ORDER BY grp, topic, part`, q.fences)
 	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '', next_offset = $4, topic_id = $5, proof_required = true, proof_below = $6
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.resetAudit = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, reason, topic_id, detail)
@@ -195,12 +240,17 @@ func newQueries(schema, prefix string) queries {
 	q.dlInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, state)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'open') RETURNING id`, q.deadLetters)
 	q.dlColumns = "id, grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state, mirrored"
+	// ApplyOnce: the IDs of a batch are one row; the load and the prune
+	// are ranges of the scope.
+	q.idInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, first_off, last_off, ids) VALUES ($1, $2, $3, $4, $5, $6)`, q.commandIDs)
+	q.idSelect = fmt.Sprintf(`SELECT first_off, last_off, ids FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.commandIDs)
+	q.idPrune = fmt.Sprintf(`DELETE FROM %s WHERE grp = $1 AND topic = $2 AND part = $3 AND last_off < $4`, q.commandIDs)
 	return q
 }
 
 // ensureSchema creates the sink's tables if none exists, or checks that
 // the existing ones are the sink's, of the current version (migrating
-// versions 1 and 2). Everything happens in one
+// versions 1 to 3). Everything happens in one
 // transaction under an advisory lock keyed by schema and prefix, so
 // concurrent Opens serialize and a failure leaves nothing behind.
 func (s *Sink) ensureSchema(ctx context.Context) error {
@@ -251,7 +301,7 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 
 	// An older schema: its tables with their columns, and nothing else
 	// of ours.
-	for _, version := range []int32{1, 2} {
+	for _, version := range []int32{1, 2, 3} {
 		old := len(existing) == len(oldColumns[version])
 		for suffix, cols := range oldColumns[version] {
 			f := existing[s.prefix+suffix]
@@ -314,7 +364,7 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 	return tx.Commit(ctx)
 }
 
-// migrate turns a schema of version from (1 or 2) into the current one,
+// migrate turns a schema of version from (1, 2 or 3) into the current one,
 // in tx, and commits. From version 1: the fence and history rows gain a
 // topic ID (empty: adopted on the next claim that observes one), the
 // fences a proof requirement and the history a detail, and the dead
@@ -322,7 +372,10 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 // proof floor (proof_below), set from the history's resets, the highest
 // epoch a reset cleared plus one (sink.Fence.AfterReset), so that a scope
 // reset before the migration still asks a proof of its previous
-// incarnation's epochs.
+// incarnation's epochs. From versions 1 to 3: the fences gain the IDs
+// version (ids_version, 0) and the count of skipped duplicates
+// (duplicates, 0), and the command IDs table is created, empty
+// (no command applied before had its ID recorded).
 func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 	var versions []int32
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT version FROM %s`, s.q.schema))
@@ -343,19 +396,18 @@ func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 			`ALTER TABLE `+s.q.fences+` ADD COLUMN proof_required boolean NOT NULL DEFAULT false`,
 			`ALTER TABLE `+s.q.history+` ADD COLUMN topic_id text NOT NULL DEFAULT ''`,
 			`ALTER TABLE `+s.q.history+` ADD COLUMN detail text NOT NULL DEFAULT ''`)
-		for _, t := range tables[3:] {
-			table := pgx.Identifier{s.schema, s.prefix + t.suffix}.Sanitize()
-			index := pgx.Identifier{s.prefix + t.suffix + "_scope_idx"}.Sanitize()
-			for _, d := range t.ddl {
-				stmts = append(stmts, fmt.Sprintf(d, table, index))
-			}
-		}
+		stmts = append(stmts, s.tableDDL(tables[3:commandIDsTable]...)...)
 	}
-	stmts = append(stmts,
-		`ALTER TABLE `+s.q.fences+` ADD COLUMN proof_below bigint NOT NULL DEFAULT 0`,
-		fmt.Sprintf(`UPDATE %[1]s f SET proof_below = coalesce((SELECT max(h.epoch)::bigint + 1 FROM %[2]s h
-			WHERE h.grp = f.grp AND h.topic = f.topic AND h.part = f.part AND h.kind = 'reset' AND h.epoch >= 0), 0)`, s.q.fences, s.q.history),
-		fmt.Sprintf(`UPDATE %s SET version = %d`, s.q.schema, schemaVersion))
+	if from <= 2 {
+		stmts = append(stmts,
+			`ALTER TABLE `+s.q.fences+` ADD COLUMN proof_below bigint NOT NULL DEFAULT 0`,
+			fmt.Sprintf(`UPDATE %[1]s f SET proof_below = coalesce((SELECT max(h.epoch)::bigint + 1 FROM %[2]s h
+			WHERE h.grp = f.grp AND h.topic = f.topic AND h.part = f.part AND h.kind = 'reset' AND h.epoch >= 0), 0)`, s.q.fences, s.q.history))
+	}
+	stmts = append(stmts, `ALTER TABLE `+s.q.fences+` ADD COLUMN ids_version bigint NOT NULL DEFAULT 0`,
+		`ALTER TABLE `+s.q.fences+` ADD COLUMN duplicates bigint NOT NULL DEFAULT 0`)
+	stmts = append(stmts, s.tableDDL(tables[commandIDsTable])...)
+	stmts = append(stmts, fmt.Sprintf(`UPDATE %s SET version = %d`, s.q.schema, schemaVersion))
 	for _, stmt := range stmts {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("%w: migrating schema %s from version %d: %w", ErrSchema, s.schema, from, err)
@@ -379,13 +431,7 @@ func (s *Sink) createSchema(ctx context.Context, tx pgx.Tx) error {
 	if !exists {
 		stmts = append(stmts, "CREATE SCHEMA "+pgx.Identifier{s.schema}.Sanitize())
 	}
-	for _, t := range tables {
-		table := pgx.Identifier{s.schema, s.prefix + t.suffix}.Sanitize()
-		index := pgx.Identifier{s.prefix + t.suffix + "_scope_idx"}.Sanitize()
-		for _, d := range t.ddl {
-			stmts = append(stmts, fmt.Sprintf(d, table, index))
-		}
-	}
+	stmts = append(stmts, s.tableDDL(tables...)...)
 	stmts = append(stmts, fmt.Sprintf(`INSERT INTO %s (version) VALUES (%d)`, s.q.schema, schemaVersion))
 	for _, stmt := range stmts {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
@@ -400,6 +446,19 @@ func (s *Sink) createSchema(ctx context.Context, tx pgx.Tx) error {
 	}
 	s.log.Info("postgres sink: created tables", "schema", s.schema, "prefix", s.prefix, "version", schemaVersion)
 	return nil
+}
+
+// tableDDL returns the statements that create ts, with s's names.
+func (s *Sink) tableDDL(ts ...tableSpec) []string {
+	var stmts []string
+	for _, t := range ts {
+		table := pgx.Identifier{s.schema, s.prefix + t.suffix}.Sanitize()
+		index := pgx.Identifier{s.prefix + t.suffix + "_scope_idx"}.Sanitize()
+		for _, d := range t.ddl {
+			stmts = append(stmts, fmt.Sprintf(d, table, index))
+		}
+	}
+	return stmts
 }
 
 func formatColumns(cols []column) string {

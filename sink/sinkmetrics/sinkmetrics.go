@@ -4,12 +4,15 @@
 //
 //   - workrouter_sink_operations_total{backend, op="claim"|"apply", outcome="ok"|"fenced"|"effect_error"|"error"}
 //   - workrouter_sink_operation_duration_seconds{backend, op} (histogram)
-//   - workrouter_sink_records_total{backend, outcome="applied"|"skipped"}
+//   - workrouter_sink_records_total{backend, outcome="applied"|"skipped"|"duplicate"}
 //
 // The wrapper implements sink.Unwrapper: the optional capabilities of the
 // sink it wraps (sink.Lister, sink.Resetter, sink.Historian, …) stay
 // reachable through sink.As, which the conformance suite checks for every
-// backend.
+// backend. sink.Deduplicator is the exception: a wrapper of a sink that
+// has it implements it too, so that ApplyOnce, the apply a deduplicating
+// worker makes, is measured (as op="apply", its duplicates as
+// outcome="duplicate"); a wrapper of a sink without it does not.
 package sinkmetrics
 
 import (
@@ -57,7 +60,7 @@ func Wrap[Tx any](s sink.Sink[Tx], reg prometheus.Registerer, backend string) (s
 			Help: "Duration of one sink claim or apply (one atomic unit).", ConstLabels: cl,
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 15)}, []string{"op"}),
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workrouter_sink_records_total",
-			Help: "Records the sink applied, or skipped as already applied.", ConstLabels: cl}, []string{"outcome"}),
+			Help: "Records the sink applied, skipped as already applied (offset below the checkpoint), or did not run as duplicates (command ID already applied).", ConstLabels: cl}, []string{"outcome"}),
 	}
 	var set promset.Set
 	set.Add("workrouter_sink_operations_total", m.ops)
@@ -71,8 +74,48 @@ func Wrap[Tx any](s sink.Sink[Tx], reg prometheus.Registerer, backend string) (s
 			m.ops.WithLabelValues(op, o)
 		}
 	}
-	return &Instrumented[Tx]{inner: s, backend: backend, m: m}, nil
+	for _, o := range []string{"applied", "skipped", "duplicate"} {
+		m.records.WithLabelValues(o)
+	}
+	in := &Instrumented[Tx]{inner: s, backend: backend, m: m}
+	// s itself, not a sink under it: ApplyOnce replaces Apply, so a
+	// Deduplicator under a wrapper that lacks it would bypass that
+	// wrapper's Apply (the consumer decides the same way).
+	if d, ok := s.(sink.Deduplicator[Tx]); ok {
+		return &Deduplicating[Tx]{Instrumented: in, once: d}, nil
+	}
+	return in, nil
 }
+
+// Deduplicating is what Wrap returns for a sink that is a
+// sink.Deduplicator itself (not one found under a wrapper that lacks
+// it): an *Instrumented that also implements
+// sink.Deduplicator[Tx], recording ApplyOnce like Apply. It is safe for
+// concurrent use if the wrapped sink is.
+type Deduplicating[Tx any] struct {
+	*Instrumented[Tx]
+	once sink.Deduplicator[Tx]
+}
+
+// ApplyOnce calls the wrapped sink's ApplyOnce and records it: op="apply",
+// its applied, skipped and duplicate records. It may be called from any
+// goroutine.
+func (s *Deduplicating[Tx]) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[Tx]) (sink.ApplyOnceResult, error) {
+	start := time.Now()
+	res, err := s.once.ApplyOnce(ctx, tok, offsets, ids, effect)
+	s.m.dur.WithLabelValues("apply").Observe(time.Since(start).Seconds())
+	s.m.ops.WithLabelValues("apply", outcome(err)).Inc()
+	if err == nil {
+		s.m.records.WithLabelValues("applied").Add(float64(res.Applied))
+		s.m.records.WithLabelValues("skipped").Add(float64(res.Skipped))
+		s.m.records.WithLabelValues("duplicate").Add(float64(len(res.Duplicates)))
+	}
+	return res, err
+}
+
+// DedupeWindow returns the wrapped sink's window. It may be called from
+// any goroutine.
+func (s *Deduplicating[Tx]) DedupeWindow() int64 { return s.once.DedupeWindow() }
 
 // Unwrap returns the instrumented sink, so that sink.As finds its optional
 // capabilities. It may be called from any goroutine.

@@ -75,11 +75,21 @@ func TestCountsOutcomesAndKeepsCapabilities(t *testing.T) {
 	if _, err := s.Apply(ctx, next, []int64{2, 3}, noop); err != nil {
 		t.Fatal(err)
 	}
+	// ApplyOnce is measured too: offset 4 applies "a", offset 5 is a
+	// duplicate of it, offset 3 a replay.
+	d, ok := s.(sink.Deduplicator[*memory.Tx])
+	if !ok {
+		t.Fatalf("the wrapper %T of a deduplicating sink does not implement sink.Deduplicator itself", s)
+	}
+	if res, err := d.ApplyOnce(ctx, next, []int64{3, 4, 5}, []string{"z", "a", "a"}, noop); err != nil || len(res.Duplicates) != 1 {
+		t.Fatalf("ApplyOnce = %+v, %v", res, err)
+	}
 	expected := `
-# HELP workrouter_sink_records_total Records the sink applied, or skipped as already applied.
+# HELP workrouter_sink_records_total Records the sink applied, skipped as already applied (offset below the checkpoint), or did not run as duplicates (command ID already applied).
 # TYPE workrouter_sink_records_total counter
-workrouter_sink_records_total{backend="memory",outcome="applied"} 4
-workrouter_sink_records_total{backend="memory",outcome="skipped"} 1
+workrouter_sink_records_total{backend="memory",outcome="applied"} 5
+workrouter_sink_records_total{backend="memory",outcome="duplicate"} 1
+workrouter_sink_records_total{backend="memory",outcome="skipped"} 2
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "workrouter_sink_records_total"); err != nil {
 		t.Fatal(err)
@@ -101,7 +111,7 @@ workrouter_sink_records_total{backend="memory",outcome="skipped"} 1
 			values[key] = m.GetCounter().GetValue()
 		}
 	}
-	if values["backend=memory,op=apply,outcome=fenced,"] != 1 || values["backend=memory,op=apply,outcome=ok,"] != 2 || values["backend=memory,op=claim,outcome=ok,"] != 2 {
+	if values["backend=memory,op=apply,outcome=fenced,"] != 1 || values["backend=memory,op=apply,outcome=ok,"] != 3 || values["backend=memory,op=claim,outcome=ok,"] != 2 {
 		t.Fatalf("operations: %v", values)
 	}
 	problems, err := promlint.NewWithMetricFamilies(got).Lint()
@@ -110,5 +120,25 @@ workrouter_sink_records_total{backend="memory",outcome="skipped"} 1
 	}
 	if _, err := sinkmetrics.Wrap[*memory.Tx](memory.New(), reg, "memory"); !errors.Is(err, sinkmetrics.ErrConfig) {
 		t.Fatalf("second registration: %v", err)
+	}
+}
+
+// unwrapsOnly wraps a sink and unwraps to it without implementing
+// sink.Deduplicator, as a tracing or fault wrapper might.
+type unwrapsOnly struct{ sink.Sink[*memory.Tx] }
+
+func (u unwrapsOnly) Unwrap() sink.Sink[*memory.Tx] { return u.Sink }
+
+// TestNoDeduplicatorFromUnderAWrapper: Wrap of a wrapper that lacks
+// ApplyOnce is no Deduplicator either, though sink.As finds one under it:
+// its ApplyOnce would bypass the inner wrapper's Apply. Red with sink.As in
+// Wrap.
+func TestNoDeduplicatorFromUnderAWrapper(t *testing.T) {
+	s, err := sinkmetrics.Wrap[*memory.Tx](unwrapsOnly{memory.New()}, prometheus.NewRegistry(), "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.(sink.Deduplicator[*memory.Tx]); ok {
+		t.Fatalf("Wrap of a wrapper without ApplyOnce returned a Deduplicator (%T)", s)
 	}
 }

@@ -31,7 +31,8 @@
 //	}
 //
 // Optional capabilities are tested when the sink has them — [sink.Lister],
-// [sink.Resetter] and [sink.Historian] — both on the sink and through the
+// [sink.Resetter], [sink.Historian], the dead letters and
+// [sink.Deduplicator] — both on the sink and through the
 // metrics wrapper (sink/sinkmetrics), which must keep every one of them
 // reachable with [sink.As]. A backend that is not durable leaves Reopen nil and
 // the durability test skips, saying so.
@@ -94,10 +95,7 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		return h.Get(ctx, s.(sink.Unwrapper[Tx]).Unwrap(), key)
 	}
 	wrapped.h.Reopen = nil
-	tests := []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	tests := []namedTest{
 		{"FirstClaimReturnsZero", c.testFirstClaimReturnsZero},
 		{"StaleClaimFenced", c.testStaleClaimFenced},
 		{"StaleApplyFenced", c.testStaleApplyFenced},
@@ -135,7 +133,10 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		{"ThroughMetricsWrapper/StaleApplyFenced", wrapped.testStaleApplyFenced},
 		{"ThroughMetricsWrapper/DeadLetters", wrapped.testDeadLetters},
 		{"ThroughMetricsWrapper/DeadLetterStore", wrapped.testDeadLetterStore},
+		{"DedupeDurableAcrossReopen", c.testDedupeDurable},
 	}
+	tests = append(tests, c.dedupeTests("")...)
+	tests = append(tests, wrapped.dedupeTests("ThroughMetricsWrapper/")...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -1064,7 +1065,8 @@ func has[Tx any](s sink.Sink[Tx]) map[string]bool {
 	_, h := sink.As[sink.Historian](s)
 	_, d := sink.As[sink.DeadLetterer](s)
 	_, ds := sink.As[sink.DeadLetterStore](s)
-	return map[string]bool{"Lister": l, "Resetter": r, "Historian": h, "DeadLetterer": d, "DeadLetterStore": ds}
+	_, dd := sink.As[sink.Deduplicator[Tx]](s)
+	return map[string]bool{"Lister": l, "Resetter": r, "Historian": h, "DeadLetterer": d, "DeadLetterStore": ds, "Deduplicator": dd}
 }
 
 func (c *suite[Tx]) testCapabilitiesSurviveWrapping(t *testing.T) {

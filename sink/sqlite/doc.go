@@ -72,15 +72,17 @@
 //
 // # Tables
 //
-// The sink owns five tables, named by [Config.Prefix] (default "workrouter"):
+// The sink owns six tables, named by [Config.Prefix] (default "workrouter"):
 // <prefix>_fences (one row per scope: holder epoch and member, NextOffset,
 // topic ID, the reset's proof requirement and proof floor, see
 // [sink.Fence]), <prefix>_history (one row per accepted claim and per
 // reset, see [Sink.History]), <prefix>_dead_letters and <prefix>_dl_audit
-// (the dead letters and their state changes) and <prefix>_schema (the
+// (the dead letters and their state changes), <prefix>_command_ids (the
+// command IDs [Sink.ApplyOnce] applied within [Config.DedupeWindow], by
+// scope, with their offsets) and <prefix>_schema (the
 // schema version, [SchemaVersion]). They are created together, in one
 // transaction, by the first Open, which also migrates a database of
-// version 1 or 2 in place; an existing table of one of those names with
+// version 1, 2 or 3 in place; an existing table of one of those names with
 // other columns, or another version, makes Open fail with an error
 // matching [ErrSchema].
 package sqlite

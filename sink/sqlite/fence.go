@@ -11,6 +11,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // History entry kinds (the same as the sink package's).
@@ -44,19 +45,21 @@ type fenceRow struct {
 	topicID       string
 	proofRequired bool
 	proofBelow    int64 // sink.Fence.ProofBelow
+	idsVersion    int64 // bumped by every ApplyOnce that commits (cmdids)
+	duplicates    int64 // sink.Fence.Duplicates
 }
 
 // fence returns the row as a sink.Fence of scope.
 func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 	return sink.Fence{Scope: scope, Holder: r.holder, NextOffset: r.nextOffset, TopicID: r.topicID,
-		ProofRequired: r.proofRequired, ProofBelow: r.proofBelow}
+		ProofRequired: r.proofRequired, ProofBelow: r.proofBelow, Duplicates: r.duplicates}
 }
 
 // readFence reads scope's fence row inside tx.
 func (s *Sink) readFence(ctx context.Context, tx *sql.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.StmtContext(ctx, s.selFence).QueryRowContext(ctx, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.idsVersion, &r.duplicates)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fenceRow{}, nil
 	}
@@ -175,47 +178,95 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
 		return sink.ApplyResult{}, err
 	}
+	res, err := s.apply(ctx, tok, offsets, nil, effect)
+	return res.ApplyResult, err
+}
+
+// ApplyOnce applies a batch of records of tok's scope with their command
+// IDs, following [sink.Deduplicator], in the one writing transaction of
+// [Sink.Apply]: after the fence check it looks the batch's IDs up in the
+// scope's retained IDs (a per-Sink cache, valid when it mirrors the IDs
+// version the fence row carries, else reloaded from <prefix>_command_ids
+// inside the transaction), runs the effects of the records that are not
+// duplicates, and then, with the NextOffset update (which also bumps the
+// IDs version), stores the applied IDs as one row and, when
+// [sink.PruneDue], deletes the rows whose last offset is below the new
+// horizon (an index range on (scope, last_off)), and commits. A fence refusal, an effect error or a
+// cancelled ctx rolls it all back and records nothing. It may
+// be called from any goroutine; effect is called on the calling
+// goroutine and must not call the sink's methods or use [Sink.DB].
+func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	if err := sink.CheckIDs(offsets, ids); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	return s.apply(ctx, tok, offsets, ids, effect)
+}
+
+// DedupeWindow returns [Config.DedupeWindow] (its default filled in). It
+// implements [sink.Deduplicator] and may be called from any goroutine.
+func (s *Sink) DedupeWindow() int64 { return s.cfg.DedupeWindow }
+
+// apply is Apply, and ApplyOnce when ids is not nil.
+func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
 	op := "apply " + tok.String()
 	tx, done, err := s.begin(ctx, op)
 	if err != nil {
-		return sink.ApplyResult{}, err
+		return sink.ApplyOnceResult{}, err
 	}
 	defer done()
 	scope := tok.Scope()
 	row, err := s.readFence(ctx, tx, scope)
 	if err != nil {
-		return sink.ApplyResult{}, s.wrap(ctx, op, err)
+		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
 	}
 	if !tok.Holds(row.holder) {
 		s.log.Debug("apply fenced", "token", tok.String(), "stored", row.holder.String())
-		return sink.ApplyResult{}, &sink.FencedError{Op: sink.OpApply, Stored: row.holder, Offered: tok}
+		return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: row.holder, Offered: tok}
 	}
 	first, _ := slices.BinarySearch(offsets, row.nextOffset)
 	if first == len(offsets) {
 		// A pure replay: the holder is verified, nothing to write.
-		return sink.ApplyResult{Skipped: len(offsets), NextOffset: row.nextOffset}, nil
+		return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Skipped: len(offsets), NextOffset: row.nextOffset}}, nil
+	}
+	var dup []bool // by index: a duplicate, not run
+	if ids != nil {
+		if dup, err = s.duplicates(ctx, tx, scope, row.idsVersion, offsets, ids, first); err != nil {
+			return sink.ApplyOnceResult{}, s.wrap(ctx, op+": look up command IDs", err)
+		}
 	}
 	htx := &Tx{tx: tx}
+	var out sink.ApplyOnceResult
 	for i := first; i < len(offsets); i++ {
 		if err := ctx.Err(); err != nil {
-			return sink.ApplyResult{}, s.wrap(ctx, op, err)
+			return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+		}
+		if dup != nil && dup[i] {
+			out.Duplicates = append(out.Duplicates, i)
+			continue
 		}
 		if err := effect(ctx, htx, i); err != nil {
 			eerr := &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
 			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-				return sink.ApplyResult{}, fmt.Errorf("sqlite: %s: %w: %w", op, cerr, eerr)
+				return sink.ApplyOnceResult{}, fmt.Errorf("sqlite: %s: %w: %w", op, cerr, eerr)
 			}
-			return sink.ApplyResult{}, eerr
+			return sink.ApplyOnceResult{}, eerr
 		}
 	}
 	next := offsets[len(offsets)-1] + 1
-	res, err := tx.StmtContext(ctx, s.updNext).ExecContext(ctx,
-		next, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, row.nextOffset)
+	upd, args := s.updNext, []any{next, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, row.nextOffset}
+	if ids != nil {
+		upd = s.updNextOnce
+		args = []any{next, len(out.Duplicates), scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, row.nextOffset, row.idsVersion}
+	}
+	res, err := tx.StmtContext(ctx, upd).ExecContext(ctx, args...)
 	if err != nil {
-		return sink.ApplyResult{}, s.wrap(ctx, op, err)
+		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
 	}
 	if n, err := res.RowsAffected(); err != nil {
-		return sink.ApplyResult{}, s.wrap(ctx, op, err)
+		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
 	} else if n != 1 {
 		// Cannot happen while the write lock is held, unless an effect
 		// wrote the fence table itself: refuse rather than guess.
@@ -225,12 +276,96 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 		}
 		s.log.Warn("apply fenced at the conditional update (did an effect write the fence table?)",
 			"token", tok.String(), "stored", stored.String())
-		return sink.ApplyResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+		return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+	}
+	var applied cmdids.Row
+	horizon := sink.Horizon(next, s.cfg.DedupeWindow)
+	prune := sink.PruneDue(row.nextOffset, next, s.cfg.DedupeWindow)
+	if ids != nil {
+		applied = appliedRow(offsets, ids, first, dup)
+		if len(applied.IDs) > 0 {
+			if _, err := tx.StmtContext(ctx, s.insIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition,
+				applied.Offs[0], applied.Last, cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs)); err != nil {
+				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": record command IDs", err)
+			}
+		}
+		if prune {
+			if _, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, horizon); err != nil {
+				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": prune command IDs", err)
+			}
+		}
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
-		return sink.ApplyResult{}, err
+		if ids != nil {
+			s.ids.Drop(scope) // the commit may have happened
+		}
+		return sink.ApplyOnceResult{}, err
 	}
-	return sink.ApplyResult{Applied: len(offsets) - first, Skipped: first, NextOffset: next}, nil
+	if ids != nil {
+		s.ids.Committed(scope, row.idsVersion, applied, prune, horizon)
+	}
+	out.ApplyResult = sink.ApplyResult{Applied: len(offsets) - first - len(out.Duplicates), Skipped: first, NextOffset: next}
+	return out, nil
+}
+
+// appliedRow returns the row of the IDs of the records from index first on
+// that are not duplicates and carry an ID.
+func appliedRow(offsets []int64, ids []string, first int, dup []bool) cmdids.Row {
+	var r cmdids.Row
+	for i := first; i < len(offsets); i++ {
+		if !dup[i] && ids[i] != "" {
+			r.Offs = append(r.Offs, offsets[i])
+			r.IDs = append(r.IDs, ids[i])
+			r.Last = offsets[i]
+		}
+	}
+	return r
+}
+
+// duplicates returns which records of the batch, from index first on, are
+// duplicates: an ID seen earlier in the batch, or one the scope applied
+// within the window. It looks the IDs up in the cache, first loading the
+// scope's rows into it if it does not mirror version (the fence row's,
+// read in tx: under the write lock, the rows are that version's).
+func (s *Sink) duplicates(ctx context.Context, tx *sql.Tx, scope epochs.Scope, version int64, offsets []int64, ids []string, first int) ([]bool, error) {
+	dup := make([]bool, len(offsets))
+	plan := sink.PlanDedupe(ids, first)
+	for _, i := range plan.InBatch {
+		dup[i] = true
+	}
+	if len(plan.Lookup) == 0 {
+		return dup, nil
+	}
+	found := func(i int, applied int64) { dup[i] = sink.IsDuplicate(offsets[i], applied, s.cfg.DedupeWindow) }
+	if s.ids.Lookup(scope, version, ids, plan.Lookup, found) {
+		return dup, nil
+	}
+	rows, err := tx.StmtContext(ctx, s.selIDs).QueryContext(ctx, scope.Group, scope.Topic, scope.Partition)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var loaded []cmdids.Row
+	for rows.Next() {
+		var (
+			first, last int64
+			data        []byte
+		)
+		if err := rows.Scan(&first, &last, &data); err != nil {
+			return nil, err
+		}
+		offs, rowIDs, err := cmdids.Decode(first, data)
+		if err != nil {
+			return nil, err
+		}
+		loaded = append(loaded, cmdids.Row{Last: last, Offs: offs, IDs: rowIDs})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	s.ids.Load(scope, version, loaded)
+	s.ids.Lookup(scope, version, ids, plan.Lookup, found)
+	return dup, nil
 }
 
 // Fences returns the stored fence of every scope in the database, sorted by
@@ -238,7 +373,7 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 // Holder. It implements [sink.Lister]. It reads without taking the write
 // lock, and may be called from any goroutine.
 func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below FROM "+s.fences+" ORDER BY grp, topic, part")
+	rows, err := s.db.QueryContext(ctx, "SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates FROM "+s.fences+" ORDER BY grp, topic, part")
 	if err != nil {
 		return nil, s.wrap(ctx, "fences", err)
 	}
@@ -250,7 +385,7 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 			epoch  int64
 			member string
 		)
-		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow); err != nil {
+		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow, &f.Duplicates); err != nil {
 			return nil, s.wrap(ctx, "fences", err)
 		}
 		f.Holder = holderToken(f.Scope, epoch, member)

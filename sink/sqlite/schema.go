@@ -22,7 +22,7 @@ func (s *Sink) tableDefs() []tableDef {
 	return []tableDef{
 		{
 			name: s.fences,
-			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required", "proof_below"},
+			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required", "proof_below", "ids_version", "duplicates"},
 			pk:   []string{"grp", "topic", "part"},
 			ddl: `CREATE TABLE ` + s.fences + ` (
 	grp            TEXT    NOT NULL,
@@ -34,6 +34,8 @@ func (s *Sink) tableDefs() []tableDef {
 	topic_id       TEXT    NOT NULL DEFAULT '',
 	proof_required INTEGER NOT NULL DEFAULT 0,
 	proof_below    INTEGER NOT NULL DEFAULT 0,
+	ids_version    INTEGER NOT NULL DEFAULT 0,
+	duplicates     INTEGER NOT NULL DEFAULT 0, -- sink.Fence.Duplicates
 	PRIMARY KEY (grp, topic, part)
 ) WITHOUT ROWID`,
 		},
@@ -102,12 +104,39 @@ func (s *Sink) tableDefs() []tableDef {
 	at         TEXT    NOT NULL
 )`,
 		},
+		{
+			// The command IDs one ApplyOnce applied, one row (cmdids.Encode).
+			name: s.commandIDs,
+			cols: []string{"seq", "grp", "topic", "part", "first_off", "last_off", "ids"},
+			pk:   []string{"seq"},
+			ddl: `CREATE TABLE ` + s.commandIDs + ` (
+	seq       INTEGER PRIMARY KEY, -- the rowid; not AUTOINCREMENT: nothing refers to it, and reusing one costs nothing
+	grp       TEXT    NOT NULL,
+	topic     TEXT    NOT NULL,
+	part      INTEGER NOT NULL,
+	first_off INTEGER NOT NULL,
+	last_off  INTEGER NOT NULL,
+	ids       BLOB    NOT NULL
+)`,
+		},
 	}
 }
 
 // oldCols returns the columns of the tables of an older schema version
-// that Open migrates (1 or 2), by table name; nil for another version.
+// that Open migrates (1, 2 or 3), by table name; nil for another version.
 func (s *Sink) oldCols(version int) map[string][]string {
+	// Version 3: version 4's tables without the command IDs, the fences
+	// without ids_version and duplicates.
+	v3 := func() map[string][]string {
+		cols := map[string][]string{}
+		for _, d := range s.tableDefs() {
+			if d.name != s.commandIDs {
+				cols[d.name] = d.cols
+			}
+		}
+		cols[s.fences] = slices.DeleteFunc(slices.Clone(cols[s.fences]), func(c string) bool { return c == "ids_version" || c == "duplicates" })
+		return cols
+	}
 	switch version {
 	case 1:
 		return map[string][]string{
@@ -117,18 +146,17 @@ func (s *Sink) oldCols(version int) map[string][]string {
 		}
 	case 2:
 		// Version 3's tables, the fences without proof_below.
-		cols := map[string][]string{}
-		for _, d := range s.tableDefs() {
-			cols[d.name] = d.cols
-		}
+		cols := v3()
 		cols[s.fences] = slices.DeleteFunc(slices.Clone(cols[s.fences]), func(c string) bool { return c == "proof_below" })
 		return cols
+	case 3:
+		return v3()
 	}
 	return nil
 }
 
 // ensureSchema creates the sink's tables if none exists, migrates a
-// version 1 or 2 schema to the current one, or checks the tables if all exist,
+// version 1, 2 or 3 schema to the current one, or checks the tables if all exist,
 // in one writing transaction, so that concurrent Opens of a new file create
 // (or migrate) the schema once and a failed Open leaves nothing behind. It
 // reports what it did: "created", "migrated from version N" or "".
@@ -214,10 +242,10 @@ func (s *Sink) ensureSchema(ctx context.Context) (did string, err error) {
 	return did, nil
 }
 
-// oldVersion returns the older schema version (1 or 2) whose tables, and
-// only those, tables holds exactly; 0 if none.
+// oldVersion returns the older schema version (1, 2 or 3) whose tables,
+// and only those, tables holds exactly; 0 if none.
 func (s *Sink) oldVersion(tables map[string]table) int {
-	for _, v := range []int{1, 2} {
+	for _, v := range []int{1, 2, 3} {
 		cols, match := s.oldCols(v), true
 		for name, t := range tables {
 			c, ok := cols[name]
@@ -233,7 +261,7 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 	return 0
 }
 
-// migrate turns a schema of version from (1 or 2) into the current one.
+// migrate turns a schema of version from (1, 2 or 3) into the current one.
 // From version 1: the fence and history rows gain a topic ID (empty:
 // adopted on the next claim that observes one), the fences a proof
 // requirement and the history a detail, and the dead letter tables are
@@ -241,6 +269,10 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 // (proof_below), set from the history's resets, the highest epoch a reset
 // cleared plus one (sink.Fence.AfterReset), so that a scope reset before
 // the migration still asks a proof of its previous incarnation's epochs.
+// From versions 1 to 3: the fences gain the IDs version (ids_version, 0)
+// and the count of skipped duplicates (duplicates, 0), and the command
+// IDs table is created, empty (no command applied before
+// had its ID recorded).
 func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from int) error {
 	var stmts []string
 	if from == 1 {
@@ -255,12 +287,21 @@ func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from in
 			}
 		}
 	}
-	stmts = append(stmts,
-		`ALTER TABLE `+s.fences+` ADD COLUMN proof_below INTEGER NOT NULL DEFAULT 0`,
-		`UPDATE `+s.fences+` SET proof_below = coalesce((SELECT max(h.epoch) + 1 FROM `+s.history+` h
+	if from <= 2 {
+		stmts = append(stmts,
+			`ALTER TABLE `+s.fences+` ADD COLUMN proof_below INTEGER NOT NULL DEFAULT 0`,
+			`UPDATE `+s.fences+` SET proof_below = coalesce((SELECT max(h.epoch) + 1 FROM `+s.history+` h
 			WHERE h.grp = `+s.fences+`.grp AND h.topic = `+s.fences+`.topic AND h.part = `+s.fences+`.part
-			AND h.kind = 'reset' AND h.epoch >= 0), 0)`,
-		`UPDATE `+s.schema+` SET version = `+fmt.Sprint(SchemaVersion))
+			AND h.kind = 'reset' AND h.epoch >= 0), 0)`)
+	}
+	stmts = append(stmts, `ALTER TABLE `+s.fences+` ADD COLUMN ids_version INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE `+s.fences+` ADD COLUMN duplicates INTEGER NOT NULL DEFAULT 0`)
+	for _, d := range defs {
+		if d.name == s.commandIDs {
+			stmts = append(stmts, d.ddl)
+		}
+	}
+	stmts = append(stmts, `UPDATE `+s.schema+` SET version = `+fmt.Sprint(SchemaVersion))
 	for _, q := range stmts {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("%w: migrating %q from schema version %d: %w", ErrSchema, s.cfg.Path, from, err)
@@ -279,6 +320,8 @@ func (s *Sink) createIndexes(ctx context.Context, tx *sql.Tx, ifNotExists bool) 
 		s.indexDDL(ifNotExists),
 		"CREATE INDEX " + ine + s.cfg.Prefix + "_dead_letters_scope ON " + s.deadLetters + " (grp, topic, part, id)",
 		"CREATE INDEX " + ine + s.cfg.Prefix + "_dl_audit_id ON " + s.dlAudit + " (id, seq)",
+		// The load and the prune of ApplyOnce: ranges of the scope.
+		"CREATE INDEX " + ine + s.cfg.Prefix + "_command_ids_scope ON " + s.commandIDs + " (grp, topic, part, last_off)",
 	} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("%w: index: %w", ErrSchema, err)
@@ -373,7 +416,7 @@ func (s *Sink) checkVersion(ctx context.Context, tx *sql.Tx, want int) error {
 		return s.wrap(ctx, "read schema version", err)
 	}
 	if len(versions) != 1 || versions[0] != fmt.Sprint(want) {
-		return fmt.Errorf("%w: table %s in %q records schema version(s) [%s], this package uses version %d (and migrates versions 1 and 2)",
+		return fmt.Errorf("%w: table %s in %q records schema version(s) [%s], this package uses version %d (and migrates versions 1 to 3)",
 			ErrSchema, s.schema, s.cfg.Path, strings.Join(versions, ", "), SchemaVersion)
 	}
 	return nil

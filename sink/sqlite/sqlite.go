@@ -17,6 +17,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // ErrConfig is matched by the errors [Open] returns for an invalid [Config]
@@ -47,6 +48,8 @@ var (
 	_ sink.Resetter  = (*Sink)(nil)
 	_ sink.Historian = (*Sink)(nil)
 
+	_ sink.Deduplicator[*Tx] = (*Sink)(nil)
+
 	_ sink.DeadLetterer    = (*Sink)(nil)
 	_ sink.DeadLetterStore = (*Sink)(nil)
 	_ sink.ErrorClassifier = (*Sink)(nil)
@@ -64,9 +67,11 @@ const DefaultBusyTimeout = 30 * time.Second
 // accepts, recorded in <prefix>_schema.
 // Version 2 added the log identity (topic ID), the reset's proof
 // requirement and the dead letters; version 3 the proof floor
-// (proof_below, [sink.Fence.ProofBelow]). Open migrates a version 1 or 2
-// database in place.
-const SchemaVersion = 3
+// (proof_below, [sink.Fence.ProofBelow]); version 4 the applied command
+// IDs ([sink.Deduplicator]) and the fences' count of skipped duplicates
+// ([sink.Fence.Duplicates]). Open migrates a version 1, 2 or 3 database
+// in place.
+const SchemaVersion = 4
 
 // Config configures [Open]. The zero value of every optional field is a
 // documented default.
@@ -77,10 +82,14 @@ type Config struct {
 	Path string
 	// Prefix is the prefix of the sink's table names, an SQL identifier
 	// ([A-Za-z_][A-Za-z0-9_]*); default [DefaultPrefix]. The tables are
-	// <Prefix>_fences, <Prefix>_history, <Prefix>_schema, <Prefix>_dead_letters
-	// and <Prefix>_dl_audit. Sinks with
+	// <Prefix>_fences, <Prefix>_history, <Prefix>_schema, <Prefix>_dead_letters,
+	// <Prefix>_dl_audit and <Prefix>_command_ids. Sinks with
 	// different prefixes may share one file.
 	Prefix string
+	// DedupeWindow is the retention horizon of applied command IDs, in
+	// offsets of a scope ([sink.Deduplicator], docs/design.md#command-ids);
+	// default [sink.DefaultDedupeWindow]. Negative is invalid.
+	DedupeWindow int64
 	// BusyTimeout is how long a writing transaction waits for SQLite's
 	// write lock held by another connection (another process) before
 	// failing with [ErrBusy]; default [DefaultBusyTimeout].
@@ -111,7 +120,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: Path %q contains '?'", ErrConfig, c.Path)
 	case c.BusyTimeout < 0:
 		return c, fmt.Errorf("%w: negative BusyTimeout %s", ErrConfig, c.BusyTimeout)
+	case c.DedupeWindow < 0:
+		return c, fmt.Errorf("%w: negative DedupeWindow %d", ErrConfig, c.DedupeWindow)
 	}
+	c.DedupeWindow = sink.DedupeWindowOf(c.DedupeWindow)
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
@@ -144,7 +156,8 @@ func (c Config) dsn() string {
 }
 
 // Sink is a fenced sink stored in an SQLite database file. It implements
-// sink.Sink[*Tx], [sink.Lister], [sink.Resetter] and [sink.Historian]. Create it with
+// sink.Sink[*Tx], [sink.Lister], [sink.Resetter], [sink.Historian] and
+// [sink.Deduplicator] ([Sink.ApplyOnce]). Create it with
 // [Open]. All its methods are safe for concurrent use by any number of
 // goroutines, and any number of processes may use the same file at once.
 type Sink struct {
@@ -158,10 +171,14 @@ type Sink struct {
 	wlock chan struct{}
 
 	// table names
-	fences, history, schema, deadLetters, dlAudit string
+	fences, history, schema, deadLetters, dlAudit, commandIDs string
 
 	// prepared statements, re-used per connection by database/sql
 	selFence, upsertFence, updNext, insHistory, resetFence, insDeadLetter *sql.Stmt
+	updNextOnce, insIDs, selIDs, pruneIDs                                 *sql.Stmt
+
+	// ids caches the retained command IDs of the scopes ApplyOnce saw.
+	ids cmdids.Cache
 
 	closeOnce sync.Once
 	closeErr  error
@@ -213,6 +230,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 
 		deadLetters: cfg.Prefix + "_dead_letters",
 		dlAudit:     cfg.Prefix + "_dl_audit",
+		commandIDs:  cfg.Prefix + "_command_ids",
 		unchanged:   unchanged,
 	}
 	if err := s.init(ctx); err != nil {
@@ -273,7 +291,7 @@ func (s *Sink) prepare(ctx context.Context) error {
 		st, err = s.db.PrepareContext(ctx, q)
 		return st
 	}
-	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required, proof_below FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
+	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required, proof_below, ids_version, duplicates FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
 	// A claim keeps proof_below (a new row starts at 0): only a reset
 	// raises it (sink.Fence.ProofBelow).
 	s.upsertFence = prep("INSERT INTO " + s.fences + " (grp, topic, part, epoch, member, next_offset, topic_id, proof_required) VALUES (?, ?, ?, ?, ?, ?, ?, 0)" +
@@ -285,6 +303,14 @@ func (s *Sink) prepare(ctx context.Context) error {
 		" WHERE grp = ? AND topic = ? AND part = ?")
 	s.insDeadLetter = prep("INSERT INTO " + s.deadLetters + " (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state)" +
 		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open')")
+	// ApplyOnce: the NextOffset update also bumps the IDs version, on
+	// the condition that it is the one read (cmdids); the IDs of a batch
+	// are one row; the prune and the load are ranges of the scope.
+	s.updNextOnce = prep("UPDATE " + s.fences + " SET next_offset = ?, ids_version = ids_version + 1, duplicates = duplicates + ?" +
+		" WHERE grp = ? AND topic = ? AND part = ? AND epoch = ? AND member = ? AND next_offset = ? AND ids_version = ?")
+	s.insIDs = prep("INSERT INTO " + s.commandIDs + " (grp, topic, part, first_off, last_off, ids) VALUES (?, ?, ?, ?, ?, ?)")
+	s.selIDs = prep("SELECT first_off, last_off, ids FROM " + s.commandIDs + " WHERE grp = ? AND topic = ? AND part = ?")
+	s.pruneIDs = prep("DELETE FROM " + s.commandIDs + " WHERE grp = ? AND topic = ? AND part = ? AND last_off < ?")
 	return err
 }
 
@@ -304,7 +330,7 @@ func (s *Sink) DB() *sql.DB { return s.db }
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		for _, st := range []*sql.Stmt{s.selFence, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter} {
+		for _, st := range []*sql.Stmt{s.selFence, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter, s.updNextOnce, s.insIDs, s.selIDs, s.pruneIDs} {
 			if st != nil {
 				errs = append(errs, st.Close())
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -344,8 +345,8 @@ func TestOpenConflictingSchema(t *testing.T) {
 				}
 			}
 		}
-		want := []string{"Other_1_dead_letters", "Other_1_dl_audit", "Other_1_fences", "Other_1_history", "Other_1_schema",
-			"workrouter_dead_letters", "workrouter_dl_audit", "workrouter_fences", "workrouter_history", "workrouter_schema"}
+		want := []string{"Other_1_command_ids", "Other_1_dead_letters", "Other_1_dl_audit", "Other_1_fences", "Other_1_history", "Other_1_schema",
+			"workrouter_command_ids", "workrouter_dead_letters", "workrouter_dl_audit", "workrouter_fences", "workrouter_history", "workrouter_schema"}
 		if got := tablesOf(t, path); strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Fatalf("tables = %v, want %v", got, want)
 		}
@@ -521,10 +522,127 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if _, err := s.DeadLetter(ctx, b, sink.DeadRecord{Offset: 42, Reason: "undecodable"}); err != nil {
 		t.Fatal(err)
 	}
+	// So does the deduplication.
+	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
+	if res, err := s.ApplyOnce(ctx, b, []int64{43, 44}, []string{"c", "c"}, noop); err != nil || res.Applied != 1 || len(res.Duplicates) != 1 {
+		t.Fatalf("ApplyOnce after migration = %+v, %v", res, err)
+	}
 	s.Close()
 	s2 := openAt(t, path)
 	if dl, err := s2.DeadLetters(ctx, sink.DeadLetterFilter{}); err != nil || len(dl) != 1 || dl[0].Record.TopicID != "topic-1" {
 		t.Fatalf("dead letters after reopen = %+v, %v", dl, err)
+	}
+}
+
+// TestMigrateFromVersion3: Open migrates a version 3 database (version 4
+// without the command IDs table and the fences' ids_version and
+// duplicates) in place, keeping its fences, and the command IDs work at
+// once, the duplicates counted; a read-only Open refuses to migrate it.
+func TestMigrateFromVersion3(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "v3.db")
+	s := openAt(t, path)
+	a := tok("g", 0, 3, "m-3")
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, a, []int64{0, 1}, func(context.Context, *sqlite.Tx, int) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN ids_version`, `ALTER TABLE workrouter_fences DROP COLUMN duplicates`, `UPDATE workrouter_schema SET version = 3`)
+
+	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 3") {
+		t.Fatalf("read-only Open of a version 3 database: %v, want ErrSchema naming version 3", err)
+	}
+	s = openAt(t, path)
+	var version int
+	if err := s.DB().QueryRowContext(ctx, `SELECT version FROM workrouter_schema`).Scan(&version); err != nil || version != sqlite.SchemaVersion {
+		t.Fatalf("schema version after migration = %d, %v", version, err)
+	}
+	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].Holder != a || fs[0].NextOffset != 2 {
+		t.Fatalf("fences after migration = %+v, %v", fs, err)
+	}
+	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
+	if res, err := s.ApplyOnce(ctx, a, []int64{2, 3}, []string{"x", "y"}, noop); err != nil || res.Applied != 2 {
+		t.Fatalf("ApplyOnce after migration = %+v, %v", res, err)
+	}
+	if res, err := s.ApplyOnce(ctx, a, []int64{4}, []string{"x"}, noop); err != nil || res.Applied != 0 || len(res.Duplicates) != 1 {
+		t.Fatalf("ApplyOnce of a duplicate after migration = %+v, %v", res, err)
+	}
+	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].Duplicates != 1 {
+		t.Fatalf("fences after a duplicate = %+v, %v, want 1 duplicate counted", fs, err)
+	}
+}
+
+// TestDedupeWindowConfig: Config.DedupeWindow sets the horizon (zero is
+// the default, negative refused), and the prune keeps the table at the
+// window's IDs.
+func TestDedupeWindowConfig(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	if _, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "neg.db"), DedupeWindow: -1}); !errors.Is(err, sqlite.ErrConfig) {
+		t.Fatalf("Open with a negative DedupeWindow: %v, want ErrConfig", err)
+	}
+	s := openAt(t, filepath.Join(dir, "default.db"))
+	if w := s.DedupeWindow(); w != sink.DefaultDedupeWindow {
+		t.Fatalf("default DedupeWindow = %d, want %d", w, sink.DefaultDedupeWindow)
+	}
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "small.db"), DedupeWindow: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := tok("g", 0, 1, "m")
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
+	for b := range int64(10) {
+		offs, ids := make([]int64, 7), make([]string, 7)
+		for i := range offs {
+			offs[i] = b*7 + int64(i)
+			ids[i] = "id-" + strconv.FormatInt(offs[i], 10)
+		}
+		if _, err := s.ApplyOnce(ctx, a, offs, ids, noop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// NextOffset is 70, the horizon 60: the rows (one per batch) of
+	// offsets 56..62 and 63..69 are kept, no more.
+	var n, low int64
+	if err := s.DB().QueryRowContext(ctx, `SELECT count(*), min(first_off) FROM workrouter_command_ids`).Scan(&n, &low); err != nil || n != 2 || low != 56 {
+		t.Fatalf("command ID rows kept: %d from offset %d (%v), want 2 from 56", n, low, err)
+	}
+	// What is inside the window is a duplicate, what is outside is not.
+	res, err := s.ApplyOnce(ctx, a, []int64{70, 71}, []string{"id-60", "id-59"}, noop)
+	if err != nil || !slices.Equal(res.Duplicates, []int{0}) || res.Applied != 1 {
+		t.Fatalf("ApplyOnce of id-60 and id-59 at 70 and 71 = %+v, %v; want id-60 a duplicate, id-59 applied", res, err)
+	}
+	// The prune and the load are index ranges, never a scan.
+	for q, want := range map[string]string{
+		`DELETE FROM workrouter_command_ids WHERE grp = 'g' AND topic = 'orders' AND part = 0 AND last_off < 5`:         "workrouter_command_ids_scope (grp=? AND topic=? AND part=? AND last_off<?)",
+		`SELECT first_off, last_off, ids FROM workrouter_command_ids WHERE grp = 'g' AND topic = 'orders' AND part = 0`: "workrouter_command_ids_scope (grp=? AND topic=? AND part=?)",
+	} {
+		var plan []string
+		rows, err := s.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		if len(plan) != 1 || !strings.Contains(plan[0], want) || strings.HasPrefix(plan[0], "SCAN") {
+			t.Errorf("plan of %s: %q, want a SEARCH using %s", q, plan, want)
+		}
 	}
 }
 
@@ -553,7 +671,8 @@ func TestMigrateFromVersion2(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	execAt(t, path, `ALTER TABLE workrouter_fences DROP COLUMN proof_below`, `UPDATE workrouter_schema SET version = 2`)
+	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN ids_version`, `ALTER TABLE workrouter_fences DROP COLUMN duplicates`,
+		`ALTER TABLE workrouter_fences DROP COLUMN proof_below`, `UPDATE workrouter_schema SET version = 2`)
 
 	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 2") {
 		t.Fatalf("read-only Open of a version 2 database: %v, want ErrSchema naming version 2", err)
@@ -575,5 +694,51 @@ func TestMigrateFromVersion2(t *testing.T) {
 	var version int
 	if err := s.DB().QueryRowContext(ctx, `SELECT version FROM workrouter_schema`).Scan(&version); err != nil || version != sqlite.SchemaVersion {
 		t.Fatalf("schema version after migration = %d, %v", version, err)
+	}
+}
+
+// TestDedupeTwoSinksOneFile: two Sinks (two processes) on one file apply
+// the same scope in turn, as a partition moving between workers does;
+// each sees the IDs the other applied, although each keeps a cache of
+// the scope's IDs: the cache is used only while it mirrors the fence
+// row's IDs version.
+func TestDedupeTwoSinksOneFile(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "two.db")
+	s1, s2 := openAt(t, path), openAt(t, path)
+	a, b := tok("g", 0, 1, "a"), tok("g", 0, 2, "b")
+	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
+	once := func(s *sqlite.Sink, tk epochs.Token, off int64, id string) sink.ApplyOnceResult {
+		t.Helper()
+		res, err := s.ApplyOnce(ctx, tk, []int64{off}, []string{id}, noop)
+		if err != nil {
+			t.Fatalf("ApplyOnce(%s, %d, %q): %v", tk, off, id, err)
+		}
+		return res
+	}
+	if _, err := s1.Claim(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	once(s1, a, 0, "x") // s1's cache now holds the scope
+	if _, err := s2.Claim(ctx, b, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	if res := once(s2, b, 1, "x"); len(res.Duplicates) != 1 {
+		t.Fatalf("s2 applied x again: %+v", res)
+	}
+	once(s2, b, 2, "y")
+	// The partition moves back to s1's process: its cache is stale.
+	c := tok("g", 0, 3, "c")
+	if _, err := s1.Claim(ctx, c, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	if res := once(s1, c, 3, "y"); len(res.Duplicates) != 1 {
+		t.Fatalf("s1 applied y, which s2 applied, again: %+v", res)
+	}
+	if res := once(s1, c, 4, "z"); res.Applied != 1 {
+		t.Fatalf("s1 did not apply z: %+v", res)
+	}
+	if _, err := s2.ApplyOnce(ctx, b, []int64{5}, []string{"w"}, noop); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("ApplyOnce by the superseded s2 tenure: %v, want fenced", err)
 	}
 }

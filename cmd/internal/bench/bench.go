@@ -34,8 +34,9 @@ type Env struct {
 	// Worker starts a `workrouter worker` process (see SetupConfig).
 	Worker cluster.Binary
 
-	cluster *kfake.Cluster // the embedded broker's, nil with external brokers
-	payload []byte         // see payload
+	cluster  *kfake.Cluster // the embedded broker's, nil with external brokers
+	payload  []byte         // see payload
+	idPrefix string         // see CommandID
 }
 
 // Result is one workload's or baseline's measurement.

@@ -52,7 +52,7 @@ func TestSelect(t *testing.T) {
 // run), each run lasting a second.
 func rows(repeats int, rates map[string][]int) []Row {
 	var out []Row
-	for _, id := range []string{"B1", "W1", "B3-sqlite", "W2-sqlite", "B4", "W4"} {
+	for _, id := range []string{"B1", "W1", "B3-sqlite", "W2-sqlite", "W2n-sqlite", "W2-sqlite-b1", "W2n-sqlite-b1", "B4", "W4"} {
 		rs, ok := rates[id]
 		if !ok {
 			continue
@@ -139,6 +139,9 @@ func TestVerdicts(t *testing.T) {
 		{r(0.50, 0.50), true, "indicative (--quick decides no target)"},
 		{Ratio{Target: 0.95}, true, "n/a (not measured)"},
 		{Ratio{Target: 0.95}, false, "n/a (not measured)"},
+		{Ratio{Value: 0.5, Pairs: []float64{0.5}, OK: true}, false, "reported (no target)"},
+		{Ratio{Value: 0.5, Pairs: []float64{0.5}, OK: true}, true, "reported (no target)"},
+		{Ratio{}, false, "n/a (not measured)"},
 	} {
 		if got := tc.r.Verdict(tc.quick); got != tc.want {
 			t.Errorf("Verdict(%+v, quick %v) = %q, want %q", tc.r, tc.quick, got, tc.want)
@@ -150,23 +153,33 @@ func TestVerdicts(t *testing.T) {
 	}
 }
 
-// TestTargets pins the targets of issue 16.
+// TestTargets pins the targets (docs/performance.md).
 func TestTargets(t *testing.T) {
 	want := map[string]float64{"router_vs_raw": 0.90, "fenced_vs_unfenced_pg": 0.90, "fenced_vs_unfenced_sqlite": 0.90,
+		"dedupe_on_vs_off_pg": 0.90, "dedupe_on_vs_off_sqlite": 0.90, "dedupe_on_vs_off_pg_b1": 0, "dedupe_on_vs_off_sqlite_b1": 0,
 		"produce_vs_raw": 0.95, "router_vs_sarama": 2.0}
-	for _, r := range Ratios(nil) {
-		if r.Target != want[r.Name] {
-			t.Errorf("%s target %.2f, want %.2f", r.Name, r.Target, want[r.Name])
+	rs := Ratios(nil)
+	if len(rs) != len(want) {
+		t.Errorf("%d ratios, want %d", len(rs), len(want))
+	}
+	for _, r := range rs {
+		if tg, ok := want[r.Name]; !ok || r.Target != tg {
+			t.Errorf("%s target %.2f, want %.2f (known %v)", r.Name, r.Target, tg, ok)
 		}
 	}
 }
 
 func TestReport(t *testing.T) {
 	rs := rows(3, map[string][]int{
-		"W1": {900, 950, 850},
-		"B1": {1000, 1000, 1000},
-		"W4": {500, 0, 500},
-		"B4": {1000, 1000, 1000},
+		"W1":            {900, 950, 850},
+		"B1":            {1000, 1000, 1000},
+		"B3-sqlite":     {1000, 1000, 1000},
+		"W2-sqlite":     {900, 950, 1000},
+		"W2n-sqlite":    {1000, 1050, 1100},
+		"W2-sqlite-b1":  {50, 60, 40},
+		"W2n-sqlite-b1": {100, 100, 100},
+		"W4":            {500, 0, 500},
+		"B4":            {1000, 1000, 1000},
 	})
 	rs = append(rs, Row{ID: "W2-Postgres", Repeats: 3, Runs: []Result{{ID: "W2-Postgres", Skipped: "no DSN"}}})
 	for _, quick := range []bool{false, true} {
@@ -176,7 +189,7 @@ func TestReport(t *testing.T) {
 		}
 		out := buf.String()
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if want := "bench: router_vs_raw=0.90 fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=n/a produce_vs_raw=0.50 router_vs_sarama=n/a"; lines[len(lines)-1] != want {
+		if want := "bench: router_vs_raw=0.90 fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=0.95 dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=0.90 dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=0.50 produce_vs_raw=0.50 router_vs_sarama=n/a"; lines[len(lines)-1] != want {
 			t.Fatalf("final line %q, want %q", lines[len(lines)-1], want)
 		}
 		res := []string{
@@ -184,6 +197,8 @@ func TestReport(t *testing.T) {
 			`W1 +name of W1 +900 +3/3 +1\.00 +900 +850–950 `,
 			`W4 +name of W4 +500 +2/3 .*run 2 of 3 failed: W4: boom`,
 			`W2-Postgres .*0/3 .*skipped: no DSN`,
+			// No target: reported the same, quick or not.
+			`target dedupe_on_vs_off_sqlite_b1=0.50 \[0.40–0.60 over 3 pairs\] \(W2-sqlite-b1/W2n-sqlite-b1, no target\): reported \(no target\)`,
 		}
 		if quick {
 			res = append(res,
@@ -193,6 +208,7 @@ func TestReport(t *testing.T) {
 			res = append(res,
 				`target router_vs_raw=0.90 \[0.85–0.95 over 3 pairs\] \(W1/B1, want >= 0.90\): met \(median; worst pair 0.85\)`,
 				`target produce_vs_raw=0.50 \[0.50–0.50 over 2 pairs\] .*: MISSED \(every pair\)`,
+				`target dedupe_on_vs_off_sqlite=0.90 \[0.90–0.91 over 3 pairs\] \(W2-sqlite/W2n-sqlite, want >= 0.90\): met \(every pair\)`,
 				`target fenced_vs_unfenced_pg=n/a \(W2-pg/B3-pg, want >= 0.90\): n/a \(not measured\)`)
 		}
 		for _, re := range res {
@@ -248,16 +264,18 @@ func runBench(b *testing.B, id string) {
 	}
 }
 
-func BenchmarkW1(b *testing.B)         { runBench(b, "W1") }
-func BenchmarkB0(b *testing.B)         { runBench(b, "B0") }
-func BenchmarkB1(b *testing.B)         { runBench(b, "B1") }
-func BenchmarkW3(b *testing.B)         { runBench(b, "W3") }
-func BenchmarkW4(b *testing.B)         { runBench(b, "W4") }
-func BenchmarkB4(b *testing.B)         { runBench(b, "B4") }
-func BenchmarkB2(b *testing.B)         { runBench(b, "B2") }
-func BenchmarkW2SQLite(b *testing.B)   { runBench(b, "W2-sqlite") }
-func BenchmarkB3SQLite(b *testing.B)   { runBench(b, "B3-sqlite") }
-func BenchmarkW2Postgres(b *testing.B) { runBench(b, "W2-pg") }
-func BenchmarkB3Postgres(b *testing.B) { runBench(b, "B3-pg") }
-func BenchmarkW5(b *testing.B)         { runBench(b, "W5") }
-func BenchmarkW6(b *testing.B)         { runBench(b, "W6") }
+func BenchmarkW1(b *testing.B)          { runBench(b, "W1") }
+func BenchmarkB0(b *testing.B)          { runBench(b, "B0") }
+func BenchmarkB1(b *testing.B)          { runBench(b, "B1") }
+func BenchmarkW3(b *testing.B)          { runBench(b, "W3") }
+func BenchmarkW4(b *testing.B)          { runBench(b, "W4") }
+func BenchmarkB4(b *testing.B)          { runBench(b, "B4") }
+func BenchmarkB2(b *testing.B)          { runBench(b, "B2") }
+func BenchmarkW2SQLite(b *testing.B)    { runBench(b, "W2-sqlite") }
+func BenchmarkW2nSQLite(b *testing.B)   { runBench(b, "W2n-sqlite") }
+func BenchmarkB3SQLite(b *testing.B)    { runBench(b, "B3-sqlite") }
+func BenchmarkW2Postgres(b *testing.B)  { runBench(b, "W2-pg") }
+func BenchmarkW2nPostgres(b *testing.B) { runBench(b, "W2n-pg") }
+func BenchmarkB3Postgres(b *testing.B)  { runBench(b, "B3-pg") }
+func BenchmarkW5(b *testing.B)          { runBench(b, "W5") }
+func BenchmarkW6(b *testing.B)          { runBench(b, "W6") }

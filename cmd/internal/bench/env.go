@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/base32"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -87,7 +88,7 @@ func (c SetupConfig) withDefaults() (SetupConfig, error) {
 
 // Setup starts the embedded broker (unless cfg.Brokers is set), creates a
 // fresh topic of cfg.Partitions partitions and pre-loads it with
-// cfg.Records commands (see Command), partitioned with envelope.Partition and
+// cfg.Records commands (see Command, each with its CommandID), partitioned with envelope.Partition and
 // encoded with envelope.Encode. The returned function closes everything Setup
 // started; call it even after an error-free run.
 func Setup(ctx context.Context, cfg SetupConfig) (*Env, func(), error) {
@@ -202,6 +203,23 @@ func Command(env *Env, keys [][]byte, i int) envelope.Command {
 	return envelope.Command{Key: keys[i%len(keys)], Type: CommandType, Payload: payload(env)}
 }
 
+// CommandID returns the ID the i-th pre-loaded command carries, in the
+// router's format for the IDs it generates: 128 random bits in base32, a
+// dash, and the sequence number i+1 in hex (the random part is the same
+// for every command of env). The pre-loaded topic is what a producer
+// using package router writes, and the deduplicating sinks record these
+// IDs (W2, docs/performance.md).
+func CommandID(env *Env, i int) string {
+	if env.idPrefix == "" {
+		var b [16]byte
+		for j := range b {
+			b[j] = byte(rand.Uint32())
+		}
+		env.idPrefix = base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]) + "-"
+	}
+	return env.idPrefix + strconv.FormatUint(uint64(i)+1, 16)
+}
+
 // producerOpts are the options of the pre-loading producer: big batches,
 // no compression (so that every consumer decodes the same plain batches).
 func producerOpts(env *Env) []kgo.Opt {
@@ -237,6 +255,7 @@ func preload(ctx context.Context, env *Env) error {
 	}
 	for i := range env.Records {
 		cmd := Command(env, keys, i)
+		cmd.ID = CommandID(env, i)
 		rec, err := envelope.Encode(env.Topic, envelope.Partition(cmd.Key, env.Partitions), cmd)
 		if err != nil {
 			return err

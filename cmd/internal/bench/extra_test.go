@@ -16,7 +16,7 @@ import (
 )
 
 // extraEnv starts an embedded broker with a 12-partition topic pre-loaded
-// with records 100-byte commands, independent of the package's Setup.
+// with records 100-byte commands with IDs (CommandID), independent of the package's Setup.
 func extraEnv(t *testing.T, records int) (*Env, *broker.Broker) {
 	t.Helper()
 	const topic = "extra-commands"
@@ -36,7 +36,7 @@ func extraEnv(t *testing.T, records int) (*Env, *broker.Broker) {
 	for i := range records {
 		key := []byte("key-" + strconv.Itoa(i%env.Keys))
 		payload := []byte(strings.Repeat("x", env.Size-8) + strconv.Itoa(10_000_000 + i)[:8])
-		r, err := envelope.Encode(topic, envelope.Partition(key, env.Partitions), envelope.Command{Key: key, Type: CommandType, Payload: payload})
+		r, err := envelope.Encode(topic, envelope.Partition(key, env.Partitions), envelope.Command{Key: key, Type: CommandType, Payload: payload, ID: CommandID(env, i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,8 +71,14 @@ func TestExtraProcessAll(t *testing.T) {
 	}{
 		{"B2", B2, true},
 		{"W2SQLite", W2SQLite, false},
+		{"W2nSQLite", w2SQLite(w2Variants[1]), false},
+		{"W2SQLiteB1", w2SQLite(w2Variants[2]), false},
+		{"W2nSQLiteB1", w2SQLite(w2Variants[3]), false},
 		{"B3SQLite", B3SQLite, false},
 		{"W2Postgres", W2Postgres, true},
+		{"W2nPostgres", w2Postgres(w2Variants[1]), true},
+		{"W2PostgresB1", w2Postgres(w2Variants[2]), true},
+		{"W2nPostgresB1", w2Postgres(w2Variants[3]), true},
 		{"B3Postgres", B3Postgres, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,6 +111,17 @@ func TestExtraProcessAll(t *testing.T) {
 			}
 			if r.Records != n {
 				t.Fatalf("records processed = %d, want %d", r.Records, n)
+			}
+			// A W2 row deduplicates (recording a row of IDs per
+			// batch) exactly when its ID says so; W2n never does.
+			if strings.HasPrefix(r.ID, "W2") {
+				rowsN, err := strconv.Atoi(strings.TrimPrefix(r.Extra, "id_rows="))
+				if on := !strings.HasPrefix(r.ID, "W2n"); err != nil || on != (rowsN > 0) {
+					t.Fatalf("%s: extra %q: want id_rows > 0 exactly with deduplication on", r.ID, r.Extra)
+				}
+				if strings.HasSuffix(r.ID, "-b1") && !strings.HasPrefix(r.ID, "W2n") && rowsN != n {
+					t.Fatalf("%s: %d ID rows for %d records at batch 1", r.ID, rowsN, n)
+				}
 			}
 		})
 	}

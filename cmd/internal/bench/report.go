@@ -13,7 +13,7 @@ import (
 type Ratio struct {
 	Name     string  // e.g. "router_vs_raw"
 	Num, Den string  // result IDs: workrouter's and the baseline's
-	Target   float64 // the ratio it must reach
+	Target   float64 // the ratio it must reach; 0: reported, no target
 	// Value is the median throughput of Num's runs over the median of
 	// Den's; valid only if OK.
 	Value float64
@@ -32,9 +32,13 @@ func (r Ratio) String() string {
 	return fmt.Sprintf("%.2f", r.Value)
 }
 
-// Met reports whether the ratio was measured and its median reached its
-// target.
-func (r Ratio) Met() bool { return r.OK && r.Value >= r.Target }
+// Met reports whether the ratio has a target, was measured and its
+// median reached the target.
+func (r Ratio) Met() bool { return r.HasTarget() && r.OK && r.Value >= r.Target }
+
+// HasTarget reports whether the ratio has a target (else it is only
+// reported).
+func (r Ratio) HasTarget() bool { return r.Target > 0 }
 
 // PairSpread is the spread of the per-pair ratios.
 func (r Ratio) PairSpread() Spread { return SpreadOf(r.Pairs) }
@@ -42,13 +46,18 @@ func (r Ratio) PairSpread() Spread { return SpreadOf(r.Pairs) }
 // EveryPairMet reports whether there was at least one pair and every
 // per-pair ratio reached the target.
 func (r Ratio) EveryPairMet() bool {
-	return r.OK && len(r.Pairs) > 0 && r.PairSpread().Min >= r.Target
+	return r.HasTarget() && r.OK && len(r.Pairs) > 0 && r.PairSpread().Min >= r.Target
 }
+
+// NoTargetVerdict is Verdict's word for a measured ratio without a
+// target.
+const NoTargetVerdict = "reported (no target)"
 
 // QuickVerdict is Verdict's word for a measured ratio of a --quick run.
 const QuickVerdict = "indicative (--quick decides no target)"
 
-// Verdict is the target line's verdict: "n/a (not measured)"; with quick
+// Verdict is the target line's verdict: "n/a (not measured)"; for a
+// ratio without a target NoTargetVerdict; with quick
 // (a --quick run: fewer records, so the ratios only indicate) always
 // QuickVerdict; otherwise "met" or "MISSED" by the median ratio, followed
 // by whether every pair agrees, e.g. "met (every pair)", "met (median;
@@ -57,6 +66,8 @@ func (r Ratio) Verdict(quick bool) string {
 	switch {
 	case !r.OK:
 		return "n/a (not measured)"
+	case !r.HasTarget():
+		return NoTargetVerdict
 	case quick:
 		return QuickVerdict
 	}
@@ -77,12 +88,19 @@ func (r Ratio) Verdict(quick bool) string {
 	}
 }
 
-// ratioDefs lists the final line's ratios in order, with the targets of
-// issue 16.
+// ratioDefs lists the final line's ratios in order, with their targets
+// (docs/performance.md). The fenced workloads W2-* deduplicate command
+// IDs, so fenced_vs_unfenced_* is fenced with deduplication on against
+// unfenced; dedupe_on_vs_off_* is the same workload with deduplication on
+// against off (W2n-*), at batch 256 and, without a target, at batch 1.
 var ratioDefs = []Ratio{
 	{Name: "router_vs_raw", Num: "W1", Den: "B1", Target: 0.90},
 	{Name: "fenced_vs_unfenced_pg", Num: "W2-pg", Den: "B3-pg", Target: 0.90},
 	{Name: "fenced_vs_unfenced_sqlite", Num: "W2-sqlite", Den: "B3-sqlite", Target: 0.90},
+	{Name: "dedupe_on_vs_off_pg", Num: "W2-pg", Den: "W2n-pg", Target: 0.90},
+	{Name: "dedupe_on_vs_off_sqlite", Num: "W2-sqlite", Den: "W2n-sqlite", Target: 0.90},
+	{Name: "dedupe_on_vs_off_pg_b1", Num: "W2-pg-b1", Den: "W2n-pg-b1"},
+	{Name: "dedupe_on_vs_off_sqlite_b1", Num: "W2-sqlite-b1", Den: "W2n-sqlite-b1"},
 	{Name: "produce_vs_raw", Num: "W4", Den: "B4", Target: 0.95},
 	{Name: "router_vs_sarama", Num: "W1", Den: "B2", Target: 2.0},
 }
@@ -134,7 +152,7 @@ func Ratios(rows []Row) []Ratio {
 
 // FinalLine is the report's last line, each ratio the median one:
 //
-//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> produce_vs_raw=<r> router_vs_sarama=<r>
+//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> produce_vs_raw=<r> router_vs_sarama=<r>
 func FinalLine(ratios []Ratio) string {
 	var b strings.Builder
 	b.WriteString("bench:")
@@ -192,6 +210,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 // TargetLine is the report's line for r, e.g.
 //
 //	target produce_vs_raw=0.97 [0.95–0.99 over 5 pairs] (W4/B4, want >= 0.95): met (every pair)
+//	target dedupe_on_vs_off_sqlite_b1=0.97 [0.95–0.99 over 5 pairs] (W2-sqlite-b1/W2n-sqlite-b1, no target): reported (no target)
 //
 // with quick as for Verdict.
 func TargetLine(r Ratio, quick bool) string {
@@ -199,7 +218,11 @@ func TargetLine(r Ratio, quick bool) string {
 	if ps := r.PairSpread(); ps.N > 0 {
 		spread = fmt.Sprintf(" [%.2f–%.2f over %d %s]", ps.Min, ps.Max, ps.N, plural(ps.N, "pair", "pairs"))
 	}
-	return fmt.Sprintf("target %s=%s%s (%s/%s, want >= %.2f): %s", r.Name, r, spread, r.Num, r.Den, r.Target, r.Verdict(quick))
+	want := "no target"
+	if r.HasTarget() {
+		want = fmt.Sprintf("want >= %.2f", r.Target)
+	}
+	return fmt.Sprintf("target %s=%s%s (%s/%s, %s): %s", r.Name, r, spread, r.Num, r.Den, want, r.Verdict(quick))
 }
 
 // WriteReport writes the table, one line per target (see TargetLine) and

@@ -73,8 +73,10 @@ func TestRunInterleaves(t *testing.T) {
 		{nil, "B0,B0,B0," +
 			"B1!,B1,W1,B2,B1,W1,B2,B1,W1,B2," +
 			"W3," +
-			"B3-sqlite!,B3-sqlite,W2-sqlite,B3-sqlite,W2-sqlite,B3-sqlite,W2-sqlite," +
-			"B3-pg!,B3-pg,W2-pg,B3-pg,W2-pg,B3-pg,W2-pg," +
+			"B3-sqlite!,B3-sqlite,W2-sqlite,W2n-sqlite,B3-sqlite,W2-sqlite,W2n-sqlite,B3-sqlite,W2-sqlite,W2n-sqlite," +
+			"W2-sqlite-b1!,W2-sqlite-b1,W2n-sqlite-b1,W2-sqlite-b1,W2n-sqlite-b1,W2-sqlite-b1,W2n-sqlite-b1," +
+			"B3-pg!,B3-pg,W2-pg,W2n-pg,B3-pg,W2-pg,W2n-pg,B3-pg,W2-pg,W2n-pg," +
+			"W2-pg-b1!,W2-pg-b1,W2n-pg-b1,W2-pg-b1,W2n-pg-b1,W2-pg-b1,W2n-pg-b1," +
 			"B4!,B4,W4,B4,W4,B4,W4," +
 			"W5,W5-sqlite,W6"},
 		{[]string{"W4", "B4"}, "B4!,B4,W4,B4,W4,B4,W4"},

@@ -16,7 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/unfenced"
+	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -50,7 +52,7 @@ func handlersFor[Tx any](types []string, h consumer.Handler[Tx]) map[string]cons
 }
 
 // runWorker runs a Worker with handlers on env.Topic (fresh group,
-// MaxBatch 256) until it has applied at least n records, and returns how
+// MaxBatch 256 unless cfg sets it) until it has applied at least n records, and returns how
 // many it applied.
 func runWorker[Tx any](ctx context.Context, env *Env, cfg consumer.Config[Tx], n int) (int, error) {
 	cfg.Brokers = env.Brokers
@@ -203,30 +205,125 @@ func openSQLiteKV(ctx context.Context, env *Env, name string) (*sqlite.Sink, err
 	return s, nil
 }
 
+// W2 variants: every fenced SQL workload runs through the worker, whose
+// sink deduplicates command IDs (sink.Deduplicator: the worker applies
+// each batch with ApplyOnce, recording the batch's IDs and checking them
+// in the same transaction) unless the variant turns deduplication off
+// by wrapping the sink in applyOnly. W2-<sink> is deduplication on at
+// MaxBatch 256, W2n-<sink> the same with it off; the -b1 variants are
+// MaxBatch 1, over at most SQLiteBatch1Records and PostgresBatch1Records
+// records (one commit, and fsync, per record).
+const (
+	SQLiteBatch1Records   = 4_000
+	PostgresBatch1Records = 3_000
+)
+
+// w2Variant is one W2 row: its ID, MaxBatch, whether the sink
+// deduplicates, and its record cap for each sink.
+type w2Variant struct {
+	suffix        string // "" or "-b1"
+	batch         int
+	dedupe        bool
+	sqlite, pgCap int
+}
+
+// w2Variants are the W2 rows of each SQL sink, in run order.
+var w2Variants = []w2Variant{
+	{"", sqlMaxBatch, true, SQLiteMaxRecords, PostgresMaxRecords},
+	{"", sqlMaxBatch, false, SQLiteMaxRecords, PostgresMaxRecords},
+	{"-b1", 1, true, SQLiteBatch1Records, PostgresBatch1Records},
+	{"-b1", 1, false, SQLiteBatch1Records, PostgresBatch1Records},
+}
+
+// id is the variant's row ID on sink (e.g. "W2n-sqlite-b1").
+func (v w2Variant) id(sinkName string) string {
+	w := "W2"
+	if !v.dedupe {
+		w = "W2n"
+	}
+	return w + "-" + sinkName + v.suffix
+}
+
+// describe is the variant's part of the row name.
+func (v w2Variant) describe() string {
+	d := "dedupe on"
+	if !v.dedupe {
+		d = "dedupe off"
+	}
+	return fmt.Sprintf("%s, batch %d", d, v.batch)
+}
+
+// applyOnly is a sink without the sink.Deduplicator capability: only Claim
+// and Apply (and Unwrap, so that the worker finds the other capabilities
+// as before). The worker applies through it per offset only, with Apply:
+// it is how the W2n rows turn deduplication off on the same sink.
+type applyOnly[Tx any] struct{ s sink.Sink[Tx] }
+
+func (a applyOnly[Tx]) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
+	return a.s.Claim(ctx, tok, obs)
+}
+
+func (a applyOnly[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) (sink.ApplyResult, error) {
+	return a.s.Apply(ctx, tok, offsets, effect)
+}
+
+func (a applyOnly[Tx]) Unwrap() sink.Sink[Tx] { return a.s }
+
+// sinkFor is s, or s wrapped in applyOnly when v turns deduplication off.
+func sinkFor[Tx any](v w2Variant, s sink.Sink[Tx]) sink.Sink[Tx] {
+	if v.dedupe {
+		return s
+	}
+	return applyOnly[Tx]{s}
+}
+
 // W2SQLite is W2 on SQLite: the worker applies one upsert per command
 // (k = record key, v = payload) into a kv table through the fenced SQLite
-// sink, MaxBatch 256, over at most SQLiteMaxRecords records.
+// sink, deduplication on, MaxBatch 256, over at most SQLiteMaxRecords
+// records.
 func W2SQLite(ctx context.Context, env *Env) (Result, error) {
-	n, note := capRecords(env, SQLiteMaxRecords)
-	name := "worker, upsert per command, SQLite fenced sink" + note
-	types := []string{CommandType}
-	s, err := openSQLiteKV(ctx, env, "w2")
-	if err != nil {
-		return Result{ID: "W2-sqlite", Name: name}, err
+	return w2SQLite(w2Variants[0])(ctx, env)
+}
+
+// w2SQLite returns the SQLite workload of v (see w2Variants).
+func w2SQLite(v w2Variant) Workload {
+	return func(ctx context.Context, env *Env) (Result, error) {
+		id := v.id("sqlite")
+		n, note := capRecords(env, v.sqlite)
+		name := "worker, upsert per command, SQLite fenced sink, " + v.describe() + note
+		types := []string{CommandType}
+		s, err := openSQLiteKV(ctx, env, "w2")
+		if err != nil {
+			return Result{ID: id, Name: name}, err
+		}
+		defer s.Close()
+		h := func(ctx context.Context, tx *sqlite.Tx, cmd consumer.Command) error {
+			_, err := tx.ExecContext(ctx, sqliteUpsert, cmd.Key, kvValue(cmd.Payload, cmd.Offset))
+			return err
+		}
+		var got int
+		r, err := Measure(id, name, n, func() error {
+			var err error
+			got, err = runWorker(ctx, env, consumer.Config[*sqlite.Tx]{Sink: sinkFor[*sqlite.Tx](v, s), MaxBatch: v.batch, Handlers: handlersFor(types, h)}, n)
+			return err
+		})
+		r.Records = got
+		if err == nil {
+			r.Extra, err = idRowsExtra(s.DB().QueryRowContext(ctx, `SELECT count(*) FROM `+sqlite.DefaultPrefix+`_command_ids`))
+		}
+		return r, err
 	}
-	defer s.Close()
-	h := func(ctx context.Context, tx *sqlite.Tx, cmd consumer.Command) error {
-		_, err := tx.ExecContext(ctx, sqliteUpsert, cmd.Key, kvValue(cmd.Payload, cmd.Offset))
-		return err
+}
+
+// idRowsExtra is a W2 row's Extra: "id_rows=N", the rows of command IDs
+// the sink recorded (one per batch applied with deduplication on, none
+// with it off), scanned from row.
+func idRowsExtra(row interface{ Scan(...any) error }) (string, error) {
+	var n int64
+	if err := row.Scan(&n); err != nil {
+		return "", fmt.Errorf("bench: count command ID rows: %w", err)
 	}
-	var got int
-	r, err := Measure("W2-sqlite", name, n, func() error {
-		var err error
-		got, err = runWorker(ctx, env, consumer.Config[*sqlite.Tx]{Sink: s, Handlers: handlersFor(types, h)}, n)
-		return err
-	})
-	r.Records = got
-	return r, err
+	return fmt.Sprintf("id_rows=%d", n), nil
 }
 
 // B3SQLite is the baseline of W2SQLite: the same upserts on the same kind
@@ -296,30 +393,42 @@ func (kv *pgKV) close() {
 }
 
 // W2Postgres is W2 on PostgreSQL: the worker applies one upsert per command
-// into a kv table through the fenced PostgreSQL sink, MaxBatch 256, over at
-// most PostgresMaxRecords records, in a fresh schema dropped at the end.
-// It is skipped when env.PostgresDSN is empty or unreachable.
+// into a kv table through the fenced PostgreSQL sink, deduplication on,
+// MaxBatch 256, over at most PostgresMaxRecords records, in a fresh schema
+// dropped at the end. It is skipped when env.PostgresDSN is empty or
+// unreachable.
 func W2Postgres(ctx context.Context, env *Env) (Result, error) {
-	n, note := capRecords(env, PostgresMaxRecords)
-	name := "worker, upsert per command, PostgreSQL fenced sink" + note
-	kv, skip, err := openPostgresKV(ctx, env)
-	if skip != "" || err != nil {
-		return Result{ID: "W2-pg", Name: name, Skipped: skip}, err
+	return w2Postgres(w2Variants[0])(ctx, env)
+}
+
+// w2Postgres returns the PostgreSQL workload of v (see w2Variants).
+func w2Postgres(v w2Variant) Workload {
+	return func(ctx context.Context, env *Env) (Result, error) {
+		id := v.id("pg")
+		n, note := capRecords(env, v.pgCap)
+		name := "worker, upsert per command, PostgreSQL fenced sink, " + v.describe() + note
+		kv, skip, err := openPostgresKV(ctx, env)
+		if skip != "" || err != nil {
+			return Result{ID: id, Name: name, Skipped: skip}, err
+		}
+		defer kv.close()
+		types := []string{CommandType}
+		h := func(ctx context.Context, tx pgx.Tx, cmd consumer.Command) error {
+			_, err := tx.Exec(ctx, kv.upsert, cmd.Key, kvValue(cmd.Payload, cmd.Offset))
+			return err
+		}
+		var got int
+		r, err := Measure(id, name, n, func() error {
+			var err error
+			got, err = runWorker(ctx, env, consumer.Config[pgx.Tx]{Sink: sinkFor[pgx.Tx](v, kv.s), MaxBatch: v.batch, Handlers: handlersFor(types, h)}, n)
+			return err
+		})
+		r.Records = got
+		if err == nil {
+			r.Extra, err = idRowsExtra(kv.s.Pool().QueryRow(ctx, `SELECT count(*) FROM `+kv.schema+`.workrouter_command_ids`)) // the default Prefix
+		}
+		return r, err
 	}
-	defer kv.close()
-	types := []string{CommandType}
-	h := func(ctx context.Context, tx pgx.Tx, cmd consumer.Command) error {
-		_, err := tx.Exec(ctx, kv.upsert, cmd.Key, kvValue(cmd.Payload, cmd.Offset))
-		return err
-	}
-	var got int
-	r, err := Measure("W2-pg", name, n, func() error {
-		var err error
-		got, err = runWorker(ctx, env, consumer.Config[pgx.Tx]{Sink: kv.s, Handlers: handlersFor(types, h)}, n)
-		return err
-	})
-	r.Records = got
-	return r, err
 }
 
 // B3Postgres is the baseline of W2Postgres: the same upserts through

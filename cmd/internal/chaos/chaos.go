@@ -5,8 +5,9 @@
 // produces keyed commands at a steady rate, injects faults of the selected
 // kinds at seeded random intervals, and then checks from the sink's own
 // records that the fencing promise held: no stale write landed (F), nothing
-// acknowledged was lost (L), per-key order held (O), nothing was applied
-// twice (X), lag returned to zero after the faults and no committed
+// acknowledged was lost (L), per-key order held (O), no command ID was
+// applied twice (X: every copy of a command in the log skipped as a
+// duplicate), lag returned to zero after the faults and no committed
 // offset was ever ahead of the sink's NextOffset (V: sampled every 1–2 s
 // all along the run, see vSampler), and every record that was skipped has
 // exactly one dead letter, nothing else was skipped and no record was both
@@ -48,6 +49,11 @@
 //   - broker-restart: SIGKILL the broker process and start it again on the
 //     same address and data dir; every acknowledged record must still be
 //     there, and every worker must claim again.
+//   - resend: the load producer sends 5–20 commands the broker had
+//     acknowledged again, with their command IDs (cluster.Producer.Resend),
+//     as an application retrying Send after an ambiguous error whose first
+//     attempt had landed; the workers must skip every copy as a duplicate
+//     (X is per command ID), and the run fails if none was skipped.
 //   - churn: all along the run, beside the other faults, an extra member
 //     joins, stays 1–5 s and leaves (SIGTERM), and the next joins 1–5 s
 //     later; each join-and-leave counts as one churn fault.
@@ -75,6 +81,7 @@ import (
 	"github.com/workrouter/workrouter/cmd/internal/brokerproc"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/cmd/internal/faults"
+	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/router"
 )
@@ -92,19 +99,20 @@ const (
 	Coordinator   Kind = "coordinator"
 	Poison        Kind = "poison"
 	BrokerRestart Kind = "broker-restart"
+	Resend        Kind = "resend"
 	Churn         Kind = "churn"
 )
 
 // Kinds returns every fault kind, in the order of the report's table.
 func Kinds() []Kind {
-	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Poison, BrokerRestart, Churn}
+	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Poison, BrokerRestart, Resend, Churn}
 }
 
 // ExternalKinds returns the fault kinds that work on any cluster: every
 // kind but heartbeat, coordinator and broker-restart, which need the
 // harness's own broker (see Config.Brokers), and poison.
 func ExternalKinds() []Kind {
-	return []Kind{Pause, Kill, BrokerConn, SinkConn, Churn}
+	return []Kind{Pause, Kill, BrokerConn, SinkConn, Resend, Churn}
 }
 
 // ErrConfig is matched by the error Run or ParseKinds returns for a bad
@@ -591,20 +599,29 @@ func (r *run) check(prod *cluster.Producer) error {
 	if err != nil {
 		return err
 	}
-	cc.LogCopies = scan.Copies
-	if n := len(cc.LogCopies); n > 0 {
+	if n := len(scan.Copies); n > 0 {
 		ex := make([]string, 0, 5)
-		for _, pos := range slices.Sorted(maps.Keys(cc.LogCopies)) {
+		for _, pos := range slices.Sorted(maps.Keys(scan.Copies)) {
 			if len(ex) < cap(ex) {
-				ex = append(ex, cc.LogCopies[pos]+" again at "+pos)
+				ex = append(ex, scan.Copies[pos]+" again at "+pos)
 			}
 		}
-		r.logf("the broker wrote %d records twice (a producer's retry across a broker restart; kfake does not rebuild its idempotent-producer state from its log): %s…",
+		r.logf("the log holds %d records that repeat an earlier record's command ID (resent commands, or a producer's retry across a broker restart that kfake wrote twice: it does not rebuild its idempotent-producer state from its log), each to be skipped as a duplicate: %s…",
 			n, strings.Join(ex, ", "))
 	}
 	rep, err := r.store.Check(ctx, cc)
 	if err != nil {
 		return err
+	}
+	fences, err := r.store.Fences(ctx)
+	if err != nil {
+		return err
+	}
+	skipped := 0
+	for _, f := range fences {
+		if f.Scope.Group == group && f.Scope.Topic == r.topic {
+			skipped += int(f.Duplicates)
+		}
 	}
 	dead := map[string]int{}
 	dls, err := r.store.DeadLetters(ctx, group, r.topic)
@@ -626,7 +643,9 @@ func (r *run) check(prod *cluster.Producer) error {
 	r.res.Applied = applied
 	r.res.Poisoned, r.res.DeadLetters = poisoned, dead
 	r.res.PoisonUnconfirmed = len(cc.Unconfirmed)
-	r.res.LogCopies = len(cc.LogCopies)
+	r.res.LogCopies = len(scan.Copies)
+	r.res.DuplicatesSkipped = skipped
+	r.res.Resent = prod.Resent()
 	r.res.PoisonTxn, r.res.Aborted, r.res.DeadLettersAfterGap = poisonTxn, len(cc.Aborted), afterGap
 	r.res.VSamples = rep.Samples
 	r.res.VSkipped = rep.SamplesSkipped + r.sampler.logChanged
@@ -637,6 +656,7 @@ func (r *run) check(prod *cluster.Producer) error {
 			r.logf("worker %s exited by itself: %s", w.Name(), w.LastErr())
 		}
 		r.res.StaleRejected += w.FencedCount()
+		r.res.DuplicateEvents += w.Count(consumer.KindDuplicate)
 		for _, e := range w.Errors() {
 			r.logf("worker %s logged an error: %s", w.Name(), e)
 			r.res.WorkerErrors++
@@ -785,6 +805,8 @@ func (r *run) inject(k Kind) (bool, error) {
 		return r.poison()
 	case BrokerRestart:
 		return r.brokerRestart()
+	case Resend:
+		return r.resend()
 	}
 	return false, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 }

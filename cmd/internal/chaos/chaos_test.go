@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestParseKinds(t *testing.T) {
 	all, err := ParseKinds("all")
-	if err != nil || len(all) != 9 || !slices.Contains(all, Poison) || !slices.Contains(all, BrokerRestart) {
+	if err != nil || len(all) != 10 || !slices.Contains(all, Poison) || !slices.Contains(all, Resend) || !slices.Contains(all, BrokerRestart) {
 		t.Fatalf("all: %v %v", all, err)
 	}
 	ks, err := ParseKinds("pause, churn,pause")
@@ -45,7 +45,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 
 func TestResultOK(t *testing.T) {
 	r := Result{Requested: []Kind{Pause, Kill}, Faults: map[Kind]int{Pause: 2, Kill: 1}, StaleRejected: 1, Produced: 10, VSamples: 12}
-	if !r.OK() || len(r.Failures()) != 0 || r.Line() != "chaos: faults=3 kinds=2 commands=10 stale_rejected=1 dead_letters=0 gap_dead_letters=0 v_samples=12 violations=0" {
+	if !r.OK() || len(r.Failures()) != 0 || r.Line() != "chaos: faults=3 kinds=2 commands=10 stale_rejected=1 dead_letters=0 gap_dead_letters=0 duplicates_skipped=0 v_samples=12 violations=0" {
 		t.Fatalf("OK %v line %q", r.OK(), r.Line())
 	}
 	for name, bad := range map[string]func(*Result){
@@ -59,6 +59,10 @@ func TestResultOK(t *testing.T) {
 		"poison, no gap": func(r *Result) {
 			r.Requested, r.Faults[Poison], r.DeadLetters = append(r.Requested, Poison), 1, map[string]int{"undecodable": 5}
 		},
+		"resend, no duplicate skipped": func(r *Result) {
+			r.Requested, r.Faults[Resend], r.Resent = append(r.Requested, Resend), 2, 20
+		},
+		"a copy in the log not counted as skipped": func(r *Result) { r.LogCopies, r.DuplicatesSkipped = 5, 4 },
 	} {
 		b := r
 		b.Faults = map[Kind]int{Pause: 2, Kill: 1}
@@ -73,19 +77,24 @@ func TestResultOK(t *testing.T) {
 }
 
 // TestResultReportsPoisonAndRestarts: the table and the final line carry
-// the dead letters, the poison records and the broker restarts' figures.
+// the dead letters, the poison records, the broker restarts' figures and
+// the duplicates: the copies of commands in the log (re-sent, or written
+// twice by the broker) are skipped duplicates, not exempted applications.
 func TestResultReportsPoisonAndRestarts(t *testing.T) {
-	r := Result{Requested: []Kind{Poison, BrokerRestart}, Faults: map[Kind]int{Poison: 2, BrokerRestart: 2}, Produced: 10,
+	r := Result{Requested: []Kind{Poison, BrokerRestart, Resend}, Faults: map[Kind]int{Poison: 2, BrokerRestart: 2, Resend: 1}, Produced: 10,
 		Poisoned:    map[cluster.PoisonKind]int{cluster.PoisonNullKey: 2, cluster.PoisonMalformed: 2},
 		DeadLetters: map[string]int{"undecodable": 2, "handler_error": 2}, DeadLettersAfterGap: 2, PoisonTxn: 2, Aborted: 4,
 		VSamples: 30, VSkipped: 6, VReadsFailed: 2,
 		Restarts: []Restart{{Down: 300 * time.Millisecond, Recovery: time.Second, Workers: 3, Back: 3},
 			{Down: 400 * time.Millisecond, Recovery: 2 * time.Second, Workers: 3, Back: 3}},
-		LogCopies: 5}
-	if !r.OK() || r.Line() != "chaos: faults=4 kinds=2 commands=10 stale_rejected=0 dead_letters=4 gap_dead_letters=2 v_samples=30 violations=0" {
+		LogCopies: 17, Resent: 12, DuplicatesSkipped: 17, DuplicateEvents: 16}
+	if !r.OK() || r.Line() != "chaos: faults=5 kinds=3 commands=10 stale_rejected=0 dead_letters=4 gap_dead_letters=2 duplicates_skipped=17 v_samples=30 violations=0" {
 		t.Fatalf("OK %v line %q", r.OK(), r.Line())
 	}
 	table := r.Table()
+	if strings.Contains(table, "wrote twice") {
+		t.Errorf("the table still exempts records the broker wrote twice:\n%s", table)
+	}
 	flat := strings.Join(strings.Fields(table), " ")
 	for _, want := range []string{
 		"poison records acknowledged                      4 (malformed 2, null-key 2)",
@@ -94,7 +103,10 @@ func TestResultReportsPoisonAndRestarts(t *testing.T) {
 		"broker restarts: recovery, p50 / max             1s / 2s (2 of 2)",
 		"broker restarts: workers back                    6 of 6",
 		"broker restarts: acknowledged records lost       0",
-		"broker restarts: records the broker wrote twice  5",
+		"acknowledged commands re-sent with their IDs     12",
+		"records in the log repeating a command ID        17",
+		"duplicates skipped (sink's count / workers' events) 17 / 16",
+		"violations X (a command ID applied twice, balance)",
 		"violations D (a record without exactly one dead letter or effect)",
 		"poison records in committed transactions         2",
 		"records of aborted transactions                  4",

@@ -80,10 +80,24 @@ type Result struct {
 	VReadsFailed int `json:"v_reads_failed,omitempty"`
 	// Restarts are the broker restarts, in order.
 	Restarts []Restart `json:"restarts,omitempty"`
-	// LogCopies counts the records the broker wrote twice (a producer's
-	// retry across a broker restart; see cluster.LogScan): each is a
-	// record of its own, applied once like any other.
+	// LogCopies counts the records of the log that repeat an earlier
+	// record's command ID (cluster.LogScan.Copies): the resend fault's
+	// copies, and batches the broker wrote twice (a producer's retry
+	// across a broker restart). The workers must skip each as a
+	// duplicate: a second posting of a command ID is X.
 	LogCopies int `json:"log_copies,omitempty"`
+	// Resent counts the copies of acknowledged commands the resend fault
+	// had acknowledged (cluster.Producer.Resend).
+	Resent int `json:"resent,omitempty"`
+	// DuplicatesSkipped counts the records the workers skipped because
+	// their command ID was applied already, as the sink counted them in
+	// the fenced units that skipped them (sink.Fence.Duplicates, summed
+	// over the group's partitions). Every copy in the log must be skipped
+	// once, so it must equal LogCopies. DuplicateEvents counts the
+	// workers' duplicate_skipped events (a worker killed between a commit
+	// and its events leaves a few out).
+	DuplicatesSkipped int `json:"duplicates_skipped"`
+	DuplicateEvents   int `json:"duplicate_events"`
 	// Notes are examples of the violations found.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -163,8 +177,18 @@ func (r Result) Failures() []string {
 	if r.needsGap() && r.DeadLettersAfterGap == 0 {
 		out = append(out, "poison ran, but no poison record was dead-lettered right after an offset gap")
 	}
+	if r.needsDuplicates() && r.DuplicatesSkipped == 0 {
+		out = append(out, "resend ran, but no duplicate was skipped")
+	}
+	if r.DuplicatesSkipped != r.LogCopies {
+		out = append(out, fmt.Sprintf("the sink counted %d duplicates skipped, but the log holds %d records that repeat a command ID", r.DuplicatesSkipped, r.LogCopies))
+	}
 	return out
 }
+
+// needsDuplicates reports whether the run must show a skipped duplicate:
+// resend faults happened.
+func (r Result) needsDuplicates() bool { return r.Faults[Resend] > 0 }
 
 // needsGap reports whether the run must show a poison record
 // dead-lettered right after an offset gap: poison faults happened.
@@ -173,8 +197,10 @@ func (r Result) needsGap() bool { return r.Faults[Poison] > 0 }
 // OK reports whether the run passed: no violation, every requested kind
 // fired, a stale write rejected if pauses or heartbeat faults ran, every
 // broker restart lost nothing acknowledged and saw every worker come back,
-// V sampled at least once while the run went on, and, if poison faults
-// ran, a poison record dead-lettered right after an offset gap.
+// V sampled at least once while the run went on, if poison faults ran, a
+// poison record dead-lettered right after an offset gap, if resend faults
+// ran, a duplicate skipped, and as many duplicates skipped as the log holds
+// copies of commands.
 func (r Result) OK() bool { return len(r.Failures()) == 0 }
 
 // Line is the run's final line.
@@ -185,8 +211,8 @@ func (r Result) Line() string {
 			kinds++
 		}
 	}
-	return fmt.Sprintf("chaos: faults=%d kinds=%d commands=%d stale_rejected=%d dead_letters=%d gap_dead_letters=%d v_samples=%d violations=%d",
-		r.TotalFaults(), kinds, r.Produced, r.StaleRejected, total(r.DeadLetters), r.DeadLettersAfterGap, r.VSamples, r.Violations.Total())
+	return fmt.Sprintf("chaos: faults=%d kinds=%d commands=%d stale_rejected=%d dead_letters=%d gap_dead_letters=%d duplicates_skipped=%d v_samples=%d violations=%d",
+		r.TotalFaults(), kinds, r.Produced, r.StaleRejected, total(r.DeadLetters), r.DeadLettersAfterGap, r.DuplicatesSkipped, r.VSamples, r.Violations.Total())
 }
 
 // Table is the run's figures as an aligned text table.
@@ -212,7 +238,7 @@ func (r Result) Table() string {
 	fmt.Fprintf(tw, "violations F (stale write accepted)\t%d\n", v.F)
 	fmt.Fprintf(tw, "violations L (acknowledged, never applied)\t%d\n", v.L)
 	fmt.Fprintf(tw, "violations O (per-key order)\t%d\n", v.O)
-	fmt.Fprintf(tw, "violations X (applied twice, balance)\t%d\n", v.X)
+	fmt.Fprintf(tw, "violations X (a command ID applied twice, balance)\t%d\n", v.X)
 	fmt.Fprintf(tw, "violations V (lag not back to zero, committed offset ahead of NextOffset)\t%d\n", v.V)
 	fmt.Fprintf(tw, "violations D (a record without exactly one dead letter or effect)\t%d\n", v.D)
 	rec := "never"
@@ -230,6 +256,11 @@ func (r Result) Table() string {
 	fmt.Fprintf(tw, "records of aborted transactions\t%d\n", r.Aborted)
 	fmt.Fprintf(tw, "dead letters in the sink (by reason)\t%s\n", counts(r.DeadLetters))
 	fmt.Fprintf(tw, "dead letters right after an offset gap\t%d\n", r.DeadLettersAfterGap)
+	if slices.Contains(r.Requested, Resend) {
+		fmt.Fprintf(tw, "acknowledged commands re-sent with their IDs\t%d\n", r.Resent)
+	}
+	fmt.Fprintf(tw, "records in the log repeating a command ID\t%d\n", r.LogCopies)
+	fmt.Fprintf(tw, "duplicates skipped (sink's count / workers' events)\t%d / %d\n", r.DuplicatesSkipped, r.DuplicateEvents)
 	if len(r.Restarts) > 0 {
 		fmt.Fprintf(tw, "broker restarts: down, p50 / max\t%s\n", r.restartSummary(func(rs Restart) time.Duration { return rs.Down }))
 		fmt.Fprintf(tw, "broker restarts: recovery, p50 / max\t%s\n", r.restartSummary(func(rs Restart) time.Duration { return rs.Recovery }))
@@ -240,7 +271,6 @@ func (r Result) Table() string {
 		}
 		fmt.Fprintf(tw, "broker restarts: workers back\t%d of %d\n", back, of)
 		fmt.Fprintf(tw, "broker restarts: acknowledged records lost\t%d\n", lost)
-		fmt.Fprintf(tw, "broker restarts: records the broker wrote twice\t%d\n", r.LogCopies)
 	}
 	fmt.Fprintf(tw, "worker errors reported (not fenced)\t%d\n", r.WorkerErrors)
 	fmt.Fprintf(tw, "workers that exited by themselves\t%d\n", r.Crashes)
@@ -259,6 +289,12 @@ func (r Result) Table() string {
 	}
 	if r.needsGap() && r.DeadLettersAfterGap == 0 {
 		b.WriteString("\npoison ran, but no poison record was dead-lettered right after an offset gap\n")
+	}
+	if r.needsDuplicates() && r.DuplicatesSkipped == 0 {
+		b.WriteString("\nresend ran, but no duplicate was skipped\n")
+	}
+	if r.DuplicatesSkipped != r.LogCopies {
+		fmt.Fprintf(&b, "\nthe sink counted %d duplicates skipped, but the log holds %d records that repeat a command ID\n", r.DuplicatesSkipped, r.LogCopies)
 	}
 	return b.String()
 }

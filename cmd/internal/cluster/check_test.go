@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -57,10 +58,13 @@ func TestCheckFeedsDeadLetters(t *testing.T) {
 	}
 }
 
-// TestCheckLogCopies: a command the broker wrote twice is posted twice,
-// at two positions; Check counts that as X unless told the second
-// position is a copy in the log (LogCopies).
-func TestCheckLogCopies(t *testing.T) {
+// TestCheckCommandIDAppliedTwice: X is per command ID, strict. A command
+// that entered the log twice (here cmd-1 at offsets 0 and 2, as a retried
+// send or a batch the broker wrote twice leaves it) and was posted at both
+// positions is one X violation, whatever the positions; it is not an O
+// violation (a repeated command is X's). Once the copy's posting is gone
+// (the worker skipped it as a duplicate), nothing is violated.
+func TestCheckCommandIDAppliedTwice(t *testing.T) {
 	ctx := context.Background()
 	st, s := openTestStore(t)
 	tok := epochs.Token{Group: "g", Topic: "ledger", Partition: 0, Epoch: 1, Member: "a"}
@@ -79,14 +83,24 @@ func TestCheckLogCopies(t *testing.T) {
 	if _, err := s.DB().ExecContext(ctx, `INSERT INTO ledger_accounts (account, balance) VALUES ('acct', 15)`); err != nil {
 		t.Fatal(err)
 	}
-	cfg := CheckConfig{Group: "g", Topic: "ledger", Partitions: 1}
+	cfg := CheckConfig{Group: "g", Topic: "ledger", Partitions: 1,
+		Acked: map[string]Acked{"cmd-1": {Account: "acct", Partition: 0, Offset: 0}, "cmd-2": {Account: "acct", Seq: 1, Partition: 0, Offset: 1}}}
 	rep, err := st.Check(ctx, cfg)
-	if err != nil || rep.X != 1 || rep.O != 0 {
-		t.Fatalf("without LogCopies: %+v %v %v, want X = 1", rep.Violations, rep.Notes(5), err)
+	if err != nil || rep.X != 1 || rep.O != 0 || rep.Total() != 1 {
+		t.Fatalf("cmd-1 posted twice: %+v %v %v, want X = 1 and nothing else", rep.Violations, rep.Notes(5), err)
 	}
-	cfg.LogCopies = map[string]string{PositionID(0, 2): "cmd-1"}
+	if len(rep.Findings) != 1 || !strings.Contains(rep.Findings[0].Detail, "command cmd-1 applied again at partition 0 offset 2") {
+		t.Fatalf("findings %v, want cmd-1 applied again at offset 2", rep.Notes(5))
+	}
+	// The copy skipped: one posting per command ID.
+	if _, err := s.DB().ExecContext(ctx, `DELETE FROM ledger_postings WHERE off = 2`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `UPDATE ledger_accounts SET balance = 10`); err != nil {
+		t.Fatal(err)
+	}
 	if rep, err = st.Check(ctx, cfg); err != nil || rep.Total() != 0 {
-		t.Fatalf("with LogCopies: %+v %v %v, want no violation", rep.Violations, rep.Notes(5), err)
+		t.Fatalf("the copy skipped: %+v %v %v, want no violation", rep.Violations, rep.Notes(5), err)
 	}
 }
 

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -13,17 +12,16 @@ import (
 
 // LogScan is what ScanLog found in a topic's log.
 type LogScan struct {
-	// Copies are the records that carry a ledger command already carried
-	// by an earlier record of the log, by position ("partition/offset",
-	// see PositionID) → command ID.
-	//
-	// The harnesses send each command ID once, so such a copy was written
-	// by the broker: a producer's retry of a batch that the broker had
-	// written but not acknowledged before it was killed, accepted again
-	// because the restarted broker (kfake) does not rebuild its
-	// idempotent-producer state from its log. Each copy is a record of its
-	// own, which a worker applies like any other; Check takes that into
-	// account (CheckConfig.LogCopies).
+	// Copies are the records that carry a command ID (envelope.IDHeader)
+	// already carried by an earlier record of the log, by position
+	// ("partition/offset", see PositionID) → command ID: a retried send
+	// (Producer.Resend), or a producer's retry of a batch that the broker
+	// had written but not acknowledged before it was killed, accepted
+	// again because the restarted broker (kfake) does not rebuild its
+	// idempotent-producer state from its log. A worker whose sink
+	// deduplicates skips each of them as a duplicate (consumer's
+	// DuplicateSkipped); Check counts any second posting of a command ID
+	// as X.
 	Copies map[string]string
 	// AfterGap are the positions of the records right after an offset
 	// without a record that a read_committed reader sees (a transaction
@@ -93,19 +91,13 @@ func ScanLog(ctx context.Context, brokers []string, topic string) (LogScan, erro
 			}
 			prev[r.Partition] = r.Offset + 1
 			cmd, err := envelope.Decode(r)
-			if err != nil {
+			if err != nil || cmd.ID == "" {
 				return
 			}
-			var p struct {
-				ID string `json:"id"`
+			if seen[cmd.ID] {
+				out.Copies[PositionID(r.Partition, r.Offset)] = cmd.ID
 			}
-			if json.Unmarshal(cmd.Payload, &p) != nil || p.ID == "" {
-				return
-			}
-			if seen[p.ID] {
-				out.Copies[PositionID(r.Partition, r.Offset)] = p.ID
-			}
-			seen[p.ID] = true
+			seen[cmd.ID] = true
 		})
 	}
 	return out, nil

@@ -32,7 +32,9 @@ func (p *PoisonProducer) command(partition int32) (txnRecord, error) {
 	for i := 0; envelope.Partition([]byte(acct), p.partitions) != partition; i++ {
 		acct = id + "-" + strconv.Itoa(i)
 	}
-	rec, err := envelope.Encode(p.topic, partition, ledger.Deposit(acct, id, 0, 100))
+	cmd := ledger.Deposit(acct, id, 0, 100)
+	cmd.ID = id
+	rec, err := envelope.Encode(p.topic, partition, cmd)
 	if err != nil {
 		return txnRecord{}, fmt.Errorf("cluster: transactional command %s: %w", id, err)
 	}

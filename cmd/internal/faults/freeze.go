@@ -22,7 +22,7 @@ import (
 )
 
 // FreezeBeforeBatch wraps s so that the process stops itself with SIGSTOP
-// right before its nth Apply call (n ≥ 1), after every other Apply in the
+// right before its nth Apply or ApplyOnce call (n ≥ 1), after every other Apply in the
 // process has finished and while no other may start: the process freezes
 // between transactions, holding no database lock. (A process frozen inside
 // an SQLite transaction would hold the database's single write lock and
@@ -64,6 +64,23 @@ func (f *Freezer[Tx]) Arm() { f.armed.Store(true) }
 // Apply counts the call and freezes the process at the configured one or
 // when armed.
 func (f *Freezer[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) (sink.ApplyResult, error) {
+	res, err := f.apply(ctx, tok, offsets, effect, applyCall(f.Sink, tok, offsets))
+	return res.ApplyResult, err
+}
+
+// ApplyOnce is Apply with the batch's command IDs (sink.Deduplicator),
+// counted and frozen the same way; the wrapped sink must be a
+// sink.Deduplicator ([ErrNotDeduplicator]).
+func (f *Freezer[Tx]) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[Tx]) (sink.ApplyOnceResult, error) {
+	return f.apply(ctx, tok, offsets, effect, applyOnceCall(f.Sink, tok, offsets, ids))
+}
+
+// DedupeWindow returns the wrapped sink's (0 if it has none).
+func (f *Freezer[Tx]) DedupeWindow() int64 { return dedupeWindow(f.Sink) }
+
+// apply counts the call and freezes the process before c at the
+// configured call or when armed.
+func (f *Freezer[Tx]) apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx], c call[Tx]) (sink.ApplyOnceResult, error) {
 	if f.n.Add(1) == f.at || f.armed.CompareAndSwap(true, false) {
 		f.inflight.Lock()
 		if f.before != nil {
@@ -78,7 +95,7 @@ func (f *Freezer[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int
 	}
 	f.inflight.RLock()
 	defer f.inflight.RUnlock()
-	return f.Sink.Apply(ctx, tok, offsets, effect)
+	return c(ctx, effect)
 }
 
 // Stopped reports whether process pid is in the stopped state (SIGSTOP), as

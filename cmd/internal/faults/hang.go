@@ -28,7 +28,7 @@ func (p HangPoint) String() string {
 	return "before-commit"
 }
 
-// Hang is a sink whose nth Apply call (n ≥ 1) blocks at its point until
+// Hang is a sink whose nth Apply or ApplyOnce call (n ≥ 1) blocks at its point until
 // release is closed (a nil release blocks until the process dies: the
 // harness kills it there). reached is called once the point is reached,
 // with the batch's token and offsets and, BeforeCommit, the open
@@ -37,7 +37,7 @@ func (p HangPoint) String() string {
 // goroutine.
 type Hang[Tx any] struct {
 	sink.Sink[Tx]
-	at      int64
+	at      atomic.Int64 // the call that blocks
 	point   HangPoint
 	n       atomic.Int64
 	reached func(ctx context.Context, tok epochs.Token, offsets []int64, tx Tx)
@@ -47,7 +47,9 @@ type Hang[Tx any] struct {
 // NewHang wraps s (see Hang).
 func NewHang[Tx any](s sink.Sink[Tx], n int64, point HangPoint, release <-chan struct{},
 	reached func(ctx context.Context, tok epochs.Token, offsets []int64, tx Tx)) *Hang[Tx] {
-	return &Hang[Tx]{Sink: s, at: n, point: point, release: release, reached: reached}
+	h := &Hang[Tx]{Sink: s, point: point, release: release, reached: reached}
+	h.at.Store(n)
+	return h
 }
 
 // Unwrap returns the wrapped sink.
@@ -55,8 +57,27 @@ func (h *Hang[Tx]) Unwrap() sink.Sink[Tx] { return h.Sink }
 
 // Apply applies the batch, blocking at the point on the configured call.
 func (h *Hang[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) (sink.ApplyResult, error) {
-	if h.n.Add(1) != h.at {
-		return h.Sink.Apply(ctx, tok, offsets, effect)
+	res, err := h.apply(ctx, tok, offsets, effect, applyCall(h.Sink, tok, offsets))
+	return res.ApplyResult, err
+}
+
+// ApplyOnce is Apply with the batch's command IDs (sink.Deduplicator); the
+// wrapped sink must be a sink.Deduplicator ([ErrNotDeduplicator]).
+func (h *Hang[Tx]) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[Tx]) (sink.ApplyOnceResult, error) {
+	return h.apply(ctx, tok, offsets, effect, applyOnceCall(h.Sink, tok, offsets, ids))
+}
+
+// DedupeWindow returns the wrapped sink's (0 if it has none).
+func (h *Hang[Tx]) DedupeWindow() int64 { return dedupeWindow(h.Sink) }
+
+// apply runs c, blocking at the point on the configured call. Before the
+// commit, it blocks inside the batch's last effect; if that effect never
+// runs (the last record is a duplicate, or a replay), the point moves to
+// the next call, so that the hang still happens.
+func (h *Hang[Tx]) apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx], c call[Tx]) (sink.ApplyOnceResult, error) {
+	n := h.n.Add(1)
+	if n != h.at.Load() {
+		return c(ctx, effect)
 	}
 	wait := func(tx Tx) {
 		if h.reached != nil {
@@ -66,16 +87,21 @@ func (h *Hang[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64,
 	}
 	if h.point == BeforeCommit {
 		last := len(offsets) - 1
-		res, err := h.Sink.Apply(ctx, tok, offsets, func(ctx context.Context, tx Tx, i int) error {
+		var reached bool
+		res, err := c(ctx, func(ctx context.Context, tx Tx, i int) error {
 			if err := effect(ctx, tx, i); err != nil || i != last {
 				return err
 			}
+			reached = true
 			wait(tx)
 			return nil
 		})
+		if !reached && err == nil {
+			h.at.Store(n + 1) // the last effect did not run: hang in the next call
+		}
 		return res, err
 	}
-	res, err := h.Sink.Apply(ctx, tok, offsets, effect)
+	res, err := c(ctx, effect)
 	if err == nil {
 		var zero Tx
 		wait(zero)

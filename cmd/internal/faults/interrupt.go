@@ -39,13 +39,30 @@ func (in *Interrupter[Tx]) Arm() { in.armed.Store(true) }
 
 // Apply applies the batch, interrupting it if armed.
 func (in *Interrupter[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) (sink.ApplyResult, error) {
+	res, err := in.apply(ctx, tok, effect, applyCall(in.Sink, tok, offsets))
+	return res.ApplyResult, err
+}
+
+// ApplyOnce is Apply with the batch's command IDs (sink.Deduplicator): the
+// wrapped sink must be a sink.Deduplicator ([ErrNotDeduplicator]). A batch
+// of duplicates only runs no effect, so it is not interrupted: the next
+// one is.
+func (in *Interrupter[Tx]) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[Tx]) (sink.ApplyOnceResult, error) {
+	return in.apply(ctx, tok, effect, applyOnceCall(in.Sink, tok, offsets, ids))
+}
+
+// DedupeWindow returns the wrapped sink's (0 if it has none).
+func (in *Interrupter[Tx]) DedupeWindow() int64 { return dedupeWindow(in.Sink) }
+
+// apply runs c, interrupting it if armed.
+func (in *Interrupter[Tx]) apply(ctx context.Context, tok epochs.Token, effect sink.Effect[Tx], c call[Tx]) (sink.ApplyOnceResult, error) {
 	if !in.armed.Load() {
-		return in.Sink.Apply(ctx, tok, offsets, effect)
+		return c(ctx, effect)
 	}
 	ictx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var cut atomic.Bool
-	res, err := in.Sink.Apply(ictx, tok, offsets, func(ctx context.Context, tx Tx, i int) error {
+	res, err := c(ictx, func(ctx context.Context, tx Tx, i int) error {
 		if err := effect(ctx, tx, i); err != nil {
 			return err
 		}

@@ -1,0 +1,116 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// ErrConfig is matched by the error [NewWithConfig] returns for an invalid
+// [Config].
+var ErrConfig = errors.New("memory: invalid config")
+
+// Config configures [NewWithConfig]. The zero value of every field is a
+// documented default.
+type Config struct {
+	// DedupeWindow is the retention horizon of applied command IDs, in
+	// offsets of a scope ([sink.Deduplicator]); default
+	// [sink.DefaultDedupeWindow]. Negative is invalid.
+	DedupeWindow int64
+}
+
+// NewWithConfig returns an empty sink configured by cfg; it fails with an
+// error matching [ErrConfig] for an invalid cfg. New() is
+// NewWithConfig(Config{}). It may be called from any goroutine.
+func NewWithConfig(cfg Config) (*Sink, error) {
+	if cfg.DedupeWindow < 0 {
+		return nil, fmt.Errorf("%w: negative DedupeWindow %d", ErrConfig, cfg.DedupeWindow)
+	}
+	s := New()
+	s.window = sink.DedupeWindowOf(cfg.DedupeWindow)
+	return s, nil
+}
+
+// idEntry is one applied command ID of a scope, in the prune queue.
+type idEntry struct {
+	off int64
+	id  string
+}
+
+// idSet is the applied command IDs of one scope.
+type idSet struct {
+	at map[string]int64 // ID -> offset it was applied at
+	// order holds the same entries in the order they were recorded, from
+	// head on (stale ones skipped when popped). A scope applies its
+	// offsets in ascending order, so this is by offset too, except after
+	// a reset onto a new log whose offsets start lower: then the newer,
+	// lower entries wait behind the older ones, and are forgotten later
+	// than the window says, never earlier (IsDuplicate decides by
+	// offset, so keeping an entry longer changes no decision).
+	order []idEntry
+	head  int
+	ver   uint64 // moves on every change, for the optimistic check
+}
+
+// record records that id was applied at off. The sink's mu must be held
+// for writing.
+func (set *idSet) record(id string, off int64) {
+	set.at[id] = off
+	set.order = append(set.order, idEntry{off: off, id: id})
+}
+
+// prune forgets the IDs applied below horizon, from the front of the
+// queue. The sink's mu must be held for writing.
+func (set *idSet) prune(horizon int64) {
+	for set.head < len(set.order) && set.order[set.head].off < horizon {
+		e := set.order[set.head]
+		set.order[set.head] = idEntry{} // drop the string for the GC
+		set.head++
+		if set.at[e.id] == e.off {
+			delete(set.at, e.id)
+		}
+	}
+	// Reuse the front once it holds more than half the queue.
+	if set.head > 0 && set.head >= len(set.order)/2 {
+		n := copy(set.order, set.order[set.head:])
+		clear(set.order[n:])
+		set.order, set.head = set.order[:n], 0
+	}
+}
+
+// DedupeWindow returns the sink's retention horizon of applied command
+// IDs, in offsets. It implements [sink.Deduplicator] and may be called
+// from any goroutine.
+func (s *Sink) DedupeWindow() int64 { return s.window }
+
+// CommandIDs returns how many applied command IDs the sink remembers for
+// scope. It may be called from any goroutine.
+func (s *Sink) CommandIDs(scope epochs.Scope) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if set := s.ids[scope]; set != nil {
+		return len(set.at)
+	}
+	return 0
+}
+
+// ApplyOnce applies a batch of records of tok's scope with their command
+// IDs, following [sink.Deduplicator]: as [Sink.Apply], and in the same
+// critical section that installs the batch it checks that the scope's
+// applied IDs did not change since the effects chose what to run (else
+// the effects run again), records the IDs of the records it ran and
+// forgets those below the window. Duplicates are not run and are listed
+// in the result and in the history's Apply event. It may be called from
+// any goroutine; the effect is called on the calling goroutine.
+func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	if err := sink.CheckIDs(offsets, ids); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	return s.apply(ctx, tok, offsets, ids, effect)
+}

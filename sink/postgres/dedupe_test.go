@@ -1,0 +1,199 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// TestMigrateFromVersion3: Open migrates a version 3 schema (version 4
+// without the command IDs table and the fences' ids_version and
+// duplicates) in place, keeping its fences, and the command IDs work at
+// once, the duplicates counted; a read-only Open refuses to migrate it.
+func TestMigrateFromVersion3(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	ctx := t.Context()
+	s := openSink(t, schema, nil)
+	a := tokenOf(testScope(t), 3, "m-3")
+	mustClaim(t, s, a)
+	noop := func(context.Context, pgx.Tx, int) error { return nil }
+	if _, err := s.Apply(ctx, a, []int64{0, 1}, noop); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	adminExec(t, "DROP TABLE "+pgx.Identifier{schema, "workrouter_command_ids"}.Sanitize())
+	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN ids_version")
+	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN duplicates")
+	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 3")
+
+	if ro, err := Open(ctx, Config{DSN: schemaDSN(t, schema), Schema: schema, ReadOnly: true}); err == nil {
+		ro.Close()
+		t.Fatal("a read-only open of a version 3 schema succeeded")
+	} else if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "version 3") {
+		t.Fatalf("read-only open of a version 3 schema: %v, want ErrSchema naming version 3", err)
+	}
+	s = openSink(t, schema, nil)
+	var version int32
+	adminQueryRow(t, "SELECT version FROM "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize(), nil, &version)
+	if version != schemaVersion {
+		t.Fatalf("schema version after migration = %d, want %d", version, schemaVersion)
+	}
+	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].Holder != a || fs[0].NextOffset != 2 {
+		t.Fatalf("fences after migration = %+v, %v", fs, err)
+	}
+	if res, err := s.ApplyOnce(ctx, a, []int64{2, 3}, []string{"x", "y"}, noop); err != nil || res.Applied != 2 {
+		t.Fatalf("ApplyOnce after migration = %+v, %v", res, err)
+	}
+	if res, err := s.ApplyOnce(ctx, a, []int64{4}, []string{"x"}, noop); err != nil || res.Applied != 0 || len(res.Duplicates) != 1 {
+		t.Fatalf("ApplyOnce of a duplicate after migration = %+v, %v", res, err)
+	}
+	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].Duplicates != 1 {
+		t.Fatalf("fences after a duplicate = %+v, %v, want 1 duplicate counted", fs, err)
+	}
+}
+
+// TestDedupeWindowConfig: Config.DedupeWindow sets the horizon (zero is
+// the default, negative refused), and the prune keeps the table at the
+// window's IDs.
+func TestDedupeWindowConfig(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	ctx := t.Context()
+	if _, err := Open(ctx, Config{DSN: schemaDSN(t, schema), Schema: schema, DedupeWindow: -1}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Open with a negative DedupeWindow: %v, want ErrConfig", err)
+	}
+	if w := openSink(t, schema, nil).DedupeWindow(); w != sink.DefaultDedupeWindow {
+		t.Fatalf("default DedupeWindow = %d, want %d", w, sink.DefaultDedupeWindow)
+	}
+	s := openSink(t, schema, func(c *Config) { c.DedupeWindow = 10 })
+	a := tokenOf(testScope(t), 1, "m")
+	mustClaim(t, s, a)
+	noop := func(context.Context, pgx.Tx, int) error { return nil }
+	for b := range int64(10) {
+		offs, ids := make([]int64, 7), make([]string, 7)
+		for i := range offs {
+			offs[i] = b*7 + int64(i)
+			ids[i] = "id-" + strconv.FormatInt(offs[i], 10)
+		}
+		if _, err := s.ApplyOnce(ctx, a, offs, ids, noop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// NextOffset is 70, the horizon 60: the rows (one per batch) of
+	// offsets 56..62 and 63..69 are kept, no more.
+	var n, low int64
+	adminQueryRow(t, "SELECT count(*), min(first_off) FROM "+pgx.Identifier{schema, "workrouter_command_ids"}.Sanitize(), nil, &n, &low)
+	if n != 2 || low != 56 {
+		t.Fatalf("command ID rows kept: %d from offset %d, want 2 from 56", n, low)
+	}
+	// What is inside the window is a duplicate, what is outside is not.
+	res, err := s.ApplyOnce(ctx, a, []int64{70, 71}, []string{"id-60", "id-59"}, noop)
+	if err != nil || len(res.Duplicates) != 1 || res.Duplicates[0] != 0 || res.Applied != 1 {
+		t.Fatalf("ApplyOnce of id-60 and id-59 at 70 and 71 = %+v, %v; want id-60 a duplicate, id-59 applied", res, err)
+	}
+}
+
+// TestDedupeTwoSinks: two Sinks (two worker processes) apply the same
+// scope in turn, as a partition moving between workers does; each sees
+// the IDs the other applied although each caches the scope's IDs: the
+// cache is used only while it mirrors the fence row's IDs version.
+func TestDedupeTwoSinks(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	ctx := t.Context()
+	s1, s2 := openSink(t, schema, nil), openSink(t, schema, nil)
+	scope := testScope(t)
+	a, b, c := tokenOf(scope, 1, "a"), tokenOf(scope, 2, "b"), tokenOf(scope, 3, "c")
+	noop := func(context.Context, pgx.Tx, int) error { return nil }
+	once := func(s *Sink, tk epochs.Token, off int64, id string) sink.ApplyOnceResult {
+		t.Helper()
+		res, err := s.ApplyOnce(ctx, tk, []int64{off}, []string{id}, noop)
+		if err != nil {
+			t.Fatalf("ApplyOnce(%s, %d, %q): %v", tk, off, id, err)
+		}
+		return res
+	}
+	mustClaim(t, s1, a)
+	once(s1, a, 0, "x") // s1's cache now holds the scope
+	mustClaim(t, s2, b)
+	if res := once(s2, b, 1, "x"); len(res.Duplicates) != 1 {
+		t.Fatalf("s2 applied x again: %+v", res)
+	}
+	once(s2, b, 2, "y")
+	mustClaim(t, s1, c) // the partition moves back: s1's cache is stale
+	if res := once(s1, c, 3, "y"); len(res.Duplicates) != 1 {
+		t.Fatalf("s1 applied y, which s2 applied, again: %+v", res)
+	}
+	if res := once(s1, c, 4, "z"); res.Applied != 1 {
+		t.Fatalf("s1 did not apply z: %+v", res)
+	}
+	if _, err := s2.ApplyOnce(ctx, b, []int64{5}, []string{"w"}, noop); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("ApplyOnce by the superseded s2 tenure: %v, want fenced", err)
+	}
+}
+
+// TestDedupeZombieDoesNotHideTheCommand: a zombie tenure that looked a
+// command ID up and then waits in its handler neither blocks the new
+// holder's ApplyOnce of the same command (asserted: it completes while
+// the zombie waits) nor hides it: the new holder applies it, and the
+// zombie, released, is fenced and records nothing.
+func TestDedupeZombieDoesNotHideTheCommand(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	s := openSink(t, schema, nil)
+	scope := testScope(t)
+	old, newer := tokenOf(scope, 1, "old"), tokenOf(scope, 2, "new")
+	mustClaim(t, s, old)
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	oldDone := make(chan error, 1)
+	go func() {
+		_, err := s.ApplyOnce(context.Background(), old, []int64{0}, []string{"cmd"}, func(ctx context.Context, tx pgx.Tx, i int) error {
+			// (Its own key: a write of the key the new holder writes
+			// would hold a row lock the new holder's effect waits for.)
+			if _, err := tx.Exec(ctx, upsertKV, "cmd/old", "applied"); err != nil {
+				return err
+			}
+			close(entered)
+			<-release
+			return nil
+		})
+		oldDone <- err
+	}()
+	<-entered
+	mustClaim(t, s, newer)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	res, err := s.ApplyOnce(ctx, newer, []int64{0}, []string{"cmd"}, func(ctx context.Context, tx pgx.Tx, i int) error {
+		_, err := tx.Exec(ctx, upsertKV, "cmd/new", "applied")
+		return err
+	})
+	close(release)
+	if err != nil || res.Applied != 1 || len(res.Duplicates) != 0 {
+		t.Fatalf("the new holder's ApplyOnce while the zombie waits = %+v, %v; want the command applied", res, err)
+	}
+	var fe *sink.FencedError
+	if err := <-oldDone; !errors.As(err, &fe) {
+		t.Fatalf("the zombie's ApplyOnce: %v, want fenced", err)
+	}
+	if _, ok, err := getKV(t.Context(), s, "cmd/new"); err != nil || !ok {
+		t.Fatalf("the new holder's write is missing (%v, %v)", ok, err)
+	}
+	if _, ok, err := getKV(t.Context(), s, "cmd/old"); err != nil || ok {
+		t.Fatalf("the zombie's write is visible (%v, %v)", ok, err)
+	}
+	var rows int
+	adminQueryRow(t, "SELECT count(*) FROM "+pgx.Identifier{schema, "workrouter_command_ids"}.Sanitize(), nil, &rows)
+	if rows != 1 {
+		t.Fatalf("%d command ID rows, want 1 (the new holder's)", rows)
+	}
+}
