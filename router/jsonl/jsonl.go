@@ -459,6 +459,17 @@ var ErrSyntax = errors.New("invalid JSON")
 // the envelope's validation errors. Safe to call from any goroutine.
 func ParseLine(line []byte) (router.Command, error) {
 	line = bytes.TrimSpace(line)
+	if c, ok := parseFast(line); ok {
+		if err := c.Validate(); err != nil {
+			return router.Command{}, err
+		}
+		return c, nil
+	}
+	return parseSlow(line)
+}
+
+// parseSlow is ParseLine with encoding/json.
+func parseSlow(line []byte) (router.Command, error) {
 	if len(line) == 0 || line[0] != '{' {
 		return router.Command{}, fmt.Errorf(`%w: want a JSON object such as {"key":"k","type":"t","payload":…}`, ErrSyntax)
 	}

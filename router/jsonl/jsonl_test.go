@@ -336,3 +336,46 @@ func TestParseLine(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseLine: on every line the fast decoder accepts, encoding/json
+// decodes the same command (ParseLine falls back to it for the others).
+func FuzzParseLine(f *testing.F) {
+	for _, s := range []string{
+		`{"key":"k","type":"t"}`,
+		` { "key" : "k" , "type":"t", "id":"i-1", "payload" : {"a": [1, "x\"y"]} , "headers":{"b":"1","a":"2"} } `,
+		`{"key":"k","type":"t","payload":"text"}`,
+		`{"key":"k","type":"t","payload":""}`,
+		`{"key":"k","type":"t","payload":null,"headers":null}`,
+		`{"key":"k","type":"t","payload":12.5e3}`,
+		`{"key":"k","type":"t","payload":[true,false,null]}`,
+		`{"key":"k","key":"j","type":"t"}`,
+		`{"KEY":"k","type":"t"}`,
+		`{"key":"ké","type":"t"}`,
+		`{"key":"k\u00e9","type":"t"}`,
+		`{"key":"k","type":"t","headers":{"a":"1","a":"2"}}`,
+		`{"key":"k","type":"t"} {}`,
+		`{}`,
+		`{"key":"k","type":"t","payload":tru}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		line = bytes.TrimSpace(line)
+		fast, ok := jsonl.ParseFastForTest(line)
+		if !ok {
+			return
+		}
+		slow, err := jsonl.ParseSlowForTest(line)
+		if err != nil {
+			if fast.Validate() == nil {
+				t.Fatalf("%q: fast decoder accepts %+v, encoding/json fails: %v", line, fast, err)
+			}
+			return
+		}
+		if string(fast.Key) != string(slow.Key) || fast.Type != slow.Type || fast.ID != slow.ID ||
+			!bytes.Equal(fast.Payload, slow.Payload) ||
+			!slices.EqualFunc(fast.Headers, slow.Headers, func(a, b envelope.Header) bool { return a.Key == b.Key && bytes.Equal(a.Value, b.Value) }) {
+			t.Fatalf("%q: fast %+v, encoding/json %+v", line, fast, slow)
+		}
+	})
+}
