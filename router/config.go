@@ -65,20 +65,18 @@ type Config struct {
 	// every record's partition itself; New refuses a client whose
 	// partitioner does not honour it) and must not be transactional.
 	// Router.Flush and Router.Close flush every record buffered in it,
-	// not only the router's. Its options are its own: the router's
-	// default of no linger applies only to a client it builds.
+	// not only the router's; while a Router.Send waits, nothing buffered
+	// in it lingers (see the package documentation, "Latency and
+	// batching").
 	Client *kgo.Client
 
 	// ClientOpts are extra options for the client the router builds when
 	// Client is nil (TLS, SASL, dialer, timeouts, …). The router appends
 	// kgo.SeedBrokers(Brokers...) before them and
 	// kgo.RecordPartitioner(kgo.ManualPartitioner()) after them. The kgo
-	// producer defaults (idempotent, acks=all) apply unless overridden,
-	// except the linger: the router sets kgo.ProducerLinger(0) before
-	// ClientOpts, so that a lone Router.Send answers in about one round
-	// trip instead of waiting kgo's default 10ms, while SendAsync under
-	// load still fills batches (see the package documentation, "Latency
-	// and batching"). A kgo.ProducerLinger in ClientOpts overrides it.
+	// producer defaults (idempotent, acks=all, a linger of 10ms to fill
+	// batches) apply unless overridden. Router.Send does not wait for the
+	// linger (see the package documentation, "Latency and batching").
 	ClientOpts []kgo.Opt
 
 	// Partitioner maps keys to partitions. Default envelope.Murmur2,

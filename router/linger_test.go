@@ -30,15 +30,32 @@ func newTestRouter(t *testing.T, opts ...kgo.Opt) *Router {
 	return r
 }
 
-// TestNoLingerByDefault: the client the router builds has no linger (a
-// lone Send is not held back for a batch), and a linger in ClientOpts
-// overrides that default.
-func TestNoLingerByDefault(t *testing.T) {
-	if got := newTestRouter(t).cl.OptValue(kgo.ProducerLinger); got != time.Duration(0) {
-		t.Fatalf("default linger %v, want 0", got)
+// TestSendDoesNotWaitForTheLinger: with a linger of a minute (kgo's
+// longest), a lone Send is acknowledged long before it, and so are sends
+// from several goroutines at once: Send has the client send what it has
+// buffered instead of lingering. The ctx would cancel a Send still
+// lingering after 20s.
+func TestSendDoesNotWaitForTheLinger(t *testing.T) {
+	r := newTestRouter(t, kgo.ProducerLinger(time.Minute))
+	if !r.lingers {
+		t.Fatal("a client with a 1-minute linger, and the router does not know it lingers")
 	}
-	if got := newTestRouter(t, kgo.ProducerLinger(7*time.Millisecond)).cl.OptValue(kgo.ProducerLinger); got != 7*time.Millisecond {
-		t.Fatalf("linger with kgo.ProducerLinger(7ms) in ClientOpts: %v", got)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := r.Send(ctx, Command{Key: []byte("k"), Type: "t"}); err != nil {
+		t.Fatalf("lone Send with a 1-minute linger: %v", err)
+	}
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			_, err := r.Send(ctx, Command{Key: []byte{byte('a' + i)}, Type: "t"})
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatalf("concurrent Send with a 1-minute linger: %v", err)
+		}
 	}
 }
 

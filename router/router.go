@@ -37,6 +37,9 @@ type Router struct {
 	promise func(*kgo.Record, error) // r.onProduced, made once: every send shares it
 	hooked  bool                     // the client has hooks: each send gets a promise of its own
 	epoch   time.Time                // when New ran: a pending's clock (see pending.sentAt)
+	// lingers is set if the client lingers (kgo.ProducerLinger > 0): a
+	// Send then flushes while it waits (see sendSync).
+	lingers bool
 	// maxBatch is the client's ProducerBatchMaxBytes: a command whose
 	// record cannot fit one batch is refused (see recordBound).
 	maxBatch int64
@@ -112,10 +115,8 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		r.m = m
 	}
 	if r.cl == nil {
-		opts := make([]kgo.Opt, 0, len(cfg.ClientOpts)+3)
-		// No linger by default (see the package documentation, "Latency
-		// and batching"); ClientOpts come after, so they can set one.
-		opts = append(opts, kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(0))
+		opts := make([]kgo.Opt, 0, len(cfg.ClientOpts)+2)
+		opts = append(opts, kgo.SeedBrokers(cfg.Brokers...))
 		opts = append(opts, cfg.ClientOpts...)
 		opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		r.cl, err = kgo.NewClient(opts...)
@@ -143,6 +144,8 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		r.maxBatch = int64(mb)
 	}
 	r.promise = r.onProduced
+	linger, _ := r.cl.OptValue(kgo.ProducerLinger).(time.Duration)
+	r.lingers = linger > 0
 	r.epoch = time.Now()
 	r.idPrefix = newIDPrefix()
 	hooks, _ := r.cl.OptValue(kgo.WithHooks).([]kgo.Hook)
@@ -208,6 +211,9 @@ func honoursRecordPartition(p kgo.Partitioner, topic string) (ok bool) {
 // buffered; once a request carrying it is in flight, Send waits for its
 // outcome (so that an idempotent producer keeps its ordering guarantees).
 //
+// Send does not wait for the client's linger: while it waits, the client
+// flushes (see the package documentation, "Latency and batching").
+//
 // Cancelling ctx is not private to this send: the client (kgo) cancels a
 // whole batch, judged by the context of the batch's first record, and then
 // fails every command buffered for the same partition, including other
@@ -226,10 +232,29 @@ func (r *Router) sendSync(ctx context.Context, cmd Command, extra []kgo.RecordHe
 		err  error
 		done = make(chan struct{})
 	)
+	if !r.lingers {
+		r.send(ctx, cmd, extra, func(rs Result, e error) {
+			res, err = rs, e
+			close(done)
+		})
+		<-done
+		return res, err
+	}
+	// The client lingers: flush while this send waits (see the package
+	// documentation, "Latency and batching"). kgo's Flush stops every
+	// partition's linger and starts none while it runs, which covers this
+	// record even if it reaches its partition's buffer only later (the
+	// first sends of a client wait for its metadata and producer ID); it
+	// returns once nothing is buffered, or at once when this send's
+	// outcome cancels fctx.
+	fctx, stop := context.WithCancel(context.Background())
 	r.send(ctx, cmd, extra, func(rs Result, e error) {
 		res, err = rs, e
+		stop()
 		close(done)
 	})
+	_ = r.cl.Flush(fctx) // its error is fctx's: this send completed
+	stop()
 	<-done
 	return res, err
 }

@@ -34,7 +34,9 @@ type Env struct {
 	// Worker starts a `workrouter worker` process (see SetupConfig).
 	Worker cluster.Binary
 
-	cluster  *kfake.Cluster // the embedded broker's, nil with external brokers
+	cluster   *kfake.Cluster // the embedded broker's, nil with external brokers
+	fileJSONL string         // see commandFiles
+	fileKcat  string
 	payload  []byte         // see payload
 	idPrefix string         // see CommandID
 }
@@ -48,6 +50,9 @@ type Result struct {
 	CPU     time.Duration // user+system CPU of this process during it
 	PeakRSS int64         // process max RSS in bytes at the end (ru_maxrss; monotonic across workloads)
 	Extra   string        // free-form (latency percentiles, takeover time, …)
+	// P50 and P99 are the latency percentiles of a latency row (W8),
+	// zero for the others (see Latencies).
+	P50, P99 time.Duration
 	Skipped string        // non-empty: not run, and why
 }
 

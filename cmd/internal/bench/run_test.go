@@ -78,7 +78,10 @@ func TestRunInterleaves(t *testing.T) {
 			"B3-pg!,B3-pg,W2-pg,W2n-pg,B3-pg,W2-pg,W2n-pg,B3-pg,W2-pg,W2n-pg," +
 			"W2-pg-b1!,W2-pg-b1,W2n-pg-b1,W2-pg-b1,W2n-pg-b1,W2-pg-b1,W2n-pg-b1," +
 			"B4!,B4,W4,B4,W4,B4,W4," +
+			"B5!,B5,W7,B5,W7,B5,W7," +
+			"W8,W8,W8," +
 			"W5,W5-sqlite,W6"},
+		{[]string{"W7", "B5", "W8"}, "B5!,B5,W7,B5,W7,B5,W7,W8,W8,W8"},
 		{[]string{"W4", "B4"}, "B4!,B4,W4,B4,W4,B4,W4"},
 		{[]string{"W1"}, "W1!,W1,W1,W1"},
 		{[]string{"W1", "B2", "W4"}, "W1!,W1,B2,W1,B2,W1,B2,W4!,W4,W4,W4"},
