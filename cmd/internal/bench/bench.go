@@ -37,8 +37,8 @@ type Env struct {
 	cluster   *kfake.Cluster // the embedded broker's, nil with external brokers
 	fileJSONL string         // see commandFiles
 	fileKcat  string
-	payload  []byte         // see payload
-	idPrefix string         // see CommandID
+	payload   []byte // see payload
+	idPrefix  string // see CommandID
 }
 
 // Result is one workload's or baseline's measurement.
@@ -53,7 +53,7 @@ type Result struct {
 	// P50 and P99 are the latency percentiles of a latency row (W8),
 	// zero for the others (see Latencies).
 	P50, P99 time.Duration
-	Skipped string        // non-empty: not run, and why
+	Skipped  string // non-empty: not run, and why
 }
 
 // Throughput is records per second.

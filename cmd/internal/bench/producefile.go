@@ -25,10 +25,11 @@ const W8Sends = 2000
 // KcatBinary is the kcat executable B5 runs (looked up in PATH).
 const KcatBinary = "kcat"
 
-// commandFiles writes env's Records commands (Command: the W4 keys and
-// payload, type CommandType) once per Env, as JSON lines for `workrouter
-// produce --file` and as key:payload lines for kcat, and returns their
-// paths. Writing them is not measured.
+// commandFiles writes env's Records commands once per Env, as JSON lines
+// for `workrouter produce --file` and as key:payload lines for kcat, and
+// returns their paths. Command i has W4's key and type, and W4's payload
+// with its first 10 bytes replaced by i in decimal, so that checkOrder
+// can tell a key's commands apart. Writing them is not measured.
 func commandFiles(env *Env) (jsonl, kcat string, err error) {
 	if env.fileJSONL != "" {
 		return env.fileJSONL, env.fileKcat, nil
@@ -49,8 +50,9 @@ func commandFiles(env *Env) (jsonl, kcat string, err error) {
 	keys := Keys(env)
 	for i := range env.Records {
 		c := Command(env, keys, i) // printable ASCII, no '"', '\\' or ':'
-		fmt.Fprintf(jw, `{"key":"%s","type":"%s","payload":"%s"}`+"\n", c.Key, c.Type, c.Payload)
-		fmt.Fprintf(kw, "%s:%s\n", c.Key, c.Payload)
+		p := fileSeq(i) + string(c.Payload[min(seqDigits, len(c.Payload)):])
+		fmt.Fprintf(jw, `{"key":"%s","type":"%s","payload":"%s"}`+"\n", c.Key, c.Type, p)
+		fmt.Fprintf(kw, "%s:%s\n", c.Key, p)
 	}
 	if err := errors.Join(jw.Flush(), kw.Flush(), jf.Sync(), kf.Sync()); err != nil {
 		return "", "", err
@@ -86,7 +88,56 @@ func runProcess(ctx context.Context, env *Env, id, name string, argv func(topic 
 	if n, err := recordsIn(ctx, env, topic); err != nil || n != int64(env.Records) {
 		return r, fmt.Errorf("%s: the topic holds %d records, want %d (%v)", id, n, env.Records, err)
 	}
+	if err := checkOrder(ctx, env, topic, env.Records); err != nil {
+		return r, fmt.Errorf("%s: %w", id, err)
+	}
+	r.Extra = "per-key order checked by a consumer"
 	return r, nil
+}
+
+// seqDigits is the length of a file command's sequence number.
+const seqDigits = 10
+
+func fileSeq(i int) string { return fmt.Sprintf("%0*d", seqDigits, i) }
+
+// checkOrder consumes topic (want records) and checks, as a worker
+// would see them, that each key's commands are there once each, in file
+// order (their sequence numbers ascend). Not measured.
+func checkOrder(ctx context.Context, env *Env, topic string, want int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(64<<20))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	last := map[string]int{}
+	var n int
+	var bad error
+	for n < want && bad == nil {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("consumed %d of %d records: %w", n, want, err)
+		}
+		fs.EachError(func(_ string, _ int32, err error) { bad = errors.Join(bad, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			if len(r.Value) < seqDigits || bad != nil {
+				return
+			}
+			var seq int
+			if _, err := fmt.Sscanf(string(r.Value[:seqDigits]), "%d", &seq); err != nil {
+				bad = fmt.Errorf("record %d@%d: %w", r.Partition, r.Offset, err)
+				return
+			}
+			if prev, ok := last[string(r.Key)]; ok && seq <= prev {
+				bad = fmt.Errorf("key %s: command %d after %d (at %d@%d): not in file order", r.Key, seq, prev, r.Partition, r.Offset)
+			}
+			last[string(r.Key)] = seq
+		})
+	}
+	return bad
 }
 
 // recordsIn sums topic's end offsets.
@@ -105,8 +156,8 @@ func recordsIn(ctx context.Context, env *Env, topic string) (int64, error) {
 	return n, err
 }
 
-// B5 is W7's baseline: kcat (librdkafka) producing the same commands from
-// a file of key:payload lines, each with the workrouter-type header,
+// B5 is W7's baseline: kcat (librdkafka) producing the same commands (see
+// commandFiles) from a file of key:payload lines, each with the workrouter-type header,
 // partitioned with murmur2 as the router does, as a whole process
 // (connection setup included). Skipped if kcat is not in PATH.
 func B5(ctx context.Context, env *Env) (Result, error) {
