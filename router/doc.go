@@ -46,7 +46,7 @@
 // its record's outcome it runs the client's Flush, which stops every
 // partition's linger and lets none start, and returns once its own record
 // has its outcome. So a lone Send is answered in about one round trip
-// (BenchmarkSend: 10.5ms before, 35µs on the in-process broker), with the
+// (BenchmarkSend: 10.5ms before, 39µs on the in-process broker), with the
 // default options and without the caller knowing kgo's. The price falls on
 // records other goroutines send through the same client while a Send
 // waits: they are sent without lingering too, in smaller batches. With
