@@ -49,7 +49,9 @@
 // (BenchmarkSend: 10.5ms before, 39µs on the in-process broker), with the
 // default options and without the caller knowing kgo's. The price falls on
 // records other goroutines send through the same client while a Send
-// waits: they are sent without lingering too, in smaller batches. With
+// waits: they are sent without lingering too, in smaller batches (and a
+// kgo logger at info level, kgo.WithLogger, logs "flushing" for each
+// such Send). With
 // kgo.ProducerLinger(0) in Config.ClientOpts nothing lingers and Send
 // skips the flush.
 //
