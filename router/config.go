@@ -65,18 +65,18 @@ type Config struct {
 	// every record's partition itself; New refuses a client whose
 	// partitioner does not honour it) and must not be transactional.
 	// Router.Flush and Router.Close flush every record buffered in it,
-	// not only the router's.
+	// not only the router's; while a Router.Send waits, nothing buffered
+	// in it lingers (see the package documentation, "Latency and
+	// batching").
 	Client *kgo.Client
 
 	// ClientOpts are extra options for the client the router builds when
 	// Client is nil (TLS, SASL, dialer, timeouts, …). The router appends
 	// kgo.SeedBrokers(Brokers...) before them and
 	// kgo.RecordPartitioner(kgo.ManualPartitioner()) after them. The kgo
-	// producer defaults (idempotent, acks=all) apply unless overridden,
-	// among them a linger of 10ms to fill batches: a lone Router.Send
-	// waits about that long (BenchmarkSend), so pass
-	// kgo.ProducerLinger(0) where each send's latency matters more than
-	// batching.
+	// producer defaults (idempotent, acks=all, a linger of 10ms to fill
+	// batches) apply unless overridden. Router.Send does not wait for the
+	// linger (see the package documentation, "Latency and batching").
 	ClientOpts []kgo.Opt
 
 	// Partitioner maps keys to partitions. Default envelope.Murmur2,

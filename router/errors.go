@@ -22,6 +22,12 @@ var (
 	ErrPartitionCountChanged = errors.New("router: topic partition count changed")
 	// ErrClosed means the Router has been closed.
 	ErrClosed = errors.New("router: closed")
+	// ErrRecordTooLarge means a command's record would not fit in one
+	// record batch of the client (kgo.ProducerBatchMaxBytes, by default
+	// 1,000,012 bytes, less about 128 bytes of framing): it is refused
+	// before being buffered, so nothing was sent. The error also matches
+	// kerr.MessageTooLarge, which kgo would have returned.
+	ErrRecordTooLarge = errors.New("router: command too large for one record batch")
 )
 
 // PartitionCountChangedError reports that the topic's partition count is no

@@ -37,6 +37,12 @@ type Router struct {
 	promise func(*kgo.Record, error) // r.onProduced, made once: every send shares it
 	hooked  bool                     // the client has hooks: each send gets a promise of its own
 	epoch   time.Time                // when New ran: a pending's clock (see pending.sentAt)
+	// lingers is set if the client lingers (kgo.ProducerLinger > 0): a
+	// Send then flushes while it waits (see sendSync).
+	lingers bool
+	// maxBatch is the client's ProducerBatchMaxBytes: a command whose
+	// record cannot fit one batch is refused (see recordBound).
+	maxBatch int64
 
 	idPrefix string        // the generated IDs' prefix: random, made by New (see newIDPrefix)
 	idSeq    atomic.Uint64 // the number of the last generated ID
@@ -77,7 +83,8 @@ type Result struct {
 	// which may have written it: a caller that retries after such an
 	// error sets cmd.ID = res.ID, so that workers that deduplicate apply
 	// the command once. It is "" when nothing was sent (an invalid
-	// command, a closed router, a refused partition count change).
+	// command, a command too large for a record batch, a closed router,
+	// a refused partition count change).
 	ID string
 }
 
@@ -132,7 +139,13 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		return nil, err
 	}
 	r.state.Store(&sendState{count: n})
+	r.maxBatch = 1_000_012 // kgo's default ProducerBatchMaxBytes
+	if mb, ok := r.cl.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok && mb > 0 {
+		r.maxBatch = int64(mb)
+	}
 	r.promise = r.onProduced
+	linger, _ := r.cl.OptValue(kgo.ProducerLinger).(time.Duration)
+	r.lingers = linger > 0
 	r.epoch = time.Now()
 	r.idPrefix = newIDPrefix()
 	hooks, _ := r.cl.OptValue(kgo.WithHooks).([]kgo.Hook)
@@ -192,10 +205,14 @@ func honoursRecordPartition(p kgo.Partitioner, topic string) (ok bool) {
 // with cmd.ID = res.ID, and workers that deduplicate apply it once; a
 // retry without it is a new command.
 // Send fails with a [*PartitionCountChangedError] if the router refuses to
-// send because the partition count changed, and with an error matching
-// [ErrClosed] after [Router.Close]. ctx can cancel the send while it is
+// send because the partition count changed, with an error matching
+// [ErrRecordTooLarge] for a command that cannot fit one record batch, and
+// with an error matching [ErrClosed] after [Router.Close]. ctx can cancel the send while it is
 // buffered; once a request carrying it is in flight, Send waits for its
 // outcome (so that an idempotent producer keeps its ordering guarantees).
+//
+// Send does not wait for the client's linger: while it waits, the client
+// flushes (see the package documentation, "Latency and batching").
 //
 // Cancelling ctx is not private to this send: the client (kgo) cancels a
 // whole batch, judged by the context of the batch's first record, and then
@@ -215,10 +232,29 @@ func (r *Router) sendSync(ctx context.Context, cmd Command, extra []kgo.RecordHe
 		err  error
 		done = make(chan struct{})
 	)
+	if !r.lingers {
+		r.send(ctx, cmd, extra, func(rs Result, e error) {
+			res, err = rs, e
+			close(done)
+		})
+		<-done
+		return res, err
+	}
+	// The client lingers: flush while this send waits (see the package
+	// documentation, "Latency and batching"). kgo's Flush stops every
+	// partition's linger and starts none while it runs, which covers this
+	// record even if it reaches its partition's buffer only later (the
+	// first sends of a client wait for its metadata and producer ID); it
+	// returns once nothing is buffered, or at once when this send's
+	// outcome cancels fctx.
+	fctx, stop := context.WithCancel(context.Background())
 	r.send(ctx, cmd, extra, func(rs Result, e error) {
 		res, err = rs, e
+		stop()
 		close(done)
 	})
+	_ = r.cl.Flush(fctx) // its error is fctx's: this send completed
+	stop()
 	<-done
 	return res, err
 }
@@ -226,7 +262,7 @@ func (r *Router) sendSync(ctx context.Context, cmd Command, extra []kgo.RecordHe
 // SendAsync sends cmd without waiting and calls fn exactly once with the
 // outcome, which carries the same errors and the same command ID
 // (Result.ID, on an error too) as [Router.Send]'s. If the send
-// fails before being buffered (validation, [ErrClosed], a refused partition
+// fails before being buffered (validation, [ErrRecordTooLarge], [ErrClosed], a refused partition
 // count change), fn is called on the calling goroutine before SendAsync
 // returns; otherwise it is called later from the client's promise
 // goroutine, serially with other callbacks, so fn must return quickly and
@@ -371,7 +407,31 @@ func (r *Router) pending(cmd Command) (*pending, error) {
 		Value:     cmd.Payload,
 		Headers:   envelope.AppendHeaders(headers, typ, id, cmd.Headers),
 	}
+	if n := recordBound(&p.rec); n > r.maxBatch {
+		return nil, fmt.Errorf("%w: command of %d bytes (key, payload and headers) to %q: one record batch holds at most %d bytes (kgo.ProducerBatchMaxBytes): %w",
+			ErrRecordTooLarge, n-recordOverhead, r.cfg.Topic, r.maxBatch, kerr.MessageTooLarge)
+	}
 	return p, nil
+}
+
+// recordOverhead bounds from above what a record batch holding one record
+// adds to the record's key, value and headers: the batch header (65 bytes
+// in kgo's count), the record's varints and attributes, 10 bytes of
+// varints per header, with room to spare.
+const recordOverhead = 128
+
+// recordBound is an upper bound of the wire size of a batch holding rec
+// alone. kgo fails a record larger than one batch on its own, after it
+// was buffered, while later records of its partition go on being written;
+// the router refuses it before it is buffered instead (ErrRecordTooLarge),
+// so that a refused command never leaves a gap behind which later
+// commands of its key are written.
+func recordBound(rec *kgo.Record) int64 {
+	n := int64(len(rec.Key) + len(rec.Value) + recordOverhead)
+	for _, h := range rec.Headers {
+		n += int64(len(h.Key) + len(h.Value) + 10)
+	}
+	return n
 }
 
 // onProduced is the promise of every send: it finds the send's pending

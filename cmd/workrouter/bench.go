@@ -21,7 +21,23 @@ type benchJSON struct {
 	Results []benchJSONResult `json:"results"`
 	Ratios  map[string]any    `json:"ratios"` // name → median ratio, or null if not measured
 	Targets []benchJSONTarget `json:"targets"`
-	Line    string            `json:"line"`
+	// Latencies are the latency targets (W9's send_p50, send_p99).
+	Latencies []benchJSONLatency `json:"latencies"`
+	Line      string             `json:"line"`
+}
+
+// benchJSONLatency is one latency target: the median over the runs of
+// each run's percentile, their min–max, in milliseconds.
+type benchJSONLatency struct {
+	Name     string    `json:"name"`
+	Row      string    `json:"row"`
+	TargetMs float64   `json:"target_ms"` // the median must stay below it
+	MedianMs *float64  `json:"median_ms"` // null if not measured
+	MinMs    *float64  `json:"min_ms"`
+	MaxMs    *float64  `json:"max_ms"`
+	RunsMs   []float64 `json:"runs_ms"`
+	Met      bool      `json:"met"` // never under --quick
+	Verdict  string    `json:"verdict"`
 }
 
 // benchJSONResult is one row: the median run's figures, the throughput's
@@ -88,9 +104,16 @@ then runs each workload and its baseline in this process:
   B1 raw kgo goroutine per partition        B2 IBM/sarama ConsumerGroup (-tags sarama)
   W3 worker, 1ms simulated I/O per record   B3/W2 unfenced/fenced SQLite and PostgreSQL upserts
   B4 raw kgo produce                        W4 produce through the router
+  B5 kcat -P -l FILE, whole process         W8 workrouter produce --file FILE, whole process
+  W9 lone router.Send latency, 2,000 sequential sends (p50, p99)
   W5 end-to-end latency, produce to commit, at half the maximum rate it
      measures (median of 3 runs): memory sink; W5-sqlite: SQLite sink
   W6 pause-to-takeover
+
+B5 and W8 send the same commands as W4 (the pre-loaded count of them: key,
+workrouter-type header, 100-byte payload), from files written before the
+runs, each as a whole process to a fresh topic of the embedded broker,
+connection setup included; B5 is skipped if kcat is not installed.
 
 The pre-loaded commands carry command IDs as the router generates them. The
 fenced W2 rows deduplicate them (the worker applies through the sink's
@@ -106,10 +129,10 @@ runs 5 times (3 with --quick; --repeats sets it). The runs of a workload and its
 warm-up, leftover garbage and background load favour neither side:
 B1,W1,B2,B1,W1,B2,… then B3-sqlite,W2-sqlite,W2n-sqlite,… W2-sqlite-b1,W2n-sqlite-b1,…
 B3-pg,W2-pg,W2n-pg,… B3-pg-b1,W2-pg-b1,W2n-pg-b1,… B3-pg-b16,W2n-pg-b16,…
-B4,W4,B4,W4,…
+B4,W4,B4,W4,… B5,W8,B5,W8,…
 (--only runs just the selected ones, interleaved the same way). Each of these
 groups starts with one unreported warm-up run of its first member (the first
-produce run of a process is often slow). B0 runs its repeats back to back;
+produce run of a process is often slow). B0 and W9 run their repeats back to back;
 W3, W5, W5-sqlite and W6 run once.
 
 The table gives each row's median records/s over its runs and their min–max,
@@ -125,16 +148,20 @@ A target is met if the median ratio reaches it; "met (median; worst pair
 router_vs_raw >= 0.90, fenced_vs_unfenced_pg >= 0.90 and
 fenced_vs_unfenced_sqlite >= 0.90 (fenced with deduplication on against
 unfenced), dedupe_on_vs_off_pg >= 0.90 and dedupe_on_vs_off_sqlite >= 0.90
-(W2/W2n at batch 256), produce_vs_raw >= 0.95, router_vs_sarama >= 2.0;
-fence_vs_unfenced_pg_b1 >= 0.90, fence_vs_unfenced_pg_b16 >= 0.90 and
-fence_vs_unfenced_pg_b256 >= 0.95 (deduplication off: the same writes);
-dedupe_on_vs_off_pg_b1 and dedupe_on_vs_off_sqlite_b1 (batch 1) are
-reported without a target. The last line gives the median ratios:
+(W2/W2n at batch 256), produce_vs_raw >= 0.95, produce_file_vs_kcat >= 0.5
+(W8/B5), router_vs_sarama >= 2.0; fence_vs_unfenced_pg_b1 >= 0.90,
+fence_vs_unfenced_pg_b16 >= 0.90 and fence_vs_unfenced_pg_b256 >= 0.95
+(deduplication off: the same writes); dedupe_on_vs_off_pg_b1 and
+dedupe_on_vs_off_sqlite_b1 (batch 1) are reported without a target. Two
+latency targets take the median over W9's runs of each run's percentile:
+send_p50 < 1ms and send_p99 < 5ms. The last line gives the median ratios
+and latencies:
 
   bench: router_vs_raw=<W1/B1> fenced_vs_unfenced_pg=<W2/B3> fenced_vs_unfenced_sqlite=<W2/B3>
     dedupe_on_vs_off_pg=<W2/W2n> dedupe_on_vs_off_sqlite=<W2/W2n> dedupe_on_vs_off_pg_b1=<W2/W2n>
     dedupe_on_vs_off_sqlite_b1=<W2/W2n> fence_vs_unfenced_pg_b1=<W2n/B3> fence_vs_unfenced_pg_b16=<W2n/B3>
-    fence_vs_unfenced_pg_b256=<W2n/B3> produce_vs_raw=<W4/B4> router_vs_sarama=<W1/B2>
+    fence_vs_unfenced_pg_b256=<W2n/B3> produce_vs_raw=<W4/B4> produce_file_vs_kcat=<W8/B5>
+    router_vs_sarama=<W1/B2> send_p50=<W9 ms> send_p99=<W9 ms>
 
 (one line).
 
@@ -147,6 +174,7 @@ does (after the report).`,
   workrouter bench --quick --only W1,B1
   workrouter bench --only B3-sqlite,W2-sqlite,W2n-sqlite,W2-sqlite-b1,W2n-sqlite-b1
   workrouter bench --repeats 9 --only B4,W4
+  workrouter bench --only B5,W8,W9
   workrouter bench --postgres postgres://postgres@127.0.0.1:5432/test
   workrouter bench --brokers kafka-1:9092 --json`,
 		Args: cobra.NoArgs,
@@ -227,9 +255,21 @@ does (after the report).`,
 // writeBenchJSON writes every row with its runs, the ratios with their
 // per-pair spread and verdicts, and the final line as one JSON object.
 func writeBenchJSON(cmd *cobra.Command, rows []bench.Row, quick bool, repeats int) error {
-	ratios := bench.Ratios(rows)
-	doc := benchJSON{Quick: quick, Repeats: repeats, Ratios: map[string]any{}, Line: bench.FinalLine(ratios),
-		Results: []benchJSONResult{}, Targets: []benchJSONTarget{}}
+	ratios, lats := bench.Ratios(rows), bench.Latencies(rows)
+	doc := benchJSON{Quick: quick, Repeats: repeats, Ratios: map[string]any{}, Line: bench.FinalLine(ratios, lats...),
+		Results: []benchJSONResult{}, Targets: []benchJSONTarget{}, Latencies: []benchJSONLatency{}}
+	for _, l := range lats {
+		s := l.Spread()
+		j := benchJSONLatency{Name: l.Name, Row: l.Row, TargetMs: float64(l.Target) / float64(time.Millisecond),
+			RunsMs: []float64{}, Met: !quick && l.Met(), Verdict: l.Verdict(quick)}
+		for _, d := range l.Runs {
+			j.RunsMs = append(j.RunsMs, float64(d)/float64(time.Millisecond))
+		}
+		if s.N > 0 {
+			j.MedianMs, j.MinMs, j.MaxMs = &s.Median, &s.Min, &s.Max
+		}
+		doc.Latencies = append(doc.Latencies, j)
+	}
 	for _, r := range ratios {
 		t := benchJSONTarget{Name: r.Name, Num: r.Num, Den: r.Den, Target: r.Target, Pairs: r.Pairs,
 			Met: !quick && r.Met(), EveryPairMet: !quick && r.EveryPairMet(), Verdict: r.Verdict(quick)}

@@ -15,14 +15,14 @@ import (
 // report: interleaved repeats with their spread, quick verdicts, the final
 // line, and that W6 froze a real worker process.
 func TestBenchCommand(t *testing.T) {
-	p := startProc(t, []string{"bench", "--quick", "--records", "2000", "--only", "W1,B1,W4,B4,W6"})
+	p := startProc(t, []string{"bench", "--quick", "--records", "2000", "--only", "W1,B1,W4,B4,B5,W8,W9,W6"})
 	if code := p.wait(t); code != 0 {
 		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
 	}
 	out := p.stdout.String()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	last := lines[len(lines)-1]
-	re := regexp.MustCompile(`^bench: router_vs_raw=[0-9]+\.[0-9]{2} fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=n/a dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=n/a dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=n/a fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a produce_vs_raw=[0-9]+\.[0-9]{2} router_vs_sarama=n/a$`)
+	re := regexp.MustCompile(`^bench: router_vs_raw=[0-9]+\.[0-9]{2} fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=n/a dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=n/a dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=n/a fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a produce_vs_raw=[0-9]+\.[0-9]{2} produce_file_vs_kcat=([0-9]+\.[0-9]{2}|n/a) router_vs_sarama=n/a send_p50=[0-9]+\.[0-9]{3}ms send_p99=[0-9]+\.[0-9]{3}ms$`)
 	if !re.MatchString(last) {
 		t.Fatalf("final line %q does not match %v\n%s", last, re, out)
 	}
@@ -38,6 +38,11 @@ func TestBenchCommand(t *testing.T) {
 		`(?m)^W6 .* 1/1 +[0-9.]+ +[0-9]+ +- `,
 		fmt.Sprintf(`(?m)^target router_vs_raw=[0-9.]+ \[[0-9.]+–[0-9.]+ over %d pairs\] \(W1/B1, want >= 0\.90\): indicative \(--quick decides no target\)$`, n),
 		fmt.Sprintf(`(?m)^target produce_vs_raw=[0-9.]+ \[[0-9.]+–[0-9.]+ over %d pairs\] \(W4/B4, want >= 0\.95\): indicative \(--quick decides no target\)$`, n),
+		// W8 runs this binary's produce --file as a process; B5 runs kcat, or says it is not installed.
+		fmt.Sprintf(`(?m)^W8 .* %d/%d +[0-9.]+ +[0-9]+ `, n, n),
+		`(?m)^B5 .*(kcat -P .* [0-9]+/[0-9]+ +[0-9.]+ +[0-9]+ |skipped: kcat is not installed)`,
+		fmt.Sprintf(`(?m)^W9 .* %d/%d .*p50=[0-9.]+[µm]s p99=[0-9.]+[µm]s `, n, n),
+		fmt.Sprintf(`(?m)^target send_p50=[0-9.]+ms \[[0-9.]+–[0-9.]+ms over %d runs\] \(W9, want < 1ms\): indicative \(--quick decides no target\)$`, n),
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("report lacks %s:\n%s", re, out)

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,13 +20,11 @@ import (
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/kafkaconn"
 	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/router/jsonl"
 )
 
 // defaultBrokers is the default of every command's --brokers flag.
 var defaultBrokers = []string{"127.0.0.1:9092"}
-
-// maxLineBytes bounds one line of a --file of JSON commands.
-const maxLineBytes = 64 << 20
 
 // Bounds of what produce is asked to generate or send. A value beyond them
 // is a typo, refused with one line before anything is allocated or sent.
@@ -86,14 +80,23 @@ It takes exactly one source of commands:
       one command; prints "partition=P offset=O".
 
   --file F  (F = - reads stdin)
-      one JSON object per line, sent in file order, each acknowledged before
-      the next line is read:
+      one JSON object per line:
         {"key":"acct-42","type":"deposit","id":"dep-7","payload":{"cents":100},"headers":{"trace":"abc"}}
       "payload" is any JSON value; a JSON string is sent as its text, anything
       else as its JSON encoding. "id" is optional. Empty lines are skipped.
-      The first malformed line or failed send stops the run: nothing after it
-      is sent, and the error names the line and how many commands were sent
-      before it.
+      Lines are sent pipelined (up to 20,000 awaiting their acknowledgement)
+      and each key's commands are written in file order (kgo's idempotent
+      producer keeps a partition's order across requests in flight). A
+      progress line is drawn on stderr, and a closing line says "produced N
+      commands in Xs (Y/s)".
+      The first line that cannot be parsed, or whose command is refused or
+      fails to send, stops the run: no later line is sent (lines already in
+      flight complete), so no key's sequence is applied with a hole in it.
+      The command exits 1 naming the first failed line, how many failed, how
+      many were acknowledged and the last line sent; the other failed lines
+      are listed on stderr, each with its number and, if it was sent, its
+      command ID (it may have been written: send it again with that "id").
+      No line is sent twice.
 
 Every command carries a command ID (header workrouter-id): --id, or a
 line's "id", or else one the router generates. Workers that deduplicate
@@ -300,15 +303,7 @@ func runProduce(cmd *cobra.Command, f produceFlags) error {
 		_, err = fmt.Fprintf(out, "partition=%d offset=%d\n", res.Partition, res.Offset)
 		return err
 	case modeFile:
-		start := time.Now()
-		n, err := produceLines(ctx, rt, in, f.timeout)
-		if err != nil {
-			return errors.Join(err, closeRouter())
-		}
-		if err := closeRouter(); err != nil {
-			return err
-		}
-		return printThroughput(out, n, time.Since(start))
+		return produceFile(ctx, cmd, rt, in, f, closeRouter)
 	default:
 		return produceLoad(ctx, cmd, rt, f, closeRouter)
 	}
@@ -379,95 +374,55 @@ func singleCommand(f produceFlags) (router.Command, error) {
 	return c, nil
 }
 
-// jsonCommand is one line of a --file.
-type jsonCommand struct {
-	Key     string            `json:"key"`
-	Type    string            `json:"type"`
-	ID      string            `json:"id"`
-	Payload json.RawMessage   `json:"payload"`
-	Headers map[string]string `json:"headers"`
-}
-
-// parseCommandLine decodes one JSON line into a command. The returned
-// command owns its bytes.
-func parseCommandLine(line []byte) (router.Command, error) {
-	if line[0] != '{' {
-		return router.Command{}, errors.New(`want a JSON object such as {"key":"k","type":"t","payload":…}`)
+// produceFile sends the JSON-lines commands of in through jsonl (the
+// rule is there), with a progress line, and renders the report: every
+// listed failure on stderr, the closing line on stdout.
+func produceFile(ctx context.Context, cmd *cobra.Command, rt *router.Router, in io.Reader, f produceFlags, closeRouter func() error) error {
+	p, err := jsonl.New(rt, jsonl.Config{FlushTimeout: f.timeout + 5*time.Second})
+	if err != nil {
+		return errors.Join(err, closeRouter())
 	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	var jc jsonCommand
-	if err := dec.Decode(&jc); err != nil {
-		return router.Command{}, fmt.Errorf("invalid JSON: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return router.Command{}, errors.New("invalid JSON: more than one value on the line")
-	}
-	c := router.Command{Key: []byte(jc.Key), Type: jc.Type, ID: jc.ID}
-	switch p := bytes.TrimSpace(jc.Payload); {
-	case len(p) == 0 || string(p) == "null":
-	case p[0] == '"':
-		var s string
-		if err := json.Unmarshal(p, &s); err != nil {
-			return router.Command{}, fmt.Errorf("invalid payload: %w", err)
+	prog := startProgress(cmd.ErrOrStderr(), 0, p.Acknowledged)
+	rep, err := p.Run(ctx, in)
+	prog.stop()
+	cerr := closeRouter()
+	if err == nil {
+		if cerr != nil {
+			return cerr
 		}
-		c.Payload = []byte(s)
+		return printThroughput(cmd.OutOrStdout(), rep.Acked, rep.Elapsed)
+	}
+	// The first failure is the error's line; the others, and any command
+	// written after an earlier one of its key failed, go to stderr first.
+	errOut := cmd.ErrOrStderr()
+	for i := 1; i < len(rep.Failures); i++ {
+		fmt.Fprintf(errOut, "produce: %v\n", &rep.Failures[i])
+	}
+	if more := rep.Failed - int64(len(rep.Failures)); more > 0 {
+		fmt.Fprintf(errOut, "produce: … and %d more failed %s\n", more, plural(int(more), "line", "lines"))
+	}
+	for _, w := range rep.OutOfOrderWrites {
+		fmt.Fprintf(errOut, "produce: line %d (key %q) was written at %d@%d after line %d of the same key failed\n",
+			w.Line, w.Key, w.Partition, w.Offset, w.FailedLine)
+	}
+	sent := "no line was sent"
+	if rep.LastSent > 0 {
+		sent = fmt.Sprintf("no line after line %d was sent", rep.LastSent)
+	}
+	summary := fmt.Sprintf("%d %s failed, %d %s acknowledged; %s", rep.Failed, plural(int(rep.Failed), "line", "lines"),
+		rep.Acked, plural(int(rep.Acked), "command", "commands"), sent)
+	switch {
+	case errors.Is(err, jsonl.ErrOutOfOrder):
+		err = fmt.Errorf("%w (%s)", err, summary)
+	case len(rep.Failures) > 0:
+		err = fmt.Errorf("%v (%s)", &rep.Failures[0], summary)
+		if rep.Interrupted {
+			err = fmt.Errorf("interrupted: %w", err)
+		}
 	default:
-		c.Payload = p
+		err = fmt.Errorf("%w (%s)", err, summary)
 	}
-	names := make([]string, 0, len(jc.Headers))
-	for k := range jc.Headers {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
-		c.Headers = append(c.Headers, envelope.Header{Key: k, Value: []byte(jc.Headers[k])})
-	}
-	if err := c.Validate(); err != nil {
-		return router.Command{}, err
-	}
-	return c, nil
-}
-
-// produceLines sends the JSON-lines commands read from in, one at a time
-// and in order, and returns how many were sent. On the first bad line or
-// failed send it stops (nothing after it is sent) and says so.
-func produceLines(ctx context.Context, rt *router.Router, in io.Reader, timeout time.Duration) (int64, error) {
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes)
-	var sent, lineNo int64
-	stop := func(err error) (int64, error) {
-		return sent, fmt.Errorf("line %d: %w (%d commands sent before it; nothing after it was sent)", lineNo, err, sent)
-	}
-	for sc.Scan() {
-		lineNo++
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		c, err := parseCommandLine(line)
-		if err != nil {
-			return stop(err)
-		}
-		sctx, cancel := context.WithTimeout(ctx, timeout)
-		_, err = rt.Send(sctx, c)
-		cancel()
-		if err != nil {
-			if cerr := ctx.Err(); cerr != nil {
-				err = fmt.Errorf("interrupted: %w", cerr)
-			}
-			return stop(fmt.Errorf("send failed: %w", err))
-		}
-		sent++
-	}
-	if err := sc.Err(); err != nil {
-		lineNo++
-		if errors.Is(err, bufio.ErrTooLong) {
-			err = fmt.Errorf("longer than %d MiB", maxLineBytes>>20)
-		}
-		return stop(fmt.Errorf("reading: %w", err))
-	}
-	return sent, nil
+	return errors.Join(err, cerr)
 }
 
 // produceLoad sends --count generated commands asynchronously, with a
@@ -593,8 +548,16 @@ func (p *progress) stop() {
 
 func (p *progress) draw() {
 	n := p.count()
-	frac := float64(n) / float64(p.total)
 	rate := float64(n) / max(time.Since(p.start).Seconds(), 1e-9)
+	if p.total <= 0 { // a file or stdin: the total is not known in advance
+		if !p.tty {
+			fmt.Fprintf(p.w, "produce: %d commands acknowledged (%.0f/s)\n", n, rate)
+			return
+		}
+		fmt.Fprintf(p.w, "\r%d commands acknowledged, %.0f/s\x1b[K", n, rate)
+		return
+	}
+	frac := float64(n) / float64(p.total)
 	if !p.tty {
 		fmt.Fprintf(p.w, "produce: %d/%d commands acknowledged (%.0f%%, %.0f/s)\n", n, p.total, 100*frac, rate)
 		return

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -147,7 +148,7 @@ func TestProduceFileStopsAtFirstBadLine(t *testing.T) {
 	if err == nil {
 		t.Fatalf("produce succeeded on a bad line 3; stdout %q", out)
 	}
-	for _, want := range []string{"line 3:", "invalid JSON", "2 commands sent before it"} {
+	for _, want := range []string{"line 3:", "invalid JSON", "1 line failed, 2 commands acknowledged; no line after line 2 was sent"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -166,6 +167,58 @@ func TestProduceFileStopsAtFirstBadLine(t *testing.T) {
 	}
 	if got["a"] != `{"n":1}` || got["b"] != "plain text" {
 		t.Fatalf("payloads %q: want a JSON value as its encoding and a JSON string as its text", got)
+	}
+}
+
+// TestProduceFileBadLineInTheMiddle is issue 23's check: with a bad line
+// in the middle of a file sent pipelined, produce names that line, exits
+// non-zero, and a consumer finds every good line before it exactly once,
+// each key's in file order, and nothing after it.
+func TestProduceFileBadLineInTheMiddle(t *testing.T) {
+	addr := startCLITestBroker(t, map[string]int32{"cmds": 4})
+	const n, bad, keys = 5000, 3001, 9
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		if i == bad {
+			b.WriteString(`{"key":"k1","type":"step","payload":{"line":3001},"extra":1}` + "\n")
+			continue
+		}
+		fmt.Fprintf(&b, `{"key":"k%d","type":"step","payload":%d}`+"\n", i%keys, i)
+	}
+	path := writeFile(t, "cmds.jsonl", b.String())
+	out, _, err := runCLI(t, nil, "produce", "--brokers", addr, "--topic", "cmds", "--file", path)
+	if err == nil {
+		t.Fatalf("produce succeeded with a bad line %d; stdout %q", bad, out)
+	}
+	for _, want := range []string{"line 3001: ", `unknown field "extra"`, "1 line failed, 3000 commands acknowledged; no line after line 3000 was sent"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if got := endOffsetSum(t, addr, "cmds"); got != bad-1 {
+		t.Fatalf("topic holds %d records, want the %d before line %d", got, bad-1, bad)
+	}
+	seen, last := map[int]int{}, map[string]int{}
+	for _, r := range readAll(t, addr, "cmds", bad-1) {
+		c, err := envelope.Decode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line, err := strconv.Atoi(string(c.Payload))
+		if err != nil {
+			t.Fatalf("payload %q", c.Payload)
+		}
+		seen[line]++
+		if k := string(c.Key); line <= last[k] {
+			t.Fatalf("key %s: line %d consumed after line %d", k, line, last[k])
+		} else {
+			last[k] = line
+		}
+	}
+	for line := 1; line < bad; line++ {
+		if seen[line] != 1 {
+			t.Fatalf("line %d acknowledged and written %d times, want exactly once", line, seen[line])
+		}
 	}
 }
 
@@ -344,37 +397,6 @@ func TestProduceCommandIDs(t *testing.T) {
 	}
 	if ids["a"] != "dep-7" || ids["b"] != "dep-8" || ids["c"] == "" || ids["d"] == "" || ids["c"] == ids["d"] {
 		t.Fatalf("the records' IDs by key are %q: want a: dep-7, b: dep-8 and two different generated ones", ids)
-	}
-}
-
-func TestParseCommandLine(t *testing.T) {
-	c, err := parseCommandLine([]byte(`{"key":"k","type":"t","id":"dep-7","payload":{"a": [1, 2]},"headers":{"z":"1","a":"2"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.ID != "dep-7" {
-		t.Errorf("ID %q: want the line's id", c.ID)
-	}
-	if string(c.Payload) != `{"a": [1, 2]}` {
-		t.Errorf("payload %q: want the JSON value as written", c.Payload)
-	}
-	if !slices.EqualFunc(c.Headers, []envelope.Header{{Key: "a", Value: []byte("2")}, {Key: "z", Value: []byte("1")}},
-		func(a, b envelope.Header) bool { return a.Key == b.Key && bytes.Equal(a.Value, b.Value) }) {
-		t.Errorf("headers %v: want sorted by key", c.Headers)
-	}
-	for line, want := range map[string]string{
-		`[1]`:                                "want a JSON object",
-		`{"key":"k"}`:                        "empty command type",
-		`{"type":"t"}`:                       "empty command key",
-		`{"key":"k","type":"t","x":1}`:       `unknown field "x"`,
-		`{"key":"k","type":"t"} {}`:          "more than one value",
-		`{"key":"k","type":"t","headers":1}`: "cannot unmarshal",
-		`{"key":"k","type":"t","id":"a\tb"}`: "invalid command ID",
-		`{"key":"k","type":"t","id":7}`:      "cannot unmarshal",
-	} {
-		if _, err := parseCommandLine([]byte(line)); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("parseCommandLine(%s): %v, want an error containing %q", line, err, want)
-		}
 	}
 }
 

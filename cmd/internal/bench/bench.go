@@ -34,9 +34,11 @@ type Env struct {
 	// Worker starts a `workrouter worker` process (see SetupConfig).
 	Worker cluster.Binary
 
-	cluster  *kfake.Cluster // the embedded broker's, nil with external brokers
-	payload  []byte         // see payload
-	idPrefix string         // see CommandID
+	cluster   *kfake.Cluster // the embedded broker's, nil with external brokers
+	fileJSONL string         // see commandFiles
+	fileKcat  string
+	payload   []byte // see payload
+	idPrefix  string // see CommandID
 }
 
 // Result is one workload's or baseline's measurement.
@@ -48,7 +50,10 @@ type Result struct {
 	CPU     time.Duration // user+system CPU of this process during it
 	PeakRSS int64         // process max RSS in bytes at the end (ru_maxrss; monotonic across workloads)
 	Extra   string        // free-form (latency percentiles, takeover time, …)
-	Skipped string        // non-empty: not run, and why
+	// P50 and P99 are the latency percentiles of a latency row (W9),
+	// zero for the others (see Latencies).
+	P50, P99 time.Duration
+	Skipped  string // non-empty: not run, and why
 }
 
 // Throughput is records per second.

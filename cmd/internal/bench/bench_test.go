@@ -158,7 +158,7 @@ func TestTargets(t *testing.T) {
 	want := map[string]float64{"router_vs_raw": 0.90, "fenced_vs_unfenced_pg": 0.90, "fenced_vs_unfenced_sqlite": 0.90,
 		"dedupe_on_vs_off_pg": 0.90, "dedupe_on_vs_off_sqlite": 0.90, "dedupe_on_vs_off_pg_b1": 0, "dedupe_on_vs_off_sqlite_b1": 0,
 		"fence_vs_unfenced_pg_b1": 0.90, "fence_vs_unfenced_pg_b16": 0.90, "fence_vs_unfenced_pg_b256": 0.95,
-		"produce_vs_raw": 0.95, "router_vs_sarama": 2.0}
+		"produce_vs_raw": 0.95, "produce_file_vs_kcat": 0.5, "router_vs_sarama": 2.0}
 	rs := Ratios(nil)
 	if len(rs) != len(want) {
 		t.Errorf("%d ratios, want %d", len(rs), len(want))
@@ -190,7 +190,7 @@ func TestReport(t *testing.T) {
 		}
 		out := buf.String()
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if want := "bench: router_vs_raw=0.90 fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=0.95 dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=0.90 dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=0.50 fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a produce_vs_raw=0.50 router_vs_sarama=n/a"; lines[len(lines)-1] != want {
+		if want := "bench: router_vs_raw=0.90 fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=0.95 dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=0.90 dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=0.50 fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a produce_vs_raw=0.50 produce_file_vs_kcat=n/a router_vs_sarama=n/a send_p50=n/a send_p99=n/a"; lines[len(lines)-1] != want {
 			t.Fatalf("final line %q, want %q", lines[len(lines)-1], want)
 		}
 		res := []string{
@@ -280,3 +280,34 @@ func BenchmarkW2nPostgres(b *testing.B) { runBench(b, "W2n-pg") }
 func BenchmarkB3Postgres(b *testing.B)  { runBench(b, "B3-pg") }
 func BenchmarkW5(b *testing.B)          { runBench(b, "W5") }
 func BenchmarkW6(b *testing.B)          { runBench(b, "W6") }
+
+// TestLatencyTargets: the send targets take the median over W9's measured
+// runs of each run's percentile, and say whether every run met them.
+func TestLatencyTargets(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	w8 := Row{ID: "W9", Repeats: 5}
+	for _, p := range [][2]float64{{0.2, 0.9}, {0.3, 6}, {0.25, 1.2}, {5, 20}, {0.22, 1.1}} {
+		w8.Runs = append(w8.Runs, Result{ID: "W9", Records: 2000, Elapsed: time.Second, P50: ms(p[0]), P99: ms(p[1])})
+	}
+	w8.Runs = append(w8.Runs, Result{ID: "W9", Skipped: "failed: boom", P50: ms(9)})
+	lats := Latencies([]Row{w8})
+	if len(lats) != 2 || lats[0].Name != "send_p50" || lats[1].Name != "send_p99" {
+		t.Fatalf("latency targets %+v", lats)
+	}
+	if got, want := LatencyLine(lats[0], false), "target send_p50=0.250ms [0.200–5.000ms over 5 runs] (W9, want < 1ms): met (median; worst run 5.000ms)"; got != want {
+		t.Errorf("p50 line %q, want %q", got, want)
+	}
+	if got, want := LatencyLine(lats[1], false), "target send_p99=1.200ms [0.900–20.000ms over 5 runs] (W9, want < 5ms): met (median; worst run 20.000ms)"; got != want {
+		t.Errorf("p99 line %q, want %q", got, want)
+	}
+	slow := Latency{Name: "x", Row: "W9", Target: time.Millisecond, Runs: []time.Duration{ms(2), ms(3), ms(1.5)}}
+	if v := slow.Verdict(false); v != "MISSED (every run)" || slow.Met() {
+		t.Errorf("verdict %q", v)
+	}
+	if v := slow.Verdict(true); v != QuickVerdict {
+		t.Errorf("quick verdict %q", v)
+	}
+	if got := LatencyLine(Latencies(nil)[0], false); got != "target send_p50=n/a (W9, want < 1ms): n/a (not measured)" {
+		t.Errorf("unmeasured line %q", got)
+	}
+}

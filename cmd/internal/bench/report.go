@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 	"unicode"
 )
 
@@ -107,6 +108,7 @@ var ratioDefs = []Ratio{
 	{Name: "fence_vs_unfenced_pg_b16", Num: "W2n-pg-b16", Den: "B3-pg-b16", Target: 0.90},
 	{Name: "fence_vs_unfenced_pg_b256", Num: "W2n-pg", Den: "B3-pg", Target: 0.95},
 	{Name: "produce_vs_raw", Num: "W4", Den: "B4", Target: 0.95},
+	{Name: "produce_file_vs_kcat", Num: "W8", Den: "B5", Target: 0.5},
 	{Name: "router_vs_sarama", Num: "W1", Den: "B2", Target: 2.0},
 }
 
@@ -155,14 +157,18 @@ func Ratios(rows []Row) []Ratio {
 	return out
 }
 
-// FinalLine is the report's last line, each ratio the median one:
+// FinalLine is the report's last line, each ratio the median one, then
+// each latency target's median:
 //
-//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> produce_vs_raw=<r> router_vs_sarama=<r>
-func FinalLine(ratios []Ratio) string {
+//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> produce_vs_raw=<r> produce_file_vs_kcat=<r> router_vs_sarama=<r> send_p50=<ms> send_p99=<ms>
+func FinalLine(ratios []Ratio, lats ...Latency) string {
 	var b strings.Builder
 	b.WriteString("bench:")
 	for _, r := range ratios {
 		fmt.Fprintf(&b, " %s=%s", r.Name, r)
+	}
+	for _, l := range lats {
+		fmt.Fprintf(&b, " %s=%s", l.Name, l)
 	}
 	return b.String()
 }
@@ -241,6 +247,102 @@ func WriteReport(w io.Writer, rows []Row, quick bool) error {
 	for _, r := range ratios {
 		fmt.Fprintln(w, TargetLine(r, quick))
 	}
-	_, err := fmt.Fprintln(w, FinalLine(ratios))
+	lats := Latencies(rows)
+	for _, l := range lats {
+		fmt.Fprintln(w, LatencyLine(l, quick))
+	}
+	_, err := fmt.Fprintln(w, FinalLine(ratios, lats...))
 	return err
+}
+
+// Latency is a latency target of the report: a percentile of one latency
+// row's runs (Result.P50 or P99), whose median over the runs must stay
+// below Target.
+type Latency struct {
+	Name   string // e.g. "send_p50"
+	Row    string // the row's ID: "W9"
+	P99    bool   // false: Result.P50, true: Result.P99
+	Target time.Duration
+	// Runs are the measured runs' percentiles, in run order.
+	Runs []time.Duration
+}
+
+// latencyDefs lists the latency targets (docs/performance.md).
+var latencyDefs = []Latency{
+	{Name: "send_p50", Row: "W9", Target: time.Millisecond},
+	{Name: "send_p99", Row: "W9", P99: true, Target: 5 * time.Millisecond},
+}
+
+// Latencies computes the latency targets from rows.
+func Latencies(rows []Row) []Latency {
+	out := make([]Latency, len(latencyDefs))
+	for i, d := range latencyDefs {
+		if row, ok := find(rows, d.Row); ok {
+			for _, r := range row.Measured() {
+				v := r.P50
+				if d.P99 {
+					v = r.P99
+				}
+				if v > 0 {
+					d.Runs = append(d.Runs, v)
+				}
+			}
+		}
+		out[i] = d
+	}
+	return out
+}
+
+// Spread is the spread of the runs' percentiles, in milliseconds.
+func (l Latency) Spread() Spread {
+	xs := make([]float64, len(l.Runs))
+	for i, d := range l.Runs {
+		xs[i] = float64(d) / float64(time.Millisecond)
+	}
+	return SpreadOf(xs)
+}
+
+// Met reports whether the median run's percentile is below the target.
+func (l Latency) Met() bool {
+	s := l.Spread()
+	return s.N > 0 && s.Median < float64(l.Target)/float64(time.Millisecond)
+}
+
+// String is the median in milliseconds, %.3f, or "n/a".
+func (l Latency) String() string {
+	if len(l.Runs) == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.3fms", l.Spread().Median)
+}
+
+// Verdict is the target line's verdict, as Ratio.Verdict's: "n/a (not
+// measured)", QuickVerdict, or "met"/"MISSED" by the median, with
+// "(every run)" or the worst (best) run.
+func (l Latency) Verdict(quick bool) string {
+	s := l.Spread()
+	target := float64(l.Target) / float64(time.Millisecond)
+	switch {
+	case s.N == 0:
+		return "n/a (not measured)"
+	case quick:
+		return QuickVerdict
+	case l.Met() && s.Max < target, !l.Met() && s.Min >= target:
+		return map[bool]string{true: "met", false: "MISSED"}[l.Met()] + " (every run)"
+	case l.Met():
+		return fmt.Sprintf("met (median; worst run %.3fms)", s.Max)
+	default:
+		return fmt.Sprintf("MISSED (median; best run %.3fms)", s.Min)
+	}
+}
+
+// LatencyLine is the report's line for l, e.g.
+//
+//	target send_p50=0.210ms [0.180–0.250ms over 5 runs] (W9, want < 1ms): met (every run)
+func LatencyLine(l Latency, quick bool) string {
+	spread := ""
+	if s := l.Spread(); s.N > 0 {
+		spread = fmt.Sprintf(" [%.3f–%.3fms over %d %s]", s.Min, s.Max, s.N, plural(s.N, "run", "runs"))
+	}
+	return fmt.Sprintf("target %s=%s%s (%s, want < %s): %s", l.Name, l, spread, l.Row, l.Target, l.Verdict(quick))
 }

@@ -79,7 +79,10 @@ func TestRunInterleaves(t *testing.T) {
 			"B3-pg-b1!,B3-pg-b1,W2-pg-b1,W2n-pg-b1,B3-pg-b1,W2-pg-b1,W2n-pg-b1,B3-pg-b1,W2-pg-b1,W2n-pg-b1," +
 			"B3-pg-b16!,B3-pg-b16,W2n-pg-b16,B3-pg-b16,W2n-pg-b16,B3-pg-b16,W2n-pg-b16," +
 			"B4!,B4,W4,B4,W4,B4,W4," +
+			"B5!,B5,W8,B5,W8,B5,W8," +
+			"W9,W9,W9," +
 			"W5,W5-sqlite,W6"},
+		{[]string{"W8", "B5", "W9"}, "B5!,B5,W8,B5,W8,B5,W8,W9,W9,W9"},
 		{[]string{"W4", "B4"}, "B4!,B4,W4,B4,W4,B4,W4"},
 		{[]string{"W1"}, "W1!,W1,W1,W1"},
 		{[]string{"W1", "B2", "W4"}, "W1!,W1,B2,W1,B2,W1,B2,W4!,W4,W4,W4"},
