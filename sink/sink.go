@@ -13,12 +13,20 @@
 // Sinks are generic over Tx, the backend's native transaction handle
 // (*sql.Tx, pgx.Tx, a key-value transaction, …): handlers write ordinary
 // statements against it inside the fenced unit.
+//
+// A consumer that applies the keys of a partition in concurrent lanes
+// finishes offsets out of order; [GapApplier] gives it a checkpoint with
+// gaps ([Checkpoint]: the watermark NextOffset and the done spans above
+// it, docs/design.md#gaps) with the same fence on every call. The plain
+// calls of a sink that has it respect the spans, so workers with and
+// without lanes can take over from each other.
 package sink
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -128,12 +136,26 @@ type Fence struct {
 	// [Fence.AfterReset]); a claim never changes it, so it lasts as long
 	// as the sink's storage.
 	ProofBelow int64
+	// Done are the done spans above NextOffset of a gapped checkpoint
+	// ([GapApplier], docs/design.md#gaps): records applied by lanes that
+	// ran ahead. Empty for a scope without gaps.
+	Done []Span
 	// Duplicates counts the records ApplyOnce did not run in the scope
 	// because their command ID was applied already
 	// (ApplyOnceResult.Duplicates), since the scope's fence row was made:
 	// incremented in ApplyOnce's atomic unit, kept by a reset. Zero for a
 	// sink without [Deduplicator].
 	Duplicates int64
+}
+
+// Equal reports whether f and g are the same fence: every field equal,
+// and the same done spans (a nil and an empty Done are the same). Fence
+// holds a slice, so == does not compile on it. It may be called from any
+// goroutine.
+func (f Fence) Equal(g Fence) bool {
+	return f.Scope == g.Scope && f.Holder == g.Holder && f.NextOffset == g.NextOffset && f.TopicID == g.TopicID &&
+		f.ProofRequired == g.ProofRequired && f.ProofBelow == g.ProofBelow && f.Duplicates == g.Duplicates &&
+		slices.Equal(f.Done, g.Done)
 }
 
 // NeedsProof reports whether a claim by tok of the scope whose stored fence
@@ -155,7 +177,10 @@ func (f Fence) NeedsProof(tok epochs.Token) bool {
 // as the reset found it (docs/design.md#admin-reset): no holder, the
 // NextOffset and topic ID req asks for (the stored ones when req leaves
 // them unset), ProofRequired set, and ProofBelow raised past the cleared
-// holder's epoch (kept when f has no holder, never lowered). Every
+// holder's epoch (kept when f has no holder, never lowered). The done
+// spans of a gapped checkpoint (Fence.Done) stay when req keeps the
+// checkpoint (the same log) and are cleared when it sets a new
+// NextOffset (their offsets were the old log's). Every
 // backend's ResetFence stores it. It may be called from any goroutine.
 func (f Fence) AfterReset(req ResetRequest) Fence {
 	after := Fence{Scope: f.Scope, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: true, ProofBelow: f.ProofBelow, Duplicates: f.Duplicates}
@@ -163,7 +188,13 @@ func (f Fence) AfterReset(req ResetRequest) Fence {
 		after.ProofBelow = max(f.ProofBelow, int64(f.Holder.Epoch)+1)
 	}
 	if req.NextOffset != nil {
+		// A new checkpoint on a new log: the done spans were offsets
+		// of the old one.
 		after.NextOffset = *req.NextOffset
+	} else {
+		// The same log: what lanes applied above the watermark stays
+		// done.
+		after.Done = slices.Clone(f.Done)
 	}
 	if req.TopicID != "" {
 		after.TopicID = req.TopicID

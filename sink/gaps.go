@@ -1,0 +1,250 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/workrouter/workrouter/epochs"
+)
+
+// Span is a run of a scope's offsets, From included and To excluded, that
+// is done: every record in it was applied (or dead-lettered), and every
+// offset in it without a record (a transaction marker, an aborted or
+// compacted record) was passed over by the record after it.
+type Span struct {
+	From, To int64
+}
+
+// Checkpoint is a scope's checkpoint with gaps (docs/design.md#gaps): the
+// low watermark, below which every offset is done, and the spans above it
+// that are done too, applied by lanes that ran ahead of the others.
+// Kafka's committed offset is the watermark; the spans live in the sink
+// only. The zero value is a scope at offset 0 with nothing done above it.
+type Checkpoint struct {
+	// NextOffset is the low watermark: the first offset not done.
+	NextOffset int64
+	// Done are the done spans above NextOffset: ascending, disjoint and
+	// not touching each other or NextOffset (every From is above
+	// NextOffset, and above the previous span's To). Empty for a
+	// checkpoint without gaps.
+	Done []Span
+}
+
+// Contains reports whether offset off is done: below the watermark or in
+// a done span. It may be called from any goroutine that owns c.
+func (c *Checkpoint) Contains(off int64) bool {
+	if off < c.NextOffset {
+		return true
+	}
+	_, found := slices.BinarySearchFunc(c.Done, off, func(s Span, off int64) int {
+		switch {
+		case s.To <= off:
+			return -1
+		case s.From > off:
+			return 1
+		}
+		return 0
+	})
+	return found
+}
+
+// Add marks the offsets [from, to) done, merging them with the spans they
+// touch, and raises the watermark over the contiguous run that starts at
+// it: when from <= NextOffset < to, NextOffset moves to to, and on over
+// every span that then touches it. Offsets below the watermark are done
+// already; an empty or negative range changes nothing. It may be called
+// from the goroutine that owns c.
+func (c *Checkpoint) Add(from, to int64) {
+	from = max(from, c.NextOffset)
+	if from >= to {
+		return
+	}
+	// The spans that touch [from, to) (adjacent spans merge too) are
+	// Done[lo:hi].
+	lo, _ := slices.BinarySearchFunc(c.Done, from, func(s Span, from int64) int {
+		if s.To < from {
+			return -1
+		}
+		return 1
+	})
+	hi := lo
+	for hi < len(c.Done) && c.Done[hi].From <= to {
+		from, to = min(from, c.Done[hi].From), max(to, c.Done[hi].To)
+		hi++
+	}
+	if from <= c.NextOffset {
+		// The run starts at the watermark: it rises over it. The spans
+		// before lo are below from, hence below the watermark: there are
+		// none.
+		c.NextOffset = to
+		c.Done = slices.Delete(c.Done, 0, hi)
+		return
+	}
+	c.Done = slices.Replace(c.Done, lo, hi, Span{From: from, To: to})
+}
+
+// Raise moves the watermark to next, if it is higher, dropping the spans
+// below it and raising it further over a span that then touches it. It is
+// what a plain (ungapped) Apply or DeadLetter does to a gapped scope's
+// checkpoint: every offset below its new NextOffset is done. It may be
+// called from the goroutine that owns c.
+func (c *Checkpoint) Raise(next int64) {
+	if next <= c.NextOffset {
+		return
+	}
+	c.Add(c.NextOffset, next)
+}
+
+// End returns the first offset above every done offset: the last span's
+// To, or NextOffset when there is no span. A claim's log check compares
+// it with the log end (a done span above the log's end means the log was
+// truncated under the checkpoint). It may be called from any goroutine
+// that owns c.
+func (c *Checkpoint) End() int64 {
+	if len(c.Done) == 0 {
+		return c.NextOffset
+	}
+	return c.Done[len(c.Done)-1].To
+}
+
+// Clone returns a copy of c that shares no memory with it. It may be
+// called from any goroutine that owns c.
+func (c Checkpoint) Clone() Checkpoint {
+	c.Done = slices.Clone(c.Done)
+	return c
+}
+
+// Valid reports whether c keeps the invariants of Checkpoint.Done
+// (ascending, disjoint, not touching, above the watermark): a backend
+// checks what it reads from storage with it. It may be called from any
+// goroutine.
+func (c Checkpoint) Valid() error {
+	prev := c.NextOffset
+	for i, s := range c.Done {
+		if s.From <= prev || s.To <= s.From {
+			return fmt.Errorf("%w: done span %d [%d, %d) does not follow offset %d", ErrBadCheckpoint, i, s.From, s.To, prev)
+		}
+		prev = s.To
+	}
+	return nil
+}
+
+// GapBatch is one lane's batch for [GapApplier.ApplyGapped]: records of
+// one partition at offsets that need not be contiguous.
+type GapBatch struct {
+	// Offsets are the records' Kafka offsets, strictly ascending.
+	Offsets []int64
+	// From[i] is the first offset record i covers: the offset right after
+	// the record the consumer fetched before it in the partition (of any
+	// lane), so that the offsets between them, which hold no record, are
+	// done with it. From[i] <= Offsets[i], and From[i] > Offsets[i-1].
+	// Applying record i marks [From[i], Offsets[i]+1) done.
+	From []int64
+	// IDs are the records' command IDs, as ApplyOnce takes them ("" for a
+	// record without one), or nil to apply without deduplication (as
+	// Apply).
+	IDs []string
+}
+
+// GapApplier is an optional capability of a sink: a checkpoint with gaps
+// (docs/design.md#gaps), for a consumer that applies the keys of a
+// partition in concurrent lanes (consumer.Config.KeyConcurrency). Every
+// backend of this module has it; wrappers keep it only by implementing
+// it themselves, as they do Deduplicator. The fence is unchanged: every
+// call checks the holder in its own atomic unit, and any number of a
+// holder's ApplyGapped calls may run concurrently for one scope.
+//
+// A sink with GapApplier also keeps a gapped scope correct for the plain
+// calls: Claim returns the watermark, and Apply, ApplyOnce and
+// DeadLetter skip (as replays) the records whose offsets are in a done
+// span, and drop the spans below the NextOffset they leave
+// ([Checkpoint.Raise]), so a worker without lanes can take over from one
+// with lanes.
+type GapApplier[Tx any] interface {
+	// ClaimGapped is Claim (the same rules, in the same atomic unit) that
+	// returns the whole checkpoint: the watermark and the done spans above
+	// it. The log check of Claim uses [Checkpoint.End] where it uses
+	// NextOffset against obs.LogEnd. A new owner skips exactly the
+	// offsets the checkpoint Contains.
+	ClaimGapped(ctx context.Context, tok epochs.Token, obs Observed) (Checkpoint, error)
+
+	// ApplyGapped applies a lane's batch of tok's scope in one atomic
+	// unit: if the stored holder is not exactly tok it fails with an
+	// error matching ErrFenced and applies nothing; otherwise records
+	// whose offset is done (the checkpoint Contains it) are skipped,
+	// duplicates are found as ApplyOnce finds them when b.IDs is not nil,
+	// effect runs for each remaining record index in order, and the
+	// spans [From[i], Offsets[i]+1) of every record not skipped as done
+	// (applied or duplicate) are added to the checkpoint, raising the
+	// watermark over any contiguous run ([Checkpoint.Add]). A failed
+	// effect (an *EffectError) or a cancelled ctx commits nothing. The
+	// done spans are compacted as the watermark rises; their number has
+	// no cap. The result's NextOffset is the watermark the unit left, or
+	// a lower one the unit saw if the backend raises the watermark
+	// lazily (the backend's doc says); a caller that needs the exact
+	// watermark keeps its own Checkpoint from ClaimGapped and its own
+	// applied batches (a tenure is the scope's only writer).
+	ApplyGapped(ctx context.Context, tok epochs.Token, b GapBatch, effect Effect[Tx]) (ApplyOnceResult, error)
+
+	// DeadLetterGapped is DeadLetter for a record of a lane: in one
+	// atomic unit with the same fence check, it stores rec unless
+	// rec.Offset is done (then Stored is false) and adds
+	// [from, rec.Offset+1) to the checkpoint.
+	DeadLetterGapped(ctx context.Context, tok epochs.Token, from int64, rec DeadRecord) (DeadLetterResult, error)
+}
+
+// CheckGapBatch validates the arguments of an ApplyGapped call. Backends
+// call it first. It may be called from any goroutine.
+func CheckGapBatch[Tx any](tok epochs.Token, b GapBatch, effect Effect[Tx]) error {
+	if err := CheckBatch(tok, b.Offsets, effect); err != nil {
+		return err
+	}
+	if len(b.From) != len(b.Offsets) {
+		return fmt.Errorf("%w: %d From offsets for %d offsets", ErrBadBatch, len(b.From), len(b.Offsets))
+	}
+	for i, f := range b.From {
+		if f < 0 || f > b.Offsets[i] || i > 0 && f <= b.Offsets[i-1] {
+			return fmt.Errorf("%w: From %d at index %d is not in (previous offset, offset %d]", ErrBadBatch, f, i, b.Offsets[i])
+		}
+	}
+	if b.IDs != nil {
+		return CheckIDs(b.Offsets, b.IDs)
+	}
+	return nil
+}
+
+// ErrBadCheckpoint is matched by the error a backend returns when the
+// checkpoint it reads from storage breaks the invariants of
+// [Checkpoint.Done] (see [Checkpoint.Valid]).
+var ErrBadCheckpoint = errors.New("sink: stored checkpoint is not valid")
+
+// CheckLogGaps is [CheckLog] for a gapped checkpoint, as ClaimGapped (and
+// a plain Claim of a gapped scope) apply it: the log is truncated when
+// [Checkpoint.End], the first offset above every done one, is above
+// obs.LogEnd, and records were lost to retention when obs.LogStart is
+// above the watermark (an offset not done was deleted). It returns the
+// checkpoint the claim starts from (the log start and no span for a new
+// scope, cp otherwise) and the topic ID to store, or a *LogChangedError
+// whose NextOffset is the offset the failed rule compared (End for a
+// truncation, the watermark otherwise). Backends call it inside their
+// claim's atomic unit. It may be called from any goroutine.
+func CheckLogGaps(scope epochs.Scope, found bool, storedTopicID string, cp Checkpoint, obs Observed) (Checkpoint, string, error) {
+	if !found {
+		next, topic, err := CheckLog(scope, false, storedTopicID, cp.NextOffset, obs)
+		return Checkpoint{NextOffset: next}, topic, err
+	}
+	if _, _, err := CheckLog(scope, true, storedTopicID, cp.End(), obs); err != nil {
+		var lc *LogChangedError
+		if errors.As(err, &lc) && lc.Case != ErrLogTruncated {
+			lc.NextOffset = cp.NextOffset
+		}
+		return Checkpoint{}, "", err
+	}
+	_, topic, err := CheckLog(scope, true, storedTopicID, cp.NextOffset, obs)
+	if err != nil {
+		return Checkpoint{}, "", err
+	}
+	return cp, topic, nil
+}
