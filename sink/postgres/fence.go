@@ -132,7 +132,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 	if err != nil {
 		return sink.Checkpoint{}, wrap(ctx, op+": read done spans", err)
 	}
-	topicID, err := checkLogGapped(tok.Scope(), !inserted, row.topicID, cp, obs)
+	_, topicID, err := sink.CheckLogGaps(tok.Scope(), !inserted, row.topicID, cp, obs)
 	if err != nil {
 		return sink.Checkpoint{}, err
 	}

@@ -133,8 +133,8 @@ const (
 	compactError   = "error"     // the database failed; logged
 )
 
-func newGapState(reg prometheus.Registerer) (gapState, error) {
-	g := gapState{
+func newGapState(reg prometheus.Registerer) (*gapState, error) {
+	g := &gapState{
 		scopes: make(map[epochs.Scope]*laneScope),
 		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "workrouter_postgres_gap_compactions_total",
@@ -151,7 +151,7 @@ func newGapState(reg prometheus.Registerer) (gapState, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{g.compactions, g.spans} {
 			if err := reg.Register(c); err != nil {
-				return g, fmt.Errorf("%w: register metrics: %w", ErrConfig, err)
+				return nil, fmt.Errorf("%w: register metrics: %w", ErrConfig, err)
 			}
 		}
 	}
@@ -232,20 +232,6 @@ func b2i(b bool) int64 {
 		return 1
 	}
 	return 0
-}
-
-// checkLogGapped is sink.CheckLog for a checkpoint with gaps: the log's
-// start against the watermark, its end against the last done offset
-// (sink.Checkpoint.End). It returns the topic ID to store.
-func checkLogGapped(scope epochs.Scope, found bool, storedTopicID string, cp sink.Checkpoint, obs sink.Observed) (string, error) {
-	_, topicID, err := sink.CheckLog(scope, found, storedTopicID, cp.NextOffset, obs)
-	if err != nil {
-		return "", err
-	}
-	if found && obs.TopicID != "" && cp.End() > obs.LogEnd {
-		return "", &sink.LogChangedError{Scope: scope, Case: sink.ErrLogTruncated, StoredTopicID: storedTopicID, NextOffset: cp.End(), Observed: obs}
-	}
-	return topicID, nil
 }
 
 // ClaimGapped is [Sink.Claim] returning the whole checkpoint, following

@@ -171,7 +171,7 @@ type Sink struct {
 	q        queries
 	window   int64 // Config.DedupeWindow, its default filled in
 	ids      cmdids.Cache
-	gaps     gapState // the lanes' state and metrics (gaps.go)
+	gaps     *gapState // the lanes' state and metrics (gaps.go)
 	closed   atomic.Bool
 	close    sync.Once
 }
