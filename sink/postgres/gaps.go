@@ -412,6 +412,7 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		}
 	}
 	htx := &handlerTx{Tx: tx}
+	defer htx.done.Store(true)
 	var (
 		dups       []int
 		applied    cmdids.Row
@@ -801,6 +802,7 @@ func (s *Sink) applyOnGapped(ctx context.Context, tx pgx.Tx, tok epochs.Token, o
 		}
 	}
 	htx := &handlerTx{Tx: tx}
+	defer htx.done.Store(true)
 	var (
 		dups    []int
 		applied cmdids.Row

@@ -238,6 +238,7 @@ type queries struct {
 	fenceLock                                  string // the fence row, locked until the transaction ends: claims, dead letters and resets read it so
 	claimInsert, claimUpdate, claimHistory     string
 	fenceRead, advance, advanceOnce, fenceList string
+	advanceCheck, advanceOnceCheck             string // advance and advanceOnce, raising when they match no row (checked)
 	reset, resetAudit, historyList             string
 	dlInsert, dlColumns                        string
 	idInsert, idSelect, idPrune                string
@@ -275,6 +276,13 @@ func newQueries(schema, prefix string) queries {
 	// duplicates.
 	q.advanceOnce = fmt.Sprintf(`UPDATE %s SET next_offset = $7, ids_version = ids_version + 1, duplicates = duplicates + $9
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6 AND ids_version = $8`, q.fences)
+	// Apply's and ApplyOnce's advance as one statement that fails when
+	// it matches no row, so that the COMMIT pipelined after it does not
+	// run: the data-modifying CTE always runs, count(*) of its rows is
+	// not a constant the planner could fold, and casting the marker text
+	// to int raises 22P02 at execution (fenceCheckMarker).
+	q.advanceCheck = checked(q.advance)
+	q.advanceOnceCheck = checked(q.advanceOnce)
 	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates FROM %s ORDER BY grp, topic, part`, q.fences)
 	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '', next_offset = $4, topic_id = $5, proof_required = true, proof_below = $6
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
@@ -292,6 +300,19 @@ func newQueries(schema, prefix string) queries {
 	q.idPrune = fmt.Sprintf(`DELETE FROM %s WHERE grp = $1 AND topic = $2 AND part = $3 AND last_off < $4`, q.commandIDs)
 	q.gap = newGapQueries(schema, prefix, q)
 	return q
+}
+
+// fenceCheckMarker is the text whose cast to int fails the checked
+// advance (queries.advanceCheck) when it matched no row: the message of
+// that 22P02 error contains it.
+const fenceCheckMarker = "workrouter: the fence check matched no row"
+
+// checked wraps update, an UPDATE of one row, in a statement that raises
+// (SQLSTATE 22P02, a message naming fenceCheckMarker) unless it updated
+// exactly one row.
+func checked(update string) string {
+	return `WITH adv AS (` + update + ` RETURNING 1)
+		SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE '` + fenceCheckMarker + `' END)::int FROM adv`
 }
 
 // ensureSchema creates the sink's tables if none exists, or checks that
