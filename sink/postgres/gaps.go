@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,13 +45,17 @@ import (
 // between two compaction attempts.
 const compactEvery = 32
 
+// compactLockWait is how long a compaction waits for the fence row's
+// exclusive lock (lock_timeout) before it gives up.
+const compactLockWait = 100 * time.Millisecond
+
 // gapQueries is the SQL of the checkpoint with gaps.
 type gapQueries struct {
 	done string // the done spans table, qualified and quoted
 
 	laneRead, laneCommit, setGapped  string
 	spans, spansList, store, advance string
-	lockNoWait                       string
+	lockCompact                       string
 }
 
 func newGapQueries(schema, prefix string, q queries) gapQueries {
@@ -70,16 +75,18 @@ func newGapQueries(schema, prefix string, q queries) gapQueries {
 		WHERE f.grp = $1 AND f.topic = $2 AND f.part = $3`, q.fences, g.done)
 	// A lane's check and write, one statement: the fence row FOR SHARE,
 	// the spans inserted only if tok holds it and the watermark is not
-	// above the lane's first span ($9); the row read is returned for
-	// the decision.
+	// above the lane's first span ($9); unless all $10 spans were
+	// inserted it raises (fenceCheckMarker), so that the COMMIT
+	// pipelined behind it does not run.
 	g.laneCommit = fmt.Sprintf(`WITH f AS (
 			SELECT epoch, member, next_offset FROM %[1]s WHERE grp = $1 AND topic = $2 AND part = $3 FOR SHARE
 		), ins AS (
 			INSERT INTO %[2]s (grp, topic, part, from_off, to_off, dups)
 			SELECT $1, $2, $3, u.a, u.b, u.d FROM f, unnest($6::bigint[], $7::bigint[], $8::bigint[]) AS u(a, b, d)
 			WHERE f.epoch = $4 AND f.member = $5 AND f.next_offset <= $9
+			RETURNING 1
 		)
-		SELECT epoch, member, next_offset FROM f`, q.fences, g.done)
+		SELECT (CASE WHEN count(*) = $10 THEN '1' ELSE '`+fenceCheckMarker+`' END)::int FROM ins`, q.fences, g.done)
 	g.setGapped = fmt.Sprintf(`UPDATE %s SET gapped = true WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5`, q.fences)
 	g.spans = fmt.Sprintf(`SELECT from_off, to_off, dups FROM %s WHERE grp = $1 AND topic = $2 AND part = $3 ORDER BY to_off`, g.done)
 	g.spansList = fmt.Sprintf(`SELECT grp, topic, part, from_off, to_off, dups FROM %s ORDER BY grp, topic, part, to_off`, g.done)
@@ -101,8 +108,8 @@ func newGapQueries(schema, prefix string, q queries) gapQueries {
 		UPDATE %[1]s SET next_offset = $7, gapped = $8, ids_version = ids_version + $9,
 			duplicates = duplicates + $10 + (SELECT coalesce(sum(dups), 0)::bigint FROM d)
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6 AND ids_version = $11`, q.fences, g.done)
-	g.lockNoWait = fmt.Sprintf(`SELECT epoch, member, next_offset, ids_version FROM %s
-		WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE NOWAIT`, q.fences)
+	g.lockCompact = fmt.Sprintf(`SELECT epoch, member, next_offset, ids_version FROM %s
+		WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
 	return g
 }
 
@@ -355,11 +362,12 @@ func (s *Sink) setGapped(ctx context.Context, op string, tok epochs.Token) error
 func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b sink.GapBatch, effect sink.Effect[pgx.Tx], dl *deadLetterInsert) (res sink.ApplyOnceResult, again int, err error) {
 	scope := tok.Scope()
 	n := len(b.Offsets)
-	tx, err := s.pool.Begin(ctx)
+	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return res, laneDone, wrap(ctx, op, err)
 	}
-	defer rollback(ctx, tx)
+	defer release(ctx, c)
+	conn := c.Conn()
 
 	var lo, hi int64
 	if n > 0 {
@@ -374,8 +382,19 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		topicID    string
 		froms, tos []int64
 	)
-	err = tx.QueryRow(ctx, s.q.gap.laneRead, scope.Group, scope.Topic, scope.Partition, lo, hi).
-		Scan(&epoch, &member, &next, &idsVersion, &gapped, &topicID, &froms, &tos)
+	// BEGIN and the read in one round trip.
+	begin := &pgx.Batch{}
+	begin.BeginTx(pgx.TxOptions{})
+	begin.Queue(s.q.gap.laneRead, scope.Group, scope.Topic, scope.Partition, lo, hi)
+	br := conn.SendBatch(ctx, begin)
+	tx := br.Tx()
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&epoch, &member, &next, &idsVersion, &gapped, &topicID, &froms, &tos)
+	}
+	if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && cerr != nil {
+		err = cerr
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return res, laneDone, s.fenced(tok, epochs.Token{})
@@ -463,47 +482,42 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 	}
 	ds[0] = int64(len(dups))
 
-	// The check and the write: the fence row FOR SHARE, the spans, and
-	// the IDs' row, in one round trip.
-	batch := &pgx.Batch{}
-	batch.Queue(s.q.gap.laneCommit, scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member, as, bs, ds, as[0])
+	// The check and the write (the fence row FOR SHARE, the spans), the
+	// IDs' row and COMMIT, in one round trip: the share lock is held
+	// while the server runs them, never across a round trip.
+	end := &pgx.Batch{}
+	end.Queue(s.q.gap.laneCommit, scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member, as, bs, ds, as[0], int64(len(as)))
 	if len(applied.IDs) > 0 {
-		batch.Queue(s.q.idInsert, scope.Group, scope.Topic, scope.Partition, applied.Offs[0], applied.Last,
+		end.Queue(s.q.idInsert, scope.Group, scope.Topic, scope.Partition, applied.Offs[0], applied.Last,
 			cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs))
 	}
-	br := tx.SendBatch(ctx, batch)
-	var cur int64
-	err = br.QueryRow().Scan(&epoch, &member, &cur)
-	if err == nil && batch.Len() > 1 {
-		_, err = br.Exec()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	end.Queue("commit")
+	failed, err := sendAll(ctx, conn, end)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return sink.ApplyOnceResult{}, laneDone, s.fenced(tok, epochs.Token{})
-	case isSpanConflict(err):
+	case err == nil:
+	case failed == 0 && fenceCheckFailed(err):
+		// Fenced, or the watermark rose over the batch's offsets (a
+		// plain Apply of the same tenure applied them meanwhile: run
+		// again on the new state).
+		kind, err := s.laneFailedCheck(ctx, conn, tok, op, next)
+		return sink.ApplyOnceResult{}, kind, err
+	case failed == 0 && isSpanConflict(err):
 		// Another attempt of this batch (in flight when this one began)
-		// inserted the same span: run again, it reads that span as done.
+		// recorded the same span: run again, it reads that span as done.
 		return sink.ApplyOnceResult{}, laneAgain, fmt.Errorf("postgres: %s: %w: a span of the batch was recorded by another attempt: %w", op, ErrConflict, err)
-	case err != nil:
-		return sink.ApplyOnceResult{}, retryKind(err), wrap(ctx, op+": check fence", err)
-	}
-	if stored := holderToken(scope, epoch, member); !tok.Holds(stored) {
-		return sink.ApplyOnceResult{}, laneDone, s.fenced(tok, stored)
-	}
-	if cur > as[0] {
-		// The watermark rose over the batch's offsets: a plain Apply of
-		// the same tenure applied them meanwhile. Run again on the new
-		// state.
-		return sink.ApplyOnceResult{}, laneAgain, fmt.Errorf("postgres: %s: %w: the watermark moved to %d, above offset %d of the batch", op, ErrConflict, cur, as[0])
-	}
-	if err := tx.Commit(ctx); err != nil {
+	case isServerError(err) && failed < end.Len():
+		// The server refused a statement: the rest, COMMIT included,
+		// was skipped.
+		return sink.ApplyOnceResult{}, retryKind(err), wrap(ctx, op+": record spans", err)
+	default:
+		// The pipeline was sent, COMMIT with it: it may have run.
 		if b.IDs != nil {
-			s.ids.Drop(scope) // the commit may have happened
+			s.ids.Drop(scope)
 		}
 		return sink.ApplyOnceResult{}, laneDone, commitError(ctx, op, err)
+	}
+	if conn.PgConn().TxStatus() != 'I' {
+		return sink.ApplyOnceResult{}, laneDone, commitError(ctx, op, fmt.Errorf("%w: the server reports transaction status %q after COMMIT", ErrConflict, conn.PgConn().TxStatus()))
 	}
 	if len(applied.IDs) > 0 {
 		ls := s.gaps.scope(scope)
@@ -519,6 +533,32 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		s.compact(ctx, tok)
 	}
 	return res, laneDone, nil
+}
+
+// laneFailedCheck is the end of a lane's attempt whose check raised (its
+// transaction is aborted): it rolls back, reads the fence row, and
+// returns tok's refusal with the stored holder, or a conflict to run the
+// batch again if tok still holds the scope (the watermark moved over the
+// batch). Two round trips: the connection may not have the read prepared,
+// and an aborted transaction prepares nothing.
+func (s *Sink) laneFailedCheck(ctx context.Context, conn *pgx.Conn, tok epochs.Token, op string, read int64) (int, error) {
+	if _, err := conn.Exec(ctx, "rollback"); err != nil {
+		return laneDone, wrap(ctx, op+": rollback", err)
+	}
+	var (
+		epoch  int32
+		member string
+		next   int64
+	)
+	err := conn.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next, new(int64), new(bool))
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return laneDone, wrap(ctx, op+": read fence", err)
+	}
+	stored := holderToken(tok.Scope(), epoch, member)
+	if errors.Is(err, pgx.ErrNoRows) || !tok.Holds(stored) {
+		return laneDone, s.fenced(tok, stored)
+	}
+	return laneAgain, fmt.Errorf("postgres: %s: %w: the watermark moved from %d to %d, over the batch", op, ErrConflict, read, next)
 }
 
 // undone returns the parts of [from, to) that cp does not contain.
@@ -655,7 +695,13 @@ func (s *Sink) compactOnce(ctx context.Context, tok epochs.Token) (string, error
 		member        string
 		next, version int64
 	)
-	err = tx.QueryRow(ctx, s.q.gap.lockNoWait, scope.Group, scope.Topic, scope.Partition).Scan(&epoch, &member, &next, &version)
+	// Wait for the lanes between their check and their COMMIT, but not
+	// long: lanes keep taking the share lock, and a compaction that
+	// waits them out is better given up and tried again.
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", compactLockWait.Milliseconds())); err != nil {
+		return compactError, err
+	}
+	err = tx.QueryRow(ctx, s.q.gap.lockCompact, scope.Group, scope.Topic, scope.Partition).Scan(&epoch, &member, &next, &version)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
