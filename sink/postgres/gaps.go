@@ -55,7 +55,7 @@ type gapQueries struct {
 
 	laneRead, laneCommit, setGapped  string
 	spans, spansList, store, advance string
-	lockCompact                       string
+	lockCompact                      string
 }
 
 func newGapQueries(schema, prefix string, q queries) gapQueries {
