@@ -352,3 +352,102 @@ func TestGapsLaneSeesOwnIDs(t *testing.T) {
 		t.Fatalf("Fences = %+v, %v; want watermark %d and %d duplicates", fs, err, 2*compactEvery, compactEvery)
 	}
 }
+
+// TestGapsLaneRetriesWhenWatermarkMoves: a plain Apply of the same
+// tenure that applies a lane's offsets while the lane's handler runs
+// moves the watermark over them; the lane's check sees it and runs the
+// batch again, which skips them: every record is applied once.
+func TestGapsLaneRetriesWhenWatermarkMoves(t *testing.T) {
+	t.Parallel()
+	s := openSink(t, newTestSchema(t), nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	a := tokenOf(testScope(t), 1, "a")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	appendOnce := func(ctx context.Context, tx pgx.Tx, i int) error {
+		_, err := tx.Exec(ctx, appendKV, "k", "x")
+		return err
+	}
+	inEffect, release := make(chan struct{}), make(chan struct{})
+	runs := 0
+	done := make(chan error, 1)
+	var res sink.ApplyOnceResult
+	go func() {
+		var err error
+		res, err = s.ApplyGapped(ctx, a, gapBatch(0), func(ctx context.Context, tx pgx.Tx, i int) error {
+			runs++
+			if runs == 1 {
+				close(inEffect)
+				<-release
+			}
+			return appendOnce(ctx, tx, i)
+		})
+		done <- err
+	}()
+	<-inEffect
+	if r, err := s.Apply(ctx, a, []int64{0}, appendOnce); err != nil || r.Applied != 1 {
+		t.Fatalf("plain Apply of the lane's offset = %+v, %v", r, err)
+	}
+	close(release)
+	if err := <-done; err != nil || res.Applied != 0 || res.Skipped != 1 {
+		t.Fatalf("the lane's batch = %+v, %v; want its record skipped after a retry", res, err)
+	}
+	if v, _, err := getKV(ctx, s, "k"); err != nil || v != "x" {
+		t.Fatalf("kv(k) = %q, %v; want x, applied once", v, err)
+	}
+}
+
+// TestGapsSameBatchTwiceAtOnce: two attempts of one lane batch in flight
+// at once (a retry after an unknown commit outcome while the first still
+// runs) cannot both commit: the second one's span collides with the
+// first's on the table's key, and its run again skips the record.
+func TestGapsSameBatchTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	s := openSink(t, newTestSchema(t), nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	a := tokenOf(testScope(t), 1, "a")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		started sync.WaitGroup
+		both    = make(chan struct{})
+		mu      sync.Mutex
+		runs    int
+	)
+	started.Add(2)
+	go func() { started.Wait(); close(both) }()
+	effect := func(ctx context.Context, tx pgx.Tx, i int) error {
+		mu.Lock()
+		runs++
+		first := runs <= 2
+		mu.Unlock()
+		if first {
+			started.Done()
+			<-both // both attempts read the record as not done
+		}
+		_, err := tx.Exec(ctx, appendKV, "k", "x")
+		return err
+	}
+	results := make([]sink.ApplyOnceResult, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { results[i], errs[i] = s.ApplyGapped(ctx, a, gapBatch(7), effect) })
+	}
+	wg.Wait()
+	for i := range 2 {
+		if errs[i] != nil {
+			t.Fatalf("attempt %d: %v", i, errs[i])
+		}
+	}
+	if n := results[0].Applied + results[1].Applied; n != 1 {
+		t.Fatalf("results %+v: applied %d times, want once", results, n)
+	}
+	if v, _, err := getKV(ctx, s, "k"); err != nil || v != "x" {
+		t.Fatalf("kv(k) = %q, %v; want x, applied once", v, err)
+	}
+}
