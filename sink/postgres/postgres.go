@@ -129,7 +129,8 @@ type Config struct {
 	Schema string
 	// Prefix is the table name prefix; default "workrouter". The tables are
 	// <prefix>_fences, <prefix>_history, <prefix>_schema,
-	// <prefix>_dead_letters, <prefix>_dl_audit and <prefix>_command_ids. It
+	// <prefix>_dead_letters, <prefix>_dl_audit, <prefix>_command_ids and
+	// <prefix>_done. It
 	// must be a plain identifier of at most 40 bytes.
 	Prefix string
 	// DedupeWindow is the retention horizon of applied command IDs, in
