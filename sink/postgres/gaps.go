@@ -323,6 +323,10 @@ func (s *Sink) applyGapped(ctx context.Context, tok epochs.Token, b sink.GapBatc
 			attempt--
 			continue
 		}
+		if again == laneDone && err == nil && res.Applied+len(res.Duplicates) > 0 && s.gaps.tick(tok.Scope()) {
+			// After the batch's connection went back to the pool.
+			s.compact(ctx, tok)
+		}
 		if again == laneDone || attempt == maxAttempts {
 			return res, err
 		}
@@ -529,9 +533,6 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		cp.Add(as[i], bs[i])
 	}
 	res.Applied, res.Duplicates, res.NextOffset = n-skipped-len(dups), dups, cp.NextOffset
-	if s.gaps.tick(scope) {
-		s.compact(ctx, tok)
-	}
 	return res, laneDone, nil
 }
 
