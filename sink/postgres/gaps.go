@@ -313,7 +313,12 @@ func (s *Sink) applyGapped(ctx context.Context, tok epochs.Token, b sink.GapBatc
 			return sink.ApplyOnceResult{}, err
 		}
 		res, again, err := s.laneAttempt(ctx, op, tok, b, effect, dl)
-		if again == laneFlag && !flagged {
+		if again == laneFlag && flagged {
+			// Marked, yet read unmarked: only a plain call of the same
+			// tenure clears the flag (when no span is left).
+			return sink.ApplyOnceResult{}, fmt.Errorf("postgres: %s: %w: the scope's gapped flag was cleared after this batch set it", op, ErrConflict)
+		}
+		if again == laneFlag {
 			// The scope is not marked gapped: mark it, in a transaction
 			// of its own (before any span exists), and run again.
 			flagged = true
