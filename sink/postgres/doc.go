@@ -98,6 +98,11 @@
 // counted (workrouter_postgres_gap_compactions_total{outcome="busy"}
 // with [Config.Registerer]) and logged, when lanes keep it.
 //
+// Each lane in flight holds a connection of the pool: set pool_max_conns
+// in the DSN to at least the lanes a process runs (partitions ×
+// KeyConcurrency), or the pool serializes them (pgxpool's default is
+// max(4, CPUs)).
+//
 // With command IDs, a lane's duplicates are the IDs the scope applied
 // before the tenure, by this lane, and by the tenure's other lanes whose
 // batches committed before the lookup: a resend carries its command's
