@@ -146,7 +146,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, if not nil, receives the sink's metrics of checkpoints
 	// with gaps ([Sink.ApplyGapped]): workrouter_postgres_gap_compactions_total
-	// by outcome and workrouter_postgres_gap_spans by scope.
+	// by outcome and workrouter_postgres_gap_spans by scope. Open fails
+	// with [ErrConfig] if they are registered there already (another
+	// Sink's).
 	Registerer prometheus.Registerer
 	// ReadOnly opens the sink for reading only, for tools that inspect it
 	// (Fences, History): Open creates no schema and no table, and fails
