@@ -42,6 +42,8 @@ type fenceRow struct {
 	proofRequired bool
 	proofBelow    int64 // sink.Fence.ProofBelow
 	duplicates    int64 // sink.Fence.Duplicates
+	gapped        bool  // the scope may have done spans (gaps.go)
+	idsVersion    int64 // the command IDs' version (cmdids)
 }
 
 // fence returns the row as the sink.Fence of scope.
@@ -55,7 +57,7 @@ func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 func (s *Sink) lockFence(ctx context.Context, tx pgx.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.QueryRow(ctx, s.q.fenceLock, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.duplicates)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.duplicates, &r.gapped, &r.idsVersion)
 	if err != nil {
 		return fenceRow{}, err
 	}
@@ -83,19 +85,26 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 // between its fence UPDATE and COMMIT). It may be called from any
 // goroutine.
 func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
+	cp, err := s.claim(ctx, tok, obs, false)
+	return cp.NextOffset, err
+}
+
+// claim is Claim, and ClaimGapped when gapped: it returns the scope's
+// whole checkpoint, compacted (gaps.go).
+func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, gapped bool) (sink.Checkpoint, error) {
 	if err := tok.Validate(); err != nil {
-		return 0, err
+		return sink.Checkpoint{}, err
 	}
 	op := "claim " + tok.String()
 	if err := s.check(ctx, op); err != nil {
-		return 0, err
+		return sink.Checkpoint{}, err
 	}
 	if err := s.writable(op); err != nil {
-		return 0, err
+		return sink.Checkpoint{}, err
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return 0, wrap(ctx, op, err)
+		return sink.Checkpoint{}, wrap(ctx, op, err)
 	}
 	defer rollback(ctx, tx)
 	start, startTopic := int64(0), ""
@@ -104,34 +113,50 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	}
 	tag, err := tx.Exec(ctx, s.q.claimInsert, tok.Group, tok.Topic, tok.Partition, start, startTopic)
 	if err != nil {
-		return 0, wrap(ctx, op, err)
+		return sink.Checkpoint{}, wrap(ctx, op, err)
 	}
 	inserted := tag.RowsAffected() == 1
 	row, err := s.lockFence(ctx, tx, tok.Scope())
 	if err != nil {
-		return 0, wrap(ctx, op+": read fence", err)
+		return sink.Checkpoint{}, wrap(ctx, op+": read fence", err)
 	}
 	if !tok.CanClaim(row.holder) {
 		s.log.Debug("postgres sink: claim fenced", "offered", tok.String(), "stored", row.holder.String())
-		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
+		return sink.Checkpoint{}, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
 	}
 	if row.fence(tok.Scope()).NeedsProof(tok) && !obs.MemberProven {
-		return 0, fmt.Errorf("postgres: %s: %w", op, sink.ErrProofRequired)
+		return sink.Checkpoint{}, fmt.Errorf("postgres: %s: %w", op, sink.ErrProofRequired)
 	}
-	next, topicID, err := sink.CheckLog(tok.Scope(), !inserted, row.topicID, row.nextOffset, obs)
+	// The done spans, read under the lock (no lane of the scope is
+	// between its check and its COMMIT now), the watermark raised over
+	// those that touch it.
+	cp, spans, _, err := s.readCheckpoint(ctx, tx, tok.Scope(), row.nextOffset)
 	if err != nil {
-		return 0, err
+		return sink.Checkpoint{}, wrap(ctx, op+": read done spans", err)
+	}
+	_, topicID, err := sink.CheckLogGaps(tok.Scope(), !inserted, row.topicID, cp, obs)
+	if err != nil {
+		return sink.Checkpoint{}, err
 	}
 	if _, err := tx.Exec(ctx, s.q.claimUpdate, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, topicID); err != nil {
-		return 0, wrap(ctx, op, err)
+		return sink.Checkpoint{}, wrap(ctx, op, err)
 	}
-	if _, err := tx.Exec(ctx, s.q.claimHistory, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, topicID); err != nil {
-		return 0, wrap(ctx, op+": history", err)
+	if spans > 0 || row.gapped || gapped {
+		// Compact, keep the scope gapped for a claim with lanes (or while
+		// spans remain), and move the IDs version on if lanes may have
+		// recorded IDs without moving it (gaps.go).
+		if err := s.storeCheckpoint(ctx, tx, tok.Scope(), cp.NextOffset, false, gapped || len(cp.Done) > 0, row.gapped); err != nil {
+			return sink.Checkpoint{}, wrap(ctx, op+": compact done spans", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, s.q.claimHistory, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, cp.NextOffset, topicID); err != nil {
+		return sink.Checkpoint{}, wrap(ctx, op+": history", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, wrap(ctx, op+": commit", err)
+		return sink.Checkpoint{}, wrap(ctx, op+": commit", err)
 	}
-	return next, nil
+	s.gaps.observe(tok.Scope(), len(cp.Done))
+	return cp, nil
 }
 
 // Apply applies a batch of records of tok's scope in one transaction,
@@ -240,6 +265,7 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 		member     string
 		next       int64
 		idsVersion int64
+		gapped     bool
 	)
 	begin := &pgx.Batch{}
 	begin.BeginTx(pgx.TxOptions{})
@@ -248,7 +274,7 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 	tx := br.Tx()
 	_, err = br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&epoch, &member, &next, &idsVersion)
+		err = br.QueryRow().Scan(&epoch, &member, &next, &idsVersion, &gapped)
 	}
 	if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && cerr != nil {
 		err = cerr
@@ -261,6 +287,11 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 	}
 	if stored := holderToken(tok.Scope(), epoch, member); !tok.Holds(stored) {
 		return res, false, s.fenced(tok, stored)
+	}
+	if gapped {
+		// The scope has done spans (a worker with lanes held it): the
+		// plain batch skips them too (gaps.go).
+		return s.applyOnGapped(ctx, tx, tok, offsets, ids, effect, next, idsVersion)
 	}
 
 	first, _ := slices.BinarySearch(offsets, next)
@@ -386,7 +417,7 @@ func (s *Sink) afterFailedCheck(ctx context.Context, conn *pgx.Conn, tok epochs.
 	br := conn.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&epoch, &member, &next, &idsVersion)
+		err = br.QueryRow().Scan(&epoch, &member, &next, &idsVersion, new(bool))
 	}
 	if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && cerr != nil {
 		err = cerr
@@ -539,13 +570,21 @@ func retryable(err error) bool {
 }
 
 // Fences returns the stored fence of every scope, sorted by group, topic
-// and partition; a reset scope has a zero Holder. It implements
+// and partition; a reset scope has a zero Holder. A gapped scope's fence
+// has its done spans (Done, merged) and the watermark raised over those
+// that touch it, read in the same snapshot. It implements
 // [sink.Lister] and may be called from any goroutine.
 func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	if err := s.check(ctx, "fences"); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.q.fenceList)
+	// The fences and the done spans in one snapshot.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, wrap(ctx, "fences", err)
+	}
+	defer rollback(ctx, tx)
+	rows, err := tx.Query(ctx, s.q.fenceList)
 	if err != nil {
 		return nil, wrap(ctx, "fences", err)
 	}
@@ -562,6 +601,9 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	})
 	if err != nil {
 		return nil, wrap(ctx, "fences", err)
+	}
+	if err := s.mergeDone(ctx, tx, out); err != nil {
+		return nil, wrap(ctx, "fences: done spans", err)
 	}
 	return out, nil
 }
@@ -606,6 +648,13 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		return sink.Fence{}, wrap(ctx, op, err)
 	}
 	before := row.fence(scope)
+	// A gapped checkpoint as Fences shows it (the reset compares and
+	// keeps that).
+	cp, spans, dups, err := s.readCheckpoint(ctx, tx, scope, row.nextOffset)
+	if err != nil {
+		return sink.Fence{}, wrap(ctx, op+": read done spans", err)
+	}
+	before.NextOffset, before.Done, before.Duplicates = cp.NextOffset, cp.Done, before.Duplicates+dups
 	if e := req.Expect; e.Holder != before.Holder || e.NextOffset != before.NextOffset || e.TopicID != before.TopicID {
 		return sink.Fence{}, fmt.Errorf("postgres: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
@@ -615,14 +664,20 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	if _, err := tx.Exec(ctx, s.q.reset, scope.Group, scope.Topic, scope.Partition, newNext, newTopic, after.ProofBelow); err != nil {
 		return sink.Fence{}, wrap(ctx, op, err)
 	}
+	if spans > 0 || row.gapped {
+		// The same log keeps the spans (compacted); a new one drops them.
+		if err := s.storeCheckpoint(ctx, tx, scope, newNext, req.NextOffset != nil, req.NextOffset == nil && len(after.Done) > 0, row.gapped); err != nil {
+			return sink.Fence{}, wrap(ctx, op+": done spans", err)
+		}
+	}
 	if _, err := tx.Exec(ctx, s.q.resetAudit, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, newNext, req.Reason, newTopic, req.Detail); err != nil {
 		return sink.Fence{}, wrap(ctx, op+": audit", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return sink.Fence{}, wrap(ctx, op+": commit", err)
 	}
-	s.log.Warn("postgres sink: fence reset", "scope", scope.String(), "cleared", before.Holder.String(), "next_offset_before", row.nextOffset,
-		"next_offset", newNext, "topic_id", newTopic, "reason", req.Reason)
+	s.log.Warn("postgres sink: fence reset", "scope", scope.String(), "cleared", before.Holder.String(), "next_offset_before", before.NextOffset,
+		"next_offset", newNext, "topic_id", newTopic, "done_spans_before", len(before.Done), "done_spans", len(after.Done), "reason", req.Reason)
 	return before, nil
 }
 
