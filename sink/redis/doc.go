@@ -1,0 +1,2 @@
+// Package redis is the fenced sink of workrouter on a Redis server.
+package redis

@@ -1,0 +1,404 @@
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// maxAttempts bounds how many times Apply runs a batch's effects again
+// because its view (NextOffset, duplicates, values read) moved before the
+// script ran. A tenure is its scope's only writer, so more than a couple
+// means other writers keep changing the keys its handlers read.
+const maxAttempts = 100
+
+// Claim makes tok the holder of its scope and returns the scope's
+// NextOffset, following [sink.Sink.Claim], in one Lua script: the
+// ordering rule of [epochs.Token.CanClaim] (else a *[sink.FencedError]),
+// [sink.Fence.NeedsProof] without obs.MemberProven (else
+// [sink.ErrProofRequired]), the log continuity rules of [sink.CheckLog]
+// (else a *[sink.LogChangedError]), each changing nothing; otherwise it
+// stores tok, adopts obs.TopicID, and appends a claim entry to the scope's
+// history. It may be called from any goroutine.
+func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
+	cp, err := s.claim(ctx, tok, obs)
+	return cp.NextOffset, err
+}
+
+func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
+	if err := tok.Validate(); err != nil {
+		return sink.Checkpoint{}, err
+	}
+	op := "claim " + tok.String()
+	if err := ctx.Err(); err != nil {
+		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	sc := tok.Scope()
+	r, err := claimScript.Run(ctx, s.rdb, []string{s.fenceKey(sc), s.scopesKey(), s.histKey(sc), s.histSeqKey()},
+		tok.Epoch, tok.Member, boolArg(obs.MemberProven), obs.TopicID, obs.LogStart, obs.LogEnd,
+		sc.Group, sc.Topic, sc.Partition, scopeID(sc), s.cfg.HistoryCap).Slice()
+	if err != nil {
+		return sink.Checkpoint{}, s.wrap(ctx, op, err)
+	}
+	switch str(r[0]) {
+	case "fenced":
+		return sink.Checkpoint{}, &sink.FencedError{Op: sink.OpClaim, Stored: holder(sc, true, r[1], r[2]), Offered: tok}
+	case "proof":
+		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, sink.ErrProofRequired)
+	case "log":
+		c := map[string]error{"recreated": sink.ErrTopicRecreated, "truncated": sink.ErrLogTruncated, "retention": sink.ErrRetentionLoss}[str(r[1])]
+		return sink.Checkpoint{}, &sink.LogChangedError{Scope: sc, Case: c, StoredTopicID: str(r[2]), NextOffset: i64(r[3]), Observed: obs}
+	case "ok":
+	default:
+		return sink.Checkpoint{}, fmt.Errorf("redis: %s: unexpected script reply %v", op, r)
+	}
+	cp := sink.Checkpoint{NextOffset: i64(r[1])}
+	if cp.Done, err = parseSpans(str(r[2])); err != nil {
+		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	if err := s.waitReplicas(ctx, op); err != nil {
+		return sink.Checkpoint{}, err
+	}
+	s.cacheNext(tok, cp.NextOffset)
+	return cp, nil
+}
+
+// holder builds the stored token of a script's fenced reply.
+func holder(sc epochs.Scope, has bool, epoch, member any) epochs.Token {
+	m := str(member)
+	if !has || m == "" {
+		return epochs.Token{}
+	}
+	return epochs.Token{Group: sc.Group, Topic: sc.Topic, Partition: sc.Partition, Epoch: int32(i64(epoch)), Member: m}
+}
+
+// Apply applies a batch of records of tok's scope, following
+// [sink.Sink.Apply]. The effects run first, in Go, for the records at or
+// above the NextOffset the tenure last saw, against a *[Tx] that buffers
+// their writes; then one Lua script checks that tok is exactly the holder
+// (else a *[sink.FencedError], nothing written), that NextOffset and every
+// value the effects read are unchanged (else the effects run again on a
+// fresh Tx), validates every buffered command, and only then runs them and
+// sets NextOffset to the last offset + 1. An effect error is returned in a
+// *[sink.EffectError] and nothing is sent; a buffered command the server
+// would refuse fails the batch the same way, matching [ErrCommand]; a
+// cancelled ctx before the script fails with nothing applied. It may be
+// called from any goroutine; effect is called on the calling goroutine.
+func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*Tx]) (sink.ApplyResult, error) {
+	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
+		return sink.ApplyResult{}, err
+	}
+	res, err := s.apply(ctx, tok, offsets, nil, effect)
+	return res.ApplyResult, err
+}
+
+// ApplyOnce applies a batch with command IDs, following
+// [sink.Deduplicator], in the one script of [Sink.Apply]: the script looks
+// the IDs up in the scope's sorted set of applied IDs (score: the offset)
+// and, if a record the effects ran is a duplicate after all (or one they
+// skipped is not), makes the sink run the effects again with the script's
+// answer before anything is written; it adds the applied IDs and, when
+// [sink.PruneDue], removes those below the horizon (ZREMRANGEBYSCORE: no
+// scan). It may be called from any goroutine; effect is called on the
+// calling goroutine.
+func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	if err := sink.CheckIDs(offsets, ids); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	return s.apply(ctx, tok, offsets, ids, effect)
+}
+
+// DedupeWindow returns [Config.DedupeWindow] (its default filled in),
+// implementing [sink.Deduplicator]. It may be called from any goroutine.
+func (s *Sink) DedupeWindow() int64 { return s.cfg.DedupeWindow }
+
+// apply is Apply, and ApplyOnce when ids is not nil.
+func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+	op := "apply " + tok.String()
+	sc := tok.Scope()
+	next := s.cachedNext(tok)
+	if next < 0 {
+		next = 0 // a guess: the script answers with the stored one
+	}
+	storedDup := map[int]bool{} // by record index: what the script said
+	for range maxAttempts {
+		if err := ctx.Err(); err != nil {
+			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
+		}
+		first, _ := slices.BinarySearch(offsets, next)
+		dup := make([]bool, len(offsets))
+		var lookup []int
+		inBatch := 0
+		if ids != nil {
+			plan := sink.PlanDedupe(ids, first)
+			for _, i := range plan.InBatch {
+				dup[i] = true
+			}
+			inBatch = len(plan.InBatch)
+			lookup = plan.Lookup
+			for _, i := range lookup {
+				dup[i] = storedDup[i]
+			}
+		}
+		tx := newTx(s)
+		for i := first; i < len(offsets); i++ {
+			if dup[i] {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				tx.done = true
+				return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
+			}
+			tx.rec = i
+			if err := effect(ctx, tx, i); err != nil {
+				tx.done = true
+				return sink.ApplyOnceResult{}, &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
+			}
+		}
+		tx.done = true
+		if err := ctx.Err(); err != nil {
+			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
+		}
+		newNext, horizon := "", ""
+		if first < len(offsets) {
+			nn := offsets[len(offsets)-1] + 1
+			newNext = strconv.FormatInt(nn, 10)
+			if ids != nil && sink.PruneDue(next, nn, s.cfg.DedupeWindow) {
+				horizon = strconv.FormatInt(sink.Horizon(nn, s.cfg.DedupeWindow), 10)
+			}
+		}
+		args := make([]any, 0, 8+3*len(lookup)+1+5*len(tx.reads)+1+4*len(tx.cmds))
+		args = append(args, tok.Epoch, tok.Member, next, newNext, s.cfg.DedupeWindow, horizon, inBatch, len(lookup))
+		for _, i := range lookup {
+			args = append(args, ids[i], offsets[i], boolArg(dup[i]))
+		}
+		args = append(args, len(tx.reads))
+		for _, r := range tx.reads {
+			args = append(args, r.key, r.kind, r.field, r.present, r.value)
+		}
+		args = append(args, len(tx.cmds))
+		for _, c := range tx.cmds {
+			args = append(args, c.op, c.key, c.a1, c.a2)
+		}
+		keys := append([]string{s.fenceKey(sc), s.idsKey(sc)}, tx.keys...)
+		r, err := applyScript.Run(ctx, s.rdb, keys, args...).Slice()
+		if err != nil {
+			return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+		}
+		switch str(r[0]) {
+		case "fenced":
+			s.forget(tok)
+			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: holder(sc, i64(r[1]) == 1, r[2], r[3]), Offered: tok}
+		case "redo":
+			next = i64(r[1])
+			if flags := str(r[2]); flags != "" {
+				for j, i := range lookup {
+					storedDup[i] = flags[j] == '1'
+				}
+			}
+			continue
+		case "reads":
+			continue
+		case "invalid":
+			c := tx.cmds[i64(r[1])-1]
+			return sink.ApplyOnceResult{}, &sink.EffectError{Index: c.rec, Offset: offsets[c.rec],
+				Err: fmt.Errorf("%w: %s (key %s)", ErrCommand, str(r[2]), keys[c.key-1])}
+		case "ok":
+		default:
+			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: unexpected script reply %v", op, r)
+		}
+		var res sink.ApplyOnceResult
+		res.Skipped = first
+		res.NextOffset = next
+		if newNext != "" {
+			res.NextOffset = i64(r[1])
+		}
+		for i := first; i < len(offsets); i++ {
+			if dup[i] {
+				res.Duplicates = append(res.Duplicates, i)
+			} else {
+				res.Applied++
+			}
+		}
+		if newNext != "" {
+			if err := s.waitReplicas(ctx, op); err != nil {
+				return sink.ApplyOnceResult{}, err
+			}
+		}
+		s.cacheNext(tok, res.NextOffset)
+		return res, nil
+	}
+	return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w: the keys the handlers read kept changing (%d attempts)", op, ErrUnavailable, maxAttempts)
+}
+
+// forget drops the cached NextOffset of tok's scope if it is tok's.
+func (s *Sink) forget(tok epochs.Token) {
+	s.mu.Lock()
+	if c, ok := s.next[tok.Scope()]; ok && c.tok == tok {
+		delete(s.next, tok.Scope())
+	}
+	s.mu.Unlock()
+}
+
+// Fences returns the stored state of every scope the sink knows
+// (the members of <Prefix>:scopes), implementing [sink.Lister]. It may be
+// called from any goroutine.
+func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
+	ids, err := s.rdb.SMembers(ctx, s.scopesKey()).Result()
+	if err != nil {
+		return nil, s.wrap(ctx, "fences", err)
+	}
+	slices.Sort(ids)
+	pipe := s.rdb.Pipeline()
+	for _, id := range ids {
+		pipe.HGetAll(ctx, s.cfg.Prefix+":fence:"+id)
+	}
+	cmds, err := pipe.Exec(ctx)
+	if err != nil && len(ids) > 0 {
+		return nil, s.wrap(ctx, "fences", err)
+	}
+	out := make([]sink.Fence, 0, len(ids))
+	for i, c := range cmds {
+		m, err := c.(interface {
+			Result() (map[string]string, error)
+		}).Result()
+		if err != nil {
+			return nil, s.wrap(ctx, "fences", err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		f, err := parseFence(m)
+		if err != nil {
+			return nil, fmt.Errorf("redis: fences: scope %s: %w", ids[i], err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// parseFence reads a fence hash.
+func parseFence(m map[string]string) (sink.Fence, error) {
+	p, _ := strconv.ParseInt(m["p"], 10, 32)
+	sc := epochs.Scope{Group: m["g"], Topic: m["tp"], Partition: int32(p)}
+	f := sink.Fence{Scope: sc, TopicID: m["t"], ProofRequired: m["pr"] == "1"}
+	f.Holder = holder(sc, true, m["e"], m["m"])
+	f.NextOffset, _ = strconv.ParseInt(m["n"], 10, 64)
+	f.ProofBelow, _ = strconv.ParseInt(m["pb"], 10, 64)
+	f.Duplicates, _ = strconv.ParseInt(m["d"], 10, 64)
+	var err error
+	f.Done, err = parseSpans(m["sp"])
+	return f, err
+}
+
+// parseSpans reads the done spans of a gapped checkpoint: "from-to,…".
+func parseSpans(sp string) ([]sink.Span, error) {
+	if sp == "" {
+		return nil, nil
+	}
+	var out []sink.Span
+	for _, part := range strings.Split(sp, ",") {
+		a, b, ok := strings.Cut(part, "-")
+		from, err1 := strconv.ParseInt(a, 10, 64)
+		to, err2 := strconv.ParseInt(b, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%w: done spans %q", sink.ErrBadCheckpoint, sp)
+		}
+		out = append(out, sink.Span{From: from, To: to})
+	}
+	return out, nil
+}
+
+// historyRow is a history entry as the scripts store it (JSON, every
+// number a string).
+type historyRow struct {
+	Seq    string `json:"s"`
+	Kind   string `json:"k"`
+	Epoch  string `json:"e"`
+	Member string `json:"m"`
+	Next   string `json:"n"`
+	Reason string `json:"r"`
+	Topic  string `json:"t"`
+	Detail string `json:"d"`
+	At     string `json:"at"`
+}
+
+// History returns the claims and resets of scope in order, implementing
+// [sink.Historian]: the list <Prefix>:hist:<scope>, capped at
+// [Config.HistoryCap] entries (the oldest trimmed first). At is the
+// server's clock (TIME) at the entry, to the millisecond. It may be
+// called from any goroutine.
+func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryEntry, error) {
+	rows, err := s.rdb.LRange(ctx, s.histKey(scope), 0, -1).Result()
+	if err != nil {
+		return nil, s.wrap(ctx, "history "+scope.String(), err)
+	}
+	out := make([]sink.HistoryEntry, 0, len(rows))
+	for _, raw := range rows {
+		var h historyRow
+		if err := json.Unmarshal([]byte(raw), &h); err != nil {
+			return nil, fmt.Errorf("redis: history %s: %w", scope, err)
+		}
+		e := sink.HistoryEntry{Kind: h.Kind, Reason: h.Reason, TopicID: h.Topic, Detail: h.Detail}
+		e.Seq, _ = strconv.ParseInt(h.Seq, 10, 64)
+		e.NextOffset, _ = strconv.ParseInt(h.Next, 10, 64)
+		e.Token = holder(scope, true, h.Epoch, h.Member)
+		ms, _ := strconv.ParseInt(h.At, 10, 64)
+		e.At = time.UnixMilli(ms)
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// ResetFence is the admin reset of a scope's fence, following
+// [sink.Resetter], in one Lua script: a compare-and-set on the holder,
+// NextOffset and topic ID of req.Expect (else [sink.ErrResetConflict]),
+// then the fence [sink.Fence.AfterReset] returns and a reset entry in the
+// history. It may be called from any goroutine.
+func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fence, error) {
+	sc := req.Scope
+	op := "reset " + sc.String()
+	if strings.TrimSpace(req.Reason) == "" {
+		return sink.Fence{}, fmt.Errorf("redis: %s: %w", op, sink.ErrNoReason)
+	}
+	if err := sc.Validate(); err != nil {
+		return sink.Fence{}, err
+	}
+	newNext := ""
+	if req.NextOffset != nil {
+		newNext = strconv.FormatInt(*req.NextOffset, 10)
+	}
+	e := req.Expect
+	r, err := resetScript.Run(ctx, s.rdb, []string{s.fenceKey(sc), s.histKey(sc), s.histSeqKey()},
+		e.Holder.Member, e.Holder.Epoch, e.NextOffset, e.TopicID, newNext, req.TopicID, req.Reason, req.Detail, s.cfg.HistoryCap).Slice()
+	if err != nil {
+		return sink.Fence{}, s.wrap(ctx, op, err)
+	}
+	if str(r[0]) == "notfound" {
+		return sink.Fence{}, fmt.Errorf("redis: %s: %w", op, sink.ErrNotFound)
+	}
+	before := sink.Fence{Scope: sc, Holder: holder(sc, true, r[1], r[2]), NextOffset: i64(r[3]), TopicID: str(r[4]),
+		ProofRequired: str(r[5]) == "1", ProofBelow: i64(r[6]), Duplicates: i64(r[7])}
+	if before.Done, err = parseSpans(str(r[8])); err != nil {
+		return sink.Fence{}, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	if str(r[0]) == "conflict" {
+		return sink.Fence{}, fmt.Errorf("redis: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
+			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
+	}
+	s.log.Info("redis sink: fence reset", "scope", sc.String(), "reason", req.Reason, "cleared", before.Holder.String(), "next_offset", before.NextOffset)
+	if err := s.waitReplicas(ctx, op); err != nil {
+		return before, err
+	}
+	return before, nil
+}

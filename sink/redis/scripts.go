@@ -1,0 +1,282 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// The sink's Lua scripts. Each is one atomic unit on the server: Redis runs
+// a script to its end with no other command in between, and the "#!lua"
+// shebang makes the server refuse a writing script before its first
+// command when it is over maxmemory (instead of failing at its first
+// write, after the fence check). Numbers cross the script boundary as
+// strings formatted by num(): Lua's own tostring prints 15 digits and
+// would round offsets.
+
+// luaPrelude is shared by the scripts.
+const luaPrelude = `#!lua
+local function num(x) return string.format('%.0f', x) end
+local function now_ms()
+  local t = redis.call('TIME')
+  return num(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+end
+local function history(key, seqkey, cap, kind, e, m, n, reason, topic, detail)
+  local seq = redis.call('INCR', seqkey)
+  redis.call('RPUSH', key, cjson.encode({s = num(seq), k = kind, e = num(e), m = m, n = num(n),
+    r = reason, t = topic, d = detail, at = now_ms()}))
+  if cap > 0 then redis.call('LTRIM', key, -cap, -1) end
+end
+`
+
+// claimScript is Claim: epochs.Token.CanClaim, sink.Fence.NeedsProof and
+// sink.CheckLog, then the new holder and a history row.
+//
+// KEYS: fence, scopes set, history, history seq.
+// ARGV: epoch, member, proven, obs topic, log start, log end, group, topic,
+// partition, scope id, history cap, gapped (return the spans).
+var claimScript = goredis.NewScript(luaPrelude + `
+local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 't', 'pr', 'pb', 'sp')
+local found = f[3] ~= false
+local he, hm = tonumber(f[1] or '0'), f[2] or ''
+local e, m = tonumber(ARGV[1]), ARGV[2]
+if hm ~= '' then
+  if e ~= he then
+    if e < he then return {'fenced', he, hm} end
+  elseif m ~= hm then
+    return {'fenced', he, hm}
+  end
+end
+local holds = hm ~= '' and he == e and hm == m
+if found and not holds and (f[5] == '1' or e < tonumber(f[6] or '0')) and ARGV[3] ~= '1' then
+  return {'proof'}
+end
+local next, topic = tonumber(f[3] or '0'), f[4] or ''
+local spans = f[7] or ''
+local ot = ARGV[4]
+if ot ~= '' then
+  if not found then
+    next, topic = math.max(tonumber(ARGV[5]), 0), ot
+  else
+    local last = next
+    if spans ~= '' then
+      local to = string.match(spans, '(%d+)$')
+      last = tonumber(to)
+    end
+    if topic ~= '' and topic ~= ot then return {'log', 'recreated', topic, num(next)} end
+    if last > tonumber(ARGV[6]) then return {'log', 'truncated', topic, num(next)} end
+    if tonumber(ARGV[5]) > next then return {'log', 'retention', topic, num(next)} end
+    topic = ot
+  end
+end
+redis.call('HSET', KEYS[1], 'e', num(e), 'm', m, 'n', num(next), 't', topic, 'pr', '0',
+  'g', ARGV[7], 'tp', ARGV[8], 'p', ARGV[9])
+if not found then redis.call('HSET', KEYS[1], 'pb', '0', 'd', '0') end
+redis.call('SADD', KEYS[2], ARGV[10])
+history(KEYS[3], KEYS[4], tonumber(ARGV[11]), 'claim', e, m, next, '', topic, '')
+return {'ok', num(next), spans}
+`)
+
+// applyScript is Apply and ApplyOnce: the holder check, the check that the
+// caller's view (NextOffset, duplicates, values read) is current, the
+// validation of the buffered commands, the commands, the command IDs, and
+// NextOffset.
+//
+// KEYS: fence, command IDs (zset: id → offset), data keys…
+// ARGV: epoch, member, expected next, new next ("" for a replay), window,
+// prune horizon ("" for none), in-batch duplicates, then
+// n lookups × (id, offset, assumed duplicate 0|1),
+// n reads × (key index, kind g|h, field, present 0|1, value),
+// n commands × (op, key index, a1, a2).
+var applyScript = goredis.NewScript(luaPrelude + `
+local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n')
+local hm = f[2] or ''
+if hm == '' or tonumber(f[1]) ~= tonumber(ARGV[1]) or hm ~= ARGV[2] then
+  if hm == '' then return {'fenced', 0, 0, ''} end
+  return {'fenced', 1, tonumber(f[1]), hm}
+end
+local next = tonumber(f[3])
+if next ~= tonumber(ARGV[3]) then return {'redo', num(next), ''} end
+local window = tonumber(ARGV[5])
+local i = 8
+local nl = tonumber(ARGV[i]); i = i + 1
+local lookups = {}
+local flags, mismatch = {}, false
+for j = 1, nl do
+  local id, off, assumed = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+  i = i + 3
+  local p = redis.call('ZSCORE', KEYS[2], id)
+  local dup = '0'
+  if p and tonumber(p) >= off - window then dup = '1' end
+  if dup ~= assumed then mismatch = true end
+  flags[j] = dup
+  lookups[j] = {id, off, dup}
+end
+if mismatch then return {'redo', num(next), table.concat(flags)} end
+local nr = tonumber(ARGV[i]); i = i + 1
+for j = 1, nr do
+  local k, kind, field, present, want = KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  i = i + 5
+  local v
+  if kind == 'g' then v = redis.pcall('GET', k) else v = redis.pcall('HGET', k, field) end
+  if type(v) == 'table' then return {'reads', j} end
+  if (v ~= false) ~= (present == '1') or (v ~= false and v ~= want) then return {'reads', j} end
+end
+-- Validate every command before the first write: a script is atomic but
+-- not transactional, and a command failing half way (WRONGTYPE, not an
+-- integer) would leave the earlier ones applied.
+local nc = tonumber(ARGV[i]); i = i + 1
+local cmds = {}
+local types, strs, fields, cleared = {}, {}, {}, {}
+local function typ(k)
+  if types[k] == nil then types[k] = redis.call('TYPE', k).ok end
+  return types[k]
+end
+local function isint(s) return s ~= nil and #s <= 16 and string.match(s, '^-?%d+$') ~= nil end
+local limit = 9007199254740992
+for j = 1, nc do
+  local op, k, a1, a2 = ARGV[i], KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2], ARGV[i + 3]
+  i = i + 4
+  cmds[j] = {op, k, a1, a2}
+  local t = typ(k)
+  if op == 'set' then
+    types[k], strs[k], fields[k], cleared[k] = 'string', a1, {}, true
+  elseif op == 'del' then
+    types[k], strs[k], fields[k], cleared[k] = 'none', nil, {}, true
+  elseif op == 'incrby' then
+    if t ~= 'none' and t ~= 'string' then return {'invalid', j, 'INCRBY on a key holding a ' .. t} end
+    local cur = '0'
+    if t == 'string' then
+      cur = strs[k]
+      if cur == nil then cur = redis.call('GET', k) end
+    end
+    if not isint(cur) then return {'invalid', j, 'INCRBY on a value that is not an integer'} end
+    local v = tonumber(cur) + tonumber(a1)
+    if v >= limit or v <= -limit then return {'invalid', j, 'INCRBY result outside +-2^53'} end
+    types[k], strs[k] = 'string', num(v)
+  elseif op == 'hset' or op == 'hdel' or op == 'hincrby' then
+    if t ~= 'none' and t ~= 'hash' then return {'invalid', j, string.upper(op) .. ' on a key holding a ' .. t} end
+    if fields[k] == nil then fields[k] = {} end
+    if op == 'hincrby' then
+      local cur = fields[k][a1]
+      if cur == nil then
+        cur = false
+        if t == 'hash' and not cleared[k] then cur = redis.call('HGET', k, a1) end
+      end
+      if cur == false then cur = '0' end
+      if not isint(cur) then return {'invalid', j, 'HINCRBY on a field that is not an integer'} end
+      local v = tonumber(cur) + tonumber(a2)
+      if v >= limit or v <= -limit then return {'invalid', j, 'HINCRBY result outside +-2^53'} end
+      fields[k][a1] = num(v)
+    elseif op == 'hset' then
+      fields[k][a1] = a2
+    else
+      fields[k][a1] = false
+    end
+    if op ~= 'hdel' then types[k] = 'hash' end
+  elseif op == 'sadd' or op == 'srem' then
+    if t ~= 'none' and t ~= 'set' then return {'invalid', j, string.upper(op) .. ' on a key holding a ' .. t} end
+    if op == 'sadd' then types[k] = 'set' end
+  elseif op == 'rpush' then
+    if t ~= 'none' and t ~= 'list' then return {'invalid', j, 'RPUSH on a key holding a ' .. t} end
+    types[k] = 'list'
+  else
+    return {'invalid', j, 'unknown command ' .. op}
+  end
+end
+if ARGV[4] == '' then return {'ok', num(next)} end
+for j = 1, nc do
+  local c = cmds[j]
+  local op, k = c[1], c[2]
+  if op == 'set' then redis.call('SET', k, c[3])
+  elseif op == 'del' then redis.call('DEL', k)
+  elseif op == 'incrby' then redis.call('INCRBY', k, c[3])
+  elseif op == 'hset' then redis.call('HSET', k, c[3], c[4])
+  elseif op == 'hdel' then redis.call('HDEL', k, c[3])
+  elseif op == 'hincrby' then redis.call('HINCRBY', k, c[3], c[4])
+  elseif op == 'sadd' then redis.call('SADD', k, c[3])
+  elseif op == 'srem' then redis.call('SREM', k, c[3])
+  elseif op == 'rpush' then redis.call('RPUSH', k, c[3])
+  end
+end
+local dups = tonumber(ARGV[7])
+for j = 1, nl do
+  local l = lookups[j]
+  if l[3] == '1' then dups = dups + 1 else redis.call('ZADD', KEYS[2], num(l[2]), l[1]) end
+end
+if ARGV[6] ~= '' then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[6]) end
+redis.call('HSET', KEYS[1], 'n', ARGV[4])
+if dups > 0 then redis.call('HINCRBY', KEYS[1], 'd', dups) end
+return {'ok', ARGV[4], table.concat(flags)}
+`)
+
+// resetScript is ResetFence: the compare-and-set on the fence the operator
+// saw, sink.Fence.AfterReset, and a history row.
+//
+// KEYS: fence, history, history seq.
+// ARGV: expected member ("" for none), expected epoch, expected next,
+// expected topic, new next ("" keeps), new topic ("" keeps), reason,
+// detail, history cap.
+var resetScript = goredis.NewScript(luaPrelude + `
+local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 't', 'pr', 'pb', 'd', 'sp')
+if f[3] == false then return {'notfound'} end
+local he, hm, n, t, pb = tonumber(f[1] or '0'), f[2] or '', tonumber(f[3]), f[4] or '', tonumber(f[6] or '0')
+local before = {num(he), hm, num(n), t, f[5] or '0', num(pb), f[7] or '0', f[8] or ''}
+if hm ~= ARGV[1] or (hm ~= '' and he ~= tonumber(ARGV[2])) or n ~= tonumber(ARGV[3]) or t ~= ARGV[4] then
+  table.insert(before, 1, 'conflict')
+  return before
+end
+if hm ~= '' then pb = math.max(pb, he + 1) end
+local sp = f[8] or ''
+if ARGV[5] ~= '' then n = tonumber(ARGV[5]); sp = '' end
+if ARGV[6] ~= '' then t = ARGV[6] end
+redis.call('HSET', KEYS[1], 'e', '0', 'm', '', 'n', num(n), 't', t, 'pr', '1', 'pb', num(pb), 'sp', sp)
+history(KEYS[2], KEYS[3], tonumber(ARGV[9]), 'reset', he, hm, n, ARGV[7], t, ARGV[8])
+table.insert(before, 1, 'ok')
+return before
+`)
+
+// deadLetterScript is DeadLetter: the holder check, the replay check, the
+// dead letter's row and index entry, and NextOffset.
+//
+// KEYS: fence, dead letter seq, dead letter index (zset of IDs).
+// ARGV: epoch, member, offset, key prefix of dead letter rows, record
+// (JSON), topic ID, reason, group, topic, partition.
+var deadLetterScript = goredis.NewScript(luaPrelude + `
+local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 't')
+local hm = f[2] or ''
+if hm == '' or tonumber(f[1]) ~= tonumber(ARGV[1]) or hm ~= ARGV[2] then
+  if hm == '' then return {'fenced', 0, 0, ''} end
+  return {'fenced', 1, tonumber(f[1]), hm}
+end
+local next, off = tonumber(f[3]), tonumber(ARGV[3])
+if off < next then return {'replay', num(next)} end
+local id = redis.call('INCR', KEYS[2])
+local tid = ARGV[6]
+if tid == '' then tid = f[4] or '' end
+redis.call('HSET', ARGV[4] .. num(id), 'g', ARGV[8], 'tp', ARGV[9], 'p', ARGV[10], 'e', ARGV[1], 'm', ARGV[2],
+  'o', ARGV[3], 'rec', ARGV[5], 'tid', tid, 'r', ARGV[7], 'st', 'open', 'mi', '0', 'at', now_ms())
+redis.call('ZADD', KEYS[3], num(id), num(id))
+redis.call('HSET', KEYS[1], 'n', num(off + 1))
+return {'ok', num(id), num(off + 1)}
+`)
+
+// resolveScript is ResolveDeadLetter: the compare-and-set on the state and
+// an audit row.
+//
+// KEYS: dead letter row, its audit list, audit seq.
+// ARGV: from, to, reason, detail.
+var resolveScript = goredis.NewScript(luaPrelude + `
+local st = redis.call('HGET', KEYS[1], 'st')
+if st == false then return {'notfound'} end
+if st ~= ARGV[1] then return {'state', st} end
+redis.call('HSET', KEYS[1], 'st', ARGV[2])
+local seq = redis.call('INCR', KEYS[3])
+redis.call('RPUSH', KEYS[2], cjson.encode({s = num(seq), f = ARGV[1], t = ARGV[2], r = ARGV[3], d = ARGV[4], at = now_ms()}))
+return {'ok'}
+`)
+
+// markMirroredScript sets the mirrored flag of the dead letter rows that
+// exist (KEYS), creating none.
+var markMirroredScript = goredis.NewScript(luaPrelude + `
+for _, k in ipairs(KEYS) do
+  if redis.call('EXISTS', k) == 1 then redis.call('HSET', k, 'mi', '1') end
+end
+return 0
+`)

@@ -1,0 +1,247 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Tx is the transaction handle an effect (a consumer handler) receives. Its
+// writes are buffered, never sent: the sink's Apply script runs them on
+// the server after it has checked the holder, in the same atomic unit as
+// the new NextOffset, or not at all. There is no method that writes to the
+// server directly, so a handler cannot land a write outside the fence.
+//
+// Reads ([Tx.Get], [Tx.HGet]) see the Tx's own buffered writes first, then
+// the server's committed value, read when asked; the script checks, inside
+// the atomic unit, that every committed value the Tx read is still the
+// same, and otherwise the sink runs the batch's effects again on a fresh
+// Tx (so an effect may run more than once, as [sink.Effect] allows).
+//
+// Keys are the handler's own names: the server key is <Prefix>:k:<key>
+// ([Sink.Key]). A Tx must be used only by the goroutine running the
+// effect, during the effect: a write after the Apply attempt ended panics.
+type Tx struct {
+	s     *Sink
+	keys  []string // server keys, KEYS[3…] of the script
+	index map[string]int
+	cmds  []command
+	reads []readCheck
+	strs  map[string]*shadow            // string keys
+	hash  map[string]map[string]*shadow // hash fields
+	clear map[string]bool               // keys deleted or overwritten: no committed field left
+	rec   int                           // index of the record whose effect runs
+	done  bool
+}
+
+type command struct {
+	op     string
+	key    int // script KEYS index
+	a1, a2 string
+	rec    int
+}
+
+type readCheck struct {
+	key            int
+	kind, field    string
+	present, value string
+}
+
+// shadow is what a Tx knows of one string key or hash field: its value,
+// if known, and the increments buffered on top of an unknown value.
+type shadow struct {
+	known, exists bool
+	val           string
+	delta         int64
+}
+
+func newTx(s *Sink) *Tx {
+	return &Tx{s: s, index: map[string]int{}, strs: map[string]*shadow{}, hash: map[string]map[string]*shadow{}, clear: map[string]bool{}}
+}
+
+func (tx *Tx) check() {
+	if tx.done {
+		panic("redis: Tx used after its Apply attempt ended")
+	}
+}
+
+// keyIndex returns the script's KEYS index of handler key k.
+func (tx *Tx) keyIndex(k string) int {
+	full := tx.s.Key(k)
+	if i, ok := tx.index[full]; ok {
+		return i
+	}
+	tx.keys = append(tx.keys, full)
+	i := len(tx.keys) + 2 // KEYS[1] fence, KEYS[2] command IDs
+	tx.index[full] = i
+	return i
+}
+
+func (tx *Tx) add(op, k, a1, a2 string) {
+	tx.check()
+	tx.cmds = append(tx.cmds, command{op: op, key: tx.keyIndex(k), a1: a1, a2: a2, rec: tx.rec})
+}
+
+func (tx *Tx) str(k string) *shadow {
+	sh := tx.strs[k]
+	if sh == nil {
+		sh = &shadow{}
+		tx.strs[k] = sh
+	}
+	return sh
+}
+
+func (tx *Tx) field(k, f string) *shadow {
+	m := tx.hash[k]
+	if m == nil {
+		m = map[string]*shadow{}
+		tx.hash[k] = m
+	}
+	sh := m[f]
+	if sh == nil {
+		sh = &shadow{}
+		if tx.clear[k] {
+			sh.known = true
+		}
+		m[f] = sh
+	}
+	return sh
+}
+
+func (sh *shadow) set(v string) { *sh = shadow{known: true, exists: true, val: v} }
+
+func (sh *shadow) incr(n int64) {
+	if !sh.known {
+		sh.delta += n
+		return
+	}
+	cur := int64(0)
+	if sh.exists {
+		c, err := strconv.ParseInt(sh.val, 10, 64)
+		if err != nil {
+			return // the script refuses the batch (not an integer)
+		}
+		cur = c
+	}
+	sh.set(strconv.FormatInt(cur+n, 10))
+}
+
+// resolve returns sh's value given the committed one.
+func (sh *shadow) resolve(v string, exists bool) (string, bool, error) {
+	sh.known, sh.exists, sh.val = true, exists, v
+	if sh.delta != 0 {
+		d := sh.delta
+		sh.delta = 0
+		cur := int64(0)
+		if exists {
+			c, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return "", false, fmt.Errorf("%w: an increment of a value that is not an integer (%q)", ErrCommand, v)
+			}
+			cur = c
+		}
+		sh.set(strconv.FormatInt(cur+d, 10))
+	}
+	return sh.val, sh.exists, nil
+}
+
+// Get returns the value of string key k as this transaction sees it (its
+// own buffered writes, then the committed value) and whether it exists.
+// Call it only from the effect's goroutine during the effect.
+func (tx *Tx) Get(ctx context.Context, k string) (string, bool, error) {
+	tx.check()
+	sh := tx.str(k)
+	if sh.known {
+		return sh.val, sh.exists, nil
+	}
+	v, err := tx.s.rdb.Get(ctx, tx.s.Key(k)).Result()
+	exists := true
+	if errors.Is(err, goredis.Nil) {
+		v, exists, err = "", false, nil
+	}
+	if err != nil {
+		return "", false, tx.s.wrap(ctx, "get "+k, err)
+	}
+	tx.reads = append(tx.reads, readCheck{key: tx.keyIndex(k), kind: "g", present: boolArg(exists), value: v})
+	return sh.resolve(v, exists)
+}
+
+// HGet returns field f of hash key k as this transaction sees it, and
+// whether it exists. Call it only from the effect's goroutine during the
+// effect.
+func (tx *Tx) HGet(ctx context.Context, k, f string) (string, bool, error) {
+	tx.check()
+	sh := tx.field(k, f)
+	if sh.known {
+		return sh.val, sh.exists, nil
+	}
+	v, err := tx.s.rdb.HGet(ctx, tx.s.Key(k), f).Result()
+	exists := true
+	if errors.Is(err, goredis.Nil) {
+		v, exists, err = "", false, nil
+	}
+	if err != nil {
+		return "", false, tx.s.wrap(ctx, "hget "+k, err)
+	}
+	tx.reads = append(tx.reads, readCheck{key: tx.keyIndex(k), kind: "h", field: f, present: boolArg(exists), value: v})
+	return sh.resolve(v, exists)
+}
+
+// Set buffers SET k v.
+func (tx *Tx) Set(k, v string) {
+	tx.add("set", k, v, "")
+	tx.str(k).set(v)
+	tx.clear[k], tx.hash[k] = true, nil
+}
+
+// Del buffers DEL k.
+func (tx *Tx) Del(k string) {
+	tx.add("del", k, "", "")
+	*tx.str(k) = shadow{known: true}
+	tx.clear[k], tx.hash[k] = true, nil
+}
+
+// IncrBy buffers INCRBY k n. The script refuses the whole batch (an
+// *sink.EffectError matching [ErrCommand]) if k holds something other
+// than an integer, or if the result leaves ±2^53.
+func (tx *Tx) IncrBy(k string, n int64) {
+	tx.add("incrby", k, strconv.FormatInt(n, 10), "")
+	tx.str(k).incr(n)
+}
+
+// HSet buffers HSET k f v.
+func (tx *Tx) HSet(k, f, v string) {
+	tx.add("hset", k, f, v)
+	tx.field(k, f).set(v)
+}
+
+// HDel buffers HDEL k f.
+func (tx *Tx) HDel(k, f string) {
+	tx.add("hdel", k, f, "")
+	*tx.field(k, f) = shadow{known: true}
+}
+
+// HIncrBy buffers HINCRBY k f n, checked as [Tx.IncrBy] is.
+func (tx *Tx) HIncrBy(k, f string, n int64) {
+	tx.add("hincrby", k, f, strconv.FormatInt(n, 10))
+	tx.field(k, f).incr(n)
+}
+
+// SAdd buffers SADD k m.
+func (tx *Tx) SAdd(k, m string) { tx.add("sadd", k, m, "") }
+
+// SRem buffers SREM k m.
+func (tx *Tx) SRem(k, m string) { tx.add("srem", k, m, "") }
+
+// RPush buffers RPUSH k v.
+func (tx *Tx) RPush(k, v string) { tx.add("rpush", k, v, "") }
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
