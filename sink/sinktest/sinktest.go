@@ -830,7 +830,7 @@ func (c *suite[Tx]) testLister(t *testing.T) {
 	for sc, w := range want {
 		if g, ok := got[sc]; !ok {
 			t.Errorf("Fences lacks scope %s", sc)
-		} else if g != w {
+		} else if !g.Equal(w) {
 			t.Errorf("Fences[%s] = %+v, want %+v", sc, g, w)
 		}
 	}
@@ -883,11 +883,11 @@ func (c *suite[Tx]) testResetter(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ResetFence: %v", err)
 	}
-	if before != seen {
+	if !before.Equal(seen) {
 		t.Fatalf("ResetFence before = %+v, want %+v", before, seen)
 	}
 	if lister, ok := sink.As[sink.Lister](s); ok {
-		if f := fenceOf(t, lister, scope); f != (sink.Fence{Scope: scope, NextOffset: 3, ProofRequired: true, ProofBelow: 6}) {
+		if f := fenceOf(t, lister, scope); !f.Equal(sink.Fence{Scope: scope, NextOffset: 3, ProofRequired: true, ProofBelow: 6}) {
 			t.Fatalf("Fences after reset = %+v, want no holder, NextOffset 3, a proof required, below epoch 6 for good", f)
 		}
 	}
