@@ -64,7 +64,7 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 	if err := s.waitReplicas(ctx, op); err != nil {
 		return res, err
 	}
-	s.cacheNext(tok, res.NextOffset)
+	s.cacheNext(tok, res.NextOffset, false)
 	return res, nil
 }
 

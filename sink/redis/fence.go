@@ -66,7 +66,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	if err := s.waitReplicas(ctx, op); err != nil {
 		return sink.Checkpoint{}, err
 	}
-	s.cacheNext(tok, cp.NextOffset)
+	s.cacheNext(tok, cp.NextOffset, true)
 	return cp, nil
 }
 
@@ -128,7 +128,19 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 	sc := tok.Scope()
 	next := s.cachedNext(tok)
 	if next < 0 {
-		next = 0 // a guess: the script answers with the stored one
+		// No claim or apply of this tenure through this Sink: read the
+		// fence first, so that a token that is not the holder runs no
+		// effect (a refusal may be decided at any moment; an acceptance
+		// only by the script).
+		f, err := s.rdb.HMGet(ctx, s.fenceKey(sc), "e", "m", "n").Result()
+		if err != nil {
+			return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+		}
+		stored := holder(sc, true, f[0], f[1])
+		if !tok.Holds(stored) {
+			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+		}
+		next = i64(f[2])
 	}
 	storedDup := map[int]bool{} // by record index: what the script said
 	for range maxAttempts {
@@ -235,7 +247,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 				return sink.ApplyOnceResult{}, err
 			}
 		}
-		s.cacheNext(tok, res.NextOffset)
+		s.cacheNext(tok, res.NextOffset, false)
 		return res, nil
 	}
 	return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w: the keys the handlers read kept changing (%d attempts)", op, ErrUnavailable, maxAttempts)
@@ -396,6 +408,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		return sink.Fence{}, fmt.Errorf("redis: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
 	}
+	s.forgetScope(sc)
 	s.log.Info("redis sink: fence reset", "scope", sc.String(), "reason", req.Reason, "cleared", before.Holder.String(), "next_offset", before.NextOffset)
 	if err := s.waitReplicas(ctx, op); err != nil {
 		return before, err

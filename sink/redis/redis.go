@@ -373,10 +373,27 @@ func (s *Sink) Drop(ctx context.Context) error {
 	}
 }
 
-// cacheNext remembers next as the NextOffset tok's tenure left.
-func (s *Sink) cacheNext(tok epochs.Token, next int64) {
+// cacheNext remembers next as the NextOffset tok's tenure left: after
+// a claim (claimed) unless a newer tenure's claim is cached already, after
+// an apply only over tok's own entry (a racing newer claim wins).
+func (s *Sink) cacheNext(tok epochs.Token, next int64, claimed bool) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.next[tok.Scope()]
+	if ok && c.tok != tok && (!claimed || !tok.CanClaim(c.tok)) {
+		return
+	}
+	if !ok && !claimed {
+		return
+	}
 	s.next[tok.Scope()] = cached{tok: tok, next: next}
+}
+
+// forgetScope drops the cached NextOffset of scope (a reset cleared its
+// holder).
+func (s *Sink) forgetScope(sc epochs.Scope) {
+	s.mu.Lock()
+	delete(s.next, sc)
 	s.mu.Unlock()
 }
 
