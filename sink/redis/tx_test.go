@@ -1,0 +1,181 @@
+package redis
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+func testToken(t testing.TB, epoch int32) epochs.Token {
+	return epochs.Token{Group: "g-" + t.Name(), Topic: "t", Partition: 1, Epoch: epoch, Member: "m"}
+}
+
+func claimed(t *testing.T, s *Sink, tok epochs.Token) {
+	t.Helper()
+	if _, err := s.Claim(t.Context(), tok, sink.Observed{}); err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+}
+
+// A Tx's reads see its own buffered writes, also increments of a value it
+// never read.
+func TestTxReadsOwnWrites(t *testing.T) {
+	s := openSink(t, "", Config{})
+	tok := testToken(t, 1)
+	claimed(t, s, tok)
+	if err := s.Client().Set(t.Context(), s.Key("bal"), "10", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	_, err := s.Apply(t.Context(), tok, []int64{0, 1}, func(ctx context.Context, tx *Tx, i int) error {
+		tx.IncrBy("bal", 5)
+		tx.HIncrBy("h", "f", 2)
+		v, _, err := tx.Get(ctx, "bal")
+		if err != nil {
+			return err
+		}
+		hv, _, err := tx.HGet(ctx, "h", "f")
+		got = append(got, v, hv)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if want := []string{"15", "2", "20", "4"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("reads inside the batch = %v, want %v", got, want)
+	}
+	if v, _, _ := getKV(t.Context(), s, "bal"); v != "20" {
+		t.Fatalf("bal = %q after the batch, want 20", v)
+	}
+}
+
+// A value a Tx read that changes before the script runs makes the sink
+// run the effects again on the new value: the read is checked inside the
+// fenced unit.
+func TestTxReadCheckedInScript(t *testing.T) {
+	s := openSink(t, "", Config{})
+	tok := testToken(t, 1)
+	claimed(t, s, tok)
+	ctx := t.Context()
+	s.Client().Set(ctx, s.Key("bal"), "10", 0)
+	runs := 0
+	_, err := s.Apply(ctx, tok, []int64{0}, func(ctx context.Context, tx *Tx, i int) error {
+		runs++
+		v, _, err := tx.Get(ctx, "bal")
+		if err != nil {
+			return err
+		}
+		if runs == 1 {
+			// Another writer moves the value after the read.
+			s.Client().Set(ctx, s.Key("bal"), "100", 0)
+		}
+		tx.Set("copy", v)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if runs != 2 {
+		t.Fatalf("effect ran %d times, want 2 (the changed read must be caught by the script)", runs)
+	}
+	if v, _, _ := getKV(ctx, s, "copy"); v != "100" {
+		t.Fatalf("copy = %q, want 100 (the value as of the script)", v)
+	}
+}
+
+// A buffered command the server would refuse fails the whole batch before
+// any write: a script is atomic but not transactional.
+func TestTxInvalidCommandWritesNothing(t *testing.T) {
+	s := openSink(t, "", Config{})
+	tok := testToken(t, 1)
+	claimed(t, s, tok)
+	ctx := t.Context()
+	s.Client().HSet(ctx, s.Key("h"), "f", "x")
+	s.Client().Set(ctx, s.Key("s"), "abc", 0)
+	cases := map[string]func(tx *Tx){
+		"incr-on-hash":        func(tx *Tx) { tx.IncrBy("h", 1) },
+		"incr-on-text":        func(tx *Tx) { tx.IncrBy("s", 1) },
+		"hincr-on-text-field": func(tx *Tx) { tx.HIncrBy("h", "f", 1) },
+		"sadd-on-string":      func(tx *Tx) { tx.SAdd("s", "m") },
+		"set-then-hset":       func(tx *Tx) { tx.Set("n", "1"); tx.HSet("n", "f", "v") },
+		"overflow":            func(tx *Tx) { tx.IncrBy("big", 1<<52); tx.IncrBy("big", 1<<52) },
+	}
+	for name, bad := range cases {
+		_, err := s.Apply(ctx, tok, []int64{0, 1}, func(ctx context.Context, tx *Tx, i int) error {
+			tx.Set("before-"+name, "v")
+			if i == 1 {
+				bad(tx)
+			}
+			return nil
+		})
+		var ee *sink.EffectError
+		if !errors.Is(err, ErrCommand) || !errors.As(err, &ee) || ee.Index != 1 {
+			t.Fatalf("%s: Apply = %v, want an *sink.EffectError at index 1 matching ErrCommand", name, err)
+		}
+		if _, ok, _ := getKV(ctx, s, "before-"+name); ok {
+			t.Fatalf("%s: the batch's earlier write landed", name)
+		}
+	}
+	if next, _ := s.Claim(ctx, tok, sink.Observed{}); next != 0 {
+		t.Fatalf("NextOffset = %d after refused batches, want 0", next)
+	}
+}
+
+// Open reads the server's persistence settings and warns, naming the
+// risk, when they are weaker than appendonly yes + appendfsync always.
+func TestPersistenceWarning(t *testing.T) {
+	probe := openSink(t, "", Config{})
+	ctx := t.Context()
+	rdb := probe.Client()
+	orig := map[string]string{}
+	for _, k := range []string{"appendonly", "appendfsync"} {
+		m, err := rdb.ConfigGet(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("CONFIG GET %s: %v", k, err)
+		}
+		orig[k] = m[k]
+	}
+	t.Cleanup(func() {
+		for _, k := range []string{"appendfsync", "appendonly"} {
+			if err := rdb.ConfigSet(context.Background(), k, orig[k]).Err(); err != nil {
+				t.Errorf("restore %s: %v", k, err)
+			}
+		}
+	})
+	set := func(aof, fsync string) {
+		t.Helper()
+		if err := rdb.ConfigSet(ctx, "appendonly", aof).Err(); err != nil {
+			t.Fatalf("CONFIG SET appendonly %s: %v", aof, err)
+		}
+		if err := rdb.ConfigSet(ctx, "appendfsync", fsync).Err(); err != nil {
+			t.Fatalf("CONFIG SET appendfsync %s: %v", fsync, err)
+		}
+	}
+	open := func() (string, Persistence) {
+		t.Helper()
+		var buf bytes.Buffer
+		s := openSink(t, "", Config{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+		return buf.String(), s.Persistence()
+	}
+	for _, c := range []struct{ aof, fsync, want string }{
+		{"no", "everysec", "appendonly is no"},
+		{"yes", "everysec", "up to a second of acknowledged writes"},
+		{"yes", "no", "appendfsync is no"},
+	} {
+		set(c.aof, c.fsync)
+		out, p := open()
+		if p.Durable() || !strings.Contains(out, "level=WARN") || !strings.Contains(out, c.want) {
+			t.Fatalf("appendonly %s appendfsync %s: persistence %+v, log %q; want a warning naming %q", c.aof, c.fsync, p, out, c.want)
+		}
+	}
+	set("yes", "always")
+	if out, p := open(); !p.Durable() || strings.Contains(out, "WARN") {
+		t.Fatalf("appendonly yes appendfsync always: persistence %+v, log %q; want durable, no warning", p, out)
+	}
+}
