@@ -179,3 +179,29 @@ func TestPersistenceWarning(t *testing.T) {
 		t.Fatalf("appendonly yes appendfsync always: persistence %+v, log %q; want durable, no warning", p, out)
 	}
 }
+
+// Two Sink values on one prefix (two processes) with one tenure: the one
+// whose cached NextOffset is stale must not run the effects of records the
+// other applied; the script checks the NextOffset the effects were chosen
+// for.
+func TestStaleCachedNext(t *testing.T) {
+	s1 := openSink(t, "", Config{})
+	s2 := openSink(t, s1.Prefix(), Config{})
+	ctx := t.Context()
+	tok := testToken(t, 1)
+	claimed(t, s1, tok) // s1 caches NextOffset 0
+	incr := func(ctx context.Context, tx *Tx, i int) error { tx.IncrBy("n", 1); return nil }
+	if _, err := s2.Apply(ctx, tok, []int64{0, 1}, incr); err != nil {
+		t.Fatalf("Apply through s2: %v", err)
+	}
+	res, err := s1.Apply(ctx, tok, []int64{0, 1, 2, 3}, incr)
+	if err != nil {
+		t.Fatalf("Apply through s1: %v", err)
+	}
+	if res != (sink.ApplyResult{Applied: 2, Skipped: 2, NextOffset: 4}) {
+		t.Fatalf("Apply with a stale cache = %+v, want 2 applied, 2 skipped", res)
+	}
+	if v, _, _ := getKV(ctx, s1, "n"); v != "4" {
+		t.Fatalf("n = %q, want 4 (each record once)", v)
+	}
+}
