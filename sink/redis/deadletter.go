@@ -45,10 +45,10 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 		return sink.DeadLetterResult{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	sc := tok.Scope()
-	r, err := deadLetterScript.Run(ctx, s.rdb, []string{s.fenceKey(sc), s.dlSeqKey(), s.dlIndexKey()},
-		tok.Epoch, tok.Member, rec.Offset, s.dlRowPrefix(), body, rec.TopicID, rec.Reason, sc.Group, sc.Topic, sc.Partition).Slice()
+	r, err := s.runScript(ctx, op, deadLetterScript, []string{s.fenceKey(sc), s.dlSeqKey(), s.dlIndexKey()},
+		tok.Epoch, tok.Member, rec.Offset, s.dlRowPrefix(), body, rec.TopicID, rec.Reason, sc.Group, sc.Topic, sc.Partition)
 	if err != nil {
-		return sink.DeadLetterResult{}, s.wrap(ctx, op, err)
+		return sink.DeadLetterResult{}, err
 	}
 	switch str(r[0]) {
 	case "fenced":
@@ -61,9 +61,6 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 		return sink.DeadLetterResult{}, fmt.Errorf("redis: %s: unexpected script reply %v", op, r)
 	}
 	res := sink.DeadLetterResult{ID: i64(r[1]), Stored: true, NextOffset: i64(r[2])}
-	if err := s.waitReplicas(ctx, op); err != nil {
-		return res, err
-	}
 	s.cacheNext(tok, res.NextOffset, false)
 	return res, nil
 }
@@ -129,10 +126,10 @@ func (s *Sink) ResolveDeadLetter(ctx context.Context, id int64, from, to sink.De
 	if err := sink.CheckResolve(from, to, strings.TrimSpace(reason)); err != nil {
 		return sink.DeadLetter{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
-	r, err := resolveScript.Run(ctx, s.rdb, []string{s.dlKey(id), s.dlAuditKey(id), s.dlAuditSeqKey()},
-		string(from), string(to), reason, detail).Slice()
+	r, err := s.runScript(ctx, op, resolveScript, []string{s.dlKey(id), s.dlAuditKey(id), s.dlAuditSeqKey()},
+		string(from), string(to), reason, detail)
 	if err != nil {
-		return sink.DeadLetter{}, s.wrap(ctx, op, err)
+		return sink.DeadLetter{}, err
 	}
 	m, err := s.rdb.HGetAll(ctx, s.dlKey(id)).Result()
 	if err != nil && str(r[0]) != "notfound" {
@@ -190,8 +187,8 @@ func (s *Sink) MarkMirrored(ctx context.Context, ids []int64) error {
 	for i, id := range ids {
 		keys[i] = s.dlKey(id)
 	}
-	if err := markMirroredScript.Run(ctx, s.rdb, keys).Err(); err != nil {
-		return s.wrap(ctx, "mark mirrored", err)
+	if _, err := s.runScript(ctx, "mark mirrored", markMirroredScript, keys); err != nil {
+		return err
 	}
 	return nil
 }

@@ -41,11 +41,11 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	sc := tok.Scope()
-	r, err := claimScript.Run(ctx, s.rdb, []string{s.fenceKey(sc), s.scopesKey(), s.histKey(sc), s.histSeqKey()},
+	r, err := s.runScript(ctx, op, claimScript, []string{s.fenceKey(sc), s.scopesKey(), s.histKey(sc), s.histSeqKey()},
 		tok.Epoch, tok.Member, boolArg(obs.MemberProven), obs.TopicID, obs.LogStart, obs.LogEnd,
-		sc.Group, sc.Topic, sc.Partition, scopeID(sc), s.cfg.HistoryCap).Slice()
+		sc.Group, sc.Topic, sc.Partition, scopeID(sc), s.cfg.HistoryCap)
 	if err != nil {
-		return sink.Checkpoint{}, s.wrap(ctx, op, err)
+		return sink.Checkpoint{}, err
 	}
 	switch str(r[0]) {
 	case "fenced":
@@ -62,9 +62,6 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	cp := sink.Checkpoint{NextOffset: i64(r[1])}
 	if cp.Done, err = parseSpans(str(r[2])); err != nil {
 		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, err)
-	}
-	if err := s.waitReplicas(ctx, op); err != nil {
-		return sink.Checkpoint{}, err
 	}
 	s.cacheNext(tok, cp.NextOffset, true)
 	return cp, nil
@@ -203,9 +200,9 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 			args = append(args, c.op, c.key, c.a1, c.a2)
 		}
 		keys := append([]string{s.fenceKey(sc), s.idsKey(sc)}, tx.keys...)
-		r, err := applyScript.Run(ctx, s.rdb, keys, args...).Slice()
+		r, err := s.runScript(ctx, op, applyScript, keys, args...)
 		if err != nil {
-			return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+			return sink.ApplyOnceResult{}, err
 		}
 		switch str(r[0]) {
 		case "fenced":
@@ -240,11 +237,6 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 				res.Duplicates = append(res.Duplicates, i)
 			} else {
 				res.Applied++
-			}
-		}
-		if newNext != "" {
-			if err := s.waitReplicas(ctx, op); err != nil {
-				return sink.ApplyOnceResult{}, err
 			}
 		}
 		s.cacheNext(tok, res.NextOffset, false)
@@ -391,10 +383,10 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		newNext = strconv.FormatInt(*req.NextOffset, 10)
 	}
 	e := req.Expect
-	r, err := resetScript.Run(ctx, s.rdb, []string{s.fenceKey(sc), s.histKey(sc), s.histSeqKey()},
-		e.Holder.Member, e.Holder.Epoch, e.NextOffset, e.TopicID, newNext, req.TopicID, req.Reason, req.Detail, s.cfg.HistoryCap).Slice()
+	r, err := s.runScript(ctx, op, resetScript, []string{s.fenceKey(sc), s.histKey(sc), s.histSeqKey()},
+		e.Holder.Member, e.Holder.Epoch, e.NextOffset, e.TopicID, newNext, req.TopicID, req.Reason, req.Detail, s.cfg.HistoryCap)
 	if err != nil {
-		return sink.Fence{}, s.wrap(ctx, op, err)
+		return sink.Fence{}, err
 	}
 	if str(r[0]) == "notfound" {
 		return sink.Fence{}, fmt.Errorf("redis: %s: %w", op, sink.ErrNotFound)
@@ -410,8 +402,5 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	}
 	s.forgetScope(sc)
 	s.log.Info("redis sink: fence reset", "scope", sc.String(), "reason", req.Reason, "cleared", before.Holder.String(), "next_offset", before.NextOffset)
-	if err := s.waitReplicas(ctx, op); err != nil {
-		return before, err
-	}
 	return before, nil
 }

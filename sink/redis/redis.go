@@ -316,20 +316,36 @@ func (s *Sink) wrap(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("redis: %s: %w", op, err)
 }
 
-// waitReplicas waits for Config.WaitReplicas acknowledgements of the
-// connection's writes so far, if configured.
-func (s *Sink) waitReplicas(ctx context.Context, op string) error {
+// runScript runs a writing script. With Config.WaitReplicas it sends WAIT
+// in the same pipeline, so on the same connection: WAIT counts the
+// replicas that have that connection's writes, and a pooled client would
+// otherwise ask on another connection.
+func (s *Sink) runScript(ctx context.Context, op string, sc *goredis.Script, keys []string, args ...any) ([]any, error) {
 	if s.cfg.WaitReplicas <= 0 {
+		r, err := sc.Run(ctx, s.rdb, keys, args...).Slice()
+		if err != nil {
+			return nil, s.wrap(ctx, op, err)
+		}
+		return r, nil
+	}
+	var ev *goredis.Cmd
+	var wait *goredis.Cmd
+	_, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		ev = sc.Eval(ctx, p, keys, args...)
+		wait = p.Do(ctx, "WAIT", s.cfg.WaitReplicas, s.cfg.WaitTimeout.Milliseconds())
 		return nil
+	})
+	r, rerr := ev.Slice()
+	if rerr != nil {
+		return nil, s.wrap(ctx, op, rerr)
 	}
-	n, err := s.rdb.Wait(ctx, s.cfg.WaitReplicas, s.cfg.WaitTimeout).Result()
 	if err != nil {
-		return s.wrap(ctx, op+": WAIT", err)
+		return nil, s.wrap(ctx, op+": WAIT", err)
 	}
-	if int(n) < s.cfg.WaitReplicas {
-		return fmt.Errorf("redis: %s: %w: %d of %d replicas within %s", op, ErrNotReplicated, n, s.cfg.WaitReplicas, s.cfg.WaitTimeout)
+	if n, _ := wait.Int(); n < s.cfg.WaitReplicas {
+		return nil, fmt.Errorf("redis: %s: %w: %d of %d replicas within %s", op, ErrNotReplicated, n, s.cfg.WaitReplicas, s.cfg.WaitTimeout)
 	}
-	return nil
+	return r, nil
 }
 
 // Key names. A scope's keys carry its id: group and topic query-escaped

@@ -278,5 +278,5 @@ var markMirroredScript = goredis.NewScript(luaPrelude + `
 for _, k in ipairs(KEYS) do
   if redis.call('EXISTS', k) == 1 then redis.call('HSET', k, 'mi', '1') end
 end
-return 0
+return {'ok'}
 `)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
@@ -203,5 +204,22 @@ func TestStaleCachedNext(t *testing.T) {
 	}
 	if v, _, _ := getKV(ctx, s1, "n"); v != "4" {
 		t.Fatalf("n = %q, want 4 (each record once)", v)
+	}
+}
+
+// With WaitReplicas, a write that no replica acknowledges fails with
+// ErrNotReplicated, a sink failure (the test server has no replica).
+func TestWaitReplicasNotAcknowledged(t *testing.T) {
+	s := openSink(t, "", Config{WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
+	info, err := s.Client().Info(t.Context(), "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info, "connected_slaves:0") {
+		t.Skipf("the test server has replicas (%q): the unacknowledged write cannot be provoked", info)
+	}
+	_, err = s.Claim(t.Context(), testToken(t, 1), sink.Observed{})
+	if !errors.Is(err, ErrNotReplicated) || !s.IsSinkFailure(err) {
+		t.Fatalf("Claim with WaitReplicas 1 and no replica: %v, want ErrNotReplicated, a sink failure", err)
 	}
 }
