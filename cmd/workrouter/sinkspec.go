@@ -11,18 +11,20 @@ import (
 
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
+	"github.com/workrouter/workrouter/sink/redis"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
 // sinkSpecHelp describes the accepted --sink values, for flag usage and
 // error messages.
-const sinkSpecHelp = `sqlite:PATH or postgres://USER[:PASSWORD]@HOST[:PORT]/DB`
+const sinkSpecHelp = `sqlite:PATH, postgres://USER[:PASSWORD]@HOST[:PORT]/DB or redis://HOST[:PORT][/DB][?prefix=NAME]`
 
 // sinkSpec is a parsed --sink value: "sqlite:PATH" or "postgres://…"/"postgresql://…".
 type sinkSpec struct {
-	kind string // "sqlite" | "postgres"
-	path string // sqlite: the database file
-	dsn  string // postgres: the connection string, as given
+	kind   string // "sqlite" | "postgres" | "redis"
+	path   string // sqlite: the database file
+	dsn    string // postgres: the connection string, as given; redis: the server URL without prefix
+	prefix string // redis: the sink's key prefix ("" for the default)
 }
 
 // schema is the PostgreSQL schema of the sink's tables: the search_path
@@ -52,6 +54,8 @@ func (s sinkSpec) String() string {
 			out += "?search_path=" + url.QueryEscape(schema)
 		}
 		return out
+	case "redis":
+		return s.redisString()
 	}
 	return s.kind
 }
@@ -83,6 +87,8 @@ func parseSinkSpec(s string) (sinkSpec, error) {
 			return sinkSpec{}, fmt.Errorf("--sink: not a valid PostgreSQL connection string: %w", err)
 		}
 		return sinkSpec{kind: "postgres", dsn: s}, nil
+	case "redis", "rediss":
+		return parseRedisSpec(s)
 	default:
 		// Only the scheme is repeated: the rest may hold a password.
 		return sinkSpec{}, fmt.Errorf("--sink: unknown sink kind %q: want %s", scheme, sinkSpecHelp)
@@ -125,6 +131,14 @@ func openAdminSink(ctx context.Context, spec sinkSpec, readOnly bool) (adminSink
 			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
 		}
 		return s, s.Close, nil
+	case "redis":
+		// A Redis sink has no read-only mode: the commands that only
+		// read call only its reading methods.
+		s, err := openRedis(ctx, spec, nil, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, s.Close, nil
 	}
 	return nil, nil, fmt.Errorf("--sink: unknown sink kind %q: want %s", spec.kind, sinkSpecHelp)
 }
@@ -133,6 +147,7 @@ func openAdminSink(ctx context.Context, spec sinkSpec, readOnly bool) (adminSink
 var (
 	_ adminSink = (*sqlite.Sink)(nil)
 	_ adminSink = (*postgres.Sink)(nil)
+	_ adminSink = (*redis.Sink)(nil)
 )
 
 // filterFences keeps the fences of group and topic; an empty filter keeps
@@ -158,8 +173,11 @@ func ledgerSink(sink string) (dsn, path string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	if spec.kind == "postgres" {
+	switch spec.kind {
+	case "postgres":
 		return spec.dsn, "", nil
+	case "redis":
+		return "", "", fmt.Errorf("--sink %s: the demo and the chaos harness run on SQLite or PostgreSQL; a Redis sink runs with workrouter worker", spec)
 	}
 	return "", spec.path, nil
 }
