@@ -163,21 +163,22 @@ func filterFences(fs []sink.Fence, group, topic string) []sink.Fence {
 }
 
 // ledgerSink splits the --sink value of the demo and the chaos harness into
-// a PostgreSQL DSN or an SQLite path (both empty when sink is empty: the
-// harness's default).
-func ledgerSink(sink string) (dsn, path string, err error) {
+// a PostgreSQL DSN, an SQLite path or a Redis URL (all empty when sink is
+// empty: the harness's default). A Redis URL's prefix is not used: the
+// harnesses run under a fresh prefix of their own, deleted at the end.
+func ledgerSink(sink string) (dsn, path, redisURL string, err error) {
 	if sink == "" {
-		return "", "", nil
+		return "", "", "", nil
 	}
 	spec, err := parseSinkSpec(sink)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	switch spec.kind {
 	case "postgres":
-		return spec.dsn, "", nil
+		return spec.dsn, "", "", nil
 	case "redis":
-		return "", "", fmt.Errorf("--sink %s: the demo and the chaos harness run on SQLite or PostgreSQL; a Redis sink runs with workrouter worker", spec)
+		return "", "", spec.dsn, nil
 	}
-	return "", spec.path, nil
+	return "", spec.path, "", nil
 }

@@ -16,13 +16,14 @@ import (
 // ledger:balance:<account>, its postings the list ledger:postings:<account>
 // (JSON, in offset order), and the set ledger:accounts names the accounts.
 const (
-	redisBalance  = "ledger:balance:"
-	redisPostings = "ledger:postings:"
-	redisAccounts = "ledger:accounts"
+	redisBalance     = "ledger:balance:"
+	redisPostingsKey = "ledger:postings:"
+	redisAccounts    = "ledger:accounts"
 )
 
-// redisPosting is one element of an account's postings list.
-type redisPosting struct {
+// RedisPosting is one element of an account's postings list (JSON), as
+// [RedisPostings] returns it.
+type RedisPosting struct {
 	TopicID string `json:"topic_id"`
 	Topic   string `json:"topic"`
 	Part    int32  `json:"part"`
@@ -33,6 +34,9 @@ type redisPosting struct {
 	Amount  int64  `json:"amount"`
 	Epoch   int32  `json:"epoch"`
 	Member  string `json:"member"`
+	// Account is the account whose list holds the posting (not stored
+	// in the element).
+	Account string `json:"-"`
 }
 
 // RedisHandlers returns the example's handlers for a sink/redis sink, by
@@ -43,14 +47,14 @@ type redisPosting struct {
 // new map.
 func RedisHandlers() map[string]consumer.Handler[*redis.Tx] {
 	post := func(tx *redis.Tx, cmd consumer.Command, p payload, kind string) error {
-		b, err := json.Marshal(redisPosting{TopicID: cmd.TopicID, Topic: cmd.Token.Topic, Part: cmd.Token.Partition, Off: cmd.Offset,
+		b, err := json.Marshal(RedisPosting{TopicID: cmd.TopicID, Topic: cmd.Token.Topic, Part: cmd.Token.Partition, Off: cmd.Offset,
 			ID: p.ID, Seq: p.Seq, Kind: kind, Amount: p.Amount, Epoch: cmd.Token.Epoch, Member: cmd.Token.Member})
 		if err != nil {
 			return fmt.Errorf("ledger: posting %s %q: %w", kind, p.ID, err)
 		}
 		account := string(cmd.Key)
 		tx.SAdd(redisAccounts, account)
-		tx.RPush(redisPostings+account, string(b))
+		tx.RPush(redisPostingsKey+account, string(b))
 		return nil
 	}
 	return map[string]consumer.Handler[*redis.Tx]{
@@ -98,14 +102,14 @@ func VerifyRedis(ctx context.Context, s *redis.Sink) (Report, error) {
 	r := Report{Accounts: len(accounts), Seqs: map[string][]int{}}
 	seen := map[string]int{}
 	for _, a := range accounts {
-		raw, err := rdb.LRange(ctx, s.Key(redisPostings+a), 0, -1).Result()
+		raw, err := rdb.LRange(ctx, s.Key(redisPostingsKey+a), 0, -1).Result()
 		if err != nil {
 			return Report{}, fmt.Errorf("ledger: verify: %w", err)
 		}
 		var sum int64
 		last := -1
 		for _, x := range raw {
-			var p redisPosting
+			var p RedisPosting
 			if err := json.Unmarshal([]byte(x), &p); err != nil {
 				return Report{}, fmt.Errorf("ledger: verify %s: %w", a, err)
 			}
@@ -138,4 +142,36 @@ func VerifyRedis(ctx context.Context, s *redis.Sink) (Report, error) {
 	}
 	sort.Strings(r.Mismatches)
 	return r, nil
+}
+
+// RedisPostings returns every posting the example's handlers wrote to s,
+// by partition and offset. It may be called from any goroutine.
+func RedisPostings(ctx context.Context, s *redis.Sink) ([]RedisPosting, error) {
+	rdb := s.Client()
+	accounts, err := rdb.SMembers(ctx, s.Key(redisAccounts)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ledger: postings: %w", err)
+	}
+	var out []RedisPosting
+	for _, a := range accounts {
+		raw, err := rdb.LRange(ctx, s.Key(redisPostingsKey+a), 0, -1).Result()
+		if err != nil {
+			return nil, fmt.Errorf("ledger: postings: %w", err)
+		}
+		for _, x := range raw {
+			var p RedisPosting
+			if err := json.Unmarshal([]byte(x), &p); err != nil {
+				return nil, fmt.Errorf("ledger: postings of %s: %w", a, err)
+			}
+			p.Account = a
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Part != out[j].Part {
+			return out[i].Part < out[j].Part
+		}
+		return out[i].Off < out[j].Off
+	})
+	return out, nil
 }
