@@ -210,6 +210,7 @@ does (after the report).`,
 	fl.IntVar(&repeats, "repeats", 0, fmt.Sprintf("measured runs of each throughput workload and baseline, interleaved (default %d)", bench.FullRepeats))
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run against this cluster instead of an embedded broker")
 	fl.StringVar(&cfg.PostgresDSN, "postgres", "", "PostgreSQL DSN for W2/B3 on PostgreSQL (skipped without it)")
+	fl.StringVar(&cfg.RedisURL, "redis", "", "Redis URL (redis://HOST:PORT/DB) for W2/B3 on Redis (skipped without it)")
 	fl.StringSliceVar(&only, "only", nil, "run only these workloads, e.g. W1,B1 (default: all)")
 	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured workloads (after the pre-load) to this file, for go tool pprof")
 	fl.BoolVar(&asJSON, "json", false, "print the results as one JSON object instead of the table")

@@ -76,6 +76,8 @@ func All(repeats int) []Entry {
 		m("W2n-pg", w2Postgres(w2Variants[1]), "pg"),
 		m("W2-pg-b1", w2Postgres(w2Variants[2]), "pg-b1"),
 		m("W2n-pg-b1", w2Postgres(w2Variants[3]), "pg-b1"),
+		m("B3-redis", B3Redis, "redis"),
+		m("W2-redis", W2Redis, "redis"),
 		m("B4", B4, "produce"),
 		m("W4", W4, "produce"),
 		{ID: "W5", Run: W5},

@@ -97,6 +97,7 @@ var ratioDefs = []Ratio{
 	{Name: "router_vs_raw", Num: "W1", Den: "B1", Target: 0.90},
 	{Name: "fenced_vs_unfenced_pg", Num: "W2-pg", Den: "B3-pg", Target: 0.90},
 	{Name: "fenced_vs_unfenced_sqlite", Num: "W2-sqlite", Den: "B3-sqlite", Target: 0.90},
+	{Name: "fenced_vs_unfenced_redis", Num: "W2-redis", Den: "B3-redis", Target: 0.90},
 	{Name: "dedupe_on_vs_off_pg", Num: "W2-pg", Den: "W2n-pg", Target: 0.90},
 	{Name: "dedupe_on_vs_off_sqlite", Num: "W2-sqlite", Den: "W2n-sqlite", Target: 0.90},
 	{Name: "dedupe_on_vs_off_pg_b1", Num: "W2-pg-b1", Den: "W2n-pg-b1"},
