@@ -5,6 +5,7 @@ import (
 	"errors"
 	"github.com/workrouter/workrouter/sink"
 	"strconv"
+	"strings"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -111,3 +112,54 @@ func BenchmarkUnitUnfencedMulti(b *testing.B) {
 }
 
 var emptyObs = sink.Observed{}
+
+// BenchmarkUnitW2Shape is the bench's W2-redis unit without Kafka: batches
+// of 256 records, one SET each, applied with ApplyOnce (command IDs of
+// the router's shape), against BenchmarkUnitB3Shape, the same SETs in one
+// MULTI per batch.
+func BenchmarkUnitW2Shape(b *testing.B) {
+	s := openSink(b, "", Config{})
+	ctx := context.Background()
+	tok := epochs.Token{Group: "bench", Topic: "t", Partition: 0, Epoch: 1, Member: "m"}
+	if _, err := s.Claim(ctx, tok, emptyObs); err != nil {
+		b.Fatal(err)
+	}
+	const batch = 256
+	offs := make([]int64, batch)
+	ids := make([]string, batch)
+	val := strings.Repeat("x", 100)
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		for i := range offs {
+			offs[i] = int64(n*batch + i)
+			ids[i] = "0193a1b2-c3d4-7e5f-8a9b-" + strconv.FormatInt(offs[i], 10)
+		}
+		if _, err := s.ApplyOnce(ctx, tok, offs, ids, func(ctx context.Context, tx *Tx, i int) error {
+			tx.Set("k"+strconv.FormatInt(offs[i]%10000, 10), val)
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "records/s")
+}
+
+func BenchmarkUnitB3Shape(b *testing.B) {
+	s := openSink(b, "", Config{})
+	ctx := context.Background()
+	const batch = 256
+	val := strings.Repeat("x", 100)
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		if _, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			for i := range int64(batch) {
+				p.Set(ctx, s.Key("k"+strconv.FormatInt((int64(n*batch)+i)%10000, 10)), val, 0)
+			}
+			p.Set(ctx, s.Key("next"), n*batch+batch, 0)
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "records/s")
+}

@@ -3,14 +3,18 @@ package redis
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // maxAttempts bounds how many times Apply runs a batch's effects again
@@ -139,24 +143,17 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		}
 		next = i64(f[2])
 	}
-	storedDup := map[int]bool{} // by record index: what the script said
 	for range maxAttempts {
 		if err := ctx.Err(); err != nil {
 			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
 		}
 		first, _ := slices.BinarySearch(offsets, next)
 		dup := make([]bool, len(offsets))
-		var lookup []int
-		inBatch := 0
+		var version int64
 		if ids != nil {
-			plan := sink.PlanDedupe(ids, first)
-			for _, i := range plan.InBatch {
-				dup[i] = true
-			}
-			inBatch = len(plan.InBatch)
-			lookup = plan.Lookup
-			for _, i := range lookup {
-				dup[i] = storedDup[i]
+			var err error
+			if version, err = s.duplicates(ctx, sc, offsets, ids, first, dup); err != nil {
+				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": load command IDs", err)
 			}
 		}
 		tx := newTx(s)
@@ -178,30 +175,75 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		if err := ctx.Err(); err != nil {
 			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
 		}
-		newNext, horizon := "", ""
+		newNext, horizon, expectIV, rowMember, rowLast := "", "", "", "", ""
+		var row cmdids.Row
+		prune := false
+		ndup := 0
+		for i := first; i < len(offsets); i++ {
+			if dup[i] {
+				ndup++
+			}
+		}
 		if first < len(offsets) {
 			nn := offsets[len(offsets)-1] + 1
 			newNext = strconv.FormatInt(nn, 10)
-			if ids != nil && sink.PruneDue(next, nn, s.cfg.DedupeWindow) {
-				horizon = strconv.FormatInt(sink.Horizon(nn, s.cfg.DedupeWindow), 10)
+			if ids != nil {
+				expectIV = strconv.FormatInt(version, 10)
+				if prune = sink.PruneDue(next, nn, s.cfg.DedupeWindow); prune {
+					horizon = strconv.FormatInt(sink.Horizon(nn, s.cfg.DedupeWindow), 10)
+				}
+				row = appliedRow(offsets, ids, first, dup)
+				if len(row.IDs) > 0 {
+					rowMember = idRowMember(version, row)
+					rowLast = strconv.FormatInt(row.Last, 10)
+				}
 			}
 		}
-		args := make([]any, 0, 8+3*len(lookup)+1+5*len(tx.reads)+1+4*len(tx.cmds))
-		args = append(args, tok.Epoch, tok.Member, next, newNext, s.cfg.DedupeWindow, horizon, inBatch, len(lookup))
-		for _, i := range lookup {
-			args = append(args, ids[i], offsets[i], boolArg(dup[i]))
-		}
-		args = append(args, len(tx.reads))
-		for _, r := range tx.reads {
-			args = append(args, r.key, r.kind, r.field, r.present, r.value)
-		}
-		args = append(args, len(tx.cmds))
+		validate := "0"
 		for _, c := range tx.cmds {
-			args = append(args, c.op, c.key, c.a1, c.a2)
+			if c.op != "set" && c.op != "del" {
+				validate = "1"
+				break
+			}
 		}
-		keys := append([]string{s.fenceKey(sc), s.idsKey(sc)}, tx.keys...)
+		keys := []string{s.fenceKey(sc), s.idsKey(sc)}
+		args := make([]any, 0, 14+5*len(tx.reads)+3*len(tx.cmds))
+		args = append(args, tok.Epoch, tok.Member, next, newNext, expectIV, horizon, ndup, rowMember, rowLast, validate, len(tx.reads), 0)
+		ncIndex := len(args) - 1
+		nc := 0
+		var groupFirst []int // by script command: its first index in tx.cmds
+		for j := 0; j < len(tx.cmds); {
+			c := tx.cmds[j]
+			nc++
+			groupFirst = append(groupFirst, j)
+			if c.op != "set" {
+				args = append(args, c.op, c.key, c.a1)
+				if c.op == "hset" || c.op == "hincrby" {
+					args = append(args, c.a2)
+				}
+				j++
+				continue
+			}
+			// A run of SETs (at most 500) is one MSET.
+			k := j
+			for k < len(tx.cmds) && k-j < 500 && tx.cmds[k].op == "set" {
+				k++
+			}
+			args = append(args, "mset", k-j)
+			for _, c := range tx.cmds[j:k] {
+				args = append(args, c.key, c.a1)
+			}
+			j = k
+		}
+		args[ncIndex] = nc
+		for _, r := range tx.reads {
+			args = append(args, r.kind, r.key, r.field, r.present, r.value)
+		}
 		r, err := s.runScript(ctx, op, applyScript, keys, args...)
 		if err != nil {
+			if ids != nil {
+				s.ids.Drop(sc) // the script may have run
+			}
 			return sink.ApplyOnceResult{}, err
 		}
 		switch str(r[0]) {
@@ -210,21 +252,22 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: holder(sc, i64(r[1]) == 1, r[2], r[3]), Offered: tok}
 		case "redo":
 			next = i64(r[1])
-			if flags := str(r[2]); flags != "" {
-				for j, i := range lookup {
-					storedDup[i] = flags[j] == '1'
-				}
+			if str(r[2]) != "" {
+				s.ids.Drop(sc) // another writer moved the IDs: reload
 			}
 			continue
 		case "reads":
 			continue
 		case "invalid":
-			c := tx.cmds[i64(r[1])-1]
+			c := tx.cmds[groupFirst[i64(r[1])-1]]
 			return sink.ApplyOnceResult{}, &sink.EffectError{Index: c.rec, Offset: offsets[c.rec],
-				Err: fmt.Errorf("%w: %s (key %s)", ErrCommand, str(r[2]), keys[c.key-1])}
+				Err: fmt.Errorf("%w: %s (key %s)", ErrCommand, str(r[2]), c.key)}
 		case "ok":
 		default:
 			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: unexpected script reply %v", op, r)
+		}
+		if ids != nil && newNext != "" {
+			s.ids.Committed(sc, version, row, prune, sink.Horizon(offsets[len(offsets)-1]+1, s.cfg.DedupeWindow))
 		}
 		var res sink.ApplyOnceResult
 		res.Skipped = first
@@ -403,4 +446,84 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	s.forgetScope(sc)
 	s.log.Info("redis sink: fence reset", "scope", sc.String(), "reason", req.Reason, "cleared", before.Holder.String(), "next_offset", before.NextOffset)
 	return before, nil
+}
+
+// appliedRow returns the row of the IDs of the records from index first on
+// that are not duplicates and carry an ID.
+func appliedRow(offsets []int64, ids []string, first int, dup []bool) cmdids.Row {
+	var r cmdids.Row
+	for i := first; i < len(offsets); i++ {
+		if !dup[i] && ids[i] != "" {
+			r.Offs = append(r.Offs, offsets[i])
+			r.IDs = append(r.IDs, ids[i])
+			r.Last = offsets[i]
+		}
+	}
+	return r
+}
+
+// idRowMember is the member of a row of command IDs in the scope's sorted
+// set (scored by its last offset): "<first>|<last>|<version>|" and the
+// IDs encoded by cmdids.Encode. The version the row was written at makes
+// it unique.
+func idRowMember(version int64, r cmdids.Row) string {
+	return strconv.FormatInt(r.Offs[0], 10) + "|" + strconv.FormatInt(r.Last, 10) + "|" + strconv.FormatInt(version, 10) + "|" +
+		string(cmdids.Encode(r.Offs[0], r.Offs, r.IDs))
+}
+
+// parseIDRow reads a member idRowMember wrote.
+func parseIDRow(m string) (cmdids.Row, error) {
+	parts := strings.SplitN(m, "|", 4)
+	if len(parts) != 4 {
+		return cmdids.Row{}, fmt.Errorf("%w: a command ID row without its header", cmdids.ErrCorrupt)
+	}
+	first, err1 := strconv.ParseInt(parts[0], 10, 64)
+	last, err2 := strconv.ParseInt(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return cmdids.Row{}, fmt.Errorf("%w: a command ID row's header %q", cmdids.ErrCorrupt, parts[0]+"|"+parts[1])
+	}
+	offs, ids, err := cmdids.Decode(first, []byte(parts[3]))
+	if err != nil {
+		return cmdids.Row{}, err
+	}
+	return cmdids.Row{Last: last, Offs: offs, IDs: ids}, nil
+}
+
+// duplicates marks in dup the records of the batch, from index first on,
+// that are duplicates: an ID seen earlier in the batch, or one the scope
+// applied within the window, looked up in the per-Sink cache of the
+// scope's rows (loaded, with the IDs version, in one MULTI when the cache
+// does not hold the scope). It returns the version the decisions were
+// made on; the apply script refuses them (and the sink reloads) if the
+// stored version moved.
+func (s *Sink) duplicates(ctx context.Context, sc epochs.Scope, offsets []int64, ids []string, first int, dup []bool) (int64, error) {
+	plan := sink.PlanDedupe(ids, first)
+	for _, i := range plan.InBatch {
+		dup[i] = true
+	}
+	found := func(i int, applied int64) { dup[i] = sink.IsDuplicate(offsets[i], applied, s.cfg.DedupeWindow) }
+	if v, ok := s.ids.Version(sc); ok && s.ids.Lookup(sc, v, ids, plan.Lookup, found) {
+		return v, nil
+	}
+	var ivCmd *goredis.StringCmd
+	var rowsCmd *goredis.StringSliceCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		ivCmd = p.HGet(ctx, s.fenceKey(sc), "iv")
+		rowsCmd = p.ZRange(ctx, s.idsKey(sc), 0, -1)
+		return nil
+	}); err != nil && !errors.Is(err, goredis.Nil) {
+		return 0, err
+	}
+	v, _ := strconv.ParseInt(ivCmd.Val(), 10, 64)
+	rows := make([]cmdids.Row, 0, len(rowsCmd.Val()))
+	for _, m := range rowsCmd.Val() {
+		r, err := parseIDRow(m)
+		if err != nil {
+			return 0, err
+		}
+		rows = append(rows, r)
+	}
+	s.ids.Load(sc, v, rows)
+	s.ids.Lookup(sc, v, ids, plan.Lookup, found)
+	return v, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // ErrConfig is matched by the errors [Open] returns for an invalid [Config].
@@ -182,6 +183,10 @@ type Sink struct {
 	// fence first: the script checks the guess inside the atomic unit.
 	mu   sync.Mutex
 	next map[epochs.Scope]cached
+
+	// ids caches, per scope, the applied command IDs and the IDs version
+	// of the fence they mirror (ApplyOnce).
+	ids cmdids.Cache
 }
 
 type cached struct {

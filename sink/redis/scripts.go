@@ -74,18 +74,23 @@ return {'ok', num(next), spans}
 `)
 
 // applyScript is Apply and ApplyOnce: the holder check, the check that the
-// caller's view (NextOffset, duplicates, values read) is current, the
-// validation of the buffered commands, the commands, the command IDs, and
-// NextOffset.
+// caller's view (NextOffset, the IDs version its duplicate decisions were
+// made on, the values read) is current, the validation of the buffered
+// commands, the commands, the batch's row of command IDs, and NextOffset.
 //
-// KEYS: fence, command IDs (zset: id → offset), data keys…
-// ARGV: epoch, member, expected next, new next ("" for a replay), window,
-// prune horizon ("" for none), in-batch duplicates, then
-// n lookups × (id, offset, assumed duplicate 0|1),
-// n reads × (key index, kind g|h, field, present 0|1, value),
-// n commands × (op, key index, a1, a2).
+// KEYS: fence, command ID rows (zset scored by each row's last offset).
+// ARGV: epoch, member, expected next, new next ("" for a replay),
+// expected IDs version ("" for Apply), prune horizon ("" for none),
+// duplicates, ID row ("" for none), its last offset, validate (1 when a
+// command other than SET and DEL is in the batch), n reads, n commands,
+// then the commands (a run of SETs as one MSET: 'mset', n, n key/value
+// pairs; any other as op, key, one argument, or two for hset and
+// hincrby), then the reads (kind g|h, key, field, present 0|1, value).
+// The data keys are arguments, not KEYS: the script runs on one server
+// (no Redis Cluster), and passing them once each keeps the script's
+// per-record cost near MULTI's.
 var applyScript = goredis.NewScript(luaPrelude + `
-local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n')
+local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 'iv')
 local hm = f[2] or ''
 if hm == '' or tonumber(f[1]) ~= tonumber(ARGV[1]) or hm ~= ARGV[2] then
   if hm == '' then return {'fenced', 0, 0, ''} end
@@ -93,25 +98,23 @@ if hm == '' or tonumber(f[1]) ~= tonumber(ARGV[1]) or hm ~= ARGV[2] then
 end
 local next = tonumber(f[3])
 if next ~= tonumber(ARGV[3]) then return {'redo', num(next), ''} end
-local window = tonumber(ARGV[5])
-local i = 8
-local nl = tonumber(ARGV[i]); i = i + 1
-local lookups = {}
-local flags, mismatch = {}, false
-for j = 1, nl do
-  local id, off, assumed = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
-  i = i + 3
-  local p = redis.call('ZSCORE', KEYS[2], id)
-  local dup = '0'
-  if p and tonumber(p) >= off - window then dup = '1' end
-  if dup ~= assumed then mismatch = true end
-  flags[j] = dup
-  lookups[j] = {id, off, dup}
+local iv = tonumber(f[4] or '0')
+if ARGV[5] ~= '' and iv ~= tonumber(ARGV[5]) then return {'redo', num(next), num(iv)} end
+local nr, nc = tonumber(ARGV[11]), tonumber(ARGV[12])
+-- The commands start at ARGV[13]: 'mset', n, n key/value pairs (a run of
+-- SETs), or op, key, one argument (two for hset and hincrby). The reads
+-- follow: kind g|h, key, field, present 0|1, value.
+local function stride(i)
+  local op = ARGV[i]
+  if op == 'mset' then return 2 + 2 * tonumber(ARGV[i + 1]) end
+  if op == 'hset' or op == 'hincrby' then return 4 end
+  return 3
 end
-if mismatch then return {'redo', num(next), table.concat(flags)} end
-local nr = tonumber(ARGV[i]); i = i + 1
+local ci = 13
+local i = ci
+if nr > 0 then for j = 1, nc do i = i + stride(i) end end
 for j = 1, nr do
-  local k, kind, field, present, want = KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local kind, k, field, present, want = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   i = i + 5
   local v
   if kind == 'g' then v = redis.pcall('GET', k) else v = redis.pcall('HGET', k, field) end
@@ -120,9 +123,8 @@ for j = 1, nr do
 end
 -- Validate every command before the first write: a script is atomic but
 -- not transactional, and a command failing half way (WRONGTYPE, not an
--- integer) would leave the earlier ones applied.
-local nc = tonumber(ARGV[i]); i = i + 1
-local cmds = {}
+-- integer) would leave the earlier ones applied. SET and DEL cannot
+-- fail: a batch of only those skips this.
 local types, strs, fields, cleared = {}, {}, {}, {}
 local function typ(k)
   if types[k] == nil then types[k] = redis.call('TYPE', k).ok end
@@ -130,16 +132,19 @@ local function typ(k)
 end
 local function isint(s) return s ~= nil and #s <= 16 and string.match(s, '^-?%d+$') ~= nil end
 local limit = 9007199254740992
-for j = 1, nc do
-  local op, k, a1, a2 = ARGV[i], KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2], ARGV[i + 3]
-  i = i + 4
-  cmds[j] = {op, k, a1, a2}
-  local t = typ(k)
-  if op == 'set' then
-    types[k], strs[k], fields[k], cleared[k] = 'string', a1, {}, true
+i = ci
+for j = 1, (ARGV[10] == '1' and nc or 0) do
+  local op, k, a1, a2 = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local st = stride(i)
+  if op == 'mset' then
+    for x = 1, tonumber(ARGV[i + 1]) do
+      local kk = ARGV[i + 2 * x]
+      types[kk], strs[kk], fields[kk], cleared[kk] = 'string', ARGV[i + 2 * x + 1], nil, true
+    end
   elseif op == 'del' then
-    types[k], strs[k], fields[k], cleared[k] = 'none', nil, {}, true
+    types[k], strs[k], fields[k], cleared[k] = 'none', nil, nil, true
   elseif op == 'incrby' then
+    local t = typ(k)
     if t ~= 'none' and t ~= 'string' then return {'invalid', j, 'INCRBY on a key holding a ' .. t} end
     local cur = '0'
     if t == 'string' then
@@ -151,6 +156,7 @@ for j = 1, nc do
     if v >= limit or v <= -limit then return {'invalid', j, 'INCRBY result outside +-2^53'} end
     types[k], strs[k] = 'string', num(v)
   elseif op == 'hset' or op == 'hdel' or op == 'hincrby' then
+    local t = typ(k)
     if t ~= 'none' and t ~= 'hash' then return {'invalid', j, string.upper(op) .. ' on a key holding a ' .. t} end
     if fields[k] == nil then fields[k] = {} end
     if op == 'hincrby' then
@@ -171,39 +177,41 @@ for j = 1, nc do
     end
     if op ~= 'hdel' then types[k] = 'hash' end
   elseif op == 'sadd' or op == 'srem' then
+    local t = typ(k)
     if t ~= 'none' and t ~= 'set' then return {'invalid', j, string.upper(op) .. ' on a key holding a ' .. t} end
     if op == 'sadd' then types[k] = 'set' end
   elseif op == 'rpush' then
+    local t = typ(k)
     if t ~= 'none' and t ~= 'list' then return {'invalid', j, 'RPUSH on a key holding a ' .. t} end
     types[k] = 'list'
   else
     return {'invalid', j, 'unknown command ' .. op}
   end
+  i = i + st
 end
 if ARGV[4] == '' then return {'ok', num(next)} end
+i = ci
 for j = 1, nc do
-  local c = cmds[j]
-  local op, k = c[1], c[2]
-  if op == 'set' then redis.call('SET', k, c[3])
+  local op, k, a1 = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local st = stride(i)
+  if op == 'mset' then redis.call('MSET', unpack(ARGV, i + 2, i + st - 1))
   elseif op == 'del' then redis.call('DEL', k)
-  elseif op == 'incrby' then redis.call('INCRBY', k, c[3])
-  elseif op == 'hset' then redis.call('HSET', k, c[3], c[4])
-  elseif op == 'hdel' then redis.call('HDEL', k, c[3])
-  elseif op == 'hincrby' then redis.call('HINCRBY', k, c[3], c[4])
-  elseif op == 'sadd' then redis.call('SADD', k, c[3])
-  elseif op == 'srem' then redis.call('SREM', k, c[3])
-  elseif op == 'rpush' then redis.call('RPUSH', k, c[3])
+  elseif op == 'incrby' then redis.call('INCRBY', k, a1)
+  elseif op == 'hset' then redis.call('HSET', k, a1, ARGV[i + 3])
+  elseif op == 'hdel' then redis.call('HDEL', k, a1)
+  elseif op == 'hincrby' then redis.call('HINCRBY', k, a1, ARGV[i + 3])
+  elseif op == 'sadd' then redis.call('SADD', k, a1)
+  elseif op == 'srem' then redis.call('SREM', k, a1)
+  elseif op == 'rpush' then redis.call('RPUSH', k, a1)
   end
+  i = i + st
 end
-local dups = tonumber(ARGV[7])
-for j = 1, nl do
-  local l = lookups[j]
-  if l[3] == '1' then dups = dups + 1 else redis.call('ZADD', KEYS[2], num(l[2]), l[1]) end
-end
+if ARGV[8] ~= '' then redis.call('ZADD', KEYS[2], ARGV[9], ARGV[8]) end
 if ARGV[6] ~= '' then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[6]) end
 redis.call('HSET', KEYS[1], 'n', ARGV[4])
-if dups > 0 then redis.call('HINCRBY', KEYS[1], 'd', dups) end
-return {'ok', ARGV[4], table.concat(flags)}
+if tonumber(ARGV[7]) > 0 then redis.call('HINCRBY', KEYS[1], 'd', ARGV[7]) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'iv', num(iv + 1)) end
+return {'ok', ARGV[4]}
 `)
 
 // resetScript is ResetFence: the compare-and-set on the fence the operator

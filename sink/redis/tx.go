@@ -26,8 +26,6 @@ import (
 // effect, during the effect: a write after the Apply attempt ended panics.
 type Tx struct {
 	s     *Sink
-	keys  []string // server keys, KEYS[3…] of the script
-	index map[string]int
 	cmds  []command
 	reads []readCheck
 	strs  map[string]*shadow            // string keys
@@ -38,14 +36,13 @@ type Tx struct {
 }
 
 type command struct {
-	op     string
-	key    int // script KEYS index
-	a1, a2 string
-	rec    int
+	op, key string // key: the server key
+	a1, a2  string
+	rec     int
 }
 
 type readCheck struct {
-	key            int
+	key            string // the server key
 	kind, field    string
 	present, value string
 }
@@ -59,7 +56,7 @@ type shadow struct {
 }
 
 func newTx(s *Sink) *Tx {
-	return &Tx{s: s, index: map[string]int{}, strs: map[string]*shadow{}, hash: map[string]map[string]*shadow{}, clear: map[string]bool{}}
+	return &Tx{s: s, strs: map[string]*shadow{}, hash: map[string]map[string]*shadow{}, clear: map[string]bool{}}
 }
 
 func (tx *Tx) check() {
@@ -68,21 +65,9 @@ func (tx *Tx) check() {
 	}
 }
 
-// keyIndex returns the script's KEYS index of handler key k.
-func (tx *Tx) keyIndex(k string) int {
-	full := tx.s.Key(k)
-	if i, ok := tx.index[full]; ok {
-		return i
-	}
-	tx.keys = append(tx.keys, full)
-	i := len(tx.keys) + 2 // KEYS[1] fence, KEYS[2] command IDs
-	tx.index[full] = i
-	return i
-}
-
 func (tx *Tx) add(op, k, a1, a2 string) {
 	tx.check()
-	tx.cmds = append(tx.cmds, command{op: op, key: tx.keyIndex(k), a1: a1, a2: a2, rec: tx.rec})
+	tx.cmds = append(tx.cmds, command{op: op, key: tx.s.Key(k), a1: a1, a2: a2, rec: tx.rec})
 }
 
 func (tx *Tx) str(k string) *shadow {
@@ -165,7 +150,7 @@ func (tx *Tx) Get(ctx context.Context, k string) (string, bool, error) {
 	if err != nil {
 		return "", false, tx.s.wrap(ctx, "get "+k, err)
 	}
-	tx.reads = append(tx.reads, readCheck{key: tx.keyIndex(k), kind: "g", present: boolArg(exists), value: v})
+	tx.reads = append(tx.reads, readCheck{key: tx.s.Key(k), kind: "g", present: boolArg(exists), value: v})
 	return sh.resolve(v, exists)
 }
 
@@ -186,7 +171,7 @@ func (tx *Tx) HGet(ctx context.Context, k, f string) (string, bool, error) {
 	if err != nil {
 		return "", false, tx.s.wrap(ctx, "hget "+k, err)
 	}
-	tx.reads = append(tx.reads, readCheck{key: tx.keyIndex(k), kind: "h", field: f, present: boolArg(exists), value: v})
+	tx.reads = append(tx.reads, readCheck{key: tx.s.Key(k), kind: "h", field: f, present: boolArg(exists), value: v})
 	return sh.resolve(v, exists)
 }
 

@@ -65,13 +65,13 @@ func W2Redis(ctx context.Context, env *Env) (Result, error) {
 	r.Records = got
 	if err == nil {
 		ids, cerr := redisIDCount(ctx, s)
-		r.Extra, err = fmt.Sprintf("id_entries=%d", ids), cerr
+		r.Extra, err = fmt.Sprintf("id_rows=%d", ids), cerr
 	}
 	return r, err
 }
 
-// redisIDCount counts the applied command IDs the sink holds (its ids
-// sorted sets).
+// redisIDCount counts the rows of applied command IDs the sink holds (one
+// per batch applied with IDs, in its ids sorted sets).
 func redisIDCount(ctx context.Context, s *redis.Sink) (int64, error) {
 	var total int64
 	var cursor uint64
