@@ -223,3 +223,31 @@ func TestWaitReplicasNotAcknowledged(t *testing.T) {
 		t.Fatalf("Claim with WaitReplicas 1 and no replica: %v, want ErrNotReplicated, a sink failure", err)
 	}
 }
+
+// Two Sink values on one prefix with one tenure and command IDs: the one
+// whose cached IDs are stale must find the ID the other applied (the
+// script checks the IDs version its decisions were made on).
+func TestStaleCachedIDs(t *testing.T) {
+	s1 := openSink(t, "", Config{})
+	s2 := openSink(t, s1.Prefix(), Config{})
+	ctx := t.Context()
+	tok := testToken(t, 1)
+	claimed(t, s1, tok)
+	incr := func(ctx context.Context, tx *Tx, i int) error { tx.IncrBy("n", 1); return nil }
+	if _, err := s1.ApplyOnce(ctx, tok, []int64{0}, []string{"a"}, incr); err != nil { // s1 caches the IDs
+		t.Fatal(err)
+	}
+	if _, err := s2.ApplyOnce(ctx, tok, []int64{1}, []string{"b"}, incr); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s1.ApplyOnce(ctx, tok, []int64{2}, []string{"b"}, incr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Duplicates) != 1 || res.Applied != 0 {
+		t.Fatalf("ApplyOnce of b again through s1 = %+v, want it a duplicate", res)
+	}
+	if v, _, _ := getKV(ctx, s1, "n"); v != "2" {
+		t.Fatalf("n = %q, want 2 (b applied once)", v)
+	}
+}
