@@ -122,13 +122,15 @@ A target is met if the median ratio reaches it; "met (median; worst pair
 router_vs_raw >= 0.90, fenced_vs_unfenced_pg >= 0.90 and
 fenced_vs_unfenced_sqlite >= 0.90 (fenced with deduplication on against
 unfenced), dedupe_on_vs_off_pg >= 0.90 and dedupe_on_vs_off_sqlite >= 0.90
-(W2/W2n at batch 256), produce_vs_raw >= 0.95, router_vs_sarama >= 2.0;
+(W2/W2n at batch 256), produce_vs_raw >= 0.95, router_vs_sarama >= 2.0,
+fenced_vs_unfenced_redis >= 0.90 (W2-redis/B3-redis, with --redis);
 dedupe_on_vs_off_pg_b1 and dedupe_on_vs_off_sqlite_b1 (batch 1) are
 reported without a target. The last line gives the median ratios:
 
   bench: router_vs_raw=<W1/B1> fenced_vs_unfenced_pg=<W2/B3> fenced_vs_unfenced_sqlite=<W2/B3>
     dedupe_on_vs_off_pg=<W2/W2n> dedupe_on_vs_off_sqlite=<W2/W2n> dedupe_on_vs_off_pg_b1=<W2/W2n>
     dedupe_on_vs_off_sqlite_b1=<W2/W2n> produce_vs_raw=<W4/B4> router_vs_sarama=<W1/B2>
+    fenced_vs_unfenced_redis=<W2/B3>
 
 (one line).
 

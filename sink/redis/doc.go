@@ -30,20 +30,29 @@
 //
 // # Why a Lua script and not WATCH/MULTI/EXEC
 //
-// Both are one atomic unit. WATCH on the fence key, a read of the holder
-// and NextOffset, then MULTI … EXEC, costs two round trips per batch and
-// still has no rollback; the script costs one, checks the reads and the
-// command IDs of [Sink.ApplyOnce] in the unit, and validates the commands
-// before writing. BenchmarkUnit* in bench_test.go measures the three ways
-// (batches of 100 records, INCRBY + RPUSH each, 2000 batches, five runs,
-// measured under load from other processes on a 2-core machine, so the
-// spread is wide): Lua script 31,551–114,241 records/s (median 54,823),
-// WATCH/MULTI/EXEC 75,580–103,149 (median 83,178), unfenced MULTI
-// 81,008–133,476 (median 103,397). On the loopback the second round trip
-// costs less than the validation pass the script adds (one TYPE per key
-// and one GET per incremented key); over a network, where a round trip is
-// 0.2–1 ms, the script's one round trip wins, and it is the only one of
-// the two that can refuse a batch before its first write.
+// Both are one atomic unit: WATCH on the fence key, HMGET of the holder
+// and NextOffset, then MULTI … EXEC (which fails if a claim touched the
+// fence in between) fences as well as the script does. The difference is
+// what happens when a command fails at run time: EXEC runs the other
+// commands of the transaction anyway, so a batch whose fifth INCRBY meets
+// a hash is half applied, with its NextOffset moved past it. The sink
+// chose the script because it can refuse such a batch before its first
+// write, which the Effect contract (a failed batch commits nothing)
+// requires; WATCH/MULTI/EXEC could only match it by reading every key's
+// type before MULTI (more commands, and the keys watched too).
+//
+// What it costs, measured (BenchmarkUnit* in bench_test.go: batches of 100
+// records, INCRBY on one of 16 accounts and RPUSH of a posting each, so
+// the script validates 32 keys; 2000 batches, five runs on one
+// connection, under load from other processes on a 2-core machine,
+// load average 10): Lua script 171,253–211,798 records/s (median
+// 195,760), WATCH/MULTI/EXEC without validation 358,954–466,096 (median
+// 434,782), unfenced MULTI 212,413–484,842 (median 430,787). On the
+// loopback the second round trip of WATCH costs less than the script's
+// validation and its Lua overhead. Batches of SET and DEL only skip the
+// validation (they cannot fail); for the bench's W2-redis (one SET per
+// command, with command IDs) against B3-redis (the same SETs in one MULTI
+// per batch) see docs/performance.md.
 //
 // NextOffset is guessed, not read: the sink caches the NextOffset each
 // tenure's last claim or apply left, runs the effects for the records at
@@ -61,14 +70,18 @@
 // [Sink.Fences]), <prefix>:hist:<scope> (the history: a list of JSON
 // entries, capped at [Config.HistoryCap] entries per scope, the oldest
 // trimmed first; entries are numbered by <prefix>:hist-seq and stamped
-// with the server's clock), <prefix>:ids:<scope> (a sorted set of the
-// applied command IDs, scored by offset: [Sink.ApplyOnce] looks IDs up
-// with ZSCORE and prunes below the horizon with ZREMRANGEBYSCORE),
+// with the server's clock), <prefix>:ids:<scope> (the command IDs
+// [Sink.ApplyOnce] applied: one member per batch, its IDs front-coded as
+// the SQL sinks store them, scored by the batch's last offset, pruned
+// below the horizon with ZREMRANGEBYSCORE; the sink caches them per scope
+// and the script checks the cache against the fence's IDs version, so a
+// lookup is a map probe and a batch writes one member),
 // <prefix>:dl:<id>, <prefix>:dls, <prefix>:dla:<id> (dead letters, their
 // index and their audit) and <prefix>:k:<key> (the handlers' keys,
 // [Sink.Key]). <scope> is the group and topic query-escaped and the
 // partition. [Sink.Drop] deletes them all. One server (or one primary):
-// Redis Cluster is not supported, the scripts touch keys of many slots.
+// Redis Cluster is not supported: the scripts touch keys of many slots,
+// and the apply script takes the handlers' keys as arguments.
 //
 // # What Redis can lose, and the configuration that makes the fence trustworthy
 //

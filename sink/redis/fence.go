@@ -101,14 +101,17 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 }
 
 // ApplyOnce applies a batch with command IDs, following
-// [sink.Deduplicator], in the one script of [Sink.Apply]: the script looks
-// the IDs up in the scope's sorted set of applied IDs (score: the offset)
-// and, if a record the effects ran is a duplicate after all (or one they
-// skipped is not), makes the sink run the effects again with the script's
-// answer before anything is written; it adds the applied IDs and, when
-// [sink.PruneDue], removes those below the horizon (ZREMRANGEBYSCORE: no
-// scan). It may be called from any goroutine; effect is called on the
-// calling goroutine.
+// [sink.Deduplicator], in the one script of [Sink.Apply]. The duplicates
+// are decided first, from the Sink's cache of the scope's applied IDs
+// (loaded, with the fence's IDs version, in one MULTI when it does not
+// hold the scope), and the effects run for the others; the script then
+// refuses the decisions, and the sink reloads the IDs and runs the
+// effects again, if the fence's IDs version moved since the cache was
+// loaded (another Sink applied in the scope). In the same script it adds
+// the batch's applied IDs as one row, removes the rows below the horizon
+// when [sink.PruneDue] (ZREMRANGEBYSCORE on the rows' last offsets: no
+// scan) and moves the IDs version. It may be called from any goroutine;
+// effect is called on the calling goroutine.
 func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
 	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
 		return sink.ApplyOnceResult{}, err

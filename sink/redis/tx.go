@@ -33,11 +33,15 @@ type Tx struct {
 	clear map[string]bool               // keys deleted or overwritten: no committed field left
 	rec   int                           // index of the record whose effect runs
 	done  bool
+	// shadowed: strs, hash and clear are kept (from the first read on).
+	shadowed bool
 }
 
 type command struct {
-	op, key string // key: the server key
+	op      string
+	hk, key string // the handler's key and the server key
 	a1, a2  string
+	n       int64 // the increment of incrby and hincrby
 	rec     int
 }
 
@@ -56,7 +60,7 @@ type shadow struct {
 }
 
 func newTx(s *Sink) *Tx {
-	return &Tx{s: s, strs: map[string]*shadow{}, hash: map[string]map[string]*shadow{}, clear: map[string]bool{}}
+	return &Tx{s: s}
 }
 
 func (tx *Tx) check() {
@@ -65,9 +69,13 @@ func (tx *Tx) check() {
 	}
 }
 
-func (tx *Tx) add(op, k, a1, a2 string) {
+func (tx *Tx) add(op, k, a1, a2 string, n int64) {
 	tx.check()
-	tx.cmds = append(tx.cmds, command{op: op, key: tx.s.Key(k), a1: a1, a2: a2, rec: tx.rec})
+	c := command{op: op, hk: k, key: tx.s.Key(k), a1: a1, a2: a2, n: n, rec: tx.rec}
+	tx.cmds = append(tx.cmds, c)
+	if tx.shadowed {
+		tx.shadowApply(c)
+	}
 }
 
 func (tx *Tx) str(k string) *shadow {
@@ -138,6 +146,7 @@ func (sh *shadow) resolve(v string, exists bool) (string, bool, error) {
 // Call it only from the effect's goroutine during the effect.
 func (tx *Tx) Get(ctx context.Context, k string) (string, bool, error) {
 	tx.check()
+	tx.ensureShadow()
 	sh := tx.str(k)
 	if sh.known {
 		return sh.val, sh.exists, nil
@@ -159,6 +168,7 @@ func (tx *Tx) Get(ctx context.Context, k string) (string, bool, error) {
 // effect.
 func (tx *Tx) HGet(ctx context.Context, k, f string) (string, bool, error) {
 	tx.check()
+	tx.ensureShadow()
 	sh := tx.field(k, f)
 	if sh.known {
 		return sh.val, sh.exists, nil
@@ -176,53 +186,67 @@ func (tx *Tx) HGet(ctx context.Context, k, f string) (string, bool, error) {
 }
 
 // Set buffers SET k v.
-func (tx *Tx) Set(k, v string) {
-	tx.add("set", k, v, "")
-	tx.str(k).set(v)
-	tx.clear[k], tx.hash[k] = true, nil
-}
+func (tx *Tx) Set(k, v string) { tx.add("set", k, v, "", 0) }
 
 // Del buffers DEL k.
-func (tx *Tx) Del(k string) {
-	tx.add("del", k, "", "")
-	*tx.str(k) = shadow{known: true}
-	tx.clear[k], tx.hash[k] = true, nil
-}
+func (tx *Tx) Del(k string) { tx.add("del", k, "", "", 0) }
 
 // IncrBy buffers INCRBY k n. The script refuses the whole batch (an
 // *sink.EffectError matching [ErrCommand]) if k holds something other
 // than an integer, or if the result leaves ±2^53.
-func (tx *Tx) IncrBy(k string, n int64) {
-	tx.add("incrby", k, strconv.FormatInt(n, 10), "")
-	tx.str(k).incr(n)
-}
+func (tx *Tx) IncrBy(k string, n int64) { tx.add("incrby", k, strconv.FormatInt(n, 10), "", n) }
 
 // HSet buffers HSET k f v.
-func (tx *Tx) HSet(k, f, v string) {
-	tx.add("hset", k, f, v)
-	tx.field(k, f).set(v)
-}
+func (tx *Tx) HSet(k, f, v string) { tx.add("hset", k, f, v, 0) }
 
 // HDel buffers HDEL k f.
-func (tx *Tx) HDel(k, f string) {
-	tx.add("hdel", k, f, "")
-	*tx.field(k, f) = shadow{known: true}
-}
+func (tx *Tx) HDel(k, f string) { tx.add("hdel", k, f, "", 0) }
 
 // HIncrBy buffers HINCRBY k f n, checked as [Tx.IncrBy] is.
-func (tx *Tx) HIncrBy(k, f string, n int64) {
-	tx.add("hincrby", k, f, strconv.FormatInt(n, 10))
-	tx.field(k, f).incr(n)
-}
+func (tx *Tx) HIncrBy(k, f string, n int64) { tx.add("hincrby", k, f, strconv.FormatInt(n, 10), n) }
 
 // SAdd buffers SADD k m.
-func (tx *Tx) SAdd(k, m string) { tx.add("sadd", k, m, "") }
+func (tx *Tx) SAdd(k, m string) { tx.add("sadd", k, m, "", 0) }
 
 // SRem buffers SREM k m.
-func (tx *Tx) SRem(k, m string) { tx.add("srem", k, m, "") }
+func (tx *Tx) SRem(k, m string) { tx.add("srem", k, m, "", 0) }
 
 // RPush buffers RPUSH k v.
-func (tx *Tx) RPush(k, v string) { tx.add("rpush", k, v, "") }
+func (tx *Tx) RPush(k, v string) { tx.add("rpush", k, v, "", 0) }
+
+// ensureShadow builds what the Tx knows of its own writes, at its first
+// read: a batch that never reads keeps no shadow at all.
+func (tx *Tx) ensureShadow() {
+	if tx.shadowed {
+		return
+	}
+	tx.shadowed = true
+	tx.strs, tx.hash, tx.clear = map[string]*shadow{}, map[string]map[string]*shadow{}, map[string]bool{}
+	for _, c := range tx.cmds {
+		tx.shadowApply(c)
+	}
+}
+
+// shadowApply records the effect of buffered command c on the shadow.
+func (tx *Tx) shadowApply(c command) {
+	k := c.hk
+	switch c.op {
+	case "set":
+		tx.str(k).set(c.a1)
+		tx.clear[k], tx.hash[k] = true, nil
+	case "del":
+		*tx.str(k) = shadow{known: true}
+		tx.clear[k], tx.hash[k] = true, nil
+	case "incrby":
+		tx.str(k).incr(c.n)
+	case "hset":
+		tx.field(k, c.a1).set(c.a2)
+	case "hdel":
+		*tx.field(k, c.a1) = shadow{known: true}
+	case "hincrby":
+		tx.field(k, c.a1).incr(c.n)
+	}
+}
 
 func boolArg(b bool) string {
 	if b {

@@ -97,13 +97,13 @@ var ratioDefs = []Ratio{
 	{Name: "router_vs_raw", Num: "W1", Den: "B1", Target: 0.90},
 	{Name: "fenced_vs_unfenced_pg", Num: "W2-pg", Den: "B3-pg", Target: 0.90},
 	{Name: "fenced_vs_unfenced_sqlite", Num: "W2-sqlite", Den: "B3-sqlite", Target: 0.90},
-	{Name: "fenced_vs_unfenced_redis", Num: "W2-redis", Den: "B3-redis", Target: 0.90},
 	{Name: "dedupe_on_vs_off_pg", Num: "W2-pg", Den: "W2n-pg", Target: 0.90},
 	{Name: "dedupe_on_vs_off_sqlite", Num: "W2-sqlite", Den: "W2n-sqlite", Target: 0.90},
 	{Name: "dedupe_on_vs_off_pg_b1", Num: "W2-pg-b1", Den: "W2n-pg-b1"},
 	{Name: "dedupe_on_vs_off_sqlite_b1", Num: "W2-sqlite-b1", Den: "W2n-sqlite-b1"},
 	{Name: "produce_vs_raw", Num: "W4", Den: "B4", Target: 0.95},
 	{Name: "router_vs_sarama", Num: "W1", Den: "B2", Target: 2.0},
+	{Name: "fenced_vs_unfenced_redis", Num: "W2-redis", Den: "B3-redis", Target: 0.90},
 }
 
 // normID folds a result ID for matching: lower case, letters and digits
@@ -153,7 +153,7 @@ func Ratios(rows []Row) []Ratio {
 
 // FinalLine is the report's last line, each ratio the median one:
 //
-//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> produce_vs_raw=<r> router_vs_sarama=<r>
+//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> produce_vs_raw=<r> router_vs_sarama=<r> fenced_vs_unfenced_redis=<r>
 func FinalLine(ratios []Ratio) string {
 	var b strings.Builder
 	b.WriteString("bench:")
