@@ -30,11 +30,18 @@ type deadRecord struct {
 // DeadLetter stores rec as a dead letter of tok's scope and advances
 // NextOffset past it, following [sink.DeadLetterer], in one Lua script
 // with the holder check: a hash <Prefix>:dl:<id> and its ID in the sorted
-// set <Prefix>:dls. It may be called from any goroutine.
+// set <Prefix>:dls. A record in a done span of a gapped checkpoint is a
+// replay, and the spans the new NextOffset passes are dropped
+// ([sink.Checkpoint.Raise]). It may be called from any goroutine.
 func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
 	if err := sink.CheckDeadLetter(tok, rec); err != nil {
 		return sink.DeadLetterResult{}, err
 	}
+	return s.deadLetter(ctx, tok, -1, rec)
+}
+
+// deadLetter is DeadLetter (from < 0) and DeadLetterGapped.
+func (s *Sink) deadLetter(ctx context.Context, tok epochs.Token, from int64, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
 	op := fmt.Sprintf("dead letter %s@%d", tok, rec.Offset)
 	if err := ctx.Err(); err != nil {
 		return sink.DeadLetterResult{}, fmt.Errorf("redis: %s: %w", op, err)
@@ -45,24 +52,50 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 		return sink.DeadLetterResult{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	sc := tok.Scope()
-	r, err := s.runScript(ctx, op, deadLetterScript, []string{s.fenceKey(sc), s.dlSeqKey(), s.dlIndexKey()},
-		tok.Epoch, tok.Member, rec.Offset, s.dlRowPrefix(), body, rec.TopicID, rec.Reason, sc.Group, sc.Topic, sc.Partition)
-	if err != nil {
-		return sink.DeadLetterResult{}, err
+	cp, ok := s.cachedCheckpoint(tok)
+	if !ok {
+		if cp, err = s.readCheckpoint(ctx, op, tok, sink.OpDeadLetter); err != nil {
+			return sink.DeadLetterResult{}, err
+		}
 	}
-	switch str(r[0]) {
-	case "fenced":
-		s.forget(tok)
-		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: holder(sc, i64(r[1]) == 1, r[2], r[3]), Offered: tok}
-	case "replay":
-		return sink.DeadLetterResult{NextOffset: i64(r[1])}, nil
-	case "ok":
-	default:
-		return sink.DeadLetterResult{}, fmt.Errorf("redis: %s: unexpected script reply %v", op, r)
+	for range maxAttempts {
+		after := cp.Clone()
+		store := !cp.Contains(rec.Offset)
+		if store {
+			if from >= 0 {
+				after.Add(from, rec.Offset+1)
+			} else {
+				after.Raise(rec.Offset + 1)
+			}
+		}
+		r, err := s.runScript(ctx, op, deadLetterScript, []string{s.fenceKey(sc), s.dlSeqKey(), s.dlIndexKey()},
+			tok.Epoch, tok.Member, rec.Offset, s.dlRowPrefix(), body, rec.TopicID, rec.Reason, sc.Group, sc.Topic, sc.Partition,
+			cp.NextOffset, formatSpans(cp.Done), after.NextOffset, formatSpans(after.Done), boolArg(store))
+		if err != nil {
+			s.forget(tok)
+			return sink.DeadLetterResult{}, err
+		}
+		switch str(r[0]) {
+		case "fenced":
+			s.forget(tok)
+			return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: holder(sc, i64(r[1]) == 1, r[2], r[3]), Offered: tok}
+		case "redo":
+			cp = sink.Checkpoint{NextOffset: i64(r[1])}
+			if cp.Done, err = parseSpans(str(r[2])); err != nil {
+				return sink.DeadLetterResult{}, fmt.Errorf("redis: %s: %w", op, err)
+			}
+			continue
+		case "replay":
+			s.cacheCheckpoint(tok, cp, false)
+			return sink.DeadLetterResult{NextOffset: cp.NextOffset}, nil
+		case "ok":
+		default:
+			return sink.DeadLetterResult{}, fmt.Errorf("redis: %s: unexpected script reply %v", op, r)
+		}
+		s.cacheCheckpoint(tok, after, false)
+		return sink.DeadLetterResult{ID: i64(r[1]), Stored: true, NextOffset: after.NextOffset}, nil
 	}
-	res := sink.DeadLetterResult{ID: i64(r[1]), Stored: true, NextOffset: i64(r[2])}
-	s.cacheNext(tok, res.NextOffset, false)
-	return res, nil
+	return sink.DeadLetterResult{}, fmt.Errorf("redis: %s: %w: the checkpoint kept changing (%d attempts)", op, ErrUnavailable, maxAttempts)
 }
 
 // DeadLetters returns the dead letters that match f, by ID, following

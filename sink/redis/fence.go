@@ -67,7 +67,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	if cp.Done, err = parseSpans(str(r[2])); err != nil {
 		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
-	s.cacheNext(tok, cp.NextOffset, true)
+	s.cacheCheckpoint(tok, cp, true)
 	return cp, nil
 }
 
@@ -96,7 +96,7 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
 		return sink.ApplyResult{}, err
 	}
-	res, err := s.apply(ctx, tok, offsets, nil, effect)
+	res, err := s.apply(ctx, tok, offsets, nil, nil, effect)
 	return res.ApplyResult, err
 }
 
@@ -119,38 +119,44 @@ func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64,
 	if err := sink.CheckIDs(offsets, ids); err != nil {
 		return sink.ApplyOnceResult{}, err
 	}
-	return s.apply(ctx, tok, offsets, ids, effect)
+	return s.apply(ctx, tok, offsets, nil, ids, effect)
 }
 
 // DedupeWindow returns [Config.DedupeWindow] (its default filled in),
 // implementing [sink.Deduplicator]. It may be called from any goroutine.
 func (s *Sink) DedupeWindow() int64 { return s.cfg.DedupeWindow }
 
-// apply is Apply, and ApplyOnce when ids is not nil.
-func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+// apply is Apply, ApplyOnce when ids is not nil, and ApplyGapped when
+// from is not nil. It works on the tenure's view of the checkpoint (the
+// watermark and the done spans, cached from its last claim or apply):
+// records the checkpoint contains are skipped, and the script refuses the
+// batch (the sink then runs it again on the stored checkpoint) when the
+// stored one is not the view.
+func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
 	op := "apply " + tok.String()
 	sc := tok.Scope()
-	next := s.cachedNext(tok)
-	if next < 0 {
+	cp, ok := s.cachedCheckpoint(tok)
+	if !ok {
 		// No claim or apply of this tenure through this Sink: read the
 		// fence first, so that a token that is not the holder runs no
 		// effect (a refusal may be decided at any moment; an acceptance
 		// only by the script).
-		f, err := s.rdb.HMGet(ctx, s.fenceKey(sc), "e", "m", "n").Result()
-		if err != nil {
-			return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+		var err error
+		if cp, err = s.readCheckpoint(ctx, op, tok, sink.OpApply); err != nil {
+			return sink.ApplyOnceResult{}, err
 		}
-		stored := holder(sc, true, f[0], f[1])
-		if !tok.Holds(stored) {
-			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
-		}
-		next = i64(f[2])
 	}
 	for range maxAttempts {
 		if err := ctx.Err(); err != nil {
 			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
 		}
-		first, _ := slices.BinarySearch(offsets, next)
+		before := cp.Clone()
+		after := cp.Clone()
+		first, _ := slices.BinarySearch(offsets, before.NextOffset)
+		skip := make([]bool, len(offsets)) // done already: skipped, never run
+		for i := range offsets {
+			skip[i] = i < first || before.Contains(offsets[i])
+		}
 		dup := make([]bool, len(offsets))
 		var version int64
 		if ids != nil {
@@ -160,8 +166,19 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 			}
 		}
 		tx := newTx(s)
-		for i := first; i < len(offsets); i++ {
+		var res sink.ApplyOnceResult
+		changed := false
+		for i := range offsets {
+			if skip[i] {
+				res.Skipped++
+				continue
+			}
+			changed = true
+			if from != nil {
+				after.Add(from[i], offsets[i]+1)
+			}
 			if dup[i] {
+				res.Duplicates = append(res.Duplicates, i)
 				continue
 			}
 			if err := ctx.Err(); err != nil {
@@ -173,29 +190,31 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 				tx.done = true
 				return sink.ApplyOnceResult{}, &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
 			}
+			res.Applied++
 		}
 		tx.done = true
 		if err := ctx.Err(); err != nil {
 			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
 		}
-		newNext, horizon, expectIV, rowMember, rowLast := "", "", "", "", ""
+		if from == nil && first < len(offsets) {
+			after.Raise(offsets[len(offsets)-1] + 1)
+			changed = true
+		}
+		newNext, newSpans, horizon, expectIV, rowMember, rowLast := "", "", "", "", "", ""
 		var row cmdids.Row
 		prune := false
-		ndup := 0
-		for i := first; i < len(offsets); i++ {
-			if dup[i] {
-				ndup++
-			}
-		}
-		if first < len(offsets) {
-			nn := offsets[len(offsets)-1] + 1
-			newNext = strconv.FormatInt(nn, 10)
+		if changed {
+			newNext, newSpans = strconv.FormatInt(after.NextOffset, 10), formatSpans(after.Done)
 			if ids != nil {
 				expectIV = strconv.FormatInt(version, 10)
-				if prune = sink.PruneDue(next, nn, s.cfg.DedupeWindow); prune {
-					horizon = strconv.FormatInt(sink.Horizon(nn, s.cfg.DedupeWindow), 10)
+				if prune = sink.PruneDue(before.NextOffset, after.NextOffset, s.cfg.DedupeWindow); prune {
+					horizon = strconv.FormatInt(sink.Horizon(after.NextOffset, s.cfg.DedupeWindow), 10)
 				}
-				row = appliedRow(offsets, ids, first, dup)
+				notRun := make([]bool, len(offsets))
+				for i := range notRun {
+					notRun[i] = skip[i] || dup[i]
+				}
+				row = appliedRow(offsets, ids, 0, notRun)
 				if len(row.IDs) > 0 {
 					rowMember = idRowMember(version, row)
 					rowLast = strconv.FormatInt(row.Last, 10)
@@ -210,9 +229,10 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 			}
 		}
 		keys := []string{s.fenceKey(sc), s.idsKey(sc)}
-		args := make([]any, 0, 14+5*len(tx.reads)+3*len(tx.cmds))
-		args = append(args, tok.Epoch, tok.Member, next, newNext, expectIV, horizon, ndup, rowMember, rowLast, validate, len(tx.reads), 0)
-		ncIndex := len(args) - 1
+		args := make([]any, 0, 16+5*len(tx.reads)+3*len(tx.cmds))
+		args = append(args, tok.Epoch, tok.Member, before.NextOffset, newNext, expectIV, horizon, len(res.Duplicates), rowMember, rowLast,
+			validate, len(tx.reads), 0, formatSpans(before.Done), newSpans)
+		ncIndex := 11
 		nc := 0
 		var groupFirst []int // by script command: its first index in tx.cmds
 		for j := 0; j < len(tx.cmds); {
@@ -247,6 +267,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 			if ids != nil {
 				s.ids.Drop(sc) // the script may have run
 			}
+			s.forget(tok)
 			return sink.ApplyOnceResult{}, err
 		}
 		switch str(r[0]) {
@@ -254,9 +275,12 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 			s.forget(tok)
 			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: holder(sc, i64(r[1]) == 1, r[2], r[3]), Offered: tok}
 		case "redo":
-			next = i64(r[1])
 			if str(r[2]) != "" {
 				s.ids.Drop(sc) // another writer moved the IDs: reload
+			}
+			cp = sink.Checkpoint{NextOffset: i64(r[1])}
+			if cp.Done, err = parseSpans(str(r[3])); err != nil {
+				return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
 			}
 			continue
 		case "reads":
@@ -269,26 +293,53 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		default:
 			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: unexpected script reply %v", op, r)
 		}
-		if ids != nil && newNext != "" {
-			s.ids.Committed(sc, version, row, prune, sink.Horizon(offsets[len(offsets)-1]+1, s.cfg.DedupeWindow))
+		if ids != nil && changed {
+			s.ids.Committed(sc, version, row, prune, sink.Horizon(after.NextOffset, s.cfg.DedupeWindow))
 		}
-		var res sink.ApplyOnceResult
-		res.Skipped = first
-		res.NextOffset = next
-		if newNext != "" {
-			res.NextOffset = i64(r[1])
+		if !changed {
+			after = before
 		}
-		for i := first; i < len(offsets); i++ {
-			if dup[i] {
-				res.Duplicates = append(res.Duplicates, i)
-			} else {
-				res.Applied++
-			}
-		}
-		s.cacheNext(tok, res.NextOffset, false)
+		res.NextOffset = after.NextOffset
+		s.cacheCheckpoint(tok, after, false)
 		return res, nil
 	}
-	return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w: the keys the handlers read kept changing (%d attempts)", op, ErrUnavailable, maxAttempts)
+	return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w: the checkpoint or the keys the handlers read kept changing (%d attempts)", op, ErrUnavailable, maxAttempts)
+}
+
+// readCheckpoint reads tok's scope's fence: a *sink.FencedError (of
+// fop) unless tok is the holder, else the checkpoint.
+func (s *Sink) readCheckpoint(ctx context.Context, op string, tok epochs.Token, fop sink.Op) (sink.Checkpoint, error) {
+	sc := tok.Scope()
+	f, err := s.rdb.HMGet(ctx, s.fenceKey(sc), "e", "m", "n", "sp").Result()
+	if err != nil {
+		return sink.Checkpoint{}, s.wrap(ctx, op, err)
+	}
+	stored := holder(sc, true, f[0], f[1])
+	if !tok.Holds(stored) {
+		return sink.Checkpoint{}, &sink.FencedError{Op: fop, Stored: stored, Offered: tok}
+	}
+	cp := sink.Checkpoint{NextOffset: i64(f[2])}
+	if cp.Done, err = parseSpans(str(f[3])); err != nil {
+		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, err)
+	}
+	return cp, nil
+}
+
+// formatSpans is the stored form of done spans: "from-to,…".
+func formatSpans(done []sink.Span) string {
+	if len(done) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for i, sp := range done {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(sp.From, 10))
+		b.WriteByte('-')
+		b.WriteString(strconv.FormatInt(sp.To, 10))
+	}
+	return b.String()
 }
 
 // forget drops the cached NextOffset of tok's scope if it is tok's.

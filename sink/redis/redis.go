@@ -190,8 +190,8 @@ type Sink struct {
 }
 
 type cached struct {
-	tok  epochs.Token
-	next int64
+	tok epochs.Token
+	cp  sink.Checkpoint
 }
 
 // Open connects to the server, reads its persistence settings (logging a
@@ -394,10 +394,10 @@ func (s *Sink) Drop(ctx context.Context) error {
 	}
 }
 
-// cacheNext remembers next as the NextOffset tok's tenure left: after
+// cacheCheckpoint remembers cp as the checkpoint tok's tenure left: after
 // a claim (claimed) unless a newer tenure's claim is cached already, after
 // an apply only over tok's own entry (a racing newer claim wins).
-func (s *Sink) cacheNext(tok epochs.Token, next int64, claimed bool) {
+func (s *Sink) cacheCheckpoint(tok epochs.Token, cp sink.Checkpoint, claimed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.next[tok.Scope()]
@@ -407,7 +407,7 @@ func (s *Sink) cacheNext(tok epochs.Token, next int64, claimed bool) {
 	if !ok && !claimed {
 		return
 	}
-	s.next[tok.Scope()] = cached{tok: tok, next: next}
+	s.next[tok.Scope()] = cached{tok: tok, cp: cp.Clone()}
 }
 
 // forgetScope drops the cached NextOffset of scope (a reset cleared its
@@ -418,14 +418,14 @@ func (s *Sink) forgetScope(sc epochs.Scope) {
 	s.mu.Unlock()
 }
 
-// cachedNext returns the NextOffset cached for tok, or -1.
-func (s *Sink) cachedNext(tok epochs.Token) int64 {
+// cachedCheckpoint returns the checkpoint cached for tok, if any.
+func (s *Sink) cachedCheckpoint(tok epochs.Token) (sink.Checkpoint, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c, ok := s.next[tok.Scope()]; ok && c.tok == tok {
-		return c.next
+		return c.cp.Clone(), true
 	}
-	return -1
+	return sink.Checkpoint{}, false
 }
 
 // reply helpers: the scripts return arrays of strings and integers.

@@ -67,5 +67,6 @@ func TestConformance(t *testing.T) {
 		Get: func(ctx context.Context, s sink.Sink[*Tx], key string) (string, bool, error) {
 			return getKV(ctx, s.(*Sink), key)
 		},
+		RequireGaps: true,
 	})
 }

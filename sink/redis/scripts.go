@@ -60,7 +60,7 @@ if ot ~= '' then
       last = tonumber(to)
     end
     if topic ~= '' and topic ~= ot then return {'log', 'recreated', topic, num(next)} end
-    if last > tonumber(ARGV[6]) then return {'log', 'truncated', topic, num(next)} end
+    if last > tonumber(ARGV[6]) then return {'log', 'truncated', topic, num(last)} end
     if tonumber(ARGV[5]) > next then return {'log', 'retention', topic, num(next)} end
     topic = ot
   end
@@ -73,8 +73,8 @@ history(KEYS[3], KEYS[4], tonumber(ARGV[11]), 'claim', e, m, next, '', topic, ''
 return {'ok', num(next), spans}
 `)
 
-// applyScript is Apply and ApplyOnce: the holder check, the check that the
-// caller's view (NextOffset, the IDs version its duplicate decisions were
+// applyScript is Apply, ApplyOnce and ApplyGapped: the holder check, the
+// check that the caller's view (NextOffset and the done spans, the IDs version its duplicate decisions were
 // made on, the values read) is current, the validation of the buffered
 // commands, the commands, the batch's row of command IDs, and NextOffset.
 //
@@ -83,25 +83,26 @@ return {'ok', num(next), spans}
 // expected IDs version ("" for Apply), prune horizon ("" for none),
 // duplicates, ID row ("" for none), its last offset, validate (1 when a
 // command other than SET and DEL is in the batch), n reads, n commands,
-// then the commands (a run of SETs as one MSET: 'mset', n, n key/value
+// the expected done spans, the new done spans ("from-to,…"), then the
+// commands (a run of SETs as one MSET: 'mset', n, n key/value
 // pairs; any other as op, key, one argument, or two for hset and
 // hincrby), then the reads (kind g|h, key, field, present 0|1, value).
 // The data keys are arguments, not KEYS: the script runs on one server
 // (no Redis Cluster), and passing them once each keeps the script's
 // per-record cost near MULTI's.
 var applyScript = goredis.NewScript(luaPrelude + `
-local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 'iv')
+local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 'iv', 'sp')
 local hm = f[2] or ''
 if hm == '' or tonumber(f[1]) ~= tonumber(ARGV[1]) or hm ~= ARGV[2] then
   if hm == '' then return {'fenced', 0, 0, ''} end
   return {'fenced', 1, tonumber(f[1]), hm}
 end
-local next = tonumber(f[3])
-if next ~= tonumber(ARGV[3]) then return {'redo', num(next), ''} end
+local next, sp = tonumber(f[3]), f[5] or ''
+if next ~= tonumber(ARGV[3]) or sp ~= ARGV[13] then return {'redo', num(next), '', sp} end
 local iv = tonumber(f[4] or '0')
-if ARGV[5] ~= '' and iv ~= tonumber(ARGV[5]) then return {'redo', num(next), num(iv)} end
+if ARGV[5] ~= '' and iv ~= tonumber(ARGV[5]) then return {'redo', num(next), num(iv), sp} end
 local nr, nc = tonumber(ARGV[11]), tonumber(ARGV[12])
--- The commands start at ARGV[13]: 'mset', n, n key/value pairs (a run of
+-- The commands start at ARGV[15]: 'mset', n, n key/value pairs (a run of
 -- SETs), or op, key, one argument (two for hset and hincrby). The reads
 -- follow: kind g|h, key, field, present 0|1, value.
 local function stride(i)
@@ -110,7 +111,7 @@ local function stride(i)
   if op == 'hset' or op == 'hincrby' then return 4 end
   return 3
 end
-local ci = 13
+local ci = 15
 local i = ci
 if nr > 0 then for j = 1, nc do i = i + stride(i) end end
 for j = 1, nr do
@@ -208,7 +209,7 @@ for j = 1, nc do
 end
 if ARGV[8] ~= '' then redis.call('ZADD', KEYS[2], ARGV[9], ARGV[8]) end
 if ARGV[6] ~= '' then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[6]) end
-redis.call('HSET', KEYS[1], 'n', ARGV[4])
+redis.call('HSET', KEYS[1], 'n', ARGV[4], 'sp', ARGV[14])
 if tonumber(ARGV[7]) > 0 then redis.call('HINCRBY', KEYS[1], 'd', ARGV[7]) end
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'iv', num(iv + 1)) end
 return {'ok', ARGV[4]}
@@ -240,29 +241,33 @@ table.insert(before, 1, 'ok')
 return before
 `)
 
-// deadLetterScript is DeadLetter: the holder check, the replay check, the
-// dead letter's row and index entry, and NextOffset.
+// deadLetterScript is DeadLetter and DeadLetterGapped: the holder check,
+// the check that the caller's view of the checkpoint is the stored one,
+// then, unless the caller found the record done (a replay), the dead
+// letter's row and index entry and the new checkpoint.
 //
 // KEYS: fence, dead letter seq, dead letter index (zset of IDs).
 // ARGV: epoch, member, offset, key prefix of dead letter rows, record
-// (JSON), topic ID, reason, group, topic, partition.
+// (JSON), topic ID, reason, group, topic, partition, expected next,
+// expected spans, new next, new spans, store (1, or 0 for a replay).
 var deadLetterScript = goredis.NewScript(luaPrelude + `
-local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 't')
+local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 't', 'sp')
 local hm = f[2] or ''
 if hm == '' or tonumber(f[1]) ~= tonumber(ARGV[1]) or hm ~= ARGV[2] then
   if hm == '' then return {'fenced', 0, 0, ''} end
   return {'fenced', 1, tonumber(f[1]), hm}
 end
-local next, off = tonumber(f[3]), tonumber(ARGV[3])
-if off < next then return {'replay', num(next)} end
+local next, sp = tonumber(f[3]), f[5] or ''
+if next ~= tonumber(ARGV[11]) or sp ~= ARGV[12] then return {'redo', num(next), sp} end
+if ARGV[15] ~= '1' then return {'replay', num(next)} end
 local id = redis.call('INCR', KEYS[2])
 local tid = ARGV[6]
 if tid == '' then tid = f[4] or '' end
 redis.call('HSET', ARGV[4] .. num(id), 'g', ARGV[8], 'tp', ARGV[9], 'p', ARGV[10], 'e', ARGV[1], 'm', ARGV[2],
   'o', ARGV[3], 'rec', ARGV[5], 'tid', tid, 'r', ARGV[7], 'st', 'open', 'mi', '0', 'at', now_ms())
 redis.call('ZADD', KEYS[3], num(id), num(id))
-redis.call('HSET', KEYS[1], 'n', num(off + 1))
-return {'ok', num(id), num(off + 1)}
+redis.call('HSET', KEYS[1], 'n', ARGV[13], 'sp', ARGV[14])
+return {'ok', num(id), ARGV[13]}
 `)
 
 // resolveScript is ResolveDeadLetter: the compare-and-set on the state and
