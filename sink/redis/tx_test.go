@@ -251,3 +251,44 @@ func TestStaleCachedIDs(t *testing.T) {
 		t.Fatalf("n = %q, want 2 (b applied once)", v)
 	}
 }
+
+// A tenure this Sink still caches as the holder, superseded through
+// another Sink (another process): its dead letter is refused by the
+// script, which checks the holder itself.
+func TestStaleTenureDeadLetterFenced(t *testing.T) {
+	s1 := openSink(t, "", Config{})
+	s2 := openSink(t, s1.Prefix(), Config{})
+	ctx := t.Context()
+	old, newer := testToken(t, 1), testToken(t, 2)
+	claimed(t, s1, old) // s1 caches old as the holder
+	claimed(t, s2, newer)
+	_, err := s1.DeadLetter(ctx, old, sink.DeadRecord{Offset: 0, Reason: "permanent"})
+	var fe *sink.FencedError
+	if !errors.As(err, &fe) || fe.Stored != newer || fe.Op != sink.OpDeadLetter {
+		t.Fatalf("DeadLetter by the superseded tenure: %v, want a *sink.FencedError naming %s", err, newer)
+	}
+	if dls, err := s2.DeadLetters(ctx, sink.DeadLetterFilter{}); err != nil || len(dls) != 0 {
+		t.Fatalf("dead letters after the refusal: %v, %v; want none", dls, err)
+	}
+}
+
+// Two Sink values with one tenure: a lane of the other applied a span
+// this Sink's view lacks; a dead letter of a record in that span is a
+// replay (the script compares the stored spans with the view).
+func TestStaleSpansDeadLetter(t *testing.T) {
+	s1 := openSink(t, "", Config{})
+	s2 := openSink(t, s1.Prefix(), Config{})
+	ctx := t.Context()
+	tok := testToken(t, 1)
+	if _, err := s1.ClaimGapped(ctx, tok, sink.Observed{}); err != nil { // s1's view: nothing done
+		t.Fatal(err)
+	}
+	set := func(ctx context.Context, tx *Tx, i int) error { tx.Set("k", "v"); return nil }
+	if _, err := s2.ApplyGapped(ctx, tok, sink.GapBatch{Offsets: []int64{5}, From: []int64{5}}, set); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s1.DeadLetterGapped(ctx, tok, 5, sink.DeadRecord{Offset: 5, Reason: "permanent"})
+	if err != nil || res.Stored {
+		t.Fatalf("DeadLetterGapped of a done record through the stale Sink = %+v, %v; want a replay", res, err)
+	}
+}
