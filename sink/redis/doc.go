@@ -54,10 +54,10 @@
 // command, with command IDs) against B3-redis (the same SETs in one MULTI
 // per batch) see docs/performance.md.
 //
-// NextOffset is guessed, not read: the sink caches the NextOffset each
-// tenure's last claim or apply left, runs the effects for the records at
-// or above it, and the script checks the guess (a miss makes the sink run
-// the effects again with the stored value). A tenure this Sink has not
+// The checkpoint is guessed, not read: the sink caches the NextOffset
+// (and done spans) each tenure's last claim or apply left, runs the
+// effects for the records it does not contain, and the script checks the
+// guess (a miss makes the sink run the effects again on the stored one). A tenure this Sink has not
 // seen is read first, so that a token that is not the holder runs no
 // effect.
 //
@@ -125,8 +125,12 @@
 // # Capabilities
 //
 // A *Sink implements sink.Sink[*Tx], [sink.Lister], [sink.Resetter],
-// [sink.Historian], [sink.Deduplicator], [sink.DeadLetterer],
-// [sink.DeadLetterStore], [sink.ErrorClassifier] and [sink.Pinger]; the
-// metrics wrapper (sink/sinkmetrics) keeps them. It passes the
-// conformance suite (sink/sinktest) against a real server.
+// [sink.Historian], [sink.Deduplicator], [sink.GapApplier] (the done
+// spans of a gapped checkpoint are a field of the fence hash, and every
+// apply and dead letter compares the stored checkpoint with the one its
+// caller saw: lanes of one holder run their effects concurrently and
+// commit one at a time), [sink.DeadLetterer], [sink.DeadLetterStore],
+// [sink.ErrorClassifier] and [sink.Pinger]; the metrics wrapper
+// (sink/sinkmetrics) keeps them. It passes the conformance suite
+// (sink/sinktest, with Harness.RequireGaps) against a real server.
 package redis
