@@ -149,10 +149,12 @@ type Persistence struct {
 }
 
 // Durable reports whether every acknowledged write is on disk before the
-// reply: appendonly yes with appendfsync always.
+// reply: appendonly yes with appendfsync always. It may be called from
+// any goroutine.
 func (p Persistence) Durable() bool { return p.AppendOnly == "yes" && p.AppendFsync == "always" }
 
-// Risk names what the settings can lose, or "" when they are durable.
+// Risk names what the settings can lose, or "" when they are durable. It
+// may be called from any goroutine.
 func (p Persistence) Risk() string {
 	switch {
 	case p.Err != nil:
@@ -247,7 +249,7 @@ func readPersistence(ctx context.Context, rdb *goredis.Client) Persistence {
 }
 
 // Persistence returns the persistence settings the server reported at
-// Open. It may be called from any goroutine.
+// Open. It may be called from any goroutine. It may be called from any goroutine.
 func (s *Sink) Persistence() Persistence { return s.persist }
 
 // Close closes the sink's client (not a Config.Client). It may be called
@@ -260,17 +262,20 @@ func (s *Sink) Close() error {
 }
 
 // Client returns the sink's go-redis client, for reading what handlers
-// wrote (outside any fence: never write through it from a handler).
+// wrote (outside any fence: never write through it from a handler). It
+// may be called from any goroutine.
 func (s *Sink) Client() *goredis.Client { return s.rdb }
 
-// Prefix returns the sink's key prefix.
+// Prefix returns the sink's key prefix. It may be called from any
+// goroutine.
 func (s *Sink) Prefix() string { return s.cfg.Prefix }
 
 // Key returns the Redis key of a handler's key k (what [Tx] methods
 // address as k): <Prefix>:k:<k>. It may be called from any goroutine.
 func (s *Sink) Key(k string) string { return s.cfg.Prefix + ":k:" + k }
 
-// Ping checks that the server answers, implementing [sink.Pinger].
+// Ping checks that the server answers, implementing [sink.Pinger]. It may
+// be called from any goroutine.
 func (s *Sink) Ping(ctx context.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return s.wrap(ctx, "ping", err)
