@@ -401,15 +401,13 @@ func (s *Sink) Drop(ctx context.Context) error {
 
 // cacheCheckpoint remembers cp as the checkpoint tok's tenure left: after
 // a claim (claimed) unless a newer tenure's claim is cached already, after
-// an apply only over tok's own entry (a racing newer claim wins).
+// an apply over tok's own entry or none (a racing newer claim wins; an
+// apply after a failed one caches again what its script accepted).
 func (s *Sink) cacheCheckpoint(tok epochs.Token, cp sink.Checkpoint, claimed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.next[tok.Scope()]
 	if ok && c.tok != tok && (!claimed || !tok.CanClaim(c.tok)) {
-		return
-	}
-	if !ok && !claimed {
 		return
 	}
 	s.next[tok.Scope()] = cached{tok: tok, cp: cp.Clone()}
