@@ -12,8 +12,8 @@ require (
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
-	github.com/workrouter/workrouter v0.0.0-20261201152837-ef553369e7f4
-	github.com/workrouter/workrouter/examples v0.0.0-20261201152837-ef553369e7f4
+	github.com/workrouter/workrouter v0.0.0-20261201172317-422f6b9ea7f8
+	github.com/workrouter/workrouter/examples v0.0.0-20261201172317-422f6b9ea7f8
 	go.uber.org/goleak v1.3.0
 )
 
@@ -43,7 +43,9 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/rcrowley/go-metrics v0.0.0-20250401214520-65e299d6c5c9 // indirect
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect

@@ -149,7 +149,8 @@ router_vs_raw >= 0.90, fenced_vs_unfenced_pg >= 0.90 and
 fenced_vs_unfenced_sqlite >= 0.90 (fenced with deduplication on against
 unfenced), dedupe_on_vs_off_pg >= 0.90 and dedupe_on_vs_off_sqlite >= 0.90
 (W2/W2n at batch 256), produce_vs_raw >= 0.95, produce_file_vs_kcat >= 0.5
-(W8/B5), router_vs_sarama >= 2.0; fence_vs_unfenced_pg_b1 >= 0.90,
+(W8/B5), router_vs_sarama >= 2.0, fenced_vs_unfenced_redis >= 0.90
+(W2-redis/B3-redis, with --redis); fence_vs_unfenced_pg_b1 >= 0.90,
 fence_vs_unfenced_pg_b16 >= 0.90 and fence_vs_unfenced_pg_b256 >= 0.95
 (deduplication off: the same writes); dedupe_on_vs_off_pg_b1 and
 dedupe_on_vs_off_sqlite_b1 (batch 1) are reported without a target. Two
@@ -161,7 +162,8 @@ and latencies:
     dedupe_on_vs_off_pg=<W2/W2n> dedupe_on_vs_off_sqlite=<W2/W2n> dedupe_on_vs_off_pg_b1=<W2/W2n>
     dedupe_on_vs_off_sqlite_b1=<W2/W2n> fence_vs_unfenced_pg_b1=<W2n/B3> fence_vs_unfenced_pg_b16=<W2n/B3>
     fence_vs_unfenced_pg_b256=<W2n/B3> produce_vs_raw=<W4/B4> produce_file_vs_kcat=<W8/B5>
-    router_vs_sarama=<W1/B2> send_p50=<W9 ms> send_p99=<W9 ms>
+    router_vs_sarama=<W1/B2> fenced_vs_unfenced_redis=<W2/B3>
+    send_p50=<W9 ms> send_p99=<W9 ms>
 
 (one line).
 
@@ -244,6 +246,7 @@ does (after the report).`,
 	fl.IntVar(&repeats, "repeats", 0, fmt.Sprintf("measured runs of each throughput workload and baseline, interleaved (default %d)", bench.FullRepeats))
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run against this cluster instead of an embedded broker")
 	fl.StringVar(&cfg.PostgresDSN, "postgres", "", "PostgreSQL DSN for W2/B3 on PostgreSQL (skipped without it)")
+	fl.StringVar(&cfg.RedisURL, "redis", "", "Redis URL (redis://HOST:PORT/DB) for W2/B3 on Redis (skipped without it)")
 	fl.StringSliceVar(&only, "only", nil, "run only these workloads, e.g. W1,B1 (default: all)")
 	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measured workloads (after the pre-load) to this file, for go tool pprof")
 	fl.BoolVar(&asJSON, "json", false, "print the results as one JSON object instead of the table")

@@ -103,7 +103,7 @@ resend, churn: the default there).`,
 					cfg.Kinds = chaos.ExternalKinds()
 				}
 			}
-			if cfg.PostgresDSN, cfg.SinkPath, err = ledgerSink(sink); err != nil {
+			if cfg.PostgresDSN, cfg.SinkPath, cfg.RedisURL, err = ledgerSink(sink); err != nil {
 				return err
 			}
 			exe, err := os.Executable()

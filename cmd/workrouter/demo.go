@@ -57,7 +57,7 @@ through their environment, never their command line).
 			} else if cf.tls || cf.mechanism != "" || len(cf.properties) > 0 || cf.propertiesFile != "" {
 				return fmt.Errorf("the connection flags (--tls, --sasl-*, -X, --properties) apply to --brokers; the embedded broker needs none")
 			}
-			if cfg.PostgresDSN, cfg.SinkPath, err = ledgerSink(sink); err != nil {
+			if cfg.PostgresDSN, cfg.SinkPath, cfg.RedisURL, err = ledgerSink(sink); err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()

@@ -424,7 +424,7 @@ func TestFencesErrors(t *testing.T) {
 		{"no subcommand", []string{"fences"}, "needs a subcommand"},
 		{"unknown subcommand", []string{"fences", "drop"}, "unknown command"},
 		{"list no sink", []string{"fences", "list"}, "--sink is required"},
-		{"list bad sink", []string{"fences", "list", "--sink", "redis://localhost"}, `unknown sink kind "redis"`},
+		{"list bad sink", []string{"fences", "list", "--sink", "mongodb://localhost"}, `unknown sink kind "mongodb"`},
 		{"list empty sqlite path", []string{"fences", "list", "--sink", "sqlite:"}, "empty path"},
 		{"list missing file", []string{"fences", "list", "--sink", "sqlite:" + missing}, "no such file"},
 		{"list bad dsn", []string{"fences", "list", "--sink", "postgres://u:hunter2@host:notaport/db"}, "not a valid PostgreSQL connection string"},

@@ -296,7 +296,13 @@ func (w *procWorld) postingsOf(part, epoch int32, member string, from int64) int
 // partitions and applies; after SIGCONT the frozen worker's batch is
 // rejected, and every invariant holds.
 func TestPausedWorkerRejected(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *procBackend) {
+	eachBackend(t, pausedWorkerRejected)
+}
+
+// pausedWorkerRejected is TestPausedWorkerRejected on b (also run on Redis,
+// process_redis_test.go).
+func pausedWorkerRejected(t *testing.T, b *procBackend) {
+	{
 		w := newProcWorld(t, b)
 		a := w.start("a", "--freeze-before-batch=3")
 		procWait(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
@@ -338,7 +344,7 @@ func TestPausedWorkerRejected(t *testing.T) {
 		if n := w.postingsOf(fz.Partition, fz.Epoch, fz.Member, fz.First); n > 0 {
 			t.Fatalf("the paused worker's batch landed: %d postings at epoch %d from offset %d", n, fz.Epoch, fz.First)
 		}
-	})
+	}
 }
 
 // TestKilledBeforeSinkCommit (hazard 6): SIGKILL while the batch's

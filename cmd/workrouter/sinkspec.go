@@ -11,18 +11,20 @@ import (
 
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
+	"github.com/workrouter/workrouter/sink/redis"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
 // sinkSpecHelp describes the accepted --sink values, for flag usage and
 // error messages.
-const sinkSpecHelp = `sqlite:PATH or postgres://USER[:PASSWORD]@HOST[:PORT]/DB`
+const sinkSpecHelp = `sqlite:PATH, postgres://USER[:PASSWORD]@HOST[:PORT]/DB or redis://HOST[:PORT][/DB][?prefix=NAME]`
 
 // sinkSpec is a parsed --sink value: "sqlite:PATH" or "postgres://…"/"postgresql://…".
 type sinkSpec struct {
-	kind string // "sqlite" | "postgres"
-	path string // sqlite: the database file
-	dsn  string // postgres: the connection string, as given
+	kind   string // "sqlite" | "postgres" | "redis"
+	path   string // sqlite: the database file
+	dsn    string // postgres: the connection string, as given; redis: the server URL without prefix
+	prefix string // redis: the sink's key prefix ("" for the default)
 }
 
 // schema is the PostgreSQL schema of the sink's tables: the search_path
@@ -52,6 +54,8 @@ func (s sinkSpec) String() string {
 			out += "?search_path=" + url.QueryEscape(schema)
 		}
 		return out
+	case "redis":
+		return s.redisString()
 	}
 	return s.kind
 }
@@ -83,6 +87,8 @@ func parseSinkSpec(s string) (sinkSpec, error) {
 			return sinkSpec{}, fmt.Errorf("--sink: not a valid PostgreSQL connection string: %w", err)
 		}
 		return sinkSpec{kind: "postgres", dsn: s}, nil
+	case "redis", "rediss":
+		return parseRedisSpec(s)
 	default:
 		// Only the scheme is repeated: the rest may hold a password.
 		return sinkSpec{}, fmt.Errorf("--sink: unknown sink kind %q: want %s", scheme, sinkSpecHelp)
@@ -125,6 +131,14 @@ func openAdminSink(ctx context.Context, spec sinkSpec, readOnly bool) (adminSink
 			return nil, nil, fmt.Errorf("sink %s: %w", spec, err)
 		}
 		return s, s.Close, nil
+	case "redis":
+		// A Redis sink has no read-only mode: the commands that only
+		// read call only its reading methods.
+		s, err := openRedis(ctx, spec, nil, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, s.Close, nil
 	}
 	return nil, nil, fmt.Errorf("--sink: unknown sink kind %q: want %s", spec.kind, sinkSpecHelp)
 }
@@ -133,6 +147,7 @@ func openAdminSink(ctx context.Context, spec sinkSpec, readOnly bool) (adminSink
 var (
 	_ adminSink = (*sqlite.Sink)(nil)
 	_ adminSink = (*postgres.Sink)(nil)
+	_ adminSink = (*redis.Sink)(nil)
 )
 
 // filterFences keeps the fences of group and topic; an empty filter keeps
@@ -148,18 +163,22 @@ func filterFences(fs []sink.Fence, group, topic string) []sink.Fence {
 }
 
 // ledgerSink splits the --sink value of the demo and the chaos harness into
-// a PostgreSQL DSN or an SQLite path (both empty when sink is empty: the
-// harness's default).
-func ledgerSink(sink string) (dsn, path string, err error) {
+// a PostgreSQL DSN, an SQLite path or a Redis URL (all empty when sink is
+// empty: the harness's default). A Redis URL's prefix is not used: the
+// harnesses run under a fresh prefix of their own, deleted at the end.
+func ledgerSink(sink string) (dsn, path, redisURL string, err error) {
 	if sink == "" {
-		return "", "", nil
+		return "", "", "", nil
 	}
 	spec, err := parseSinkSpec(sink)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
-	if spec.kind == "postgres" {
-		return spec.dsn, "", nil
+	switch spec.kind {
+	case "postgres":
+		return spec.dsn, "", "", nil
+	case "redis":
+		return "", "", spec.dsn, nil
 	}
-	return "", spec.path, nil
+	return "", spec.path, "", nil
 }

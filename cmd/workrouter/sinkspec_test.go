@@ -35,7 +35,7 @@ func TestParseSinkSpec(t *testing.T) {
 		"sqlite:file:x.db?mode=ro":       "not a file: URI",
 		"/tmp/w.db":                      "has no kind",
 		":w.db":                          "has no kind",
-		"redis://localhost:6379":         `unknown sink kind "redis"`,
+		"mongodb://localhost:27017":      `unknown sink kind "mongodb"`,
 		"mysql://u:secret@h/db":          `unknown sink kind "mysql"`,
 		"postgres://u:secret@h:port/db":  "not a valid PostgreSQL connection string",
 		"postgres://u:secret@h/db?x=%zz": "not a valid PostgreSQL connection string",

@@ -245,7 +245,7 @@ func TestStatusErrors(t *testing.T) {
 		{"missing topic", []string{"--brokers", addr, "--topic", "gone", "--group", "g"}, `topic "gone" does not exist`},
 		{"no group flag", []string{"--brokers", addr, "--topic", "here"}, "--group is required"},
 		{"no topic flag", []string{"--brokers", addr, "--group", "g"}, "--topic is required"},
-		{"bad sink", []string{"--brokers", addr, "--topic", "here", "--group", "g", "--sink", "redis://x"}, `unknown sink kind "redis"`},
+		{"bad sink", []string{"--brokers", addr, "--topic", "here", "--group", "g", "--sink", "mongodb://x"}, `unknown sink kind "mongodb"`},
 		{"unreachable", []string{"--brokers", freeAddr(t), "--topic", "here", "--group", "g", "--timeout", "2s"}, "cannot reach the brokers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

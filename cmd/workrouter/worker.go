@@ -307,6 +307,8 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 			return pid, err
 		}
 		return serveWorker[pgx.Tx](cmd, f, c, spec, protocol, "postgres", s, handlers, logger, h, backendPID)
+	case "redis":
+		return serveRedisWorker(cmd, f, c, spec, protocol, logger, h)
 	}
 	return fmt.Errorf("unsupported sink %q", f.sink)
 }

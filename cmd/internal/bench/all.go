@@ -80,6 +80,8 @@ func All(repeats int) []Entry {
 		m("W2n-pg-b1", w2Postgres(w2Variants[3]), "pg-b1"),
 		m("B3-pg-b16", b3Postgres("B3-pg-b16", 16, PostgresBatch16Records), "pg-b16"),
 		m("W2n-pg-b16", w2Postgres(w2Variants[4]), "pg-b16"),
+		m("B3-redis", B3Redis, "redis"),
+		m("W2-redis", W2Redis, "redis"),
 		m("B4", B4, "produce"),
 		m("W4", W4, "produce"),
 		m("B5", B5, "file"),

@@ -29,6 +29,8 @@ type Env struct {
 	Size       int
 	// PostgresDSN, if set, enables the PostgreSQL workloads.
 	PostgresDSN string
+	// RedisURL, if set, enables the Redis workloads.
+	RedisURL string
 	// TempDir holds SQLite files and the like.
 	TempDir string
 	// Worker starts a `workrouter worker` process (see SetupConfig).

@@ -54,6 +54,8 @@ type SetupConfig struct {
 	Size int
 	// PostgresDSN, if set, enables the PostgreSQL workloads.
 	PostgresDSN string
+	// RedisURL, if set, enables the Redis workloads (W2-redis, B3-redis).
+	RedisURL string
 	// TempDir is where SQLite files and the like go; default a fresh
 	// directory under os.TempDir, removed by the cleanup function.
 	TempDir string
@@ -110,6 +112,7 @@ func Setup(ctx context.Context, cfg SetupConfig) (*Env, func(), error) {
 		Keys:        cfg.Keys,
 		Size:        cfg.Size,
 		PostgresDSN: cfg.PostgresDSN,
+		RedisURL:    cfg.RedisURL,
 		TempDir:     cfg.TempDir,
 		Worker:      cfg.Worker,
 	}

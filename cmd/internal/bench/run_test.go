@@ -78,6 +78,7 @@ func TestRunInterleaves(t *testing.T) {
 			"B3-pg!,B3-pg,W2-pg,W2n-pg,B3-pg,W2-pg,W2n-pg,B3-pg,W2-pg,W2n-pg," +
 			"B3-pg-b1!,B3-pg-b1,W2-pg-b1,W2n-pg-b1,B3-pg-b1,W2-pg-b1,W2n-pg-b1,B3-pg-b1,W2-pg-b1,W2n-pg-b1," +
 			"B3-pg-b16!,B3-pg-b16,W2n-pg-b16,B3-pg-b16,W2n-pg-b16,B3-pg-b16,W2n-pg-b16," +
+			"B3-redis!,B3-redis,W2-redis,B3-redis,W2-redis,B3-redis,W2-redis," +
 			"B4!,B4,W4,B4,W4,B4,W4," +
 			"B5!,B5,W8,B5,W8,B5,W8," +
 			"W9,W9,W9," +

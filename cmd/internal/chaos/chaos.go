@@ -163,6 +163,9 @@ type Config struct {
 	SinkPath string
 	// PostgresDSN selects PostgreSQL, in a fresh schema dropped at the end.
 	PostgresDSN string
+	// RedisURL selects Redis, under a fresh key prefix deleted at the end;
+	// its sink-conn fault is CLIENT KILL of the worker's connections.
+	RedisURL string
 	// Protocol is "cooperative" (default) or "kip848".
 	Protocol string
 	// SessionTimeout of the workers; default 2s.
@@ -411,7 +414,7 @@ func (r *run) run() error {
 	defer r.stopAll() // the workers leave while the broker is still up
 
 	st, err := cluster.OpenStore(ctx, cluster.StoreConfig{Dir: dir, SQLitePath: r.cfg.SinkPath,
-		PostgresDSN: r.cfg.PostgresDSN, SchemaPrefix: "workrouter_chaos"})
+		PostgresDSN: r.cfg.PostgresDSN, RedisURL: r.cfg.RedisURL, SchemaPrefix: "workrouter_chaos"})
 	if err != nil {
 		return err
 	}
@@ -959,6 +962,9 @@ func (r *run) sinkConn() (bool, error) {
 		})
 		r.logf("SINK-CONN %s: pg_terminate_backend on %d connections (in a transaction: %v)", w.Name(), n, inTx)
 		return n > 0, r.ctx.Err()
+	}
+	if r.store.Redis() {
+		return r.killRedisClients(w)
 	}
 	before := w.Count(faults.KindSinkCut)
 	if err := w.Signal(syscall.SIGWINCH); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
+	"github.com/workrouter/workrouter/sink/redis"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
@@ -34,6 +35,9 @@ type StoreConfig struct {
 	// SchemaPrefix_<nanos> that Close drops.
 	PostgresDSN  string
 	SchemaPrefix string
+	// RedisURL, if set, selects Redis (redis://HOST:PORT/DB), under a
+	// fresh key prefix named SchemaPrefix-<nanos> that Close deletes.
+	RedisURL string
 }
 
 // Posting is one row of ledger_postings.
@@ -54,6 +58,7 @@ type Posting struct {
 type Store struct {
 	spec, desc string
 	postgres   bool
+	redis      *redis.Sink // nil unless the sink is Redis
 
 	count    func(ctx context.Context, q string, args ...any) (int, error)
 	verify   func(ctx context.Context) (ledger.Report, error)
@@ -71,6 +76,9 @@ type Store struct {
 func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	if cfg.PostgresDSN != "" {
 		return openPostgres(ctx, cfg)
+	}
+	if cfg.RedisURL != "" {
+		return openRedis(ctx, cfg)
 	}
 	path := cfg.SQLitePath
 	if path == "" {
@@ -219,8 +227,11 @@ func (s *Store) Spec() string { return s.spec }
 
 // WorkerSpec is the --sink value for the worker named name: on PostgreSQL
 // its connections carry application_name=name, so that TerminateBackends
-// can find them.
+// can find them, on Redis client_name=name, for KillRedisClients.
 func (s *Store) WorkerSpec(name string) string {
+	if s.redis != nil {
+		return redisWorkerSpec(s.spec, name)
+	}
 	if !s.postgres {
 		return s.spec
 	}

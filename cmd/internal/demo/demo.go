@@ -47,6 +47,9 @@ type Config struct {
 	// PostgresDSN, if set, runs the demo on PostgreSQL instead of SQLite,
 	// in a fresh schema that is dropped at the end.
 	PostgresDSN string
+	// RedisURL, if set, runs the demo on Redis, under a fresh key prefix
+	// that is deleted at the end.
+	RedisURL string
 	// Worker starts one worker process (the harness's worker of the
 	// workrouter binary; see cluster.StartWorker). Required (the CLI
 	// passes its own executable).
@@ -181,7 +184,7 @@ func (d *run) run() (Summary, error) {
 	}
 
 	st, err := cluster.OpenStore(ctx, cluster.StoreConfig{Dir: dir, SQLitePath: d.cfg.SinkPath,
-		PostgresDSN: d.cfg.PostgresDSN, SchemaPrefix: "workrouter_demo"})
+		PostgresDSN: d.cfg.PostgresDSN, RedisURL: d.cfg.RedisURL, SchemaPrefix: "workrouter_demo"})
 	if err != nil {
 		return Summary{}, err
 	}

@@ -300,3 +300,14 @@ func (c *Cache) Len(scope epochs.Scope) int {
 	}
 	return 0
 }
+
+// Version returns the IDs version the cache holds scope at, and false if
+// it does not hold scope.
+func (c *Cache) Version(scope epochs.Scope) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.scopes[scope]; s != nil {
+		return s.version, true
+	}
+	return 0, false
+}

@@ -33,17 +33,6 @@ func (c *Cache) LookupSince(scope epochs.Scope, version int64, ids []string, idx
 	return true
 }
 
-// Version returns the version the cache holds scope at, and false when it
-// does not hold scope.
-func (c *Cache) Version(scope epochs.Scope) (int64, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s := c.scopes[scope]; s != nil {
-		return s.version, true
-	}
-	return 0, false
-}
-
 // Add records that a lane committed row for scope, keeping the cache's
 // version: a cache that does not hold scope is left alone (the next lookup
 // loads the table, row included).

@@ -1,0 +1,136 @@
+// Package redis is the fenced sink of workrouter on a Redis server
+// (github.com/redis/go-redis/v9): every scope's fence (holder token and
+// NextOffset, docs/design.md#protocol) lives in a hash next to the keys the
+// handlers write, and every claim and every batch is one Lua script, so the
+// tenure check and the writes it guards cannot be separated by a pause.
+//
+// A Redis lock (SET NX with a TTL, or Redlock) cannot protect a resource: a
+// holder paused past its TTL wakes up and writes. This sink is the answer
+// the fencing-token argument gives: the token is checked at the resource,
+// inside the same atomic unit as the write.
+//
+// # Handlers and Tx
+//
+// Handlers receive a *[Tx]. It has no method that writes to the server: Set,
+// Del, IncrBy, HSet, HDel, HIncrBy, SAdd, SRem and RPush are buffered, and
+// the sink's Apply script runs them after it has checked the holder, in
+// the same script that sets the new NextOffset, or not at all. Get and
+// HGet read the Tx's own buffered writes first and the server's committed
+// value otherwise; the script checks that every committed value read is
+// unchanged, or the sink runs the batch's effects again.
+//
+// A Lua script is atomic but not transactional: a command that fails half
+// way (WRONGTYPE, an increment of text) leaves the commands before it
+// applied, and MULTI/EXEC behaves the same. The script therefore validates
+// every buffered command against the key types and values it would meet
+// (including the batch's own earlier commands) before the first write,
+// and refuses the batch whole — an *sink.EffectError matching
+// [ErrCommand] naming the record — when one would fail. Increments are
+// checked to stay within ±2^53 (Lua's numbers are doubles).
+//
+// # Why a Lua script and not WATCH/MULTI/EXEC
+//
+// Both are one atomic unit: WATCH on the fence key, HMGET of the holder
+// and NextOffset, then MULTI … EXEC (which fails if a claim touched the
+// fence in between) fences as well as the script does. The difference is
+// what happens when a command fails at run time: EXEC runs the other
+// commands of the transaction anyway, so a batch whose fifth INCRBY meets
+// a hash is half applied, with its NextOffset moved past it. The sink
+// chose the script because it can refuse such a batch before its first
+// write, which the Effect contract (a failed batch commits nothing)
+// requires; WATCH/MULTI/EXEC could only match it by reading every key's
+// type before MULTI (more commands, and the keys watched too).
+//
+// What it costs, measured (BenchmarkUnit* in bench_test.go: batches of 100
+// records, INCRBY on one of 16 accounts and RPUSH of a posting each, so
+// the script validates 32 keys; 2000 batches, five runs on one
+// connection, under load from other processes on a 2-core machine,
+// load average 10): Lua script 171,253–211,798 records/s (median
+// 195,760), WATCH/MULTI/EXEC without validation 358,954–466,096 (median
+// 434,782), unfenced MULTI 212,413–484,842 (median 430,787). On the
+// loopback the second round trip of WATCH costs less than the script's
+// validation and its Lua overhead. Batches of SET and DEL only skip the
+// validation (they cannot fail); for the bench's W2-redis (one SET per
+// command, with command IDs) against B3-redis (the same SETs in one MULTI
+// per batch) see docs/performance.md.
+//
+// The checkpoint is guessed, not read: the sink caches the NextOffset
+// (and done spans) each tenure's last claim or apply left, runs the
+// effects for the records it does not contain, and the script checks the
+// guess (a miss makes the sink run the effects again on the stored one). A tenure this Sink has not
+// seen is read first, so that a token that is not the holder runs no
+// effect.
+//
+// # Keys
+//
+// Every key is under [Config.Prefix] (default "workrouter"):
+// <prefix>:fence:<scope> (a hash: holder epoch and member, NextOffset,
+// topic ID, the reset's proof requirement and floor, the duplicates
+// count, the scope's name), <prefix>:scopes (the set of scopes, for
+// [Sink.Fences]), <prefix>:hist:<scope> (the history: a list of JSON
+// entries, capped at [Config.HistoryCap] entries per scope, the oldest
+// trimmed first; entries are numbered by <prefix>:hist-seq and stamped
+// with the server's clock), <prefix>:ids:<scope> (the command IDs
+// [Sink.ApplyOnce] applied: one member per batch, its IDs front-coded as
+// the SQL sinks store them, scored by the batch's last offset, pruned
+// below the horizon with ZREMRANGEBYSCORE; the sink caches them per scope
+// and the script checks the cache against the fence's IDs version, so a
+// lookup is a map probe and a batch writes one member),
+// <prefix>:dl:<id>, <prefix>:dls, <prefix>:dla:<id> (dead letters, their
+// index and their audit) and <prefix>:k:<key> (the handlers' keys,
+// [Sink.Key]). <scope> is the group and topic query-escaped and the
+// partition. [Sink.Drop] deletes them all. One server (or one primary):
+// Redis Cluster is not supported: the scripts touch keys of many slots,
+// and the apply script takes the handlers' keys as arguments.
+//
+// # What Redis can lose, and the configuration that makes the fence trustworthy
+//
+// A fence is only as durable as its last acknowledged write. With Redis's
+// defaults it is not durable:
+//
+//   - appendonly no (the default): only RDB snapshots reach the disk; a
+//     crash or restart loses everything since the last one. NextOffset
+//     moves backwards (records are applied twice, if their effects
+//     survived and the fence did not, or lost with it), and a holder that
+//     was superseded can become the holder again: a fenced zombie's
+//     writes are accepted.
+//   - appendonly yes with appendfsync everysec (the AOF default): up to a
+//     second of acknowledged writes is lost on a crash of the machine or
+//     the server, with the same consequences for that second: a
+//     checkpoint can move backwards and records be applied twice, a
+//     claim can be undone.
+//   - appendonly yes with appendfsync always: every write is on disk
+//     before the reply. This is the configuration for a trustworthy
+//     fence; it costs an fsync per script, which is why batching
+//     (consumer.Config.MaxBatch) matters.
+//
+// [Open] reads appendonly and appendfsync (CONFIG GET) and logs a warning
+// naming the risk when they are weaker than appendonly yes + appendfsync
+// always, or when it cannot read them (managed services rename CONFIG);
+// [Sink.Persistence] returns what it read.
+//
+// Replication is asynchronous: a replica promoted by a failover (Sentinel,
+// a managed service) may lack the primary's last acknowledged writes, so
+// the holder and NextOffset can move backwards across a failover exactly
+// as across a crash with everysec. Either run a single primary (no
+// automatic failover), or set [Config.WaitReplicas]: every claim, apply,
+// dead letter and reset then waits (WAIT) until that many replicas have
+// the write, and fails with [ErrNotReplicated] (a sink failure: the
+// consumer retries, and the retry replays) when they do not acknowledge
+// it within [Config.WaitTimeout]. WAIT narrows the window but is not
+// consensus: a failover can still promote a replica that missed the
+// write, unless the replicas also run appendfsync always and the
+// failover picks the most up-to-date one.
+//
+// # Capabilities
+//
+// A *Sink implements sink.Sink[*Tx], [sink.Lister], [sink.Resetter],
+// [sink.Historian], [sink.Deduplicator], [sink.GapApplier] (the done
+// spans of a gapped checkpoint are a field of the fence hash, and every
+// apply and dead letter compares the stored checkpoint with the one its
+// caller saw: lanes of one holder run their effects concurrently and
+// commit one at a time), [sink.DeadLetterer], [sink.DeadLetterStore],
+// [sink.ErrorClassifier] and [sink.Pinger]; the metrics wrapper
+// (sink/sinkmetrics) keeps them. It passes the conformance suite
+// (sink/sinktest, with Harness.RequireGaps) against a real server.
+package redis
