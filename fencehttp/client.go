@@ -10,7 +10,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/workrouter/workrouter/consumer"
@@ -104,8 +103,9 @@ func (f Fence) Validate() error {
 }
 
 // SetHeaders validates f and sets its [TokenHeader] and [KeyHeader] on h.
-// The key is sent query-escaped (url.QueryEscape), so that any command ID
-// is a valid header value; a Guard uses the header's value as it comes.
+// The key is sent as is if it is printable ASCII without "%", and
+// percent-encoded otherwise, so that any command ID is a valid header
+// value; a Guard uses the header's value as it comes, as the key.
 func (f Fence) SetHeaders(h http.Header) error {
 	if err := f.Validate(); err != nil {
 		return err
@@ -119,7 +119,33 @@ func (f Fence) SetHeaders(h http.Header) error {
 	return nil
 }
 
-func encodeKey(k string) string { return url.QueryEscape(k) }
+// encodeKey returns k as a header value: printable ASCII other than "%"
+// as is, every other byte (space, control characters, "%", UTF-8) as
+// "%XX". A key made of printable ASCII (every ID package router generates,
+// every CommandFence key of such an ID) travels unchanged.
+func encodeKey(k string) string {
+	n := 0
+	for i := 0; i < len(k); i++ {
+		if needsEscape(k[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return k
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(k)+2*n)
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; needsEscape(c) {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func needsEscape(c byte) bool { return c <= ' ' || c >= 0x7f || c == '%' }
 
 type fenceKey struct{}
 
