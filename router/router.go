@@ -369,7 +369,7 @@ func (r *Router) pending(cmd Command) (*pending, error) {
 		Partition: r.cfg.Partitioner.Partition(cmd.Key, st.count),
 		Key:       cmd.Key,
 		Value:     cmd.Payload,
-		Headers:   envelope.AppendHeaders(headers, typ, id, cmd.Headers),
+		Headers:   envelope.AppendUpstream(envelope.AppendHeaders(headers, typ, id, cmd.Headers), cmd.Upstream),
 	}
 	return p, nil
 }
