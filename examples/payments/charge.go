@@ -10,20 +10,19 @@ import (
 	"github.com/workrouter/workrouter/fencehttp"
 )
 
-// Charge returns the worker's handler of charge commands: it asks the
-// service at url to charge the command's payload, with the tenure's token
-// and the command's idempotency key (the same on every retry). client's
-// Transport must be a *fencehttp.Transport.
+// Charge is the worker's handler: it asks the service at url to charge the
+// command's payload, with the tenure's token and the command's idempotency
+// key. client's Transport is a *fencehttp.Transport.
 func Charge[Tx any](client *http.Client, url string) consumer.Handler[Tx] {
 	return func(ctx context.Context, _ Tx, cmd consumer.Command) error {
-		ctx = fencehttp.WithFence(ctx, fencehttp.CommandFence(cmd))
+		ctx = fencehttp.WithFence(ctx, fencehttp.CommandFence(cmd)) // the same key on every retry
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/charges", bytes.NewReader(cmd.Payload))
 		if err != nil {
 			return err
 		}
 		resp, err := client.Do(req)
 		if err != nil {
-			return err // retried: the same key, so at most one charge
+			return err
 		}
 		defer resp.Body.Close()
 		if err := fencehttp.CheckResponse(resp); err != nil {

@@ -16,7 +16,12 @@ package payments
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+
+	"github.com/workrouter/workrouter/fencehttp"
 )
 
 // Topic is the topic of charge commands.
@@ -35,6 +40,24 @@ type Request struct {
 // ErrNotCharged is matched by the error of the Charge handler when the
 // service answered neither 201 nor a fencing refusal.
 var ErrNotCharged = errors.New("payments: not charged")
+
+// ErrBadRequest is matched by the error of [Record] for a body that is not
+// a valid [Request], or a request without a fence.
+var ErrBadRequest = errors.New("payments: bad charge request")
+
+// Record records the charge body asks for through tx, the transaction of
+// the fenced request whose context ctx is (see fencehttp.FenceFrom), with
+// the request's idempotency key and token.
+func Record(ctx context.Context, tx *sql.Tx, body io.Reader) error {
+	f, ok := fencehttp.FenceFrom(ctx)
+	var c Request
+	if err := json.NewDecoder(body).Decode(&c); err != nil || !ok || tx == nil || c.Account == "" || c.Cents <= 0 {
+		return fmt.Errorf("%w: want {account, cents > 0} in a fenced request", ErrBadRequest)
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO charges (idem_key, account, cents, epoch, member)
+		VALUES ($1, $2, $3, $4, $5)`, f.Key, c.Account, c.Cents, f.Token.Epoch, f.Token.Member)
+	return err
+}
 
 // Setup creates the service's table of charges if it does not exist: one
 // row per charge made, with the idempotency key and the token of the
