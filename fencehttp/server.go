@@ -52,7 +52,7 @@ type Store interface {
 // request's goroutine only, and ended by exactly one Commit or Abort.
 type Unit interface {
 	// Context returns ctx with what the handler needs to write through
-	// the unit (sqlstore's transaction, see sqlstore.Tx).
+	// the unit (sqlstore's transaction, see sqlstore.TxFrom).
 	Context(ctx context.Context) context.Context
 	// Commit records res under the unit's key and makes the token, the
 	// key and the handler's writes through the unit durable, together.
@@ -131,7 +131,7 @@ func New(cfg Config) (*Guard, error) {
 //     duplicate with the recorded result and [ReplayedHeader] "true", a
 //     store failure 503 ([ProblemUnavailable]);
 //   - otherwise it runs next with the unit's context (FenceFrom gives the
-//     request's fence; sqlstore.Tx its transaction) and a buffered
+//     request's fence; sqlstore.TxFrom its transaction) and a buffered
 //     response; a status below 500 is committed with the handler's
 //     writes and recorded under the key, then sent; a status of 500 or
 //     more (or a panic) aborts the unit: the writes are discarded, the

@@ -22,6 +22,7 @@ import (
 	"io"
 
 	"github.com/workrouter/workrouter/fencehttp"
+	"github.com/workrouter/workrouter/fencehttp/sqlstore"
 )
 
 // Topic is the topic of charge commands.
@@ -46,9 +47,9 @@ var ErrNotCharged = errors.New("payments: not charged")
 var ErrBadRequest = errors.New("payments: bad charge request")
 
 // Record records the charge body asks for through tx, the transaction of
-// the fenced request whose context ctx is (see fencehttp.FenceFrom), with
-// the request's idempotency key and token.
-func Record(ctx context.Context, tx *sql.Tx, body io.Reader) error {
+// the fenced request whose context ctx is (sqlstore.TxFrom), with the
+// request's idempotency key and token (fencehttp.FenceFrom).
+func Record(ctx context.Context, tx *sqlstore.Tx, body io.Reader) error {
 	f, ok := fencehttp.FenceFrom(ctx)
 	var c Request
 	if err := json.NewDecoder(body).Decode(&c); err != nil || !ok || tx == nil || c.Account == "" || c.Cents <= 0 {

@@ -24,7 +24,7 @@ func Service(ctx context.Context, db *sql.DB, dialect sqlstore.Dialect, cfg fenc
 	mux := http.NewServeMux()
 	mux.Handle("POST /charges", guard.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Through the transaction in which the Guard checked the token.
-		switch err := Record(r.Context(), sqlstore.Tx(r.Context()), r.Body); {
+		switch err := Record(r.Context(), sqlstore.TxFrom(r.Context()), r.Body); {
 		case errors.Is(err, ErrBadRequest):
 			http.Error(w, err.Error(), http.StatusBadRequest) // a result, recorded under the key
 		case err != nil:

@@ -1,7 +1,7 @@
 // Package sqlstore is the fencehttp.Store that lives in the resource's own
 // database, through database/sql, on PostgreSQL or SQLite: the check of
 // the token, the handler's writes and the idempotency key's result are one
-// transaction, which the handler reaches with [Tx]. A request either lands
+// transaction, which the handler reaches with [TxFrom]. A request either lands
 // whole (the scope's token advanced, the write done, the result recorded)
 // or not at all; a zombie's request cannot fall between a check and a
 // write, because there is no gap between them.
@@ -144,13 +144,34 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 
 type txKey struct{}
 
-// Tx returns the transaction of the fenced request whose context ctx is
-// (in a handler behind a fencehttp.Guard over a Store): the handler's
+// Tx is a handler's handle on the transaction of its fenced request: the
+// statement methods of *sql.Tx, without Commit and Rollback, which are the
+// Guard's (it commits the handler's writes with the token's check and the
+// key's result, or rolls them back). It is used by the request's goroutine.
+type Tx struct{ tx *sql.Tx }
+
+// ExecContext runs a statement in the request's transaction.
+func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(ctx, query, args...)
+}
+
+// QueryContext runs a query in the request's transaction.
+func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.tx.QueryContext(ctx, query, args...)
+}
+
+// QueryRowContext runs a query that returns at most one row in the
+// request's transaction.
+func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.tx.QueryRowContext(ctx, query, args...)
+}
+
+// TxFrom returns the transaction of the fenced request whose context ctx
+// is (in a handler behind a fencehttp.Guard over a Store): the handler's
 // writes through it commit with the token's check and the key's result.
-// The handler must not commit or roll it back. It returns nil outside
-// such a request.
-func Tx(ctx context.Context) *sql.Tx {
-	tx, _ := ctx.Value(txKey{}).(*sql.Tx)
+// It returns nil outside such a request.
+func TxFrom(ctx context.Context) *Tx {
+	tx, _ := ctx.Value(txKey{}).(*Tx)
 	return tx
 }
 
@@ -214,7 +235,7 @@ type unit struct {
 }
 
 func (u *unit) Context(ctx context.Context) context.Context {
-	return context.WithValue(ctx, txKey{}, u.tx)
+	return context.WithValue(ctx, txKey{}, &Tx{tx: u.tx})
 }
 
 func (u *unit) Commit(ctx context.Context, res fencehttp.Result) error {

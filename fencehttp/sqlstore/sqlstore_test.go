@@ -28,7 +28,7 @@ func resource(t *testing.T, db *sql.DB, table string) storetest.Resource {
 	return storetest.Resource{
 		Transactional: true,
 		Write: func(ctx context.Context, key string) error {
-			tx := sqlstore.Tx(ctx)
+			tx := sqlstore.TxFrom(ctx)
 			if tx == nil {
 				return sql.ErrTxDone
 			}
