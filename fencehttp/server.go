@@ -177,6 +177,9 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 		g.outcomes.WithLabelValues(OutcomeReplayed).Inc()
 		writeResult(w, *recorded, true)
 		return
+	case unit == nil:
+		g.unavailable(w, r, "begin", errNoUnit)
+		return
 	}
 	buf := &bufferedResponse{header: http.Header{}}
 	ended := false
@@ -205,6 +208,10 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	g.outcomes.WithLabelValues(OutcomeApplied).Inc()
 	writeResult(w, res, false)
 }
+
+// errNoUnit is a Store's broken promise: Begin returned neither a unit,
+// a result nor an error.
+var errNoUnit = errors.New("fencehttp: the store's Begin returned no unit, no result and no error")
 
 func (g *Guard) unavailable(w http.ResponseWriter, r *http.Request, op string, err error) {
 	g.log.WarnContext(r.Context(), "fencehttp: store failed", "op", op, "method", r.Method, "path", r.URL.Path, "err", err)
