@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
 	_ "modernc.org/sqlite"
 
@@ -31,6 +32,7 @@ import (
 	"github.com/workrouter/workrouter/examples/payments"
 	"github.com/workrouter/workrouter/fencehttp"
 	"github.com/workrouter/workrouter/fencehttp/sqlstore"
+	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -131,7 +133,49 @@ func (l *syncLog) String() string {
 // service, and seen by a as a fence that stops the partition); more
 // commands are charged by b. The service's own rows hold exactly one
 // charge per command.
+//
+// It runs with the service on SQLite and on PostgreSQL.
 func TestZombieChargeRefused(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		db, err := sql.Open("sqlite", sqlstore.SQLiteDSN(filepath.Join(t.TempDir(), "payments.db")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		testZombieChargeRefused(t, db, sqlstore.SQLite)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		testZombieChargeRefused(t, postgresSchema(t), sqlstore.PostgreSQL)
+	})
+}
+
+// postgresSchema returns a database handle on a fresh schema of the test
+// server, dropped when the test ends (the test skips without a server).
+func postgresSchema(t *testing.T) *sql.DB {
+	dsn := testpg.DSN(t)
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	schema := fmt.Sprintf("fencedcall_%d_%d", os.Getpid(), time.Now().UnixNano())
+	if _, err := admin.ExecContext(t.Context(), "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	db, err := sql.Open("pgx", dsn+sep+"search_path="+schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func testZombieChargeRefused(t *testing.T, db *sql.DB, dialect sqlstore.Dialect) {
 	const parts = 2
 	brk, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", Topics: map[string]int32{payments.Topic: parts}, MinSessionTimeout: 100 * time.Millisecond})
 	if err != nil {
@@ -139,17 +183,12 @@ func TestZombieChargeRefused(t *testing.T) {
 	}
 	t.Cleanup(func() { brk.Close() })
 
-	db, err := sql.Open("sqlite", sqlstore.SQLiteDSN(filepath.Join(t.TempDir(), "payments.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	if err := payments.Setup(t.Context(), db); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
 	svcLog := &syncLog{}
-	svc, err := payments.Service(t.Context(), db, sqlstore.SQLite, fencehttp.Config{Registerer: reg, Logger: slog.New(slog.NewTextHandler(svcLog, nil))})
+	svc, err := payments.Service(t.Context(), db, dialect, fencehttp.Config{Registerer: reg, Logger: slog.New(slog.NewTextHandler(svcLog, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
