@@ -67,8 +67,9 @@ type Unit interface {
 type Config struct {
 	// Store keeps the tokens and the results. Required.
 	Store Store
-	// Logger receives a line for every refusal and store failure; nil
-	// logs nothing.
+	// Logger receives a line for every refusal (Info), aborted request
+	// (Info), store failure (Warn) and duplicate answered from its first
+	// result (Debug); nil logs nothing.
 	Logger *slog.Logger
 	// Registerer, if set, receives the Guard's metric,
 	// workrouter_fencehttp_requests_total{outcome}: applied, aborted
@@ -174,6 +175,8 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 		g.unavailable(w, r, "begin", err)
 		return
 	case recorded != nil:
+		g.log.DebugContext(ctx, "fencehttp: duplicate answered with its first result", "scope", tok.Scope().String(),
+			"token", tok.String(), "key", rawKey, "status", recorded.Status)
 		g.outcomes.WithLabelValues(OutcomeReplayed).Inc()
 		writeResult(w, *recorded, true)
 		return
@@ -196,6 +199,9 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	if res.Status >= 500 {
 		if err := unit.Abort(context.WithoutCancel(ctx)); err != nil {
 			g.log.WarnContext(ctx, "fencehttp: abort failed", "scope", tok.Scope().String(), "key", rawKey, "err", err)
+		} else {
+			g.log.InfoContext(ctx, "fencehttp: the handler answered 5xx: its writes rolled back, the key released",
+				"scope", tok.Scope().String(), "key", rawKey, "status", res.Status)
 		}
 		g.outcomes.WithLabelValues(OutcomeAborted).Inc()
 		writeResult(w, res, false)
