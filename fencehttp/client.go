@@ -156,8 +156,9 @@ func WithFence(ctx context.Context, f Fence) context.Context {
 }
 
 // FenceFrom returns the fence ctx carries: the one [WithFence] put there,
-// or, in a handler behind a [Guard], the request's (its token and the
-// header's key).
+// or, in a handler behind a [Guard], the request's: its token, and its
+// key as the [KeyHeader] carried it (the client's key itself when that is
+// printable ASCII without "%", see [Fence.SetHeaders]).
 func FenceFrom(ctx context.Context) (Fence, bool) {
 	f, ok := ctx.Value(fenceKey{}).(Fence)
 	return f, ok
