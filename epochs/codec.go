@@ -80,7 +80,9 @@ func (t *Token) UnmarshalBinary(b []byte) error {
 }
 
 // Header returns the Kafka record header (key [HeaderKey]) carrying t, for
-// forwarding the token to services that cannot fence themselves.
+// forwarding the token downstream: package envelope writes it for a
+// command's Upstream token, and package fencehttp sends the same value, in
+// base64url, to a service that checks it itself.
 func (t Token) Header() (key string, value []byte, err error) {
 	v, err := t.MarshalBinary()
 	return HeaderKey, v, err
