@@ -21,6 +21,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
 	_ "modernc.org/sqlite"
 
 	"github.com/workrouter/workrouter/cmd/internal/broker"
@@ -46,7 +47,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envWorker) == "1" {
 		os.Exit(workerMain(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // workerMain is the payments worker: a group member whose only handler
