@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/epochs"
 )
 
 // ReservedHeaderPrefix is the prefix of the record header keys that
@@ -26,11 +28,12 @@ import (
 //     re-produced from a dead letter, the consumer group the redrive is for
 //     ([Command].RedriveFor);
 //   - [github.com/workrouter/workrouter/epochs.HeaderKey],
-//     "workrouter-token": a fencing token that a handler forwards
-//     downstream ([github.com/workrouter/workrouter/epochs.Token.Header]).
-//     It is defined in package epochs, with the token's codec, because a
-//     token also travels where there is no Kafka record; it is listed here
-//     because a record that carries one may be a command.
+//     "workrouter-token": the fencing token of the tenure whose handler
+//     sent the command ([Command].Upstream), in the token's binary codec
+//     ([github.com/workrouter/workrouter/epochs.Token.Header]). It is
+//     defined in package epochs, with the codec, because a token also
+//     travels where there is no Kafka record (package fencehttp sends it
+//     in an HTTP header); it is listed here because a command carries it.
 //
 // The dead-letter records that package consumer writes are not commands;
 // their headers (consumer.DLQHeaderID and the others, "workrouter-dlt-…")
@@ -111,6 +114,18 @@ type Command struct {
 	// from a redrive and sent on is not skipped by every group but one;
 	// Router.Redrive writes the header itself.
 	RedriveFor string
+	// Upstream is the fencing token of the tenure whose handler sent this
+	// command, when that handler forwards it: a follow-up command produced
+	// from a handler sets Upstream to the consumer.Command's Token, so that
+	// a worker downstream, or a resource it calls, can tell which tenure
+	// asked, and refuse a follow-up from a tenure older than one it has
+	// seen (a zombie's send is not fenced by its sink: it leaves before
+	// the sink's commit; docs/fenced-resources.md#follow-up-commands).
+	// Optional: the zero token is none. When set it must be a valid token
+	// (epochs.Token.Validate, fields of at most epochs.MaxFieldLen bytes;
+	// [ErrInvalidUpstream]). It travels in the epochs.HeaderKey record
+	// header; [Decode] fills it from there.
+	Upstream epochs.Token
 }
 
 // Header is a user record header of a [Command].
@@ -122,9 +137,11 @@ type Header struct {
 }
 
 // Validate reports whether c can be sent: it needs a key and a type, an ID
-// that is empty or valid (see Command.ID), no RedriveFor, and no header key
-// may start with [ReservedHeaderPrefix]. The error matches [ErrEmptyKey],
-// [ErrEmptyType], [ErrInvalidID], [ErrRedriveFor] or [ErrReservedHeader].
+// that is empty or valid (see Command.ID), no RedriveFor, an Upstream token
+// that is zero or valid, and no header key may start with
+// [ReservedHeaderPrefix]. The error matches [ErrEmptyKey], [ErrEmptyType],
+// [ErrInvalidID], [ErrRedriveFor], [ErrInvalidUpstream] or
+// [ErrReservedHeader].
 // Safe to call from any goroutine.
 func (c Command) Validate() error {
 	if len(c.Key) == 0 {
@@ -141,12 +158,49 @@ func (c Command) Validate() error {
 	if c.RedriveFor != "" {
 		return fmt.Errorf("%w: command with key %q has RedriveFor %q", ErrRedriveFor, c.Key, c.RedriveFor)
 	}
+	if !c.Upstream.IsZero() {
+		if err := checkUpstream(c.Upstream); err != nil {
+			return fmt.Errorf("%w: command with key %q: %w", ErrInvalidUpstream, c.Key, err)
+		}
+	}
 	for i, h := range c.Headers {
 		if strings.HasPrefix(h.Key, ReservedHeaderPrefix) {
 			return fmt.Errorf("%w: header %d key %q starts with %q", ErrReservedHeader, i, h.Key, ReservedHeaderPrefix)
 		}
 	}
 	return nil
+}
+
+// checkUpstream returns why tok, not zero, cannot travel as a command's
+// Upstream, or nil.
+func checkUpstream(tok epochs.Token) error {
+	if err := tok.Validate(); err != nil {
+		return err
+	}
+	for _, f := range [...]string{tok.Group, tok.Topic, tok.Member} {
+		if len(f) > epochs.MaxFieldLen {
+			return fmt.Errorf("%w: field of %d bytes exceeds %d", epochs.ErrInvalidToken, len(f), epochs.MaxFieldLen)
+		}
+	}
+	return nil
+}
+
+// AppendUpstream appends to dst the record header that carries tok as a
+// command's Upstream ([epochs.HeaderKey], the token's binary encoding),
+// if tok is not zero; it returns dst unchanged for the zero token. It
+// validates nothing (see [Command.Validate]): a token with an oversized
+// field is left out. It is for producers that build their records
+// themselves, as package router does, after [AppendHeaders]. Safe to call
+// from any goroutine.
+func AppendUpstream(dst []kgo.RecordHeader, tok epochs.Token) []kgo.RecordHeader {
+	if tok.IsZero() {
+		return dst
+	}
+	k, v, err := tok.Header()
+	if err != nil {
+		return dst
+	}
+	return append(dst, kgo.RecordHeader{Key: k, Value: v})
 }
 
 // checkID returns why id, non-empty, is not a valid ID (to follow "its
@@ -201,7 +255,7 @@ func Encode(topic string, partition int32, cmd Command) (*kgo.Record, error) {
 		Partition: partition,
 		Key:       cmd.Key,
 		Value:     cmd.Payload,
-		Headers:   AppendHeaders(make([]kgo.RecordHeader, 0, len(cmd.Headers)+2), []byte(cmd.Type), id, cmd.Headers),
+		Headers:   AppendUpstream(AppendHeaders(make([]kgo.RecordHeader, 0, len(cmd.Headers)+3), []byte(cmd.Type), id, cmd.Headers), cmd.Upstream),
 	}, nil
 }
 
@@ -228,13 +282,17 @@ func AppendHeaders(dst []kgo.RecordHeader, typ, id []byte, user []Header) []kgo.
 // no non-empty [TypeHeader], [ErrEmptyKey] if it has no key, or
 // [ErrInvalidID] if its [IDHeader] is not a valid ID (see Command.ID). A
 // record with more than one TypeHeader, IDHeader or [RedriveForHeader], or
-// an empty RedriveForHeader, is malformed too. Command.ID is the IDHeader's
-// value ("" for a record without one), Command.RedriveFor the
-// RedriveForHeader's. Reserved headers (see [ReservedHeaderPrefix]) are not
-// user headers and are left out of Command.Headers. The command references
-// r's key, value and user header values; it does not copy them. Its ID and
-// RedriveFor are copies (a string each, the only allocations of a Decoder
-// for a record of a type it remembers and without user headers): a sink
+// an empty RedriveForHeader, is malformed too, and so is one with more
+// than one [epochs.HeaderKey] or one whose token does not decode
+// ([ErrInvalidUpstream]). Command.ID is the IDHeader's value ("" for a
+// record without one), Command.RedriveFor the RedriveForHeader's,
+// Command.Upstream the decoded token (zero without the header). Reserved
+// headers (see [ReservedHeaderPrefix]) are not user headers and are left
+// out of Command.Headers. The command references r's key, value and user
+// header values; it does not copy them. Its ID and RedriveFor are copies
+// (a string each, the only allocations of a Decoder for a record of a type
+// it remembers, without user headers and without an Upstream token, whose
+// three strings are copies too): a sink
 // may keep an ID long after the record is gone, and must not keep a whole
 // fetch buffer alive with it. Safe to call from any goroutine.
 func Decode(r *kgo.Record) (Command, error) {
@@ -305,6 +363,8 @@ func decodeInto(r *kgo.Record, d *Decoder, cmd *Command) error {
 		typ, id, redriveFor       string
 		headers                   []Header
 		seenType, seenID, seenFor bool
+		upstream                  epochs.Token
+		seenUpstream              bool
 	)
 	for _, h := range r.Headers {
 		switch {
@@ -340,6 +400,21 @@ func decodeInto(r *kgo.Record, d *Decoder, cmd *Command) error {
 				*cmd = Command{}
 				return fmt.Errorf("%w: record %s/%d@%d has an empty %q header", ErrMalformedRecord, r.Topic, r.Partition, r.Offset, RedriveForHeader)
 			}
+		case h.Key == epochs.HeaderKey:
+			if seenUpstream {
+				*cmd = Command{}
+				return fmt.Errorf("%w: record %s/%d@%d has more than one %q header", ErrMalformedRecord, r.Topic, r.Partition, r.Offset, epochs.HeaderKey)
+			}
+			seenUpstream = true
+			tok, err := epochs.FromHeader(h.Value)
+			if err == nil {
+				err = tok.Validate()
+			}
+			if err != nil {
+				*cmd = Command{}
+				return fmt.Errorf("%w: %w: record %s/%d@%d: its %q header: %w", ErrMalformedRecord, ErrInvalidUpstream, r.Topic, r.Partition, r.Offset, epochs.HeaderKey, err)
+			}
+			upstream = tok
 		case strings.HasPrefix(h.Key, ReservedHeaderPrefix):
 			// Another workrouter header: not part of the command.
 		default:
@@ -350,6 +425,6 @@ func decodeInto(r *kgo.Record, d *Decoder, cmd *Command) error {
 		*cmd = Command{}
 		return fmt.Errorf("%w: %w: record %s/%d@%d has no non-empty %q header", ErrMalformedRecord, ErrMissingType, r.Topic, r.Partition, r.Offset, TypeHeader)
 	}
-	*cmd = Command{Key: r.Key, Type: typ, Payload: r.Value, Headers: headers, ID: id, RedriveFor: redriveFor}
+	*cmd = Command{Key: r.Key, Type: typ, Payload: r.Value, Headers: headers, ID: id, RedriveFor: redriveFor, Upstream: upstream}
 	return nil
 }

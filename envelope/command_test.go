@@ -98,7 +98,7 @@ func TestDecodeErrors(t *testing.T) {
 
 func TestDecodeSkipsOtherReservedHeaders(t *testing.T) {
 	rec := &kgo.Record{Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{
-		{Key: "workrouter-token", Value: []byte{1}},
+		{Key: "workrouter-future", Value: []byte{1}},
 		{Key: "user", Value: []byte("u")},
 		{Key: envelope.TypeHeader, Value: []byte("t")},
 	}}
@@ -181,7 +181,11 @@ func TestReservedHeaders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: key, Value: []byte("v")})
+		value := []byte("v")
+		if key == epochs.HeaderKey { // it must hold a token (see TestUpstreamRoundTrip)
+			_, value, _ = epochs.Token{Group: "g", Topic: "t", Partition: 1, Epoch: 2, Member: "m"}.Header()
+		}
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: key, Value: value})
 		if got, err := envelope.Decode(rec); err != nil || len(got.Headers) != 0 {
 			t.Errorf("Decode of a record with header %q = %+v, %v; want no user headers", key, got, err)
 		}
@@ -320,4 +324,71 @@ func TestDecoderAllocationsWithAnID(t *testing.T) {
 			t.Errorf("DecodeInto of a record with ID %q allocates %v times, want %v", c.id, allocs, c.want)
 		}
 	}
+}
+
+// TestUpstreamRoundTrip: a command's Upstream token travels in one
+// epochs.HeaderKey header and decodes back; an invalid one is refused by
+// Validate, and a record whose token header does not decode, or that has
+// two, is malformed.
+func TestUpstreamRoundTrip(t *testing.T) {
+	up := epochs.Token{Group: "orders", Topic: "orders", Partition: 4, Epoch: 9, Member: "m-1"}
+	cmd := envelope.Command{Key: []byte("k"), Type: "ship", ID: "ship-1", Upstream: up}
+	rec, err := envelope.Encode("shipping", 0, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, h := range rec.Headers {
+		if h.Key == epochs.HeaderKey {
+			n++
+			if got, err := epochs.FromHeader(h.Value); err != nil || got != up {
+				t.Fatalf("the header holds %+v, %v; want %+v", got, err, up)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d token headers, want 1", n)
+	}
+	var d envelope.Decoder
+	for _, dec := range []func(*kgo.Record) (envelope.Command, error){envelope.Decode, d.Decode} {
+		got, err := dec(rec)
+		if err != nil || got.Upstream != up || len(got.Headers) != 0 {
+			t.Fatalf("decoded %+v, %v; want Upstream %+v and no user headers", got, err, up)
+		}
+	}
+	// Without Upstream, no header.
+	plain, _ := envelope.Encode("shipping", 0, envelope.Command{Key: []byte("k"), Type: "ship"})
+	for _, h := range plain.Headers {
+		if h.Key == epochs.HeaderKey {
+			t.Fatal("a command without Upstream carries a token header")
+		}
+	}
+	for _, bad := range []epochs.Token{{Group: "g", Topic: "t", Epoch: 1}, {Group: "g", Topic: "t", Epoch: -1, Member: "m"},
+		{Group: strings.Repeat("g", epochs.MaxFieldLen+1), Topic: "t", Member: "m"}} {
+		c := cmd
+		c.Upstream = bad
+		if err := c.Validate(); !errors.Is(err, envelope.ErrInvalidUpstream) || !errors.Is(err, epochs.ErrInvalidToken) {
+			t.Errorf("Validate with Upstream %+v = %v, want ErrInvalidUpstream and epochs.ErrInvalidToken", bad, err)
+		}
+	}
+	_, good, _ := up.Header()
+	for name, hs := range map[string][]kgo.RecordHeader{
+		"garbage": {{Key: epochs.HeaderKey, Value: []byte{1}}},
+		"invalid": {{Key: epochs.HeaderKey, Value: mustHeader(t, epochs.Token{Group: "g", Topic: "t"})}},
+		"twice":   {{Key: epochs.HeaderKey, Value: good}, {Key: epochs.HeaderKey, Value: good}},
+	} {
+		r := &kgo.Record{Key: []byte("k"), Headers: append([]kgo.RecordHeader{{Key: envelope.TypeHeader, Value: []byte("t")}}, hs...)}
+		if _, err := envelope.Decode(r); !errors.Is(err, envelope.ErrMalformedRecord) {
+			t.Errorf("%s: Decode = %v, want ErrMalformedRecord", name, err)
+		}
+	}
+}
+
+func mustHeader(t *testing.T, tok epochs.Token) []byte {
+	t.Helper()
+	_, v, err := tok.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

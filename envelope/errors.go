@@ -22,6 +22,11 @@ var (
 	// only a redrive (package router's Router.Redrive) names the group a
 	// command is for.
 	ErrRedriveFor = errors.New("envelope: RedriveFor is set by a redrive only")
+	// ErrInvalidUpstream means a command's Upstream token (or a record's
+	// epochs.HeaderKey header) is not a valid token; the error matches
+	// epochs.ErrInvalidToken too. [Decode] wraps it alongside
+	// ErrMalformedRecord.
+	ErrInvalidUpstream = errors.New("envelope: invalid upstream token")
 	// ErrEmptyTopic means Encode was given no topic.
 	ErrEmptyTopic = errors.New("envelope: empty topic")
 	// ErrInvalidPartition means Encode was given a negative partition.

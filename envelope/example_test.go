@@ -53,8 +53,9 @@ func ExampleEncode() {
 		fmt.Printf("header %s=%s\n", h.Key, h.Value)
 	}
 
-	// A reserved header, such as a forwarded token, is not a user header.
-	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "workrouter-token", Value: []byte{1}})
+	// A reserved header is not a user header, even one this version does
+	// not know.
+	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "workrouter-future", Value: []byte{1}})
 	cmd, err := envelope.Decode(rec)
 	if err != nil {
 		log.Fatal(err)

@@ -7,11 +7,13 @@ import (
 )
 
 // HeaderKey is the Kafka record header key under which workrouter forwards a
-// token downstream (see [Token.Header]). It is one of workrouter's reserved
+// token downstream (see [Token.Header]): the token of the tenure that sent
+// a command, envelope.Command.Upstream. It is one of workrouter's reserved
 // headers, all listed at
 // [github.com/workrouter/workrouter/envelope.ReservedHeaderPrefix]: a
-// command's user headers cannot set it, and decoding a command leaves it
-// out of the command's headers.
+// command's user headers cannot set it, and decoding a command fills
+// Upstream from it, not the command's headers. Over HTTP the same encoding
+// travels, in base64url, in package fencehttp's Workrouter-Token header.
 const HeaderKey = "workrouter-token"
 
 // codecVersion is the first byte of every encoded token.
@@ -78,7 +80,9 @@ func (t *Token) UnmarshalBinary(b []byte) error {
 }
 
 // Header returns the Kafka record header (key [HeaderKey]) carrying t, for
-// forwarding the token to services that cannot fence themselves.
+// forwarding the token downstream: package envelope writes it for a
+// command's Upstream token, and package fencehttp sends the same value, in
+// base64url, to a service that checks it itself.
 func (t Token) Header() (key string, value []byte, err error) {
 	v, err := t.MarshalBinary()
 	return HeaderKey, v, err

@@ -17,8 +17,9 @@
 //     exactly — see [Token.Holds].
 //
 // The package also carries a compact binary codec so that a token can travel
-// in a Kafka record header to downstream services ([Token.Header],
-// [FromHeader]).
+// downstream ([Token.Header], [FromHeader]): in a Kafka record header, with
+// a follow-up command (envelope.Command.Upstream), and in an HTTP header, to
+// a service that checks it itself (package fencehttp).
 //
 // Every function and method in this package is safe to call from any
 // goroutine; tokens are plain values.

@@ -405,7 +405,7 @@ func (r *Router) pending(cmd Command) (*pending, error) {
 		Partition: r.cfg.Partitioner.Partition(cmd.Key, st.count),
 		Key:       cmd.Key,
 		Value:     cmd.Payload,
-		Headers:   envelope.AppendHeaders(headers, typ, id, cmd.Headers),
+		Headers:   envelope.AppendUpstream(envelope.AppendHeaders(headers, typ, id, cmd.Headers), cmd.Upstream),
 	}
 	if n := recordBound(&p.rec); n > r.maxBatch {
 		return nil, fmt.Errorf("%w: command of %d bytes (key, payload and headers) to %q: one record batch holds at most %d bytes (kgo.ProducerBatchMaxBytes): %w",
