@@ -57,6 +57,9 @@ type Unit interface {
 	// Commit records res under the unit's key and makes the token, the
 	// key and the handler's writes through the unit durable, together.
 	// On an error none of them is (except the token, if stored before).
+	// A store whose unit can lose its hold of the scope (a lease that
+	// expired, redisstore) checks the token again in the commit and
+	// returns a *FencedError when a newer one was stored since Begin.
 	Commit(ctx context.Context, res Result) error
 	// Abort discards the handler's writes and releases the key, so that
 	// a retry runs the handler again; the token stays stored.
@@ -138,7 +141,8 @@ func New(cfg Config) (*Guard, error) {
 //     more (or a panic) aborts the unit: the writes are discarded, the
 //     key is released and the response is sent (the panic goes on).
 //
-// A commit that fails is answered 503. next must not hijack the
+// A commit that fails is answered 503, one the store refuses because a
+// newer token was stored since Begin (a *FencedError) 409. next must not hijack the
 // connection or rely on flushing: its response is sent once it returns.
 func (g *Guard) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -166,10 +170,7 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	var fe *FencedError
 	switch {
 	case errors.As(err, &fe):
-		g.log.InfoContext(ctx, "fencehttp: stale token refused", "scope", tok.Scope().String(), "presented", fe.Presented.String(),
-			"stored", fe.Stored.String(), "key", rawKey, "method", r.Method, "path", r.URL.Path)
-		g.refuse(w, r, OutcomeFenced, Problem{Type: ProblemFenced, Title: "stale fencing token", Status: http.StatusConflict,
-			Detail: fe.Error(), Stored: tokenJSON(fe.Stored), Presented: tokenJSON(fe.Presented)})
+		g.fenced(w, r, fe, rawKey, "begin")
 		return
 	case err != nil:
 		g.unavailable(w, r, "begin", err)
@@ -207,7 +208,10 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 		writeResult(w, res, false)
 		return
 	}
-	if err := unit.Commit(context.WithoutCancel(ctx), res); err != nil {
+	if err := unit.Commit(context.WithoutCancel(ctx), res); errors.As(err, &fe) {
+		g.fenced(w, r, fe, rawKey, "commit")
+		return
+	} else if err != nil {
 		g.unavailable(w, r, "commit", err)
 		return
 	}
@@ -218,6 +222,15 @@ func (g *Guard) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 // errNoUnit is a Store's broken promise: Begin returned neither a unit,
 // a result nor an error.
 var errNoUnit = errors.New("fencehttp: the store's Begin returned no unit, no result and no error")
+
+// fenced answers a refusal of the store, at Begin or (for a store whose
+// unit can lose its hold of the scope) at Commit.
+func (g *Guard) fenced(w http.ResponseWriter, r *http.Request, fe *FencedError, key, at string) {
+	g.log.InfoContext(r.Context(), "fencehttp: stale token refused", "at", at, "scope", fe.Presented.Scope().String(), "presented", fe.Presented.String(),
+		"stored", fe.Stored.String(), "key", key, "method", r.Method, "path", r.URL.Path)
+	g.refuse(w, r, OutcomeFenced, Problem{Type: ProblemFenced, Title: "stale fencing token", Status: http.StatusConflict,
+		Detail: fe.Error(), Stored: tokenJSON(fe.Stored), Presented: tokenJSON(fe.Presented)})
+}
 
 func (g *Guard) unavailable(w http.ResponseWriter, r *http.Request, op string, err error) {
 	g.log.WarnContext(r.Context(), "fencehttp: store failed", "op", op, "method", r.Method, "path", r.URL.Path, "err", err)
