@@ -185,11 +185,12 @@ func TestInvalidCommandWritesNothing(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	tok := storetest.Tok(0, 1, "a")
-	if a := call(tok, "k"); a.status != http.StatusServiceUnavailable || !strings.Contains(a.body, "INCRBY on a value that is not an integer") {
-		t.Fatalf("invalid unit: %d %q, want 503 naming the command", a.status, a.body)
-	}
+	a := call(tok, "k")
 	if n, err := rdb.Exists(context.Background(), s.Key("acct")).Result(); err != nil || n != 0 {
-		t.Fatalf("acct exists=%d err=%v after a refused unit, want absent", n, err)
+		t.Fatalf("acct exists=%d err=%v after a refused unit (answered %d), want absent", n, err, a.status)
+	}
+	if a.status != http.StatusServiceUnavailable || !strings.Contains(a.body, "INCRBY on a value that is not an integer") {
+		t.Fatalf("invalid unit: %d %q, want 503 naming the command", a.status, a.body)
 	}
 	broken = false
 	if a := call(tok, "k"); a.status != http.StatusCreated {
@@ -253,4 +254,45 @@ func errString(err error) string {
 		return "no error"
 	}
 	return err.Error()
+}
+
+// TestLeaseLostKeyWrittenOnce: a handler paused past its lease lets a
+// retry of the same key (same tenure) in, which runs and records the key;
+// the paused unit's commit then fails with a 503 (ErrLeaseLost) and the
+// key's write is in the resource once, answered with the retry's result.
+func TestLeaseLostKeyWrittenOnce(t *testing.T) {
+	s := open(t, redisstore.Config{Lease: 150 * time.Millisecond})
+	rdb := client(t, s)
+	started, release := make(chan struct{}), make(chan struct{})
+	runs := 0
+	call := serve(t, s, func(w http.ResponseWriter, r *http.Request) {
+		f, _ := fencehttp.FenceFrom(r.Context())
+		redisstore.TxFrom(r.Context()).HIncrBy("effects", f.Key, 1)
+		runs++
+		if runs == 1 {
+			close(started)
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte("run " + strconv.Itoa(runs)))
+	})
+	tok := storetest.Tok(0, 1, "a")
+	first := make(chan answer, 1)
+	go func() { first <- call(tok, "k") }()
+	<-started
+	// The fault: the first unit's lease and claim expire while its
+	// handler is paused; the retry takes the key and commits.
+	if a := call(tok, "k"); a.status != http.StatusCreated || a.body != "run 2" {
+		t.Fatalf("the retry: %d %q, want 201 run 2", a.status, a.body)
+	}
+	close(release)
+	if a := <-first; a.status != http.StatusServiceUnavailable || !strings.Contains(a.body, "claim on its key was lost") {
+		t.Fatalf("the paused unit's commit: %d %q, want 503 naming the lost claim", a.status, a.body)
+	}
+	if v, err := rdb.HGet(context.Background(), s.Key("effects"), "k").Result(); err != nil || v != "1" {
+		t.Fatalf("k written %q times (%v), want 1", v, err)
+	}
+	if a := call(tok, "k"); a.status != http.StatusCreated || a.body != "run 2" {
+		t.Fatalf("a third request: %d %q, want the recorded 201 run 2", a.status, a.body)
+	}
 }
