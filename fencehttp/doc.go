@@ -27,8 +27,12 @@
 // the store is the resource's own database (package
 // fencehttp/sqlstore), the handler's writes go through the same
 // transaction, so the check, the write and the key commit or fail
-// together. Package fencehttp/memstore is a store for tests, and
-// fencehttp/storetest the conformance suite every store passes.
+// together; with fencehttp/redisstore, on a Redis server, the handler's
+// writes are buffered and run by the commit's Lua script, which checks
+// the token again (a unit whose lease expired under a newer token is
+// refused at commit, and the Guard answers 409). Package
+// fencehttp/memstore is a store for tests, and fencehttp/storetest the
+// conformance suite every store passes.
 //
 // Every function of the package may be called from any goroutine; a
 // [Guard] and a [Transport] serve concurrent requests.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,5 +86,58 @@ func TestGuardPanicAborts(t *testing.T) {
 	resp, err := fencedPost(t, client, srv.URL, fencehttp.Fence{Token: tok, Key: "k"})
 	if err != nil || resp.StatusCode != http.StatusCreated || resp.Header.Get(fencehttp.ReplayedHeader) != "" || runs != 2 {
 		t.Fatalf("retry after the panic: %d %v, handler runs %d; want 201 from a second run", resp.StatusCode, err, runs)
+	}
+}
+
+// commitFencedStore opens a unit whose Commit finds a newer token stored,
+// as a store whose unit lost its lease does (redisstore).
+type commitFencedStore struct{ newer epochs.Token }
+
+func (s commitFencedStore) Begin(context.Context, epochs.Token, string) (fencehttp.Unit, *fencehttp.Result, error) {
+	return commitFencedUnit(s), nil, nil
+}
+
+type commitFencedUnit struct{ newer epochs.Token }
+
+func (commitFencedUnit) Context(ctx context.Context) context.Context { return ctx }
+func (u commitFencedUnit) Commit(context.Context, fencehttp.Result) error {
+	return &fencehttp.FencedError{Stored: u.newer, Presented: tok}
+}
+func (commitFencedUnit) Abort(context.Context) error { return nil }
+
+// TestGuardCommitFencedIs409: a Commit refused with a *FencedError is
+// answered 409 naming both tokens, not 503 and not the handler's answer,
+// and counted as fenced.
+func TestGuardCommitFencedIs409(t *testing.T) {
+	newer := tok
+	newer.Epoch, newer.Member = tok.Epoch+1, "other"
+	reg := prometheus.NewRegistry()
+	g, err := fencehttp.New(fencehttp.Config{Store: commitFencedStore{newer: newer}, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	srv := httptest.NewServer(g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		ran = true
+		w.WriteHeader(http.StatusCreated)
+	})))
+	defer srv.Close()
+	resp, err := fencedPost(t, &http.Client{Transport: &fencehttp.Transport{}}, srv.URL, fencehttp.Fence{Token: tok, Key: "k"})
+	var fe *fencehttp.FencedError
+	if !ran || resp.StatusCode != http.StatusConflict || !errors.As(err, &fe) || fe.Stored != newer || fe.Presented != tok {
+		t.Fatalf("ran=%v got %d %v, want the handler run and 409 naming stored %v presented %v", ran, resp.StatusCode, err, newer, tok)
+	}
+	want := `
+# HELP workrouter_fencehttp_requests_total Requests a fencehttp Guard decided, by outcome.
+# TYPE workrouter_fencehttp_requests_total counter
+workrouter_fencehttp_requests_total{outcome="aborted"} 0
+workrouter_fencehttp_requests_total{outcome="applied"} 0
+workrouter_fencehttp_requests_total{outcome="fenced"} 1
+workrouter_fencehttp_requests_total{outcome="invalid"} 0
+workrouter_fencehttp_requests_total{outcome="replayed"} 0
+workrouter_fencehttp_requests_total{outcome="unavailable"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "workrouter_fencehttp_requests_total"); err != nil {
+		t.Fatal(err)
 	}
 }

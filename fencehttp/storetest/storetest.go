@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite of fencehttp.Store: every
-// store runs it (memstore, and sqlstore on SQLite and on PostgreSQL), and
-// so must a new one (docs/fenced-resources.md). It drives the store
+// store runs it (memstore, sqlstore on SQLite and on PostgreSQL,
+// redisstore), and so must a new one (docs/fenced-resources.md). It drives the store
 // through a fencehttp.Guard and a client with fencehttp.Transport, over
 // real HTTP, and checks what a resource must promise: an older token
 // refused, the same epoch from another member refused, a newer one
