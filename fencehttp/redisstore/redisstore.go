@@ -39,6 +39,12 @@
 // write nothing, release the key, and the Guard answers 503, which the
 // client retries with the same key.
 //
+// A request costs two scripts (Begin and Commit) on top of the Guard:
+// BenchmarkGuard (one request after another over loopback HTTP, one
+// HINCRBY each, 2000 requests, five runs on a 2-core machine shared with
+// other processes, load average 0.8) measured 3,912–5,472 requests/s
+// (median 4,675) against 27,412–37,869 (median 36,139) for memstore.
+//
 // # What it cannot promise
 //
 // Only writes through the Tx are inside the script. A handler that also
