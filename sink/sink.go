@@ -263,6 +263,14 @@ type HistoryEntry struct {
 	// NextOffset is the scope's NextOffset at the claim (what Claim
 	// returned) or the reset (which keeps it).
 	NextOffset int64
+	// Done are the done spans above NextOffset of a gapped checkpoint
+	// ([Checkpoint.Done]): for a claim, the spans ClaimGapped returned
+	// (offsets that lanes of an earlier tenure applied, which the new
+	// owner skips); for a reset, the spans it left ([Fence.AfterReset]:
+	// kept on the same log, none on a new one). Empty for a scope
+	// without gaps. The invariant checker needs them for F: a write at
+	// an offset in a claim's done spans was made before that claim.
+	Done []Span
 	// Reason is the operator's reason for a reset; empty for a claim.
 	Reason string
 	// TopicID is the log identity at the claim, or the one the reset left
