@@ -50,6 +50,7 @@ func TestDemoCommandRejectsBadInput(t *testing.T) {
 		{"demo", "--workers", "1"},
 		{"demo", "--sink", "bogus:x"},
 		{"demo", "--commands", "5"},
+		{"demo", "--key-concurrency", "-1"},
 	} {
 		p := startProc(t, args)
 		if code := p.wait(t); code == 0 {

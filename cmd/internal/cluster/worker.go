@@ -100,6 +100,10 @@ type WorkerOptions struct {
 	MaxBatch       int    // default 50
 	// RebalanceTimeout of the members; default 60s (the worker's).
 	RebalanceTimeout time.Duration
+	// KeyConcurrency is the worker's --key-concurrency, its lanes per
+	// partition (consumer.Config.KeyConcurrency); 0 or 1 passes no flag:
+	// the worker's default, one lane.
+	KeyConcurrency int
 	// Hooks are fault-hook flags of the harness's worker, such as
 	// "--chaos" or "--freeze-before-batch=4".
 	Hooks []string
@@ -137,6 +141,9 @@ func (o WorkerOptions) Args() []string {
 		"--rebalance-timeout", o.RebalanceTimeout.String(),
 		"--log-level", "info",
 		"--events", "/dev/fd/" + strconv.Itoa(eventsFD),
+	}
+	if o.KeyConcurrency > 1 {
+		args = append(args, "--key-concurrency", strconv.Itoa(o.KeyConcurrency))
 	}
 	args = append(args, o.Conn...)
 	return append(args, o.Hooks...)
