@@ -62,14 +62,17 @@ type Claim struct {
 }
 
 // Batch is a batch a fault hook acted on (a freeze, a hang): its token's
-// partition, epoch and member, its offsets, and for a hang the database
-// session's backend ID (0 if unknown).
+// partition, epoch and member, its first and last offsets and its number
+// of records (fewer than Last-First+1 for a lane's batch, which holds its
+// keys' records only), and for a hang the database session's backend ID
+// (0 if unknown).
 type Batch struct {
 	Partition int32
 	Epoch     int32
 	Member    string
 	First     int64
 	Last      int64
+	Records   int
 	PID       int
 }
 
@@ -227,7 +230,7 @@ func (w *Worker) observe(r eventlog.Record) {
 	defer w.mu.Unlock()
 	w.counts[r.Kind]++
 	batch := func() Batch {
-		b := Batch{Partition: r.Partition, Epoch: r.Epoch, Member: r.Member, First: r.FirstOffset, Last: r.NextOffset - 1}
+		b := Batch{Partition: r.Partition, Epoch: r.Epoch, Member: r.Member, First: r.FirstOffset, Last: r.NextOffset - 1, Records: r.Records}
 		b.PID, _ = strconv.Atoi(r.Fields["pid"])
 		return b
 	}
