@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -73,17 +72,6 @@ func sinkFences(t *testing.T, path string) map[epochs.Scope]sink.Fence {
 		out[f.Scope] = f
 	}
 	return out
-}
-
-// sameFence reports whether two fences are equal, done spans included (a
-// nil and an empty Done are equal); sink.Fence holds a slice, so == does
-// not compile.
-func sameFence(a, b sink.Fence) bool {
-	if !slices.Equal(a.Done, b.Done) {
-		return false
-	}
-	a.Done, b.Done = nil, nil
-	return reflect.DeepEqual(a, b)
 }
 
 func TestFencesList(t *testing.T) {
@@ -202,7 +190,7 @@ func TestFencesResetDryRun(t *testing.T) {
 	}
 	after := sinkFences(t, path)
 	for k, v := range before {
-		if !sameFence(after[k], v) {
+		if !after[k].Equal(v) {
 			t.Fatalf("fence %s changed without --yes: %+v -> %+v", k, v, after[k])
 		}
 	}
@@ -304,7 +292,7 @@ func TestFencesResetGuards(t *testing.T) {
 	}
 	after := sinkFences(t, path)
 	for k, v := range before {
-		if !sameFence(after[k], v) {
+		if !after[k].Equal(v) {
 			t.Fatalf("a refused reset changed %s: %+v -> %+v", k, v, after[k])
 		}
 	}
