@@ -219,3 +219,32 @@ func CheckGapBatch[Tx any](tok epochs.Token, b GapBatch, effect Effect[Tx]) erro
 // checkpoint it reads from storage breaks the invariants of
 // [Checkpoint.Done] (see [Checkpoint.Valid]).
 var ErrBadCheckpoint = errors.New("sink: stored checkpoint is not valid")
+
+// CheckLogGaps is [CheckLog] for a gapped checkpoint, as ClaimGapped (and
+// a plain Claim of a gapped scope) apply it: the log is truncated when
+// [Checkpoint.End], the first offset above every done one, is above
+// obs.LogEnd, and records were lost to retention when obs.LogStart is
+// above the watermark (an offset not done was deleted). It returns the
+// checkpoint the claim starts from (the log start and no span for a new
+// scope, cp otherwise) and the topic ID to store, or a *LogChangedError
+// whose NextOffset is the offset the failed rule compared (End for a
+// truncation, the watermark otherwise). Backends call it inside their
+// claim's atomic unit. It may be called from any goroutine.
+func CheckLogGaps(scope epochs.Scope, found bool, storedTopicID string, cp Checkpoint, obs Observed) (Checkpoint, string, error) {
+	if !found {
+		next, topic, err := CheckLog(scope, false, storedTopicID, cp.NextOffset, obs)
+		return Checkpoint{NextOffset: next}, topic, err
+	}
+	if _, _, err := CheckLog(scope, true, storedTopicID, cp.End(), obs); err != nil {
+		var lc *LogChangedError
+		if errors.As(err, &lc) && lc.Case != ErrLogTruncated {
+			lc.NextOffset = cp.NextOffset
+		}
+		return Checkpoint{}, "", err
+	}
+	_, topic, err := CheckLog(scope, true, storedTopicID, cp.NextOffset, obs)
+	if err != nil {
+		return Checkpoint{}, "", err
+	}
+	return cp, topic, nil
+}

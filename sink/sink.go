@@ -141,6 +141,16 @@ type Fence struct {
 	Duplicates int64
 }
 
+// Equal reports whether f and g are the same fence: every field equal,
+// and the same done spans (a nil and an empty Done are the same). Fence
+// holds a slice, so == does not compile on it. It may be called from any
+// goroutine.
+func (f Fence) Equal(g Fence) bool {
+	return f.Scope == g.Scope && f.Holder == g.Holder && f.NextOffset == g.NextOffset && f.TopicID == g.TopicID &&
+		f.ProofRequired == g.ProofRequired && f.ProofBelow == g.ProofBelow && f.Duplicates == g.Duplicates &&
+		slices.Equal(f.Done, g.Done)
+}
+
 // NeedsProof reports whether a claim by tok of the scope whose stored fence
 // is f must come with Observed.MemberProven (docs/design.md#admin-reset):
 // when a reset left f.ProofRequired, and whenever tok's epoch is below

@@ -190,7 +190,7 @@ func TestFencesResetDryRun(t *testing.T) {
 	}
 	after := sinkFences(t, path)
 	for k, v := range before {
-		if after[k] != v {
+		if !after[k].Equal(v) {
 			t.Fatalf("fence %s changed without --yes: %+v -> %+v", k, v, after[k])
 		}
 	}
@@ -292,7 +292,7 @@ func TestFencesResetGuards(t *testing.T) {
 	}
 	after := sinkFences(t, path)
 	for k, v := range before {
-		if after[k] != v {
+		if !after[k].Equal(v) {
 			t.Fatalf("a refused reset changed %s: %+v -> %+v", k, v, after[k])
 		}
 	}

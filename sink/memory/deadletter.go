@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -14,36 +13,15 @@ import (
 // DeadLetter stores rec as a dead letter of tok's scope and advances
 // NextOffset past it, following [sink.DeadLetterer], in one critical
 // section: a token that is not exactly the holder is fenced, a replay
-// (rec.Offset below NextOffset) stores nothing, and a record at or above
-// NextOffset (after a gap) is stored and NextOffset becomes rec.Offset+1. It may be called from any goroutine.
+// (rec.Offset below NextOffset, or in a done span of a gapped scope)
+// stores nothing, and any other record (after a gap too) is stored and
+// NextOffset becomes rec.Offset+1 ([sink.Checkpoint.Raise]: the done
+// spans below it are dropped). It may be called from any goroutine.
 func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
 	if err := sink.CheckDeadLetter(tok, rec); err != nil {
 		return sink.DeadLetterResult{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return sink.DeadLetterResult{}, fmt.Errorf("memory: dead letter %s@%d: %w", tok, rec.Offset, err)
-	}
-	scope := tok.Scope()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.scopes[scope]
-	if st == nil || !tok.Holds(st.holder) {
-		stored := s.holderOf(scope)
-		s.record(Event{Kind: DeadLetter, Scope: scope, Token: tok, Stored: stored})
-		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: stored, Offered: tok}
-	}
-	if rec.Offset < st.nextOffset {
-		return sink.DeadLetterResult{NextOffset: st.nextOffset}, nil
-	}
-	rec.Key, rec.Value, rec.Headers = slices.Clone(rec.Key), slices.Clone(rec.Value), slices.Clone(rec.Headers)
-	if rec.TopicID == "" {
-		rec.TopicID = st.topicID
-	}
-	d := sink.DeadLetter{ID: int64(len(s.deadLetters)) + 1, Scope: scope, Record: rec, Token: tok, At: time.Now(), State: sink.DeadLetterOpen}
-	s.deadLetters = append(s.deadLetters, d)
-	st.nextOffset = rec.Offset + 1
-	s.record(Event{Kind: DeadLetter, Scope: scope, Token: tok, Offsets: []int64{rec.Offset}, Accepted: true, Stored: st.holder})
-	return sink.DeadLetterResult{ID: d.ID, Stored: true, NextOffset: st.nextOffset}, nil
+	return s.deadLetter(ctx, tok, 0, false, rec)
 }
 
 // DeadLetters returns the dead letters that match f, by ID, following

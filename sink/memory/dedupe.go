@@ -44,12 +44,16 @@ type idEntry struct {
 type idSet struct {
 	at map[string]int64 // ID -> offset it was applied at
 	// order holds the same entries in the order they were recorded, from
-	// head on (stale ones skipped when popped). A scope applies its
-	// offsets in ascending order, so this is by offset too, except after
-	// a reset onto a new log whose offsets start lower: then the newer,
-	// lower entries wait behind the older ones, and are forgotten later
-	// than the window says, never earlier (IsDuplicate decides by
-	// offset, so keeping an entry longer changes no decision).
+	// head on (stale ones skipped when popped). Plain applies record
+	// their offsets in ascending order, so this is by offset too, except
+	// after a reset onto a new log whose offsets start lower, and with
+	// lanes (ApplyGapped), whose batches install in any order: then
+	// lower entries wait behind higher ones, and are forgotten later than
+	// the window says, never earlier (prune pops an entry only once its
+	// offset is below the horizon, and IsDuplicate decides by offset, so
+	// keeping an entry longer changes no decision). The lag is bounded:
+	// the horizon follows the watermark, which passes every lane's
+	// offsets.
 	order []idEntry
 	head  int
 	ver   uint64 // moves on every change, for the optimistic check
@@ -112,5 +116,5 @@ func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64,
 	if err := sink.CheckIDs(offsets, ids); err != nil {
 		return sink.ApplyOnceResult{}, err
 	}
-	return s.apply(ctx, tok, offsets, ids, effect)
+	return s.apply(ctx, tok, offsets, nil, ids, effect)
 }

@@ -54,6 +54,7 @@ var (
 	_ sink.Historian = (*Sink)(nil)
 
 	_ sink.Deduplicator[*Tx] = (*Sink)(nil)
+	_ sink.GapApplier[*Tx]   = (*Sink)(nil)
 
 	_ sink.DeadLetterer    = (*Sink)(nil)
 	_ sink.DeadLetterStore = (*Sink)(nil)
@@ -123,6 +124,11 @@ type Event struct {
 	NextOffset int64
 	// At is when the sink recorded the event (informational).
 	At time.Time
+	// Gapped reports an Apply made by [Sink.ApplyGapped] (a lane's
+	// batch, docs/design.md#gaps) or a DeadLetter by
+	// [Sink.DeadLetterGapped]: its offsets need not follow the scope's
+	// other applies.
+	Gapped bool
 	// TopicID is the log identity of a claim, or the one a reset left.
 	TopicID string
 	// Detail is a reset's audited detail.
@@ -149,12 +155,35 @@ type fenceState struct {
 	proofRequired bool
 	proofBelow    int64 // sink.Fence.ProofBelow
 	duplicates    int64 // sink.Fence.Duplicates
+	// done are the done spans above nextOffset (sink.Fence.Done): with
+	// nextOffset, a sink.Checkpoint. Empty for a scope without gaps.
+	done []sink.Span
+	// gen moves with every accepted claim and reset: the checkpoint only
+	// grows between two moves, which the optimistic check of a gapped
+	// apply relies on.
+	gen uint64
+	// cpVer moves with every change of the checkpoint (nextOffset or
+	// done), for the optimistic check of a plain apply.
+	cpVer uint64
+}
+
+// checkpoint returns the scope's checkpoint; its Done shares memory with
+// st.done, so s.mu must be held while it is used (Clone it to keep it).
+func (st *fenceState) checkpoint() sink.Checkpoint {
+	return sink.Checkpoint{NextOffset: st.nextOffset, Done: st.done}
+}
+
+// setCheckpoint stores c as the scope's checkpoint. s.mu must be held for
+// writing.
+func (st *fenceState) setCheckpoint(c sink.Checkpoint) {
+	st.nextOffset, st.done = c.NextOffset, c.Done
+	st.cpVer++
 }
 
 // fence returns st as the sink.Fence of scope.
 func (st *fenceState) fence(scope epochs.Scope) sink.Fence {
 	return sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset, TopicID: st.topicID,
-		ProofRequired: st.proofRequired, ProofBelow: st.proofBelow, Duplicates: st.duplicates}
+		ProofRequired: st.proofRequired, ProofBelow: st.proofBelow, Done: slices.Clone(st.done), Duplicates: st.duplicates}
 }
 
 // entry is the committed state of one key. A deleted key keeps its entry
@@ -167,8 +196,8 @@ type entry struct {
 
 // Sink is an in-process fenced sink with a transactional key-value store.
 // It implements [sink.Sink] with *[Tx] as the transaction handle,
-// [sink.Lister], [sink.Resetter] and [sink.Deduplicator]
-// ([Sink.ApplyOnce]). The zero value is not usable: call [New] or
+// [sink.Lister], [sink.Resetter], [sink.Deduplicator] ([Sink.ApplyOnce])
+// and [sink.GapApplier] ([Sink.ApplyGapped]). The zero value is not usable: call [New] or
 // [NewWithConfig]. All methods are safe for concurrent use by any number
 // of goroutines.
 type Sink struct {
@@ -228,11 +257,18 @@ func (s *Sink) holderOf(scope epochs.Scope) epochs.Token {
 // one is recorded in the history. Claim never waits for a running Apply.
 // It may be called from any goroutine.
 func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
+	next, err := s.claim(ctx, tok, obs, false)
+	return next.NextOffset, err
+}
+
+// claim is Claim, and ClaimGapped when gapped (it returns a clone of the
+// whole checkpoint then, else only its NextOffset).
+func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, gapped bool) (sink.Checkpoint, error) {
 	if err := tok.Validate(); err != nil {
-		return 0, err
+		return sink.Checkpoint{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("memory: claim %s: %w", tok, err)
+		return sink.Checkpoint{}, fmt.Errorf("memory: claim %s: %w", tok, err)
 	}
 	scope := tok.Scope()
 	s.mu.Lock()
@@ -244,27 +280,36 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	}
 	if !tok.CanClaim(holder) {
 		s.record(Event{Kind: Claim, Scope: scope, Token: tok, Stored: holder})
-		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: holder, Offered: tok}
+		return sink.Checkpoint{}, &sink.FencedError{Op: sink.OpClaim, Stored: holder, Offered: tok}
 	}
 	if st != nil && st.fence(scope).NeedsProof(tok) && !obs.MemberProven {
-		return 0, fmt.Errorf("memory: claim %s: %w", tok, sink.ErrProofRequired)
+		return sink.Checkpoint{}, fmt.Errorf("memory: claim %s: %w", tok, sink.ErrProofRequired)
 	}
-	var storedTopic string
-	var next int64
+	var (
+		storedTopic string
+		cp          sink.Checkpoint
+	)
 	if st != nil {
-		storedTopic, next = st.topicID, st.nextOffset
+		storedTopic, cp = st.topicID, st.checkpoint()
 	}
-	next, topic, err := sink.CheckLog(scope, st != nil, storedTopic, next, obs)
+	cp, topic, err := sink.CheckLogGaps(scope, st != nil, storedTopic, cp, obs)
 	if err != nil {
-		return 0, err
+		return sink.Checkpoint{}, err
 	}
 	if st == nil {
 		st = &fenceState{}
 		s.scopes[scope] = st
 	}
-	st.holder, st.nextOffset, st.topicID, st.proofRequired = tok, next, topic, false
-	s.record(Event{Kind: Claim, Scope: scope, Token: tok, Accepted: true, Stored: holder, NextOffset: next, TopicID: topic})
-	return next, nil
+	if cp.NextOffset != st.nextOffset {
+		st.cpVer++
+	}
+	st.holder, st.nextOffset, st.topicID, st.proofRequired = tok, cp.NextOffset, topic, false
+	st.gen++
+	s.record(Event{Kind: Claim, Scope: scope, Token: tok, Accepted: true, Stored: holder, NextOffset: cp.NextOffset, TopicID: topic})
+	if !gapped {
+		return sink.Checkpoint{NextOffset: cp.NextOffset}, nil
+	}
+	return cp.Clone(), nil
 }
 
 // Apply applies a batch of records of tok's scope, following
@@ -281,50 +326,78 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
 		return sink.ApplyResult{}, err
 	}
-	res, err := s.apply(ctx, tok, offsets, nil, effect)
+	res, err := s.apply(ctx, tok, offsets, nil, nil, effect)
 	return res.ApplyResult, err
 }
 
-// apply is Apply, and ApplyOnce when ids is not nil.
-func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+// apply is Apply, ApplyOnce when ids is not nil, and ApplyGapped when
+// from is not nil (offsets[i] covers [from[i], offsets[i]+1)).
+//
+// A plain apply installs only if the scope's checkpoint did not move
+// since its snapshot. A gapped one, whose lanes run concurrently, installs
+// if the scope was not claimed or reset since (the checkpoint only grew),
+// no record it ran (or found a duplicate) became done meanwhile, and the
+// stored IDs still give the same duplicate decisions: lanes of disjoint
+// offsets and keys never make each other run again.
+func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
 	scope := tok.Scope()
+	gapped := from != nil
 	for {
 		if err := ctx.Err(); err != nil {
 			return sink.ApplyOnceResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
 		}
 
-		// Snapshot NextOffset and the applied IDs; refuse early if tok is
-		// not the holder (a refusal is safe to decide at any moment).
+		// Snapshot the checkpoint and the applied IDs; refuse early if
+		// tok is not the holder (a refusal is safe to decide at any
+		// moment).
 		s.mu.Lock()
 		st := s.scopes[scope]
 		if st == nil || !tok.Holds(st.holder) {
 			stored := s.holderOf(scope)
-			s.record(Event{Kind: Apply, Scope: scope, Token: tok, Stored: stored})
+			s.record(Event{Kind: Apply, Scope: scope, Token: tok, Stored: stored, Gapped: gapped})
 			s.mu.Unlock()
 			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
 		}
-		next := st.nextOffset
-		first, _ := slices.BinarySearch(offsets, next)
+		gen, cpVer := st.gen, st.cpVer
+		cp := st.checkpoint()
+		first, _ := slices.BinarySearch(offsets, cp.NextOffset)
 		var (
-			dup   []bool // by index: a duplicate, not run
-			idVer uint64
+			done   []bool // by index: done already (in a span), skipped
+			dup    []bool // by index: a duplicate, not run
+			dupAt  []bool // by index of plan.Lookup: the stored IDs' decision
+			plan   sink.DedupePlan
+			idVer  uint64
+			hasSet bool
 		)
+		if len(cp.Done) > 0 {
+			done = make([]bool, len(offsets))
+			for i := first; i < len(offsets); i++ {
+				done[i] = cp.Contains(offsets[i])
+			}
+		}
 		if ids != nil {
 			dup = make([]bool, len(offsets))
-			plan := sink.PlanDedupe(ids, first)
+			plan = sink.PlanDedupe(ids, first)
 			for _, i := range plan.InBatch {
 				dup[i] = true
 			}
 			if set := s.ids[scope]; set != nil {
-				idVer = set.ver
-				for _, i := range plan.Lookup {
+				hasSet, idVer = true, set.ver
+				if gapped {
+					dupAt = make([]bool, len(plan.Lookup))
+				}
+				for k, i := range plan.Lookup {
 					if p, ok := set.at[ids[i]]; ok && sink.IsDuplicate(offsets[i], p, s.window) {
 						dup[i] = true
+						if gapped {
+							dupAt[k] = true
+						}
 					}
 				}
 			}
 		}
 		s.mu.Unlock()
+		skip := func(i int) bool { return done != nil && done[i] }
 
 		tx := &Tx{s: s}
 		var effErr error
@@ -332,7 +405,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 			if err := ctx.Err(); err != nil {
 				return sink.ApplyOnceResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
 			}
-			if dup != nil && dup[i] {
+			if skip(i) || dup != nil && dup[i] {
 				continue
 			}
 			if err := effect(ctx, tx, i); err != nil {
@@ -361,12 +434,18 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		st = s.scopes[scope]
 		if st == nil || !tok.Holds(st.holder) {
 			stored := s.holderOf(scope)
-			s.record(Event{Kind: Apply, Scope: scope, Token: tok, Stored: stored})
+			s.record(Event{Kind: Apply, Scope: scope, Token: tok, Stored: stored, Gapped: gapped})
 			s.mu.Unlock()
 			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
 		}
 		set := s.ids[scope]
-		if st.nextOffset != next || !s.validLocked(tx) || ids != nil && set != nil && set.ver != idVer {
+		var current bool
+		if gapped {
+			current = st.gen == gen && s.gapSnapshotCurrentLocked(st, set, offsets, ids, first, done, plan, dupAt, hasSet)
+		} else {
+			current = st.cpVer == cpVer && (ids == nil || set == nil || set.ver == idVer)
+		}
+		if !current || !s.validLocked(tx) {
 			s.mu.Unlock()
 			continue // conflict: discard the write set and run again
 		}
@@ -376,7 +455,15 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 			appliedIDs    []string
 			res           sink.ApplyOnceResult
 		)
+		cp = st.checkpoint()
 		for i := first; i < len(offsets); i++ {
+			if skip(i) {
+				res.Skipped++
+				continue
+			}
+			if gapped {
+				cp.Add(from[i], offsets[i]+1)
+			}
 			if dup != nil && dup[i] {
 				dups = append(dups, offsets[i])
 				res.Duplicates = append(res.Duplicates, i)
@@ -387,8 +474,12 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 				appliedIDs = append(appliedIDs, ids[i])
 			}
 		}
-		if first < len(offsets) {
-			st.nextOffset = offsets[len(offsets)-1] + 1
+		res.Skipped += first
+		if !gapped && first < len(offsets) {
+			cp.Raise(offsets[len(offsets)-1] + 1)
+		}
+		if gapped || first < len(offsets) {
+			st.setCheckpoint(cp)
 		}
 		st.duplicates += int64(len(dups))
 		if ids != nil && first < len(offsets) {
@@ -404,11 +495,38 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 			set.prune(sink.Horizon(st.nextOffset, s.window))
 			set.ver++
 		}
-		s.record(Event{Kind: Apply, Scope: scope, Token: tok, Offsets: applied, IDs: appliedIDs, Duplicates: dups, Accepted: true, Stored: st.holder})
-		res.ApplyResult = sink.ApplyResult{Applied: len(applied), Skipped: first, NextOffset: st.nextOffset}
+		s.record(Event{Kind: Apply, Scope: scope, Token: tok, Offsets: applied, IDs: appliedIDs, Duplicates: dups, Accepted: true, Stored: st.holder, Gapped: gapped})
+		res.Applied, res.NextOffset = len(applied), st.nextOffset
 		s.mu.Unlock()
 		return res, nil
 	}
+}
+
+// gapSnapshotCurrentLocked reports whether what a gapped apply decided on
+// its snapshot still holds: no record from index first on that was not
+// done then is done now (another call applied it meanwhile), and the
+// stored IDs set give the same duplicate decision for every looked-up
+// record (hasSet and dupAt are what the snapshot saw). The caller checked
+// that the scope was neither claimed nor reset since, so what was done
+// then is done now. s.mu must be held.
+func (s *Sink) gapSnapshotCurrentLocked(st *fenceState, set *idSet, offsets []int64, ids []string, first int, done []bool, plan sink.DedupePlan, dupAt []bool, hasSet bool) bool {
+	cp := st.checkpoint()
+	for i := first; i < len(offsets); i++ {
+		if (done == nil || !done[i]) && cp.Contains(offsets[i]) {
+			return false
+		}
+	}
+	if ids == nil || set == nil {
+		return true
+	}
+	for k, i := range plan.Lookup {
+		p, ok := set.at[ids[i]]
+		now := ok && sink.IsDuplicate(offsets[i], p, s.window)
+		if was := hasSet && dupAt[k]; now != was {
+			return false
+		}
+	}
+	return true
 }
 
 // validLocked reports whether every read of tx is still current. s.mu must
@@ -536,7 +654,9 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
 	}
 	after := before.AfterReset(req)
-	st.holder, st.nextOffset, st.topicID, st.proofRequired, st.proofBelow = after.Holder, after.NextOffset, after.TopicID, after.ProofRequired, after.ProofBelow
+	st.holder, st.topicID, st.proofRequired, st.proofBelow = after.Holder, after.TopicID, after.ProofRequired, after.ProofBelow
+	st.setCheckpoint(sink.Checkpoint{NextOffset: after.NextOffset, Done: after.Done})
+	st.gen++
 	seq := s.record(Event{Kind: Reset, Scope: scope, Accepted: true, Stored: before.Holder, Reason: req.Reason,
 		NextOffset: st.nextOffset, TopicID: st.topicID, Detail: req.Detail})
 	s.audit = append(s.audit, AuditEntry{Scope: scope, Before: before, Reason: req.Reason, Seq: seq})

@@ -41,6 +41,7 @@ func harness() sinktest.Harness[*memory.Tx] {
 			v, ok := s.(*memory.Sink).Get(key)
 			return string(v), ok, nil
 		},
+		RequireGaps: true,
 	}
 }
 

@@ -39,7 +39,11 @@ func (v Violation) String() string {
 //     claim, no write without a claim); and an accepted Claim never lowers
 //     the epoch, nor takes an equal epoch from another member, unless a
 //     Reset came in between.
-//   - O: the offsets applied are strictly increasing.
+//   - O: the offsets applied are strictly increasing, over the plain
+//     applies, and within each gapped apply (a lane's batch,
+//     [Sink.ApplyGapped]); lanes' batches are not ordered with each
+//     other nor with the plain applies (the sink does not know the
+//     records' keys: O per key is the chaos checker's).
 //   - X: no offset is applied twice.
 //
 // Its methods may be called from any goroutine.
@@ -93,9 +97,15 @@ func verifyEvents(events []Event) []Violation {
 		case Reset:
 			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryReset, Token: ev.Stored, NextOffset: ev.NextOffset, TopicID: ev.TopicID})
 		case Apply:
+			key := in.log + "/" + ev.Scope.String()
+			if ev.Gapped {
+				// A lane's batch: ascending within itself, not with
+				// the other lanes' (the sink does not know the keys).
+				key += fmt.Sprintf("#%d", ev.Seq)
+			}
 			for _, o := range ev.Offsets {
 				in.writes = append(in.writes, invariants.Write{Partition: ev.Scope.Partition, Offset: o,
-					Epoch: ev.Token.Epoch, Member: ev.Token.Member, Key: in.log + "/" + ev.Scope.String(), Seq: o, Order: seq, Log: in.log})
+					Epoch: ev.Token.Epoch, Member: ev.Token.Member, Key: key, Seq: o, Order: seq, Log: in.log})
 			}
 		}
 	}

@@ -142,3 +142,87 @@ func TestNoDeduplicatorFromUnderAWrapper(t *testing.T) {
 		t.Fatalf("Wrap of a wrapper without ApplyOnce returned a Deduplicator (%T)", s)
 	}
 }
+
+// TestNoGapApplierFromUnderAWrapper: the same rule for sink.GapApplier.
+// Red with sink.As in Wrap.
+func TestNoGapApplierFromUnderAWrapper(t *testing.T) {
+	s, err := sinkmetrics.Wrap[*memory.Tx](unwrapsOnly{memory.New()}, prometheus.NewRegistry(), "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.(sink.GapApplier[*memory.Tx]); ok {
+		t.Fatalf("Wrap of a wrapper without ApplyGapped returned a GapApplier (%T)", s)
+	}
+}
+
+// TestGapApplierMeasured: the lanes' calls through the wrapper are
+// counted: ApplyGapped as op="apply" with its records, DeadLetterGapped as
+// op="dead_letter", and the spans ClaimGapped returned.
+func TestGapApplierMeasured(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, err := sinkmetrics.Wrap[*memory.Tx](memory.New(), reg, "memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok := s.(sink.GapApplier[*memory.Tx])
+	if !ok {
+		t.Fatalf("the wrapper %T of a gapped sink does not implement sink.GapApplier itself", s)
+	}
+	ctx := t.Context()
+	a := epochs.Token{Group: "g", Topic: "t", Epoch: 1, Member: "a"}
+	if _, err := g.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	nop := func(context.Context, *memory.Tx, int) error { return nil }
+	if _, err := g.ApplyGapped(ctx, a, sink.GapBatch{Offsets: []int64{2, 4}, From: []int64{2, 4}, IDs: []string{"x", "x"}}, nop); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.DeadLetterGapped(ctx, a, 6, sink.DeadRecord{Offset: 6, Reason: "poison"}); err != nil {
+		t.Fatal(err)
+	}
+	if cp, err := g.ClaimGapped(ctx, a, sink.Observed{}); err != nil || len(cp.Done) != 3 {
+		t.Fatalf("ClaimGapped = %+v, %v; want 3 spans", cp, err)
+	}
+	expected := `
+# HELP workrouter_sink_records_total Records the sink applied, skipped as already applied (offset below the checkpoint), or did not run as duplicates (command ID already applied).
+# TYPE workrouter_sink_records_total counter
+workrouter_sink_records_total{backend="memory",outcome="applied"} 1
+workrouter_sink_records_total{backend="memory",outcome="duplicate"} 1
+workrouter_sink_records_total{backend="memory",outcome="skipped"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "workrouter_sink_records_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "workrouter_sink_claim_gap_spans"); n != 1 {
+		t.Fatalf("workrouter_sink_claim_gap_spans: %d series", n)
+	}
+	got, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range got {
+		switch mf.GetName() {
+		case "workrouter_sink_claim_gap_spans":
+			h := mf.GetMetric()[0].GetHistogram()
+			if h.GetSampleCount() != 2 || h.GetSampleSum() != 3 {
+				t.Fatalf("claim gap spans: %d claims, %v spans; want 2 claims, 3 spans", h.GetSampleCount(), h.GetSampleSum())
+			}
+		case "workrouter_sink_operations_total":
+			for _, m := range mf.GetMetric() {
+				var op, oc string
+				for _, l := range m.GetLabel() {
+					switch l.GetName() {
+					case "op":
+						op = l.GetValue()
+					case "outcome":
+						oc = l.GetValue()
+					}
+				}
+				want := map[string]float64{"claim/ok": 2, "apply/ok": 1, "dead_letter/ok": 1}[op+"/"+oc]
+				if m.GetCounter().GetValue() != want {
+					t.Errorf("operations{op=%s,outcome=%s} = %v, want %v", op, oc, m.GetCounter().GetValue(), want)
+				}
+			}
+		}
+	}
+}

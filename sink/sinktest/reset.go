@@ -26,7 +26,7 @@ func mustFence(t testing.TB, s any, want sink.Fence) {
 	if !ok {
 		return
 	}
-	if got := fenceOf(t, lister, want.Scope); got != want {
+	if got := fenceOf(t, lister, want.Scope); !got.Equal(want) {
 		t.Fatalf("Fences[%s] = %+v, want %+v", want.Scope, got, want)
 	}
 }

@@ -32,7 +32,7 @@
 //
 // Optional capabilities are tested when the sink has them — [sink.Lister],
 // [sink.Resetter], [sink.Historian], the dead letters and
-// [sink.Deduplicator] — both on the sink and through the
+// [sink.Deduplicator], [sink.GapApplier] — both on the sink and through the
 // metrics wrapper (sink/sinkmetrics), which must keep every one of them
 // reachable with [sink.As]. A backend that is not durable leaves Reopen nil and
 // the durability test skips, saying so.
@@ -77,6 +77,11 @@ type Harness[Tx any] struct {
 	// while an effect runs: the tests that race one against an effect
 	// skip, saying so.
 	WritesSerialized bool
+	// RequireGaps makes the suite fail when the sink does not implement
+	// [sink.GapApplier] itself (docs/design.md#gaps): every backend of
+	// this module must. Without it, the gapped tests skip for such a
+	// sink, saying so.
+	RequireGaps bool
 }
 
 // Run runs the conformance suite against the backend h describes, as
@@ -134,9 +139,13 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		{"ThroughMetricsWrapper/DeadLetters", wrapped.testDeadLetters},
 		{"ThroughMetricsWrapper/DeadLetterStore", wrapped.testDeadLetterStore},
 		{"DedupeDurableAcrossReopen", c.testDedupeDurable},
+		{"GapApplierRequired", c.testGapApplierRequired},
+		{"GapsDurableAcrossReopen", c.testGapsDurable},
 	}
 	tests = append(tests, c.dedupeTests("")...)
 	tests = append(tests, wrapped.dedupeTests("ThroughMetricsWrapper/")...)
+	tests = append(tests, c.gapTests("")...)
+	tests = append(tests, wrapped.gapTests("ThroughMetricsWrapper/")...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -830,7 +839,7 @@ func (c *suite[Tx]) testLister(t *testing.T) {
 	for sc, w := range want {
 		if g, ok := got[sc]; !ok {
 			t.Errorf("Fences lacks scope %s", sc)
-		} else if g != w {
+		} else if !g.Equal(w) {
 			t.Errorf("Fences[%s] = %+v, want %+v", sc, g, w)
 		}
 	}
@@ -883,11 +892,11 @@ func (c *suite[Tx]) testResetter(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ResetFence: %v", err)
 	}
-	if before != seen {
+	if !before.Equal(seen) {
 		t.Fatalf("ResetFence before = %+v, want %+v", before, seen)
 	}
 	if lister, ok := sink.As[sink.Lister](s); ok {
-		if f := fenceOf(t, lister, scope); f != (sink.Fence{Scope: scope, NextOffset: 3, ProofRequired: true, ProofBelow: 6}) {
+		if f := fenceOf(t, lister, scope); !f.Equal(sink.Fence{Scope: scope, NextOffset: 3, ProofRequired: true, ProofBelow: 6}) {
 			t.Fatalf("Fences after reset = %+v, want no holder, NextOffset 3, a proof required, below epoch 6 for good", f)
 		}
 	}

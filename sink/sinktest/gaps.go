@@ -1,0 +1,698 @@
+package sinktest
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// The tests of sink.GapApplier, the checkpoint with gaps
+// (docs/design.md#gaps). They run when the sink under test implements it
+// itself (a wrapper must implement it, as it does Deduplicator: sink.As
+// is not used), and Harness.RequireGaps makes its absence a failure. The
+// effects write key(t, "g", offset) = "v" (or "at <offset>" for the
+// ID-keyed ones), so a record that ran twice or under a fenced tenure
+// shows.
+
+// gapTests are the GapApplier tests, run on the sink and through the
+// metrics wrapper.
+func (c *suite[Tx]) gapTests(prefix string) []namedTest {
+	return []namedTest{
+		{prefix + "GapsNonContiguousAndWatermark", c.testGapsNonContiguous},
+		{prefix + "GapsSkipDone", c.testGapsSkipDone},
+		{prefix + "GapsReplayBatch", c.testGapsReplay},
+		{prefix + "GapsClaimAfterCrash", c.testGapsClaimAfterCrash},
+		{prefix + "GapsZombieLaneFenced", c.testGapsZombieLane},
+		{prefix + "GapsConcurrentLanes", c.testGapsConcurrentLanes},
+		{prefix + "GapsApplyRacingClaim", c.testGapsApplyRacingClaim},
+		{prefix + "GapsPlainCallsOnGappedScope", c.testGapsPlainCalls},
+		{prefix + "GapsDeadLetterGapped", c.testGapsDeadLetter},
+		{prefix + "GapsListerDone", c.testGapsLister},
+		{prefix + "GapsReset", c.testGapsReset},
+		{prefix + "GapsLogCheckUsesEnd", c.testGapsLogCheck},
+		{prefix + "GapsDedupe", c.testGapsDedupe},
+		{prefix + "GapsManySpans", c.testGapsManySpans},
+		{prefix + "GapsEffectErrorRollsBack", c.testGapsEffectError},
+		{prefix + "GapsBadBatch", c.testGapsBadBatch},
+	}
+}
+
+// testGapApplierRequired: a harness that sets RequireGaps fails when its
+// sink lacks GapApplier (every backend of this module has it), and when
+// the metrics wrapper loses it.
+func (c *suite[Tx]) testGapApplierRequired(t *testing.T) {
+	s := c.h.Open(t)
+	_, ok := s.(sink.GapApplier[Tx])
+	if !ok {
+		if c.h.RequireGaps {
+			t.Fatalf("sinktest: %T does not implement sink.GapApplier (docs/design.md#gaps: every backend of this module must)", s)
+		}
+		t.Skip("sinktest: the sink does not implement sink.GapApplier (Harness.RequireGaps is false)")
+	}
+	if _, ok := wrapMetrics(t, s).(sink.GapApplier[Tx]); !ok {
+		t.Fatalf("the metrics wrapper of %T does not implement sink.GapApplier itself", s)
+	}
+}
+
+// gaps returns s's own GapApplier, or skips the test.
+func (c *suite[Tx]) gaps(t testing.TB, s sink.Sink[Tx]) sink.GapApplier[Tx] {
+	t.Helper()
+	g, ok := s.(sink.GapApplier[Tx])
+	if !ok {
+		t.Skip("sinktest: the sink does not implement sink.GapApplier")
+	}
+	return g
+}
+
+// plain returns a batch whose records cover only their own offsets.
+func plain(offs ...int64) sink.GapBatch {
+	return sink.GapBatch{Offsets: offs, From: slices.Clone(offs)}
+}
+
+// cp is a checkpoint literal: next, then From, To pairs.
+func cp(next int64, spans ...int64) sink.Checkpoint {
+	c := sink.Checkpoint{NextOffset: next}
+	for i := 0; i+1 < len(spans); i += 2 {
+		c.Done = append(c.Done, sink.Span{From: spans[i], To: spans[i+1]})
+	}
+	return c
+}
+
+func sameCheckpoint(a, b sink.Checkpoint) bool {
+	return a.NextOffset == b.NextOffset && slices.Equal(a.Done, b.Done)
+}
+
+// claimGapped claims with ClaimGapped and fails the test on an error.
+func claimGapped[Tx any](t testing.TB, g sink.GapApplier[Tx], tok epochs.Token) sink.Checkpoint {
+	t.Helper()
+	got, err := g.ClaimGapped(t.Context(), tok, sink.Observed{})
+	if err != nil {
+		t.Fatalf("ClaimGapped(%s): %v", tok, err)
+	}
+	if err := got.Valid(); err != nil {
+		t.Fatalf("ClaimGapped(%s) = %+v: %v", tok, got, err)
+	}
+	return got
+}
+
+// mustCheckpoint asserts the scope's checkpoint by re-claiming with its
+// holder's own token (idempotent).
+func mustCheckpoint[Tx any](t testing.TB, g sink.GapApplier[Tx], holder epochs.Token, want sink.Checkpoint) {
+	t.Helper()
+	if got := claimGapped(t, g, holder); !sameCheckpoint(got, want) {
+		t.Fatalf("checkpoint (ClaimGapped by %s) = %+v, want %+v", holder, got, want)
+	}
+}
+
+// gapEffect writes key(t, "g", offsets[i]) = "v".
+func (c *suite[Tx]) gapEffect(t testing.TB, offsets []int64) sink.Effect[Tx] {
+	return c.putEffect(t, "g", offsets, "v")
+}
+
+// applyGapped applies b with gapEffect and fails the test on an error;
+// the result's NextOffset may not be above the exact watermark want (a
+// backend may raise it lazily) and may not be below the one before.
+func (c *suite[Tx]) applyGapped(t testing.TB, g sink.GapApplier[Tx], tok epochs.Token, b sink.GapBatch) sink.ApplyOnceResult {
+	t.Helper()
+	res, err := g.ApplyGapped(t.Context(), tok, b, c.gapEffect(t, b.Offsets))
+	if err != nil {
+		t.Fatalf("ApplyGapped(%s, %v from %v): %v", tok, b.Offsets, b.From, err)
+	}
+	if got := res.Applied + res.Skipped + len(res.Duplicates); got != len(b.Offsets) {
+		t.Fatalf("ApplyGapped result %+v accounts for %d records of %d", res, got, len(b.Offsets))
+	}
+	return res
+}
+
+// mustApplied asserts Applied and Skipped, and that the result's
+// NextOffset is at most next, the exact watermark (a backend may report a
+// lower one: sink.GapApplier).
+func mustApplied(t testing.TB, res sink.ApplyOnceResult, applied, skipped int, next int64) {
+	t.Helper()
+	if res.Applied != applied || res.Skipped != skipped || res.NextOffset > next {
+		t.Fatalf("ApplyGapped result = %+v, want %d applied, %d skipped, NextOffset at most %d", res, applied, skipped, next)
+	}
+}
+
+func (c *suite[Tx]) mustGapKeys(t testing.TB, s sink.Sink[Tx], offs ...int64) {
+	t.Helper()
+	for _, o := range offs {
+		c.mustGet(t, s, key(t, "g", o), "v")
+	}
+}
+
+func (c *suite[Tx]) mustNoGapKeys(t testing.TB, s sink.Sink[Tx], offs ...int64) {
+	t.Helper()
+	for _, o := range offs {
+		c.mustAbsent(t, s, key(t, "g", o))
+	}
+}
+
+// testGapsNonContiguous: lanes' batches land out of order; the watermark
+// rises over every contiguous run, including offsets without a record
+// that a record's From covers.
+func (c *suite[Tx]) testGapsNonContiguous(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	a := tokenFor(scopeFor(t), 1, "a")
+	if got := claimGapped(t, g, a); !sameCheckpoint(got, cp(0)) {
+		t.Fatalf("first ClaimGapped = %+v, want offset 0 and no span", got)
+	}
+	mustApplied(t, c.applyGapped(t, g, a, plain(2, 5)), 2, 0, 0)
+	mustCheckpoint(t, g, a, cp(0, 2, 3, 5, 6))
+	// 0 and 1 land: the watermark rises over 0..2 and stops at 3.
+	mustApplied(t, c.applyGapped(t, g, a, plain(0, 1)), 2, 0, 3)
+	mustCheckpoint(t, g, a, cp(3, 5, 6))
+	// The record at 4 covers 3 (a transaction marker): the watermark
+	// rises over 3..5.
+	mustApplied(t, c.applyGapped(t, g, a, sink.GapBatch{Offsets: []int64{4}, From: []int64{3}}), 1, 0, 6)
+	mustCheckpoint(t, g, a, cp(6))
+	// From covering offsets between two records of one batch leaves a span
+	// that touches nothing below.
+	mustApplied(t, c.applyGapped(t, g, a, sink.GapBatch{Offsets: []int64{9, 12}, From: []int64{8, 10}}), 2, 0, 6)
+	mustCheckpoint(t, g, a, cp(6, 8, 13))
+	c.mustGapKeys(t, s, 0, 1, 2, 4, 5, 9, 12)
+	c.mustNoGapKeys(t, s, 3, 8, 10, 11)
+	if next := c.claim(t, s, a); next != 6 {
+		t.Fatalf("plain Claim of the gapped scope = %d, want the watermark 6", next)
+	}
+}
+
+// testGapsSkipDone: records in a done span, or below the watermark, are
+// skipped, never run; the others of the batch run.
+func (c *suite[Tx]) testGapsSkipDone(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	a := tokenFor(scopeFor(t), 1, "a")
+	claimGapped(t, g, a)
+	c.applyGapped(t, g, a, plain(0, 3, 4))
+	b := plain(0, 2, 3, 5)
+	var ran []int64
+	res, err := g.ApplyGapped(t.Context(), a, b, func(ctx context.Context, tx Tx, i int) error {
+		ran = append(ran, b.Offsets[i])
+		return c.h.Put(ctx, tx, key(t, "g", b.Offsets[i]), "again")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ran, []int64{2, 5}) {
+		t.Fatalf("effects ran for offsets %v, want only the undone [2 5] (a backend may retry, but never run a done offset)", ran)
+	}
+	mustApplied(t, res, 2, 2, 6)
+	mustCheckpoint(t, g, a, cp(1, 2, 6))
+	c.mustGet(t, s, key(t, "g", 0), "v")
+	c.mustGet(t, s, key(t, "g", 3), "v")
+	c.mustGet(t, s, key(t, "g", 2), "again")
+}
+
+// testGapsReplay: a gapped batch replayed whole is a no-op, and replayed
+// partly runs only what it did not apply.
+func (c *suite[Tx]) testGapsReplay(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	a := tokenFor(scopeFor(t), 1, "a")
+	claimGapped(t, g, a)
+	b := sink.GapBatch{Offsets: []int64{3, 7, 9}, From: []int64{2, 6, 8}}
+	c.applyGapped(t, g, a, b)
+	want := cp(0, 2, 4, 6, 10)
+	mustCheckpoint(t, g, a, want)
+	res, err := g.ApplyGapped(t.Context(), a, b, failIfRun[Tx](t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApplied(t, res, 0, 3, 0)
+	mustCheckpoint(t, g, a, want)
+	// A partial replay: 7 and 9 again, with 12 new.
+	p := sink.GapBatch{Offsets: []int64{7, 9, 12}, From: []int64{6, 8, 10}}
+	var ran []int64
+	res, err = g.ApplyGapped(t.Context(), a, p, func(ctx context.Context, tx Tx, i int) error {
+		ran = append(ran, p.Offsets[i])
+		return c.h.Put(ctx, tx, key(t, "g", p.Offsets[i]), "v")
+	})
+	if err != nil || !slices.Equal(ran, []int64{12}) {
+		t.Fatalf("partial replay ran %v (%v), want only [12]", ran, err)
+	}
+	mustApplied(t, res, 1, 2, 0)
+	mustCheckpoint(t, g, a, cp(0, 2, 4, 6, 13))
+}
+
+// testGapsClaimAfterCrash: a worker applied lanes ahead of each other and
+// crashed; the new owner's ClaimGapped returns exactly the watermark and
+// the spans, and it applies exactly the rest.
+func (c *suite[Tx]) testGapsClaimAfterCrash(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	scope := scopeFor(t)
+	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
+	claimGapped(t, g, a)
+	c.applyGapped(t, g, a, plain(0, 1))
+	c.applyGapped(t, g, a, plain(4, 6))
+	c.applyGapped(t, g, a, sink.GapBatch{Offsets: []int64{9}, From: []int64{8}})
+	// a crashes here. b takes over.
+	got := claimGapped(t, g, b)
+	want := cp(2, 4, 5, 6, 7, 8, 10)
+	if !sameCheckpoint(got, want) {
+		t.Fatalf("the new owner's ClaimGapped = %+v, want %+v", got, want)
+	}
+	for _, o := range []int64{0, 1, 4, 6, 8, 9, 12} {
+		if got.Contains(o) != slices.Contains([]int64{0, 1, 4, 6, 8, 9}, o) {
+			t.Fatalf("checkpoint %+v Contains(%d) = %v", got, o, got.Contains(o))
+		}
+	}
+	rest := plain(2, 3, 4, 5, 6, 7, 9, 10)
+	var ran []int64
+	_, err := g.ApplyGapped(t.Context(), b, rest, func(ctx context.Context, tx Tx, i int) error {
+		ran = append(ran, rest.Offsets[i])
+		return c.h.Put(ctx, tx, key(t, "g", rest.Offsets[i]), "v")
+	})
+	if err != nil || !slices.Equal(ran, []int64{2, 3, 5, 7, 10}) {
+		t.Fatalf("the new owner ran %v (%v), want exactly the offsets not done [2 3 5 7 10]", ran, err)
+	}
+	mustCheckpoint(t, g, b, cp(11))
+}
+
+// testGapsZombieLane: a lane of the old tenure that applies after the new
+// owner's ClaimGapped is fenced and writes nothing, and the checkpoint
+// does not move.
+func (c *suite[Tx]) testGapsZombieLane(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	scope := scopeFor(t)
+	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
+	claimGapped(t, g, a)
+	c.applyGapped(t, g, a, plain(1))
+	claimGapped(t, g, b)
+	_, err := g.ApplyGapped(t.Context(), a, plain(0, 3), failIfRun[Tx](t))
+	mustFenced(t, err, sink.OpApply, b, a)
+	mustCheckpoint(t, g, b, cp(0, 1, 2))
+	c.mustNoGapKeys(t, s, 0, 3)
+	_, err = g.DeadLetterGapped(t.Context(), a, 0, poison(0))
+	mustFenced(t, err, sink.OpDeadLetter, b, a)
+	mustCheckpoint(t, g, b, cp(0, 1, 2))
+}
+
+// testGapsConcurrentLanes: many goroutines of one holder apply disjoint
+// offsets of one scope at once, in batches; every record lands once and
+// the final checkpoint is exact.
+func (c *suite[Tx]) testGapsConcurrentLanes(t *testing.T) {
+	const lanes, perLane, batch = 16, 24, 4
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	a := tokenFor(scopeFor(t), 1, "a")
+	claimGapped(t, g, a)
+	var wg sync.WaitGroup
+	for lane := range lanes {
+		wg.Go(func() {
+			// Lane l owns the offsets l, l+lanes, …; each record covers
+			// only itself.
+			for k := 0; k < perLane; k += batch {
+				var offs []int64
+				for j := k; j < k+batch; j++ {
+					offs = append(offs, int64(j*lanes+lane))
+				}
+				if _, err := g.ApplyGapped(t.Context(), a, plain(offs...), c.gapEffect(t, offs)); err != nil {
+					t.Errorf("lane %d ApplyGapped(%v): %v", lane, offs, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	n := int64(lanes * perLane)
+	mustCheckpoint(t, g, a, cp(n))
+	c.mustGapKeys(t, s, offsetsRange(0, n)...)
+}
+
+// testGapsApplyRacingClaim: lanes apply while a new owner claims; each
+// lane's batch either landed before the claim (its offsets are in the
+// checkpoint the claim returned, its keys written) or is fenced (nothing
+// of it written): the claim's checkpoint is exactly the landed batches.
+func (c *suite[Tx]) testGapsApplyRacingClaim(t *testing.T) {
+	const lanes, batches = 8, 12
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	scope := scopeFor(t)
+	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
+	claimGapped(t, g, a)
+	var (
+		mu     sync.Mutex
+		landed [][]int64
+		fenced [][]int64
+		wg     sync.WaitGroup
+		start  = make(chan struct{})
+	)
+	for lane := range lanes {
+		wg.Go(func() {
+			<-start
+			for k := range batches {
+				offs := []int64{int64((2*k)*lanes + lane), int64((2*k+1)*lanes + lane)}
+				_, err := g.ApplyGapped(t.Context(), a, plain(offs...), c.gapEffect(t, offs))
+				mu.Lock()
+				switch {
+				case err == nil:
+					landed = append(landed, offs)
+				case errors.Is(err, sink.ErrFenced):
+					fenced = append(fenced, offs)
+				default:
+					t.Errorf("lane %d ApplyGapped(%v): %v", lane, offs, err)
+				}
+				mu.Unlock()
+				runtime.Gosched()
+			}
+		})
+	}
+	close(start)
+	got := claimGapped(t, g, b)
+	wg.Wait()
+	var want sink.Checkpoint
+	for _, offs := range landed {
+		for _, o := range offs {
+			want.Add(o, o+1)
+		}
+		c.mustGapKeys(t, s, offs...)
+	}
+	for _, offs := range fenced {
+		c.mustNoGapKeys(t, s, offs...)
+	}
+	if !sameCheckpoint(got, want) {
+		t.Fatalf("ClaimGapped racing %d lanes = %+v, want the %d batches that landed: %+v", lanes, got, len(landed), want)
+	}
+	mustCheckpoint(t, g, b, want)
+	t.Logf("%d batches landed before the claim, %d fenced", len(landed), len(fenced))
+}
+
+// testGapsPlainCalls: on a gapped scope, plain Apply, ApplyOnce and
+// DeadLetter skip the done offsets and raise the watermark past their
+// batch (sink.Checkpoint.Raise), so a worker without lanes can take over.
+func (c *suite[Tx]) testGapsPlainCalls(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	scope := scopeFor(t)
+	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
+	claimGapped(t, g, a)
+	c.applyGapped(t, g, a, plain(2, 3, 8, 12))
+	// b runs without lanes.
+	if next := c.claim(t, s, b); next != 0 {
+		t.Fatalf("plain Claim of the gapped scope = %d, want the watermark 0", next)
+	}
+	offs := offsetsRange(0, 5)
+	var ran []int64
+	res, err := s.Apply(t.Context(), b, offs, func(ctx context.Context, tx Tx, i int) error {
+		ran = append(ran, offs[i])
+		return c.h.Put(ctx, tx, key(t, "g", offs[i]), "v")
+	})
+	if err != nil || !slices.Equal(ran, []int64{0, 1, 4}) || res.Applied != 3 || res.Skipped != 2 || res.NextOffset != 5 {
+		t.Fatalf("plain Apply(0..4) on a gapped scope ran %v: %+v, %v; want [0 1 4] run, 2 skipped, NextOffset 5", ran, res, err)
+	}
+	mustCheckpoint(t, g, b, cp(5, 8, 9, 12, 13))
+	if dl, ok := s.(sink.DeadLetterer); ok {
+		// A dead letter of a done offset is a replay.
+		if r, err := dl.DeadLetter(t.Context(), b, poison(8)); err != nil || r.Stored {
+			t.Fatalf("DeadLetter of the done offset 8 = %+v, %v; want not stored", r, err)
+		}
+		// A dead letter at 10 raises the watermark over 8 and up to 11.
+		if r, err := dl.DeadLetter(t.Context(), b, poison(10)); err != nil || !r.Stored || r.NextOffset != 11 {
+			t.Fatalf("DeadLetter at 10 = %+v, %v; want stored, NextOffset 11", r, err)
+		}
+		mustCheckpoint(t, g, b, cp(11, 12, 13))
+	}
+	if d, ok := s.(sink.Deduplicator[Tx]); ok {
+		offs, ids := []int64{11, 12, 13}, []string{"x", "y", "z"}
+		var ran []int64
+		res, err := d.ApplyOnce(t.Context(), b, offs, ids, func(ctx context.Context, tx Tx, i int) error {
+			ran = append(ran, offs[i])
+			return c.h.Put(ctx, tx, key(t, "g", offs[i]), "v")
+		})
+		if err != nil || !slices.Equal(ran, []int64{11, 13}) || res.Skipped != 1 || res.NextOffset != 14 {
+			t.Fatalf("ApplyOnce(11..13) on a gapped scope ran %v: %+v, %v; want [11 13] run, 1 skipped, NextOffset 14", ran, res, err)
+		}
+		mustCheckpoint(t, g, b, cp(14))
+	}
+	// A plain Apply far above the spans: Raise drops them all.
+	c.applyGapped(t, g, b, plain(20, 22))
+	c.apply(t, s, b, []int64{30}, c.gapEffect(t, []int64{30}))
+	mustCheckpoint(t, g, b, cp(31))
+}
+
+// testGapsDeadLetter: DeadLetterGapped stores a lane's poison record and
+// marks [from, offset+1) done; its replay stores nothing.
+func (c *suite[Tx]) testGapsDeadLetter(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	scope := scopeFor(t)
+	a := tokenFor(scope, 1, "a")
+	claimGapped(t, g, a)
+	res, err := g.DeadLetterGapped(t.Context(), a, 3, poison(4))
+	if err != nil || !res.Stored || res.ID == 0 || res.NextOffset > 0 {
+		t.Fatalf("DeadLetterGapped(3, 4) = %+v, %v; want stored, NextOffset 0", res, err)
+	}
+	mustCheckpoint(t, g, a, cp(0, 3, 5))
+	if again, err := g.DeadLetterGapped(t.Context(), a, 3, poison(4)); err != nil || again.Stored || again.ID != 0 {
+		t.Fatalf("replayed DeadLetterGapped = %+v, %v; want not stored", again, err)
+	}
+	c.applyGapped(t, g, a, plain(0, 1, 2))
+	mustCheckpoint(t, g, a, cp(5))
+	if _, err := g.DeadLetterGapped(t.Context(), a, 7, poison(6)); !errors.Is(err, sink.ErrBadBatch) {
+		t.Fatalf("DeadLetterGapped with from above the offset: %v, want sink.ErrBadBatch", err)
+	}
+	if store, ok := sink.As[sink.DeadLetterStore](s); ok {
+		got, err := store.DeadLetters(t.Context(), sink.DeadLetterFilter{Group: scope.Group})
+		if err != nil || len(got) != 1 || got[0].ID != res.ID || got[0].Record.Offset != 4 || got[0].Token != a {
+			t.Fatalf("DeadLetters = %+v, %v; want exactly the lane's dead letter at 4", got, err)
+		}
+	}
+}
+
+// testGapsLister: Fences reports the done spans of a gapped scope.
+func (c *suite[Tx]) testGapsLister(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	lister, ok := sink.As[sink.Lister](s)
+	if !ok {
+		t.Skip("sinktest: the sink does not implement sink.Lister")
+	}
+	scope := scopeFor(t)
+	a := tokenFor(scope, 1, "a")
+	claimGapped(t, g, a)
+	c.applyGapped(t, g, a, plain(0, 2, 5, 6))
+	want := sink.Fence{Scope: scope, Holder: a, NextOffset: 1, Done: []sink.Span{{From: 2, To: 3}, {From: 5, To: 7}}}
+	if f := fenceOf(t, lister, scope); !f.Equal(want) {
+		t.Fatalf("Fences = %+v, want %+v", f, want)
+	}
+	c.applyGapped(t, g, a, plain(1, 3, 4))
+	if f := fenceOf(t, lister, scope); f.NextOffset != 7 || len(f.Done) != 0 {
+		t.Fatalf("Fences after the gaps filled = %+v, want NextOffset 7, no span", f)
+	}
+}
+
+// testGapsReset: a reset that keeps the checkpoint keeps the spans (the
+// same log), and one onto a new NextOffset clears them (another log).
+func (c *suite[Tx]) testGapsReset(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	r, lister := c.resetter(t, s)
+	scope := scopeFor(t)
+	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
+	claimGapped(t, g, a)
+	c.applyGapped(t, g, a, plain(0, 3, 4, 7))
+	reset(t, r, scope, a, 1)
+	mustFence(t, lister, sink.Fence{Scope: scope, NextOffset: 1, ProofRequired: true, ProofBelow: 2, Done: []sink.Span{{From: 3, To: 5}, {From: 7, To: 8}}})
+	got, err := g.ClaimGapped(t.Context(), b, sink.Observed{MemberProven: true})
+	if err != nil || !sameCheckpoint(got, cp(1, 3, 5, 7, 8)) {
+		t.Fatalf("ClaimGapped after a reset keeping the checkpoint = %+v, %v; want the spans kept", got, err)
+	}
+	zero := int64(0)
+	if _, err := r.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: b, NextOffset: 1},
+		NextOffset: &zero, TopicID: "new", Reason: "sinktest: onto a new log"}); err != nil {
+		t.Fatalf("ResetFence onto a new log: %v", err)
+	}
+	mustFence(t, lister, sink.Fence{Scope: scope, NextOffset: 0, TopicID: "new", ProofRequired: true, ProofBelow: 3})
+	c2 := tokenFor(scope, 3, "c")
+	got, err = g.ClaimGapped(t.Context(), c2, sink.Observed{MemberProven: true})
+	if err != nil || !sameCheckpoint(got, cp(0)) {
+		t.Fatalf("ClaimGapped after a reset onto a new log = %+v, %v; want offset 0, no span", got, err)
+	}
+	// The old log's done offsets are not done on the new one.
+	if res := c.applyGapped(t, g, c2, plain(3, 7)); res.Applied != 2 {
+		t.Fatalf("ApplyGapped on the new log = %+v, want both records applied", res)
+	}
+}
+
+// testGapsLogCheck: the claim's log check compares the end of the done
+// spans (Checkpoint.End) with the log end: a span above it means the log
+// was truncated under the checkpoint, for ClaimGapped and Claim alike.
+func (c *suite[Tx]) testGapsLogCheck(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	scope := scopeFor(t)
+	ctx := t.Context()
+	obs := func(start, end int64) sink.Observed {
+		return sink.Observed{TopicID: "log", LogStart: start, LogEnd: end}
+	}
+	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
+	if _, err := g.ClaimGapped(ctx, a, obs(0, 20)); err != nil {
+		t.Fatal(err)
+	}
+	c.applyGapped(t, g, a, plain(0, 1, 9))
+	// The watermark 2 is below the log end 5, but the span [9, 10) is not.
+	_, err := g.ClaimGapped(ctx, b, obs(0, 5))
+	var lc *sink.LogChangedError
+	if !errors.Is(err, sink.ErrLogTruncated) || !errors.As(err, &lc) || lc.NextOffset != 10 {
+		t.Fatalf("ClaimGapped with a done span above the log end: %v, want sink.ErrLogTruncated naming offset 10", err)
+	}
+	if _, err := s.Claim(ctx, b, obs(0, 5)); !errors.Is(err, sink.ErrLogTruncated) {
+		t.Fatalf("plain Claim with a done span above the log end: %v, want sink.ErrLogTruncated", err)
+	}
+	// Records deleted above the watermark, where an offset is not done.
+	if _, err := g.ClaimGapped(ctx, b, obs(3, 20)); !errors.Is(err, sink.ErrRetentionLoss) || !errors.As(err, &lc) || lc.NextOffset != 2 {
+		t.Fatalf("ClaimGapped with the log start above the watermark: %v, want sink.ErrRetentionLoss naming the watermark 2", err)
+	}
+	mustCheckpoint(t, g, a, cp(2, 9, 10))
+	// The log end at the span's end: accepted.
+	if got, err := g.ClaimGapped(ctx, b, obs(2, 10)); err != nil || !sameCheckpoint(got, cp(2, 9, 10)) {
+		t.Fatalf("ClaimGapped with the log end at the spans' end = %+v, %v", got, err)
+	}
+}
+
+// testGapsDedupe: ApplyGapped with IDs dedupes as ApplyOnce does, across
+// lanes and within a batch; a duplicate's offset is done too.
+func (c *suite[Tx]) testGapsDedupe(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	scope := scopeFor(t)
+	a := tokenFor(scope, 1, "a")
+	claimGapped(t, g, a)
+	apply := func(b sink.GapBatch) sink.ApplyOnceResult {
+		t.Helper()
+		res, err := g.ApplyGapped(t.Context(), a, b, c.idEffect(t, b.Offsets, b.IDs))
+		if err != nil {
+			t.Fatalf("ApplyGapped(%v, %q): %v", b.Offsets, b.IDs, err)
+		}
+		return res
+	}
+	b1 := plain(4, 6)
+	b1.IDs = []string{"x", "y"}
+	if res := apply(b1); res.Applied != 2 || len(res.Duplicates) != 0 {
+		t.Fatalf("first lane = %+v", res)
+	}
+	// Another lane, lower offsets: x again is a duplicate (applied at 4,
+	// within the window); "" never is; z twice in the batch once.
+	b2 := plain(0, 1, 2, 3)
+	b2.IDs = []string{"x", "", "z", "z"}
+	res := apply(b2)
+	if res.Applied != 2 || !slices.Equal(res.Duplicates, []int{0, 3}) {
+		t.Fatalf("second lane = %+v, want 2 applied, duplicates [0 3]", res)
+	}
+	c.mustID(t, s, "x", 4)
+	c.mustID(t, s, "z", 2)
+	c.mustGet(t, s, key(t, "off", 1), "at 1")
+	mustCheckpoint(t, g, a, cp(5, 6, 7))
+	c.mustDuplicates(t, s, scope, 2)
+	// A plain ApplyOnce sees the lanes' IDs.
+	if d, ok := s.(sink.Deduplicator[Tx]); ok {
+		mustResult(t, c.applyOnce(t, d, a, []int64{5, 7}, "y", "w"), 1, 0, []int{0}, 8)
+	}
+	if _, err := g.ApplyGapped(t.Context(), a, sink.GapBatch{Offsets: []int64{9}, From: []int64{9}, IDs: []string{"a", "b"}}, failIfRun[Tx](t)); !errors.Is(err, sink.ErrBadBatch) {
+		t.Fatalf("ApplyGapped with more IDs than offsets: %v, want sink.ErrBadBatch", err)
+	}
+}
+
+// testGapsManySpans: the done set has no cap: 10,000 disjoint spans are
+// stored and returned, and compacted to none as the gaps fill.
+func (c *suite[Tx]) testGapsManySpans(t *testing.T) {
+	const spans, batch = 10_000, 1_000
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	a := tokenFor(scopeFor(t), 1, "a")
+	claimGapped(t, g, a)
+	nop := func(context.Context, Tx, int) error { return nil }
+	fill := func(parity int64) {
+		for k := int64(0); k < spans; k += batch {
+			var offs []int64
+			for j := k; j < k+batch; j++ {
+				offs = append(offs, 2*j+parity)
+			}
+			if _, err := g.ApplyGapped(t.Context(), a, plain(offs...), nop); err != nil {
+				t.Fatalf("ApplyGapped(%d..%d): %v", offs[0], offs[len(offs)-1], err)
+			}
+		}
+	}
+	fill(1) // the odd offsets: 10,000 spans above the watermark 0
+	got := claimGapped(t, g, a)
+	if got.NextOffset != 0 || len(got.Done) != spans || got.Done[0] != (sink.Span{From: 1, To: 2}) || got.Done[spans-1] != (sink.Span{From: 2*spans - 1, To: 2 * spans}) {
+		t.Fatalf("ClaimGapped with %d spans: watermark %d, %d spans", spans, got.NextOffset, len(got.Done))
+	}
+	fill(0)
+	mustCheckpoint(t, g, a, cp(2*spans))
+}
+
+// testGapsEffectError: a failed effect commits nothing of the batch.
+func (c *suite[Tx]) testGapsEffectError(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	a := tokenFor(scopeFor(t), 1, "a")
+	claimGapped(t, g, a)
+	c.applyGapped(t, g, a, plain(1))
+	b := plain(3, 5)
+	_, err := g.ApplyGapped(t.Context(), a, b, func(ctx context.Context, tx Tx, i int) error {
+		if err := c.h.Put(ctx, tx, key(t, "g", b.Offsets[i]), "v"); err != nil {
+			return err
+		}
+		if i == 1 {
+			return errBoom
+		}
+		return nil
+	})
+	var ee *sink.EffectError
+	if !errors.Is(err, errBoom) || !errors.As(err, &ee) || ee.Offset != 5 {
+		t.Fatalf("ApplyGapped with a failing effect: %v, want an *sink.EffectError at offset 5", err)
+	}
+	c.mustNoGapKeys(t, s, 3, 5)
+	mustCheckpoint(t, g, a, cp(0, 1, 2))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := g.ApplyGapped(ctx, a, plain(3), c.gapEffect(t, []int64{3})); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ApplyGapped with a cancelled context: %v, want context.Canceled", err)
+	}
+	mustCheckpoint(t, g, a, cp(0, 1, 2))
+}
+
+// testGapsBadBatch: malformed batches fail with ErrBadBatch, applying
+// nothing.
+func (c *suite[Tx]) testGapsBadBatch(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	a := tokenFor(scopeFor(t), 1, "a")
+	claimGapped(t, g, a)
+	for i, b := range []sink.GapBatch{
+		{Offsets: []int64{1, 2}, From: []int64{1}},
+		{Offsets: []int64{1, 2}, From: []int64{1, 1}},
+		{Offsets: []int64{3}, From: []int64{4}},
+		{Offsets: []int64{2, 1}, From: []int64{2, 1}},
+	} {
+		if _, err := g.ApplyGapped(t.Context(), a, b, failIfRun[Tx](t)); !errors.Is(err, sink.ErrBadBatch) {
+			t.Errorf("bad batch %d %+v: %v, want sink.ErrBadBatch", i, b, err)
+		}
+	}
+	mustCheckpoint(t, g, a, cp(0))
+}
+
+// testGapsDurable: the done spans survive a reopen of the storage.
+func (c *suite[Tx]) testGapsDurable(t *testing.T) {
+	if c.h.Reopen == nil {
+		t.Skip("sinktest: the backend is not durable (Harness.Reopen is nil)")
+	}
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	a := tokenFor(scopeFor(t), 1, "a")
+	claimGapped(t, g, a)
+	c.applyGapped(t, g, a, plain(0, 2, 5))
+	s = c.h.Reopen(t, s)
+	mustCheckpoint(t, c.gaps(t, s), a, cp(1, 2, 3, 5, 6))
+}
