@@ -36,6 +36,7 @@ type workerFlags struct {
 	protocol          string
 	clientID          string
 	maxBatch          int
+	keyConcurrency    int
 	sessionTimeout    time.Duration
 	heartbeatInterval time.Duration
 	revokeTimeout     time.Duration
@@ -162,6 +163,7 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.StringVar(&f.protocol, "protocol", "cooperative", "group protocol: cooperative or kip848")
 	fl.StringVar(&f.clientID, "client-id", "", "this member's client id (default: workrouter-<host>-<pid>)")
 	fl.IntVar(&f.maxBatch, "max-batch", 256, "most records applied in one sink transaction")
+	fl.IntVar(&f.keyConcurrency, "key-concurrency", 1, "lanes applying one partition concurrently: one key's records in one lane, in offset order (1: the partition in offset order)")
 	fl.DurationVar(&f.sessionTimeout, "session-timeout", 10*time.Second, "group session timeout")
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", time.Second, "group heartbeat interval")
 	fl.DurationVar(&f.revokeTimeout, "revoke-timeout", 10*time.Second, "how long a revoked partition's in-flight batch may take")
@@ -380,6 +382,7 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 		DeadLetterTopic:   f.dlqTopic,
 		Protocol:          protocol,
 		MaxBatch:          f.maxBatch,
+		KeyConcurrency:    f.keyConcurrency,
 		SessionTimeout:    f.sessionTimeout,
 		HeartbeatInterval: f.heartbeatInterval,
 		RevokeTimeout:     f.revokeTimeout,
