@@ -302,7 +302,7 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 // and the count of skipped duplicates (duplicates, 0), and the command
 // IDs table is created, empty (no command applied before
 // had its ID recorded). From versions 1 to 4: the fences gain the count
-// of done spans (spans, 0), the history rows their done spans (done, ”),
+// of done spans (spans, 0), the history rows their done spans (done, empty),
 // and the done spans table is created, empty (no scope had gaps before).
 func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from int) error {
 	var stmts []string
