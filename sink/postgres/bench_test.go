@@ -5,10 +5,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/unfenced"
@@ -229,4 +233,84 @@ func prunePerBatch(b *testing.B, s *Sink, table string, horizon int64) float64 {
 		}
 	}
 	return float64(total.Microseconds()) / rounds
+}
+
+// BenchmarkLanes measures the lanes of a checkpoint with gaps
+// (ApplyGapped, gaps.go): N lanes of one scope apply batches of 4
+// records at once, each record an upsert and 1 ms of simulated I/O
+// inside the transaction (W3's handler), lane l owning the offsets l,
+// l+N, l+2N, …. "shared" is the sink as it is (the fence row taken FOR
+// SHARE only by the check that records the spans); "serialized" makes
+// each lane's first effect take the fence row FOR UPDATE, so the lanes'
+// transactions run one at a time, as they would if each lane updated
+// the fence row (what the shared design avoids). records/s is over all
+// lanes.
+func BenchmarkLanes(b *testing.B) {
+	for _, lanes := range []int{1, 4, 16} {
+		for _, mode := range []string{"shared", "serialized"} {
+			b.Run(fmt.Sprintf("%s/lanes=%d", mode, lanes), func(b *testing.B) {
+				benchLanes(b, mode == "serialized", lanes)
+			})
+		}
+	}
+}
+
+func benchLanes(b *testing.B, serialized bool, lanes int) {
+	const batch = 4
+	schema := newTestSchema(b)
+	s := openSink(b, schema, func(c *Config) {
+		c.DSN = strings.Replace(c.DSN, "pool_max_conns=6", fmt.Sprintf("pool_max_conns=%d", lanes+2), 1)
+	})
+	ctx := context.Background()
+	tok := epochs.Token{Group: "bench", Topic: "t", Partition: 0, Epoch: 1, Member: "m"}
+	if _, err := s.ClaimGapped(ctx, tok, sink.Observed{}); err != nil {
+		b.Fatal(err)
+	}
+	lock := "SELECT 1 FROM " + pgx.Identifier{schema, "workrouter_fences"}.Sanitize() + " WHERE grp = 'bench' AND topic = 't' AND part = 0 FOR UPDATE"
+	var (
+		next    atomic.Int64 // batches handed out
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		failed  error
+	)
+	total := int64(b.N)
+	b.ResetTimer()
+	start := time.Now()
+	for lane := range lanes {
+		wg.Go(func() {
+			for k := int64(0); ; k++ {
+				if next.Add(1) > total {
+					return
+				}
+				offs := make([]int64, batch)
+				for j := range offs {
+					offs[j] = int64(lane) + int64(lanes)*(k*batch+int64(j))
+				}
+				effect := func(ctx context.Context, tx pgx.Tx, i int) error {
+					if serialized && i == 0 {
+						if _, err := tx.Exec(ctx, lock); err != nil {
+							return err
+						}
+					}
+					if _, err := tx.Exec(ctx, upsertKV, fmt.Sprint("key-", offs[i]%1200), "v"); err != nil {
+						return err
+					}
+					time.Sleep(time.Millisecond)
+					return nil
+				}
+				if _, err := s.ApplyGapped(ctx, tok, sink.GapBatch{Offsets: offs, From: offs}, effect); err != nil {
+					errOnce.Do(func() { failed = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	b.ReportMetric(float64(total*batch)/elapsed.Seconds(), "records/s")
+	b.ReportMetric(testutil.ToFloat64(s.gaps.compactions.WithLabelValues(compactBusy)), "compactions-busy")
+	b.ReportMetric(testutil.ToFloat64(s.gaps.compactions.WithLabelValues(compactDone)), "compactions-done")
 }

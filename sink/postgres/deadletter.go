@@ -63,6 +63,9 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 	if !tok.Holds(row.holder) {
 		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: row.holder, Offered: tok}
 	}
+	if row.gapped {
+		return s.deadLetterOnGapped(ctx, tx, tok, row, rec, string(headers))
+	}
 	next, topicID := row.nextOffset, row.topicID
 	if rec.Offset < next {
 		return sink.DeadLetterResult{NextOffset: next}, nil
@@ -89,7 +92,7 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 			member string
 			cur    int64
 		)
-		if err := tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &cur, new(int64)); err == nil {
+		if err := tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &cur, new(int64), new(bool)); err == nil {
 			stored = holderToken(tok.Scope(), epoch, member)
 		}
 		s.log.Warn("postgres sink: dead letter fenced at the conditional update", "token", tok.String(), "stored", stored.String(), "offset", rec.Offset)

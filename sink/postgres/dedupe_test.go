@@ -31,6 +31,7 @@ func TestMigrateFromVersion3(t *testing.T) {
 	}
 	s.Close()
 	adminExec(t, "DROP TABLE "+pgx.Identifier{schema, "workrouter_command_ids"}.Sanitize())
+	dropVersion5(t, schema)
 	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN ids_version")
 	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN duplicates")
 	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 3")

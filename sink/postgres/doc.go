@@ -54,23 +54,32 @@
 //
 // # Round trips and pipelining
 //
-// One Apply costs BEGIN, one fence read (a plain SELECT, no lock), the
-// handler's own statements, one conditional UPDATE of the fence row, and
-// COMMIT. The fence row is only locked by that final UPDATE, so a handler
-// that blocks (or a worker that is paused) in the middle of a batch does
-// not hold it, and a newer tenure's Claim goes through at once; the
-// UPDATE's row count then decides, and the stale batch is rolled back.
+// One Apply costs the round trips the same writes cost without a fence
+// (BEGIN, the handler's own statements, COMMIT): BEGIN and the fence read
+// (a plain SELECT, no lock) go in one pipeline, and the conditional UPDATE
+// of the fence row — made to raise when it matches no row — goes in one
+// pipeline with COMMIT, so that a fenced batch's COMMIT never runs. Only a
+// refused batch pays one more round trip, to roll back and read the
+// stored holder for its [sink.FencedError]. The fence row is only locked
+// by that final UPDATE, so a handler that blocks (or a worker that is
+// paused) in the middle of a batch does not hold it, and a newer tenure's
+// Claim goes through at once; the UPDATE then matches no row, and the
+// stale batch is rolled back. The first use of a statement on a
+// connection costs pgx one more round trip to prepare it.
 //
 // Handlers that issue several statements per command should pipeline them
 // with [pgx.Batch] and tx.SendBatch: the whole batch costs one round trip.
-// Statement preparation is cached per connection by pgx.
+// Statement preparation is cached per connection by pgx. The tx a handler
+// receives refuses every call (pgx.ErrTxClosed) once its Apply has
+// returned.
 //
 // # Idle-in-transaction timeout
 //
 // A worker process that is paused (GC, a frozen VM, SIGSTOP) in the middle
 // of a batch keeps its transaction open, and with it the row locks its
-// effects took — and, if it was paused between the fence UPDATE and COMMIT,
-// the fence row lock, which blocks the next owner's Claim. The sink
+// effects took (an Apply's pause never holds the fence row's lock: the
+// UPDATE that takes it and COMMIT reach the server in one pipeline, which
+// it runs back to back). The sink
 // therefore sets idle_in_transaction_session_timeout
 // ([Config.IdleInTxTimeout], default 30s) on the sessions it opens: the
 // server ends such a session after the timeout, rolling its transaction

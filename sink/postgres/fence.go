@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
@@ -40,6 +42,8 @@ type fenceRow struct {
 	proofRequired bool
 	proofBelow    int64 // sink.Fence.ProofBelow
 	duplicates    int64 // sink.Fence.Duplicates
+	gapped        bool  // the scope may have done spans (gaps.go)
+	idsVersion    int64 // the command IDs' version (cmdids)
 }
 
 // fence returns the row as the sink.Fence of scope.
@@ -53,7 +57,7 @@ func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 func (s *Sink) lockFence(ctx context.Context, tx pgx.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.QueryRow(ctx, s.q.fenceLock, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.duplicates)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.duplicates, &r.gapped, &r.idsVersion)
 	if err != nil {
 		return fenceRow{}, err
 	}
@@ -81,19 +85,26 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 // between its fence UPDATE and COMMIT). It may be called from any
 // goroutine.
 func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
+	cp, err := s.claim(ctx, tok, obs, false)
+	return cp.NextOffset, err
+}
+
+// claim is Claim, and ClaimGapped when gapped: it returns the scope's
+// whole checkpoint, compacted (gaps.go).
+func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, gapped bool) (sink.Checkpoint, error) {
 	if err := tok.Validate(); err != nil {
-		return 0, err
+		return sink.Checkpoint{}, err
 	}
 	op := "claim " + tok.String()
 	if err := s.check(ctx, op); err != nil {
-		return 0, err
+		return sink.Checkpoint{}, err
 	}
 	if err := s.writable(op); err != nil {
-		return 0, err
+		return sink.Checkpoint{}, err
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return 0, wrap(ctx, op, err)
+		return sink.Checkpoint{}, wrap(ctx, op, err)
 	}
 	defer rollback(ctx, tx)
 	start, startTopic := int64(0), ""
@@ -102,44 +113,65 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	}
 	tag, err := tx.Exec(ctx, s.q.claimInsert, tok.Group, tok.Topic, tok.Partition, start, startTopic)
 	if err != nil {
-		return 0, wrap(ctx, op, err)
+		return sink.Checkpoint{}, wrap(ctx, op, err)
 	}
 	inserted := tag.RowsAffected() == 1
 	row, err := s.lockFence(ctx, tx, tok.Scope())
 	if err != nil {
-		return 0, wrap(ctx, op+": read fence", err)
+		return sink.Checkpoint{}, wrap(ctx, op+": read fence", err)
 	}
 	if !tok.CanClaim(row.holder) {
 		s.log.Debug("postgres sink: claim fenced", "offered", tok.String(), "stored", row.holder.String())
-		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
+		return sink.Checkpoint{}, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
 	}
 	if row.fence(tok.Scope()).NeedsProof(tok) && !obs.MemberProven {
-		return 0, fmt.Errorf("postgres: %s: %w", op, sink.ErrProofRequired)
+		return sink.Checkpoint{}, fmt.Errorf("postgres: %s: %w", op, sink.ErrProofRequired)
 	}
-	next, topicID, err := sink.CheckLog(tok.Scope(), !inserted, row.topicID, row.nextOffset, obs)
+	// The done spans, read under the lock (no lane of the scope is
+	// between its check and its COMMIT now), the watermark raised over
+	// those that touch it.
+	cp, spans, _, err := s.readCheckpoint(ctx, tx, tok.Scope(), row.nextOffset)
 	if err != nil {
-		return 0, err
+		return sink.Checkpoint{}, wrap(ctx, op+": read done spans", err)
+	}
+	_, topicID, err := sink.CheckLogGaps(tok.Scope(), !inserted, row.topicID, cp, obs)
+	if err != nil {
+		return sink.Checkpoint{}, err
 	}
 	if _, err := tx.Exec(ctx, s.q.claimUpdate, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, topicID); err != nil {
-		return 0, wrap(ctx, op, err)
+		return sink.Checkpoint{}, wrap(ctx, op, err)
 	}
-	if _, err := tx.Exec(ctx, s.q.claimHistory, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, topicID); err != nil {
-		return 0, wrap(ctx, op+": history", err)
+	if spans > 0 || row.gapped || gapped {
+		// Compact, keep the scope gapped for a claim with lanes (or while
+		// spans remain), and move the IDs version on if lanes may have
+		// recorded IDs without moving it (gaps.go).
+		if err := s.storeCheckpoint(ctx, tx, tok.Scope(), cp.NextOffset, false, gapped || len(cp.Done) > 0, row.gapped); err != nil {
+			return sink.Checkpoint{}, wrap(ctx, op+": compact done spans", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, s.q.claimHistory, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, cp.NextOffset, topicID); err != nil {
+		return sink.Checkpoint{}, wrap(ctx, op+": history", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, wrap(ctx, op+": commit", err)
+		return sink.Checkpoint{}, wrap(ctx, op+": commit", err)
 	}
-	return next, nil
+	s.gaps.observe(tok.Scope(), len(cp.Done))
+	return cp, nil
 }
 
 // Apply applies a batch of records of tok's scope in one transaction,
-// following [sink.Sink.Apply]: it reads the fence row without locking it
-// and refuses at once (nothing run) unless tok is exactly the holder; it
-// skips offsets below NextOffset, runs effect for each remaining record
-// index in order with the transaction, and then advances NextOffset with an
-// UPDATE conditioned on the holder being tok and NextOffset unchanged. That
-// UPDATE's row count is the authoritative fence check: if it matched no
-// row, the transaction is rolled back and a *[sink.FencedError] returned.
+// following [sink.Sink.Apply]: in the round trip that begins the
+// transaction it reads the fence row without locking it, and refuses at
+// once (nothing run) unless tok is exactly the holder; it skips offsets
+// below NextOffset, runs effect for each remaining record index in order
+// with the transaction, and then sends, in one round trip, an UPDATE of
+// NextOffset conditioned on the holder being tok and NextOffset unchanged,
+// made to raise when it matches no row, and COMMIT. That UPDATE is the
+// authoritative fence check: if it matched no row, the server skips the
+// COMMIT, and Apply rolls back, reads the stored holder (one more round
+// trip, only then) and returns a *[sink.FencedError]. A batch thus costs
+// the round trips of the same writes without a fence: BEGIN, the
+// effects', COMMIT (docs/performance.md).
 //
 // An effect error rolls back and returns a *[sink.EffectError]. A batch
 // whose transaction hit a deadlock or serialization failure is run again
@@ -166,10 +198,10 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 // <prefix>_command_ids in the transaction); the effects of the records
 // that are not duplicates run in order; then the conditional UPDATE of
 // the fence row (the authoritative check, which also requires the IDs
-// version read and bumps it), the insert of the applied IDs as one row
-// and, when [sink.PruneDue], the delete of the rows whose last offset is
-// below the new horizon (an index range on (scope, last_off)) go in one
-// round trip, and the transaction commits. Two attempts that looked up the same version
+// version read and bumps it), the insert of the applied IDs as one row,
+// when [sink.PruneDue] the delete of the rows whose last offset is
+// below the new horizon (an index range on (scope, last_off)), and COMMIT
+// go in one round trip. Two attempts that looked up the same version
 // cannot both commit: the version is part of the fenced compare-and-set.
 // A refusal, an effect error, a conflict or a cancelled ctx rolls it all
 // back and records nothing; a batch run again after a conflict decides
@@ -211,30 +243,55 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 // applyAttempt is one attempt of Apply (and of ApplyOnce when ids is not
 // nil). retry reports a conflict after which the batch should be run
 // again.
+//
+// Its round trips: BEGIN and the fence read in one pipeline; the effects'
+// own; the checked advance (with ApplyOnce's row of IDs and prune) and
+// COMMIT in one pipeline. A checked advance that matches no row raises,
+// so the server skips the COMMIT queued behind it; only then does a third
+// pipeline (ROLLBACK and the fence read) learn the stored holder.
 func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (res sink.ApplyOnceResult, retry bool, err error) {
 	op := "apply " + tok.String()
-	tx, err := s.pool.Begin(ctx)
+	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return res, false, wrap(ctx, op, err)
 	}
-	defer rollback(ctx, tx)
+	defer release(ctx, c)
+	conn := c.Conn()
 
-	// Early refusal: a plain read, no lock.
+	// BEGIN and the early refusal (a plain read, no lock) in one round
+	// trip.
 	var (
 		epoch      int32
 		member     string
 		next       int64
 		idsVersion int64
+		gapped     bool
 	)
-	err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next, &idsVersion)
+	begin := &pgx.Batch{}
+	begin.BeginTx(pgx.TxOptions{})
+	begin.Queue(s.q.fenceRead, tok.Group, tok.Topic, tok.Partition)
+	br := conn.SendBatch(ctx, begin)
+	tx := br.Tx()
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&epoch, &member, &next, &idsVersion, &gapped)
+	}
+	if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && cerr != nil {
+		err = cerr
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return res, false, s.fenced(tok, epochs.Token{})
 	case err != nil:
-		return res, retryable(err), wrap(ctx, op+": read fence", err)
+		return res, retryable(err), wrap(ctx, op+": begin, read fence", err)
 	}
 	if stored := holderToken(tok.Scope(), epoch, member); !tok.Holds(stored) {
 		return res, false, s.fenced(tok, stored)
+	}
+	if gapped {
+		// The scope has done spans (a worker with lanes held it): the
+		// plain batch skips them too (gaps.go).
+		return s.applyOnGapped(ctx, tx, tok, offsets, ids, effect, next, idsVersion)
 	}
 
 	first, _ := slices.BinarySearch(offsets, next)
@@ -262,6 +319,7 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 		}
 	}
 	htx := &handlerTx{Tx: tx}
+	defer htx.done.Store(true)
 	var dups []int
 	for i := first; i < len(offsets); i++ {
 		if err := ctx.Err(); err != nil {
@@ -280,71 +338,144 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 	}
 
 	// The authoritative check: advance NextOffset only if tok still holds
-	// the scope and no other Apply moved NextOffset meanwhile. The prune
-	// of the command IDs rides in the same round trip (rolled back with
-	// the rest if the check fails).
+	// the scope and no other Apply moved NextOffset meanwhile, else raise
+	// (the COMMIT behind it is then skipped and the transaction aborted).
+	// ApplyOnce's row of IDs and prune ride in the same round trip, and
+	// roll back with the rest if the check fails.
 	newNext := offsets[len(offsets)-1] + 1
 	var (
-		tag     pgconn.CommandTag
 		applied cmdids.Row
 		horizon = sink.Horizon(newNext, s.window)
 		prune   = sink.PruneDue(next, newNext, s.window)
+		end     = &pgx.Batch{}
 	)
 	if ids == nil {
-		tag, err = tx.Exec(ctx, s.q.advance, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext)
+		end.Queue(s.q.advanceCheck, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext)
 	} else {
-		// The advance (the version's compare-and-set), the batch's row
-		// of IDs and the prune, in one round trip.
-		b := &pgx.Batch{}
-		b.Queue(s.q.advanceOnce, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext, idsVersion, int64(len(dups)))
+		// The advance is also the IDs version's compare-and-set.
+		end.Queue(s.q.advanceOnceCheck, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext, idsVersion, int64(len(dups)))
 		applied = appliedRow(offsets, ids, first, dup)
 		if len(applied.IDs) > 0 {
-			b.Queue(s.q.idInsert, tok.Group, tok.Topic, tok.Partition, applied.Offs[0], applied.Last,
+			end.Queue(s.q.idInsert, tok.Group, tok.Topic, tok.Partition, applied.Offs[0], applied.Last,
 				cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs))
 		}
 		if prune {
-			b.Queue(s.q.idPrune, tok.Group, tok.Topic, tok.Partition, horizon)
-		}
-		br := tx.SendBatch(ctx, b)
-		tag, err = br.Exec()
-		for range b.Len() - 1 {
-			if err != nil {
-				break
-			}
-			_, err = br.Exec()
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
+			end.Queue(s.q.idPrune, tok.Group, tok.Topic, tok.Partition, horizon)
 		}
 	}
-	if err != nil {
+	end.Queue("commit")
+	failed, err := sendAll(ctx, conn, end)
+	switch {
+	case err == nil:
+	case failed == 0 && fenceCheckFailed(err):
+		return s.afterFailedCheck(ctx, conn, tok, op, next)
+	case isServerError(err) && failed < end.Len():
+		// The server refused a statement: everything after it up to
+		// the pipeline's end, the COMMIT included, was skipped.
+		if failed == end.Len()-1 {
+			return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": commit (rolled back)", err)
+		}
 		return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": advance fence", err)
-	}
-	if tag.RowsAffected() != 1 {
-		expected := next
-		err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next, &idsVersion)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return res, false, wrap(ctx, op+": read fence", err)
-		}
-		stored := holderToken(tok.Scope(), epoch, member)
-		if errors.Is(err, pgx.ErrNoRows) || !tok.Holds(stored) {
-			return res, false, s.fenced(tok, stored)
-		}
-		// Still the holder, but NextOffset moved: a concurrent Apply by
-		// the same tenure committed first. Run again on the new state.
-		return res, true, fmt.Errorf("postgres: %s: %w: NextOffset moved from %d to %d during the batch", op, ErrConflict, expected, next)
-	}
-	if err = tx.Commit(ctx); err != nil {
+	default:
+		// The pipeline was sent, COMMIT with it: it may have run.
 		if ids != nil {
-			s.ids.Drop(tok.Scope()) // the commit may have happened
+			s.ids.Drop(tok.Scope())
 		}
 		return res, false, commitError(ctx, op, err)
+	}
+	if conn.PgConn().TxStatus() != 'I' {
+		// Not expected: COMMIT answered, yet a transaction is open.
+		return res, false, commitError(ctx, op, fmt.Errorf("%w: the server reports transaction status %q after COMMIT", ErrConflict, conn.PgConn().TxStatus()))
 	}
 	if ids != nil {
 		s.ids.Committed(tok.Scope(), idsVersion, applied, prune, horizon)
 	}
 	return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Applied: len(offsets) - first - len(dups), Skipped: first, NextOffset: newNext},
 		Duplicates: dups}, false, nil
+}
+
+// afterFailedCheck is the end of an attempt whose checked advance matched
+// no row (its transaction is aborted): in one round trip it rolls back and
+// reads the fence row, and returns tok's refusal with the stored holder,
+// or a conflict to run the batch again if tok still holds the scope but
+// NextOffset (or the IDs version) moved from expected.
+func (s *Sink) afterFailedCheck(ctx context.Context, conn *pgx.Conn, tok epochs.Token, op string, expected int64) (sink.ApplyOnceResult, bool, error) {
+	var (
+		res        sink.ApplyOnceResult
+		epoch      int32
+		member     string
+		next       int64
+		idsVersion int64
+	)
+	b := &pgx.Batch{}
+	b.Queue("rollback")
+	b.Queue(s.q.fenceRead, tok.Group, tok.Topic, tok.Partition)
+	br := conn.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&epoch, &member, &next, &idsVersion, new(bool))
+	}
+	if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && cerr != nil {
+		err = cerr
+	}
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return res, false, wrap(ctx, op+": read fence", err)
+	}
+	stored := holderToken(tok.Scope(), epoch, member)
+	if errors.Is(err, pgx.ErrNoRows) || !tok.Holds(stored) {
+		return res, false, s.fenced(tok, stored)
+	}
+	// Still the holder, but NextOffset moved: a concurrent Apply by the
+	// same tenure committed first. Run again on the new state.
+	return res, true, fmt.Errorf("postgres: %s: %w: NextOffset moved from %d to %d during the batch", op, ErrConflict, expected, next)
+}
+
+// sendAll sends b in one pipeline and reads every result. On an error it
+// returns the index of the statement whose result carried it (b.Len()
+// when only closing the batch failed).
+func sendAll(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (failed int, err error) {
+	br := conn.SendBatch(ctx, b)
+	failed = b.Len()
+	for i := range b.Len() {
+		if _, err = br.Exec(); err != nil {
+			failed = i
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return failed, err
+}
+
+// fenceCheckFailed reports whether err is the raise of a checked advance
+// (queries.advanceCheck) that matched no row.
+func fenceCheckFailed(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, fenceCheckMarker)
+}
+
+// isServerError reports whether err is an error reply of the server (the
+// statement, and the rest of its pipeline, did not run).
+func isServerError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
+}
+
+// release ends what an attempt left of c's transaction (a rollback,
+// without the caller's ctx, which may be cancelled: it must still reach
+// the server) and returns c to the pool, which closes it if it is broken
+// or still in a transaction.
+func release(ctx context.Context, c *pgxpool.Conn) {
+	conn := c.Conn()
+	if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if _, err := conn.Exec(rctx, "rollback"); err != nil {
+			_ = conn.Close(rctx) // an unknown state: the pool must not hand it out
+		}
+		cancel()
+	}
+	c.Release()
 }
 
 // appliedRow returns the row of the IDs of the records from index first on
@@ -435,13 +566,21 @@ func retryable(err error) bool {
 }
 
 // Fences returns the stored fence of every scope, sorted by group, topic
-// and partition; a reset scope has a zero Holder. It implements
+// and partition; a reset scope has a zero Holder. A gapped scope's fence
+// has its done spans (Done, merged) and the watermark raised over those
+// that touch it, read in the same snapshot. It implements
 // [sink.Lister] and may be called from any goroutine.
 func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	if err := s.check(ctx, "fences"); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.q.fenceList)
+	// The fences and the done spans in one snapshot.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, wrap(ctx, "fences", err)
+	}
+	defer rollback(ctx, tx)
+	rows, err := tx.Query(ctx, s.q.fenceList)
 	if err != nil {
 		return nil, wrap(ctx, "fences", err)
 	}
@@ -458,6 +597,9 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	})
 	if err != nil {
 		return nil, wrap(ctx, "fences", err)
+	}
+	if err := s.mergeDone(ctx, tx, out); err != nil {
+		return nil, wrap(ctx, "fences: done spans", err)
 	}
 	return out, nil
 }
@@ -502,6 +644,13 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		return sink.Fence{}, wrap(ctx, op, err)
 	}
 	before := row.fence(scope)
+	// A gapped checkpoint as Fences shows it (the reset compares and
+	// keeps that).
+	cp, spans, dups, err := s.readCheckpoint(ctx, tx, scope, row.nextOffset)
+	if err != nil {
+		return sink.Fence{}, wrap(ctx, op+": read done spans", err)
+	}
+	before.NextOffset, before.Done, before.Duplicates = cp.NextOffset, cp.Done, before.Duplicates+dups
 	if e := req.Expect; e.Holder != before.Holder || e.NextOffset != before.NextOffset || e.TopicID != before.TopicID {
 		return sink.Fence{}, fmt.Errorf("postgres: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
@@ -511,14 +660,20 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	if _, err := tx.Exec(ctx, s.q.reset, scope.Group, scope.Topic, scope.Partition, newNext, newTopic, after.ProofBelow); err != nil {
 		return sink.Fence{}, wrap(ctx, op, err)
 	}
+	if spans > 0 || row.gapped {
+		// The same log keeps the spans (compacted); a new one drops them.
+		if err := s.storeCheckpoint(ctx, tx, scope, newNext, req.NextOffset != nil, req.NextOffset == nil && len(after.Done) > 0, row.gapped); err != nil {
+			return sink.Fence{}, wrap(ctx, op+": done spans", err)
+		}
+	}
 	if _, err := tx.Exec(ctx, s.q.resetAudit, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, newNext, req.Reason, newTopic, req.Detail); err != nil {
 		return sink.Fence{}, wrap(ctx, op+": audit", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return sink.Fence{}, wrap(ctx, op+": commit", err)
 	}
-	s.log.Warn("postgres sink: fence reset", "scope", scope.String(), "cleared", before.Holder.String(), "next_offset_before", row.nextOffset,
-		"next_offset", newNext, "topic_id", newTopic, "reason", req.Reason)
+	s.log.Warn("postgres sink: fence reset", "scope", scope.String(), "cleared", before.Holder.String(), "next_offset_before", before.NextOffset,
+		"next_offset", newNext, "topic_id", newTopic, "done_spans_before", len(before.Done), "done_spans", len(after.Done), "reason", req.Reason)
 	return before, nil
 }
 
@@ -559,9 +714,13 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 
 // handlerTx is the pgx.Tx handed to effects: the sink's transaction, with
 // Commit and Rollback refused (the sink ends the transaction after the
-// fence check).
+// fence check), and every method refused once the Apply that handed it out
+// has returned (done): the sink commits on the connection itself, which
+// pgx's transaction does not see, and the connection goes back to the
+// pool, so a handle kept past its Apply must not reach it.
 type handlerTx struct {
 	pgx.Tx
+	done atomic.Bool
 }
 
 // Commit refuses: the sink commits after its fence check.
@@ -573,3 +732,74 @@ func (*handlerTx) Commit(context.Context) error {
 func (*handlerTx) Rollback(context.Context) error {
 	return fmt.Errorf("postgres: rollback: %w (return an error from the handler to abort the batch)", ErrTxControl)
 }
+
+// closed returns the error of a method called after the Apply returned,
+// or nil.
+func (t *handlerTx) closed() error {
+	if t.done.Load() {
+		return fmt.Errorf("postgres: the transaction of an Apply that has returned: %w", pgx.ErrTxClosed)
+	}
+	return nil
+}
+
+// Begin starts a savepoint, as pgx.Tx does.
+func (t *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := t.closed(); err != nil {
+		return nil, err
+	}
+	return t.Tx.Begin(ctx)
+}
+
+// Exec runs sql in the transaction.
+func (t *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.closed(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return t.Tx.Exec(ctx, sql, args...)
+}
+
+// Query runs sql in the transaction.
+func (t *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.closed(); err != nil {
+		return nil, err
+	}
+	return t.Tx.Query(ctx, sql, args...)
+}
+
+// QueryRow runs sql in the transaction.
+func (t *handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := t.closed(); err != nil {
+		return errRow{err}
+	}
+	return t.Tx.QueryRow(ctx, sql, args...)
+}
+
+// SendBatch sends b in the transaction.
+func (t *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := t.closed(); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return t.Tx.SendBatch(ctx, b)
+}
+
+// CopyFrom copies rows in the transaction.
+func (t *handlerTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.closed(); err != nil {
+		return 0, err
+	}
+	return t.Tx.CopyFrom(ctx, table, columns, src)
+}
+
+// Prepare prepares sql on the transaction's connection.
+func (t *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.closed(); err != nil {
+		return nil, err
+	}
+	return t.Tx.Prepare(ctx, name, sql)
+}
+
+// errRow is a pgx.Row whose Scan returns err.
+type errRow struct{ err error }
+
+// Scan returns the row's error.
+func (r errRow) Scan(...any) error { return r.err }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/internal/cmdids"
@@ -30,6 +31,7 @@ var (
 	_ sink.Historian    = (*Sink)(nil)
 
 	_ sink.Deduplicator[pgx.Tx] = (*Sink)(nil)
+	_ sink.GapApplier[pgx.Tx]   = (*Sink)(nil)
 
 	_ sink.DeadLetterer        = (*Sink)(nil)
 	_ sink.DeadLetterStore     = (*Sink)(nil)
@@ -141,6 +143,10 @@ type Config struct {
 	IdleInTxTimeout time.Duration
 	// Logger receives structured logs; default discards.
 	Logger *slog.Logger
+	// Registerer, if not nil, receives the sink's metrics of checkpoints
+	// with gaps ([Sink.ApplyGapped]): workrouter_postgres_gap_compactions_total
+	// by outcome and workrouter_postgres_gap_spans by scope.
+	Registerer prometheus.Registerer
 	// ReadOnly opens the sink for reading only, for tools that inspect it
 	// (Fences, History): Open creates no schema and no table, and fails
 	// with an error matching [ErrNoSchema] where it would have created
@@ -165,6 +171,7 @@ type Sink struct {
 	q        queries
 	window   int64 // Config.DedupeWindow, its default filled in
 	ids      cmdids.Cache
+	gaps     *gapState // the lanes' state and metrics (gaps.go)
 	closed   atomic.Bool
 	close    sync.Once
 }
@@ -218,6 +225,10 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		window: sink.DedupeWindowOf(cfg.DedupeWindow),
 
 		readOnly: cfg.ReadOnly,
+	}
+	var err error
+	if s.gaps, err = newGapState(cfg.Registerer); err != nil {
+		return nil, err
 	}
 	var target string
 	if s.pool == nil {

@@ -15,8 +15,10 @@ import (
 // requirement and the dead letters; version 3 the proof floor
 // (proof_below, sink.Fence.ProofBelow); version 4 the applied command IDs
 // (sink.Deduplicator) and the fences' count of skipped duplicates
-// (sink.Fence.Duplicates). Open migrates a version 1, 2 or 3 schema in place.
-const schemaVersion = 4
+// (sink.Fence.Duplicates); version 5 the done spans of a checkpoint with
+// gaps (sink.GapApplier: the <prefix>_done table and the fences' gapped
+// flag). Open migrates a version 1 to 4 schema in place.
+const schemaVersion = 5
 
 // column is one expected column of a sink table, its type as PostgreSQL's
 // format_type spells it.
@@ -38,7 +40,7 @@ var tables = []tableSpec{
 			{"grp", "text"}, {"topic", "text"}, {"part", "integer"},
 			{"epoch", "integer"}, {"member", "text"}, {"next_offset", "bigint"},
 			{"topic_id", "text"}, {"proof_required", "boolean"}, {"proof_below", "bigint"},
-			{"ids_version", "bigint"}, {"duplicates", "bigint"},
+			{"ids_version", "bigint"}, {"duplicates", "bigint"}, {"gapped", "boolean"},
 		},
 		ddl: []string{`CREATE TABLE %[1]s (
 			grp text NOT NULL,
@@ -52,6 +54,7 @@ var tables = []tableSpec{
 			proof_below bigint NOT NULL DEFAULT 0,
 			ids_version bigint NOT NULL DEFAULT 0,
 			duplicates bigint NOT NULL DEFAULT 0,
+			gapped boolean NOT NULL DEFAULT false,
 			PRIMARY KEY (grp, topic, part))`},
 	},
 	{
@@ -155,11 +158,41 @@ var tables = []tableSpec{
 			`CREATE INDEX %[2]s ON %[1]s (grp, topic, part, last_off)`,
 		},
 	},
+	{
+		// The done spans [from_off, to_off) above a gapped scope's
+		// watermark (sink.GapApplier, gaps.go): one row per span a lane
+		// recorded, keyed by its end (a lane's reads and the compaction
+		// are ranges of to_off; the key also refuses the same span
+		// recorded twice by two attempts of one batch in flight at once).
+		// dups counts the duplicates of the lane batch that inserted the
+		// row, folded into the fence's duplicates when the row is
+		// compacted.
+		suffix: "_done",
+		columns: []column{
+			{"grp", "text"}, {"topic", "text"}, {"part", "integer"},
+			{"from_off", "bigint"}, {"to_off", "bigint"}, {"dups", "bigint"},
+		},
+		ddl: []string{
+			`CREATE TABLE %[1]s (
+			grp text NOT NULL,
+			topic text NOT NULL,
+			part int NOT NULL,
+			from_off bigint NOT NULL,
+			to_off bigint NOT NULL,
+			dups bigint NOT NULL DEFAULT 0,
+			CHECK (from_off < to_off),
+			PRIMARY KEY (grp, topic, part, to_off))`,
+		},
+	},
 }
 
 // commandIDsTable is the index in tables of the command IDs, which
-// version 4 added.
-const commandIDsTable = 5
+// version 4 added; doneTable the index of the done spans, which version 5
+// added.
+const (
+	commandIDsTable = 5
+	doneTable       = 6
+)
 
 // oldColumns are the columns of the tables of the older schema versions
 // Open migrates, by version and table suffix.
@@ -186,6 +219,16 @@ var oldColumns = map[int32]map[string][]column{
 		"_dead_letters": tables[3].columns,
 		"_dl_audit":     tables[4].columns,
 	},
+	// Version 5's tables without the done spans, the fences without
+	// gapped.
+	4: {
+		"_fences":       tables[0].columns[:11],
+		"_history":      tables[1].columns,
+		"_schema":       tables[2].columns,
+		"_dead_letters": tables[3].columns,
+		"_dl_audit":     tables[4].columns,
+		"_command_ids":  tables[5].columns,
+	},
 }
 
 // queries holds the sink's SQL with its table names filled in.
@@ -195,9 +238,12 @@ type queries struct {
 	fenceLock                                  string // the fence row, locked until the transaction ends: claims, dead letters and resets read it so
 	claimInsert, claimUpdate, claimHistory     string
 	fenceRead, advance, advanceOnce, fenceList string
+	advanceCheck, advanceOnceCheck             string // advance and advanceOnce, raising when they match no row (checked)
 	reset, resetAudit, historyList             string
 	dlInsert, dlColumns                        string
 	idInsert, idSelect, idPrune                string
+
+	gap gapQueries // the checkpoint with gaps (gaps.go)
 }
 
 func newQueries(schema, prefix string) queries {
@@ -214,7 +260,7 @@ func newQueries(schema, prefix string) queries {
 	// transaction.
 	q.claimInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, epoch, member, next_offset, topic_id)
 		VALUES ($1, $2, $3, -1, '', $4, $5) ON CONFLICT (grp, topic, part) DO NOTHING`, q.fences)
-	q.fenceLock = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates FROM %s
+	q.fenceLock = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates, gapped, ids_version FROM %s
 		WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
 	// A claim keeps proof_below (a new row starts at 0): only a reset
 	// raises it (sink.Fence.ProofBelow).
@@ -222,7 +268,7 @@ func newQueries(schema, prefix string) queries {
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.claimHistory = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, topic_id)
 		VALUES ($1, $2, $3, 'claim', $4, $5, $6, $7)`, q.history)
-	q.fenceRead = fmt.Sprintf(`SELECT epoch, member, next_offset, ids_version FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
+	q.fenceRead = fmt.Sprintf(`SELECT epoch, member, next_offset, ids_version, gapped FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.advance = fmt.Sprintf(`UPDATE %s SET next_offset = $7
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6`, q.fences)
 	// ApplyOnce's advance also bumps the IDs version, on the condition
@@ -230,6 +276,13 @@ func newQueries(schema, prefix string) queries {
 	// duplicates.
 	q.advanceOnce = fmt.Sprintf(`UPDATE %s SET next_offset = $7, ids_version = ids_version + 1, duplicates = duplicates + $9
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6 AND ids_version = $8`, q.fences)
+	// Apply's and ApplyOnce's advance as one statement that fails when
+	// it matches no row, so that the COMMIT pipelined after it does not
+	// run: the data-modifying CTE always runs, count(*) of its rows is
+	// not a constant the planner could fold, and casting the marker text
+	// to int raises 22P02 at execution (fenceCheckMarker).
+	q.advanceCheck = checked(q.advance)
+	q.advanceOnceCheck = checked(q.advanceOnce)
 	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates FROM %s ORDER BY grp, topic, part`, q.fences)
 	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '', next_offset = $4, topic_id = $5, proof_required = true, proof_below = $6
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
@@ -245,12 +298,26 @@ func newQueries(schema, prefix string) queries {
 	q.idInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, first_off, last_off, ids) VALUES ($1, $2, $3, $4, $5, $6)`, q.commandIDs)
 	q.idSelect = fmt.Sprintf(`SELECT first_off, last_off, ids FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.commandIDs)
 	q.idPrune = fmt.Sprintf(`DELETE FROM %s WHERE grp = $1 AND topic = $2 AND part = $3 AND last_off < $4`, q.commandIDs)
+	q.gap = newGapQueries(schema, prefix, q)
 	return q
+}
+
+// fenceCheckMarker is the text whose cast to int fails the checked
+// advance (queries.advanceCheck) when it matched no row: the message of
+// that 22P02 error contains it.
+const fenceCheckMarker = "workrouter: the fence check matched no row"
+
+// checked wraps update, an UPDATE of one row, in a statement that raises
+// (SQLSTATE 22P02, a message naming fenceCheckMarker) unless it updated
+// exactly one row.
+func checked(update string) string {
+	return `WITH adv AS (` + update + ` RETURNING 1)
+		SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE '` + fenceCheckMarker + `' END)::int FROM adv`
 }
 
 // ensureSchema creates the sink's tables if none exists, or checks that
 // the existing ones are the sink's, of the current version (migrating
-// versions 1 to 3). Everything happens in one
+// versions 1 to 4). Everything happens in one
 // transaction under an advisory lock keyed by schema and prefix, so
 // concurrent Opens serialize and a failure leaves nothing behind.
 func (s *Sink) ensureSchema(ctx context.Context) error {
@@ -301,7 +368,7 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 
 	// An older schema: its tables with their columns, and nothing else
 	// of ours.
-	for _, version := range []int32{1, 2, 3} {
+	for _, version := range []int32{1, 2, 3, 4} {
 		old := len(existing) == len(oldColumns[version])
 		for suffix, cols := range oldColumns[version] {
 			f := existing[s.prefix+suffix]
@@ -364,7 +431,7 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 	return tx.Commit(ctx)
 }
 
-// migrate turns a schema of version from (1, 2 or 3) into the current one,
+// migrate turns a schema of version from (1 to 4) into the current one,
 // in tx, and commits. From version 1: the fence and history rows gain a
 // topic ID (empty: adopted on the next claim that observes one), the
 // fences a proof requirement and the history a detail, and the dead
@@ -375,7 +442,9 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 // incarnation's epochs. From versions 1 to 3: the fences gain the IDs
 // version (ids_version, 0) and the count of skipped duplicates
 // (duplicates, 0), and the command IDs table is created, empty
-// (no command applied before had its ID recorded).
+// (no command applied before had its ID recorded). From versions 1 to 4:
+// the fences gain the gapped flag (false) and the done spans table is
+// created, empty (no scope had gaps).
 func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 	var versions []int32
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT version FROM %s`, s.q.schema))
@@ -404,9 +473,13 @@ func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 			fmt.Sprintf(`UPDATE %[1]s f SET proof_below = coalesce((SELECT max(h.epoch)::bigint + 1 FROM %[2]s h
 			WHERE h.grp = f.grp AND h.topic = f.topic AND h.part = f.part AND h.kind = 'reset' AND h.epoch >= 0), 0)`, s.q.fences, s.q.history))
 	}
-	stmts = append(stmts, `ALTER TABLE `+s.q.fences+` ADD COLUMN ids_version bigint NOT NULL DEFAULT 0`,
-		`ALTER TABLE `+s.q.fences+` ADD COLUMN duplicates bigint NOT NULL DEFAULT 0`)
-	stmts = append(stmts, s.tableDDL(tables[commandIDsTable])...)
+	if from <= 3 {
+		stmts = append(stmts, `ALTER TABLE `+s.q.fences+` ADD COLUMN ids_version bigint NOT NULL DEFAULT 0`,
+			`ALTER TABLE `+s.q.fences+` ADD COLUMN duplicates bigint NOT NULL DEFAULT 0`)
+		stmts = append(stmts, s.tableDDL(tables[commandIDsTable])...)
+	}
+	stmts = append(stmts, `ALTER TABLE `+s.q.fences+` ADD COLUMN gapped boolean NOT NULL DEFAULT false`)
+	stmts = append(stmts, s.tableDDL(tables[doneTable])...)
 	stmts = append(stmts, fmt.Sprintf(`UPDATE %s SET version = %d`, s.q.schema, schemaVersion))
 	for _, stmt := range stmts {
 		if _, err := tx.Exec(ctx, stmt); err != nil {

@@ -79,6 +79,9 @@ func TestExtraProcessAll(t *testing.T) {
 		{"W2nPostgres", w2Postgres(w2Variants[1]), true},
 		{"W2PostgresB1", w2Postgres(w2Variants[2]), true},
 		{"W2nPostgresB1", w2Postgres(w2Variants[3]), true},
+		{"W2nPostgresB16", w2Postgres(w2Variants[4]), true},
+		{"B3PostgresB1", b3Postgres("B3-pg-b1", 1, PostgresBatch1Records), true},
+		{"B3PostgresB16", b3Postgres("B3-pg-b16", 16, PostgresBatch16Records), true},
 		{"B3Postgres", B3Postgres, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

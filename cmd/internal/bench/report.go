@@ -93,6 +93,8 @@ func (r Ratio) Verdict(quick bool) string {
 // IDs, so fenced_vs_unfenced_* is fenced with deduplication on against
 // unfenced; dedupe_on_vs_off_* is the same workload with deduplication on
 // against off (W2n-*), at batch 256 and, without a target, at batch 1.
+// fence_vs_unfenced_pg_b* is the fence alone on PostgreSQL (deduplication
+// off: the same writes as the baseline) at MaxBatch 1, 16 and 256.
 var ratioDefs = []Ratio{
 	{Name: "router_vs_raw", Num: "W1", Den: "B1", Target: 0.90},
 	{Name: "fenced_vs_unfenced_pg", Num: "W2-pg", Den: "B3-pg", Target: 0.90},
@@ -101,6 +103,9 @@ var ratioDefs = []Ratio{
 	{Name: "dedupe_on_vs_off_sqlite", Num: "W2-sqlite", Den: "W2n-sqlite", Target: 0.90},
 	{Name: "dedupe_on_vs_off_pg_b1", Num: "W2-pg-b1", Den: "W2n-pg-b1"},
 	{Name: "dedupe_on_vs_off_sqlite_b1", Num: "W2-sqlite-b1", Den: "W2n-sqlite-b1"},
+	{Name: "fence_vs_unfenced_pg_b1", Num: "W2n-pg-b1", Den: "B3-pg-b1", Target: 0.90},
+	{Name: "fence_vs_unfenced_pg_b16", Num: "W2n-pg-b16", Den: "B3-pg-b16", Target: 0.90},
+	{Name: "fence_vs_unfenced_pg_b256", Num: "W2n-pg", Den: "B3-pg", Target: 0.95},
 	{Name: "produce_vs_raw", Num: "W4", Den: "B4", Target: 0.95},
 	{Name: "router_vs_sarama", Num: "W1", Den: "B2", Target: 2.0},
 }

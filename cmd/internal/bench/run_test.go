@@ -76,7 +76,8 @@ func TestRunInterleaves(t *testing.T) {
 			"B3-sqlite!,B3-sqlite,W2-sqlite,W2n-sqlite,B3-sqlite,W2-sqlite,W2n-sqlite,B3-sqlite,W2-sqlite,W2n-sqlite," +
 			"W2-sqlite-b1!,W2-sqlite-b1,W2n-sqlite-b1,W2-sqlite-b1,W2n-sqlite-b1,W2-sqlite-b1,W2n-sqlite-b1," +
 			"B3-pg!,B3-pg,W2-pg,W2n-pg,B3-pg,W2-pg,W2n-pg,B3-pg,W2-pg,W2n-pg," +
-			"W2-pg-b1!,W2-pg-b1,W2n-pg-b1,W2-pg-b1,W2n-pg-b1,W2-pg-b1,W2n-pg-b1," +
+			"B3-pg-b1!,B3-pg-b1,W2-pg-b1,W2n-pg-b1,B3-pg-b1,W2-pg-b1,W2n-pg-b1,B3-pg-b1,W2-pg-b1,W2n-pg-b1," +
+			"B3-pg-b16!,B3-pg-b16,W2n-pg-b16,B3-pg-b16,W2n-pg-b16,B3-pg-b16,W2n-pg-b16," +
 			"B4!,B4,W4,B4,W4,B4,W4," +
 			"W5,W5-sqlite,W6"},
 		{[]string{"W4", "B4"}, "B4!,B4,W4,B4,W4,B4,W4"},

@@ -88,6 +88,11 @@ func runWorker[Tx any](ctx context.Context, env *Env, cfg consumer.Config[Tx], n
 // records were applied. It returns how many were applied. No offsets are
 // committed.
 func runUnfenced(ctx context.Context, env *Env, n int, apply func(ctx context.Context, batch []*kgo.Record) error) (int, error) {
+	return runUnfencedBatch(ctx, env, n, sqlMaxBatch, apply)
+}
+
+// runUnfencedBatch is runUnfenced with chunks of at most maxBatch records.
+func runUnfencedBatch(ctx context.Context, env *Env, n, maxBatch int, apply func(ctx context.Context, batch []*kgo.Record) error) (int, error) {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(env.Brokers...),
 		kgo.ConsumerGroup(UniqueName("bench-unfenced")),
@@ -117,7 +122,7 @@ func runUnfenced(ctx context.Context, env *Env, n int, apply func(ctx context.Co
 		defer wg.Done()
 		for recs := range ch {
 			for len(recs) > 0 {
-				k := min(len(recs), sqlMaxBatch)
+				k := min(len(recs), maxBatch)
 				if err := apply(ctx, recs[:k]); err != nil {
 					if ctx.Err() == nil {
 						fail(err)
@@ -218,6 +223,11 @@ const (
 	PostgresBatch1Records = 3_000
 )
 
+// PostgresBatch16Records caps the records of the PostgreSQL rows at
+// MaxBatch 16 (W2n-pg-b16 and its baseline B3-pg-b16), which measure the
+// fence at batch 16 (fence_vs_unfenced_pg_b16).
+const PostgresBatch16Records = 32_000
+
 // w2Variant is one W2 row: its ID, MaxBatch, whether the sink
 // deduplicates, and its record cap for each sink.
 type w2Variant struct {
@@ -233,6 +243,7 @@ var w2Variants = []w2Variant{
 	{"", sqlMaxBatch, false, SQLiteMaxRecords, PostgresMaxRecords},
 	{"-b1", 1, true, SQLiteBatch1Records, PostgresBatch1Records},
 	{"-b1", 1, false, SQLiteBatch1Records, PostgresBatch1Records},
+	{"-b16", 16, false, 0, PostgresBatch16Records}, // PostgreSQL only: W2n-pg-b16
 }
 
 // id is the variant's row ID on sink (e.g. "W2n-sqlite-b1").
@@ -437,17 +448,33 @@ func w2Postgres(v w2Variant) Workload {
 // kgo goroutine-per-partition consumer. It is skipped when env.PostgresDSN
 // is empty or unreachable.
 func B3Postgres(ctx context.Context, env *Env) (Result, error) {
-	n, note := capRecords(env, PostgresMaxRecords)
+	return b3Postgres("B3-pg", sqlMaxBatch, PostgresMaxRecords)(ctx, env)
+}
+
+// b3Postgres returns B3Postgres with transactions of at most batch
+// records, over at most limit records, as row id: the baseline of the
+// fenced PostgreSQL rows at that MaxBatch (B3-pg-b1, B3-pg-b16).
+func b3Postgres(id string, batch, limit int) Workload {
+	return func(ctx context.Context, env *Env) (Result, error) {
+		return b3PostgresRun(ctx, env, id, batch, limit)
+	}
+}
+
+func b3PostgresRun(ctx context.Context, env *Env, id string, batch, limit int) (Result, error) {
+	n, note := capRecords(env, limit)
 	name := "raw kgo per partition, same upserts, PostgreSQL unfenced" + note
+	if batch != sqlMaxBatch {
+		name = fmt.Sprintf("raw kgo per partition, same upserts, PostgreSQL unfenced, batch %d%s", batch, note)
+	}
 	kv, skip, err := openPostgresKV(ctx, env)
 	if skip != "" || err != nil {
-		return Result{ID: "B3-pg", Name: name, Skipped: skip}, err
+		return Result{ID: id, Name: name, Skipped: skip}, err
 	}
 	defer kv.close()
 	var got int
-	r, err := Measure("B3-pg", name, n, func() error {
+	r, err := Measure(id, name, n, func() error {
 		var err error
-		got, err = runUnfenced(ctx, env, n, func(ctx context.Context, batch []*kgo.Record) error {
+		got, err = runUnfencedBatch(ctx, env, n, batch, func(ctx context.Context, batch []*kgo.Record) error {
 			return unfenced.Postgres(ctx, kv.s.Pool(), len(batch), func(ctx context.Context, tx pgx.Tx, i int) error {
 				_, err := tx.Exec(ctx, kv.upsert, batch[i].Key, kvValue(batch[i].Value, batch[i].Offset))
 				return err

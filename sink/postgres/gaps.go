@@ -1,0 +1,1007 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
+)
+
+// The checkpoint with gaps (sink.GapApplier, docs/postgres.md#gaps).
+//
+// A scope's done spans above its watermark are rows of <prefix>_done
+// (from_off, to_off), and the fence row's gapped flag says that the scope
+// may have some. The lanes of a tenure (ApplyGapped) never update the
+// fence row: each lane's transaction reads the fence and the spans its
+// batch overlaps (a plain read, no lock), runs its effects, and then, in
+// one statement, takes the fence row FOR SHARE, checks the holder (and
+// that the watermark did not move over its offsets) and inserts its
+// spans; then it commits. Share locks do not conflict with each other, so
+// lanes overlap everywhere but in PostgreSQL's lock manager; a Claim (FOR
+// UPDATE) waits only for lanes that are between that statement and their
+// COMMIT, never for a running handler, and a lane that checks after a
+// Claim committed sees the new holder and rolls back.
+//
+// The watermark (the fence row's next_offset) rises lazily, under the
+// fence row's exclusive lock: on every claim, and in a compaction that
+// every compactEvery-th lane batch of a scope tries after its commit,
+// with FOR UPDATE NOWAIT (it gives up, counted and logged, when a lane
+// holds the share lock). A compaction raises the watermark over the
+// spans that touch it, deletes their rows (folding their duplicate
+// counts into the fence's), and prunes the command IDs below the new
+// horizon.
+
+// compactEvery is how many lane batches of a scope (in one Sink) pass
+// between two compaction attempts.
+const compactEvery = 32
+
+// compactLockWait is how long a compaction waits for the fence row's
+// exclusive lock (lock_timeout) before it gives up.
+const compactLockWait = 100 * time.Millisecond
+
+// gapQueries is the SQL of the checkpoint with gaps.
+type gapQueries struct {
+	done string // the done spans table, qualified and quoted
+
+	laneRead, laneCommit, setGapped  string
+	spans, spansList, store, advance string
+	lockCompact                      string
+}
+
+func newGapQueries(schema, prefix string, q queries) gapQueries {
+	g := gapQueries{done: pgx.Identifier{schema, prefix + "_done"}.Sanitize()}
+	// A lane's first read, one statement (one snapshot): the fence and
+	// the spans that may overlap [$4, $5), the batch's range — those
+	// ending in (from, to], and the first one ending above it.
+	g.laneRead = fmt.Sprintf(`SELECT f.epoch, f.member, f.next_offset, f.ids_version, f.gapped, f.topic_id,
+		coalesce(s.froms, '{}'), coalesce(s.tos, '{}')
+		FROM %[1]s f LEFT JOIN LATERAL (
+			SELECT array_agg(u.from_off ORDER BY u.to_off) AS froms, array_agg(u.to_off ORDER BY u.to_off) AS tos FROM (
+				(SELECT from_off, to_off FROM %[2]s WHERE grp = $1 AND topic = $2 AND part = $3 AND to_off > $4 AND to_off <= $5)
+				UNION ALL
+				(SELECT from_off, to_off FROM %[2]s WHERE grp = $1 AND topic = $2 AND part = $3 AND to_off > $5 ORDER BY to_off LIMIT 1)
+			) u
+		) s ON true
+		WHERE f.grp = $1 AND f.topic = $2 AND f.part = $3`, q.fences, g.done)
+	// A lane's check and write, one statement: the fence row FOR SHARE,
+	// the spans inserted only if tok holds it and the watermark is not
+	// above the lane's first span ($9); unless all $10 spans were
+	// inserted it raises (fenceCheckMarker), so that the COMMIT
+	// pipelined behind it does not run.
+	g.laneCommit = fmt.Sprintf(`WITH f AS (
+			SELECT epoch, member, next_offset FROM %[1]s WHERE grp = $1 AND topic = $2 AND part = $3 FOR SHARE
+		), ins AS (
+			INSERT INTO %[2]s (grp, topic, part, from_off, to_off, dups)
+			SELECT $1, $2, $3, u.a, u.b, u.d FROM f, unnest($6::bigint[], $7::bigint[], $8::bigint[]) AS u(a, b, d)
+			WHERE f.epoch = $4 AND f.member = $5 AND f.next_offset <= $9
+			RETURNING 1
+		)
+		SELECT (CASE WHEN count(*) = $10 THEN '1' ELSE '`+fenceCheckMarker+`' END)::int FROM ins`, q.fences, g.done)
+	g.setGapped = fmt.Sprintf(`UPDATE %s SET gapped = true WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5`, q.fences)
+	g.spans = fmt.Sprintf(`SELECT from_off, to_off, dups FROM %s WHERE grp = $1 AND topic = $2 AND part = $3 ORDER BY to_off`, g.done)
+	g.spansList = fmt.Sprintf(`SELECT grp, topic, part, from_off, to_off, dups FROM %s ORDER BY grp, topic, part, to_off`, g.done)
+	// Storing a checkpoint under the fence row's lock: the watermark $4,
+	// the rows below it (or all, $5) deleted and their duplicates
+	// folded in, the gapped flag $6, the IDs version moved by $7.
+	g.store = fmt.Sprintf(`WITH d AS (
+			DELETE FROM %[2]s WHERE grp = $1 AND topic = $2 AND part = $3 AND (to_off <= $4 OR $5) RETURNING dups
+		)
+		UPDATE %[1]s SET next_offset = $4, gapped = $6, ids_version = ids_version + $7,
+			duplicates = duplicates + (SELECT coalesce(sum(dups), 0)::bigint FROM d)
+		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences, g.done)
+	// A plain Apply's advance on a gapped scope: the compare-and-set of
+	// Apply (holder, next_offset $6 and IDs version $11 as read) that
+	// also deletes the rows below the new watermark $7.
+	g.advance = fmt.Sprintf(`WITH d AS (
+			DELETE FROM %[2]s WHERE grp = $1 AND topic = $2 AND part = $3 AND to_off <= $7 RETURNING dups
+		)
+		UPDATE %[1]s SET next_offset = $7, gapped = $8, ids_version = ids_version + $9,
+			duplicates = duplicates + $10 + (SELECT coalesce(sum(dups), 0)::bigint FROM d)
+		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6 AND ids_version = $11`, q.fences, g.done)
+	g.lockCompact = fmt.Sprintf(`SELECT epoch, member, next_offset, ids_version FROM %s
+		WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
+	return g
+}
+
+// gapState is a Sink's in-process state of the lanes: per scope, the
+// lock that orders a lane's load of the command IDs with the other lanes'
+// additions to the cache, and the count of lane batches that paces the
+// compactions; and the metrics.
+type gapState struct {
+	mu     sync.Mutex
+	scopes map[epochs.Scope]*laneScope
+
+	compactions *prometheus.CounterVec
+	spans       *prometheus.GaugeVec
+}
+
+// laneScope is gapState's per-scope part.
+type laneScope struct {
+	ids     sync.Mutex // held across a lane's load of the IDs, and by Add
+	batches int        // lane batches committed, under gapState.mu
+}
+
+// Compaction outcomes, the label of the compactions counter.
+const (
+	compactDone    = "compacted" // the watermark rose, or rows were deleted
+	compactNothing = "nothing"   // no span touched the watermark
+	compactBusy    = "busy"      // a lane held the fence row: given up, tried again compactEvery batches later
+	compactFenced  = "fenced"    // the tenure no longer holds the scope
+	compactError   = "error"     // the database failed; logged
+)
+
+func newGapState(reg prometheus.Registerer) (*gapState, error) {
+	g := &gapState{
+		scopes: make(map[epochs.Scope]*laneScope),
+		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "workrouter_postgres_gap_compactions_total",
+			Help: "Compactions of checkpoints with gaps that lanes attempted, by outcome (busy: a lane held the fence row, given up).",
+		}, []string{"outcome"}),
+		spans: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "workrouter_postgres_gap_spans",
+			Help: "Done spans above the watermark of a scope, as its last claim or compaction in this process found them.",
+		}, []string{"group", "topic", "partition"}),
+	}
+	for _, o := range []string{compactDone, compactNothing, compactBusy, compactFenced, compactError} {
+		g.compactions.WithLabelValues(o)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{g.compactions, g.spans} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("%w: register metrics: %w", ErrConfig, err)
+			}
+		}
+	}
+	return g, nil
+}
+
+func (g *gapState) scope(sc epochs.Scope) *laneScope {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ls := g.scopes[sc]
+	if ls == nil {
+		ls = &laneScope{}
+		g.scopes[sc] = ls
+	}
+	return ls
+}
+
+// tick counts a committed lane batch of sc and reports whether a
+// compaction is due.
+func (g *gapState) tick(sc epochs.Scope) bool {
+	ls := g.scope(sc)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ls.batches++
+	return ls.batches%compactEvery == 0
+}
+
+// observe sets the spans gauge of sc.
+func (g *gapState) observe(sc epochs.Scope, spans int) {
+	if g.spans != nil {
+		g.spans.WithLabelValues(sc.Group, sc.Topic, fmt.Sprint(sc.Partition)).Set(float64(spans))
+	}
+}
+
+// Compaction counts, for tests and status: how many compactions ended
+// with outcome.
+func (g *gapState) count(outcome string) {
+	if g.compactions != nil {
+		g.compactions.WithLabelValues(outcome).Inc()
+	}
+}
+
+// readCheckpoint reads scope's done spans in tx and returns the
+// checkpoint they make above the fence row's next_offset next (merged,
+// the watermark raised over those that touch it, rows below it ignored),
+// how many rows there are, and the duplicates they count.
+func (s *Sink) readCheckpoint(ctx context.Context, tx pgx.Tx, scope epochs.Scope, next int64) (sink.Checkpoint, int, int64, error) {
+	cp := sink.Checkpoint{NextOffset: next}
+	rows, err := tx.Query(ctx, s.q.gap.spans, scope.Group, scope.Topic, scope.Partition)
+	if err != nil {
+		return cp, 0, 0, err
+	}
+	var (
+		from, to, d, dups int64
+		n                 int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&from, &to, &d}, func() error {
+		cp.Add(from, to)
+		dups += d
+		n++
+		return nil
+	})
+	return cp, n, dups, err
+}
+
+// storeCheckpoint stores, in tx that holds scope's fence row FOR UPDATE,
+// the watermark next, deleting the rows below it (all rows if all) and
+// folding their duplicates into the fence's, the gapped flag, and moves
+// the IDs version on if bump (lanes may have recorded IDs without moving
+// it).
+func (s *Sink) storeCheckpoint(ctx context.Context, tx pgx.Tx, scope epochs.Scope, next int64, all, gapped, bump bool) error {
+	_, err := tx.Exec(ctx, s.q.gap.store, scope.Group, scope.Topic, scope.Partition, next, all, gapped, b2i(bump))
+	return err
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ClaimGapped is [Sink.Claim] returning the whole checkpoint, following
+// [sink.GapApplier]: in Claim's transaction, under the fence row's lock,
+// it reads the scope's done spans, raises the watermark over those that
+// touch it and deletes their rows (the compaction), checks the log with
+// [sink.Checkpoint.End] against obs.LogEnd, and marks the scope gapped
+// (so that plain Applies of a later tenure skip its spans). The claim's
+// history row records the compacted watermark. It may be called from any
+// goroutine.
+func (s *Sink) ClaimGapped(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
+	return s.claim(ctx, tok, obs, true)
+}
+
+// ApplyGapped applies one lane's batch, following [sink.GapApplier], in
+// one transaction that does not update the fence row: a plain read of
+// the fence and of the done spans the batch overlaps (an early refusal
+// unless tok holds the scope), the effects of the records not done (and,
+// with b.IDs, not duplicates) in order, then one statement that takes the
+// fence row FOR SHARE, checks that tok still holds it and that the
+// watermark is not above the batch's first new span, and inserts the
+// batch's spans (the parts of [From[i], Offsets[i]+1) not done already),
+// and COMMIT. Any number of a tenure's ApplyGapped calls run concurrently
+// for one scope; the share lock is held from that statement to COMMIT
+// only. A refusal returns a *[sink.FencedError]; a watermark that moved
+// over the batch, two attempts inserting the same span, a deadlock or a
+// serialization failure run the batch again; an effect error returns a
+// *[sink.EffectError]; a COMMIT of unknown outcome [ErrOutcomeUnknown].
+//
+// The result's NextOffset is a watermark the transaction saw, possibly
+// lower than the scope's: the watermark rises lazily (on claims and in
+// compactions that every 32nd lane batch of a scope tries after its
+// commit, giving up when a lane holds the fence row).
+//
+// With b.IDs, a record is a duplicate when its ID was applied in the
+// scope within the window by an earlier tenure, by a plain ApplyOnce, by
+// this lane, or by another lane of this tenure whose batch committed
+// before this one looked it up. Two records with one command ID in two
+// lanes running at once (different keys) may both be applied: a resend
+// has its command's key, and so its lane. The lanes do not prune the IDs;
+// the compactions and ApplyOnce do.
+//
+// It may be called from any goroutine; effect is called on the calling
+// goroutine, with a pgx.Tx that must not be used after effect returns.
+func (s *Sink) ApplyGapped(ctx context.Context, tok epochs.Token, b sink.GapBatch, effect sink.Effect[pgx.Tx]) (sink.ApplyOnceResult, error) {
+	if err := sink.CheckGapBatch(tok, b, effect); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	return s.applyGapped(ctx, tok, b, effect, nil)
+}
+
+// deadLetterInsert is the effect of DeadLetterGapped: the dead letter's
+// row, its ID out.
+type deadLetterInsert struct {
+	rec     sink.DeadRecord
+	headers string
+	id      int64
+}
+
+// applyGapped is ApplyGapped, and DeadLetterGapped when dl is not nil.
+func (s *Sink) applyGapped(ctx context.Context, tok epochs.Token, b sink.GapBatch, effect sink.Effect[pgx.Tx], dl *deadLetterInsert) (sink.ApplyOnceResult, error) {
+	op := "apply gapped " + tok.String()
+	if dl != nil {
+		op = fmt.Sprintf("dead letter gapped %s@%d", tok, dl.rec.Offset)
+	}
+	if err := s.writable(op); err != nil {
+		return sink.ApplyOnceResult{}, err
+	}
+	flagged := false
+	for attempt := 1; ; attempt++ {
+		if err := s.check(ctx, op); err != nil {
+			return sink.ApplyOnceResult{}, err
+		}
+		res, again, err := s.laneAttempt(ctx, op, tok, b, effect, dl)
+		if again == laneFlag && !flagged {
+			// The scope is not marked gapped: mark it, in a transaction
+			// of its own (before any span exists), and run again.
+			flagged = true
+			if err := s.setGapped(ctx, op, tok); err != nil {
+				return res, err
+			}
+			attempt--
+			continue
+		}
+		if again == laneDone || attempt == maxAttempts {
+			return res, err
+		}
+		s.log.Debug("postgres sink: lane conflict, running the batch again", "token", tok.String(), "attempt", attempt, "err", err)
+	}
+}
+
+// laneAttempt outcomes: done (res, err final), again (a conflict: run
+// the batch again), flag (mark the scope gapped first).
+const (
+	laneDone = iota
+	laneAgain
+	laneFlag
+)
+
+// setGapped marks tok's scope gapped, if tok holds it.
+func (s *Sink) setGapped(ctx context.Context, op string, tok epochs.Token) error {
+	tag, err := s.pool.Exec(ctx, s.q.gap.setGapped, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member)
+	if err != nil {
+		return wrap(ctx, op+": mark gapped", err)
+	}
+	if tag.RowsAffected() != 1 {
+		var (
+			epoch  int32
+			member string
+		)
+		err := s.pool.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, new(int64), new(int64), new(bool))
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return wrap(ctx, op+": read fence", err)
+		}
+		return s.fenced(tok, holderToken(tok.Scope(), epoch, member))
+	}
+	return nil
+}
+
+// laneAttempt is one attempt of a lane's batch.
+func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b sink.GapBatch, effect sink.Effect[pgx.Tx], dl *deadLetterInsert) (res sink.ApplyOnceResult, again int, err error) {
+	scope := tok.Scope()
+	n := len(b.Offsets)
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return res, laneDone, wrap(ctx, op, err)
+	}
+	defer release(ctx, c)
+	conn := c.Conn()
+
+	var lo, hi int64
+	if n > 0 {
+		lo, hi = b.From[0], b.Offsets[n-1]+1
+	}
+	var (
+		epoch      int32
+		member     string
+		next       int64
+		idsVersion int64
+		gapped     bool
+		topicID    string
+		froms, tos []int64
+	)
+	// BEGIN and the read in one round trip.
+	begin := &pgx.Batch{}
+	begin.BeginTx(pgx.TxOptions{})
+	begin.Queue(s.q.gap.laneRead, scope.Group, scope.Topic, scope.Partition, lo, hi)
+	br := conn.SendBatch(ctx, begin)
+	tx := br.Tx()
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&epoch, &member, &next, &idsVersion, &gapped, &topicID, &froms, &tos)
+	}
+	if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && cerr != nil {
+		err = cerr
+	}
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return res, laneDone, s.fenced(tok, epochs.Token{})
+	case err != nil:
+		return res, retryKind(err), wrap(ctx, op+": read fence", err)
+	}
+	if stored := holderToken(scope, epoch, member); !tok.Holds(stored) {
+		return res, laneDone, s.fenced(tok, stored)
+	}
+	cp := sink.Checkpoint{NextOffset: next}
+	for i := range froms {
+		cp.Add(froms[i], tos[i])
+	}
+	skip := make([]bool, n)
+	skipped := 0
+	for i, off := range b.Offsets {
+		if cp.Contains(off) {
+			skip[i] = true
+			skipped++
+		}
+	}
+	res.Skipped, res.NextOffset = skipped, cp.NextOffset
+	if skipped == n {
+		// A replay (or an empty batch): nothing to apply, nothing to write.
+		return res, laneDone, nil
+	}
+	if !gapped {
+		return res, laneFlag, nil
+	}
+	var dup []bool
+	if b.IDs != nil {
+		if dup, err = s.laneDuplicates(ctx, tx, scope, idsVersion, b.Offsets, b.IDs, skip); err != nil {
+			return sink.ApplyOnceResult{}, retryKind(err), wrap(ctx, op+": look up command IDs", err)
+		}
+	}
+	htx := &handlerTx{Tx: tx}
+	defer htx.done.Store(true)
+	var (
+		dups       []int
+		applied    cmdids.Row
+		as, bs, ds []int64 // the spans to insert, and their rows' dups
+	)
+	for i := range n {
+		if skip[i] {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return sink.ApplyOnceResult{}, laneDone, fmt.Errorf("postgres: %s: %w", op, err)
+		}
+		if dup != nil && dup[i] {
+			dups = append(dups, i)
+		} else {
+			if dl != nil {
+				err = s.insertDeadLetter(ctx, tx, tok, topicID, dl)
+			} else {
+				err = effect(ctx, htx, i)
+			}
+			if err != nil {
+				kind := laneDone
+				if retryable(err) && ctx.Err() == nil {
+					kind = laneAgain
+				}
+				if dl != nil {
+					return sink.ApplyOnceResult{}, kind, wrap(ctx, op, err)
+				}
+				return sink.ApplyOnceResult{}, kind, &sink.EffectError{Index: i, Offset: b.Offsets[i], Err: err}
+			}
+			if b.IDs != nil && b.IDs[i] != "" {
+				applied.Offs = append(applied.Offs, b.Offsets[i])
+				applied.IDs = append(applied.IDs, b.IDs[i])
+				applied.Last = b.Offsets[i]
+			}
+		}
+		// The parts of the record's span that are not done yet.
+		for _, sp := range undone(&cp, b.From[i], b.Offsets[i]+1) {
+			if k := len(as) - 1; k >= 0 && bs[k] == sp.From {
+				bs[k] = sp.To
+				continue
+			}
+			as, bs, ds = append(as, sp.From), append(bs, sp.To), append(ds, 0)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return sink.ApplyOnceResult{}, laneDone, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	ds[0] = int64(len(dups))
+
+	// The check and the write (the fence row FOR SHARE, the spans), the
+	// IDs' row and COMMIT, in one round trip: the share lock is held
+	// while the server runs them, never across a round trip.
+	end := &pgx.Batch{}
+	end.Queue(s.q.gap.laneCommit, scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member, as, bs, ds, as[0], int64(len(as)))
+	if len(applied.IDs) > 0 {
+		end.Queue(s.q.idInsert, scope.Group, scope.Topic, scope.Partition, applied.Offs[0], applied.Last,
+			cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs))
+	}
+	end.Queue("commit")
+	failed, err := sendAll(ctx, conn, end)
+	switch {
+	case err == nil:
+	case failed == 0 && fenceCheckFailed(err):
+		// Fenced, or the watermark rose over the batch's offsets (a
+		// plain Apply of the same tenure applied them meanwhile: run
+		// again on the new state).
+		kind, err := s.laneFailedCheck(ctx, conn, tok, op, next)
+		return sink.ApplyOnceResult{}, kind, err
+	case failed == 0 && isSpanConflict(err):
+		// Another attempt of this batch (in flight when this one began)
+		// recorded the same span: run again, it reads that span as done.
+		return sink.ApplyOnceResult{}, laneAgain, fmt.Errorf("postgres: %s: %w: a span of the batch was recorded by another attempt: %w", op, ErrConflict, err)
+	case isServerError(err) && failed < end.Len():
+		// The server refused a statement: the rest, COMMIT included,
+		// was skipped.
+		return sink.ApplyOnceResult{}, retryKind(err), wrap(ctx, op+": record spans", err)
+	default:
+		// The pipeline was sent, COMMIT with it: it may have run.
+		if b.IDs != nil {
+			s.ids.Drop(scope)
+		}
+		return sink.ApplyOnceResult{}, laneDone, commitError(ctx, op, err)
+	}
+	if conn.PgConn().TxStatus() != 'I' {
+		return sink.ApplyOnceResult{}, laneDone, commitError(ctx, op, fmt.Errorf("%w: the server reports transaction status %q after COMMIT", ErrConflict, conn.PgConn().TxStatus()))
+	}
+	if len(applied.IDs) > 0 {
+		ls := s.gaps.scope(scope)
+		ls.ids.Lock()
+		s.ids.Add(scope, applied)
+		ls.ids.Unlock()
+	}
+	for i := range as {
+		cp.Add(as[i], bs[i])
+	}
+	res.Applied, res.Duplicates, res.NextOffset = n-skipped-len(dups), dups, cp.NextOffset
+	if s.gaps.tick(scope) {
+		s.compact(ctx, tok)
+	}
+	return res, laneDone, nil
+}
+
+// laneFailedCheck is the end of a lane's attempt whose check raised (its
+// transaction is aborted): it rolls back, reads the fence row, and
+// returns tok's refusal with the stored holder, or a conflict to run the
+// batch again if tok still holds the scope (the watermark moved over the
+// batch). Two round trips: the connection may not have the read prepared,
+// and an aborted transaction prepares nothing.
+func (s *Sink) laneFailedCheck(ctx context.Context, conn *pgx.Conn, tok epochs.Token, op string, read int64) (int, error) {
+	if _, err := conn.Exec(ctx, "rollback"); err != nil {
+		return laneDone, wrap(ctx, op+": rollback", err)
+	}
+	var (
+		epoch  int32
+		member string
+		next   int64
+	)
+	err := conn.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &next, new(int64), new(bool))
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return laneDone, wrap(ctx, op+": read fence", err)
+	}
+	stored := holderToken(tok.Scope(), epoch, member)
+	if errors.Is(err, pgx.ErrNoRows) || !tok.Holds(stored) {
+		return laneDone, s.fenced(tok, stored)
+	}
+	return laneAgain, fmt.Errorf("postgres: %s: %w: the watermark moved from %d to %d, over the batch", op, ErrConflict, read, next)
+}
+
+// undone returns the parts of [from, to) that cp does not contain.
+func undone(cp *sink.Checkpoint, from, to int64) []sink.Span {
+	from = max(from, cp.NextOffset)
+	var out []sink.Span
+	for _, sp := range cp.Done {
+		if from >= to {
+			break
+		}
+		if sp.To <= from {
+			continue
+		}
+		if sp.From >= to {
+			break
+		}
+		if sp.From > from {
+			out = append(out, sink.Span{From: from, To: sp.From})
+		}
+		from = sp.To
+	}
+	if from < to {
+		out = append(out, sink.Span{From: from, To: to})
+	}
+	return out
+}
+
+// retryKind is laneAgain for a deadlock or serialization failure.
+func retryKind(err error) int {
+	if retryable(err) {
+		return laneAgain
+	}
+	return laneDone
+}
+
+// isSpanConflict reports a unique violation of the done spans' key.
+func isSpanConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName != "" && pgErr.TableName[len(pgErr.TableName)-len("_done"):] == "_done"
+}
+
+// laneDuplicates returns which records of a lane's batch are duplicates
+// (see ApplyGapped): an ID seen earlier in the batch, or one the cache
+// holds within the window. A cache older than version is loaded from
+// the table in tx first, under the scope's lane lock, which Add takes
+// too: a row a lane committed is either in what the load reads, or
+// added after the load.
+func (s *Sink) laneDuplicates(ctx context.Context, tx pgx.Tx, scope epochs.Scope, version int64, offsets []int64, ids []string, skip []bool) ([]bool, error) {
+	dup := make([]bool, len(offsets))
+	seen := make(map[string]struct{}, len(ids))
+	var lookup []int
+	for i, id := range ids {
+		if skip[i] || id == "" {
+			continue
+		}
+		if _, ok := seen[id]; ok {
+			dup[i] = true
+			continue
+		}
+		seen[id] = struct{}{}
+		lookup = append(lookup, i)
+	}
+	if len(lookup) == 0 {
+		return dup, nil
+	}
+	found := func(i int, applied int64) { dup[i] = sink.IsDuplicate(offsets[i], applied, s.window) }
+	if s.ids.LookupSince(scope, version, ids, lookup, found) {
+		return dup, nil
+	}
+	ls := s.gaps.scope(scope)
+	ls.ids.Lock()
+	defer ls.ids.Unlock()
+	if s.ids.LookupSince(scope, version, ids, lookup, found) {
+		return dup, nil
+	}
+	all, err := s.loadIDs(ctx, tx, scope)
+	if err != nil {
+		return nil, err
+	}
+	s.ids.Load(scope, version, all)
+	s.ids.LookupSince(scope, version, ids, lookup, found)
+	return dup, nil
+}
+
+// loadIDs reads scope's stored command IDs in tx.
+func (s *Sink) loadIDs(ctx context.Context, tx pgx.Tx, scope epochs.Scope) ([]cmdids.Row, error) {
+	rows, err := tx.Query(ctx, s.q.idSelect, scope.Group, scope.Topic, scope.Partition)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		rowFirst, last int64
+		data           []byte
+		all            []cmdids.Row
+	)
+	_, err = pgx.ForEachRow(rows, []any{&rowFirst, &last, &data}, func() error {
+		offs, rowIDs, err := cmdids.Decode(rowFirst, data)
+		if err != nil {
+			return err
+		}
+		all = append(all, cmdids.Row{Last: last, Offs: offs, IDs: rowIDs})
+		return nil
+	})
+	return all, err
+}
+
+// compact tries, in a short transaction of its own, to raise tok's
+// scope's watermark over the done spans that touch it: FOR UPDATE NOWAIT
+// on the fence row (given up, counted, when a lane holds it), the holder
+// check, the rows below the new watermark deleted, and the command IDs
+// below the new horizon pruned. It never fails the lane that calls it:
+// it logs and counts.
+func (s *Sink) compact(ctx context.Context, tok epochs.Token) {
+	scope := tok.Scope()
+	outcome, err := s.compactOnce(ctx, tok)
+	s.gaps.count(outcome)
+	switch {
+	case err != nil:
+		s.log.Warn("postgres sink: compaction of a gapped checkpoint failed; the next one retries", "scope", scope.String(), "err", err)
+	case outcome == compactBusy:
+		s.log.Debug("postgres sink: compaction given up, a lane holds the fence row; the next one retries", "scope", scope.String())
+	}
+}
+
+func (s *Sink) compactOnce(ctx context.Context, tok epochs.Token) (string, error) {
+	scope := tok.Scope()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return compactError, err
+	}
+	defer rollback(ctx, tx)
+	var (
+		epoch         int32
+		member        string
+		next, version int64
+	)
+	// Wait for the lanes between their check and their COMMIT, but not
+	// long: lanes keep taking the share lock, and a compaction that
+	// waits them out is better given up and tried again.
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", compactLockWait.Milliseconds())); err != nil {
+		return compactError, err
+	}
+	err = tx.QueryRow(ctx, s.q.gap.lockCompact, scope.Group, scope.Topic, scope.Partition).Scan(&epoch, &member, &next, &version)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
+		return compactBusy, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return compactFenced, nil
+	case err != nil:
+		return compactError, err
+	}
+	if !tok.Holds(holderToken(scope, epoch, member)) {
+		return compactFenced, nil
+	}
+	cp, rows, _, err := s.readCheckpoint(ctx, tx, scope, next)
+	if err != nil {
+		return compactError, err
+	}
+	if cp.NextOffset == next && rows == len(cp.Done) {
+		s.gaps.observe(scope, len(cp.Done))
+		return compactNothing, nil
+	}
+	prune := sink.PruneDue(next, cp.NextOffset, s.window)
+	horizon := sink.Horizon(cp.NextOffset, s.window)
+	if err := s.storeCheckpoint(ctx, tx, scope, cp.NextOffset, false, true, prune); err != nil {
+		return compactError, err
+	}
+	if prune {
+		if _, err := tx.Exec(ctx, s.q.idPrune, scope.Group, scope.Topic, scope.Partition, horizon); err != nil {
+			return compactError, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		s.ids.Drop(scope)
+		return compactError, err
+	}
+	if prune {
+		s.ids.Committed(scope, version, cmdids.Row{}, true, horizon)
+	}
+	s.gaps.observe(scope, len(cp.Done))
+	return compactDone, nil
+}
+
+// DeadLetterGapped stores rec as a dead letter of a lane, following
+// [sink.GapApplier]: the transaction of [Sink.ApplyGapped] with one
+// record at rec.Offset covering [from, rec.Offset+1), whose effect is the
+// dead letter's row (the topic ID is rec.TopicID, or the scope's). A
+// record already done is a replay: Stored is false. It may be called from
+// any goroutine.
+func (s *Sink) DeadLetterGapped(ctx context.Context, tok epochs.Token, from int64, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
+	if err := sink.CheckDeadLetter(tok, rec); err != nil {
+		return sink.DeadLetterResult{}, err
+	}
+	if from < 0 || from > rec.Offset {
+		return sink.DeadLetterResult{}, fmt.Errorf("%w: From %d is not in [0, offset %d]", sink.ErrBadBatch, from, rec.Offset)
+	}
+	hs := make([]header, len(rec.Headers))
+	for i, h := range rec.Headers {
+		hs[i] = header{h.Key, h.Value}
+	}
+	headers, err := json.Marshal(hs)
+	if err != nil {
+		return sink.DeadLetterResult{}, fmt.Errorf("postgres: dead letter %s@%d: headers: %w", tok, rec.Offset, err)
+	}
+	dl := &deadLetterInsert{rec: rec, headers: string(headers)}
+	b := sink.GapBatch{Offsets: []int64{rec.Offset}, From: []int64{from}}
+	res, err := s.applyGapped(ctx, tok, b, func(context.Context, pgx.Tx, int) error { return nil }, dl)
+	var fe *sink.FencedError
+	if errors.As(err, &fe) {
+		fe.Op = sink.OpDeadLetter
+	}
+	if err != nil {
+		return sink.DeadLetterResult{}, err
+	}
+	if res.Applied == 0 {
+		return sink.DeadLetterResult{NextOffset: res.NextOffset}, nil
+	}
+	return sink.DeadLetterResult{ID: dl.id, Stored: true, NextOffset: res.NextOffset}, nil
+}
+
+// insertDeadLetter inserts dl's row in tx, on topicID unless the record
+// names its own.
+func (s *Sink) insertDeadLetter(ctx context.Context, tx pgx.Tx, tok epochs.Token, topicID string, dl *deadLetterInsert) error {
+	rec := dl.rec
+	if rec.TopicID != "" {
+		topicID = rec.TopicID
+	}
+	return tx.QueryRow(ctx, s.q.dlInsert, tok.Group, tok.Topic, tok.Partition, topicID, rec.Offset, rec.Key, rec.Value, dl.headers,
+		rec.Timestamp, rec.Reason, rec.Error, rec.Attempts, tok.Epoch, tok.Member).Scan(&dl.id)
+}
+
+// applyOnGapped is the rest of a plain Apply (ApplyOnce when ids is not
+// nil) attempt on a gapped scope, after the early read (next, version)
+// and holder check: the records in a done span are skipped as replays,
+// the IDs are looked up in the table (the cache may miss what lanes
+// recorded), and the advance is Apply's compare-and-set that also raises
+// the watermark over the spans the batch's end touches and deletes the
+// rows below it ([sink.Checkpoint.Raise]), clearing the gapped flag when
+// no span is left (and then moving the IDs version on).
+func (s *Sink) applyOnGapped(ctx context.Context, tx pgx.Tx, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx], next, version int64) (res sink.ApplyOnceResult, retry bool, err error) {
+	op := "apply " + tok.String()
+	scope := tok.Scope()
+	cp, _, _, err := s.readCheckpoint(ctx, tx, scope, next)
+	if err != nil {
+		return res, retryable(err), wrap(ctx, op+": read done spans", err)
+	}
+	skip := make([]bool, len(offsets))
+	skipped := 0
+	for i, off := range offsets {
+		if cp.Contains(off) {
+			skip[i] = true
+			skipped++
+		}
+	}
+	if skipped == len(offsets) {
+		return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Skipped: skipped, NextOffset: cp.NextOffset}}, false, nil
+	}
+	var dup []bool
+	if ids != nil {
+		rows, err := s.loadIDs(ctx, tx, scope)
+		if err != nil {
+			return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": look up command IDs", err)
+		}
+		at := make(map[string]int64)
+		for _, r := range rows {
+			for i, id := range r.IDs {
+				if p, ok := at[id]; !ok || r.Offs[i] > p {
+					at[id] = r.Offs[i]
+				}
+			}
+		}
+		dup = make([]bool, len(offsets))
+		seen := make(map[string]struct{})
+		for i, id := range ids {
+			if skip[i] || id == "" {
+				continue
+			}
+			if _, ok := seen[id]; ok {
+				dup[i] = true
+				continue
+			}
+			seen[id] = struct{}{}
+			if p, ok := at[id]; ok && sink.IsDuplicate(offsets[i], p, s.window) {
+				dup[i] = true
+			}
+		}
+	}
+	htx := &handlerTx{Tx: tx}
+	defer htx.done.Store(true)
+	var (
+		dups    []int
+		applied cmdids.Row
+	)
+	for i := range offsets {
+		if skip[i] {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return res, false, fmt.Errorf("postgres: %s: %w", op, err)
+		}
+		if dup != nil && dup[i] {
+			dups = append(dups, i)
+			continue
+		}
+		if err := effect(ctx, htx, i); err != nil {
+			return res, retryable(err) && ctx.Err() == nil, &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
+		}
+		if ids != nil && ids[i] != "" {
+			applied.Offs = append(applied.Offs, offsets[i])
+			applied.IDs = append(applied.IDs, ids[i])
+			applied.Last = offsets[i]
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return res, false, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	after := cp.Clone()
+	after.Raise(offsets[len(offsets)-1] + 1)
+	gapped := len(after.Done) > 0
+	bump := ids != nil || !gapped
+	batch := &pgx.Batch{}
+	batch.Queue(s.q.gap.advance, scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member, next, after.NextOffset,
+		gapped, b2i(bump), int64(len(dups)), version)
+	prune := ids != nil && sink.PruneDue(next, after.NextOffset, s.window)
+	if len(applied.IDs) > 0 {
+		batch.Queue(s.q.idInsert, scope.Group, scope.Topic, scope.Partition, applied.Offs[0], applied.Last,
+			cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs))
+	}
+	if prune {
+		batch.Queue(s.q.idPrune, scope.Group, scope.Topic, scope.Partition, sink.Horizon(after.NextOffset, s.window))
+	}
+	br := tx.SendBatch(ctx, batch)
+	tag, err := br.Exec()
+	for range batch.Len() - 1 {
+		if err != nil {
+			break
+		}
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": advance fence", err)
+	}
+	if tag.RowsAffected() != 1 {
+		var (
+			epoch  int32
+			member string
+			cur    int64
+		)
+		err = tx.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, &cur, new(int64), new(bool))
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return res, false, wrap(ctx, op+": read fence", err)
+		}
+		stored := holderToken(scope, epoch, member)
+		if errors.Is(err, pgx.ErrNoRows) || !tok.Holds(stored) {
+			return res, false, s.fenced(tok, stored)
+		}
+		return res, true, fmt.Errorf("postgres: %s: %w: the checkpoint moved during the batch (NextOffset %d, read %d)", op, ErrConflict, cur, next)
+	}
+	if err = tx.Commit(ctx); err != nil {
+		s.ids.Drop(scope)
+		return res, false, commitError(ctx, op, err)
+	}
+	// The IDs version moved (or lanes' IDs may be missing from the
+	// cache): the next ApplyOnce loads.
+	s.ids.Drop(scope)
+	return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Applied: len(offsets) - skipped - len(dups), Skipped: skipped, NextOffset: after.NextOffset},
+		Duplicates: dups}, false, nil
+}
+
+// deadLetterOnGapped is the rest of a plain DeadLetter on a gapped
+// scope, in tx that holds the fence row (row) FOR UPDATE after the
+// holder check: a record in a done span is a replay (nothing stored);
+// otherwise the row is stored and the watermark raised to rec.Offset+1
+// and over the spans that then touch it ([sink.Checkpoint.Raise]), the
+// rows below it deleted.
+func (s *Sink) deadLetterOnGapped(ctx context.Context, tx pgx.Tx, tok epochs.Token, row fenceRow, rec sink.DeadRecord, headers string) (sink.DeadLetterResult, error) {
+	op := fmt.Sprintf("dead letter %s@%d", tok, rec.Offset)
+	scope := tok.Scope()
+	cp, _, _, err := s.readCheckpoint(ctx, tx, scope, row.nextOffset)
+	if err != nil {
+		return sink.DeadLetterResult{}, wrap(ctx, op+": read done spans", err)
+	}
+	if cp.Contains(rec.Offset) {
+		return sink.DeadLetterResult{NextOffset: cp.NextOffset}, nil
+	}
+	dl := &deadLetterInsert{rec: rec, headers: headers}
+	if err := s.insertDeadLetter(ctx, tx, tok, row.topicID, dl); err != nil {
+		return sink.DeadLetterResult{}, wrap(ctx, op, err)
+	}
+	cp.Raise(rec.Offset + 1)
+	gapped := len(cp.Done) > 0
+	if err := s.storeCheckpoint(ctx, tx, scope, cp.NextOffset, false, gapped, !gapped); err != nil {
+		return sink.DeadLetterResult{}, wrap(ctx, op+": advance fence", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return sink.DeadLetterResult{}, commitError(ctx, op, err)
+	}
+	s.ids.Drop(scope)
+	return sink.DeadLetterResult{ID: dl.id, Stored: true, NextOffset: cp.NextOffset}, nil
+}
+
+// mergeDone adds to fences the done spans of their scopes, read in tx
+// (the same snapshot as the fences): each fence's NextOffset becomes the
+// watermark raised over the spans that touch it, Done the spans above
+// it, merged, and Duplicates counts the lanes' duplicates not compacted
+// yet.
+func (s *Sink) mergeDone(ctx context.Context, tx pgx.Tx, fences []sink.Fence) error {
+	rows, err := tx.Query(ctx, s.q.gap.spansList)
+	if err != nil {
+		return err
+	}
+	index := make(map[epochs.Scope]int, len(fences))
+	for i, f := range fences {
+		index[f.Scope] = i
+	}
+	var (
+		sc             epochs.Scope
+		from, to, dups int64
+		cps            = make(map[int]*sink.Checkpoint)
+	)
+	_, err = pgx.ForEachRow(rows, []any{&sc.Group, &sc.Topic, &sc.Partition, &from, &to, &dups}, func() error {
+		k, ok := index[sc]
+		if !ok {
+			return nil // spans are never stored without their fence row
+		}
+		cp := cps[k]
+		if cp == nil {
+			cp = &sink.Checkpoint{NextOffset: fences[k].NextOffset}
+			cps[k] = cp
+		}
+		cp.Add(from, to)
+		fences[k].Duplicates += dups
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for k, cp := range cps {
+		fences[k].NextOffset, fences[k].Done = cp.NextOffset, cp.Done
+	}
+	return nil
+}

@@ -1,0 +1,453 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// dropVersion5 turns a current schema into version 4's tables (the
+// migration tests of older versions call it first): no done spans table,
+// no gapped flag.
+func dropVersion5(t testing.TB, schema string) {
+	t.Helper()
+	adminExec(t, "DROP TABLE "+pgx.Identifier{schema, "workrouter_done"}.Sanitize())
+	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN gapped")
+}
+
+// gapBatch is a lane batch whose records cover only themselves.
+func gapBatch(offs ...int64) sink.GapBatch {
+	return sink.GapBatch{Offsets: offs, From: offs}
+}
+
+func noopEffect(context.Context, pgx.Tx, int) error { return nil }
+
+// rawFence reads tok's scope's fence row as stored: next_offset, gapped,
+// ids_version, and the number of done rows.
+func rawFence(t testing.TB, schema string, scope epochs.Scope) (next int64, gapped bool, version int64, rows int64) {
+	t.Helper()
+	adminQueryRow(t, "SELECT next_offset, gapped, ids_version, (SELECT count(*) FROM "+pgx.Identifier{schema, "workrouter_done"}.Sanitize()+
+		" WHERE grp = $1 AND topic = $2 AND part = $3) FROM "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+
+		" WHERE grp = $1 AND topic = $2 AND part = $3", []any{scope.Group, scope.Topic, scope.Partition}, &next, &gapped, &version, &rows)
+	return
+}
+
+// TestMigrateFromVersion4: Open migrates a version 4 schema (no done
+// spans, no gapped flag) in place, and lanes work at once; a read-only
+// Open refuses to migrate it.
+func TestMigrateFromVersion4(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	ctx := t.Context()
+	s := openSink(t, schema, nil)
+	a := tokenOf(testScope(t), 3, "m-3")
+	mustClaim(t, s, a)
+	if _, err := s.ApplyOnce(ctx, a, []int64{0, 1}, []string{"x", "y"}, noopEffect); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	dropVersion5(t, schema)
+	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 4")
+
+	if ro, err := Open(ctx, Config{DSN: schemaDSN(t, schema), Schema: schema, ReadOnly: true}); err == nil {
+		ro.Close()
+		t.Fatal("a read-only open of a version 4 schema succeeded")
+	} else if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "version 4") {
+		t.Fatalf("read-only open of a version 4 schema: %v, want ErrSchema naming version 4", err)
+	}
+	s = openSink(t, schema, nil)
+	var version int32
+	adminQueryRow(t, "SELECT version FROM "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize(), nil, &version)
+	if version != schemaVersion {
+		t.Fatalf("schema version after migration = %d, want %d", version, schemaVersion)
+	}
+	cp, err := s.ClaimGapped(ctx, tokenOf(a.Scope(), 4, "m-4"), sink.Observed{})
+	if err != nil || cp.NextOffset != 2 || len(cp.Done) != 0 {
+		t.Fatalf("ClaimGapped after migration = %+v, %v, want watermark 2", cp, err)
+	}
+	b := tokenOf(a.Scope(), 4, "m-4")
+	res, err := s.ApplyGapped(ctx, b, sink.GapBatch{Offsets: []int64{5, 6}, From: []int64{5, 6}, IDs: []string{"x", "z"}}, noopEffect)
+	if err != nil || res.Applied != 1 || len(res.Duplicates) != 1 {
+		t.Fatalf("ApplyGapped after migration = %+v, %v, want x a duplicate of offset 0", res, err)
+	}
+	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].NextOffset != 2 || len(fs[0].Done) != 1 || fs[0].Done[0] != (sink.Span{From: 5, To: 7}) || fs[0].Duplicates != 1 {
+		t.Fatalf("fences after migration = %+v, %v", fs, err)
+	}
+}
+
+// TestGapsLanesOverlap: the effects of N lanes of one scope run at the
+// same time, each in its own transaction: every effect waits until all N
+// have started, which lanes that serialized on the fence row (FOR UPDATE
+// for the whole transaction) could never do.
+func TestGapsLanesOverlap(t *testing.T) {
+	t.Parallel()
+	const lanes = 6 // the test pool has 6 connections
+	s := openSink(t, newTestSchema(t), nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	a := tokenOf(testScope(t), 1, "a")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		started sync.WaitGroup
+		all     = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	started.Add(lanes)
+	go func() { started.Wait(); close(all) }()
+	errs := make([]error, lanes)
+	for lane := range lanes {
+		wg.Go(func() {
+			effect := func(ctx context.Context, tx pgx.Tx, i int) error {
+				if _, err := tx.Exec(ctx, `INSERT INTO kv (k, v) VALUES ($1, 'x')`, fmt.Sprint("lane-", lane)); err != nil {
+					return err
+				}
+				started.Done()
+				select {
+				case <-all:
+					return nil
+				case <-ctx.Done():
+					return fmt.Errorf("lane %d: the other lanes' effects never ran alongside: %w", lane, ctx.Err())
+				}
+			}
+			_, errs[lane] = s.ApplyGapped(ctx, a, gapBatch(int64(lane)), effect)
+		})
+	}
+	wg.Wait()
+	for lane, err := range errs {
+		if err != nil {
+			t.Fatalf("lane %d: %v", lane, err)
+		}
+	}
+	if cp, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != lanes || len(cp.Done) != 0 {
+		t.Fatalf("ClaimGapped after the lanes = %+v, %v, want watermark %d", cp, err, lanes)
+	}
+}
+
+// TestGapsClaimDoesNotWaitForHandler: a lane whose handler is blocked
+// (a paused worker) does not hold the fence row, so a newer tenure's
+// claim lands at once; the lane's batch is then fenced, nothing of it
+// committed.
+func TestGapsClaimDoesNotWaitForHandler(t *testing.T) {
+	t.Parallel()
+	s := openSink(t, newTestSchema(t), nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	scope := testScope(t)
+	a, b := tokenOf(scope, 1, "a"), tokenOf(scope, 2, "b")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	inEffect, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.ApplyGapped(ctx, a, gapBatch(4), func(ctx context.Context, tx pgx.Tx, i int) error {
+			if _, err := tx.Exec(ctx, upsertKV, "zombie", "landed"); err != nil {
+				return err
+			}
+			close(inEffect)
+			<-release
+			return nil
+		})
+		done <- err
+	}()
+	<-inEffect
+	if _, err := s.ClaimGapped(ctx, b, sink.Observed{}); err != nil {
+		t.Fatalf("ClaimGapped while a lane's handler runs: %v", err)
+	}
+	close(release)
+	if err := <-done; !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("the lane's batch after the claim: %v, want fenced", err)
+	}
+	if _, ok, err := getKV(ctx, s, "zombie"); err != nil || ok {
+		t.Fatalf("the zombie lane's write: found %v, %v; want nothing committed", ok, err)
+	}
+}
+
+// TestGapsCompaction: lane batches do not move the fence row's
+// next_offset; every compactEvery-th batch compacts (the watermark rises
+// over the spans that touch it, their rows are deleted), and a
+// compaction that finds a lane holding the fence row gives up, counted,
+// changing nothing.
+func TestGapsCompaction(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	reg := prometheus.NewRegistry()
+	s := openSink(t, schema, func(c *Config) { c.Registerer = reg })
+	ctx := t.Context()
+	scope := testScope(t)
+	a := tokenOf(scope, 1, "a")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	// Offset 0 is left for last: nothing touches the watermark.
+	for o := int64(1); o < compactEvery; o++ {
+		if _, err := s.ApplyGapped(ctx, a, gapBatch(o), noopEffect); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if next, gapped, _, rows := rawFence(t, schema, scope); next != 0 || !gapped || rows != compactEvery-1 {
+		t.Fatalf("after %d lane batches: next_offset %d, gapped %v, %d rows; want 0, true, %d", compactEvery-1, next, gapped, rows, compactEvery-1)
+	}
+	if fs, err := s.Fences(ctx); err != nil || fs[0].NextOffset != 0 || len(fs[0].Done) != 1 || fs[0].Done[0] != (sink.Span{From: 1, To: compactEvery}) {
+		t.Fatalf("Fences = %+v, %v; want one merged span [1, %d)", fs, err, compactEvery)
+	}
+	// The compactEvery-th batch fills offset 0: its compaction raises
+	// the watermark over everything.
+	if _, err := s.ApplyGapped(ctx, a, gapBatch(0), noopEffect); err != nil {
+		t.Fatal(err)
+	}
+	if next, _, _, rows := rawFence(t, schema, scope); next != compactEvery || rows != 0 {
+		t.Fatalf("after the compaction: next_offset %d, %d rows; want %d, 0", next, rows, compactEvery)
+	}
+	compactions := func(outcome string) float64 {
+		return testutil.ToFloat64(s.gaps.compactions.WithLabelValues(outcome))
+	}
+	if got := compactions(compactDone); got != 1 {
+		t.Fatalf("compactions %s = %v, want 1", compactDone, got)
+	}
+
+	// A lane holding the fence row (FOR SHARE, between its check and its
+	// COMMIT): the compaction gives up.
+	if _, err := s.ApplyGapped(ctx, a, gapBatch(compactEvery+1), noopEffect); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ApplyGapped(ctx, a, gapBatch(compactEvery), noopEffect); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := admin(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" WHERE grp = $1 FOR SHARE", scope.Group); err != nil {
+		t.Fatal(err)
+	}
+	s.compact(ctx, a)
+	if got := compactions(compactBusy); got != 1 {
+		t.Fatalf("compactions %s = %v, want 1", compactBusy, got)
+	}
+	if next, _, _, rows := rawFence(t, schema, scope); next != compactEvery || rows != 2 {
+		t.Fatalf("after a compaction given up: next_offset %d, %d rows; want %d, 2 (unchanged)", next, rows, compactEvery)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.compact(ctx, a)
+	if next, _, _, rows := rawFence(t, schema, scope); next != compactEvery+2 || rows != 0 || compactions(compactDone) != 2 {
+		t.Fatalf("after the next compaction: next_offset %d, %d rows, %v compacted; want %d, 0, 2", next, rows, compactions(compactDone), compactEvery+2)
+	}
+	// A compaction by a fenced tenure changes nothing.
+	b := tokenOf(scope, 2, "b")
+	if _, err := s.ClaimGapped(ctx, b, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	s.compact(ctx, a)
+	if got := compactions(compactFenced); got != 1 {
+		t.Fatalf("compactions %s = %v, want 1", compactFenced, got)
+	}
+	if got := testutil.ToFloat64(s.gaps.spans.WithLabelValues(scope.Group, scope.Topic, fmt.Sprint(scope.Partition))); got != 0 {
+		t.Fatalf("spans gauge = %v, want 0", got)
+	}
+}
+
+// TestGapsPlainScopeUnflagged: a scope that never had lanes is not
+// gapped, so plain Applies cost what they did; ClaimGapped marks it, a
+// plain claim that finds no span clears it again (and moves the IDs
+// version on: lanes may have recorded IDs without moving it).
+func TestGapsPlainScopeUnflagged(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	s := openSink(t, schema, nil)
+	ctx := t.Context()
+	scope := testScope(t)
+	a := tokenOf(scope, 1, "a")
+	mustClaim(t, s, a)
+	if _, err := s.Apply(ctx, a, []int64{0, 1}, noopEffect); err != nil {
+		t.Fatal(err)
+	}
+	if _, gapped, _, _ := rawFence(t, schema, scope); gapped {
+		t.Fatal("a plain scope is gapped")
+	}
+	b := tokenOf(scope, 2, "b")
+	if _, err := s.ClaimGapped(ctx, b, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	_, gapped, v0, _ := rawFence(t, schema, scope)
+	if !gapped {
+		t.Fatal("ClaimGapped did not mark the scope gapped")
+	}
+	if _, err := s.ApplyGapped(ctx, b, gapBatch(2), noopEffect); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, s, tokenOf(scope, 3, "c"))
+	if next, gapped, v1, rows := rawFence(t, schema, scope); gapped || next != 3 || rows != 0 || v1 != v0+1 {
+		t.Fatalf("after a plain claim: next_offset %d, gapped %v, ids_version %d (was %d), %d rows; want 3, false, %d, 0", next, gapped, v1, v0, rows, v0+1)
+	}
+}
+
+// TestGapsLaneIDsSeenByLaterPlainTenure: IDs recorded by lanes (which do
+// not move the IDs version) are duplicates for a later plain tenure in
+// another process whose cache of the scope predates them.
+func TestGapsLaneIDsSeenByLaterPlainTenure(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	ctx := t.Context()
+	p1, p2 := openSink(t, schema, nil), openSink(t, schema, nil)
+	scope := testScope(t)
+	a, b, c := tokenOf(scope, 1, "a"), tokenOf(scope, 2, "b"), tokenOf(scope, 3, "c")
+	mustClaim(t, p2, a)
+	// p2's cache holds the scope (one ID) at the version this leaves.
+	if res, err := p2.ApplyOnce(ctx, a, []int64{0}, []string{"w"}, noopEffect); err != nil || res.Applied != 1 {
+		t.Fatalf("ApplyOnce = %+v, %v", res, err)
+	}
+	if _, err := p1.ClaimGapped(ctx, b, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := p1.ApplyGapped(ctx, b, sink.GapBatch{Offsets: []int64{1, 2}, From: []int64{1, 2}, IDs: []string{"x", "y"}}, noopEffect); err != nil || res.Applied != 2 {
+		t.Fatalf("ApplyGapped = %+v, %v", res, err)
+	}
+	mustClaim(t, p2, c)
+	res, err := p2.ApplyOnce(ctx, c, []int64{3, 4, 5}, []string{"x", "w", "z"}, noopEffect)
+	if err != nil || res.Applied != 1 || len(res.Duplicates) != 2 {
+		t.Fatalf("ApplyOnce by the next tenure = %+v, %v; want x (a lane's) and w duplicates", res, err)
+	}
+}
+
+// TestGapsLaneSeesOwnIDs: a resend of a command in the same lane (the
+// same key) is a duplicate in the lane's next batch, from the cache the
+// lane's commit added to, and across a compaction that pruned nothing.
+func TestGapsLaneSeesOwnIDs(t *testing.T) {
+	t.Parallel()
+	s := openSink(t, newTestSchema(t), nil)
+	ctx := t.Context()
+	a := tokenOf(testScope(t), 1, "a")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	for o := int64(0); o < 2*compactEvery; o += 2 {
+		id := fmt.Sprint("cmd-", o)
+		res, err := s.ApplyGapped(ctx, a, sink.GapBatch{Offsets: []int64{o}, From: []int64{o}, IDs: []string{id}}, noopEffect)
+		if err != nil || res.Applied != 1 {
+			t.Fatalf("ApplyGapped(%d, %s) = %+v, %v", o, id, res, err)
+		}
+		res, err = s.ApplyGapped(ctx, a, sink.GapBatch{Offsets: []int64{o + 1}, From: []int64{o + 1}, IDs: []string{id}}, noopEffect)
+		if err != nil || res.Applied != 0 || len(res.Duplicates) != 1 {
+			t.Fatalf("ApplyGapped(%d, %s) resent = %+v, %v, want a duplicate", o+1, id, res, err)
+		}
+	}
+	if fs, err := s.Fences(ctx); err != nil || fs[0].NextOffset != 2*compactEvery || fs[0].Duplicates != compactEvery {
+		t.Fatalf("Fences = %+v, %v; want watermark %d and %d duplicates", fs, err, 2*compactEvery, compactEvery)
+	}
+}
+
+// TestGapsLaneRetriesWhenWatermarkMoves: a plain Apply of the same
+// tenure that applies a lane's offsets while the lane's handler runs
+// moves the watermark over them; the lane's check sees it and runs the
+// batch again, which skips them: every record is applied once.
+func TestGapsLaneRetriesWhenWatermarkMoves(t *testing.T) {
+	t.Parallel()
+	s := openSink(t, newTestSchema(t), nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	a := tokenOf(testScope(t), 1, "a")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	appendOnce := func(ctx context.Context, tx pgx.Tx, i int) error {
+		_, err := tx.Exec(ctx, appendKV, "k", "x")
+		return err
+	}
+	inEffect, release := make(chan struct{}), make(chan struct{})
+	runs := 0
+	done := make(chan error, 1)
+	var res sink.ApplyOnceResult
+	go func() {
+		var err error
+		res, err = s.ApplyGapped(ctx, a, gapBatch(0), func(ctx context.Context, tx pgx.Tx, i int) error {
+			runs++
+			if runs == 1 {
+				close(inEffect)
+				<-release
+			}
+			return appendOnce(ctx, tx, i)
+		})
+		done <- err
+	}()
+	<-inEffect
+	if r, err := s.Apply(ctx, a, []int64{0}, appendOnce); err != nil || r.Applied != 1 {
+		t.Fatalf("plain Apply of the lane's offset = %+v, %v", r, err)
+	}
+	close(release)
+	if err := <-done; err != nil || res.Applied != 0 || res.Skipped != 1 {
+		t.Fatalf("the lane's batch = %+v, %v; want its record skipped after a retry", res, err)
+	}
+	if v, _, err := getKV(ctx, s, "k"); err != nil || v != "x" {
+		t.Fatalf("kv(k) = %q, %v; want x, applied once", v, err)
+	}
+}
+
+// TestGapsSameBatchTwiceAtOnce: two attempts of one lane batch in flight
+// at once (a retry after an unknown commit outcome while the first still
+// runs) cannot both commit: the second one's span collides with the
+// first's on the table's key, and its run again skips the record.
+func TestGapsSameBatchTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	s := openSink(t, newTestSchema(t), nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	a := tokenOf(testScope(t), 1, "a")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		started sync.WaitGroup
+		both    = make(chan struct{})
+		mu      sync.Mutex
+		runs    int
+	)
+	started.Add(2)
+	go func() { started.Wait(); close(both) }()
+	effect := func(ctx context.Context, tx pgx.Tx, i int) error {
+		mu.Lock()
+		runs++
+		first := runs <= 2
+		mu.Unlock()
+		if first {
+			started.Done()
+			<-both // both attempts read the record as not done
+		}
+		_, err := tx.Exec(ctx, appendKV, "k", "x")
+		return err
+	}
+	results := make([]sink.ApplyOnceResult, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { results[i], errs[i] = s.ApplyGapped(ctx, a, gapBatch(7), effect) })
+	}
+	wg.Wait()
+	for i := range 2 {
+		if errs[i] != nil {
+			t.Fatalf("attempt %d: %v", i, errs[i])
+		}
+	}
+	if n := results[0].Applied + results[1].Applied; n != 1 {
+		t.Fatalf("results %+v: applied %d times, want once", results, n)
+	}
+	if v, _, err := getKV(ctx, s, "k"); err != nil || v != "x" {
+		t.Fatalf("kv(k) = %q, %v; want x, applied once", v, err)
+	}
+}
