@@ -403,7 +403,9 @@ func TestPausedWorkerWithLanesRejected(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("after SIGCONT %d of a's claims and applies were fenced; partition %d's history: %+v", a.FencedCount(), fz.Partition, hs)
+		last := hs[len(hs)-1]
+		t.Logf("after SIGCONT %d of a's claims and applies were fenced; partition %d was last claimed by %s from %d with %d done spans above it",
+			a.FencedCount(), fz.Partition, last.Token, last.NextOffset, len(last.Done))
 		// Other lanes may have applied past fz.First before the freeze;
 		// the frozen batch's own first and last offsets must not be a's.
 		n, err := b.store.Count(t.Context(), `SELECT count(*) FROM ledger_postings WHERE part = $1 AND epoch = $2 AND member = $3 AND off IN ($4, $5)`,
