@@ -161,6 +161,7 @@ func TestWorkerCommandRejectsBadInput(t *testing.T) {
 		"worker --example ledger --sink bogus:x":                      "sink",
 		"worker --example ledger --protocol eager":                    "protocol",
 		"worker --example ledger --dedupe-window -1":                  "--dedupe-window must not be negative",
+		"worker --example ledger --key-concurrency 0":                 "--key-concurrency must be at least 1",
 		"worker --example ledger --sink sqlite:/nonexistent-dir/x.db": "",
 	} {
 		p := startProc(t, strings.Fields(args))

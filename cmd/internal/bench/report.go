@@ -108,6 +108,8 @@ var ratioDefs = []Ratio{
 	{Name: "fence_vs_unfenced_pg_b256", Num: "W2n-pg", Den: "B3-pg", Target: 0.95},
 	{Name: "produce_vs_raw", Num: "W4", Den: "B4", Target: 0.95},
 	{Name: "router_vs_sarama", Num: "W1", Den: "B2", Target: 2.0},
+	{Name: "keys_vs_serial", Num: "W7", Den: "W3", Target: 8},
+	{Name: "keys_vs_serial_pg", Num: "W7-pg", Den: "W3", Target: 4},
 }
 
 // normID folds a result ID for matching: lower case, letters and digits
@@ -157,7 +159,7 @@ func Ratios(rows []Row) []Ratio {
 
 // FinalLine is the report's last line, each ratio the median one:
 //
-//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> produce_vs_raw=<r> router_vs_sarama=<r>
+//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> produce_vs_raw=<r> router_vs_sarama=<r> keys_vs_serial=<r> keys_vs_serial_pg=<r>
 func FinalLine(ratios []Ratio) string {
 	var b strings.Builder
 	b.WriteString("bench:")

@@ -1,0 +1,581 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/memory"
+)
+
+// laneOfKey is the lane the Worker gives key among n (FNV-1a mod n, as
+// Config.KeyConcurrency documents).
+func laneOfKey(key string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}
+
+// plainWrapper wraps a memory sink without implementing sink.GapApplier
+// itself (only Claim and Apply, and Unwrap).
+type plainWrapper struct{ sink.Sink[*memory.Tx] }
+
+func (p plainWrapper) Unwrap() sink.Sink[*memory.Tx] { return p.Sink }
+
+// TestKeyConcurrencyNeedsTheSinksOwnGapApplier: lanes use the sink's own
+// ApplyGapped; New refuses KeyConcurrency > 1 with a sink that has none
+// of its own, naming the wrapper case, and refuses a negative one.
+func TestKeyConcurrencyNeedsTheSinksOwnGapApplier(t *testing.T) {
+	t.Parallel()
+	base := consumer.Config[*memory.Tx]{
+		Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "t",
+		Handlers: map[string]consumer.Handler[*memory.Tx]{"append": appendHandler},
+	}
+	cfg := base
+	cfg.Sink, cfg.KeyConcurrency = plainWrapper{memory.New()}, 4
+	_, err := consumer.New(t.Context(), cfg)
+	var ge *consumer.GapApplierError
+	if !errors.As(err, &ge) || !errors.Is(err, consumer.ErrNoGapApplier) || !errors.Is(err, consumer.ErrConfig) {
+		t.Fatalf("KeyConcurrency 4 over a wrapper without ApplyGapped: %v, want a *GapApplierError matching ErrNoGapApplier and ErrConfig", err)
+	}
+	if !ge.Wrapped || ge.KeyConcurrency != 4 {
+		t.Errorf("GapApplierError %+v: want Wrapped (the memory sink under it has one) and KeyConcurrency 4", ge)
+	}
+	cfg.KeyConcurrency = -1
+	if _, err := consumer.New(t.Context(), cfg); !errors.Is(err, consumer.ErrConfig) || errors.Is(err, consumer.ErrNoGapApplier) {
+		t.Fatalf("negative KeyConcurrency: %v, want ErrConfig", err)
+	}
+	// KeyConcurrency 1 takes any sink (the serial path).
+	cfg.KeyConcurrency = 1
+	if _, err := consumer.New(t.Context(), cfg); errors.Is(err, consumer.ErrConfig) {
+		t.Fatalf("KeyConcurrency 1 over a plain wrapper: %v, want no config error", err)
+	}
+}
+
+// appliedEvents collects the Applied events of a worker.
+type appliedEvents struct {
+	mu  sync.Mutex
+	evs []consumer.Applied
+}
+
+func (a *appliedEvents) Observe(e consumer.Event) {
+	if ev, ok := e.(consumer.Applied); ok {
+		a.mu.Lock()
+		a.evs = append(a.evs, ev)
+		a.mu.Unlock()
+	}
+}
+
+func (a *appliedEvents) lanes() map[int]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[int]bool{}
+	for _, ev := range a.evs {
+		out[ev.Lane] = true
+	}
+	return out
+}
+
+// TestKeyConcurrencyOrderPerKey: with 8 lanes per partition every key's
+// commands are applied exactly once and in offset order, the batches are
+// the lanes' (gapped applies, several lanes), and each partition's
+// watermark reaches the end of its log.
+func TestKeyConcurrencyOrderPerKey(t *testing.T) {
+	t.Parallel()
+	const partitions, perKey = 3, 30
+	c := newCluster(t, partitions)
+	s := memory.New()
+	keys := makeKeys(48)
+	produce(t, c, partitions, keys, 0, perKey)
+	var seen appliedEvents
+	var calls atomic.Int64
+	h := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		if calls.Add(1)%7 == 0 {
+			time.Sleep(time.Millisecond) // lanes finish out of offset order
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: 8, maxBatch: 8, observers: []consumer.Observer{&seen}})
+	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
+	checkInvariants(t, s, keys, perKey)
+	if n := len(seen.lanes()); n < 2 {
+		t.Errorf("batches applied by %d lane(s), want several", n)
+	}
+	gapped := 0
+	for _, ev := range s.Events() {
+		if ev.Kind == memory.Apply && ev.Accepted {
+			if !ev.Gapped {
+				t.Fatalf("an ungapped apply %+v by a worker with lanes", ev)
+			}
+			gapped++
+		}
+	}
+	if gapped == 0 {
+		t.Fatal("no gapped apply recorded")
+	}
+	ends := logEnds(t, c)
+	waitFor(t, 30*time.Second, "every partition's watermark at its log end", func() bool {
+		for _, p := range w.Partitions() {
+			if p.NextOffset != ends[p.Token.Partition] {
+				return false
+			}
+		}
+		return len(w.Partitions()) == partitions
+	})
+	fences, err := s.Fences(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fences {
+		if f.NextOffset != ends[f.Scope.Partition] || len(f.Done) != 0 {
+			t.Errorf("partition %d: sink checkpoint %d with %d spans, want the log end %d and none", f.Scope.Partition, f.NextOffset, len(f.Done), ends[f.Scope.Partition])
+		}
+	}
+	// Kafka's committed offset is the watermark.
+	waitFor(t, 30*time.Second, "the committed offsets at the log ends", func() bool {
+		committed := committedOffsets(t, c)
+		for p, end := range ends {
+			if committed[p] != end {
+				return false
+			}
+		}
+		return true
+	})
+	if st := w.Stats(); st.Records != int64(len(keys)*perKey) || st.Skipped != 0 {
+		t.Errorf("stats %+v: want %d records applied, none skipped", st, len(keys)*perKey)
+	}
+}
+
+// logEnds returns the end offset of every partition of c's topic.
+func logEnds(t *testing.T, c *cluster) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	out := map[int32]int64{}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	l, err := kadm.NewClient(cl).ListEndOffsets(ctx, c.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
+
+// committedOffsets returns the group's committed offset of every
+// partition of c's topic.
+func committedOffsets(t *testing.T, c *cluster) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, c.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == c.topic && o.Err == nil {
+			out[o.Partition] = o.At
+		}
+	})
+	return out
+}
+
+// TestKeyConcurrencyKeylessAndPoisonKeepTheOrder: records without a key
+// (not commands: dead-lettered at once) and a command whose handler fails
+// permanently (dead-lettered) in the middle of a partition break neither
+// the order nor the exactly-once of the keys around them; the watermark
+// passes over them.
+func TestKeyConcurrencyKeylessAndPoisonKeepTheOrder(t *testing.T) {
+	t.Parallel()
+	const perKey = 20
+	c := newCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(12)
+	produce(t, c, 1, keys, 0, perKey/2)
+	// Three records without a key (no type header either) in the middle.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := cl.ProduceSync(t.Context(), &kgo.Record{Topic: c.topic, Partition: 0, Value: []byte("keyless-" + strconv.Itoa(i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.Close()
+	produce(t, c, 1, keys, perKey/2, perKey)
+	poisonKey, poisonSeq := keys[5], "7"
+	h := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		if string(cmd.Key) == poisonKey && string(cmd.Payload) == poisonSeq {
+			return consumer.Permanent(errors.New("refused"))
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: 4, maxBatch: 4})
+	total := len(keys)*perKey + 3
+	waitFor(t, 60*time.Second, "every record applied or dead-lettered", func() bool {
+		ps := w.Partitions()
+		return len(ps) == 1 && ps[0].NextOffset == int64(total)
+	})
+	for _, k := range keys {
+		want := make([]int, 0, perKey)
+		for i := range perKey {
+			if k == poisonKey && strconv.Itoa(i) == poisonSeq {
+				continue
+			}
+			want = append(want, i)
+		}
+		if got := logOf(s, k); !slices.Equal(got, want) {
+			t.Errorf("key %s: applied %v, want %v", k, got, want)
+		}
+	}
+	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]int{}
+	for _, d := range dls {
+		reasons[d.Record.Reason]++
+	}
+	if reasons[consumer.ReasonUndecodable] != 3 || reasons[consumer.ReasonPermanent] != 1 || len(dls) != 4 {
+		t.Errorf("dead letters by reason %v, want 3 undecodable and 1 permanent", reasons)
+	}
+	if err := s.Verify(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestKeyConcurrencyStuckLaneHoldsOnlyItsKeys: a command whose handler
+// hangs holds up the keys of its own lane only; the other lanes apply
+// everything meanwhile, the sink's checkpoint then has gaps (the
+// workrouter_consumer_gapped_spans gauge shows them) and the watermark
+// stays at the stuck record. Once it returns, the watermark reaches the
+// end and the gaps are gone.
+func TestKeyConcurrencyStuckLaneHoldsOnlyItsKeys(t *testing.T) {
+	t.Parallel()
+	const lanes, perKey = 4, 10
+	c := newCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(16)
+	byLane := map[int][]string{}
+	for _, k := range keys {
+		byLane[laneOfKey(k, lanes)] = append(byLane[laneOfKey(k, lanes)], k)
+	}
+	stuckLane := -1
+	for l := lanes - 1; l >= 0; l-- {
+		if len(byLane[l]) >= 2 && len(byLane) >= 2 {
+			stuckLane = l
+		}
+	}
+	if stuckLane < 0 {
+		t.Fatalf("keys by lane %v: need a lane of two keys and another lane", byLane)
+	}
+	stuckKey := byLane[stuckLane][0]
+	g := newGate()
+	t.Cleanup(g.open)
+	var once sync.Once
+	h := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		if string(cmd.Key) == stuckKey && string(cmd.Payload) == "0" {
+			once.Do(g.wait)
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	reg := prometheus.NewRegistry()
+	// Room in every lane's queue for all of its keys' records (see
+	// TestKeyConcurrencyStuckLaneBackPressures for a full one).
+	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: lanes, maxBatch: 4, queueSize: lanes * len(keys) * perKey, registerer: reg})
+	produce(t, c, 1, keys, 0, perKey)
+	select {
+	case <-g.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stuck command's handler never ran")
+	}
+	var others []string
+	for l, ks := range byLane {
+		if l != stuckLane {
+			others = append(others, ks...)
+		}
+	}
+	waitFor(t, 60*time.Second, "the other lanes' keys applied", func() bool { return appliedCount(s, others) == len(others)*perKey })
+	for _, k := range byLane[stuckLane] {
+		if n := len(logOf(s, k)); n == perKey {
+			t.Errorf("key %s of the stuck lane fully applied (%d) while the lane is stuck", k, n)
+		}
+	}
+	ps := w.Partitions()
+	if len(ps) != 1 || ps[0].NextOffset > int64(slices.Index(keys, stuckKey)) {
+		t.Errorf("partition status %+v: the watermark passed the stuck record at offset %d", ps, slices.Index(keys, stuckKey))
+	}
+	fences, err := s.Fences(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fences) != 1 || len(fences[0].Done) == 0 {
+		t.Fatalf("sink fences %+v: want a checkpoint with gaps while a lane is stuck", fences)
+	}
+	if v, ok := series(t, reg, "workrouter_consumer_gapped_spans", map[string]string{"partition": "0"}); !ok || v < 1 {
+		t.Errorf("gapped_spans = %v (exported %v), want the spans above the watermark", v, ok)
+	}
+	if v, ok := series(t, reg, "workrouter_consumer_lanes_busy", map[string]string{"partition": "0"}); !ok || v < 1 {
+		t.Errorf("lanes_busy = %v (exported %v), want the stuck lane", v, ok)
+	}
+
+	g.open()
+	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
+	checkInvariants(t, s, keys, perKey)
+	waitFor(t, 30*time.Second, "the watermark at the log end, no gap", func() bool {
+		ps := w.Partitions()
+		fences, err := s.Fences(t.Context())
+		v, _ := series(t, reg, "workrouter_consumer_gapped_spans", map[string]string{"partition": "0"})
+		return err == nil && len(ps) == 1 && ps[0].NextOffset == int64(len(keys)*perKey) && len(fences) == 1 && len(fences[0].Done) == 0 && v == 0
+	})
+	w.Close()
+	if _, ok := series(t, reg, "workrouter_consumer_gapped_spans", map[string]string{"partition": "0"}); ok {
+		t.Error("gapped_spans series left after Close")
+	}
+}
+
+// TestKeyConcurrencyStuckLaneBackPressures: lanes' queues are bounded; a
+// stuck lane whose queue is full holds the dispatcher, so the partition's
+// queue fills and its fetching pauses.
+func TestKeyConcurrencyStuckLaneBackPressures(t *testing.T) {
+	t.Parallel()
+	const lanes, perKey = 4, 40
+	c := newCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(16)
+	g := newGate()
+	t.Cleanup(g.open)
+	var once sync.Once
+	h := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		if string(cmd.Key) == keys[0] {
+			once.Do(g.wait)
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: lanes, maxBatch: 4, queueSize: 8})
+	produce(t, c, 1, keys, 0, perKey)
+	<-g.entered
+	waitFor(t, 60*time.Second, "the partition's fetching paused", func() bool { return w.Stats().Pauses > 0 })
+	if n := appliedCount(s, keys); n == len(keys)*perKey {
+		t.Fatal("everything applied while a lane is stuck: no back-pressure to see")
+	}
+	g.open()
+	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
+	checkInvariants(t, s, keys, perKey)
+}
+
+// TestKeyConcurrencyZombieLanesFenced: a worker whose lanes are all inside
+// their effects (frozen, ignoring their context) is evicted; the new owner
+// claims and applies everything; when the zombie's lanes wake, every one
+// of their late ApplyGapped calls is refused by the sink (one per lane in
+// flight, none accepted), the zombie stops all its lanes, and nothing of
+// it lands.
+func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
+	t.Parallel()
+	const lanes, perKey = 4, 10
+	c := newFakeCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(16)
+	inLane := map[int]bool{}
+	for _, k := range keys {
+		inLane[laneOfKey(k, lanes)] = true
+	}
+	var aMember atomic.Value
+	aMember.Store("")
+	swallow, stopHole := blackholeHeartbeats(c.kf, func() string { return aMember.Load().(string) })
+	aGate := newGate()
+	var mu sync.Mutex
+	entered := map[int]bool{}
+	var allIn = make(chan struct{})
+	aHandler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		l := laneOfKey(string(cmd.Key), lanes)
+		mu.Lock()
+		first := !entered[l]
+		entered[l] = true
+		if first && len(entered) == len(inLane) {
+			close(allIn)
+		}
+		mu.Unlock()
+		if first {
+			aMember.Store(cmd.Token.Member)
+			<-aGate.ch // frozen mid-batch: ignores ctx
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	a := startWorker(t, c, s, workerOpts{name: "a", handler: aHandler, revoke: time.Minute, keyConcurrency: lanes, maxBatch: 4})
+	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(a.Owned()) == 1 })
+	aTok := a.Owned()[0]
+	b := startWorker(t, c, s, workerOpts{name: "b", keyConcurrency: lanes, maxBatch: 4})
+	t.Cleanup(stopHole)
+	t.Cleanup(aGate.open)
+	produce(t, c, 1, keys, 0, perKey)
+	select {
+	case <-allIn:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a's lanes never were all inside their effects")
+	}
+	waitFor(t, 60*time.Second, "b to apply every command", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
+	bMember, _ := b.Member()
+	if bTok, ok := claimedBy(s, bMember); !ok || bTok.Epoch <= aTok.Epoch {
+		t.Fatalf("b's claim %v is not newer than a's tenure %v", bTok, aTok)
+	}
+	if swallow.Load() == 0 {
+		t.Fatal("no heartbeat of a was blackholed: the fault did not happen")
+	}
+
+	aGate.open() // the zombie's lanes wake up and try to land their batches
+	waitFor(t, 30*time.Second, "every lane of a fenced", func() bool { return a.Stats().FencedApplies >= int64(len(inLane)) })
+	time.Sleep(100 * time.Millisecond) // a lane that went on after its fence would be refused again meanwhile
+	if n := a.Stats().FencedApplies; n != int64(len(inLane)) {
+		t.Errorf("a's fenced applies: %d, want %d (one per lane in flight, then every lane stopped)", n, len(inLane))
+	}
+	refused, accepted := 0, 0
+	for _, ev := range s.Events() {
+		if ev.Kind != memory.Apply || ev.Token != aTok {
+			continue
+		}
+		if ev.Accepted {
+			accepted++
+		} else if ev.Gapped && ev.Stored.Member == bMember {
+			refused++
+		}
+	}
+	if refused != len(inLane) || accepted != 0 {
+		t.Fatalf("the sink refused %d and accepted %d of a's lanes' applies; want %d refused (one per lane in flight), none accepted", refused, accepted, len(inLane))
+	}
+	if st := a.Partitions(); len(st) == 1 && st[0].State != consumer.StateFenced && st[0].Token == aTok {
+		t.Errorf("a's partition %+v, want fenced", st[0])
+	}
+	stopHole()
+	checkInvariants(t, s, keys, perKey) // nothing of the zombie, no duplicate
+	// a's lanes are stopped: it applies nothing more (goleak checks that
+	// they exited when the test's workers close).
+	if n := a.Stats().Batches; n != 0 {
+		t.Errorf("a applied %d batches", n)
+	}
+}
+
+// TestKeyConcurrencyCoversOffsetsWithoutRecords: the offsets a
+// read_committed consumer never sees (transaction markers, an aborted
+// transaction's records) are done with the record after them (its From),
+// whatever lane it goes to: the watermark reaches the last record (the
+// last commit marker waits for a record after it, as without lanes) and
+// the sink's checkpoint has no gap left.
+func TestKeyConcurrencyCoversOffsetsWithoutRecords(t *testing.T) {
+	t.Parallel()
+	c := newFakeCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(8)
+	p := newTxnProducer(t, c)
+	var last []int64
+	for seq := range 6 {
+		var recs []*kgo.Record
+		for _, k := range keys {
+			recs = append(recs, command(t, c.topic, 0, k, "append", strconv.Itoa(seq)))
+		}
+		p.txn(true, recs[:4]...)
+		p.txn(false, command(t, c.topic, 0, keys[0], "append", "aborted")) // never seen
+		last = p.txn(true, recs[4:]...)
+	}
+	w := startWorker(t, c, s, workerOpts{name: "lanes", keyConcurrency: 4, maxBatch: 2})
+	end := last[len(last)-1] + 1
+	if logEnd := logEnds(t, c)[0]; logEnd != end+1 {
+		t.Fatalf("log end %d, want a commit marker after the last record at %d", logEnd, end-1)
+	}
+	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*6 })
+	checkInvariants(t, s, keys, 6)
+	waitFor(t, 30*time.Second, "the watermark after the last record", func() bool {
+		ps := w.Partitions()
+		return len(ps) == 1 && ps[0].NextOffset == end
+	})
+	fences, err := s.Fences(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("DEBUG fences %+v end %d status %+v", fences, end, w.Partitions())
+	if len(fences) != 1 || fences[0].NextOffset != end || len(fences[0].Done) != 0 {
+		t.Fatalf("sink fences %+v: want the checkpoint after the last record, %d, no gap", fences, end)
+	}
+}
+
+// TestKeyConcurrencyTakesOverAGappedCheckpoint: a worker stops while one
+// of its lanes is stuck (its in-flight batch cancelled at the revoke
+// timeout) and the others ran ahead, leaving a checkpoint with gaps; a new
+// worker, with lanes or without, claims it and applies exactly the
+// records the checkpoint does not hold: every key in order, exactly once.
+// The one with lanes skips the done records itself, before the sink.
+func TestKeyConcurrencyTakesOverAGappedCheckpoint(t *testing.T) {
+	t.Parallel()
+	for _, next := range []int{4, 1} {
+		t.Run("then KeyConcurrency "+strconv.Itoa(next), func(t *testing.T) {
+			t.Parallel()
+			const lanes, perKey = 4, 10
+			c := newFakeCluster(t, 1)
+			s := memory.New()
+			keys := makeKeys(16)
+			produce(t, c, 1, keys, 0, perKey)
+			g := newGate()
+			t.Cleanup(g.open)
+			h := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+				if string(cmd.Key) == keys[0] {
+					select { // stuck until the worker gives up on it
+					case <-g.ch:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				return appendHandler(ctx, tx, cmd)
+			}
+			a := startWorker(t, c, s, workerOpts{name: "a", handler: h, keyConcurrency: lanes, maxBatch: 4,
+				queueSize: lanes * len(keys) * perKey, revoke: 50 * time.Millisecond})
+			var others []string
+			for _, k := range keys {
+				if laneOfKey(k, lanes) != laneOfKey(keys[0], lanes) {
+					others = append(others, k)
+				}
+			}
+			waitFor(t, 60*time.Second, "the other lanes' keys applied", func() bool { return appliedCount(s, others) == len(others)*perKey })
+			a.Close()
+			fences, err := s.Fences(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(fences) != 1 || len(fences[0].Done) == 0 || fences[0].NextOffset != 0 {
+				t.Fatalf("sink fences after a stopped %+v: want a checkpoint at 0 with gaps (the fault did not happen)", fences)
+			}
+			left := len(keys)*perKey - appliedCount(s, keys)
+			b := startWorker(t, c, s, workerOpts{name: "b", keyConcurrency: next, maxBatch: 4})
+			waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
+			checkInvariants(t, s, keys, perKey)
+			st := b.Stats()
+			if st.Records != int64(left) {
+				t.Errorf("b applied %d records, want the %d the checkpoint did not hold", st.Records, left)
+			}
+			if next > 1 && st.Skipped != 0 {
+				t.Errorf("b handed %d done records to the sink; a worker with lanes skips them itself", st.Skipped)
+			}
+		})
+	}
+}
