@@ -97,13 +97,16 @@ fenced W2 rows deduplicate them (the worker applies through the sink's
 ApplyOnce); each has a twin with deduplication off, the same workload on a
 sink wrapped to offer Apply only: W2-sqlite/W2n-sqlite and W2-pg/W2n-pg at
 batch 256, W2-sqlite-b1/W2n-sqlite-b1 and W2-pg-b1/W2n-pg-b1 at batch 1
-(4,000 and 3,000 records: one commit per record).
+(4,000 and 3,000 records: one commit per record). The PostgreSQL fence alone
+is W2n-pg against B3-pg at batch 256, W2n-pg-b1 against B3-pg-b1 at batch 1
+and W2n-pg-b16 against B3-pg-b16 at batch 16 (32,000 records).
 
 Every throughput workload and baseline (all but W3, W5, W5-sqlite and W6)
 runs 5 times (3 with --quick; --repeats sets it). The runs of a workload and its baselines alternate, so that
 warm-up, leftover garbage and background load favour neither side:
 B1,W1,B2,B1,W1,B2,… then B3-sqlite,W2-sqlite,W2n-sqlite,… W2-sqlite-b1,W2n-sqlite-b1,…
-B3-pg,W2-pg,W2n-pg,… W2-pg-b1,W2n-pg-b1,… B4,W4,B4,W4,…
+B3-pg,W2-pg,W2n-pg,… B3-pg-b1,W2-pg-b1,W2n-pg-b1,… B3-pg-b16,W2n-pg-b16,…
+B4,W4,B4,W4,…
 (--only runs just the selected ones, interleaved the same way). Each of these
 groups starts with one unreported warm-up run of its first member (the first
 produce run of a process is often slow). B0 runs its repeats back to back;
@@ -123,12 +126,15 @@ router_vs_raw >= 0.90, fenced_vs_unfenced_pg >= 0.90 and
 fenced_vs_unfenced_sqlite >= 0.90 (fenced with deduplication on against
 unfenced), dedupe_on_vs_off_pg >= 0.90 and dedupe_on_vs_off_sqlite >= 0.90
 (W2/W2n at batch 256), produce_vs_raw >= 0.95, router_vs_sarama >= 2.0;
+fence_vs_unfenced_pg_b1 >= 0.90, fence_vs_unfenced_pg_b16 >= 0.90 and
+fence_vs_unfenced_pg_b256 >= 0.95 (deduplication off: the same writes);
 dedupe_on_vs_off_pg_b1 and dedupe_on_vs_off_sqlite_b1 (batch 1) are
 reported without a target. The last line gives the median ratios:
 
   bench: router_vs_raw=<W1/B1> fenced_vs_unfenced_pg=<W2/B3> fenced_vs_unfenced_sqlite=<W2/B3>
     dedupe_on_vs_off_pg=<W2/W2n> dedupe_on_vs_off_sqlite=<W2/W2n> dedupe_on_vs_off_pg_b1=<W2/W2n>
-    dedupe_on_vs_off_sqlite_b1=<W2/W2n> produce_vs_raw=<W4/B4> router_vs_sarama=<W1/B2>
+    dedupe_on_vs_off_sqlite_b1=<W2/W2n> fence_vs_unfenced_pg_b1=<W2n/B3> fence_vs_unfenced_pg_b16=<W2n/B3>
+    fence_vs_unfenced_pg_b256=<W2n/B3> produce_vs_raw=<W4/B4> router_vs_sarama=<W1/B2>
 
 (one line).
 

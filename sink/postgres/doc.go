@@ -33,22 +33,26 @@
 // # Tables
 //
 // [Open] creates, on first use and in one transaction guarded by an
-// advisory lock (several processes may open concurrently), six tables in
+// advisory lock (several processes may open concurrently), seven tables in
 // [Config.Schema], named after [Config.Prefix] (default "workrouter"):
 //
 //   - <prefix>_fences: one row per scope — holder epoch and member,
 //     next_offset, topic ID, the reset's proof requirement and proof floor
-//     (see [sink.Fence]). A reset holder is stored as epoch -1, member
-//     empty.
+//     (see [sink.Fence]), the command IDs' version and duplicates count,
+//     and the gapped flag (the scope may have done spans). A reset holder
+//     is stored as epoch -1, member empty.
 //   - <prefix>_history: one row per accepted claim (written in the claim's
 //     transaction) and per admin reset (the audit row); see [Sink.History].
 //   - <prefix>_dead_letters and <prefix>_dl_audit: the dead letters and
 //     their state changes.
 //   - <prefix>_command_ids: the command IDs [Sink.ApplyOnce] applied
 //     within [Config.DedupeWindow], by scope, with their offsets.
-//   - <prefix>_schema: the schema version (4).
+//   - <prefix>_done: the done spans above a gapped scope's watermark
+//     ([Sink.ApplyGapped]), one row per span a lane recorded, keyed by
+//     (scope, to_off).
+//   - <prefix>_schema: the schema version (5).
 //
-// Open migrates a schema of version 1, 2 or 3 in place. An existing table of
+// Open migrates a schema of version 1 to 4 in place. An existing table of
 // the same name with other columns, or another schema version, makes Open
 // fail with [ErrSchema] and create nothing.
 //
@@ -72,6 +76,47 @@
 // Statement preparation is cached per connection by pgx. The tx a handler
 // receives refuses every call (pgx.ErrTxClosed) once its Apply has
 // returned.
+//
+// # Checkpoints with gaps
+//
+// The sink implements [sink.GapApplier] for a consumer with lanes
+// (consumer.Config.KeyConcurrency; docs/postgres.md#gaps). The lanes of
+// one scope must not serialize on its fence row, so a lane's transaction
+// never updates it: [Sink.ApplyGapped] reads the fence and the done
+// spans its batch overlaps (BEGIN in the same pipeline, no lock), runs
+// the effects, and then sends one statement — the fence row FOR SHARE,
+// the holder check, the insert of the batch's spans into <prefix>_done,
+// raising when the check fails — in one pipeline with COMMIT. Share locks
+// do not conflict with each other, and they are held only while the
+// server runs that pipeline: a Claim (FOR UPDATE) waits for lanes that
+// are committing, never for a lane's handler, and every lane that checks
+// after it sees the new holder. A lane's result carries the watermark it
+// read, which rises lazily: every claim compacts (raises next_offset over
+// the spans that touch it and deletes their rows), and so does a short
+// transaction that every 32nd lane batch of a scope runs after its
+// commit, waiting at most 100 ms for the fence row and giving up,
+// counted (workrouter_postgres_gap_compactions_total{outcome="busy"}
+// with [Config.Registerer]) and logged, when lanes keep it.
+//
+// Each lane in flight holds a connection of the pool: set pool_max_conns
+// in the DSN to at least the lanes a process runs (partitions ×
+// KeyConcurrency), or the pool serializes them (pgxpool's default is
+// max(4, CPUs)).
+//
+// With command IDs, a lane's duplicates are the IDs the scope applied
+// before the tenure, by this lane, and by the tenure's other lanes whose
+// batches committed before the lookup: a resend carries its command's
+// key, and so lands in the lane of the original. Two records of one ID
+// and different keys in two lanes at once may both be applied. The
+// lanes record their IDs without moving the fence row's IDs version;
+// the claims and plain calls on a gapped scope move it or read the
+// table, so no cache misses a lane's IDs.
+//
+// The plain calls stay correct on a gapped scope: they skip the records
+// in a done span, raise the watermark past their batch and over the
+// spans it then touches ([sink.Checkpoint.Raise]), and clear the flag
+// when no span is left. A scope that never had lanes is not flagged, and
+// its plain Applies cost what they did (the flag rides on the fence read).
 //
 // # Idle-in-transaction timeout
 //

@@ -383,9 +383,13 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 		}
 		return res, false, commitError(ctx, op, err)
 	}
-	if conn.PgConn().TxStatus() != 'I' {
-		// Not expected: COMMIT answered, yet a transaction is open.
-		return res, false, commitError(ctx, op, fmt.Errorf("%w: the server reports transaction status %q after COMMIT", ErrConflict, conn.PgConn().TxStatus()))
+	if st := conn.PgConn().TxStatus(); st != 'I' {
+		// Not expected: COMMIT answered, yet a transaction is open (the
+		// release rolls it back).
+		if ids != nil {
+			s.ids.Drop(tok.Scope())
+		}
+		return res, false, commitError(ctx, op, fmt.Errorf("the server reports transaction status %q after COMMIT", st))
 	}
 	if ids != nil {
 		s.ids.Committed(tok.Scope(), idsVersion, applied, prune, horizon)

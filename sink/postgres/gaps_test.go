@@ -452,3 +452,67 @@ func TestGapsSameBatchTwiceAtOnce(t *testing.T) {
 		t.Fatalf("kv(k) = %q, %v; want x, applied once", v, err)
 	}
 }
+
+// TestGapsAfterPlainClaim: lanes of a tenure that claimed with the plain
+// Claim mark the scope gapped themselves (before their first span), so
+// that a later plain tenure skips their spans.
+func TestGapsAfterPlainClaim(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	s := openSink(t, schema, nil)
+	ctx := t.Context()
+	scope := testScope(t)
+	a := tokenOf(scope, 1, "a")
+	mustClaim(t, s, a)
+	if res, err := s.ApplyGapped(ctx, a, gapBatch(3), noopEffect); err != nil || res.Applied != 1 {
+		t.Fatalf("ApplyGapped after a plain claim = %+v, %v", res, err)
+	}
+	if next, gapped, _, rows := rawFence(t, schema, scope); next != 0 || !gapped || rows != 1 {
+		t.Fatalf("after a lane batch: next_offset %d, gapped %v, %d rows; want 0, true, 1", next, gapped, rows)
+	}
+	b := tokenOf(scope, 2, "b")
+	if next := mustClaim(t, s, b); next != 0 {
+		t.Fatalf("plain claim = %d, want 0", next)
+	}
+	res, err := s.Apply(ctx, b, []int64{0, 1, 2, 3, 4}, noopEffect)
+	if err != nil || res.Applied != 4 || res.Skipped != 1 || res.NextOffset != 5 {
+		t.Fatalf("plain Apply over the lane's span = %+v, %v; want 4 applied, offset 3 skipped", res, err)
+	}
+	// A stale token's lane is refused before it marks anything.
+	if _, err := s.ApplyGapped(ctx, a, gapBatch(9), noopEffect); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("a stale lane: %v, want fenced", err)
+	}
+	if _, gapped, _, rows := rawFence(t, schema, scope); gapped || rows != 0 {
+		t.Fatalf("after the plain Apply: gapped %v, %d rows; want false, 0", gapped, rows)
+	}
+}
+
+// TestGapsReadOnly: a read-only sink lists a gapped scope's spans, and
+// its gapped writing methods fail with ErrReadOnly.
+func TestGapsReadOnly(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	w := openSink(t, schema, nil)
+	ctx := t.Context()
+	tok := tokenOf(testScope(t), 4, "m")
+	if _, err := w.ClaimGapped(ctx, tok, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ApplyGapped(ctx, tok, gapBatch(2, 5), noopEffect); err != nil {
+		t.Fatal(err)
+	}
+	r := openSink(t, schema, func(c *Config) { c.ReadOnly = true })
+	fs, err := r.Fences(ctx)
+	if err != nil || len(fs) != 1 || len(fs[0].Done) != 2 || fs[0].Done[0] != (sink.Span{From: 2, To: 3}) || fs[0].Done[1] != (sink.Span{From: 5, To: 6}) {
+		t.Fatalf("read-only Fences = %+v, %v; want the spans [2, 3) and [5, 6)", fs, err)
+	}
+	if _, err := r.ClaimGapped(ctx, tokenOf(tok.Scope(), 5, "m"), sink.Observed{}); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("ClaimGapped: %v, want ErrReadOnly", err)
+	}
+	if _, err := r.ApplyGapped(ctx, tok, gapBatch(0), noopEffect); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("ApplyGapped: %v, want ErrReadOnly", err)
+	}
+	if _, err := r.DeadLetterGapped(ctx, tok, 0, sink.DeadRecord{Offset: 0, Reason: "r", Error: "e"}); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("DeadLetterGapped: %v, want ErrReadOnly", err)
+	}
+}

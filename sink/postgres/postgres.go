@@ -129,7 +129,8 @@ type Config struct {
 	Schema string
 	// Prefix is the table name prefix; default "workrouter". The tables are
 	// <prefix>_fences, <prefix>_history, <prefix>_schema,
-	// <prefix>_dead_letters, <prefix>_dl_audit and <prefix>_command_ids. It
+	// <prefix>_dead_letters, <prefix>_dl_audit, <prefix>_command_ids and
+	// <prefix>_done. It
 	// must be a plain identifier of at most 40 bytes.
 	Prefix string
 	// DedupeWindow is the retention horizon of applied command IDs, in
@@ -145,7 +146,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, if not nil, receives the sink's metrics of checkpoints
 	// with gaps ([Sink.ApplyGapped]): workrouter_postgres_gap_compactions_total
-	// by outcome and workrouter_postgres_gap_spans by scope.
+	// by outcome and workrouter_postgres_gap_spans by scope. Open fails
+	// with [ErrConfig] if they are registered there already (another
+	// Sink's).
 	Registerer prometheus.Registerer
 	// ReadOnly opens the sink for reading only, for tools that inspect it
 	// (Fences, History): Open creates no schema and no table, and fails

@@ -9,7 +9,8 @@ import (
 )
 
 // ErrReadOnly is matched by the errors the writing methods (Claim, Apply,
-// ResetFence) of a [Sink] opened with [Config.ReadOnly] return.
+// ResetFence, the dead letters' and the gapped ones) of a [Sink] opened
+// with [Config.ReadOnly] return.
 var ErrReadOnly = errors.New("postgres: sink opened read-only")
 
 // ErrNoSchema is matched by the error [Open] returns, with
