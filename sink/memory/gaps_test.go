@@ -95,3 +95,55 @@ func TestGappedEventsAndVerify(t *testing.T) {
 		t.Fatalf("ClaimGapped = %+v, %v; want NextOffset 1 and spans [2,3) [5,6)", cp, err)
 	}
 }
+
+// TestApplyGappedOverlapAppliedOnce checks the install's re-check: two
+// ApplyGapped calls of one holder with the same offset run their effects
+// at the same time (each waits inside its effect for the other); the
+// first to install applies it, the second finds it done at its install,
+// runs again on a fresh snapshot and skips it. Without the re-check both
+// would land and the history would apply offset 0 twice (X).
+func TestApplyGappedOverlapAppliedOnce(t *testing.T) {
+	s := memory.New()
+	tok := token(1, "a")
+	if _, err := s.ClaimGapped(t.Context(), tok, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var both sync.WaitGroup
+	both.Add(2)
+	type result struct {
+		res sink.ApplyOnceResult
+		err error
+	}
+	results := make(chan result, 2)
+	for range 2 {
+		go func() {
+			first := true
+			res, err := s.ApplyGapped(ctx, tok, sink.GapBatch{Offsets: []int64{0}, From: []int64{0}}, func(ctx context.Context, tx *memory.Tx, _ int) error {
+				if first {
+					first = false
+					both.Done()
+					both.Wait()
+				}
+				tx.Put("k", []byte("v"))
+				return nil
+			})
+			results <- result{res, err}
+		}()
+	}
+	applied := 0
+	for range 2 {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		applied += r.res.Applied
+	}
+	if applied != 1 {
+		t.Fatalf("two overlapping ApplyGapped calls applied offset 0 %d times, want once", applied)
+	}
+	if err := s.Verify(); err != nil {
+		t.Fatal(err)
+	}
+}

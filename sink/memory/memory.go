@@ -32,6 +32,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
@@ -211,6 +212,8 @@ type Sink struct {
 
 	ids    map[epochs.Scope]*idSet // applied command IDs (sink.Deduplicator)
 	window int64                   // their retention horizon, in offsets
+	seeds  [2]maphash.Seed         // of the IDs' keys (idKey)
+	seen   map[idKey]struct{}      // scratch of an apply's in-batch duplicates, under mu
 
 	deadLetters []sink.DeadLetter // by ID (ID = index + 1)
 	dlAudit     []sink.DeadLetterAction
@@ -224,6 +227,8 @@ func New() *Sink {
 		data:   make(map[string]*entry),
 		ids:    make(map[epochs.Scope]*idSet),
 		window: sink.DefaultDedupeWindow,
+		seeds:  [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		seen:   make(map[idKey]struct{}),
 	}
 }
 
@@ -342,6 +347,15 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
 	scope := tok.Scope()
 	gapped := from != nil
+	var keys []idKey // by index: the key of ids[i] (idKey)
+	if ids != nil {
+		keys = make([]idKey, len(ids))
+		for i, id := range ids {
+			if id != "" {
+				keys[i] = s.keyOf(id)
+			}
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return sink.ApplyOnceResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
@@ -364,8 +378,8 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		var (
 			done   []bool // by index: done already (in a span), skipped
 			dup    []bool // by index: a duplicate, not run
-			dupAt  []bool // by index of plan.Lookup: the stored IDs' decision
-			plan   sink.DedupePlan
+			lookup []int  // the indexes looked up in the stored IDs
+			dupAt  []bool // by index of lookup: the stored IDs' decision
 			idVer  uint64
 			hasSet bool
 		)
@@ -376,23 +390,38 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			}
 		}
 		if ids != nil {
+			// sink.PlanDedupe, on the IDs' keys: the first occurrence
+			// of an ID in the batch is looked up, a later one is a
+			// duplicate whatever the store holds.
 			dup = make([]bool, len(offsets))
-			plan = sink.PlanDedupe(ids, first)
-			for _, i := range plan.InBatch {
-				dup[i] = true
-			}
-			if set := s.ids[scope]; set != nil {
+			set := s.ids[scope]
+			if set != nil {
 				hasSet, idVer = true, set.ver
-				if gapped {
-					dupAt = make([]bool, len(plan.Lookup))
+			}
+			clear(s.seen)
+			for i := first; i < len(offsets); i++ {
+				if ids[i] == "" {
+					continue
 				}
-				for k, i := range plan.Lookup {
-					if p, ok := set.at[ids[i]]; ok && sink.IsDuplicate(offsets[i], p, s.window) {
-						dup[i] = true
-						if gapped {
-							dupAt[k] = true
-						}
+				k := keys[i]
+				if _, again := s.seen[k]; again {
+					dup[i] = true
+					continue
+				}
+				s.seen[k] = struct{}{}
+				if !gapped && set == nil {
+					continue
+				}
+				lookup = append(lookup, i)
+				d := false
+				if set != nil {
+					if p, ok := set.at.get(k); ok && sink.IsDuplicate(offsets[i], p, s.window) {
+						d = true
 					}
+				}
+				dup[i] = d
+				if gapped {
+					dupAt = append(dupAt, d)
 				}
 			}
 		}
@@ -441,7 +470,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		set := s.ids[scope]
 		var current bool
 		if gapped {
-			current = st.gen == gen && s.gapSnapshotCurrentLocked(st, set, offsets, ids, first, done, plan, dupAt, hasSet)
+			current = st.gen == gen && s.gapSnapshotCurrentLocked(st, set, offsets, keys, first, done, lookup, dupAt, hasSet)
 		} else {
 			current = st.cpVer == cpVer && (ids == nil || set == nil || set.ver == idVer)
 		}
@@ -451,10 +480,15 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		}
 		s.installLocked(tx)
 		var (
-			applied, dups []int64
-			appliedIDs    []string
-			res           sink.ApplyOnceResult
+			applied    = make([]int64, 0, len(offsets)-first)
+			appliedIDs []string
+			appliedAt  []int // by index of applied: the record's index
+			dups       []int64
+			res        sink.ApplyOnceResult
 		)
+		if ids != nil {
+			appliedIDs, appliedAt = make([]string, 0, len(offsets)-first), make([]int, 0, len(offsets)-first)
+		}
 		cp = st.checkpoint()
 		for i := first; i < len(offsets); i++ {
 			if skip(i) {
@@ -471,7 +505,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			}
 			applied = append(applied, offsets[i])
 			if ids != nil {
-				appliedIDs = append(appliedIDs, ids[i])
+				appliedIDs, appliedAt = append(appliedIDs, ids[i]), append(appliedAt, i)
 			}
 		}
 		res.Skipped += first
@@ -484,12 +518,12 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		st.duplicates += int64(len(dups))
 		if ids != nil && first < len(offsets) {
 			if set == nil {
-				set = &idSet{at: map[string]int64{}}
+				set = &idSet{}
 				s.ids[scope] = set
 			}
 			for k, o := range applied {
 				if appliedIDs[k] != "" {
-					set.record(appliedIDs[k], o)
+					set.record(keys[appliedAt[k]], o)
 				}
 			}
 			set.prune(sink.Horizon(st.nextOffset, s.window))
@@ -505,22 +539,22 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 // gapSnapshotCurrentLocked reports whether what a gapped apply decided on
 // its snapshot still holds: no record from index first on that was not
 // done then is done now (another call applied it meanwhile), and the
-// stored IDs set give the same duplicate decision for every looked-up
-// record (hasSet and dupAt are what the snapshot saw). The caller checked
-// that the scope was neither claimed nor reset since, so what was done
-// then is done now. s.mu must be held.
-func (s *Sink) gapSnapshotCurrentLocked(st *fenceState, set *idSet, offsets []int64, ids []string, first int, done []bool, plan sink.DedupePlan, dupAt []bool, hasSet bool) bool {
+// stored IDs give the same duplicate decision for every looked-up record
+// (lookup, hasSet and dupAt are what the snapshot saw). The caller
+// checked that the scope was neither claimed nor reset since, so what was
+// done then is done now. s.mu must be held.
+func (s *Sink) gapSnapshotCurrentLocked(st *fenceState, set *idSet, offsets []int64, keys []idKey, first int, done []bool, lookup []int, dupAt []bool, hasSet bool) bool {
 	cp := st.checkpoint()
 	for i := first; i < len(offsets); i++ {
 		if (done == nil || !done[i]) && cp.Contains(offsets[i]) {
 			return false
 		}
 	}
-	if ids == nil || set == nil {
+	if keys == nil || set == nil {
 		return true
 	}
-	for k, i := range plan.Lookup {
-		p, ok := set.at[ids[i]]
+	for k, i := range lookup {
+		p, ok := set.at.get(keys[i])
 		now := ok && sink.IsDuplicate(offsets[i], p, s.window)
 		if was := hasSet && dupAt[k]; now != was {
 			return false

@@ -242,3 +242,61 @@ func prunePerBatch(b *testing.B, s *sqlite.Sink, tk epochs.Token, horizon int64)
 	}
 	return float64(total.Microseconds()) / rounds
 }
+
+// BenchmarkGapLanes measures what lanes (sink.GapApplier, concurrent
+// ApplyGapped calls of one scope, as consumer.Config.KeyConcurrency
+// makes them) buy on SQLite: each iteration runs lanes goroutines that
+// each apply one batch of 4 records of their own offsets; each record's
+// effect waits io (a handler's I/O inside the transaction) and upserts
+// one row. SQLite has one writer, so the lanes' transactions, effects
+// included, serialize on its write lock: with io=1ms, records/s stays
+// near 1,000 whatever the lanes. One iteration is lanes batches;
+// records/s counts records.
+func BenchmarkGapLanes(b *testing.B) {
+	const batch = 4
+	for _, io := range []time.Duration{0, time.Millisecond} {
+		for _, lanes := range []int{1, 4, 16} {
+			b.Run("io="+io.String()+"/lanes="+strconv.Itoa(lanes), func(b *testing.B) {
+				s := openAt(b, filepath.Join(b.TempDir(), "bench.db"))
+				ctx := context.Background()
+				tk := epochs.Token{Group: "bench", Topic: "t", Partition: 0, Epoch: 1, Member: "m"}
+				if _, err := s.ClaimGapped(ctx, tk, sink.Observed{}); err != nil {
+					b.Fatal(err)
+				}
+				var round int64
+				b.ResetTimer()
+				for b.Loop() {
+					errs := make(chan error, lanes)
+					for lane := range lanes {
+						go func() {
+							// Lane l's k-th record of the round is at
+							// round*lanes*batch + k*lanes + l.
+							offs := make([]int64, batch)
+							for k := range offs {
+								offs[k] = round*int64(lanes*batch) + int64(k*lanes+lane)
+							}
+							_, err := s.ApplyGapped(ctx, tk, sink.GapBatch{Offsets: offs, From: offs}, func(ctx context.Context, tx *sqlite.Tx, i int) error {
+								if io > 0 {
+									time.Sleep(io)
+								}
+								return put(ctx, tx, "k"+strconv.FormatInt(offs[i]%4096, 10), "v"+strconv.FormatInt(offs[i], 10))
+							})
+							errs <- err
+						}()
+					}
+					for range lanes {
+						if err := <-errs; err != nil {
+							b.Fatal(err)
+						}
+					}
+					round++
+				}
+				b.ReportMetric(float64(b.N*lanes*batch)/b.Elapsed().Seconds(), "records/s")
+				cp, err := s.ClaimGapped(ctx, tk, sink.Observed{})
+				if err != nil || cp.NextOffset != round*int64(lanes*batch) || len(cp.Done) != 0 {
+					b.Fatalf("after %d rounds: checkpoint %+v, %v", round, cp, err)
+				}
+			})
+		}
+	}
+}

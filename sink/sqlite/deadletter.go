@@ -45,14 +45,40 @@ func decodeHeaders(s string) ([]sink.RecordHeader, error) {
 // NextOffset past it, following [sink.DeadLetterer], in one writing
 // transaction: it reads the fence row and fails with a
 // *[sink.FencedError] unless tok is exactly the holder, stores nothing for
-// a replay (rec.Offset below NextOffset), and otherwise (rec.Offset at or
-// above NextOffset, after a gap too) inserts the row (unique per scope,
-// log and offset) and moves NextOffset to rec.Offset+1 with the same
-// conditional update as Apply. It may be called from any goroutine.
+// a replay (rec.Offset below NextOffset, or in a done span of a gapped
+// scope), and otherwise (after a gap too) inserts the row (unique per
+// scope, log and offset) and moves NextOffset to rec.Offset+1 with the
+// same conditional update as Apply (on a gapped scope, dropping the done
+// spans below it: [sink.Checkpoint.Raise]). It may be called from any
+// goroutine.
 func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
 	if err := sink.CheckDeadLetter(tok, rec); err != nil {
 		return sink.DeadLetterResult{}, err
 	}
+	return s.deadLetter(ctx, tok, 0, false, rec)
+}
+
+// DeadLetterGapped stores rec as a dead letter of a lane, following
+// [sink.GapApplier], in one writing transaction: the fence check of
+// [Sink.DeadLetter]; a record whose offset the checkpoint contains stores
+// nothing (Stored false); any other is stored and [from, rec.Offset+1)
+// is added to the checkpoint, with the fence row's conditional update
+// and the done spans' rows in the same transaction. from must be in
+// [0, rec.Offset], or it fails with [sink.ErrBadBatch]. It may be called
+// from any goroutine.
+func (s *Sink) DeadLetterGapped(ctx context.Context, tok epochs.Token, from int64, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
+	if err := sink.CheckDeadLetter(tok, rec); err != nil {
+		return sink.DeadLetterResult{}, err
+	}
+	if from < 0 || from > rec.Offset {
+		return sink.DeadLetterResult{}, fmt.Errorf("sqlite: dead letter %s@%d: %w: from %d is not in [0, %d]", tok, rec.Offset, sink.ErrBadBatch, from, rec.Offset)
+	}
+	return s.deadLetter(ctx, tok, from, true, rec)
+}
+
+// deadLetter is DeadLetter, and DeadLetterGapped (covering
+// [from, rec.Offset+1)) when gapped.
+func (s *Sink) deadLetter(ctx context.Context, tok epochs.Token, from int64, gapped bool, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
 	op := fmt.Sprintf("dead letter %s@%d", tok, rec.Offset)
 	headers, err := encodeHeaders(rec.Headers)
 	if err != nil {
@@ -71,7 +97,11 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 	if !tok.Holds(row.holder) {
 		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: row.holder, Offered: tok}
 	}
-	if rec.Offset < row.nextOffset {
+	cp, err := s.checkpointOf(ctx, tx, scope, row)
+	if err != nil {
+		return sink.DeadLetterResult{}, s.wrap(ctx, op, err)
+	}
+	if cp.Contains(rec.Offset) {
 		return sink.DeadLetterResult{NextOffset: row.nextOffset}, nil
 	}
 	topicID := rec.TopicID
@@ -88,19 +118,37 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 	if err != nil {
 		return sink.DeadLetterResult{}, s.wrap(ctx, op, err)
 	}
-	next := rec.Offset + 1
-	upd, err := tx.StmtContext(ctx, s.updNext).ExecContext(ctx,
-		next, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, row.nextOffset)
-	if err != nil {
-		return sink.DeadLetterResult{}, s.wrap(ctx, op, err)
+	if !gapped && row.spans == 0 {
+		next := rec.Offset + 1
+		upd, err := tx.StmtContext(ctx, s.updNext).ExecContext(ctx,
+			next, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, row.nextOffset)
+		if err != nil {
+			return sink.DeadLetterResult{}, s.wrap(ctx, op, err)
+		}
+		if n, err := upd.RowsAffected(); err != nil || n != 1 {
+			return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: row.holder, Offered: tok}
+		}
+		if err := s.commit(ctx, tx, op); err != nil {
+			return sink.DeadLetterResult{}, err
+		}
+		return sink.DeadLetterResult{ID: id, Stored: true, NextOffset: next}, nil
 	}
-	if n, err := upd.RowsAffected(); err != nil || n != 1 {
-		return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: row.holder, Offered: tok}
+	before := cp.Clone()
+	if gapped {
+		cp.Add(from, rec.Offset+1)
+	} else {
+		cp.Raise(rec.Offset + 1)
+	}
+	if err := s.storeCheckpoint(ctx, tx, scope, row, before, cp, false, 0); err != nil {
+		if errors.Is(err, sink.ErrFenced) {
+			return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: row.holder, Offered: tok}
+		}
+		return sink.DeadLetterResult{}, s.wrap(ctx, op, err)
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
 		return sink.DeadLetterResult{}, err
 	}
-	return sink.DeadLetterResult{ID: id, Stored: true, NextOffset: next}, nil
+	return sink.DeadLetterResult{ID: id, Stored: true, NextOffset: cp.NextOffset}, nil
 }
 
 const deadLetterCols = "id, grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state, mirrored"

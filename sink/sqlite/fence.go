@@ -47,6 +47,7 @@ type fenceRow struct {
 	proofBelow    int64 // sink.Fence.ProofBelow
 	idsVersion    int64 // bumped by every ApplyOnce that commits (cmdids)
 	duplicates    int64 // sink.Fence.Duplicates
+	spans         int64 // how many done spans the scope has (sink.Fence.Done)
 }
 
 // fence returns the row as a sink.Fence of scope.
@@ -59,7 +60,7 @@ func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 func (s *Sink) readFence(ctx context.Context, tx *sql.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.StmtContext(ctx, s.selFence).QueryRowContext(ctx, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.idsVersion, &r.duplicates)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.idsVersion, &r.duplicates, &r.spans)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fenceRow{}, nil
 	}
@@ -121,43 +122,59 @@ func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 // cancelled ctx with one matching its error; an expired busy timeout with
 // [ErrBusy]. Claim may be called from any goroutine.
 func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
+	cp, err := s.claim(ctx, tok, obs, false)
+	return cp.NextOffset, err
+}
+
+// claim is Claim, and ClaimGapped when gapped (the whole checkpoint is
+// returned then; else only its NextOffset). The log check compares the
+// end of the done spans with the log end ([sink.CheckLogGaps]) either way.
+func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, gapped bool) (sink.Checkpoint, error) {
 	if err := tok.Validate(); err != nil {
-		return 0, err
+		return sink.Checkpoint{}, err
 	}
 	op := "claim " + tok.String()
 	tx, done, err := s.begin(ctx, op)
 	if err != nil {
-		return 0, err
+		return sink.Checkpoint{}, err
 	}
 	defer done()
 	scope := tok.Scope()
 	row, err := s.readFence(ctx, tx, scope)
 	if err != nil {
-		return 0, s.wrap(ctx, op, err)
+		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
 	if !tok.CanClaim(row.holder) {
 		s.log.Debug("claim fenced", "token", tok.String(), "stored", row.holder.String())
-		return 0, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
+		return sink.Checkpoint{}, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
 	}
 	if row.fence(scope).NeedsProof(tok) && !obs.MemberProven {
-		return 0, fmt.Errorf("sqlite: %s: %w", op, sink.ErrProofRequired)
+		return sink.Checkpoint{}, fmt.Errorf("sqlite: %s: %w", op, sink.ErrProofRequired)
 	}
-	next, topicID, err := sink.CheckLog(scope, row.found, row.topicID, row.nextOffset, obs)
+	stored, err := s.checkpointOf(ctx, tx, scope, row)
 	if err != nil {
-		return 0, err
+		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
+	cp, topicID, err := sink.CheckLogGaps(scope, row.found, row.topicID, stored, obs)
+	if err != nil {
+		return sink.Checkpoint{}, err
+	}
+	next := cp.NextOffset
 	if _, err := tx.StmtContext(ctx, s.upsertFence).ExecContext(ctx,
 		scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member, next, topicID); err != nil {
-		return 0, s.wrap(ctx, op, err)
+		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
 	if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx,
 		scope.Group, scope.Topic, scope.Partition, KindClaim, tok.Epoch, tok.Member, next, "", now(), topicID, ""); err != nil {
-		return 0, s.wrap(ctx, op, err)
+		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
-		return 0, err
+		return sink.Checkpoint{}, err
 	}
-	return next, nil
+	if !gapped {
+		return sink.Checkpoint{NextOffset: next}, nil
+	}
+	return cp, nil
 }
 
 // Apply applies a batch of records of tok's scope, following
@@ -209,7 +226,8 @@ func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64,
 // implements [sink.Deduplicator] and may be called from any goroutine.
 func (s *Sink) DedupeWindow() int64 { return s.cfg.DedupeWindow }
 
-// apply is Apply, and ApplyOnce when ids is not nil.
+// apply is Apply, and ApplyOnce when ids is not nil; on a scope with done
+// spans, it is applyChecked.
 func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
 	op := "apply " + tok.String()
 	tx, done, err := s.begin(ctx, op)
@@ -225,6 +243,10 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 	if !tok.Holds(row.holder) {
 		s.log.Debug("apply fenced", "token", tok.String(), "stored", row.holder.String())
 		return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: row.holder, Offered: tok}
+	}
+	if row.spans > 0 {
+		// A gapped scope: skip its done spans too, and Raise.
+		return s.applyChecked(ctx, tx, op, tok, row, offsets, nil, ids, effect)
 	}
 	first, _ := slices.BinarySearch(offsets, row.nextOffset)
 	if first == len(offsets) {
@@ -369,11 +391,14 @@ func (s *Sink) duplicates(ctx context.Context, tx *sql.Tx, scope epochs.Scope, v
 }
 
 // Fences returns the stored fence of every scope in the database, sorted by
-// group, topic and partition; a scope whose holder was reset has a zero
-// Holder. It implements [sink.Lister]. It reads without taking the write
-// lock, and may be called from any goroutine.
+// group, topic and partition, with its done spans (one statement, so one
+// snapshot); a scope whose holder was reset has a zero Holder. It
+// implements [sink.Lister]. It reads without taking the write lock, and
+// may be called from any goroutine.
 func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates FROM "+s.fences+" ORDER BY grp, topic, part")
+	rows, err := s.db.QueryContext(ctx, "SELECT f.grp, f.topic, f.part, f.epoch, f.member, f.next_offset, f.topic_id, f.proof_required, f.proof_below, f.duplicates,"+
+		" d.from_off, d.to_off FROM "+s.fences+" f LEFT JOIN "+s.doneSpans+" d ON d.grp = f.grp AND d.topic = f.topic AND d.part = f.part"+
+		" ORDER BY f.grp, f.topic, f.part, d.from_off")
 	if err != nil {
 		return nil, s.wrap(ctx, "fences", err)
 	}
@@ -381,14 +406,23 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	var out []sink.Fence
 	for rows.Next() {
 		var (
-			f      sink.Fence
-			epoch  int64
-			member string
+			f        sink.Fence
+			epoch    int64
+			member   string
+			from, to sql.NullInt64
 		)
-		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow, &f.Duplicates); err != nil {
+		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow, &f.Duplicates,
+			&from, &to); err != nil {
 			return nil, s.wrap(ctx, "fences", err)
 		}
 		f.Holder = holderToken(f.Scope, epoch, member)
+		if n := len(out); n > 0 && out[n-1].Scope == f.Scope {
+			out[n-1].Done = append(out[n-1].Done, sink.Span{From: from.Int64, To: to.Int64})
+			continue
+		}
+		if from.Valid {
+			f.Done = []sink.Span{{From: from.Int64, To: to.Int64}}
+		}
 		out = append(out, f)
 	}
 	if err := rows.Err(); err != nil {
@@ -431,13 +465,21 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		return sink.Fence{}, fmt.Errorf("sqlite: %s: %w", op, sink.ErrNotFound)
 	}
 	before := row.fence(scope)
+	stored, err := s.checkpointOf(ctx, tx, scope, row)
+	if err != nil {
+		return sink.Fence{}, s.wrap(ctx, op, err)
+	}
+	before.Done = stored.Done
 	if e := req.Expect; e.Holder != before.Holder || e.NextOffset != before.NextOffset || e.TopicID != before.TopicID {
 		return sink.Fence{}, fmt.Errorf("sqlite: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
 	}
 	after := before.AfterReset(req)
 	next, topicID := after.NextOffset, after.TopicID
-	if _, err := tx.StmtContext(ctx, s.resetFence).ExecContext(ctx, next, topicID, after.ProofBelow, scope.Group, scope.Topic, scope.Partition); err != nil {
+	if _, err := tx.StmtContext(ctx, s.resetFence).ExecContext(ctx, next, topicID, after.ProofBelow, len(after.Done), scope.Group, scope.Topic, scope.Partition); err != nil {
+		return sink.Fence{}, s.wrap(ctx, op, err)
+	}
+	if err := s.storeSpans(ctx, tx, scope, stored.Done, after.Done); err != nil {
 		return sink.Fence{}, s.wrap(ctx, op, err)
 	}
 	epoch, member := int64(-1), ""

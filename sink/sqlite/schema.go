@@ -22,7 +22,7 @@ func (s *Sink) tableDefs() []tableDef {
 	return []tableDef{
 		{
 			name: s.fences,
-			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required", "proof_below", "ids_version", "duplicates"},
+			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required", "proof_below", "ids_version", "duplicates", "spans"},
 			pk:   []string{"grp", "topic", "part"},
 			ddl: `CREATE TABLE ` + s.fences + ` (
 	grp            TEXT    NOT NULL,
@@ -36,6 +36,7 @@ func (s *Sink) tableDefs() []tableDef {
 	proof_below    INTEGER NOT NULL DEFAULT 0,
 	ids_version    INTEGER NOT NULL DEFAULT 0,
 	duplicates     INTEGER NOT NULL DEFAULT 0, -- sink.Fence.Duplicates
+	spans          INTEGER NOT NULL DEFAULT 0, -- how many rows of done_spans the scope has (0: no gap)
 	PRIMARY KEY (grp, topic, part)
 ) WITHOUT ROWID`,
 		},
@@ -119,21 +120,45 @@ func (s *Sink) tableDefs() []tableDef {
 	ids       BLOB    NOT NULL
 )`,
 		},
+		{
+			// The done spans above a scope's NextOffset (sink.Fence.Done,
+			// docs/design.md#gaps), written in the transaction that
+			// checks the fence and applies the lane's effects.
+			name: s.doneSpans,
+			cols: []string{"grp", "topic", "part", "from_off", "to_off"},
+			pk:   []string{"grp", "topic", "part", "from_off"},
+			ddl: `CREATE TABLE ` + s.doneSpans + ` (
+	grp      TEXT    NOT NULL,
+	topic    TEXT    NOT NULL,
+	part     INTEGER NOT NULL,
+	from_off INTEGER NOT NULL,
+	to_off   INTEGER NOT NULL CHECK (to_off > from_off),
+	PRIMARY KEY (grp, topic, part, from_off)
+) WITHOUT ROWID`,
+		},
 	}
 }
 
 // oldCols returns the columns of the tables of an older schema version
-// that Open migrates (1, 2 or 3), by table name; nil for another version.
+// that Open migrates (1 to 4), by table name; nil for another version.
 func (s *Sink) oldCols(version int) map[string][]string {
-	// Version 3: version 4's tables without the command IDs, the fences
-	// without ids_version and duplicates.
-	v3 := func() map[string][]string {
+	// Version 4: version 5's tables without the done spans, the fences
+	// without spans.
+	v4 := func() map[string][]string {
 		cols := map[string][]string{}
 		for _, d := range s.tableDefs() {
-			if d.name != s.commandIDs {
+			if d.name != s.doneSpans {
 				cols[d.name] = d.cols
 			}
 		}
+		cols[s.fences] = slices.DeleteFunc(slices.Clone(cols[s.fences]), func(c string) bool { return c == "spans" })
+		return cols
+	}
+	// Version 3: version 4's tables without the command IDs, the fences
+	// without ids_version and duplicates.
+	v3 := func() map[string][]string {
+		cols := v4()
+		delete(cols, s.commandIDs)
 		cols[s.fences] = slices.DeleteFunc(slices.Clone(cols[s.fences]), func(c string) bool { return c == "ids_version" || c == "duplicates" })
 		return cols
 	}
@@ -151,12 +176,14 @@ func (s *Sink) oldCols(version int) map[string][]string {
 		return cols
 	case 3:
 		return v3()
+	case 4:
+		return v4()
 	}
 	return nil
 }
 
 // ensureSchema creates the sink's tables if none exists, migrates a
-// version 1, 2 or 3 schema to the current one, or checks the tables if all exist,
+// version 1 to 4 schema to the current one, or checks the tables if all exist,
 // in one writing transaction, so that concurrent Opens of a new file create
 // (or migrate) the schema once and a failed Open leaves nothing behind. It
 // reports what it did: "created", "migrated from version N" or "".
@@ -242,10 +269,10 @@ func (s *Sink) ensureSchema(ctx context.Context) (did string, err error) {
 	return did, nil
 }
 
-// oldVersion returns the older schema version (1, 2 or 3) whose tables,
+// oldVersion returns the older schema version (1 to 4) whose tables,
 // and only those, tables holds exactly; 0 if none.
 func (s *Sink) oldVersion(tables map[string]table) int {
-	for _, v := range []int{1, 2, 3} {
+	for _, v := range []int{1, 2, 3, 4} {
 		cols, match := s.oldCols(v), true
 		for name, t := range tables {
 			c, ok := cols[name]
@@ -261,7 +288,7 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 	return 0
 }
 
-// migrate turns a schema of version from (1, 2 or 3) into the current one.
+// migrate turns a schema of version from (1 to 4) into the current one.
 // From version 1: the fence and history rows gain a topic ID (empty:
 // adopted on the next claim that observes one), the fences a proof
 // requirement and the history a detail, and the dead letter tables are
@@ -272,7 +299,9 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 // From versions 1 to 3: the fences gain the IDs version (ids_version, 0)
 // and the count of skipped duplicates (duplicates, 0), and the command
 // IDs table is created, empty (no command applied before
-// had its ID recorded).
+// had its ID recorded). From versions 1 to 4: the fences gain the count
+// of done spans (spans, 0) and the done spans table is created, empty
+// (no scope had gaps before).
 func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from int) error {
 	var stmts []string
 	if from == 1 {
@@ -294,10 +323,18 @@ func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from in
 			WHERE h.grp = `+s.fences+`.grp AND h.topic = `+s.fences+`.topic AND h.part = `+s.fences+`.part
 			AND h.kind = 'reset' AND h.epoch >= 0), 0)`)
 	}
-	stmts = append(stmts, `ALTER TABLE `+s.fences+` ADD COLUMN ids_version INTEGER NOT NULL DEFAULT 0`,
-		`ALTER TABLE `+s.fences+` ADD COLUMN duplicates INTEGER NOT NULL DEFAULT 0`)
+	if from <= 3 {
+		stmts = append(stmts, `ALTER TABLE `+s.fences+` ADD COLUMN ids_version INTEGER NOT NULL DEFAULT 0`,
+			`ALTER TABLE `+s.fences+` ADD COLUMN duplicates INTEGER NOT NULL DEFAULT 0`)
+		for _, d := range defs {
+			if d.name == s.commandIDs {
+				stmts = append(stmts, d.ddl)
+			}
+		}
+	}
+	stmts = append(stmts, `ALTER TABLE `+s.fences+` ADD COLUMN spans INTEGER NOT NULL DEFAULT 0`)
 	for _, d := range defs {
-		if d.name == s.commandIDs {
+		if d.name == s.doneSpans {
 			stmts = append(stmts, d.ddl)
 		}
 	}
@@ -416,7 +453,7 @@ func (s *Sink) checkVersion(ctx context.Context, tx *sql.Tx, want int) error {
 		return s.wrap(ctx, "read schema version", err)
 	}
 	if len(versions) != 1 || versions[0] != fmt.Sprint(want) {
-		return fmt.Errorf("%w: table %s in %q records schema version(s) [%s], this package uses version %d (and migrates versions 1 to 3)",
+		return fmt.Errorf("%w: table %s in %q records schema version(s) [%s], this package uses version %d (and migrates versions 1 to 4)",
 			ErrSchema, s.schema, s.cfg.Path, strings.Join(versions, ", "), SchemaVersion)
 	}
 	return nil

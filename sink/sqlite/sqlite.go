@@ -49,6 +49,7 @@ var (
 	_ sink.Historian = (*Sink)(nil)
 
 	_ sink.Deduplicator[*Tx] = (*Sink)(nil)
+	_ sink.GapApplier[*Tx]   = (*Sink)(nil)
 
 	_ sink.DeadLetterer    = (*Sink)(nil)
 	_ sink.DeadLetterStore = (*Sink)(nil)
@@ -69,9 +70,10 @@ const DefaultBusyTimeout = 30 * time.Second
 // requirement and the dead letters; version 3 the proof floor
 // (proof_below, [sink.Fence.ProofBelow]); version 4 the applied command
 // IDs ([sink.Deduplicator]) and the fences' count of skipped duplicates
-// ([sink.Fence.Duplicates]). Open migrates a version 1, 2 or 3 database
-// in place.
-const SchemaVersion = 4
+// ([sink.Fence.Duplicates]); version 5 the done spans of a gapped
+// checkpoint ([sink.GapApplier], <prefix>_done_spans, and the fences'
+// count of them). Open migrates a version 1 to 4 database in place.
+const SchemaVersion = 5
 
 // Config configures [Open]. The zero value of every optional field is a
 // documented default.
@@ -83,7 +85,7 @@ type Config struct {
 	// Prefix is the prefix of the sink's table names, an SQL identifier
 	// ([A-Za-z_][A-Za-z0-9_]*); default [DefaultPrefix]. The tables are
 	// <Prefix>_fences, <Prefix>_history, <Prefix>_schema, <Prefix>_dead_letters,
-	// <Prefix>_dl_audit and <Prefix>_command_ids. Sinks with
+	// <Prefix>_dl_audit, <Prefix>_command_ids and <Prefix>_done_spans. Sinks with
 	// different prefixes may share one file.
 	Prefix string
 	// DedupeWindow is the retention horizon of applied command IDs, in
@@ -157,7 +159,8 @@ func (c Config) dsn() string {
 
 // Sink is a fenced sink stored in an SQLite database file. It implements
 // sink.Sink[*Tx], [sink.Lister], [sink.Resetter], [sink.Historian] and
-// [sink.Deduplicator] ([Sink.ApplyOnce]). Create it with
+// [sink.Deduplicator] ([Sink.ApplyOnce]) and [sink.GapApplier]
+// ([Sink.ApplyGapped]). Create it with
 // [Open]. All its methods are safe for concurrent use by any number of
 // goroutines, and any number of processes may use the same file at once.
 type Sink struct {
@@ -171,11 +174,12 @@ type Sink struct {
 	wlock chan struct{}
 
 	// table names
-	fences, history, schema, deadLetters, dlAudit, commandIDs string
+	fences, history, schema, deadLetters, dlAudit, commandIDs, doneSpans string
 
 	// prepared statements, re-used per connection by database/sql
 	selFence, upsertFence, updNext, insHistory, resetFence, insDeadLetter *sql.Stmt
 	updNextOnce, insIDs, selIDs, pruneIDs                                 *sql.Stmt
+	selSpans, insSpan, delSpan, updCheckpoint                             *sql.Stmt
 
 	// ids caches the retained command IDs of the scopes ApplyOnce saw.
 	ids cmdids.Cache
@@ -231,6 +235,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		deadLetters: cfg.Prefix + "_dead_letters",
 		dlAudit:     cfg.Prefix + "_dl_audit",
 		commandIDs:  cfg.Prefix + "_command_ids",
+		doneSpans:   cfg.Prefix + "_done_spans",
 		unchanged:   unchanged,
 	}
 	if err := s.init(ctx); err != nil {
@@ -291,7 +296,7 @@ func (s *Sink) prepare(ctx context.Context) error {
 		st, err = s.db.PrepareContext(ctx, q)
 		return st
 	}
-	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required, proof_below, ids_version, duplicates FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
+	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required, proof_below, ids_version, duplicates, spans FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
 	// A claim keeps proof_below (a new row starts at 0): only a reset
 	// raises it (sink.Fence.ProofBelow).
 	s.upsertFence = prep("INSERT INTO " + s.fences + " (grp, topic, part, epoch, member, next_offset, topic_id, proof_required) VALUES (?, ?, ?, ?, ?, ?, ?, 0)" +
@@ -299,7 +304,7 @@ func (s *Sink) prepare(ctx context.Context) error {
 	s.updNext = prep("UPDATE " + s.fences + " SET next_offset = ? WHERE grp = ? AND topic = ? AND part = ? AND epoch = ? AND member = ? AND next_offset = ?")
 	s.insHistory = prep("INSERT INTO " + s.history + " (grp, topic, part, kind, epoch, member, next_offset, reason, at, topic_id, detail)" +
 		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-	s.resetFence = prep("UPDATE " + s.fences + " SET epoch = -1, member = '', next_offset = ?, topic_id = ?, proof_required = 1, proof_below = ?" +
+	s.resetFence = prep("UPDATE " + s.fences + " SET epoch = -1, member = '', next_offset = ?, topic_id = ?, proof_required = 1, proof_below = ?, spans = ?" +
 		" WHERE grp = ? AND topic = ? AND part = ?")
 	s.insDeadLetter = prep("INSERT INTO " + s.deadLetters + " (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state)" +
 		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open')")
@@ -311,6 +316,14 @@ func (s *Sink) prepare(ctx context.Context) error {
 	s.insIDs = prep("INSERT INTO " + s.commandIDs + " (grp, topic, part, first_off, last_off, ids) VALUES (?, ?, ?, ?, ?, ?)")
 	s.selIDs = prep("SELECT first_off, last_off, ids FROM " + s.commandIDs + " WHERE grp = ? AND topic = ? AND part = ?")
 	s.pruneIDs = prep("DELETE FROM " + s.commandIDs + " WHERE grp = ? AND topic = ? AND part = ? AND last_off < ?")
+	// A gapped checkpoint: its spans, and the fence row's update that
+	// moves NextOffset and the spans' count (and, with IDs, the IDs
+	// version), conditional on the row as read.
+	s.selSpans = prep("SELECT from_off, to_off FROM " + s.doneSpans + " WHERE grp = ? AND topic = ? AND part = ? ORDER BY from_off")
+	s.insSpan = prep("INSERT INTO " + s.doneSpans + " (grp, topic, part, from_off, to_off) VALUES (?, ?, ?, ?, ?)")
+	s.delSpan = prep("DELETE FROM " + s.doneSpans + " WHERE grp = ? AND topic = ? AND part = ? AND from_off = ?")
+	s.updCheckpoint = prep("UPDATE " + s.fences + " SET next_offset = ?, spans = ?, ids_version = ids_version + ?, duplicates = duplicates + ?" +
+		" WHERE grp = ? AND topic = ? AND part = ? AND epoch = ? AND member = ? AND next_offset = ? AND ids_version = ?")
 	return err
 }
 
@@ -330,7 +343,8 @@ func (s *Sink) DB() *sql.DB { return s.db }
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		for _, st := range []*sql.Stmt{s.selFence, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter, s.updNextOnce, s.insIDs, s.selIDs, s.pruneIDs} {
+		for _, st := range []*sql.Stmt{s.selFence, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter, s.updNextOnce, s.insIDs, s.selIDs, s.pruneIDs,
+			s.selSpans, s.insSpan, s.delSpan, s.updCheckpoint} {
 			if st != nil {
 				errs = append(errs, st.Close())
 			}

@@ -78,6 +78,7 @@ func TestConformance(t *testing.T) {
 		Put: func(ctx context.Context, tx *sqlite.Tx, k, v string) error { return put(ctx, tx, k, v) },
 		// An Apply holds SQLite's write lock from BEGIN IMMEDIATE to COMMIT.
 		WritesSerialized: true,
+		RequireGaps:      true,
 		Get: func(ctx context.Context, s sink.Sink[*sqlite.Tx], key string) (string, bool, error) {
 			var v string
 			err := s.(*sqlite.Sink).DB().QueryRowContext(ctx, `SELECT v FROM kv WHERE k = ?`, key).Scan(&v)
@@ -345,8 +346,8 @@ func TestOpenConflictingSchema(t *testing.T) {
 				}
 			}
 		}
-		want := []string{"Other_1_command_ids", "Other_1_dead_letters", "Other_1_dl_audit", "Other_1_fences", "Other_1_history", "Other_1_schema",
-			"workrouter_command_ids", "workrouter_dead_letters", "workrouter_dl_audit", "workrouter_fences", "workrouter_history", "workrouter_schema"}
+		want := []string{"Other_1_command_ids", "Other_1_dead_letters", "Other_1_dl_audit", "Other_1_done_spans", "Other_1_fences", "Other_1_history", "Other_1_schema",
+			"workrouter_command_ids", "workrouter_dead_letters", "workrouter_dl_audit", "workrouter_done_spans", "workrouter_fences", "workrouter_history", "workrouter_schema"}
 		if got := tablesOf(t, path); strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Fatalf("tables = %v, want %v", got, want)
 		}
@@ -552,6 +553,7 @@ func TestMigrateFromVersion3(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	execAt(t, path, dropV5...)
 	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN ids_version`, `ALTER TABLE workrouter_fences DROP COLUMN duplicates`, `UPDATE workrouter_schema SET version = 3`)
 
 	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 3") {
@@ -574,6 +576,46 @@ func TestMigrateFromVersion3(t *testing.T) {
 	}
 	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].Duplicates != 1 {
 		t.Fatalf("fences after a duplicate = %+v, %v, want 1 duplicate counted", fs, err)
+	}
+}
+
+// dropV5 turns a version 5 database into a version 4 one: no done spans
+// table, no spans column.
+var dropV5 = []string{`DROP TABLE workrouter_done_spans`, `ALTER TABLE workrouter_fences DROP COLUMN spans`, `UPDATE workrouter_schema SET version = 4`}
+
+// TestMigrateFromVersion4: Open migrates a version 4 database (version 5
+// without the done spans table and the fences' spans count) in place,
+// keeping its fences and command IDs, and gapped applies work at once; a
+// read-only Open refuses to migrate it.
+func TestMigrateFromVersion4(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "v4.db")
+	s := openAt(t, path)
+	a := tok("g", 0, 3, "m-3")
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
+	if _, err := s.ApplyOnce(ctx, a, []int64{0, 1}, []string{"x", "y"}, noop); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	execAt(t, path, dropV5...)
+	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 4") {
+		t.Fatalf("read-only Open of a version 4 database: %v, want ErrSchema naming version 4", err)
+	}
+	s = openAt(t, path)
+	var version int
+	if err := s.DB().QueryRowContext(ctx, `SELECT version FROM workrouter_schema`).Scan(&version); err != nil || version != sqlite.SchemaVersion {
+		t.Fatalf("schema version after migration = %d, %v", version, err)
+	}
+	if res, err := s.ApplyGapped(ctx, a, sink.GapBatch{Offsets: []int64{3, 5}, From: []int64{3, 5}, IDs: []string{"x", "z"}}, noop); err != nil || res.Applied != 1 || len(res.Duplicates) != 1 {
+		t.Fatalf("ApplyGapped after migration = %+v, %v; want z applied, x a duplicate of the migrated IDs", res, err)
+	}
+	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].NextOffset != 2 || !slices.Equal(fs[0].Done, []sink.Span{{From: 3, To: 4}, {From: 5, To: 6}}) {
+		t.Fatalf("fences after a gapped apply = %+v, %v", fs, err)
 	}
 }
 
@@ -671,6 +713,7 @@ func TestMigrateFromVersion2(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	execAt(t, path, dropV5...)
 	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN ids_version`, `ALTER TABLE workrouter_fences DROP COLUMN duplicates`,
 		`ALTER TABLE workrouter_fences DROP COLUMN proof_below`, `UPDATE workrouter_schema SET version = 2`)
 
