@@ -579,3 +579,88 @@ func TestKeyConcurrencyTakesOverAGappedCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyConcurrencyRevokeFinishesInFlight: a worker closed (its
+// partition revoked) while every lane is inside its batch lets each lane
+// finish it: every in-flight batch lands, under the worker's own tenure,
+// the revoke does not time out, and the offset it commits at once is the
+// watermark after them.
+func TestKeyConcurrencyRevokeFinishesInFlight(t *testing.T) {
+	t.Parallel()
+	const lanes, perKey = 4, 2
+	c := newFakeCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(16)
+	inLane := map[int]bool{}
+	for _, k := range keys {
+		inLane[laneOfKey(k, lanes)] = true
+	}
+	g := newGate()
+	t.Cleanup(g.open)
+	var mu sync.Mutex
+	entered := map[int]bool{}
+	allIn := make(chan struct{})
+	h := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		l := laneOfKey(string(cmd.Key), lanes)
+		mu.Lock()
+		first := !entered[l]
+		entered[l] = true
+		if first && len(entered) == len(inLane) {
+			close(allIn)
+		}
+		mu.Unlock()
+		if first {
+			<-g.ch // ignores ctx: only a graceful revoke lets the batch land
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	var revoked []consumer.Revoked
+	var rmu sync.Mutex
+	obs := consumer.ObserverFunc(func(e consumer.Event) {
+		if r, ok := e.(consumer.Revoked); ok {
+			rmu.Lock()
+			revoked = append(revoked, r)
+			rmu.Unlock()
+		}
+	})
+	w := startWorker(t, c, s, workerOpts{name: "a", handler: h, keyConcurrency: lanes, maxBatch: 64, revoke: time.Minute,
+		commitPace: time.Hour, observers: []consumer.Observer{obs}})
+	waitFor(t, 30*time.Second, "the partition owned", func() bool { return len(w.Owned()) == 1 })
+	tok := w.Owned()[0]
+	produce(t, c, 1, keys, 0, perKey)
+	select {
+	case <-allIn:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lanes never were all inside their batches")
+	}
+	closed := make(chan struct{})
+	go func() { w.Close(); close(closed) }()
+	time.Sleep(100 * time.Millisecond) // let the revoke begin while the lanes are in flight
+	g.open()
+	select {
+	case <-closed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	checkInvariants(t, s, keys, perKey)
+	accepted := 0
+	for _, ev := range s.Events() {
+		if ev.Kind == memory.Apply && ev.Accepted {
+			if ev.Token != tok || !ev.Gapped {
+				t.Errorf("apply %+v, want only the worker's gapped applies", ev)
+			}
+			accepted++
+		}
+	}
+	if accepted < len(inLane) {
+		t.Errorf("%d applies landed, want at least one per lane in flight (%d)", accepted, len(inLane))
+	}
+	rmu.Lock()
+	defer rmu.Unlock()
+	if len(revoked) != 1 || revoked[0].TimedOut || revoked[0].NextOffset != int64(len(keys)*perKey) {
+		t.Fatalf("revoked events %+v, want one, not timed out, at the watermark %d", revoked, len(keys)*perKey)
+	}
+	if got := committedOffsets(t, c)[0]; got != int64(len(keys)*perKey) {
+		t.Errorf("committed offset %d after the revoke, want the watermark %d (the committer's pace is an hour: the revoke committed it)", got, len(keys)*perKey)
+	}
+}
