@@ -91,6 +91,8 @@ then runs each workload and its baseline in this process:
   W5 end-to-end latency, produce to commit, at half the maximum rate it
      measures (median of 3 runs): memory sink; W5-sqlite: SQLite sink
   W6 pause-to-takeover
+  W7 W3's handler with 16 lanes per partition (KeyConcurrency 16) over 1,200
+     keys on a topic of its own, memory sink; W7-pg: PostgreSQL sink
 
 The pre-loaded commands carry command IDs as the router generates them. The
 fenced W2 rows deduplicate them (the worker applies through the sink's
@@ -99,15 +101,15 @@ sink wrapped to offer Apply only: W2-sqlite/W2n-sqlite and W2-pg/W2n-pg at
 batch 256, W2-sqlite-b1/W2n-sqlite-b1 and W2-pg-b1/W2n-pg-b1 at batch 1
 (4,000 and 3,000 records: one commit per record).
 
-Every throughput workload and baseline (all but W3, W5, W5-sqlite and W6)
+Every throughput workload and baseline (all but W5, W5-sqlite and W6)
 runs 5 times (3 with --quick; --repeats sets it). The runs of a workload and its baselines alternate, so that
 warm-up, leftover garbage and background load favour neither side:
 B1,W1,B2,B1,W1,B2,… then B3-sqlite,W2-sqlite,W2n-sqlite,… W2-sqlite-b1,W2n-sqlite-b1,…
-B3-pg,W2-pg,W2n-pg,… W2-pg-b1,W2n-pg-b1,… B4,W4,B4,W4,…
+B3-pg,W2-pg,W2n-pg,… W2-pg-b1,W2n-pg-b1,… W3,W7,W7-pg,… B4,W4,B4,W4,…
 (--only runs just the selected ones, interleaved the same way). Each of these
 groups starts with one unreported warm-up run of its first member (the first
 produce run of a process is often slow). B0 runs its repeats back to back;
-W3, W5, W5-sqlite and W6 run once.
+W5, W5-sqlite and W6 run once.
 
 The table gives each row's median records/s over its runs and their min–max,
 with CPU per record and peak RSS; a run that failed or was skipped is counted
@@ -122,13 +124,15 @@ A target is met if the median ratio reaches it; "met (median; worst pair
 router_vs_raw >= 0.90, fenced_vs_unfenced_pg >= 0.90 and
 fenced_vs_unfenced_sqlite >= 0.90 (fenced with deduplication on against
 unfenced), dedupe_on_vs_off_pg >= 0.90 and dedupe_on_vs_off_sqlite >= 0.90
-(W2/W2n at batch 256), produce_vs_raw >= 0.95, router_vs_sarama >= 2.0;
+(W2/W2n at batch 256), produce_vs_raw >= 0.95, router_vs_sarama >= 2.0,
+keys_vs_serial >= 8 (W7/W3) and keys_vs_serial_pg >= 4 (W7-pg/W3);
 dedupe_on_vs_off_pg_b1 and dedupe_on_vs_off_sqlite_b1 (batch 1) are
 reported without a target. The last line gives the median ratios:
 
   bench: router_vs_raw=<W1/B1> fenced_vs_unfenced_pg=<W2/B3> fenced_vs_unfenced_sqlite=<W2/B3>
     dedupe_on_vs_off_pg=<W2/W2n> dedupe_on_vs_off_sqlite=<W2/W2n> dedupe_on_vs_off_pg_b1=<W2/W2n>
     dedupe_on_vs_off_sqlite_b1=<W2/W2n> produce_vs_raw=<W4/B4> router_vs_sarama=<W1/B2>
+    keys_vs_serial=<W7/W3> keys_vs_serial_pg=<W7-pg/W3>
 
 (one line).
 
@@ -141,6 +145,7 @@ does (after the report).`,
   workrouter bench --quick --only W1,B1
   workrouter bench --only B3-sqlite,W2-sqlite,W2n-sqlite,W2-sqlite-b1,W2n-sqlite-b1
   workrouter bench --repeats 9 --only B4,W4
+  workrouter bench --only W3,W7
   workrouter bench --postgres postgres://postgres@127.0.0.1:5432/test
   workrouter bench --brokers kafka-1:9092 --json`,
 		Args: cobra.NoArgs,
