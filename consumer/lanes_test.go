@@ -664,3 +664,36 @@ func TestKeyConcurrencyRevokeFinishesInFlight(t *testing.T) {
 		t.Errorf("committed offset %d after the revoke, want the watermark %d (the committer's pace is an hour: the revoke committed it)", got, len(keys)*perKey)
 	}
 }
+
+// TestKeyConcurrencyDeduplicates: with lanes, a deduplicating sink gets
+// the records' command IDs (ApplyGapped with IDs): a command written
+// twice, in a later batch or in the same one, is applied once.
+func TestKeyConcurrencyDeduplicates(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	s := memory.New()
+	var seen appliedEvents
+	w := startWorker(t, c, s, workerOpts{name: "dedupe", keyConcurrency: 4, observers: []consumer.Observer{&seen}})
+	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
+	produceIDs(t, c, idRec{id: "a", payload: "0"})
+	waitFor(t, 30*time.Second, "the first command applied", func() bool { return len(logOf(s, "k")) == 1 })
+	produceIDs(t, c, idRec{id: "a", payload: "0"}, idRec{id: "b", payload: "1"}, idRec{id: "b", payload: "1"})
+	waitFor(t, 30*time.Second, "the watermark past every record", func() bool {
+		ps := w.Partitions()
+		return len(ps) == 1 && ps[0].NextOffset == 4
+	})
+	if got := logOf(s, "k"); !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("log %v, want [0 1]: a command written twice was applied twice", got)
+	}
+	if st := w.Stats(); st.Duplicates != 2 || st.Records != 2 {
+		t.Errorf("Stats %+v, want 2 duplicates and 2 records applied", st)
+	}
+	for _, ev := range s.Events() {
+		if ev.Kind == memory.Apply && ev.Accepted && (!ev.Gapped || ev.IDs == nil) {
+			t.Errorf("apply %+v: want gapped applies with IDs", ev)
+		}
+	}
+	if err := s.Verify(); err != nil {
+		t.Error(err)
+	}
+}
