@@ -13,6 +13,13 @@
 // Sinks are generic over Tx, the backend's native transaction handle
 // (*sql.Tx, pgx.Tx, a key-value transaction, …): handlers write ordinary
 // statements against it inside the fenced unit.
+//
+// A consumer that applies the keys of a partition in concurrent lanes
+// finishes offsets out of order; [GapApplier] gives it a checkpoint with
+// gaps ([Checkpoint]: the watermark NextOffset and the done spans above
+// it, docs/design.md#gaps) with the same fence on every call. The plain
+// calls of a sink that has it respect the spans, so workers with and
+// without lanes can take over from each other.
 package sink
 
 import (

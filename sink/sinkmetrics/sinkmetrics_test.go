@@ -40,6 +40,7 @@ func TestConformance(t *testing.T) {
 			v, found := m.(*memory.Sink).Get(k)
 			return string(v), found, nil
 		},
+		RequireGaps: true,
 	})
 }
 
