@@ -37,7 +37,7 @@ func (t *tenure[Tx]) run(next int64) {
 			continue
 		}
 		var ok bool
-		next, ok = t.serial.process(batch, nil, next)
+		next, ok = t.serial.process(batch, nil, nil, next)
 		if !ok {
 			return
 		}
@@ -71,9 +71,11 @@ type poisonBudget struct {
 // decoded is a batch's records as commands.
 type decoded[Tx any] struct {
 	recs []*kgo.Record
-	// from, on a lane only, is where each record's span starts
-	// (sink.GapBatch.From); nil on the serial path.
+	// from and keys, on a lane only, are where each record's span starts
+	// (sink.GapBatch.From) and the hash of its key (keyTable); nil on the
+	// serial path.
 	from    []int64
+	keys    []uint64
 	hs      []Handler[Tx] // the handler of each command's type, nil if none
 	offsets []int64
 	cmds    []envelope.Command // the handler's Command is made from it and its record when called
@@ -159,7 +161,7 @@ func (t *tenure[Tx]) deadAtOnce(d decoded[Tx], i int) (reason string, err error,
 // record's sink.GapBatch.From, the dispatcher dropped the records the
 // claim's checkpoint holds, every Apply is an ApplyGapped and every dead
 // letter a DeadLetterGapped, and the result is the tenure's watermark.
-func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, next int64) (int64, bool) {
+func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, next int64) (int64, bool) {
 	t := a.t
 	if a.lane == nil {
 		// Records below the checkpoint were applied already (by this
@@ -175,7 +177,7 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, next int64) (in
 	}
 	w := t.w
 	d := a.decode(batch)
-	d.from = from
+	d.from, d.keys = from, keys
 	backoff := w.cfg.RetryBackoff
 	limit := len(d.recs) // records to try in the next Apply: the good prefix before a poison record
 	// A record whose handler failed permanently behind a good prefix is
@@ -217,7 +219,7 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, next int64) (in
 		res, dups, err := a.apply(d, run)
 		if err == nil {
 			last := d.recs[run-1]
-			res.NextOffset = a.advance(d.from, d.offsets[:run], res.NextOffset, last.LeaderEpoch)
+			res.NextOffset = a.advance(d, run, res.NextOffset, last.LeaderEpoch)
 			ev := a.applied(d, run, res, dups)
 			ev.Duration = time.Since(start)
 			w.batches.Add(1)
@@ -325,15 +327,18 @@ func (a *applier[Tx]) apply(d decoded[Tx], run int) (sink.ApplyResult, []int, er
 	return res.ApplyResult, res.Duplicates, err
 }
 
-// advance records that the records at offsets (leaderEpoch the last
+// advance records that the first n records of d (leaderEpoch the last
 // one's) are done and returns the tenure's next offset: on the serial
 // path next, the sink's NextOffset; on a lane the watermark of the
-// tenure's checkpoint once their spans (from[i], offsets[i]+1) are added.
-// The new position is the partition's commit candidate.
-func (a *applier[Tx]) advance(from, offsets []int64, next int64, leaderEpoch int32) int64 {
+// tenure's checkpoint once their spans (d.from[i], d.offsets[i]+1) are
+// added, and their keys are released from the lane (keyTable). The new
+// position is the partition's commit candidate.
+func (a *applier[Tx]) advance(d decoded[Tx], n int, next int64, leaderEpoch int32) int64 {
 	t := a.t
 	if a.lane != nil {
-		return t.gapDone(from, offsets, leaderEpoch)
+		next = t.gapDone(d.from[:n], d.offsets[:n], leaderEpoch)
+		t.keys.release(a.lane.index, d.keys[:n])
+		return next
 	}
 	t.appliedEpoch.Store(leaderEpoch)
 	t.appliedNext.Store(next)
@@ -377,7 +382,7 @@ func (a *applier[Tx]) applied(d decoded[Tx], run int, res sink.ApplyResult, dups
 func (d decoded[Tx]) slice(n int) decoded[Tx] {
 	out := decoded[Tx]{recs: d.recs[n:], hs: d.hs[n:], offsets: d.offsets[n:], cmds: d.cmds[n:], errs: d.errs[n:], ids: d.ids[n:]}
 	if d.from != nil {
-		out.from = d.from[n:]
+		out.from, out.keys = d.from[n:], d.keys[n:]
 	}
 	return out
 }

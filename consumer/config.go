@@ -74,7 +74,10 @@ type Command struct {
 // fenced unit that moves the checkpoint past it. A handler may run more
 // than once for the same command if a batch is retried, so it must not
 // have side effects outside tx. It is called from the partition's
-// goroutine; handlers of different partitions run concurrently.
+// goroutine; handlers of different partitions run concurrently, and with
+// Config.KeyConcurrency above 1 it is called from the partition's lanes:
+// handlers of different keys of one partition run concurrently too (one
+// key's commands never do).
 //
 // cmd's byte slices (Key, Payload, header values) belong to the handler
 // once it is called: the Worker never reuses or overwrites them, so a

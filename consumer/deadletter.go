@@ -39,11 +39,7 @@ func (a *applier[Tx]) deadLetter(d decoded[Tx], reason string, cause error, atte
 			res, err = w.dl.DeadLetter(t.ctx, t.tok, rec)
 		}
 		if err == nil {
-			if a.lane != nil {
-				res.NextOffset = a.advance(d.from[:1], d.offsets[:1], res.NextOffset, r.LeaderEpoch)
-			} else {
-				a.advance(nil, nil, res.NextOffset, r.LeaderEpoch)
-			}
+			res.NextOffset = a.advance(d, 1, res.NextOffset, r.LeaderEpoch)
 			if res.Stored {
 				w.deadLettered.Add(1)
 				w.obs.emit(DeadLettered{Token: t.tok, Offset: r.Offset, Key: r.Key, Type: d.cmds[0].Type, Reason: reason, Err: cause, Attempts: attempts, ID: res.ID})

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"hash/maphash"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -10,8 +11,9 @@ import (
 
 // Key concurrency (Config.KeyConcurrency > 1, docs/operating.md#key-concurrency):
 // the tenure's goroutine becomes a dispatcher (runLanes) that hands each
-// record to one of KeyConcurrency lanes by the hash of its key, in offset
-// order; each lane is a goroutine of the tenure that batches its records
+// record, in offset order, to one of KeyConcurrency lanes: its key's lane
+// while the key has records pending there, else the least-loaded lane
+// (keyTable); each lane is a goroutine of the tenure that batches its records
 // and applies them with the shared process (apply.go) through the sink's
 // own sink.GapApplier, with the tenure's token. The tenure keeps its own
 // checkpoint with gaps (gapState): the claim's, plus the spans of every
@@ -88,6 +90,7 @@ func (t *tenure[Tx]) haltLanes() {
 type laneRec struct {
 	r    *kgo.Record
 	from int64
+	key  uint64 // the hash of its key in the tenure's keyTable
 }
 
 // lane is one of a tenure's KeyConcurrency lanes: a queue of the records
@@ -104,6 +107,7 @@ type lane[Tx any] struct {
 	// the memory of take's batches (the lane's goroutine only)
 	recs []*kgo.Record
 	from []int64
+	keys []uint64
 }
 
 // laneCap is how many records a lane of a worker with cfg may hold
@@ -112,15 +116,85 @@ func laneCap[Tx any](cfg *Config[Tx]) int {
 	return max(cfg.QueueSize/cfg.KeyConcurrency, cfg.MaxBatch)
 }
 
-// laneOf returns the lane of key among n: FNV-1a of the key's bytes mod
-// n. Every record without a key hashes as the empty key, to one lane.
-func laneOf(key []byte, n int) int {
-	h := uint32(2166136261)
-	for _, c := range key {
-		h ^= uint32(c)
-		h *= 16777619
+// keyTable binds each key of a tenure to the lane that holds its
+// pending records (queued in the dispatcher or the lane, or in flight),
+// so that one key's records are applied by one lane at a time, in offset
+// order; a key with nothing pending is free, and its next record goes to
+// the least-loaded lane. Keys are 64-bit hashes (maphash, a seed per
+// tenure): two keys of one hash share an entry, so they share a lane
+// while either has records pending, which keeps both orders. Records
+// without a key all have the hash of the empty key: one entry, ordered
+// among themselves. The dispatcher binds under mu; each lane releases
+// the records it applied, dead-lettered or had the sink skip, under mu.
+type keyTable struct {
+	seed maphash.Seed
+
+	mu sync.Mutex
+	// keys holds an entry per key with records pending: its lane and how
+	// many (removed at zero: bounded by the records in flight).
+	keys map[uint64]keyLane
+	// load is each lane's pending records, over its keys.
+	load []int
+}
+
+// keyLane is a key's lane and its records pending there.
+type keyLane struct {
+	lane    int32
+	pending int32
+}
+
+func newKeyTable(lanes int) *keyTable {
+	return &keyTable{seed: maphash.MakeSeed(), keys: map[uint64]keyLane{}, load: make([]int, lanes)}
+}
+
+// hash returns the key's table key.
+func (k *keyTable) hash(key []byte) uint64 { return maphash.Bytes(k.seed, key) }
+
+// bind adds a pending record of the key of hash h and returns its lane:
+// the key's lane while it has records pending, else the lane with the
+// fewest pending records (the first of them). The caller holds k.mu.
+func (k *keyTable) bind(h uint64) int {
+	e, ok := k.keys[h]
+	if !ok {
+		e.lane = 0
+		for i, n := range k.load {
+			if n < k.load[e.lane] {
+				e.lane = int32(i)
+			}
+		}
 	}
-	return int(h % uint32(n))
+	e.pending++
+	k.keys[h] = e
+	k.load[e.lane]++
+	return int(e.lane)
+}
+
+// release removes the records of hashes hs, pending in lane, from the
+// table: a key whose last pending record it was is free again. It is
+// called by the lane, once the records are done (applied, skipped or
+// dead-lettered).
+func (k *keyTable) release(lane int, hs []uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, h := range hs {
+		e := k.keys[h]
+		if e.pending--; e.pending <= 0 {
+			delete(k.keys, h)
+		} else {
+			k.keys[h] = e
+		}
+	}
+	k.load[lane] -= len(hs)
+}
+
+// pending returns the keys and the records pending (tests).
+func (k *keyTable) pending() (keys, records int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, n := range k.load {
+		records += n
+	}
+	return len(k.keys), records
 }
 
 // push appends as many of recs to l's queue as it has room for (of
@@ -142,23 +216,24 @@ func (l *lane[Tx]) push(recs []laneRec, capacity int) int {
 	return max(n, 0)
 }
 
-// take removes up to max records from l's queue, into memory that is
-// valid until its next call. It is called by the lane's goroutine.
-func (l *lane[Tx]) take(max int) ([]*kgo.Record, []int64) {
+// take removes up to max records from l's queue, with their From and
+// key hashes, into memory that is valid until its next call. It is
+// called by the lane's goroutine.
+func (l *lane[Tx]) take(max int) ([]*kgo.Record, []int64, []uint64) {
 	l.mu.Lock()
 	n := min(len(l.q), max)
 	if cap(l.recs) < n {
-		l.recs, l.from = make([]*kgo.Record, n), make([]int64, n)
+		l.recs, l.from, l.keys = make([]*kgo.Record, n), make([]int64, n), make([]uint64, n)
 	}
-	recs, from := l.recs[:n], l.from[:n]
+	recs, from, keys := l.recs[:n], l.from[:n], l.keys[:n]
 	for i, lr := range l.q[:n] {
-		recs[i], from[i] = lr.r, lr.from
+		recs[i], from[i], keys[i] = lr.r, lr.from, lr.key
 	}
 	k := copy(l.q, l.q[n:])
 	clear(l.q[k:]) // the queue's array no longer holds what it handed out
 	l.q = l.q[:k]
 	l.mu.Unlock()
-	return recs, from
+	return recs, from, keys
 }
 
 // run is the lane's goroutine: it applies batches of up to MaxBatch of
@@ -178,7 +253,7 @@ func (l *lane[Tx]) run(space chan<- struct{}) {
 			return
 		default:
 		}
-		recs, from := l.take(t.w.cfg.MaxBatch)
+		recs, from, keys := l.take(t.w.cfg.MaxBatch)
 		if len(recs) == 0 {
 			select {
 			case <-l.wake:
@@ -196,7 +271,7 @@ func (l *lane[Tx]) run(space chan<- struct{}) {
 		default:
 		}
 		t.w.m.lanesBusy(t.tok, int(t.busy.Add(1)))
-		_, ok := l.a.process(recs, from, 0)
+		_, ok := l.a.process(recs, from, keys, 0)
 		t.w.m.lanesBusy(t.tok, int(t.busy.Add(-1)))
 		if !ok {
 			t.haltLanes()
@@ -207,15 +282,17 @@ func (l *lane[Tx]) run(space chan<- struct{}) {
 
 // runLanes is the goroutine of a tenure with KeyConcurrency lanes: the
 // dispatcher. It starts the lanes, then takes the partition's records in
-// offset order and queues each on the lane of its key, with its From: the
-// offset right after the record it took before (of any lane), starting at
-// the claim's watermark, so that the offsets without a record between
-// them (transaction markers) are done with it. Records the claim's
-// checkpoint holds (done by a lane of an earlier tenure) are passed over.
-// When a lane's queue is full the dispatcher waits for it, taking nothing
-// more from the partition's queue, which then fills and pauses the
-// partition's fetching: a stuck lane holds up only its own keys until its
-// queue is full, then the partition. The lanes exit before done closes.
+// offset order and queues each on the lane the keyTable binds its key to
+// (the key's lane while it has records pending, else the least-loaded
+// one), with its From: the offset right after the record it took before
+// (of any lane), starting at the claim's watermark, so that the offsets
+// without a record between them (transaction markers) are done with it.
+// Records the claim's checkpoint holds (done by a lane of an earlier
+// tenure) are passed over. When a lane's queue is full the dispatcher
+// waits for it, taking nothing more from the partition's queue, which
+// then fills and pauses the partition's fetching: a stuck key holds up
+// the keys bound to its lane until its queue is full, then the
+// partition. The lanes exit before done closes.
 func (t *tenure[Tx]) runLanes() {
 	w := t.w
 	defer w.wg.Done()
@@ -237,6 +314,7 @@ func (t *tenure[Tx]) runLanes() {
 	w.m.gappedSpans(t.tok, len(t.gap.cp.Done))
 	t.gap.mu.Unlock()
 	from := cp.NextOffset
+	kt := t.keys
 	pending := make([][]laneRec, n)
 	for {
 		select {
@@ -261,6 +339,7 @@ func (t *tenure[Tx]) runLanes() {
 			}
 			continue
 		}
+		kt.mu.Lock()
 		for _, r := range recs {
 			if r.Offset < from {
 				continue // below what was dispatched: cannot happen, fetching is in order
@@ -270,9 +349,11 @@ func (t *tenure[Tx]) runLanes() {
 			if cp.Contains(r.Offset) {
 				continue // done by a lane of an earlier tenure
 			}
-			i := laneOf(r.Key, n)
-			pending[i] = append(pending[i], laneRec{r: r, from: f})
+			h := kt.hash(r.Key)
+			i := kt.bind(h)
+			pending[i] = append(pending[i], laneRec{r: r, from: f, key: h})
 		}
+		kt.mu.Unlock()
 		for {
 			left := false
 			for i, p := range pending {

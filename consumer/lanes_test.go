@@ -3,7 +3,6 @@ package consumer_test
 import (
 	"context"
 	"errors"
-	"hash/fnv"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,16 +15,48 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
-// laneOfKey is the lane the Worker gives key among n (FNV-1a mod n, as
-// Config.KeyConcurrency documents).
-func laneOfKey(key string, n int) int {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return int(h.Sum32() % uint32(n))
+// keySeq is one command produceKeys writes: an "append" of seq to key.
+type keySeq struct {
+	key string
+	seq int
+}
+
+// produceKeys writes recs to partition 0 of c's topic, in this order.
+func produceKeys(t *testing.T, c *cluster, recs []keySeq) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	out := make([]*kgo.Record, 0, len(recs))
+	for _, r := range recs {
+		kr, err := envelope.Encode(c.topic, 0, envelope.Command{Key: []byte(r.key), Type: "append", Payload: []byte(strconv.Itoa(r.seq))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, kr)
+	}
+	if err := cl.ProduceSync(t.Context(), out...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkLog asserts that key's log is 0..n-1, in order.
+func checkLog(t *testing.T, s *memory.Sink, key string, n int) {
+	t.Helper()
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i
+	}
+	if got := logOf(s, key); !slices.Equal(got, want) {
+		t.Errorf("key %s: applied %v, want 0..%d in order", key, got, n-1)
+	}
 }
 
 // plainWrapper wraps a memory sink without implementing sink.GapApplier
@@ -158,6 +189,82 @@ func TestKeyConcurrencyOrderPerKey(t *testing.T) {
 	}
 }
 
+// TestKeyConcurrencyOrderPerKeyUnderReassignment: keys go idle between
+// rounds and come back in another order, landing in other lanes (the
+// least-loaded lane when a key has nothing pending); within a round a
+// key's records stay on its lane, whose handlers finish out of order with
+// the other lanes'. Every key's commands are applied exactly once and in
+// offset order across the moves, and the table of keys bound to lanes is
+// empty whenever the partition is idle.
+func TestKeyConcurrencyOrderPerKeyUnderReassignment(t *testing.T) {
+	t.Parallel()
+	const lanes, rounds, perRound = 4, 4, 6
+	c := newCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(16)
+	var mu sync.Mutex
+	keyAt := map[int64]string{} // offset -> key, as the handlers saw them
+	var calls atomic.Int64
+	h := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		mu.Lock()
+		keyAt[cmd.Offset] = string(cmd.Key)
+		mu.Unlock()
+		if calls.Add(1)%3 == 0 {
+			time.Sleep(time.Millisecond) // lanes finish out of offset order
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	var seen appliedEvents
+	// One record per batch: an Applied event's FirstOffset and Lane say
+	// which lane applied which record.
+	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: lanes, maxBatch: 1, observers: []consumer.Observer{&seen}})
+	total := 0
+	for r := range rounds {
+		rotated := append(slices.Clone(keys[r*3:]), keys[:r*3]...)
+		var recs []keySeq
+		for _, k := range rotated { // a key's records of a round one after the other: they would race on two lanes
+			for seq := r * perRound; seq < (r+1)*perRound; seq++ {
+				recs = append(recs, keySeq{k, seq})
+			}
+		}
+		produceKeys(t, c, recs)
+		total += len(recs)
+		waitFor(t, 60*time.Second, "round "+strconv.Itoa(r)+" applied, the watermark at its end", func() bool {
+			ps := w.Partitions()
+			return len(ps) == 1 && ps[0].NextOffset == int64(total)
+		})
+		if n, pending, ok := consumer.PendingKeys(w, 0); !ok || n != 0 || pending != 0 {
+			t.Fatalf("round %d done, the partition idle: %d keys bound, %d records pending (tenure with lanes %v); want none", r, n, pending, ok)
+		}
+	}
+	checkInvariants(t, s, keys, rounds*perRound)
+	lanesOf := map[string]map[int]bool{}
+	seen.mu.Lock()
+	for _, ev := range seen.evs {
+		if ev.Records != 1 {
+			t.Fatalf("batch %+v of %d records, want 1", ev, ev.Records)
+		}
+		mu.Lock()
+		k := keyAt[ev.FirstOffset]
+		mu.Unlock()
+		if lanesOf[k] == nil {
+			lanesOf[k] = map[int]bool{}
+		}
+		lanesOf[k][ev.Lane] = true
+	}
+	seen.mu.Unlock()
+	moved := 0
+	for _, k := range keys {
+		if len(lanesOf[k]) > 1 {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatalf("no key applied by more than one lane over %d rounds (%v): no reassignment to see", rounds, lanesOf)
+	}
+	t.Logf("%d of %d keys applied by more than one lane", moved, len(keys))
+}
+
 // logEnds returns the end offset of every partition of c's topic.
 func logEnds(t *testing.T, c *cluster) map[int32]int64 {
 	t.Helper()
@@ -266,73 +373,59 @@ func TestKeyConcurrencyKeylessAndPoisonKeepTheOrder(t *testing.T) {
 	}
 }
 
-// TestKeyConcurrencyStuckLaneHoldsOnlyItsKeys: a command whose handler
-// hangs holds up the keys of its own lane only; the other lanes apply
-// everything meanwhile, the sink's checkpoint then has gaps (the
-// workrouter_consumer_gapped_spans gauge shows them) and the watermark
-// stays at the stuck record. Once it returns, the watermark reaches the
-// end and the gaps are gone.
-func TestKeyConcurrencyStuckLaneHoldsOnlyItsKeys(t *testing.T) {
+// TestKeyConcurrencyHotKeyDoesNotStarveOthers: a hot key (every other
+// record of the partition) whose handler hangs on its first record holds
+// up its own records only: no other key is bound to its lane, whose
+// pending records always outnumber the least-loaded lane's (keys move to
+// the least-loaded lane when idle; with a fixed hash of the key some of
+// them would wait behind it). Every other key is applied meanwhile, the
+// sink's checkpoint has gaps (the workrouter_consumer_gapped_spans gauge
+// shows them) and the watermark stays at the stuck record. Once it
+// returns, every key is applied in order, the watermark reaches the end,
+// the gaps are gone and no key is left bound to a lane.
+func TestKeyConcurrencyHotKeyDoesNotStarveOthers(t *testing.T) {
 	t.Parallel()
-	const lanes, perKey = 4, 10
+	const lanes, hotRecs, perKey = 4, 48, 4
 	c := newCluster(t, 1)
 	s := memory.New()
-	keys := makeKeys(16)
-	byLane := map[int][]string{}
-	for _, k := range keys {
-		byLane[laneOfKey(k, lanes)] = append(byLane[laneOfKey(k, lanes)], k)
+	hot, others := "hot", makeKeys(hotRecs/perKey)
+	var recs []keySeq
+	for i := range hotRecs {
+		recs = append(recs, keySeq{hot, i}, keySeq{others[i%len(others)], i / len(others)})
 	}
-	stuckLane := -1
-	for l := lanes - 1; l >= 0; l-- {
-		if len(byLane[l]) >= 2 && len(byLane) >= 2 {
-			stuckLane = l
-		}
-	}
-	if stuckLane < 0 {
-		t.Fatalf("keys by lane %v: need a lane of two keys and another lane", byLane)
-	}
-	stuckKey := byLane[stuckLane][0]
 	g := newGate()
-	t.Cleanup(g.open)
 	var once sync.Once
 	h := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
-		if string(cmd.Key) == stuckKey && string(cmd.Payload) == "0" {
+		if string(cmd.Key) == hot {
 			once.Do(g.wait)
 		}
 		return appendHandler(ctx, tx, cmd)
 	}
 	reg := prometheus.NewRegistry()
-	// Room in every lane's queue for all of its keys' records (see
-	// TestKeyConcurrencyStuckLaneBackPressures for a full one).
-	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: lanes, maxBatch: 4, queueSize: lanes * len(keys) * perKey, registerer: reg})
-	produce(t, c, 1, keys, 0, perKey)
+	// Room in every lane's queue for all of the hot key's records (the
+	// back-pressure test has a full one).
+	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: lanes, maxBatch: 4, queueSize: lanes * len(recs), registerer: reg})
+	t.Cleanup(g.open) // before the worker's Close (cleanups run last first): a failed test must not leave the handler stuck
+	produceKeys(t, c, recs)
 	select {
 	case <-g.entered:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the stuck command's handler never ran")
+		t.Fatal("the hot key's handler never ran")
 	}
-	var others []string
-	for l, ks := range byLane {
-		if l != stuckLane {
-			others = append(others, ks...)
-		}
-	}
-	waitFor(t, 60*time.Second, "the other lanes' keys applied", func() bool { return appliedCount(s, others) == len(others)*perKey })
-	for _, k := range byLane[stuckLane] {
-		if n := len(logOf(s, k)); n == perKey {
-			t.Errorf("key %s of the stuck lane fully applied (%d) while the lane is stuck", k, n)
-		}
+	waitFor(t, 60*time.Second, "the other keys applied while the hot key is stuck", func() bool { return appliedCount(s, others) == len(others)*perKey })
+	if n := len(logOf(s, hot)); n != 0 {
+		t.Errorf("the stuck hot key has %d records applied", n)
 	}
 	ps := w.Partitions()
-	if len(ps) != 1 || ps[0].NextOffset > int64(slices.Index(keys, stuckKey)) {
-		t.Errorf("partition status %+v: the watermark passed the stuck record at offset %d", ps, slices.Index(keys, stuckKey))
+	if len(ps) != 1 || ps[0].NextOffset != 0 {
+		t.Errorf("partition status %+v: the watermark passed the stuck record at offset 0", ps)
 	}
 	fences, err := s.Fences(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(fences) != 1 || len(fences[0].Done) == 0 {
-		t.Fatalf("sink fences %+v: want a checkpoint with gaps while a lane is stuck", fences)
+		t.Fatalf("sink fences %+v: want a checkpoint with gaps while a key is stuck", fences)
 	}
 	if v, ok := series(t, reg, "workrouter_consumer_gapped_spans", map[string]string{"partition": "0"}); !ok || v < 1 {
 		t.Errorf("gapped_spans = %v (exported %v), want the spans above the watermark", v, ok)
@@ -340,16 +433,23 @@ func TestKeyConcurrencyStuckLaneHoldsOnlyItsKeys(t *testing.T) {
 	if v, ok := series(t, reg, "workrouter_consumer_lanes_busy", map[string]string{"partition": "0"}); !ok || v < 1 {
 		t.Errorf("lanes_busy = %v (exported %v), want the stuck lane", v, ok)
 	}
+	if keys, pending, ok := consumer.PendingKeys(w, 0); !ok || keys != 1 || pending != hotRecs {
+		t.Errorf("pending: %d keys, %d records (tenure with lanes %v); want the hot key's %d records only", keys, pending, ok, hotRecs)
+	}
 
 	g.open()
-	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
-	checkInvariants(t, s, keys, perKey)
+	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, append([]string{hot}, others...)) == len(recs) })
+	checkLog(t, s, hot, hotRecs)
+	checkInvariants(t, s, others, perKey)
 	waitFor(t, 30*time.Second, "the watermark at the log end, no gap", func() bool {
 		ps := w.Partitions()
 		fences, err := s.Fences(t.Context())
 		v, _ := series(t, reg, "workrouter_consumer_gapped_spans", map[string]string{"partition": "0"})
-		return err == nil && len(ps) == 1 && ps[0].NextOffset == int64(len(keys)*perKey) && len(fences) == 1 && len(fences[0].Done) == 0 && v == 0
+		return err == nil && len(ps) == 1 && ps[0].NextOffset == int64(len(recs)) && len(fences) == 1 && len(fences[0].Done) == 0 && v == 0
 	})
+	if keys, pending, ok := consumer.PendingKeys(w, 0); !ok || keys != 0 || pending != 0 {
+		t.Errorf("idle partition: %d keys, %d records pending (tenure with lanes %v); want none", keys, pending, ok)
+	}
 	w.Close()
 	if _, ok := series(t, reg, "workrouter_consumer_gapped_spans", map[string]string{"partition": "0"}); ok {
 		t.Error("gapped_spans series left after Close")
@@ -398,30 +498,22 @@ func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
 	c := newFakeCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(16)
-	inLane := map[int]bool{}
-	for _, k := range keys {
-		inLane[laneOfKey(k, lanes)] = true
-	}
 	var aMember atomic.Value
 	aMember.Store("")
 	swallow, stopHole := blackholeHeartbeats(c.kf, func() string { return aMember.Load().(string) })
 	aGate := newGate()
-	var mu sync.Mutex
-	entered := map[int]bool{}
+	// Every call waits for the gate: the first lanes calls are one per
+	// lane (a lane runs one handler at a time), and 16 keys with nothing
+	// done are spread over every lane.
+	const inLane = lanes
+	var entered atomic.Int32
 	var allIn = make(chan struct{})
 	aHandler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
-		l := laneOfKey(string(cmd.Key), lanes)
-		mu.Lock()
-		first := !entered[l]
-		entered[l] = true
-		if first && len(entered) == len(inLane) {
+		aMember.Store(cmd.Token.Member)
+		if entered.Add(1) == inLane {
 			close(allIn)
 		}
-		mu.Unlock()
-		if first {
-			aMember.Store(cmd.Token.Member)
-			<-aGate.ch // frozen mid-batch: ignores ctx
-		}
+		<-aGate.ch // frozen mid-batch: ignores ctx
 		return appendHandler(ctx, tx, cmd)
 	}
 	a := startWorker(t, c, s, workerOpts{name: "a", handler: aHandler, revoke: time.Minute, keyConcurrency: lanes, maxBatch: 4})
@@ -446,10 +538,10 @@ func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
 	}
 
 	aGate.open() // the zombie's lanes wake up and try to land their batches
-	waitFor(t, 30*time.Second, "every lane of a fenced", func() bool { return a.Stats().FencedApplies >= int64(len(inLane)) })
+	waitFor(t, 30*time.Second, "every lane of a fenced", func() bool { return a.Stats().FencedApplies >= int64(inLane) })
 	time.Sleep(100 * time.Millisecond) // a lane that went on after its fence would be refused again meanwhile
-	if n := a.Stats().FencedApplies; n != int64(len(inLane)) {
-		t.Errorf("a's fenced applies: %d, want %d (one per lane in flight, then every lane stopped)", n, len(inLane))
+	if n := a.Stats().FencedApplies; n != int64(inLane) {
+		t.Errorf("a's fenced applies: %d, want %d (one per lane in flight, then every lane stopped)", n, inLane)
 	}
 	refused, accepted := 0, 0
 	for _, ev := range s.Events() {
@@ -462,8 +554,8 @@ func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
 			refused++
 		}
 	}
-	if refused != len(inLane) || accepted != 0 {
-		t.Fatalf("the sink refused %d and accepted %d of a's lanes' applies; want %d refused (one per lane in flight), none accepted", refused, accepted, len(inLane))
+	if refused != inLane || accepted != 0 {
+		t.Fatalf("the sink refused %d and accepted %d of a's lanes' applies; want %d refused (one per lane in flight), none accepted", refused, accepted, inLane)
 	}
 	if st := a.Partitions(); len(st) == 1 && st[0].State != consumer.StateFenced && st[0].Token == aTok {
 		t.Errorf("a's partition %+v, want fenced", st[0])
@@ -521,8 +613,9 @@ func TestKeyConcurrencyCoversOffsetsWithoutRecords(t *testing.T) {
 }
 
 // TestKeyConcurrencyTakesOverAGappedCheckpoint: a worker stops while one
-// of its lanes is stuck (its in-flight batch cancelled at the revoke
-// timeout) and the others ran ahead, leaving a checkpoint with gaps; a new
+// of its lanes is stuck on a hot key (its in-flight batch cancelled at
+// the revoke timeout; no other key is bound to that lane, see
+// TestKeyConcurrencyHotKeyDoesNotStarveOthers) and the others ran ahead, leaving a checkpoint with gaps; a new
 // worker, with lanes or without, claims it and applies exactly the
 // records the checkpoint does not hold: every key in order, exactly once.
 // The one with lanes skips the done records itself, before the sink.
@@ -535,11 +628,16 @@ func TestKeyConcurrencyTakesOverAGappedCheckpoint(t *testing.T) {
 			c := newFakeCluster(t, 1)
 			s := memory.New()
 			keys := makeKeys(16)
-			produce(t, c, 1, keys, 0, perKey)
+			hot, others := keys[0], keys[1:]
+			var recs []keySeq
+			for i := range len(others) * perKey {
+				recs = append(recs, keySeq{hot, i}, keySeq{others[i%len(others)], i / len(others)})
+			}
+			produceKeys(t, c, recs)
 			g := newGate()
 			t.Cleanup(g.open)
 			h := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
-				if string(cmd.Key) == keys[0] {
+				if string(cmd.Key) == hot {
 					select { // stuck until the worker gives up on it
 					case <-g.ch:
 					case <-ctx.Done():
@@ -549,14 +647,8 @@ func TestKeyConcurrencyTakesOverAGappedCheckpoint(t *testing.T) {
 				return appendHandler(ctx, tx, cmd)
 			}
 			a := startWorker(t, c, s, workerOpts{name: "a", handler: h, keyConcurrency: lanes, maxBatch: 4,
-				queueSize: lanes * len(keys) * perKey, revoke: 50 * time.Millisecond})
-			var others []string
-			for _, k := range keys {
-				if laneOfKey(k, lanes) != laneOfKey(keys[0], lanes) {
-					others = append(others, k)
-				}
-			}
-			waitFor(t, 60*time.Second, "the other lanes' keys applied", func() bool { return appliedCount(s, others) == len(others)*perKey })
+				queueSize: lanes * len(recs), revoke: 50 * time.Millisecond})
+			waitFor(t, 60*time.Second, "the other keys applied", func() bool { return appliedCount(s, others) == len(others)*perKey })
 			a.Close()
 			fences, err := s.Fences(t.Context())
 			if err != nil {
@@ -565,10 +657,11 @@ func TestKeyConcurrencyTakesOverAGappedCheckpoint(t *testing.T) {
 			if len(fences) != 1 || len(fences[0].Done) == 0 || fences[0].NextOffset != 0 {
 				t.Fatalf("sink fences after a stopped %+v: want a checkpoint at 0 with gaps (the fault did not happen)", fences)
 			}
-			left := len(keys)*perKey - appliedCount(s, keys)
+			left := len(recs) - appliedCount(s, keys)
 			b := startWorker(t, c, s, workerOpts{name: "b", keyConcurrency: next, maxBatch: 4})
-			waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
-			checkInvariants(t, s, keys, perKey)
+			waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(recs) })
+			checkLog(t, s, hot, len(others)*perKey)
+			checkInvariants(t, s, others, perKey)
 			st := b.Stats()
 			if st.Records != int64(left) {
 				t.Errorf("b applied %d records, want the %d the checkpoint did not hold", st.Records, left)
@@ -577,5 +670,114 @@ func TestKeyConcurrencyTakesOverAGappedCheckpoint(t *testing.T) {
 				t.Errorf("b handed %d done records to the sink; a worker with lanes skips them itself", st.Skipped)
 			}
 		})
+	}
+}
+
+// TestKeyConcurrencyRevokeFinishesInFlight: a worker closed (its
+// partition revoked) while every lane is inside its batch lets each lane
+// finish it: every in-flight batch lands, under the worker's own tenure,
+// the revoke does not time out, and the offset it commits at once is the
+// watermark after them.
+func TestKeyConcurrencyRevokeFinishesInFlight(t *testing.T) {
+	t.Parallel()
+	const lanes, perKey = 4, 2
+	c := newFakeCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(16)
+	g := newGate()
+	t.Cleanup(g.open)
+	// Every call waits for the gate: the first lanes calls are one per
+	// lane, every lane inside its batch.
+	const inLane = lanes
+	var entered atomic.Int32
+	allIn := make(chan struct{})
+	h := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		if entered.Add(1) == inLane {
+			close(allIn)
+		}
+		<-g.ch // ignores ctx: only a graceful revoke lets the batch land
+		return appendHandler(ctx, tx, cmd)
+	}
+	var revoked []consumer.Revoked
+	var rmu sync.Mutex
+	obs := consumer.ObserverFunc(func(e consumer.Event) {
+		if r, ok := e.(consumer.Revoked); ok {
+			rmu.Lock()
+			revoked = append(revoked, r)
+			rmu.Unlock()
+		}
+	})
+	w := startWorker(t, c, s, workerOpts{name: "a", handler: h, keyConcurrency: lanes, maxBatch: 64, revoke: time.Minute,
+		commitPace: time.Hour, observers: []consumer.Observer{obs}})
+	waitFor(t, 30*time.Second, "the partition owned", func() bool { return len(w.Owned()) == 1 })
+	tok := w.Owned()[0]
+	produce(t, c, 1, keys, 0, perKey)
+	select {
+	case <-allIn:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lanes never were all inside their batches")
+	}
+	closed := make(chan struct{})
+	go func() { w.Close(); close(closed) }()
+	time.Sleep(100 * time.Millisecond) // let the revoke begin while the lanes are in flight
+	g.open()
+	select {
+	case <-closed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	checkInvariants(t, s, keys, perKey)
+	accepted := 0
+	for _, ev := range s.Events() {
+		if ev.Kind == memory.Apply && ev.Accepted {
+			if ev.Token != tok || !ev.Gapped {
+				t.Errorf("apply %+v, want only the worker's gapped applies", ev)
+			}
+			accepted++
+		}
+	}
+	if accepted < inLane {
+		t.Errorf("%d applies landed, want at least one per lane in flight (%d)", accepted, inLane)
+	}
+	rmu.Lock()
+	defer rmu.Unlock()
+	if len(revoked) != 1 || revoked[0].TimedOut || revoked[0].NextOffset != int64(len(keys)*perKey) {
+		t.Fatalf("revoked events %+v, want one, not timed out, at the watermark %d", revoked, len(keys)*perKey)
+	}
+	if got := committedOffsets(t, c)[0]; got != int64(len(keys)*perKey) {
+		t.Errorf("committed offset %d after the revoke, want the watermark %d (the committer's pace is an hour: the revoke committed it)", got, len(keys)*perKey)
+	}
+}
+
+// TestKeyConcurrencyDeduplicates: with lanes, a deduplicating sink gets
+// the records' command IDs (ApplyGapped with IDs): a command written
+// twice, in a later batch or in the same one, is applied once.
+func TestKeyConcurrencyDeduplicates(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	s := memory.New()
+	var seen appliedEvents
+	w := startWorker(t, c, s, workerOpts{name: "dedupe", keyConcurrency: 4, observers: []consumer.Observer{&seen}})
+	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
+	produceIDs(t, c, idRec{id: "a", payload: "0"})
+	waitFor(t, 30*time.Second, "the first command applied", func() bool { return len(logOf(s, "k")) == 1 })
+	produceIDs(t, c, idRec{id: "a", payload: "0"}, idRec{id: "b", payload: "1"}, idRec{id: "b", payload: "1"})
+	waitFor(t, 30*time.Second, "the watermark past every record", func() bool {
+		ps := w.Partitions()
+		return len(ps) == 1 && ps[0].NextOffset == 4
+	})
+	if got := logOf(s, "k"); !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("log %v, want [0 1]: a command written twice was applied twice", got)
+	}
+	if st := w.Stats(); st.Duplicates != 2 || st.Records != 2 {
+		t.Errorf("Stats %+v, want 2 duplicates and 2 records applied", st)
+	}
+	for _, ev := range s.Events() {
+		if ev.Kind == memory.Apply && ev.Accepted && (!ev.Gapped || ev.IDs == nil) {
+			t.Errorf("apply %+v: want gapped applies with IDs", ev)
+		}
+	}
+	if err := s.Verify(); err != nil {
+		t.Error(err)
 	}
 }

@@ -68,6 +68,9 @@ type tenure[Tx any] struct {
 	haltOnce sync.Once
 	gap      gapState
 	busy     atomic.Int32 // lanes applying a batch
+	// keys binds the keys with records pending to their lanes (lanes.go);
+	// nil on the serial path.
+	keys *keyTable
 }
 
 func newTenure[Tx any](w *Worker[Tx], tok epochs.Token) *tenure[Tx] {
@@ -82,6 +85,7 @@ func newTenure[Tx any](w *Worker[Tx], tok epochs.Token) *tenure[Tx] {
 	t.serial = applier[Tx]{t: t, budget: poisonBudget{offset: -1}}
 	if w.gaps != nil {
 		t.halt = make(chan struct{})
+		t.keys = newKeyTable(w.cfg.KeyConcurrency)
 	}
 	return t
 }

@@ -114,7 +114,9 @@ type Worker[Tx any] struct {
 // New validates cfg, connects to the brokers and joins the group.
 //
 // The Worker owns the goroutines it starts: a poll loop, an offset
-// committer, a lag refresher and one goroutine per owned partition. They
+// committer, a lag refresher and one goroutine per owned partition (with
+// Config.KeyConcurrency above 1, it owns its lanes' goroutines and waits
+// for them before it exits). They
 // run until Close (or until the Worker stops by itself, see Done). ctx
 // bounds only the initial connection check.
 func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
