@@ -516,3 +516,89 @@ func TestGapsReadOnly(t *testing.T) {
 		t.Fatalf("DeadLetterGapped: %v, want ErrReadOnly", err)
 	}
 }
+
+// TestGapsClaimRacingLanes: a new owner claims while 8 lanes of the old
+// one keep applying (the claim is made after 20 of their batches
+// landed). The claim's checkpoint is exactly the batches that returned
+// without error, each applied once; every other batch was refused and
+// wrote nothing.
+func TestGapsClaimRacingLanes(t *testing.T) {
+	t.Parallel()
+	const lanes = 5 // the test pool has 6 connections: one for the claim
+	s := openSink(t, newTestSchema(t), nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	scope := testScope(t)
+	a, b := tokenOf(scope, 1, "a"), tokenOf(scope, 2, "b")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu             sync.Mutex
+		landed, fenced [][]int64
+		wg             sync.WaitGroup
+		enough         = make(chan struct{})
+		once           sync.Once
+	)
+	for lane := range lanes {
+		wg.Go(func() {
+			for k := int64(0); ; k++ {
+				offs := []int64{2*k*lanes + int64(lane), (2*k+1)*lanes + int64(lane)}
+				_, err := s.ApplyGapped(ctx, a, gapBatch(offs...), func(ctx context.Context, tx pgx.Tx, i int) error {
+					_, err := tx.Exec(ctx, appendKV, fmt.Sprint("o", offs[i]), "x")
+					return err
+				})
+				mu.Lock()
+				switch {
+				case err == nil:
+					landed = append(landed, offs)
+					if len(landed) == 20 {
+						once.Do(func() { close(enough) })
+					}
+				case errors.Is(err, sink.ErrFenced):
+					fenced = append(fenced, offs)
+				default:
+					t.Errorf("lane %d ApplyGapped(%v): %v", lane, offs, err)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	<-enough
+	got, err := s.ClaimGapped(ctx, b, sink.Observed{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	var want sink.Checkpoint
+	for _, offs := range landed {
+		for _, o := range offs {
+			want.Add(o, o+1)
+			if v, ok, err := getKV(ctx, s, fmt.Sprint("o", o)); err != nil || !ok || v != "x" {
+				t.Fatalf("landed offset %d: kv = %q, %v, %v; want x, applied once", o, v, ok, err)
+			}
+		}
+	}
+	for _, offs := range fenced {
+		for _, o := range offs {
+			if _, ok, err := getKV(ctx, s, fmt.Sprint("o", o)); err != nil || ok {
+				t.Fatalf("fenced offset %d written (%v, %v)", o, ok, err)
+			}
+		}
+	}
+	if got.NextOffset != want.NextOffset || len(got.Done) != len(want.Done) {
+		t.Fatalf("ClaimGapped racing the lanes = %+v, want the %d batches that landed: %+v", got, len(landed), want)
+	}
+	for i := range got.Done {
+		if got.Done[i] != want.Done[i] {
+			t.Fatalf("ClaimGapped racing the lanes = %+v, want the %d batches that landed: %+v", got, len(landed), want)
+		}
+	}
+	if len(fenced) != lanes {
+		t.Fatalf("%d lanes refused, want all %d", len(fenced), lanes)
+	}
+	t.Logf("%d batches landed before the claim (watermark %d, %d spans above it), %d lanes refused after", len(landed), got.NextOffset, len(got.Done), len(fenced))
+}
