@@ -37,16 +37,45 @@ func (t *tenure[Tx]) run(next int64) {
 			continue
 		}
 		var ok bool
-		next, ok = t.process(batch, next)
+		next, ok = t.serial.process(batch, nil, nil, next)
 		if !ok {
 			return
 		}
 	}
 }
 
+// applier is where process runs: the tenure's own goroutine (the serial
+// path, KeyConcurrency 1) or one of its lanes (lanes.go). It owns the
+// batch memory decode reuses and the retry budget of its failing record,
+// so that lanes of one tenure run process concurrently.
+type applier[Tx any] struct {
+	t    *tenure[Tx]
+	lane *lane[Tx] // nil on the serial path
+
+	// batch is the memory decode reuses (it holds at most one batch's
+	// records until the next batch); decoder reuses command type strings.
+	batch   decoded[Tx]
+	decoder envelope.Decoder
+	budget  poisonBudget
+}
+
+// poisonBudget is the retry budget of the record whose handler keeps
+// failing: its offset (-1: none), its failed attempts and when the first
+// failed.
+type poisonBudget struct {
+	offset   int64
+	attempts int
+	since    time.Time
+}
+
 // decoded is a batch's records as commands.
 type decoded[Tx any] struct {
-	recs    []*kgo.Record
+	recs []*kgo.Record
+	// from and keys, on a lane only, are where each record's span starts
+	// (sink.GapBatch.From) and the hash of its key (keyTable); nil on the
+	// serial path.
+	from    []int64
+	keys    []uint64
 	hs      []Handler[Tx] // the handler of each command's type, nil if none
 	offsets []int64
 	cmds    []envelope.Command // the handler's Command is made from it and its record when called
@@ -57,12 +86,13 @@ type decoded[Tx any] struct {
 	ids []string
 }
 
-// decode decodes recs into the tenure's batch memory, which it reuses
-// from batch to batch: the returned decoded is valid until the next call
-// (process, the tenure's goroutine, is its only caller). Every element it
-// returns is overwritten, so nothing of an earlier batch shows through.
-func (t *tenure[Tx]) decode(recs []*kgo.Record) decoded[Tx] {
-	d := &t.batch
+// decode decodes recs into a's batch memory, which it reuses from batch
+// to batch: the returned decoded is valid until the next call (process,
+// on a's goroutine, is its only caller). Every element it returns is
+// overwritten, so nothing of an earlier batch shows through.
+func (a *applier[Tx]) decode(recs []*kgo.Record) decoded[Tx] {
+	t := a.t
+	d := &a.batch
 	if cap(d.cmds) < len(recs) {
 		d.offsets, d.cmds, d.errs, d.hs = make([]int64, len(recs)), make([]envelope.Command, len(recs)), make([]error, len(recs)), make([]Handler[Tx], len(recs))
 		d.ids = make([]string, len(recs))
@@ -72,7 +102,7 @@ func (t *tenure[Tx]) decode(recs []*kgo.Record) decoded[Tx] {
 	for i, r := range recs {
 		d.offsets[i] = r.Offset
 		d.errs[i] = nil
-		if err := t.decoder.DecodeInto(r, &d.cmds[i]); err != nil {
+		if err := a.decoder.DecodeInto(r, &d.cmds[i]); err != nil {
 			d.errs[i] = fmt.Errorf("%w: offset %d: %w", ErrUndecodable, r.Offset, err)
 		} else if err := t.checkRoute(r); err != nil {
 			d.errs[i] = err
@@ -125,19 +155,29 @@ func (t *tenure[Tx]) deadAtOnce(d decoded[Tx], i int) (reason string, err error,
 // never holds back the records before it. Failures of the sink are
 // retried without limit; a fenced outcome stops the tenure. It returns the
 // new next offset and whether the tenure may go on.
-func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
-	// Records below the checkpoint were applied already (by this tenure or
-	// a previous one): the sink would skip them too.
-	i := 0
-	for i < len(batch) && batch[i].Offset < next {
-		i++
-	}
-	batch = batch[i:]
-	if len(batch) == 0 {
-		return next, true
+//
+// On the serial path next is the tenure's checkpoint and the records
+// below it are dropped first; on a lane (a.lane not nil) from holds each
+// record's sink.GapBatch.From, the dispatcher dropped the records the
+// claim's checkpoint holds, every Apply is an ApplyGapped and every dead
+// letter a DeadLetterGapped, and the result is the tenure's watermark.
+func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, next int64) (int64, bool) {
+	t := a.t
+	if a.lane == nil {
+		// Records below the checkpoint were applied already (by this
+		// tenure or a previous one): the sink would skip them too.
+		i := 0
+		for i < len(batch) && batch[i].Offset < next {
+			i++
+		}
+		batch = batch[i:]
+		if len(batch) == 0 {
+			return next, true
+		}
 	}
 	w := t.w
-	d := t.decode(batch)
+	d := a.decode(batch)
+	d.from, d.keys = from, keys
 	backoff := w.cfg.RetryBackoff
 	limit := len(d.recs) // records to try in the next Apply: the good prefix before a poison record
 	// A record whose handler failed permanently behind a good prefix is
@@ -150,7 +190,7 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 	for len(d.recs) > 0 {
 		if permanent.err != nil && d.offsets[0] == permanent.offset {
 			var alive bool
-			if next, alive = t.deadLetter(d.recs[0], d.cmds[0].Type, ReasonPermanent, permanent.err, permanent.attempts, next); !alive {
+			if next, alive = a.deadLetter(d, ReasonPermanent, permanent.err, permanent.attempts, next); !alive {
 				return next, false
 			}
 			permanent.err = nil
@@ -160,7 +200,7 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 		}
 		if reason, err, ok := t.deadAtOnce(d, 0); ok {
 			var alive bool
-			if next, alive = t.deadLetter(d.recs[0], d.cmds[0].Type, reason, err, 0, next); !alive {
+			if next, alive = a.deadLetter(d, reason, err, 0, next); !alive {
 				return next, false
 			}
 			d = d.slice(1)
@@ -176,21 +216,19 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 			run++
 		}
 		start := time.Now()
-		res, dups, err := t.apply(d, run)
+		res, dups, err := a.apply(d, run)
 		if err == nil {
-			a := t.applied(d, run, res, dups)
-			a.Duration = time.Since(start)
-			w.batches.Add(1)
-			w.records.Add(int64(a.Applied))
-			w.skipped.Add(int64(a.Skipped))
-			w.duplicates.Add(int64(a.Duplicates))
-			w.redrivesSkipped.Add(int64(a.OtherGroup))
-			w.withoutID.Add(int64(a.WithoutID))
 			last := d.recs[run-1]
-			t.appliedEpoch.Store(last.LeaderEpoch)
-			t.appliedNext.Store(res.NextOffset)
-			w.markApplied(t, res.NextOffset, last.LeaderEpoch)
-			w.obs.emit(a)
+			res.NextOffset = a.advance(d, run, res.NextOffset, last.LeaderEpoch)
+			ev := a.applied(d, run, res, dups)
+			ev.Duration = time.Since(start)
+			w.batches.Add(1)
+			w.records.Add(int64(ev.Applied))
+			w.skipped.Add(int64(ev.Skipped))
+			w.duplicates.Add(int64(ev.Duplicates))
+			w.redrivesSkipped.Add(int64(ev.OtherGroup))
+			w.withoutID.Add(int64(ev.WithoutID))
+			w.obs.emit(ev)
 			t.progressed()
 			next = res.NextOffset
 			d = d.slice(run)
@@ -224,7 +262,7 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 		// poison one. The records before it are applied first.
 		k := ee.Index
 		pol := w.cfg.Poison.forType(d.cmds[k].Type)
-		attempts, since := t.recordFailure(d.offsets[k])
+		attempts, since := a.recordFailure(d.offsets[k])
 		if k > 0 {
 			if t.isPermanent(ee.Err) && pol.HandlerError == PoisonDeadLetter && w.dl != nil {
 				permanent.err, permanent.offset, permanent.attempts = ee.Err, d.offsets[k], attempts
@@ -237,7 +275,7 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 		reason, decide := t.poisonReason(d, ee.Err, pol, attempts, since)
 		if decide && w.dl != nil && (pol.HandlerError == PoisonDeadLetter || reason == ReasonUndecodable || reason == ReasonNoHandler) {
 			var alive bool
-			if next, alive = t.deadLetter(d.recs[0], d.cmds[0].Type, reason, ee.Err, attempts, next); !alive {
+			if next, alive = a.deadLetter(d, reason, ee.Err, attempts, next); !alive {
 				return next, false
 			}
 			d = d.slice(1)
@@ -252,12 +290,35 @@ func (t *tenure[Tx]) process(batch []*kgo.Record, next int64) (int64, bool) {
 	return next, true
 }
 
+// recordFailure counts a failed attempt of the record at offset against
+// its budget; it returns the attempts so far and when the first failed.
+// The budget survives the records before it being applied after its
+// first failure: that failure counts.
+func (a *applier[Tx]) recordFailure(offset int64) (int, time.Time) {
+	b := &a.budget
+	if b.offset != offset || b.attempts == 0 {
+		b.offset, b.attempts, b.since = offset, 0, time.Now()
+	}
+	b.attempts++
+	return b.attempts, b.since
+}
+
 // apply applies the first run records of d in one fenced unit: with
 // their command IDs (ApplyOnce) when the sink deduplicates, else with
-// Apply (per offset only). It returns the indexes of the duplicates the
+// Apply (per offset only); on a lane with ApplyGapped, with the IDs when
+// the sink deduplicates. It returns the indexes of the duplicates the
 // sink did not run.
-func (t *tenure[Tx]) apply(d decoded[Tx], run int) (sink.ApplyResult, []int, error) {
+func (a *applier[Tx]) apply(d decoded[Tx], run int) (sink.ApplyResult, []int, error) {
+	t := a.t
 	w := t.w
+	if a.lane != nil {
+		b := sink.GapBatch{Offsets: d.offsets[:run], From: d.from[:run]}
+		if w.dedupe != nil {
+			b.IDs = d.ids[:run]
+		}
+		res, err := w.gaps.ApplyGapped(t.ctx, t.tok, b, t.effect(d))
+		return res.ApplyResult, res.Duplicates, err
+	}
 	if w.dedupe == nil {
 		res, err := w.cfg.Sink.Apply(t.ctx, t.tok, d.offsets[:run], t.effect(d))
 		return res, nil, err
@@ -266,13 +327,36 @@ func (t *tenure[Tx]) apply(d decoded[Tx], run int) (sink.ApplyResult, []int, err
 	return res.ApplyResult, res.Duplicates, err
 }
 
+// advance records that the first n records of d (leaderEpoch the last
+// one's) are done and returns the tenure's next offset: on the serial
+// path next, the sink's NextOffset; on a lane the watermark of the
+// tenure's checkpoint once their spans (d.from[i], d.offsets[i]+1) are
+// added, and their keys are released from the lane (keyTable). The new
+// position is the partition's commit candidate.
+func (a *applier[Tx]) advance(d decoded[Tx], n int, next int64, leaderEpoch int32) int64 {
+	t := a.t
+	if a.lane != nil {
+		next = t.gapDone(d.from[:n], d.offsets[:n], leaderEpoch)
+		t.keys.release(a.lane.index, d.keys[:n])
+		return next
+	}
+	t.appliedEpoch.Store(leaderEpoch)
+	t.appliedNext.Store(next)
+	t.w.markApplied(t, next, leaderEpoch)
+	return next
+}
+
 // applied returns the Applied event of the first run records of d, which
 // the sink applied with res, dups its duplicates, and emits a
 // DuplicateSkipped or RedriveSkipped event for each record skipped so.
 // The records the sink skipped as replays are the first res.Skipped.
-func (t *tenure[Tx]) applied(d decoded[Tx], run int, res sink.ApplyResult, dups []int) Applied {
-	a := Applied{Token: t.tok, FirstOffset: d.offsets[0], NextOffset: res.NextOffset, Records: run,
+func (a *applier[Tx]) applied(d decoded[Tx], run int, res sink.ApplyResult, dups []int) Applied {
+	t := a.t
+	ev := Applied{Token: t.tok, FirstOffset: d.offsets[0], NextOffset: res.NextOffset, Records: run,
 		Applied: res.Applied, Skipped: res.Skipped, Duplicates: len(dups)}
+	if a.lane != nil {
+		ev.Lane = a.lane.index
+	}
 	k := 0 // next index in dups
 	for i := res.Skipped; i < run; i++ {
 		if k < len(dups) && dups[k] == i {
@@ -284,19 +368,23 @@ func (t *tenure[Tx]) applied(d decoded[Tx], run int, res sink.ApplyResult, dups 
 		switch {
 		case d.errs[i] != nil:
 		case t.otherGroup(c):
-			a.OtherGroup++
+			ev.OtherGroup++
 			t.w.obs.emit(RedriveSkipped{Token: t.tok, Offset: d.offsets[i], ID: c.ID, For: c.RedriveFor})
 		case c.ID == "":
-			a.WithoutID++
+			ev.WithoutID++
 		}
 	}
-	a.Applied -= a.OtherGroup // run by the sink, but no handler was called
-	return a
+	ev.Applied -= ev.OtherGroup // run by the sink, but no handler was called
+	return ev
 }
 
 // slice drops the first n records of d.
 func (d decoded[Tx]) slice(n int) decoded[Tx] {
-	return decoded[Tx]{recs: d.recs[n:], hs: d.hs[n:], offsets: d.offsets[n:], cmds: d.cmds[n:], errs: d.errs[n:], ids: d.ids[n:]}
+	out := decoded[Tx]{recs: d.recs[n:], hs: d.hs[n:], offsets: d.offsets[n:], cmds: d.cmds[n:], errs: d.errs[n:], ids: d.ids[n:]}
+	if d.from != nil {
+		out.from, out.keys = d.from[n:], d.keys[n:]
+	}
+	return out
 }
 
 // effect returns the sink effect of d: the handler of each command, its
@@ -391,6 +479,8 @@ func (t *tenure[Tx]) stall(op sink.Op, offset int64, cause string, err error, st
 	case <-t.stopCh:
 		return false
 	case <-t.ctx.Done():
+		return false
+	case <-t.halt:
 		return false
 	}
 	*backoff = min(2**backoff, w.cfg.MaxRetryBackoff)

@@ -192,7 +192,16 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 				t.topicID = obs.TopicID
 			}
 			obs.MemberProven = proven
-			next, err = w.cfg.Sink.Claim(ctx, t.tok, obs)
+			if w.gaps != nil {
+				var cp sink.Checkpoint
+				cp, err = w.gaps.ClaimGapped(ctx, t.tok, obs)
+				next = cp.NextOffset
+				if err == nil {
+					t.claimedGapped(cp)
+				}
+			} else {
+				next, err = w.cfg.Sink.Claim(ctx, t.tok, obs)
+			}
 			if !w.current(t) {
 				w.discard(t, sink.OpClaim, err)
 				return 0, errTenureGone

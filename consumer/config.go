@@ -74,7 +74,10 @@ type Command struct {
 // fenced unit that moves the checkpoint past it. A handler may run more
 // than once for the same command if a batch is retried, so it must not
 // have side effects outside tx. It is called from the partition's
-// goroutine; handlers of different partitions run concurrently.
+// goroutine; handlers of different partitions run concurrently, and with
+// Config.KeyConcurrency above 1 it is called from the partition's lanes:
+// handlers of different keys of one partition run concurrently too (one
+// key's commands never do).
 //
 // cmd's byte slices (Key, Payload, header values) belong to the handler
 // once it is called: the Worker never reuses or overwrites them, so a
@@ -136,6 +139,22 @@ type Config[Tx any] struct {
 
 	// Protocol selects the group protocol; default Cooperative.
 	Protocol Protocol
+	// KeyConcurrency is how many lanes apply one partition's records
+	// concurrently (docs/operating.md#key-concurrency); default 1: the
+	// partition is applied one batch at a time, in offset order, the
+	// fastest path for fast handlers. With N > 1 the records of one key
+	// always go to the same lane (the FNV-1a hash of the key mod N), in
+	// offset order, and each lane batches (MaxBatch) and applies through
+	// the sink's checkpoint with gaps: the sink must implement
+	// sink.GapApplier itself (not under a wrapper), else New fails with a
+	// *GapApplierError. Records of different keys are then applied out of
+	// offset order: a handler that must see a partition's records in
+	// order across keys needs 1. Records without a key (not commands:
+	// dead-lettered as undecodable by default) all go to one lane,
+	// ordered among themselves. A poison record holds up only its lane's
+	// keys until that lane's queue (max(QueueSize/N, MaxBatch) records)
+	// is full; then the partition's fetching pauses.
+	KeyConcurrency int
 	// MaxBatch is the most records applied in one sink Apply; default 256.
 	MaxBatch int
 	// QueueSize is how many fetched records a partition may buffer before
@@ -227,6 +246,39 @@ const diagnoseTimeout = 5 * time.Second
 // ErrConfig is matched by every configuration error returned by New.
 var ErrConfig = errors.New("consumer: invalid config")
 
+// ErrNoGapApplier is matched by the error New returns for a
+// KeyConcurrency above 1 with a sink that does not implement
+// sink.GapApplier itself (a *GapApplierError); it matches ErrConfig too.
+var ErrNoGapApplier = errors.New("consumer: KeyConcurrency above 1 needs a sink that implements sink.GapApplier itself")
+
+// GapApplierError is the error New returns for Config.KeyConcurrency > 1
+// with a sink that does not implement sink.GapApplier itself. Lanes use
+// the sink's own ApplyGapped, never one found under a wrapper (which
+// would bypass the wrapper's Apply, as with sink.Deduplicator). It
+// matches ErrNoGapApplier and ErrConfig.
+type GapApplierError struct {
+	KeyConcurrency int
+	// Sink is the sink's type.
+	Sink string
+	// Wrapped reports that a sink it wraps has the capability: the
+	// wrapper must implement sink.GapApplier itself.
+	Wrapped bool
+}
+
+// Error says what is missing.
+func (e *GapApplierError) Error() string {
+	s := fmt.Sprintf("%s: KeyConcurrency %d, sink %s has no ApplyGapped", ErrNoGapApplier, e.KeyConcurrency, e.Sink)
+	if e.Wrapped {
+		s += " of its own (a sink it wraps has one: implement sink.GapApplier on the wrapper)"
+	}
+	return s + "; use KeyConcurrency 1, or a sink with a checkpoint with gaps"
+}
+
+// Is reports whether target is ErrNoGapApplier or ErrConfig.
+func (e *GapApplierError) Is(target error) bool {
+	return target == ErrNoGapApplier || target == ErrConfig
+}
+
 // ErrStaticMembership is matched by the error New returns when static
 // membership is requested without AllowStaticMembership.
 var ErrStaticMembership = errors.New("consumer: static membership refused: a restarted static member replaces the old one without a rebalance, " +
@@ -252,6 +304,8 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 		return out, fmt.Errorf("%w: unknown Misroute policy %v", ErrConfig, out.Misroute)
 	case out.Protocol != Cooperative && out.Protocol != KIP848:
 		return out, fmt.Errorf("%w: unknown protocol %d", ErrConfig, int(out.Protocol))
+	case out.KeyConcurrency < 0:
+		return out, fmt.Errorf("%w: negative KeyConcurrency %d", ErrConfig, out.KeyConcurrency)
 	case out.MaxBatch < 0, out.QueueSize < 0, out.RevokeTimeout < 0, out.SessionTimeout < 0,
 		out.RebalanceTimeout < 0, out.HeartbeatInterval < 0, out.RetryBackoff < 0, out.MaxRetryBackoff < 0,
 		out.LagInterval < 0, out.ReclaimInterval < 0:
@@ -265,6 +319,15 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 	for typ, h := range out.Handlers {
 		if typ == "" || h == nil {
 			return out, fmt.Errorf("%w: handler for type %q is empty or nil", ErrConfig, typ)
+		}
+	}
+	if out.KeyConcurrency == 0 {
+		out.KeyConcurrency = 1
+	}
+	if out.KeyConcurrency > 1 {
+		if _, ok := out.Sink.(sink.GapApplier[Tx]); !ok {
+			_, under := sink.As[sink.GapApplier[Tx]](out.Sink)
+			return out, &GapApplierError{KeyConcurrency: out.KeyConcurrency, Sink: fmt.Sprintf("%T", out.Sink), Wrapped: under}
 		}
 	}
 	if out.MaxBatch == 0 {

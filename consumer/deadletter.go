@@ -10,13 +10,17 @@ import (
 	"github.com/workrouter/workrouter/sink"
 )
 
-// deadLetter stores r as a dead letter in the sink and moves the
-// checkpoint past it (docs/design.md#dead-letters), retrying failures of
-// the sink without limit: a record is never skipped without its row. It
-// returns the new next offset and whether the tenure may go on (false when
-// fenced or stopped).
-func (t *tenure[Tx]) deadLetter(r *kgo.Record, typ, reason string, cause error, attempts int, next int64) (int64, bool) {
+// deadLetter stores d's first record as a dead letter in the sink and
+// moves the checkpoint past it (docs/design.md#dead-letters), retrying
+// failures of the sink without limit: a record is never skipped without
+// its row. On a lane it is a DeadLetterGapped from the record's From, and
+// the record's span joins the tenure's checkpoint. It returns the new
+// next offset (on a lane, the tenure's watermark) and whether the tenure
+// may go on (false when fenced or stopped).
+func (a *applier[Tx]) deadLetter(d decoded[Tx], reason string, cause error, attempts int, next int64) (int64, bool) {
+	t := a.t
 	w := t.w
+	r := d.recs[0]
 	rec := sink.DeadRecord{
 		TopicID: t.topicID, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
 		Reason: reason, Error: cause.Error(), Attempts: attempts,
@@ -27,14 +31,18 @@ func (t *tenure[Tx]) deadLetter(r *kgo.Record, typ, reason string, cause error, 
 	backoff := w.cfg.RetryBackoff
 	for {
 		start := time.Now()
-		res, err := w.dl.DeadLetter(t.ctx, t.tok, rec)
+		var res sink.DeadLetterResult
+		var err error
+		if a.lane != nil {
+			res, err = w.gaps.DeadLetterGapped(t.ctx, t.tok, d.from[0], rec)
+		} else {
+			res, err = w.dl.DeadLetter(t.ctx, t.tok, rec)
+		}
 		if err == nil {
-			t.appliedEpoch.Store(r.LeaderEpoch)
-			t.appliedNext.Store(res.NextOffset)
-			w.markApplied(t, res.NextOffset, r.LeaderEpoch)
+			res.NextOffset = a.advance(d, 1, res.NextOffset, r.LeaderEpoch)
 			if res.Stored {
 				w.deadLettered.Add(1)
-				w.obs.emit(DeadLettered{Token: t.tok, Offset: r.Offset, Key: r.Key, Type: typ, Reason: reason, Err: cause, Attempts: attempts, ID: res.ID})
+				w.obs.emit(DeadLettered{Token: t.tok, Offset: r.Offset, Key: r.Key, Type: d.cmds[0].Type, Reason: reason, Err: cause, Attempts: attempts, ID: res.ID})
 				w.signalMirror()
 			}
 			t.progressed()

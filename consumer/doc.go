@@ -30,6 +30,10 @@
 //     (DuplicateSkipped); a redrive for another consumer group is skipped
 //     inside the unit, its ID not recorded (RedriveSkipped;
 //     docs/design.md#the-worker-and-command-ids).
+//     With Config.KeyConcurrency above 1, lanes.go: the partition's
+//     goroutine dispatches records to lanes by key (see Key concurrency
+//     below), and each lane runs the same apply with the sink's
+//     ApplyGapped.
 //  5. commit.go — after Apply the Kafka offset is committed, for lag
 //     visibility; a rejected commit is not an error of the work.
 //  6. revoke.go — on revoke or loss the partition goroutine finishes its
@@ -37,6 +41,41 @@
 //     partition with nothing in flight (blocked, claiming) is cancelled at
 //     once. A tenure that is gone never acts: the sink's late answers to it
 //     are discarded (Discarded events), never applied to its successor.
+//
+// # Key concurrency
+//
+// Config.KeyConcurrency N > 1 (docs/operating.md#key-concurrency) applies
+// the keys of one partition concurrently, for handlers that wait on I/O.
+// The tenure's goroutine becomes a dispatcher: it takes the partition's
+// records in offset order and queues each on lane FNV-1a(key) mod N, so
+// that one key's records always go to one lane, in offset order (records
+// without a key all go to one lane, ordered among themselves; they are
+// not commands and are dead-lettered as undecodable by default). Each
+// lane is a goroutine of the tenure: it batches (MaxBatch) and applies
+// with sink.GapApplier.ApplyGapped carrying the tenure token, through the
+// same poison, dead-letter (DeadLetterGapped), retry and fence handling
+// as KeyConcurrency 1, and with the command IDs when the sink
+// deduplicates. Each record covers the offsets from the one after the
+// record the dispatcher took before it (of any lane; the claim's
+// watermark for the first), so offsets without records (transaction
+// markers) are done with it. The tenure starts from ClaimGapped's
+// checkpoint and passes over the records it holds; it keeps its own
+// checkpoint (the claim's plus every successful lane apply's spans),
+// whose watermark is the Kafka commit and Worker.Partitions' NextOffset:
+// the sink, which records the same spans in each fenced unit, stays the
+// source of truth. The sink must implement sink.GapApplier itself (as
+// with sink.Deduplicator, one under a wrapper would bypass it): New fails
+// with a *GapApplierError otherwise.
+//
+// A poison record, or a slow key, holds up only its lane's keys while the
+// lane's queue (max(QueueSize/N, MaxBatch) records) has room; once it is
+// full the dispatcher waits, the partition's queue fills and its fetching
+// pauses. A revoke lets every lane finish its in-flight batch; a fenced
+// lane halts every lane of the partition (an in-flight apply of another
+// lane is refused by the sink), and so do loss and Close. Records of
+// different keys are applied out of offset order: a handler that must see
+// a partition's records in order across keys needs KeyConcurrency 1, the
+// default and the fastest path for fast handlers.
 //
 // # Events
 //
@@ -101,8 +140,14 @@
 //     workrouter_consumer_partition_stalled_since_timestamp_seconds: 1
 //     (and since when) while an assigned partition makes no progress (a
 //     stall, or a claim blocked until an operator acts), else 0.
+//   - workrouter_consumer_gapped_spans{topic,partition} and
+//     workrouter_consumer_lanes_busy{topic,partition}, with
+//     KeyConcurrency above 1 only: the done spans above the watermark of
+//     the partition's checkpoint (lanes that ran ahead of a slower one),
+//     and the lanes applying a batch.
 //
-// Every per-partition gauge (tenure epoch, lag, stalled and since) is
+// Every per-partition gauge (tenure epoch, lag, stalled and since, the
+// lanes' gauges) is
 // deleted when the partition leaves the member, whichever way (revoked,
 // lost or fenced) and in whatever state (running, stalled, blocked,
 // claiming); events of a tenure already gone do not bring it back. The

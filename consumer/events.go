@@ -99,7 +99,12 @@ type Claimed struct {
 // are applied once per offset, but a second copy of one in the log would
 // be applied again. FirstOffset is the batch's first offset and
 // NextOffset the checkpoint after it. Duration is the successful Apply
-// attempt's.
+// attempt's. With Config.KeyConcurrency > 1 it is one lane's batch
+// (sink.GapApplier.ApplyGapped, docs/operating.md#key-concurrency): its
+// records are of the lane's keys, not contiguous, Skipped counts the
+// records the sink found done (anywhere in the batch), and NextOffset is
+// the partition's watermark after it (the tenure's checkpoint with gaps:
+// below it every offset is done).
 type Applied struct {
 	Token       epochs.Token
 	FirstOffset int64
@@ -111,6 +116,9 @@ type Applied struct {
 	OtherGroup  int
 	WithoutID   int
 	Duration    time.Duration
+	// Lane is the lane that applied the batch (Config.KeyConcurrency >
+	// 1), 0 on the serial path.
+	Lane int
 }
 
 // DuplicateSkipped: the sink did not run a record's handler because its

@@ -19,3 +19,18 @@ func SetTopicCheckInterval[Tx any](c *Config[Tx], d time.Duration) { c.topicChec
 // default), so that a test whose member cannot reach the coordinator need
 // not wait it out. It exists in this package's tests only.
 func SetDiagnoseTimeout[Tx any](c *Config[Tx], d time.Duration) { c.diagnoseTimeout = d }
+
+// PendingKeys returns the keys bound to lanes and the records pending in
+// them (KeyConcurrency > 1) of the tenure of w's partition p, and false
+// when p has no tenure with lanes. It exists in this package's tests
+// only.
+func PendingKeys[Tx any](w *Worker[Tx], p int32) (keys, records int, ok bool) {
+	w.mu.Lock()
+	t := w.tenures[p]
+	w.mu.Unlock()
+	if t == nil || t.keys == nil {
+		return 0, 0, false
+	}
+	keys, records = t.keys.pending()
+	return keys, records, true
+}

@@ -252,6 +252,8 @@ type workerOpts struct {
 	lagInterval time.Duration
 	// maxBatch and queueSize set Config.MaxBatch (default 64) and QueueSize.
 	maxBatch, queueSize int
+	// keyConcurrency sets Config.KeyConcurrency.
+	keyConcurrency int
 	// commitPace, if set, is the committer's least time between commits
 	// (consumer.SetCommitPace).
 	commitPace time.Duration
@@ -305,6 +307,7 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 		Protocol:          o.protocol,
 		MaxBatch:          o.maxBatch,
 		QueueSize:         o.queueSize,
+		KeyConcurrency:    o.keyConcurrency,
 		SessionTimeout:    time.Second,
 		RebalanceTimeout:  3 * time.Second,
 		HeartbeatInterval: 100 * time.Millisecond,

@@ -62,6 +62,8 @@ type metrics struct {
 	redrivesSkipped *prometheus.CounterVec // topic, partition
 	withoutID       *prometheus.CounterVec // topic, partition
 	dedupeWindow    *prometheus.GaugeVec   // topic
+	gapped          *prometheus.GaugeVec   // topic, partition
+	busy            *prometheus.GaugeVec   // topic, partition
 }
 
 // newMetrics builds (but does not register) the collectors of a Worker of
@@ -134,7 +136,39 @@ func newMetrics(group string) *metrics {
 		"Applied records that carried no command ID: applied once per offset, not deduplicated by ID.", "topic", "partition")
 	m.dedupeWindow = gauge("workrouter_consumer_dedupe_window_offsets",
 		"The sink's retention horizon of applied command IDs, in offsets of a partition (sink.Deduplicator); 0 if the sink does not deduplicate: records are applied once per offset only.", "topic")
+	m.gapped = gauge("workrouter_consumer_gapped_spans",
+		"Done spans above the watermark of the partition's checkpoint with gaps (Config.KeyConcurrency > 1): runs of records lanes applied ahead of a slower lane; absent without lanes and once the partition is revoked, lost or fenced.", "topic", "partition")
+	m.busy = gauge("workrouter_consumer_lanes_busy",
+		"Lanes of the partition applying a batch (Config.KeyConcurrency > 1); absent without lanes and once the partition is revoked, lost or fenced.", "topic", "partition")
 	return m
+}
+
+// gappedSpans sets the done-span gauge of tok's partition to n, if tok is
+// the tenure its gauges belong to. It is called by the tenure's lanes and
+// dispatcher; a nil m does nothing.
+func (m *metrics) gappedSpans(tok epochs.Token, n int) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held[tok.Partition] == tok {
+		m.gapped.WithLabelValues(tok.Topic, partLabel(tok.Partition)).Set(float64(n))
+	}
+}
+
+// lanesBusy sets the busy-lanes gauge of tok's partition to n, if tok is
+// the tenure its gauges belong to. It is called by the tenure's lanes; a
+// nil m does nothing.
+func (m *metrics) lanesBusy(tok epochs.Token, n int) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held[tok.Partition] == tok {
+		m.busy.WithLabelValues(tok.Topic, partLabel(tok.Partition)).Set(float64(n))
+	}
 }
 
 // dedupeOn sets the dedupe window gauge of topic (0: no deduplication).
@@ -378,6 +412,8 @@ func (m *metrics) deleteLocked(tok epochs.Token) {
 	m.lag.DeleteLabelValues(tok.Topic, pl)
 	m.stalled.DeleteLabelValues(tok.Topic, pl)
 	m.stalledSince.DeleteLabelValues(tok.Topic, pl)
+	m.gapped.DeleteLabelValues(tok.Topic, pl)
+	m.busy.DeleteLabelValues(tok.Topic, pl)
 	m.setOwned(tok.Topic)
 }
 

@@ -82,10 +82,6 @@ type stallState struct {
 	since    time.Time
 	attempts int
 	lastErr  error
-	// the record whose handler keeps failing, and its budget
-	poisonOffset   int64
-	poisonAttempts int
-	poisonSince    time.Time
 }
 
 func (t *tenure[Tx]) status() PartitionStatus {
@@ -127,13 +123,11 @@ func (t *tenure[Tx]) failedIn(state PartitionState, err error) (int, time.Time) 
 }
 
 // progressed records that the partition moved on. The budget of a
-// failing record is kept: the records before it in its batch are applied
-// after its first failure, and that failure counts.
+// failing record is its applier's, and is kept (see recordFailure).
 func (t *tenure[Tx]) progressed() {
 	t.smu.Lock()
 	wasStalled := t.st.state != StateRunning && t.st.state != ""
-	t.st = stallState{state: StateRunning, since: time.Now(),
-		poisonOffset: t.st.poisonOffset, poisonAttempts: t.st.poisonAttempts, poisonSince: t.st.poisonSince}
+	t.st = stallState{state: StateRunning, since: time.Now()}
 	t.smu.Unlock()
 	if wasStalled {
 		t.w.reportRunning(t)
@@ -152,18 +146,6 @@ func (t *tenure[Tx]) isBlocked() bool {
 	t.smu.Lock()
 	defer t.smu.Unlock()
 	return t.st.state == StateBlocked
-}
-
-// recordFailure counts a failed attempt of the record at offset against
-// its budget; it returns the attempts so far and when the first failed.
-func (t *tenure[Tx]) recordFailure(offset int64) (int, time.Time) {
-	t.smu.Lock()
-	defer t.smu.Unlock()
-	if t.st.poisonOffset != offset || t.st.poisonAttempts == 0 {
-		t.st.poisonOffset, t.st.poisonAttempts, t.st.poisonSince = offset, 0, time.Now()
-	}
-	t.st.poisonAttempts++
-	return t.st.poisonAttempts, t.st.poisonSince
 }
 
 // stateMetadata is the offset-commit metadata a Worker writes for a

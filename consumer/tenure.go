@@ -7,7 +7,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
 )
 
@@ -55,12 +54,23 @@ type tenure[Tx any] struct {
 	smu sync.Mutex // guards st
 	st  stallState
 
-	// Used by the tenure's goroutine only: the batch memory decode reuses
-	// (it holds at most one batch's records until the next batch), and the
-	// decoder that reuses command type strings.
-	batch   decoded[Tx]
-	decoder envelope.Decoder
-	taken   []*kgo.Record // the memory of take's batches
+	// serial is the applier of the tenure's own goroutine: it applies
+	// every batch when KeyConcurrency is 1 (the serial path).
+	serial applier[Tx]
+	// taken is the memory of take's batches (used by the tenure's
+	// goroutine only).
+	taken []*kgo.Record
+
+	// halt is closed when every lane of the tenure must stop at once (a
+	// lane was fenced, or stopped); nil on the serial path, where it never
+	// fires. gap is the tenure's checkpoint with gaps (lanes.go).
+	halt     chan struct{}
+	haltOnce sync.Once
+	gap      gapState
+	busy     atomic.Int32 // lanes applying a batch
+	// keys binds the keys with records pending to their lanes (lanes.go);
+	// nil on the serial path.
+	keys *keyTable
 }
 
 func newTenure[Tx any](w *Worker[Tx], tok epochs.Token) *tenure[Tx] {
@@ -72,7 +82,11 @@ func newTenure[Tx any](w *Worker[Tx], tok epochs.Token) *tenure[Tx] {
 		done:   make(chan struct{}),
 	}
 	t.appliedNext.Store(-1)
-	t.st.poisonOffset = -1
+	t.serial = applier[Tx]{t: t, budget: poisonBudget{offset: -1}}
+	if w.gaps != nil {
+		t.halt = make(chan struct{})
+		t.keys = newKeyTable(w.cfg.KeyConcurrency)
+	}
 	return t
 }
 
@@ -87,6 +101,10 @@ func (t *tenure[Tx]) start(next int64) {
 	t.startNext.Store(next)
 	t.started.Store(true)
 	t.w.wg.Add(1)
+	if t.halt != nil {
+		go t.runLanes()
+		return
+	}
 	go t.run(next)
 }
 
@@ -104,12 +122,14 @@ func (t *tenure[Tx]) stop() {
 	}
 }
 
-// markFenced stops the tenure for good: it drops its queue and, if it is
+// markFenced stops the tenure for good: it halts its lanes (if any),
+// drops its queue and, if it is
 // still its partition's tenure, pauses fetching the partition. A tenure
 // that is gone (released or replaced) never pauses the partition: the
 // pause would stop its successor (release resumes the partition once).
 func (t *tenure[Tx]) markFenced() {
 	t.fenced.Store(true)
+	t.haltLanes()
 	t.mu.Lock()
 	t.queue = nil
 	t.mu.Unlock()

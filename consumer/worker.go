@@ -106,12 +106,17 @@ type Worker[Tx any] struct {
 	duplicates, redrivesSkipped, withoutID                       atomic.Int64
 
 	dedupe sink.Deduplicator[Tx] // the sink's, nil if it has none: Apply, per offset only
+	// gaps is the sink's own GapApplier when KeyConcurrency > 1, else nil
+	// (the serial path).
+	gaps sink.GapApplier[Tx]
 }
 
 // New validates cfg, connects to the brokers and joins the group.
 //
 // The Worker owns the goroutines it starts: a poll loop, an offset
-// committer, a lag refresher and one goroutine per owned partition. They
+// committer, a lag refresher and one goroutine per owned partition (with
+// Config.KeyConcurrency above 1, it owns its lanes' goroutines and waits
+// for them before it exits). They
 // run until Close (or until the Worker stops by itself, see Done). ctx
 // bounds only the initial connection check.
 func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
@@ -151,6 +156,9 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	w.permanent, _ = sink.As[sink.PermanentClassifier](c.Sink)
 	w.pinger, _ = sink.As[sink.Pinger](c.Sink)
 	w.dedupe = dedupeOf(c.Sink)
+	if c.KeyConcurrency > 1 {
+		w.gaps = c.Sink.(sink.GapApplier[Tx]) // checked by withDefaults
+	}
 	if w.dedupe != nil {
 		w.m.dedupeOn(c.Topic, w.dedupe.DedupeWindow())
 	} else {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/workrouter/workrouter/epochs"
 )
@@ -213,6 +215,46 @@ func CheckGapBatch[Tx any](tok epochs.Token, b GapBatch, effect Effect[Tx]) erro
 		return CheckIDs(b.Offsets, b.IDs)
 	}
 	return nil
+}
+
+// FormatSpans encodes spans as text, "from-to,from-to" (To excluded; ""
+// for none), the form the SQL backends store a claim's done spans in
+// (HistoryEntry.Done). It may be called from any goroutine.
+func FormatSpans(spans []Span) string {
+	b := make([]byte, 0, len(spans)*16)
+	for i, s := range spans {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, s.From, 10)
+		b = append(b, '-')
+		b = strconv.AppendInt(b, s.To, 10)
+	}
+	return string(b)
+}
+
+// ParseSpans decodes what FormatSpans encoded; nil for "". Text that is
+// not spans, or spans that are empty, out of order or overlapping, fail
+// with an error matching ErrBadCheckpoint. It may be called from any
+// goroutine.
+func ParseSpans(text string) ([]Span, error) {
+	if text == "" {
+		return nil, nil
+	}
+	var out []Span
+	for part := range strings.SplitSeq(text, ",") {
+		from, to, ok := strings.Cut(part, "-")
+		f, err1 := strconv.ParseInt(from, 10, 64)
+		t, err2 := strconv.ParseInt(to, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%w: done spans %q: %q is not from-to", ErrBadCheckpoint, text, part)
+		}
+		if t <= f || f < 0 || len(out) > 0 && f <= out[len(out)-1].To {
+			return nil, fmt.Errorf("%w: done spans %q: [%d, %d) is empty or does not follow the span before it", ErrBadCheckpoint, text, f, t)
+		}
+		out = append(out, Span{From: f, To: t})
+	}
+	return out, nil
 }
 
 // ErrBadCheckpoint is matched by the error a backend returns when the

@@ -280,6 +280,14 @@ type HistoryEntry struct {
 	// NextOffset is the scope's NextOffset at the claim (what Claim
 	// returned) or the reset (which keeps it).
 	NextOffset int64
+	// Done are the done spans above NextOffset of a gapped checkpoint
+	// ([Checkpoint.Done]): for a claim, the spans ClaimGapped returned
+	// (offsets that lanes of an earlier tenure applied, which the new
+	// owner skips); for a reset, the spans it left ([Fence.AfterReset]:
+	// kept on the same log, none on a new one). Empty for a scope
+	// without gaps. The invariant checker needs them for F: a write at
+	// an offset in a claim's done spans was made before that claim.
+	Done []Span
 	// Reason is the operator's reason for a reset; empty for a claim.
 	Reason string
 	// TopicID is the log identity at the claim, or the one the reset left
@@ -291,6 +299,15 @@ type HistoryEntry struct {
 	// At is when the sink recorded the entry (informational only, never
 	// used for fencing; the backend says whose clock).
 	At time.Time
+}
+
+// Equal reports whether e and g are the same entry: every field equal,
+// and the same done spans (a nil and an empty Done are the same).
+// HistoryEntry holds a slice, so == does not compile on it. It may be
+// called from any goroutine.
+func (e HistoryEntry) Equal(g HistoryEntry) bool {
+	return e.Seq == g.Seq && e.Kind == g.Kind && e.Token == g.Token && e.NextOffset == g.NextOffset && e.Reason == g.Reason &&
+		e.TopicID == g.TopicID && e.Detail == g.Detail && e.At.Equal(g.At) && slices.Equal(e.Done, g.Done)
 }
 
 // ErrFenced is matched by every error reporting that a write or claim was

@@ -109,6 +109,8 @@ then runs each workload and its baseline in this process:
   W5 end-to-end latency, produce to commit, at half the maximum rate it
      measures (median of 3 runs): memory sink; W5-sqlite: SQLite sink
   W6 pause-to-takeover
+  W7 W3's handler with 16 lanes per partition (KeyConcurrency 16) over 1,200
+     keys on a topic of its own, memory sink; W7-pg: PostgreSQL sink
 
 B5 and W8 send the same commands as W4 (the pre-loaded count of them: key,
 workrouter-type header, 100-byte payload), from files written before the
@@ -124,16 +126,16 @@ batch 256, W2-sqlite-b1/W2n-sqlite-b1 and W2-pg-b1/W2n-pg-b1 at batch 1
 is W2n-pg against B3-pg at batch 256, W2n-pg-b1 against B3-pg-b1 at batch 1
 and W2n-pg-b16 against B3-pg-b16 at batch 16 (32,000 records).
 
-Every throughput workload and baseline (all but W3, W5, W5-sqlite and W6)
+Every throughput workload and baseline (all but W5, W5-sqlite and W6)
 runs 5 times (3 with --quick; --repeats sets it). The runs of a workload and its baselines alternate, so that
 warm-up, leftover garbage and background load favour neither side:
-B1,W1,B2,B1,W1,B2,… then B3-sqlite,W2-sqlite,W2n-sqlite,… W2-sqlite-b1,W2n-sqlite-b1,…
-B3-pg,W2-pg,W2n-pg,… B3-pg-b1,W2-pg-b1,W2n-pg-b1,… B3-pg-b16,W2n-pg-b16,…
-B4,W4,B4,W4,… B5,W8,B5,W8,…
+B1,W1,B2,B1,W1,B2,… then W3,W7,W7-pg,… B3-sqlite,W2-sqlite,W2n-sqlite,…
+W2-sqlite-b1,W2n-sqlite-b1,… B3-pg,W2-pg,W2n-pg,… B3-pg-b1,W2-pg-b1,W2n-pg-b1,…
+B3-pg-b16,W2n-pg-b16,… B3-redis,W2-redis,… B4,W4,B4,W4,… B5,W8,B5,W8,…
 (--only runs just the selected ones, interleaved the same way). Each of these
 groups starts with one unreported warm-up run of its first member (the first
 produce run of a process is often slow). B0 and W9 run their repeats back to back;
-W3, W5, W5-sqlite and W6 run once.
+W5, W5-sqlite and W6 run once.
 
 The table gives each row's median records/s over its runs and their min–max,
 with CPU per record and peak RSS; a run that failed or was skipped is counted
@@ -152,7 +154,8 @@ unfenced), dedupe_on_vs_off_pg >= 0.90 and dedupe_on_vs_off_sqlite >= 0.90
 (W8/B5), router_vs_sarama >= 2.0, fenced_vs_unfenced_redis >= 0.90
 (W2-redis/B3-redis, with --redis); fence_vs_unfenced_pg_b1 >= 0.90,
 fence_vs_unfenced_pg_b16 >= 0.90 and fence_vs_unfenced_pg_b256 >= 0.95
-(deduplication off: the same writes); dedupe_on_vs_off_pg_b1 and
+(deduplication off: the same writes); keys_vs_serial >= 8 (W7/W3) and
+keys_vs_serial_pg >= 4 (W7-pg/W3); dedupe_on_vs_off_pg_b1 and
 dedupe_on_vs_off_sqlite_b1 (batch 1) are reported without a target. Two
 latency targets take the median over W9's runs of each run's percentile:
 send_p50 < 1ms and send_p99 < 5ms. The last line gives the median ratios
@@ -163,6 +166,7 @@ and latencies:
     dedupe_on_vs_off_sqlite_b1=<W2/W2n> fence_vs_unfenced_pg_b1=<W2n/B3> fence_vs_unfenced_pg_b16=<W2n/B3>
     fence_vs_unfenced_pg_b256=<W2n/B3> produce_vs_raw=<W4/B4> produce_file_vs_kcat=<W8/B5>
     router_vs_sarama=<W1/B2> fenced_vs_unfenced_redis=<W2/B3>
+    keys_vs_serial=<W7/W3> keys_vs_serial_pg=<W7-pg/W3>
     send_p50=<W9 ms> send_p99=<W9 ms>
 
 (one line).
@@ -177,6 +181,7 @@ does (after the report).`,
   workrouter bench --only B3-sqlite,W2-sqlite,W2n-sqlite,W2-sqlite-b1,W2n-sqlite-b1
   workrouter bench --repeats 9 --only B4,W4
   workrouter bench --only B5,W8,W9
+  workrouter bench --only W3,W7
   workrouter bench --postgres postgres://postgres@127.0.0.1:5432/test
   workrouter bench --brokers kafka-1:9092 --json`,
 		Args: cobra.NoArgs,

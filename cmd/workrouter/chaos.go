@@ -64,7 +64,8 @@ order, 0.5–2 s apart; one fault at a time):
 When the duration is up it stops producing, waits until lag is zero with every
 acknowledged command applied, reads the sink's own records and checks the
 invariants of docs/design.md#invariants: F (no stale write accepted after a newer claim),
-L (nothing acknowledged lost), O (per-key order), X (no command ID applied twice
+L (nothing acknowledged lost), O (per-key order: per account, in the order the
+postings were applied, also with --key-concurrency lanes), X (no command ID applied twice
 — a command that entered the log twice, re-sent or written twice by the broker
 across a restart, is skipped as a duplicate — and balances match), V (lag back to zero, and no committed offset ahead of the
 sink's checkpoint in samples taken every 1–2 s all along the run), D (every
@@ -87,6 +88,7 @@ resend, churn: the default there).`,
 		Example: `  workrouter chaos --duration 2m --seed 1
   workrouter chaos --faults pause,heartbeat --duration 1m
   workrouter chaos --protocol kip848 --seed 7
+  workrouter chaos --key-concurrency 8 --duration 90s
   workrouter chaos --sink postgres://postgres@127.0.0.1:5432/test`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -138,6 +140,7 @@ resend, churn: the default there).`,
 	fl.StringVar(&cfg.Protocol, "protocol", "cooperative", "group protocol: cooperative or kip848")
 	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 2*time.Second, "the workers' session timeout")
 	fl.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 0, "the workers' rebalance timeout (default 2.5× the session timeout: the embedded broker restarts a rebalance's timer on every join)")
+	fl.IntVar(&cfg.KeyConcurrency, "key-concurrency", 1, "lanes per partition in each worker (the worker's --key-concurrency): one account's commands in one lane, in offset order")
 	fl.DurationVar(&cfg.RecoverTimeout, "recover-timeout", 2*time.Minute, "how long lag may take to return to zero after the faults")
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run on this cluster (plaintext) instead of an in-process broker")
 	fl.StringVar(&cfg.LogDir, "log-dir", "", "write each worker's log and the broker's to this existing directory")

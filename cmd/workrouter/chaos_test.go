@@ -149,6 +149,7 @@ func TestChaosCommandRejectsBadInput(t *testing.T) {
 		{"chaos", "--faults", "pause,gc"},
 		{"chaos", "--protocol", "eager"},
 		{"chaos", "--sink", "bogus:x"},
+		{"chaos", "--key-concurrency", "-1"},
 	} {
 		p := startProc(t, args)
 		if code := p.wait(t); code == 0 {

@@ -30,7 +30,9 @@ transactions), resumes it with SIGCONT after another worker has taken over its
 partitions, waits until lag is zero, and checks from the sink's own records
 that nothing was lost, duplicated or reordered and that the late write was
 rejected. It prints a timeline and a final summary line, and exits non-zero if
-any invariant failed.
+any invariant failed. With --key-concurrency N the workers apply each partition
+in N lanes (one key's commands in one lane, in offset order); the order checked
+is then per key.
 
 With --brokers it runs on that cluster, on a topic of its own; the connection
 flags below reach the demo's clients and its worker processes (the password
@@ -38,6 +40,7 @@ through their environment, never their command line).
 ` + connHelp,
 		Example: `  workrouter demo
   workrouter demo --json
+  workrouter demo --key-concurrency 8
   workrouter demo --brokers kafka-1:9092 --commands 10000
   workrouter demo --sink postgres://postgres@127.0.0.1:5432/test`,
 		Args: cobra.NoArgs,
@@ -85,6 +88,7 @@ through their environment, never their command line).
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run against this cluster instead of an embedded broker")
 	fl.StringVar(&sink, "sink", "", "sqlite:PATH or postgres://… (default: an SQLite file in a temporary directory; PostgreSQL runs in a fresh schema dropped at the end)")
 	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "the workers' session timeout (default 2s)")
+	fl.IntVar(&cfg.KeyConcurrency, "key-concurrency", 1, "lanes per partition in each worker (the worker's --key-concurrency): one key's commands in one lane, in offset order")
 	fl.BoolVar(&asJSON, "json", false, "print the summary as one JSON object instead of the timeline")
 	addConnFlags(fl, &cf)
 	return cmd

@@ -50,6 +50,7 @@ func TestDemoCommandRejectsBadInput(t *testing.T) {
 		{"demo", "--workers", "1"},
 		{"demo", "--sink", "bogus:x"},
 		{"demo", "--commands", "5"},
+		{"demo", "--key-concurrency", "-1"},
 	} {
 		p := startProc(t, args)
 		if code := p.wait(t); code == 0 {
@@ -160,6 +161,7 @@ func TestWorkerCommandRejectsBadInput(t *testing.T) {
 		"worker --example ledger --sink bogus:x":                      "sink",
 		"worker --example ledger --protocol eager":                    "protocol",
 		"worker --example ledger --dedupe-window -1":                  "--dedupe-window must not be negative",
+		"worker --example ledger --key-concurrency 0":                 "--key-concurrency must be at least 1",
 		"worker --example ledger --sink sqlite:/nonexistent-dir/x.db": "",
 	} {
 		p := startProc(t, strings.Fields(args))
@@ -255,5 +257,70 @@ func TestBrokerServesOpsEndpoints(t *testing.T) {
 	bad := startProc(t, []string{"broker", "--listen", "127.0.0.1:0", "--metrics-addr", "nonsense"})
 	if code := bad.wait(t); code == 0 || !strings.Contains(bad.stderr.String(), "--metrics-addr") {
 		t.Fatalf("bad --metrics-addr: exit %d, stderr %q", code, bad.stderr)
+	}
+}
+
+// TestWorkerCommandKeyConcurrency runs the ledger example worker with
+// --key-concurrency 4 on an SQLite sink: every deposit is applied exactly
+// once and each account's in order, through the lanes (their gauges are
+// on /metrics).
+func TestWorkerCommandKeyConcurrency(t *testing.T) {
+	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", Topics: map[string]int32{ledger.Topic: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	w := startProc(t, []string{"worker", "--example", "ledger", "--brokers", b.Addr(), "--sink", "sqlite:" + path, "--client-id", "w1",
+		"--metrics-addr", "127.0.0.1:0", "--key-concurrency", "4", "--max-batch", "8"})
+	select {
+	case <-w.stdout.firstLine:
+	case <-time.After(deadline):
+		t.Fatalf("worker did not start; stderr:\n%s", w.stderr)
+	}
+	ctx := context.Background()
+	rt, err := router.New(ctx, router.Config{Brokers: []string{b.Addr()}, Topic: ledger.Topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	accounts := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for i := range 120 {
+		acct := accounts[i%len(accounts)]
+		if _, err := rt.Send(ctx, ledger.Deposit(acct, fmt.Sprintf("id-%d", i), i/len(accounts), 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var rep ledger.Report
+	waitUntil(t, "120 postings", func() bool {
+		rep, err = ledger.VerifySQLite(ctx, s.DB())
+		return err == nil && rep.Postings == 120
+	})
+	if rep.Duplicates != 0 || rep.OrderViolations != 0 || len(rep.Mismatches) != 0 {
+		t.Fatalf("ledger report %+v", rep)
+	}
+	m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(w.stderr.String())
+	if m == nil {
+		t.Fatalf("no ops address logged:\n%s", w.stderr)
+	}
+	resp, err := http.Get("http://" + m[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"workrouter_consumer_gapped_spans{", "workrouter_consumer_lanes_busy{"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	w.cmd.Process.Signal(syscall.SIGINT)
+	if code := w.wait(t); code != 0 {
+		t.Fatalf("worker exited %d after SIGINT; stderr:\n%s", code, w.stderr)
 	}
 }

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +135,9 @@ type procWorld struct {
 	// poison are records the test wrote that must each be dead-lettered
 	// once (and nothing else): the checker's D.
 	poison []cluster.PoisonRecord
+	// keyConcurrency is the --key-concurrency of the workers start
+	// starts (0: the worker's default, one lane).
+	keyConcurrency int
 }
 
 func newProcWorld(t *testing.T, b *procBackend) *procWorld {
@@ -189,7 +194,7 @@ func (w *procWorld) start(name string, hooks ...string) *cluster.Worker {
 	w.t.Helper()
 	opts := cluster.WorkerOptions{Brokers: []string{w.brk.Addr()}, Topic: w.topic, Group: w.group,
 		SinkSpec: w.b.workerSpec(name), Name: name, SessionTimeout: 2 * time.Second, MaxBatch: 64,
-		RebalanceTimeout: 5 * time.Second, Hooks: hooks}
+		RebalanceTimeout: 5 * time.Second, Hooks: hooks, KeyConcurrency: w.keyConcurrency}
 	log := &syncLog{}
 	wk, err := cluster.StartWorker(name, testBinary(), log, opts.Args()...)
 	if err != nil {
@@ -345,6 +350,100 @@ func pausedWorkerRejected(t *testing.T, b *procBackend) {
 			t.Fatalf("the paused worker's batch landed: %d postings at epoch %d from offset %d", n, fz.Epoch, fz.First)
 		}
 	}
+}
+
+// TestPausedWorkerWithLanesRejected (hazard 4 with lanes): a worker
+// applying with 8 lanes per partition (--key-concurrency 8) is frozen with
+// SIGSTOP past its session timeout before one lane's batch, with the other
+// lanes' batches waiting behind it (the freeze waits for the lanes' calls
+// in flight to finish and keeps the others out); the other worker, with
+// lanes too, claims its partitions — the gapped checkpoint, with what the
+// frozen worker's lanes had applied ahead — and moves on; after SIGCONT
+// every late write of the frozen worker's lanes is rejected, none of the
+// frozen batch lands, and every invariant holds, O per account in the
+// postings' application order.
+func TestPausedWorkerWithLanesRejected(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *procBackend) {
+		w := newProcWorld(t, b)
+		w.keyConcurrency = 8
+		a := w.start("a", "--freeze-before-batch=12")
+		procWait(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
+		bw := w.start("b")
+		procWait(t, 30*time.Second, "b to claim partitions", func() bool { return len(bw.Owned()) > 0 })
+		w.produce(2000)
+
+		procWait(t, 60*time.Second, "a to freeze before a lane's batch", func() bool { return len(a.Freezes()) > 0 && a.Stopped() })
+		fz := a.Freezes()[0]
+		// a applied in lanes, as the sink recorded it: two of its
+		// postings of one partition were applied (inserted) out of their
+		// offsets' order, which one lane per partition never does.
+		if inv := w.appliedOutOfOffsetOrder(a.Member()); inv == 0 {
+			t.Fatal("every partition's postings by a are in offset order: a did not apply in lanes")
+		}
+		procWait(t, 60*time.Second, "b to take over the partition and apply", func() bool {
+			c, ok := bw.Owned()[fz.Partition]
+			return ok && c.Epoch > fz.Epoch && w.postingsOf(fz.Partition, c.Epoch, c.Member, 0) > 0
+		})
+		if !a.Stopped() {
+			t.Fatal("a resumed before the takeover: the pause did not outlast the session")
+		}
+		a.Signal(syscall.SIGCONT)
+		procWait(t, 60*time.Second, "a's late lane batches to be decided", func() bool {
+			if a.FencedCount() > 0 {
+				return true
+			}
+			for _, r := range a.Applied() {
+				if r.Partition == fz.Partition && r.Epoch == fz.Epoch && r.FirstOffset == fz.First {
+					return true
+				}
+			}
+			return false
+		})
+		w.produce(500)
+		w.waitAllApplied(120 * time.Second)
+		w.check()
+		if a.FencedCount() < 1 {
+			t.Fatal("no stale write of the paused worker's lanes was rejected")
+		}
+		hs, err := b.store.History(t.Context(), cluster.Scope(w.group, w.topic, fz.Partition))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := hs[len(hs)-1]
+		t.Logf("after SIGCONT %d of a's claims and applies were fenced; partition %d was last claimed by %s from %d with %d done spans above it",
+			a.FencedCount(), fz.Partition, last.Token, last.NextOffset, len(last.Done))
+		// Other lanes may have applied past fz.First before the freeze;
+		// the frozen batch's own first and last offsets must not be a's.
+		n, err := b.store.Count(t.Context(), `SELECT count(*) FROM ledger_postings WHERE part = $1 AND epoch = $2 AND member = $3 AND off IN ($4, $5)`,
+			fz.Partition, fz.Epoch, fz.Member, fz.First, fz.Last)
+		if err != nil || n != 0 {
+			t.Fatalf("the frozen lane batch landed: %d of its postings at epoch %d (%v)", n, fz.Epoch, err)
+		}
+	})
+}
+
+// appliedOutOfOffsetOrder counts the partitions where two of member's
+// postings were applied (Posting.Order, the rows' insert order) out of
+// their offsets' order.
+func (w *procWorld) appliedOutOfOffsetOrder(member string) int {
+	w.t.Helper()
+	ps, err := w.b.store.Postings(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	maxOff := map[int32]int64{} // the highest offset applied so far, in insert order
+	out := map[int32]bool{}
+	slices.SortFunc(ps, func(a, b cluster.Posting) int { return cmp.Compare(a.Order, b.Order) })
+	for _, p := range ps {
+		if p.Member != member {
+			continue
+		}
+		if m, ok := maxOff[p.Partition]; ok && p.Offset < m {
+			out[p.Partition] = true
+		}
+		maxOff[p.Partition] = max(maxOff[p.Partition], p.Offset)
+	}
+	return len(out)
 }
 
 // TestKilledBeforeSinkCommit (hazard 6): SIGKILL while the batch's

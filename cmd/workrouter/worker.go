@@ -36,6 +36,7 @@ type workerFlags struct {
 	protocol          string
 	clientID          string
 	maxBatch          int
+	keyConcurrency    int
 	sessionTimeout    time.Duration
 	heartbeatInterval time.Duration
 	revokeTimeout     time.Duration
@@ -162,6 +163,7 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.StringVar(&f.protocol, "protocol", "cooperative", "group protocol: cooperative or kip848")
 	fl.StringVar(&f.clientID, "client-id", "", "this member's client id (default: workrouter-<host>-<pid>)")
 	fl.IntVar(&f.maxBatch, "max-batch", 256, "most records applied in one sink transaction")
+	fl.IntVar(&f.keyConcurrency, "key-concurrency", 1, "lanes per partition: records of different keys are applied concurrently, each key in offset order, through the sink's checkpoint with gaps (1: one batch at a time, the partition in offset order; see docs/operating.md#key-concurrency)")
 	fl.DurationVar(&f.sessionTimeout, "session-timeout", 10*time.Second, "group session timeout")
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", time.Second, "group heartbeat interval")
 	fl.DurationVar(&f.revokeTimeout, "revoke-timeout", 10*time.Second, "how long a revoked partition's in-flight batch may take")
@@ -184,9 +186,11 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 }
 
 // checkPoisonFlags validates the poison policy, --dlq-topic,
-// --ready-max-stall and --dedupe-window.
+// --ready-max-stall, --dedupe-window and --key-concurrency.
 func checkPoisonFlags(f workerFlags) error {
 	switch {
+	case f.keyConcurrency < 1:
+		return fmt.Errorf("--key-concurrency must be at least 1, got %d", f.keyConcurrency)
 	case f.dedupeWindow < 0:
 		return fmt.Errorf("--dedupe-window must not be negative, got %d", f.dedupeWindow)
 	case f.poison.MaxAttempts < 1:
@@ -382,6 +386,7 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 		DeadLetterTopic:   f.dlqTopic,
 		Protocol:          protocol,
 		MaxBatch:          f.maxBatch,
+		KeyConcurrency:    f.keyConcurrency,
 		SessionTimeout:    f.sessionTimeout,
 		HeartbeatInterval: f.heartbeatInterval,
 		RevokeTimeout:     f.revokeTimeout,

@@ -53,6 +53,9 @@ type Record struct {
 	Duplicates int `json:"duplicates,omitempty"`
 	OtherGroup int `json:"other_group,omitempty"`
 	WithoutID  int `json:"without_id,omitempty"`
+	// Lane is the lane of an applied batch (consumer.Applied.Lane:
+	// KeyConcurrency above 1; 0, omitted, otherwise).
+	Lane int `json:"lane,omitempty"`
 	// ID is a skipped record's command ID (duplicate_skipped,
 	// redrive_skipped).
 	ID string `json:"id,omitempty"`
@@ -109,6 +112,7 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 		r.FirstOffset, r.NextOffset = e.FirstOffset, e.NextOffset
 		r.Records, r.Applied, r.Skipped = e.Records, e.Applied, e.Skipped
 		r.Duplicates, r.OtherGroup, r.WithoutID = e.Duplicates, e.OtherGroup, e.WithoutID
+		r.Lane = e.Lane
 		r.DurationMs = ms(e.Duration)
 	case consumer.Fenced:
 		tok(e.Token)

@@ -22,7 +22,7 @@ func TestRoundTrip(t *testing.T) {
 	events := []consumer.Event{
 		consumer.Assigned{Token: tok},
 		consumer.Claimed{Token: tok, NextOffset: 0},
-		consumer.Applied{Token: tok, FirstOffset: 0, NextOffset: 10, Records: 10, Applied: 6, Skipped: 1, Duplicates: 2, OtherGroup: 1, WithoutID: 3, Duration: 1500 * time.Microsecond},
+		consumer.Applied{Token: tok, FirstOffset: 0, NextOffset: 10, Records: 10, Applied: 6, Skipped: 1, Duplicates: 2, OtherGroup: 1, WithoutID: 3, Duration: 1500 * time.Microsecond, Lane: 5},
 		consumer.DuplicateSkipped{Token: tok, Offset: 4, ID: "order-1"},
 		consumer.RedriveSkipped{Token: tok, Offset: 5, ID: "order-2", For: "billing"},
 		consumer.Stalled{Token: tok, Op: sink.OpApply, FirstOffset: 10, Attempt: 2, Since: since, Backoff: 100 * time.Millisecond, Cause: consumer.CauseEffect, Err: errors.New("boom")},
@@ -69,7 +69,7 @@ func TestRoundTrip(t *testing.T) {
 			}
 		case consumer.Applied:
 			if rec.Token() != e.Token || rec.FirstOffset != 0 || rec.NextOffset != 10 || rec.Applied != 6 || rec.Skipped != 1 || rec.DurationMs != 1.5 ||
-				rec.Duplicates != 2 || rec.OtherGroup != 1 || rec.WithoutID != 3 {
+				rec.Duplicates != 2 || rec.OtherGroup != 1 || rec.WithoutID != 3 || rec.Lane != 5 {
 				t.Errorf("applied round trip: %+v", rec)
 			}
 		case consumer.DuplicateSkipped:

@@ -17,12 +17,21 @@
 //	ledger_accounts(account text primary key, balance bigint not null check (balance >= 0))
 //	ledger_postings(topic_id text, topic text, part int, off bigint, account text, id text, seq int,
 //	                kind text /* deposit|withdraw|refused */, amount bigint,
-//	                epoch int, member text, primary key(topic_id, topic, part, off))
+//	                epoch int, member text, applied bigserial /* PostgreSQL only */,
+//	                primary key(topic_id, topic, part, off))
 //
 // One postings row is written per command, unique on the command's Kafka
 // position in its log (topic ID, topic, partition, offset: a recreated topic
 // is a new log whose offsets start again), together with the epoch and
-// member of the tenure that applied it. The handlers run inside the sink's fenced
+// member of the tenure that applied it. The rows also keep the order they
+// were inserted in, which per account is the order the commands were
+// applied in, for the invariant checker's O: on SQLite the table's
+// implicit rowid (its one writer inserts in commit order, each row at the
+// highest rowid plus one), on PostgreSQL the column applied, a bigserial
+// (drawn at insert, so two lanes' rows may commit out of their order, but
+// one account's rows are inserted by one lane, one transaction after
+// another; a table made before the column existed has none, and the
+// handlers do not need it). The handlers run inside the sink's fenced
 // transaction: a worker that was paused past its session timeout and wakes
 // up after its partition moved has its whole batch rejected by the sink
 // (sink.ErrFenced), so it cannot post twice or out of order.
@@ -147,13 +156,21 @@ func decode(cmd consumer.Command) (payload, error) {
 	return payload{ID: *raw.ID, Seq: *raw.Seq, Amount: *raw.Amount}, nil
 }
 
-// schema creates the example's tables; valid SQL for SQLite and PostgreSQL.
-var schema = []string{
-	`CREATE TABLE IF NOT EXISTS ledger_accounts (
+// schema returns the statements that create the example's tables: the
+// same SQL for SQLite and PostgreSQL but for one column, which PostgreSQL
+// gets (applied, the rows' insert order; SQLite numbers its rows itself,
+// rowid).
+func schema(postgres bool) []string {
+	applied := ""
+	if postgres {
+		applied = "applied bigserial NOT NULL,"
+	}
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ledger_accounts (
 		account text PRIMARY KEY,
 		balance bigint NOT NULL CHECK (balance >= 0)
 	)`,
-	`CREATE TABLE IF NOT EXISTS ledger_postings (
+		`CREATE TABLE IF NOT EXISTS ledger_postings (
 		topic_id text NOT NULL DEFAULT '',
 		topic  text   NOT NULL,
 		part   int    NOT NULL,
@@ -165,9 +182,11 @@ var schema = []string{
 		amount bigint NOT NULL CHECK (amount > 0),
 		epoch  int    NOT NULL,
 		member text   NOT NULL,
+		` + applied + `
 		PRIMARY KEY (topic_id, topic, part, off)
 	)`,
-	`CREATE INDEX IF NOT EXISTS ledger_postings_account ON ledger_postings (account, part, off)`,
+		`CREATE INDEX IF NOT EXISTS ledger_postings_account ON ledger_postings (account, part, off)`,
+	}
 }
 
 // The handlers' statements; $n placeholders work on both databases.
@@ -187,7 +206,7 @@ const (
 // it once before starting workers, with the sink's database
 // (sqlite.Sink.DB).
 func SetupSQLite(ctx context.Context, db *sql.DB) error {
-	return setup(ctx, sqlDB{db})
+	return setup(ctx, sqlDB{db}, schema(false))
 }
 
 // SetupPostgres creates the example's tables, in the first schema of the
@@ -203,12 +222,12 @@ func SetupPostgres(ctx context.Context, pool *pgxpool.Pool) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('workrouter/examples/ledger/setup'))`); err != nil {
 			return fmt.Errorf("ledger: setup: %w", err)
 		}
-		return setup(ctx, pgxTx{tx})
+		return setup(ctx, pgxTx{tx}, schema(true))
 	})
 }
 
-func setup(ctx context.Context, db execer) error {
-	for _, stmt := range schema {
+func setup(ctx context.Context, db execer, stmts []string) error {
+	for _, stmt := range stmts {
 		if _, err := db.exec(ctx, stmt); err != nil {
 			return fmt.Errorf("ledger: setup: %w", err)
 		}

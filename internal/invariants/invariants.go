@@ -11,11 +11,19 @@
 //     or past a claim's NextOffset (before the next reset) must carry a
 //     token that may take over from the claim's — the claim's own, or a
 //     newer one (a higher epoch, or the same epoch and the same member).
+//     A claim of a gapped checkpoint (sink.HistoryEntry.Done) does not
+//     judge the writes at offsets in its done spans: lanes of an earlier
+//     tenure applied those before it (docs/design.md#gaps); every other
+//     offset past its NextOffset, below or above the spans, is its own.
 //     Also: every write carries the token of a claim accepted at or before
 //     its offset, and consecutive claims never go backwards without a
 //     reset in between.
 //   - L: every acknowledged command (not marked poison) was applied.
-//   - O: per key, writes were applied in produce order (Seq grows).
+//   - O: per key, in application order (Write.Order when the caller knows
+//     it, else offset order), writes were applied in produce order and in
+//     offset order, strictly: Seq grows, and so do the offsets of one
+//     partition's log. Lanes (consumer.Config.KeyConcurrency) apply a
+//     partition's keys out of offset order across keys, never within one.
 //   - X: no command ID was applied twice, strict: two writes with one
 //     Write.ID are a violation whatever their positions (a command that
 //     entered the log twice must be skipped as a duplicate the second
@@ -67,9 +75,10 @@ type Write struct {
 	Key string
 	Seq int64
 	// Order is the order the sink applied the write in, if known (for
-	// O); when every Order is zero, writes are taken in (partition, log,
-	// offset) order — logs in the order the partition's history first
-	// names them — which is the application order of one partition.
+	// O: a posting row's id); when every Order is zero, writes are taken
+	// in (partition, log, offset) order — logs in the order the
+	// partition's history first names them — which is the application
+	// order of one partition without lanes, and per key with them.
 	Order int64
 }
 
@@ -241,10 +250,23 @@ func (w Write) token(h epochs.Token) epochs.Token {
 
 // claimEra is an accepted claim and the offset its era ends at: the
 // NextOffset of the first reset after it (writes at or past it belong to a
-// later era), or -1 if none.
+// later era, except those in the reset's done spans, which lanes of this
+// era or an earlier one applied before the reset), or -1 if none.
 type claimEra struct {
 	e   sink.HistoryEntry
 	end int64
+	// done are the claim's done spans, endDone the ending reset's.
+	done, endDone sink.Checkpoint
+}
+
+// covers reports whether a write at offset off on log is judged by the
+// claim of c: on the claim's log, at or past its NextOffset, outside its
+// done spans (written before it), and before the era's end.
+func (c *claimEra) covers(log string, off int64) bool {
+	if !sameLog(c.e.TopicID, log) || off < c.e.NextOffset || c.done.Contains(off) {
+		return false
+	}
+	return c.end < 0 || off < c.end || c.endDone.Contains(off)
 }
 
 // Check computes every invariant over in. Any goroutine may call it.
@@ -288,6 +310,7 @@ func Check(in Input) Report {
 				for i := range list {
 					if list[i].end < 0 && sameLog(list[i].e.TopicID, e.TopicID) {
 						list[i].end = e.NextOffset
+						list[i].endDone = sink.Checkpoint{Done: e.Done}
 					}
 				}
 				prev = nil
@@ -297,7 +320,7 @@ func Check(in Input) Report {
 					add(Finding{Invariant: "F", Partition: p, Offset: e.NextOffset, Order: e.Seq,
 						Detail: fmt.Sprintf("partition %d: claim by %s accepted after the claim by %s without a reset", p, e.Token, prev.Token)})
 				}
-				list = append(list, claimEra{e: e, end: -1})
+				list = append(list, claimEra{e: e, end: -1, done: sink.Checkpoint{Done: e.Done}})
 				prev = &list[len(list)-1].e
 			}
 		}
@@ -322,9 +345,14 @@ func Check(in Input) Report {
 		}
 	}
 
-	// O: per key, Seq grows in application order (a repeated command is
-	// X's, not O's).
+	// O: per key, in application order, Seq grows and so do the offsets
+	// of one partition's log (a repeated command is X's, not O's).
+	type keyLog struct {
+		key, log string
+		p        int32
+	}
 	last := map[string]int64{}
+	lastOff := map[keyLog]int64{}
 	once := map[string]bool{}
 	for _, w := range writes {
 		id := writeID(w)
@@ -332,12 +360,22 @@ func Check(in Input) Report {
 			continue
 		}
 		once[id] = true
+		kl := keyLog{w.Key, w.Log, w.Partition}
 		if prev, ok := last[w.Key]; ok && w.Seq <= prev {
 			r.O++
 			add(Finding{Invariant: "O", Partition: w.Partition, Offset: w.Offset, Order: w.Order,
 				Detail: fmt.Sprintf("key %s: seq %d applied at partition %d offset %d after seq %d", w.Key, w.Seq, w.Partition, w.Offset, prev)})
+		} else if prev, ok := lastOff[kl]; ok && w.Offset <= prev {
+			r.O++
+			add(Finding{Invariant: "O", Partition: w.Partition, Offset: w.Offset, Order: w.Order,
+				Detail: fmt.Sprintf("key %s: partition %d offset %d (seq %d) applied after offset %d of the same log", w.Key, w.Partition, w.Offset, w.Seq, prev)})
 		}
-		last[w.Key] = max(last[w.Key], w.Seq)
+		if prev, ok := last[w.Key]; !ok || w.Seq > prev {
+			last[w.Key] = w.Seq
+		}
+		if prev, ok := lastOff[kl]; !ok || w.Offset > prev {
+			lastOff[kl] = w.Offset
+		}
 	}
 
 	// X: applied once.
@@ -496,7 +534,7 @@ func checkOffsets(eras map[int32][]claimEra, writes []Write, add func(Finding)) 
 		}
 		claimed := false
 		for _, c := range list {
-			if !sameLog(c.e.TopicID, w.Log) || w.Offset < c.e.NextOffset || (c.end >= 0 && w.Offset >= c.end) {
+			if !c.covers(w.Log, w.Offset) {
 				continue
 			}
 			tok := w.token(c.e.Token)

@@ -1,6 +1,7 @@
 package invariants_test
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -298,5 +299,178 @@ func TestSamplesAcrossALogChange(t *testing.T) {
 	in.Samples[0].NextLog, in.CheckpointLogs[0] = "new", "new"
 	if r := invariants.Check(in); r.V != 2 || r.Samples != 2 || r.SamplesSkipped != 0 {
 		t.Fatalf("on one log: %+v %v (samples %d, skipped %d), want V = 2", r.Violations, r.Notes(5), r.Samples, r.SamplesSkipped)
+	}
+}
+
+// gappedClaim is a claim of a gapped checkpoint: NextOffset and the done
+// spans above it that lanes of the earlier tenure applied.
+func gappedClaim(t epochs.Token, next int64, done ...sink.Span) sink.HistoryEntry {
+	e := claim(t, next)
+	e.Done = done
+	return e
+}
+
+// TestGappedTakeover (F with lanes): a's lanes applied offsets 0, 1, 3 and
+// 4 but not 2 when b claimed from 2 with [3, 5) done; a's writes in the
+// done span are not stale writes past b's claim, but a write by a at an
+// offset past the claim outside the spans (below them, between them or
+// above them) is.
+func TestGappedTakeover(t *testing.T) {
+	base := func() invariants.Input {
+		return invariants.Input{
+			Writes: []invariants.Write{
+				w(0, 0, 1, "a", "c0", "k1", 1), w(0, 1, 1, "a", "c1", "k2", 1),
+				w(0, 3, 1, "a", "c3", "k3", 1), w(0, 4, 1, "a", "c4", "k3", 2),
+				w(0, 2, 2, "b", "c2", "k1", 2), w(0, 5, 2, "b", "c5", "k2", 2),
+				w(0, 7, 2, "b", "c7", "k4", 1),
+			},
+			History: map[int32][]sink.HistoryEntry{0: {
+				claim(tok(0, 1, "a"), 0),
+				gappedClaim(tok(0, 2, "b"), 2, sink.Span{From: 3, To: 5}),
+			}},
+		}
+	}
+	if r := invariants.Check(base()); r.Total() != 0 {
+		t.Fatalf("a takeover of a gapped checkpoint: %+v %v", r.Violations, r.Notes(5))
+	}
+	for _, tc := range []struct {
+		name  string
+		plant func(in *invariants.Input)
+		note  string
+	}{
+		{"below the spans", func(in *invariants.Input) {
+			in.Writes[4].Epoch, in.Writes[4].Member = 1, "a" // a applied 2 after b claimed from it
+		}, "offset 2 written at epoch 1 by a after the claim at epoch 2 by b from offset 2"},
+		{"above the spans", func(in *invariants.Input) {
+			in.Writes = append(in.Writes, w(0, 6, 1, "a", "c6", "k5", 1)) // a zombie lane's late write
+		}, "offset 6 written at epoch 1 by a after the claim at epoch 2 by b"},
+		{"between the spans", func(in *invariants.Input) {
+			// b claimed with 3 and 5 done: a's write at 5 was before the
+			// claim, its write at 4 after it.
+			in.History[0][1].Done = []sink.Span{{From: 3, To: 4}, {From: 5, To: 6}}
+			in.Writes[5].Epoch, in.Writes[5].Member = 1, "a"
+		}, "offset 4 written at epoch 1 by a after the claim at epoch 2 by b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base()
+			tc.plant(&in)
+			r := invariants.Check(in)
+			if r.F != 1 || r.Total() != 1 || !strings.Contains(r.Notes(5)[0], tc.note) {
+				t.Fatalf("want the stale write outside the done spans found: %+v %v", r.Violations, r.Notes(5))
+			}
+		})
+	}
+}
+
+// TestGappedReset: a reset on the same log keeps the done spans
+// (sink.Fence.AfterReset); the writes in them belong to the era before the
+// reset, not to the claim after it (at a lower epoch, a recreated group),
+// and are still judged by the claims before the reset.
+func TestGappedReset(t *testing.T) {
+	rs := reset(2)
+	rs.Done = []sink.Span{{From: 3, To: 4}}
+	in := invariants.Input{
+		Writes: []invariants.Write{
+			w(0, 0, 5, "a", "c0", "k1", 1), w(0, 1, 5, "a", "c1", "k2", 1), w(0, 3, 5, "a", "c3", "k3", 1),
+			w(0, 2, 1, "z", "c2", "k1", 2), w(0, 4, 1, "z", "c4", "k2", 2),
+		},
+		History: map[int32][]sink.HistoryEntry{0: {
+			claim(tok(0, 5, "a"), 0), rs, gappedClaim(tok(0, 1, "z"), 2, sink.Span{From: 3, To: 4}),
+		}},
+	}
+	if r := invariants.Check(in); r.Total() != 0 {
+		t.Fatalf("a reset that kept the done spans: %+v %v", r.Violations, r.Notes(5))
+	}
+	in.History[0] = slices.Insert(in.History[0], 1, claim(tok(0, 6, "b"), 2))
+	r := invariants.Check(in)
+	if r.F != 1 || !strings.Contains(r.Notes(5)[0], "offset 3 written at epoch 5 by a after the claim at epoch 6 by b from offset 2") {
+		t.Fatalf("a stale write in the reset's done spans, past a claim before the reset: %+v %v", r.Violations, r.Notes(5))
+	}
+}
+
+// TestOrderPerKey (O with lanes): in application order (Write.Order),
+// lanes apply a partition's keys out of offset order across keys, which is
+// no violation; within one key, the offsets of one log must grow as Seq
+// does, strictly.
+func TestOrderPerKey(t *testing.T) {
+	ord := func(order int64, p int32, off int64, key string, seq int64) invariants.Write {
+		x := w(p, off, 1, "a", key+"-"+strconv.FormatInt(seq, 10), key, seq)
+		x.Order = order
+		return x
+	}
+	base := func() invariants.Input {
+		return invariants.Input{
+			// Two lanes: k1 at 0, 2, 4 and k2 at 1, 3; k2's lane ran
+			// ahead. k3 is on two partitions (offsets not compared).
+			Writes: []invariants.Write{
+				ord(1, 0, 1, "k2", 1), ord(2, 0, 3, "k2", 2), ord(3, 0, 0, "k1", 1),
+				ord(4, 0, 2, "k1", 2), ord(5, 1, 7, "k3", 1), ord(6, 0, 4, "k1", 3), ord(7, 0, 5, "k3", 2),
+			},
+			History: map[int32][]sink.HistoryEntry{0: {claim(tok(0, 1, "a"), 0)}, 1: {claim(tok(1, 1, "a"), 0)}},
+		}
+	}
+	if r := invariants.Check(base()); r.Total() != 0 {
+		t.Fatalf("lanes out of offset order across keys: %+v %v", r.Violations, r.Notes(5))
+	}
+	for _, tc := range []struct {
+		name  string
+		plant func(in *invariants.Input)
+		note  string
+	}{
+		{"offsets of a key go back", func(in *invariants.Input) {
+			// k1's lane applied offset 2 before offset 0; the producer
+			// had sent them out of order too (seq 1 at offset 2), so
+			// Seq grows and only the offsets show it.
+			in.Writes[2].Offset, in.Writes[3].Offset = 2, 0
+		}, "key k1: partition 0 offset 0 (seq 2) applied after offset 2 of the same log"},
+		{"seq of a key goes back", func(in *invariants.Input) {
+			in.Writes[2].Order, in.Writes[3].Order = 4, 3
+		}, "key k1: seq 1 applied at partition 0 offset 0 after seq 2"},
+		{"seq repeated (strict)", func(in *invariants.Input) {
+			in.Writes[5].Seq = 2
+		}, "key k1: seq 2 applied at partition 0 offset 4 after seq 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base()
+			tc.plant(&in)
+			r := invariants.Check(in)
+			if r.O != 1 || r.Total() != 1 || !strings.Contains(r.Notes(5)[0], tc.note) {
+				t.Fatalf("want one O: %+v %v", r.Violations, r.Notes(5))
+			}
+		})
+	}
+}
+
+// TestOrderDoesNotChangeF: F from offsets (Input.Temporal false) does not
+// depend on the writes' application order: giving the writes an Order
+// (here the reverse of their offsets, so the sort puts them back to front)
+// finds the same F violations, as the ledger's posting row IDs, a
+// sequence of their own, must.
+func TestOrderDoesNotChangeF(t *testing.T) {
+	zombie := clean()
+	zombie.Writes = append(zombie.Writes, w(0, 4, 1, "a", "c6", "", 0), w(0, 5, 3, "zombie", "c7", "", 0), w(1, 2, 5, "a", "c8", "", 0))
+	for name, in := range map[string]invariants.Input{"clean": clean(), "stale writes": zombie} {
+		fs := func(r invariants.Report) []string {
+			var out []string
+			for _, f := range r.Findings {
+				if f.Invariant == "F" {
+					out = append(out, f.Detail)
+				}
+			}
+			slices.Sort(out)
+			return out
+		}
+		want := fs(invariants.Check(in))
+		ordered := in
+		ordered.Writes = slices.Clone(in.Writes)
+		for i := range ordered.Writes {
+			ordered.Writes[i].Order = 1000 - int64(ordered.Writes[i].Partition)*100 - ordered.Writes[i].Offset
+		}
+		if got := fs(invariants.Check(ordered)); !slices.Equal(got, want) {
+			t.Errorf("%s: F with an Order %v, without %v", name, got, want)
+		}
+		if name == "stale writes" && len(want) != 3 {
+			t.Errorf("%s: F %v, want the three stale writes", name, want)
+		}
 	}
 }

@@ -123,6 +123,9 @@ type Event struct {
 	// NextOffset is the scope's NextOffset returned by an accepted Claim,
 	// or kept by a Reset.
 	NextOffset int64
+	// Done are the done spans above NextOffset of an accepted Claim's
+	// checkpoint, or those a Reset kept (sink.HistoryEntry.Done).
+	Done []sink.Span
 	// At is when the sink recorded the event (informational).
 	At time.Time
 	// Gapped reports an Apply made by [Sink.ApplyGapped] (a lane's
@@ -310,7 +313,8 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 	}
 	st.holder, st.nextOffset, st.topicID, st.proofRequired = tok, cp.NextOffset, topic, false
 	st.gen++
-	s.record(Event{Kind: Claim, Scope: scope, Token: tok, Accepted: true, Stored: holder, NextOffset: cp.NextOffset, TopicID: topic})
+	s.record(Event{Kind: Claim, Scope: scope, Token: tok, Accepted: true, Stored: holder, NextOffset: cp.NextOffset, TopicID: topic,
+		Done: slices.Clone(cp.Done)})
 	if !gapped {
 		return sink.Checkpoint{NextOffset: cp.NextOffset}, nil
 	}
@@ -692,7 +696,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	st.setCheckpoint(sink.Checkpoint{NextOffset: after.NextOffset, Done: after.Done})
 	st.gen++
 	seq := s.record(Event{Kind: Reset, Scope: scope, Accepted: true, Stored: before.Holder, Reason: req.Reason,
-		NextOffset: st.nextOffset, TopicID: st.topicID, Detail: req.Detail})
+		NextOffset: st.nextOffset, TopicID: st.topicID, Detail: req.Detail, Done: slices.Clone(after.Done)})
 	s.audit = append(s.audit, AuditEntry{Scope: scope, Before: before, Reason: req.Reason, Seq: seq})
 	return before, nil
 }

@@ -133,7 +133,8 @@ func compareSeq(a, b uint64) int {
 }
 
 // History returns the accepted claims and the resets of scope in order
-// (ascending Seq); nil for a scope never claimed. At is when the sink
+// (ascending Seq), with the done spans each claim returned and each reset
+// kept; nil for a scope never claimed. At is when the sink
 // recorded each. It implements [sink.Historian] and may be called from any
 // goroutine.
 func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryEntry, error) {
@@ -150,10 +151,11 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryE
 		}
 		switch ev.Kind {
 		case Claim:
-			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset, TopicID: ev.TopicID, At: ev.At})
+			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset, TopicID: ev.TopicID, At: ev.At,
+				Done: slices.Clone(ev.Done)})
 		case Reset:
 			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryReset, Token: ev.Stored, NextOffset: ev.NextOffset, Reason: ev.Reason,
-				TopicID: ev.TopicID, Detail: ev.Detail, At: ev.At})
+				TopicID: ev.TopicID, Detail: ev.Detail, At: ev.At, Done: slices.Clone(ev.Done)})
 		}
 	}
 	return out, nil

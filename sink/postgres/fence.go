@@ -149,7 +149,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 			return sink.Checkpoint{}, wrap(ctx, op+": compact done spans", err)
 		}
 	}
-	if _, err := tx.Exec(ctx, s.q.claimHistory, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, cp.NextOffset, topicID); err != nil {
+	if _, err := tx.Exec(ctx, s.q.claimHistory, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, cp.NextOffset, topicID, sink.FormatSpans(cp.Done)); err != nil {
 		return sink.Checkpoint{}, wrap(ctx, op+": history", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -670,7 +670,8 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 			return sink.Fence{}, wrap(ctx, op+": done spans", err)
 		}
 	}
-	if _, err := tx.Exec(ctx, s.q.resetAudit, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, newNext, req.Reason, newTopic, req.Detail); err != nil {
+	if _, err := tx.Exec(ctx, s.q.resetAudit, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, newNext, req.Reason, newTopic, req.Detail,
+		sink.FormatSpans(after.Done)); err != nil {
 		return sink.Fence{}, wrap(ctx, op+": audit", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -686,7 +687,9 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 type HistoryEntry = sink.HistoryEntry
 
 // History returns the claims and resets of scope in order (empty for a
-// scope never claimed). It may be called from any goroutine.
+// scope never claimed), each claim with the done spans it returned and
+// each reset with those it kept (HistoryEntry.Done, stored as text,
+// [sink.FormatSpans]). It may be called from any goroutine.
 func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry, error) {
 	if err := scope.Validate(); err != nil {
 		return nil, err
@@ -703,10 +706,15 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 		e      HistoryEntry
 		epoch  int32
 		member string
+		done   string
 		out    []HistoryEntry
 	)
-	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &e.At, &e.TopicID, &e.Detail}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &e.At, &e.TopicID, &e.Detail, &done}, func() error {
 		e.Token = holderToken(scope, epoch, member)
+		var err error
+		if e.Done, err = sink.ParseSpans(done); err != nil {
+			return err
+		}
 		out = append(out, e)
 		return nil
 	})

@@ -19,11 +19,12 @@ import (
 
 // dropVersion5 turns a current schema into version 4's tables (the
 // migration tests of older versions call it first): no done spans table,
-// no gapped flag.
+// no gapped flag, no history done column.
 func dropVersion5(t testing.TB, schema string) {
 	t.Helper()
 	adminExec(t, "DROP TABLE "+pgx.Identifier{schema, "workrouter_done"}.Sanitize())
 	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN gapped")
+	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_history"}.Sanitize()+" DROP COLUMN done")
 }
 
 // gapBatch is a lane batch whose records cover only themselves.

@@ -63,7 +63,7 @@ var tables = []tableSpec{
 			{"seq", "bigint"}, {"grp", "text"}, {"topic", "text"}, {"part", "integer"},
 			{"kind", "text"}, {"epoch", "integer"}, {"member", "text"},
 			{"next_offset", "bigint"}, {"reason", "text"}, {"at", "timestamp with time zone"},
-			{"topic_id", "text"}, {"detail", "text"},
+			{"topic_id", "text"}, {"detail", "text"}, {"done", "text"},
 		},
 		ddl: []string{
 			`CREATE TABLE %[1]s (
@@ -78,7 +78,8 @@ var tables = []tableSpec{
 			reason text NOT NULL DEFAULT '',
 			at timestamptz NOT NULL DEFAULT now(),
 			topic_id text NOT NULL DEFAULT '',
-			detail text NOT NULL DEFAULT '')`,
+			detail text NOT NULL DEFAULT '',
+			done text NOT NULL DEFAULT '')`, // sink.HistoryEntry.Done, sink.FormatSpans
 			`CREATE INDEX %[2]s ON %[1]s (grp, topic, part, seq)`,
 		},
 	},
@@ -205,7 +206,7 @@ var oldColumns = map[int32]map[string][]column{
 	// Version 3's tables, the fences without proof_below.
 	2: {
 		"_fences":       tables[0].columns[:8],
-		"_history":      tables[1].columns,
+		"_history":      tables[1].columns[:12],
 		"_schema":       tables[2].columns,
 		"_dead_letters": tables[3].columns,
 		"_dl_audit":     tables[4].columns,
@@ -214,16 +215,16 @@ var oldColumns = map[int32]map[string][]column{
 	// ids_version and duplicates.
 	3: {
 		"_fences":       tables[0].columns[:9],
-		"_history":      tables[1].columns,
+		"_history":      tables[1].columns[:12],
 		"_schema":       tables[2].columns,
 		"_dead_letters": tables[3].columns,
 		"_dl_audit":     tables[4].columns,
 	},
 	// Version 5's tables without the done spans, the fences without
-	// gapped.
+	// gapped, the history without done.
 	4: {
 		"_fences":       tables[0].columns[:11],
-		"_history":      tables[1].columns,
+		"_history":      tables[1].columns[:12],
 		"_schema":       tables[2].columns,
 		"_dead_letters": tables[3].columns,
 		"_dl_audit":     tables[4].columns,
@@ -266,8 +267,8 @@ func newQueries(schema, prefix string) queries {
 	// raises it (sink.Fence.ProofBelow).
 	q.claimUpdate = fmt.Sprintf(`UPDATE %s SET epoch = $4, member = $5, topic_id = $6, proof_required = false
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
-	q.claimHistory = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, topic_id)
-		VALUES ($1, $2, $3, 'claim', $4, $5, $6, $7)`, q.history)
+	q.claimHistory = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, topic_id, done)
+		VALUES ($1, $2, $3, 'claim', $4, $5, $6, $7, $8)`, q.history)
 	q.fenceRead = fmt.Sprintf(`SELECT epoch, member, next_offset, ids_version, gapped FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.advance = fmt.Sprintf(`UPDATE %s SET next_offset = $7
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6`, q.fences)
@@ -286,9 +287,9 @@ func newQueries(schema, prefix string) queries {
 	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates FROM %s ORDER BY grp, topic, part`, q.fences)
 	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '', next_offset = $4, topic_id = $5, proof_required = true, proof_below = $6
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
-	q.resetAudit = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, reason, topic_id, detail)
-		VALUES ($1, $2, $3, 'reset', $4, $5, $6, $7, $8, $9)`, q.history)
-	q.historyList = fmt.Sprintf(`SELECT seq, kind, epoch, member, next_offset, reason, at, topic_id, detail FROM %s
+	q.resetAudit = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, reason, topic_id, detail, done)
+		VALUES ($1, $2, $3, 'reset', $4, $5, $6, $7, $8, $9, $10)`, q.history)
+	q.historyList = fmt.Sprintf(`SELECT seq, kind, epoch, member, next_offset, reason, at, topic_id, detail, done FROM %s
 		WHERE grp = $1 AND topic = $2 AND part = $3 ORDER BY seq`, q.history)
 	q.dlInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, state)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'open') RETURNING id`, q.deadLetters)
@@ -443,8 +444,9 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 // version (ids_version, 0) and the count of skipped duplicates
 // (duplicates, 0), and the command IDs table is created, empty
 // (no command applied before had its ID recorded). From versions 1 to 4:
-// the fences gain the gapped flag (false) and the done spans table is
-// created, empty (no scope had gaps).
+// the fences gain the gapped flag (false), the history rows their done
+// spans (done, empty), and the done spans table is created, empty (no
+// scope had gaps).
 func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 	var versions []int32
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT version FROM %s`, s.q.schema))
@@ -478,7 +480,8 @@ func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 			`ALTER TABLE `+s.q.fences+` ADD COLUMN duplicates bigint NOT NULL DEFAULT 0`)
 		stmts = append(stmts, s.tableDDL(tables[commandIDsTable])...)
 	}
-	stmts = append(stmts, `ALTER TABLE `+s.q.fences+` ADD COLUMN gapped boolean NOT NULL DEFAULT false`)
+	stmts = append(stmts, `ALTER TABLE `+s.q.fences+` ADD COLUMN gapped boolean NOT NULL DEFAULT false`,
+		`ALTER TABLE `+s.q.history+` ADD COLUMN done text NOT NULL DEFAULT ''`)
 	stmts = append(stmts, s.tableDDL(tables[doneTable])...)
 	stmts = append(stmts, fmt.Sprintf(`UPDATE %s SET version = %d`, s.q.schema, schemaVersion))
 	for _, stmt := range stmts {

@@ -40,6 +40,7 @@ func (c *suite[Tx]) gapTests(prefix string) []namedTest {
 		{prefix + "GapsManySpans", c.testGapsManySpans},
 		{prefix + "GapsEffectErrorRollsBack", c.testGapsEffectError},
 		{prefix + "GapsBadBatch", c.testGapsBadBatch},
+		{prefix + "GapsHistoryDone", c.testGapsHistoryDone},
 	}
 }
 
@@ -695,4 +696,56 @@ func (c *suite[Tx]) testGapsDurable(t *testing.T) {
 	c.applyGapped(t, g, a, plain(0, 2, 5))
 	s = c.h.Reopen(t, s)
 	mustCheckpoint(t, c.gaps(t, s), a, cp(1, 2, 3, 5, 6))
+}
+
+// testGapsHistoryDone: the history (sink.Historian) records, with each
+// claim, the done spans its checkpoint had above NextOffset — by
+// ClaimGapped or by a plain Claim — and, with each reset, the spans it
+// kept (none onto a new log): the invariant checker's F needs them, since
+// a write in a claim's done spans was made before the claim.
+func (c *suite[Tx]) testGapsHistoryDone(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	h, ok := sink.As[sink.Historian](s)
+	if !ok {
+		t.Skip("sinktest: the sink does not implement sink.Historian")
+	}
+	scope := scopeFor(t)
+	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
+	claimGapped(t, g, a)
+	c.applyGapped(t, g, a, plain(0, 3, 4, 7))
+	if _, err := s.Claim(t.Context(), b, sink.Observed{}); err != nil {
+		t.Fatalf("a plain Claim of a gapped scope: %v", err)
+	}
+	spans := []sink.Span{{From: 3, To: 5}, {From: 7, To: 8}}
+	want := []sink.HistoryEntry{{Kind: sink.HistoryClaim, Token: a}, {Kind: sink.HistoryClaim, Token: b, NextOffset: 1, Done: spans}}
+	if r, ok := sink.As[sink.Resetter](s); ok {
+		reset(t, r, scope, b, 1)
+		c2 := tokenFor(scope, 1, "c")
+		if _, err := g.ClaimGapped(t.Context(), c2, sink.Observed{MemberProven: true}); err != nil {
+			t.Fatalf("ClaimGapped after a reset: %v", err)
+		}
+		zero := int64(0)
+		if _, err := r.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: c2, NextOffset: 1},
+			NextOffset: &zero, TopicID: "new", Reason: "sinktest: onto a new log"}); err != nil {
+			t.Fatalf("ResetFence onto a new log: %v", err)
+		}
+		want = append(want,
+			sink.HistoryEntry{Kind: sink.HistoryReset, Token: b, NextOffset: 1, Done: spans},
+			sink.HistoryEntry{Kind: sink.HistoryClaim, Token: c2, NextOffset: 1, Done: spans},
+			sink.HistoryEntry{Kind: sink.HistoryReset, Token: c2, NextOffset: 0, TopicID: "new"})
+	}
+	got, err := h.History(t.Context(), scope)
+	if err != nil {
+		t.Fatalf("History: %v", err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("History has %d entries, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		e := got[i]
+		if e.Kind != w.Kind || e.Token != w.Token || e.NextOffset != w.NextOffset || e.TopicID != w.TopicID || !slices.Equal(e.Done, w.Done) {
+			t.Errorf("History[%d] = %+v, want %s by %s at %d on %q with done spans %v", i, e, w.Kind, w.Token, w.NextOffset, w.TopicID, w.Done)
+		}
+	}
 }

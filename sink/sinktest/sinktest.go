@@ -1142,7 +1142,7 @@ func (c *suite[Tx]) testHistorian(t *testing.T) {
 			t.Errorf("History entry %d has no time", i)
 		}
 		g.Seq, g.At = 0, time.Time{}
-		if g != want[i] {
+		if !g.Equal(want[i]) {
 			t.Errorf("History[%d] = %+v, want %+v", i, g, want[i])
 		}
 	}

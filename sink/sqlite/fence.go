@@ -165,7 +165,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
 	if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx,
-		scope.Group, scope.Topic, scope.Partition, KindClaim, tok.Epoch, tok.Member, next, "", now(), topicID, ""); err != nil {
+		scope.Group, scope.Topic, scope.Partition, KindClaim, tok.Epoch, tok.Member, next, "", now(), topicID, "", sink.FormatSpans(cp.Done)); err != nil {
 		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
@@ -487,7 +487,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		epoch, member = row.epoch, row.member
 	}
 	if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx,
-		scope.Group, scope.Topic, scope.Partition, KindReset, epoch, member, next, req.Reason, now(), topicID, req.Detail); err != nil {
+		scope.Group, scope.Topic, scope.Partition, KindReset, epoch, member, next, req.Reason, now(), topicID, req.Detail, sink.FormatSpans(after.Done)); err != nil {
 		return sink.Fence{}, s.wrap(ctx, op, err)
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
@@ -499,7 +499,9 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 }
 
 // History returns the accepted claims and the resets of scope, in the
-// order they were committed (ascending Seq); nil for a scope never claimed.
+// order they were committed (ascending Seq), each claim with the done
+// spans it returned and each reset with those it kept (HistoryEntry.Done,
+// stored as text, [sink.FormatSpans]); nil for a scope never claimed.
 // It fails with an error matching [epochs.ErrInvalidToken] for an invalid
 // scope. It may be called from any goroutine.
 func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry, error) {
@@ -507,7 +509,7 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 		return nil, err
 	}
 	op := "history " + scope.String()
-	rows, err := s.db.QueryContext(ctx, "SELECT seq, kind, epoch, member, next_offset, reason, at, topic_id, detail FROM "+s.history+
+	rows, err := s.db.QueryContext(ctx, "SELECT seq, kind, epoch, member, next_offset, reason, at, topic_id, detail, done FROM "+s.history+
 		" WHERE grp = ? AND topic = ? AND part = ? ORDER BY seq", scope.Group, scope.Topic, scope.Partition)
 	if err != nil {
 		return nil, s.wrap(ctx, op, err)
@@ -520,8 +522,12 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 			epoch  int64
 			member string
 			at     string
+			done   string
 		)
-		if err := rows.Scan(&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &at, &e.TopicID, &e.Detail); err != nil {
+		if err := rows.Scan(&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &at, &e.TopicID, &e.Detail, &done); err != nil {
+			return nil, s.wrap(ctx, op, err)
+		}
+		if e.Done, err = sink.ParseSpans(done); err != nil {
 			return nil, s.wrap(ctx, op, err)
 		}
 		e.Token = holderToken(scope, epoch, member)

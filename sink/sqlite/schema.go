@@ -42,7 +42,7 @@ func (s *Sink) tableDefs() []tableDef {
 		},
 		{
 			name: s.history,
-			cols: []string{"seq", "grp", "topic", "part", "kind", "epoch", "member", "next_offset", "reason", "at", "topic_id", "detail"},
+			cols: []string{"seq", "grp", "topic", "part", "kind", "epoch", "member", "next_offset", "reason", "at", "topic_id", "detail", "done"},
 			pk:   []string{"seq"},
 			ddl: `CREATE TABLE ` + s.history + ` (
 	seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -56,7 +56,8 @@ func (s *Sink) tableDefs() []tableDef {
 	reason      TEXT    NOT NULL,
 	at          TEXT    NOT NULL,
 	topic_id    TEXT    NOT NULL DEFAULT '',
-	detail      TEXT    NOT NULL DEFAULT ''
+	detail      TEXT    NOT NULL DEFAULT '',
+	done        TEXT    NOT NULL DEFAULT '' -- sink.HistoryEntry.Done, sink.FormatSpans
 )`,
 		},
 		{
@@ -152,6 +153,7 @@ func (s *Sink) oldCols(version int) map[string][]string {
 			}
 		}
 		cols[s.fences] = slices.DeleteFunc(slices.Clone(cols[s.fences]), func(c string) bool { return c == "spans" })
+		cols[s.history] = slices.DeleteFunc(slices.Clone(cols[s.history]), func(c string) bool { return c == "done" })
 		return cols
 	}
 	// Version 3: version 4's tables without the command IDs, the fences
@@ -300,8 +302,8 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 // and the count of skipped duplicates (duplicates, 0), and the command
 // IDs table is created, empty (no command applied before
 // had its ID recorded). From versions 1 to 4: the fences gain the count
-// of done spans (spans, 0) and the done spans table is created, empty
-// (no scope had gaps before).
+// of done spans (spans, 0), the history rows their done spans (done, empty),
+// and the done spans table is created, empty (no scope had gaps before).
 func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from int) error {
 	var stmts []string
 	if from == 1 {
@@ -332,7 +334,8 @@ func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from in
 			}
 		}
 	}
-	stmts = append(stmts, `ALTER TABLE `+s.fences+` ADD COLUMN spans INTEGER NOT NULL DEFAULT 0`)
+	stmts = append(stmts, `ALTER TABLE `+s.fences+` ADD COLUMN spans INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE `+s.history+` ADD COLUMN done TEXT NOT NULL DEFAULT ''`)
 	for _, d := range defs {
 		if d.name == s.doneSpans {
 			stmts = append(stmts, d.ddl)

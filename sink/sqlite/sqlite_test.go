@@ -580,8 +580,9 @@ func TestMigrateFromVersion3(t *testing.T) {
 }
 
 // dropV5 turns a version 5 database into a version 4 one: no done spans
-// table, no spans column.
-var dropV5 = []string{`DROP TABLE workrouter_done_spans`, `ALTER TABLE workrouter_fences DROP COLUMN spans`, `UPDATE workrouter_schema SET version = 4`}
+// table, no spans column, no history done column.
+var dropV5 = []string{`DROP TABLE workrouter_done_spans`, `ALTER TABLE workrouter_fences DROP COLUMN spans`,
+	`ALTER TABLE workrouter_history DROP COLUMN done`, `UPDATE workrouter_schema SET version = 4`}
 
 // TestMigrateFromVersion4: Open migrates a version 4 database (version 5
 // without the done spans table and the fences' spans count) in place,

@@ -26,13 +26,13 @@ type Entry struct {
 func (e Entry) runs() int { return max(e.Repeats, 1) }
 
 // All returns every workload and baseline in the order they run. Each
-// throughput workload and baseline (all but W3, W5, W5-sqlite and W6) runs repeats
+// throughput workload and baseline (all but W5, W5-sqlite and W6) runs repeats
 // times (FullRepeats or QuickRepeats for the CLI; 1 runs each once, as go
 // test -bench does). The workloads and baselines of a ratio are a group
 // whose runs Run interleaves, round by round: B1,W1,B2,B1,W1,B2,…, then
 // B3-sqlite,W2-sqlite,W2n-sqlite,…, W2-sqlite-b1,W2n-sqlite-b1,…,
 // B3-pg,W2-pg,W2n-pg,…, B3-pg-b1,W2-pg-b1,W2n-pg-b1,…,
-// B3-pg-b16,W2n-pg-b16,… and B4,W4,B4,W4,…, so that
+// B3-pg-b16,W2n-pg-b16,…, W3,W7,W7-pg,… and B4,W4,B4,W4,…, so that
 // warm-up, garbage left by the previous run and background load favour
 // neither side of a ratio. W1 is in one group with both of its baselines,
 // B1 and B2. B0 has no ratio and runs its repeats back to back. The record
@@ -58,6 +58,7 @@ func (e Entry) runs() int { return max(e.Repeats, 1) }
 // otherwise.
 func All(repeats int) []Entry {
 	repeats = max(repeats, 1)
+	keys := &keysTopic{} // W7's and W7-pg's topic, pre-loaded by the first run
 	m := func(id string, w Workload, group string) Entry {
 		return Entry{ID: id, Run: w, Repeats: repeats, Group: group, Warmup: group != ""}
 	}
@@ -66,7 +67,9 @@ func All(repeats int) []Entry {
 		m("B1", B1, "consume"),
 		m("W1", W1, "consume"),
 		m("B2", B2, "consume"),
-		{ID: "W3", Run: W3},
+		m("W3", W3, "keys"),
+		m("W7", W7On(keys), "keys"),
+		m("W7-pg", W7PostgresOn(keys), "keys"),
 		m("B3-sqlite", B3SQLite, "sqlite"),
 		m("W2-sqlite", W2SQLite, "sqlite"),
 		m("W2n-sqlite", w2SQLite(w2Variants[1]), "sqlite"),
@@ -94,7 +97,7 @@ func All(repeats int) []Entry {
 }
 
 // FullRepeats and QuickRepeats are how many measured runs All makes of
-// each throughput workload and baseline (all but W3, W5, W5-sqlite and W6) in a full
+// each throughput workload and baseline (all but W5, W5-sqlite and W6) in a full
 // and a --quick run. A consuming run lasts a few hundred milliseconds,
 // group join included, where one scheduling hiccup on two cores moves a
 // single run's throughput by a tenth or more: the report gives every

@@ -111,6 +111,8 @@ var ratioDefs = []Ratio{
 	{Name: "produce_file_vs_kcat", Num: "W8", Den: "B5", Target: 0.5},
 	{Name: "router_vs_sarama", Num: "W1", Den: "B2", Target: 2.0},
 	{Name: "fenced_vs_unfenced_redis", Num: "W2-redis", Den: "B3-redis", Target: 0.90},
+	{Name: "keys_vs_serial", Num: "W7", Den: "W3", Target: 8},
+	{Name: "keys_vs_serial_pg", Num: "W7-pg", Den: "W3", Target: 4},
 }
 
 // normID folds a result ID for matching: lower case, letters and digits
@@ -161,7 +163,7 @@ func Ratios(rows []Row) []Ratio {
 // FinalLine is the report's last line, each ratio the median one, then
 // each latency target's median:
 //
-//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> produce_vs_raw=<r> produce_file_vs_kcat=<r> router_vs_sarama=<r> fenced_vs_unfenced_redis=<r> send_p50=<ms> send_p99=<ms>
+//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> produce_vs_raw=<r> produce_file_vs_kcat=<r> router_vs_sarama=<r> fenced_vs_unfenced_redis=<r> keys_vs_serial=<r> keys_vs_serial_pg=<r> send_p50=<ms> send_p99=<ms>
 func FinalLine(ratios []Ratio, lats ...Latency) string {
 	var b strings.Builder
 	b.WriteString("bench:")

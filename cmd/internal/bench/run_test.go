@@ -72,7 +72,7 @@ func TestRunInterleaves(t *testing.T) {
 	}{
 		{nil, "B0,B0,B0," +
 			"B1!,B1,W1,B2,B1,W1,B2,B1,W1,B2," +
-			"W3," +
+			"W3!,W3,W7,W7-pg,W3,W7,W7-pg,W3,W7,W7-pg," +
 			"B3-sqlite!,B3-sqlite,W2-sqlite,W2n-sqlite,B3-sqlite,W2-sqlite,W2n-sqlite,B3-sqlite,W2-sqlite,W2n-sqlite," +
 			"W2-sqlite-b1!,W2-sqlite-b1,W2n-sqlite-b1,W2-sqlite-b1,W2n-sqlite-b1,W2-sqlite-b1,W2n-sqlite-b1," +
 			"B3-pg!,B3-pg,W2-pg,W2n-pg,B3-pg,W2-pg,W2n-pg,B3-pg,W2-pg,W2n-pg," +
@@ -88,6 +88,7 @@ func TestRunInterleaves(t *testing.T) {
 		{[]string{"W1"}, "W1!,W1,W1,W1"},
 		{[]string{"W1", "B2", "W4"}, "W1!,W1,B2,W1,B2,W1,B2,W4!,W4,W4,W4"},
 		{[]string{"B0", "W6"}, "B0,B0,B0,W6"},
+		{[]string{"W7", "W3"}, "W3!,W3,W7,W3,W7,W3,W7"},
 	} {
 		var f fakeRun
 		rows, order, err := f.run(t, 3, tc.only...)
@@ -103,7 +104,7 @@ func TestRunInterleaves(t *testing.T) {
 		// Rows come in the order of the entries, warm-up runs left out.
 		for _, row := range rows {
 			want := 3
-			if row.ID == "W3" || row.ID == "W5" || row.ID == "W5-sqlite" || row.ID == "W6" {
+			if row.ID == "W5" || row.ID == "W5-sqlite" || row.ID == "W6" {
 				want = 1
 			}
 			if row.Repeats != want || len(row.Runs) != want || row.Throughput().N != want || row.Problems() != "" {

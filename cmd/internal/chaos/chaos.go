@@ -178,6 +178,12 @@ type Config struct {
 	// of 60s and a join every few seconds, the group stays in
 	// PreparingRebalance for good. A short timeout lets it complete.
 	RebalanceTimeout time.Duration
+	// KeyConcurrency is the workers' lanes per partition
+	// (consumer.Config.KeyConcurrency, the worker's --key-concurrency);
+	// default 1. With more, a partition's accounts are applied out of
+	// offset order across accounts, and O is checked per account in the
+	// postings' application order.
+	KeyConcurrency int
 	// RecoverTimeout bounds the wait for lag zero after the faults;
 	// default 2m.
 	RecoverTimeout time.Duration
@@ -235,6 +241,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RecoverTimeout == 0 {
 		c.RecoverTimeout = 2 * time.Minute
 	}
+	if c.KeyConcurrency == 0 {
+		c.KeyConcurrency = 1
+	}
 	switch {
 	case len(c.Worker.Argv) == 0:
 		return c, fmt.Errorf("%w: no worker command", ErrConfig)
@@ -242,6 +251,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: need at least 2 workers, so that one can take over from another", ErrConfig)
 	case c.Duration < 0, c.Partitions < 1, c.Accounts < 1, c.Rate < 1, c.SessionTimeout < 0, c.RecoverTimeout < 0, c.RebalanceTimeout < 0:
 		return c, fmt.Errorf("%w: duration, partitions, accounts and rate must be positive", ErrConfig)
+	case c.KeyConcurrency < 1:
+		return c, fmt.Errorf("%w: key concurrency %d: want at least 1 lane per partition", ErrConfig, c.KeyConcurrency)
 	case c.Protocol != "cooperative" && c.Protocol != "kip848":
 		return c, fmt.Errorf("%w: protocol %q: want cooperative or kip848", ErrConfig, c.Protocol)
 	}
@@ -273,7 +284,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	r := &run{cfg: cfg, ctx: ctx, start: time.Now(), tl: cluster.NewTimeline(cfg.Out), ended: map[*cluster.Worker]bool{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed)),
 		stopWatch: make(chan struct{}),
-		res:       Result{Requested: slices.Clone(cfg.Kinds), Faults: map[Kind]int{}, Protocol: cfg.Protocol, Seed: cfg.Seed}}
+		res:       Result{Requested: slices.Clone(cfg.Kinds), Faults: map[Kind]int{}, Protocol: cfg.Protocol, Seed: cfg.Seed, KeyConcurrency: cfg.KeyConcurrency}}
 	defer r.stopAll()
 	stopWatching := sync.OnceFunc(func() { close(r.stopWatch); r.watchWG.Wait() })
 	defer stopWatching()
@@ -426,8 +437,8 @@ func (r *run) run() error {
 	}
 	r.logf("broker %v (%s), topic %s with %d partitions, group %s, protocol %s; %s",
 		r.brokers, where, r.topic, r.cfg.Partitions, group, r.cfg.Protocol, st.Desc())
-	r.logf("seed %d, faults %v, %d workers, %d commands/s, session timeout %s, for %s",
-		r.cfg.Seed, r.cfg.Kinds, r.cfg.Workers, r.cfg.Rate, r.cfg.SessionTimeout, r.cfg.Duration)
+	r.logf("seed %d, faults %v, %d workers with %d lane(s) per partition, %d commands/s, session timeout %s, for %s",
+		r.cfg.Seed, r.cfg.Kinds, r.cfg.Workers, r.cfg.KeyConcurrency, r.cfg.Rate, r.cfg.SessionTimeout, r.cfg.Duration)
 
 	for i := 1; i <= r.cfg.Workers; i++ {
 		w, err := r.startWorker("w" + strconv.Itoa(i))
@@ -698,6 +709,7 @@ func (r *run) produce(p *cluster.Producer, stop <-chan struct{}) error {
 func (r *run) workerArgs(name string) []string {
 	return cluster.WorkerOptions{Brokers: r.brokers, Topic: r.topic, Group: group, SinkSpec: r.store.WorkerSpec(name),
 		Name: name, SessionTimeout: r.cfg.SessionTimeout, Protocol: r.cfg.Protocol, RebalanceTimeout: r.cfg.RebalanceTimeout,
+		KeyConcurrency: r.cfg.KeyConcurrency,
 		Hooks: []string{"--chaos", "--chaos-stall", r.stallFor().String(),
 			// Poison records cost only themselves: a type without a
 			// handler is dead-lettered too, and a failing handler gets

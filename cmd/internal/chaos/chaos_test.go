@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		"bad protocol":   {Protocol: "eager", Worker: cluster.Binary{Argv: []string{"x"}}},
 		"bad kind":       {Kinds: []Kind{"gc"}, Worker: cluster.Binary{Argv: []string{"x"}}},
 		"negative rate":  {Rate: -1, Worker: cluster.Binary{Argv: []string{"x"}}},
+		"no lane":        {KeyConcurrency: -1, Worker: cluster.Binary{Argv: []string{"x"}}},
 	} {
 		if _, err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err = %v, want ErrConfig", name, err)
@@ -135,6 +137,26 @@ func TestWorkersGetShortRebalanceTimeout(t *testing.T) {
 	i := slices.Index(args, "--rebalance-timeout")
 	if i < 0 || args[i+1] != "5s" {
 		t.Fatalf("worker args %v lack --rebalance-timeout 5s", args)
+	}
+}
+
+// TestWorkersGetKeyConcurrency: the workers get the run's lanes per
+// partition as --key-concurrency; the default (1) passes none, so a run
+// without lanes starts the workers as before.
+func TestWorkersGetKeyConcurrency(t *testing.T) {
+	for _, n := range []int{0, 1, 8} {
+		cfg, err := Config{Worker: cluster.Binary{Argv: []string{"x"}}, KeyConcurrency: n}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := (&run{cfg: cfg, store: &cluster.Store{}}).workerArgs("w1")
+		i := slices.Index(args, "--key-concurrency")
+		switch {
+		case n <= 1 && (i >= 0 || cfg.KeyConcurrency != 1):
+			t.Errorf("key concurrency %d: worker args %v, config %d, want no flag and 1", n, args, cfg.KeyConcurrency)
+		case n > 1 && (i < 0 || args[i+1] != strconv.Itoa(n)):
+			t.Errorf("key concurrency %d: worker args %v lack --key-concurrency %d", n, args, n)
+		}
 	}
 }
 

@@ -16,9 +16,11 @@ import (
 //
 // Run fills it on its own goroutine; read it after Run returned.
 type Result struct {
-	// Seed and Protocol are the run's.
-	Seed     uint64 `json:"seed"`
-	Protocol string `json:"protocol"`
+	// Seed, Protocol and KeyConcurrency (the workers' lanes per
+	// partition) are the run's.
+	Seed           uint64 `json:"seed"`
+	Protocol       string `json:"protocol"`
+	KeyConcurrency int    `json:"key_concurrency"`
 	// Requested are the fault kinds the run was asked to inject.
 	Requested []Kind `json:"requested"`
 	// Faults counts, per kind, the faults that really happened (with
@@ -231,6 +233,7 @@ func (r Result) Table() string {
 	tw.Flush()
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "lanes per partition (--key-concurrency)\t%d\n", r.KeyConcurrency)
 	fmt.Fprintf(tw, "commands produced (acknowledged)\t%d\n", r.Produced)
 	fmt.Fprintf(tw, "commands applied (sink postings)\t%d\n", r.Applied)
 	fmt.Fprintf(tw, "stale writes rejected\t%d\n", r.StaleRejected)

@@ -62,9 +62,15 @@ func (s *Store) Check(ctx context.Context, cfg CheckConfig) (invariants.Report, 
 	// command's, and a command that entered the log twice (a retried
 	// send, a producer's retry, a batch the broker wrote twice) must be
 	// posted once: its other copies are skipped duplicates.
+	// O is checked in application order: a posting's Order is its row's
+	// insert order, which per account is the order its commands were
+	// applied in, also with lanes (consumer.Config.KeyConcurrency) that
+	// apply a partition's accounts out of offset order. F stays in offset
+	// mode (Input.Temporal false): posting row IDs and history sequence
+	// numbers are different sequences.
 	for _, p := range postings {
 		in.Writes = append(in.Writes, invariants.Write{Log: p.TopicID, Partition: p.Partition, Offset: p.Offset, Epoch: p.Epoch, Member: p.Member,
-			ID: p.ID, Key: p.Account, Seq: int64(p.Seq)})
+			ID: p.ID, Key: p.Account, Seq: int64(p.Seq), Order: p.Order})
 	}
 	in.History = map[int32][]sink.HistoryEntry{}
 	for p := int32(0); p < cfg.Partitions; p++ {

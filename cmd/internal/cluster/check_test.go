@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -121,4 +122,53 @@ func openTestStore(t *testing.T) (*Store, *sqlite.Sink) {
 	}
 	t.Cleanup(func() { s.Close() })
 	return st, s
+}
+
+// TestCheckApplicationOrder: Check takes O in the postings' insert order
+// (SQLite's rowid), the order lanes applied them in. Two accounts of one
+// partition applied out of offset order across accounts are no violation;
+// one account's postings applied out of offset order are, even when their
+// seqs read in offset order would grow (acct-c: seq 1 at offset 5 applied
+// before seq 0 at offset 4). F is the same as in offset order.
+func TestCheckApplicationOrder(t *testing.T) {
+	ctx := context.Background()
+	st, s := openTestStore(t)
+	a := epochs.Token{Group: "g", Topic: "ledger", Partition: 0, Epoch: 1, Member: "a"}
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(off int64, account string, seq int, member string) {
+		t.Helper()
+		if _, err := s.DB().ExecContext(ctx, `INSERT INTO ledger_postings (topic, part, off, account, id, seq, kind, amount, epoch, member)
+			VALUES ('ledger', 0, $1, $2, $3, $4, 'deposit', 5, 1, $5)`, off, account, fmt.Sprintf("%s-%d", account, seq), seq, member); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// acct-b's lane ran ahead of acct-a's.
+	insert(1, "acct-b", 0, "a")
+	insert(3, "acct-b", 1, "a")
+	insert(0, "acct-a", 0, "a")
+	insert(2, "acct-a", 1, "a")
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO ledger_accounts (account, balance) VALUES ('acct-a', 10), ('acct-b', 10)`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := CheckConfig{Group: "g", Topic: "ledger", Partitions: 1}
+	if rep, err := st.Check(ctx, cfg); err != nil || rep.Total() != 0 {
+		t.Fatalf("accounts applied out of offset order across accounts: %+v %v %v, want no violation", rep.Violations, rep.Notes(5), err)
+	}
+	insert(5, "acct-c", 1, "a")
+	insert(4, "acct-c", 0, "a")
+	insert(6, "acct-b", 2, "zombie") // the same epoch, another member: F
+	if _, err := s.DB().ExecContext(ctx, `UPDATE ledger_accounts SET balance = 15 WHERE account = 'acct-b';
+		INSERT INTO ledger_accounts (account, balance) VALUES ('acct-c', 10)`); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := st.Check(ctx, cfg)
+	if err != nil || rep.O != 1 || rep.F != 1 || rep.Total() != 2 {
+		t.Fatalf("acct-c applied out of offset order: %+v %v %v, want O = 1 and F = 1", rep.Violations, rep.Notes(5), err)
+	}
+	if notes := strings.Join(rep.Notes(5), "\n"); !strings.Contains(notes, "key acct-c: seq 0 applied at partition 0 offset 4 after seq 1") ||
+		!strings.Contains(notes, "offset 6 written at epoch 1 by zombie after the claim at epoch 1 by a") {
+		t.Fatalf("findings %v", rep.Notes(5))
+	}
 }

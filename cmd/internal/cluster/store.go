@@ -50,6 +50,10 @@ type Posting struct {
 	Seq       int
 	Epoch     int32
 	Member    string
+	// Order is the row's insert order (SQLite's rowid, PostgreSQL's
+	// applied column): per account, the order the commands were applied
+	// in (examples/ledger), which O checks.
+	Order int64
 }
 
 // Store is the ledger sink as the harnesses see it: the workers' --sink
@@ -104,7 +108,7 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 		history: s.History,
 		fences:  s.Fences,
 		postings: func(ctx context.Context) ([]Posting, error) {
-			rows, err := s.DB().QueryContext(ctx, postingsSQL)
+			rows, err := s.DB().QueryContext(ctx, fmt.Sprintf(postingsSQL, "rowid"))
 			if err != nil {
 				return nil, err
 			}
@@ -122,7 +126,8 @@ func deadLetterStore[Tx any](s sink.Sink[Tx]) sink.DeadLetterStore {
 	return d
 }
 
-const postingsSQL = `SELECT topic_id, part, off, account, id, seq, epoch, member FROM ledger_postings ORDER BY part, off`
+// postingsSQL reads the postings; %s is the column of their insert order.
+const postingsSQL = `SELECT topic_id, part, off, account, id, seq, epoch, member, %s FROM ledger_postings ORDER BY part, off`
 
 type scanner interface {
 	Next() bool
@@ -134,7 +139,7 @@ func scanPostings(rows scanner) ([]Posting, error) {
 	var out []Posting
 	for rows.Next() {
 		var p Posting
-		if err := rows.Scan(&p.TopicID, &p.Partition, &p.Offset, &p.Account, &p.ID, &p.Seq, &p.Epoch, &p.Member); err != nil {
+		if err := rows.Scan(&p.TopicID, &p.Partition, &p.Offset, &p.Account, &p.ID, &p.Seq, &p.Epoch, &p.Member, &p.Order); err != nil {
 			return nil, err
 		}
 		out = append(out, p)
@@ -186,7 +191,7 @@ func openPostgres(ctx context.Context, cfg StoreConfig) (*Store, error) {
 		history: s.History,
 		fences:  s.Fences,
 		postings: func(ctx context.Context) ([]Posting, error) {
-			rows, err := s.Pool().Query(ctx, postingsSQL)
+			rows, err := s.Pool().Query(ctx, fmt.Sprintf(postingsSQL, "applied"))
 			if err != nil {
 				return nil, err
 			}

@@ -3,11 +3,13 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -62,7 +64,7 @@ func TestStoreReadsSQLiteRecords(t *testing.T) {
 		t.Fatalf("claims %+v %v", claims, err)
 	}
 	ps, err := st.Postings(ctx)
-	if err != nil || len(ps) != 2 || ps[1] != (Posting{Partition: 0, Offset: 1, Account: "acct", ID: "cmd-b", Seq: 1, Epoch: 2, Member: "b"}) {
+	if err != nil || len(ps) != 2 || ps[1] != (Posting{Partition: 0, Offset: 1, Account: "acct", ID: "cmd-b", Seq: 1, Epoch: 2, Member: "b", Order: 2}) {
 		t.Fatalf("postings %+v %v", ps, err)
 	}
 	rep, err := st.Check(ctx, CheckConfig{Group: "g", Topic: "ledger", Partitions: 1})
@@ -71,5 +73,31 @@ func TestStoreReadsSQLiteRecords(t *testing.T) {
 	}
 	if !strings.HasPrefix(st.Desc(), "SQLite sink ") {
 		t.Fatalf("desc %q", st.Desc())
+	}
+}
+
+// TestStorePostgresPostingsOrder: on PostgreSQL the postings' Order is the
+// ledger's applied column, their insert order, not their offsets'.
+func TestStorePostgresPostingsOrder(t *testing.T) {
+	ctx := context.Background()
+	st, err := OpenStore(ctx, StoreConfig{PostgresDSN: testpg.DSN(t), SchemaPrefix: "cluster_order"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, off := range []int64{3, 1, 2} {
+		n, err := st.Count(ctx, `WITH ins AS (INSERT INTO ledger_postings (topic, part, off, account, id, seq, kind, amount, epoch, member)
+			VALUES ('ledger', 0, $1, 'acct', $2, $3, 'deposit', 5, 1, 'a') RETURNING 1) SELECT count(*) FROM ins`, off, fmt.Sprint("cmd-", off), int(off))
+		if err != nil || n != 1 {
+			t.Fatalf("insert offset %d: %d %v", off, n, err)
+		}
+	}
+	ps, err := st.Postings(ctx)
+	if err != nil || len(ps) != 3 {
+		t.Fatalf("postings %+v %v", ps, err)
+	}
+	// By offset: 1 (inserted second), 2 (third), 3 (first).
+	if ps[0].Offset != 1 || ps[1].Offset != 2 || ps[2].Offset != 3 || !(ps[2].Order < ps[0].Order && ps[0].Order < ps[1].Order) {
+		t.Fatalf("postings %+v: want offsets 1, 2, 3 with insert orders second, third, first", ps)
 	}
 }

@@ -62,14 +62,17 @@ type Claim struct {
 }
 
 // Batch is a batch a fault hook acted on (a freeze, a hang): its token's
-// partition, epoch and member, its offsets, and for a hang the database
-// session's backend ID (0 if unknown).
+// partition, epoch and member, its first and last offsets and its number
+// of records (fewer than Last-First+1 for a lane's batch, which holds its
+// keys' records only), and for a hang the database session's backend ID
+// (0 if unknown).
 type Batch struct {
 	Partition int32
 	Epoch     int32
 	Member    string
 	First     int64
 	Last      int64
+	Records   int
 	PID       int
 }
 
@@ -100,6 +103,10 @@ type WorkerOptions struct {
 	MaxBatch       int    // default 50
 	// RebalanceTimeout of the members; default 60s (the worker's).
 	RebalanceTimeout time.Duration
+	// KeyConcurrency is the worker's --key-concurrency, its lanes per
+	// partition (consumer.Config.KeyConcurrency); 0 or 1 passes no flag:
+	// the worker's default, one lane.
+	KeyConcurrency int
 	// Hooks are fault-hook flags of the harness's worker, such as
 	// "--chaos" or "--freeze-before-batch=4".
 	Hooks []string
@@ -137,6 +144,9 @@ func (o WorkerOptions) Args() []string {
 		"--rebalance-timeout", o.RebalanceTimeout.String(),
 		"--log-level", "info",
 		"--events", "/dev/fd/" + strconv.Itoa(eventsFD),
+	}
+	if o.KeyConcurrency > 1 {
+		args = append(args, "--key-concurrency", strconv.Itoa(o.KeyConcurrency))
 	}
 	args = append(args, o.Conn...)
 	return append(args, o.Hooks...)
@@ -220,7 +230,7 @@ func (w *Worker) observe(r eventlog.Record) {
 	defer w.mu.Unlock()
 	w.counts[r.Kind]++
 	batch := func() Batch {
-		b := Batch{Partition: r.Partition, Epoch: r.Epoch, Member: r.Member, First: r.FirstOffset, Last: r.NextOffset - 1}
+		b := Batch{Partition: r.Partition, Epoch: r.Epoch, Member: r.Member, First: r.FirstOffset, Last: r.NextOffset - 1, Records: r.Records}
 		b.PID, _ = strconv.Atoi(r.Fields["pid"])
 		return b
 	}

@@ -56,6 +56,10 @@ type Config struct {
 	Worker cluster.Binary
 	// SessionTimeout of the workers; default 2s.
 	SessionTimeout time.Duration
+	// KeyConcurrency is the workers' lanes per partition
+	// (consumer.Config.KeyConcurrency, the worker's --key-concurrency);
+	// default 1.
+	KeyConcurrency int
 	// Out receives the timeline as it happens; nil discards.
 	Out io.Writer
 }
@@ -116,9 +120,14 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.SessionTimeout == 0 {
 		cfg.SessionTimeout = 2 * time.Second
 	}
+	if cfg.KeyConcurrency == 0 {
+		cfg.KeyConcurrency = 1
+	}
 	switch {
 	case cfg.Commands < 100, cfg.Accounts <= 0, cfg.Partitions <= 0:
 		return Summary{}, fmt.Errorf("%w: need at least 100 commands and positive accounts and partitions", ErrConfig)
+	case cfg.KeyConcurrency < 1:
+		return Summary{}, fmt.Errorf("%w: key concurrency %d: want at least 1 lane per partition", ErrConfig, cfg.KeyConcurrency)
 	case cfg.Workers < 2:
 		return Summary{}, fmt.Errorf("%w: need at least 2 workers, so that one can take over from the frozen one", ErrConfig)
 	case len(cfg.Worker.Argv) == 0:
@@ -190,12 +199,15 @@ func (d *run) run() (Summary, error) {
 	}
 	defer st.Close()
 	d.logf("%s", st.Desc())
+	if d.cfg.KeyConcurrency > 1 {
+		d.logf("workers apply with %d lanes per partition (--key-concurrency): one account's commands in one lane, in offset order", d.cfg.KeyConcurrency)
+	}
 
 	// Workers; w1 will freeze itself with SIGSTOP just before its 4th batch.
 	for i := 1; i <= d.cfg.Workers; i++ {
 		name := "w" + strconv.Itoa(i)
 		opts := cluster.WorkerOptions{Brokers: brokers, Conn: d.cfg.WorkerConn, Topic: topic, Group: group, SinkSpec: st.Spec(),
-			Name: name, SessionTimeout: d.cfg.SessionTimeout}
+			Name: name, SessionTimeout: d.cfg.SessionTimeout, KeyConcurrency: d.cfg.KeyConcurrency}
 		if i == 1 {
 			opts.Hooks = []string{"--freeze-before-batch=4"}
 		}

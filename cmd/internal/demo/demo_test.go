@@ -16,6 +16,7 @@ func TestRejectsBadConfig(t *testing.T) {
 		"one worker":     {Workers: 1, Worker: cluster.Binary{Argv: []string{"x"}}},
 		"no worker argv": {},
 		"few commands":   {Commands: 10, Worker: cluster.Binary{Argv: []string{"x"}}},
+		"no lane":        {KeyConcurrency: -2, Worker: cluster.Binary{Argv: []string{"x"}}},
 	} {
 		if _, err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err = %v, want ErrConfig", name, err)

@@ -22,7 +22,7 @@ import (
 )
 
 // FreezeBeforeBatch wraps s so that the process stops itself with SIGSTOP
-// right before its nth Apply or ApplyOnce call (n ≥ 1), after every other Apply in the
+// right before its nth Apply, ApplyOnce or ApplyGapped (a lane's batch) call (n ≥ 1), after every other Apply in the
 // process has finished and while no other may start: the process freezes
 // between transactions, holding no database lock. (A process frozen inside
 // an SQLite transaction would hold the database's single write lock and

@@ -28,7 +28,7 @@ func (p HangPoint) String() string {
 	return "before-commit"
 }
 
-// Hang is a sink whose nth Apply or ApplyOnce call (n ≥ 1) blocks at its point until
+// Hang is a sink whose nth Apply, ApplyOnce or ApplyGapped call (n ≥ 1) blocks at its point until
 // release is closed (a nil release blocks until the process dies: the
 // harness kills it there). reached is called once the point is reached,
 // with the batch's token and offsets and, BeforeCommit, the open
