@@ -70,7 +70,7 @@ func (s *Sink) deadLetter(ctx context.Context, tok epochs.Token, from int64, rec
 		}
 		r, err := s.runScript(ctx, op, deadLetterScript, []string{s.fenceKey(sc), s.dlSeqKey(), s.dlIndexKey()},
 			tok.Epoch, tok.Member, rec.Offset, s.dlRowPrefix(), body, rec.TopicID, rec.Reason, sc.Group, sc.Topic, sc.Partition,
-			cp.NextOffset, formatSpans(cp.Done), after.NextOffset, formatSpans(after.Done), boolArg(store))
+			cp.NextOffset, sink.FormatSpans(cp.Done), after.NextOffset, sink.FormatSpans(after.Done), boolArg(store))
 		if err != nil {
 			s.forget(tok)
 			return sink.DeadLetterResult{}, err
@@ -81,7 +81,7 @@ func (s *Sink) deadLetter(ctx context.Context, tok epochs.Token, from int64, rec
 			return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: holder(sc, i64(r[1]) == 1, r[2], r[3]), Offered: tok}
 		case "redo":
 			cp = sink.Checkpoint{NextOffset: i64(r[1])}
-			if cp.Done, err = parseSpans(str(r[2])); err != nil {
+			if cp.Done, err = sink.ParseSpans(str(r[2])); err != nil {
 				return sink.DeadLetterResult{}, fmt.Errorf("redis: %s: %w", op, err)
 			}
 			continue

@@ -64,7 +64,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 		return sink.Checkpoint{}, fmt.Errorf("redis: %s: unexpected script reply %v", op, r)
 	}
 	cp := sink.Checkpoint{NextOffset: i64(r[1])}
-	if cp.Done, err = parseSpans(str(r[2])); err != nil {
+	if cp.Done, err = sink.ParseSpans(str(r[2])); err != nil {
 		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	s.cacheCheckpoint(tok, cp, true)
@@ -204,7 +204,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		var row cmdids.Row
 		prune := false
 		if changed {
-			newNext, newSpans = strconv.FormatInt(after.NextOffset, 10), formatSpans(after.Done)
+			newNext, newSpans = strconv.FormatInt(after.NextOffset, 10), sink.FormatSpans(after.Done)
 			if ids != nil {
 				expectIV = strconv.FormatInt(version, 10)
 				if prune = sink.PruneDue(before.NextOffset, after.NextOffset, s.cfg.DedupeWindow); prune {
@@ -231,7 +231,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		keys := []string{s.fenceKey(sc), s.idsKey(sc)}
 		args := make([]any, 0, 16+5*len(tx.reads)+3*len(tx.cmds))
 		args = append(args, tok.Epoch, tok.Member, before.NextOffset, newNext, expectIV, horizon, len(res.Duplicates), rowMember, rowLast,
-			validate, len(tx.reads), 0, formatSpans(before.Done), newSpans)
+			validate, len(tx.reads), 0, sink.FormatSpans(before.Done), newSpans)
 		ncIndex := 11
 		nc := 0
 		var groupFirst []int // by script command: its first index in tx.cmds
@@ -279,7 +279,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 				s.ids.Drop(sc) // another writer moved the IDs: reload
 			}
 			cp = sink.Checkpoint{NextOffset: i64(r[1])}
-			if cp.Done, err = parseSpans(str(r[3])); err != nil {
+			if cp.Done, err = sink.ParseSpans(str(r[3])); err != nil {
 				return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
 			}
 			continue
@@ -319,27 +319,10 @@ func (s *Sink) readCheckpoint(ctx context.Context, op string, tok epochs.Token, 
 		return sink.Checkpoint{}, &sink.FencedError{Op: fop, Stored: stored, Offered: tok}
 	}
 	cp := sink.Checkpoint{NextOffset: i64(f[2])}
-	if cp.Done, err = parseSpans(str(f[3])); err != nil {
+	if cp.Done, err = sink.ParseSpans(str(f[3])); err != nil {
 		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	return cp, nil
-}
-
-// formatSpans is the stored form of done spans: "from-to,…".
-func formatSpans(done []sink.Span) string {
-	if len(done) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	for i, sp := range done {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatInt(sp.From, 10))
-		b.WriteByte('-')
-		b.WriteString(strconv.FormatInt(sp.To, 10))
-	}
-	return b.String()
 }
 
 // forget drops the cached NextOffset of tok's scope if it is tok's.
@@ -398,26 +381,8 @@ func parseFence(m map[string]string) (sink.Fence, error) {
 	f.ProofBelow, _ = strconv.ParseInt(m["pb"], 10, 64)
 	f.Duplicates, _ = strconv.ParseInt(m["d"], 10, 64)
 	var err error
-	f.Done, err = parseSpans(m["sp"])
+	f.Done, err = sink.ParseSpans(m["sp"])
 	return f, err
-}
-
-// parseSpans reads the done spans of a gapped checkpoint: "from-to,…".
-func parseSpans(sp string) ([]sink.Span, error) {
-	if sp == "" {
-		return nil, nil
-	}
-	var out []sink.Span
-	for _, part := range strings.Split(sp, ",") {
-		a, b, ok := strings.Cut(part, "-")
-		from, err1 := strconv.ParseInt(a, 10, 64)
-		to, err2 := strconv.ParseInt(b, 10, 64)
-		if !ok || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%w: done spans %q", sink.ErrBadCheckpoint, sp)
-		}
-		out = append(out, sink.Span{From: from, To: to})
-	}
-	return out, nil
 }
 
 // historyRow is a history entry as the scripts store it (JSON, every
@@ -432,6 +397,9 @@ type historyRow struct {
 	Topic  string `json:"t"`
 	Detail string `json:"d"`
 	At     string `json:"at"`
+	// Spans are a claim's done spans (the ones it returned) or a reset's
+	// (the ones it kept), as the fence hash stores them.
+	Spans string `json:"sp"`
 }
 
 // History returns the claims and resets of scope in order, implementing
@@ -451,6 +419,9 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryE
 			return nil, fmt.Errorf("redis: history %s: %w", scope, err)
 		}
 		e := sink.HistoryEntry{Kind: h.Kind, Reason: h.Reason, TopicID: h.Topic, Detail: h.Detail}
+		if e.Done, err = sink.ParseSpans(h.Spans); err != nil {
+			return nil, fmt.Errorf("redis: history %s: %w", scope, err)
+		}
 		e.Seq, _ = strconv.ParseInt(h.Seq, 10, 64)
 		e.NextOffset, _ = strconv.ParseInt(h.Next, 10, 64)
 		e.Token = holder(scope, true, h.Epoch, h.Member)
@@ -490,7 +461,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	}
 	before := sink.Fence{Scope: sc, Holder: holder(sc, true, r[1], r[2]), NextOffset: i64(r[3]), TopicID: str(r[4]),
 		ProofRequired: str(r[5]) == "1", ProofBelow: i64(r[6]), Duplicates: i64(r[7])}
-	if before.Done, err = parseSpans(str(r[8])); err != nil {
+	if before.Done, err = sink.ParseSpans(str(r[8])); err != nil {
 		return sink.Fence{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	if str(r[0]) == "conflict" {

@@ -17,10 +17,10 @@ local function now_ms()
   local t = redis.call('TIME')
   return num(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 end
-local function history(key, seqkey, cap, kind, e, m, n, reason, topic, detail)
+local function history(key, seqkey, cap, kind, e, m, n, reason, topic, detail, sp)
   local seq = redis.call('INCR', seqkey)
   redis.call('RPUSH', key, cjson.encode({s = num(seq), k = kind, e = num(e), m = m, n = num(n),
-    r = reason, t = topic, d = detail, at = now_ms()}))
+    r = reason, t = topic, d = detail, at = now_ms(), sp = sp}))
   if cap > 0 then redis.call('LTRIM', key, -cap, -1) end
 end
 `
@@ -69,7 +69,7 @@ redis.call('HSET', KEYS[1], 'e', num(e), 'm', m, 'n', num(next), 't', topic, 'pr
   'g', ARGV[7], 'tp', ARGV[8], 'p', ARGV[9])
 if not found then redis.call('HSET', KEYS[1], 'pb', '0', 'd', '0') end
 redis.call('SADD', KEYS[2], ARGV[10])
-history(KEYS[3], KEYS[4], tonumber(ARGV[11]), 'claim', e, m, next, '', topic, '')
+history(KEYS[3], KEYS[4], tonumber(ARGV[11]), 'claim', e, m, next, '', topic, '', spans)
 return {'ok', num(next), spans}
 `)
 
@@ -236,7 +236,7 @@ local sp = f[8] or ''
 if ARGV[5] ~= '' then n = tonumber(ARGV[5]); sp = '' end
 if ARGV[6] ~= '' then t = ARGV[6] end
 redis.call('HSET', KEYS[1], 'e', '0', 'm', '', 'n', num(n), 't', t, 'pr', '1', 'pb', num(pb), 'sp', sp)
-history(KEYS[2], KEYS[3], tonumber(ARGV[9]), 'reset', he, hm, n, ARGV[7], t, ARGV[8])
+history(KEYS[2], KEYS[3], tonumber(ARGV[9]), 'reset', he, hm, n, ARGV[7], t, ARGV[8], sp)
 table.insert(before, 1, 'ok')
 return before
 `)
