@@ -44,7 +44,7 @@ func synthetic() Report {
 	return Report{Title: "test run", Final: "test: ok", OK: true,
 		Faults:     []Count{{"pause", 1}, {"broker-restart", 1}, {"kill", -1}},
 		Figures:    []Figure{{"stale_rejected", "stale writes rejected", "1"}},
-		Invariants: invariants.Violations{X: 2},
+		Invariants: invariants.Violations{F: 1, L: 2, O: 3, X: 4, V: 5, D: 6},
 		Trace: cluster.Trace{Start: t0, End: at(10000), Topic: "t", Partitions: 3,
 			Workers: []cluster.WorkerTrace{
 				{Name: "w1", Records: []eventlog.Record{
@@ -115,7 +115,12 @@ func TestReportInBrowser(t *testing.T) {
 	if p.FaultCounts["pause"] != "1" || p.FaultCounts["kill"] != "-" || p.Figures["faults_drawn"] != "2" || p.Figures["stale_rejected"] != "1" {
 		t.Errorf("summary: faults %v figures %v", p.FaultCounts, p.Figures)
 	}
-	if p.Invariants["X"] != "2" || p.Invariants["F"] != "0" || len(p.Invariants) != 6 || p.Verdict != "ok" {
+	for i, k := range []string{"F", "L", "O", "X", "V", "D"} {
+		if p.Invariants[k] != strconv.Itoa(i+1) {
+			t.Errorf("invariant %s shows %q, want %d: %v", k, p.Invariants[k], i+1, p.Invariants)
+		}
+	}
+	if len(p.Invariants) != 6 || p.Verdict != "ok" {
 		t.Errorf("invariants %v, verdict %q", p.Invariants, p.Verdict)
 	}
 	if !strings.Contains(p.StaleTip, "REFUSED stale apply by w1") || !strings.Contains(p.StaleTip, "epoch 2 member w1-<m1>") {
