@@ -195,6 +195,9 @@ type mark struct {
 	Label string
 	Tip   string
 	Epoch int32
+	// LabelLeft puts the label on the mark's left: it would overflow the
+	// page on its right.
+	LabelLeft bool
 }
 
 type member struct {
@@ -366,7 +369,9 @@ func layout(r Report) view {
 				if rec.Op != "" {
 					what = rec.Op
 				}
-				ln.Stale = append(ln.Stale, mark{X: x(rec.Time), Epoch: rec.Epoch, Label: fmt.Sprintf("e%d %s", rec.Epoch, w.Name),
+				label := fmt.Sprintf("e%d %s", rec.Epoch, w.Name)
+				ln.Stale = append(ln.Stale, mark{X: x(rec.Time), Epoch: rec.Epoch, Label: label,
+					LabelLeft: x(rec.Time)+7+float64(len(label))*6.2 > v.Width,
 					Tip: fmt.Sprintf("REFUSED stale %s by %s at %s: token partition %d epoch %d member %s (offset %d, %d records): %s",
 						what, w.Name, since(tr.Start, rec.Time), rec.Partition, rec.Epoch, rec.Member, rec.FirstOffset, rec.Records, rec.Err)})
 				v.Stale++

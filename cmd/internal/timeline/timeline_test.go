@@ -20,7 +20,8 @@ import (
 // synthetic is a run of 3 partitions: w1 claims 0 and 1, w2 claims 2;
 // w1 freezes, w2 takes partition 1 over at a newer epoch, w1's late write
 // at the old epoch is refused, a poison record on partition 2 is
-// dead-lettered; two faults (a pause of w1, a broker restart).
+// dead-lettered, and at the very end a claim of w1 on partition 0 is
+// refused; two faults (a pause of w1, a broker restart).
 func synthetic() Report {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -29,6 +30,8 @@ func synthetic() Report {
 	}
 	fenced := rec(6000, consumer.KindFenced, 1, 2, "w1-<m1>")
 	fenced.Op, fenced.FirstOffset, fenced.Records, fenced.Err = "apply", 120, 7, "epochs: stale token"
+	late := rec(9990, consumer.KindFenced, 0, 1, "w1-<m1>")
+	late.Op = "claim"
 	dead := rec(4000, consumer.KindDeadLettered, 2, 1, "w2-m2")
 	dead.FirstOffset, dead.Cause = 77, "undecodable"
 	lag := func(ms int, l map[int32]int64) eventlog.Record {
@@ -43,13 +46,13 @@ func synthetic() Report {
 	}
 	return Report{Title: "test run", Final: "test: ok", OK: true,
 		Faults:     []Count{{"pause", 1}, {"broker-restart", 1}, {"kill", -1}},
-		Figures:    []Figure{{"stale_rejected", "stale writes rejected", "1"}},
+		Figures:    []Figure{{"stale_rejected", "stale writes rejected", "2"}},
 		Invariants: invariants.Violations{F: 1, L: 2, O: 3, X: 4, V: 5, D: 6},
 		Trace: cluster.Trace{Start: t0, End: at(10000), Topic: "t", Partitions: 3,
 			Workers: []cluster.WorkerTrace{
 				{Name: "w1", Records: []eventlog.Record{
 					rec(100, consumer.KindClaimed, 0, 1, "w1-<m1>"), rec(100, consumer.KindClaimed, 1, 2, "w1-<m1>"),
-					lag(1000, map[int32]int64{0: 5, 1: 7}), fenced,
+					lag(1000, map[int32]int64{0: 5, 1: 7}), fenced, late,
 				}, Applied: []eventlog.Record{applied(500, 0, 10), applied(700, 1, 20)}},
 				{Name: "w2", Records: []eventlog.Record{
 					rec(150, consumer.KindClaimed, 2, 1, "w2-m2"), dead,
@@ -68,7 +71,7 @@ func synthetic() Report {
 // report of each partition.
 func TestLayout(t *testing.T) {
 	v := layout(synthetic())
-	if len(v.Lanes) != 3 || v.Stale != 1 || v.DeadLetters != 1 || v.FaultsDrawn != 2 || v.Outside != 0 {
+	if len(v.Lanes) != 3 || v.Stale != 2 || v.DeadLetters != 1 || v.FaultsDrawn != 2 || v.Outside != 0 {
 		t.Fatalf("lanes %d, stale %d, dead %d, faults %d, outside %d", len(v.Lanes), v.Stale, v.DeadLetters, v.FaultsDrawn, v.Outside)
 	}
 	l1 := v.Lanes[1]
@@ -79,8 +82,11 @@ func TestLayout(t *testing.T) {
 	if zombie.Epoch != 2 || owner.Epoch != 3 || zombie.X+zombie.W > owner.X+0.01 {
 		t.Errorf("lane 1: the zombie's band (epoch %d, %.1f+%.1f) overlaps the new owner's (epoch %d at %.1f)", zombie.Epoch, zombie.X, zombie.W, owner.Epoch, owner.X)
 	}
-	if want := left + plotW*0.6; l1.Stale[0].X != want || l1.Stale[0].Label != "e2 w1" {
-		t.Errorf("stale mark at %.1f %q, want %.1f \"e2 w1\"", l1.Stale[0].X, l1.Stale[0].Label, want)
+	if want := left + plotW*0.6; l1.Stale[0].X != want || l1.Stale[0].Label != "e2 w1" || l1.Stale[0].LabelLeft {
+		t.Errorf("stale mark at %.1f %q (left %v), want %.1f \"e2 w1\" on its right", l1.Stale[0].X, l1.Stale[0].Label, l1.Stale[0].LabelLeft, want)
+	}
+	if l0 := v.Lanes[0]; len(l0.Stale) != 1 || !l0.Stale[0].LabelLeft {
+		t.Errorf("lane 0: the refused claim at the end: %+v, want its label on its left", l0.Stale)
 	}
 	if len(v.Lanes[2].Dead) != 1 || len(v.Lanes[0].Dead)+len(v.Lanes[1].Dead) != 0 {
 		t.Errorf("dead letters: %d %d %d", len(v.Lanes[0].Dead), len(v.Lanes[1].Dead), len(v.Lanes[2].Dead))
@@ -106,13 +112,13 @@ func TestReportInBrowser(t *testing.T) {
 	if len(p.Console) > 0 || len(p.Resources) > 0 || p.SVGHeight < 300 {
 		t.Fatalf("console %q, resources %q, svg height %.0f", p.Console, p.Resources, p.SVGHeight)
 	}
-	if got := strconv.Itoa(len(p.Lanes)); got != "3" || p.Marks["stale"] != 1 || p.Marks["dead-letter"] != 1 || p.Marks["claim"] != 4 || p.Marks["tenure"] != 4 {
+	if got := strconv.Itoa(len(p.Lanes)); got != "3" || p.Marks["stale"] != 2 || p.Marks["dead-letter"] != 1 || p.Marks["claim"] != 4 || p.Marks["tenure"] != 4 {
 		t.Errorf("page: %s", p)
 	}
 	if p.FaultMarks["pause"] != 1 || p.FaultMarks["broker-restart"] != 1 || browsertest.Sum(p.FaultMarks) != 2 {
 		t.Errorf("fault marks %v", p.FaultMarks)
 	}
-	if p.FaultCounts["pause"] != "1" || p.FaultCounts["kill"] != "-" || p.Figures["faults_drawn"] != "2" || p.Figures["stale_rejected"] != "1" {
+	if p.FaultCounts["pause"] != "1" || p.FaultCounts["kill"] != "-" || p.Figures["faults_drawn"] != "2" || p.Figures["stale_rejected"] != "2" {
 		t.Errorf("summary: faults %v figures %v", p.FaultCounts, p.Figures)
 	}
 	for i, k := range []string{"F", "L", "O", "X", "V", "D"} {
@@ -123,7 +129,8 @@ func TestReportInBrowser(t *testing.T) {
 	if len(p.Invariants) != 6 || p.Verdict != "ok" {
 		t.Errorf("invariants %v, verdict %q", p.Invariants, p.Verdict)
 	}
-	if !strings.Contains(p.StaleTip, "REFUSED stale apply by w1") || !strings.Contains(p.StaleTip, "epoch 2 member w1-<m1>") {
+	// The first stale mark in the page is lane 0's: the refused claim.
+	if !strings.Contains(p.StaleTip, "REFUSED stale claim by w1 at 9.99s") || !strings.Contains(p.StaleTip, "epoch 1 member w1-<m1>") {
 		t.Errorf("hovering the stale mark showed %q", p.StaleTip)
 	}
 }
@@ -137,6 +144,9 @@ func TestWriteEscapesAndRefusesEmpty(t *testing.T) {
 	}
 	if strings.Contains(b.String(), "<m1>") || !strings.Contains(b.String(), "w1-&lt;m1&gt;") {
 		t.Errorf("the member ID is not escaped")
+	}
+	if strings.Count(b.String(), `dx="-7" text-anchor="end"`) != 1 {
+		t.Errorf("the refused claim at the end has no label on its left")
 	}
 	if err := Write(&b, Report{}); !errors.Is(err, ErrNoTrace) {
 		t.Errorf("Write of an empty report: %v, want ErrNoTrace", err)
