@@ -48,7 +48,7 @@ type FaultSpan struct {
 }
 
 // TraceOf returns the events of workers so far; the caller sets the
-// Trace's other fields.
+// Trace's other fields. It may be called from any goroutine.
 func TraceOf(workers []*Worker) []WorkerTrace {
 	out := make([]WorkerTrace, 0, len(workers))
 	for _, w := range workers {

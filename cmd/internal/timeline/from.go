@@ -10,7 +10,8 @@ import (
 )
 
 // FromDemo is the report of a demo run: its summary, the checker's
-// counts and its trace.
+// counts and its trace. Call it after demo.Run returned, from any
+// goroutine.
 func FromDemo(s demo.Summary) Report {
 	r := Report{Title: "workrouter demo", Final: s.Line(), OK: s.OK(), Invariants: s.Invariants, Notes: s.Violations,
 		Trace: s.Trace, Lines: s.Timeline}
@@ -38,7 +39,8 @@ func FromDemo(s demo.Summary) Report {
 }
 
 // FromChaos is the report of a chaos run: its result, the checker's
-// counts and its trace.
+// counts and its trace. Call it after chaos.Run returned, from any
+// goroutine.
 func FromChaos(res chaos.Result) Report {
 	r := Report{Title: "workrouter chaos", Final: res.Line(), OK: res.OK(), Invariants: res.Violations, Notes: res.Notes,
 		Trace: res.Trace}

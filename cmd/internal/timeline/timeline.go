@@ -89,7 +89,8 @@ func page() (*template.Template, error) {
 	}).Parse(pageText)
 }
 
-// WriteFile writes the report to path (created or truncated).
+// WriteFile writes the report to path (created or truncated). Like Write,
+// it keeps no state and may be called from any goroutine.
 func WriteFile(path string, r Report) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -110,7 +111,8 @@ func WriteFile(path string, r Report) error {
 	return nil
 }
 
-// Write renders the report as HTML to w.
+// Write renders the report as HTML to w; it may be called from any
+// goroutine (each call parses its own template).
 func Write(w io.Writer, r Report) error {
 	if !r.Trace.End.After(r.Trace.Start) {
 		return ErrNoTrace

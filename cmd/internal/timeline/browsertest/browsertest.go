@@ -51,9 +51,9 @@ type Page struct {
 	StaleTip string
 }
 
-// Chromium returns the path of a Chromium binary, or skips the test
-// without one, except under CI=true, where it fails: CI installs Debian's
-// chromium package (.ci/run).
+// Chromium, called from the test's goroutine, returns the path of a
+// Chromium binary, or skips the test without one, except under CI=true,
+// where it fails: CI installs Debian's chromium package (.ci/run).
 func Chromium(t testing.TB) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -104,7 +104,8 @@ const firstStale = `(() => {
 })()`
 
 // Load opens the HTML file at path in headless Chromium and reads the
-// page. It fails the test if the browser cannot be driven.
+// page. It fails the test if the browser cannot be driven; call it from
+// the test's goroutine (it may call t.Fatal).
 func Load(t testing.TB, path string) Page {
 	t.Helper()
 	bin := Chromium(t)
