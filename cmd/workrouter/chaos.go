@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/workrouter/workrouter/cmd/internal/chaos"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
+	"github.com/workrouter/workrouter/cmd/internal/timeline"
 )
 
 func newChaosCmd() *cobra.Command {
@@ -18,6 +20,7 @@ func newChaosCmd() *cobra.Command {
 		kinds  string
 		sink   string
 		asJSON bool
+		report string
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -89,6 +92,7 @@ resend, churn: the default there).`,
   workrouter chaos --faults pause,heartbeat --duration 1m
   workrouter chaos --protocol kip848 --seed 7
   workrouter chaos --key-concurrency 8 --duration 90s
+  workrouter chaos --duration 30s --report chaos.html
   workrouter chaos --sink postgres://postgres@127.0.0.1:5432/test`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -124,6 +128,9 @@ resend, churn: the default there).`,
 				} else {
 					fmt.Fprintf(out, "\n%s\n%s\n", res.Table(), res.Line())
 				}
+				if report != "" {
+					err = errors.Join(err, writeReport(cmd, report, timeline.FromChaos(res)))
+				}
 			}
 			return err
 		},
@@ -145,5 +152,6 @@ resend, churn: the default there).`,
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run on this cluster (plaintext) instead of an in-process broker")
 	fl.StringVar(&cfg.LogDir, "log-dir", "", "write each worker's log and the broker's to this existing directory")
 	fl.BoolVar(&asJSON, "json", false, "print the result as one JSON object instead of the timeline and table")
+	fl.StringVar(&report, "report", "", "also write the run as one self-contained HTML page to this file: per partition its owners' tenures, the faults, the refused stale writes, the dead letters, the applied rate and the lag")
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/cmd/internal/demo"
+	"github.com/workrouter/workrouter/cmd/internal/timeline"
 )
 
 func newDemoCmd() *cobra.Command {
@@ -16,6 +18,7 @@ func newDemoCmd() *cobra.Command {
 		cfg    demo.Config
 		asJSON bool
 		sink   string
+		report string
 		cf     connFlags
 	)
 	cmd := &cobra.Command{
@@ -40,6 +43,7 @@ through their environment, never their command line).
 ` + connHelp,
 		Example: `  workrouter demo
   workrouter demo --json
+  workrouter demo --report demo.html
   workrouter demo --key-concurrency 8
   workrouter demo --brokers kafka-1:9092 --commands 10000
   workrouter demo --sink postgres://postgres@127.0.0.1:5432/test`,
@@ -75,6 +79,9 @@ through their environment, never their command line).
 				} else {
 					fmt.Fprintln(out, sum.Line())
 				}
+				if report != "" {
+					err = errors.Join(err, writeReport(cmd, report, timeline.FromDemo(sum)))
+				}
 			}
 			return err
 		},
@@ -90,6 +97,17 @@ through their environment, never their command line).
 	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "the workers' session timeout (default 2s)")
 	fl.IntVar(&cfg.KeyConcurrency, "key-concurrency", 1, "lanes per partition in each worker (the worker's --key-concurrency): one key's commands in one lane, in offset order")
 	fl.BoolVar(&asJSON, "json", false, "print the summary as one JSON object instead of the timeline")
+	fl.StringVar(&report, "report", "", "also write the run as one self-contained HTML page to this file: per partition its owners' tenures, the faults, the refused stale writes, the applied rate and the lag")
 	addConnFlags(fl, &cf)
 	return cmd
+}
+
+// writeReport writes a harness run's HTML report to path and says so on
+// stderr (stdout ends with the run's final line, or holds its JSON).
+func writeReport(cmd *cobra.Command, path string, r timeline.Report) error {
+	if err := timeline.WriteFile(path, r); err != nil {
+		return fmt.Errorf("--report: %w", err)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "report written to %s\n", path)
+	return nil
 }

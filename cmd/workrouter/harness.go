@@ -51,6 +51,19 @@ type harnessHooks struct {
 	// panicType, if set, adds a handler for that command type that
 	// panics (a handler bug the worker must survive).
 	panicType string
+	// lagInterval, if positive, is the worker's consumer.Config.LagInterval:
+	// the harnesses' reports draw the lag from the workers' lag events,
+	// which the product worker reports every 10s.
+	lagInterval time.Duration
+}
+
+// lagEvery is the LagInterval of a worker with hooks h (nil: the product
+// worker's default).
+func (h *harnessHooks) lagEvery() time.Duration {
+	if h == nil {
+		return 0
+	}
+	return h.lagInterval
 }
 
 // panickingHandler is the handler --panic-type adds: it panics on every
@@ -106,6 +119,7 @@ func harnessMain(args []string) int {
 	fl.StringVar(&h.gateFile, "gate-file", "", "the file --gate-batch waits for")
 	fl.DurationVar(&f.sqliteBusy, "sqlite-busy-timeout", 0, "the SQLite sink's busy timeout (default: the sink's)")
 	fl.StringVar(&h.panicType, "panic-type", "", "add a handler for this command type that panics")
+	fl.DurationVar(&h.lagInterval, "lag-interval", 0, "how often the worker reports its lag (default: the consumer's)")
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "workrouter harness worker: %v\n", err)

@@ -391,6 +391,7 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 		HeartbeatInterval: f.heartbeatInterval,
 		RevokeTimeout:     f.revokeTimeout,
 		RebalanceTimeout:  f.rebalanceTimeout,
+		LagInterval:       h.lagEvery(),
 		ClientID:          f.clientID,
 		Logger:            logger,
 	})

@@ -290,7 +290,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	defer stopWatching()
 	err = r.run()
 	stopWatching()
+	r.mu.Lock()
+	r.res.Trace.Start = r.start
+	r.res.Trace.Topic, r.res.Trace.Partitions = r.topic, cfg.Partitions
+	if r.res.Trace.Workers == nil { // the run stopped before its check
+		r.res.Trace.Workers, r.res.Trace.End = cluster.TraceOf(r.all), time.Now()
+	}
 	res := r.res
+	r.mu.Unlock()
 	if err != nil {
 		return res, err
 	}
@@ -332,6 +339,7 @@ type run struct {
 	churned  int
 	ended    map[*cluster.Worker]bool // processes the harness ended on purpose
 	logs     []*os.File               // worker logs (LogDir), closed after the workers
+	victim   string                   // the worker the fault being injected hit (supersede)
 	res      Result
 
 	notConverged bool // the wait for lag zero timed out (V)
@@ -518,19 +526,14 @@ func (r *run) run() error {
 			// A fault that found nothing to act on (no batch to freeze
 			// before, no member with a partition…) is tried again, up to
 			// three times; only faults that happened are counted.
-			fired, err := r.inject(k)
+			fired, err := r.injectTraced(k)
 			for attempt := 1; err == nil && !fired && attempt < 3; attempt++ {
 				if err = r.sleep(500 * time.Millisecond); err == nil {
-					fired, err = r.inject(k)
+					fired, err = r.injectTraced(k)
 				}
 			}
 			if err != nil {
 				return err
-			}
-			if fired {
-				r.mu.Lock()
-				r.res.Faults[k]++
-				r.mu.Unlock()
 			}
 			lastFault = time.Now()
 		}
@@ -664,12 +667,15 @@ func (r *run) check(prod *cluster.Producer) error {
 	r.res.VSamples = rep.Samples
 	r.res.VSkipped = rep.SamplesSkipped + r.sampler.logChanged
 	r.res.VReadsFailed = r.sampler.failed
-	for _, w := range r.all {
+	// The stale writes rejected are counted from the same events the
+	// report draws (Result.Trace).
+	r.res.Trace.Workers, r.res.Trace.End = cluster.TraceOf(r.all), time.Now()
+	for i, w := range r.all {
 		if w.Exited() && !r.ended[w] {
 			r.res.Crashes++
 			r.logf("worker %s exited by itself: %s", w.Name(), w.LastErr())
 		}
-		r.res.StaleRejected += w.FencedCount()
+		r.res.StaleRejected += r.res.Trace.Workers[i].Count(consumer.KindFenced)
 		r.res.DuplicateEvents += w.Count(consumer.KindDuplicate)
 		for _, e := range w.Errors() {
 			r.logf("worker %s logged an error: %s", w.Name(), e)
@@ -798,6 +804,32 @@ func (r *run) pick(needMember bool) *cluster.Worker {
 		return nil
 	}
 	return cands[r.rng.IntN(len(cands))]
+}
+
+// injectTraced runs inject(k) and, if the fault happened, counts it and
+// records its span (with the victim supersede named) for the report.
+// Only the scheduler calls it.
+func (r *run) injectTraced(k Kind) (bool, error) {
+	r.mu.Lock()
+	r.victim = ""
+	r.mu.Unlock()
+	start := time.Now()
+	fired, err := r.inject(k)
+	if fired {
+		r.mu.Lock()
+		victim := r.victim
+		r.mu.Unlock()
+		r.counted(cluster.FaultSpan{Kind: string(k), Victim: victim, Start: start, End: time.Now()})
+	}
+	return fired, err
+}
+
+// counted counts one fault that happened and records its span.
+func (r *run) counted(f cluster.FaultSpan) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Faults[Kind(f.Kind)]++
+	r.res.Trace.Faults = append(r.res.Trace.Faults, f)
 }
 
 // inject runs one fault of kind k to its end and reports whether it
@@ -1010,9 +1042,11 @@ func (r *run) coordinator() (bool, error) {
 
 // supersede ends the takeover watch of victim's previous fault, if one is
 // still open: a newer fault on the same worker would take the credit.
+// It also names the victim of the fault being injected (injectTraced).
 func (r *run) supersede(victim string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.victim = victim
 	if ch, ok := r.watching[victim]; ok {
 		close(ch)
 		delete(r.watching, victim)
@@ -1096,29 +1130,30 @@ func (r *run) churnLoop(rng *rand.Rand, stop <-chan struct{}, end time.Time) (ti
 			t.Stop()
 			return last, r.ctx.Err()
 		}
-		fired, err := r.churn(rng, stop)
+		start := time.Now()
+		fired, name, err := r.churn(rng, stop)
 		if err != nil {
 			return last, err
 		}
 		last = time.Now()
 		if fired {
-			r.mu.Lock()
-			r.res.Faults[Churn]++
-			r.mu.Unlock()
+			r.counted(cluster.FaultSpan{Kind: string(Churn), Victim: name, Start: start, End: last,
+				Detail: "an extra member joined and left (SIGTERM)"})
 		}
 	}
 }
 
 // churn starts one extra member, lets it stay 1–5 s (less if stop is
-// closed), and stops it with SIGTERM; it reports whether it left cleanly.
-func (r *run) churn(rng *rand.Rand, stop <-chan struct{}) (bool, error) {
+// closed), and stops it with SIGTERM; it reports whether it left cleanly,
+// and the member's name.
+func (r *run) churn(rng *rand.Rand, stop <-chan struct{}) (bool, string, error) {
 	r.mu.Lock()
 	r.churned++
 	name := "c" + strconv.Itoa(r.churned)
 	r.mu.Unlock()
 	w, err := r.startWorker(name)
 	if err != nil {
-		return false, err
+		return false, name, err
 	}
 	r.mu.Lock()
 	r.active = append(r.active, w)
@@ -1140,5 +1175,5 @@ func (r *run) churn(rng *rand.Rand, stop <-chan struct{}) (bool, error) {
 	r.active = slices.DeleteFunc(r.active, func(x *cluster.Worker) bool { return x == w })
 	r.mu.Unlock()
 	r.logf("  %s left (SIGTERM, clean exit %v), holding %s", name, clean, held)
-	return clean, nil
+	return clean, name, nil
 }

@@ -102,6 +102,10 @@ type Result struct {
 	DuplicateEvents   int `json:"duplicate_events"`
 	// Notes are examples of the violations found.
 	Notes []string `json:"notes,omitempty"`
+	// Trace is the run's typed events and fault spans (one per fault
+	// counted in Faults), for its report (package timeline); not in the
+	// JSON result.
+	Trace cluster.Trace `json:"-"`
 }
 
 // total sums a map's counts.

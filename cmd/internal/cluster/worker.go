@@ -144,6 +144,9 @@ func (o WorkerOptions) Args() []string {
 		"--rebalance-timeout", o.RebalanceTimeout.String(),
 		"--log-level", "info",
 		"--events", "/dev/fd/" + strconv.Itoa(eventsFD),
+		// Lag events four times a second: the reports draw the lag from
+		// them (a demo lasts a few seconds).
+		"--lag-interval", "250ms",
 	}
 	if o.KeyConcurrency > 1 {
 		args = append(args, "--key-concurrency", strconv.Itoa(o.KeyConcurrency))
@@ -166,6 +169,7 @@ type Worker struct {
 	freezes []Batch
 	hangs   []Batch
 	applied []eventlog.Record
+	records []eventlog.Record // every event but the applied batches (in applied)
 	trans   []Transition
 	counts  map[string]int
 	errs    []string
@@ -229,6 +233,9 @@ func (w *Worker) observe(r eventlog.Record) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.counts[r.Kind]++
+	if r.Kind != consumer.KindApplied {
+		w.records = append(w.records, r)
+	}
 	batch := func() Batch {
 		b := Batch{Partition: r.Partition, Epoch: r.Epoch, Member: r.Member, First: r.FirstOffset, Last: r.NextOffset - 1, Records: r.Records}
 		b.PID, _ = strconv.Atoi(r.Fields["pid"])
@@ -313,6 +320,14 @@ func (w *Worker) Applied() []eventlog.Record {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.applied)
+}
+
+// Records returns every event of the worker but its applied batches (see
+// Applied), in order: what a report draws, never the worker's log.
+func (w *Worker) Records() []eventlog.Record {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.records)
 }
 
 // FencedCount is how many fenced claims and applies the worker reported.

@@ -23,7 +23,9 @@ import (
 
 	"github.com/workrouter/workrouter/cmd/internal/broker"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
+	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/internal/invariants"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -78,7 +80,15 @@ type Summary struct {
 	NotConverged int `json:"not_converged"`
 	// Violations describe every invariant violation found (at most 20).
 	Violations []string `json:"violations,omitempty"`
-	Timeline   []string `json:"timeline"`
+	// Invariants are the checker's counts of each invariant's
+	// violations (invariants.Report), D included.
+	Invariants invariants.Violations `json:"invariants"`
+	// Faults counts the faults that happened, by kind: the one pause.
+	Faults   map[string]int `json:"faults"`
+	Timeline []string       `json:"timeline"`
+	// Trace is the run's typed events, for its report (package
+	// timeline); not in the JSON summary.
+	Trace cluster.Trace `json:"-"`
 }
 
 // OK reports whether every invariant held and the fault really happened.
@@ -133,10 +143,19 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	case len(cfg.Worker.Argv) == 0:
 		return Summary{}, fmt.Errorf("%w: no worker command", ErrConfig)
 	}
-	d := &run{cfg: cfg, tl: cluster.NewTimeline(cfg.Out), ctx: ctx}
+	d := &run{cfg: cfg, tl: cluster.NewTimeline(cfg.Out), ctx: ctx, start: time.Now()}
 	defer d.stopAll()
 	sum, err := d.run()
 	sum.Timeline = d.tl.Lines()
+	sum.Faults = map[string]int{"pause": 0}
+	for _, f := range d.faults {
+		sum.Faults[f.Kind]++
+	}
+	if d.traced == nil { // the run stopped before its summary
+		d.traced, d.tracedAt = cluster.TraceOf(d.workers), time.Now()
+	}
+	sum.Trace = cluster.Trace{Start: d.start, End: d.tracedAt, Topic: d.topic, Partitions: cfg.Partitions,
+		Workers: d.traced, Faults: d.faults}
 	if err != nil {
 		return sum, err
 	}
@@ -147,10 +166,15 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 }
 
 type run struct {
-	cfg     Config
-	ctx     context.Context
-	tl      *cluster.Timeline
-	workers []*cluster.Worker
+	cfg      Config
+	ctx      context.Context
+	tl       *cluster.Timeline
+	workers  []*cluster.Worker
+	start    time.Time
+	topic    string
+	faults   []cluster.FaultSpan   // the pause, once it happened
+	traced   []cluster.WorkerTrace // the workers' events when the summary was counted
+	tracedAt time.Time
 }
 
 func (d *run) logf(format string, args ...any) { d.tl.Logf(format, args...) }
@@ -191,6 +215,7 @@ func (d *run) run() (Summary, error) {
 		}
 		d.logf("cluster %v, topic %s with %d partitions", brokers, topic, d.cfg.Partitions)
 	}
+	d.topic = topic
 
 	st, err := cluster.OpenStore(ctx, cluster.StoreConfig{Dir: dir, SQLitePath: d.cfg.SinkPath,
 		PostgresDSN: d.cfg.PostgresDSN, RedisURL: d.cfg.RedisURL, SchemaPrefix: "workrouter_demo"})
@@ -251,6 +276,7 @@ func (d *run) run() (Summary, error) {
 	}
 	ft := victim.Freezes()[0]
 	held := victim.Owned()
+	pausedAt := time.Now()
 	d.logf("PAUSE %s: SIGSTOP just before its batch on partition %d at epoch %d; its session timeout is %s; it held %s",
 		victim.Name(), ft.Partition, ft.Epoch, d.cfg.SessionTimeout, cluster.Describe(held))
 
@@ -277,6 +303,8 @@ func (d *run) run() (Summary, error) {
 	if err := victim.Signal(syscall.SIGCONT); err != nil {
 		return Summary{}, err
 	}
+	d.faults = append(d.faults, cluster.FaultSpan{Kind: "pause", Victim: victim.Name(), Start: pausedAt, End: time.Now(),
+		Detail: fmt.Sprintf("SIGSTOP just before its batch on partition %d at epoch %d, past its session timeout (%s); SIGCONT after the takeover", ft.Partition, ft.Epoch, d.cfg.SessionTimeout)})
 	d.logf("RESUME %s with SIGCONT: it still believes it owns partition %d at epoch %d", victim.Name(), ft.Partition, ft.Epoch)
 	if err := d.waitUntil(60*time.Second, "the late write to be decided", func() bool { return victim.FencedCount() > 0 }); err != nil {
 		return Summary{}, err
@@ -314,9 +342,12 @@ func (d *run) run() (Summary, error) {
 	}
 	sum := Summary{Produced: d.cfg.Commands, Applied: applied, Duplicates: rep.X,
 		OrderViolations: rep.O, Lost: rep.L, StaleAccepted: rep.F, NotConverged: rep.V,
-		Violations: rep.Notes(20)}
-	for _, w := range d.workers {
-		sum.StaleRejected += w.FencedCount()
+		Violations: rep.Notes(20), Invariants: rep.Violations}
+	// The stale writes rejected are counted from the same events the
+	// report draws (Summary.Trace).
+	d.traced, d.tracedAt = cluster.TraceOf(d.workers), time.Now()
+	for _, w := range d.traced {
+		sum.StaleRejected += w.Count(consumer.KindFenced)
 	}
 	for _, n := range sum.Violations {
 		d.logf("%s", n)
