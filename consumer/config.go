@@ -142,18 +142,20 @@ type Config[Tx any] struct {
 	// KeyConcurrency is how many lanes apply one partition's records
 	// concurrently (docs/operating.md#key-concurrency); default 1: the
 	// partition is applied one batch at a time, in offset order, the
-	// fastest path for fast handlers. With N > 1 the records of one key
-	// always go to the same lane (the FNV-1a hash of the key mod N), in
-	// offset order, and each lane batches (MaxBatch) and applies through
+	// fastest path for fast handlers. With N > 1 a key is bound to one
+	// lane while any of its records is queued or in flight there, so its
+	// records are applied by one lane at a time, in offset order; a key
+	// with nothing pending goes to the least-loaded lane (fewest pending
+	// records). Each lane batches (MaxBatch) and applies through
 	// the sink's checkpoint with gaps: the sink must implement
 	// sink.GapApplier itself (not under a wrapper), else New fails with a
 	// *GapApplierError. Records of different keys are then applied out of
 	// offset order: a handler that must see a partition's records in
 	// order across keys needs 1. Records without a key (not commands:
-	// dead-lettered as undecodable by default) all go to one lane,
-	// ordered among themselves. A poison record holds up only its lane's
-	// keys until that lane's queue (max(QueueSize/N, MaxBatch) records)
-	// is full; then the partition's fetching pauses.
+	// dead-lettered as undecodable by default) are one key, ordered
+	// among themselves. A poison record holds up only the keys bound to
+	// its lane until that lane's queue (max(QueueSize/N, MaxBatch)
+	// records) is full; then the partition's fetching pauses.
 	KeyConcurrency int
 	// MaxBatch is the most records applied in one sink Apply; default 256.
 	MaxBatch int

@@ -47,13 +47,23 @@
 // Config.KeyConcurrency N > 1 (docs/operating.md#key-concurrency) applies
 // the keys of one partition concurrently, for handlers that wait on I/O.
 // The tenure's goroutine becomes a dispatcher: it takes the partition's
-// records in offset order and queues each on lane FNV-1a(key) mod N, so
-// that one key's records always go to one lane, in offset order (records
-// without a key all go to one lane, ordered among themselves; they are
-// not commands and are dead-lettered as undecodable by default). Each
-// lane is a goroutine of the tenure: it batches (MaxBatch) and applies
-// with sink.GapApplier.ApplyGapped carrying the tenure token, through the
-// same poison, dead-letter (DeadLetterGapped), retry and fence handling
+// records in offset order and queues each on its key's lane. A key is
+// bound to one lane while any of its records is queued or in flight
+// there, so its records are applied by one lane at a time, in offset
+// order; a key with nothing pending is free, and its next record goes to
+// the least-loaded lane (fewest pending records, the first on a tie).
+// Keys move between lanes only when idle: a fixed hash of the key left
+// the busiest of 16 lanes about twice the average and capped W7/W3 near
+// 8.6 (docs/performance.md#key-concurrency). The dispatcher's table of
+// bound keys (a 64-bit hash of the key, its lane and pending count; two
+// keys of one hash share a lane while either is pending) drops a key
+// when its last record is done, so it holds at most the records in
+// flight; each lane releases its records once their apply or dead
+// letter committed. Records without a key are one key, ordered among
+// themselves (they are not commands and are dead-lettered as undecodable
+// by default). Each lane is a goroutine of the tenure: it batches
+// (MaxBatch) and applies with sink.GapApplier.ApplyGapped carrying the
+// tenure token, through the same poison, dead-letter (DeadLetterGapped), retry and fence handling
 // as KeyConcurrency 1, and with the command IDs when the sink
 // deduplicates. Each record covers the offsets from the one after the
 // record the dispatcher took before it (of any lane; the claim's
@@ -67,9 +77,9 @@
 // with sink.Deduplicator, one under a wrapper would bypass it): New fails
 // with a *GapApplierError otherwise.
 //
-// A poison record, or a slow key, holds up only its lane's keys while the
-// lane's queue (max(QueueSize/N, MaxBatch) records) has room; once it is
-// full the dispatcher waits, the partition's queue fills and its fetching
+// A poison record, or a slow key, holds up only the keys bound to its
+// lane (queued behind it) while the lane's queue (max(QueueSize/N,
+// MaxBatch) records) has room; once it is full the dispatcher waits, the partition's queue fills and its fetching
 // pauses. A revoke lets every lane finish its in-flight batch; a fenced
 // lane halts every lane of the partition (an in-flight apply of another
 // lane is refused by the sink), and so do loss and Close. Records of

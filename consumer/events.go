@@ -101,7 +101,7 @@ type Claimed struct {
 // NextOffset the checkpoint after it. Duration is the successful Apply
 // attempt's. With Config.KeyConcurrency > 1 it is one lane's batch
 // (sink.GapApplier.ApplyGapped, docs/operating.md#key-concurrency): its
-// records are of the lane's keys, not contiguous, Skipped counts the
+// records are of the keys bound to the lane, not contiguous, Skipped counts the
 // records the sink found done (anywhere in the batch), and NextOffset is
 // the partition's watermark after it (the tenure's checkpoint with gaps:
 // below it every offset is done).

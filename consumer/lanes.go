@@ -94,8 +94,8 @@ type laneRec struct {
 }
 
 // lane is one of a tenure's KeyConcurrency lanes: a queue of the records
-// of its keys, in offset order, bounded by laneCap, and the applier that
-// applies them.
+// of the keys bound to it (keyTable), in offset order, bounded by
+// laneCap, and the applier that applies them.
 type lane[Tx any] struct {
 	index int
 	a     applier[Tx]
