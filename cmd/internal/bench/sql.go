@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -376,13 +377,31 @@ type pgKV struct {
 // openPostgresKV opens a PostgreSQL sink in a fresh schema; skip is
 // non-empty when PostgreSQL is not configured or unreachable.
 func openPostgresKV(ctx context.Context, env *Env) (kv *pgKV, skip string, err error) {
+	return openPostgresKVConns(ctx, env, 0)
+}
+
+// openPostgresKVConns is openPostgresKV with a pool of at most conns
+// connections (pool_max_conns in the DSN; 0 keeps the DSN's, or pgxpool's
+// default of max(4, CPUs)).
+func openPostgresKVConns(ctx context.Context, env *Env, conns int) (kv *pgKV, skip string, err error) {
 	if env.PostgresDSN == "" {
 		return nil, "no PostgreSQL DSN configured", nil
+	}
+	dsn := env.PostgresDSN
+	if conns > 0 {
+		u, perr := url.Parse(dsn)
+		if perr != nil {
+			return nil, "", fmt.Errorf("bench: PostgreSQL DSN: %w", perr)
+		}
+		q := u.Query()
+		q.Set("pool_max_conns", strconv.Itoa(conns))
+		u.RawQuery = q.Encode()
+		dsn = u.String()
 	}
 	schema := strings.ReplaceAll(UniqueName("wrbench"), "-", "_")
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	s, err := postgres.Open(octx, postgres.Config{DSN: env.PostgresDSN, Schema: schema})
+	s, err := postgres.Open(octx, postgres.Config{DSN: dsn, Schema: schema})
 	if err != nil {
 		return nil, fmt.Sprintf("PostgreSQL unreachable: %v", err), nil
 	}
