@@ -38,8 +38,11 @@ type harnessHooks struct {
 	// mid-way.
 	chaos bool
 	stall time.Duration
-	// freezeAt freezes the process before its Nth batch (0: never).
+	// freezeAt freezes the process before its Nth batch (0: never);
+	// with holdFile, the batch waits there for that file instead (the
+	// container's freeze is `docker pause`, from outside).
 	freezeAt int64
+	holdFile string
 	// hangBeforeCommit and hangAfterCommit block the Nth batch inside its
 	// last effect, or after the sink committed it, until the process is
 	// killed (0: never).
@@ -113,6 +116,7 @@ func harnessMain(args []string) int {
 	fl.BoolVar(&h.chaos, "chaos", false, "signal-armed faults (SIGUSR1 freeze, SIGUSR2 cut, SIGHUP stall, SIGWINCH sink interrupt)")
 	fl.DurationVar(&h.stall, "chaos-stall", 3*time.Second, "how long SIGHUP stalls the broker connections")
 	fl.Int64Var(&h.freezeAt, "freeze-before-batch", 0, "SIGSTOP this process right before its Nth batch")
+	fl.StringVar(&h.holdFile, "freeze-hold-file", "", "with --freeze-before-batch: wait there until this file exists instead of SIGSTOP")
 	fl.Int64Var(&h.hangBeforeCommit, "hang-before-commit", 0, "block the Nth batch inside its last effect until killed")
 	fl.Int64Var(&h.hangAfterCommit, "hang-after-commit", 0, "block the Nth batch after the sink committed it until killed")
 	fl.Int64Var(&h.gateAt, "gate-batch", 0, "block the Nth batch inside its last effect until --gate-file exists")
@@ -193,9 +197,12 @@ func installHooks[Tx any](ctx context.Context, h *harnessHooks, s sink.Sink[Tx],
 		})
 	}
 	if h.freezeAt > 0 {
-		s = faults.FreezeBeforeBatch(s, h.freezeAt, func(tok epochs.Token, offsets []int64) {
-			emit(faults.KindFreezing, tok, offsets, nil)
-		})
+		before := func(tok epochs.Token, offsets []int64) { emit(faults.KindFreezing, tok, offsets, nil) }
+		if h.holdFile != "" {
+			s = faults.HoldBeforeBatch(s, h.freezeAt, h.holdFile, before)
+		} else {
+			s = faults.FreezeBeforeBatch(s, h.freezeAt, before)
+		}
 	}
 	hang := func(n int64, point faults.HangPoint, release <-chan struct{}, name string) {
 		s = faults.NewHang(s, n, point, release, func(ctx context.Context, tok epochs.Token, offsets []int64, tx Tx) {

@@ -14,6 +14,8 @@
 package cluster
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +53,12 @@ var ErrWorkerArgs = errors.New("cluster: no worker command")
 type Binary struct {
 	Argv []string
 	Env  []string
+	// EventsOnStdout reads the worker's events from its standard output
+	// (lines that are not JSON objects, such as the worker's banner, go to
+	// the log) instead of an inherited pipe: for a worker in a container
+	// (`docker run`), which inherits no file descriptor but its standard
+	// streams. Its WorkerOptions need EventsPath "/dev/stdout".
+	EventsOnStdout bool
 }
 
 // Claim is a tenure a worker claimed: its epoch, member ID and the
@@ -113,6 +121,10 @@ type WorkerOptions struct {
 	// Conn are the connection flags (TLS, SASL) of the worker; a password
 	// goes in the Binary's Env, never here.
 	Conn []string
+	// EventsPath is the worker's --events; default the inherited pipe
+	// StartWorker makes ("/dev/fd/3"); "/dev/stdout" with a Binary whose
+	// EventsOnStdout is set.
+	EventsPath string
 }
 
 // Args returns the harness worker's arguments (after the executable) for o.
@@ -129,6 +141,9 @@ func (o WorkerOptions) Args() []string {
 	if o.SessionTimeout == 0 {
 		o.SessionTimeout = 10 * time.Second
 	}
+	if o.EventsPath == "" {
+		o.EventsPath = "/dev/fd/" + strconv.Itoa(eventsFD)
+	}
 	args := []string{
 		"--example", "ledger",
 		"--brokers", strings.Join(o.Brokers, ","),
@@ -143,7 +158,7 @@ func (o WorkerOptions) Args() []string {
 		"--revoke-timeout", "5s",
 		"--rebalance-timeout", o.RebalanceTimeout.String(),
 		"--log-level", "info",
-		"--events", "/dev/fd/" + strconv.Itoa(eventsFD),
+		"--events", o.EventsPath,
 		// Lag events four times a second: the reports draw the lag from
 		// them (a demo lasts a few seconds).
 		"--lag-interval", "250ms",
@@ -193,22 +208,35 @@ func StartWorker(name string, bin Binary, logTo io.Writer, args ...string) (*Wor
 		logTo = io.Discard
 	}
 	cmd.Stderr = logTo
-	cmd.Stdout = logTo
-	evr, evw, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("cluster: event pipe for worker %s: %w", name, err)
+	var evr io.ReadCloser
+	if bin.EventsOnStdout {
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, fmt.Errorf("cluster: stdout of worker %s: %w", name, err)
+		}
+		evr = out
+	} else {
+		cmd.Stdout = logTo
+		r, evw, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("cluster: event pipe for worker %s: %w", name, err)
+		}
+		cmd.ExtraFiles = []*os.File{evw}
+		evr = r
+		defer evw.Close() // after Start, the child holds its copy
 	}
-	cmd.ExtraFiles = []*os.File{evw}
 	w := &Worker{name: name, cmd: cmd, done: make(chan struct{}), claims: map[int32]Claim{}, counts: map[string]int{}}
 	if err := cmd.Start(); err != nil {
 		evr.Close()
-		evw.Close()
 		return nil, fmt.Errorf("cluster: starting worker %s: %w", name, err)
 	}
-	evw.Close() // the child holds its copy
+	src := io.Reader(evr)
+	if bin.EventsOnStdout {
+		src = splitEvents(evr, logTo)
+	}
 	go func() {
 		defer close(w.done)
-		r := eventlog.NewReader(evr)
+		r := eventlog.NewReader(src)
 		for {
 			rec, err := r.Next()
 			if errors.Is(err, eventlog.ErrLine) {
@@ -226,6 +254,30 @@ func StartWorker(name string, bin Binary, logTo io.Writer, args ...string) (*Wor
 		_ = cmd.Wait()
 	}()
 	return w, nil
+}
+
+// splitEvents returns a reader of the lines of r that are JSON objects (the
+// events); every other line is copied to log. The copy runs on a goroutine
+// of its own until r ends.
+func splitEvents(r io.Reader, log io.Writer) io.Reader {
+	pr, pw := io.Pipe()
+	go func() {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			line := append(sc.Bytes(), '\n')
+			if bytes.HasPrefix(line, []byte("{")) {
+				if _, err := pw.Write(line); err != nil {
+					break
+				}
+				continue
+			}
+			log.Write(line)
+		}
+		pw.CloseWithError(sc.Err())
+		io.Copy(io.Discard, r)
+	}()
+	return pr
 }
 
 // observe takes in one event of the worker.

@@ -36,6 +36,17 @@ func FreezeBeforeBatch[Tx any](s sink.Sink[Tx], n int64, before func(tok epochs.
 	return &Freezer[Tx]{Sink: s, at: n, before: before}
 }
 
+// HoldBeforeBatch wraps s like FreezeBeforeBatch, except that the process
+// does not stop itself: the nth call waits, at the same point and holding
+// the same lock, until the file gate exists (or ctx ends), and then
+// proceeds with the token it had. Something outside freezes the process
+// meanwhile — `docker pause` of its container, the cgroup freezer, which
+// a process cannot do to itself — so that its session expires with a
+// batch in hand.
+func HoldBeforeBatch[Tx any](s sink.Sink[Tx], n int64, gate string, before func(tok epochs.Token, offsets []int64)) sink.Sink[Tx] {
+	return &Freezer[Tx]{Sink: s, at: n, gate: gate, before: before}
+}
+
 // NewFreezer wraps s like FreezeBeforeBatch, except that it freezes the
 // process before the Apply that follows each call of Arm, not before a
 // fixed one.
@@ -52,6 +63,7 @@ type Freezer[Tx any] struct {
 	n        atomic.Int64
 	armed    atomic.Bool
 	before   func(epochs.Token, []int64)
+	gate     string // HoldBeforeBatch's file; "" to SIGSTOP
 	inflight sync.RWMutex
 }
 
@@ -86,11 +98,20 @@ func (f *Freezer[Tx]) apply(ctx context.Context, tok epochs.Token, offsets []int
 		if f.before != nil {
 			f.before(tok, offsets)
 		}
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-		// The group stop reaches the other threads asynchronously: keep
-		// every other Apply out until it surely has. The sleep has long
-		// elapsed when the process is resumed.
-		time.Sleep(200 * time.Millisecond)
+		if f.gate != "" {
+			for ctx.Err() == nil {
+				if _, err := os.Stat(f.gate); err == nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		} else {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			// The group stop reaches the other threads asynchronously:
+			// keep every other Apply out until it surely has. The sleep
+			// has long elapsed when the process is resumed.
+			time.Sleep(200 * time.Millisecond)
+		}
 		f.inflight.Unlock()
 	}
 	f.inflight.RLock()
