@@ -20,9 +20,12 @@ type stage struct {
 
 // parseDockerfile splits the Dockerfile into stages; comments and blank
 // lines are dropped.
-func parseDockerfile(t *testing.T) []stage {
+func parseDockerfile(t *testing.T) []stage { return parseDockerfileAt(t, "Dockerfile") }
+
+// parseDockerfileAt is parseDockerfile of the file name.
+func parseDockerfileAt(t *testing.T, name string) []stage {
 	t.Helper()
-	f, err := os.Open("Dockerfile")
+	f, err := os.Open(name)
 	if err != nil {
 		t.Fatal(err)
 	}
