@@ -93,7 +93,29 @@ func targets(t *testing.T) []target {
 		t.Skipf("skipped: no healthy Docker engine (%s); start Docker, or point WORKROUTER_TEST_BROKERS at a cluster",
 			strings.Join(strings.Fields(dockerErr.Error()), " "))
 	}
-	return []target{start(t, "kafka", startKafka), start(t, "redpanda", startRedpanda)}
+	// No registry is reachable on machines like the project's: an image
+	// can only come from the engine's own store. Each one missing is one
+	// line; with neither, the test skips with both.
+	var tgs []target
+	var missing []string
+	for _, c := range []struct {
+		name string
+		fn   func(context.Context) (target, func(), error)
+	}{{"kafka", startKafka}, {"redpanda", startRedpanda}} {
+		if img, err := imageLocal(t.Context(), c.name); err != nil {
+			missing = append(missing, fmt.Sprintf("%s: image %s is not available locally (docker pull it, or set WORKROUTER_TEST_%s_IMAGE)",
+				c.name, img, strings.ToUpper(c.name)))
+			continue
+		}
+		tgs = append(tgs, start(t, c.name, c.fn))
+	}
+	if len(tgs) == 0 {
+		t.Skipf("skipped: %s", strings.Join(missing, "; "))
+	}
+	for _, m := range missing {
+		t.Logf("not run on %s", m)
+	}
+	return tgs
 }
 
 // dockerHealthy asks testcontainers' Docker provider whether the engine
@@ -112,6 +134,30 @@ func dockerHealthy() (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return p.Health(ctx)
+}
+
+// imageOf returns the image the container of name runs.
+func imageOf(name string) string {
+	if img := os.Getenv("WORKROUTER_TEST_" + strings.ToUpper(name) + "_IMAGE"); img != "" {
+		return img
+	}
+	if name == "kafka" {
+		return defaultKafkaImage
+	}
+	return defaultRedpandaImage
+}
+
+// imageLocal returns the image of name and an error unless the engine
+// already holds it.
+func imageLocal(ctx context.Context, name string) (string, error) {
+	img := imageOf(name)
+	p, err := testcontainers.NewDockerProvider()
+	if err != nil {
+		return img, err
+	}
+	defer p.Close()
+	_, err = p.Client().ImageInspect(ctx, img)
+	return img, err
 }
 
 // start starts the container of name once per test binary with fn.
@@ -144,11 +190,7 @@ func start(t *testing.T, name string, fn func(context.Context) (target, func(), 
 // startKafka starts Apache Kafka in KRaft mode with group timeouts short
 // enough for the tests (the defaults are 6s classic and 45s KIP-848).
 func startKafka(ctx context.Context) (target, func(), error) {
-	img := os.Getenv("WORKROUTER_TEST_KAFKA_IMAGE")
-	if img == "" {
-		img = defaultKafkaImage
-	}
-	c, err := kafka.Run(ctx, img, testcontainers.WithEnv(map[string]string{
+	c, err := kafka.Run(ctx, imageOf("kafka"), testcontainers.WithEnv(map[string]string{
 		"KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS":             "1000",
 		"KAFKA_GROUP_CONSUMER_MIN_SESSION_TIMEOUT_MS":    "1000",
 		"KAFKA_GROUP_CONSUMER_SESSION_TIMEOUT_MS":        "2000",
@@ -175,11 +217,7 @@ func startKafka(ctx context.Context) (target, func(), error) {
 // classic-group timeouts. Only the classic protocol runs on it: the tests
 // set no KIP-848 session timeout for Redpanda.
 func startRedpanda(ctx context.Context) (target, func(), error) {
-	img := os.Getenv("WORKROUTER_TEST_REDPANDA_IMAGE")
-	if img == "" {
-		img = defaultRedpandaImage
-	}
-	c, err := redpanda.Run(ctx, img,
+	c, err := redpanda.Run(ctx, imageOf("redpanda"),
 		redpanda.WithBootstrapConfig("group_min_session_timeout_ms", 1000),
 		redpanda.WithBootstrapConfig("group_initial_rebalance_delay", 0),
 	)
