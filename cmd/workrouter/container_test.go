@@ -15,6 +15,7 @@ import (
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -87,7 +88,9 @@ type containerWorld struct {
 	prod   *cluster.Producer
 }
 
-func newContainerWorld(t *testing.T, image string) *containerWorld {
+// newContainerWorld starts the broker container and opens the sink: SQLite
+// in the mounted directory, or PostgreSQL at dsn if not empty.
+func newContainerWorld(t *testing.T, image, dsn string) *containerWorld {
 	dir := t.TempDir()
 	w := &containerWorld{t: t, image: image, dir: dir, prefix: "wr-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	// The broker: the image's `workrouter broker`, on a port it picks.
@@ -111,7 +114,7 @@ func newContainerWorld(t *testing.T, image string) *containerWorld {
 	if !strings.HasPrefix(w.addr, "127.0.0.1:") {
 		t.Fatalf("the broker container listens on %q, want 127.0.0.1", w.addr)
 	}
-	st, err := cluster.OpenStore(t.Context(), cluster.StoreConfig{Dir: dir})
+	st, err := cluster.OpenStore(t.Context(), cluster.StoreConfig{Dir: dir, PostgresDSN: dsn, SchemaPrefix: "wr_containers"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +221,8 @@ func (w *containerWorld) check() {
 
 // TestContainers runs the local image: `workrouter version` as its
 // nonroot user, the broker and three ledger workers as containers that
-// stop cleanly on docker stop, and a worker container frozen with docker
+// stop cleanly on docker stop (on SQLite in the mounted directory, and on
+// PostgreSQL, which skips without one except under CI=true), and a worker container frozen with docker
 // pause past its session timeout whose late write is rejected. Its last
 // log line is the figures .ci/run prints.
 func TestContainers(t *testing.T) {
@@ -237,8 +241,8 @@ func TestContainers(t *testing.T) {
 		}
 	})
 
-	t.Run("ledger", func(t *testing.T) {
-		w := newContainerWorld(t, image)
+	ledgerRun := func(t *testing.T, dsn string) {
+		w := newContainerWorld(t, image, dsn)
 		ws := []*cluster.Worker{w.start("a"), w.start("b"), w.start("c")}
 		procWait(t, 60*time.Second, "the three containers to share the partitions", func() bool {
 			owned := 0
@@ -257,10 +261,12 @@ func TestContainers(t *testing.T) {
 		}
 		w.check()
 		commands += w.prod.AckedCount()
-	})
+	}
+	t.Run("ledger", func(t *testing.T) { ledgerRun(t, "") })
+	t.Run("ledger-postgres", func(t *testing.T) { ledgerRun(t, testpg.DSN(t)) })
 
 	t.Run("pause", func(t *testing.T) {
-		w := newContainerWorld(t, image)
+		w := newContainerWorld(t, image, "")
 		hold := filepath.Join(w.dir, "release-a")
 		a := w.start("a", "--freeze-before-batch=3", "--freeze-hold-file", hold)
 		procWait(t, 60*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
