@@ -3,15 +3,18 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/modules/kafka"
 	"github.com/testcontainers/testcontainers-go/modules/redpanda"
+	"github.com/testcontainers/testcontainers-go/wait"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -26,6 +29,10 @@ const (
 	// consumer groups.
 	defaultKafkaImage    = "confluentinc/confluent-local:8.0.0"
 	defaultRedpandaImage = "docker.redpanda.com/redpandadata/redpanda:v25.2.4"
+	// defaultBrokerImage is workrouter's own image (deploy/Dockerfile.local,
+	// which .ci/run builds under this tag) serving its embedded broker: the
+	// one broker image a machine without a registry has.
+	defaultBrokerImage = "workrouter:ci"
 )
 
 // target is a cluster the tests run on.
@@ -101,7 +108,7 @@ func targets(t *testing.T) []target {
 	for _, c := range []struct {
 		name string
 		fn   func(context.Context) (target, func(), error)
-	}{{"kafka", startKafka}, {"redpanda", startRedpanda}} {
+	}{{"kafka", startKafka}, {"redpanda", startRedpanda}, {"broker", startBrokerImage}} {
 		if img, err := imageLocal(t.Context(), c.name); err != nil {
 			missing = append(missing, fmt.Sprintf("%s: image %s is not available locally (docker pull it, or set WORKROUTER_TEST_%s_IMAGE)",
 				c.name, img, strings.ToUpper(c.name)))
@@ -141,8 +148,11 @@ func imageOf(name string) string {
 	if img := os.Getenv("WORKROUTER_TEST_" + strings.ToUpper(name) + "_IMAGE"); img != "" {
 		return img
 	}
-	if name == "kafka" {
+	switch name {
+	case "kafka":
 		return defaultKafkaImage
+	case "broker":
+		return defaultBrokerImage
 	}
 	return defaultRedpandaImage
 }
@@ -287,4 +297,59 @@ func newTopic(t *testing.T, tg target, partitions int32) string {
 		}
 	})
 	return topic
+}
+
+// startBrokerImage starts workrouter's image as `workrouter broker` through
+// testcontainers, on the host network (no bridge, no container address:
+// the broker listens on 127.0.0.1, on a port it picks and logs), waits for
+// that log line and reads the address from it. The reaper's image is
+// pulled from a registry: run with TESTCONTAINERS_RYUK_DISABLED=true where
+// there is none (.ci/run does); the stop function removes the container.
+// Only the classic protocol runs on it: its KIP-848 session timeout is
+// kfake's 45s, far longer than the tests'.
+func startBrokerImage(ctx context.Context) (target, func(), error) {
+	const ready = "workrouter broker listening on "
+	// The host network as the provider's "default bridge": otherwise it
+	// attaches the container to a bridge network it creates (the engine
+	// here has no default bridge).
+	p, err := testcontainers.NewDockerProvider(testcontainers.WithDefaultBridgeNetwork("host"))
+	if err != nil {
+		return target{}, nil, err
+	}
+	c, err := p.CreateContainer(ctx, testcontainers.ContainerRequest{
+		Image:              imageOf("broker"),
+		Cmd:                []string{"broker", "--listen", "127.0.0.1:0", "--min-session-timeout", "1s"},
+		HostConfigModifier: func(hc *container.HostConfig) { hc.NetworkMode = "host" },
+		WaitingFor:         wait.ForLog(ready).WithStartupTimeout(time.Minute),
+	})
+	stop := func() {
+		if c != nil {
+			_ = testcontainers.TerminateContainer(c)
+		}
+	}
+	if err != nil {
+		return target{}, stop, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return target{}, stop, err
+	}
+	logs, err := c.Logs(ctx)
+	if err != nil {
+		return target{}, stop, err
+	}
+	defer logs.Close()
+	b, err := io.ReadAll(logs)
+	if err != nil {
+		return target{}, stop, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if _, rest, ok := strings.Cut(line, ready); ok {
+			addr, _, _ := strings.Cut(rest, " ")
+			if !strings.HasPrefix(addr, "127.0.0.1:") {
+				return target{}, stop, fmt.Errorf("the broker container listens on %q, not on 127.0.0.1", addr)
+			}
+			return target{name: "broker", brokers: []string{addr}, session: 2 * time.Second}, stop, nil
+		}
+	}
+	return target{}, stop, fmt.Errorf("the broker container logged no %q line: %q", ready, b)
 }
