@@ -211,6 +211,16 @@ func TestTwoSinksOneFile(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+	// A claim below the stored epoch, through each sink: fenced whatever
+	// the interleaving above was (a run can happen to race no claim out
+	// of order: CI once saw 480 claims and none fenced).
+	for _, s := range []*sqlite.Sink{a, b} {
+		late := epochs.Token{Group: hammerGroup, Topic: "t", Partition: 0, Epoch: 1, Member: "late"}
+		if _, err := s.Claim(t.Context(), late, sink.Observed{}); !errors.Is(err, sink.ErrFenced) {
+			t.Fatalf("Claim(%s) after %d epochs of partition 0: %v, want an error matching ErrFenced", late, epochsByPart[0].Load(), err)
+		}
+		st.claimFenced.Add(1)
+	}
 	n := verifyHammer(t, b, parts)
 	t.Logf("%s; %d effects", &st, n)
 	if st.claimFenced.Load() == 0 || st.applyFenced.Load() == 0 || n == 0 {
