@@ -127,12 +127,16 @@ type fenceJSON struct {
 	// Duplicates counts the records the sink skipped in the scope because
 	// their command ID was applied already (sink.Fence.Duplicates).
 	Duplicates int64 `json:"duplicates_skipped"`
+	// DoneSpans are the offsets above NextOffset that lanes applied
+	// already (sink.Fence.Done), in sink.FormatSpans's form
+	// "from-to,…" (to excluded); empty if none.
+	DoneSpans string `json:"done_spans,omitempty"`
 }
 
 func toFenceJSON(f sink.Fence) fenceJSON {
 	out := fenceJSON{Group: f.Scope.Group, Topic: f.Scope.Topic, Partition: f.Scope.Partition,
 		HolderMember: f.Holder.Member, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: f.ProofRequired,
-		ProofBelow: f.ProofBelow, Duplicates: f.Duplicates}
+		ProofBelow: f.ProofBelow, Duplicates: f.Duplicates, DoneSpans: sink.FormatSpans(f.Done)}
 	if !f.Holder.IsZero() {
 		e := f.Holder.Epoch
 		out.HolderEpoch = &e
@@ -152,6 +156,22 @@ func proofText(f sink.Fence) string {
 		return fmt.Sprintf("reset earlier: a claim at epoch %d or below must prove its membership", f.ProofBelow-1)
 	}
 	return ""
+}
+
+// doneText renders done spans above a checkpoint's NextOffset for the
+// tables: how many offsets in how many spans, "-" for none.
+func doneText(spans []sink.Span) string {
+	if len(spans) == 0 {
+		return "-"
+	}
+	var n int64
+	for _, sp := range spans {
+		n += sp.To - sp.From
+	}
+	if len(spans) == 1 {
+		return fmt.Sprintf("%d in 1 span (%d-%d)", n, spans[0].From, spans[0].To-1)
+	}
+	return fmt.Sprintf("%d in %d spans (%d-%d)", n, len(spans), spans[0].From, spans[len(spans)-1].To-1)
 }
 
 // holderText renders a fence's holder for tables and messages.
@@ -206,7 +226,7 @@ func printFences(w io.Writer, fs []sink.Fence) error {
 		return ew.err
 	}
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tHOLDER EPOCH\tHOLDER MEMBER\tNEXT OFFSET\tTOPIC ID\tDUPLICATES SKIPPED\tNOTE")
+	fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tHOLDER EPOCH\tHOLDER MEMBER\tNEXT OFFSET\tDONE ABOVE\tTOPIC ID\tDUPLICATES SKIPPED\tNOTE")
 	for _, fe := range fs {
 		epoch, member := "none", "none"
 		if !fe.Holder.IsZero() {
@@ -216,7 +236,7 @@ func printFences(w io.Writer, fs []sink.Fence) error {
 		if note == "" {
 			note = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%d\t%s\n", fe.Scope.Group, fe.Scope.Topic, fe.Scope.Partition, epoch, member, fe.NextOffset, orDash(fe.TopicID), fe.Duplicates, note)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%d\t%s\n", fe.Scope.Group, fe.Scope.Topic, fe.Scope.Partition, epoch, member, fe.NextOffset, doneText(fe.Done), orDash(fe.TopicID), fe.Duplicates, note)
 	}
 	tw.Flush()
 	return ew.err
@@ -281,8 +301,11 @@ func newFencesHistoryCmd() *cobra.Command {
 					Epoch      *int32 `json:"epoch"`
 					Member     string `json:"member"`
 					NextOffset int64  `json:"next_offset"`
-					TopicID    string `json:"topic_id"`
-					Reason     string `json:"reason,omitempty"`
+					// DoneSpans: a claim's done spans above NextOffset
+					// (sink.HistoryEntry.Done), "from-to,…", to excluded.
+					DoneSpans string `json:"done_spans,omitempty"`
+					TopicID   string `json:"topic_id"`
+					Reason    string `json:"reason,omitempty"`
 					// Detail is a reset's audit of what the operator saw
 					// (JSON written by package admin).
 					Detail string    `json:"detail,omitempty"`
@@ -290,7 +313,7 @@ func newFencesHistoryCmd() *cobra.Command {
 				}
 				rows := make([]row, len(hs))
 				for i, h := range hs {
-					rows[i] = row{Seq: h.Seq, Kind: h.Kind, Member: h.Token.Member, NextOffset: h.NextOffset, TopicID: h.TopicID, Reason: h.Reason, Detail: h.Detail, At: h.At}
+					rows[i] = row{Seq: h.Seq, Kind: h.Kind, Member: h.Token.Member, NextOffset: h.NextOffset, DoneSpans: sink.FormatSpans(h.Done), TopicID: h.TopicID, Reason: h.Reason, Detail: h.Detail, At: h.At}
 					if !h.Token.IsZero() {
 						e := h.Token.Epoch
 						rows[i].Epoch = &e
@@ -301,7 +324,7 @@ func newFencesHistoryCmd() *cobra.Command {
 			ew := &errWriter{w: out}
 			fmt.Fprintf(ew, "history of %s\n\n", scope)
 			tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "SEQ\tKIND\tEPOCH\tMEMBER\tNEXT OFFSET\tTOPIC ID\tAT\tREASON")
+			fmt.Fprintln(tw, "SEQ\tKIND\tEPOCH\tMEMBER\tNEXT OFFSET\tDONE ABOVE\tTOPIC ID\tAT\tREASON")
 			for _, h := range hs {
 				epoch, member := "-", "-"
 				if !h.Token.IsZero() {
@@ -311,7 +334,7 @@ func newFencesHistoryCmd() *cobra.Command {
 				if reason == "" {
 					reason = "-"
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", h.Seq, h.Kind, epoch, member, h.NextOffset, orDash(h.TopicID),
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", h.Seq, h.Kind, epoch, member, h.NextOffset, doneText(h.Done), orDash(h.TopicID),
 					h.At.UTC().Format(time.RFC3339), oneLine(reason))
 			}
 			tw.Flush()

@@ -101,8 +101,8 @@ func TestFencesList(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fences list --json: %v", err)
 	}
-	if f := strings.Fields(lines[1]); len(f) != 9 || f[7] != "1" {
-		t.Errorf("line 1 %q: DUPLICATES SKIPPED is not 1", lines[1])
+	if f := strings.Fields(lines[1]); len(f) != 10 || f[6] != "-" || f[8] != "1" {
+		t.Errorf("line 1 %q: DONE ABOVE is not - or DUPLICATES SKIPPED is not 1", lines[1])
 	}
 	var rows []fenceJSON
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
@@ -111,6 +111,75 @@ func TestFencesList(t *testing.T) {
 	if len(rows) != 2 || rows[0].Group != "g" || rows[0].HolderEpoch == nil || *rows[0].HolderEpoch != 5 ||
 		rows[0].HolderMember != "member-a" || rows[0].NextOffset != 3 || rows[1].Partition != 1 || rows[0].Duplicates != 1 || rows[1].Duplicates != 0 {
 		t.Fatalf("--group g --json rows %+v", rows)
+	}
+}
+
+// TestFencesShowDoneSpans: a scope whose lanes applied offsets above its
+// watermark shows them in fences list and in the next claim's history row,
+// as a table column and as JSON.
+func TestFencesShowDoneSpans(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "gapped.db")
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 5, Member: "member-a"}
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
+	// Offsets 0-1 (the watermark moves to 2), then 4-5 and 8, applied by
+	// lanes ahead of offsets 2-3 and 6-7.
+	for _, b := range []sink.GapBatch{
+		{Offsets: []int64{0, 1}, From: []int64{0, 1}},
+		{Offsets: []int64{4, 5}, From: []int64{4, 5}},
+		{Offsets: []int64{8}, From: []int64{8}},
+	} {
+		if _, err := s.ApplyGapped(ctx, a, b, noop); err != nil {
+			t.Fatalf("apply %v: %v", b.Offsets, err)
+		}
+	}
+	b := epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 6, Member: "member-b"}
+	if cp, err := s.ClaimGapped(ctx, b, sink.Observed{}); err != nil || cp.NextOffset != 2 || len(cp.Done) != 2 {
+		t.Fatalf("claim by %s: %+v, %v; want watermark 2 and 2 done spans", b, cp, err)
+	}
+	s.Close()
+
+	out, _, err := runCLI(t, nil, "fences", "list", "--sink", "sqlite:"+path)
+	if err != nil {
+		t.Fatalf("fences list: %v", err)
+	}
+	if !strings.Contains(out, "DONE ABOVE") || !strings.Contains(out, "3 in 2 spans (4-8)") {
+		t.Errorf("fences list does not show the done spans (3 offsets in 2 spans, 4-8):\n%s", out)
+	}
+	out, _, err = runCLI(t, nil, "fences", "list", "--sink", "sqlite:"+path, "--json")
+	if err != nil {
+		t.Fatalf("fences list --json: %v", err)
+	}
+	var rows []fenceJSON
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0].DoneSpans != "4-6,8-9" {
+		t.Errorf("fences list --json: %+v, %v; want done_spans 4-6,8-9\n%s", rows, err, out)
+	}
+	out, _, err = runCLI(t, nil, "fences", "history", "--sink", "sqlite:"+path, "--group", "g", "--topic", "t", "--partition", "0")
+	if err != nil {
+		t.Fatalf("fences history: %v", err)
+	}
+	var claimB string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "member-b") {
+			claimB = l
+		}
+	}
+	if !strings.Contains(claimB, "3 in 2 spans (4-8)") {
+		t.Errorf("fences history: member-b's claim row %q does not show the done spans it took over:\n%s", claimB, out)
+	}
+	out, _, err = runCLI(t, nil, "fences", "history", "--sink", "sqlite:"+path, "--group", "g", "--topic", "t", "--partition", "0", "--json")
+	if err != nil {
+		t.Fatalf("fences history --json: %v", err)
+	}
+	if !strings.Contains(out, `"done_spans":"4-6,8-9"`) {
+		t.Errorf("fences history --json lacks done_spans 4-6,8-9:\n%s", out)
 	}
 }
 
