@@ -166,6 +166,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			}
 		}
 		tx := newTx(s)
+		tx.cmds = make([]command, 0, len(offsets)-first) // one command a record, commonly
 		var res sink.ApplyOnceResult
 		changed := false
 		for i := range offsets {
@@ -458,7 +459,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 // appliedRow returns the row of the IDs of the records from index first on
 // that are not duplicates and carry an ID.
 func appliedRow(offsets []int64, ids []string, first int, dup []bool) cmdids.Row {
-	var r cmdids.Row
+	r := cmdids.Row{Offs: make([]int64, 0, len(offsets)-first), IDs: make([]string, 0, len(offsets)-first)}
 	for i := first; i < len(offsets); i++ {
 		if !dup[i] && ids[i] != "" {
 			r.Offs = append(r.Offs, offsets[i])
