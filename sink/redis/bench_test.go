@@ -163,3 +163,57 @@ func BenchmarkUnitB3Shape(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "records/s")
 }
+
+// What Lua's argument passing costs the server, for the package
+// documentation's figures: 256 key/value pairs per call as MSET inside a
+// script (UnitLuaMSET), passed to a script that only counts them
+// (UnitLuaCount), and as one MSET in a MULTI (UnitMultiMSET). Read the
+// server's CPU (INFO cpu) around each.
+
+var (
+	luaMSET  = goredis.NewScript("#!lua\nredis.call('MSET', unpack(ARGV))\nreturn 1")
+	luaCount = goredis.NewScript("#!lua\nreturn #ARGV")
+)
+
+func msetPairs(s *Sink, n int) []any {
+	val := strings.Repeat("x", 100)
+	args := make([]any, 0, 512)
+	for i := range 256 {
+		args = append(args, s.Key("k"+strconv.Itoa((n*256+i)%10000)), val)
+	}
+	return args
+}
+
+func BenchmarkUnitLuaMSET(b *testing.B) {
+	s := openSink(b, "", Config{})
+	ctx := context.Background()
+	for n := 0; n < b.N; n++ {
+		if err := luaMSET.Run(ctx, s.rdb, nil, msetPairs(s, n)...).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkUnitLuaCount(b *testing.B) {
+	s := openSink(b, "", Config{})
+	ctx := context.Background()
+	for n := 0; n < b.N; n++ {
+		if err := luaCount.Run(ctx, s.rdb, nil, msetPairs(s, n)...).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkUnitMultiMSET(b *testing.B) {
+	s := openSink(b, "", Config{})
+	ctx := context.Background()
+	for n := 0; n < b.N; n++ {
+		if _, err := s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			p.MSet(ctx, msetPairs(s, n)...)
+			p.Set(ctx, s.Key("next"), n, 0)
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,8 +1,11 @@
 // Package redis is the fenced sink of workrouter on a Redis server
 // (github.com/redis/go-redis/v9): every scope's fence (holder token and
 // NextOffset, docs/design.md#protocol) lives in a hash next to the keys the
-// handlers write, and every claim and every batch is one Lua script, so the
-// tenure check and the writes it guards cannot be separated by a pause.
+// handlers write; every claim is one Lua script, and every batch is either
+// one Lua script or, when its commands are SET and DEL only and it read
+// nothing, one MULTI … EXEC that the server runs only if the fence is
+// unchanged since the sink checked it under WATCH. Either way the tenure
+// check and the writes it guards cannot be separated by a pause.
 //
 // A Redis lock (SET NX with a TTL, or Redlock) cannot protect a resource: a
 // holder paused past its TTL wakes up and writes. This sink is the answer
@@ -13,8 +16,8 @@
 //
 // Handlers receive a *[Tx]. It has no method that writes to the server: Set,
 // Del, IncrBy, HSet, HDel, HIncrBy, SAdd, SRem and RPush are buffered, and
-// the sink's Apply script runs them after it has checked the holder, in
-// the same script that sets the new NextOffset, or not at all. Get and
+// the sink's Apply runs them after it has checked the holder, in the same
+// atomic unit that sets the new NextOffset, or not at all. Get and
 // HGet read the Tx's own buffered writes first and the server's committed
 // value otherwise; the script checks that every committed value read is
 // unchanged, or the sink runs the batch's effects again.
@@ -28,35 +31,53 @@
 // [ErrCommand] naming the record — when one would fail. Increments are
 // checked to stay within ±2^53 (Lua's numbers are doubles).
 //
-// # Why a Lua script and not WATCH/MULTI/EXEC
+// # The script, and WATCH/MULTI/EXEC for SET and DEL
 //
 // Both are one atomic unit: WATCH on the fence key, HMGET of the holder
-// and NextOffset, then MULTI … EXEC (which fails if a claim touched the
-// fence in between) fences as well as the script does. The difference is
-// what happens when a command fails at run time: EXEC runs the other
-// commands of the transaction anyway, so a batch whose fifth INCRBY meets
-// a hash is half applied, with its NextOffset moved past it. The sink
-// chose the script because it can refuse such a batch before its first
-// write, which the Effect contract (a failed batch commits nothing)
-// requires; WATCH/MULTI/EXEC could only match it by reading every key's
-// type before MULTI (more commands, and the keys watched too).
+// and NextOffset, then MULTI … EXEC (which the server refuses if any
+// command touched the fence in between: a claim, a reset, another apply)
+// fences as well as the script does. The difference is what happens when
+// a command fails at run time: EXEC runs the other commands of the
+// transaction anyway, so a batch whose fifth INCRBY meets a hash would be
+// half applied, with its NextOffset moved past it. So a batch with any
+// command other than SET and DEL, or one whose effects read a committed
+// value, runs as the script, which validates the commands and checks the
+// values read before its first write, as the Effect contract (a failed
+// batch commits nothing) requires.
 //
-// What it costs, measured (BenchmarkUnit* in bench_test.go: batches of 100
-// records, INCRBY on one of 16 accounts and RPUSH of a posting each, so
-// the script validates 32 keys; 2000 batches, five runs on one
-// connection, under load from other processes on a 2-core machine,
-// load average 10): Lua script 171,253–211,798 records/s (median
-// 195,760), WATCH/MULTI/EXEC without validation 358,954–466,096 (median
-// 434,782), unfenced MULTI 212,413–484,842 (median 430,787). On the
-// loopback the second round trip of WATCH costs less than the script's
-// validation and its Lua overhead. Batches of SET and DEL only skip the
-// validation (they cannot fail); for the bench's W2-redis (one SET per
-// command, with command IDs) against B3-redis (the same SETs in one MULTI
-// per batch) see docs/performance.md.
+// SET and DEL cannot fail at run time (SET overwrites a key of any type),
+// and MULTI/EXEC refuses the whole transaction when it cannot run all of
+// it (over maxmemory, a queued command rejected), so a batch of only
+// those that read nothing takes the watched path: WATCH and HMGET of the
+// fence's holder, NextOffset, IDs version and done spans in one round
+// trip, the script's checks on them in Go, and, only if they pass, the
+// script's writes in the same order in one MULTI … EXEC on the same
+// connection (go-redis does not re-dial a transaction's connection, so a
+// lost one fails EXEC; a refusal sends UNWATCH before the connection goes
+// back to the pool). An EXEC aborted by the WATCH wrote nothing; the sink
+// reads the fence again, and a new holder fences the batch.
+//
+// Why: for a batch of SETs the script is the expensive part of the
+// server's work. Redis builds a Lua string for each of the script's
+// arguments and converts them back for the commands it calls: on a
+// 2-core machine under load from other processes (server CPU per
+// 256-SET batch: the used_cpu_sys and used_cpu_user of INFO cpu before
+// and after go test ./sink/redis -run '^$' -bench 'BenchmarkUnitW2Shape$'
+// -benchtime 2000x, and the same for the other BenchmarkUnit* of
+// bench_test.go), the script took 590 µs and B3's MULTI of 256 SETs 358;
+// a script doing nothing but MSET of the same 512 arguments 488
+// (UnitLuaMSET), one that only counts them 257 (UnitLuaCount), MULTI with
+// one MSET 253 (UnitMultiMSET); the watched path 342 against B3's 484 in
+// a later measurement. For batches of other commands the script stays
+// (BenchmarkUnit* with INCRBY and RPUSH: Lua script 171,253–211,798
+// records/s, median 195,760; WATCH/MULTI/EXEC without validation
+// 358,954–466,096, median 434,782; unfenced MULTI 212,413–484,842,
+// median 430,787; five runs at load average 10). For the bench's
+// W2-redis against B3-redis see docs/performance.md.
 //
 // The checkpoint is guessed, not read: the sink caches the NextOffset
 // (and done spans) each tenure's last claim or apply left, runs the
-// effects for the records it does not contain, and the script checks the
+// effects for the records it does not contain, and the apply checks the
 // guess (a miss makes the sink run the effects again on the stored one). A tenure this Sink has not
 // seen is read first, so that a token that is not the holder runs no
 // effect.
@@ -101,7 +122,7 @@
 //     claim can be undone.
 //   - appendonly yes with appendfsync always: every write is on disk
 //     before the reply. This is the configuration for a trustworthy
-//     fence; it costs an fsync per script, which is why batching
+//     fence; it costs an fsync per script or EXEC, which is why batching
 //     (consumer.Config.MaxBatch) matters.
 //
 // [Open] reads appendonly and appendfsync (CONFIG GET) and logs a warning

@@ -166,6 +166,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			}
 		}
 		tx := newTx(s)
+		tx.cmds = make([]command, 0, len(offsets)-first) // one command a record, commonly
 		var res sink.ApplyOnceResult
 		changed := false
 		for i := range offsets {
@@ -221,48 +222,19 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 				}
 			}
 		}
-		validate := "0"
-		for _, c := range tx.cmds {
-			if c.op != "set" && c.op != "del" {
-				validate = "1"
-				break
-			}
+		u := &unit{epoch: tok.Epoch, member: tok.Member, expectNext: before.NextOffset, expectSpans: sink.FormatSpans(before.Done),
+			newNext: newNext, newSpans: newSpans, expectIV: expectIV, horizon: horizon, dups: len(res.Duplicates),
+			rowMember: rowMember, rowLast: rowLast, cmds: tx.cmds, reads: tx.reads}
+		var r []any
+		var err error
+		var groupFirst []int
+		if u.watchable() {
+			r, err = s.applyWatched(ctx, op, sc, u)
+		} else {
+			var args []any
+			args, groupFirst = u.scriptArgs()
+			r, err = s.runScript(ctx, op, applyScript, []string{s.fenceKey(sc), s.idsKey(sc)}, args...)
 		}
-		keys := []string{s.fenceKey(sc), s.idsKey(sc)}
-		args := make([]any, 0, 16+5*len(tx.reads)+3*len(tx.cmds))
-		args = append(args, tok.Epoch, tok.Member, before.NextOffset, newNext, expectIV, horizon, len(res.Duplicates), rowMember, rowLast,
-			validate, len(tx.reads), 0, sink.FormatSpans(before.Done), newSpans)
-		ncIndex := 11
-		nc := 0
-		var groupFirst []int // by script command: its first index in tx.cmds
-		for j := 0; j < len(tx.cmds); {
-			c := tx.cmds[j]
-			nc++
-			groupFirst = append(groupFirst, j)
-			if c.op != "set" {
-				args = append(args, c.op, c.key, c.a1)
-				if c.op == "hset" || c.op == "hincrby" {
-					args = append(args, c.a2)
-				}
-				j++
-				continue
-			}
-			// A run of SETs (at most 500) is one MSET.
-			k := j
-			for k < len(tx.cmds) && k-j < 500 && tx.cmds[k].op == "set" {
-				k++
-			}
-			args = append(args, "mset", k-j)
-			for _, c := range tx.cmds[j:k] {
-				args = append(args, c.key, c.a1)
-			}
-			j = k
-		}
-		args[ncIndex] = nc
-		for _, r := range tx.reads {
-			args = append(args, r.kind, r.key, r.field, r.present, r.value)
-		}
-		r, err := s.runScript(ctx, op, applyScript, keys, args...)
 		if err != nil {
 			if ids != nil {
 				s.ids.Drop(sc) // the script may have run
@@ -284,6 +256,17 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			}
 			continue
 		case "reads":
+			continue
+		case "moved":
+			// The watched fence changed between its read and EXEC, which
+			// then wrote nothing: read it again (a new holder fences tok).
+			if ids != nil {
+				s.ids.Drop(sc)
+			}
+			if cp, err = s.readCheckpoint(ctx, op, tok, sink.OpApply); err != nil {
+				s.forget(tok)
+				return sink.ApplyOnceResult{}, err
+			}
 			continue
 		case "invalid":
 			c := tx.cmds[groupFirst[i64(r[1])-1]]
@@ -476,7 +459,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 // appliedRow returns the row of the IDs of the records from index first on
 // that are not duplicates and carry an ID.
 func appliedRow(offsets []int64, ids []string, first int, dup []bool) cmdids.Row {
-	var r cmdids.Row
+	r := cmdids.Row{Offs: make([]int64, 0, len(offsets)-first), IDs: make([]string, 0, len(offsets)-first)}
 	for i := first; i < len(offsets); i++ {
 		if !dup[i] && ids[i] != "" {
 			r.Offs = append(r.Offs, offsets[i])

@@ -189,6 +189,10 @@ type Sink struct {
 	// ids caches, per scope, the applied command IDs and the IDs version
 	// of the fence they mirror (ApplyOnce).
 	ids cmdids.Cache
+
+	// hookBeforeExec, if set (by tests), runs in a watched apply after
+	// its checks passed and before its MULTI … EXEC.
+	hookBeforeExec func(ctx context.Context)
 }
 
 type cached struct {

@@ -196,15 +196,13 @@ func (h *rowHeap) Pop() any {
 // the highest offset it was applied at among them.
 type scopeIDs struct {
 	version int64
-	at      map[string]int64
+	at      idTable
 	rows    rowHeap
 }
 
 func (s *scopeIDs) add(r Row) {
 	for i, id := range r.IDs {
-		if p, ok := s.at[id]; !ok || r.Offs[i] > p {
-			s.at[id] = r.Offs[i]
-		}
+		s.at.raise(id, r.Offs[i])
 	}
 	heap.Push(&s.rows, r)
 }
@@ -215,9 +213,7 @@ func (s *scopeIDs) prune(horizon int64) {
 	for len(s.rows) > 0 && s.rows[0].Last < horizon {
 		r := heap.Pop(&s.rows).(Row)
 		for i, id := range r.IDs {
-			if s.at[id] == r.Offs[i] {
-				delete(s.at, id)
-			}
+			s.at.removeAt(id, r.Offs[i])
 		}
 	}
 }
@@ -242,7 +238,7 @@ func (c *Cache) Lookup(scope epochs.Scope, version int64, ids []string, idx []in
 		return false
 	}
 	for _, i := range idx {
-		if p, ok := s.at[ids[i]]; ok {
+		if p, ok := s.at.get(ids[i]); ok {
 			found(i, p)
 		}
 	}
@@ -251,7 +247,7 @@ func (c *Cache) Lookup(scope epochs.Scope, version int64, ids []string, idx []in
 
 // Load replaces scope's cached state with rows, as of version.
 func (c *Cache) Load(scope epochs.Scope, version int64, rows []Row) {
-	s := &scopeIDs{version: version, at: make(map[string]int64)}
+	s := &scopeIDs{version: version}
 	for _, r := range rows {
 		s.add(r)
 	}
@@ -296,7 +292,7 @@ func (c *Cache) Len(scope epochs.Scope) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s := c.scopes[scope]; s != nil {
-		return len(s.at)
+		return s.at.len()
 	}
 	return 0
 }

@@ -2,8 +2,10 @@ package cmdids
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -110,5 +112,59 @@ func TestCache(t *testing.T) {
 	c.Drop(scope)
 	if _, ok := lookup(6, "c"); ok {
 		t.Fatal("a dropped scope answered")
+	}
+}
+
+// TestIDTable checks the table against a map[string]int64 doing what
+// scopeIDs did with one (the highest offset per ID, removal only at that
+// offset), over random operations, once with the real hash and once with
+// a hash of 5 values, so that runs wrap around the end of the table and
+// distinct IDs share a hash.
+func TestIDTable(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		hash       func(*idTable, string) uint64
+		steps, ids int
+	}{
+		{"maphash", (*idTable).hashOf, 200_000, 3000},
+		{"5 hashes", func(_ *idTable, id string) uint64 { return uint64(len(id)%5)*0x9e3779b97f4a7c15 | 1 }, 20_000, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tab idTable
+			ref := map[string]int64{}
+			rng := rand.New(rand.NewPCG(1, 2))
+			for step := range tc.steps {
+				id := "MFRGGZDFMZTWQ2LKNNWG23TPOA-" + strconv.Itoa(rng.IntN(tc.ids)) + strings.Repeat("x", rng.IntN(7))
+				off := int64(rng.IntN(100_000))
+				h := tc.hash(&tab, id)
+				switch rng.IntN(3) {
+				case 0:
+					tab.raiseHashed(h, id, off)
+					if p, ok := ref[id]; !ok || off > p {
+						ref[id] = off
+					}
+				case 1:
+					if p, ok := ref[id]; ok && rng.IntN(2) == 0 {
+						off = p // remove at the offset held, often
+					}
+					tab.removeHashed(h, id, off)
+					if ref[id] == off {
+						delete(ref, id)
+					}
+				}
+				p, ok := tab.getHashed(h, id)
+				if wp, wok := ref[id]; ok != wok || p != wp {
+					t.Fatalf("step %d: get(%q) = %d, %v; want %d, %v", step, id, p, ok, wp, wok)
+				}
+				if tab.len() != len(ref) {
+					t.Fatalf("step %d: len %d, want %d", step, tab.len(), len(ref))
+				}
+			}
+			for id, wp := range ref {
+				if p, ok := tab.getHashed(tc.hash(&tab, id), id); !ok || p != wp {
+					t.Fatalf("get(%q) = %d, %v at the end; want %d", id, p, ok, wp)
+				}
+			}
+		})
 	}
 }

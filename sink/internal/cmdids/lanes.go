@@ -26,7 +26,7 @@ func (c *Cache) LookupSince(scope epochs.Scope, version int64, ids []string, idx
 		return false
 	}
 	for _, i := range idx {
-		if p, ok := s.at[ids[i]]; ok {
+		if p, ok := s.at.get(ids[i]); ok {
 			found(i, p)
 		}
 	}
