@@ -1,0 +1,74 @@
+package memory
+
+// applyScratch is the working memory of one apply call, taken from the
+// sink's pool and put back when the call returns, so that a stream of
+// batches allocates only what the history keeps (an Apply event's
+// offsets and IDs) and what the caller gets (the duplicates). Nothing in
+// it outlives the call.
+type applyScratch struct {
+	keys      []idKey // by index: the key of each ID
+	done      []bool  // by index: done already (in a span)
+	dup       []bool  // by index: a duplicate
+	hints     []int   // by index: where find's probe ended
+	lookup    []int   // on a lane: the indexes looked up
+	dupAt     []bool  // by index of lookup: the decision seen
+	appliedAt []int   // by index of the applied records: the record's index
+	seen      seenSet // the batch's IDs so far (in-batch duplicates)
+}
+
+// resize returns (*buf)[:n], reallocating *buf if it is too short; the
+// elements it returns hold whatever an earlier call left in them.
+func resize[T any](buf *[]T, n int) []T {
+	if cap(*buf) < n {
+		*buf = make([]T, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
+}
+
+// seenSet is a set of idKeys for one batch at a time: reset empties it
+// by moving to a new generation instead of clearing its slots, so that a
+// batch pays for the keys it adds only. Linear probing, load at most one
+// half.
+type seenSet struct {
+	slots []seenSlot // len a power of two
+	gen   uint32     // the current generation, never 0 once reset
+}
+
+// seenSlot is a slot of a seenSet: full in generation gen.
+type seenSlot struct {
+	key idKey
+	gen uint32
+}
+
+// reset empties s, with room for n keys.
+func (s *seenSet) reset(n int) {
+	if 2*n > len(s.slots) {
+		size := 64
+		for size < 2*n {
+			size *= 2
+		}
+		s.slots, s.gen = make([]seenSlot, size), 0
+	}
+	s.gen++
+	if s.gen == 0 { // wrapped: old generations would look current
+		clear(s.slots)
+		s.gen = 1
+	}
+}
+
+// add adds k to s and reports whether s held it already. At most the n
+// keys of the last reset may be added.
+func (s *seenSet) add(k idKey) bool {
+	mask := uint64(len(s.slots) - 1)
+	for i := k[1] & mask; ; i = (i + 1) & mask {
+		sl := &s.slots[i]
+		if sl.gen != s.gen {
+			*sl = seenSlot{key: k, gen: s.gen}
+			return false
+		}
+		if sl.key == k {
+			return true
+		}
+	}
+}
