@@ -49,6 +49,11 @@ type idSet struct {
 	ring       []idEntry // len 0 or a power of two
 	head, tail uint64    // the live entries' sequence numbers: [head, tail)
 
+	// window is the sink's dedupe window: the index and the ring grow by
+	// doubling to an eighth of the size that many keys need, then to
+	// that size at once (see reserve).
+	window int64
+
 	ver uint64 // moves on every change, for the optimistic check
 }
 
@@ -110,17 +115,57 @@ func (set *idSet) find(k idKey) (int64, int, bool) {
 	}
 }
 
+// touch loads the home slot of each key and returns a sum of what it
+// read (for the caller to keep, so that the loads are not dropped): the
+// loads do not depend on each other, so the CPU overlaps their cache
+// misses, which the probes of find, one key after another, each ending
+// in a branch on what it loaded, do much less. The finds of the same
+// keys that follow then hit the cache. It returns 0 for an empty index.
+func (set *idSet) touch(keys []idKey) uint32 {
+	if len(set.slots) == 0 {
+		return 0
+	}
+	mask := uint64(len(set.slots) - 1)
+	var sum uint32
+	for _, k := range keys {
+		sum += set.slots[homeOf(tagOf(k), mask)].tag
+	}
+	return sum
+}
+
 // reserve makes room in the index for extra more keys without a grow, so
 // that the hints of find stay valid until they are used (unless a
 // deletion or another call's grow moves slots meanwhile).
+//
+// The index needs two slots a key, and a scope keeps about a window's
+// keys (more only when lanes or a reset leave older ones behind the
+// front of the queue), so the index grows by doubling until it has an
+// eighth of the slots of a full window, then to those at once: a
+// streaming scope pays for one grow past that point instead of three,
+// and a scope with few IDs (tests) does not pay for a window's memory
+// (2 MiB at the default window).
 func (set *idSet) reserve(extra int) {
 	if need := 2 * (set.n + extra); need > len(set.slots) {
-		size := max(64, len(set.slots))
-		for size < need {
-			size *= 2
-		}
-		set.grow(size)
+		set.grow(grownSize(len(set.slots), need, 2*set.window))
 	}
+}
+
+// grownSize returns the size of a table of size slots (a power of two,
+// or 0) grown to hold need: the next power of two at least twice size
+// (and 64), or the power of two that holds full once that is at most
+// eight times as much.
+func grownSize(size, need int, full int64) int {
+	size = max(64, 2*size)
+	for size < need {
+		size *= 2
+	}
+	if f := int64(size); f < full && 8*f >= full {
+		for f < full {
+			f *= 2
+		}
+		size = int(f)
+	}
+	return size
 }
 
 // record records that the ID of key k was applied at off, replacing what
@@ -135,7 +180,7 @@ func (set *idSet) record(k idKey, off int64, hint int, hintMoves uint64) {
 	set.tail++
 
 	if 2*(set.n+1) > len(set.slots) {
-		set.grow(max(64, 2*len(set.slots)))
+		set.grow(grownSize(len(set.slots), 2*(set.n+1), 2*set.window))
 	}
 	tag := tagOf(k)
 	mask := uint64(len(set.slots) - 1)
@@ -239,11 +284,11 @@ func (set *idSet) grow(size int) {
 	set.moves++
 }
 
-// growRing doubles the ring (at least 64 entries), keeping every live
-// entry at its sequence number's place.
+// growRing grows the ring as reserve grows the index (to the window's
+// entries), keeping every live entry at its sequence number's place.
 func (set *idSet) growRing() {
 	old := set.ring
-	set.ring = make([]idEntry, max(64, 2*len(old)))
+	set.ring = make([]idEntry, grownSize(len(old), len(old)+1, set.window))
 	if len(old) == 0 {
 		return
 	}

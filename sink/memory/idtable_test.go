@@ -24,7 +24,7 @@ func TestIDSetMatchesModel(t *testing.T) {
 	}
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 7))
-		var set idSet
+		set := idSet{window: int64(seed%3) * 400} // 0: doubling only; else jumps to a window's size
 		latest := map[idKey]entry{}
 		var queue []entry
 		seq := 0
@@ -109,6 +109,29 @@ func TestSeenSet(t *testing.T) {
 				t.Fatalf("round %d: add(%v) = %v, want %v", round, k, got, model[k])
 			}
 			model[k] = true
+		}
+	}
+}
+
+// TestGrownSize: tables double (from 64), and jump to the size that holds
+// full once that is at most eight times as much, never to less than need.
+func TestGrownSize(t *testing.T) {
+	for _, c := range []struct {
+		size, need int
+		full       int64
+		want       int
+	}{
+		{0, 2, 0, 64},
+		{64, 66, 0, 128},
+		{64, 600, 0, 1024},
+		{1 << 13, 1<<13 + 2, 200000, 1 << 14}, // 8×2^14 is less than 200000
+		{1 << 14, 1<<14 + 2, 200000, 1 << 18}, // 8×2^15 is not: to 2^18 at once
+		{1 << 18, 1<<18 + 2, 200000, 1 << 19}, // past full: doubling
+		{1 << 15, 1 << 20, 200000, 1 << 20},   // need first
+		{64, 66, 100, 128},                    // full within the first doubling
+	} {
+		if got := grownSize(c.size, c.need, c.full); got != c.want {
+			t.Errorf("grownSize(%d, %d, %d) = %d, want %d", c.size, c.need, c.full, got, c.want)
 		}
 	}
 }

@@ -407,11 +407,12 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			clear(dup)
 			set := s.ids[scope]
 			if set == nil {
-				set = &idSet{}
+				set = &idSet{window: s.window}
 				s.ids[scope] = set
 			}
 			set.reserve(len(offsets) - first)
 			idVer, moves = set.ver, set.moves
+			sc.touched = set.touch(keys[first:])
 			sc.seen.reset(len(offsets) - first)
 			lookup, dupAt = sc.lookup[:0], sc.dupAt[:0]
 			for i := first; i < len(offsets); i++ {

@@ -14,6 +14,7 @@ type applyScratch struct {
 	dupAt     []bool  // by index of lookup: the decision seen
 	appliedAt []int   // by index of the applied records: the record's index
 	seen      seenSet // the batch's IDs so far (in-batch duplicates)
+	touched   uint32  // what idSet.touch read (kept so that it reads)
 }
 
 // resize returns (*buf)[:n], reallocating *buf if it is too short; the
