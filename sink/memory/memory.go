@@ -205,11 +205,16 @@ type entry struct {
 // [NewWithConfig]. All methods are safe for concurrent use by any number
 // of goroutines.
 type Sink struct {
-	mu       sync.RWMutex
-	scopes   map[epochs.Scope]*fenceState
-	data     map[string]*entry
-	version  uint64 // version of the last commit that wrote keys
-	events   []Event
+	mu      sync.RWMutex
+	scopes  map[epochs.Scope]*fenceState
+	data    map[string]*entry
+	version uint64 // version of the last commit that wrote keys
+	events  []Event
+	// eventIDs holds, by index of events, the IDs of an event that has
+	// them (its IDs field is nil in events): packed in one string, so that
+	// the history of a million applied IDs is a few thousand objects for
+	// the garbage collector to mark, not a million strings.
+	eventIDs []packedIDs
 	audit    []AuditEntry
 	rejected int
 
@@ -236,10 +241,18 @@ func New() *Sink {
 	}
 }
 
-// record appends an event, assigning its Seq. s.mu must be held for writing.
+// record appends an event, assigning its Seq; it copies ev.IDs (into
+// eventIDs), so the caller may reuse them. s.mu must be held for writing.
 func (s *Sink) record(ev Event) uint64 {
 	ev.Seq = uint64(len(s.events)) + 1
 	ev.At = time.Now()
+	if ev.IDs != nil || len(s.eventIDs) > 0 {
+		for len(s.eventIDs) < len(s.events) {
+			s.eventIDs = append(s.eventIDs, packedIDs{})
+		}
+		s.eventIDs = append(s.eventIDs, packIDs(ev.IDs))
+		ev.IDs = nil
+	}
 	s.events = append(s.events, ev)
 	if (ev.Kind == Claim || ev.Kind == Apply) && !ev.Accepted {
 		s.rejected++
@@ -353,7 +366,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 	scope := tok.Scope()
 	gapped := from != nil
 	sc := s.scratch.Get().(*applyScratch)
-	defer s.scratch.Put(sc)
+	defer s.putScratch(sc)
 	var keys []idKey // by index: the key of ids[i] (idKey)
 	if ids != nil {
 		keys = resize(&sc.keys, len(ids))
@@ -495,7 +508,10 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			res        sink.ApplyOnceResult
 		)
 		if ids != nil {
-			appliedIDs, appliedAt = make([]string, 0, len(offsets)-first), sc.appliedAt[:0]
+			appliedIDs, appliedAt = sc.appliedIDs[:0], sc.appliedAt[:0] // record copies the IDs
+			if appliedIDs == nil {
+				appliedIDs = make([]string, 0, len(offsets)-first) // not nil: an ApplyOnce's event has IDs
+			}
 		}
 		cp = st.checkpoint()
 		for i := first; i < len(offsets); i++ {
@@ -525,7 +541,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		}
 		st.duplicates += int64(len(dups))
 		if ids != nil {
-			sc.appliedAt = appliedAt
+			sc.appliedIDs, sc.appliedAt = appliedIDs, appliedAt
 		}
 		if ids != nil && first < len(offsets) {
 			for k, o := range applied {
@@ -713,7 +729,9 @@ func (s *Sink) Events() []Event {
 	out := make([]Event, len(s.events))
 	for i, ev := range s.events {
 		ev.Offsets = slices.Clone(ev.Offsets)
-		ev.IDs = slices.Clone(ev.IDs)
+		if i < len(s.eventIDs) {
+			ev.IDs = s.eventIDs[i].unpack()
+		}
 		ev.Duplicates = slices.Clone(ev.Duplicates)
 		out[i] = ev
 	}

@@ -1,10 +1,13 @@
 package memory
 
+import "strings"
+
 // applyScratch is the working memory of one apply call, taken from the
 // sink's pool and put back when the call returns, so that a stream of
 // batches allocates only what the history keeps (an Apply event's
-// offsets and IDs) and what the caller gets (the duplicates). Nothing in
-// it outlives the call.
+// offsets and a copy of its IDs) and what the caller gets (the
+// duplicates). Nothing in it outlives the call: it is cleared of the
+// caller's ID strings before it goes back to the pool.
 type applyScratch struct {
 	keys      []idKey // by index: the key of each ID
 	done      []bool  // by index: done already (in a span)
@@ -13,8 +16,18 @@ type applyScratch struct {
 	lookup    []int   // on a lane: the indexes looked up
 	dupAt     []bool  // by index of lookup: the decision seen
 	appliedAt []int   // by index of the applied records: the record's index
-	seen      seenSet // the batch's IDs so far (in-batch duplicates)
-	touched   uint32  // what idSet.touch read (kept so that it reads)
+	// appliedIDs are the IDs of the applied records, for the history
+	// (which copies them).
+	appliedIDs []string
+	seen       seenSet // the batch's IDs so far (in-batch duplicates)
+	touched    uint32  // what idSet.touch read (kept so that it reads)
+}
+
+// putScratch clears sc of the caller's strings and puts it back in the
+// pool.
+func (s *Sink) putScratch(sc *applyScratch) {
+	clear(sc.appliedIDs)
+	s.scratch.Put(sc)
 }
 
 // resize returns (*buf)[:n], reallocating *buf if it is too short; the
@@ -72,4 +85,47 @@ func (s *seenSet) add(k idKey) bool {
 			return true
 		}
 	}
+}
+
+// packedIDs is a list of IDs (an [Event]'s IDs) in one string: ID i is
+// all[ends[i-1]:ends[i]] (from 0 for the first). ok tells an empty list
+// from none (nil).
+type packedIDs struct {
+	all  string
+	ends []uint32
+	ok   bool
+}
+
+// packIDs returns ids packed; nil gives the zero packedIDs.
+func packIDs(ids []string) packedIDs {
+	if ids == nil {
+		return packedIDs{}
+	}
+	n := 0
+	for _, id := range ids {
+		n += len(id)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	ends := make([]uint32, len(ids))
+	for i, id := range ids {
+		b.WriteString(id)
+		ends[i] = uint32(b.Len())
+	}
+	return packedIDs{all: b.String(), ends: ends, ok: true}
+}
+
+// unpack returns the IDs p holds (substrings of one string), nil for
+// none.
+func (p packedIDs) unpack() []string {
+	if !p.ok {
+		return nil
+	}
+	ids := make([]string, len(p.ends))
+	start := uint32(0)
+	for i, end := range p.ends {
+		ids[i] = p.all[start:end]
+		start = end
+	}
+	return ids
 }
