@@ -95,17 +95,24 @@ func TestIDSetMatchesModel(t *testing.T) {
 }
 
 // TestSeenSet checks that a seenSet reports the keys added since its
-// last reset, and only those, across resets of growing size.
+// last reset, and only those, across resets of varying size; keys share
+// their second word (the bucket) but not their first, so that chains
+// form.
 func TestSeenSet(t *testing.T) {
 	var s seenSet
 	r := rand.New(rand.NewPCG(1, 2))
 	for round := range 300 {
 		n := r.IntN(round + 2)
-		s.reset(n)
+		keys := make([]idKey, n+3)
+		for i := range keys {
+			keys[i] = idKey{uint64(r.IntN(50)), uint64(r.IntN(50))}
+		}
+		first := r.IntN(4)
+		s.reset(len(keys)-first, len(keys))
 		model := map[idKey]bool{}
-		for range n {
-			k := idKey{uint64(r.IntN(50)), uint64(r.IntN(50))}
-			if got := s.add(k); got != model[k] {
+		for i := first; i < len(keys); i++ {
+			k := keys[i]
+			if got := s.add(keys, i); got != model[k] {
 				t.Fatalf("round %d: add(%v) = %v, want %v", round, k, got, model[k])
 			}
 			model[k] = true

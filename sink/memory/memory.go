@@ -426,14 +426,14 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			set.reserve(len(offsets) - first)
 			idVer, moves = set.ver, set.moves
 			sc.touched = set.touch(keys[first:])
-			sc.seen.reset(len(offsets) - first)
+			sc.seen.reset(len(offsets)-first, len(offsets))
 			lookup, dupAt = sc.lookup[:0], sc.dupAt[:0]
 			for i := first; i < len(offsets); i++ {
 				if ids[i] == "" {
 					continue
 				}
 				k := keys[i]
-				if sc.seen.add(k) {
+				if sc.seen.add(keys, i) {
 					dup[i] = true
 					continue
 				}
