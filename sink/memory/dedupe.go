@@ -36,9 +36,9 @@ func NewWithConfig(cfg Config) (*Sink, error) {
 }
 
 // idKey is a command ID as the sink keeps it: its 128-bit hash under the
-// sink's two random maphash seeds. A key holds no pointer, so the maps and
-// queues of applied IDs cost the garbage collector nothing to scan, and a
-// probe hashes 16 bytes instead of comparing strings. Two different IDs
+// sink's two random maphash seeds. A key holds no pointer, so the index
+// and the ring of applied IDs (idSet) cost the garbage collector nothing
+// to scan, and a probe compares 16 bytes instead of strings. Two different IDs
 // have the same key with a probability of about 2^-128 (then the later
 // one would be taken for a duplicate): for a window of 10^5 IDs and 10^12
 // lookups, about 10^-22.
