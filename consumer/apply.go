@@ -99,6 +99,14 @@ func (a *applier[Tx]) decode(recs []*kgo.Record) decoded[Tx] {
 	}
 	d.recs, d.offsets, d.cmds, d.errs, d.hs = recs, d.offsets[:len(recs)], d.cmds[:len(recs)], d.errs[:len(recs)], d.hs[:len(recs)]
 	d.ids = d.ids[:len(recs)]
+	// The handler of the last type seen: a batch's commands are mostly
+	// of a few types, and the Decoder hands back the same Type string
+	// for a type it remembers, which compares at once.
+	var (
+		lastType string
+		lastH    Handler[Tx]
+		haveLast bool
+	)
 	for i, r := range recs {
 		d.offsets[i] = r.Offset
 		d.errs[i] = nil
@@ -107,7 +115,10 @@ func (a *applier[Tx]) decode(recs []*kgo.Record) decoded[Tx] {
 		} else if err := t.checkRoute(r); err != nil {
 			d.errs[i] = err
 		}
-		d.hs[i] = t.w.cfg.Handlers[d.cmds[i].Type]
+		if typ := d.cmds[i].Type; !haveLast || typ != lastType {
+			lastType, lastH, haveLast = typ, t.w.cfg.Handlers[typ], true
+		}
+		d.hs[i] = lastH
 		d.ids[i] = ""
 		if d.errs[i] == nil && !t.otherGroup(&d.cmds[i]) {
 			d.ids[i] = d.cmds[i].ID

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -60,8 +61,12 @@ type routeCheck struct {
 	partitioner envelope.Partitioner
 	policy      MisroutePolicy
 
+	// counts are the partition counts of the topic seen so far (none:
+	// not checked yet), a slice never written once stored: check reads it
+	// for every record of every partition without a lock (a mutex there
+	// was the Worker's most contended one); seeCount replaces it under mu.
 	mu     sync.Mutex
-	counts []int32 // partition counts of the topic seen so far; none: not checked yet
+	counts atomic.Pointer[[]int32]
 }
 
 // seeCount records a partition count of the topic read from the broker.
@@ -72,8 +77,13 @@ func (c *routeCheck) seeCount(n int32) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !slices.Contains(c.counts, n) {
-		c.counts = append(c.counts, n)
+	var old []int32
+	if p := c.counts.Load(); p != nil {
+		old = *p
+	}
+	if !slices.Contains(old, n) {
+		counts := append(slices.Clip(old), n) // a new array: old may be read meanwhile
+		c.counts.Store(&counts)
 	}
 }
 
@@ -86,9 +96,11 @@ func (c *routeCheck) check(r *kgo.Record) (expected, count int32, ok bool) {
 	if len(r.Key) == 0 {
 		return 0, 0, true
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, n := range c.counts {
+	p := c.counts.Load()
+	if p == nil {
+		return 0, 0, true
+	}
+	for _, n := range *p {
 		if r.Partition >= n {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -303,14 +304,23 @@ func Decode(r *kgo.Record) (Command, error) {
 // the command types it has seen: [Decode] allocates a string for every
 // record's Type, while a consumer sees the same few types again and again.
 // It remembers up to [DecoderTypes] types; a record of any other type is
-// decoded as Decode decodes it. The zero Decoder is ready to use. A
-// Decoder is used by one goroutine at a time.
+// decoded as Decode decodes it. It copies command IDs into chunks of
+// [DecoderIDChunk] bytes that it fills one after another and never
+// writes again, instead of allocating a string for each: a consumer's
+// stream of IDs costs one allocation per chunk, and the garbage collector
+// one object per chunk for the IDs a sink keeps (a retained ID keeps its
+// whole chunk). The zero Decoder is ready to use. A Decoder is used by one
+// goroutine at a time.
 type Decoder struct {
 	types []string
+	ids   []byte // the current chunk of IDs: bytes below len are never written again
 }
 
 // DecoderTypes is how many distinct command types a [Decoder] remembers.
 const DecoderTypes = 16
+
+// DecoderIDChunk is the size of a [Decoder]'s chunks of command IDs.
+const DecoderIDChunk = 4096
 
 // Decode returns the command carried by r, with the same errors as the
 // package's [Decode].
@@ -341,6 +351,23 @@ func (d *Decoder) typeOf(b []byte) string {
 		d.types = append(d.types, t)
 	}
 	return t
+}
+
+// idOf returns b as a string: in d's current chunk of IDs (a new one if
+// it is full), or a string of its own if d is nil or b is longer than an
+// ID may be (the caller refuses it).
+func (d *Decoder) idOf(b []byte) string {
+	if d == nil || len(b) == 0 || len(b) > MaxIDLen {
+		return string(b)
+	}
+	if cap(d.ids)-len(d.ids) < len(b) {
+		d.ids = make([]byte, 0, DecoderIDChunk)
+	}
+	start := len(d.ids)
+	d.ids = append(d.ids, b...)
+	// The bytes [start, len) are never written again: append writes only
+	// past len, and d.ids is never resliced below it.
+	return unsafe.String(&d.ids[start], len(b))
 }
 
 // decode implements Decode and Decoder.Decode (d may be nil).
@@ -381,7 +408,7 @@ func decodeInto(r *kgo.Record, d *Decoder, cmd *Command) error {
 				return fmt.Errorf("%w: record %s/%d@%d has more than one %q header", ErrMalformedRecord, r.Topic, r.Partition, r.Offset, IDHeader)
 			}
 			seenID = true
-			id = string(h.Value)
+			id = d.idOf(h.Value)
 			if id == "" {
 				*cmd = Command{}
 				return fmt.Errorf("%w: %w: record %s/%d@%d has an empty %q header", ErrMalformedRecord, ErrInvalidID, r.Topic, r.Partition, r.Offset, IDHeader)

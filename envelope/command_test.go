@@ -305,24 +305,54 @@ func TestRedriveFor(t *testing.T) {
 
 // TestDecoderAllocationsWithAnID: a Decoder still decodes a record of a
 // type it remembers without allocating when the record has no ID, and
-// with one string allocation (the ID's copy) when it has one.
+// with one allocation per DecoderIDChunk bytes of IDs when it has one:
+// the IDs it returned stay what they were while it fills its chunks, and
+// Decode (no Decoder) copies each.
 func TestDecoderAllocationsWithAnID(t *testing.T) {
 	var d envelope.Decoder
 	var into envelope.Command
-	for _, c := range []struct {
-		id   string
-		want float64
-	}{{"", 0}, {"7b0c2c9e-3a1f-4c8e-9d55-0b6f1f2a9e41", 1}} {
-		rec, err := envelope.Encode("t", 0, envelope.Command{Key: []byte("k"), Type: "t", ID: c.id})
-		if err != nil {
+	rec, err := envelope.Encode("t", 0, envelope.Command{Key: []byte("k"), Type: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DecodeInto(rec, &into); err != nil {
+		t.Fatal(err)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _ = d.DecodeInto(rec, &into) }); allocs != 0 {
+		t.Errorf("DecodeInto of a record without an ID allocates %v times, want 0", allocs)
+	}
+
+	const n = 1000
+	recs := make([]*kgo.Record, n)
+	want := make([]string, n)
+	for i := range recs {
+		want[i] = fmt.Sprintf("7b0c2c9e-3a1f-4c8e-9d55-%012d", i)[:20+i%17]
+		if recs[i], err = envelope.Encode("t", 0, envelope.Command{Key: []byte("k"), Type: "t", ID: want[i]}); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.DecodeInto(rec, &into); err != nil || into.ID != c.id {
-			t.Fatalf("DecodeInto: %+v, %v", into, err)
+	}
+	got := make([]string, n)
+	i := 0
+	allocs := testing.AllocsPerRun(1, func() {
+		for i = range recs {
+			_ = d.DecodeInto(recs[i], &into)
+			got[i] = into.ID
 		}
-		if allocs := testing.AllocsPerRun(100, func() { _ = d.DecodeInto(rec, &into) }); allocs != c.want {
-			t.Errorf("DecodeInto of a record with ID %q allocates %v times, want %v", c.id, allocs, c.want)
+	})
+	bytes := 0
+	for _, id := range want {
+		bytes += len(id)
+	}
+	if limit := float64(bytes/envelope.DecoderIDChunk + 2); allocs > limit {
+		t.Errorf("DecodeInto of %d records with IDs (%d bytes) allocates %v times, want at most %v", n, bytes, allocs, limit)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("ID %d is %q after the later decodes, want %q", i, got[i], want[i])
 		}
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _, _ = envelope.Decode(recs[1]) }); allocs != 1 {
+		t.Errorf("Decode of a record with an ID allocates %v times, want 1 (the ID's copy)", allocs)
 	}
 }
 

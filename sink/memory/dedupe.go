@@ -36,9 +36,9 @@ func NewWithConfig(cfg Config) (*Sink, error) {
 }
 
 // idKey is a command ID as the sink keeps it: its 128-bit hash under the
-// sink's two random maphash seeds. A key holds no pointer, so the maps and
-// queues of applied IDs cost the garbage collector nothing to scan, and a
-// probe hashes 16 bytes instead of comparing strings. Two different IDs
+// sink's two random maphash seeds. A key holds no pointer, so the index
+// and the ring of applied IDs (idSet) cost the garbage collector nothing
+// to scan, and a probe compares 16 bytes instead of strings. Two different IDs
 // have the same key with a probability of about 2^-128 (then the later
 // one would be taken for a duplicate): for a window of 10^5 IDs and 10^12
 // lookups, about 10^-22.
@@ -47,53 +47,6 @@ type idKey [2]uint64
 // keyOf returns the idKey of id. It may be called from any goroutine.
 func (s *Sink) keyOf(id string) idKey {
 	return idKey{maphash.String(s.seeds[0], id), maphash.String(s.seeds[1], id)}
-}
-
-// idEntry is one applied command ID of a scope, in the prune queue.
-type idEntry struct {
-	off int64
-	key idKey
-}
-
-// idSet is the applied command IDs of one scope.
-type idSet struct {
-	at idTable // ID -> offset it was applied at
-	// order holds the same entries in the order they were recorded, from
-	// head on (stale ones skipped when popped). Plain applies record
-	// their offsets in ascending order, so this is by offset too, except
-	// after a reset onto a new log whose offsets start lower, and with
-	// lanes (ApplyGapped), whose batches install in any order: then
-	// lower entries wait behind higher ones, and are forgotten later than
-	// the window says, never earlier (prune pops an entry only once its
-	// offset is below the horizon, and IsDuplicate decides by offset, so
-	// keeping an entry longer changes no decision). The lag is bounded:
-	// the horizon follows the watermark, which passes every lane's
-	// offsets.
-	order []idEntry
-	head  int
-	ver   uint64 // moves on every change, for the optimistic check
-}
-
-// record records that the ID of key k was applied at off. The sink's mu
-// must be held for writing.
-func (set *idSet) record(k idKey, off int64) {
-	set.at.put(k, off)
-	set.order = append(set.order, idEntry{off: off, key: k})
-}
-
-// prune forgets the IDs applied below horizon, from the front of the
-// queue. The sink's mu must be held for writing.
-func (set *idSet) prune(horizon int64) {
-	for set.head < len(set.order) && set.order[set.head].off < horizon {
-		e := set.order[set.head]
-		set.head++
-		set.at.deleteAt(e.key, e.off)
-	}
-	// Reuse the front once it holds more than half the queue.
-	if set.head > 0 && set.head >= len(set.order)/2 {
-		n := copy(set.order, set.order[set.head:])
-		set.order, set.head = set.order[:n], 0
-	}
 }
 
 // DedupeWindow returns the sink's retention horizon of applied command
@@ -107,7 +60,7 @@ func (s *Sink) CommandIDs(scope epochs.Scope) int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if set := s.ids[scope]; set != nil {
-		return set.at.len()
+		return set.len()
 	}
 	return 0
 }

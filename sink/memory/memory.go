@@ -205,18 +205,24 @@ type entry struct {
 // [NewWithConfig]. All methods are safe for concurrent use by any number
 // of goroutines.
 type Sink struct {
-	mu       sync.RWMutex
-	scopes   map[epochs.Scope]*fenceState
-	data     map[string]*entry
-	version  uint64 // version of the last commit that wrote keys
-	events   []Event
+	mu      sync.RWMutex
+	scopes  map[epochs.Scope]*fenceState
+	data    map[string]*entry
+	version uint64 // version of the last commit that wrote keys
+	events  []Event
+	// eventIDs holds, by index of events, the IDs of an event that has
+	// them (its IDs field is nil in events): packed in one string, so that
+	// the history of a million applied IDs is a few thousand objects for
+	// the garbage collector to mark, not a million strings.
+	eventIDs []packedIDs
 	audit    []AuditEntry
 	rejected int
 
 	ids    map[epochs.Scope]*idSet // applied command IDs (sink.Deduplicator)
 	window int64                   // their retention horizon, in offsets
 	seeds  [2]maphash.Seed         // of the IDs' keys (idKey)
-	seen   map[idKey]struct{}      // scratch of an apply's in-batch duplicates, under mu
+	// scratch holds *applyScratch: the memory of apply calls, reused.
+	scratch sync.Pool
 
 	deadLetters []sink.DeadLetter // by ID (ID = index + 1)
 	dlAudit     []sink.DeadLetterAction
@@ -226,19 +232,27 @@ type Sink struct {
 // [NewWithConfig]). It may be called from any goroutine.
 func New() *Sink {
 	return &Sink{
-		scopes: make(map[epochs.Scope]*fenceState),
-		data:   make(map[string]*entry),
-		ids:    make(map[epochs.Scope]*idSet),
-		window: sink.DefaultDedupeWindow,
-		seeds:  [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
-		seen:   make(map[idKey]struct{}),
+		scopes:  make(map[epochs.Scope]*fenceState),
+		data:    make(map[string]*entry),
+		ids:     make(map[epochs.Scope]*idSet),
+		window:  sink.DefaultDedupeWindow,
+		seeds:   [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		scratch: sync.Pool{New: func() any { return new(applyScratch) }},
 	}
 }
 
-// record appends an event, assigning its Seq. s.mu must be held for writing.
+// record appends an event, assigning its Seq; it copies ev.IDs (into
+// eventIDs), so the caller may reuse them. s.mu must be held for writing.
 func (s *Sink) record(ev Event) uint64 {
 	ev.Seq = uint64(len(s.events)) + 1
 	ev.At = time.Now()
+	if ev.IDs != nil || len(s.eventIDs) > 0 {
+		for len(s.eventIDs) < len(s.events) {
+			s.eventIDs = append(s.eventIDs, packedIDs{})
+		}
+		s.eventIDs = append(s.eventIDs, packIDs(ev.IDs))
+		ev.IDs = nil
+	}
 	s.events = append(s.events, ev)
 	if (ev.Kind == Claim || ev.Kind == Apply) && !ev.Accepted {
 		s.rejected++
@@ -351,9 +365,11 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, eff
 func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
 	scope := tok.Scope()
 	gapped := from != nil
+	sc := s.scratch.Get().(*applyScratch)
+	defer s.putScratch(sc)
 	var keys []idKey // by index: the key of ids[i] (idKey)
 	if ids != nil {
-		keys = make([]idKey, len(ids))
+		keys = resize(&sc.keys, len(ids))
 		for i, id := range ids {
 			if id != "" {
 				keys[i] = s.keyOf(id)
@@ -382,13 +398,14 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		var (
 			done   []bool // by index: done already (in a span), skipped
 			dup    []bool // by index: a duplicate, not run
-			lookup []int  // the indexes looked up in the stored IDs
+			hints  []int  // by index: the hint of find for record
+			lookup []int  // on a lane: the indexes looked up in the stored IDs
 			dupAt  []bool // by index of lookup: the stored IDs' decision
 			idVer  uint64
-			hasSet bool
+			moves  uint64 // of the stored IDs' index, for hints
 		)
 		if len(cp.Done) > 0 {
-			done = make([]bool, len(offsets))
+			done = resize(&sc.done, len(offsets))
 			for i := first; i < len(offsets); i++ {
 				done[i] = cp.Contains(offsets[i])
 			}
@@ -396,38 +413,38 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		if ids != nil {
 			// sink.PlanDedupe, on the IDs' keys: the first occurrence
 			// of an ID in the batch is looked up, a later one is a
-			// duplicate whatever the store holds.
-			dup = make([]bool, len(offsets))
+			// duplicate whatever the store holds. The scope's set is
+			// made here if it has none yet, so that the lookups leave
+			// hints; an empty set decides as no set.
+			dup, hints = resize(&sc.dup, len(offsets)), resize(&sc.hints, len(offsets))
+			clear(dup)
 			set := s.ids[scope]
-			if set != nil {
-				hasSet, idVer = true, set.ver
+			if set == nil {
+				set = &idSet{window: s.window}
+				s.ids[scope] = set
 			}
-			clear(s.seen)
+			set.reserve(len(offsets) - first)
+			idVer, moves = set.ver, set.moves
+			sc.touched = set.touch(keys[first:])
+			sc.seen.reset(len(offsets)-first, len(offsets))
+			lookup, dupAt = sc.lookup[:0], sc.dupAt[:0]
 			for i := first; i < len(offsets); i++ {
 				if ids[i] == "" {
 					continue
 				}
 				k := keys[i]
-				if _, again := s.seen[k]; again {
+				if sc.seen.add(keys, i) {
 					dup[i] = true
 					continue
 				}
-				s.seen[k] = struct{}{}
-				if !gapped && set == nil {
-					continue
-				}
-				lookup = append(lookup, i)
-				d := false
-				if set != nil {
-					if p, ok := set.at.get(k); ok && sink.IsDuplicate(offsets[i], p, s.window) {
-						d = true
-					}
-				}
-				dup[i] = d
+				p, hint, ok := set.find(k)
+				d := ok && sink.IsDuplicate(offsets[i], p, s.window)
+				dup[i], hints[i] = d, hint
 				if gapped {
-					dupAt = append(dupAt, d)
+					lookup, dupAt = append(lookup, i), append(dupAt, d)
 				}
 			}
+			sc.lookup, sc.dupAt = lookup, dupAt
 		}
 		s.mu.Unlock()
 		skip := func(i int) bool { return done != nil && done[i] }
@@ -471,12 +488,12 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			s.mu.Unlock()
 			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
 		}
-		set := s.ids[scope]
+		set := s.ids[scope] // not nil if ids is not: made by the snapshot, never removed
 		var current bool
 		if gapped {
-			current = st.gen == gen && s.gapSnapshotCurrentLocked(st, set, offsets, keys, first, done, lookup, dupAt, hasSet)
+			current = st.gen == gen && s.gapSnapshotCurrentLocked(st, set, offsets, keys, first, done, lookup, dupAt)
 		} else {
-			current = st.cpVer == cpVer && (ids == nil || set == nil || set.ver == idVer)
+			current = st.cpVer == cpVer && (ids == nil || set.ver == idVer)
 		}
 		if !current || !s.validLocked(tx) {
 			s.mu.Unlock()
@@ -491,7 +508,10 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			res        sink.ApplyOnceResult
 		)
 		if ids != nil {
-			appliedIDs, appliedAt = make([]string, 0, len(offsets)-first), make([]int, 0, len(offsets)-first)
+			appliedIDs, appliedAt = sc.appliedIDs[:0], sc.appliedAt[:0] // record copies the IDs
+			if appliedIDs == nil {
+				appliedIDs = make([]string, 0, len(offsets)-first) // not nil: an ApplyOnce's event has IDs
+			}
 		}
 		cp = st.checkpoint()
 		for i := first; i < len(offsets); i++ {
@@ -520,14 +540,14 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			st.setCheckpoint(cp)
 		}
 		st.duplicates += int64(len(dups))
+		if ids != nil {
+			sc.appliedIDs, sc.appliedAt = appliedIDs, appliedAt
+		}
 		if ids != nil && first < len(offsets) {
-			if set == nil {
-				set = &idSet{}
-				s.ids[scope] = set
-			}
 			for k, o := range applied {
 				if appliedIDs[k] != "" {
-					set.record(keys[appliedAt[k]], o)
+					i := appliedAt[k]
+					set.record(keys[i], o, hints[i], moves)
 				}
 			}
 			set.prune(sink.Horizon(st.nextOffset, s.window))
@@ -544,10 +564,10 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 // its snapshot still holds: no record from index first on that was not
 // done then is done now (another call applied it meanwhile), and the
 // stored IDs give the same duplicate decision for every looked-up record
-// (lookup, hasSet and dupAt are what the snapshot saw). The caller
-// checked that the scope was neither claimed nor reset since, so what was
-// done then is done now. s.mu must be held.
-func (s *Sink) gapSnapshotCurrentLocked(st *fenceState, set *idSet, offsets []int64, keys []idKey, first int, done []bool, lookup []int, dupAt []bool, hasSet bool) bool {
+// (lookup and dupAt are what the snapshot saw). The caller checked that
+// the scope was neither claimed nor reset since, so what was done then is
+// done now. s.mu must be held.
+func (s *Sink) gapSnapshotCurrentLocked(st *fenceState, set *idSet, offsets []int64, keys []idKey, first int, done []bool, lookup []int, dupAt []bool) bool {
 	cp := st.checkpoint()
 	for i := first; i < len(offsets); i++ {
 		if (done == nil || !done[i]) && cp.Contains(offsets[i]) {
@@ -558,9 +578,9 @@ func (s *Sink) gapSnapshotCurrentLocked(st *fenceState, set *idSet, offsets []in
 		return true
 	}
 	for k, i := range lookup {
-		p, ok := set.at.get(keys[i])
+		p, ok := set.get(keys[i])
 		now := ok && sink.IsDuplicate(offsets[i], p, s.window)
-		if was := hasSet && dupAt[k]; now != was {
+		if was := dupAt[k]; now != was {
 			return false
 		}
 	}
@@ -709,7 +729,9 @@ func (s *Sink) Events() []Event {
 	out := make([]Event, len(s.events))
 	for i, ev := range s.events {
 		ev.Offsets = slices.Clone(ev.Offsets)
-		ev.IDs = slices.Clone(ev.IDs)
+		if i < len(s.eventIDs) {
+			ev.IDs = s.eventIDs[i].unpack()
+		}
 		ev.Duplicates = slices.Clone(ev.Duplicates)
 		out[i] = ev
 	}

@@ -330,6 +330,56 @@ func TestEventsRecordDecisions(t *testing.T) {
 	}
 }
 
+// TestEventsKeepApplyOnceIDs: an ApplyOnce's event lists the IDs of the
+// records it ran, by index of its offsets ("" for a record without one),
+// and none of the duplicates, also after the caller reused the slice it
+// passed; an ApplyOnce that ran nothing has an empty list, a plain Apply
+// none (nil), before and after events with IDs.
+func TestEventsKeepApplyOnceIDs(t *testing.T) {
+	s := memory.New()
+	a := token(1, "a")
+	ctx := t.Context()
+	noop := func(context.Context, *memory.Tx, int) error { return nil }
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, a, []int64{0}, noop); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ApplyOnce(ctx, a, []int64{0}, []string{"w"}, noop); err != nil { // below NextOffset: skipped
+		t.Fatal(err)
+	}
+	ids := []string{"x", "", "y", "x"}
+	if _, err := s.ApplyOnce(ctx, a, []int64{1, 2, 3, 4}, ids, noop); err != nil {
+		t.Fatal(err)
+	}
+	ids[0], ids[2] = "changed", "changed"
+	if _, err := s.ApplyOnce(ctx, a, []int64{5, 6}, []string{"y", "z"}, noop); err != nil { // y: a duplicate
+		t.Fatal(err)
+	}
+	if _, err := s.ApplyOnce(ctx, a, []int64{3}, []string{"w"}, noop); err != nil { // below NextOffset: skipped
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, a, []int64{7}, noop); err != nil {
+		t.Fatal(err)
+	}
+	var got [][]string
+	var nils []bool
+	for _, ev := range s.Events() {
+		if ev.Kind == memory.Apply {
+			got, nils = append(got, ev.IDs), append(nils, ev.IDs == nil)
+		}
+	}
+	want := [][]string{nil, {}, {"x", "", "y"}, {"z"}, {}, nil}
+	wantNil := []bool{true, false, false, false, false, true}
+	if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(nils) != fmt.Sprint(wantNil) {
+		t.Fatalf("the Apply events' IDs are %q (nil: %v), want %q (nil: %v)", got, nils, want, wantNil)
+	}
+	if err := s.Verify(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func ExampleSink() {
 	ctx := context.Background()
 	s := memory.New()
