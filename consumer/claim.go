@@ -245,8 +245,11 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 			w.logChanged.Add(1)
 			newly := w.countLoss(t.tok.Partition, lc)
 			w.lostToRetention.Add(newly)
+			// The state first, then the events: an observer that reads
+			// Partitions on LogChanged sees the partition blocked.
+			since := t.blocked(err)
 			w.obs.emit(LogChanged{Token: t.tok, Err: lc, NewlyLost: newly})
-			w.block(t, err)
+			w.obs.emit(Blocked{Token: t.tok, Since: since, Err: err})
 			return 0, fmt.Errorf("%w: %w", errBlocked, err)
 		}
 		if ctx.Err() != nil {

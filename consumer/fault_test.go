@@ -532,10 +532,13 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 	if !errors.Is(first, sink.ErrTopicRecreated) || errors.Is(first, sink.ErrFenced) {
 		t.Fatalf("LogChanged %v: want ErrTopicRecreated, not ErrFenced", first)
 	}
-	ps := w.Partitions()
-	if len(ps) != 1 || ps[0].State != consumer.StateBlocked || !errors.Is(ps[0].LastErr, sink.ErrLogChanged) {
-		t.Fatalf("partitions %+v: want the one partition blocked by the changed log", ps)
-	}
+	// The recreated topic may also bring a new generation, whose claim
+	// passes through StateClaiming before it is refused the same way: wait
+	// for the partition to settle blocked.
+	waitFor(t, 30*time.Second, "the one partition blocked by the changed log", func() bool {
+		ps := w.Partitions()
+		return len(ps) == 1 && ps[0].State == consumer.StateBlocked && errors.Is(ps[0].LastErr, sink.ErrLogChanged)
+	})
 	if n := appliedCount(s, keys); n != len(keys)*5 {
 		t.Fatalf("%d effects applied before the reset, want %d (nothing of the new log)", n, len(keys)*5)
 	}

@@ -606,7 +606,6 @@ func TestKeyConcurrencyCoversOffsetsWithoutRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("DEBUG fences %+v end %d status %+v", fences, end, w.Partitions())
 	if len(fences) != 1 || fences[0].NextOffset != end || len(fences[0].Done) != 0 {
 		t.Fatalf("sink fences %+v: want the checkpoint after the last record, %d, no gap", fences, end)
 	}
