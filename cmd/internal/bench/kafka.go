@@ -96,13 +96,10 @@ func W1(ctx context.Context, env *Env) (Result, error) {
 // achieved share of that bound (group join included in the elapsed time).
 func W3(ctx context.Context, env *Env) (Result, error) {
 	n := min(W3Records, env.Records)
-	r, err := runMemWorker(ctx, env, "W3", "worker, 1ms simulated I/O per record", n,
-		func(ctx context.Context, _ *memory.Tx, cmd consumer.Command) error {
-			time.Sleep(W3Sleep)
-			return noopHandle(ctx, cmd.Command)
-		})
+	var sl sleeper
+	r, err := runMemWorker(ctx, env, "W3", "worker, 1ms simulated I/O per record", n, sleepHandler[*memory.Tx](&sl))
 	bound := float64(env.Partitions) * float64(time.Second/W3Sleep)
-	r.Extra = fmt.Sprintf("%.0f%% of %d×%d/s bound", 100*r.Throughput()/bound, env.Partitions, time.Second/W3Sleep)
+	r.Extra = fmt.Sprintf("%.0f%% of %d×%d/s bound, %s", 100*r.Throughput()/bound, env.Partitions, time.Second/W3Sleep, sl.mean())
 	return r, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -88,11 +89,32 @@ func (k *keysTopic) get(ctx context.Context, env *Env, n int) (string, error) {
 // w7Records is how many records W7 applies for env.
 func w7Records(env *Env) int { return W7Scale * min(W3Records, env.Records) }
 
-// sleepHandler is W3's and W7's handler: W3Sleep of simulated I/O, then
-// the no-op handler.
-func sleepHandler[Tx any](ctx context.Context, _ Tx, cmd consumer.Command) error {
-	time.Sleep(W3Sleep)
-	return noopHandle(ctx, cmd.Command)
+// sleeper is W3's and W7's simulated I/O: a sleep of W3Sleep per record.
+// It keeps how long the sleeps took, which the rows' Extra reports (the
+// wait's mean): a 1 ms time.Sleep lasts longer when many goroutines sleep
+// on a busy machine, and the rows' bounds assume 1 ms. It is safe for
+// concurrent use by the handlers of every partition and lane.
+type sleeper struct{ n, ns atomic.Int64 }
+
+// sleepHandler is W3's and W7's handler: W3Sleep of simulated I/O,
+// counted in s, then the no-op handler.
+func sleepHandler[Tx any](s *sleeper) consumer.Handler[Tx] {
+	return func(ctx context.Context, _ Tx, cmd consumer.Command) error {
+		start := time.Now()
+		time.Sleep(W3Sleep)
+		s.ns.Add(int64(time.Since(start)))
+		s.n.Add(1)
+		return noopHandle(ctx, cmd.Command)
+	}
+}
+
+// mean is the mean sleep so far, for a row's Extra ("wait 1.21ms").
+func (s *sleeper) mean() string {
+	n := s.n.Load()
+	if n == 0 {
+		return "wait -"
+	}
+	return fmt.Sprintf("wait %.2fms", float64(s.ns.Load())/float64(n)/1e6)
 }
 
 // W7On returns W7 with the pre-loaded topic cached in k: the records of
@@ -115,6 +137,7 @@ func W7On(k *keysTopic) Workload {
 				w.Close()
 			}
 		}()
+		var sl sleeper
 		r, err := Measure(id, name, n, func() error {
 			var err error
 			w, err = consumer.New(ctx, consumer.Config[*memory.Tx]{
@@ -122,7 +145,7 @@ func W7On(k *keysTopic) Workload {
 				Group:          UniqueName("bench-" + id),
 				Topic:          topic,
 				Sink:           memory.New(),
-				Handlers:       map[string]consumer.Handler[*memory.Tx]{CommandType: sleepHandler[*memory.Tx]},
+				Handlers:       map[string]consumer.Handler[*memory.Tx]{CommandType: sleepHandler[*memory.Tx](&sl)},
 				MaxBatch:       WorkerMaxBatch,
 				KeyConcurrency: W7KeyConcurrency,
 			})
@@ -131,7 +154,7 @@ func W7On(k *keysTopic) Workload {
 			}
 			return waitUntil(ctx, func() bool { return w.Stats().Records >= int64(n) }, nil)
 		})
-		r.Extra = w7Extra(env, r)
+		r.Extra = w7Extra(env, r) + ", " + sl.mean()
 		return r, err
 	}
 }
@@ -177,6 +200,7 @@ func W7PostgresOn(k *keysTopic) Workload {
 				w.Close()
 			}
 		}()
+		var sl sleeper
 		r, err := Measure(id, name, n, func() error {
 			var err error
 			w, err = consumer.New(ctx, consumer.Config[pgx.Tx]{
@@ -184,7 +208,7 @@ func W7PostgresOn(k *keysTopic) Workload {
 				Group:          UniqueName("bench-" + strings.ReplaceAll(id, "-", "")),
 				Topic:          topic,
 				Sink:           s,
-				Handlers:       map[string]consumer.Handler[pgx.Tx]{CommandType: sleepHandler[pgx.Tx]},
+				Handlers:       map[string]consumer.Handler[pgx.Tx]{CommandType: sleepHandler[pgx.Tx](&sl)},
 				MaxBatch:       WorkerMaxBatch,
 				KeyConcurrency: W7KeyConcurrency,
 			})
@@ -193,7 +217,7 @@ func W7PostgresOn(k *keysTopic) Workload {
 			}
 			return waitUntil(ctx, func() bool { return w.Stats().Records >= int64(n) }, nil)
 		})
-		r.Extra = w7Extra(env, r)
+		r.Extra = w7Extra(env, r) + ", " + sl.mean()
 		return r, err
 	}
 }

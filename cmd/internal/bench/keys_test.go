@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -15,6 +16,14 @@ func TestW7(t *testing.T) {
 	r := runWorkload(t, W7On(k), env)
 	if r.Skipped != "" || r.Records != W7Scale*600 || r.Elapsed <= 0 || !strings.Contains(r.Extra, "bound") {
 		t.Fatalf("W7 result %+v", r)
+	}
+	// Every record slept, so the mean wait is reported and at least the
+	// requested sleep.
+	var ms float64
+	if i := strings.Index(r.Extra, "wait "); i < 0 {
+		t.Fatalf("W7's Extra %q reports no mean wait", r.Extra)
+	} else if _, err := fmt.Sscanf(r.Extra[i:], "wait %fms", &ms); err != nil || ms < float64(W3Sleep)/1e6 {
+		t.Fatalf("W7's Extra %q: mean wait %v (%v), want at least %v", r.Extra, ms, err, W3Sleep)
 	}
 	topic := k.topic
 	runWorkload(t, W7On(k), env)
