@@ -333,7 +333,9 @@ func (s *Sink) wrap(ctx context.Context, op string, err error) error {
 // runScript runs a writing script. With Config.WaitReplicas it sends WAIT
 // in the same pipeline, so on the same connection: WAIT counts the
 // replicas that have that connection's writes, and a pooled client would
-// otherwise ask on another connection.
+// otherwise ask on another connection. The script goes by its SHA1
+// (EVALSHA); only when the server does not have it cached (NOSCRIPT: a
+// restart, a failover, SCRIPT FLUSH; nothing ran) is its body sent.
 func (s *Sink) runScript(ctx context.Context, op string, sc *goredis.Script, keys []string, args ...any) ([]any, error) {
 	if s.cfg.WaitReplicas <= 0 {
 		r, err := sc.Run(ctx, s.rdb, keys, args...).Slice()
@@ -342,24 +344,45 @@ func (s *Sink) runScript(ctx context.Context, op string, sc *goredis.Script, key
 		}
 		return r, nil
 	}
-	var ev *goredis.Cmd
-	var wait *goredis.Cmd
-	_, err := s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		ev = sc.Eval(ctx, p, keys, args...)
-		wait = p.Do(ctx, "WAIT", s.cfg.WaitReplicas, s.cfg.WaitTimeout.Milliseconds())
-		return nil
-	})
-	r, rerr := ev.Slice()
+	r, n, rerr, werr := s.runAndWait(ctx, sc, true, keys, args)
+	if goredis.HasErrorPrefix(rerr, "NOSCRIPT") {
+		r, n, rerr, werr = s.runAndWait(ctx, sc, false, keys, args)
+	}
 	if rerr != nil {
 		return nil, s.wrap(ctx, op, rerr)
 	}
-	if err != nil {
-		return nil, s.wrap(ctx, op+": WAIT", err)
+	if werr != nil {
+		return nil, s.wrap(ctx, op+": WAIT", werr)
 	}
-	if n, _ := wait.Int(); n < s.cfg.WaitReplicas {
+	if n < s.cfg.WaitReplicas {
 		return nil, fmt.Errorf("redis: %s: %w: %d of %d replicas within %s", op, ErrNotReplicated, n, s.cfg.WaitReplicas, s.cfg.WaitTimeout)
 	}
 	return r, nil
+}
+
+// runAndWait sends sc (by SHA1 if bySHA, else its body) and WAIT in one
+// pipeline and returns the script's reply, the replicas WAIT counted, the
+// script's error and the pipeline's or WAIT's.
+func (s *Sink) runAndWait(ctx context.Context, sc *goredis.Script, bySHA bool, keys []string, args []any) (r []any, n int, rerr, werr error) {
+	var ev, wait *goredis.Cmd
+	_, werr = s.rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		if bySHA {
+			ev = sc.EvalSha(ctx, p, keys, args...)
+		} else {
+			ev = sc.Eval(ctx, p, keys, args...)
+		}
+		wait = p.Do(ctx, "WAIT", s.cfg.WaitReplicas, s.cfg.WaitTimeout.Milliseconds())
+		return nil
+	})
+	r, rerr = ev.Slice()
+	if rerr != nil {
+		return nil, 0, rerr, nil
+	}
+	if werr == nil {
+		werr = wait.Err()
+	}
+	n, _ = wait.Int()
+	return r, n, nil, werr
 }
 
 // Key names. A scope's keys carry its id: group and topic query-escaped
