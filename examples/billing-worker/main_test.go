@@ -117,7 +117,7 @@ func TestBillingWorker(t *testing.T) {
 		_, err := os.Stat(path)
 		return err == nil, nil
 	})
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,9 @@ func TestBillingWorker(t *testing.T) {
 	for tenant, want := range map[string][]string{"tenant-42": {"2026-11", "2026-12"}, "tenant-7": {"2026-11"}} {
 		testenv.WaitFor(t, time.Minute, tenant+"'s runs", func() (bool, error) {
 			got, err := periods(db, tenant)
-			if err != nil && strings.Contains(err.Error(), "no such table") {
+			// Not created yet, or still busy with the worker's writes
+			// after the busy timeout: look again.
+			if err != nil && (strings.Contains(err.Error(), "no such table") || strings.Contains(err.Error(), "SQLITE_BUSY")) {
 				return false, nil
 			}
 			return slices.Equal(got, want), err
