@@ -216,7 +216,10 @@ func freeze(t *testing.T, b *procBackend, account string) (fix func()) {
 	ctx := t.Context()
 	if b.admin == nil {
 		path := strings.TrimPrefix(b.store.Spec(), "sqlite:")
-		db, err := sql.Open("sqlite", "file:"+path)
+		// The workers write all along: the trigger's DDL waits for
+		// their transactions (busy_timeout) instead of failing with
+		// SQLITE_BUSY.
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
 		if err != nil {
 			t.Fatal(err)
 		}
