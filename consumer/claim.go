@@ -245,11 +245,7 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 			w.logChanged.Add(1)
 			newly := w.countLoss(t.tok.Partition, lc)
 			w.lostToRetention.Add(newly)
-			// The state first, then the events: an observer that reads
-			// Partitions on LogChanged sees the partition blocked.
-			since := t.blocked(err)
-			w.obs.emit(LogChanged{Token: t.tok, Err: lc, NewlyLost: newly})
-			w.obs.emit(Blocked{Token: t.tok, Since: since, Err: err})
+			w.block(t, err, LogChanged{Token: t.tok, Err: lc, NewlyLost: newly})
 			return 0, fmt.Errorf("%w: %w", errBlocked, err)
 		}
 		if ctx.Err() != nil {
@@ -272,9 +268,14 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 }
 
 // block records that t's claim was refused for a reason an operator must
-// resolve.
-func (w *Worker[Tx]) block(t *tenure[Tx], err error) {
+// resolve, then emits the events before (the cause's, if any) and
+// Blocked: the state comes first, so that an observer that reads
+// Partitions on any of them sees the partition blocked.
+func (w *Worker[Tx]) block(t *tenure[Tx], err error, before ...Event) {
 	since := t.blocked(err)
+	for _, e := range before {
+		w.obs.emit(e)
+	}
 	w.obs.emit(Blocked{Token: t.tok, Since: since, Err: err})
 }
 
