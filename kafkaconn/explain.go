@@ -92,6 +92,7 @@ func (c Config) Explain(err error) error {
 		invalid   x509.CertificateInvalidError
 		recordHdr tls.RecordHeaderError
 		firstRead *kgo.ErrFirstReadEOF
+		hangUp    *firstReadHangUp
 	)
 	switch {
 	case errors.As(err, &unknownCA):
@@ -110,8 +111,9 @@ func (c Config) Explain(err error) error {
 	case errors.Is(err, kerr.UnsupportedSaslMechanism):
 		return &Error{Cause: ErrMechanismUnsupported, Err: err,
 			Hint: fmt.Sprintf("the broker does not offer %s: choose one it enables with --sasl-mechanism", c.SASL)}
-	case errors.As(err, &firstRead):
-		// kgo's guess: the broker hung up at the first request.
+	case errors.As(err, &firstRead), errors.As(err, &hangUp):
+		// kgo's guess (or the Probe's): the broker hung up at the first
+		// request.
 		switch {
 		case !c.UsesTLS():
 			return &Error{Cause: ErrTLSRequired, Err: err,
@@ -151,6 +153,19 @@ func isHandshakeTimeout(err error) bool {
 	return errors.As(err, &hs)
 }
 
+// firstReadHangUp marks a read that the Probe saw end in a bare EOF
+// before the client had read any response but ApiVersions: the broker
+// hung up at the first request of the connection. kgo turns that same
+// EOF into an ErrFirstReadEOF for the request that read it, but its
+// hook sees the bare EOF, and the other requests of the connection fail
+// with a vaguer error.
+type firstReadHangUp struct{ err error }
+
+func (h *firstReadHangUp) Error() string {
+	return "the broker closed the connection at the first request: " + h.err.Error()
+}
+func (h *firstReadHangUp) Unwrap() error { return h.err }
+
 // handshakeTimeout marks a connect error that Probe saw: a TCP connection
 // that succeeded and a TLS handshake that did not finish.
 type handshakeTimeout struct{ err error }
@@ -181,8 +196,8 @@ func NewProbe(c Config) *Probe { return &Probe{cfg: c, refused: make(chan struct
 // untrusted certificate, a TLS client at a plaintext listener): retrying
 // will not fix it, so a caller waiting for the client may give up at once
 // instead of at its deadline. (A broker that hangs up on the first request
-// of a client without SASL or TLS fails that request at once; the client
-// reports it itself.)
+// of a client without SASL or TLS fails that request at once, and closes
+// the channel too.)
 func (p *Probe) Refused() <-chan struct{} { return p.refused }
 
 // Opt returns the option that installs the Probe's hook on a client.
@@ -208,30 +223,46 @@ func (p *Probe) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.
 }
 
 // OnBrokerRead records a response that could not be read because the
-// broker hung up at the first request of a connection (kgo's
-// ErrFirstReadEOF): a broker that requires SASL or TLS the client does not
-// use. The request itself may then fail with a vaguer error (the client
-// retried it on a connection that died the same way), which Explain
-// explains with this one. kgo calls it from its connection goroutines.
+// broker hung up at the first request of a connection: a broker that
+// requires SASL or TLS the client does not use. kgo's hook sees the bare
+// EOF of that read (kgo turns it into an ErrFirstReadEOF only for the
+// request that read it, after the hook); the connection's other requests
+// fail with a vaguer error ("the broker connection has died"), which
+// Explain explains with this one. kgo calls it from its connection
+// goroutines.
 //
-// Only before any response was read: once the client talked to a broker,
-// a connection that dies at its first request is a broker going away (a
-// restart), not a misconfiguration.
-func (p *Probe) OnBrokerRead(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+// Only before any response but ApiVersions was read (brokers answer
+// ApiVersions before authentication): once the client talked to a
+// broker, a connection that dies at its first request is a broker going
+// away (a restart), not a misconfiguration.
+func (p *Probe) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
 	if err == nil {
-		p.mu.Lock()
-		p.readOK = true
-		p.mu.Unlock()
+		if key != apiVersionsKey {
+			p.mu.Lock()
+			p.readOK = true
+			p.mu.Unlock()
+		}
 		return
 	}
-	var firstRead *kgo.ErrFirstReadEOF
 	p.mu.Lock()
 	talked := p.readOK
 	p.mu.Unlock()
-	if !talked && errors.As(err, &firstRead) {
+	if talked {
+		return
+	}
+	var firstRead *kgo.ErrFirstReadEOF
+	switch {
+	case errors.As(err, &firstRead):
 		p.record(err)
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		// Compared, not errors.Is: kgo converts exactly the bare EOF.
+		p.record(&firstReadHangUp{err})
 	}
 }
+
+// apiVersionsKey is the Kafka API key of ApiVersions, which a broker
+// answers before authentication.
+const apiVersionsKey = 18
 
 // record remembers err as the last failure, and as the named one if it is
 // the first Explain names.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -100,10 +101,10 @@ func TestConnect(t *testing.T) {
 				}
 				return
 			}
-			// A broker that hangs up on the first request fails that
-			// request at once; the others fail the connection's setup,
-			// which the Probe sees.
-			if !refused && c.want != kafkaconn.ErrSASLRequired && c.want != kafkaconn.ErrTLSRequired {
+			// Every cause is one no retry fixes, and the Probe sees each:
+			// a failed setup, or a broker that hung up on the first
+			// request (whose bare EOF is all kgo's hook sees).
+			if !refused {
 				t.Errorf("Probe.Refused not closed for %v", err)
 			}
 			if !errors.Is(err, c.want) {
@@ -269,30 +270,56 @@ func TestSecretNeverPrinted(t *testing.T) {
 }
 
 // TestProbeExplainsAVagueError: a client without SASL whose first request
-// the broker hung up on may see the request fail with a vaguer error (kgo
-// retried it on a connection that died the same way); the Probe saw the
-// first-read EOF and names the cause. Once the client has read a response,
-// such an EOF is a broker going away and names nothing.
+// the broker hung up on may see the request fail with a vaguer error (the
+// connection died under it while another request read the EOF); the Probe
+// saw that read end in a bare EOF, which is what kgo's hook is given, and
+// names the cause. ApiVersions, which brokers answer before
+// authentication, does not count as talking to the broker; any other
+// response does, and after it such an EOF is a broker going away and
+// names nothing.
 func TestProbeExplainsAVagueError(t *testing.T) {
 	vague := errors.New("the broker connection has died and the request will be retried on a new connection")
-	firstRead := &kgo.ErrFirstReadEOF{}
 	cfg := kafkaconn.Config{Brokers: []string{"127.0.0.1:9092"}, TLS: true} // TLS without SASL
-
-	p := kafkaconn.NewProbe(cfg)
-	p.OnBrokerRead(kgo.BrokerMetadata{}, 18, 0, 0, 0, firstRead)
-	if err := p.Explain(vague); !errors.Is(err, kafkaconn.ErrSASLRequired) {
-		t.Fatalf("Explain after a first-read EOF: %v, want ErrSASLRequired", err)
-	}
-	select {
-	case <-p.Refused():
-	default:
-		t.Fatal("Refused not closed for a named cause")
-	}
-
-	p = kafkaconn.NewProbe(cfg)
-	p.OnBrokerRead(kgo.BrokerMetadata{}, 18, 100, 0, 0, nil)
-	p.OnBrokerRead(kgo.BrokerMetadata{}, 3, 0, 0, 0, firstRead)
-	if err := p.Explain(vague); errors.Is(err, kafkaconn.ErrSASLRequired) {
-		t.Fatalf("Explain after the client talked to a broker: %v, want the error unexplained", err)
+	for _, tc := range []struct {
+		name string
+		read func(p *kafkaconn.Probe)
+		want bool // the cause named
+	}{
+		{"bare EOF after ApiVersions", func(p *kafkaconn.Probe) {
+			p.OnBrokerRead(kgo.BrokerMetadata{}, 18, 100, 0, 0, nil)
+			p.OnBrokerRead(kgo.BrokerMetadata{}, 3, 0, 0, 0, io.EOF)
+		}, true},
+		{"unexpected EOF", func(p *kafkaconn.Probe) {
+			p.OnBrokerRead(kgo.BrokerMetadata{}, 3, 0, 0, 0, io.ErrUnexpectedEOF)
+		}, true},
+		{"kgo's first-read error", func(p *kafkaconn.Probe) {
+			p.OnBrokerRead(kgo.BrokerMetadata{}, 18, 0, 0, 0, &kgo.ErrFirstReadEOF{})
+		}, true},
+		{"EOF after a response", func(p *kafkaconn.Probe) {
+			p.OnBrokerRead(kgo.BrokerMetadata{}, 3, 100, 0, 0, nil)
+			p.OnBrokerRead(kgo.BrokerMetadata{}, 3, 0, 0, 0, io.EOF)
+		}, false},
+		{"wrapped EOF", func(p *kafkaconn.Probe) {
+			p.OnBrokerRead(kgo.BrokerMetadata{}, 3, 0, 0, 0, fmt.Errorf("read: %w", io.EOF))
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := kafkaconn.NewProbe(cfg)
+			tc.read(p)
+			err := p.Explain(vague)
+			if got := errors.Is(err, kafkaconn.ErrSASLRequired); got != tc.want {
+				t.Fatalf("Explain: %v, want ErrSASLRequired %v", err, tc.want)
+			}
+			select {
+			case <-p.Refused():
+				if !tc.want {
+					t.Fatal("Refused closed, no cause named")
+				}
+			default:
+				if tc.want {
+					t.Fatal("Refused not closed for a named cause")
+				}
+			}
+		})
 	}
 }
