@@ -89,8 +89,8 @@
 // (consumer.Config.KeyConcurrency; docs/postgres.md#gaps). The lanes of
 // one scope must not serialize on its fence row, so a lane's transaction
 // never updates it: [Sink.ApplyGapped] reads the fence and the done
-// spans its batch overlaps (BEGIN in the same pipeline, no lock), runs
-// the effects, and then sends one statement — the fence row FOR SHARE,
+// spans its batch overlaps (no lock, outside the transaction), runs the
+// effects, and then sends one statement — the fence row FOR SHARE,
 // the holder check, the insert of the batch's spans into <prefix>_done,
 // raising when the check fails — in one pipeline with COMMIT. Share locks
 // do not conflict with each other, and they are held only while the
@@ -104,10 +104,15 @@
 // counted (workrouter_postgres_gap_compactions_total{outcome="busy"}
 // with [Config.Registerer]) and logged, when lanes keep it.
 //
-// Each lane in flight holds a connection of the pool: set pool_max_conns
-// in the DSN to at least the lanes a process runs (partitions ×
-// KeyConcurrency), or the pool serializes them (pgxpool's default is
-// max(4, CPUs)).
+// A lane holds a connection of the pool only while it talks to the
+// database: its first read goes back to the pool before the handler runs,
+// the handler's transaction begins at its first statement (a handler
+// that waits on an HTTP call before it writes holds no connection while
+// it waits), and the check pipelined with COMMIT begins one itself when
+// the handler ran no statement. A handler that waits after a statement
+// holds its connection through the wait: then set pool_max_conns in the
+// DSN to at least the lanes a process runs (partitions × KeyConcurrency),
+// or the pool serializes them (pgxpool's default is max(4, CPUs)).
 //
 // With command IDs, a lane's duplicates are the IDs the scope applied
 // before the tenure, by this lane, and by the tenure's other lanes whose

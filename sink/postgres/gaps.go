@@ -22,9 +22,11 @@ import (
 // A scope's done spans above its watermark are rows of <prefix>_done
 // (from_off, to_off), and the fence row's gapped flag says that the scope
 // may have some. The lanes of a tenure (ApplyGapped) never update the
-// fence row: each lane's transaction reads the fence and the spans its
-// batch overlaps (a plain read, no lock, in BEGIN's round trip), runs its
-// effects, and then, in one statement pipelined with COMMIT, takes the
+// fence row: each lane reads the fence and the spans its batch overlaps
+// (a plain read, no lock, on a connection that goes back to the pool
+// before the effects run), runs its effects in a transaction that begins
+// at their first statement (laneTx), and then, in one statement
+// pipelined with COMMIT, takes the
 // fence row FOR SHARE, checks the holder (and that the watermark did not
 // move over its offsets) and inserts its spans, raising when the check
 // fails so that the COMMIT does not run. Share locks do not conflict with
@@ -371,17 +373,18 @@ func (s *Sink) setGapped(ctx context.Context, op string, tok epochs.Token) error
 	return nil
 }
 
-// laneAttempt is one attempt of a lane's batch.
+// laneAttempt is one attempt of a lane's batch: the fence and the
+// batch's spans read on a connection that goes back to the pool before
+// the effects run, the effects in a laneTx (a transaction that begins at
+// their first use of it), and the check and write pipelined with COMMIT
+// in that transaction, or in one begun in the same pipeline when the
+// effects did not use it. The read and the check need not share a
+// transaction: under PostgreSQL's default READ COMMITTED every statement
+// sees its own snapshot anyway, and the check (laneCommit) takes the
+// fence row FOR SHARE and verifies all the read told the effects.
 func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b sink.GapBatch, effect sink.Effect[pgx.Tx], dl *deadLetterInsert) (res sink.ApplyOnceResult, again int, err error) {
 	scope := tok.Scope()
 	n := len(b.Offsets)
-	c, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return res, laneDone, wrap(ctx, op, err)
-	}
-	defer release(ctx, c)
-	conn := c.Conn()
-
 	var lo, hi int64
 	if n > 0 {
 		lo, hi = b.From[0], b.Offsets[n-1]+1
@@ -394,27 +397,26 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		gapped     bool
 		topicID    string
 		froms, tos []int64
+		dup        []bool
 	)
-	// BEGIN and the read in one round trip.
-	begin := &pgx.Batch{}
-	begin.BeginTx(pgx.TxOptions{})
-	begin.Queue(s.q.gap.laneRead, scope.Group, scope.Topic, scope.Partition, lo, hi)
-	br := conn.SendBatch(ctx, begin)
-	tx := br.Tx()
-	_, err = br.Exec()
-	if err == nil {
-		err = br.QueryRow().Scan(&epoch, &member, &next, &idsVersion, &gapped, &topicID, &froms, &tos)
+	// The read, and the command IDs when the cache is older than it, on
+	// a connection held only for them.
+	rc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return res, laneDone, wrap(ctx, op, err)
 	}
-	if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && cerr != nil {
-		err = cerr
-	}
+	err = rc.QueryRow(ctx, s.q.gap.laneRead, scope.Group, scope.Topic, scope.Partition, lo, hi).
+		Scan(&epoch, &member, &next, &idsVersion, &gapped, &topicID, &froms, &tos)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
+		release(ctx, rc)
 		return res, laneDone, s.fenced(tok, epochs.Token{})
 	case err != nil:
+		release(ctx, rc)
 		return res, retryKind(err), wrap(ctx, op+": read fence", err)
 	}
 	if stored := holderToken(scope, epoch, member); !tok.Holds(stored) {
+		release(ctx, rc)
 		return res, laneDone, s.fenced(tok, stored)
 	}
 	cp := sink.Checkpoint{NextOffset: next}
@@ -432,19 +434,23 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 	res.Skipped, res.NextOffset = skipped, cp.NextOffset
 	if skipped == n {
 		// A replay (or an empty batch): nothing to apply, nothing to write.
+		release(ctx, rc)
 		return res, laneDone, nil
 	}
 	if !gapped {
+		release(ctx, rc)
 		return res, laneFlag, nil
 	}
-	var dup []bool
 	if b.IDs != nil {
-		if dup, err = s.laneDuplicates(ctx, tx, scope, idsVersion, b.Offsets, b.IDs, skip); err != nil {
-			return sink.ApplyOnceResult{}, retryKind(err), wrap(ctx, op+": look up command IDs", err)
-		}
+		dup, err = s.laneDuplicates(ctx, rc, scope, idsVersion, b.Offsets, b.IDs, skip)
 	}
-	htx := &handlerTx{Tx: tx}
-	defer htx.done.Store(true)
+	release(ctx, rc)
+	if err != nil {
+		return sink.ApplyOnceResult{}, retryKind(err), wrap(ctx, op+": look up command IDs", err)
+	}
+
+	htx := &laneTx{pool: s.pool, ctx: ctx}
+	defer htx.release(ctx)
 	var (
 		dups       []int
 		applied    cmdids.Row
@@ -461,7 +467,7 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 			dups = append(dups, i)
 		} else {
 			if dl != nil {
-				err = s.insertDeadLetter(ctx, tx, tok, topicID, dl)
+				err = s.insertDeadLetter(ctx, htx, tok, topicID, dl)
 			} else {
 				err = effect(ctx, htx, i)
 			}
@@ -495,10 +501,28 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 	}
 	ds[0] = int64(len(dups))
 
+	if htx.err != nil {
+		// The effects could not begin the transaction (and may have
+		// ignored the error): nothing of the batch may be recorded.
+		return sink.ApplyOnceResult{}, retryKind(htx.err), wrap(ctx, op, htx.err)
+	}
+
 	// The check and the write (the fence row FOR SHARE, the spans), the
 	// IDs' row and COMMIT, in one round trip: the share lock is held
-	// while the server runs them, never across a round trip.
+	// while the server runs them, never across a round trip. If the
+	// effects did not begin the transaction, BEGIN leads the pipeline.
 	end := &pgx.Batch{}
+	lead := 0 // the statements before the check
+	if htx.c == nil {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return sink.ApplyOnceResult{}, laneDone, wrap(ctx, op, err)
+		}
+		htx.c = c
+		end.Queue("begin")
+		lead = 1
+	}
+	conn := htx.c.Conn()
 	end.Queue(s.q.gap.laneCommit, scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member, as, bs, ds, as[0], int64(len(as)))
 	if len(applied.IDs) > 0 {
 		end.Queue(s.q.idInsert, scope.Group, scope.Topic, scope.Partition, applied.Offs[0], applied.Last,
@@ -508,13 +532,13 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 	failed, err := sendAll(ctx, conn, end)
 	switch {
 	case err == nil:
-	case failed == 0 && fenceCheckFailed(err):
+	case failed == lead && fenceCheckFailed(err):
 		// Fenced, or the watermark rose over the batch's offsets (a
 		// plain Apply of the same tenure applied them meanwhile: run
 		// again on the new state).
 		kind, err := s.laneFailedCheck(ctx, conn, tok, op, next)
 		return sink.ApplyOnceResult{}, kind, err
-	case failed == 0 && isSpanConflict(err):
+	case failed == lead && isSpanConflict(err):
 		// Another attempt of this batch (in flight when this one began)
 		// recorded the same span: run again, it reads that span as done.
 		return sink.ApplyOnceResult{}, laneAgain, fmt.Errorf("postgres: %s: %w: a span of the batch was recorded by another attempt: %w", op, ErrConflict, err)
@@ -613,10 +637,10 @@ func isSpanConflict(err error) bool {
 // laneDuplicates returns which records of a lane's batch are duplicates
 // (see ApplyGapped): an ID seen earlier in the batch, or one the cache
 // holds within the window. A cache older than version is loaded from
-// the table in tx first, under the scope's lane lock, which Add takes
-// too: a row a lane committed is either in what the load reads, or
-// added after the load.
-func (s *Sink) laneDuplicates(ctx context.Context, tx pgx.Tx, scope epochs.Scope, version int64, offsets []int64, ids []string, skip []bool) ([]bool, error) {
+// the table through q (the connection of the lane's read) first, under
+// the scope's lane lock, which Add takes too: a row a lane committed is
+// either in what the load reads, or added after the load.
+func (s *Sink) laneDuplicates(ctx context.Context, q querier, scope epochs.Scope, version int64, offsets []int64, ids []string, skip []bool) ([]bool, error) {
 	dup := make([]bool, len(offsets))
 	seen := make(map[string]struct{}, len(ids))
 	var lookup []int
@@ -644,7 +668,7 @@ func (s *Sink) laneDuplicates(ctx context.Context, tx pgx.Tx, scope epochs.Scope
 	if s.ids.LookupSince(scope, version, ids, lookup, found) {
 		return dup, nil
 	}
-	all, err := s.loadIDs(ctx, tx, scope)
+	all, err := s.loadIDs(ctx, q, scope)
 	if err != nil {
 		return nil, err
 	}
@@ -653,9 +677,14 @@ func (s *Sink) laneDuplicates(ctx context.Context, tx pgx.Tx, scope epochs.Scope
 	return dup, nil
 }
 
-// loadIDs reads scope's stored command IDs in tx.
-func (s *Sink) loadIDs(ctx context.Context, tx pgx.Tx, scope epochs.Scope) ([]cmdids.Row, error) {
-	rows, err := tx.Query(ctx, s.q.idSelect, scope.Group, scope.Topic, scope.Partition)
+// querier runs a query: a pgx.Tx, or a connection outside one.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// loadIDs reads scope's stored command IDs through q.
+func (s *Sink) loadIDs(ctx context.Context, q querier, scope epochs.Scope) ([]cmdids.Row, error) {
+	rows, err := q.Query(ctx, s.q.idSelect, scope.Group, scope.Topic, scope.Partition)
 	if err != nil {
 		return nil, err
 	}

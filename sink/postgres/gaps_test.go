@@ -137,6 +137,90 @@ func TestGapsLanesOverlap(t *testing.T) {
 	}
 }
 
+// TestGapsHandlerWaitHoldsNoConnection: a lane's transaction begins at
+// its handler's first statement, so handlers that wait on other I/O
+// before they write hold no connection while they wait: twice as many
+// lanes as the pool has connections all wait at once, then write, and
+// every write commits with its batch's span.
+func TestGapsHandlerWaitHoldsNoConnection(t *testing.T) {
+	t.Parallel()
+	const lanes = 12 // the test pool has 6 connections
+	s := openSink(t, newTestSchema(t), nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	a := tokenOf(testScope(t), 1, "a")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		waiting sync.WaitGroup
+		all     = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	waiting.Add(lanes)
+	go func() { waiting.Wait(); close(all) }()
+	errs := make([]error, lanes)
+	for lane := range lanes {
+		wg.Go(func() {
+			effect := func(ctx context.Context, tx pgx.Tx, i int) error {
+				waiting.Done()
+				select {
+				case <-all:
+				case <-ctx.Done():
+					return fmt.Errorf("lane %d: the other lanes' handlers never waited alongside (each holds a connection?): %w", lane, ctx.Err())
+				}
+				_, err := tx.Exec(ctx, upsertKV, fmt.Sprint("wait-", lane), "x")
+				return err
+			}
+			_, errs[lane] = s.ApplyGapped(ctx, a, gapBatch(int64(lane)), effect)
+		})
+	}
+	wg.Wait()
+	for lane, err := range errs {
+		if err != nil {
+			t.Fatalf("lane %d: %v", lane, err)
+		}
+	}
+	for lane := range lanes {
+		if _, ok, err := getKV(ctx, s, fmt.Sprint("wait-", lane)); err != nil || !ok {
+			t.Fatalf("lane %d's write: found %v, %v", lane, ok, err)
+		}
+	}
+	if cp, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != lanes || len(cp.Done) != 0 {
+		t.Fatalf("ClaimGapped after the lanes = %+v, %v, want watermark %d", cp, err, lanes)
+	}
+}
+
+// TestGapsFailedBeginFailsTheBatch: a handler whose first statement
+// could not begin the lane's transaction fails the batch even when it
+// ignores the error: nothing of the batch is recorded.
+func TestGapsFailedBeginFailsTheBatch(t *testing.T) {
+	t.Parallel()
+	s := openSink(t, newTestSchema(t), nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	a := tokenOf(testScope(t), 1, "a")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	var began error
+	_, err := s.ApplyGapped(ctx, a, gapBatch(0), func(ctx context.Context, tx pgx.Tx, i int) error {
+		gone, stop := context.WithCancel(ctx)
+		stop()
+		_, began = tx.Exec(gone, upsertKV, "ignored", "x")
+		return nil // the error ignored
+	})
+	if !errors.Is(began, context.Canceled) {
+		t.Fatalf("the handler's statement: %v, want context.Canceled (the fault did not happen)", began)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("ApplyGapped after a failed begin: %v, want the begin's error", err)
+	}
+	if cp, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != 0 || len(cp.Done) != 0 {
+		t.Fatalf("ClaimGapped after the failed batch = %+v, %v, want nothing recorded", cp, err)
+	}
+}
+
 // TestGapsClaimDoesNotWaitForHandler: a lane whose handler is blocked
 // (a paused worker) does not hold the fence row, so a newer tenure's
 // claim lands at once; the lane's batch is then fenced, nothing of it
