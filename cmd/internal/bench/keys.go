@@ -165,8 +165,11 @@ func w7Extra(env *Env, r Result) string {
 	return fmt.Sprintf("%.0f%% of %d×%d×%d/s bound", 100*r.Throughput()/bound, env.Partitions, W7KeyConcurrency, time.Second/W3Sleep)
 }
 
-// W7PostgresConns is W7-pg's pool size: the lanes (partitions ×
-// KeyConcurrency = 192) wait for a connection beyond it.
+// W7PostgresConns is W7-pg's pool size, below PostgreSQL's default
+// max_connections of 100. W7's handler waits and writes nothing, so a
+// lane holds a connection only for its read and its last pipeline, not
+// through the wait (the sink's transaction begins at the handler's
+// first statement).
 const W7PostgresConns = 64
 
 // W7PostgresOn returns W7-pg: W7 on the PostgreSQL sink (in a fresh
@@ -177,9 +180,6 @@ func W7PostgresOn(k *keysTopic) Workload {
 	return func(ctx context.Context, env *Env) (Result, error) {
 		const id = "W7-pg"
 		name := fmt.Sprintf("worker, 1ms simulated I/O per record, KeyConcurrency %d, %d keys, PostgreSQL fenced sink", W7KeyConcurrency, W7Keys)
-		// Each lane in flight holds a connection for its whole
-		// transaction (the handler's wait included): W7PostgresConns
-		// of them, below PostgreSQL's default max_connections of 100.
 		kv, skip, err := openPostgresKVConns(ctx, env, W7PostgresConns)
 		if skip != "" || err != nil {
 			return Result{ID: id, Name: name, Skipped: skip}, err

@@ -198,11 +198,47 @@ type scopeIDs struct {
 	version int64
 	at      idTable
 	rows    rowHeap
+
+	hs      []uint64 // scratch: the hashes of the IDs a call works on
+	touched uint64   // what idTable.touch read, kept so its loads stay
+}
+
+// hashes hashes ids (those at idx, or all of them if idx is nil) into
+// s.hs and touches their home slots (idTable.touch).
+func (s *scopeIDs) hashes(ids []string, idx []int) []uint64 {
+	hs := s.hs[:0]
+	if idx == nil {
+		for _, id := range ids {
+			hs = append(hs, s.at.hashOf(id))
+		}
+	} else {
+		for _, i := range idx {
+			hs = append(hs, s.at.hashOf(ids[i]))
+		}
+	}
+	s.hs = hs
+	s.touched += s.at.touch(hs)
+	return hs
+}
+
+// lookup calls found for each of ids at idx that the table holds.
+func (s *scopeIDs) lookup(ids []string, idx []int, found func(i int, applied int64)) {
+	if s.at.len() == 0 {
+		return
+	}
+	hs := s.hashes(ids, idx)
+	for k, i := range idx {
+		if p, ok := s.at.getHashed(hs[k], ids[i]); ok {
+			found(i, p)
+		}
+	}
 }
 
 func (s *scopeIDs) add(r Row) {
+	s.at.reserve(len(r.IDs))
+	hs := s.hashes(r.IDs, nil)
 	for i, id := range r.IDs {
-		s.at.raise(id, r.Offs[i])
+		s.at.raiseHashed(hs[i], id, r.Offs[i])
 	}
 	heap.Push(&s.rows, r)
 }
@@ -212,8 +248,12 @@ func (s *scopeIDs) add(r Row) {
 func (s *scopeIDs) prune(horizon int64) {
 	for len(s.rows) > 0 && s.rows[0].Last < horizon {
 		r := heap.Pop(&s.rows).(Row)
+		if s.at.len() == 0 {
+			continue
+		}
+		hs := s.hashes(r.IDs, nil)
 		for i, id := range r.IDs {
-			s.at.removeAt(id, r.Offs[i])
+			s.at.removeHashed(hs[i], id, r.Offs[i])
 		}
 	}
 }
@@ -237,11 +277,7 @@ func (c *Cache) Lookup(scope epochs.Scope, version int64, ids []string, idx []in
 	if s == nil || s.version != version {
 		return false
 	}
-	for _, i := range idx {
-		if p, ok := s.at.get(ids[i]); ok {
-			found(i, p)
-		}
-	}
+	s.lookup(ids, idx, found)
 	return true
 }
 

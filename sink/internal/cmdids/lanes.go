@@ -25,11 +25,7 @@ func (c *Cache) LookupSince(scope epochs.Scope, version int64, ids []string, idx
 	if s == nil || s.version < version {
 		return false
 	}
-	for _, i := range idx {
-		if p, ok := s.at.get(ids[i]); ok {
-			found(i, p)
-		}
-	}
+	s.lookup(ids, idx, found)
 	return true
 }
 

@@ -52,15 +52,8 @@ func (t *idTable) find(h uint64, id string) (int, bool) {
 	}
 }
 
-// get returns the offset id was applied at, if the table holds it.
-func (t *idTable) get(id string) (int64, bool) {
-	if t.n == 0 {
-		return 0, false
-	}
-	return t.getHashed(t.hashOf(id), id)
-}
-
-// getHashed is get for id of hash h (not 0).
+// getHashed returns the offset id (of hash h, not 0) was applied at, if
+// the table holds it.
 func (t *idTable) getHashed(h uint64, id string) (int64, bool) {
 	if t.n == 0 {
 		return 0, false
@@ -72,11 +65,8 @@ func (t *idTable) getHashed(h uint64, id string) (int64, bool) {
 	return t.slots[i].off, true
 }
 
-// raise records that id was applied at off: the table keeps the highest
-// offset of each ID.
-func (t *idTable) raise(id string, off int64) { t.raiseHashed(t.hashOf(id), id, off) }
-
-// raiseHashed is raise for id of hash h (not 0).
+// raiseHashed records that id (of hash h, not 0) was applied at off: the
+// table keeps the highest offset of each ID.
 func (t *idTable) raiseHashed(h uint64, id string, off int64) {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.grow()
@@ -92,16 +82,9 @@ func (t *idTable) raiseHashed(h uint64, id string, off int64) {
 	t.n++
 }
 
-// removeAt removes id if the offset it holds is off (a row holding id at
-// off is pruned; a later application of id keeps it).
-func (t *idTable) removeAt(id string, off int64) {
-	if t.n == 0 {
-		return
-	}
-	t.removeHashed(t.hashOf(id), id, off)
-}
-
-// removeHashed is removeAt for id of hash h (not 0).
+// removeHashed removes id (of hash h, not 0) if the offset it holds is
+// off (a row holding id at off is pruned; a later application of id
+// keeps it).
 func (t *idTable) removeHashed(h uint64, id string, off int64) {
 	if t.n == 0 {
 		return
@@ -138,6 +121,33 @@ func (t *idTable) grow() {
 		}
 		t.slots[i] = sl
 	}
+}
+
+// reserve grows the table, if need be, so that n more IDs fit without a
+// growth between them (a growth moves every slot: the home slots touch
+// loaded would be stale).
+func (t *idTable) reserve(n int) {
+	for (t.n+n)*4 > len(t.slots)*3 {
+		t.grow()
+	}
+}
+
+// touch reads the home slot of each hash in hs: independent loads, whose
+// cache misses the CPU overlaps, so that the probes that follow find
+// their lines loaded instead of missing one after another (the tables of
+// a busy scope hold tens of thousands of IDs, far beyond the CPU's
+// caches). It returns a value made of what it read, for the caller to
+// keep, so that the loads are not optimized away.
+func (t *idTable) touch(hs []uint64) uint64 {
+	if len(t.slots) == 0 {
+		return 0
+	}
+	mask := len(t.slots) - 1
+	var x uint64
+	for _, h := range hs {
+		x += t.slots[int(h)&mask].hash
+	}
+	return x
 }
 
 // len returns how many IDs the table holds.
