@@ -87,41 +87,58 @@ func TestMigrateFromVersion4(t *testing.T) {
 	}
 }
 
-// TestGapsLanesOverlap: the effects of N lanes of one scope run at the
-// same time, each in its own transaction: every effect waits until all N
-// have started, which lanes that serialized on the fence row (FOR UPDATE
-// for the whole transaction) could never do.
-func TestGapsLanesOverlap(t *testing.T) {
-	t.Parallel()
-	const lanes = 6 // the test pool has 6 connections
+// claimedGapped opens a sink in a fresh schema and claims a test scope
+// with ClaimGapped as token a; ctx ends with the test or after 20 s.
+func claimedGapped(t *testing.T) (*Sink, context.Context, epochs.Token) {
+	t.Helper()
 	s := openSink(t, newTestSchema(t), nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	a := tokenOf(testScope(t), 1, "a")
 	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
+	return s, ctx, a
+}
+
+// lanesAtOnce applies one batch (offset lane) in each of lanes lanes of
+// a's scope at once, and fails t unless every lane's effect reached its
+// barrier while all the others were there too: before runs first, then
+// the effect waits for every lane's, then after runs. It returns when
+// every batch has committed, and checks the scope's watermark is lanes.
+func lanesAtOnce(t *testing.T, s *Sink, a epochs.Token, lanes int, before, after func(ctx context.Context, tx pgx.Tx, lane int) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
 	var (
-		started sync.WaitGroup
+		arrived sync.WaitGroup
 		all     = make(chan struct{})
 		wg      sync.WaitGroup
 	)
-	started.Add(lanes)
-	go func() { started.Wait(); close(all) }()
+	arrived.Add(lanes)
+	go func() { arrived.Wait(); close(all) }()
 	errs := make([]error, lanes)
 	for lane := range lanes {
 		wg.Go(func() {
 			effect := func(ctx context.Context, tx pgx.Tx, i int) error {
-				if _, err := tx.Exec(ctx, `INSERT INTO kv (k, v) VALUES ($1, 'x')`, fmt.Sprint("lane-", lane)); err != nil {
-					return err
+				if before != nil {
+					if err := before(ctx, tx, lane); err != nil {
+						return err
+					}
 				}
-				started.Done()
+				arrived.Done()
 				select {
 				case <-all:
-					return nil
 				case <-ctx.Done():
 					return fmt.Errorf("lane %d: the other lanes' effects never ran alongside: %w", lane, ctx.Err())
 				}
+				if after != nil {
+					return after(ctx, tx, lane)
+				}
+				return nil
 			}
 			_, errs[lane] = s.ApplyGapped(ctx, a, gapBatch(int64(lane)), effect)
 		})
@@ -132,9 +149,23 @@ func TestGapsLanesOverlap(t *testing.T) {
 			t.Fatalf("lane %d: %v", lane, err)
 		}
 	}
-	if cp, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != lanes || len(cp.Done) != 0 {
+	if cp, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != int64(lanes) || len(cp.Done) != 0 {
 		t.Fatalf("ClaimGapped after the lanes = %+v, %v, want watermark %d", cp, err, lanes)
 	}
+}
+
+// TestGapsLanesOverlap: the effects of N lanes of one scope run at the
+// same time, each in its own transaction: every effect waits until all N
+// have written, which lanes that serialized on the fence row (FOR UPDATE
+// for the whole transaction) could never do.
+func TestGapsLanesOverlap(t *testing.T) {
+	t.Parallel()
+	const lanes = 6 // the test pool has 6 connections
+	s := openSink(t, newTestSchema(t), nil)
+	lanesAtOnce(t, s, tokenOf(testScope(t), 1, "a"), lanes, func(ctx context.Context, tx pgx.Tx, lane int) error {
+		_, err := tx.Exec(ctx, `INSERT INTO kv (k, v) VALUES ($1, 'x')`, fmt.Sprint("lane-", lane))
+		return err
+	}, nil)
 }
 
 // TestGapsHandlerWaitHoldsNoConnection: a lane's transaction begins at
@@ -146,48 +177,14 @@ func TestGapsHandlerWaitHoldsNoConnection(t *testing.T) {
 	t.Parallel()
 	const lanes = 12 // the test pool has 6 connections
 	s := openSink(t, newTestSchema(t), nil)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	a := tokenOf(testScope(t), 1, "a")
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		waiting sync.WaitGroup
-		all     = make(chan struct{})
-		wg      sync.WaitGroup
-	)
-	waiting.Add(lanes)
-	go func() { waiting.Wait(); close(all) }()
-	errs := make([]error, lanes)
+	lanesAtOnce(t, s, tokenOf(testScope(t), 1, "a"), lanes, nil, func(ctx context.Context, tx pgx.Tx, lane int) error {
+		_, err := tx.Exec(ctx, upsertKV, fmt.Sprint("wait-", lane), "x")
+		return err
+	})
 	for lane := range lanes {
-		wg.Go(func() {
-			effect := func(ctx context.Context, tx pgx.Tx, i int) error {
-				waiting.Done()
-				select {
-				case <-all:
-				case <-ctx.Done():
-					return fmt.Errorf("lane %d: the other lanes' handlers never waited alongside (each holds a connection?): %w", lane, ctx.Err())
-				}
-				_, err := tx.Exec(ctx, upsertKV, fmt.Sprint("wait-", lane), "x")
-				return err
-			}
-			_, errs[lane] = s.ApplyGapped(ctx, a, gapBatch(int64(lane)), effect)
-		})
-	}
-	wg.Wait()
-	for lane, err := range errs {
-		if err != nil {
-			t.Fatalf("lane %d: %v", lane, err)
-		}
-	}
-	for lane := range lanes {
-		if _, ok, err := getKV(ctx, s, fmt.Sprint("wait-", lane)); err != nil || !ok {
+		if _, ok, err := getKV(t.Context(), s, fmt.Sprint("wait-", lane)); err != nil || !ok {
 			t.Fatalf("lane %d's write: found %v, %v", lane, ok, err)
 		}
-	}
-	if cp, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != lanes || len(cp.Done) != 0 {
-		t.Fatalf("ClaimGapped after the lanes = %+v, %v, want watermark %d", cp, err, lanes)
 	}
 }
 
@@ -196,13 +193,7 @@ func TestGapsHandlerWaitHoldsNoConnection(t *testing.T) {
 // ignores the error: nothing of the batch is recorded.
 func TestGapsFailedBeginFailsTheBatch(t *testing.T) {
 	t.Parallel()
-	s := openSink(t, newTestSchema(t), nil)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	a := tokenOf(testScope(t), 1, "a")
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
-		t.Fatal(err)
-	}
+	s, ctx, a := claimedGapped(t)
 	var began error
 	_, err := s.ApplyGapped(ctx, a, gapBatch(0), func(ctx context.Context, tx pgx.Tx, i int) error {
 		gone, stop := context.WithCancel(ctx)
@@ -444,13 +435,7 @@ func TestGapsLaneSeesOwnIDs(t *testing.T) {
 // batch again, which skips them: every record is applied once.
 func TestGapsLaneRetriesWhenWatermarkMoves(t *testing.T) {
 	t.Parallel()
-	s := openSink(t, newTestSchema(t), nil)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	a := tokenOf(testScope(t), 1, "a")
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
-		t.Fatal(err)
-	}
+	s, ctx, a := claimedGapped(t)
 	appendOnce := func(ctx context.Context, tx pgx.Tx, i int) error {
 		_, err := tx.Exec(ctx, appendKV, "k", "x")
 		return err
