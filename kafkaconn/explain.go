@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // The causes Explain names. Each is matched (errors.Is) by the *Error
@@ -237,7 +238,7 @@ func (p *Probe) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.
 // away (a restart), not a misconfiguration.
 func (p *Probe) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
 	if err == nil {
-		if key != apiVersionsKey {
+		if kmsg.Key(key) != kmsg.ApiVersions {
 			p.mu.Lock()
 			p.readOK = true
 			p.mu.Unlock()
@@ -259,10 +260,6 @@ func (p *Probe) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.D
 		p.record(&firstReadHangUp{err})
 	}
 }
-
-// apiVersionsKey is the Kafka API key of ApiVersions, which a broker
-// answers before authentication.
-const apiVersionsKey = 18
 
 // record remembers err as the last failure, and as the named one if it is
 // the first Explain names.

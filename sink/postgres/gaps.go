@@ -385,68 +385,18 @@ func (s *Sink) setGapped(ctx context.Context, op string, tok epochs.Token) error
 func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b sink.GapBatch, effect sink.Effect[pgx.Tx], dl *deadLetterInsert) (res sink.ApplyOnceResult, again int, err error) {
 	scope := tok.Scope()
 	n := len(b.Offsets)
-	var lo, hi int64
-	if n > 0 {
-		lo, hi = b.From[0], b.Offsets[n-1]+1
-	}
-	var (
-		epoch      int32
-		member     string
-		next       int64
-		idsVersion int64
-		gapped     bool
-		topicID    string
-		froms, tos []int64
-		dup        []bool
-	)
-	// The read, and the command IDs when the cache is older than it, on
-	// a connection held only for them.
-	rc, err := s.pool.Acquire(ctx)
+	v, again, err := s.readLane(ctx, op, tok, b)
 	if err != nil {
-		return res, laneDone, wrap(ctx, op, err)
+		return res, again, err
 	}
-	err = rc.QueryRow(ctx, s.q.gap.laneRead, scope.Group, scope.Topic, scope.Partition, lo, hi).
-		Scan(&epoch, &member, &next, &idsVersion, &gapped, &topicID, &froms, &tos)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		release(ctx, rc)
-		return res, laneDone, s.fenced(tok, epochs.Token{})
-	case err != nil:
-		release(ctx, rc)
-		return res, retryKind(err), wrap(ctx, op+": read fence", err)
-	}
-	if stored := holderToken(scope, epoch, member); !tok.Holds(stored) {
-		release(ctx, rc)
-		return res, laneDone, s.fenced(tok, stored)
-	}
-	cp := sink.Checkpoint{NextOffset: next}
-	for i := range froms {
-		cp.Add(froms[i], tos[i])
-	}
-	skip := make([]bool, n)
-	skipped := 0
-	for i, off := range b.Offsets {
-		if cp.Contains(off) {
-			skip[i] = true
-			skipped++
-		}
-	}
-	res.Skipped, res.NextOffset = skipped, cp.NextOffset
-	if skipped == n {
+	cp, skip, dup := v.cp, v.skip, v.dup
+	res.Skipped, res.NextOffset = v.skipped, cp.NextOffset
+	if v.skipped == n {
 		// A replay (or an empty batch): nothing to apply, nothing to write.
-		release(ctx, rc)
 		return res, laneDone, nil
 	}
-	if !gapped {
-		release(ctx, rc)
+	if !v.gapped {
 		return res, laneFlag, nil
-	}
-	if b.IDs != nil {
-		dup, err = s.laneDuplicates(ctx, rc, scope, idsVersion, b.Offsets, b.IDs, skip)
-	}
-	release(ctx, rc)
-	if err != nil {
-		return sink.ApplyOnceResult{}, retryKind(err), wrap(ctx, op+": look up command IDs", err)
 	}
 
 	htx := &laneTx{pool: s.pool, ctx: ctx}
@@ -467,7 +417,7 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 			dups = append(dups, i)
 		} else {
 			if dl != nil {
-				err = s.insertDeadLetter(ctx, htx, tok, topicID, dl)
+				err = s.insertDeadLetter(ctx, htx, tok, v.topicID, dl)
 			} else {
 				err = effect(ctx, htx, i)
 			}
@@ -511,18 +461,16 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 	// IDs' row and COMMIT, in one round trip: the share lock is held
 	// while the server runs them, never across a round trip. If the
 	// effects did not begin the transaction, BEGIN leads the pipeline.
+	conn, begin, err := htx.commitConn(ctx)
+	if err != nil {
+		return sink.ApplyOnceResult{}, laneDone, wrap(ctx, op, err)
+	}
 	end := &pgx.Batch{}
 	lead := 0 // the statements before the check
-	if htx.c == nil {
-		c, err := s.pool.Acquire(ctx)
-		if err != nil {
-			return sink.ApplyOnceResult{}, laneDone, wrap(ctx, op, err)
-		}
-		htx.c = c
+	if begin {
 		end.Queue("begin")
 		lead = 1
 	}
-	conn := htx.c.Conn()
 	end.Queue(s.q.gap.laneCommit, scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member, as, bs, ds, as[0], int64(len(as)))
 	if len(applied.IDs) > 0 {
 		end.Queue(s.q.idInsert, scope.Group, scope.Topic, scope.Partition, applied.Offs[0], applied.Last,
@@ -536,7 +484,7 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		// Fenced, or the watermark rose over the batch's offsets (a
 		// plain Apply of the same tenure applied them meanwhile: run
 		// again on the new state).
-		kind, err := s.laneFailedCheck(ctx, conn, tok, op, next)
+		kind, err := s.laneFailedCheck(ctx, conn, tok, op, v.next)
 		return sink.ApplyOnceResult{}, kind, err
 	case failed == lead && isSpanConflict(err):
 		// Another attempt of this batch (in flight when this one began)
@@ -565,8 +513,73 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 	for i := range as {
 		cp.Add(as[i], bs[i])
 	}
-	res.Applied, res.Duplicates, res.NextOffset = n-skipped-len(dups), dups, cp.NextOffset
+	res.Applied, res.Duplicates, res.NextOffset = n-v.skipped-len(dups), dups, cp.NextOffset
 	return res, laneDone, nil
+}
+
+// laneView is what a lane's read tells its attempt: the fence row's
+// watermark, IDs version, gapped flag and topic ID, the checkpoint the
+// batch's range overlaps, which records of the batch it holds (skip),
+// and, for a gapped scope with records to apply, which are duplicates.
+type laneView struct {
+	next, idsVersion int64
+	gapped           bool
+	topicID          string
+	cp               sink.Checkpoint
+	skip             []bool
+	skipped          int
+	dup              []bool
+}
+
+// readLane reads what a lane's attempt at b needs, on a connection held
+// only for the read and, when the cache is older than the IDs version
+// read, the load of the command IDs. It refuses tok (sink.ErrFenced)
+// when it does not hold the scope.
+func (s *Sink) readLane(ctx context.Context, op string, tok epochs.Token, b sink.GapBatch) (v laneView, again int, err error) {
+	scope := tok.Scope()
+	n := len(b.Offsets)
+	var lo, hi int64
+	if n > 0 {
+		lo, hi = b.From[0], b.Offsets[n-1]+1
+	}
+	rc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return v, laneDone, wrap(ctx, op, err)
+	}
+	defer release(ctx, rc)
+	var (
+		epoch      int32
+		member     string
+		froms, tos []int64
+	)
+	err = rc.QueryRow(ctx, s.q.gap.laneRead, scope.Group, scope.Topic, scope.Partition, lo, hi).
+		Scan(&epoch, &member, &v.next, &v.idsVersion, &v.gapped, &v.topicID, &froms, &tos)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return v, laneDone, s.fenced(tok, epochs.Token{})
+	case err != nil:
+		return v, retryKind(err), wrap(ctx, op+": read fence", err)
+	}
+	if stored := holderToken(scope, epoch, member); !tok.Holds(stored) {
+		return v, laneDone, s.fenced(tok, stored)
+	}
+	v.cp = sink.Checkpoint{NextOffset: v.next}
+	for i := range froms {
+		v.cp.Add(froms[i], tos[i])
+	}
+	v.skip = make([]bool, n)
+	for i, off := range b.Offsets {
+		if v.cp.Contains(off) {
+			v.skip[i] = true
+			v.skipped++
+		}
+	}
+	if v.skipped < n && v.gapped && b.IDs != nil {
+		if v.dup, err = s.laneDuplicates(ctx, rc, scope, v.idsVersion, b.Offsets, b.IDs, v.skip); err != nil {
+			return v, retryKind(err), wrap(ctx, op+": look up command IDs", err)
+		}
+	}
+	return v, laneDone, nil
 }
 
 // laneFailedCheck is the end of a lane's attempt whose check raised (its
