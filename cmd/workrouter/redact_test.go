@@ -27,7 +27,7 @@ func TestNoCommandPrintsAPassword(t *testing.T) {
 	u.User = url.UserPassword(u.User.Username(), plantedPassword)
 	dsn := u.String()
 	bad := *u
-	bad.Host = freeAddr(t) // nothing listens: every command fails to connect
+	bad.Host = refusedAddr(t) // bound, not listening: every command's connection is refused
 	badDSN := bad.String()
 
 	conn := []string{"--brokers", addr, "--tls-ca", tf.CA, "--sasl-mechanism", "scram-sha-512", "--sasl-username", "app",
