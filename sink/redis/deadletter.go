@@ -71,6 +71,7 @@ func (s *Sink) deadLetter(ctx context.Context, tok epochs.Token, from int64, rec
 		r, err := s.runScript(ctx, op, deadLetterScript, []string{s.fenceKey(sc), s.dlSeqKey(), s.dlIndexKey()},
 			tok.Epoch, tok.Member, rec.Offset, s.dlRowPrefix(), body, rec.TopicID, rec.Reason, sc.Group, sc.Topic, sc.Partition,
 			cp.NextOffset, sink.FormatSpans(cp.Done), after.NextOffset, sink.FormatSpans(after.Done), boolArg(store))
+		s.held.written(sc)
 		if err != nil {
 			s.forget(tok)
 			return sink.DeadLetterResult{}, err

@@ -75,6 +75,37 @@
 // median 430,787; five runs at load average 10). For the bench's
 // W2-redis against B3-redis see docs/performance.md.
 //
+// # The held watch: one round trip a batch
+//
+// The watched path takes two round trips: WATCH and HMGET, then MULTI …
+// EXEC. A scope applied one batch at a time (Apply and ApplyOnce, not the
+// lanes of ApplyGapped, which would keep moving each other's watch) keeps
+// a connection of its own instead, and sends WATCH and HMGET of the fence
+// again behind each EXEC, in the same pipeline; its next batch checks
+// what that HMGET read (the view) and sends MULTI … EXEC, WATCH and HMGET
+// at once: one round trip. It is as fenced as the watched path, for the
+// same reason: the server runs EXEC only if nobody wrote the fence since
+// the WATCH, and the view is the fence just after that WATCH. A claim, a
+// reset or another Sink's apply in between makes EXEC write nothing (the
+// batch is "moved"), and the WATCH and HMGET behind it read the fence as
+// it is now for the retry. A view can be older than the fence, so it may
+// only let a batch through to EXEC: a refusal (fenced, a stale
+// checkpoint) and a replay (no EXEC) are decided on a view read anew
+// (UNWATCH, WATCH, HMGET), as is every batch after this Sink wrote the
+// scope's fence on another connection (a claim, a dead letter, a script).
+// The connection is a go-redis Conn, which never dials again: after an
+// error every call on it fails, so a MULTI never goes out on a
+// connection other than the one that sent the WATCH; any error closes
+// it, and the next batch arms a new one. At most [Config.HeldWatches]
+// scopes (default [DefaultHeldWatches]) hold a connection each, idle
+// between their batches; the others take the watched path, and a place
+// idle for 5 seconds goes to the next scope that needs one.
+// workrouter_redis_held_applies_total counts the held applies by outcome
+// (ok, moved, refused, armed, dropped, evicted, no_place) on
+// [Config.Registerer]. With [Config.WaitReplicas] every batch takes the
+// watched path (WAIT goes on the connection that wrote, before the
+// reply is trusted).
+//
 // The checkpoint is guessed, not read: the sink caches the NextOffset
 // (and done spans) each tenure's last claim or apply left, runs the
 // effects for the records it does not contain, and the apply checks the

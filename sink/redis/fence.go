@@ -45,6 +45,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	sc := tok.Scope()
+	defer s.held.written(sc)
 	r, err := s.runScript(ctx, op, claimScript, []string{s.fenceKey(sc), s.scopesKey(), s.histKey(sc), s.histSeqKey()},
 		tok.Epoch, tok.Member, boolArg(obs.MemberProven), obs.TopicID, obs.LogStart, obs.LogEnd,
 		sc.Group, sc.Topic, sc.Partition, scopeID(sc), s.cfg.HistoryCap)
@@ -229,11 +230,29 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		var err error
 		var groupFirst []int
 		if u.watchable() {
-			r, err = s.applyWatched(ctx, op, sc, u)
+			// A plain or once apply (not a lane: lanes of a scope apply
+			// concurrently and would keep moving each other's watch) on
+			// the scope's held watch when it has one free; WAIT needs the
+			// writing connection's reply first: the watched path.
+			var w *heldWatch
+			if from == nil && s.cfg.WaitReplicas == 0 {
+				w = s.held.take(s.rdb, sc)
+			}
+			if w != nil {
+				r, err = s.applyHeld(ctx, sc, u, w)
+				s.held.put(sc, w, err == nil)
+				if err != nil {
+					err = s.wrap(ctx, op, err)
+				}
+			} else {
+				r, err = s.applyWatched(ctx, op, sc, u)
+				s.held.written(sc)
+			}
 		} else {
 			var args []any
 			args, groupFirst = u.scriptArgs()
 			r, err = s.runScript(ctx, op, applyScript, []string{s.fenceKey(sc), s.idsKey(sc)}, args...)
+			s.held.written(sc)
 		}
 		if err != nil {
 			if ids != nil {
@@ -308,13 +327,16 @@ func (s *Sink) readCheckpoint(ctx context.Context, op string, tok epochs.Token, 
 	return cp, nil
 }
 
-// forget drops the cached NextOffset of tok's scope if it is tok's.
+// forget drops the cached NextOffset of tok's scope if it is tok's, and
+// closes the scope's held watch (tok was fenced, or its call failed: this
+// process may no longer apply there).
 func (s *Sink) forget(tok epochs.Token) {
 	s.mu.Lock()
 	if c, ok := s.next[tok.Scope()]; ok && c.tok == tok {
 		delete(s.next, tok.Scope())
 	}
 	s.mu.Unlock()
+	s.held.drop(tok.Scope())
 }
 
 // Fences returns the stored state of every scope the sink knows
@@ -434,6 +456,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		newNext = strconv.FormatInt(*req.NextOffset, 10)
 	}
 	e := req.Expect
+	defer s.held.written(sc)
 	r, err := s.runScript(ctx, op, resetScript, []string{s.fenceKey(sc), s.histKey(sc), s.histSeqKey()},
 		e.Holder.Member, e.Holder.Epoch, e.NextOffset, e.TopicID, newNext, req.TopicID, req.Reason, req.Detail, s.cfg.HistoryCap)
 	if err != nil {

@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -99,6 +101,19 @@ type Config struct {
 	WaitReplicas int
 	// WaitTimeout bounds WaitReplicas' wait; default 1s.
 	WaitTimeout time.Duration
+	// HeldWatches is how many scopes may each keep a connection of their
+	// own that watches their fence between batches, so that a batch of
+	// SET and DEL costs one round trip instead of two (the package
+	// documentation, "The held watch"); default [DefaultHeldWatches].
+	// Negative disables it: every such batch sends WATCH first. With URL,
+	// the sink's pool is that much larger; with Client, the held
+	// connections come out of its pool, at most half of its PoolSize.
+	HeldWatches int
+	// Registerer, if not nil, receives the sink's metrics:
+	// workrouter_redis_held_applies_total by outcome and
+	// workrouter_redis_held_watches. Open fails with [ErrConfig] if they
+	// are registered there already (another Sink's).
+	Registerer prometheus.Registerer
 	// Logger receives structured logs (the persistence warning, resets);
 	// default discards.
 	Logger *slog.Logger
@@ -130,6 +145,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.WaitTimeout == 0 {
 		c.WaitTimeout = time.Second
+	}
+	if c.HeldWatches == 0 {
+		c.HeldWatches = DefaultHeldWatches
+	}
+	if c.HeldWatches < 0 {
+		c.HeldWatches = 0
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -190,6 +211,9 @@ type Sink struct {
 	// of the fence they mirror (ApplyOnce).
 	ids cmdids.Cache
 
+	// held is the scopes' held watches (held.go).
+	held *heldWatches
+
 	// hookBeforeExec, if set (by tests), runs in a watched apply after
 	// its checks passed and before its MULTI … EXEC.
 	hookBeforeExec func(ctx context.Context)
@@ -218,7 +242,24 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		}
 		opt.MaxRetries = -1
 		opt.DisableIdentity = true
+		if opt.PoolSize == 0 {
+			opt.PoolSize = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+		}
+		opt.PoolSize += cfg.HeldWatches
 		s.rdb, s.ownClient = goredis.NewClient(opt), true
+	}
+	held := cfg.HeldWatches
+	if !s.ownClient {
+		held = min(held, s.rdb.Options().PoolSize/2)
+	}
+	s.held = newHeldWatches(held)
+	if cfg.Registerer != nil {
+		for _, c := range s.held.collectors() {
+			if err := cfg.Registerer.Register(c); err != nil {
+				_ = s.Close()
+				return nil, fmt.Errorf("%w: register metrics: %w", ErrConfig, err)
+			}
+		}
 	}
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		_ = s.Close()
@@ -259,6 +300,9 @@ func (s *Sink) Persistence() Persistence { return s.persist }
 // Close closes the sink's client (not a Config.Client). It may be called
 // from any goroutine, once the sink's calls have returned.
 func (s *Sink) Close() error {
+	if s.held != nil {
+		s.held.close()
+	}
 	if s.ownClient {
 		return s.rdb.Close()
 	}
@@ -446,6 +490,7 @@ func (s *Sink) forgetScope(sc epochs.Scope) {
 	s.mu.Lock()
 	delete(s.next, sc)
 	s.mu.Unlock()
+	s.held.drop(sc)
 }
 
 // cachedCheckpoint returns the checkpoint cached for tok, if any.

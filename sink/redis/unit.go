@@ -244,11 +244,14 @@ func (u *unit) queue(ctx context.Context, p goredis.Pipeliner, fenceKey, idsKey 
 	if u.horizon != "" {
 		p.Do(ctx, "zremrangebyscore", idsKey, "-inf", "("+u.horizon)
 	}
-	p.HSet(ctx, fenceKey, "n", u.newNext, "sp", u.newSpans)
+	// Do, not the typed commands: inside the held watch's plain pipeline
+	// each queued command replies QUEUED, which a typed reply would not
+	// parse.
+	p.Do(ctx, "hset", fenceKey, "n", u.newNext, "sp", u.newSpans)
 	if u.dups > 0 {
-		p.HIncrBy(ctx, fenceKey, "d", int64(u.dups))
+		p.Do(ctx, "hincrby", fenceKey, "d", u.dups)
 	}
 	if u.expectIV != "" {
-		p.HSet(ctx, fenceKey, "iv", strconv.FormatInt(iv+1, 10))
+		p.Do(ctx, "hset", fenceKey, "iv", strconv.FormatInt(iv+1, 10))
 	}
 }

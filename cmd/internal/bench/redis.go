@@ -46,7 +46,7 @@ func closeRedisBench(s *redis.Sink) {
 func W2Redis(ctx context.Context, env *Env) (Result, error) {
 	const id = "W2-redis"
 	n, note := capRecords(env, RedisMaxRecords)
-	name := "worker, SET per command, Redis fenced sink (WATCH + MULTI per batch), dedupe on, batch 256" + note
+	name := "worker, SET per command, Redis fenced sink (held WATCH, one MULTI per batch), dedupe on, batch 256" + note
 	s, skip, err := openRedisBench(ctx, env, "w2")
 	if skip != "" || err != nil {
 		return Result{ID: id, Name: name, Skipped: skip}, err
