@@ -30,6 +30,7 @@ type header struct {
 // count must be 1 (else it rolls back and fails with a
 // *[sink.FencedError]). It may be called from any goroutine.
 func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
+	defer s.views.drop(tok.Scope()) // view.go
 	if err := sink.CheckDeadLetter(tok, rec); err != nil {
 		return sink.DeadLetterResult{}, err
 	}

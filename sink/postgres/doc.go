@@ -58,11 +58,23 @@
 //
 // # Round trips and pipelining
 //
-// One Apply costs the round trips the same writes cost without a fence
-// (BEGIN, the handler's own statements, COMMIT): BEGIN and the fence read
-// (a plain SELECT, no lock) go in one pipeline, and the conditional UPDATE
-// of the fence row — made to raise when it matches no row — goes in one
-// pipeline with COMMIT, so that a fenced batch's COMMIT never runs. Only a
+// A tenure's first Apply through a Sink costs the round trips the same
+// writes cost without a fence (BEGIN, the handler's own statements,
+// COMMIT): BEGIN and the fence read (a plain SELECT, no lock) go in one
+// pipeline, and the conditional UPDATE of the fence row — made to raise
+// when it matches no row — goes in one pipeline with COMMIT, so that a
+// fenced batch's COMMIT never runs. Its later ones cost one fewer: the
+// Sink keeps the view the tenure's last commit left (NextOffset and the
+// IDs version), skips the read, and begins the transaction in one round
+// trip with the handler's first statement (or with the UPDATE and COMMIT
+// if it ran none); the UPDATE requires the view, so a view another
+// process made stale fails it, the batch rolls back, and it runs again
+// on the read. A tenure superseded through this Sink, or one it has no
+// view of, is still refused by the read before any effect runs; one
+// superseded by another process since its last apply runs its effects
+// (rolled back, never visible) before the UPDATE refuses them. A
+// replay, a claim, a reset, a dead letter and a lane's apply of the
+// scope go back to the read. Only a
 // refused batch pays one more round trip, to roll back and read the
 // stored holder for its [sink.FencedError]. The fence row is only locked
 // by that final UPDATE, so a handler that blocks (or a worker that is
@@ -70,8 +82,8 @@
 // Claim goes through at once; the UPDATE then matches no row, and the
 // stale batch is rolled back. The first use of a statement on a
 // connection costs pgx one more round trip to prepare it. The work is not
-// the same: the read and the UPDATE are two more statements, the UPDATE
-// a second row written per transaction, and at batch 1 an Apply costs
+// the same: the read (first Apply) and the UPDATE are more statements,
+// the UPDATE a second row written per transaction, and at batch 1 an Apply with the read costs
 // about 45% more CPU (server and client) than the unfenced transaction,
 // 31 µs of it above the least that a read before the effects and a
 // checkpoint written with them cost (BenchmarkFenceCost,

@@ -92,6 +92,7 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 // claim is Claim, and ClaimGapped when gapped: it returns the scope's
 // whole checkpoint, compacted (gaps.go).
 func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, gapped bool) (sink.Checkpoint, error) {
+	defer s.views.drop(tok.Scope()) // view.go
 	if err := tok.Validate(); err != nil {
 		return sink.Checkpoint{}, err
 	}
@@ -233,6 +234,9 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 			return sink.ApplyOnceResult{}, err
 		}
 		res, retry, err := s.applyAttempt(ctx, tok, offsets, ids, effect)
+		if err != nil {
+			s.views.drop(tok.Scope()) // the next attempt reads the fence
+		}
 		if !retry || attempt == maxAttempts {
 			return res, err
 		}
@@ -251,6 +255,11 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 // pipeline (ROLLBACK and the fence read) learn the stored holder.
 func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (res sink.ApplyOnceResult, retry bool, err error) {
 	op := "apply " + tok.String()
+	if v, ok := s.views.get(tok); ok {
+		if res, retry, err, used := s.applyOnView(ctx, tok, offsets, ids, effect, v); used {
+			return res, retry, err
+		}
+	}
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return res, false, wrap(ctx, op, err)
@@ -320,35 +329,99 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 	}
 	htx := &handlerTx{Tx: tx}
 	defer htx.done.Store(true)
-	var dups []int
+	dups, retry, err := s.runEffects(ctx, op, htx, offsets, first, dup, effect)
+	if err != nil {
+		return res, retry, err
+	}
+	return s.commitBatch(ctx, conn, false, tok, offsets, ids, first, dup, dups, next, idsVersion)
+}
+
+// applyOnView is an attempt of Apply (and ApplyOnce) on tok's view
+// (view.go): no early read; the effects' transaction begins at their
+// first statement, or with the checked advance and COMMIT if they ran
+// none. used is false, with nothing done, when the batch needs the early
+// read: a replay (nothing to write, so nothing would check the holder),
+// or IDs the cache does not hold at the view's version.
+func (s *Sink) applyOnView(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx], v view) (res sink.ApplyOnceResult, retry bool, err error, used bool) {
+	op := "apply " + tok.String()
+	first, _ := slices.BinarySearch(offsets, v.next)
+	if first == len(offsets) {
+		return res, false, nil, false
+	}
+	var dup []bool
+	if ids != nil {
+		var ok bool
+		if dup, ok = s.cachedDuplicates(tok.Scope(), v.idsVersion, offsets, ids, first); !ok {
+			return res, false, nil, false
+		}
+	}
+	ltx := &laneTx{pool: s.pool, ctx: ctx}
+	defer ltx.release(ctx)
+	dups, retry, err := s.runEffects(ctx, op, ltx, offsets, first, dup, effect)
+	if err != nil {
+		return res, retry, err, true
+	}
+	if ltx.err != nil {
+		// The transaction could not begin (the effects may have ignored
+		// the error): nothing was written.
+		return res, retryable(ltx.err) && ctx.Err() == nil, wrap(ctx, op, ltx.err), true
+	}
+	conn, begin, err := ltx.commitConn(ctx)
+	if err != nil {
+		return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": acquire", err), true
+	}
+	res, retry, err = s.commitBatch(ctx, conn, begin, tok, offsets, ids, first, dup, dups, v.next, v.idsVersion)
+	return res, retry, err, true
+}
+
+// runEffects runs effect for the records of offsets from index first on
+// that are not duplicates (dup, nil without IDs), in order, on tx, and
+// returns the duplicates' indexes.
+func (s *Sink) runEffects(ctx context.Context, op string, tx pgx.Tx, offsets []int64, first int, dup []bool, effect sink.Effect[pgx.Tx]) (dups []int, retry bool, err error) {
 	for i := first; i < len(offsets); i++ {
 		if err := ctx.Err(); err != nil {
-			return res, false, fmt.Errorf("postgres: %s: %w", op, err)
+			return nil, false, fmt.Errorf("postgres: %s: %w", op, err)
 		}
 		if dup != nil && dup[i] {
 			dups = append(dups, i)
 			continue
 		}
-		if err := effect(ctx, htx, i); err != nil {
-			return res, retryable(err) && ctx.Err() == nil, &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
+		if err := effect(ctx, tx, i); err != nil {
+			return nil, retryable(err) && ctx.Err() == nil, &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return res, false, fmt.Errorf("postgres: %s: %w", op, err)
+		return nil, false, fmt.Errorf("postgres: %s: %w", op, err)
 	}
+	return dups, false, nil
+}
 
+// commitBatch ends an attempt whose effects ran in the transaction open
+// on conn (or, with begin, in none yet: BEGIN leads the pipeline) on the
+// fence as read or viewed (next, idsVersion): the authoritative check,
+// ApplyOnce's row of IDs and prune, and COMMIT in one round trip. On
+// success it records the view the commit left.
+func (s *Sink) commitBatch(ctx context.Context, conn *pgx.Conn, begin bool, tok epochs.Token, offsets []int64, ids []string,
+	first int, dup []bool, dups []int, next, idsVersion int64) (res sink.ApplyOnceResult, retry bool, err error) {
+	op := "apply " + tok.String()
 	// The authoritative check: advance NextOffset only if tok still holds
-	// the scope and no other Apply moved NextOffset meanwhile, else raise
-	// (the COMMIT behind it is then skipped and the transaction aborted).
-	// ApplyOnce's row of IDs and prune ride in the same round trip, and
-	// roll back with the rest if the check fails.
+	// the scope, no other Apply moved NextOffset meanwhile and the scope
+	// has no gaps, else raise (the COMMIT behind it is then skipped and
+	// the transaction aborted). ApplyOnce's row of IDs and prune ride in
+	// the same round trip, and roll back with the rest if the check
+	// fails.
 	newNext := offsets[len(offsets)-1] + 1
 	var (
 		applied cmdids.Row
 		horizon = sink.Horizon(newNext, s.window)
 		prune   = sink.PruneDue(next, newNext, s.window)
 		end     = &pgx.Batch{}
+		check   = 0 // the index of the check in end
 	)
+	if begin {
+		end.BeginTx(pgx.TxOptions{})
+		check = 1
+	}
 	if ids == nil {
 		end.Queue(s.q.advanceCheck, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, next, newNext)
 	} else {
@@ -367,7 +440,7 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 	failed, err := sendAll(ctx, conn, end)
 	switch {
 	case err == nil:
-	case failed == 0 && fenceCheckFailed(err):
+	case failed == check && fenceCheckFailed(err):
 		return s.afterFailedCheck(ctx, conn, tok, op, next)
 	case isServerError(err) && failed < end.Len():
 		// The server refused a statement: everything after it up to
@@ -393,7 +466,9 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 	}
 	if ids != nil {
 		s.ids.Committed(tok.Scope(), idsVersion, applied, prune, horizon)
+		idsVersion++
 	}
+	s.views.set(view{tok: tok, next: newNext, idsVersion: idsVersion})
 	return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Applied: len(offsets) - first - len(dups), Skipped: first, NextOffset: newNext},
 		Duplicates: dups}, false, nil
 }
@@ -502,16 +577,7 @@ func appliedRow(offsets []int64, ids []string, first int, dup []bool) cmdids.Row
 // scope's rows into it (loaded) if it does not mirror version, the fence
 // row's IDs version the attempt read.
 func (s *Sink) duplicates(ctx context.Context, tx pgx.Tx, scope epochs.Scope, version int64, offsets []int64, ids []string, first int) (dup []bool, loaded bool, err error) {
-	dup = make([]bool, len(offsets))
-	plan := sink.PlanDedupe(ids, first)
-	for _, i := range plan.InBatch {
-		dup[i] = true
-	}
-	if len(plan.Lookup) == 0 {
-		return dup, false, nil
-	}
-	found := func(i int, applied int64) { dup[i] = sink.IsDuplicate(offsets[i], applied, s.window) }
-	if s.ids.Lookup(scope, version, ids, plan.Lookup, found) {
+	if dup, ok := s.cachedDuplicates(scope, version, offsets, ids, first); ok {
 		return dup, false, nil
 	}
 	rows, err := tx.Query(ctx, s.q.idSelect, scope.Group, scope.Topic, scope.Partition)
@@ -535,8 +601,26 @@ func (s *Sink) duplicates(ctx context.Context, tx pgx.Tx, scope epochs.Scope, ve
 		return nil, false, err
 	}
 	s.ids.Load(scope, version, all)
-	s.ids.Lookup(scope, version, ids, plan.Lookup, found)
+	dup, _ = s.cachedDuplicates(scope, version, offsets, ids, first)
 	return dup, true, nil
+}
+
+// cachedDuplicates is duplicates from the cache alone: ok is false when
+// the cache does not mirror version and the batch has IDs to look up.
+func (s *Sink) cachedDuplicates(scope epochs.Scope, version int64, offsets []int64, ids []string, first int) (dup []bool, ok bool) {
+	dup = make([]bool, len(offsets))
+	plan := sink.PlanDedupe(ids, first)
+	for _, i := range plan.InBatch {
+		dup[i] = true
+	}
+	if len(plan.Lookup) == 0 {
+		return dup, true
+	}
+	found := func(i int, applied int64) { dup[i] = sink.IsDuplicate(offsets[i], applied, s.window) }
+	if !s.ids.Lookup(scope, version, ids, plan.Lookup, found) {
+		return nil, false
+	}
+	return dup, true
 }
 
 // fenced logs and returns the refusal of an Apply by tok.
@@ -622,6 +706,7 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 // fence.
 func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fence, error) {
 	scope := req.Scope
+	defer s.views.drop(scope) // view.go
 	if err := scope.Validate(); err != nil {
 		return sink.Fence{}, err
 	}

@@ -290,6 +290,7 @@ func (s *Sink) ClaimGapped(ctx context.Context, tok epochs.Token, obs sink.Obser
 // It may be called from any goroutine; effect is called on the calling
 // goroutine, with a pgx.Tx that must not be used after effect returns.
 func (s *Sink) ApplyGapped(ctx context.Context, tok epochs.Token, b sink.GapBatch, effect sink.Effect[pgx.Tx]) (sink.ApplyOnceResult, error) {
+	defer s.views.drop(tok.Scope()) // view.go: the scope is gapped
 	if err := sink.CheckGapBatch(tok, b, effect); err != nil {
 		return sink.ApplyOnceResult{}, err
 	}
@@ -803,6 +804,7 @@ func (s *Sink) compactOnce(ctx context.Context, tok epochs.Token) (string, error
 // record already done is a replay: Stored is false. It may be called from
 // any goroutine.
 func (s *Sink) DeadLetterGapped(ctx context.Context, tok epochs.Token, from int64, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
+	defer s.views.drop(tok.Scope()) // view.go
 	if err := sink.CheckDeadLetter(tok, rec); err != nil {
 		return sink.DeadLetterResult{}, err
 	}

@@ -174,6 +174,7 @@ type Sink struct {
 	q        queries
 	window   int64 // Config.DedupeWindow, its default filled in
 	ids      cmdids.Cache
+	views    views     // the fence each tenure's last apply left (view.go)
 	gaps     *gapState // the lanes' state and metrics (gaps.go)
 	closed   atomic.Bool
 	close    sync.Once

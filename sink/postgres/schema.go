@@ -270,13 +270,17 @@ func newQueries(schema, prefix string) queries {
 	q.claimHistory = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, topic_id, done)
 		VALUES ($1, $2, $3, 'claim', $4, $5, $6, $7, $8)`, q.history)
 	q.fenceRead = fmt.Sprintf(`SELECT epoch, member, next_offset, ids_version, gapped FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
+	// A plain advance never moves a gapped scope's watermark (its done
+	// spans would be left behind): a gapped scope fails the check, and
+	// the batch runs again on the early read, which sees the flag
+	// (applyOnGapped).
 	q.advance = fmt.Sprintf(`UPDATE %s SET next_offset = $7
-		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6`, q.fences)
+		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6 AND NOT gapped`, q.fences)
 	// ApplyOnce's advance also bumps the IDs version, on the condition
 	// that it is the one read (cmdids), and counts the batch's $9
 	// duplicates.
 	q.advanceOnce = fmt.Sprintf(`UPDATE %s SET next_offset = $7, ids_version = ids_version + 1, duplicates = duplicates + $9
-		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6 AND ids_version = $8`, q.fences)
+		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6 AND ids_version = $8 AND NOT gapped`, q.fences)
 	// Apply's and ApplyOnce's advance as one statement that fails when
 	// it matches no row, so that the COMMIT pipelined after it does not
 	// run: the data-modifying CTE always runs, count(*) of its rows is

@@ -1,0 +1,66 @@
+package postgres
+
+import (
+	"sync"
+
+	"github.com/workrouter/workrouter/epochs"
+)
+
+// The view: what a tenure's last apply through this Sink left in its
+// scope's fence row (NextOffset and the IDs version), so that its next
+// apply skips the early read. Such an apply (applyAttempt with a view)
+// runs its effects in a transaction that begins at their first statement
+// (laneTx: BEGIN goes in one round trip with it) and ends with the
+// checked advance and COMMIT, whose WHERE requires the holder, the
+// NextOffset and IDs version of the view and a scope without gaps: the
+// authoritative check, in the transaction, as on every apply. A view
+// that is no longer the fence (another process claimed, applied or
+// reset the scope) fails that check; the attempt rolls back, reads the
+// fence (afterFailedCheck) and, if the tenure still holds the scope,
+// runs again on the early read. What the early read alone gave is lost
+// in that case only: a tenure fenced by another process since its last
+// apply runs its batch's effects (rolled back, never committed) before
+// it learns it; a tenure this Sink has no view of, or one superseded
+// through this Sink, is refused before any effect runs.
+//
+// A view is dropped on every path that may leave it stale through this
+// Sink: a claim, a reset, a dead letter, a lane's apply (which makes the
+// scope gapped) and every apply that did not commit.
+
+// view is the fence row as tok's last committed apply left it.
+type view struct {
+	tok        epochs.Token
+	next       int64
+	idsVersion int64
+}
+
+// views is a Sink's views, per scope. The zero value is ready.
+type views struct {
+	mu sync.Mutex
+	m  map[epochs.Scope]view
+}
+
+// get returns tok's view, if this Sink holds one.
+func (v *views) get(tok epochs.Token) (view, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	w, ok := v.m[tok.Scope()]
+	return w, ok && w.tok == tok
+}
+
+// set records w as its scope's view.
+func (v *views) set(w view) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil {
+		v.m = map[epochs.Scope]view{}
+	}
+	v.m[w.tok.Scope()] = w
+}
+
+// drop forgets sc's view.
+func (v *views) drop(sc epochs.Scope) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.m, sc)
+}
