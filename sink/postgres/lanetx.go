@@ -10,7 +10,8 @@ import (
 )
 
 // laneTx is the pgx.Tx a lane's effects get (ApplyGapped,
-// DeadLetterGapped). Its transaction begins at the effects' first use of
+// DeadLetterGapped), and a plain Apply's on a view (view.go). Its
+// transaction begins at the effects' first use of
 // it, on a connection taken from the pool then: a lane whose handler
 // waits on other I/O before it talks to the database (an HTTP call, a
 // payment API) holds no connection while it waits, so lanes in flight
@@ -19,8 +20,9 @@ import (
 // every method fails with pgx.ErrTxClosed after the Apply returned.
 //
 // The fence does not depend on when it begins: the lane's check and
-// write (gapQueries.laneCommit) run in it, pipelined with COMMIT, as
-// when the transaction began with the lane's first read.
+// write (gapQueries.laneCommit), or the plain apply's checked advance,
+// run in it, pipelined with COMMIT, as when the transaction began with
+// the first read.
 //
 // A laneTx is used by the goroutine running the effects, as a pgx.Tx is.
 type laneTx struct {
