@@ -33,6 +33,18 @@ func mustApplyOffsets(t *testing.T, s *Sink, tok epochs.Token, prefix, v string,
 	}
 }
 
+// viewAfterOneBatch returns a Sink whose tenure tok applied offset 0
+// (k0 = s), so that it holds a view, and another Sink of the schema.
+func viewAfterOneBatch(t *testing.T) (s, other *Sink, tok epochs.Token) {
+	t.Helper()
+	schema := newTestSchema(t)
+	s, other = openSink(t, schema, nil), openSink(t, schema, nil)
+	tok = tokenOf(testScope(t), 1, "m")
+	mustClaim(t, s, tok)
+	mustApplyOffsets(t, s, tok, "k", "s", 0)
+	return s, other, tok
+}
+
 // A tenure fenced by another process since its last apply: its batch
 // runs on the view, the checked advance refuses it, nothing is visible,
 // and the refusal names the new holder.
@@ -72,11 +84,7 @@ func TestViewFencedByAnotherProcess(t *testing.T) {
 // record left.
 func TestViewMovedBySameTenure(t *testing.T) {
 	t.Parallel()
-	schema := newTestSchema(t)
-	s, other := openSink(t, schema, nil), openSink(t, schema, nil)
-	tok := tokenOf(testScope(t), 1, "m")
-	mustClaim(t, s, tok)
-	mustApplyOffsets(t, s, tok, "k", "s", 0)
+	s, other, tok := viewAfterOneBatch(t)
 	mustApplyOffsets(t, other, tok, "k", "other", 1)
 	var ran []int64
 	offs := []int64{1, 2}
@@ -98,11 +106,7 @@ func TestViewMovedBySameTenure(t *testing.T) {
 // lane's done offset.
 func TestViewGappedScope(t *testing.T) {
 	t.Parallel()
-	schema := newTestSchema(t)
-	s, other := openSink(t, schema, nil), openSink(t, schema, nil)
-	tok := tokenOf(testScope(t), 1, "m")
-	mustClaim(t, s, tok)
-	mustApplyOffsets(t, s, tok, "k", "s", 0)
+	s, other, tok := viewAfterOneBatch(t)
 	if _, err := other.ClaimGapped(t.Context(), tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}

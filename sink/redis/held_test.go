@@ -29,16 +29,25 @@ func mustApply(t *testing.T, s *Sink, tok epochs.Token, v string, offs ...int64)
 	}
 }
 
+// heldAfterOneBatch returns a Sink whose tenure tok applied offset 0
+// (k0 = first), so that it holds a watch, and another Sink of the same
+// prefix.
+func heldAfterOneBatch(t *testing.T) (s, other *Sink, tok epochs.Token) {
+	t.Helper()
+	s = openSink(t, "", Config{})
+	other = openSink(t, s.Prefix(), Config{})
+	tok = testToken(t, 1)
+	claimed(t, s, tok)
+	mustApply(t, s, tok, "first", 0)
+	return s, other, tok
+}
+
 // A claim by another holder between two batches of a held watch (the
 // view the first batch's pipeline read still shows the old holder): the
 // next batch's EXEC writes nothing, and the apply fails fenced.
 func TestHeldWatchClaimBetweenBatches(t *testing.T) {
-	s := openSink(t, "", Config{})
-	other := openSink(t, s.Prefix(), Config{})
+	s, other, tok := heldAfterOneBatch(t)
 	ctx := t.Context()
-	tok := testToken(t, 1)
-	claimed(t, s, tok)
-	mustApply(t, s, tok, "first", 0)
 	if heldCount(s, heldOK) != 1 || s.held.len() != 1 {
 		t.Fatalf("the first batch did not take the held watch: ok %d, held %d", heldCount(s, heldOK), s.held.len())
 	}
@@ -69,12 +78,8 @@ func TestHeldWatchClaimBetweenBatches(t *testing.T) {
 // claim, still shows the old holder; the apply of the new tenure reads
 // the fence again and applies, running each effect once.
 func TestHeldWatchStaleViewRechecks(t *testing.T) {
-	s := openSink(t, "", Config{})
-	other := openSink(t, s.Prefix(), Config{})
+	s, other, tok := heldAfterOneBatch(t)
 	ctx := t.Context()
-	tok := testToken(t, 1)
-	claimed(t, s, tok)
-	mustApply(t, s, tok, "first", 0)
 	next := tok
 	next.Epoch = 2
 	claimed(t, other, next) // s's view still shows epoch 1
