@@ -72,7 +72,9 @@
 // on the read. A tenure superseded through this Sink, or one it has no
 // view of, is still refused by the read before any effect runs; one
 // superseded by another process since its last apply runs its effects
-// (rolled back, never visible) before the UPDATE refuses them. A
+// (rolled back, never visible) before the UPDATE refuses them; if one of
+// them fails instead (on a row the new holder wrote), the fence is read
+// before the error is returned, and the refusal is the fence's. A
 // replay, a claim, a reset, a dead letter and a lane's apply of the
 // scope go back to the read. Only a
 // refused batch pays one more round trip, to roll back and read the

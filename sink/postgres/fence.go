@@ -359,6 +359,14 @@ func (s *Sink) applyOnView(ctx context.Context, tok epochs.Token, offsets []int6
 	defer ltx.release(ctx)
 	dups, retry, err := s.runEffects(ctx, op, ltx, offsets, first, dup, effect)
 	if err != nil {
+		// The effects ran without the early read: a tenure fenced since
+		// the view may fail on what the new holder wrote (a duplicate
+		// key, a lock timeout). Roll back and read the fence, so that a
+		// superseded tenure is refused as fenced, not as a failed effect.
+		ltx.release(ctx)
+		if ferr := s.fencedSinceView(ctx, tok); ferr != nil {
+			return res, false, ferr, true
+		}
 		return res, retry, err, true
 	}
 	if ltx.err != nil {
@@ -372,6 +380,28 @@ func (s *Sink) applyOnView(ctx context.Context, tok epochs.Token, offsets []int6
 	}
 	res, retry, err = s.commitBatch(ctx, conn, begin, tok, offsets, ids, first, dup, dups, v.next, v.idsVersion)
 	return res, retry, err, true
+}
+
+// fencedSinceView reads tok's fence row (a plain read on a pooled
+// connection) and returns tok's refusal if another holder (or none)
+// stores it now; nil if tok holds it or the read fails (the caller keeps
+// its own error).
+func (s *Sink) fencedSinceView(ctx context.Context, tok epochs.Token) error {
+	var (
+		epoch  int32
+		member string
+	)
+	err := s.pool.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, new(int64), new(int64), new(bool))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return s.fenced(tok, epochs.Token{})
+	case err != nil:
+		return nil
+	}
+	if stored := holderToken(tok.Scope(), epoch, member); !tok.Holds(stored) {
+		return s.fenced(tok, stored)
+	}
+	return nil
 }
 
 // runEffects runs effect for the records of offsets from index first on

@@ -21,7 +21,10 @@ import (
 // in that case only: a tenure fenced by another process since its last
 // apply runs its batch's effects (rolled back, never committed) before
 // it learns it; a tenure this Sink has no view of, or one superseded
-// through this Sink, is refused before any effect runs.
+// through this Sink, is refused before any effect runs. An effect that
+// fails on a view (a duplicate key the new holder wrote, say) is decided
+// on a read too: the attempt rolls back and reads the fence, and a
+// superseded tenure gets its FencedError, not the effect's error.
 //
 // A view is dropped on every path that may leave it stale through this
 // Sink: a claim, a reset, a dead letter, a lane's apply (which makes the

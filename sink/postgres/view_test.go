@@ -125,3 +125,32 @@ func TestViewGappedScope(t *testing.T) {
 		t.Fatalf("k3 = %q, want the lane's (its done offset applied again)", v)
 	}
 }
+
+// A tenure fenced since its view whose effect then fails on what the new
+// holder wrote (a duplicate key): the refusal is the fence's, not the
+// effect's, so the consumer counts a stale write rejected instead of
+// retrying a handler error.
+func TestViewEffectFailsAfterFence(t *testing.T) {
+	t.Parallel()
+	s, other, old := viewAfterOneBatch(t)
+	newer := tokenOf(old.Scope(), 2, "new")
+	mustClaim(t, other, newer)
+	insert := func(v string) sink.Effect[pgx.Tx] {
+		return func(ctx context.Context, tx pgx.Tx, _ int) error {
+			_, err := tx.Exec(ctx, `INSERT INTO kv (k, v) VALUES ('once', $1)`, v)
+			return err
+		}
+	}
+	if _, err := other.Apply(t.Context(), newer, []int64{1}, insert("new")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Apply(t.Context(), old, []int64{1}, insert("zombie"))
+	var fe *sink.FencedError
+	if !errors.As(err, &fe) || fe.Stored != newer {
+		t.Fatalf("Apply of the superseded tenure whose effect failed = %v, want a FencedError naming %s", err, newer)
+	}
+	var ee *sink.EffectError
+	if errors.As(err, &ee) {
+		t.Fatalf("the refusal carries the effect's error: %v", err)
+	}
+}
