@@ -134,7 +134,7 @@ func openAdminSink(ctx context.Context, spec sinkSpec, readOnly bool) (adminSink
 	case "redis":
 		// A Redis sink has no read-only mode: the commands that only
 		// read call only its reading methods.
-		s, err := openRedis(ctx, spec, nil, 0)
+		s, err := openRedis(ctx, spec, nil, nil, 0)
 		if err != nil {
 			return nil, nil, err
 		}

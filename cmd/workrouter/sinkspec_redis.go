@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
@@ -56,9 +57,10 @@ func (s sinkSpec) redisString() string {
 	return out
 }
 
-// openRedis opens the Redis sink spec names.
-func openRedis(ctx context.Context, spec sinkSpec, logger *slog.Logger, window int64) (*redis.Sink, error) {
-	s, err := redis.Open(ctx, redis.Config{URL: spec.dsn, Prefix: spec.prefix, Logger: logger, DedupeWindow: window})
+// openRedis opens the Redis sink spec names; its metrics go on reg, if
+// not nil.
+func openRedis(ctx context.Context, spec sinkSpec, reg prometheus.Registerer, logger *slog.Logger, window int64) (*redis.Sink, error) {
+	s, err := redis.Open(ctx, redis.Config{URL: spec.dsn, Prefix: spec.prefix, Logger: logger, DedupeWindow: window, Registerer: reg})
 	if err != nil {
 		return nil, fmt.Errorf("sink %s: %w", spec, err)
 	}
@@ -67,14 +69,14 @@ func openRedis(ctx context.Context, spec sinkSpec, logger *slog.Logger, window i
 
 // serveRedisWorker runs the worker of runWorker on a Redis sink: the
 // ledger example only (the invoices example is SQL).
-func serveRedisWorker(cmd *cobra.Command, f workerFlags, c conn, spec sinkSpec, protocol consumer.Protocol, logger *slog.Logger, h *harnessHooks) error {
+func serveRedisWorker(cmd *cobra.Command, f workerFlags, c conn, spec sinkSpec, protocol consumer.Protocol, reg *prometheus.Registry, logger *slog.Logger, h *harnessHooks) error {
 	if f.example != "ledger" {
 		return fmt.Errorf("--example %s: on a Redis sink the worker runs the ledger example only", f.example)
 	}
-	s, err := openRedis(cmd.Context(), spec, logger, f.dedupeWindow)
+	s, err := openRedis(cmd.Context(), spec, reg, logger, f.dedupeWindow)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	return serveWorker[*redis.Tx](cmd, f, c, spec, protocol, "redis", s, ledger.RedisHandlers(), logger, h, nil)
+	return serveWorker[*redis.Tx](cmd, f, c, spec, protocol, "redis", s, ledger.RedisHandlers(), reg, logger, h, nil)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -275,6 +276,10 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 		return err
 	}
 	ctx := cmd.Context()
+	// The registry of --metrics-addr: the consumer's, the sink wrapper's
+	// and the sink's own series (PostgreSQL's gap compactions, Redis's held
+	// watches).
+	reg := newRegistry()
 	switch spec.kind {
 	case "sqlite":
 		s, err := sqlite.Open(ctx, sqlite.Config{Path: spec.path, Logger: logger, BusyTimeout: f.sqliteBusy, DedupeWindow: f.dedupeWindow})
@@ -290,9 +295,9 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 		if err := setup(ctx, s.DB()); err != nil {
 			return fmt.Errorf("setting up the %s tables: %w", f.example, err)
 		}
-		return serveWorker[*sqlite.Tx](cmd, f, c, spec, protocol, "sqlite", s, handlers, logger, h, nil)
+		return serveWorker[*sqlite.Tx](cmd, f, c, spec, protocol, "sqlite", s, handlers, reg, logger, h, nil)
 	case "postgres":
-		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: spec.schema(), Logger: logger, DedupeWindow: f.dedupeWindow})
+		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: spec.schema(), Logger: logger, DedupeWindow: f.dedupeWindow, Registerer: reg})
 		if err != nil {
 			return err
 		}
@@ -310,18 +315,20 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 			err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
 			return pid, err
 		}
-		return serveWorker[pgx.Tx](cmd, f, c, spec, protocol, "postgres", s, handlers, logger, h, backendPID)
+		return serveWorker[pgx.Tx](cmd, f, c, spec, protocol, "postgres", s, handlers, reg, logger, h, backendPID)
 	case "redis":
-		return serveRedisWorker(cmd, f, c, spec, protocol, logger, h)
+		return serveRedisWorker(cmd, f, c, spec, protocol, reg, logger, h)
 	}
 	return fmt.Errorf("unsupported sink %q", f.sink)
 }
 
 // serveWorker runs a Worker on s, connected as c, until the command's
-// context ends or the Worker stops by itself. backendPID, if set, reads the database session's
+// context ends or the Worker stops by itself; reg is the registry that
+// --metrics-addr serves (the sink's own metrics may be on it already), on
+// which it registers the consumer's and the sink wrapper's. backendPID, if set, reads the database session's
 // backend ID inside a transaction (for the harness's hooks).
 func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpec, protocol consumer.Protocol, backend string, s sink.Sink[Tx],
-	handlers map[string]consumer.Handler[Tx], logger *slog.Logger, h *harnessHooks, backendPID func(context.Context, Tx) (int, error)) error {
+	handlers map[string]consumer.Handler[Tx], reg *prometheus.Registry, logger *slog.Logger, h *harnessHooks, backendPID func(context.Context, Tx) (int, error)) error {
 	ctx := cmd.Context()
 	partitioner, _ := envelope.ParsePartitioner(f.partitioner) // checked by runWorker
 	misroute := consumer.MisrouteApply
@@ -331,7 +338,6 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 	if h != nil && h.chaos && c.cfg.UsesTLS() {
 		return fmt.Errorf("--chaos cuts broker connections with a plain TCP dialer: run the fault harness on a plaintext listener")
 	}
-	reg := newRegistry()
 	s, err := sinkmetrics.Wrap(s, reg, backend)
 	if err != nil {
 		return err
