@@ -221,7 +221,7 @@ func (s *Sink) applyHeld(ctx context.Context, sc epochs.Scope, u *unit, w *heldW
 		if _, err := w.conn.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			p.Do(ctx, "unwatch")
 			p.Do(ctx, "watch", fk)
-			f = p.HMGet(ctx, fk, "e", "m", "n", "iv", "sp")
+			f = watchedFields(ctx, p, fk)
 			return nil
 		}); err != nil {
 			return err
@@ -275,7 +275,7 @@ func (s *Sink) applyHeld(ctx context.Context, sc epochs.Scope, u *unit, w *heldW
 		u.queue(ctx, p, fk, s.idsKey(sc), iv)
 		exec = p.Do(ctx, "exec")
 		p.Do(ctx, "watch", fk)
-		f = p.HMGet(ctx, fk, "e", "m", "n", "iv", "sp")
+		f = watchedFields(ctx, p, fk)
 		return nil
 	})
 	if err != nil && !isRedisErr(err) {

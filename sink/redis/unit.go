@@ -125,6 +125,14 @@ func (u *unit) check(f []any) (reply []any, iv int64, err error) {
 	return nil, iv, nil
 }
 
+// watchedFields queues, on p, the HMGET of the fence fields that a
+// watched or held apply checks (unit.check): holder epoch and member,
+// NextOffset, IDs version and spans. The watched and the held paths read
+// the same fields through it.
+func watchedFields(ctx context.Context, p goredis.Pipeliner, fk string) *goredis.SliceCmd {
+	return p.HMGet(ctx, fk, "e", "m", "n", "iv", "sp")
+}
+
 // applyWatched runs a watchable unit: WATCH on the fence and HMGET of its
 // holder, NextOffset, IDs version and done spans in one round trip; the
 // apply script's checks on them (check); then, if they pass, the script's
@@ -151,7 +159,7 @@ func (s *Sink) applyWatched(ctx context.Context, op string, sc epochs.Scope, u *
 		var f *goredis.SliceCmd
 		if _, err := tx.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			p.Do(ctx, "watch", fk)
-			f = p.HMGet(ctx, fk, "e", "m", "n", "iv", "sp")
+			f = watchedFields(ctx, p, fk)
 			return nil
 		}); err != nil {
 			return err
