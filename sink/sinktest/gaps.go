@@ -29,6 +29,7 @@ func (c *suite[Tx]) gapTests(prefix string) []namedTest {
 		{prefix + "GapsReplayBatch", c.testGapsReplay},
 		{prefix + "GapsClaimAfterCrash", c.testGapsClaimAfterCrash},
 		{prefix + "GapsZombieLaneFenced", c.testGapsZombieLane},
+		{prefix + "GapsClaimDuringLaneEffect", c.testGapsClaimDuringLaneEffect},
 		{prefix + "GapsConcurrentLanes", c.testGapsConcurrentLanes},
 		{prefix + "GapsApplyRacingClaim", c.testGapsApplyRacingClaim},
 		{prefix + "GapsPlainCallsOnGappedScope", c.testGapsPlainCalls},
@@ -295,6 +296,47 @@ func (c *suite[Tx]) testGapsZombieLane(t *testing.T) {
 	c.mustNoGapKeys(t, s, 0, 3)
 	_, err = g.DeadLetterGapped(t.Context(), a, 0, poison(0))
 	mustFenced(t, err, sink.OpDeadLetter, b, a)
+	mustCheckpoint(t, g, b, cp(0, 1, 2))
+}
+
+// testGapsClaimDuringLaneEffect: a lane whose tenure is superseded while
+// its effects run (it read the fence as the holder, then the new owner's
+// ClaimGapped landed) is fenced at its end and writes nothing: neither
+// its effects nor its offsets. This is the zombie lane in flight: its
+// early read saw the old holder, so only the check in the lane's write
+// can catch it (or, in a backend that learns of the claim through the
+// same sink, that knowledge: Redis refuses it before its script runs).
+func (c *suite[Tx]) testGapsClaimDuringLaneEffect(t *testing.T) {
+	if c.h.WritesSerialized {
+		t.Skip("sinktest: Harness.WritesSerialized: a claim cannot land while a lane runs its effect, so this race cannot happen")
+	}
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	scope := scopeFor(t)
+	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
+	claimGapped(t, g, a)
+	c.applyGapped(t, g, a, plain(1))
+	offs := []int64{0, 3}
+	put := c.gapEffect(t, offs)
+	var (
+		raced   bool
+		claimed sink.Checkpoint
+	)
+	_, err := g.ApplyGapped(t.Context(), a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
+		if !raced {
+			raced = true
+			claimed = claimGapped(t, g, b)
+		}
+		return put(ctx, tx, i)
+	})
+	if !raced {
+		t.Fatal("the lane never ran its effect: the race did not happen")
+	}
+	if !sameCheckpoint(claimed, cp(0, 1, 2)) {
+		t.Fatalf("ClaimGapped by %s during the lane's effect = %+v, want %+v", b, claimed, cp(0, 1, 2))
+	}
+	mustFenced(t, err, sink.OpApply, b, a)
+	c.mustNoGapKeys(t, s, offs...)
 	mustCheckpoint(t, g, b, cp(0, 1, 2))
 }
 
