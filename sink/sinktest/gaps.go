@@ -279,16 +279,25 @@ func (c *suite[Tx]) testGapsClaimAfterCrash(t *testing.T) {
 	mustCheckpoint(t, g, b, cp(11))
 }
 
-// testGapsZombieLane: a lane of the old tenure that applies after the new
-// owner's ClaimGapped is fenced and writes nothing, and the checkpoint
-// does not move.
-func (c *suite[Tx]) testGapsZombieLane(t *testing.T) {
+// zombieSetup opens a sink whose scope a holds (epoch 1) with offset 1
+// applied by a lane, and returns it with the token b (epoch 2) of the
+// tenure that supersedes a: the start of the zombie-lane tests.
+func (c *suite[Tx]) zombieSetup(t *testing.T) (sink.Sink[Tx], sink.GapApplier[Tx], epochs.Token, epochs.Token) {
+	t.Helper()
 	s := c.h.Open(t)
 	g := c.gaps(t, s)
 	scope := scopeFor(t)
 	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
 	claimGapped(t, g, a)
 	c.applyGapped(t, g, a, plain(1))
+	return s, g, a, b
+}
+
+// testGapsZombieLane: a lane of the old tenure that applies after the new
+// owner's ClaimGapped is fenced and writes nothing, and the checkpoint
+// does not move.
+func (c *suite[Tx]) testGapsZombieLane(t *testing.T) {
+	s, g, a, b := c.zombieSetup(t)
 	claimGapped(t, g, b)
 	_, err := g.ApplyGapped(t.Context(), a, plain(0, 3), failIfRun[Tx](t))
 	mustFenced(t, err, sink.OpApply, b, a)
@@ -310,12 +319,7 @@ func (c *suite[Tx]) testGapsClaimDuringLaneEffect(t *testing.T) {
 	if c.h.WritesSerialized {
 		t.Skip("sinktest: Harness.WritesSerialized: a claim cannot land while a lane runs its effect, so this race cannot happen")
 	}
-	s := c.h.Open(t)
-	g := c.gaps(t, s)
-	scope := scopeFor(t)
-	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
-	claimGapped(t, g, a)
-	c.applyGapped(t, g, a, plain(1))
+	s, g, a, b := c.zombieSetup(t)
 	offs := []int64{0, 3}
 	put := c.gapEffect(t, offs)
 	var (
