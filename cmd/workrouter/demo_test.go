@@ -108,12 +108,9 @@ func TestWorkerCommand(t *testing.T) {
 	}
 
 	// The ops endpoints show live values.
-	m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(w.stderr.String())
-	if m == nil {
-		t.Fatalf("no ops address logged:\n%s", w.stderr)
-	}
+	addr := opsAddr(t, w.stderr)
 	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + m[1] + path)
+		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,11 +301,8 @@ func TestWorkerCommandKeyConcurrency(t *testing.T) {
 	if rep.Duplicates != 0 || rep.OrderViolations != 0 || len(rep.Mismatches) != 0 {
 		t.Fatalf("ledger report %+v", rep)
 	}
-	m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(w.stderr.String())
-	if m == nil {
-		t.Fatalf("no ops address logged:\n%s", w.stderr)
-	}
-	resp, err := http.Get("http://" + m[1] + "/metrics")
+	addr := opsAddr(t, w.stderr)
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

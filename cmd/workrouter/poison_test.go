@@ -427,6 +427,17 @@ func readyz(addr string) int {
 	return resp.StatusCode
 }
 
+// opsAddr returns the address of the ops endpoints that a process logged
+// on stderr (--metrics-addr 127.0.0.1:0), failing t if it logged none.
+func opsAddr(t *testing.T, stderr fmt.Stringer) string {
+	t.Helper()
+	m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no ops address logged:\n%s", stderr)
+	}
+	return m[1]
+}
+
 // metric returns the text of the worker's /metrics.
 func metric(addr string) string {
 	resp, err := http.Get("http://" + addr + "/metrics")

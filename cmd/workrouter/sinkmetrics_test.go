@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"regexp"
 	"strings"
 	"syscall"
@@ -65,20 +63,11 @@ func TestWorkerServesSinkMetrics(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(w.stderr.String())
-			if m == nil {
-				t.Fatalf("no ops address logged:\n%s", w.stderr)
-			}
+			addr := opsAddr(t, w.stderr)
 			var body string
 			applied := fmt.Sprintf(`workrouter_sink_records_total{backend=%q,outcome="applied"} 20`, tc.name)
 			waitUntil(t, "20 records applied on /metrics", func() bool {
-				resp, err := http.Get("http://" + m[1] + "/metrics")
-				if err != nil {
-					return false
-				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(resp.Body)
-				body = string(b)
+				body = metric(addr)
 				return strings.Contains(body, applied)
 			})
 			for _, want := range tc.want {
