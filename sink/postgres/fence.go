@@ -387,21 +387,29 @@ func (s *Sink) applyOnView(ctx context.Context, tok epochs.Token, offsets []int6
 // stores it now; nil if tok holds it or the read fails (the caller keeps
 // its own error).
 func (s *Sink) fencedSinceView(ctx context.Context, tok epochs.Token) error {
-	var (
-		epoch  int32
-		member string
-	)
-	err := s.pool.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, new(int64), new(int64), new(bool))
+	stored, err := s.readHolder(ctx, tok)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return s.fenced(tok, epochs.Token{})
 	case err != nil:
 		return nil
 	}
-	if stored := holderToken(tok.Scope(), epoch, member); !tok.Holds(stored) {
+	if !tok.Holds(stored) {
 		return s.fenced(tok, stored)
 	}
 	return nil
+}
+
+// readHolder reads the holder that tok's fence row stores, with a plain
+// read on a pooled connection; pgx.ErrNoRows (and the zero epoch and
+// member's token) if the scope has no row.
+func (s *Sink) readHolder(ctx context.Context, tok epochs.Token) (epochs.Token, error) {
+	var (
+		epoch  int32
+		member string
+	)
+	err := s.pool.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, new(int64), new(int64), new(bool))
+	return holderToken(tok.Scope(), epoch, member), err
 }
 
 // runEffects runs effect for the records of offsets from index first on

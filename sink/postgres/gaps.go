@@ -361,15 +361,11 @@ func (s *Sink) setGapped(ctx context.Context, op string, tok epochs.Token) error
 		return wrap(ctx, op+": mark gapped", err)
 	}
 	if tag.RowsAffected() != 1 {
-		var (
-			epoch  int32
-			member string
-		)
-		err := s.pool.QueryRow(ctx, s.q.fenceRead, tok.Group, tok.Topic, tok.Partition).Scan(&epoch, &member, new(int64), new(int64), new(bool))
+		stored, err := s.readHolder(ctx, tok)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return wrap(ctx, op+": read fence", err)
 		}
-		return s.fenced(tok, holderToken(tok.Scope(), epoch, member))
+		return s.fenced(tok, stored)
 	}
 	return nil
 }
