@@ -233,7 +233,8 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		if err := s.check(ctx, op); err != nil {
 			return sink.ApplyOnceResult{}, err
 		}
-		res, retry, err := s.applyAttempt(ctx, tok, offsets, ids, effect)
+		gen := s.views.gen(tok.Scope()) // before the attempt begins (view.go)
+		res, retry, err := s.applyAttempt(ctx, tok, offsets, ids, effect, gen)
 		if err != nil {
 			s.views.drop(tok.Scope()) // the next attempt reads the fence
 		}
@@ -253,10 +254,10 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 // COMMIT in one pipeline. A checked advance that matches no row raises,
 // so the server skips the COMMIT queued behind it; only then does a third
 // pipeline (ROLLBACK and the fence read) learn the stored holder.
-func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (res sink.ApplyOnceResult, retry bool, err error) {
+func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx], gen uint64) (res sink.ApplyOnceResult, retry bool, err error) {
 	op := "apply " + tok.String()
 	if v, ok := s.views.get(tok); ok {
-		if res, retry, err, used := s.applyOnView(ctx, tok, offsets, ids, effect, v); used {
+		if res, retry, err, used := s.applyOnView(ctx, tok, offsets, ids, effect, v, gen); used {
 			return res, retry, err
 		}
 	}
@@ -333,7 +334,7 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 	if err != nil {
 		return res, retry, err
 	}
-	return s.commitBatch(ctx, conn, false, tok, offsets, ids, first, dup, dups, next, idsVersion)
+	return s.commitBatch(ctx, conn, false, tok, offsets, ids, first, dup, dups, next, idsVersion, gen)
 }
 
 // applyOnView is an attempt of Apply (and ApplyOnce) on tok's view
@@ -342,7 +343,7 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 // none. used is false, with nothing done, when the batch needs the early
 // read: a replay (nothing to write, so nothing would check the holder),
 // or IDs the cache does not hold at the view's version.
-func (s *Sink) applyOnView(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx], v view) (res sink.ApplyOnceResult, retry bool, err error, used bool) {
+func (s *Sink) applyOnView(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx], v view, gen uint64) (res sink.ApplyOnceResult, retry bool, err error, used bool) {
 	op := "apply " + tok.String()
 	first, _ := slices.BinarySearch(offsets, v.next)
 	if first == len(offsets) {
@@ -378,7 +379,7 @@ func (s *Sink) applyOnView(ctx context.Context, tok epochs.Token, offsets []int6
 	if err != nil {
 		return res, retryable(err) && ctx.Err() == nil, wrap(ctx, op+": acquire", err), true
 	}
-	res, retry, err = s.commitBatch(ctx, conn, begin, tok, offsets, ids, first, dup, dups, v.next, v.idsVersion)
+	res, retry, err = s.commitBatch(ctx, conn, begin, tok, offsets, ids, first, dup, dups, v.next, v.idsVersion, gen)
 	return res, retry, err, true
 }
 
@@ -438,9 +439,10 @@ func (s *Sink) runEffects(ctx context.Context, op string, tx pgx.Tx, offsets []i
 // on conn (or, with begin, in none yet: BEGIN leads the pipeline) on the
 // fence as read or viewed (next, idsVersion): the authoritative check,
 // ApplyOnce's row of IDs and prune, and COMMIT in one round trip. On
-// success it records the view the commit left.
+// success it records the view the commit left, unless the scope's view
+// was dropped since gen (view.go).
 func (s *Sink) commitBatch(ctx context.Context, conn *pgx.Conn, begin bool, tok epochs.Token, offsets []int64, ids []string,
-	first int, dup []bool, dups []int, next, idsVersion int64) (res sink.ApplyOnceResult, retry bool, err error) {
+	first int, dup []bool, dups []int, next, idsVersion int64, gen uint64) (res sink.ApplyOnceResult, retry bool, err error) {
 	op := "apply " + tok.String()
 	// The authoritative check: advance NextOffset only if tok still holds
 	// the scope, no other Apply moved NextOffset meanwhile and the scope
@@ -506,7 +508,10 @@ func (s *Sink) commitBatch(ctx context.Context, conn *pgx.Conn, begin bool, tok 
 		s.ids.Committed(tok.Scope(), idsVersion, applied, prune, horizon)
 		idsVersion++
 	}
-	s.views.set(view{tok: tok, next: newNext, idsVersion: idsVersion})
+	if s.afterCommit != nil {
+		s.afterCommit() // tests: a claim racing the reply
+	}
+	s.views.set(view{tok: tok, next: newNext, idsVersion: idsVersion}, gen)
 	return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Applied: len(offsets) - first - len(dups), Skipped: first, NextOffset: newNext},
 		Duplicates: dups}, false, nil
 }

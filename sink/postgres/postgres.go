@@ -176,8 +176,11 @@ type Sink struct {
 	ids      cmdids.Cache
 	views    views     // the fence each tenure's last apply left (view.go)
 	gaps     *gapState // the lanes' state and metrics (gaps.go)
-	closed   atomic.Bool
-	close    sync.Once
+	// afterCommit, if set (tests only), runs after an apply's COMMIT
+	// answered and before its view is recorded.
+	afterCommit func()
+	closed      atomic.Bool
+	close       sync.Once
 }
 
 // Open connects to the database described by cfg, checks that it is

@@ -28,7 +28,13 @@ import (
 //
 // A view is dropped on every path that may leave it stale through this
 // Sink: a claim, a reset, a dead letter, a lane's apply (which makes the
-// scope gapped) and every apply that did not commit.
+// scope gapped) and every apply that did not commit. A drop also moves
+// the scope's generation, and an apply records its view only if the
+// generation it read before it began is still the scope's: an apply that
+// committed just before a racing claim through this Sink must not record
+// its view after that claim dropped the scope's (the superseded tenure's
+// next batch would then run its effects before the checked advance
+// refused it, instead of being refused before any effect runs).
 
 // view is the fence row as tok's last committed apply left it.
 type view struct {
@@ -39,8 +45,17 @@ type view struct {
 
 // views is a Sink's views, per scope. The zero value is ready.
 type views struct {
-	mu sync.Mutex
-	m  map[epochs.Scope]view
+	mu   sync.Mutex
+	m    map[epochs.Scope]view
+	gens map[epochs.Scope]uint64 // moved by every drop
+}
+
+// gen returns sc's generation, to be given to set by an apply that reads
+// it before it begins.
+func (v *views) gen(sc epochs.Scope) uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.gens[sc]
 }
 
 // get returns tok's view, if this Sink holds one.
@@ -51,19 +66,28 @@ func (v *views) get(tok epochs.Token) (view, bool) {
 	return w, ok && w.tok == tok
 }
 
-// set records w as its scope's view.
-func (v *views) set(w view) {
+// set records w as its scope's view if the scope's generation is still
+// gen (no drop since the apply began), and reports whether it did.
+func (v *views) set(w view, gen uint64) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.gens[w.tok.Scope()] != gen {
+		return false
+	}
 	if v.m == nil {
 		v.m = map[epochs.Scope]view{}
 	}
 	v.m[w.tok.Scope()] = w
+	return true
 }
 
-// drop forgets sc's view.
+// drop forgets sc's view and moves its generation.
 func (v *views) drop(sc epochs.Scope) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.m, sc)
+	if v.gens == nil {
+		v.gens = map[epochs.Scope]uint64{}
+	}
+	v.gens[sc]++
 }

@@ -154,3 +154,41 @@ func TestViewEffectFailsAfterFence(t *testing.T) {
 		t.Fatalf("the refusal carries the effect's error: %v", err)
 	}
 }
+
+// A claim through this Sink that lands between an apply's COMMIT and the
+// moment that apply records its view: the view must not be recorded (the
+// claim's drop came first), so the superseded tenure's next batch is
+// refused on the early read before any effect runs. The conformance
+// suite's ApplyRacingClaimAllOrNothing hits this window now and then;
+// here the hook holds it open.
+func TestViewNotRecordedAfterRacingClaim(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	s := openSink(t, schema, nil)
+	old, newer := tokenOf(testScope(t), 1, "old"), tokenOf(testScope(t), 2, "new")
+	mustClaim(t, s, old)
+	claimed := false
+	s.afterCommit = func() {
+		if !claimed {
+			claimed = true
+			mustClaim(t, s, newer)
+		}
+	}
+	mustApplyOffsets(t, s, old, "k", "old", 0)
+	s.afterCommit = nil
+	if !claimed {
+		t.Fatal("the hook did not run: no claim raced the apply")
+	}
+	if _, ok := s.views.get(old); ok {
+		t.Fatal("the apply recorded its view after the racing claim dropped the scope's")
+	}
+	var ran []int64
+	_, err := s.Apply(t.Context(), old, []int64{1}, putOffsets([]int64{1}, "k", "zombie", &ran))
+	var fe *sink.FencedError
+	if !errors.As(err, &fe) || fe.Stored != newer || fe.Offered != old {
+		t.Fatalf("Apply of the superseded tenure = %v, want a FencedError naming %s", err, newer)
+	}
+	if len(ran) != 0 {
+		t.Fatalf("the superseded tenure's effect ran for %v; want it refused before any effect", ran)
+	}
+}
