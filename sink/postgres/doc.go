@@ -48,11 +48,11 @@
 //   - <prefix>_command_ids: the command IDs [Sink.ApplyOnce] applied
 //     within [Config.DedupeWindow], by scope, with their offsets.
 //   - <prefix>_done: the done spans above a gapped scope's watermark
-//     ([Sink.ApplyGapped]), one row per span a lane recorded, keyed by
-//     (scope, to_off).
-//   - <prefix>_schema: the schema version (5).
+//     ([Sink.ApplyGapped]), one row per lane batch (its spans encoded in
+//     one column), keyed by (scope, the end of its last span).
+//   - <prefix>_schema: the schema version (6).
 //
-// Open migrates a schema of version 1 to 4 in place. An existing table of
+// Open migrates a schema of version 1 to 5 in place. An existing table of
 // the same name with other columns, or another schema version, makes Open
 // fail with [ErrSchema] and create nothing.
 //

@@ -1,10 +1,12 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,9 +21,10 @@ import (
 
 // The checkpoint with gaps (sink.GapApplier, docs/postgres.md#gaps).
 //
-// A scope's done spans above its watermark are rows of <prefix>_done
-// (from_off, to_off), and the fence row's gapped flag says that the scope
-// may have some. The lanes of a tenure (ApplyGapped) never update the
+// A scope's done spans above its watermark are in rows of <prefix>_done,
+// one row per lane batch (from the start of its first span to the end of
+// its last, with all its spans encoded when it has several: spans.go),
+// and the fence row's gapped flag says that the scope may have some. The lanes of a tenure (ApplyGapped) never update the
 // fence row: each lane reads the fence and the spans its batch overlaps
 // (a plain read, no lock, on a connection that goes back to the pool
 // before the effects run), runs its effects in a transaction that begins
@@ -65,35 +68,33 @@ type gapQueries struct {
 func newGapQueries(schema, prefix string, q queries) gapQueries {
 	g := gapQueries{done: pgx.Identifier{schema, prefix + "_done"}.Sanitize()}
 	// A lane's first read, one statement (one snapshot): the fence and
-	// the spans that may overlap [$4, $5), the batch's range — those
-	// ending in (from, to], and the first one ending above it.
+	// the rows whose spans may overlap [$4, $5), the batch's range (the
+	// rows of the scope above the watermark are the batches since its
+	// last compaction: a few per lane).
 	g.laneRead = fmt.Sprintf(`SELECT f.epoch, f.member, f.next_offset, f.ids_version, f.gapped, f.topic_id,
-		coalesce(s.froms, '{}'), coalesce(s.tos, '{}')
+		coalesce(s.froms, '{}'), coalesce(s.tos, '{}'), coalesce(s.spans, '{}')
 		FROM %[1]s f LEFT JOIN LATERAL (
-			SELECT array_agg(u.from_off ORDER BY u.to_off) AS froms, array_agg(u.to_off ORDER BY u.to_off) AS tos FROM (
-				(SELECT from_off, to_off FROM %[2]s WHERE grp = $1 AND topic = $2 AND part = $3 AND to_off > $4 AND to_off <= $5)
-				UNION ALL
-				(SELECT from_off, to_off FROM %[2]s WHERE grp = $1 AND topic = $2 AND part = $3 AND to_off > $5 ORDER BY to_off LIMIT 1)
-			) u
+			SELECT array_agg(from_off) AS froms, array_agg(to_off) AS tos, array_agg(spans) AS spans
+			FROM %[2]s WHERE grp = $1 AND topic = $2 AND part = $3 AND to_off > $4 AND from_off < $5
 		) s ON true
 		WHERE f.grp = $1 AND f.topic = $2 AND f.part = $3`, q.fences, g.done)
 	// A lane's check and write, one statement: the fence row FOR SHARE,
-	// the spans inserted only if tok holds it and the watermark is not
-	// above the lane's first span ($9); unless all $10 spans were
-	// inserted it raises (fenceCheckMarker), so that the COMMIT
-	// pipelined behind it does not run.
+	// the batch's row [$6, $7) (dups $8, spans $9) inserted only if tok
+	// holds it and the watermark is not above the row's first span;
+	// unless it was inserted it raises (fenceCheckMarker), so that the
+	// COMMIT pipelined behind it does not run.
 	g.laneCommit = fmt.Sprintf(`WITH f AS (
 			SELECT epoch, member, next_offset FROM %[1]s WHERE grp = $1 AND topic = $2 AND part = $3 FOR SHARE
 		), ins AS (
-			INSERT INTO %[2]s (grp, topic, part, from_off, to_off, dups)
-			SELECT $1, $2, $3, u.a, u.b, u.d FROM f, unnest($6::bigint[], $7::bigint[], $8::bigint[]) AS u(a, b, d)
-			WHERE f.epoch = $4 AND f.member = $5 AND f.next_offset <= $9
+			INSERT INTO %[2]s (grp, topic, part, from_off, to_off, dups, spans)
+			SELECT $1, $2, $3, $6, $7, $8, $9::bytea FROM f
+			WHERE f.epoch = $4 AND f.member = $5 AND f.next_offset <= $6
 			RETURNING 1
 		)
-		SELECT (CASE WHEN count(*) = $10 THEN '1' ELSE '`+fenceCheckMarker+`' END)::int FROM ins`, q.fences, g.done)
+		SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE '`+fenceCheckMarker+`' END)::int FROM ins`, q.fences, g.done)
 	g.setGapped = fmt.Sprintf(`UPDATE %s SET gapped = true WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5`, q.fences)
-	g.spans = fmt.Sprintf(`SELECT from_off, to_off, dups FROM %s WHERE grp = $1 AND topic = $2 AND part = $3 ORDER BY to_off`, g.done)
-	g.spansList = fmt.Sprintf(`SELECT grp, topic, part, from_off, to_off, dups FROM %s ORDER BY grp, topic, part, to_off`, g.done)
+	g.spans = fmt.Sprintf(`SELECT from_off, to_off, dups, spans FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, g.done)
+	g.spansList = fmt.Sprintf(`SELECT grp, topic, part, from_off, to_off, dups, spans FROM %s ORDER BY grp, topic, part`, g.done)
 	// Storing a checkpoint under the fence row's lock: the watermark $4,
 	// the rows below it (or all, $5) deleted and their duplicates
 	// folded in, the gapped flag $6, the IDs version moved by $7.
@@ -207,25 +208,38 @@ func (g *gapState) count(outcome string) {
 
 // readCheckpoint reads scope's done spans in tx and returns the
 // checkpoint they make above the fence row's next_offset next (merged,
-// the watermark raised over those that touch it, rows below it ignored),
-// how many rows there are, and the duplicates they count.
+// the watermark raised over those that touch it, spans below it
+// ignored), how many rows there are, and the duplicates they count.
 func (s *Sink) readCheckpoint(ctx context.Context, tx pgx.Tx, scope epochs.Scope, next int64) (sink.Checkpoint, int, int64, error) {
-	cp := sink.Checkpoint{NextOffset: next}
 	rows, err := tx.Query(ctx, s.q.gap.spans, scope.Group, scope.Topic, scope.Partition)
 	if err != nil {
-		return cp, 0, 0, err
+		return sink.Checkpoint{NextOffset: next}, 0, 0, err
 	}
 	var (
 		from, to, d, dups int64
+		enc               []byte
 		n                 int
+		sps               []sink.Span
 	)
-	_, err = pgx.ForEachRow(rows, []any{&from, &to, &d}, func() error {
-		cp.Add(from, to)
+	_, err = pgx.ForEachRow(rows, []any{&from, &to, &d, &enc}, func() error {
+		var err error
+		sps, err = decodeSpans(sps, from, to, enc)
 		dups += d
 		n++
-		return nil
+		return err
 	})
-	return cp, n, dups, err
+	return checkpointOf(next, sps), n, dups, err
+}
+
+// checkpointOf returns the checkpoint of watermark next and the done
+// spans sps (of any number of rows: sorted here, merged by Add).
+func checkpointOf(next int64, sps []sink.Span) sink.Checkpoint {
+	slices.SortFunc(sps, func(a, b sink.Span) int { return cmp.Compare(a.From, b.From) })
+	cp := sink.Checkpoint{NextOffset: next}
+	for _, sp := range sps {
+		cp.Add(sp.From, sp.To)
+	}
+	return cp
 }
 
 // storeCheckpoint stores, in tx that holds scope's fence row FOR UPDATE,
@@ -399,9 +413,9 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 	htx := &laneTx{pool: s.pool, ctx: ctx}
 	defer htx.release(ctx)
 	var (
-		dups       []int
-		applied    cmdids.Row
-		as, bs, ds []int64 // the spans to insert, and their rows' dups
+		dups    []int
+		applied cmdids.Row
+		sps     []sink.Span // the spans to record
 	)
 	for i := range n {
 		if skip[i] {
@@ -436,17 +450,16 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		}
 		// The parts of the record's span that are not done yet.
 		for _, sp := range undone(&cp, b.From[i], b.Offsets[i]+1) {
-			if k := len(as) - 1; k >= 0 && bs[k] == sp.From {
-				bs[k] = sp.To
+			if k := len(sps) - 1; k >= 0 && sps[k].To == sp.From {
+				sps[k].To = sp.To
 				continue
 			}
-			as, bs, ds = append(as, sp.From), append(bs, sp.To), append(ds, 0)
+			sps = append(sps, sp)
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return sink.ApplyOnceResult{}, laneDone, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	ds[0] = int64(len(dups))
 
 	if htx.err != nil {
 		// The effects could not begin the transaction (and may have
@@ -468,7 +481,8 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		end.Queue("begin")
 		lead = 1
 	}
-	end.Queue(s.q.gap.laneCommit, scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member, as, bs, ds, as[0], int64(len(as)))
+	end.Queue(s.q.gap.laneCommit, scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member,
+		sps[0].From, sps[len(sps)-1].To, int64(len(dups)), encodeSpans(sps))
 	if len(applied.IDs) > 0 {
 		end.Queue(s.q.idInsert, scope.Group, scope.Topic, scope.Partition, applied.Offs[0], applied.Last,
 			cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs))
@@ -507,8 +521,8 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		s.ids.Add(scope, applied)
 		ls.ids.Unlock()
 	}
-	for i := range as {
-		cp.Add(as[i], bs[i])
+	for _, sp := range sps {
+		cp.Add(sp.From, sp.To)
 	}
 	res.Applied, res.Duplicates, res.NextOffset = n-v.skipped-len(dups), dups, cp.NextOffset
 	return res, laneDone, nil
@@ -548,9 +562,10 @@ func (s *Sink) readLane(ctx context.Context, op string, tok epochs.Token, b sink
 		epoch      int32
 		member     string
 		froms, tos []int64
+		encs       [][]byte
 	)
 	err = rc.QueryRow(ctx, s.q.gap.laneRead, scope.Group, scope.Topic, scope.Partition, lo, hi).
-		Scan(&epoch, &member, &v.next, &v.idsVersion, &v.gapped, &v.topicID, &froms, &tos)
+		Scan(&epoch, &member, &v.next, &v.idsVersion, &v.gapped, &v.topicID, &froms, &tos, &encs)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return v, laneDone, s.fenced(tok, epochs.Token{})
@@ -560,10 +575,22 @@ func (s *Sink) readLane(ctx context.Context, op string, tok epochs.Token, b sink
 	if stored := holderToken(scope, epoch, member); !tok.Holds(stored) {
 		return v, laneDone, s.fenced(tok, stored)
 	}
-	v.cp = sink.Checkpoint{NextOffset: v.next}
-	for i := range froms {
-		v.cp.Add(froms[i], tos[i])
+	if len(encs) != len(froms) || len(tos) != len(froms) {
+		return v, laneDone, fmt.Errorf("postgres: %s: read fence: %d, %d and %d values for the done rows", op, len(froms), len(tos), len(encs))
 	}
+	var sps []sink.Span
+	for i := range froms {
+		all, err := decodeSpans(nil, froms[i], tos[i], encs[i])
+		if err != nil {
+			return v, laneDone, fmt.Errorf("postgres: %s: read fence: %w", op, err)
+		}
+		for _, sp := range all {
+			if sp.To > lo && sp.From < hi {
+				sps = append(sps, sp) // only those the batch's range overlaps
+			}
+		}
+	}
+	v.cp = checkpointOf(v.next, sps)
 	v.skip = make([]bool, n)
 	for i, off := range b.Offsets {
 		if v.cp.Contains(off) {
@@ -764,11 +791,15 @@ func (s *Sink) compactOnce(ctx context.Context, tok epochs.Token) (string, error
 	if !tok.Holds(holderToken(scope, epoch, member)) {
 		return compactFenced, nil
 	}
-	cp, rows, _, err := s.readCheckpoint(ctx, tx, scope, next)
+	cp, _, _, err := s.readCheckpoint(ctx, tx, scope, next)
 	if err != nil {
 		return compactError, err
 	}
-	if cp.NextOffset == next && rows == len(cp.Done) {
+	if cp.NextOffset == next {
+		// Nothing to delete: every row ends above the watermark (rows
+		// are inserted above it, and every raise deletes those it
+		// passes). Rows are not rewritten, so their spans stay as the
+		// lanes recorded them.
 		s.gaps.observe(scope, len(cp.Done))
 		return compactNothing, nil
 	}
@@ -1032,26 +1063,24 @@ func (s *Sink) mergeDone(ctx context.Context, tx pgx.Tx, fences []sink.Fence) er
 	var (
 		sc             epochs.Scope
 		from, to, dups int64
-		cps            = make(map[int]*sink.Checkpoint)
+		enc            []byte
+		spans          = make(map[int][]sink.Span)
 	)
-	_, err = pgx.ForEachRow(rows, []any{&sc.Group, &sc.Topic, &sc.Partition, &from, &to, &dups}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&sc.Group, &sc.Topic, &sc.Partition, &from, &to, &dups, &enc}, func() error {
 		k, ok := index[sc]
 		if !ok {
 			return nil // spans are never stored without their fence row
 		}
-		cp := cps[k]
-		if cp == nil {
-			cp = &sink.Checkpoint{NextOffset: fences[k].NextOffset}
-			cps[k] = cp
-		}
-		cp.Add(from, to)
+		var err error
+		spans[k], err = decodeSpans(spans[k], from, to, enc)
 		fences[k].Duplicates += dups
-		return nil
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	for k, cp := range cps {
+	for k, sps := range spans {
+		cp := checkpointOf(fences[k].NextOffset, sps)
 		fences[k].NextOffset, fences[k].Done = cp.NextOffset, cp.Done
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -670,4 +671,96 @@ func TestGapsClaimRacingLanes(t *testing.T) {
 		t.Fatalf("%d lanes refused, want all %d", len(fenced), lanes)
 	}
 	t.Logf("%d batches landed before the claim (watermark %d, %d spans above it), %d lanes refused after", len(landed), got.NextOffset, len(got.Done), len(fenced))
+}
+
+// TestGapsBatchRow: a lane batch whose records are not contiguous is one
+// row of <prefix>_done (schema version 6) holding each of its spans; the
+// offsets between them stay undone for another lane, a replay skips the
+// batch's own, and a claim and Fences read every span back.
+func TestGapsBatchRow(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	s := openSink(t, schema, nil)
+	ctx := t.Context()
+	a := tokenOf(testScope(t), 1, "a")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.ApplyGapped(ctx, a, gapBatch(1, 3, 4, 7), noopEffect); err != nil || res.Applied != 4 {
+		t.Fatalf("lane batch [1 3 4 7] = %+v, %v; want 4 applied", res, err)
+	}
+	if _, _, _, rows := rawFence(t, schema, a.Scope()); rows != 1 {
+		t.Fatalf("done rows after one lane batch = %d, want 1", rows)
+	}
+	// Another lane's records between the batch's spans are not done.
+	var ran []int64
+	offs := []int64{2, 5, 6}
+	if res, err := s.ApplyGapped(ctx, a, gapBatch(offs...), putOffsets(offs, "k", "b", &ran)); err != nil || res.Applied != 3 || res.Skipped != 0 {
+		t.Fatalf("lane batch [2 5 6] = %+v, %v; want 3 applied, none skipped", res, err)
+	}
+	if !slices.Equal(ran, offs) {
+		t.Fatalf("the second lane's effects ran for %v, want %v", ran, offs)
+	}
+	// A replay of the first batch applies nothing.
+	mustNotRun := func(context.Context, pgx.Tx, int) error {
+		t.Error("the replay ran an effect")
+		return nil
+	}
+	if res, err := s.ApplyGapped(ctx, a, gapBatch(1, 3, 4, 7), mustNotRun); err != nil || res.Skipped != 4 || res.Applied != 0 {
+		t.Fatalf("replay of [1 3 4 7] = %+v, %v; want 4 skipped", res, err)
+	}
+	want := []sink.Span{{From: 1, To: 8}}
+	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].NextOffset != 0 || !slices.Equal(fs[0].Done, want) {
+		t.Fatalf("Fences = %+v, %v; want watermark 0 and done %v", fs, err, want)
+	}
+	b := tokenOf(a.Scope(), 2, "b")
+	if cp, err := s.ClaimGapped(ctx, b, sink.Observed{}); err != nil || cp.NextOffset != 0 || !slices.Equal(cp.Done, want) {
+		t.Fatalf("ClaimGapped = %+v, %v; want watermark 0 and done %v", cp, err, want)
+	}
+}
+
+// TestMigrateFromVersion5: Open migrates a version 5 schema (one done
+// row per span) in place; the old rows are read as their one span each,
+// next to the new rows of several spans; a read-only Open refuses to
+// migrate it.
+func TestMigrateFromVersion5(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	ctx := t.Context()
+	s := openSink(t, schema, nil)
+	a := tokenOf(testScope(t), 3, "m-3")
+	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	done := pgx.Identifier{schema, "workrouter_done"}.Sanitize()
+	adminExec(t, "ALTER TABLE "+done+" DROP COLUMN spans")
+	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 5")
+	// Version 5's rows: the spans [2, 3) and [4, 6) a lane recorded.
+	adminExec(t, "INSERT INTO "+done+" (grp, topic, part, from_off, to_off, dups) VALUES ($1, $2, $3, 2, 3, 1), ($1, $2, $3, 4, 6, 0)",
+		a.Group, a.Topic, a.Partition)
+
+	if ro, err := Open(ctx, Config{DSN: schemaDSN(t, schema), Schema: schema, ReadOnly: true}); err == nil {
+		ro.Close()
+		t.Fatal("a read-only open of a version 5 schema succeeded")
+	} else if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "version 5") {
+		t.Fatalf("read-only open of a version 5 schema: %v, want ErrSchema naming version 5", err)
+	}
+	s = openSink(t, schema, nil)
+	var version int32
+	adminQueryRow(t, "SELECT version FROM "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize(), nil, &version)
+	if version != schemaVersion {
+		t.Fatalf("schema version after migration = %d, want %d", version, schemaVersion)
+	}
+	if res, err := s.ApplyGapped(ctx, a, gapBatch(3, 5, 7, 9), noopEffect); err != nil || res.Applied != 3 || res.Skipped != 1 {
+		t.Fatalf("lane batch [3 5 7 9] after migration = %+v, %v; want 1 skipped (5, in an old row), 3 applied", res, err)
+	}
+	want := []sink.Span{{From: 2, To: 6}, {From: 7, To: 8}, {From: 9, To: 10}}
+	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || !slices.Equal(fs[0].Done, want) || fs[0].Duplicates != 1 {
+		t.Fatalf("Fences after migration = %+v, %v; want done %v and the old row's duplicate", fs, err, want)
+	}
+	cp, err := s.ClaimGapped(ctx, tokenOf(a.Scope(), 4, "m-4"), sink.Observed{})
+	if err != nil || cp.NextOffset != 0 || !slices.Equal(cp.Done, want) {
+		t.Fatalf("ClaimGapped after migration = %+v, %v; want done %v", cp, err, want)
+	}
 }

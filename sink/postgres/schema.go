@@ -17,8 +17,9 @@ import (
 // (sink.Deduplicator) and the fences' count of skipped duplicates
 // (sink.Fence.Duplicates); version 5 the done spans of a checkpoint with
 // gaps (sink.GapApplier: the <prefix>_done table and the fences' gapped
-// flag). Open migrates a version 1 to 4 schema in place.
-const schemaVersion = 5
+// flag); version 6 one done row per lane batch (the spans column, see
+// spans.go). Open migrates a version 1 to 5 schema in place.
+const schemaVersion = 6
 
 // column is one expected column of a sink table, its type as PostgreSQL's
 // format_type spells it.
@@ -160,18 +161,20 @@ var tables = []tableSpec{
 		},
 	},
 	{
-		// The done spans [from_off, to_off) above a gapped scope's
-		// watermark (sink.GapApplier, gaps.go): one row per span a lane
-		// recorded, keyed by its end (a lane's reads and the compaction
-		// are ranges of to_off; the key also refuses the same span
-		// recorded twice by two attempts of one batch in flight at once).
-		// dups counts the duplicates of the lane batch that inserted the
-		// row, folded into the fence's duplicates when the row is
-		// compacted.
+		// The done spans above a gapped scope's watermark
+		// (sink.GapApplier, gaps.go): one row per lane batch, its spans
+		// from from_off to to_off (spans: all of them, encoded, when
+		// there are several; NULL for one, spans.go), keyed by its end
+		// (a lane's reads and the compaction are ranges of to_off; the
+		// key also refuses the same batch recorded twice by two
+		// attempts in flight at once). dups counts the duplicates of the
+		// lane batch that inserted the row, folded into the fence's
+		// duplicates when the row is compacted.
 		suffix: "_done",
 		columns: []column{
 			{"grp", "text"}, {"topic", "text"}, {"part", "integer"},
 			{"from_off", "bigint"}, {"to_off", "bigint"}, {"dups", "bigint"},
+			{"spans", "bytea"},
 		},
 		ddl: []string{
 			`CREATE TABLE %[1]s (
@@ -181,6 +184,7 @@ var tables = []tableSpec{
 			from_off bigint NOT NULL,
 			to_off bigint NOT NULL,
 			dups bigint NOT NULL DEFAULT 0,
+			spans bytea,
 			CHECK (from_off < to_off),
 			PRIMARY KEY (grp, topic, part, to_off))`,
 		},
@@ -229,6 +233,16 @@ var oldColumns = map[int32]map[string][]column{
 		"_dead_letters": tables[3].columns,
 		"_dl_audit":     tables[4].columns,
 		"_command_ids":  tables[5].columns,
+	},
+	// Version 6's tables, the done rows without spans (one row per span).
+	5: {
+		"_fences":       tables[0].columns,
+		"_history":      tables[1].columns,
+		"_schema":       tables[2].columns,
+		"_dead_letters": tables[3].columns,
+		"_dl_audit":     tables[4].columns,
+		"_command_ids":  tables[5].columns,
+		"_done":         tables[6].columns[:6],
 	},
 }
 
@@ -322,7 +336,7 @@ func checked(update string) string {
 
 // ensureSchema creates the sink's tables if none exists, or checks that
 // the existing ones are the sink's, of the current version (migrating
-// versions 1 to 4). Everything happens in one
+// versions 1 to 5). Everything happens in one
 // transaction under an advisory lock keyed by schema and prefix, so
 // concurrent Opens serialize and a failure leaves nothing behind.
 func (s *Sink) ensureSchema(ctx context.Context) error {
@@ -373,7 +387,7 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 
 	// An older schema: its tables with their columns, and nothing else
 	// of ours.
-	for _, version := range []int32{1, 2, 3, 4} {
+	for _, version := range []int32{1, 2, 3, 4, 5} {
 		old := len(existing) == len(oldColumns[version])
 		for suffix, cols := range oldColumns[version] {
 			f := existing[s.prefix+suffix]
@@ -436,7 +450,7 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 	return tx.Commit(ctx)
 }
 
-// migrate turns a schema of version from (1 to 4) into the current one,
+// migrate turns a schema of version from (1 to 5) into the current one,
 // in tx, and commits. From version 1: the fence and history rows gain a
 // topic ID (empty: adopted on the next claim that observes one), the
 // fences a proof requirement and the history a detail, and the dead
@@ -450,7 +464,8 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 // (no command applied before had its ID recorded). From versions 1 to 4:
 // the fences gain the gapped flag (false), the history rows their done
 // spans (done, empty), and the done spans table is created, empty (no
-// scope had gaps).
+// scope had gaps). From version 5: the done rows gain the spans column
+// (NULL: each old row is its one span).
 func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 	var versions []int32
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT version FROM %s`, s.q.schema))
@@ -484,9 +499,15 @@ func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 			`ALTER TABLE `+s.q.fences+` ADD COLUMN duplicates bigint NOT NULL DEFAULT 0`)
 		stmts = append(stmts, s.tableDDL(tables[commandIDsTable])...)
 	}
-	stmts = append(stmts, `ALTER TABLE `+s.q.fences+` ADD COLUMN gapped boolean NOT NULL DEFAULT false`,
-		`ALTER TABLE `+s.q.history+` ADD COLUMN done text NOT NULL DEFAULT ''`)
-	stmts = append(stmts, s.tableDDL(tables[doneTable])...)
+	if from <= 4 {
+		stmts = append(stmts, `ALTER TABLE `+s.q.fences+` ADD COLUMN gapped boolean NOT NULL DEFAULT false`,
+			`ALTER TABLE `+s.q.history+` ADD COLUMN done text NOT NULL DEFAULT ''`)
+		stmts = append(stmts, s.tableDDL(tables[doneTable])...)
+	} else {
+		// Version 5's rows are one span each: a NULL spans column says
+		// so.
+		stmts = append(stmts, `ALTER TABLE `+pgx.Identifier{s.schema, s.prefix + tables[doneTable].suffix}.Sanitize()+` ADD COLUMN spans bytea`)
+	}
 	stmts = append(stmts, fmt.Sprintf(`UPDATE %s SET version = %d`, s.q.schema, schemaVersion))
 	for _, stmt := range stmts {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
