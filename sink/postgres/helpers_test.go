@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"sync"
@@ -135,4 +137,25 @@ func getKV(ctx context.Context, s *Sink, k string) (string, bool, error) {
 		return "", false, err
 	}
 	return v, true, nil
+}
+
+// migrated opens schema, whose tables are those of version from: first
+// read-only, which must refuse to migrate it (ErrSchema naming from), then
+// read-write, which must migrate it to schemaVersion. It returns the
+// read-write Sink.
+func migrated(t *testing.T, schema string, from int32) *Sink {
+	t.Helper()
+	if ro, err := Open(t.Context(), Config{DSN: schemaDSN(t, schema), Schema: schema, ReadOnly: true}); err == nil {
+		ro.Close()
+		t.Fatalf("a read-only open of a version %d schema succeeded", from)
+	} else if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), fmt.Sprintf("version %d", from)) || !strings.Contains(err.Error(), "read-only open cannot migrate") {
+		t.Fatalf("read-only open of a version %d schema: %v, want ErrSchema saying it cannot migrate version %d", from, err, from)
+	}
+	s := openSink(t, schema, nil)
+	var version int32
+	adminQueryRow(t, "SELECT version FROM "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize(), nil, &version)
+	if version != schemaVersion {
+		t.Fatalf("schema version after migrating version %d = %d, want %d", from, version, schemaVersion)
+	}
+	return s
 }
