@@ -578,13 +578,12 @@ func (s *Sink) readLane(ctx context.Context, op string, tok epochs.Token, b sink
 	if len(encs) != len(froms) || len(tos) != len(froms) {
 		return v, laneDone, fmt.Errorf("postgres: %s: read fence: %d, %d and %d values for the done rows", op, len(froms), len(tos), len(encs))
 	}
-	var sps []sink.Span
+	var sps, row []sink.Span
 	for i := range froms {
-		all, err := decodeSpans(nil, froms[i], tos[i], encs[i])
-		if err != nil {
+		if row, err = decodeSpans(row[:0], froms[i], tos[i], encs[i]); err != nil {
 			return v, laneDone, fmt.Errorf("postgres: %s: read fence: %w", op, err)
 		}
-		for _, sp := range all {
+		for _, sp := range row {
 			if sp.To > lo && sp.From < hi {
 				sps = append(sps, sp) // only those the batch's range overlaps
 			}

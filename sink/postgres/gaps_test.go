@@ -667,17 +667,11 @@ func TestGapsClaimRacingLanes(t *testing.T) {
 // batch's own, and a claim and Fences read every span back.
 func TestGapsBatchRow(t *testing.T) {
 	t.Parallel()
-	schema := newTestSchema(t)
-	s := openSink(t, schema, nil)
-	ctx := t.Context()
-	a := tokenOf(testScope(t), 1, "a")
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
-		t.Fatal(err)
-	}
+	s, ctx, a := claimedGapped(t)
 	if res, err := s.ApplyGapped(ctx, a, gapBatch(1, 3, 4, 7), noopEffect); err != nil || res.Applied != 4 {
 		t.Fatalf("lane batch [1 3 4 7] = %+v, %v; want 4 applied", res, err)
 	}
-	if _, _, _, rows := rawFence(t, schema, a.Scope()); rows != 1 {
+	if _, _, _, rows := rawFence(t, s.schema, a.Scope()); rows != 1 {
 		t.Fatalf("done rows after one lane batch = %d, want 1", rows)
 	}
 	// Another lane's records between the batch's spans are not done.

@@ -67,18 +67,17 @@ func (v *views) get(tok epochs.Token) (view, bool) {
 }
 
 // set records w as its scope's view if the scope's generation is still
-// gen (no drop since the apply began), and reports whether it did.
-func (v *views) set(w view, gen uint64) bool {
+// gen (no drop since the apply began).
+func (v *views) set(w view, gen uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.gens[w.tok.Scope()] != gen {
-		return false
+		return
 	}
 	if v.m == nil {
 		v.m = map[epochs.Scope]view{}
 	}
 	v.m[w.tok.Scope()] = w
-	return true
 }
 
 // drop forgets sc's view and moves its generation.
