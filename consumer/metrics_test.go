@@ -115,6 +115,11 @@ func TestMetricsZombie(t *testing.T) {
 	if after, _ := series(t, aReg, "workrouter_consumer_fenced_total", fencedApply); after <= before {
 		t.Errorf("a's fenced_total{op=apply} = %v, was %v: the rejection was not counted", after, before)
 	}
+	// The rejection reaches aFenced from inside the sink call; the worker
+	// handles the fenced outcome (and drops the series) after it returns.
+	waitFor(t, 10*time.Second, "a to drop the partition's series after its Apply was fenced", func() bool {
+		return len(heldSeries(t, aReg, aTok.Partition)) == 0
+	})
 	if got := heldSeries(t, aReg, aTok.Partition); len(got) != 0 {
 		t.Errorf("a still exports %v for the partition after its Apply was fenced", got)
 	}
