@@ -46,6 +46,15 @@
 // an in-process lock, so they do not poll SQLite's busy handler. If the busy
 // timeout still expires, the call fails with an error matching [ErrBusy]:
 // a transient failure that the consumer retries, never a fenced outcome.
+// A process paused inside a writing transaction (SIGSTOP, a debugger, a
+// frozen VM) keeps the write lock while it is paused: the fence holds (its
+// batch was checked under that lock, and nobody can write before it
+// commits or dies), but every other writer, the claim of the worker that
+// takes its partitions over included, waits and fails with [ErrBusy]
+// until it resumes or its process ends. On SQLite a pause past the
+// session timeout therefore delays the takeover rather than risking a
+// late write; a sink whose lock is not tied to a process (PostgreSQL,
+// Redis) takes over at once.
 // The file must be on a local file system (WAL needs shared memory; network
 // file systems are not supported by SQLite's WAL mode).
 //

@@ -89,6 +89,14 @@ func W6Process(ctx context.Context, env *Env) (Result, error) {
 		}
 		stopped := time.Now()
 		defer a.Signal(syscall.SIGCONT) //nolint:errcheck // best effort: StopAll resumes it too
+		// The stop reaches a's threads asynchronously: produce only once
+		// all of them have stopped, or a may still fetch the command and
+		// freeze inside its batch's transaction, holding SQLite's write
+		// lock, so that the second worker's claim waits for it (busy)
+		// until a resumes.
+		if err := pollUntil(ctx, 10*time.Second, a.Stopped); err != nil {
+			return fmt.Errorf("%w: the first worker did not stop: %w", ErrTakeover, err)
+		}
 		if err := p.Send(ctx, 1); err != nil {
 			return err
 		}
@@ -100,8 +108,8 @@ func W6Process(ctx context.Context, env *Env) (Result, error) {
 		if err != nil {
 			// What the second worker saw, so that a failure says where the
 			// takeover stopped (never joined, claim refused, stalled).
-			return fmt.Errorf("%w: no write after the pause: %w (the second worker owns %v, its last error: %s; claims %d, stalls %d, fenced %d)",
-				ErrTakeover, err, b.Owned(), b.LastErr(), b.Count(consumer.KindClaimed), b.Count(consumer.KindStalled), b.FencedCount())
+			return fmt.Errorf("%w: no write after the pause: %w (the second worker owns %v, its last error: %s; claims %d, stalls %d %q, fenced %d)",
+				ErrTakeover, err, b.Owned(), b.LastErr(), b.Count(consumer.KindClaimed), b.Count(consumer.KindStalled), stallErrors(b), b.FencedCount())
 		}
 		if !a.Stopped() {
 			return fmt.Errorf("%w: the first worker was not stopped at takeover", ErrTakeover)
@@ -134,4 +142,15 @@ func stableMembers(ctx context.Context, adm *kadm.Client, group string) int {
 		return 0
 	}
 	return len(g.Members)
+}
+
+// stallErrors returns the errors of w's Stalled events, oldest first.
+func stallErrors(w *cluster.Worker) []string {
+	var errs []string
+	for _, r := range w.Records() {
+		if r.Kind == consumer.KindStalled {
+			errs = append(errs, r.Err)
+		}
+	}
+	return errs
 }

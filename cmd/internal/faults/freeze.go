@@ -119,14 +119,30 @@ func (f *Freezer[Tx]) apply(ctx context.Context, tok epochs.Token, offsets []int
 	return c(ctx, effect)
 }
 
-// Stopped reports whether process pid is in the stopped state (SIGSTOP), as
-// Linux's /proc/PID/stat shows it. It returns false if that cannot be read.
+// Stopped reports whether every thread of process pid is in the stopped
+// state (SIGSTOP), as Linux's /proc/PID/task/TID/stat shows it. A group
+// stop reaches the threads asynchronously: kill(2) returns when one of them
+// has been told, and until that one has run, the others keep running (and
+// may, for instance, take in a fetched record and begin its batch), so a
+// caller that needs the process to have stopped polls this, not the
+// signal's return. It returns false if pid has no thread left or one
+// cannot be read.
 func Stopped(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil || len(tasks) == 0 {
 		return false
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && (s[i+2] == 'T' || s[i+2] == 't')
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
+		if err != nil {
+			return false
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i <= 0 || i+2 >= len(s) || (s[i+2] != 'T' && s[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
