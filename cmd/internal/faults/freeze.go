@@ -8,10 +8,10 @@
 package faults
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -128,21 +128,37 @@ func (f *Freezer[Tx]) apply(ctx context.Context, tok epochs.Token, offsets []int
 // signal's return. It returns false if pid has no thread left or one
 // cannot be read.
 func Stopped(pid int) bool {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task"
-	tasks, err := os.ReadDir(dir)
-	if err != nil || len(tasks) == 0 {
+	states, ok := threadStates(pid)
+	if !ok || len(states) == 0 {
 		return false
 	}
-	for _, t := range tasks {
-		b, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
-		if err != nil {
-			return false
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i <= 0 || i+2 >= len(s) || (s[i+2] != 'T' && s[i+2] != 't') {
+	for _, st := range states {
+		if st != 'T' && st != 't' {
 			return false
 		}
 	}
 	return true
+}
+
+// threadStates returns the state letter of every thread of process pid
+// (/proc/PID/task/TID/stat), or false if one cannot be read.
+func threadStates(pid int) ([]byte, bool) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, false
+	}
+	states := make([]byte, 0, len(tasks))
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
+		if err != nil {
+			return nil, false
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i <= 0 || i+2 >= len(b) {
+			return nil, false
+		}
+		states = append(states, b[i+2])
+	}
+	return states, true
 }

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -55,35 +54,21 @@ func TestStopped(t *testing.T) {
 			}
 		}
 	}
-	threads := func() []string {
-		ents, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
-		var states []string
-		for _, e := range ents {
-			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + e.Name() + "/stat")
-			if err != nil {
-				continue
-			}
-			s := string(b)
-			for i := len(s) - 1; i >= 0; i-- {
-				if s[i] == ')' && i+2 < len(s) {
-					states = append(states, s[i+2:i+3])
-					break
-				}
-			}
-		}
-		return states
+	threads := func() string {
+		states, _ := threadStates(pid)
+		return string(states)
 	}
 	waitFor("the child to run several threads", func() bool { return len(threads()) >= 3 })
 	if Stopped(pid) {
-		t.Fatalf("Stopped is true for a running process (threads %v)", threads())
+		t.Fatalf("Stopped is true for a running process (threads %q)", threads())
 	}
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("Stopped after SIGSTOP", func() bool { return Stopped(pid) })
 	for _, st := range threads() {
-		if st != "T" && st != "t" {
-			t.Fatalf("Stopped is true while a thread is in state %s (threads %v)", st, threads())
+		if st != 'T' && st != 't' {
+			t.Fatalf("Stopped is true while a thread is in state %c (threads %q)", st, threads())
 		}
 	}
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
