@@ -124,13 +124,17 @@ sink wrapped to offer Apply only: W2-sqlite/W2n-sqlite and W2-pg/W2n-pg at
 batch 256, W2-sqlite-b1/W2n-sqlite-b1 and W2-pg-b1/W2n-pg-b1 at batch 1
 (4,000 and 3,000 records: one commit per record). The PostgreSQL fence alone
 is W2n-pg against B3-pg at batch 256, W2n-pg-b1 against B3-pg-b1 at batch 1
-and W2n-pg-b16 against B3-pg-b16 at batch 16 (32,000 records).
+and W2n-pg-b16 against B3-pg-b16 at batch 16 (32,000 records). W2u-pg is
+W2n-pg's worker and handler with the fence taken out (a diagnostic sink
+with no fence row and no checkpoint, not one to run): it splits the batch-256
+ratio into the worker's plumbing (W2u-pg/B3-pg) and the fence inside the
+worker (W2n-pg/W2u-pg).
 
 Every throughput workload and baseline (all but W5, W5-sqlite and W6)
 runs 5 times (3 with --quick; --repeats sets it). The runs of a workload and its baselines alternate, so that
 warm-up, leftover garbage and background load favour neither side:
 B1,W1,B2,B1,W1,B2,… then W3,W7,W7-pg,… B3-sqlite,W2-sqlite,W2n-sqlite,…
-W2-sqlite-b1,W2n-sqlite-b1,… B3-pg,W2-pg,W2n-pg,… B3-pg-b1,W2-pg-b1,W2n-pg-b1,…
+W2-sqlite-b1,W2n-sqlite-b1,… B3-pg,W2-pg,W2n-pg,W2u-pg,… B3-pg-b1,W2-pg-b1,W2n-pg-b1,…
 B3-pg-b16,W2n-pg-b16,… B3-redis,W2-redis,… B4,W4,B4,W4,… B5,W8,B5,W8,…
 (--only runs just the selected ones, interleaved the same way). Each of these
 groups starts with one unreported warm-up run of its first member (the first
@@ -156,7 +160,8 @@ unfenced), dedupe_on_vs_off_pg >= 0.90 and dedupe_on_vs_off_sqlite >= 0.90
 fence_vs_unfenced_pg_b16 >= 0.90 and fence_vs_unfenced_pg_b256 >= 0.95
 (deduplication off: the same writes); keys_vs_serial >= 8 (W7/W3) and
 keys_vs_serial_pg >= 4 (W7-pg/W3); dedupe_on_vs_off_pg_b1 and
-dedupe_on_vs_off_sqlite_b1 (batch 1) are reported without a target. Two
+dedupe_on_vs_off_sqlite_b1 (batch 1), worker_vs_raw_pg (W2u-pg/B3-pg) and
+fence_in_worker_pg (W2n-pg/W2u-pg) are reported without a target. Two
 latency targets take the median over W9's runs of each run's percentile:
 send_p50 < 1ms and send_p99 < 5ms. The last line gives the median ratios
 and latencies:
@@ -164,7 +169,8 @@ and latencies:
   bench: router_vs_raw=<W1/B1> fenced_vs_unfenced_pg=<W2/B3> fenced_vs_unfenced_sqlite=<W2/B3>
     dedupe_on_vs_off_pg=<W2/W2n> dedupe_on_vs_off_sqlite=<W2/W2n> dedupe_on_vs_off_pg_b1=<W2/W2n>
     dedupe_on_vs_off_sqlite_b1=<W2/W2n> fence_vs_unfenced_pg_b1=<W2n/B3> fence_vs_unfenced_pg_b16=<W2n/B3>
-    fence_vs_unfenced_pg_b256=<W2n/B3> produce_vs_raw=<W4/B4> produce_file_vs_kcat=<W8/B5>
+    fence_vs_unfenced_pg_b256=<W2n/B3> worker_vs_raw_pg=<W2u/B3> fence_in_worker_pg=<W2n/W2u>
+    produce_vs_raw=<W4/B4> produce_file_vs_kcat=<W8/B5>
     router_vs_sarama=<W1/B2> fenced_vs_unfenced_redis=<W2/B3>
     keys_vs_serial=<W7/W3> keys_vs_serial_pg=<W7-pg/W3>
     send_p50=<W9 ms> send_p99=<W9 ms>

@@ -31,7 +31,7 @@ func (e Entry) runs() int { return max(e.Repeats, 1) }
 // test -bench does). The workloads and baselines of a ratio are a group
 // whose runs Run interleaves, round by round: B1,W1,B2,B1,W1,B2,…, then
 // B3-sqlite,W2-sqlite,W2n-sqlite,…, W2-sqlite-b1,W2n-sqlite-b1,…,
-// B3-pg,W2-pg,W2n-pg,…, B3-pg-b1,W2-pg-b1,W2n-pg-b1,…,
+// B3-pg,W2-pg,W2n-pg,W2u-pg,…, B3-pg-b1,W2-pg-b1,W2n-pg-b1,…,
 // B3-pg-b16,W2n-pg-b16,…, W3,W7,W7-pg,… and B4,W4,B4,W4,…, so that
 // warm-up, garbage left by the previous run and background load favour
 // neither side of a ratio. W1 is in one group with both of its baselines,
@@ -78,6 +78,7 @@ func All(repeats int) []Entry {
 		m("B3-pg", B3Postgres, "pg"),
 		m("W2-pg", W2Postgres, "pg"),
 		m("W2n-pg", w2Postgres(w2Variants[1]), "pg"),
+		m("W2u-pg", W2uPostgres, "pg"),
 		m("B3-pg-b1", b3Postgres("B3-pg-b1", 1, PostgresBatch1Records), "pg-b1"),
 		m("W2-pg-b1", w2Postgres(w2Variants[2]), "pg-b1"),
 		m("W2n-pg-b1", w2Postgres(w2Variants[3]), "pg-b1"),

@@ -80,6 +80,7 @@ func TestExtraProcessAll(t *testing.T) {
 		{"W2PostgresB1", w2Postgres(w2Variants[2]), true},
 		{"W2nPostgresB1", w2Postgres(w2Variants[3]), true},
 		{"W2nPostgresB16", w2Postgres(w2Variants[4]), true},
+		{"W2uPostgres", W2uPostgres, true},
 		{"B3PostgresB1", b3Postgres("B3-pg-b1", 1, PostgresBatch1Records), true},
 		{"B3PostgresB16", b3Postgres("B3-pg-b16", 16, PostgresBatch16Records), true},
 		{"B3Postgres", B3Postgres, true},
@@ -117,6 +118,13 @@ func TestExtraProcessAll(t *testing.T) {
 			}
 			// A W2 row deduplicates (recording a row of IDs per
 			// batch) exactly when its ID says so; W2n never does.
+			// W2u-pg leaves no fence row: it runs without the fence.
+			if r.ID == "W2u-pg" {
+				if r.Extra != "fence_rows=0" {
+					t.Fatalf("%s: extra %q, want fence_rows=0", r.ID, r.Extra)
+				}
+				return
+			}
 			if strings.HasPrefix(r.ID, "W2") {
 				rowsN, err := strconv.Atoi(strings.TrimPrefix(r.Extra, "id_rows="))
 				if on := !strings.HasPrefix(r.ID, "W2n"); err != nil || on != (rowsN > 0) {

@@ -94,8 +94,12 @@ func (r Ratio) Verdict(quick bool) string {
 // IDs, so fenced_vs_unfenced_* is fenced with deduplication on against
 // unfenced; dedupe_on_vs_off_* is the same workload with deduplication on
 // against off (W2n-*), at batch 256 and, without a target, at batch 1.
-// fence_vs_unfenced_pg_b* is the fence alone on PostgreSQL (deduplication
-// off: the same writes as the baseline) at MaxBatch 1, 16 and 256.
+// fence_vs_unfenced_pg_b* is the fence on PostgreSQL (deduplication off:
+// the same writes as the baseline), the worker's against the raw
+// consumer's, at MaxBatch 1, 16 and 256. Without targets,
+// worker_vs_raw_pg and fence_in_worker_pg split the batch-256 one in two
+// through W2u-pg, the same worker without a fence: its plumbing against
+// the raw consumer, and the fence inside the same worker.
 var ratioDefs = []Ratio{
 	{Name: "router_vs_raw", Num: "W1", Den: "B1", Target: 0.90},
 	{Name: "fenced_vs_unfenced_pg", Num: "W2-pg", Den: "B3-pg", Target: 0.90},
@@ -107,6 +111,8 @@ var ratioDefs = []Ratio{
 	{Name: "fence_vs_unfenced_pg_b1", Num: "W2n-pg-b1", Den: "B3-pg-b1", Target: 0.90},
 	{Name: "fence_vs_unfenced_pg_b16", Num: "W2n-pg-b16", Den: "B3-pg-b16", Target: 0.90},
 	{Name: "fence_vs_unfenced_pg_b256", Num: "W2n-pg", Den: "B3-pg", Target: 0.95},
+	{Name: "worker_vs_raw_pg", Num: "W2u-pg", Den: "B3-pg"},
+	{Name: "fence_in_worker_pg", Num: "W2n-pg", Den: "W2u-pg"},
 	{Name: "produce_vs_raw", Num: "W4", Den: "B4", Target: 0.95},
 	{Name: "produce_file_vs_kcat", Num: "W8", Den: "B5", Target: 0.5},
 	{Name: "router_vs_sarama", Num: "W1", Den: "B2", Target: 2.0},
@@ -163,7 +169,7 @@ func Ratios(rows []Row) []Ratio {
 // FinalLine is the report's last line, each ratio the median one, then
 // each latency target's median:
 //
-//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> produce_vs_raw=<r> produce_file_vs_kcat=<r> router_vs_sarama=<r> fenced_vs_unfenced_redis=<r> keys_vs_serial=<r> keys_vs_serial_pg=<r> send_p50=<ms> send_p99=<ms>
+//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> fence_vs_unfenced_pg_b1=<r> fence_vs_unfenced_pg_b16=<r> fence_vs_unfenced_pg_b256=<r> worker_vs_raw_pg=<r> fence_in_worker_pg=<r> produce_vs_raw=<r> produce_file_vs_kcat=<r> router_vs_sarama=<r> fenced_vs_unfenced_redis=<r> keys_vs_serial=<r> keys_vs_serial_pg=<r> send_p50=<ms> send_p99=<ms>
 func FinalLine(ratios []Ratio, lats ...Latency) string {
 	var b strings.Builder
 	b.WriteString("bench:")

@@ -75,7 +75,7 @@ func TestRunInterleaves(t *testing.T) {
 			"W3!,W3,W7,W7-pg,W3,W7,W7-pg,W3,W7,W7-pg," +
 			"B3-sqlite!,B3-sqlite,W2-sqlite,W2n-sqlite,B3-sqlite,W2-sqlite,W2n-sqlite,B3-sqlite,W2-sqlite,W2n-sqlite," +
 			"W2-sqlite-b1!,W2-sqlite-b1,W2n-sqlite-b1,W2-sqlite-b1,W2n-sqlite-b1,W2-sqlite-b1,W2n-sqlite-b1," +
-			"B3-pg!,B3-pg,W2-pg,W2n-pg,B3-pg,W2-pg,W2n-pg,B3-pg,W2-pg,W2n-pg," +
+			"B3-pg!,B3-pg,W2-pg,W2n-pg,W2u-pg,B3-pg,W2-pg,W2n-pg,W2u-pg,B3-pg,W2-pg,W2n-pg,W2u-pg," +
 			"B3-pg-b1!,B3-pg-b1,W2-pg-b1,W2n-pg-b1,B3-pg-b1,W2-pg-b1,W2n-pg-b1,B3-pg-b1,W2-pg-b1,W2n-pg-b1," +
 			"B3-pg-b16!,B3-pg-b16,W2n-pg-b16,B3-pg-b16,W2n-pg-b16,B3-pg-b16,W2n-pg-b16," +
 			"B3-redis!,B3-redis,W2-redis,B3-redis,W2-redis,B3-redis,W2-redis," +

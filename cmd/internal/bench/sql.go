@@ -461,6 +461,64 @@ func w2Postgres(v w2Variant) Workload {
 	}
 }
 
+// unfencedPostgres is a sink without a fence, for W2u-pg only: Claim
+// stores nothing and starts every scope at obs.LogStart; Apply runs the
+// batch's effects in one transaction through internal/unfenced (the
+// transaction of B3-pg), with no fence row, no holder check and no
+// checkpoint. It is what the worker costs on its own: W2u-pg against
+// B3-pg is the worker's plumbing (fetch queue, decode, tenure goroutine,
+// Kafka commits), W2n-pg against W2u-pg the fence inside the same worker.
+// It is not a sink anyone should run: a paused worker's late batch lands,
+// and a restart applies the log again from its start.
+type unfencedPostgres struct{ kv *pgKV }
+
+// Claim returns obs.LogStart.
+func (u unfencedPostgres) Claim(_ context.Context, _ epochs.Token, obs sink.Observed) (int64, error) {
+	return obs.LogStart, nil
+}
+
+// Apply runs effect for every record of offsets in one transaction.
+func (u unfencedPostgres) Apply(ctx context.Context, _ epochs.Token, offsets []int64, effect sink.Effect[pgx.Tx]) (sink.ApplyResult, error) {
+	if err := unfenced.Postgres(ctx, u.kv.s.Pool(), len(offsets), effect); err != nil {
+		return sink.ApplyResult{}, err
+	}
+	return sink.ApplyResult{Applied: len(offsets), NextOffset: offsets[len(offsets)-1] + 1}, nil
+}
+
+// W2uPostgres is W2n-pg's workload with the fence taken out: the same
+// worker (MaxBatch 256) and handler, applying through unfencedPostgres on
+// the same kind of pool, over at most PostgresMaxRecords records. It
+// splits fence_vs_unfenced_pg_b256 in two: worker_vs_raw_pg (W2u-pg /
+// B3-pg) and fence_in_worker_pg (W2n-pg / W2u-pg). It is skipped when
+// env.PostgresDSN is empty or unreachable.
+func W2uPostgres(ctx context.Context, env *Env) (Result, error) {
+	const id = "W2u-pg"
+	n, note := capRecords(env, PostgresMaxRecords)
+	name := "worker, upsert per command, PostgreSQL without a fence (diagnostic), batch 256" + note
+	kv, skip, err := openPostgresKV(ctx, env)
+	if skip != "" || err != nil {
+		return Result{ID: id, Name: name, Skipped: skip}, err
+	}
+	defer kv.close()
+	h := func(ctx context.Context, tx pgx.Tx, cmd consumer.Command) error {
+		_, err := tx.Exec(ctx, kv.upsert, cmd.Key, kvValue(cmd.Payload, cmd.Offset))
+		return err
+	}
+	var got int
+	r, err := Measure(id, name, n, func() error {
+		var err error
+		got, err = runWorker(ctx, env, consumer.Config[pgx.Tx]{Sink: unfencedPostgres{kv}, Handlers: handlersFor([]string{CommandType}, h)}, n)
+		return err
+	})
+	r.Records = got
+	if err == nil {
+		var fences int64
+		err = kv.s.Pool().QueryRow(ctx, `SELECT count(*) FROM `+kv.schema+`.workrouter_fences`).Scan(&fences) // the default Prefix
+		r.Extra = fmt.Sprintf("fence_rows=%d", fences)
+	}
+	return r, err
+}
+
 // B3Postgres is the baseline of W2Postgres: the same upserts through
 // internal/unfenced on the sink's pool (no fence row, no offset update), one
 // transaction per fetched partition batch of at most 256 records, from a raw
