@@ -56,13 +56,7 @@ func W2Redis(ctx context.Context, env *Env) (Result, error) {
 		tx.Set(string(cmd.Key), string(kvValue(cmd.Payload, cmd.Offset)))
 		return nil
 	}
-	var got int
-	r, err := Measure(id, name, n, func() error {
-		var err error
-		got, err = runWorker(ctx, env, consumer.Config[*redis.Tx]{Sink: s, Handlers: handlersFor([]string{CommandType}, h)}, n)
-		return err
-	})
-	r.Records = got
+	r, err := measureWorker(ctx, env, id, name, consumer.Config[*redis.Tx]{Sink: s, Handlers: handlersFor([]string{CommandType}, h)}, n)
 	if err == nil {
 		ids, cerr := redisIDCount(ctx, s)
 		r.Extra, err = fmt.Sprintf("id_rows=%d", ids), cerr
