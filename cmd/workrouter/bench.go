@@ -141,6 +141,10 @@ groups starts with one unreported warm-up run of its first member (the first
 produce run of a process is often slow). B0 and W9 run their repeats back to back;
 W5, W5-sqlite and W6 run once.
 
+A consuming row's clock runs from its consumer's start (group join included)
+to its n-th applied record; the worker's graceful Close comes after it (a
+raw consumer stops by cancelling, a few milliseconds that stay on its clock).
+
 The table gives each row's median records/s over its runs and their min–max,
 with CPU per record and peak RSS; a run that failed or was skipped is counted
 and named in its row. Each target line gives the median ratio
