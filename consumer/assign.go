@@ -12,7 +12,9 @@ import (
 // (docs/design.md#token): the group epoch at this moment and this member's
 // ID. A partition kept across a rebalance keeps its tenure, and so its
 // token, even though the group's epoch moved on (hazard 2). It runs on the
-// group's goroutine, before adjustOffsets claims the partitions.
+// group's goroutine, before adjustOffsets claims the partitions; kgo calls
+// it after every join or reassignment, even with nothing new, and it
+// records the member ID it ran under for Ready.
 func (w *Worker[Tx]) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	<-w.ready
 	member, epoch := cl.GroupMetadata()
@@ -34,4 +36,9 @@ func (w *Worker[Tx]) onAssigned(_ context.Context, cl *kgo.Client, assigned map[
 		w.assigned.Add(1)
 		w.obs.emit(Assigned{Token: tok})
 	}
+	// kgo calls onAssigned at the end of every join, even when nothing new
+	// is assigned: from here on, this member knows its partitions (Ready).
+	w.mu.Lock()
+	w.synced = member
+	w.mu.Unlock()
 }

@@ -68,6 +68,10 @@ type Worker[Tx any] struct {
 
 	mu      sync.Mutex
 	tenures map[int32]*tenure[Tx]
+	// synced is the member ID the last assignment (onAssigned) ran under:
+	// a member whose ID differs has joined but not yet received its
+	// partitions, so it is not Ready.
+	synced string
 
 	commitMu  sync.Mutex // serializes the committer with final commits on revoke
 	pendMu    sync.Mutex
@@ -321,19 +325,25 @@ func (w *Worker[Tx]) Owned() []epochs.Token {
 func (w *Worker[Tx]) Member() (string, int32) { return w.cl.GroupMetadata() }
 
 // Ready reports whether the Worker serves its share of the group: it has
-// joined the group (it has a member ID), it has not stopped, and every
-// partition assigned to it is claimed in the sink and not fenced. A member
-// assigned no partition is ready once joined. Use it for a readiness probe;
-// it is cheap.
+// joined the group and received its assignment under its current member
+// ID, it has not stopped, and every partition assigned to it is claimed in
+// the sink and not fenced. A member assigned no partition is ready once
+// its (empty) assignment has arrived; a member that has joined but not yet
+// been told its partitions is not. Use it for a readiness probe; it is
+// cheap. Any goroutine may call it.
 func (w *Worker[Tx]) Ready() bool {
 	if w.ctx.Err() != nil {
 		return false
 	}
-	if member, gen := w.cl.GroupMetadata(); member == "" || gen < 0 {
+	member, gen := w.cl.GroupMetadata()
+	if member == "" || gen < 0 {
 		return false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.synced != member {
+		return false
+	}
 	for _, t := range w.tenures {
 		if !t.started.Load() || t.fenced.Load() {
 			return false
