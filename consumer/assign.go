@@ -36,8 +36,6 @@ func (w *Worker[Tx]) onAssigned(_ context.Context, cl *kgo.Client, assigned map[
 		w.assigned.Add(1)
 		w.obs.emit(Assigned{Token: tok})
 	}
-	// kgo calls onAssigned at the end of every join, even when nothing new
-	// is assigned: from here on, this member knows its partitions (Ready).
 	w.mu.Lock()
 	w.synced = member
 	w.mu.Unlock()

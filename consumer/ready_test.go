@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,12 +40,8 @@ func TestNotReadyBeforeTheAssignment(t *testing.T) {
 				c.kf.SleepControl(func() { <-release })
 				return nil, nil, false // the broker answers it as usual
 			})
-			released := false
-			defer func() {
-				if !released {
-					close(release)
-				}
-			}()
+			releaseOnce := sync.OnceFunc(func() { close(release) })
+			defer releaseOnce()
 			w := startWorker(t, c, memory.New(), workerOpts{name: "w", protocol: tc.protocol})
 			select {
 			case <-held:
@@ -66,8 +63,7 @@ func TestNotReadyBeforeTheAssignment(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			released = true
-			close(release)
+			releaseOnce()
 			waitFor(t, 30*time.Second, "the worker to be ready with both partitions", func() bool {
 				return w.Ready() && len(w.Owned()) == 2
 			})
