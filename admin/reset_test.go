@@ -237,11 +237,13 @@ func TestRecreatedTopic(t *testing.T) {
 	if res.After.NextOffset != 0 || res.After.TopicID != r.Log.TopicID {
 		t.Fatalf("after the restart at earliest: %+v", res.After)
 	}
-	if _, err := e.s.Claim(e.ctx, next, e.observe()); !errors.Is(err, sink.ErrProofRequired) {
-		t.Fatalf("an unproven claim after the reset: %v, want ErrProofRequired", err)
+	_, err = e.s.Claim(e.ctx, next, e.observe())
+	var pe *sink.ProofRequiredError
+	if !errors.As(err, &pe) {
+		t.Fatalf("an unproven claim after the reset: %v, want a *sink.ProofRequiredError", err)
 	}
 	obs := e.observe()
-	obs.MemberProven = true
+	obs.Proof = &sink.Proof{Version: pe.Version}
 	if n, err := e.s.Claim(e.ctx, next, obs); err != nil || n != 0 {
 		t.Fatalf("a proven claim after the reset: %d, %v", n, err)
 	}

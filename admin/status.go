@@ -121,12 +121,10 @@ type StatusFence struct {
 	// TopicID is the log NextOffset refers to (Kafka's topic ID); empty
 	// before the first claim that saw one.
 	TopicID string `json:"topic_id"`
-	// ProofRequired: the fence was reset and the next claim must prove
-	// its membership.
+	// ProofRequired: the fence was reset at least once, and every claim
+	// (but the holder's own re-claim) must prove its membership, for good
+	// (sink.Fence.ProofRequired).
 	ProofRequired bool `json:"proof_required,omitempty"`
-	// ProofBelow: every claim at an epoch below it must prove its
-	// membership, for good (a reset cleared epoch ProofBelow-1).
-	ProofBelow int64 `json:"proof_below,omitempty"`
 	// Duplicates counts the records the sink skipped in the partition's
 	// scope because their command ID was applied already
 	// (sink.Fence.Duplicates): commands that entered the log twice.
@@ -323,7 +321,7 @@ func addSinkFences(ctx context.Context, cl *kgo.Client, rep *StatusReport, l sin
 		}
 		f := r.Fence
 		sf := &StatusFence{HolderMember: f.Holder.Member, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: f.ProofRequired,
-			ProofBelow: f.ProofBelow, Duplicates: f.Duplicates}
+			Duplicates: f.Duplicates}
 		if !f.Holder.IsZero() {
 			e := f.Holder.Epoch
 			sf.HolderEpoch = &e
@@ -344,7 +342,7 @@ func addSinkFences(ctx context.Context, cl *kgo.Client, rep *StatusReport, l sin
 		if len(r.Problems) > 0 && p.State == "running" {
 			p.State = "blocked" // its owner's claims are refused: see the problems
 		}
-		if f.ProofRequired {
+		if f.ProofRequired && f.Holder.IsZero() {
 			p.Problems = append(p.Problems, StatusProblem{Kind: "reset_pending",
 				Detail: "the fence was reset; the next claim must prove its membership (a running worker claims again within its reclaim interval)"})
 		}

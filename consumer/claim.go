@@ -164,7 +164,10 @@ func (w *Worker[Tx]) observePartition(ctx context.Context, p int32) (sink.Observ
 // first, if not nil, is the first attempt's observation of the log.
 func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Observed) (int64, error) {
 	backoff := w.cfg.RetryBackoff
-	proven, truncatedRetries := false, 0
+	truncatedRetries, quickProofs := 0, 0
+	// proof is the proof of membership this claim offers, made after
+	// the sink named the fence version it is checked against.
+	var proof *sink.Proof
 	for {
 		if !w.current(t) {
 			return 0, errTenureGone
@@ -191,7 +194,7 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 			if obs.TopicID != "" {
 				t.topicID = obs.TopicID
 			}
-			obs.MemberProven = proven
+			obs.Proof = proof
 			if w.gaps != nil {
 				var cp sink.Checkpoint
 				cp, err = w.gaps.ClaimGapped(ctx, t.tok, obs)
@@ -215,7 +218,10 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 			t.progressed()
 			return next, nil
 		}
-		var lc *sink.LogChangedError
+		var (
+			lc *sink.LogChangedError
+			pe *sink.ProofRequiredError
+		)
 		switch {
 		case errors.Is(err, sink.ErrFenced):
 			err = w.diagnose(ctx, err)
@@ -227,13 +233,23 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 			t.markFenced()
 			w.obs.emit(Fenced{Token: t.tok, Op: sink.OpClaim, Err: err})
 			return 0, err
-		case errors.Is(err, sink.ErrProofRequired) && !proven:
+		case errors.As(err, &pe) && (proof == nil || proof.Version != pe.Version):
+			// The fence was reset (or it moved since our last proof):
+			// prove against the version the sink names now. A proof
+			// is evidence about the moment it was made, so the sink
+			// takes it only if nothing was claimed or reset since.
 			if perr := w.proveMembership(ctx, t); perr != nil {
 				err = fmt.Errorf("%w; proving the membership failed: %w", err, perr)
+				proof = nil
 				break
 			}
-			proven = true
-			continue
+			proof = &sink.Proof{Version: pe.Version}
+			if quickProofs < 3 {
+				quickProofs++
+				continue
+			}
+			// The fence keeps moving under our proofs (other claims
+			// racing): claim again after the backoff.
 		case errors.As(err, &lc):
 			// A checkpoint past the end may be a race with the previous
 			// owner, which applied records produced after our look at

@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,12 +91,84 @@ func TestProofAfterTheEpochMoved(t *testing.T) {
 				t.Fatalf("history %+v, %v", hs, err)
 			}
 			last, before := hs[len(hs)-1], hs[len(hs)-2]
-			if before.Kind != sink.HistoryReset || last.Kind != sink.HistoryClaim || last.Token != kept {
-				t.Fatalf("the history ends with %+v then %+v: want the reset, then a's claim with its own token %v", before, last, kept)
+			if before.Kind != sink.HistoryReset || last.Kind != sink.HistoryClaim || last.Token != kept || !last.Proven {
+				t.Fatalf("the history ends with %+v then %+v: want the reset, then a's proven claim with its own token %v", before, last, kept)
 			}
 			if _, epoch := a.Member(); epoch <= kept.Epoch {
 				t.Fatalf("a's epoch %d did not stay past the token's %d: the proof was not made under a moved epoch", epoch, kept.Epoch)
 			}
 		})
 	}
+}
+
+// staleProofSink is a memory sink that, once, resets the fence again
+// between a worker's proof and its proven claim: the proof the claim
+// carries was made at a version the fence has moved past.
+type staleProofSink struct {
+	*memory.Sink
+	moved atomic.Bool
+}
+
+func (s *staleProofSink) Unwrap() sink.Sink[*memory.Tx] { return s.Sink }
+
+func (s *staleProofSink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
+	if obs.Proof != nil && s.moved.CompareAndSwap(false, true) {
+		fs, err := s.Fences(ctx)
+		if err != nil {
+			return 0, err
+		}
+		for _, f := range fs {
+			if f.Scope == tok.Scope() {
+				if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: f.Scope, Expect: f, Reason: "a second reset between the proof and the claim (test)"}); err != nil {
+					return 0, err
+				}
+			}
+		}
+	}
+	return s.Sink.Claim(ctx, tok, obs)
+}
+
+// TestStaleProofProvesAgain: a worker proves its membership after a
+// reset, and before its proven claim lands the fence moves again (a
+// second reset; in production, another claim). The sink refuses the claim
+// as made on a stale proof (a member that proved, paused and woke in a
+// later incarnation must not pass on it); the worker proves again,
+// against the version the refusal names, and claims: proven, recorded as
+// such, and the partition applies.
+func TestStaleProofProvesAgain(t *testing.T) {
+	t.Parallel()
+	c := newFakeCluster(t, 1)
+	mem := memory.New()
+	s := &staleProofSink{Sink: mem}
+	keys := makeKeys(4)
+	regressAll(t, c, mem, 1)
+	produce(t, c, 1, keys, 0, 1)
+	w := startWorker(t, c, mem, workerOpts{name: "live", reclaimInterval: 100 * time.Millisecond, sink: s})
+	waitFor(t, 60*time.Second, "the worker to be blocked by the regressed epoch", func() bool { return blockedBy(w.Partitions(), 1) })
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	operatorReset(t, cl, mem, c, admin.Checkpoint{Keep: true}, func(r admin.Report) bool { return len(r.Problems) > 0 })
+	waitFor(t, 60*time.Second, "the worker to claim with a fresh proof and apply", func() bool { return appliedCount(mem, keys) == len(keys) })
+	if !s.moved.Load() {
+		t.Fatal("the fence never moved between a proof and its claim: the stale proof was not exercised")
+	}
+	var stale, proven int
+	for _, ev := range mem.Events() {
+		switch {
+		case ev.Kind == memory.Reset && ev.Reason == "a second reset between the proof and the claim (test)":
+			stale++
+		case ev.Kind == memory.Claim && ev.Accepted && stale > 0:
+			if !ev.Proven {
+				t.Fatalf("claim %+v after the second reset was accepted unproven", ev)
+			}
+			proven++
+		}
+	}
+	if stale != 1 || proven == 0 {
+		t.Fatalf("%d second resets, %d proven claims after it: want 1 and at least 1", stale, proven)
+	}
+	checkInvariants(t, mem, keys, 1)
 }

@@ -17,13 +17,15 @@ import (
 // TestPreviousIncarnationBelowTheResetEpoch: the stored holder is at
 // epoch 10, of the group's previous incarnation; the live worker of the
 // new incarnation, at a lower epoch, is blocked until an operator resets
-// the fence; it then claims with a proof and applies. A member of the
-// previous incarnation that never proved anything (at epoch 9: above the
-// live holder's epoch, below the one the reset cleared) claims afterwards.
-// The sink must still ask it for a proof (docs/design.md#admin-reset): the
-// proof requirement outlives the first claim. Its claim is refused, it
-// writes nothing, and the live worker applies every command without ever
-// being fenced.
+// the fence; it then claims with a proof and applies. Members of the
+// previous incarnation that never proved anything claim afterwards: at
+// epoch 9 (above the live holder's epoch, below the one the reset
+// cleared) and at epoch 12 (a partition that moved to another member of
+// that incarnation, which paused before its claim, so the sink never saw
+// its epoch). The sink must still ask each for a proof
+// (docs/design.md#admin-reset): the proof requirement outlives the first
+// claim, at every epoch. Their claims are refused, they write nothing,
+// and the live worker applies every command without ever being fenced.
 func TestPreviousIncarnationBelowTheResetEpoch(t *testing.T) {
 	t.Parallel()
 	c := newFakeCluster(t, 1)
@@ -48,22 +50,27 @@ func TestPreviousIncarnationBelowTheResetEpoch(t *testing.T) {
 		t.Fatalf("the live worker's claim %v (claimed %v): want one below epoch 9", live, ok)
 	}
 
-	// The previous incarnation's member wakes and claims, unproven.
-	zombie := epochs.Token{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 9, Member: "previous-incarnation-2"}
-	if _, err := s.Claim(t.Context(), zombie, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
-		t.Fatalf("an unproven claim at epoch 9 after a reset that cleared epoch 10: %v, want ErrProofRequired", err)
+	// The previous incarnation's members wake and claim, unproven.
+	zombies := []epochs.Token{
+		{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 9, Member: "previous-incarnation-2"},
+		{Group: c.group, Topic: c.topic, Partition: 0, Epoch: 12, Member: "previous-incarnation-3"},
 	}
-	if _, err := s.Apply(t.Context(), zombie, []int64{1}, func(_ context.Context, tx *memory.Tx, _ int) error {
-		tx.Put("zombie", []byte("landed"))
-		return nil
-	}); !errors.Is(err, sink.ErrFenced) {
-		t.Fatalf("the zombie's write: %v, want ErrFenced", err)
+	for _, zombie := range zombies {
+		if _, err := s.Claim(t.Context(), zombie, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
+			t.Fatalf("an unproven claim by %s after a reset that cleared epoch 10: %v, want ErrProofRequired", zombie, err)
+		}
+		if _, err := s.Apply(t.Context(), zombie, []int64{1}, func(_ context.Context, tx *memory.Tx, _ int) error {
+			tx.Put("zombie", []byte("landed"))
+			return nil
+		}); !errors.Is(err, sink.ErrFenced) {
+			t.Fatalf("the write of %s: %v, want ErrFenced", zombie, err)
+		}
 	}
 
 	produce(t, c, 1, keys, 1, 3)
 	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*3 })
 	checkInvariants(t, s, keys, 3)
-	if _, landed := s.Get("zombie"); landed || appliedBy(s, zombie.Member) {
+	if _, landed := s.Get("zombie"); landed || appliedBy(s, zombies[0].Member) || appliedBy(s, zombies[1].Member) {
 		t.Fatal("the previous incarnation's write landed")
 	}
 	if st := w.Stats(); st.FencedApplies != 0 {

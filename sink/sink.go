@@ -57,27 +57,28 @@ type ApplyResult struct {
 type Sink[Tx any] interface {
 	// Claim makes tok the holder of its scope and returns the scope's
 	// NextOffset. obs is what the claimer saw at the broker just before
-	// (docs/design.md#claim). Atomically:
+	// (docs/design.md#claim). Atomically, deciding with
+	// [Fence.CheckClaim] on the stored fence:
 	//
 	//   - if the stored holder has a greater epoch, or the same epoch and
 	//     another member, Claim fails with an error matching ErrFenced (a
 	//     *FencedError) and changes nothing (see epochs.Token.CanClaim);
-	//   - if the stored fence asks a proof of tok (Fence.NeedsProof: no
-	//     claim was accepted since a reset, or tok's epoch is at or below
-	//     the highest epoch a reset of the scope ever cleared, and tok is
-	//     not the stored holder itself) and obs.MemberProven is false, it
-	//     fails with an error matching ErrProofRequired and changes nothing
-	//     (docs/design.md#admin-reset);
+	//   - if the scope's fence was ever reset (Fence.ProofRequired) and tok
+	//     is not the stored holder itself, the claim must come with a proof
+	//     of membership made since the fence was last changed
+	//     (obs.Proof, whose Version is the fence's current Version); else
+	//     it fails with a *ProofRequiredError (matching ErrProofRequired,
+	//     never ErrFenced) that carries the Version to prove against, and
+	//     changes nothing (docs/design.md#admin-reset);
 	//   - if obs.TopicID is set, it checks the log's continuity
 	//     (docs/design.md#log-identity): a stored topic ID other than
 	//     obs.TopicID, a NextOffset above obs.LogEnd, or obs.LogStart above
 	//     NextOffset fail with a *LogChangedError (matching ErrLogChanged,
 	//     never ErrFenced) and change nothing; a scope with no topic ID
 	//     adopts obs.TopicID;
-	//   - otherwise it stores tok, clears Fence.ProofRequired (but never
-	//     Fence.ProofBelow: claims at the previous incarnation's epochs
-	//     need a proof for as long as the sink exists) and records the
-	//     claim in its history.
+	//   - otherwise it stores tok and records the claim in its history
+	//     (HistoryEntry.Proven says whether a current proof came with it),
+	//     which moves the fence's Version.
 	//
 	// A scope never claimed starts at obs.LogStart (0 when unknown).
 	// Re-claiming with the holder's own token is idempotent.
@@ -104,14 +105,25 @@ type Observed struct {
 	// LogStart and LogEnd are the partition's log start offset and high
 	// watermark; they are used only when TopicID is set.
 	LogStart, LogEnd int64
-	// MemberProven reports that the claimer proved, right before, that it
-	// is a current member of the group at its token's epoch (a
-	// generation-checked offset commit the broker accepted for the token's
-	// member and epoch). After a reset, a sink accepts a claim that
-	// Fence.NeedsProof names only with MemberProven: the first claim
-	// after the reset, and every claim, then and later, whose epoch is at
-	// or below the highest epoch a reset of the scope cleared.
-	MemberProven bool
+	// Proof, if not nil, says that the claimer proved, right before, that
+	// it is a current member of the group at its token (a
+	// generation-checked offset commit the broker accepted for the
+	// token's member and epoch: docs/design.md#admin-reset). A scope whose
+	// fence was ever reset accepts a claim only with a current Proof
+	// ([Fence.CheckClaim]).
+	Proof *Proof
+}
+
+// Proof is a claimer's proof of current group membership, offered with a
+// claim ([Observed.Proof]).
+type Proof struct {
+	// Version is the fence version the claimer read before it proved
+	// (Fence.Version, as a *ProofRequiredError reports it). A proof is
+	// evidence about the moment it was made: the sink accepts it only if
+	// no claim and no reset of the scope was accepted since that version,
+	// so a member that proved, paused, and wakes after the group was
+	// recreated and the fence reset cannot pass on its old proof.
+	Version int64
 }
 
 // Fence is the stored state of one scope.
@@ -122,20 +134,20 @@ type Fence struct {
 	// TopicID is the identity of the log NextOffset refers to; empty
 	// before the first claim that observed one.
 	TopicID string
-	// ProofRequired reports that the fence was reset and no claim has been
-	// accepted since: the next claim, at any epoch, must come with a proof
-	// of membership (Observed.MemberProven). The first accepted claim
-	// clears it.
+	// ProofRequired reports that the fence was reset at least once: from
+	// then on, for as long as the sink's storage lasts, every claim but
+	// the stored holder's own re-claim must come with a current proof of
+	// membership (Observed.Proof). A member of the group's previous
+	// incarnation may hold any epoch, above the new incarnation's as well
+	// as below, and only the broker can tell it apart. A reset sets it;
+	// nothing clears it.
 	ProofRequired bool
-	// ProofBelow is the scope's proof floor: a claim whose token epoch is
-	// below ProofBelow must come with a proof of membership, also after
-	// ProofRequired was cleared. It is the highest epoch any reset of the
-	// scope cleared, plus one (so the cleared holder's own epoch, an epoch
-	// of the group's previous incarnation, needs a proof too), or 0 if no
-	// reset ever cleared a holder. A reset only raises it (see
-	// [Fence.AfterReset]); a claim never changes it, so it lasts as long
-	// as the sink's storage.
-	ProofBelow int64
+	// Version moves whenever the sink accepts a claim or a reset of the
+	// scope, and only then (0 before the first); a backend chooses the
+	// numbers (the sequence number of the scope's last history entry, a
+	// counter), so compare versions for equality only. A proof is checked
+	// against it ([Proof.Version]).
+	Version int64
 	// Done are the done spans above NextOffset of a gapped checkpoint
 	// ([GapApplier], docs/design.md#gaps): records applied by lanes that
 	// ran ahead. Empty for a scope without gaps.
@@ -154,39 +166,63 @@ type Fence struct {
 // goroutine.
 func (f Fence) Equal(g Fence) bool {
 	return f.Scope == g.Scope && f.Holder == g.Holder && f.NextOffset == g.NextOffset && f.TopicID == g.TopicID &&
-		f.ProofRequired == g.ProofRequired && f.ProofBelow == g.ProofBelow && f.Duplicates == g.Duplicates &&
+		f.ProofRequired == g.ProofRequired && f.Version == g.Version && f.Duplicates == g.Duplicates &&
 		slices.Equal(f.Done, g.Done)
 }
 
-// NeedsProof reports whether a claim by tok of the scope whose stored fence
-// is f must come with Observed.MemberProven (docs/design.md#admin-reset):
-// when a reset left f.ProofRequired, and whenever tok's epoch is below
-// f.ProofBelow, an epoch that a member of the group's previous incarnation
-// may hold. The stored holder's own re-claim never needs one: a caller
-// with the holder's exact token can already write. Every backend's Claim
-// decides with it, inside its atomic unit. It may be called from any
-// goroutine.
+// CheckClaim decides whether tok may claim the scope whose stored fence
+// is f, offering obs (docs/design.md#claim, docs/design.md#admin-reset):
+// a *FencedError if the stored holder supersedes tok
+// (epochs.Token.CanClaim); a *ProofRequiredError if f.ProofRequired and
+// tok is not the stored holder and obs.Proof is missing or was made at
+// another Version than f's; else nil. Log continuity is decided apart
+// ([CheckLog], [CheckLogGaps]). Every backend's Claim decides with it,
+// inside its atomic unit, on the fence it read there. It may be called
+// from any goroutine.
+func (f Fence) CheckClaim(tok epochs.Token, obs Observed) error {
+	if !tok.CanClaim(f.Holder) {
+		return &FencedError{Op: OpClaim, Stored: f.Holder, Offered: tok}
+	}
+	if !f.NeedsProof(tok) || f.ProvenBy(obs) {
+		return nil
+	}
+	e := &ProofRequiredError{Offered: tok, Version: f.Version}
+	if obs.Proof != nil {
+		e.Stale = true
+		e.ProvenAt = obs.Proof.Version
+	}
+	return e
+}
+
+// NeedsProof reports whether a claim by tok of the scope whose stored
+// fence is f must come with a current proof of membership: whenever f
+// was ever reset (f.ProofRequired), except the stored holder's own
+// re-claim (a caller with the holder's exact token can already write).
+// It may be called from any goroutine.
 func (f Fence) NeedsProof(tok epochs.Token) bool {
 	if !f.Holder.IsZero() && tok.Holds(f.Holder) {
 		return false
 	}
-	return f.ProofRequired || int64(tok.Epoch) < f.ProofBelow
+	return f.ProofRequired
+}
+
+// ProvenBy reports whether obs carries a proof made at f's current
+// Version. It may be called from any goroutine.
+func (f Fence) ProvenBy(obs Observed) bool {
+	return obs.Proof != nil && obs.Proof.Version == f.Version
 }
 
 // AfterReset returns the fence that a reset by req leaves of f, the fence
 // as the reset found it (docs/design.md#admin-reset): no holder, the
 // NextOffset and topic ID req asks for (the stored ones when req leaves
-// them unset), ProofRequired set, and ProofBelow raised past the cleared
-// holder's epoch (kept when f has no holder, never lowered). The done
-// spans of a gapped checkpoint (Fence.Done) stay when req keeps the
-// checkpoint (the same log) and are cleared when it sets a new
-// NextOffset (their offsets were the old log's). Every
-// backend's ResetFence stores it. It may be called from any goroutine.
+// them unset), and ProofRequired set. The done spans of a gapped
+// checkpoint (Fence.Done) stay when req keeps the checkpoint (the same
+// log) and are cleared when it sets a new NextOffset (their offsets were
+// the old log's). Version is f's: the backend that stores the reset
+// moves it. Every backend's ResetFence stores it. It may be called from
+// any goroutine.
 func (f Fence) AfterReset(req ResetRequest) Fence {
-	after := Fence{Scope: f.Scope, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: true, ProofBelow: f.ProofBelow, Duplicates: f.Duplicates}
-	if !f.Holder.IsZero() {
-		after.ProofBelow = max(f.ProofBelow, int64(f.Holder.Epoch)+1)
-	}
+	after := Fence{Scope: f.Scope, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: true, Version: f.Version, Duplicates: f.Duplicates}
 	if req.NextOffset != nil {
 		// A new checkpoint on a new log: the done spans were offsets
 		// of the old one.
@@ -219,11 +255,10 @@ type Resetter interface {
 	// req.Expect (holder, NextOffset and topic ID) and fails with an error
 	// matching ErrResetConflict if it moved; otherwise it clears the
 	// holder, sets NextOffset and the topic ID as req says, requires a
-	// proof of membership from the next claim (Fence.ProofRequired) and,
-	// for good, from every claim at or below the cleared holder's epoch
-	// (Fence.ProofBelow), storing the fence [Fence.AfterReset] returns,
-	// and appends a reset row with req.Reason and req.Detail to the
-	// history.
+	// proof of membership from every later claim (Fence.ProofRequired),
+	// storing the fence [Fence.AfterReset] returns, and appends a reset
+	// row with req.Reason and req.Detail to the history (which moves
+	// Fence.Version).
 	// It returns the fence as it was. An empty Reason fails with
 	// ErrNoReason, an unknown scope with ErrNotFound.
 	ResetFence(ctx context.Context, req ResetRequest) (before Fence, err error)
@@ -296,6 +331,12 @@ type HistoryEntry struct {
 	// Detail is a reset's audited detail (what the operator observed and
 	// what the reset changed); empty for a claim.
 	Detail string
+	// Proven reports, for a claim, that it came with a current proof of
+	// membership (Observed.Proof at the fence's Version). Every claim
+	// after a reset of the scope must have been proven, but the holder's
+	// own re-claim; the invariant checker holds the history to it. False
+	// for a reset.
+	Proven bool
 	// At is when the sink recorded the entry (informational only, never
 	// used for fencing; the backend says whose clock).
 	At time.Time
@@ -307,7 +348,7 @@ type HistoryEntry struct {
 // called from any goroutine.
 func (e HistoryEntry) Equal(g HistoryEntry) bool {
 	return e.Seq == g.Seq && e.Kind == g.Kind && e.Token == g.Token && e.NextOffset == g.NextOffset && e.Reason == g.Reason &&
-		e.TopicID == g.TopicID && e.Detail == g.Detail && e.At.Equal(g.At) && slices.Equal(e.Done, g.Done)
+		e.TopicID == g.TopicID && e.Detail == g.Detail && e.Proven == g.Proven && e.At.Equal(g.At) && slices.Equal(e.Done, g.Done)
 }
 
 // ErrFenced is matched by every error reporting that a write or claim was
@@ -333,11 +374,36 @@ var ErrNoReason = errors.New("sink: an admin operation needs a non-empty reason"
 var ErrResetConflict = errors.New("sink: the fence changed since it was inspected")
 
 // ErrProofRequired is matched by the error Claim returns for a scope whose
-// fence was reset, when the claim comes without a proof of membership
-// (Observed.MemberProven) and the fence asks for one ([Fence.NeedsProof]).
-// It never matches ErrFenced: the claimer should prove its membership to
-// the broker and claim again.
+// fence was reset, when the claim comes without a current proof of
+// membership ([Fence.CheckClaim]): a *ProofRequiredError. It never matches
+// ErrFenced: the claimer should prove its membership to the broker and
+// claim again.
 var ErrProofRequired = errors.New("sink: the fence was reset; the claim needs a proof of current group membership")
+
+// ProofRequiredError reports a claim refused for want of a current proof
+// of membership. It matches ErrProofRequired with errors.Is.
+type ProofRequiredError struct {
+	Offered epochs.Token
+	// Version is the fence's version: a proof made after this error and
+	// offered as Proof{Version: Version} is current, unless another claim
+	// or reset is accepted first.
+	Version int64
+	// Stale reports that the claim came with a proof, made at ProvenAt,
+	// a version the fence has moved past since.
+	Stale    bool
+	ProvenAt int64
+}
+
+// Error describes the refusal.
+func (e *ProofRequiredError) Error() string {
+	if e.Stale {
+		return fmt.Sprintf("%v: claim by %s: its proof was made at fence version %d, the fence is at version %d since", ErrProofRequired, e.Offered, e.ProvenAt, e.Version)
+	}
+	return fmt.Sprintf("%v: claim by %s (fence version %d)", ErrProofRequired, e.Offered, e.Version)
+}
+
+// Is reports whether target is ErrProofRequired.
+func (e *ProofRequiredError) Is(target error) bool { return target == ErrProofRequired }
 
 // Op names the sink operation in a FencedError.
 type Op string

@@ -118,12 +118,9 @@ type fenceJSON struct {
 	// TopicID is the log NextOffset refers to; empty before the first
 	// claim that saw one.
 	TopicID string `json:"topic_id"`
-	// ProofRequired: reset; the next claim must prove its membership.
+	// ProofRequired: the fence was reset at least once; every claim but
+	// the holder's own re-claim must prove its membership, for good.
 	ProofRequired bool `json:"proof_required"`
-	// ProofBelow: every claim at an epoch below it must prove its
-	// membership, for good (a reset cleared epoch ProofBelow-1); 0 if no
-	// reset ever cleared a holder.
-	ProofBelow int64 `json:"proof_below"`
 	// Duplicates counts the records the sink skipped in the scope because
 	// their command ID was applied already (sink.Fence.Duplicates).
 	Duplicates int64 `json:"duplicates_skipped"`
@@ -136,7 +133,7 @@ type fenceJSON struct {
 func toFenceJSON(f sink.Fence) fenceJSON {
 	out := fenceJSON{Group: f.Scope.Group, Topic: f.Scope.Topic, Partition: f.Scope.Partition,
 		HolderMember: f.Holder.Member, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: f.ProofRequired,
-		ProofBelow: f.ProofBelow, Duplicates: f.Duplicates, DoneSpans: sink.FormatSpans(f.Done)}
+		Duplicates: f.Duplicates, DoneSpans: sink.FormatSpans(f.Done)}
 	if !f.Holder.IsZero() {
 		e := f.Holder.Epoch
 		out.HolderEpoch = &e
@@ -145,15 +142,13 @@ func toFenceJSON(f sink.Fence) fenceJSON {
 }
 
 // proofText says which claims on f must prove their membership
-// (sink.Fence.NeedsProof); empty if none.
+// (sink.Fence.ProofRequired); empty if none.
 func proofText(f sink.Fence) string {
 	switch {
-	case f.ProofRequired && f.ProofBelow > 0:
-		return fmt.Sprintf("reset: the next claim must prove its membership, and every claim at epoch %d or below for good", f.ProofBelow-1)
+	case f.ProofRequired && f.Holder.IsZero():
+		return "reset: the next claim must prove its membership, and every claim after it, for good"
 	case f.ProofRequired:
-		return "reset: the next claim must prove its membership"
-	case f.ProofBelow > 0:
-		return fmt.Sprintf("reset earlier: a claim at epoch %d or below must prove its membership", f.ProofBelow-1)
+		return "reset earlier: every claim but the holder's own must prove its membership"
 	}
 	return ""
 }

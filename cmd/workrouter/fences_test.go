@@ -321,10 +321,12 @@ func TestFencesResetKeepCheckpoint(t *testing.T) {
 	}
 	defer s.Close()
 	old := epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 1, Member: "new"}
-	if _, err := s.Claim(context.Background(), old, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
-		t.Fatalf("unproven claim after the reset: %v, want ErrProofRequired", err)
+	_, err = s.Claim(context.Background(), old, sink.Observed{})
+	var pe *sink.ProofRequiredError
+	if !errors.As(err, &pe) {
+		t.Fatalf("unproven claim after the reset: %v, want a *sink.ProofRequiredError", err)
 	}
-	if next, err := s.Claim(context.Background(), old, sink.Observed{MemberProven: true}); err != nil || next != 3 {
+	if next, err := s.Claim(context.Background(), old, sink.Observed{Proof: &sink.Proof{Version: pe.Version}}); err != nil || next != 3 {
 		t.Fatalf("proven claim at epoch 1 after the reset: %d, %v; want 3, nil", next, err)
 	}
 }

@@ -16,8 +16,9 @@
 //     tenure applied those before it (docs/design.md#gaps); every other
 //     offset past its NextOffset, below or above the spans, is its own.
 //     Also: every write carries the token of a claim accepted at or before
-//     its offset, and consecutive claims never go backwards without a
-//     reset in between.
+//     its offset, consecutive claims never go backwards without a reset
+//     in between, and after a reset every claim was proven
+//     (sink.HistoryEntry.Proven), but the holder's own re-claim.
 //   - L: every acknowledged command (not marked poison) was applied.
 //   - O: per key, in application order (Write.Order when the caller knows
 //     it, else offset order), writes were applied in produce order and in
@@ -301,6 +302,10 @@ func Check(in Input) Report {
 	for _, p := range slices.Sorted(maps.Keys(in.History)) {
 		var prev *sink.HistoryEntry
 		var list []claimEra
+		// wasReset: a reset came earlier in the partition's history; from
+		// then on every claim must have been proven, but the holder's own
+		// re-claim (docs/design.md#admin-reset).
+		wasReset := false
 		for _, e := range in.History[p] {
 			switch e.Kind {
 			case sink.HistoryReset:
@@ -313,8 +318,13 @@ func Check(in Input) Report {
 						list[i].endDone = sink.Checkpoint{Done: e.Done}
 					}
 				}
-				prev = nil
+				prev, wasReset = nil, true
 			case sink.HistoryClaim:
+				if wasReset && !e.Proven && (prev == nil || e.Token != prev.Token) {
+					r.F++
+					add(Finding{Invariant: "F", Partition: p, Offset: e.NextOffset, Order: e.Seq,
+						Detail: fmt.Sprintf("partition %d: claim by %s accepted without a proof of membership after a reset", p, e.Token)})
+				}
 				if prev != nil && !e.Token.CanClaim(prev.Token) {
 					r.F++
 					add(Finding{Invariant: "F", Partition: p, Offset: e.NextOffset, Order: e.Seq,

@@ -20,6 +20,13 @@ func claim(t epochs.Token, next int64) sink.HistoryEntry {
 	return sink.HistoryEntry{Kind: sink.HistoryClaim, Token: t, NextOffset: next}
 }
 
+// proven marks a claim as made with a proof of membership, as every claim
+// after a reset must be.
+func proven(e sink.HistoryEntry) sink.HistoryEntry {
+	e.Proven = true
+	return e
+}
+
 func reset(next int64) sink.HistoryEntry {
 	return sink.HistoryEntry{Kind: sink.HistoryReset, NextOffset: next}
 }
@@ -43,7 +50,7 @@ func clean() invariants.Input {
 		},
 		History: map[int32][]sink.HistoryEntry{
 			0: {claim(tok(0, 1, "a"), 0), claim(tok(0, 3, "b"), 2)},
-			1: {claim(tok(1, 5, "a"), 0), reset(1), claim(tok(1, 1, "z"), 1)},
+			1: {claim(tok(1, 5, "a"), 0), reset(1), proven(claim(tok(1, 1, "z"), 1))},
 		},
 		Acked: []invariants.Acked{
 			{ID: "c0", Partition: 0, Offset: 0}, {ID: "c1", Partition: 0, Offset: 1}, {ID: "c2", Partition: 0, Offset: 2},
@@ -61,6 +68,12 @@ func TestCleanRun(t *testing.T) {
 	r := invariants.Check(clean())
 	if r.Total() != 0 {
 		t.Fatalf("a clean run has violations: %+v %v", r.Violations, r.Notes(20))
+	}
+	// The holder's own re-claim after a reset needs no proof.
+	in := clean()
+	in.History[1] = append(in.History[1], claim(tok(1, 1, "z"), 3))
+	if r := invariants.Check(in); r.Total() != 0 {
+		t.Fatalf("an unproven re-claim by the holder after a reset is a violation: %+v %v", r.Violations, r.Notes(20))
 	}
 }
 
@@ -87,6 +100,11 @@ func TestPlantedViolations(t *testing.T) {
 		{"F claim went backwards without a reset", func(in *invariants.Input) {
 			in.History[0] = append(in.History[0], claim(tok(0, 2, "old"), 4))
 		}, invariants.Violations{F: 1}, "without a reset"},
+		{"F claim without a proof after a reset", func(in *invariants.Input) {
+			// A member of the group's previous incarnation at any epoch
+			// (here above the one the reset cleared) came back unproven.
+			in.History[1] = append(in.History[1], claim(tok(1, 7, "old"), 3))
+		}, invariants.Violations{F: 1}, "claim by g/t/1@7(old) accepted without a proof of membership after a reset"},
 		{"L acknowledged, never applied", func(in *invariants.Input) {
 			in.Writes = in.Writes[1:]
 		}, invariants.Violations{L: 1, F: 0}, "c0"},
@@ -170,7 +188,7 @@ func TestResetEraEnds(t *testing.T) {
 	in := invariants.Input{
 		Writes: []invariants.Write{w(0, 0, 9, "a", "x", "", 0), w(0, 1, 2, "late", "y", "", 0)},
 		History: map[int32][]sink.HistoryEntry{
-			0: {claim(tok(0, 9, "a"), 0), claim(tok(0, 10, "b"), 1), reset(5), claim(tok(0, 1, "c"), 5)},
+			0: {claim(tok(0, 9, "a"), 0), claim(tok(0, 10, "b"), 1), reset(5), proven(claim(tok(0, 1, "c"), 5))},
 		},
 	}
 	r := invariants.Check(in)
@@ -216,7 +234,7 @@ func TestNewLog(t *testing.T) {
 		return invariants.Write{Log: log, Partition: 0, Offset: off, Epoch: epoch, Member: member}
 	}
 	in := invariants.Input{
-		History: map[int32][]sink.HistoryEntry{0: {claimOn(tok(0, 9, "a"), 0, "old"), resetOnto(0, "new"), claimOn(tok(0, 1, "b"), 0, "new")}},
+		History: map[int32][]sink.HistoryEntry{0: {claimOn(tok(0, 9, "a"), 0, "old"), resetOnto(0, "new"), proven(claimOn(tok(0, 1, "b"), 0, "new"))}},
 		Writes:  []invariants.Write{wl("old", 0, 9, "a"), wl("old", 1, 9, "a"), wl("new", 0, 1, "b"), wl("new", 1, 1, "b")},
 	}
 	if r := invariants.Check(in); r.Total() != 0 {
@@ -375,7 +393,7 @@ func TestGappedReset(t *testing.T) {
 			w(0, 2, 1, "z", "c2", "k1", 2), w(0, 4, 1, "z", "c4", "k2", 2),
 		},
 		History: map[int32][]sink.HistoryEntry{0: {
-			claim(tok(0, 5, "a"), 0), rs, gappedClaim(tok(0, 1, "z"), 2, sink.Span{From: 3, To: 4}),
+			claim(tok(0, 5, "a"), 0), rs, proven(gappedClaim(tok(0, 1, "z"), 2, sink.Span{From: 3, To: 4})),
 		}},
 	}
 	if r := invariants.Check(in); r.Total() != 0 {

@@ -31,6 +31,7 @@ package memory
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
@@ -137,6 +138,9 @@ type Event struct {
 	TopicID string
 	// Detail is a reset's audited detail.
 	Detail string
+	// Proven reports an accepted Claim that came with a current proof of
+	// membership (sink.HistoryEntry.Proven).
+	Proven bool
 }
 
 // AuditEntry records one admin reset of a scope's fence.
@@ -157,14 +161,13 @@ type fenceState struct {
 	nextOffset    int64
 	topicID       string
 	proofRequired bool
-	proofBelow    int64 // sink.Fence.ProofBelow
 	duplicates    int64 // sink.Fence.Duplicates
 	// done are the done spans above nextOffset (sink.Fence.Done): with
 	// nextOffset, a sink.Checkpoint. Empty for a scope without gaps.
 	done []sink.Span
 	// gen moves with every accepted claim and reset: the checkpoint only
 	// grows between two moves, which the optimistic check of a gapped
-	// apply relies on.
+	// apply relies on. It is the fence's Version.
 	gen uint64
 	// cpVer moves with every change of the checkpoint (nextOffset or
 	// done), for the optimistic check of a plain apply.
@@ -187,7 +190,7 @@ func (st *fenceState) setCheckpoint(c sink.Checkpoint) {
 // fence returns st as the sink.Fence of scope.
 func (st *fenceState) fence(scope epochs.Scope) sink.Fence {
 	return sink.Fence{Scope: scope, Holder: st.holder, NextOffset: st.nextOffset, TopicID: st.topicID,
-		ProofRequired: st.proofRequired, ProofBelow: st.proofBelow, Done: slices.Clone(st.done), Duplicates: st.duplicates}
+		ProofRequired: st.proofRequired, Version: int64(st.gen), Done: slices.Clone(st.done), Duplicates: st.duplicates}
 }
 
 // entry is the committed state of one key. A deleted key keeps its entry
@@ -272,9 +275,9 @@ func (s *Sink) holderOf(scope epochs.Scope) epochs.Token {
 // Claim makes tok the holder of its scope and returns the scope's
 // NextOffset, following [sink.Sink.Claim]: it fails with a
 // *[sink.FencedError] if the stored holder has a greater epoch, or the same
-// epoch and another member, with [sink.ErrProofRequired] without
-// obs.MemberProven when the fence asks a proof of tok
-// ([sink.Fence.NeedsProof]: after a reset), and with a *[sink.LogChangedError] when the log
+// epoch and another member, with a *[sink.ProofRequiredError] without a
+// current obs.Proof when the fence asks a proof of tok
+// ([sink.Fence.CheckClaim]: after a reset), and with a *[sink.LogChangedError] when the log
 // under the checkpoint changed. A refused claim changes nothing; a fenced
 // one is recorded in the history. Claim never waits for a running Apply.
 // It may be called from any goroutine.
@@ -296,16 +299,19 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.scopes[scope]
-	var holder epochs.Token
+	var (
+		holder epochs.Token
+		stored = sink.Fence{Scope: scope}
+	)
 	if st != nil {
-		holder = st.holder
+		holder, stored = st.holder, st.fence(scope)
 	}
-	if !tok.CanClaim(holder) {
-		s.record(Event{Kind: Claim, Scope: scope, Token: tok, Stored: holder})
-		return sink.Checkpoint{}, &sink.FencedError{Op: sink.OpClaim, Stored: holder, Offered: tok}
-	}
-	if st != nil && st.fence(scope).NeedsProof(tok) && !obs.MemberProven {
-		return sink.Checkpoint{}, fmt.Errorf("memory: claim %s: %w", tok, sink.ErrProofRequired)
+	if err := stored.CheckClaim(tok, obs); err != nil {
+		if errors.Is(err, sink.ErrFenced) {
+			s.record(Event{Kind: Claim, Scope: scope, Token: tok, Stored: holder})
+			return sink.Checkpoint{}, err
+		}
+		return sink.Checkpoint{}, fmt.Errorf("memory: claim %s: %w", tok, err)
 	}
 	var (
 		storedTopic string
@@ -325,10 +331,10 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 	if cp.NextOffset != st.nextOffset {
 		st.cpVer++
 	}
-	st.holder, st.nextOffset, st.topicID, st.proofRequired = tok, cp.NextOffset, topic, false
+	st.holder, st.nextOffset, st.topicID = tok, cp.NextOffset, topic
 	st.gen++
 	s.record(Event{Kind: Claim, Scope: scope, Token: tok, Accepted: true, Stored: holder, NextOffset: cp.NextOffset, TopicID: topic,
-		Done: slices.Clone(cp.Done)})
+		Done: slices.Clone(cp.Done), Proven: stored.ProvenBy(obs)})
 	if !gapped {
 		return sink.Checkpoint{NextOffset: cp.NextOffset}, nil
 	}
@@ -682,9 +688,8 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 
 // ResetFence resets a scope's fence following [sink.Resetter]: a
 // compare-and-set on req.Expect that clears the holder, keeps or moves
-// NextOffset and the topic ID, requires a proof of membership from the
-// next claim and from every claim at or below the cleared holder's epoch
-// (it stores [sink.Fence.AfterReset]), and records req.Reason in the audit trail ([Sink.Audit]) and
+// NextOffset and the topic ID, requires a proof of membership from every
+// later claim (it stores [sink.Fence.AfterReset]), and records req.Reason in the audit trail ([Sink.Audit]) and
 // the history. It fails with an error matching [ErrNoReason] for an empty
 // reason, [sink.ErrNotFound] for a scope the sink does not know and
 // [sink.ErrResetConflict] if the fence is not req.Expect. It may be called
@@ -712,7 +717,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
 	}
 	after := before.AfterReset(req)
-	st.holder, st.topicID, st.proofRequired, st.proofBelow = after.Holder, after.TopicID, after.ProofRequired, after.ProofBelow
+	st.holder, st.topicID, st.proofRequired = after.Holder, after.TopicID, after.ProofRequired
 	st.setCheckpoint(sink.Checkpoint{NextOffset: after.NextOffset, Done: after.Done})
 	st.gen++
 	seq := s.record(Event{Kind: Reset, Scope: scope, Accepted: true, Stored: before.Holder, Reason: req.Reason,

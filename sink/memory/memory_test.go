@@ -285,7 +285,7 @@ func TestResetFenceAudit(t *testing.T) {
 		t.Fatalf("last event %+v does not match audit %+v", last, a)
 	}
 	// A lower epoch claims after the reset: not a violation.
-	if _, err := s.Claim(t.Context(), token(1, "new"), sink.Observed{MemberProven: true}); err != nil {
+	if _, err := s.Claim(t.Context(), token(1, "new"), sink.Observed{Proof: &sink.Proof{Version: versionOf(t, s, token(1, "new").Scope())}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Verify(); err != nil {
@@ -414,4 +414,21 @@ func ExampleSink() {
 	// zombie fenced: true
 	// [invoice/0 invoice/1]
 	// verify: <nil> rejected: 1
+}
+
+// versionOf returns the version of scope's fence in s (what a claimer
+// reads before it proves its membership).
+func versionOf(t testing.TB, s *memory.Sink, scope epochs.Scope) int64 {
+	t.Helper()
+	fences, err := s.Fences(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fences {
+		if f.Scope == scope {
+			return f.Version
+		}
+	}
+	t.Fatalf("no fence of %s", scope)
+	return 0
 }

@@ -93,7 +93,7 @@ func verifyEvents(events []Event) []Violation {
 		}
 		switch ev.Kind {
 		case Claim:
-			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset, TopicID: ev.TopicID})
+			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset, TopicID: ev.TopicID, Proven: ev.Proven})
 		case Reset:
 			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryReset, Token: ev.Stored, NextOffset: ev.NextOffset, TopicID: ev.TopicID})
 		case Apply:
@@ -152,7 +152,7 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryE
 		switch ev.Kind {
 		case Claim:
 			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset, TopicID: ev.TopicID, At: ev.At,
-				Done: slices.Clone(ev.Done)})
+				Done: slices.Clone(ev.Done), Proven: ev.Proven})
 		case Reset:
 			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryReset, Token: ev.Stored, NextOffset: ev.NextOffset, Reason: ev.Reason,
 				TopicID: ev.TopicID, Detail: ev.Detail, At: ev.At, Done: slices.Clone(ev.Done)})

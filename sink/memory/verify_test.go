@@ -129,7 +129,7 @@ func TestVerifyOnLiveSink(t *testing.T) {
 	must(err)
 	_, err = s.Apply(ctx, b, []int64{3}, noop)
 	fenced(err)
-	_, err = s.Claim(ctx, c, sink.Observed{MemberProven: true})
+	_, err = s.Claim(ctx, c, sink.Observed{Proof: &sink.Proof{Version: fenceVersion(t, s, c.Scope())}})
 	must(err)
 	_, err = s.Apply(ctx, c, []int64{3}, noop)
 	must(err)
@@ -139,4 +139,16 @@ func TestVerifyOnLiveSink(t *testing.T) {
 	if got := s.Rejected(); got != 3 {
 		t.Fatalf("Rejected() = %d, want 3", got)
 	}
+}
+
+// fenceVersion returns the version of scope's fence in s (what a claimer
+// reads before it proves its membership).
+func fenceVersion(t testing.TB, s *Sink, scope epochs.Scope) int64 {
+	t.Helper()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if st := s.scopes[scope]; st != nil {
+		return int64(st.gen)
+	}
+	return 0
 }

@@ -37,7 +37,7 @@
 // [Config.Schema], named after [Config.Prefix] (default "workrouter"):
 //
 //   - <prefix>_fences: one row per scope — holder epoch and member,
-//     next_offset, topic ID, the reset's proof requirement and proof floor
+//     next_offset, topic ID, the reset's proof requirement
 //     (see [sink.Fence]), the command IDs' version and duplicates count,
 //     and the gapped flag (the scope may have done spans). A reset holder
 //     is stored as epoch -1, member empty.

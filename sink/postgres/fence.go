@@ -40,7 +40,6 @@ type fenceRow struct {
 	nextOffset    int64
 	topicID       string
 	proofRequired bool
-	proofBelow    int64 // sink.Fence.ProofBelow
 	duplicates    int64 // sink.Fence.Duplicates
 	gapped        bool  // the scope may have done spans (gaps.go)
 	idsVersion    int64 // the command IDs' version (cmdids)
@@ -49,7 +48,7 @@ type fenceRow struct {
 // fence returns the row as the sink.Fence of scope.
 func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 	return sink.Fence{Scope: scope, Holder: r.holder, NextOffset: r.nextOffset, TopicID: r.topicID,
-		ProofRequired: r.proofRequired, ProofBelow: r.proofBelow, Duplicates: r.duplicates}
+		ProofRequired: r.proofRequired, Duplicates: r.duplicates}
 }
 
 // lockFence reads scope's fence row inside tx and locks it (SELECT … FOR
@@ -57,7 +56,7 @@ func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 func (s *Sink) lockFence(ctx context.Context, tx pgx.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.QueryRow(ctx, s.q.fenceLock, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.duplicates, &r.gapped, &r.idsVersion)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.duplicates, &r.gapped, &r.idsVersion)
 	if err != nil {
 		return fenceRow{}, err
 	}
@@ -76,11 +75,11 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 // Claim makes tok the holder of its scope and returns the scope's
 // NextOffset, following [sink.Sink.Claim], in one transaction: it inserts
 // the row of a new scope (no holder, at obs.LogStart), locks the row, and
-// decides as the contract says — [epochs.Token.CanClaim], the proof after
-// a reset ([sink.Fence.NeedsProof]), the log's continuity ([sink.CheckLog]) — then stores tok and
-// appends a "claim" row to the history. A refused claim changes nothing
-// and returns a *[sink.FencedError] with the stored holder, an error
-// matching [sink.ErrProofRequired], or a *[sink.LogChangedError]. Claim
+// decides as the contract says — [sink.Fence.CheckClaim] (the holder,
+// and the proof after a reset), the log's continuity ([sink.CheckLog]) —
+// then stores tok and appends a "claim" row to the history. A refused
+// claim changes nothing and returns a *[sink.FencedError] with the stored
+// holder, a *[sink.ProofRequiredError], or a *[sink.LogChangedError]. Claim
 // never waits for a running Apply's handler (only for an Apply that is
 // between its fence UPDATE and COMMIT). It may be called from any
 // goroutine.
@@ -121,12 +120,18 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 	if err != nil {
 		return sink.Checkpoint{}, wrap(ctx, op+": read fence", err)
 	}
-	if !tok.CanClaim(row.holder) {
-		s.log.Debug("postgres sink: claim fenced", "offered", tok.String(), "stored", row.holder.String())
-		return sink.Checkpoint{}, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
+	fence := row.fence(tok.Scope())
+	if fence.ProofRequired {
+		if err := tx.QueryRow(ctx, s.q.fenceVersion, tok.Group, tok.Topic, tok.Partition).Scan(&fence.Version); err != nil {
+			return sink.Checkpoint{}, wrap(ctx, op+": read fence version", err)
+		}
 	}
-	if row.fence(tok.Scope()).NeedsProof(tok) && !obs.MemberProven {
-		return sink.Checkpoint{}, fmt.Errorf("postgres: %s: %w", op, sink.ErrProofRequired)
+	if err := fence.CheckClaim(tok, obs); err != nil {
+		if errors.Is(err, sink.ErrFenced) {
+			s.log.Debug("postgres sink: claim fenced", "offered", tok.String(), "stored", row.holder.String())
+			return sink.Checkpoint{}, err
+		}
+		return sink.Checkpoint{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	// The done spans, read under the lock (no lane of the scope is
 	// between its check and its COMMIT now), the watermark raised over
@@ -150,7 +155,8 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 			return sink.Checkpoint{}, wrap(ctx, op+": compact done spans", err)
 		}
 	}
-	if _, err := tx.Exec(ctx, s.q.claimHistory, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, cp.NextOffset, topicID, sink.FormatSpans(cp.Done)); err != nil {
+	if _, err := tx.Exec(ctx, s.q.claimHistory, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, cp.NextOffset, topicID, sink.FormatSpans(cp.Done),
+		fence.ProvenBy(obs)); err != nil {
 		return sink.Checkpoint{}, wrap(ctx, op+": history", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -721,7 +727,7 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 		member string
 		out    []sink.Fence
 	)
-	_, err = pgx.ForEachRow(rows, []any{&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow, &f.Duplicates}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.Duplicates, &f.Version}, func() error {
 		f.Holder = holderToken(f.Scope, epoch, member)
 		out = append(out, f)
 		return nil
@@ -739,9 +745,8 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 // transaction: it locks the row, compares it with req.Expect (holder,
 // NextOffset, topic ID), clears the holder (stored as epoch -1, member
 // empty), keeps or moves NextOffset and the topic ID as req says, requires
-// a proof of membership from the next claim and from every claim at or
-// below the cleared holder's epoch (it stores [sink.Fence.AfterReset]),
-// and appends a "reset" row
+// a proof of membership from every later claim (it stores
+// [sink.Fence.AfterReset]), and appends a "reset" row
 // with req.Reason and req.Detail to the history. It returns the fence as
 // it was. An empty reason fails with [ErrNoReason], an unknown scope with
 // [sink.ErrNotFound], a moved fence with [sink.ErrResetConflict]. It may
@@ -789,7 +794,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	}
 	after := before.AfterReset(req)
 	newNext, newTopic := after.NextOffset, after.TopicID
-	if _, err := tx.Exec(ctx, s.q.reset, scope.Group, scope.Topic, scope.Partition, newNext, newTopic, after.ProofBelow); err != nil {
+	if _, err := tx.Exec(ctx, s.q.reset, scope.Group, scope.Topic, scope.Partition, newNext, newTopic); err != nil {
 		return sink.Fence{}, wrap(ctx, op, err)
 	}
 	if spans > 0 || row.gapped {
@@ -837,7 +842,7 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 		done   string
 		out    []HistoryEntry
 	)
-	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &e.At, &e.TopicID, &e.Detail, &done}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &e.At, &e.TopicID, &e.Detail, &done, &e.Proven}, func() error {
 		e.Token = holderToken(scope, epoch, member)
 		var err error
 		if e.Done, err = sink.ParseSpans(done); err != nil {

@@ -17,11 +17,21 @@ import (
 	"github.com/workrouter/workrouter/sink"
 )
 
+// dropVersion7 turns a current schema into version 6's tables (the
+// migration tests of older versions call it first): the fences with a
+// proof floor (proof_below), the history without proven.
+func dropVersion7(t testing.TB, schema string) {
+	t.Helper()
+	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" ADD COLUMN proof_below bigint NOT NULL DEFAULT 0")
+	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_history"}.Sanitize()+" DROP COLUMN proven")
+}
+
 // dropVersion5 turns a current schema into version 4's tables (the
 // migration tests of older versions call it first): no done spans table,
 // no gapped flag, no history done column.
 func dropVersion5(t testing.TB, schema string) {
 	t.Helper()
+	dropVersion7(t, schema)
 	adminExec(t, "DROP TABLE "+pgx.Identifier{schema, "workrouter_done"}.Sanitize())
 	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN gapped")
 	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_history"}.Sanitize()+" DROP COLUMN done")
@@ -716,6 +726,7 @@ func TestMigrateFromVersion5(t *testing.T) {
 	}
 	s.Close()
 	done := pgx.Identifier{schema, "workrouter_done"}.Sanitize()
+	dropVersion7(t, schema)
 	adminExec(t, "ALTER TABLE "+done+" DROP COLUMN spans")
 	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 5")
 	// Version 5's rows: the spans [2, 3) and [4, 6) a lane recorded.

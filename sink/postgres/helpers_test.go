@@ -15,7 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/testpg"
+	"github.com/workrouter/workrouter/sink"
 )
 
 // requireDB skips the test (or fails it when CI=true: never skip in CI) if
@@ -137,6 +139,18 @@ func getKV(ctx context.Context, s *Sink, k string) (string, bool, error) {
 		return "", false, err
 	}
 	return v, true, nil
+}
+
+// claimProven claims tok's scope as the consumer does after a reset: on
+// a refusal for want of a proof it claims again with a proof made at the
+// fence version the refusal names (the test stands in for the broker).
+func claimProven(ctx context.Context, s *Sink, tok epochs.Token) (int64, error) {
+	next, err := s.Claim(ctx, tok, sink.Observed{})
+	var pe *sink.ProofRequiredError
+	if errors.As(err, &pe) {
+		next, err = s.Claim(ctx, tok, sink.Observed{Proof: &sink.Proof{Version: pe.Version}})
+	}
+	return next, err
 }
 
 // migrated opens schema, whose tables are those of version from: first

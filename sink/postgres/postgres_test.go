@@ -436,7 +436,7 @@ func TestHistory(t *testing.T) {
 	if want := (sink.Fence{Scope: scope, Holder: b, NextOffset: 2}); !before.Equal(want) {
 		t.Fatalf("ResetFence before = %+v, want %+v", before, want)
 	}
-	if _, err := s.Claim(ctx, c, sink.Observed{MemberProven: true}); err != nil {
+	if _, err := claimProven(ctx, s, c); err != nil {
 		t.Fatalf("proven claim after the reset: %v", err)
 	}
 	mustClaim(t, s, c) // a re-claim is a claim too
@@ -612,8 +612,8 @@ func TestMigrateFromVersion1(t *testing.T) {
 }
 
 // TestMigrateFromVersion2: Open migrates a version 2 schema (version 3
-// without the fences' proof_below) in place, setting each scope's proof
-// floor from the resets in its history, so that a scope reset before the
+// without the fences' proof_below) in place, requiring a proof for good
+// of each scope its history shows reset, so that a scope reset before the
 // upgrade still refuses its previous incarnation.
 func TestMigrateFromVersion2(t *testing.T) {
 	t.Parallel()
@@ -629,7 +629,7 @@ func TestMigrateFromVersion2(t *testing.T) {
 	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: old}, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(ctx, fresh, sink.Observed{MemberProven: true}); err != nil {
+	if _, err := claimProven(ctx, s, fresh); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -638,6 +638,8 @@ func TestMigrateFromVersion2(t *testing.T) {
 	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN ids_version")
 	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN duplicates")
 	adminExec(t, "ALTER TABLE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" DROP COLUMN proof_below")
+	// A version 2 claim cleared the requirement the reset set.
+	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" SET proof_required = false")
 	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 2")
 
 	s = migrated(t, schema, 2)
@@ -645,13 +647,65 @@ func TestMigrateFromVersion2(t *testing.T) {
 	if err != nil || len(fences) != 2 {
 		t.Fatalf("fences after migration = %+v, %v", fences, err)
 	}
-	if f := fences[0]; f.Holder != fresh || f.ProofBelow != 11 || f.ProofRequired {
-		t.Fatalf("reset scope after migration = %+v, want holder %s, proof below 11", f, fresh)
+	if f := fences[0]; f.Holder != fresh || !f.ProofRequired {
+		t.Fatalf("reset scope after migration = %+v, want holder %s, a proof required", f, fresh)
 	}
-	if f := fences[1]; f.Holder != other || f.ProofBelow != 0 {
-		t.Fatalf("scope never reset after migration = %+v, want holder %s, no proof floor", f, other)
+	if f := fences[1]; f.Holder != other || f.ProofRequired {
+		t.Fatalf("scope never reset after migration = %+v, want holder %s, no proof required", f, other)
 	}
-	if _, err := s.Claim(ctx, zombie, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
-		t.Fatalf("unproven claim at epoch 9 after migration: %v, want ErrProofRequired", err)
+	for _, z := range []epochs.Token{zombie, tokenOf(scope, 40, "old-40")} {
+		if _, err := s.Claim(ctx, z, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
+			t.Fatalf("unproven claim by %s after migration: %v, want ErrProofRequired", z, err)
+		}
+	}
+}
+
+// TestMigrateFromVersion6: Open migrates a version 6 schema (a proof
+// floor a claim kept, a requirement a claim cleared) in place: a scope
+// with a floor requires a proof of every claim for good, one without
+// none, and the history rows read unproven.
+func TestMigrateFromVersion6(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	ctx := t.Context()
+	s := openSink(t, schema, nil)
+	scope, otherScope := testScope(t), testScope(t)
+	otherScope.Partition++
+	old, fresh := tokenOf(scope, 10, "old-10"), tokenOf(scope, 1, "new-1")
+	other := tokenOf(otherScope, 4, "m-4")
+	mustClaim(t, s, old)
+	mustClaim(t, s, other)
+	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: old}, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claimProven(ctx, s, fresh); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	dropVersion7(t, schema)
+	// What version 6 left: the floor above the cleared epoch, the
+	// requirement cleared by the claim.
+	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_fences"}.Sanitize()+" SET proof_required = false, proof_below = CASE WHEN part = $1 THEN 11 ELSE 0 END",
+		scope.Partition)
+	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 6")
+
+	s = migrated(t, schema, 6)
+	fences, err := s.Fences(ctx)
+	if err != nil || len(fences) != 2 || !fences[0].ProofRequired || fences[1].ProofRequired {
+		t.Fatalf("fences after migration = %+v, %v; want a proof required of the reset scope only", fences, err)
+	}
+	// Above the old floor too.
+	if _, err := s.Claim(ctx, tokenOf(scope, 40, "old-40"), sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
+		t.Fatalf("unproven claim at epoch 40 after migration: %v, want ErrProofRequired", err)
+	}
+	h, err := s.History(ctx, scope)
+	if err != nil || len(h) != 3 || h[2].Token != fresh || h[2].Proven {
+		t.Fatalf("history after migration = %+v, %v; want the claim by %s read unproven", h, err, fresh)
+	}
+	if _, err := claimProven(ctx, s, tokenOf(scope, 2, "new-2")); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := s.History(ctx, scope); err != nil || len(h) != 4 || !h[3].Proven {
+		t.Fatalf("history after a proven claim = %+v, %v", h, err)
 	}
 }

@@ -18,8 +18,11 @@ import (
 // (sink.Fence.Duplicates); version 5 the done spans of a checkpoint with
 // gaps (sink.GapApplier: the <prefix>_done table and the fences' gapped
 // flag); version 6 one done row per lane batch (the spans column, see
-// spans.go). Open migrates a version 1 to 5 schema in place.
-const schemaVersion = 6
+// spans.go); version 7 made the proof requirement permanent (no proof
+// floor) and records whether each claim was proven
+// (sink.HistoryEntry.Proven). Open migrates a version 1 to 6 schema in
+// place.
+const schemaVersion = 7
 
 // column is one expected column of a sink table, its type as PostgreSQL's
 // format_type spells it.
@@ -40,7 +43,7 @@ var tables = []tableSpec{
 		columns: []column{
 			{"grp", "text"}, {"topic", "text"}, {"part", "integer"},
 			{"epoch", "integer"}, {"member", "text"}, {"next_offset", "bigint"},
-			{"topic_id", "text"}, {"proof_required", "boolean"}, {"proof_below", "bigint"},
+			{"topic_id", "text"}, {"proof_required", "boolean"},
 			{"ids_version", "bigint"}, {"duplicates", "bigint"}, {"gapped", "boolean"},
 		},
 		ddl: []string{`CREATE TABLE %[1]s (
@@ -51,8 +54,7 @@ var tables = []tableSpec{
 			member text NOT NULL,
 			next_offset bigint NOT NULL DEFAULT 0,
 			topic_id text NOT NULL DEFAULT '',
-			proof_required boolean NOT NULL DEFAULT false,
-			proof_below bigint NOT NULL DEFAULT 0,
+			proof_required boolean NOT NULL DEFAULT false, -- sink.Fence.ProofRequired: set by a reset, never cleared
 			ids_version bigint NOT NULL DEFAULT 0,
 			duplicates bigint NOT NULL DEFAULT 0,
 			gapped boolean NOT NULL DEFAULT false,
@@ -64,7 +66,7 @@ var tables = []tableSpec{
 			{"seq", "bigint"}, {"grp", "text"}, {"topic", "text"}, {"part", "integer"},
 			{"kind", "text"}, {"epoch", "integer"}, {"member", "text"},
 			{"next_offset", "bigint"}, {"reason", "text"}, {"at", "timestamp with time zone"},
-			{"topic_id", "text"}, {"detail", "text"}, {"done", "text"},
+			{"topic_id", "text"}, {"detail", "text"}, {"done", "text"}, {"proven", "boolean"},
 		},
 		ddl: []string{
 			`CREATE TABLE %[1]s (
@@ -80,7 +82,8 @@ var tables = []tableSpec{
 			at timestamptz NOT NULL DEFAULT now(),
 			topic_id text NOT NULL DEFAULT '',
 			detail text NOT NULL DEFAULT '',
-			done text NOT NULL DEFAULT '')`, // sink.HistoryEntry.Done, sink.FormatSpans
+			done text NOT NULL DEFAULT '', -- sink.HistoryEntry.Done, sink.FormatSpans
+			proven boolean NOT NULL DEFAULT false)`, // sink.HistoryEntry.Proven
 			`CREATE INDEX %[2]s ON %[1]s (grp, topic, part, seq)`,
 		},
 	},
@@ -199,18 +202,26 @@ const (
 	doneTable       = 6
 )
 
+// fencesV6 and historyV6 are the columns of the fences and the history
+// up to version 6: the fences with the proof floor (proof_below, after
+// proof_required), the history without proven (the last column now).
+var (
+	fencesV6  = slices.Insert(slices.Clone(tables[0].columns), 8, column{"proof_below", "bigint"})
+	historyV6 = tables[1].columns[:13]
+)
+
 // oldColumns are the columns of the tables of the older schema versions
 // Open migrates, by version and table suffix.
 var oldColumns = map[int32]map[string][]column{
 	1: {
-		"_fences":  tables[0].columns[:6],
-		"_history": tables[1].columns[:10],
+		"_fences":  fencesV6[:6],
+		"_history": historyV6[:10],
 		"_schema":  tables[2].columns,
 	},
 	// Version 3's tables, the fences without proof_below.
 	2: {
-		"_fences":       tables[0].columns[:8],
-		"_history":      tables[1].columns[:12],
+		"_fences":       fencesV6[:8],
+		"_history":      historyV6[:12],
 		"_schema":       tables[2].columns,
 		"_dead_letters": tables[3].columns,
 		"_dl_audit":     tables[4].columns,
@@ -218,8 +229,8 @@ var oldColumns = map[int32]map[string][]column{
 	// Version 4's tables without the command IDs, the fences without
 	// ids_version and duplicates.
 	3: {
-		"_fences":       tables[0].columns[:9],
-		"_history":      tables[1].columns[:12],
+		"_fences":       fencesV6[:9],
+		"_history":      historyV6[:12],
 		"_schema":       tables[2].columns,
 		"_dead_letters": tables[3].columns,
 		"_dl_audit":     tables[4].columns,
@@ -227,8 +238,8 @@ var oldColumns = map[int32]map[string][]column{
 	// Version 5's tables without the done spans, the fences without
 	// gapped, the history without done.
 	4: {
-		"_fences":       tables[0].columns[:11],
-		"_history":      tables[1].columns[:12],
+		"_fences":       fencesV6[:11],
+		"_history":      historyV6[:12],
 		"_schema":       tables[2].columns,
 		"_dead_letters": tables[3].columns,
 		"_dl_audit":     tables[4].columns,
@@ -236,13 +247,24 @@ var oldColumns = map[int32]map[string][]column{
 	},
 	// Version 6's tables, the done rows without spans (one row per span).
 	5: {
-		"_fences":       tables[0].columns,
-		"_history":      tables[1].columns,
+		"_fences":       fencesV6,
+		"_history":      historyV6,
 		"_schema":       tables[2].columns,
 		"_dead_letters": tables[3].columns,
 		"_dl_audit":     tables[4].columns,
 		"_command_ids":  tables[5].columns,
 		"_done":         tables[6].columns[:6],
+	},
+	// Version 7's tables with the fences' proof floor and the history
+	// without proven.
+	6: {
+		"_fences":       fencesV6,
+		"_history":      historyV6,
+		"_schema":       tables[2].columns,
+		"_dead_letters": tables[3].columns,
+		"_dl_audit":     tables[4].columns,
+		"_command_ids":  tables[5].columns,
+		"_done":         tables[6].columns,
 	},
 }
 
@@ -252,6 +274,7 @@ type queries struct {
 
 	fenceLock                                  string // the fence row, locked until the transaction ends: claims, dead letters and resets read it so
 	claimInsert, claimUpdate, claimHistory     string
+	fenceVersion                               string // sink.Fence.Version: the scope's last history row
 	fenceRead, advance, advanceOnce, fenceList string
 	advanceCheck, advanceOnceCheck             string // advance and advanceOnce, raising when they match no row (checked)
 	reset, resetAudit, historyList             string
@@ -275,14 +298,16 @@ func newQueries(schema, prefix string) queries {
 	// transaction.
 	q.claimInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, epoch, member, next_offset, topic_id)
 		VALUES ($1, $2, $3, -1, '', $4, $5) ON CONFLICT (grp, topic, part) DO NOTHING`, q.fences)
-	q.fenceLock = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates, gapped, ids_version FROM %s
+	q.fenceLock = fmt.Sprintf(`SELECT epoch, member, next_offset, topic_id, proof_required, duplicates, gapped, ids_version FROM %s
 		WHERE grp = $1 AND topic = $2 AND part = $3 FOR UPDATE`, q.fences)
-	// A claim keeps proof_below (a new row starts at 0): only a reset
-	// raises it (sink.Fence.ProofBelow).
-	q.claimUpdate = fmt.Sprintf(`UPDATE %s SET epoch = $4, member = $5, topic_id = $6, proof_required = false
+	// The fence's version (sink.Fence.Version) is its last history row.
+	q.fenceVersion = fmt.Sprintf(`SELECT coalesce(max(seq), 0) FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.history)
+	// A claim keeps proof_required (a new row starts false): only a
+	// reset sets it, and nothing clears it (sink.Fence.ProofRequired).
+	q.claimUpdate = fmt.Sprintf(`UPDATE %s SET epoch = $4, member = $5, topic_id = $6
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
-	q.claimHistory = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, topic_id, done)
-		VALUES ($1, $2, $3, 'claim', $4, $5, $6, $7, $8)`, q.history)
+	q.claimHistory = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, topic_id, done, proven)
+		VALUES ($1, $2, $3, 'claim', $4, $5, $6, $7, $8, $9)`, q.history)
 	q.fenceRead = fmt.Sprintf(`SELECT epoch, member, next_offset, ids_version, gapped FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	// A plain advance never moves a gapped scope's watermark (its done
 	// spans would be left behind): a gapped scope fails the check, and
@@ -302,12 +327,14 @@ func newQueries(schema, prefix string) queries {
 	// to int raises 22P02 at execution (fenceCheckMarker).
 	q.advanceCheck = checked(q.advance)
 	q.advanceOnceCheck = checked(q.advanceOnce)
-	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, proof_below, duplicates FROM %s ORDER BY grp, topic, part`, q.fences)
-	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '', next_offset = $4, topic_id = $5, proof_required = true, proof_below = $6
+	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, duplicates,
+		(SELECT coalesce(max(h.seq), 0) FROM %[2]s h WHERE h.grp = f.grp AND h.topic = f.topic AND h.part = f.part)
+		FROM %[1]s f ORDER BY grp, topic, part`, q.fences, q.history)
+	q.reset = fmt.Sprintf(`UPDATE %s SET epoch = -1, member = '', next_offset = $4, topic_id = $5, proof_required = true
 		WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.resetAudit = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, kind, epoch, member, next_offset, reason, topic_id, detail, done)
 		VALUES ($1, $2, $3, 'reset', $4, $5, $6, $7, $8, $9, $10)`, q.history)
-	q.historyList = fmt.Sprintf(`SELECT seq, kind, epoch, member, next_offset, reason, at, topic_id, detail, done FROM %s
+	q.historyList = fmt.Sprintf(`SELECT seq, kind, epoch, member, next_offset, reason, at, topic_id, detail, done, proven FROM %s
 		WHERE grp = $1 AND topic = $2 AND part = $3 ORDER BY seq`, q.history)
 	q.dlInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, state)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'open') RETURNING id`, q.deadLetters)
@@ -336,7 +363,7 @@ func checked(update string) string {
 
 // ensureSchema creates the sink's tables if none exists, or checks that
 // the existing ones are the sink's, of the current version (migrating
-// versions 1 to 5). Everything happens in one
+// versions 1 to 6). Everything happens in one
 // transaction under an advisory lock keyed by schema and prefix, so
 // concurrent Opens serialize and a failure leaves nothing behind.
 func (s *Sink) ensureSchema(ctx context.Context) error {
@@ -387,11 +414,11 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 
 	// An older schema: its tables with their columns, and nothing else
 	// of ours.
-	for _, version := range []int32{1, 2, 3, 4, 5} {
+	for _, version := range []int32{1, 2, 3, 4, 5, 6} {
 		old := len(existing) == len(oldColumns[version])
 		for suffix, cols := range oldColumns[version] {
 			f := existing[s.prefix+suffix]
-			old = old && f != nil && slices.Equal(f.cols, cols)
+			old = old && f != nil && sameColumns(f.cols, cols)
 		}
 		if old {
 			if s.readOnly {
@@ -411,7 +438,7 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 		if f.kind != "r" && f.kind != "p" {
 			return fmt.Errorf("%w: %s exists but is not a table (relkind %q); choose another Config.Prefix or Config.Schema", ErrSchema, qualified, f.kind)
 		}
-		if !slices.Equal(f.cols, t.columns) {
+		if !sameColumns(f.cols, t.columns) {
 			return fmt.Errorf("%w: table %s exists with columns (%s), want (%s): it is not a workrouter sink table of version %d; choose another Config.Prefix or Config.Schema",
 				ErrSchema, qualified, formatColumns(f.cols), formatColumns(t.columns), schemaVersion)
 		}
@@ -450,7 +477,7 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 	return tx.Commit(ctx)
 }
 
-// migrate turns a schema of version from (1 to 5) into the current one,
+// migrate turns a schema of version from (1 to 6) into the current one,
 // in tx, and commits. From version 1: the fence and history rows gain a
 // topic ID (empty: adopted on the next claim that observes one), the
 // fences a proof requirement and the history a detail, and the dead
@@ -465,7 +492,11 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 // the fences gain the gapped flag (false), the history rows their done
 // spans (done, empty), and the done spans table is created, empty (no
 // scope had gaps). From version 5: the done rows gain the spans column
-// (NULL: each old row is its one span).
+// (NULL: each old row is its one span). From versions 1 to 6: a proof
+// floor folds into the proof requirement, which no claim clears any more
+// (every claim after a reset needs a proof: sink.Fence.ProofRequired),
+// proof_below is dropped, and the history rows gain proven (false:
+// whether an older claim was proven was not recorded).
 func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 	var versions []int32
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT version FROM %s`, s.q.schema))
@@ -503,11 +534,14 @@ func (s *Sink) migrate(ctx context.Context, tx pgx.Tx, from int32) error {
 		stmts = append(stmts, `ALTER TABLE `+s.q.fences+` ADD COLUMN gapped boolean NOT NULL DEFAULT false`,
 			`ALTER TABLE `+s.q.history+` ADD COLUMN done text NOT NULL DEFAULT ''`)
 		stmts = append(stmts, s.tableDDL(tables[doneTable])...)
-	} else {
+	} else if from == 5 {
 		// Version 5's rows are one span each: a NULL spans column says
 		// so.
 		stmts = append(stmts, `ALTER TABLE `+pgx.Identifier{s.schema, s.prefix + tables[doneTable].suffix}.Sanitize()+` ADD COLUMN spans bytea`)
 	}
+	stmts = append(stmts, `UPDATE `+s.q.fences+` SET proof_required = true WHERE proof_below > 0`,
+		`ALTER TABLE `+s.q.fences+` DROP COLUMN proof_below`,
+		`ALTER TABLE `+s.q.history+` ADD COLUMN proven boolean NOT NULL DEFAULT false`)
 	stmts = append(stmts, fmt.Sprintf(`UPDATE %s SET version = %d`, s.q.schema, schemaVersion))
 	for _, stmt := range stmts {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
@@ -560,6 +594,15 @@ func (s *Sink) tableDDL(ts ...tableSpec) []string {
 		}
 	}
 	return stmts
+}
+
+// sameColumns reports whether a and b are the same columns, in any order:
+// a migration appends the columns it adds and drops others in place, so
+// a migrated table and a new one may list them in different orders, and
+// every statement of the sink names its columns.
+func sameColumns(a, b []column) bool {
+	byName := func(x, y column) int { return strings.Compare(x.name, y.name) }
+	return slices.Equal(slices.SortedFunc(slices.Values(a), byName), slices.SortedFunc(slices.Values(b), byName))
 }
 
 func formatColumns(cols []column) string {

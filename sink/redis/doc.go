@@ -117,7 +117,7 @@
 //
 // Every key is under [Config.Prefix] (default "workrouter"):
 // <prefix>:fence:<scope> (a hash: holder epoch and member, NextOffset,
-// topic ID, the reset's proof requirement and floor, the duplicates
+// topic ID, the reset's proof requirement, the fence's version, the duplicates
 // count, the scope's name), <prefix>:scopes (the set of scopes, for
 // [Sink.Fences]), <prefix>:hist:<scope> (the history: a list of JSON
 // entries, capped at [Config.HistoryCap] entries per scope, the oldest

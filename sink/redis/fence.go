@@ -26,8 +26,8 @@ const maxAttempts = 100
 // Claim makes tok the holder of its scope and returns the scope's
 // NextOffset, following [sink.Sink.Claim], in one Lua script: the
 // ordering rule of [epochs.Token.CanClaim] (else a *[sink.FencedError]),
-// [sink.Fence.NeedsProof] without obs.MemberProven (else
-// [sink.ErrProofRequired]), the log continuity rules of [sink.CheckLog]
+// the proof after a reset of [sink.Fence.CheckClaim] (else a
+// *[sink.ProofRequiredError]), the log continuity rules of [sink.CheckLog]
 // (else a *[sink.LogChangedError]), each changing nothing; otherwise it
 // stores tok, adopts obs.TopicID, and appends a claim entry to the scope's
 // history. It may be called from any goroutine.
@@ -47,7 +47,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	sc := tok.Scope()
 	defer s.held.written(sc)
 	r, err := s.runScript(ctx, op, claimScript, []string{s.fenceKey(sc), s.scopesKey(), s.histKey(sc), s.histSeqKey()},
-		tok.Epoch, tok.Member, boolArg(obs.MemberProven), obs.TopicID, obs.LogStart, obs.LogEnd,
+		tok.Epoch, tok.Member, proofArg(obs.Proof), obs.TopicID, obs.LogStart, obs.LogEnd,
 		sc.Group, sc.Topic, sc.Partition, scopeID(sc), s.cfg.HistoryCap)
 	if err != nil {
 		return sink.Checkpoint{}, err
@@ -56,7 +56,11 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	case "fenced":
 		return sink.Checkpoint{}, &sink.FencedError{Op: sink.OpClaim, Stored: holder(sc, true, r[1], r[2]), Offered: tok}
 	case "proof":
-		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, sink.ErrProofRequired)
+		e := &sink.ProofRequiredError{Offered: tok, Version: i64(r[1])}
+		if obs.Proof != nil {
+			e.Stale, e.ProvenAt = true, obs.Proof.Version
+		}
+		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, e)
 	case "log":
 		c := map[string]error{"recreated": sink.ErrTopicRecreated, "truncated": sink.ErrLogTruncated, "retention": sink.ErrRetentionLoss}[str(r[1])]
 		return sink.Checkpoint{}, &sink.LogChangedError{Scope: sc, Case: c, StoredTopicID: str(r[2]), NextOffset: i64(r[3]), Observed: obs}
@@ -70,6 +74,15 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	}
 	s.cacheCheckpoint(tok, cp, true)
 	return cp, nil
+}
+
+// proofArg is a claim's proof as the claim script takes it: its version,
+// or "" for none.
+func proofArg(p *sink.Proof) string {
+	if p == nil {
+		return ""
+	}
+	return strconv.FormatInt(p.Version, 10)
 }
 
 // holder builds the stored token of a script's fenced reply.
@@ -380,10 +393,13 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 func parseFence(m map[string]string) (sink.Fence, error) {
 	p, _ := strconv.ParseInt(m["p"], 10, 32)
 	sc := epochs.Scope{Group: m["g"], Topic: m["tp"], Partition: int32(p)}
-	f := sink.Fence{Scope: sc, TopicID: m["t"], ProofRequired: m["pr"] == "1"}
+	// A fence written with a proof floor ('pb', before the proof
+	// requirement became permanent) asks a proof as one reset since.
+	pb, _ := strconv.ParseInt(m["pb"], 10, 64)
+	f := sink.Fence{Scope: sc, TopicID: m["t"], ProofRequired: m["pr"] == "1" || pb > 0}
 	f.Holder = holder(sc, true, m["e"], m["m"])
 	f.NextOffset, _ = strconv.ParseInt(m["n"], 10, 64)
-	f.ProofBelow, _ = strconv.ParseInt(m["pb"], 10, 64)
+	f.Version, _ = strconv.ParseInt(m["v"], 10, 64)
 	f.Duplicates, _ = strconv.ParseInt(m["d"], 10, 64)
 	var err error
 	f.Done, err = sink.ParseSpans(m["sp"])
@@ -405,6 +421,8 @@ type historyRow struct {
 	// Spans are a claim's done spans (the ones it returned) or a reset's
 	// (the ones it kept), as the fence hash stores them.
 	Spans string `json:"sp"`
+	// Proven is "1" for a claim that came with a current proof.
+	Proven string `json:"pv"`
 }
 
 // History returns the claims and resets of scope in order, implementing
@@ -423,7 +441,7 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryE
 		if err := json.Unmarshal([]byte(raw), &h); err != nil {
 			return nil, fmt.Errorf("redis: history %s: %w", scope, err)
 		}
-		e := sink.HistoryEntry{Kind: h.Kind, Reason: h.Reason, TopicID: h.Topic, Detail: h.Detail}
+		e := sink.HistoryEntry{Kind: h.Kind, Reason: h.Reason, TopicID: h.Topic, Detail: h.Detail, Proven: h.Proven == "1"}
 		if e.Done, err = sink.ParseSpans(h.Spans); err != nil {
 			return nil, fmt.Errorf("redis: history %s: %w", scope, err)
 		}
@@ -466,7 +484,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		return sink.Fence{}, fmt.Errorf("redis: %s: %w", op, sink.ErrNotFound)
 	}
 	before := sink.Fence{Scope: sc, Holder: holder(sc, true, r[1], r[2]), NextOffset: i64(r[3]), TopicID: str(r[4]),
-		ProofRequired: str(r[5]) == "1", ProofBelow: i64(r[6]), Duplicates: i64(r[7])}
+		ProofRequired: str(r[5]) == "1", Version: i64(r[6]), Duplicates: i64(r[7])}
 	if before.Done, err = sink.ParseSpans(str(r[8])); err != nil {
 		return sink.Fence{}, fmt.Errorf("redis: %s: %w", op, err)
 	}

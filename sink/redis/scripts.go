@@ -17,22 +17,26 @@ local function now_ms()
   local t = redis.call('TIME')
   return num(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 end
-local function history(key, seqkey, cap, kind, e, m, n, reason, topic, detail, sp)
+local function history(key, seqkey, cap, kind, e, m, n, reason, topic, detail, sp, proven)
   local seq = redis.call('INCR', seqkey)
   redis.call('RPUSH', key, cjson.encode({s = num(seq), k = kind, e = num(e), m = m, n = num(n),
-    r = reason, t = topic, d = detail, at = now_ms(), sp = sp}))
+    r = reason, t = topic, d = detail, at = now_ms(), sp = sp, pv = proven}))
   if cap > 0 then redis.call('LTRIM', key, -cap, -1) end
+  return seq
 end
 `
 
-// claimScript is Claim: epochs.Token.CanClaim, sink.Fence.NeedsProof and
-// sink.CheckLog, then the new holder and a history row.
+// claimScript is Claim: sink.Fence.CheckClaim (epochs.Token.CanClaim and
+// the proof) and sink.CheckLog, then the new holder, the fence's version
+// (sink.Fence.Version: the seq of its last history row, 'v') and a history
+// row. A fence written before the proof floor was dropped asks a proof
+// when its floor ('pb') is set, as sink.Fence.ProofRequired.
 //
 // KEYS: fence, scopes set, history, history seq.
-// ARGV: epoch, member, proven, obs topic, log start, log end, group, topic,
-// partition, scope id, history cap, gapped (return the spans).
+// ARGV: epoch, member, proof version ("" for no proof), obs topic, log
+// start, log end, group, topic, partition, scope id, history cap.
 var claimScript = goredis.NewScript(luaPrelude + `
-local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 't', 'pr', 'pb', 'sp')
+local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 't', 'pr', 'pb', 'sp', 'v')
 local found = f[3] ~= false
 local he, hm = tonumber(f[1] or '0'), f[2] or ''
 local e, m = tonumber(ARGV[1]), ARGV[2]
@@ -44,8 +48,10 @@ if hm ~= '' then
   end
 end
 local holds = hm ~= '' and he == e and hm == m
-if found and not holds and (f[5] == '1' or e < tonumber(f[6] or '0')) and ARGV[3] ~= '1' then
-  return {'proof'}
+local version = f[8] or '0'
+local proven = ARGV[3] ~= '' and tonumber(ARGV[3]) == tonumber(version)
+if found and not holds and (f[5] == '1' or tonumber(f[6] or '0') > 0) and not proven then
+  return {'proof', version}
 end
 local next, topic = tonumber(f[3] or '0'), f[4] or ''
 local spans = f[7] or ''
@@ -65,11 +71,13 @@ if ot ~= '' then
     topic = ot
   end
 end
-redis.call('HSET', KEYS[1], 'e', num(e), 'm', m, 'n', num(next), 't', topic, 'pr', '0',
+local pv = '0'
+if proven then pv = '1' end
+local seq = history(KEYS[3], KEYS[4], tonumber(ARGV[11]), 'claim', e, m, next, '', topic, '', spans, pv)
+redis.call('HSET', KEYS[1], 'e', num(e), 'm', m, 'n', num(next), 't', topic, 'v', num(seq),
   'g', ARGV[7], 'tp', ARGV[8], 'p', ARGV[9])
-if not found then redis.call('HSET', KEYS[1], 'pb', '0', 'd', '0') end
+if not found then redis.call('HSET', KEYS[1], 'pr', '0', 'd', '0') end
 redis.call('SADD', KEYS[2], ARGV[10])
-history(KEYS[3], KEYS[4], tonumber(ARGV[11]), 'claim', e, m, next, '', topic, '', spans)
 return {'ok', num(next), spans}
 `)
 
@@ -216,27 +224,30 @@ return {'ok', ARGV[4]}
 `)
 
 // resetScript is ResetFence: the compare-and-set on the fence the operator
-// saw, sink.Fence.AfterReset, and a history row.
+// saw, sink.Fence.AfterReset (the proof requirement set for good, a
+// legacy proof floor dropped), the fence's new version and a history row.
 //
 // KEYS: fence, history, history seq.
 // ARGV: expected member ("" for none), expected epoch, expected next,
 // expected topic, new next ("" keeps), new topic ("" keeps), reason,
 // detail, history cap.
 var resetScript = goredis.NewScript(luaPrelude + `
-local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 't', 'pr', 'pb', 'd', 'sp')
+local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 't', 'pr', 'pb', 'd', 'sp', 'v')
 if f[3] == false then return {'notfound'} end
-local he, hm, n, t, pb = tonumber(f[1] or '0'), f[2] or '', tonumber(f[3]), f[4] or '', tonumber(f[6] or '0')
-local before = {num(he), hm, num(n), t, f[5] or '0', num(pb), f[7] or '0', f[8] or ''}
+local he, hm, n, t = tonumber(f[1] or '0'), f[2] or '', tonumber(f[3]), f[4] or ''
+local pr = '0'
+if f[5] == '1' or tonumber(f[6] or '0') > 0 then pr = '1' end
+local before = {num(he), hm, num(n), t, pr, f[9] or '0', f[7] or '0', f[8] or ''}
 if hm ~= ARGV[1] or (hm ~= '' and he ~= tonumber(ARGV[2])) or n ~= tonumber(ARGV[3]) or t ~= ARGV[4] then
   table.insert(before, 1, 'conflict')
   return before
 end
-if hm ~= '' then pb = math.max(pb, he + 1) end
 local sp = f[8] or ''
 if ARGV[5] ~= '' then n = tonumber(ARGV[5]); sp = '' end
 if ARGV[6] ~= '' then t = ARGV[6] end
-redis.call('HSET', KEYS[1], 'e', '0', 'm', '', 'n', num(n), 't', t, 'pr', '1', 'pb', num(pb), 'sp', sp)
-history(KEYS[2], KEYS[3], tonumber(ARGV[9]), 'reset', he, hm, n, ARGV[7], t, ARGV[8], sp)
+local seq = history(KEYS[2], KEYS[3], tonumber(ARGV[9]), 'reset', he, hm, n, ARGV[7], t, ARGV[8], sp, '0')
+redis.call('HSET', KEYS[1], 'e', '0', 'm', '', 'n', num(n), 't', t, 'pr', '1', 'sp', sp, 'v', num(seq))
+redis.call('HDEL', KEYS[1], 'pb')
 table.insert(before, 1, 'ok')
 return before
 `)

@@ -304,7 +304,7 @@ func (c *suite[Tx]) testDedupeKeptAcrossReset(t *testing.T) {
 		NextOffset: &zero, TopicID: "new-log", Reason: "sinktest: " + t.Name()}); err != nil {
 		t.Fatalf("ResetFence: %v", err)
 	}
-	if _, err := s.Claim(t.Context(), b, sink.Observed{TopicID: "new-log", LogStart: 0, LogEnd: 10, MemberProven: true}); err != nil {
+	if _, err := claimProven(t, s, b, sink.Observed{TopicID: "new-log", LogStart: 0, LogEnd: 10}); err != nil {
 		t.Fatalf("Claim after the reset: %v", err)
 	}
 	mustResult(t, c.applyOnce(t, d, b, []int64{0, 1}, "y", "z"), 1, 0, []int{0}, 2)

@@ -55,11 +55,60 @@ func reset(t testing.TB, r sink.Resetter, scope epochs.Scope, holder epochs.Toke
 	}
 }
 
-// testResetProofFloor: after a reset, not only the first claim needs a
-// proof of membership: every claim at or below the epoch the reset cleared
-// does, for good (docs/design.md#admin-reset), so the group's previous
-// incarnation cannot come back after the new one's first claim.
-func (c *suite[Tx]) testResetProofFloor(t *testing.T) {
+// claimProven claims tok's scope as the consumer does after a reset: it
+// claims with obs; if the sink asks a proof of membership, it claims
+// again with a proof made at the fence version the refusal names (a test
+// stands in for the broker: its proof always holds).
+func claimProven[Tx any](t testing.TB, s sink.Sink[Tx], tok epochs.Token, obs sink.Observed) (int64, error) {
+	t.Helper()
+	next, err := s.Claim(t.Context(), tok, obs)
+	var pe *sink.ProofRequiredError
+	if errors.As(err, &pe) {
+		obs.Proof = &sink.Proof{Version: pe.Version}
+		next, err = s.Claim(t.Context(), tok, obs)
+	}
+	return next, err
+}
+
+// proofVersion claims tok's scope without a proof, asserts that the sink
+// asks one, and returns the fence version it names.
+func proofVersion[Tx any](t testing.TB, s sink.Sink[Tx], tok epochs.Token) int64 {
+	t.Helper()
+	_, err := s.Claim(t.Context(), tok, sink.Observed{})
+	mustProofRequired(t, err, tok)
+	var pe *sink.ProofRequiredError
+	if !errors.As(err, &pe) {
+		t.Fatalf("unproven Claim by %s: %v, want a *sink.ProofRequiredError", tok, err)
+	}
+	if pe.Offered != tok || pe.Stale {
+		t.Fatalf("unproven Claim by %s: %+v, want Offered %s, not Stale", tok, pe, tok)
+	}
+	return pe.Version
+}
+
+// mustHistoryProven asserts, if the sink has a Historian, that the
+// scope's last history entry is a claim by tok, proven or not as said.
+func mustHistoryProven[Tx any](t testing.TB, s sink.Sink[Tx], tok epochs.Token, proven bool) {
+	t.Helper()
+	h, ok := sink.As[sink.Historian](s)
+	if !ok {
+		return
+	}
+	hs, err := h.History(t.Context(), tok.Scope())
+	if err != nil || len(hs) == 0 {
+		t.Fatalf("History(%s) = %+v, %v", tok.Scope(), hs, err)
+	}
+	if last := hs[len(hs)-1]; last.Kind != sink.HistoryClaim || last.Token != tok || last.Proven != proven {
+		t.Fatalf("last history entry of %s = %+v, want a claim by %s with Proven %v", tok.Scope(), last, tok, proven)
+	}
+}
+
+// testResetProofEveryClaim: after a reset, every claim needs a proof of
+// membership, for good (docs/design.md#admin-reset), whatever its epoch:
+// a member of the group's previous incarnation may hold any epoch, above
+// the new incarnation's or below, and only the broker can tell it apart.
+// The stored holder's own re-claim is the one exception.
+func (c *suite[Tx]) testResetProofEveryClaim(t *testing.T) {
 	s := c.h.Open(t)
 	r, lister := c.resetter(t, s)
 	ctx := t.Context()
@@ -68,78 +117,200 @@ func (c *suite[Tx]) testResetProofFloor(t *testing.T) {
 	c.claim(t, s, old)
 	c.apply(t, s, old, offsetsRange(0, 2), c.putEffect(t, "k", offsetsRange(0, 2), "old"))
 	reset(t, r, scope, old, 2)
-	mustFence(t, lister, sink.Fence{Scope: scope, NextOffset: 2, ProofRequired: true, ProofBelow: 11})
+	mustFence(t, lister, sink.Fence{Scope: scope, NextOffset: 2, ProofRequired: true})
 
 	// The new incarnation's first claim, at epoch 1, with a proof.
 	fresh := tokenFor(scope, 1, "new-1")
-	_, err := s.Claim(ctx, fresh, sink.Observed{})
-	mustProofRequired(t, err, fresh)
-	if next, err := s.Claim(ctx, fresh, sink.Observed{MemberProven: true}); err != nil || next != 2 {
+	v := proofVersion(t, s, fresh)
+	if next, err := s.Claim(ctx, fresh, sink.Observed{Proof: &sink.Proof{Version: v}}); err != nil || next != 2 {
 		t.Fatalf("proven Claim by %s after the reset = %d, %v; want 2", fresh, next, err)
 	}
-	mustFence(t, lister, sink.Fence{Scope: scope, Holder: fresh, NextOffset: 2, ProofBelow: 11})
+	mustHistoryProven(t, s, fresh, true)
+	// The requirement stays after the first claim.
+	mustFence(t, lister, sink.Fence{Scope: scope, Holder: fresh, NextOffset: 2, ProofRequired: true})
 	// The holder's own re-claim needs no proof.
 	if next := c.claim(t, s, fresh); next != 2 {
 		t.Fatalf("re-claim by the holder %s = %d, want 2", fresh, next)
 	}
+	mustHistoryProven(t, s, fresh, false)
 
-	// A never-proven member of the previous incarnation, at epoch 9 (and at
-	// the cleared epoch 10 itself), is refused although 9 > 1.
-	zombie, cleared := tokenFor(scope, 9, "old-9"), tokenFor(scope, 10, "old-10b")
-	for _, z := range []epochs.Token{zombie, cleared} {
-		_, err := s.Claim(ctx, z, sink.Observed{})
-		mustProofRequired(t, err, z)
+	// Never-proven members of the previous incarnation are refused at
+	// every epoch: below the cleared one, at it, and above it.
+	for _, z := range []epochs.Token{tokenFor(scope, 9, "old-9"), tokenFor(scope, 10, "old-10b"), tokenFor(scope, 11, "old-11"), tokenFor(scope, 40, "old-40")} {
+		proofVersion(t, s, z)
 	}
 	// The refusals changed nothing: the new incarnation still writes.
 	c.apply(t, s, fresh, []int64{2}, c.putEffect(t, "k", []int64{2}, "new"))
-	mustFence(t, lister, sink.Fence{Scope: scope, Holder: fresh, NextOffset: 3, ProofBelow: 11})
-	_, err = s.Apply(ctx, zombie, []int64{3}, c.putEffect(t, "k", []int64{3}, "zombie"))
-	mustFenced(t, err, sink.OpApply, fresh, zombie)
-	c.mustAbsent(t, s, key(t, "k", 3))
+	mustFence(t, lister, sink.Fence{Scope: scope, Holder: fresh, NextOffset: 3, ProofRequired: true})
 
-	// A member that proves its membership at epoch 9 is a member of the
-	// new incarnation: accepted.
+	// A member that proves its membership is one of the new incarnation:
+	// accepted at its epoch, and the next one must prove too.
 	proven := tokenFor(scope, 9, "new-9")
-	if next, err := s.Claim(ctx, proven, sink.Observed{MemberProven: true}); err != nil || next != 3 {
+	if next, err := claimProven(t, s, proven, sink.Observed{}); err != nil || next != 3 {
 		t.Fatalf("proven Claim by %s = %d, %v; want 3", proven, next, err)
 	}
-	// Above the floor no proof is needed.
-	above := tokenFor(scope, 11, "new-11")
-	if next := c.claim(t, s, above); next != 3 {
-		t.Fatalf("Claim by %s above the floor = %d, want 3", above, next)
+	mustHistoryProven(t, s, proven, true)
+	above := tokenFor(scope, 12, "new-12")
+	proofVersion(t, s, above)
+	if next, err := claimProven(t, s, above, sink.Observed{}); err != nil || next != 3 {
+		t.Fatalf("proven Claim by %s = %d, %v; want 3", above, next, err)
 	}
-	mustFence(t, lister, sink.Fence{Scope: scope, Holder: above, NextOffset: 3, ProofBelow: 11})
+	// A proof never lets a claim past the ordering rule.
+	_, err := claimProven(t, s, tokenFor(scope, 11, "new-11"), sink.Observed{})
+	mustFenced(t, err, sink.OpClaim, above, tokenFor(scope, 11, "new-11"))
 
-	// A second reset raises the floor past the epoch it cleared.
+	// A second reset keeps the requirement.
 	reset(t, r, scope, above, 3)
-	mustFence(t, lister, sink.Fence{Scope: scope, NextOffset: 3, ProofRequired: true, ProofBelow: 12})
+	mustFence(t, lister, sink.Fence{Scope: scope, NextOffset: 3, ProofRequired: true})
 	low := tokenFor(scope, 2, "new-2")
-	if _, err := s.Claim(ctx, low, sink.Observed{MemberProven: true}); err != nil {
+	if _, err := claimProven(t, s, low, sink.Observed{}); err != nil {
 		t.Fatalf("proven Claim by %s after the second reset: %v", low, err)
-	}
-	// A third reset, of a lower holder, keeps the highest floor; so does a
-	// reset of a scope with no holder.
-	reset(t, r, scope, low, 3)
-	mustFence(t, lister, sink.Fence{Scope: scope, NextOffset: 3, ProofRequired: true, ProofBelow: 12})
-	reset(t, r, scope, epochs.Token{}, 3)
-	mustFence(t, lister, sink.Fence{Scope: scope, NextOffset: 3, ProofRequired: true, ProofBelow: 12})
-	if _, err := s.Claim(ctx, low, sink.Observed{MemberProven: true}); err != nil {
-		t.Fatalf("proven Claim by %s after the third reset: %v", low, err)
-	}
-	for _, z := range []epochs.Token{zombie, tokenFor(scope, 11, "old-11")} {
-		_, err := s.Claim(ctx, z, sink.Observed{})
-		mustProofRequired(t, err, z)
-	}
-	if next := c.claim(t, s, tokenFor(scope, 12, "new-12")); next != 3 {
-		t.Fatalf("Claim at epoch 12, above the floor = %d, want 3", next)
 	}
 	c.mustGet(t, s, key(t, "k", 2), "new")
 }
 
-// testResetProofFloorDurable: the proof floor survives reopening the sink.
-func (c *suite[Tx]) testResetProofFloorDurable(t *testing.T) {
+// testResetPreviousIncarnationAboveCleared is the hole of a reset that
+// asked a proof only at or below the epoch it cleared: in the previous
+// incarnation A holds p at epoch 10 and a rebalance gives p to Z at epoch
+// 12, but Z pauses before its claim, so the sink still holds A@10. The
+// operator resets; the new incarnation proves and claims at epoch 1. Z
+// wakes and claims at 12, above everything the sink has seen, with no
+// proof: it must be refused, and the live worker must keep writing.
+func (c *suite[Tx]) testResetPreviousIncarnationAboveCleared(t *testing.T) {
+	s := c.h.Open(t)
+	r, _ := c.resetter(t, s)
+	ctx := t.Context()
+	scope := scopeFor(t)
+	a, z := tokenFor(scope, 10, "a"), tokenFor(scope, 12, "z")
+	c.claim(t, s, a)
+	c.apply(t, s, a, []int64{0}, c.putEffect(t, "k", []int64{0}, "a"))
+	reset(t, r, scope, a, 1)
+	fresh := tokenFor(scope, 1, "new-1")
+	if _, err := claimProven(t, s, fresh, sink.Observed{}); err != nil {
+		t.Fatalf("proven Claim by %s: %v", fresh, err)
+	}
+	c.apply(t, s, fresh, []int64{1}, c.putEffect(t, "k", []int64{1}, "new"))
+	_, err := s.Claim(ctx, z, sink.Observed{})
+	mustProofRequired(t, err, z)
+	_, err = s.Apply(ctx, z, []int64{2}, c.putEffect(t, "k", []int64{2}, "z"))
+	mustFenced(t, err, sink.OpApply, fresh, z)
+	c.mustAbsent(t, s, key(t, "k", 2))
+	c.apply(t, s, fresh, []int64{2}, c.putEffect(t, "k", []int64{2}, "new"))
+	c.mustGet(t, s, key(t, "k", 2), "new")
+	c.mustNext(t, s, fresh, 3)
+}
+
+// testResetStaleProof: a proof is evidence about the moment it was made.
+// A member that proved (and was then paused) cannot claim on that proof
+// once a reset or another claim has been accepted since: its claim is
+// refused as stale, with the version to prove against now. So a member of
+// an incarnation that ended while it was paused cannot come back on the
+// proof it made while it was still a member.
+func (c *suite[Tx]) testResetStaleProof(t *testing.T) {
+	s := c.h.Open(t)
+	r, _ := c.resetter(t, s)
+	ctx := t.Context()
+	scope := scopeFor(t)
+	a := tokenFor(scope, 3, "a")
+	c.claim(t, s, a)
+	reset(t, r, scope, a, 0)
+	// z, of the incarnation after that reset, proves at epoch 7 and is
+	// paused before it claims.
+	z := tokenFor(scope, 7, "z")
+	before := proofVersion(t, s, z)
+	// That incarnation ends; another reset; the next one claims at 1.
+	reset(t, r, scope, epochs.Token{}, 0)
+	fresh := tokenFor(scope, 1, "new-1")
+	if _, err := claimProven(t, s, fresh, sink.Observed{}); err != nil {
+		t.Fatalf("proven Claim by %s: %v", fresh, err)
+	}
+	// z wakes and claims at 7 > 1 on its old proof: refused as stale.
+	_, err := s.Claim(ctx, z, sink.Observed{Proof: &sink.Proof{Version: before}})
+	mustProofRequired(t, err, z)
+	var pe *sink.ProofRequiredError
+	if !errors.As(err, &pe) || !pe.Stale || pe.ProvenAt != before || pe.Version == before {
+		t.Fatalf("Claim by %s on a proof made at version %d: %v, want a stale *sink.ProofRequiredError naming a newer version", z, before, err)
+	}
+	_, err = s.Apply(ctx, z, []int64{0}, c.putEffect(t, "k", []int64{0}, "z"))
+	mustFenced(t, err, sink.OpApply, fresh, z)
+	c.mustAbsent(t, s, key(t, "k", 0))
+	c.mustNext(t, s, fresh, 0)
+
+	// A proof made after another claim of the same incarnation is
+	// current: the ordering rule then decides.
+	b := tokenFor(scope, 2, "b")
+	v := proofVersion(t, s, b)
+	if _, err := s.Claim(ctx, b, sink.Observed{Proof: &sink.Proof{Version: v}}); err != nil {
+		t.Fatalf("Claim by %s on a proof at the current version %d: %v", b, v, err)
+	}
+	mustHistoryProven(t, s, b, true)
+	// A proof made before b's claim is stale now.
+	later := tokenFor(scope, 5, "c")
+	_, err = s.Claim(ctx, later, sink.Observed{Proof: &sink.Proof{Version: v}})
+	mustProofRequired(t, err, later)
+}
+
+// testFenceVersion: a fence's version moves with every accepted claim and
+// reset and with nothing else, and a refusal for want of a proof names
+// the version Lister shows.
+func (c *suite[Tx]) testFenceVersion(t *testing.T) {
+	s := c.h.Open(t)
+	r, _ := c.resetter(t, s)
+	lister, ok := sink.As[sink.Lister](s)
+	if !ok {
+		t.Skip("sinktest: the sink does not implement sink.Lister")
+	}
+	scope := scopeFor(t)
+	version := func() int64 {
+		t.Helper()
+		fences, err := lister.Fences(t.Context())
+		if err != nil {
+			t.Fatalf("Fences: %v", err)
+		}
+		for _, f := range fences {
+			if f.Scope == scope {
+				return f.Version
+			}
+		}
+		t.Fatalf("Fences lacks scope %s", scope)
+		return 0
+	}
+	a := tokenFor(scope, 1, "a")
+	c.claim(t, s, a)
+	v1 := version()
+	c.apply(t, s, a, []int64{0, 1}, c.putEffect(t, "k", []int64{0, 1}, "a"))
+	if v := version(); v != v1 {
+		t.Fatalf("version after an Apply = %d, want %d (only claims and resets move it)", v, v1)
+	}
+	b := tokenFor(scope, 2, "b")
+	c.claim(t, s, b)
+	v2 := version()
+	if v2 == v1 {
+		t.Fatalf("version after a claim by %s = %d, unchanged", b, v2)
+	}
+	_, err := s.Claim(t.Context(), a, sink.Observed{})
+	mustFenced(t, err, sink.OpClaim, b, a)
+	if v := version(); v != v2 {
+		t.Fatalf("version after a fenced claim = %d, want %d", v, v2)
+	}
+	reset(t, r, scope, b, 2)
+	v3 := version()
+	if v3 == v2 || v3 == v1 {
+		t.Fatalf("version after a reset = %d, not moved from %d", v3, v2)
+	}
+	if v := proofVersion(t, s, tokenFor(scope, 1, "c")); v != v3 {
+		t.Fatalf("a refusal for want of a proof names version %d, Lister shows %d", v, v3)
+	}
+	if v := version(); v != v3 {
+		t.Fatalf("version after a claim refused for want of a proof = %d, want %d", v, v3)
+	}
+}
+
+// testResetProofDurable: the proof requirement survives reopening the
+// sink.
+func (c *suite[Tx]) testResetProofDurable(t *testing.T) {
 	if c.h.Reopen == nil {
-		t.Skip("sinktest: Harness.Reopen is nil: the backend is not durable, so the proof floor across reopen is not tested")
+		t.Skip("sinktest: Harness.Reopen is nil: the backend is not durable, so the proof requirement across reopen is not tested")
 	}
 	s := c.h.Open(t)
 	r, _ := c.resetter(t, s)
@@ -147,16 +318,18 @@ func (c *suite[Tx]) testResetProofFloorDurable(t *testing.T) {
 	old, fresh := tokenFor(scope, 10, "old-10"), tokenFor(scope, 1, "new-1")
 	c.claim(t, s, old)
 	reset(t, r, scope, old, 0)
-	if _, err := s.Claim(t.Context(), fresh, sink.Observed{MemberProven: true}); err != nil {
+	if _, err := claimProven(t, s, fresh, sink.Observed{}); err != nil {
 		t.Fatalf("proven Claim by %s after the reset: %v", fresh, err)
 	}
 	s = c.h.Reopen(t, s)
 	if l, ok := sink.As[sink.Lister](s); ok {
-		mustFence(t, l, sink.Fence{Scope: scope, Holder: fresh, ProofBelow: 11})
+		mustFence(t, l, sink.Fence{Scope: scope, Holder: fresh, ProofRequired: true})
 	}
-	zombie := tokenFor(scope, 9, "old-9")
-	_, err := s.Claim(t.Context(), zombie, sink.Observed{})
-	mustProofRequired(t, err, zombie)
+	for _, z := range []epochs.Token{tokenFor(scope, 9, "old-9"), tokenFor(scope, 11, "old-11")} {
+		_, err := s.Claim(t.Context(), z, sink.Observed{})
+		mustProofRequired(t, err, z)
+	}
+	mustHistoryProven(t, s, fresh, true)
 	c.mustNext(t, s, fresh, 0)
 }
 
@@ -173,7 +346,7 @@ func (c *suite[Tx]) testSameEpochAfterReset(t *testing.T) {
 	c.claim(t, s, a)
 	c.apply(t, s, a, []int64{0}, c.putEffect(t, "k", []int64{0}, "a"))
 	reset(t, r, scope, a, 1)
-	if next, err := s.Claim(ctx, b, sink.Observed{MemberProven: true}); err != nil || next != 1 {
+	if next, err := claimProven(t, s, b, sink.Observed{}); err != nil || next != 1 {
 		t.Fatalf("proven Claim by %s at a's epoch after the reset = %d, %v; want 1", b, next, err)
 	}
 	_, err := s.Apply(ctx, a, []int64{1}, c.putEffect(t, "k", []int64{1}, "a"))
@@ -188,7 +361,7 @@ func (c *suite[Tx]) testSameEpochAfterReset(t *testing.T) {
 			}
 		}
 	}
-	_, err = s.Claim(ctx, a, sink.Observed{MemberProven: true})
+	_, err = claimProven(t, s, a, sink.Observed{})
 	mustFenced(t, err, sink.OpClaim, b, a)
 	c.mustNext(t, s, b, 1)
 }
@@ -211,7 +384,7 @@ func (c *suite[Tx]) testSameEpochResetDuringApply(t *testing.T) {
 		if !raced {
 			raced = true
 			reset(t, r, scope, a, 0)
-			if _, err := s.Claim(t.Context(), b, sink.Observed{MemberProven: true}); err != nil {
+			if _, err := claimProven(t, s, b, sink.Observed{}); err != nil {
 				t.Errorf("proven Claim by %s during a's Apply: %v", b, err)
 			}
 		}

@@ -109,7 +109,7 @@
 //
 // The sink owns seven tables, named by [Config.Prefix] (default "workrouter"):
 // <prefix>_fences (one row per scope: holder epoch and member, NextOffset,
-// topic ID, the reset's proof requirement and proof floor, see
+// topic ID, the reset's proof requirement, see
 // [sink.Fence]), <prefix>_history (one row per accepted claim and per
 // reset, see [Sink.History]), <prefix>_dead_letters and <prefix>_dl_audit
 // (the dead letters and their state changes), <prefix>_command_ids (the

@@ -44,7 +44,6 @@ type fenceRow struct {
 	nextOffset    int64
 	topicID       string
 	proofRequired bool
-	proofBelow    int64 // sink.Fence.ProofBelow
 	idsVersion    int64 // bumped by every ApplyOnce that commits (cmdids)
 	duplicates    int64 // sink.Fence.Duplicates
 	spans         int64 // how many done spans the scope has (sink.Fence.Done)
@@ -53,14 +52,14 @@ type fenceRow struct {
 // fence returns the row as a sink.Fence of scope.
 func (r fenceRow) fence(scope epochs.Scope) sink.Fence {
 	return sink.Fence{Scope: scope, Holder: r.holder, NextOffset: r.nextOffset, TopicID: r.topicID,
-		ProofRequired: r.proofRequired, ProofBelow: r.proofBelow, Duplicates: r.duplicates}
+		ProofRequired: r.proofRequired, Duplicates: r.duplicates}
 }
 
 // readFence reads scope's fence row inside tx.
 func (s *Sink) readFence(ctx context.Context, tx *sql.Tx, scope epochs.Scope) (fenceRow, error) {
 	var r fenceRow
 	err := tx.StmtContext(ctx, s.selFence).QueryRowContext(ctx, scope.Group, scope.Topic, scope.Partition).
-		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.proofBelow, &r.idsVersion, &r.duplicates, &r.spans)
+		Scan(&r.epoch, &r.member, &r.nextOffset, &r.topicID, &r.proofRequired, &r.idsVersion, &r.duplicates, &r.spans)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fenceRow{}, nil
 	}
@@ -112,9 +111,9 @@ func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 // NextOffset, following [sink.Sink.Claim]. In one writing transaction it
 // reads the fence row; if tok may not take the scope over (see
 // [epochs.Token.CanClaim]) it fails with a *[sink.FencedError]; without
-// obs.MemberProven when the row asks a proof of tok
-// ([sink.Fence.NeedsProof]: after a reset) with [sink.ErrProofRequired];
-// if the log
+// a current obs.Proof when the row asks a proof of tok
+// ([sink.Fence.CheckClaim]: after a reset) with a
+// *[sink.ProofRequiredError]; if the log
 // under the checkpoint changed with a *[sink.LogChangedError]; each
 // changing nothing. Otherwise it stores tok (adopting obs.TopicID if the
 // row has none), appends a claim row to the history, and commits. An
@@ -144,12 +143,18 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 	if err != nil {
 		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
-	if !tok.CanClaim(row.holder) {
-		s.log.Debug("claim fenced", "token", tok.String(), "stored", row.holder.String())
-		return sink.Checkpoint{}, &sink.FencedError{Op: sink.OpClaim, Stored: row.holder, Offered: tok}
+	fence := row.fence(scope)
+	if fence.ProofRequired {
+		if err := tx.StmtContext(ctx, s.selVersion).QueryRowContext(ctx, scope.Group, scope.Topic, scope.Partition).Scan(&fence.Version); err != nil {
+			return sink.Checkpoint{}, s.wrap(ctx, op, err)
+		}
 	}
-	if row.fence(scope).NeedsProof(tok) && !obs.MemberProven {
-		return sink.Checkpoint{}, fmt.Errorf("sqlite: %s: %w", op, sink.ErrProofRequired)
+	if err := fence.CheckClaim(tok, obs); err != nil {
+		if errors.Is(err, sink.ErrFenced) {
+			s.log.Debug("claim fenced", "token", tok.String(), "stored", row.holder.String())
+			return sink.Checkpoint{}, err
+		}
+		return sink.Checkpoint{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	stored, err := s.checkpointOf(ctx, tx, scope, row)
 	if err != nil {
@@ -165,7 +170,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
 	if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx,
-		scope.Group, scope.Topic, scope.Partition, KindClaim, tok.Epoch, tok.Member, next, "", now(), topicID, "", sink.FormatSpans(cp.Done)); err != nil {
+		scope.Group, scope.Topic, scope.Partition, KindClaim, tok.Epoch, tok.Member, next, "", now(), topicID, "", sink.FormatSpans(cp.Done), fence.ProvenBy(obs)); err != nil {
 		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
@@ -396,7 +401,8 @@ func (s *Sink) duplicates(ctx context.Context, tx *sql.Tx, scope epochs.Scope, v
 // implements [sink.Lister]. It reads without taking the write lock, and
 // may be called from any goroutine.
 func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT f.grp, f.topic, f.part, f.epoch, f.member, f.next_offset, f.topic_id, f.proof_required, f.proof_below, f.duplicates,"+
+	rows, err := s.db.QueryContext(ctx, "SELECT f.grp, f.topic, f.part, f.epoch, f.member, f.next_offset, f.topic_id, f.proof_required, f.duplicates,"+
+		" (SELECT coalesce(max(h.seq), 0) FROM "+s.history+" h WHERE h.grp = f.grp AND h.topic = f.topic AND h.part = f.part),"+
 		" d.from_off, d.to_off FROM "+s.fences+" f LEFT JOIN "+s.doneSpans+" d ON d.grp = f.grp AND d.topic = f.topic AND d.part = f.part"+
 		" ORDER BY f.grp, f.topic, f.part, d.from_off")
 	if err != nil {
@@ -411,8 +417,8 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 			member   string
 			from, to sql.NullInt64
 		)
-		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.ProofBelow, &f.Duplicates,
-			&from, &to); err != nil {
+		if err := rows.Scan(&f.Scope.Group, &f.Scope.Topic, &f.Scope.Partition, &epoch, &member, &f.NextOffset, &f.TopicID, &f.ProofRequired, &f.Duplicates,
+			&f.Version, &from, &to); err != nil {
 			return nil, s.wrap(ctx, "fences", err)
 		}
 		f.Holder = holderToken(f.Scope, epoch, member)
@@ -435,8 +441,8 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 // transaction: it compares the row with req.Expect (holder, NextOffset,
 // topic ID), clears the holder (stored as epoch -1, member ""), keeps or
 // moves NextOffset and the topic ID as req says, requires a proof of
-// membership from the next claim and from every claim at or below the
-// cleared holder's epoch (it stores [sink.Fence.AfterReset]), and appends a reset row carrying
+// membership from every later claim (it stores [sink.Fence.AfterReset]),
+// and appends a reset row carrying
 // req.Reason, req.Detail and the cleared holder to the history. It returns
 // the fence as it was before. It fails with an error matching
 // [ErrNoReason] for an empty reason, [epochs.ErrInvalidToken] for an
@@ -476,7 +482,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	}
 	after := before.AfterReset(req)
 	next, topicID := after.NextOffset, after.TopicID
-	if _, err := tx.StmtContext(ctx, s.resetFence).ExecContext(ctx, next, topicID, after.ProofBelow, len(after.Done), scope.Group, scope.Topic, scope.Partition); err != nil {
+	if _, err := tx.StmtContext(ctx, s.resetFence).ExecContext(ctx, next, topicID, len(after.Done), scope.Group, scope.Topic, scope.Partition); err != nil {
 		return sink.Fence{}, s.wrap(ctx, op, err)
 	}
 	if err := s.storeSpans(ctx, tx, scope, stored.Done, after.Done); err != nil {
@@ -487,7 +493,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		epoch, member = row.epoch, row.member
 	}
 	if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx,
-		scope.Group, scope.Topic, scope.Partition, KindReset, epoch, member, next, req.Reason, now(), topicID, req.Detail, sink.FormatSpans(after.Done)); err != nil {
+		scope.Group, scope.Topic, scope.Partition, KindReset, epoch, member, next, req.Reason, now(), topicID, req.Detail, sink.FormatSpans(after.Done), false); err != nil {
 		return sink.Fence{}, s.wrap(ctx, op, err)
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
@@ -509,7 +515,7 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 		return nil, err
 	}
 	op := "history " + scope.String()
-	rows, err := s.db.QueryContext(ctx, "SELECT seq, kind, epoch, member, next_offset, reason, at, topic_id, detail, done FROM "+s.history+
+	rows, err := s.db.QueryContext(ctx, "SELECT seq, kind, epoch, member, next_offset, reason, at, topic_id, detail, done, proven FROM "+s.history+
 		" WHERE grp = ? AND topic = ? AND part = ? ORDER BY seq", scope.Group, scope.Topic, scope.Partition)
 	if err != nil {
 		return nil, s.wrap(ctx, op, err)
@@ -524,7 +530,7 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 			at     string
 			done   string
 		)
-		if err := rows.Scan(&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &at, &e.TopicID, &e.Detail, &done); err != nil {
+		if err := rows.Scan(&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &at, &e.TopicID, &e.Detail, &done, &e.Proven); err != nil {
 			return nil, s.wrap(ctx, op, err)
 		}
 		if e.Done, err = sink.ParseSpans(done); err != nil {

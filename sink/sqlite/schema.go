@@ -22,7 +22,7 @@ func (s *Sink) tableDefs() []tableDef {
 	return []tableDef{
 		{
 			name: s.fences,
-			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required", "proof_below", "ids_version", "duplicates", "spans"},
+			cols: []string{"grp", "topic", "part", "epoch", "member", "next_offset", "topic_id", "proof_required", "ids_version", "duplicates", "spans"},
 			pk:   []string{"grp", "topic", "part"},
 			ddl: `CREATE TABLE ` + s.fences + ` (
 	grp            TEXT    NOT NULL,
@@ -32,8 +32,7 @@ func (s *Sink) tableDefs() []tableDef {
 	member         TEXT    NOT NULL,
 	next_offset    INTEGER NOT NULL,
 	topic_id       TEXT    NOT NULL DEFAULT '',
-	proof_required INTEGER NOT NULL DEFAULT 0,
-	proof_below    INTEGER NOT NULL DEFAULT 0,
+	proof_required INTEGER NOT NULL DEFAULT 0, -- sink.Fence.ProofRequired: set by a reset, never cleared
 	ids_version    INTEGER NOT NULL DEFAULT 0,
 	duplicates     INTEGER NOT NULL DEFAULT 0, -- sink.Fence.Duplicates
 	spans          INTEGER NOT NULL DEFAULT 0, -- how many rows of done_spans the scope has (0: no gap)
@@ -42,7 +41,7 @@ func (s *Sink) tableDefs() []tableDef {
 		},
 		{
 			name: s.history,
-			cols: []string{"seq", "grp", "topic", "part", "kind", "epoch", "member", "next_offset", "reason", "at", "topic_id", "detail", "done"},
+			cols: []string{"seq", "grp", "topic", "part", "kind", "epoch", "member", "next_offset", "reason", "at", "topic_id", "detail", "done", "proven"},
 			pk:   []string{"seq"},
 			ddl: `CREATE TABLE ` + s.history + ` (
 	seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -57,7 +56,8 @@ func (s *Sink) tableDefs() []tableDef {
 	at          TEXT    NOT NULL,
 	topic_id    TEXT    NOT NULL DEFAULT '',
 	detail      TEXT    NOT NULL DEFAULT '',
-	done        TEXT    NOT NULL DEFAULT '' -- sink.HistoryEntry.Done, sink.FormatSpans
+	done        TEXT    NOT NULL DEFAULT '', -- sink.HistoryEntry.Done, sink.FormatSpans
+	proven      INTEGER NOT NULL DEFAULT 0   -- sink.HistoryEntry.Proven
 )`,
 		},
 		{
@@ -141,17 +141,26 @@ func (s *Sink) tableDefs() []tableDef {
 }
 
 // oldCols returns the columns of the tables of an older schema version
-// that Open migrates (1 to 4), by table name; nil for another version.
+// that Open migrates (1 to 5), by table name; nil for another version.
 func (s *Sink) oldCols(version int) map[string][]string {
+	// Version 5: version 6's tables with the fences' proof floor
+	// (proof_below, after proof_required) and the history without proven.
+	v5 := func() map[string][]string {
+		cols := map[string][]string{}
+		for _, d := range s.tableDefs() {
+			cols[d.name] = d.cols
+		}
+		fences := slices.Clone(cols[s.fences])
+		i := slices.Index(fences, "proof_required") + 1
+		cols[s.fences] = slices.Insert(fences, i, "proof_below")
+		cols[s.history] = slices.DeleteFunc(slices.Clone(cols[s.history]), func(c string) bool { return c == "proven" })
+		return cols
+	}
 	// Version 4: version 5's tables without the done spans, the fences
 	// without spans.
 	v4 := func() map[string][]string {
-		cols := map[string][]string{}
-		for _, d := range s.tableDefs() {
-			if d.name != s.doneSpans {
-				cols[d.name] = d.cols
-			}
-		}
+		cols := v5()
+		delete(cols, s.doneSpans)
 		cols[s.fences] = slices.DeleteFunc(slices.Clone(cols[s.fences]), func(c string) bool { return c == "spans" })
 		cols[s.history] = slices.DeleteFunc(slices.Clone(cols[s.history]), func(c string) bool { return c == "done" })
 		return cols
@@ -180,12 +189,14 @@ func (s *Sink) oldCols(version int) map[string][]string {
 		return v3()
 	case 4:
 		return v4()
+	case 5:
+		return v5()
 	}
 	return nil
 }
 
 // ensureSchema creates the sink's tables if none exists, migrates a
-// version 1 to 4 schema to the current one, or checks the tables if all exist,
+// version 1 to 5 schema to the current one, or checks the tables if all exist,
 // in one writing transaction, so that concurrent Opens of a new file create
 // (or migrate) the schema once and a failed Open leaves nothing behind. It
 // reports what it did: "created", "migrated from version N" or "".
@@ -271,14 +282,14 @@ func (s *Sink) ensureSchema(ctx context.Context) (did string, err error) {
 	return did, nil
 }
 
-// oldVersion returns the older schema version (1 to 4) whose tables,
+// oldVersion returns the older schema version (1 to 5) whose tables,
 // and only those, tables holds exactly; 0 if none.
 func (s *Sink) oldVersion(tables map[string]table) int {
-	for _, v := range []int{1, 2, 3, 4} {
+	for _, v := range []int{1, 2, 3, 4, 5} {
 		cols, match := s.oldCols(v), true
 		for name, t := range tables {
 			c, ok := cols[name]
-			if t.exists != ok || ok && !slices.Equal(t.cols, c) {
+			if t.exists != ok || ok && !sameColumns(t.cols, c) {
 				match = false
 				break
 			}
@@ -290,7 +301,7 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 	return 0
 }
 
-// migrate turns a schema of version from (1 to 4) into the current one.
+// migrate turns a schema of version from (1 to 5) into the current one.
 // From version 1: the fence and history rows gain a topic ID (empty:
 // adopted on the next claim that observes one), the fences a proof
 // requirement and the history a detail, and the dead letter tables are
@@ -304,6 +315,11 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 // had its ID recorded). From versions 1 to 4: the fences gain the count
 // of done spans (spans, 0), the history rows their done spans (done, empty),
 // and the done spans table is created, empty (no scope had gaps before).
+// From versions 1 to 5: a proof floor folds into the proof requirement,
+// which no claim clears any more (every claim after a reset needs a
+// proof: sink.Fence.ProofRequired), proof_below is dropped, and the
+// history rows gain proven (0: whether an older claim was proven was
+// not recorded).
 func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from int) error {
 	var stmts []string
 	if from == 1 {
@@ -334,13 +350,18 @@ func (s *Sink) migrate(ctx context.Context, tx *sql.Tx, defs []tableDef, from in
 			}
 		}
 	}
-	stmts = append(stmts, `ALTER TABLE `+s.fences+` ADD COLUMN spans INTEGER NOT NULL DEFAULT 0`,
-		`ALTER TABLE `+s.history+` ADD COLUMN done TEXT NOT NULL DEFAULT ''`)
-	for _, d := range defs {
-		if d.name == s.doneSpans {
-			stmts = append(stmts, d.ddl)
+	if from <= 4 {
+		stmts = append(stmts, `ALTER TABLE `+s.fences+` ADD COLUMN spans INTEGER NOT NULL DEFAULT 0`,
+			`ALTER TABLE `+s.history+` ADD COLUMN done TEXT NOT NULL DEFAULT ''`)
+		for _, d := range defs {
+			if d.name == s.doneSpans {
+				stmts = append(stmts, d.ddl)
+			}
 		}
 	}
+	stmts = append(stmts, `UPDATE `+s.fences+` SET proof_required = 1 WHERE proof_below > 0`,
+		`ALTER TABLE `+s.fences+` DROP COLUMN proof_below`,
+		`ALTER TABLE `+s.history+` ADD COLUMN proven INTEGER NOT NULL DEFAULT 0`)
 	stmts = append(stmts, `UPDATE `+s.schema+` SET version = `+fmt.Sprint(SchemaVersion))
 	for _, q := range stmts {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
@@ -427,13 +448,21 @@ func (s *Sink) readTable(ctx context.Context, tx *sql.Tx, name string) (table, e
 
 // checkTable fails with ErrSchema unless t has d's columns and key.
 func (s *Sink) checkTable(d tableDef, t table) error {
-	if !slices.Equal(t.cols, d.cols) || !slices.Equal(t.pk, d.pk) {
+	if !sameColumns(t.cols, d.cols) || !slices.Equal(t.pk, d.pk) {
 		return fmt.Errorf("%w: table %s in %q has columns (%s) primary key (%s), want columns (%s) primary key (%s): "+
 			"another application uses this name; choose another Config.Prefix",
 			ErrSchema, d.name, s.cfg.Path, strings.Join(t.cols, ", "), strings.Join(t.pk, ", "),
 			strings.Join(d.cols, ", "), strings.Join(d.pk, ", "))
 	}
 	return nil
+}
+
+// sameColumns reports whether a and b name the same columns, in any
+// order: a migration appends the columns it adds and drops others in
+// place, so a migrated table and a new one may list them in different
+// orders, and every statement of the sink names its columns.
+func sameColumns(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
 
 // checkVersion fails with ErrSchema unless the schema table holds exactly

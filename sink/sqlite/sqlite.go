@@ -68,12 +68,15 @@ const DefaultBusyTimeout = 30 * time.Second
 // accepts, recorded in <prefix>_schema.
 // Version 2 added the log identity (topic ID), the reset's proof
 // requirement and the dead letters; version 3 the proof floor
-// (proof_below, [sink.Fence.ProofBelow]); version 4 the applied command
+// (proof_below); version 4 the applied command
 // IDs ([sink.Deduplicator]) and the fences' count of skipped duplicates
 // ([sink.Fence.Duplicates]); version 5 the done spans of a gapped
 // checkpoint ([sink.GapApplier], <prefix>_done_spans, and the fences'
-// count of them). Open migrates a version 1 to 4 database in place.
-const SchemaVersion = 5
+// count of them); version 6 made the proof requirement permanent (no
+// proof floor) and records whether each claim was proven
+// ([sink.HistoryEntry.Proven]). Open migrates a version 1 to 5 database
+// in place.
+const SchemaVersion = 6
 
 // Config configures [Open]. The zero value of every optional field is a
 // documented default.
@@ -177,9 +180,9 @@ type Sink struct {
 	fences, history, schema, deadLetters, dlAudit, commandIDs, doneSpans string
 
 	// prepared statements, re-used per connection by database/sql
-	selFence, upsertFence, updNext, insHistory, resetFence, insDeadLetter *sql.Stmt
-	updNextOnce, insIDs, selIDs, pruneIDs                                 *sql.Stmt
-	selSpans, insSpan, delSpan, updCheckpoint                             *sql.Stmt
+	selFence, selVersion, upsertFence, updNext, insHistory, resetFence, insDeadLetter *sql.Stmt
+	updNextOnce, insIDs, selIDs, pruneIDs                                             *sql.Stmt
+	selSpans, insSpan, delSpan, updCheckpoint                                         *sql.Stmt
 
 	// ids caches the retained command IDs of the scopes ApplyOnce saw.
 	ids cmdids.Cache
@@ -296,15 +299,17 @@ func (s *Sink) prepare(ctx context.Context) error {
 		st, err = s.db.PrepareContext(ctx, q)
 		return st
 	}
-	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required, proof_below, ids_version, duplicates, spans FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
-	// A claim keeps proof_below (a new row starts at 0): only a reset
-	// raises it (sink.Fence.ProofBelow).
-	s.upsertFence = prep("INSERT INTO " + s.fences + " (grp, topic, part, epoch, member, next_offset, topic_id, proof_required) VALUES (?, ?, ?, ?, ?, ?, ?, 0)" +
-		" ON CONFLICT (grp, topic, part) DO UPDATE SET epoch = excluded.epoch, member = excluded.member, topic_id = excluded.topic_id, proof_required = 0")
+	s.selFence = prep("SELECT epoch, member, next_offset, topic_id, proof_required, ids_version, duplicates, spans FROM " + s.fences + " WHERE grp = ? AND topic = ? AND part = ?")
+	// The fence's version (sink.Fence.Version) is its last history row.
+	s.selVersion = prep("SELECT coalesce(max(seq), 0) FROM " + s.history + " WHERE grp = ? AND topic = ? AND part = ?")
+	// A claim keeps proof_required (a new row starts at 0): only a reset
+	// sets it, and nothing clears it (sink.Fence.ProofRequired).
+	s.upsertFence = prep("INSERT INTO " + s.fences + " (grp, topic, part, epoch, member, next_offset, topic_id) VALUES (?, ?, ?, ?, ?, ?, ?)" +
+		" ON CONFLICT (grp, topic, part) DO UPDATE SET epoch = excluded.epoch, member = excluded.member, topic_id = excluded.topic_id")
 	s.updNext = prep("UPDATE " + s.fences + " SET next_offset = ? WHERE grp = ? AND topic = ? AND part = ? AND epoch = ? AND member = ? AND next_offset = ?")
-	s.insHistory = prep("INSERT INTO " + s.history + " (grp, topic, part, kind, epoch, member, next_offset, reason, at, topic_id, detail, done)" +
-		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-	s.resetFence = prep("UPDATE " + s.fences + " SET epoch = -1, member = '', next_offset = ?, topic_id = ?, proof_required = 1, proof_below = ?, spans = ?" +
+	s.insHistory = prep("INSERT INTO " + s.history + " (grp, topic, part, kind, epoch, member, next_offset, reason, at, topic_id, detail, done, proven)" +
+		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	s.resetFence = prep("UPDATE " + s.fences + " SET epoch = -1, member = '', next_offset = ?, topic_id = ?, proof_required = 1, spans = ?" +
 		" WHERE grp = ? AND topic = ? AND part = ?")
 	s.insDeadLetter = prep("INSERT INTO " + s.deadLetters + " (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state)" +
 		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open')")
@@ -343,7 +348,7 @@ func (s *Sink) DB() *sql.DB { return s.db }
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		for _, st := range []*sql.Stmt{s.selFence, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter, s.updNextOnce, s.insIDs, s.selIDs, s.pruneIDs,
+		for _, st := range []*sql.Stmt{s.selFence, s.selVersion, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter, s.updNextOnce, s.insIDs, s.selIDs, s.pruneIDs,
 			s.selSpans, s.insSpan, s.delSpan, s.updCheckpoint} {
 			if st != nil {
 				errs = append(errs, st.Close())

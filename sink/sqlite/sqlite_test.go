@@ -130,7 +130,7 @@ func TestHistoryClaimsAndResets(t *testing.T) {
 		Reason: "second reset, no holder"}); err != nil {
 		t.Fatal(err)
 	}
-	if next, err := s.Claim(ctx, c, sink.Observed{MemberProven: true}); err != nil || next != 3 {
+	if next, err := claimProven(ctx, s, c); err != nil || next != 3 {
 		t.Fatalf("proven claim after the resets = %d, %v", next, err)
 	}
 
@@ -143,21 +143,22 @@ func TestHistoryClaimsAndResets(t *testing.T) {
 		tok    epochs.Token
 		next   int64
 		reason string
+		proven bool
 	}
 	want := []row{
-		{"claim", a, 0, ""},
-		{"claim", a, 3, ""},
-		{"claim", b, 3, ""},
-		{"reset", b, 3, "group recreated by ops ticket 42"},
-		{"reset", epochs.Token{}, 3, "second reset, no holder"},
-		{"claim", c, 3, ""},
+		{"claim", a, 0, "", false},
+		{"claim", a, 3, "", false},
+		{"claim", b, 3, "", false},
+		{"reset", b, 3, "group recreated by ops ticket 42", false},
+		{"reset", epochs.Token{}, 3, "second reset, no holder", false},
+		{"claim", c, 3, "", true},
 	}
 	if len(h) != len(want) {
 		t.Fatalf("History has %d entries, want %d: %+v", len(h), len(want), h)
 	}
 	for i, e := range h {
 		w := want[i]
-		if e.Kind != w.kind || e.Token != w.tok || e.NextOffset != w.next || e.Reason != w.reason {
+		if e.Kind != w.kind || e.Token != w.tok || e.NextOffset != w.next || e.Reason != w.reason || e.Proven != w.proven {
 			t.Errorf("History[%d] = %+v, want %+v", i, e, w)
 		}
 		if i > 0 && e.Seq <= h[i-1].Seq {
@@ -579,10 +580,15 @@ func TestMigrateFromVersion3(t *testing.T) {
 	}
 }
 
-// dropV5 turns a version 5 database into a version 4 one: no done spans
-// table, no spans column, no history done column.
-var dropV5 = []string{`DROP TABLE workrouter_done_spans`, `ALTER TABLE workrouter_fences DROP COLUMN spans`,
-	`ALTER TABLE workrouter_history DROP COLUMN done`, `UPDATE workrouter_schema SET version = 4`}
+// dropV6 turns a version 6 database into a version 5 one: the fences with
+// a proof floor, the history without proven.
+var dropV6 = []string{`ALTER TABLE workrouter_fences ADD COLUMN proof_below INTEGER NOT NULL DEFAULT 0`,
+	`ALTER TABLE workrouter_history DROP COLUMN proven`, `UPDATE workrouter_schema SET version = 5`}
+
+// dropV5 turns a version 6 database into a version 4 one: dropV6, then
+// no done spans table, no spans column, no history done column.
+var dropV5 = append(slices.Clone(dropV6), `DROP TABLE workrouter_done_spans`, `ALTER TABLE workrouter_fences DROP COLUMN spans`,
+	`ALTER TABLE workrouter_history DROP COLUMN done`, `UPDATE workrouter_schema SET version = 4`)
 
 // TestMigrateFromVersion4: Open migrates a version 4 database (version 5
 // without the done spans table and the fences' spans count) in place,
@@ -690,8 +696,8 @@ func TestDedupeWindowConfig(t *testing.T) {
 }
 
 // TestMigrateFromVersion2: Open migrates a version 2 database (version 3
-// without the fences' proof_below) in place, setting each scope's proof
-// floor from the resets in its history, so that a scope reset before the
+// without the fences' proof_below) in place, requiring a proof for good
+// of each scope its history shows reset, so that a scope reset before the
 // upgrade still refuses its previous incarnation; a read-only Open refuses
 // to migrate it.
 func TestMigrateFromVersion2(t *testing.T) {
@@ -708,15 +714,16 @@ func TestMigrateFromVersion2(t *testing.T) {
 	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: old.Scope(), Expect: sink.Fence{Scope: old.Scope(), Holder: old}, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(ctx, fresh, sink.Observed{MemberProven: true}); err != nil {
+	if _, err := claimProven(ctx, s, fresh); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	execAt(t, path, dropV5...)
+	// A version 2 claim cleared the requirement the reset set.
 	execAt(t, path, `DROP TABLE workrouter_command_ids`, `ALTER TABLE workrouter_fences DROP COLUMN ids_version`, `ALTER TABLE workrouter_fences DROP COLUMN duplicates`,
-		`ALTER TABLE workrouter_fences DROP COLUMN proof_below`, `UPDATE workrouter_schema SET version = 2`)
+		`ALTER TABLE workrouter_fences DROP COLUMN proof_below`, `UPDATE workrouter_fences SET proof_required = 0`, `UPDATE workrouter_schema SET version = 2`)
 
 	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 2") {
 		t.Fatalf("read-only Open of a version 2 database: %v, want ErrSchema naming version 2", err)
@@ -726,19 +733,84 @@ func TestMigrateFromVersion2(t *testing.T) {
 	if err != nil || len(fences) != 2 {
 		t.Fatalf("fences after migration = %+v, %v", fences, err)
 	}
-	if f := fences[0]; f.Holder != fresh || f.ProofBelow != 11 || f.ProofRequired {
-		t.Fatalf("reset scope after migration = %+v, want holder %s, proof below 11", f, fresh)
+	if f := fences[0]; f.Holder != fresh || !f.ProofRequired {
+		t.Fatalf("reset scope after migration = %+v, want holder %s, a proof required", f, fresh)
 	}
-	if f := fences[1]; f.Holder != other || f.ProofBelow != 0 {
-		t.Fatalf("scope never reset after migration = %+v, want holder %s, no proof floor", f, other)
+	if f := fences[1]; f.Holder != other || f.ProofRequired {
+		t.Fatalf("scope never reset after migration = %+v, want holder %s, no proof required", f, other)
 	}
-	if _, err := s.Claim(ctx, zombie, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
-		t.Fatalf("unproven claim at epoch 9 after migration: %v, want ErrProofRequired", err)
+	for _, z := range []epochs.Token{zombie, tok("g", 0, 40, "old-40")} {
+		if _, err := s.Claim(ctx, z, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
+			t.Fatalf("unproven claim by %s after migration: %v, want ErrProofRequired", z, err)
+		}
 	}
 	var version int
 	if err := s.DB().QueryRowContext(ctx, `SELECT version FROM workrouter_schema`).Scan(&version); err != nil || version != sqlite.SchemaVersion {
 		t.Fatalf("schema version after migration = %d, %v", version, err)
 	}
+}
+
+// TestMigrateFromVersion5: Open migrates a version 5 database (a proof
+// floor a claim kept, a requirement a claim cleared) in place: a scope
+// with a floor requires a proof of every claim for good, one without
+// none, and the history rows read unproven; a read-only Open refuses to
+// migrate it.
+func TestMigrateFromVersion5(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "v5.db")
+	s := openAt(t, path)
+	old, fresh, other := tok("g", 0, 10, "old-10"), tok("g", 0, 1, "new-1"), tok("g", 1, 4, "m-4")
+	for _, c := range []epochs.Token{old, other} {
+		if _, err := s.Claim(ctx, c, sink.Observed{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: old.Scope(), Expect: sink.Fence{Scope: old.Scope(), Holder: old}, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claimProven(ctx, s, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// What version 5 left: the floor above the cleared epoch, the
+	// requirement cleared by the claim.
+	execAt(t, path, dropV6...)
+	execAt(t, path, `UPDATE workrouter_fences SET proof_required = 0, proof_below = CASE WHEN part = 0 THEN 11 ELSE 0 END`)
+	if _, err := sqlite.Open(ctx, sqlite.Config{Path: path, ReadOnly: true}); !errors.Is(err, sqlite.ErrSchema) || !strings.Contains(err.Error(), "version 5") {
+		t.Fatalf("read-only Open of a version 5 database: %v, want ErrSchema naming version 5", err)
+	}
+	s = openAt(t, path)
+	fences, err := s.Fences(ctx)
+	if err != nil || len(fences) != 2 || !fences[0].ProofRequired || fences[1].ProofRequired {
+		t.Fatalf("fences after migration = %+v, %v; want a proof required of the reset scope only", fences, err)
+	}
+	if _, err := s.Claim(ctx, tok("g", 0, 40, "old-40"), sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
+		t.Fatalf("unproven claim at epoch 40 after migration: %v, want ErrProofRequired", err)
+	}
+	h, err := s.History(ctx, old.Scope())
+	if err != nil || len(h) != 3 || h[2].Token != fresh || h[2].Proven {
+		t.Fatalf("history after migration = %+v, %v; want the claim by %s read unproven", h, err, fresh)
+	}
+	if _, err := claimProven(ctx, s, tok("g", 0, 2, "new-2")); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := s.History(ctx, old.Scope()); err != nil || len(h) != 4 || !h[3].Proven {
+		t.Fatalf("history after a proven claim = %+v, %v", h, err)
+	}
+}
+
+// claimProven claims tok's scope as the consumer does after a reset: on
+// a refusal for want of a proof it claims again with a proof made at the
+// fence version the refusal names (the test stands in for the broker).
+func claimProven(ctx context.Context, s *sqlite.Sink, tk epochs.Token) (int64, error) {
+	next, err := s.Claim(ctx, tk, sink.Observed{})
+	var pe *sink.ProofRequiredError
+	if errors.As(err, &pe) {
+		next, err = s.Claim(ctx, tk, sink.Observed{Proof: &sink.Proof{Version: pe.Version}})
+	}
+	return next, err
 }
 
 // TestDedupeTwoSinksOneFile: two Sinks (two processes) on one file apply
