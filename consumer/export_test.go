@@ -1,6 +1,11 @@
 package consumer
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/workrouter/workrouter/epochs"
+)
 
 // SetCommitPace sets the least time between two commits of the committer
 // of a Worker made from c (20 ms by default), so that a test can put the
@@ -33,4 +38,18 @@ func PendingKeys[Tx any](w *Worker[Tx], p int32) (keys, records int, ok bool) {
 	}
 	keys, records = t.keys.pending()
 	return keys, records, true
+}
+
+// ProveMembership makes the proof of membership that w's claim of tok's
+// scope makes after a reset (an offset commit as tok's member, at tok's
+// epoch) and returns the coordinator's refusal, if any. It exists in this
+// package's tests only.
+func ProveMembership[Tx any](ctx context.Context, w *Worker[Tx], tok epochs.Token) error {
+	t := &tenure[Tx]{w: w, tok: tok}
+	w.mu.Lock()
+	if cur := w.tenures[tok.Partition]; cur != nil {
+		t.topicID = cur.topicID
+	}
+	w.mu.Unlock()
+	return w.proveMembership(ctx, t)
 }

@@ -2,10 +2,12 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/admin"
@@ -171,4 +173,40 @@ func TestStaleProofProvesAgain(t *testing.T) {
 		t.Fatalf("%d second resets, %d proven claims after it: want 1 and at least 1", stale, proven)
 	}
 	checkInvariants(t, mem, keys, 1)
+}
+
+// TestProofAtTheTokenEpoch: the proof of membership is made at the
+// token's own epoch. A member ID can outlive its group's incarnation (a
+// KIP-848 member ID is the client's own and survives a rejoin into a
+// recreated group), so a tenure of the previous incarnation, at an epoch
+// that incarnation reached, must not prove itself on the member's current
+// membership: its commit at its own epoch is refused (STALE_MEMBER_EPOCH
+// under KIP-848, ILLEGAL_GENERATION under the classic protocol). It is red
+// when the proof is made at the member's current epoch.
+func TestProofAtTheTokenEpoch(t *testing.T) {
+	t.Parallel()
+	for _, proto := range []consumer.Protocol{consumer.Cooperative, consumer.KIP848} {
+		t.Run(proto.String(), func(t *testing.T) {
+			t.Parallel()
+			c := newFakeCluster(t, 1)
+			s := memory.New()
+			a := startWorker(t, c, s, workerOpts{name: "a", protocol: proto})
+			waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(a.Owned()) == 1 })
+			tok := a.Owned()[0]
+			if err := consumer.ProveMembership(t.Context(), a, tok); err != nil {
+				t.Fatalf("the proof of a's own token %s: %v", tok, err)
+			}
+			_, epoch := a.Member()
+			previous := tok
+			previous.Epoch = epoch + 5 // an epoch the previous incarnation reached
+			err := consumer.ProveMembership(t.Context(), a, previous)
+			want := kerr.IllegalGeneration
+			if proto == consumer.KIP848 {
+				want = kerr.StaleMemberEpoch
+			}
+			if !errors.Is(err, want) {
+				t.Fatalf("the proof of %s (the member is at epoch %d): %v, want %v", previous, epoch, err, want)
+			}
+		})
+	}
 }
