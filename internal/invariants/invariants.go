@@ -534,12 +534,24 @@ func rank(inv string) int {
 }
 
 // checkOffsets checks F for writes against the claim eras of each
-// partition, from offsets alone.
+// partition, from offsets alone. A claim's done spans are the sink's word
+// that lanes of earlier tenures applied those offsets before it, so the
+// claim does not judge the writes in them; the word is checked too: a
+// write in a claim's done spans must carry the token of a claim recorded
+// before it (a done span whose write came from the claim's own tenure or
+// a later one was not done when the claim said so).
 func checkOffsets(eras map[int32][]claimEra, writes []Write, add func(Finding)) int {
 	n := 0
 	for _, w := range writes {
 		list, ok := eras[w.Partition]
 		if !ok {
+			continue
+		}
+		if c, ok := doneNotBefore(list, w); ok {
+			n++
+			add(Finding{Invariant: "F", Partition: w.Partition, Offset: w.Offset, Order: w.Order,
+				Detail: fmt.Sprintf("partition %d offset %d was done, said the claim at epoch %d by %s, but it was written at epoch %d by %s, which had not claimed before it",
+					w.Partition, w.Offset, c.e.Token.Epoch, c.e.Token.Member, w.Epoch, w.Member)})
 			continue
 		}
 		claimed := false
@@ -568,6 +580,23 @@ func checkOffsets(eras map[int32][]claimEra, writes []Write, add func(Finding)) 
 		}
 	}
 	return n
+}
+
+// doneNotBefore returns the first claim of list whose done spans hold w's
+// offset (on w's log) while w's token claimed the partition only at or
+// after that claim, or never: the claim reported as done an offset no
+// earlier tenure had applied.
+func doneNotBefore(list []claimEra, w Write) (claimEra, bool) {
+	for i, c := range list {
+		if !sameLog(c.e.TopicID, w.Log) || !c.done.Contains(w.Offset) {
+			continue
+		}
+		tok := w.token(c.e.Token)
+		if !slices.ContainsFunc(list[:i], func(b claimEra) bool { return b.e.Token == tok }) {
+			return c, true
+		}
+	}
+	return claimEra{}, false
 }
 
 // checkTemporal checks F for writes in one sequence with the history: each

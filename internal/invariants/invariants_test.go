@@ -362,6 +362,11 @@ func TestGappedTakeover(t *testing.T) {
 		{"above the spans", func(in *invariants.Input) {
 			in.Writes = append(in.Writes, w(0, 6, 1, "a", "c6", "k5", 1)) // a zombie lane's late write
 		}, "offset 6 written at epoch 1 by a after the claim at epoch 2 by b"},
+		{"a done span the claim's own tenure wrote", func(in *invariants.Input) {
+			// The sink said 3 was done when b claimed, but only b wrote
+			// it: the span was not done then (a lane's false report).
+			in.Writes[2].Epoch, in.Writes[2].Member = 2, "b"
+		}, "offset 3 was done, said the claim at epoch 2 by b, but it was written at epoch 2 by b"},
 		{"between the spans", func(in *invariants.Input) {
 			// b claimed with 3 and 5 done: a's write at 5 was before the
 			// claim, its write at 4 after it.

@@ -30,6 +30,12 @@ func claimEv(t epochs.Token) Event {
 	return Event{Kind: Claim, Scope: t.Scope(), Token: t, Accepted: true}
 }
 
+func provenClaimEv(t epochs.Token) Event {
+	e := claimEv(t)
+	e.Proven = true
+	return e
+}
+
 func applyEv(t epochs.Token, offs ...int64) Event {
 	return Event{Kind: Apply, Scope: t.Scope(), Token: t, Offsets: offs, Accepted: true}
 }
@@ -47,7 +53,8 @@ func TestVerifyCatchesViolations(t *testing.T) {
 		want    []string // "Invariant@Seq"
 	}{
 		{"clean", []Event{claimEv(a), applyEv(a, 0, 1), claimEv(b), applyEv(b, 2)}, nil},
-		{"clean-reset-lower-epoch", []Event{claimEv(b), applyEv(b, 0), resetEv(b.Scope()), claimEv(a), applyEv(a, 1)}, nil},
+		{"clean-reset-lower-epoch", []Event{claimEv(b), applyEv(b, 0), resetEv(b.Scope()), provenClaimEv(a), applyEv(a, 1)}, nil},
+		{"F-unproven-claim-after-reset", []Event{claimEv(b), applyEv(b, 0), resetEv(b.Scope()), claimEv(a), applyEv(a, 1)}, []string{"F@4"}},
 		{"refused-events-ignored", []Event{claimEv(b), {Kind: Apply, Scope: a.Scope(), Token: a, Offsets: []int64{0}}, {Kind: Claim, Scope: a.Scope(), Token: a}}, nil},
 		{"F-stale-apply", []Event{claimEv(a), claimEv(b), applyEv(a, 0)}, []string{"F@3"}},
 		{"F-apply-without-claim", []Event{applyEv(a, 0)}, []string{"F@1"}},

@@ -31,6 +31,8 @@ type commitCutter struct {
 	forward bool // forward the COMMIT before cutting
 	armed   atomic.Bool
 	cut     atomic.Int32
+	// sawCommit: the server answered the forwarded COMMIT.
+	sawCommit atomic.Bool
 	mu      sync.Mutex
 	conns   []net.Conn
 }
@@ -85,6 +87,7 @@ func (p *commitCutter) serve() {
 				case <-cutting:
 					after = append(after, buf[:n]...)
 					if bytes.Contains(after, []byte("COMMIT\x00")) {
+						p.sawCommit.Store(true)
 						close(committed)
 						return
 					}
@@ -196,7 +199,14 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 			}
 			res, err := s.Apply(t.Context(), tok, offs, effect(false))
 			if err != nil || res != want {
-				t.Fatalf("retried Apply = %+v, %v; want %+v", res, err, want)
+				// Say whether the cut COMMIT had landed: a retry that
+				// applied again after it would leave "xx".
+				var vals []string
+				for _, o := range offs {
+					v, _, gerr := getKV(t.Context(), s, fmt.Sprint("k", o))
+					vals = append(vals, fmt.Sprintf("k%d=%q (%v)", o, v, gerr))
+				}
+				t.Fatalf("retried Apply = %+v, %v; want %+v; the proxy saw the COMMIT answered: %v; kv after: %v", res, err, want, proxy.sawCommit.Load(), vals)
 			}
 			for _, o := range offs {
 				if v, _, _ := getKV(t.Context(), s, fmt.Sprint("k", o)); v != "x" {
