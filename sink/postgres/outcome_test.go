@@ -33,8 +33,8 @@ type commitCutter struct {
 	cut     atomic.Int32
 	// sawCommit: the server answered the forwarded COMMIT.
 	sawCommit atomic.Bool
-	mu      sync.Mutex
-	conns   []net.Conn
+	mu        sync.Mutex
+	conns     []net.Conn
 }
 
 func newCommitCutter(t *testing.T, target string, forward bool) *commitCutter {
