@@ -164,10 +164,14 @@ func (w *Worker[Tx]) observePartition(ctx context.Context, p int32) (sink.Observ
 // first, if not nil, is the first attempt's observation of the log.
 func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Observed) (int64, error) {
 	backoff := w.cfg.RetryBackoff
-	truncatedRetries, quickProofs := 0, 0
+	truncatedRetries, quickProofs, takeovers := 0, 0, 0
 	// proof is the proof of membership this claim offers, made after
-	// the sink named the fence version it is checked against.
-	var proof *sink.Proof
+	// the sink named the fence version it is checked against; tookOver
+	// the regression a proven takeover claims past, if the proof is one.
+	var (
+		proof    *sink.Proof
+		tookOver *EpochRegressedError
+	)
 	for {
 		if !w.current(t) {
 			return 0, errTenureGone
@@ -213,7 +217,7 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 		if err == nil {
 			w.claims.Add(1)
 			if !t.fenced.Load() {
-				w.obs.emit(Claimed{Token: t.tok, NextOffset: next})
+				w.obs.emit(Claimed{Token: t.tok, NextOffset: next, TookOver: tookOver})
 			}
 			t.progressed()
 			return next, nil
@@ -226,7 +230,20 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 		case errors.Is(err, sink.ErrFenced):
 			err = w.diagnose(ctx, err)
 			w.fencedClaims.Add(1)
-			if errors.Is(err, ErrEpochRegressed) {
+			var re *EpochRegressedError
+			if errors.As(err, &re) {
+				// The holder is of an earlier incarnation of the group
+				// (recreated, expired, lost by the broker): take the
+				// scope over with a proof, or wait for an operator.
+				if !w.cfg.NoTakeover && takeovers < 3 {
+					takeovers++
+					p, perr := w.takeoverProof(ctx, t, re)
+					if perr == nil {
+						proof, tookOver = p, re
+						continue
+					}
+					err = fmt.Errorf("%w; no proven takeover: %w", err, perr)
+				}
 				w.block(t, err)
 				return 0, fmt.Errorf("%w: %w", errBlocked, err)
 			}
@@ -238,7 +255,7 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 			// prove against the version the sink names now. A proof
 			// is evidence about the moment it was made, so the sink
 			// takes it only if nothing was claimed or reset since.
-			if perr := w.proveMembership(ctx, t); perr != nil {
+			if _, perr := w.proveMembership(ctx, t); perr != nil {
 				err = fmt.Errorf("%w; proving the membership failed: %w", err, perr)
 				proof = nil
 				break
@@ -326,10 +343,13 @@ func (w *Worker[Tx]) discard(t *tenure[Tx], op sink.Op, err error) {
 //
 // The commit is of the partition's current checkpoint (the sink's, read
 // through sink.Lister, or Kafka's committed offset), so it moves nothing.
-func (w *Worker[Tx]) proveMembership(ctx context.Context, t *tenure[Tx]) error {
+//
+// It returns the epoch the coordinator accepted the commit at: the
+// token's, or (classic) the current generation.
+func (w *Worker[Tx]) proveMembership(ctx context.Context, t *tenure[Tx]) (int32, error) {
 	member, gen := w.cl.GroupMetadata()
 	if member != t.tok.Member {
-		return fmt.Errorf("consumer: %s is no longer this client's member ID (now %q)", t.tok.Member, member)
+		return 0, fmt.Errorf("consumer: %s is no longer this client's member ID (now %q)", t.tok.Member, member)
 	}
 	offset := int64(-1)
 	if l, ok := sink.As[sink.Lister](w.cfg.Sink); ok {
@@ -354,9 +374,33 @@ func (w *Worker[Tx]) proveMembership(ctx context.Context, t *tenure[Tx]) error {
 	}
 	err := commitAs(ctx, w.cl, w.cfg.Group, member, t.tok.Epoch, w.cfg.Topic, w.topicIDBytes(t), t.tok.Partition, offset, member)
 	if err == nil || w.cfg.Protocol == KIP848 || !errors.Is(err, kerr.IllegalGeneration) || gen <= t.tok.Epoch {
-		return err
+		return t.tok.Epoch, err
 	}
-	return commitAs(ctx, w.cl, w.cfg.Group, member, gen, w.cfg.Topic, w.topicIDBytes(t), t.tok.Partition, offset, member)
+	return gen, commitAs(ctx, w.cl, w.cfg.Group, member, gen, w.cfg.Topic, w.topicIDBytes(t), t.tok.Partition, offset, member)
+}
+
+// takeoverProof proves t's membership for a claim below the stored holder
+// that re diagnosed as a member of an earlier incarnation of the group
+// (docs/design.md#expired-groups), and returns the proof to claim with:
+// at the fence version the refusal named, with the group epoch observed
+// after it (the generation the coordinator accepted the proof at, under
+// the classic protocol; the group epoch the diagnosis described, under
+// KIP-848). It fails, and no takeover is tried, when that group epoch is
+// not below the holder's (the sink would refuse it: an equal epoch after
+// the broker lost its state needs an operator's reset).
+func (w *Worker[Tx]) takeoverProof(ctx context.Context, t *tenure[Tx], re *EpochRegressedError) (*sink.Proof, error) {
+	at, err := w.proveMembership(ctx, t)
+	if err != nil {
+		return nil, fmt.Errorf("proving the membership failed: %w", err)
+	}
+	ge := at
+	if w.cfg.Protocol == KIP848 {
+		ge = re.GroupEpoch
+	}
+	if ge >= re.Fenced.Stored.Epoch || ge < t.tok.Epoch {
+		return nil, fmt.Errorf("the group epoch %d is not below the stored holder's %d: only an operator's reset can tell this incarnation from the holder's", ge, re.Fenced.Stored.Epoch)
+	}
+	return &sink.Proof{Version: re.Fenced.Version, GroupEpoch: ge}, nil
 }
 
 // commitAs commits offset for topic/partition with metadata as member at

@@ -126,6 +126,16 @@ type Config[Tx any] struct {
 	// 10s.
 	ReclaimInterval time.Duration
 
+	// NoTakeover keeps a partition whose stored holder belongs to an
+	// earlier incarnation of the group (ErrEpochRegressed: the group was
+	// deleted and recreated, expired, or lost by the broker) blocked until
+	// an operator resets its fence. By default (false) the Worker takes
+	// such a partition over by itself with a proof of its membership
+	// whose group epoch is below the holder's, which the sink audits as a
+	// reset of that holder and which leaves a proof required of every
+	// later claim (docs/design.md#expired-groups).
+	NoTakeover bool
+
 	// Partitioner is how the topic's producers map keys to partitions;
 	// default envelope.Murmur2, the router's default. The Worker checks every
 	// record against it and reports (or, under MisrouteRefuse, refuses)

@@ -82,10 +82,15 @@ type Assigned struct {
 }
 
 // Claimed: the sink accepted the tenure's claim; fetching starts at
-// NextOffset, the sink's checkpoint (docs/design.md#claim).
+// NextOffset, the sink's checkpoint (docs/design.md#claim). TookOver is
+// not nil when the claim was a proven takeover from a holder of an
+// earlier incarnation of the group (docs/design.md#expired-groups): the
+// regression it claimed past, which the sink audited as a reset of that
+// holder.
 type Claimed struct {
 	Token      epochs.Token
 	NextOffset int64
+	TookOver   *EpochRegressedError
 }
 
 // Applied: one batch was applied in one fenced sink Apply (ApplyOnce

@@ -51,5 +51,6 @@ func ProveMembership[Tx any](ctx context.Context, w *Worker[Tx], tok epochs.Toke
 		t.topicID = cur.topicID
 	}
 	w.mu.Unlock()
-	return w.proveMembership(ctx, t)
+	_, err := w.proveMembership(ctx, t)
+	return err
 }

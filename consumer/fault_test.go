@@ -296,11 +296,12 @@ func TestEpochBumpKeepsTenure(t *testing.T) {
 	checkInvariants(t, s, keys, 20)
 }
 
-// TestGenerationBackwards (hazard 3): after the group is deleted and
-// recreated, claims fail loudly with an error naming the likely cause; an
-// explicit, audited reset lets work resume with nothing applied twice.
-func TestGenerationBackwards(t *testing.T) {
-	t.Parallel()
+// recreatedGroup runs three members of a group in turn over a
+// two-partition topic, each claiming at a higher generation, then deletes
+// the group, so that its next members start again at a low generation:
+// every stored holder is of an earlier incarnation.
+func recreatedGroup(t *testing.T) (*cluster, *memory.Sink, []string) {
+	t.Helper()
 	const partitions = 2
 	c := newCluster(t, partitions)
 	s := memory.New()
@@ -334,9 +335,20 @@ func TestGenerationBackwards(t *testing.T) {
 	if res, err := adm.DeleteGroups(context.Background(), c.group); err != nil || res.Error() != nil {
 		t.Fatalf("delete group: %v %v", err, res.Error())
 	}
+	return c, s, keys
+}
+
+// TestGenerationBackwards (hazard 3): after the group is deleted and
+// recreated, with Config.NoTakeover, claims fail loudly with an error
+// naming the likely cause; an explicit, audited reset lets work resume
+// with nothing applied twice.
+func TestGenerationBackwards(t *testing.T) {
+	t.Parallel()
+	const partitions = 2
+	c, s, keys := recreatedGroup(t)
 
 	blocked := make(chan error, 64)
-	w := startWorker(t, c, s, workerOpts{name: "w4", reclaimInterval: 100 * time.Millisecond,
+	w := startWorker(t, c, s, workerOpts{name: "w4", reclaimInterval: 100 * time.Millisecond, noTakeover: true,
 		observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
 			if b, ok := e.(consumer.Blocked); ok {
 				select {
@@ -375,7 +387,7 @@ func TestGenerationBackwards(t *testing.T) {
 	// The operator's explicit, audited reset (a compare-and-set on what
 	// the operator saw, keeping the checkpoint). The running worker notices
 	// and claims again by itself, proving its membership first.
-	fences, err = s.Fences(context.Background())
+	fences, err := s.Fences(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,6 +402,66 @@ func TestGenerationBackwards(t *testing.T) {
 	waitFor(t, 30*time.Second, "w4 to claim both partitions again by itself", func() bool { return len(w.Owned()) == partitions })
 	produce(t, c, partitions, keys, 8, 10)
 	waitFor(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*10 })
+	checkInvariants(t, s, keys, 10)
+}
+
+// TestGenerationBackwardsTakenOver (hazard 3, docs/design.md#expired-groups):
+// after the group is deleted and recreated (or expired), the first member
+// of the new incarnation takes every partition over by itself: it proves
+// its membership, and the sink accepts its claim below the stored holder
+// because the group epoch it saw is below that holder's, auditing the
+// takeover as a reset of the holder. No operator acts, nothing is applied
+// twice, and the previous incarnation's last holder, which wakes and
+// claims again, is refused (a proof is required of every later claim) and
+// cannot write.
+func TestGenerationBackwardsTakenOver(t *testing.T) {
+	t.Parallel()
+	const partitions = 2
+	c, s, keys := recreatedGroup(t)
+	before, err := s.Fences(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var took []consumer.Claimed
+	w := startWorker(t, c, s, workerOpts{name: "w4", reclaimInterval: 100 * time.Millisecond,
+		observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
+			if cl, ok := e.(consumer.Claimed); ok && cl.TookOver != nil {
+				mu.Lock()
+				took = append(took, cl)
+				mu.Unlock()
+			}
+		})}})
+	waitFor(t, 30*time.Second, "w4 to take both partitions over", func() bool { return len(w.Owned()) == partitions })
+	produce(t, c, partitions, keys, 8, 10)
+	waitFor(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*10 })
+	mu.Lock()
+	n := len(took)
+	mu.Unlock()
+	if n != partitions {
+		t.Fatalf("%d claims were takeovers, want %d (one per partition)", n, partitions)
+	}
+	for _, f := range before {
+		hs, err := s.History(context.Background(), f.Scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(hs, func(e sink.HistoryEntry) bool { return e.Kind == sink.HistoryReset })
+		if i < 0 || hs[i].Token != f.Holder || hs[i].Reason != sink.TakeoverReason || i+1 >= len(hs) || !hs[i+1].Proven ||
+			hs[i+1].Token.Epoch >= f.Holder.Epoch {
+			t.Fatalf("history of %s = %+v: want the takeover audited as a reset of %s, then a proven claim below it", f.Scope, hs, f.Holder)
+		}
+		// The previous incarnation's last holder wakes.
+		if _, err := s.Claim(context.Background(), f.Holder, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
+			t.Fatalf("the previous holder %s claims again: %v, want ErrProofRequired", f.Holder, err)
+		}
+		if _, err := s.Apply(context.Background(), f.Holder, []int64{0}, func(context.Context, *memory.Tx, int) error { return nil }); !errors.Is(err, sink.ErrFenced) {
+			t.Fatalf("the previous holder %s writes: %v, want ErrFenced", f.Holder, err)
+		}
+	}
+	if st := w.Stats(); st.FencedApplies != 0 {
+		t.Fatalf("the new worker was fenced: %+v", st)
+	}
 	checkInvariants(t, s, keys, 10)
 }
 
@@ -694,7 +766,7 @@ func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
 	oldSink := &gatedClaims{Sink: s, from: 1, gate: newGate(), members: make(chan string, 1)}
 	var mu sync.Mutex
 	var oldRefusals []error
-	old := startWorker(t, c, s, workerOpts{name: "old", sink: oldSink, reclaimInterval: time.Hour,
+	old := startWorker(t, c, s, workerOpts{noTakeover: true, name: "old", sink: oldSink, reclaimInterval: time.Hour,
 		observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
 			if st, ok := e.(consumer.Stalled); ok && st.Op == sink.OpClaim {
 				mu.Lock()
@@ -713,7 +785,7 @@ func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
 	// NEW's first claim is refused (the stored epoch is higher); its later
 	// claims wait on a gate the test opens once OLD has tried.
 	newSink := &gatedClaims{Sink: s, from: 2, gate: newGate(), members: make(chan string, 1)}
-	nw := startWorker(t, c, s, workerOpts{name: "new", sink: newSink, reclaimInterval: 100 * time.Millisecond})
+	nw := startWorker(t, c, s, workerOpts{noTakeover: true, name: "new", sink: newSink, reclaimInterval: 100 * time.Millisecond})
 	t.Cleanup(newSink.gate.open) // before new's Close (cleanups run last first)
 	waitFor(t, 60*time.Second, "new to be blocked by the regressed epoch", func() bool { return blockedBy(nw.Partitions(), 1) })
 	if swallowed.Load() == 0 {

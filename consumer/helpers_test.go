@@ -239,6 +239,9 @@ type workerOpts struct {
 	observers []consumer.Observer
 	// reclaimInterval sets Config.ReclaimInterval.
 	reclaimInterval time.Duration
+	// noTakeover sets Config.NoTakeover: a holder of an earlier
+	// incarnation blocks until an operator's reset.
+	noTakeover bool
 	// poison sets Config.Poison; handlers, if set, replaces the "append"
 	// handler map.
 	poison   consumer.PoisonPolicy
@@ -320,6 +323,7 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 		Registerer:        o.registerer,
 		LagInterval:       o.lagInterval,
 		ReclaimInterval:   o.reclaimInterval,
+		NoTakeover:        o.noTakeover,
 	}
 	if o.commitPace > 0 {
 		consumer.SetCommitPace(&cfg, o.commitPace)

@@ -107,6 +107,12 @@ func (o *logObserver) Observe(e Event) {
 	case Assigned:
 		l.Info("partition assigned", tokenAttrs(e.Token)...)
 	case Claimed:
+		if e.TookOver != nil {
+			l.Warn("partition taken over from a holder of an earlier incarnation of the group (a proven claim, audited in the fence history as a reset)",
+				tokenAttrs(e.Token, "next_offset", e.NextOffset, "cleared_holder", e.TookOver.Fenced.Stored.String(),
+					"group_epoch", e.TookOver.GroupEpoch, "evidence", e.TookOver.Evidence)...)
+			break
+		}
 		l.Info("partition claimed", tokenAttrs(e.Token, "next_offset", e.NextOffset)...)
 	case Applied:
 		o.mu.Lock()

@@ -21,6 +21,9 @@ const (
 	outcomeOK     = "ok"
 	outcomeFenced = "fenced"
 	outcomeError  = "error"
+	// outcomeTakeover: a claim accepted as a proven takeover from a
+	// holder of an earlier incarnation of the group.
+	outcomeTakeover = "takeover"
 )
 
 // metrics is a Worker's Prometheus collectors, fed as an Observer of its
@@ -99,7 +102,7 @@ func newMetrics(group string) *metrics {
 	m.fenced = counter("workrouter_consumer_fenced_total",
 		"Claims (op=claim) and batches (op=apply) the sink refused because a newer tenure holds the partition.", "topic", "partition", "op")
 	m.claims = counter("workrouter_consumer_claims_total",
-		"Claim attempts by outcome: ok, fenced (refused by the sink), error (failed and retried).", "topic", "outcome")
+		"Claim attempts by outcome: ok, fenced (refused by the sink), error (failed and retried), takeover (accepted as a proven takeover from a holder of an earlier incarnation of the group).", "topic", "outcome")
 	m.assigned = counter("workrouter_consumer_partitions_assigned_total",
 		"Partitions assigned to this member.", "topic")
 	m.revoked = counter("workrouter_consumer_partitions_revoked_total",
@@ -214,7 +217,7 @@ func (m *metrics) initTopic(topic string) {
 	if m == nil {
 		return
 	}
-	for _, o := range []string{outcomeOK, outcomeFenced, outcomeError} {
+	for _, o := range []string{outcomeOK, outcomeFenced, outcomeError, outcomeTakeover} {
 		m.claims.WithLabelValues(topic, o)
 	}
 	m.assigned.WithLabelValues(topic)
@@ -261,7 +264,11 @@ func (m *metrics) Observe(e Event) {
 	case Misrouted:
 		m.misrouted.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition)).Inc()
 	case Claimed:
-		m.claims.WithLabelValues(e.Token.Topic, outcomeOK).Inc()
+		outcome := outcomeOK
+		if e.TookOver != nil {
+			outcome = outcomeTakeover
+		}
+		m.claims.WithLabelValues(e.Token.Topic, outcome).Inc()
 		m.mu.Lock()
 		if m.held[e.Token.Partition] == e.Token {
 			m.runningLocked(e.Token)

@@ -49,7 +49,7 @@ func TestMetricsBlockedThenRevoked(t *testing.T) {
 	regressAll(t, c, s, partitions)
 	reg := prometheus.NewPedanticRegistry()
 	rec := &events{}
-	a := startWorker(t, c, s, workerOpts{name: "a", registerer: reg, reclaimInterval: 50 * time.Millisecond, observers: []consumer.Observer{rec}})
+	a := startWorker(t, c, s, workerOpts{noTakeover: true, name: "a", registerer: reg, reclaimInterval: 50 * time.Millisecond, observers: []consumer.Observer{rec}})
 	waitFor(t, 30*time.Second, "a's partitions blocked", func() bool { return blockedBy(a.Partitions(), partitions) })
 	for p := range int32(partitions) {
 		waitFor(t, 30*time.Second, "stalled = 1 for a blocked partition", func() bool {
@@ -58,7 +58,7 @@ func TestMetricsBlockedThenRevoked(t *testing.T) {
 		})
 	}
 
-	b := startWorker(t, c, s, workerOpts{name: "b", reclaimInterval: 50 * time.Millisecond})
+	b := startWorker(t, c, s, workerOpts{noTakeover: true, name: "b", reclaimInterval: 50 * time.Millisecond})
 	waitFor(t, 30*time.Second, "b to be assigned a partition", func() bool { return len(b.Partitions()) == 1 })
 	waitFor(t, 30*time.Second, "a to keep one partition", func() bool { return len(a.Partitions()) == 1 })
 	revoked := rec.find(func(e consumer.Event) bool { _, ok := e.(consumer.Revoked); return ok })
@@ -89,9 +89,9 @@ func TestMetricsBlockedThenLost(t *testing.T) {
 	regressAll(t, c, s, 1)
 	reg := prometheus.NewPedanticRegistry()
 	rec := &events{}
-	a := startWorker(t, c, s, workerOpts{name: "a", registerer: reg, reclaimInterval: 50 * time.Millisecond, observers: []consumer.Observer{rec}})
+	a := startWorker(t, c, s, workerOpts{noTakeover: true, name: "a", registerer: reg, reclaimInterval: 50 * time.Millisecond, observers: []consumer.Observer{rec}})
 	waitFor(t, 30*time.Second, "a's partition blocked", func() bool { return blockedBy(a.Partitions(), 1) })
-	b := startWorker(t, c, s, workerOpts{name: "b", reclaimInterval: 50 * time.Millisecond})
+	b := startWorker(t, c, s, workerOpts{noTakeover: true, name: "b", reclaimInterval: 50 * time.Millisecond})
 	waitFor(t, 30*time.Second, "b in the group", func() bool { m, _ := b.Member(); return m != "" })
 	if v, ok := series(t, reg, "workrouter_consumer_partition_stalled", map[string]string{"partition": "0"}); !ok || v != 1 {
 		t.Fatalf("a's blocked partition: stalled = %v (present %v), want 1", v, ok)

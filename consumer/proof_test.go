@@ -145,7 +145,7 @@ func TestStaleProofProvesAgain(t *testing.T) {
 	keys := makeKeys(4)
 	regressAll(t, c, mem, 1)
 	produce(t, c, 1, keys, 0, 1)
-	w := startWorker(t, c, mem, workerOpts{name: "live", reclaimInterval: 100 * time.Millisecond, sink: s})
+	w := startWorker(t, c, mem, workerOpts{noTakeover: true, name: "live", reclaimInterval: 100 * time.Millisecond, sink: s})
 	waitFor(t, 60*time.Second, "the worker to be blocked by the regressed epoch", func() bool { return blockedBy(w.Partitions(), 1) })
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {

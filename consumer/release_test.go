@@ -170,7 +170,7 @@ func TestLostWhileReclaimingCancelsTheClaim(t *testing.T) {
 			reachedAtLoss.Store(int64(len(h.reached())))
 		}
 	})
-	w := startWorker(t, c, s, workerOpts{name: "a", sink: h, reclaimInterval: 50 * time.Millisecond,
+	w := startWorker(t, c, s, workerOpts{noTakeover: true, name: "a", sink: h, reclaimInterval: 50 * time.Millisecond,
 		observers: []consumer.Observer{rec, lossSeen}})
 	t.Cleanup(h.open) // before the worker's Close
 
@@ -320,7 +320,7 @@ func TestHungReclaimHoldsUpOnlyItsPartition(t *testing.T) {
 	s := memory.New()
 	regressAll(t, c, s, partitions)
 	h := newHeldClaims(s, false, func(tok epochs.Token, n int) bool { return tok.Partition == 0 && n == 2 })
-	w := startWorker(t, c, s, workerOpts{name: "a", sink: h, reclaimInterval: 50 * time.Millisecond})
+	w := startWorker(t, c, s, workerOpts{noTakeover: true, name: "a", sink: h, reclaimInterval: 50 * time.Millisecond})
 	t.Cleanup(h.open) // before the worker's Close
 	select {
 	case <-h.held:

@@ -34,7 +34,7 @@ func TestPreviousIncarnationBelowTheResetEpoch(t *testing.T) {
 	regressAll(t, c, s, 1) // held at epoch 10 by the previous incarnation
 	produce(t, c, 1, keys, 0, 1)
 
-	w := startWorker(t, c, s, workerOpts{name: "live", reclaimInterval: 100 * time.Millisecond})
+	w := startWorker(t, c, s, workerOpts{noTakeover: true, name: "live", reclaimInterval: 100 * time.Millisecond})
 	waitFor(t, 60*time.Second, "the live worker to be blocked by the regressed epoch", func() bool { return blockedBy(w.Partitions(), 1) })
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {

@@ -124,6 +124,16 @@ type Proof struct {
 	// so a member that proved, paused, and wakes after the group was
 	// recreated and the fence reset cannot pass on its old proof.
 	Version int64
+	// GroupEpoch, if above zero, is the group's epoch (classic: its
+	// generation; KIP-848: its group epoch) as the claimer observed it at
+	// the broker after it read Version: the generation its proof was
+	// accepted at, or a describe of the group. It lets a proven claim take
+	// the scope over from a holder whose epoch is above it
+	// ([Fence.CheckClaim]): no tenure of the group as it is now can hold
+	// an epoch the group has not reached, so that holder belongs to an
+	// earlier incarnation of the group (deleted and recreated, expired,
+	// or lost by the broker), docs/design.md#expired-groups.
+	GroupEpoch int32
 }
 
 // Fence is the stored state of one scope.
@@ -172,26 +182,50 @@ func (f Fence) Equal(g Fence) bool {
 
 // CheckClaim decides whether tok may claim the scope whose stored fence
 // is f, offering obs (docs/design.md#claim, docs/design.md#admin-reset):
-// a *FencedError if the stored holder supersedes tok
-// (epochs.Token.CanClaim); a *ProofRequiredError if f.ProofRequired and
-// tok is not the stored holder and obs.Proof is missing or was made at
-// another Version than f's; else nil. Log continuity is decided apart
-// ([CheckLog], [CheckLogGaps]). Every backend's Claim decides with it,
-// inside its atomic unit, on the fence it read there. It may be called
-// from any goroutine.
-func (f Fence) CheckClaim(tok epochs.Token, obs Observed) error {
+//
+//   - a claim the ordering rule allows (epochs.Token.CanClaim) needs
+//     nothing more unless f.ProofRequired, when a claim other than the
+//     stored holder's re-claim needs obs.Proof made at f's Version, else
+//     a *ProofRequiredError;
+//   - a claim the ordering rule refuses is a *FencedError (carrying f's
+//     Version), unless it is a proven takeover: obs.Proof made at f's
+//     Version, with a GroupEpoch at or above tok's epoch and below the
+//     stored holder's (docs/design.md#expired-groups). takeover then
+//     reports that the claim supersedes the holder as a reset would:
+//     the backend records a reset of that holder before the claim, and
+//     sets ProofRequired.
+//
+// Log continuity is decided apart ([CheckLog], [CheckLogGaps]). Every
+// backend's Claim decides with it, inside its atomic unit, on the fence
+// it read there. It may be called from any goroutine.
+func (f Fence) CheckClaim(tok epochs.Token, obs Observed) (takeover bool, err error) {
 	if !tok.CanClaim(f.Holder) {
-		return &FencedError{Op: OpClaim, Stored: f.Holder, Offered: tok}
+		if p := obs.Proof; p != nil && f.ProvenBy(obs) && p.GroupEpoch > 0 && tok.Epoch <= p.GroupEpoch && p.GroupEpoch < f.Holder.Epoch {
+			return true, nil
+		}
+		return false, &FencedError{Op: OpClaim, Stored: f.Holder, Offered: tok, Version: f.Version}
 	}
 	if !f.NeedsProof(tok) || f.ProvenBy(obs) {
-		return nil
+		return false, nil
 	}
 	e := &ProofRequiredError{Offered: tok, Version: f.Version}
 	if obs.Proof != nil {
 		e.Stale = true
 		e.ProvenAt = obs.Proof.Version
 	}
-	return e
+	return false, e
+}
+
+// TakeoverReason is the reason a takeover's reset row records
+// ([Fence.CheckClaim]); its detail is [TakeoverDetail], and its token the
+// holder it cleared.
+const TakeoverReason = "takeover: a proven member of the group claimed below a holder of an earlier incarnation of the group"
+
+// TakeoverDetail is the audited detail of the reset row that a takeover
+// by tok, offering obs (with its Proof), records.
+func TakeoverDetail(tok epochs.Token, obs Observed) string {
+	return fmt.Sprintf("the group epoch %d that %s observed after it read fence version %d and proved its membership is below the cleared holder's epoch: "+
+		"the group was deleted and recreated, expired, or lost by the broker", obs.Proof.GroupEpoch, tok, obs.Proof.Version)
 }
 
 // NeedsProof reports whether a claim by tok of the scope whose stored
@@ -421,6 +455,9 @@ type FencedError struct {
 	Op      Op
 	Stored  epochs.Token // the holder the sink has; zero if none
 	Offered epochs.Token
+	// Version is the fence's version (Fence.Version) at a refused claim:
+	// a proven takeover is checked against it. Zero for other ops.
+	Version int64
 }
 
 // Error describes the refusal.

@@ -49,6 +49,8 @@ type workerFlags struct {
 	sqliteBusy time.Duration
 	// dedupeWindow is the sink's Config.DedupeWindow (0: its default).
 	dedupeWindow int64
+	// noTakeover: consumer.Config.NoTakeover.
+	noTakeover bool
 
 	partitioner string
 	misroute    string
@@ -183,6 +185,7 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.DurationVar(&f.poison.MaxRetryTime, "max-retry-time", f.poison.MaxRetryTime, "how long a failing command is retried, from its first failure, before it is dead-lettered (whichever of this and --max-attempts ends first)")
 	fl.StringVar(&f.dlqTopic, "dlq-topic", "", "also publish every dead letter to this Kafka topic, which must exist (by convention <topic>.dlq); empty: no mirror")
 	fl.DurationVar(&f.readyMaxStall, "ready-max-stall", 0, "make /readyz answer 503 while a partition has been stalled or blocked longer than this (needs --metrics-addr; 0: stalls do not affect readiness)")
+	fl.BoolVar(&f.noTakeover, "no-takeover", false, "keep a partition whose fence holder belongs to an earlier incarnation of the group (deleted and recreated, expired, lost by the broker) blocked until an operator resets its fence, instead of taking it over with a proof of membership (see docs/operating.md#runbook-epochs-went-backwards)")
 	fl.Int64Var(&f.dedupeWindow, "dedupe-window", 0, "how many offsets of a partition the sink remembers applied command IDs for: a command whose ID was applied within it is skipped as a duplicate (0: the sink's default, 100000)")
 }
 
@@ -393,6 +396,7 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 		Protocol:          protocol,
 		MaxBatch:          f.maxBatch,
 		KeyConcurrency:    f.keyConcurrency,
+		NoTakeover:        f.noTakeover,
 		SessionTimeout:    f.sessionTimeout,
 		HeartbeatInterval: f.heartbeatInterval,
 		RevokeTimeout:     f.revokeTimeout,

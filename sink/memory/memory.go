@@ -306,7 +306,8 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 	if st != nil {
 		holder, stored = st.holder, st.fence(scope)
 	}
-	if err := stored.CheckClaim(tok, obs); err != nil {
+	takeover, err := stored.CheckClaim(tok, obs)
+	if err != nil {
 		if errors.Is(err, sink.ErrFenced) {
 			s.record(Event{Kind: Claim, Scope: scope, Token: tok, Stored: holder})
 			return sink.Checkpoint{}, err
@@ -327,6 +328,16 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 	if st == nil {
 		st = &fenceState{}
 		s.scopes[scope] = st
+	}
+	if takeover {
+		// As a reset of the earlier incarnation's holder, audited, then
+		// the claim.
+		detail := sink.TakeoverDetail(tok, obs)
+		st.gen++
+		st.proofRequired = true
+		seq := s.record(Event{Kind: Reset, Scope: scope, Accepted: true, Stored: holder, Reason: sink.TakeoverReason,
+			NextOffset: st.nextOffset, TopicID: st.topicID, Detail: detail, Done: slices.Clone(st.done)})
+		s.audit = append(s.audit, AuditEntry{Scope: scope, Before: stored, Reason: sink.TakeoverReason, Seq: seq})
 	}
 	if cp.NextOffset != st.nextOffset {
 		st.cpVer++

@@ -121,12 +121,11 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 		return sink.Checkpoint{}, wrap(ctx, op+": read fence", err)
 	}
 	fence := row.fence(tok.Scope())
-	if fence.ProofRequired {
-		if err := tx.QueryRow(ctx, s.q.fenceVersion, tok.Group, tok.Topic, tok.Partition).Scan(&fence.Version); err != nil {
-			return sink.Checkpoint{}, wrap(ctx, op+": read fence version", err)
-		}
+	if err := tx.QueryRow(ctx, s.q.fenceVersion, tok.Group, tok.Topic, tok.Partition).Scan(&fence.Version); err != nil {
+		return sink.Checkpoint{}, wrap(ctx, op+": read fence version", err)
 	}
-	if err := fence.CheckClaim(tok, obs); err != nil {
+	takeover, err := fence.CheckClaim(tok, obs)
+	if err != nil {
 		if errors.Is(err, sink.ErrFenced) {
 			s.log.Debug("postgres sink: claim fenced", "offered", tok.String(), "stored", row.holder.String())
 			return sink.Checkpoint{}, err
@@ -143,6 +142,19 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 	_, topicID, err := sink.CheckLogGaps(tok.Scope(), !inserted, row.topicID, cp, obs)
 	if err != nil {
 		return sink.Checkpoint{}, err
+	}
+	if takeover {
+		// As a reset of the earlier incarnation's holder, audited, then
+		// the claim; a takeover sets the proof requirement for good.
+		if _, err := tx.Exec(ctx, s.q.resetAudit, tok.Group, tok.Topic, tok.Partition, row.epoch, row.member, cp.NextOffset, sink.TakeoverReason,
+			row.topicID, sink.TakeoverDetail(tok, obs), sink.FormatSpans(cp.Done)); err != nil {
+			return sink.Checkpoint{}, wrap(ctx, op+": audit the takeover", err)
+		}
+		if _, err := tx.Exec(ctx, s.q.requireProof, tok.Group, tok.Topic, tok.Partition); err != nil {
+			return sink.Checkpoint{}, wrap(ctx, op, err)
+		}
+		s.log.Warn("postgres sink: fence taken over by a proven claim below its holder", "scope", tok.Scope().String(), "cleared", row.holder.String(),
+			"claim", tok.String(), "group_epoch", obs.Proof.GroupEpoch)
 	}
 	if _, err := tx.Exec(ctx, s.q.claimUpdate, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, topicID); err != nil {
 		return sink.Checkpoint{}, wrap(ctx, op, err)

@@ -275,6 +275,7 @@ type queries struct {
 	fenceLock                                  string // the fence row, locked until the transaction ends: claims, dead letters and resets read it so
 	claimInsert, claimUpdate, claimHistory     string
 	fenceVersion                               string // sink.Fence.Version: the scope's last history row
+	requireProof                               string // a takeover's: proof_required for good
 	fenceRead, advance, advanceOnce, fenceList string
 	advanceCheck, advanceOnceCheck             string // advance and advanceOnce, raising when they match no row (checked)
 	reset, resetAudit, historyList             string
@@ -327,6 +328,7 @@ func newQueries(schema, prefix string) queries {
 	// to int raises 22P02 at execution (fenceCheckMarker).
 	q.advanceCheck = checked(q.advance)
 	q.advanceOnceCheck = checked(q.advanceOnce)
+	q.requireProof = fmt.Sprintf(`UPDATE %s SET proof_required = true WHERE grp = $1 AND topic = $2 AND part = $3`, q.fences)
 	q.fenceList = fmt.Sprintf(`SELECT grp, topic, part, epoch, member, next_offset, topic_id, proof_required, duplicates,
 		(SELECT coalesce(max(h.seq), 0) FROM %[2]s h WHERE h.grp = f.grp AND h.topic = f.topic AND h.part = f.part)
 		FROM %[1]s f ORDER BY grp, topic, part`, q.fences, q.history)

@@ -46,15 +46,19 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	}
 	sc := tok.Scope()
 	defer s.held.written(sc)
+	groupEpoch, detail := int32(0), ""
+	if obs.Proof != nil && obs.Proof.GroupEpoch > 0 {
+		groupEpoch, detail = obs.Proof.GroupEpoch, sink.TakeoverDetail(tok, obs)
+	}
 	r, err := s.runScript(ctx, op, claimScript, []string{s.fenceKey(sc), s.scopesKey(), s.histKey(sc), s.histSeqKey()},
 		tok.Epoch, tok.Member, proofArg(obs.Proof), obs.TopicID, obs.LogStart, obs.LogEnd,
-		sc.Group, sc.Topic, sc.Partition, scopeID(sc), s.cfg.HistoryCap)
+		sc.Group, sc.Topic, sc.Partition, scopeID(sc), s.cfg.HistoryCap, groupEpoch, sink.TakeoverReason, detail)
 	if err != nil {
 		return sink.Checkpoint{}, err
 	}
 	switch str(r[0]) {
 	case "fenced":
-		return sink.Checkpoint{}, &sink.FencedError{Op: sink.OpClaim, Stored: holder(sc, true, r[1], r[2]), Offered: tok}
+		return sink.Checkpoint{}, &sink.FencedError{Op: sink.OpClaim, Stored: holder(sc, true, r[1], r[2]), Offered: tok, Version: i64(r[3])}
 	case "proof":
 		e := &sink.ProofRequiredError{Offered: tok, Version: i64(r[1])}
 		if obs.Proof != nil {

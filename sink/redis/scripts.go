@@ -32,24 +32,31 @@ end
 // row. A fence written before the proof floor was dropped asks a proof
 // when its floor ('pb') is set, as sink.Fence.ProofRequired.
 //
+// A proven takeover (a claim below the holder whose proof's group epoch
+// is below the holder's epoch) records a reset of the holder first, with
+// the reason and detail it is given, and sets the proof requirement.
+//
 // KEYS: fence, scopes set, history, history seq.
 // ARGV: epoch, member, proof version ("" for no proof), obs topic, log
-// start, log end, group, topic, partition, scope id, history cap.
+// start, log end, group, topic, partition, scope id, history cap, the
+// proof's group epoch (0 for none), takeover reason, takeover detail.
 var claimScript = goredis.NewScript(luaPrelude + `
 local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'n', 't', 'pr', 'pb', 'sp', 'v')
 local found = f[3] ~= false
 local he, hm = tonumber(f[1] or '0'), f[2] or ''
 local e, m = tonumber(ARGV[1]), ARGV[2]
-if hm ~= '' then
-  if e ~= he then
-    if e < he then return {'fenced', he, hm} end
-  elseif m ~= hm then
-    return {'fenced', he, hm}
+local version = f[8] or '0'
+local proven = ARGV[3] ~= '' and tonumber(ARGV[3]) == tonumber(version)
+local takeover = false
+if hm ~= '' and (e < he or (e == he and m ~= hm)) then
+  local ge = tonumber(ARGV[12])
+  if proven and ge > 0 and e <= ge and ge < he then
+    takeover = true
+  else
+    return {'fenced', he, hm, version}
   end
 end
 local holds = hm ~= '' and he == e and hm == m
-local version = f[8] or '0'
-local proven = ARGV[3] ~= '' and tonumber(ARGV[3]) == tonumber(version)
 if found and not holds and (f[5] == '1' or tonumber(f[6] or '0') > 0) and not proven then
   return {'proof', version}
 end
@@ -70,6 +77,11 @@ if ot ~= '' then
     if tonumber(ARGV[5]) > next then return {'log', 'retention', topic, num(next)} end
     topic = ot
   end
+end
+if takeover then
+  history(KEYS[3], KEYS[4], tonumber(ARGV[11]), 'reset', he, hm, tonumber(f[3]), ARGV[13], f[4] or '', ARGV[14], f[7] or '', '0')
+  redis.call('HSET', KEYS[1], 'pr', '1')
+  redis.call('HDEL', KEYS[1], 'pb')
 end
 local pv = '0'
 if proven then pv = '1' end

@@ -3,6 +3,7 @@ package sinktest
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -396,4 +397,109 @@ func (c *suite[Tx]) testSameEpochResetDuringApply(t *testing.T) {
 	mustFenced(t, err, sink.OpApply, b, a)
 	c.mustAbsent(t, s, key(t, "k", 0))
 	c.mustNext(t, s, b, 0)
+}
+
+// fencedVersion claims with tok and obs, asserts the claim was fenced by
+// holder, and returns the fence version the refusal names.
+func fencedVersion[Tx any](t testing.TB, s sink.Sink[Tx], tok epochs.Token, obs sink.Observed, holder epochs.Token) int64 {
+	t.Helper()
+	_, err := s.Claim(t.Context(), tok, obs)
+	mustFenced(t, err, sink.OpClaim, holder, tok)
+	var fe *sink.FencedError
+	if !errors.As(err, &fe) {
+		t.Fatalf("Claim by %s: %v, want a *sink.FencedError", tok, err)
+	}
+	return fe.Version
+}
+
+// testProvenTakeover: a group that expired or was recreated comes back
+// at epochs below the stored holder's (docs/design.md#expired-groups). A
+// claim below the holder passes only with a proof of membership made at
+// the fence's current version whose group epoch, observed after that
+// version was read, is below the holder's epoch and not below the
+// claimer's own: the holder then belongs to an earlier incarnation. The
+// takeover is recorded as a reset of that holder followed by a proven
+// claim, and leaves a proof required of every later claim, so the
+// earlier incarnation stays out.
+func (c *suite[Tx]) testProvenTakeover(t *testing.T) {
+	s := c.h.Open(t)
+	ctx := t.Context()
+	scope := scopeFor(t)
+	old := tokenFor(scope, 10, "old")
+	c.claim(t, s, old)
+	c.apply(t, s, old, offsetsRange(0, 2), c.putEffect(t, "k", offsetsRange(0, 2), "old"))
+	fresh := tokenFor(scope, 1, "new-1")
+	v := fencedVersion(t, s, fresh, sink.Observed{}, old)
+	// What does not prove that the holder is of an earlier incarnation.
+	for _, p := range []sink.Proof{
+		{Version: v},                    // no group epoch observed
+		{Version: v, GroupEpoch: 10},    // the group reached the holder's epoch
+		{Version: v + 1, GroupEpoch: 3}, // a proof made at another version
+		{Version: v - 1, GroupEpoch: 3}, // a proof made at another version
+		{Version: v, GroupEpoch: 12},    // above the holder's epoch
+	} {
+		if got := fencedVersion(t, s, fresh, sink.Observed{Proof: &p}, old); got != v {
+			t.Fatalf("refused claim with proof %+v names version %d, want %d", p, got, v)
+		}
+	}
+	above := tokenFor(scope, 5, "new-5")
+	fencedVersion(t, s, above, sink.Observed{Proof: &sink.Proof{Version: v, GroupEpoch: 3}}, old) // a claimer above the group epoch it saw
+
+	// The takeover.
+	next, err := s.Claim(ctx, fresh, sink.Observed{Proof: &sink.Proof{Version: v, GroupEpoch: 3}})
+	if err != nil || next != 2 {
+		t.Fatalf("proven takeover by %s below %s = %d, %v; want 2", fresh, old, next, err)
+	}
+	if l, ok := sink.As[sink.Lister](s); ok {
+		mustFence(t, l, sink.Fence{Scope: scope, Holder: fresh, NextOffset: 2, ProofRequired: true})
+	}
+	if h, ok := sink.As[sink.Historian](s); ok {
+		hs, err := h.History(ctx, scope)
+		if err != nil || len(hs) < 3 {
+			t.Fatalf("History = %+v, %v", hs, err)
+		}
+		rs, cl := hs[len(hs)-2], hs[len(hs)-1]
+		if rs.Kind != sink.HistoryReset || rs.Token != old || rs.NextOffset != 2 || rs.Reason != sink.TakeoverReason ||
+			!strings.Contains(rs.Detail, "group epoch 3") {
+			t.Fatalf("the takeover's audit row = %+v, want a reset of %s at 2 with the takeover reason and the group epoch", rs, old)
+		}
+		if cl.Kind != sink.HistoryClaim || cl.Token != fresh || !cl.Proven {
+			t.Fatalf("the takeover's claim row = %+v, want a proven claim by %s", cl, fresh)
+		}
+	}
+	// The earlier incarnation stays out: its writes are fenced, and its
+	// claims at any epoch need a proof it cannot make.
+	_, err = s.Apply(ctx, old, []int64{2}, c.putEffect(t, "k", []int64{2}, "old"))
+	mustFenced(t, err, sink.OpApply, fresh, old)
+	for _, z := range []epochs.Token{old, tokenFor(scope, 12, "old-12")} {
+		proofVersion(t, s, z)
+	}
+	c.apply(t, s, fresh, []int64{2}, c.putEffect(t, "k", []int64{2}, "new"))
+	c.mustGet(t, s, key(t, "k", 2), "new")
+	c.mustNext(t, s, fresh, 3)
+}
+
+// testTakeoverStaleProof: a takeover's proof is checked against the
+// version it was made at, like every proof. A claimer that read the
+// fence, and proved, before another claim was accepted cannot take over
+// on that proof: the group epoch it saw may be older than the claim.
+func (c *suite[Tx]) testTakeoverStaleProof(t *testing.T) {
+	s := c.h.Open(t)
+	ctx := t.Context()
+	scope := scopeFor(t)
+	old := tokenFor(scope, 10, "old")
+	c.claim(t, s, old)
+	fresh := tokenFor(scope, 1, "new-1")
+	v := fencedVersion(t, s, fresh, sink.Observed{}, old)
+	newer := tokenFor(scope, 11, "newer")
+	c.claim(t, s, newer)
+	got := fencedVersion(t, s, fresh, sink.Observed{Proof: &sink.Proof{Version: v, GroupEpoch: 3}}, newer)
+	if got == v {
+		t.Fatalf("the refusal names version %d, the one before %s claimed", got, newer)
+	}
+	// Proven again, at the version the refusal named, it takes over.
+	if _, err := s.Claim(ctx, fresh, sink.Observed{Proof: &sink.Proof{Version: got, GroupEpoch: 3}}); err != nil {
+		t.Fatalf("proven takeover at the current version: %v", err)
+	}
+	c.mustNext(t, s, fresh, 0)
 }

@@ -144,12 +144,11 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
 	fence := row.fence(scope)
-	if fence.ProofRequired {
-		if err := tx.StmtContext(ctx, s.selVersion).QueryRowContext(ctx, scope.Group, scope.Topic, scope.Partition).Scan(&fence.Version); err != nil {
-			return sink.Checkpoint{}, s.wrap(ctx, op, err)
-		}
+	if err := tx.StmtContext(ctx, s.selVersion).QueryRowContext(ctx, scope.Group, scope.Topic, scope.Partition).Scan(&fence.Version); err != nil {
+		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
-	if err := fence.CheckClaim(tok, obs); err != nil {
+	takeover, err := fence.CheckClaim(tok, obs)
+	if err != nil {
 		if errors.Is(err, sink.ErrFenced) {
 			s.log.Debug("claim fenced", "token", tok.String(), "stored", row.holder.String())
 			return sink.Checkpoint{}, err
@@ -165,6 +164,19 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 		return sink.Checkpoint{}, err
 	}
 	next := cp.NextOffset
+	if takeover {
+		// As a reset of the earlier incarnation's holder, audited, then
+		// the claim; a takeover sets the proof requirement for good.
+		if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, KindReset, row.epoch, row.member,
+			stored.NextOffset, sink.TakeoverReason, now(), row.topicID, sink.TakeoverDetail(tok, obs), sink.FormatSpans(stored.Done), false); err != nil {
+			return sink.Checkpoint{}, s.wrap(ctx, op, err)
+		}
+		if _, err := tx.StmtContext(ctx, s.requireProof).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition); err != nil {
+			return sink.Checkpoint{}, s.wrap(ctx, op, err)
+		}
+		s.log.Warn("fence taken over by a proven claim below its holder", "scope", scope.String(), "cleared_holder", row.holder.String(),
+			"claim", tok.String(), "group_epoch", obs.Proof.GroupEpoch)
+	}
 	if _, err := tx.StmtContext(ctx, s.upsertFence).ExecContext(ctx,
 		scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member, next, topicID); err != nil {
 		return sink.Checkpoint{}, s.wrap(ctx, op, err)

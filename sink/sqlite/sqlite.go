@@ -180,9 +180,9 @@ type Sink struct {
 	fences, history, schema, deadLetters, dlAudit, commandIDs, doneSpans string
 
 	// prepared statements, re-used per connection by database/sql
-	selFence, selVersion, upsertFence, updNext, insHistory, resetFence, insDeadLetter *sql.Stmt
-	updNextOnce, insIDs, selIDs, pruneIDs                                             *sql.Stmt
-	selSpans, insSpan, delSpan, updCheckpoint                                         *sql.Stmt
+	selFence, selVersion, upsertFence, updNext, insHistory, resetFence, requireProof, insDeadLetter *sql.Stmt
+	updNextOnce, insIDs, selIDs, pruneIDs                                                           *sql.Stmt
+	selSpans, insSpan, delSpan, updCheckpoint                                                       *sql.Stmt
 
 	// ids caches the retained command IDs of the scopes ApplyOnce saw.
 	ids cmdids.Cache
@@ -311,6 +311,7 @@ func (s *Sink) prepare(ctx context.Context) error {
 		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	s.resetFence = prep("UPDATE " + s.fences + " SET epoch = -1, member = '', next_offset = ?, topic_id = ?, proof_required = 1, spans = ?" +
 		" WHERE grp = ? AND topic = ? AND part = ?")
+	s.requireProof = prep("UPDATE " + s.fences + " SET proof_required = 1 WHERE grp = ? AND topic = ? AND part = ?")
 	s.insDeadLetter = prep("INSERT INTO " + s.deadLetters + " (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state)" +
 		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open')")
 	// ApplyOnce: the NextOffset update also bumps the IDs version, on
@@ -348,7 +349,7 @@ func (s *Sink) DB() *sql.DB { return s.db }
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		for _, st := range []*sql.Stmt{s.selFence, s.selVersion, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter, s.updNextOnce, s.insIDs, s.selIDs, s.pruneIDs,
+		for _, st := range []*sql.Stmt{s.selFence, s.selVersion, s.requireProof, s.upsertFence, s.updNext, s.insHistory, s.resetFence, s.insDeadLetter, s.updNextOnce, s.insIDs, s.selIDs, s.pruneIDs,
 			s.selSpans, s.insSpan, s.delSpan, s.updCheckpoint} {
 			if st != nil {
 				errs = append(errs, st.Close())
