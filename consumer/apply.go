@@ -263,7 +263,7 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, 
 			return next, false
 		}
 		var ee *sink.EffectError
-		if !errors.As(err, &ee) || ee.Index >= run || t.sinkFailed(err, t.isPermanent(ee.Err)) {
+		if !errors.As(err, &ee) || ee.Index >= run || t.sinkFailed(ee, t.isPermanent(ee.Err)) {
 			if !t.stall(sink.OpApply, d.offsets[0], CauseSink, err, start, &backoff) {
 				return next, false
 			}
@@ -449,11 +449,24 @@ func (t *tenure[Tx]) isPermanent(err error) bool {
 	return errors.Is(err, ErrPermanent) || t.w.permanent != nil && t.w.permanent.IsPermanent(err)
 }
 
-// sinkFailed reports whether err, from an Apply whose effect failed, is a
-// failure of the sink rather than of the handler: the sink says so
-// (sink.ErrorClassifier), or it does not answer a ping.
-func (t *tenure[Tx]) sinkFailed(err error, permanent bool) bool {
+// sinkFailed reports whether ee, the error of an Apply whose effect
+// failed, is a failure of the sink rather than of the handler. Where the
+// error came from decides, not its type: a sink that reports its
+// transaction sound when the effect failed (ee.TxHealthy) says the error
+// is the handler's own — a call to another service that is down or slow
+// fails with the same network errors and deadlines as a lost or stuck
+// database connection. Otherwise
+// the sink's classifier decides (sink.ErrorClassifier), or a ping it does
+// not answer.
+func (t *tenure[Tx]) sinkFailed(ee *sink.EffectError, permanent bool) bool {
 	w := t.w
+	err := error(ee)
+	if t.ctx.Err() != nil {
+		return true // the tenure ended under the effect: not the record's fault
+	}
+	if ee.TxHealthy {
+		return false // a handler's own timeout too
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -221,13 +223,26 @@ type outageSink struct {
 func (o *outageSink) Unwrap() sink.Sink[*memory.Tx] { return o.Sink }
 
 func (o *outageSink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*memory.Tx]) (sink.ApplyResult, error) {
-	return o.Sink.Apply(ctx, tok, offsets, o.effect(effect))
+	res, err := o.Sink.Apply(ctx, tok, offsets, o.effect(effect))
+	return res, o.txBroken(err)
 }
 
 // ApplyOnce is the memory sink's with the outage: the Worker applies
 // with it (the embedded sink's would bypass the outage).
 func (o *outageSink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*memory.Tx]) (sink.ApplyOnceResult, error) {
-	return o.Sink.ApplyOnce(ctx, tok, offsets, ids, o.effect(effect))
+	res, err := o.Sink.ApplyOnce(ctx, tok, offsets, ids, o.effect(effect))
+	return res, o.txBroken(err)
+}
+
+// txBroken says of an effect that failed on the outage what a database
+// sink says of a transaction whose connection broke: not sound
+// (sink.EffectError.TxHealthy), so that the consumer asks the classifier
+// or the ping.
+func (o *outageSink) txBroken(err error) error {
+	if ee := (*sink.EffectError)(nil); errors.As(err, &ee) && errors.Is(ee.Err, errConnLost) {
+		ee.TxHealthy = false
+	}
+	return err
 }
 
 func (o *outageSink) effect(effect sink.Effect[*memory.Tx]) sink.Effect[*memory.Tx] {
@@ -496,4 +511,78 @@ func TestResetBeforeDeadLetterReclaims(t *testing.T) {
 		t.Fatalf("the worker did not claim again after the reset: %+v", st)
 	}
 	checkInvariants(t, s, keys, 2)
+}
+
+// netClassifying is the memory sink with a classifier that takes every
+// network error for a failure of the sink, as the PostgreSQL and Redis
+// sinks do.
+type netClassifying struct{ *memory.Sink }
+
+func (c netClassifying) Unwrap() sink.Sink[*memory.Tx] { return c.Sink }
+
+func (netClassifying) IsSinkFailure(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+// TestHandlerNetworkErrorIsTheHandlers (issue 41): a handler whose call to
+// another service fails because the service is down (connection refused)
+// fails with a network error, which the sink's classifier takes for its
+// own failures. Where the error came from decides: the sink's transaction
+// was sound (sink.EffectError.TxHealthy), so it is the handler's error,
+// spends the record's budget (Stalled with CauseEffect), and the command
+// is dead-lettered; the commands after it are applied. It was retried
+// without end as a sink outage (CauseSink) before.
+func TestHandlerNetworkErrorIsTheHandlers(t *testing.T) {
+	t.Parallel()
+	c := newFakeCluster(t, 1)
+	s := memory.New()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close() // a service that is down: connections are refused
+	handler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		if string(cmd.Payload) == "call" {
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, "tcp", down)
+			if err == nil {
+				conn.Close()
+				return errors.New("the service is up after all")
+			}
+			return fmt.Errorf("post to the service: %w", err)
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	var mu sync.Mutex
+	causes := map[string]int{}
+	w := startWorker(t, c, s, workerOpts{name: "a", sink: netClassifying{s},
+		handlers: map[string]consumer.Handler[*memory.Tx]{"append": handler},
+		poison:   consumer.PoisonPolicy{MaxAttempts: 3, MaxRetryTime: time.Hour},
+		observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
+			if st, ok := e.(consumer.Stalled); ok {
+				mu.Lock()
+				causes[st.Cause]++
+				mu.Unlock()
+			}
+		})}})
+	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
+	raw := newRawProducer(t, c)
+	raw.send(command(t, c.topic, 0, "k0", "append", "0"), command(t, c.topic, 0, "k0", "append", "call"),
+		command(t, c.topic, 0, "k0", "append", "1"), command(t, c.topic, 0, "k0", "append", "2"))
+	waitFor(t, 30*time.Second, "the command that calls the service dead-lettered", func() bool {
+		dls, _ := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+		return len(dls) == 1
+	})
+	waitFor(t, 30*time.Second, "the commands after it applied", func() bool { return appliedCount(s, []string{"k0"}) == 3 })
+	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	if err != nil || len(dls) != 1 || dls[0].Record.Reason != consumer.ReasonHandlerError || !strings.Contains(dls[0].Record.Error, "connection refused") {
+		t.Fatalf("dead letters %+v, %v: want the call's, a handler error (connection refused)", dls, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if causes[consumer.CauseEffect] == 0 || causes[consumer.CauseSink] != 0 {
+		t.Fatalf("stall causes %v: want the handler's error as %q only", causes, consumer.CauseEffect)
+	}
 }

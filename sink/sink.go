@@ -475,6 +475,14 @@ type EffectError struct {
 	Index  int   // index of the record in the batch
 	Offset int64 // its Kafka offset
 	Err    error
+	// TxHealthy reports that the sink's own transaction and connection
+	// were still sound when the effect failed: the error did not come
+	// from the sink (a call the handler made to another service, its own
+	// validation), whatever its type, so it is the handler's and counts
+	// against the record's retry budget. False says nothing: the error
+	// may be the sink's (a lost connection, a serialization failure), and
+	// the consumer asks the sink's sink.ErrorClassifier and Pinger.
+	TxHealthy bool
 }
 
 // Error describes the failure.

@@ -476,7 +476,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 				continue
 			}
 			if err := effect(ctx, tx, i); err != nil {
-				effErr = &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
+				effErr = &sink.EffectError{Index: i, Offset: offsets[i], Err: err, TxHealthy: true} // no I/O: always the handler's
 				break
 			}
 		}

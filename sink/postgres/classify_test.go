@@ -133,3 +133,38 @@ func TestIsPermanentOnTheServer(t *testing.T) {
 		}
 	}
 }
+
+// TestEffectErrorTxHealthy: an effect error that came from the sink's
+// transaction (a statement the server refused, which aborts a PostgreSQL
+// transaction) is not reported sound, on the plain path and on a lane, so
+// the consumer asks the classifier about it; one the handler made on its
+// own in a sound transaction is (sinktest's EffectErrorTxHealthy).
+func TestEffectErrorTxHealthy(t *testing.T) {
+	t.Parallel()
+	s := openSink(t, newTestSchema(t), nil)
+	ctx := t.Context()
+	tok := tokenOf(testScope(t), 1, "m")
+	mustClaim(t, s, tok)
+	divide := func(ctx context.Context, tx pgx.Tx, _ int) error {
+		_, err := tx.Exec(ctx, `SELECT 1 / 0`)
+		return err
+	}
+	_, err := s.Apply(ctx, tok, []int64{0}, divide)
+	var ee *sink.EffectError
+	if !errors.As(err, &ee) || ee.TxHealthy {
+		t.Fatalf("Apply whose statement failed: %v (%+v), want an EffectError not TxHealthy", err, ee)
+	}
+	lane := tokenOf(testScope(t), 1, "m")
+	if _, err := s.ClaimGapped(ctx, lane, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.ApplyGapped(ctx, lane, sink.GapBatch{Offsets: []int64{0}, From: []int64{0}}, divide)
+	if !errors.As(err, &ee) || ee.TxHealthy {
+		t.Fatalf("ApplyGapped whose statement failed: %v (%+v), want an EffectError not TxHealthy", err, ee)
+	}
+	own := errors.New("insufficient funds")
+	_, err = s.ApplyGapped(ctx, lane, sink.GapBatch{Offsets: []int64{0}, From: []int64{0}}, func(context.Context, pgx.Tx, int) error { return own })
+	if !errors.As(err, &ee) || !ee.TxHealthy || !errors.Is(err, own) {
+		t.Fatalf("ApplyGapped whose handler failed on its own before any statement: %v (%+v), want an EffectError TxHealthy", err, ee)
+	}
+}

@@ -431,6 +431,26 @@ func (s *Sink) readHolder(ctx context.Context, tok epochs.Token) (epochs.Token, 
 	return holderToken(tok.Scope(), epoch, member), err
 }
 
+// txHealthy reports whether tx, the transaction an effect just failed in,
+// is still sound (sink.EffectError.TxHealthy): a statement that failed
+// aborts a PostgreSQL transaction and a lost connection closes it, so a
+// transaction still in progress on an open connection means the effect's
+// error did not come from the sink. A lane's transaction that never began
+// is sound; one that could not begin is not.
+func txHealthy(tx pgx.Tx) bool {
+	if lt, ok := tx.(*laneTx); ok {
+		if lt.err != nil {
+			return false
+		}
+		if lt.Tx == nil {
+			return true
+		}
+		tx = lt.Tx
+	}
+	c := tx.Conn()
+	return c != nil && !c.IsClosed() && c.PgConn().TxStatus() == 'T'
+}
+
 // runEffects runs effect for the records of offsets from index first on
 // that are not duplicates (dup, nil without IDs), in order, on tx, and
 // returns the duplicates' indexes.
@@ -444,7 +464,7 @@ func (s *Sink) runEffects(ctx context.Context, op string, tx pgx.Tx, offsets []i
 			continue
 		}
 		if err := effect(ctx, tx, i); err != nil {
-			return nil, retryable(err) && ctx.Err() == nil, &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
+			return nil, retryable(err) && ctx.Err() == nil, &sink.EffectError{Index: i, Offset: offsets[i], Err: err, TxHealthy: txHealthy(tx)}
 		}
 	}
 	if err := ctx.Err(); err != nil {

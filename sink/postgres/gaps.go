@@ -440,7 +440,7 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 				if dl != nil {
 					return sink.ApplyOnceResult{}, kind, wrap(ctx, op, err)
 				}
-				return sink.ApplyOnceResult{}, kind, &sink.EffectError{Index: i, Offset: b.Offsets[i], Err: err}
+				return sink.ApplyOnceResult{}, kind, &sink.EffectError{Index: i, Offset: b.Offsets[i], Err: err, TxHealthy: txHealthy(htx)}
 			}
 			if b.IDs != nil && b.IDs[i] != "" {
 				applied.Offs = append(applied.Offs, b.Offsets[i])
@@ -946,7 +946,7 @@ func (s *Sink) applyOnGapped(ctx context.Context, tx pgx.Tx, tok epochs.Token, o
 			continue
 		}
 		if err := effect(ctx, htx, i); err != nil {
-			return res, retryable(err) && ctx.Err() == nil, &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
+			return res, retryable(err) && ctx.Err() == nil, &sink.EffectError{Index: i, Offset: offsets[i], Err: err, TxHealthy: txHealthy(htx)}
 		}
 		if ids != nil && ids[i] != "" {
 			applied.Offs = append(applied.Offs, offsets[i])

@@ -207,7 +207,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			tx.rec = i
 			if err := effect(ctx, tx, i); err != nil {
 				tx.done = true
-				return sink.ApplyOnceResult{}, &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
+				return sink.ApplyOnceResult{}, &sink.EffectError{Index: i, Offset: offsets[i], Err: err, TxHealthy: !tx.failed}
 			}
 			res.Applied++
 		}
@@ -307,7 +307,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		case "invalid":
 			c := tx.cmds[groupFirst[i64(r[1])-1]]
 			return sink.ApplyOnceResult{}, &sink.EffectError{Index: c.rec, Offset: offsets[c.rec],
-				Err: fmt.Errorf("%w: %s (key %s)", ErrCommand, str(r[2]), c.key)}
+				Err: fmt.Errorf("%w: %s (key %s)", ErrCommand, str(r[2]), c.key), TxHealthy: true} // the server refused the handler's command
 		case "ok":
 		default:
 			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: unexpected script reply %v", op, r)

@@ -33,6 +33,9 @@ type Tx struct {
 	clear map[string]bool               // keys deleted or overwritten: no committed field left
 	rec   int                           // index of the record whose effect runs
 	done  bool
+	// failed: a read from the server failed during the effect
+	// (sink.EffectError.TxHealthy).
+	failed bool
 	// shadowed: strs, hash and clear are kept (from the first read on).
 	shadowed bool
 }
@@ -157,6 +160,7 @@ func (tx *Tx) Get(ctx context.Context, k string) (string, bool, error) {
 		v, exists, err = "", false, nil
 	}
 	if err != nil {
+		tx.failed = true
 		return "", false, tx.s.wrap(ctx, "get "+k, err)
 	}
 	tx.reads = append(tx.reads, readCheck{key: tx.s.Key(k), kind: "g", present: boolArg(exists), value: v})
@@ -179,6 +183,7 @@ func (tx *Tx) HGet(ctx context.Context, k, f string) (string, bool, error) {
 		v, exists, err = "", false, nil
 	}
 	if err != nil {
+		tx.failed = true
 		return "", false, tx.s.wrap(ctx, "hget "+k, err)
 	}
 	tx.reads = append(tx.reads, readCheck{key: tx.s.Key(k), kind: "h", field: f, present: boolArg(exists), value: v})

@@ -43,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"runtime"
 	"strconv"
 	"sync"
@@ -112,6 +113,7 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		{"ReplayIsNoop", c.testReplayIsNoop},
 		{"PartialOverlapAppliesNewOnly", c.testPartialOverlap},
 		{"EffectErrorRollsBack", c.testEffectErrorRollsBack},
+		{"EffectErrorTxHealthy", c.testEffectErrorTxHealthy},
 		{"BadBatch", c.testBadBatch},
 		{"InvalidToken", c.testInvalidToken},
 		{"ScopesIndependent", c.testScopesIndependent},
@@ -567,6 +569,36 @@ func (c *suite[Tx]) testPartialOverlap(t *testing.T) {
 	c.mustGet(t, s, key(t, "k", 3), "v2")
 	c.mustGet(t, s, key(t, "k", 4), "v2")
 	c.mustNext(t, s, tok, 5)
+}
+
+// testEffectErrorTxHealthy: an effect that writes through the sink's
+// transaction and then fails on its own (a call to another service that
+// is down: a network error) fails in a sound transaction, and the sink
+// says so (sink.EffectError.TxHealthy), so that the consumer counts the
+// error against the record instead of taking it for a sink outage.
+func (c *suite[Tx]) testEffectErrorTxHealthy(t *testing.T) {
+	s := c.h.Open(t)
+	tok := tokenFor(scopeFor(t), 1, "m")
+	c.claim(t, s, tok)
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+	_, err := s.Apply(t.Context(), tok, []int64{0, 1}, func(ctx context.Context, tx Tx, i int) error {
+		if err := c.h.Put(ctx, tx, key(t, "k", int64(i)), "v"); err != nil {
+			return err
+		}
+		if i == 1 {
+			return fmt.Errorf("post to the service: %w", refused)
+		}
+		return nil
+	})
+	var ee *sink.EffectError
+	if !errors.As(err, &ee) || ee.Index != 1 || !errors.Is(err, refused) {
+		t.Fatalf("Apply with an effect failing on its own: %v, want a *sink.EffectError at index 1 wrapping the effect's error", err)
+	}
+	if !ee.TxHealthy {
+		t.Fatalf("EffectError %+v: TxHealthy is false, but the sink's transaction was sound: the handler's error would be taken for the sink's", ee)
+	}
+	c.mustAbsent(t, s, key(t, "k", 0))
+	c.mustNext(t, s, tok, 0)
 }
 
 func (c *suite[Tx]) testEffectErrorRollsBack(t *testing.T) {

@@ -287,7 +287,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 			continue
 		}
 		if err := effect(ctx, htx, i); err != nil {
-			eerr := &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
+			eerr := &sink.EffectError{Index: i, Offset: offsets[i], Err: err, TxHealthy: !fromDatabase(err)}
 			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 				return sink.ApplyOnceResult{}, fmt.Errorf("sqlite: %s: %w: %w", op, cerr, eerr)
 			}

@@ -107,7 +107,7 @@ func (s *Sink) applyChecked(ctx context.Context, tx *sql.Tx, op string, tok epoc
 			continue
 		}
 		if err := effect(ctx, htx, i); err != nil {
-			eerr := &sink.EffectError{Index: i, Offset: offsets[i], Err: err}
+			eerr := &sink.EffectError{Index: i, Offset: offsets[i], Err: err, TxHealthy: !fromDatabase(err)}
 			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 				return sink.ApplyOnceResult{}, fmt.Errorf("sqlite: %s: %w: %w", op, cerr, eerr)
 			}

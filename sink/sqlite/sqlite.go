@@ -425,6 +425,15 @@ func (s *Sink) IsSinkFailure(err error) bool {
 	return false
 }
 
+// fromDatabase reports whether err, an effect's error, came from the
+// database (SQLite's driver, database/sql's transaction, the sink's busy
+// wait) rather than from the handler's own work: only the driver and
+// database/sql make these errors (sink.EffectError.TxHealthy).
+func fromDatabase(err error) bool {
+	var se *sqlitedrv.Error
+	return errors.As(err, &se) || errors.Is(err, ErrBusy) || errors.Is(err, sql.ErrConnDone) || errors.Is(err, sql.ErrTxDone)
+}
+
 // Ping checks that the database answers. It implements [sink.Pinger] and
 // may be called from any goroutine.
 func (s *Sink) Ping(ctx context.Context) error {
