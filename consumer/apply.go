@@ -241,6 +241,7 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, 
 			w.withoutID.Add(int64(ev.WithoutID))
 			w.obs.emit(ev)
 			t.progressed()
+			t.refusedSince = time.Time{}
 			next = res.NextOffset
 			d = d.slice(run)
 			limit, backoff = len(d.recs), w.cfg.RetryBackoff
@@ -251,6 +252,12 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, 
 			// this tenure. Not a zombie: claim again, with a proof.
 			w.fencedApplies.Add(1)
 			w.resetUnderTenure(t, sink.OpApply, err)
+			return next, false
+		}
+		if ee := (*sink.EffectError)(nil); errors.As(err, &ee) && errors.Is(ee.Err, sink.ErrFenced) {
+			// A resource the handler called refused the token, not the
+			// sink: the partition is still this tenure's.
+			w.resourceFenced(t, ee.Offset, err)
 			return next, false
 		}
 		if errors.Is(err, sink.ErrFenced) {

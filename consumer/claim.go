@@ -586,6 +586,13 @@ func (w *Worker[Tx]) positionLost(p int32, err error) {
 // no longer its partition's tenure (released or replaced meanwhile: the
 // successor claims by itself).
 func (w *Worker[Tx]) reclaimTenure(t *tenure[Tx], cause error) bool {
+	return w.replaceBlocked(t, cause, time.Time{})
+}
+
+// replaceBlocked is reclaimTenure; with a non-zero since, the fresh tenure
+// is blocked since then and waits for reclaimLoop's next tick instead of
+// being claimed at once (resourceFenced).
+func (w *Worker[Tx]) replaceBlocked(t *tenure[Tx], cause error, since time.Time) bool {
 	w.mu.Lock()
 	if w.tenures[t.tok.Partition] != t {
 		w.mu.Unlock()
@@ -593,6 +600,10 @@ func (w *Worker[Tx]) reclaimTenure(t *tenure[Tx], cause error) bool {
 	}
 	nt := newTenure(w, t.tok)
 	nt.topicID, nt.after = t.topicID, t.done
+	if !since.IsZero() {
+		nt.refusedSince = since
+		nt.st = stallState{state: StateBlocked, since: since}
+	}
 	w.tenures[t.tok.Partition] = nt
 	// Paused for nt, which is blocked until its claim; under w.mu like
 	// every pause of a current tenure (see pauseIfCurrent).
@@ -601,11 +612,48 @@ func (w *Worker[Tx]) reclaimTenure(t *tenure[Tx], cause error) bool {
 	t.markFenced()
 	t.cancel()
 	w.block(nt, cause)
-	select {
-	case w.reclaimSig <- struct{}{}:
-	default:
+	if since.IsZero() {
+		select {
+		case w.reclaimSig <- struct{}{}:
+		default:
+		}
 	}
 	return true
+}
+
+// resourceFenced handles a batch of t refused because a resource its
+// handler called refused the tenure's token (the effect's error matches
+// sink.ErrFenced; the sink did not refuse it). The group did not move the
+// partition, so giving it up would stop it with no way back: it is
+// blocked instead (visible in Partitions, /readyz, the metrics and
+// status), in a fresh tenure with the same token, which reclaimLoop
+// claims and starts again at its next tick, every ReclaimInterval, until
+// the resource accepts the token again (its fence reset by an operator)
+// or the group moves the partition. The block's since is the first
+// refusal of the row. A tenure that is no longer its partition's (a
+// zombie the resource refused) is reported Fenced instead. It is called
+// by t's goroutine, which returns right after.
+func (w *Worker[Tx]) resourceFenced(t *tenure[Tx], offset int64, err error) {
+	since := t.refusedSince
+	if since.IsZero() {
+		since = time.Now()
+	}
+	w.resourceRefusals.Add(1)
+	cause := fmt.Errorf("%w (batch at offset %d): %w", ErrResourceFenced, offset, err)
+	if !w.current(t) {
+		// The group moved the partition: a zombie's call, which the
+		// resource refused as it should. Reported as the sink's
+		// refusal of a stale batch is.
+		w.fencedApplies.Add(1)
+		t.markFenced()
+		w.obs.emit(Fenced{Token: t.tok, Op: sink.OpApply, FirstOffset: offset, Err: err})
+		return
+	}
+	w.reportBlocked(t, since, cause)
+	if !w.replaceBlocked(t, cause, since) {
+		t.markFenced()
+		w.discard(t, sink.OpApply, err)
+	}
 }
 
 // lossMark is the retention loss last counted for a partition: on the log

@@ -20,6 +20,15 @@ var ErrEpochRegressed = errors.New("consumer: group epoch went backwards")
 // proving its membership — and resumes where the sink now says.
 var ErrFenceReset = errors.New("consumer: the fence was reset while this member held it")
 
+// ErrResourceFenced is matched by the error a partition is blocked with
+// when a resource its handler called refused the tenure's token (a
+// fencehttp.Guard's 409, or any handler error matching sink.ErrFenced
+// that the sink itself did not return): the group did not move the
+// partition, so the Worker does not give it up; it waits, blocked, and
+// claims and applies it again every Config.ReclaimInterval, resuming by
+// itself once the resource's fence is reset (docs/fenced-resources.md).
+var ErrResourceFenced = errors.New("consumer: a resource the handler called refused this tenure's token")
+
 // EpochRegressedError reports a fenced claim diagnosed as a generation that
 // went backwards. It matches ErrEpochRegressed and, through Unwrap, the
 // underlying *sink.FencedError and sink.ErrFenced.

@@ -189,13 +189,29 @@ func (w *Worker[Tx]) reportStall(t *tenure[Tx], attempts int, since time.Time, c
 	if !t.started.Load() {
 		return
 	}
-	msg := err.Error()
+	md, _ := json.Marshal(stateMetadata{State: StateStalled, Since: since, Attempts: attempts, Cause: cause, Error: truncate(err.Error()), Member: t.tok.Member, Epoch: t.tok.Epoch})
+	w.commitMetadata(t, t.next(), StateMetadataPrefix+string(md))
+}
+
+// reportBlocked writes into the committed offset's metadata that t's
+// partition is blocked since since, so that status shows it (a blocked
+// tenure that never started writes nothing: its predecessor t does).
+func (w *Worker[Tx]) reportBlocked(t *tenure[Tx], since time.Time, err error) {
+	if !t.started.Load() {
+		return
+	}
+	md, _ := json.Marshal(stateMetadata{State: StateBlocked, Since: since, Attempts: 1, Error: truncate(err.Error()), Member: t.tok.Member, Epoch: t.tok.Epoch})
+	w.commitMetadata(t, t.next(), StateMetadataPrefix+string(md))
+}
+
+// truncate cuts msg to at most 1000 bytes, at a rune boundary: the
+// metadata of a committed offset is bounded by the broker.
+func truncate(msg string) string {
 	for len(msg) > 1000 {
 		_, size := utf8.DecodeLastRuneInString(msg)
 		msg = msg[:len(msg)-size]
 	}
-	md, _ := json.Marshal(stateMetadata{State: StateStalled, Since: since, Attempts: attempts, Cause: cause, Error: msg, Member: t.tok.Member, Epoch: t.tok.Epoch})
-	w.commitMetadata(t, t.next(), StateMetadataPrefix+string(md))
+	return msg
 }
 
 // reportRunning clears a stall from the committed offset's metadata.

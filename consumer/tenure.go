@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -53,6 +54,13 @@ type tenure[Tx any] struct {
 
 	smu sync.Mutex // guards st
 	st  stallState
+
+	// refusedSince is when a resource the handler called first refused
+	// the partition's token, in a row of tenures that applied nothing
+	// since (resourceFenced): the blocked state's since, kept across the
+	// re-claims. Zero once a batch applies. Used by the tenure's
+	// goroutine only.
+	refusedSince time.Time
 
 	// serial is the applier of the tenure's own goroutine: it applies
 	// every batch when KeyConcurrency is 1 (the serial path).

@@ -27,9 +27,13 @@ type Stats struct {
 	Claims        int64 // successful claims
 	FencedClaims  int64 // claims refused by the sink
 	FencedApplies int64 // batches refused by the sink
-	Batches       int64 // batches applied
-	Records       int64 // records whose effects were applied
-	Skipped       int64 // records skipped by the sink as already applied
+	// ResourceRefusals counts batches refused by a resource the handler
+	// called (ErrResourceFenced): each blocked the partition until its
+	// next re-claim.
+	ResourceRefusals int64
+	Batches          int64 // batches applied
+	Records          int64 // records whose effects were applied
+	Skipped          int64 // records skipped by the sink as already applied
 	// Duplicates counts records the sink did not run because their
 	// command ID was applied already (DuplicateSkipped events).
 	Duplicates int64
@@ -104,6 +108,7 @@ type Worker[Tx any] struct {
 	route *routeCheck
 
 	assigned, revoked, lost, claims, fencedClaims, fencedApplies atomic.Int64
+	resourceRefusals                                             atomic.Int64
 	batches, records, skipped, retries, pauses                   atomic.Int64
 	deadLettered, logChanged, lostToRetention, misrouted         atomic.Int64
 	discarded                                                    atomic.Int64
@@ -297,7 +302,7 @@ func (w *Worker[Tx]) stopAsync(cause error) { go w.stop(cause) }
 func (w *Worker[Tx]) Stats() Stats {
 	return Stats{
 		Assigned: w.assigned.Load(), Revoked: w.revoked.Load(), Lost: w.lost.Load(),
-		Claims: w.claims.Load(), FencedClaims: w.fencedClaims.Load(), FencedApplies: w.fencedApplies.Load(),
+		Claims: w.claims.Load(), FencedClaims: w.fencedClaims.Load(), FencedApplies: w.fencedApplies.Load(), ResourceRefusals: w.resourceRefusals.Load(),
 		Batches: w.batches.Load(), Records: w.records.Load(), Skipped: w.skipped.Load(), Retries: w.retries.Load(),
 		Pauses: w.pauses.Load(), DeadLettered: w.deadLettered.Load(), LogChanged: w.logChanged.Load(),
 		LostToRetention: w.lostToRetention.Load(), Misrouted: w.misrouted.Load(), Discarded: w.discarded.Load(),

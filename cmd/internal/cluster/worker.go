@@ -177,10 +177,14 @@ type Worker struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 
-	mu      sync.Mutex
-	claims  map[int32]Claim
-	member  string
-	fenced  []string
+	mu     sync.Mutex
+	claims map[int32]Claim
+	member string
+	fenced []string
+	// refused are the errors of the batches a resource the handlers
+	// called refused (consumer.ErrResourceFenced): each blocked its
+	// partition.
+	refused []string
 	freezes []Batch
 	hangs   []Batch
 	applied []eventlog.Record
@@ -305,6 +309,10 @@ func (w *Worker) observe(r eventlog.Record) {
 		if c, ok := w.claims[r.Partition]; ok && c.Epoch == r.Epoch {
 			delete(w.claims, r.Partition)
 		}
+	case consumer.KindBlocked:
+		if strings.Contains(r.Err, consumer.ErrResourceFenced.Error()) {
+			w.refused = append(w.refused, r.Err)
+		}
 	case consumer.KindFenced:
 		if c, ok := w.claims[r.Partition]; ok && c.Epoch == r.Epoch {
 			delete(w.claims, r.Partition)
@@ -387,6 +395,14 @@ func (w *Worker) FencedCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.fenced)
+}
+
+// RefusedCount returns how many of the worker's batches a resource its
+// handlers called refused (consumer.ErrResourceFenced).
+func (w *Worker) RefusedCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.refused)
 }
 
 // FencedLines returns the errors of the worker's fenced claims and applies.

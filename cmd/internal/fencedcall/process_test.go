@@ -290,7 +290,7 @@ func testZombieChargeRefused(t *testing.T, db *sql.DB, dialect sqlstore.Dialect)
 	// a's late batch runs its handler with a's old token: the service
 	// refuses it, and a's worker takes the refusal for a fence.
 	wait(60*time.Second, "the service to refuse a's late charge", func() bool { return outcome(fencehttp.OutcomeFenced) > fencedBefore })
-	wait(60*time.Second, "a to stop the partition on the refusal", func() bool { return a.FencedCount() > 0 })
+	wait(60*time.Second, "a to stop (or hold back) the partition on the refusal", func() bool { return a.FencedCount()+a.RefusedCount() > 0 })
 	produce(100)
 	wait(60*time.Second, "every command charged", allCharged)
 
@@ -310,7 +310,7 @@ func testZombieChargeRefused(t *testing.T, db *sql.DB, dialect sqlstore.Dialect)
 	if !strings.Contains(svcLog.String(), "stale token refused") {
 		t.Errorf("the service logged no refusal:\n%s", svcLog.String())
 	}
-	t.Logf("commands %d, charges %d, service outcomes: applied %d, replayed %d, fenced %d; a fenced %d time(s), frozen at %s/%d epoch %d",
+	t.Logf("commands %d, charges %d, service outcomes: applied %d, replayed %d, fenced %d; a fenced %d and held back %d time(s), frozen at %s/%d epoch %d",
 		len(ids), total, outcome(fencehttp.OutcomeApplied), outcome(fencehttp.OutcomeReplayed), outcome(fencehttp.OutcomeFenced),
-		a.FencedCount(), payments.Topic, fz.Partition, fz.Epoch)
+		a.FencedCount(), a.RefusedCount(), payments.Topic, fz.Partition, fz.Epoch)
 }
