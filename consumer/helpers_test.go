@@ -49,7 +49,10 @@ func TestMain(m *testing.M) {
 // cluster is where a test runs: the in-process kfake broker by default, or
 // the real cluster named by WORKROUTER_TEST_BROKERS (comma-separated
 // addresses), on a fresh topic and group per test (named after the test,
-// so that tests running in parallel never share one).
+// so that tests running in parallel never share one). On a real cluster,
+// WORKROUTER_TEST_PROTOCOL=kip848 runs the workers of the tests that do not
+// choose a protocol on KIP-848 instead of the cooperative protocol (the
+// broker's group.consumer.session.timeout.ms then sets their sessions).
 type cluster struct {
 	addrs []string
 	kf    *kfake.Cluster // nil on a real cluster
@@ -292,6 +295,11 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 	handlers := o.handlers
 	if handlers == nil {
 		handlers = map[string]consumer.Handler[*memory.Tx]{"append": o.handler}
+	}
+	if c.kf == nil && o.protocol == consumer.Cooperative && os.Getenv("WORKROUTER_TEST_PROTOCOL") == "kip848" {
+		// On a real cluster, WORKROUTER_TEST_PROTOCOL=kip848 runs the
+		// tests that leave the protocol to the default on KIP-848.
+		o.protocol = consumer.KIP848
 	}
 	var snk sink.Sink[*memory.Tx] = s
 	if o.sink != nil {
