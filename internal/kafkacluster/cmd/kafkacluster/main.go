@@ -4,6 +4,7 @@
 //	kafkacluster fetch [--cache D]                        # the classpath, through Maven, once
 //	kafkacluster up --dir D [--nodes N] [--set k=v]…      # prints WORKROUTER_TEST_BROKERS=…
 //	kafkacluster down --dir D                             # stops the nodes up started in D
+//	kafkacluster measure [--nodes N] [--runs R] [--jvm '…'] # start times and resident memory
 //
 // up leaves the nodes running after it exits and records them in
 // D/cluster.json; run again on a healthy cluster it starts nothing and
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +41,8 @@ func main() {
 		err = up(ctx, os.Args[2:])
 	case "down":
 		err = down(os.Args[2:])
+	case "measure":
+		err = measure(ctx, os.Args[2:])
 	default:
 		usage()
 	}
@@ -52,7 +56,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: kafkacluster fetch [--cache DIR] | up --dir DIR [--nodes N] [--set key=value]… | down --dir DIR")
+	fmt.Fprintln(os.Stderr, "usage: kafkacluster fetch [--cache DIR] | up --dir DIR [--nodes N] [--set key=value]… | down --dir DIR | measure [--nodes N] [--runs R] [--jvm OPTIONS]")
 	os.Exit(2)
 }
 
@@ -143,4 +147,53 @@ func down(args []string) error {
 	}
 	logf("kafkacluster: stopped %d node(s) in %s (pids %v)", len(pids), *dir, pids)
 	return nil
+}
+
+// measure starts a cluster runs times, each in a fresh directory, and
+// prints each run's time from Start to ready and each node's resident
+// memory once ready, then the median time.
+func measure(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("measure", flag.ExitOnError)
+	nodes := fs.Int("nodes", 1, "how many nodes")
+	runs := fs.Int("runs", 5, "how many starts")
+	jvm := fs.String("jvm", "", "JVM options replacing the defaults, space-separated")
+	fs.Parse(args)
+	cfg := kafkacluster.Config{Nodes: *nodes}
+	if *jvm != "" {
+		cfg.JVMOptions = strings.Fields(*jvm)
+	}
+	var times []time.Duration
+	for i := range *runs {
+		start := time.Now()
+		c, err := kafkacluster.Start(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		d := time.Since(start)
+		times = append(times, d)
+		var rss []string
+		for _, n := range c.Nodes() {
+			rss = append(rss, fmt.Sprintf("node %d %s", n.ID, residentMemory(n.PID())))
+		}
+		c.Close()
+		fmt.Printf("run %d: ready in %v; resident: %s\n", i+1, d.Round(time.Millisecond), strings.Join(rss, ", "))
+	}
+	slices.Sort(times)
+	fmt.Printf("nodes=%d runs=%d median=%v min=%v max=%v\n", *nodes, *runs, times[len(times)/2].Round(time.Millisecond),
+		times[0].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
+	return nil
+}
+
+// residentMemory returns the VmRSS line of pid's /proc status.
+func residentMemory(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "?"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			return strings.Join(strings.Fields(v), " ")
+		}
+	}
+	return "?"
 }
