@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,14 +63,21 @@ type cluster struct {
 
 func (c *cluster) ListenAddrs() []string { return c.addrs }
 
+// invalidTopicChars matches what a Kafka topic name may not hold.
+var invalidTopicChars = regexp.MustCompile(`[^a-zA-Z0-9._-]`)
+
 // newCluster returns the test's cluster with its topic created.
 func newCluster(t *testing.T, partitions int32) *cluster {
 	t.Helper()
 	if env := os.Getenv("WORKROUTER_TEST_BROKERS"); env != "" {
+		// A subtest's name has a '/' (and its spaces become '_'), which
+		// Kafka refuses in a topic name (INVALID_TOPIC_EXCEPTION): only
+		// [a-zA-Z0-9._-] is allowed.
+		name := strings.ToLower(invalidTopicChars.ReplaceAllString(t.Name(), "-"))
 		c := &cluster{
 			addrs: strings.Split(env, ","),
-			topic: fmt.Sprintf("workrouter-test-%s-%d", strings.ToLower(t.Name()), time.Now().UnixNano()),
-			group: fmt.Sprintf("workrouter-test-%s-%d", strings.ToLower(t.Name()), time.Now().UnixNano()),
+			topic: fmt.Sprintf("workrouter-test-%s-%d", name, time.Now().UnixNano()),
+			group: fmt.Sprintf("workrouter-test-%s-%d", name, time.Now().UnixNano()),
 		}
 		adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.addrs...))
 		if err != nil {
