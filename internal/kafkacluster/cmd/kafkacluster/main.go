@@ -2,7 +2,7 @@
 // machine (package internal/kafkacluster) for CI scripts and contributors:
 //
 //	kafkacluster fetch [--cache D]                        # the classpath, through Maven, once
-//	kafkacluster up --dir D [--nodes N] [--set k=v]…      # prints WORKROUTER_TEST_BROKERS=…
+//	kafkacluster up --dir D [--nodes N] [--set k=v]… [--group-log-level DEBUG]  # prints WORKROUTER_TEST_BROKERS=…
 //	kafkacluster down --dir D                             # stops the nodes up started in D
 //	kafkacluster measure [--nodes N] [--runs R] [--jvm '…'] # start times and resident memory
 //
@@ -99,6 +99,7 @@ func up(ctx context.Context, args []string) error {
 	overrides := sets{}
 	fs.Var(overrides, "set", "a broker property over the defaults, key=value (repeatable)")
 	timeout := fs.Duration("timeout", 3*time.Minute, "how long to wait for the cluster to be ready")
+	groupLog := fs.String("group-log-level", "", "Log4j level of the group coordinator's loggers (DEBUG logs every heartbeat's outcome; default INFO)")
 	fs.Parse(args)
 	if *dir == "" {
 		return errors.New("up needs --dir")
@@ -117,7 +118,7 @@ func up(ctx context.Context, args []string) error {
 	defer cancel()
 	start := time.Now()
 	c, err := kafkacluster.Start(ctx, kafkacluster.Config{Nodes: *nodes, Dir: *dir, CacheDir: *cache,
-		Overrides: overrides, Logf: logf, Detached: true})
+		Overrides: overrides, GroupLogLevel: *groupLog, Logf: logf, Detached: true})
 	if err != nil {
 		return err
 	}
