@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,7 +50,10 @@ func TestMain(m *testing.M) {
 // cluster is where a test runs: the in-process kfake broker by default, or
 // the real cluster named by WORKROUTER_TEST_BROKERS (comma-separated
 // addresses), on a fresh topic and group per test (named after the test,
-// so that tests running in parallel never share one).
+// so that tests running in parallel never share one). On a real cluster,
+// WORKROUTER_TEST_PROTOCOL=kip848 runs the workers of the tests that do not
+// choose a protocol on KIP-848 instead of the cooperative protocol (the
+// broker's group.consumer.session.timeout.ms then sets their sessions).
 type cluster struct {
 	addrs []string
 	kf    *kfake.Cluster // nil on a real cluster
@@ -59,14 +63,21 @@ type cluster struct {
 
 func (c *cluster) ListenAddrs() []string { return c.addrs }
 
+// invalidTopicChars matches what a Kafka topic name may not hold.
+var invalidTopicChars = regexp.MustCompile(`[^a-zA-Z0-9._-]`)
+
 // newCluster returns the test's cluster with its topic created.
 func newCluster(t *testing.T, partitions int32) *cluster {
 	t.Helper()
 	if env := os.Getenv("WORKROUTER_TEST_BROKERS"); env != "" {
+		// A subtest's name has a '/' (and its spaces become '_'), which
+		// Kafka refuses in a topic name (INVALID_TOPIC_EXCEPTION): only
+		// [a-zA-Z0-9._-] is allowed.
+		name := strings.ToLower(invalidTopicChars.ReplaceAllString(t.Name(), "-"))
 		c := &cluster{
 			addrs: strings.Split(env, ","),
-			topic: fmt.Sprintf("workrouter-test-%s-%d", strings.ToLower(t.Name()), time.Now().UnixNano()),
-			group: fmt.Sprintf("workrouter-test-%s-%d", strings.ToLower(t.Name()), time.Now().UnixNano()),
+			topic: fmt.Sprintf("workrouter-test-%s-%d", name, time.Now().UnixNano()),
+			group: fmt.Sprintf("workrouter-test-%s-%d", name, time.Now().UnixNano()),
 		}
 		adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.addrs...))
 		if err != nil {
@@ -295,6 +306,11 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 	handlers := o.handlers
 	if handlers == nil {
 		handlers = map[string]consumer.Handler[*memory.Tx]{"append": o.handler}
+	}
+	if c.kf == nil && o.protocol == consumer.Cooperative && os.Getenv("WORKROUTER_TEST_PROTOCOL") == "kip848" {
+		// On a real cluster, WORKROUTER_TEST_PROTOCOL=kip848 runs the
+		// tests that leave the protocol to the default on KIP-848.
+		o.protocol = consumer.KIP848
 	}
 	var snk sink.Sink[*memory.Tx] = s
 	if o.sink != nil {

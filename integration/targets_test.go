@@ -287,6 +287,31 @@ func newTopic(t *testing.T, tg target, partitions int32) string {
 	if _, err := adm.CreateTopic(ctx, partitions, -1, nil, topic); err != nil {
 		t.Fatalf("creating topic %s on %s: %v", topic, tg.name, err)
 	}
+	// Kafka answers CreateTopics once its controller has committed the
+	// topic; a broker's metadata (even the same node's, in combined mode)
+	// catches up a moment later, and until then a Metadata request says
+	// UNKNOWN_TOPIC_OR_PARTITION, which router.New reports as
+	// ErrTopicNotFound. Wait until the topic and every partition's leader
+	// are in the metadata.
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			if td, ok := md.Topics[topic]; ok && td.Err == nil && len(td.Partitions) == int(partitions) {
+				ready := true
+				for _, p := range td.Partitions {
+					ready = ready && p.Err == nil && p.Leader >= 0
+				}
+				if ready {
+					break
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topic %s on %s: not in the metadata after it was created: %v", topic, tg.name, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	t.Cleanup(func() {
 		adm, err := kadm.NewOptClient(kgo.SeedBrokers(tg.brokers...))
 		if err == nil {
