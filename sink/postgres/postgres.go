@@ -179,6 +179,9 @@ type Sink struct {
 	// afterCommit, if set (tests only), runs after an apply's COMMIT
 	// answered and before its view is recorded.
 	afterCommit func()
+	// laneGuarded, if set (tests only), runs after a lane's guard
+	// (laneGuard) passed and before its check and COMMIT.
+	laneGuarded func()
 	closed      atomic.Bool
 	close       sync.Once
 }
