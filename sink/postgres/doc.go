@@ -25,7 +25,11 @@
 // A handler must only write through tx (never through another connection:
 // that write would not be fenced) and must not commit or roll tx back:
 // [pgx.Tx.Commit] and [pgx.Tx.Rollback] on the handed-out tx fail with
-// [ErrTxControl]. Savepoints ([pgx.Tx.Begin]) are fine. An effect may run
+// [ErrTxControl], and so does a statement that ends or changes the
+// transaction (COMMIT, ROLLBACK, BEGIN, SAVEPOINT, SET TRANSACTION …) sent
+// through it, which is not run; a batch whose transaction a handler ended
+// through tx.Conn() fails with it before its fence check is sent.
+// Savepoints ([pgx.Tx.Begin]) are fine. An effect may run
 // more than once for the same record (the sink re-runs a batch whose
 // transaction hit a deadlock or serialization failure), which is safe
 // because only the committed run is visible.

@@ -482,6 +482,11 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 	if err != nil {
 		return sink.ApplyOnceResult{}, laneDone, wrap(ctx, op, err)
 	}
+	if !begin {
+		if err := s.txEnded(conn, op); err != nil {
+			return sink.ApplyOnceResult{}, laneDone, err
+		}
+	}
 	// The guard against units of the tenure that share records with this
 	// one (BEGIN in front if the effects did not begin the transaction):
 	// their locks, and the read again, which decides the spans to record.
@@ -1147,6 +1152,9 @@ func (s *Sink) applyOnGapped(ctx context.Context, tx pgx.Tx, tok epochs.Token, o
 	}
 	if err := ctx.Err(); err != nil {
 		return res, false, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	if err := s.txEnded(tx.Conn(), op); err != nil {
+		return res, false, err
 	}
 	after := cp.Clone()
 	after.Raise(offsets[len(offsets)-1] + 1)
