@@ -920,3 +920,57 @@ func TestGapsOverlapCommitsWaitForEachOther(t *testing.T) {
 	mustKVs(t, s, "u1-", offs, offs)
 	mustKVs(t, s, "u2-", offs, nil)
 }
+
+// TestGapsClaimBetweenGuardAndCommit: a claim that lands after a lane's
+// guard read the fence (and found tok the holder) and before its check
+// fences the lane: the check in the lane's last pipeline compares the
+// member and the epoch itself. Same epoch, another member, after a reset
+// (the member term); the same member, a new epoch (the epoch term).
+func TestGapsClaimBetweenGuardAndCommit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		old, newer [2]any // epoch, member
+		reset      bool
+	}{
+		{"SameEpochAfterReset", [2]any{int32(5), "a"}, [2]any{int32(5), "b"}, true},
+		{"SameMemberNewEpoch", [2]any{int32(1), "m"}, [2]any{int32(2), "m"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := openSink(t, newTestSchema(t), nil)
+			ctx := t.Context()
+			old := tokenOf(testScope(t), tc.old[0].(int32), tc.old[1].(string))
+			newer := tokenOf(testScope(t), tc.newer[0].(int32), tc.newer[1].(string))
+			if _, err := s.ClaimGapped(ctx, old, sink.Observed{}); err != nil {
+				t.Fatal(err)
+			}
+			landed := false
+			s.laneGuarded = func() {
+				if landed {
+					return
+				}
+				landed = true
+				if tc.reset {
+					if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: old.Scope(), Expect: sink.Fence{Scope: old.Scope(), Holder: old},
+						Reason: "test: " + t.Name()}); err != nil {
+						t.Errorf("ResetFence: %v", err)
+					}
+				}
+				if _, err := s.ClaimGapped(ctx, newer, sink.Observed{MemberProven: true}); err != nil {
+					t.Errorf("ClaimGapped by %s: %v", newer, err)
+				}
+			}
+			var ran []int64
+			_, err := s.ApplyGapped(ctx, old, gapBatch(0), putOffsets([]int64{0}, "k", "old", &ran))
+			var fe *sink.FencedError
+			if !landed || !errors.As(err, &fe) || fe.Stored != newer {
+				t.Fatalf("lane of %s with %s's claim between its guard and its check (landed %v): %v, want fenced by %s", old, newer, landed, err, newer)
+			}
+			mustKVs(t, s, "k", []int64{0}, nil)
+			if cp, err := s.ClaimGapped(ctx, newer, sink.Observed{}); err != nil || cp.NextOffset != 0 || len(cp.Done) != 0 {
+				t.Fatalf("checkpoint = %+v, %v; want nothing done", cp, err)
+			}
+		})
+	}
+}

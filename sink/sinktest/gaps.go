@@ -31,6 +31,7 @@ func (c *suite[Tx]) gapTests(prefix string) []namedTest {
 		{prefix + "GapsClaimAfterCrash", c.testGapsClaimAfterCrash},
 		{prefix + "GapsZombieLaneFenced", c.testGapsZombieLane},
 		{prefix + "GapsClaimDuringLaneEffect", c.testGapsClaimDuringLaneEffect},
+		{prefix + "GapsSameEpochResetDuringLane", c.testGapsSameEpochResetDuringLane},
 		{prefix + "GapsConcurrentLanes", c.testGapsConcurrentLanes},
 		{prefix + "GapsOverlapAppliedOnce", c.testGapsOverlapAppliedOnce},
 		{prefix + "GapsApplyRacingClaim", c.testGapsApplyRacingClaim},
@@ -340,6 +341,43 @@ func (c *suite[Tx]) testGapsClaimDuringLaneEffect(t *testing.T) {
 	}
 	if !sameCheckpoint(claimed, cp(0, 1, 2)) {
 		t.Fatalf("ClaimGapped by %s during the lane's effect = %+v, want %+v", b, claimed, cp(0, 1, 2))
+	}
+	mustFenced(t, err, sink.OpApply, b, a)
+	c.mustNoGapKeys(t, s, offs...)
+	mustCheckpoint(t, g, b, cp(0, 1, 2))
+}
+
+// testGapsSameEpochResetDuringLane: a lane of a (epoch 5) whose effects
+// are running when an operator resets the scope and member b claims it,
+// with a proof, at the very epoch 5, is fenced at its end and writes
+// nothing: the lane's check compares the member, not only the epoch.
+// (testSameEpochResetDuringApply is the plain path's.)
+func (c *suite[Tx]) testGapsSameEpochResetDuringLane(t *testing.T) {
+	if c.h.WritesSerialized {
+		t.Skip("sinktest: Harness.WritesSerialized: a reset cannot land while a lane runs its effect, so this race cannot happen")
+	}
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	r, _ := c.resetter(t, s)
+	scope := scopeFor(t)
+	a, b := tokenFor(scope, 5, "a"), tokenFor(scope, 5, "b")
+	claimGapped(t, g, a)
+	c.applyGapped(t, g, a, plain(1))
+	offs := []int64{0, 3}
+	put := c.gapEffect(t, offs)
+	raced := false
+	_, err := g.ApplyGapped(t.Context(), a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
+		if !raced {
+			raced = true
+			reset(t, r, scope, a, 0)
+			if _, err := g.ClaimGapped(t.Context(), b, sink.Observed{MemberProven: true}); err != nil {
+				t.Errorf("proven ClaimGapped by %s during a's lane: %v", b, err)
+			}
+		}
+		return put(ctx, tx, i)
+	})
+	if !raced {
+		t.Fatal("a's lane never ran its effect: the race did not happen")
 	}
 	mustFenced(t, err, sink.OpApply, b, a)
 	c.mustNoGapKeys(t, s, offs...)
