@@ -974,3 +974,49 @@ func TestGapsClaimBetweenGuardAndCommit(t *testing.T) {
 		})
 	}
 }
+
+// TestGapsLaneIDsTwoSinks: two processes (two Sinks) take a scope's lanes
+// in turn, sharing its command IDs through the table. The lanes record
+// IDs without moving the fence row's IDs version, so a Sink's cache is
+// trusted only at the version its tenure read or a later one: after the
+// other process's tenure (whose claim moved the version) applied "x" in
+// a lane, this process's next tenure finds its cache older than the
+// version it reads, loads the table, and skips "x" as a duplicate.
+func TestGapsLaneIDsTwoSinks(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	sA, sB := openSink(t, schema, nil), openSink(t, schema, nil)
+	ctx := t.Context()
+	scope := testScope(t)
+	a, b, c := tokenOf(scope, 1, "a"), tokenOf(scope, 2, "b"), tokenOf(scope, 3, "c")
+	lane := func(s *Sink, tok epochs.Token, off int64, id string) sink.ApplyOnceResult {
+		t.Helper()
+		if _, err := s.ClaimGapped(ctx, tok, sink.Observed{}); err != nil {
+			t.Fatalf("ClaimGapped(%s): %v", tok, err)
+		}
+		b := sink.GapBatch{Offsets: []int64{off}, From: []int64{off}, IDs: []string{id}}
+		res, err := s.ApplyGapped(ctx, tok, b, func(ctx context.Context, tx pgx.Tx, _ int) error {
+			_, err := tx.Exec(ctx, appendKV, "id-"+id, "x")
+			return err
+		})
+		if err != nil {
+			t.Fatalf("lane of %s at %d with %q: %v", tok, off, id, err)
+		}
+		return res
+	}
+	lane(sA, a, 0, "p") // sA's cache holds the scope's IDs
+	_, _, v0, _ := rawFence(t, schema, scope)
+	if res := lane(sB, b, 1, "x"); res.Applied != 1 {
+		t.Fatalf("sB's lane = %+v, want x applied", res)
+	}
+	if cached, ok := sA.ids.Version(scope); !ok || cached > v0 {
+		t.Fatalf("sA's cache is at version %d (%v), want at most %d: the test needs it stale", cached, ok, v0)
+	}
+	res := lane(sA, c, 2, "x") // the partition is back in sA's process
+	if res.Applied != 0 || !slices.Equal(res.Duplicates, []int{0}) {
+		t.Fatalf("sA's lane applied x, which sB's lane applied, again: %+v", res)
+	}
+	if v, _, err := getKV(ctx, sA, "id-x"); err != nil || v != "x" {
+		t.Fatalf("kv(id-x) = %q, %v; want x, applied once", v, err)
+	}
+}
