@@ -290,7 +290,7 @@ func (s *Sink) ClaimGapped(ctx context.Context, tok epochs.Token, obs sink.Obser
 // unless tok holds the scope), the effects of the records not done (and,
 // with b.IDs, not duplicates) in order in a transaction that begins with
 // their first statement, then the guard, in one round trip: advisory
-// locks on the batch's records (on its scope, for more than 64 records)
+// locks on the batch's records (on its scope, for more than 256 records)
 // and the read again, so that a record another unit of the tenure
 // committed since the first read (a late attempt, a retry of another
 // shape, a dead letter) makes the batch run again without it; then, in
@@ -519,8 +519,9 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		kind, err := s.laneFailedCheck(ctx, conn, tok, op, v.next)
 		return sink.ApplyOnceResult{}, kind, err
 	case failed == 0 && isSpanConflict(err):
-		// Another attempt of this batch (in flight when this one began)
-		// recorded the same span: run again, it reads that span as done.
+		// Another unit recorded a row that ends where this one's does
+		// (the table's key; the guard stops units that share a record
+		// before they get here): run again, it reads that span as done.
 		return sink.ApplyOnceResult{}, laneAgain, fmt.Errorf("postgres: %s: %w: a span of the batch was recorded by another attempt: %w", op, ErrConflict, err)
 	case isServerError(err) && failed < end.Len():
 		// The server refused a statement: the rest, COMMIT included,
@@ -658,8 +659,10 @@ func scanLaneRead(r pgx.Row, scope epochs.Scope, lo, hi int64) (laneFence, error
 }
 
 // laneLockRecords is the most records a lane's unit locks one by one
-// (laneLocks); a unit with more locks its whole scope.
-const laneLockRecords = 64
+// (laneLocks); a unit with more locks its whole scope. It is the
+// consumer's default MaxBatch, so that lanes of the default batch size
+// never wait for each other's guards.
+const laneLockRecords = 256
 
 // laneLockSet is the advisory locks of a lane's unit (laneLocks).
 type laneLockSet struct {

@@ -460,8 +460,9 @@ func TestGapsLaneRetriesWhenWatermarkMoves(t *testing.T) {
 
 // TestGapsSameBatchTwiceAtOnce: two attempts of one lane batch in flight
 // at once (a retry after an unknown commit outcome while the first still
-// runs) cannot both commit: the second one's span collides with the
-// first's on the table's key, and its run again skips the record.
+// runs) cannot both commit: the second one's guard waits for the first
+// one's lock on the record, reads its row, and its run again skips the
+// record (the table's key, (scope, end), would refuse the second row too).
 func TestGapsSameBatchTwiceAtOnce(t *testing.T) {
 	t.Parallel()
 	s := openSink(t, newTestSchema(t), nil)
