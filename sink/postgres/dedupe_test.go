@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -184,5 +185,53 @@ func TestDedupeZombieDoesNotHideTheCommand(t *testing.T) {
 	adminQueryRow(t, "SELECT count(*) FROM "+pgx.Identifier{schema, "workrouter_command_ids"}.Sanitize(), nil, &rows)
 	if rows != 1 {
 		t.Fatalf("%d command ID rows, want 1 (the new holder's)", rows)
+	}
+}
+
+// TestDedupePruneKeepsTheHorizon: the prune deletes the IDs applied below
+// the horizon (NextOffset − DedupeWindow) and keeps those at it, which
+// are still duplicates for the next offset (sink.IsDuplicate: applied >=
+// offset − window). Read back by another Sink, whose cache loads the
+// table, so the rows themselves are what answers: "w" at 3, below the
+// horizon 4, is deleted (the prune ran); "x" at exactly 4 is kept, and a
+// duplicate at 20, one window after it.
+func TestDedupePruneKeepsTheHorizon(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	ctx := t.Context()
+	const window = 16
+	s := openSink(t, schema, func(c *Config) { c.DedupeWindow = window })
+	other := openSink(t, schema, func(c *Config) { c.DedupeWindow = window })
+	a := tokenOf(testScope(t), 1, "m")
+	mustClaim(t, s, a)
+	noop := func(context.Context, pgx.Tx, int) error { return nil }
+	once := func(s *Sink, offs []int64, ids ...string) sink.ApplyOnceResult {
+		t.Helper()
+		res, err := s.ApplyOnce(ctx, a, offs, ids, noop)
+		if err != nil {
+			t.Fatalf("ApplyOnce(%v, %q): %v", offs, ids, err)
+		}
+		return res
+	}
+	once(s, []int64{3}, "w")
+	once(s, []int64{4}, "x")
+	// NextOffset 5 to 20: the horizon crosses 4 (sink.PruneDue), the
+	// prune deletes the rows whose last offset is below 4.
+	rest := offsetsFrom(5, 1, 15)
+	if !sink.PruneDue(5, 20, window) || sink.Horizon(20, window) != 4 {
+		t.Fatal("the test's offsets no longer make a prune at the horizon 4")
+	}
+	once(s, rest, make([]string, len(rest))...)
+	var kept []int64
+	rows, err := admin(t).Query(ctx, "SELECT last_off FROM "+pgx.Identifier{schema, "workrouter_command_ids"}.Sanitize()+" ORDER BY last_off")
+	if err == nil {
+		kept, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	}
+	if err != nil || !slices.Equal(kept, []int64{4}) {
+		t.Errorf("command ID rows kept after the prune at the horizon 4: last offsets %v, %v; want [4]", kept, err)
+	}
+	res := once(other, []int64{20, 21}, "x", "w")
+	if !slices.Equal(res.Duplicates, []int{0}) || res.Applied != 1 {
+		t.Fatalf("ApplyOnce of x (applied at 4) at 20 and w (applied at 3) at 21 through another Sink = %+v; want x a duplicate, w applied", res)
 	}
 }

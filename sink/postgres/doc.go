@@ -25,7 +25,11 @@
 // A handler must only write through tx (never through another connection:
 // that write would not be fenced) and must not commit or roll tx back:
 // [pgx.Tx.Commit] and [pgx.Tx.Rollback] on the handed-out tx fail with
-// [ErrTxControl]. Savepoints ([pgx.Tx.Begin]) are fine. An effect may run
+// [ErrTxControl], and so does a statement that ends or changes the
+// transaction (COMMIT, ROLLBACK, BEGIN, SAVEPOINT, SET TRANSACTION …) sent
+// through it, which is not run; a batch whose transaction a handler ended
+// through tx.Conn() fails with it before its fence check is sent.
+// Savepoints ([pgx.Tx.Begin]) are fine. An effect may run
 // more than once for the same record (the sink re-runs a batch whose
 // transaction hit a deadlock or serialization failure), which is safe
 // because only the committed run is visible.
@@ -104,9 +108,13 @@
 // one scope must not serialize on its fence row, so a lane's transaction
 // never updates it: [Sink.ApplyGapped] reads the fence and the done
 // spans its batch overlaps (no lock, outside the transaction), runs the
-// effects, and then sends one statement — the fence row FOR SHARE,
-// the holder check, the insert of the batch's spans into <prefix>_done,
-// raising when the check fails — in one pipeline with COMMIT. Share locks
+// effects, takes advisory locks on the batch's records and reads the
+// spans again (the guard: of the units of a tenure that share a record,
+// such as a late attempt and its retry, one applies it, and the others
+// run again without it), and then sends one statement — the fence row
+// FOR SHARE, the holder check, the insert of the batch's spans into
+// <prefix>_done, raising when the check fails — in one pipeline with
+// COMMIT. Share locks
 // do not conflict with each other, and they are held only while the
 // server runs that pipeline: a Claim (FOR UPDATE) waits for lanes that
 // are committing, never for a lane's handler, and every lane that checks
@@ -122,8 +130,8 @@
 // database: its first read goes back to the pool before the handler runs,
 // the handler's transaction begins at its first statement (a handler
 // that waits on an HTTP call before it writes holds no connection while
-// it waits), and the check pipelined with COMMIT begins one itself when
-// the handler ran no statement. A handler that waits after a statement
+// it waits), and the guard begins one itself when the handler ran no
+// statement. A handler that waits after a statement
 // holds its connection through the wait: then set pool_max_conns in the
 // DSN to at least the lanes a process runs (partitions × KeyConcurrency),
 // or the pool serializes them (pgxpool's default is max(4, CPUs)).

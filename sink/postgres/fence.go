@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -482,6 +481,11 @@ func (s *Sink) runEffects(ctx context.Context, op string, tx pgx.Tx, offsets []i
 func (s *Sink) commitBatch(ctx context.Context, conn *pgx.Conn, begin bool, tok epochs.Token, offsets []int64, ids []string,
 	first int, dup []bool, dups []int, next, idsVersion int64, gen uint64) (res sink.ApplyOnceResult, retry bool, err error) {
 	op := "apply " + tok.String()
+	if !begin {
+		if err := s.txEnded(conn, op); err != nil {
+			return res, false, err
+		}
+	}
 	// The authoritative check: advance NextOffset only if tok still holds
 	// the scope, no other Apply moved NextOffset meanwhile and the scope
 	// has no gaps, else raise (the COMMIT behind it is then skipped and
@@ -887,92 +891,6 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 		return nil, wrap(ctx, op, err)
 	}
 	return out, nil
-}
-
-// handlerTx is the pgx.Tx handed to effects: the sink's transaction, with
-// Commit and Rollback refused (the sink ends the transaction after the
-// fence check), and every method refused once the Apply that handed it out
-// has returned (done): the sink commits on the connection itself, which
-// pgx's transaction does not see, and the connection goes back to the
-// pool, so a handle kept past its Apply must not reach it.
-type handlerTx struct {
-	pgx.Tx
-	done atomic.Bool
-}
-
-// Commit refuses: the sink commits after its fence check.
-func (*handlerTx) Commit(context.Context) error {
-	return fmt.Errorf("postgres: commit: %w", ErrTxControl)
-}
-
-// Rollback refuses: return an error from the effect to abort the batch.
-func (*handlerTx) Rollback(context.Context) error {
-	return fmt.Errorf("postgres: rollback: %w (return an error from the handler to abort the batch)", ErrTxControl)
-}
-
-// closed returns the error of a method called after the Apply returned,
-// or nil.
-func (t *handlerTx) closed() error {
-	if t.done.Load() {
-		return fmt.Errorf("postgres: the transaction of an Apply that has returned: %w", pgx.ErrTxClosed)
-	}
-	return nil
-}
-
-// Begin starts a savepoint, as pgx.Tx does.
-func (t *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if err := t.closed(); err != nil {
-		return nil, err
-	}
-	return t.Tx.Begin(ctx)
-}
-
-// Exec runs sql in the transaction.
-func (t *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := t.closed(); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	return t.Tx.Exec(ctx, sql, args...)
-}
-
-// Query runs sql in the transaction.
-func (t *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := t.closed(); err != nil {
-		return nil, err
-	}
-	return t.Tx.Query(ctx, sql, args...)
-}
-
-// QueryRow runs sql in the transaction.
-func (t *handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := t.closed(); err != nil {
-		return errRow{err}
-	}
-	return t.Tx.QueryRow(ctx, sql, args...)
-}
-
-// SendBatch sends b in the transaction.
-func (t *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := t.closed(); err != nil {
-		return pgx.FailedBatchResults(b, err)
-	}
-	return t.Tx.SendBatch(ctx, b)
-}
-
-// CopyFrom copies rows in the transaction.
-func (t *handlerTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	if err := t.closed(); err != nil {
-		return 0, err
-	}
-	return t.Tx.CopyFrom(ctx, table, columns, src)
-}
-
-// Prepare prepares sql on the transaction's connection.
-func (t *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := t.closed(); err != nil {
-		return nil, err
-	}
-	return t.Tx.Prepare(ctx, name, sql)
 }
 
 // errRow is a pgx.Row whose Scan returns err.

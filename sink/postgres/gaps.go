@@ -3,9 +3,11 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"sync"
 	"time"
@@ -28,7 +30,9 @@ import (
 // fence row: each lane reads the fence and the spans its batch overlaps
 // (a plain read, no lock, on a connection that goes back to the pool
 // before the effects run), runs its effects in a transaction that begins
-// at their first statement (laneTx), and then, in one statement
+// at their first statement (laneTx), then guards against the other units
+// of the tenure that share records with it (laneGuard: advisory locks on
+// its records, and the read again), and then, in one statement
 // pipelined with COMMIT, takes the
 // fence row FOR SHARE, checks the holder (and that the watermark did not
 // move over its offsets) and inserts its spans, raising when the check
@@ -37,6 +41,15 @@ import (
 // pipeline; a Claim (FOR UPDATE) waits only for lanes that are
 // committing, never for a running handler, and a lane that checks after a
 // Claim committed sees the new holder and rolls back.
+//
+// The guard is what keeps a record from being applied by two units of
+// one tenure that both read it as not done (a late attempt and a retry
+// of another shape, or a dead letter and an apply of one record): the
+// done rows cannot refuse that themselves, since one row covers a whole
+// lane batch, and the rows of interleaved lanes' batches have ranges
+// that overlap while their spans do not. Units that share a record share
+// a lock, so the second to take it reads the first one's row, and runs
+// again without the record.
 //
 // The watermark (the fence row's next_offset) rises lazily, under the
 // fence row's exclusive lock: on every claim, and in a compaction that
@@ -275,16 +288,23 @@ func (s *Sink) ClaimGapped(ctx context.Context, tok epochs.Token, obs sink.Obser
 // one transaction that does not update the fence row: a plain read of
 // the fence and of the done spans the batch overlaps (an early refusal
 // unless tok holds the scope), the effects of the records not done (and,
-// with b.IDs, not duplicates) in order, then, in one pipeline, one
-// statement that takes the fence row FOR SHARE, checks that tok still
-// holds it and that the watermark is not above the batch's first new
-// span, and inserts the batch's spans (the parts of [From[i],
-// Offsets[i]+1) not done already) or raises, the IDs' row, and COMMIT.
-// BEGIN and the read share one round trip, so a batch costs the round
-// trips of its handler's statements plus two. Any number of a tenure's
-// ApplyGapped calls run concurrently for one scope; the share lock is
-// held only while the server runs the last pipeline. A refusal returns a *[sink.FencedError]; a watermark that moved
-// over the batch, two attempts inserting the same span, a deadlock or a
+// with b.IDs, not duplicates) in order in a transaction that begins with
+// their first statement, then the guard, in one round trip: advisory
+// locks on the batch's records (on its scope, for more than 256 records)
+// and the read again, so that a record another unit of the tenure
+// committed since the first read (a late attempt, a retry of another
+// shape, a dead letter) makes the batch run again without it; then, in
+// one pipeline, one statement that takes the fence row FOR SHARE, checks
+// that tok still holds it and that the watermark is not above the
+// batch's first new span, and inserts the batch's spans (the parts of
+// [From[i], Offsets[i]+1) that the guard's read does not hold) or
+// raises, the IDs' row, and COMMIT. A batch thus costs the round trips
+// of its handler's statements plus three. Any number of a tenure's
+// ApplyGapped calls run concurrently for one scope; of those that share
+// a record, one applies it. The share lock is held only while the server
+// runs the last pipeline, the advisory locks from the guard to COMMIT. A
+// refusal returns a *[sink.FencedError]; a watermark that moved over the
+// batch, a record done by another unit meanwhile, a deadlock or a
 // serialization failure run the batch again; an effect error returns a
 // *[sink.EffectError]; a COMMIT of unknown outcome [ErrOutcomeUnknown].
 //
@@ -415,7 +435,6 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 	var (
 		dups    []int
 		applied cmdids.Row
-		sps     []sink.Span // the spans to record
 	)
 	for i := range n {
 		if skip[i] {
@@ -448,14 +467,6 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 				applied.Last = b.Offsets[i]
 			}
 		}
-		// The parts of the record's span that are not done yet.
-		for _, sp := range undone(&cp, b.From[i], b.Offsets[i]+1) {
-			if k := len(sps) - 1; k >= 0 && sps[k].To == sp.From {
-				sps[k].To = sp.To
-				continue
-			}
-			sps = append(sps, sp)
-		}
 	}
 	if err := ctx.Err(); err != nil {
 		return sink.ApplyOnceResult{}, laneDone, fmt.Errorf("postgres: %s: %w", op, err)
@@ -467,20 +478,30 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		return sink.ApplyOnceResult{}, retryKind(htx.err), wrap(ctx, op, htx.err)
 	}
 
-	// The check and the write (the fence row FOR SHARE, the spans), the
-	// IDs' row and COMMIT, in one round trip: the share lock is held
-	// while the server runs them, never across a round trip. If the
-	// effects did not begin the transaction, BEGIN leads the pipeline.
 	conn, begin, err := htx.commitConn(ctx)
 	if err != nil {
 		return sink.ApplyOnceResult{}, laneDone, wrap(ctx, op, err)
 	}
-	end := &pgx.Batch{}
-	lead := 0 // the statements before the check
-	if begin {
-		end.Queue("begin")
-		lead = 1
+	if !begin {
+		if err := s.txEnded(conn, op); err != nil {
+			return sink.ApplyOnceResult{}, laneDone, err
+		}
 	}
+	// The guard against units of the tenure that share records with this
+	// one (BEGIN in front if the effects did not begin the transaction):
+	// their locks, and the read again, which decides the spans to record.
+	cp, sps, kind, err := s.laneGuard(ctx, conn, begin, op, tok, b, skip)
+	if err != nil {
+		return sink.ApplyOnceResult{}, kind, err
+	}
+	if s.laneGuarded != nil {
+		s.laneGuarded() // tests: another unit's guard while this one holds its locks
+	}
+
+	// The check and the write (the fence row FOR SHARE, the spans), the
+	// IDs' row and COMMIT, in one round trip: the share lock is held
+	// while the server runs them, never across a round trip.
+	end := &pgx.Batch{}
 	end.Queue(s.q.gap.laneCommit, scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member,
 		sps[0].From, sps[len(sps)-1].To, int64(len(dups)), encodeSpans(sps))
 	if len(applied.IDs) > 0 {
@@ -491,15 +512,16 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 	failed, err := sendAll(ctx, conn, end)
 	switch {
 	case err == nil:
-	case failed == lead && fenceCheckFailed(err):
+	case failed == 0 && fenceCheckFailed(err):
 		// Fenced, or the watermark rose over the batch's offsets (a
 		// plain Apply of the same tenure applied them meanwhile: run
 		// again on the new state).
 		kind, err := s.laneFailedCheck(ctx, conn, tok, op, v.next)
 		return sink.ApplyOnceResult{}, kind, err
-	case failed == lead && isSpanConflict(err):
-		// Another attempt of this batch (in flight when this one began)
-		// recorded the same span: run again, it reads that span as done.
+	case failed == 0 && isSpanConflict(err):
+		// Another unit recorded a row that ends where this one's does
+		// (the table's key; the guard stops units that share a record
+		// before they get here): run again, it reads that span as done.
 		return sink.ApplyOnceResult{}, laneAgain, fmt.Errorf("postgres: %s: %w: a span of the batch was recorded by another attempt: %w", op, ErrConflict, err)
 	case isServerError(err) && failed < end.Len():
 		// The server refused a statement: the rest, COMMIT included,
@@ -549,47 +571,23 @@ type laneView struct {
 func (s *Sink) readLane(ctx context.Context, op string, tok epochs.Token, b sink.GapBatch) (v laneView, again int, err error) {
 	scope := tok.Scope()
 	n := len(b.Offsets)
-	var lo, hi int64
-	if n > 0 {
-		lo, hi = b.From[0], b.Offsets[n-1]+1
-	}
+	lo, hi := laneRange(b)
 	rc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return v, laneDone, wrap(ctx, op, err)
 	}
 	defer release(ctx, rc)
-	var (
-		epoch      int32
-		member     string
-		froms, tos []int64
-		encs       [][]byte
-	)
-	err = rc.QueryRow(ctx, s.q.gap.laneRead, scope.Group, scope.Topic, scope.Partition, lo, hi).
-		Scan(&epoch, &member, &v.next, &v.idsVersion, &v.gapped, &v.topicID, &froms, &tos, &encs)
+	f, err := scanLaneRead(rc.QueryRow(ctx, s.q.gap.laneRead, scope.Group, scope.Topic, scope.Partition, lo, hi), scope, lo, hi)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return v, laneDone, s.fenced(tok, epochs.Token{})
 	case err != nil:
 		return v, retryKind(err), wrap(ctx, op+": read fence", err)
 	}
-	if stored := holderToken(scope, epoch, member); !tok.Holds(stored) {
-		return v, laneDone, s.fenced(tok, stored)
+	if !tok.Holds(f.holder) {
+		return v, laneDone, s.fenced(tok, f.holder)
 	}
-	if len(encs) != len(froms) || len(tos) != len(froms) {
-		return v, laneDone, fmt.Errorf("postgres: %s: read fence: %d, %d and %d values for the done rows", op, len(froms), len(tos), len(encs))
-	}
-	var sps, row []sink.Span
-	for i := range froms {
-		if row, err = decodeSpans(row[:0], froms[i], tos[i], encs[i]); err != nil {
-			return v, laneDone, fmt.Errorf("postgres: %s: read fence: %w", op, err)
-		}
-		for _, sp := range row {
-			if sp.To > lo && sp.From < hi {
-				sps = append(sps, sp) // only those the batch's range overlaps
-			}
-		}
-	}
-	v.cp = checkpointOf(v.next, sps)
+	v.next, v.idsVersion, v.gapped, v.topicID, v.cp = f.next, f.idsVersion, f.gapped, f.topicID, f.cp
 	v.skip = make([]bool, n)
 	for i, off := range b.Offsets {
 		if v.cp.Contains(off) {
@@ -603,6 +601,207 @@ func (s *Sink) readLane(ctx context.Context, op string, tok epochs.Token, b sink
 		}
 	}
 	return v, laneDone, nil
+}
+
+// laneRange returns the range of offsets [lo, hi) a lane's batch b
+// covers: from its first record's From to the end of its last record.
+func laneRange(b sink.GapBatch) (lo, hi int64) {
+	if n := len(b.Offsets); n > 0 {
+		return b.From[0], b.Offsets[n-1] + 1
+	}
+	return 0, 0
+}
+
+// laneFence is what gapQueries.laneRead returns: the fence row, and the
+// checkpoint that its watermark and the done spans overlapping the
+// range read make.
+type laneFence struct {
+	holder           epochs.Token
+	next, idsVersion int64
+	gapped           bool
+	topicID          string
+	cp               sink.Checkpoint
+}
+
+// scanLaneRead scans r, the result of gapQueries.laneRead of scope's
+// range [lo, hi): pgx.ErrNoRows if the scope has no fence row.
+func scanLaneRead(r pgx.Row, scope epochs.Scope, lo, hi int64) (laneFence, error) {
+	var (
+		f          laneFence
+		epoch      int32
+		member     string
+		froms, tos []int64
+		encs       [][]byte
+	)
+	if err := r.Scan(&epoch, &member, &f.next, &f.idsVersion, &f.gapped, &f.topicID, &froms, &tos, &encs); err != nil {
+		return f, err
+	}
+	f.holder = holderToken(scope, epoch, member)
+	if len(encs) != len(froms) || len(tos) != len(froms) {
+		return f, fmt.Errorf("%d, %d and %d values for the done rows", len(froms), len(tos), len(encs))
+	}
+	var (
+		sps, row []sink.Span
+		err      error
+	)
+	for i := range froms {
+		if row, err = decodeSpans(row[:0], froms[i], tos[i], encs[i]); err != nil {
+			return f, err
+		}
+		for _, sp := range row {
+			if sp.To > lo && sp.From < hi {
+				sps = append(sps, sp) // only those the range overlaps
+			}
+		}
+	}
+	f.cp = checkpointOf(f.next, sps)
+	return f, nil
+}
+
+// laneLockRecords is the most records a lane's unit locks one by one
+// (laneLocks); a unit with more locks its whole scope. It is the
+// consumer's default MaxBatch, so that lanes of the default batch size
+// never wait for each other's guards.
+const laneLockRecords = 256
+
+// laneLockSet is the advisory locks of a lane's unit (laneLocks).
+type laneLockSet struct {
+	exclusive bool     // the scope's lock in exclusive mode, and no record's
+	scope     [2]int32 // the scope's lock
+	a, b      []int32  // the records' locks (a[i], b[i]), ascending
+}
+
+// laneLocks returns the advisory locks that a unit of a lane of scope
+// which applies (or finds duplicate) the records at offs takes before
+// its guard's read (laneGuard): the scope's lock shared and one lock per
+// record, or, for more than laneLockRecords records, the scope's lock
+// exclusive (the lock table holds one entry per lock until the
+// transaction ends, and it is the server's, shared by all its sessions).
+// Two units that share a record therefore always have a lock in common,
+// in modes that conflict; units that do not may too (a hash collision, or
+// a unit that locks its scope), which only makes one wait for the other's
+// COMMIT. The keys are PostgreSQL's two-int4 kind, hashed from the sink's
+// schema and prefix, the scope and the offset; the record's key holds its
+// offset's low 32 bits.
+func (s *Sink) laneLocks(scope epochs.Scope, offs []int64) laneLockSet {
+	h := fnv.New64a()
+	for _, p := range []string{s.schema, s.prefix, scope.Group, scope.Topic} {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	h.Write(binary.BigEndian.AppendUint32(nil, uint32(scope.Partition)))
+	base := h.Sum64()
+	sk := mix64(base ^ 0x73636f7065) // "scope"
+	l := laneLockSet{scope: [2]int32{int32(sk >> 32), int32(sk)}}
+	if len(offs) > laneLockRecords {
+		l.exclusive = true
+		return l
+	}
+	type key struct{ a, b int32 }
+	keys := make([]key, len(offs))
+	for i, o := range offs {
+		keys[i] = key{int32(mix64(base+uint64(o>>32)) >> 32), int32(uint32(o))}
+	}
+	slices.SortFunc(keys, func(x, y key) int { return cmp.Or(cmp.Compare(x.a, y.a), cmp.Compare(x.b, y.b)) })
+	keys = slices.Compact(keys)
+	l.a, l.b = make([]int32, len(keys)), make([]int32, len(keys))
+	for i, k := range keys {
+		l.a[i], l.b[i] = k.a, k.b
+	}
+	return l
+}
+
+// mix64 is SplitMix64's finalizer: every bit of x moves about half the
+// bits of the result.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// laneLock takes a lane unit's advisory locks (laneLockSet) in the order
+// of its arrays ($1[i], $2[i]), one statement: the first, the scope's, in
+// share mode if $3 (else exclusive), the others exclusive. A function
+// scan returns an array's elements in order, and the aggregate takes
+// each row's lock before it reads the next.
+const laneLock = `SELECT count(CASE WHEN k.n = 1 AND $3 THEN pg_advisory_xact_lock_shared(k.a, k.b) ELSE pg_advisory_xact_lock(k.a, k.b) END)
+	FROM unnest($1::int4[], $2::int4[]) WITH ORDINALITY AS k(a, b, n)`
+
+// laneGuard is the first pipeline of a lane's end, on conn, in the
+// transaction of its effects (BEGIN leads the pipeline if they ran no
+// statement): the unit's advisory locks (laneLocks: the scope's, then the
+// records' in ascending order, so that units wait for each other in one
+// order) and gapQueries.laneRead again. Two units of the scope that share
+// a record have a lock in common, so the one that takes it second reads,
+// here, what the first committed (PostgreSQL releases a transaction's
+// locks after its commit is visible, and the read is a statement after
+// the locks): if a record this unit ran, dead-lettered or found a
+// duplicate is done now, the attempt runs again (laneAgain, a conflict;
+// the release rolls it back), and its next read skips the record. So of
+// the units that read a record as not done, one commits it; the others
+// run again. It returns the checkpoint the read makes and the spans to
+// record: the parts of the unit's records' spans ([From[i],
+// Offsets[i]+1)) that it does not contain. A tok that no longer holds
+// the scope is refused here.
+func (s *Sink) laneGuard(ctx context.Context, conn *pgx.Conn, begin bool, op string, tok epochs.Token, b sink.GapBatch, skip []bool) (sink.Checkpoint, []sink.Span, int, error) {
+	scope := tok.Scope()
+	lo, hi := laneRange(b)
+	var offs []int64
+	for i, o := range b.Offsets {
+		if !skip[i] {
+			offs = append(offs, o)
+		}
+	}
+	l := s.laneLocks(scope, offs)
+	p := &pgx.Batch{}
+	if begin {
+		p.Queue("begin")
+	}
+	p.Queue(laneLock, append([]int32{l.scope[0]}, l.a...), append([]int32{l.scope[1]}, l.b...), !l.exclusive)
+	p.Queue(s.q.gap.laneRead, scope.Group, scope.Topic, scope.Partition, lo, hi)
+	br := conn.SendBatch(ctx, p)
+	var err error
+	for range p.Len() - 1 {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	var f laneFence
+	if err == nil {
+		f, err = scanLaneRead(br.QueryRow(), scope, lo, hi)
+	}
+	if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && cerr != nil {
+		err = cerr
+	}
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return sink.Checkpoint{}, nil, laneDone, s.fenced(tok, epochs.Token{})
+	case err != nil:
+		return sink.Checkpoint{}, nil, retryKind(err), wrap(ctx, op+": lock the batch's records, read fence", err)
+	}
+	if !tok.Holds(f.holder) {
+		return sink.Checkpoint{}, nil, laneDone, s.fenced(tok, f.holder)
+	}
+	var sps []sink.Span
+	for i, o := range b.Offsets {
+		if skip[i] {
+			continue
+		}
+		if f.cp.Contains(o) {
+			return sink.Checkpoint{}, nil, laneAgain, fmt.Errorf("postgres: %s: %w: offset %d, which this attempt ran, was done by another unit of the tenure meanwhile", op, ErrConflict, o)
+		}
+		// The parts of the record's span that are not done.
+		for _, sp := range undone(&f.cp, b.From[i], o+1) {
+			if k := len(sps) - 1; k >= 0 && sps[k].To == sp.From {
+				sps[k].To = sp.To
+				continue
+			}
+			sps = append(sps, sp)
+		}
+	}
+	return f.cp, sps, laneDone, nil
 }
 
 // laneFailedCheck is the end of a lane's attempt whose check raised (its
@@ -956,6 +1155,9 @@ func (s *Sink) applyOnGapped(ctx context.Context, tx pgx.Tx, tok epochs.Token, o
 	}
 	if err := ctx.Err(); err != nil {
 		return res, false, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	if err := s.txEnded(tx.Conn(), op); err != nil {
+		return res, false, err
 	}
 	after := cp.Clone()
 	after.Raise(offsets[len(offsets)-1] + 1)

@@ -470,8 +470,9 @@ func TestGapsLaneRetriesWhenWatermarkMoves(t *testing.T) {
 
 // TestGapsSameBatchTwiceAtOnce: two attempts of one lane batch in flight
 // at once (a retry after an unknown commit outcome while the first still
-// runs) cannot both commit: the second one's span collides with the
-// first's on the table's key, and its run again skips the record.
+// runs) cannot both commit: the second one's guard waits for the first
+// one's lock on the record, reads its row, and its run again skips the
+// record (the table's key, (scope, end), would refuse the second row too).
 func TestGapsSameBatchTwiceAtOnce(t *testing.T) {
 	t.Parallel()
 	s := openSink(t, newTestSchema(t), nil)
@@ -744,5 +745,290 @@ func TestMigrateFromVersion5(t *testing.T) {
 	cp, err := s.ClaimGapped(ctx, tokenOf(a.Scope(), 4, "m-4"), sink.Observed{})
 	if err != nil || cp.NextOffset != 0 || !slices.Equal(cp.Done, want) {
 		t.Fatalf("ClaimGapped after migration = %+v, %v; want done %v", cp, err, want)
+	}
+}
+
+// nestedUnits applies outer as a lane batch of a's scope in s and, inside
+// its first effect, inner (the outer unit has read its records as not
+// done; the inner one reads them, runs and commits whole before the outer
+// one commits). Each unit writes kv(<unit><offset>); it returns the two
+// results and the offsets each unit's effects ran for.
+func nestedUnits(t *testing.T, s *Sink, ctx context.Context, a epochs.Token, outer, inner []int64) (outerRes, innerRes sink.ApplyOnceResult, outerRan, innerRan []int64) {
+	t.Helper()
+	var (
+		raced    bool
+		innerErr error
+	)
+	put := putOffsets(outer, "outer", "v", &outerRan)
+	outerRes, err := s.ApplyGapped(ctx, a, gapBatch(outer...), func(ctx context.Context, tx pgx.Tx, i int) error {
+		if !raced {
+			raced = true
+			innerRes, innerErr = s.ApplyGapped(ctx, a, gapBatch(inner...), putOffsets(inner, "inner", "v", &innerRan))
+		}
+		return put(ctx, tx, i)
+	})
+	if !raced || innerErr != nil || !slices.Equal(innerRan, inner) {
+		t.Fatalf("the inner unit (inside the outer one's effect: raced %v) ran %v: %v; want all of %v run", raced, innerRan, innerErr, inner)
+	}
+	if err != nil {
+		t.Fatalf("the outer unit: %v", err)
+	}
+	return outerRes, innerRes, outerRan, innerRan
+}
+
+// offsetsFrom returns the n offsets from, from+step, ….
+func offsetsFrom(from, step int64, n int) []int64 {
+	offs := make([]int64, n)
+	for i := range offs {
+		offs[i] = from + int64(i)*step
+	}
+	return offs
+}
+
+// mustKVs asserts which of kv(<prefix><offset>) exist: those of offs in
+// want, and none of the others.
+func mustKVs(t *testing.T, s *Sink, prefix string, offs, want []int64) {
+	t.Helper()
+	for _, o := range offs {
+		_, ok, err := getKV(t.Context(), s, fmt.Sprint(prefix, o))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok != slices.Contains(want, o) {
+			t.Fatalf("kv(%s%d) present = %v, want %v", prefix, o, ok, !ok)
+		}
+	}
+}
+
+// TestGapsOverlapLargeUnits: units with more records than lock one by
+// one (laneLockRecords: they lock their scope exclusively) conflict with
+// the units they share records with too, large or not: the unit that
+// commits second runs again without the shared records.
+func TestGapsOverlapLargeUnits(t *testing.T) {
+	t.Parallel()
+	large := offsetsFrom(0, 1, laneLockRecords+36) // 0..99
+	for _, tc := range []struct {
+		name         string
+		outer, inner []int64
+	}{
+		{"LargeInLarge", large, large[:laneLockRecords+16]},
+		{"SmallInLarge", large, []int64{50, 51}},
+		{"LargeInSmall", []int64{50, 51}, large},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, ctx, a := claimedGapped(t)
+			outerRes, innerRes, outerRan, _ := nestedUnits(t, s, ctx, a, tc.outer, tc.inner)
+			var rest []int64
+			for _, o := range tc.outer {
+				if !slices.Contains(tc.inner, o) {
+					rest = append(rest, o)
+				}
+			}
+			if innerRes.Applied != len(tc.inner) || outerRes.Applied != len(rest) || outerRes.Skipped != len(tc.outer)-len(rest) {
+				t.Fatalf("inner %+v, outer %+v: want the inner unit's %d records applied, the outer's %d others applied and %d shared skipped (outer ran %d effects)",
+					innerRes, outerRes, len(tc.inner), len(rest), len(tc.outer)-len(rest), len(outerRan))
+			}
+			mustKVs(t, s, "outer", tc.outer, rest)
+			mustKVs(t, s, "inner", tc.inner, tc.inner)
+		})
+	}
+}
+
+// TestGapsInterleavedUnitsDoNotConflict: units in flight at once whose
+// records interleave but are not shared (lanes of one tenure: their done
+// rows' ranges overlap, their spans do not) both commit, each running its
+// effects once: only shared records make units conflict.
+func TestGapsInterleavedUnitsDoNotConflict(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{3, laneLockRecords + 8} { // locked one by one, and the scope locked
+		t.Run(fmt.Sprint("records=", n), func(t *testing.T) {
+			t.Parallel()
+			s, ctx, a := claimedGapped(t)
+			outer, inner := offsetsFrom(0, 2, n), offsetsFrom(1, 2, n)
+			outerRes, innerRes, outerRan, innerRan := nestedUnits(t, s, ctx, a, outer, inner)
+			if outerRes.Applied != n || innerRes.Applied != n || !slices.Equal(outerRan, outer) || !slices.Equal(innerRan, inner) {
+				t.Fatalf("outer %+v ran %v, inner %+v ran %v: want each unit's records applied, its effects run once each", outerRes, outerRan, innerRes, innerRan)
+			}
+			if cp, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != int64(2*n) || len(cp.Done) != 0 {
+				t.Fatalf("ClaimGapped = %+v, %v; want watermark %d", cp, err, 2*n)
+			}
+		})
+	}
+}
+
+// TestGapsOverlapCommitsWaitForEachOther: two units that share records
+// and have both run their effects do not check at once: the second one's
+// guard waits for the first one's locks (it is seen waiting on them in
+// pg_locks), reads what the first committed, and runs again without the
+// shared records. Without the locks both guards would read the records as
+// not done, and both units would commit them.
+func TestGapsOverlapCommitsWaitForEachOther(t *testing.T) {
+	t.Parallel()
+	s, ctx, a := claimedGapped(t)
+	offs := []int64{0, 1}
+	locks := s.laneLocks(a.Scope(), offs)
+	var (
+		guarded   = make(chan int, 2) // the units (1, 2) whose guard passed, in order
+		release   = make(chan struct{})
+		calls     int
+		mu        sync.Mutex
+		wg        sync.WaitGroup
+		res       [3]sink.ApplyOnceResult
+		errs      [3]error
+		ran       [3][]int64
+		secondRan = make(chan struct{})
+	)
+	s.laneGuarded = func() {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		guarded <- n
+		if n == 1 {
+			<-release // the first unit holds its locks until the test lets it commit
+		}
+	}
+	apply := func(u int) {
+		res[u], errs[u] = s.ApplyGapped(ctx, a, gapBatch(offs...), putOffsets(offs, fmt.Sprint("u", u, "-"), "v", &ran[u]))
+	}
+	wg.Go(func() { apply(1) })
+	if n := <-guarded; n != 1 {
+		t.Fatalf("guard %d passed first", n)
+	}
+	wg.Go(func() {
+		defer close(secondRan)
+		apply(2)
+	})
+	// The second unit runs its effects (it reads the records as not done:
+	// the first has not committed) and reaches its guard: it must wait there.
+	waiting := false
+	for !waiting {
+		select {
+		case n := <-guarded:
+			close(release)
+			wg.Wait()
+			t.Fatalf("guard %d passed while the first unit held the records' locks", n)
+		case <-ctx.Done():
+			t.Fatal("the second unit never waited on the first one's locks")
+		case <-time.After(5 * time.Millisecond):
+		}
+		var n int
+		adminQueryRow(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 2 AND classid::bigint = $1 AND objid::bigint = $2`,
+			[]any{int64(uint32(locks.a[0])), int64(uint32(locks.b[0]))}, &n)
+		waiting = n == 1
+	}
+	close(release)
+	wg.Wait()
+	<-secondRan
+	for u := 1; u <= 2; u++ {
+		if errs[u] != nil {
+			t.Fatalf("unit %d: %v", u, errs[u])
+		}
+	}
+	if res[1].Applied != 2 || res[2].Applied != 0 || res[2].Skipped != 2 {
+		t.Fatalf("units = %+v and %+v (ran %v and %v); want the first to apply both records, the second to skip them", res[1], res[2], ran[1], ran[2])
+	}
+	mustKVs(t, s, "u1-", offs, offs)
+	mustKVs(t, s, "u2-", offs, nil)
+}
+
+// TestGapsClaimBetweenGuardAndCommit: a claim that lands after a lane's
+// guard read the fence (and found tok the holder) and before its check
+// fences the lane: the check in the lane's last pipeline compares the
+// member and the epoch itself. Same epoch, another member, after a reset
+// (the member term); the same member, a new epoch (the epoch term).
+func TestGapsClaimBetweenGuardAndCommit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		old, newer [2]any // epoch, member
+		reset      bool
+	}{
+		{"SameEpochAfterReset", [2]any{int32(5), "a"}, [2]any{int32(5), "b"}, true},
+		{"SameMemberNewEpoch", [2]any{int32(1), "m"}, [2]any{int32(2), "m"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := openSink(t, newTestSchema(t), nil)
+			ctx := t.Context()
+			old := tokenOf(testScope(t), tc.old[0].(int32), tc.old[1].(string))
+			newer := tokenOf(testScope(t), tc.newer[0].(int32), tc.newer[1].(string))
+			if _, err := s.ClaimGapped(ctx, old, sink.Observed{}); err != nil {
+				t.Fatal(err)
+			}
+			landed := false
+			s.laneGuarded = func() {
+				if landed {
+					return
+				}
+				landed = true
+				if tc.reset {
+					if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: old.Scope(), Expect: sink.Fence{Scope: old.Scope(), Holder: old},
+						Reason: "test: " + t.Name()}); err != nil {
+						t.Errorf("ResetFence: %v", err)
+					}
+				}
+				if _, err := s.ClaimGapped(ctx, newer, sink.Observed{MemberProven: true}); err != nil {
+					t.Errorf("ClaimGapped by %s: %v", newer, err)
+				}
+			}
+			var ran []int64
+			_, err := s.ApplyGapped(ctx, old, gapBatch(0), putOffsets([]int64{0}, "k", "old", &ran))
+			var fe *sink.FencedError
+			if !landed || !errors.As(err, &fe) || fe.Stored != newer {
+				t.Fatalf("lane of %s with %s's claim between its guard and its check (landed %v): %v, want fenced by %s", old, newer, landed, err, newer)
+			}
+			mustKVs(t, s, "k", []int64{0}, nil)
+			if cp, err := s.ClaimGapped(ctx, newer, sink.Observed{}); err != nil || cp.NextOffset != 0 || len(cp.Done) != 0 {
+				t.Fatalf("checkpoint = %+v, %v; want nothing done", cp, err)
+			}
+		})
+	}
+}
+
+// TestGapsLaneIDsTwoSinks: two processes (two Sinks) take a scope's lanes
+// in turn, sharing its command IDs through the table. The lanes record
+// IDs without moving the fence row's IDs version, so a Sink's cache is
+// trusted only at the version its tenure read or a later one: after the
+// other process's tenure (whose claim moved the version) applied "x" in
+// a lane, this process's next tenure finds its cache older than the
+// version it reads, loads the table, and skips "x" as a duplicate.
+func TestGapsLaneIDsTwoSinks(t *testing.T) {
+	t.Parallel()
+	schema := newTestSchema(t)
+	sA, sB := openSink(t, schema, nil), openSink(t, schema, nil)
+	ctx := t.Context()
+	scope := testScope(t)
+	a, b, c := tokenOf(scope, 1, "a"), tokenOf(scope, 2, "b"), tokenOf(scope, 3, "c")
+	lane := func(s *Sink, tok epochs.Token, off int64, id string) sink.ApplyOnceResult {
+		t.Helper()
+		if _, err := s.ClaimGapped(ctx, tok, sink.Observed{}); err != nil {
+			t.Fatalf("ClaimGapped(%s): %v", tok, err)
+		}
+		b := sink.GapBatch{Offsets: []int64{off}, From: []int64{off}, IDs: []string{id}}
+		res, err := s.ApplyGapped(ctx, tok, b, func(ctx context.Context, tx pgx.Tx, _ int) error {
+			_, err := tx.Exec(ctx, appendKV, "id-"+id, "x")
+			return err
+		})
+		if err != nil {
+			t.Fatalf("lane of %s at %d with %q: %v", tok, off, id, err)
+		}
+		return res
+	}
+	lane(sA, a, 0, "p") // sA's cache holds the scope's IDs
+	_, _, v0, _ := rawFence(t, schema, scope)
+	if res := lane(sB, b, 1, "x"); res.Applied != 1 {
+		t.Fatalf("sB's lane = %+v, want x applied", res)
+	}
+	if cached, ok := sA.ids.Version(scope); !ok || cached > v0 {
+		t.Fatalf("sA's cache is at version %d (%v), want at most %d: the test needs it stale", cached, ok, v0)
+	}
+	res := lane(sA, c, 2, "x") // the partition is back in sA's process
+	if res.Applied != 0 || !slices.Equal(res.Duplicates, []int{0}) {
+		t.Fatalf("sA's lane applied x, which sB's lane applied, again: %+v", res)
+	}
+	if v, _, err := getKV(ctx, sA, "id-x"); err != nil || v != "x" {
+		t.Fatalf("kv(id-x) = %q, %v; want x, applied once", v, err)
 	}
 }

@@ -16,8 +16,9 @@ import (
 // waits on other I/O before it talks to the database (an HTTP call, a
 // payment API) holds no connection while it waits, so lanes in flight
 // are not bounded by the pool. Once begun it is a handlerTx over the
-// sink's transaction: Commit and Rollback refuse (ErrTxControl), and
-// every method fails with pgx.ErrTxClosed after the Apply returned.
+// sink's transaction: Commit and Rollback refuse (ErrTxControl), so do
+// statements that control the transaction, and every method fails with
+// pgx.ErrTxClosed after the Apply returned.
 //
 // The fence does not depend on when it begins: the lane's check and
 // write (gapQueries.laneCommit), or the plain apply's checked advance,
@@ -113,6 +114,10 @@ func (t *laneTx) beginExec(ctx context.Context, sql string, args []any) (pgconn.
 	c, err := t.pool.Acquire(ctx)
 	if err != nil {
 		return pgconn.CommandTag{}, t.failed(err)
+	}
+	if err := txControl(c.Conn(), sql); err != nil {
+		c.Release()
+		return pgconn.CommandTag{}, err
 	}
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})

@@ -88,8 +88,16 @@ var ErrOutcomeUnknown = errors.New("postgres: commit outcome unknown")
 var ErrConflict = errors.New("postgres: concurrent applies by one tenure")
 
 // ErrTxControl is matched by the error Commit and Rollback return when a
-// handler calls them on the transaction the sink handed it: the sink owns
-// the transaction's end, because the fence check runs just before COMMIT.
+// handler calls them on the transaction the sink handed it, and by the
+// error of a statement that controls the transaction (COMMIT, END,
+// ROLLBACK, ABORT, BEGIN, START TRANSACTION, SAVEPOINT, RELEASE, ROLLBACK
+// TO, PREPARE TRANSACTION, COMMIT or ROLLBACK PREPARED, SET TRANSACTION,
+// SET SESSION CHARACTERISTICS) that a handler runs through it with Exec,
+// Query, QueryRow, SendBatch or Prepare, wherever the statement stands in
+// the SQL text: the sink owns the transaction's end, because the fence
+// check runs just before COMMIT. An Apply whose transaction a handler
+// ended anyway (through tx.Conn(), which is not guarded) fails with it
+// too, without writing its checkpoint.
 var ErrTxControl = errors.New("postgres: handlers must not commit or roll back the sink's transaction")
 
 // Defaults of Config fields.
@@ -179,6 +187,9 @@ type Sink struct {
 	// afterCommit, if set (tests only), runs after an apply's COMMIT
 	// answered and before its view is recorded.
 	afterCommit func()
+	// laneGuarded, if set (tests only), runs after a lane's guard
+	// (laneGuard) passed and before its check and COMMIT.
+	laneGuarded func()
 	closed      atomic.Bool
 	close       sync.Once
 }

@@ -292,3 +292,48 @@ func TestStaleSpansDeadLetter(t *testing.T) {
 		t.Fatalf("DeadLetterGapped of a done record through the stale Sink = %+v, %v; want a replay", res, err)
 	}
 }
+
+// A batch whose commands only the apply script can run (an INCRBY, which
+// can fail, is not for WATCH/MULTI/EXEC) while the same member claims at a
+// new epoch is fenced by the script: it compares the holder's epoch, not
+// only its member. For Apply, ApplyOnce and ApplyGapped, which all run
+// the script for such a batch.
+func TestScriptSameMemberNewEpochFenced(t *testing.T) {
+	for _, call := range []string{"Apply", "ApplyOnce", "ApplyGapped"} {
+		t.Run(call, func(t *testing.T) {
+			s := openSink(t, "", Config{})
+			ctx := t.Context()
+			m1, m2 := testToken(t, 1), testToken(t, 2)
+			if _, err := s.ClaimGapped(ctx, m1, sink.Observed{}); err != nil {
+				t.Fatal(err)
+			}
+			raced := false
+			effect := func(ctx context.Context, tx *Tx, _ int) error {
+				if !raced {
+					raced = true
+					if _, err := s.Claim(ctx, m2, sink.Observed{}); err != nil {
+						return err
+					}
+				}
+				tx.IncrBy("n", 1)
+				return nil
+			}
+			var err error
+			switch call {
+			case "Apply":
+				_, err = s.Apply(ctx, m1, []int64{0}, effect)
+			case "ApplyOnce":
+				_, err = s.ApplyOnce(ctx, m1, []int64{0}, []string{"cmd"}, effect)
+			default:
+				_, err = s.ApplyGapped(ctx, m1, sink.GapBatch{Offsets: []int64{0}, From: []int64{0}}, effect)
+			}
+			var fe *sink.FencedError
+			if !raced || !errors.As(err, &fe) || fe.Stored != m2 {
+				t.Fatalf("%s by %s while the same member claimed at epoch 2 (raced %v): %v, want fenced by %s", call, m1, raced, err, m2)
+			}
+			if _, ok, _ := getKV(ctx, s, "n"); ok {
+				t.Fatalf("%s: the fenced batch's INCRBY landed", call)
+			}
+		})
+	}
+}

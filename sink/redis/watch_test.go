@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -217,4 +218,76 @@ func TestWatchedWaitReplicas(t *testing.T) {
 	if !errors.Is(err, ErrNotReplicated) || !s.IsSinkFailure(err) {
 		t.Fatalf("watched Apply with WaitReplicas 1 and no replica: %v, want ErrNotReplicated, a sink failure", err)
 	}
+}
+
+// TestWatchedPathStaleIDsVersion runs the watched path itself (the other
+// watched tests of IDs run on a held watch): lanes always take it, and so
+// does a plain ApplyOnce with the held watches off. s1's cache of the
+// scope's command IDs is at a version s2's batch moved since; s1's batch
+// of the ID s2 applied first runs on s1's stale checkpoint (refused:
+// the spans or NextOffset moved), then on the stored one with its stale
+// IDs, which only the IDs version the watched check compares refuses;
+// then it loads the IDs and finds the duplicate.
+func TestWatchedPathStaleIDsVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		held  int
+		apply func(s *Sink, tok epochs.Token, off int64, id string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error)
+	}{
+		{"Lanes", 0, func(s *Sink, tok epochs.Token, off int64, id string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+			return s.ApplyGapped(context.Background(), tok, sink.GapBatch{Offsets: []int64{off}, From: []int64{off}, IDs: []string{id}}, effect)
+		}},
+		{"ApplyOnceHeldOff", -1, func(s *Sink, tok epochs.Token, off int64, id string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+			return s.ApplyOnce(context.Background(), tok, []int64{off}, []string{id}, effect)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s1 := openSink(t, "", Config{HeldWatches: tc.held})
+			s2 := openSink(t, s1.Prefix(), Config{HeldWatches: tc.held})
+			ctx := t.Context()
+			tok := testToken(t, 1)
+			if _, err := s1.ClaimGapped(ctx, tok, sink.Observed{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tc.apply(s1, tok, 0, "a", set("1")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tc.apply(s2, tok, 1, "b", set("2")); err != nil {
+				t.Fatal(err)
+			}
+			if v, ok := s1.ids.Version(tok.Scope()); !ok || strconv.FormatInt(v+1, 10) != fenceField(t, s1, tok, "iv") {
+				t.Fatalf("s1's IDs cache at version %d (%v), the fence's %s: want it one behind", v, ok, fenceField(t, s1, tok, "iv"))
+			}
+			res, err := tc.apply(s1, tok, 2, "b", func(ctx context.Context, tx *Tx, i int) error {
+				tx.Set("b-again", "x")
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Duplicates) != 1 || res.Applied != 0 {
+				t.Fatalf("b again through s1 = %+v, want it a duplicate", res)
+			}
+			if _, ok, _ := getKV(ctx, s1, "b-again"); ok {
+				t.Fatal("the duplicate's effect was written")
+			}
+			for _, s := range []*Sink{s1, s2} {
+				for _, o := range []string{heldOK, heldMoved, heldRefused, heldArmed, heldDropped, heldEvicted, heldNoPlaces} {
+					if n := testutil.ToFloat64(s.held.outcomes.WithLabelValues(o)); n != 0 {
+						t.Fatalf("a held watch counted %v %s: the batches did not all take the watched path", n, o)
+					}
+				}
+			}
+		})
+	}
+}
+
+// fenceField reads field f of tok's scope's fence hash.
+func fenceField(t *testing.T, s *Sink, tok epochs.Token, f string) string {
+	t.Helper()
+	v, err := s.Client().HGet(t.Context(), s.fenceKey(tok.Scope()), f).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
@@ -30,7 +31,9 @@ func (c *suite[Tx]) gapTests(prefix string) []namedTest {
 		{prefix + "GapsClaimAfterCrash", c.testGapsClaimAfterCrash},
 		{prefix + "GapsZombieLaneFenced", c.testGapsZombieLane},
 		{prefix + "GapsClaimDuringLaneEffect", c.testGapsClaimDuringLaneEffect},
+		{prefix + "GapsSameEpochResetDuringLane", c.testGapsSameEpochResetDuringLane},
 		{prefix + "GapsConcurrentLanes", c.testGapsConcurrentLanes},
+		{prefix + "GapsOverlapAppliedOnce", c.testGapsOverlapAppliedOnce},
 		{prefix + "GapsApplyRacingClaim", c.testGapsApplyRacingClaim},
 		{prefix + "GapsPlainCallsOnGappedScope", c.testGapsPlainCalls},
 		{prefix + "GapsDeadLetterGapped", c.testGapsDeadLetter},
@@ -358,6 +361,43 @@ func (c *suite[Tx]) testGapsClaimDuringLaneEffect(t *testing.T) {
 	mustCheckpoint(t, g, b, cp(0, 1, 2))
 }
 
+// testGapsSameEpochResetDuringLane: a lane of a (epoch 5) whose effects
+// are running when an operator resets the scope and member b claims it,
+// with a proof, at the very epoch 5, is fenced at its end and writes
+// nothing: the lane's check compares the member, not only the epoch.
+// (testSameEpochResetDuringApply is the plain path's.)
+func (c *suite[Tx]) testGapsSameEpochResetDuringLane(t *testing.T) {
+	if c.h.WritesSerialized {
+		t.Skip("sinktest: Harness.WritesSerialized: a reset cannot land while a lane runs its effect, so this race cannot happen")
+	}
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	r, _ := c.resetter(t, s)
+	scope := scopeFor(t)
+	a, b := tokenFor(scope, 5, "a"), tokenFor(scope, 5, "b")
+	claimGapped(t, g, a)
+	c.applyGapped(t, g, a, plain(1))
+	offs := []int64{0, 3}
+	put := c.gapEffect(t, offs)
+	raced := false
+	_, err := g.ApplyGapped(t.Context(), a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
+		if !raced {
+			raced = true
+			reset(t, r, scope, a, 0)
+			if _, err := g.ClaimGapped(t.Context(), b, sink.Observed{MemberProven: true}); err != nil {
+				t.Errorf("proven ClaimGapped by %s during a's lane: %v", b, err)
+			}
+		}
+		return put(ctx, tx, i)
+	})
+	if !raced {
+		t.Fatal("a's lane never ran its effect: the race did not happen")
+	}
+	mustFenced(t, err, sink.OpApply, b, a)
+	c.mustNoGapKeys(t, s, offs...)
+	mustCheckpoint(t, g, b, cp(0, 1, 2))
+}
+
 // testGapsConcurrentLanes: many goroutines of one holder apply disjoint
 // offsets of one scope at once, in batches; every record lands once and
 // the final checkpoint is exact.
@@ -388,6 +428,220 @@ func (c *suite[Tx]) testGapsConcurrentLanes(t *testing.T) {
 	n := int64(lanes * perLane)
 	mustCheckpoint(t, g, a, cp(n))
 	c.mustGapKeys(t, s, offsetsRange(0, n)...)
+}
+
+// testGapsOverlapAppliedOnce: units of one holder that share offsets,
+// each of which read them as not done before either committed (a late
+// attempt and a retry of another shape: a prefix after a handler error,
+// a batch again after a same-token re-claim), apply every shared offset
+// once: the unit that commits second finds them done and runs again
+// without them (sink.GapApplier: offsets already done are skipped, never
+// run twice). The overlap is made deterministic: the second unit runs
+// whole inside the first one's effect (both orders of the shapes, and a
+// dead letter as the second), or both wait inside their first effect
+// until the other is there too. Every unit writes keys of its own, so a
+// record applied by both shows.
+func (c *suite[Tx]) testGapsOverlapAppliedOnce(t *testing.T) {
+	if c.h.WritesSerialized {
+		t.Skip("sinktest: Harness.WritesSerialized: a unit holds the write lock while its effects run, so no other unit can read, let alone commit, before it commits: two units cannot both read an offset as not done")
+	}
+	t.Run("InnerPrefix", func(t *testing.T) { c.overlapNested(t, []int64{0, 1, 2}, []int64{0, 1}) })
+	t.Run("InnerLonger", func(t *testing.T) { c.overlapNested(t, []int64{0, 1}, []int64{0, 1, 2}) })
+	t.Run("Concurrent", c.overlapConcurrent)
+	t.Run("DeadLetter", c.overlapDeadLetter)
+}
+
+// unitEffect returns an effect that records the offsets it runs in ran
+// and writes key(t, "g", offset, "-", unit) = "v".
+func (c *suite[Tx]) unitEffect(t testing.TB, unit string, offs []int64, ran *[]int64) sink.Effect[Tx] {
+	return func(ctx context.Context, tx Tx, i int) error {
+		*ran = append(*ran, offs[i])
+		return c.h.Put(ctx, tx, key(t, "g", offs[i], "-", unit), "v")
+	}
+}
+
+// mustAppliedBy asserts that every offset of offs was applied by exactly
+// one of units (its key of that unit is written, the others' are not) and
+// returns which unit applied each.
+func (c *suite[Tx]) mustAppliedBy(t testing.TB, s sink.Sink[Tx], offs []int64, units ...string) map[int64]string {
+	t.Helper()
+	by := map[int64]string{}
+	for _, o := range offs {
+		var applied []string
+		for _, u := range units {
+			if _, ok, err := c.h.Get(t.Context(), s, key(t, "g", o, "-", u)); err != nil {
+				t.Fatalf("Get: %v", err)
+			} else if ok {
+				applied = append(applied, u)
+			}
+		}
+		if len(applied) != 1 {
+			t.Fatalf("offset %d was applied by %v, want exactly one of %v", o, applied, units)
+		}
+		by[o] = applied[0]
+	}
+	return by
+}
+
+// overlapNested: the unit outer reads its offsets as not done and, in its
+// first effect, the unit inner (sharing offsets with it) runs and commits
+// whole; then outer commits.
+func (c *suite[Tx]) overlapNested(t *testing.T, outer, inner []int64) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	a := tokenFor(scopeFor(t), 1, "a")
+	claimGapped(t, g, a)
+	var (
+		raced              bool
+		outerRan, innerRan []int64
+		innerRes           sink.ApplyOnceResult
+		innerErr           error
+	)
+	put := c.unitEffect(t, "outer", outer, &outerRan)
+	res, err := g.ApplyGapped(t.Context(), a, plain(outer...), func(ctx context.Context, tx Tx, i int) error {
+		if !raced {
+			// outer runs its effects: it read every offset as not done.
+			raced = true
+			innerRes, innerErr = g.ApplyGapped(t.Context(), a, plain(inner...), c.unitEffect(t, "inner", inner, &innerRan))
+		}
+		return put(ctx, tx, i)
+	})
+	if !raced {
+		t.Fatal("the outer unit never ran an effect: the overlap did not happen")
+	}
+	if innerErr != nil || !slices.Equal(innerRan, inner) || innerRes.Applied != len(inner) {
+		t.Fatalf("the inner unit, inside the outer one's effect: ran %v: %+v, %v; want all of %v run and applied (it read none done)", innerRan, innerRes, innerErr, inner)
+	}
+	if err != nil {
+		t.Fatalf("the outer unit: %v", err)
+	}
+	var rest []int64 // outer's offsets the inner unit did not apply
+	for _, o := range outer {
+		if !slices.Contains(inner, o) {
+			rest = append(rest, o)
+		}
+	}
+	if res.Applied != len(rest) || res.Skipped != len(outer)-len(rest) {
+		t.Fatalf("the outer unit = %+v, want %d applied (%v) and the %d offsets the inner unit applied skipped (its effects ran for %v)",
+			res, len(rest), rest, len(outer)-len(rest), outerRan)
+	}
+	all := append(slices.Clone(outer), inner...)
+	slices.Sort(all)
+	all = slices.Compact(all)
+	by := c.mustAppliedBy(t, s, all, "outer", "inner")
+	for _, o := range inner {
+		if by[o] != "inner" {
+			t.Fatalf("offset %d applied by %s, want by the inner unit, which committed first", o, by[o])
+		}
+	}
+	mustCheckpoint(t, g, a, cp(int64(len(all))))
+}
+
+// overlapConcurrent: two units wait inside their first effect until both
+// are there (so both read every offset as not done), then commit.
+func (c *suite[Tx]) overlapConcurrent(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	a := tokenFor(scopeFor(t), 1, "a")
+	claimGapped(t, g, a)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	units := map[string][]int64{"u1": {0, 1, 2}, "u2": {0, 1}}
+	var (
+		both    sync.WaitGroup
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		results = map[string]sink.ApplyOnceResult{}
+		met     = map[string]bool{}
+	)
+	both.Add(len(units))
+	for name, offs := range units {
+		wg.Go(func() {
+			var ran []int64
+			put := c.unitEffect(t, name, offs, &ran)
+			first := true
+			res, err := g.ApplyGapped(ctx, a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
+				if first {
+					first = false
+					both.Done()
+					waited := make(chan struct{})
+					go func() { both.Wait(); close(waited) }()
+					select {
+					case <-waited:
+						mu.Lock()
+						met[name] = true
+						mu.Unlock()
+					case <-ctx.Done():
+						return errors.New("the other unit never ran its effects while this one ran its own")
+					}
+				}
+				return put(ctx, tx, i)
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("unit %s ApplyGapped(%v): %v", name, offs, err)
+			}
+			results[name] = res
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if !met["u1"] || !met["u2"] {
+		t.Fatalf("the units did not both run their first effect before either committed (%v): the overlap did not happen", met)
+	}
+	if n := results["u1"].Applied + results["u2"].Applied; n != 3 {
+		t.Fatalf("results %+v: %d records applied, want 3 (0, 1 and 2 once each)", results, n)
+	}
+	c.mustAppliedBy(t, s, []int64{0, 1, 2}, "u1", "u2")
+	mustCheckpoint(t, g, a, cp(3))
+}
+
+// overlapDeadLetter: a lane's unit reads offsets 0 and 1 as not done and,
+// in its first effect, a dead letter of offset 0 (another attempt, after
+// the handler failed there) commits; the record at 0 must then have the
+// dead letter and no effect, never both.
+func (c *suite[Tx]) overlapDeadLetter(t *testing.T) {
+	s := c.h.Open(t)
+	g := c.gaps(t, s)
+	scope := scopeFor(t)
+	a := tokenFor(scope, 1, "a")
+	claimGapped(t, g, a)
+	offs := []int64{0, 1}
+	var (
+		raced bool
+		ran   []int64
+		dl    sink.DeadLetterResult
+		dlErr error
+	)
+	put := c.unitEffect(t, "lane", offs, &ran)
+	res, err := g.ApplyGapped(t.Context(), a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
+		if !raced {
+			raced = true
+			dl, dlErr = g.DeadLetterGapped(t.Context(), a, 0, poison(0))
+		}
+		return put(ctx, tx, i)
+	})
+	if !raced {
+		t.Fatal("the lane never ran an effect: the overlap did not happen")
+	}
+	if dlErr != nil || !dl.Stored {
+		t.Fatalf("DeadLetterGapped(0) inside the lane's effect = %+v, %v; want stored (it read offset 0 as not done)", dl, dlErr)
+	}
+	if err != nil || res.Applied != 1 || res.Skipped != 1 {
+		t.Fatalf("the lane = %+v, %v; want offset 1 applied and the dead-lettered 0 skipped", res, err)
+	}
+	c.mustAbsent(t, s, key(t, "g", 0, "-", "lane"))
+	c.mustGet(t, s, key(t, "g", 1, "-", "lane"), "v")
+	if store, ok := sink.As[sink.DeadLetterStore](s); ok {
+		got, err := store.DeadLetters(t.Context(), sink.DeadLetterFilter{Group: scope.Group})
+		if err != nil || len(got) != 1 || got[0].Record.Offset != 0 {
+			t.Fatalf("DeadLetters = %+v, %v; want exactly the dead letter at 0", got, err)
+		}
+	}
+	mustCheckpoint(t, g, a, cp(2))
 }
 
 // testGapsApplyRacingClaim: lanes apply while a new owner claims; each

@@ -110,6 +110,7 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		{"ApplyWithoutClaimFenced", c.testApplyWithoutClaimFenced},
 		{"ConcurrentClaimsHighestWins", c.testConcurrentClaimsHighestWins},
 		{"ApplyRacingClaimAllOrNothing", c.testApplyRacingClaim},
+		{"SameMemberNewEpochDuringApply", c.testSameMemberNewEpochDuringApply},
 		{"ReplayIsNoop", c.testReplayIsNoop},
 		{"PartialOverlapAppliesNewOnly", c.testPartialOverlap},
 		{"EffectErrorRollsBack", c.testEffectErrorRollsBack},

@@ -9,7 +9,8 @@
 // Open a [Sink] on a file, create the handlers' tables through [Sink.DB],
 // and hand the sink to a worker as a sink.Sink[*sqlite.Tx]. Handlers receive
 // the *[Tx] of the fenced unit — the statement methods of *sql.Tx, minus
-// Commit and Rollback, which it refuses ([ErrTxControl]) — and write
+// Commit and Rollback, which it refuses ([ErrTxControl]), as it refuses
+// statements such as COMMIT, ROLLBACK, BEGIN and SAVEPOINT — and write
 // ordinary SQL through it:
 //
 //	snk, err := sqlite.Open(ctx, sqlite.Config{Path: "/var/lib/ledger/ledger.db"})
