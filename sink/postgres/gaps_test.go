@@ -969,7 +969,11 @@ func TestGapsClaimBetweenGuardAndCommit(t *testing.T) {
 						t.Errorf("ResetFence: %v", err)
 					}
 				}
-				if _, err := s.ClaimGapped(ctx, newer, sink.Observed{MemberProven: true}); err != nil {
+				_, err := s.ClaimGapped(ctx, newer, sink.Observed{})
+				if pe := (*sink.ProofRequiredError)(nil); errors.As(err, &pe) {
+					_, err = s.ClaimGapped(ctx, newer, sink.Observed{Proof: &sink.Proof{Version: pe.Version}})
+				}
+				if err != nil {
 					t.Errorf("ClaimGapped by %s: %v", newer, err)
 				}
 			}

@@ -13,7 +13,7 @@ import (
 // schemaVersion is the version of the sink's tables this code reads and
 // writes. Version 2 added the log identity (topic ID), the reset's proof
 // requirement and the dead letters; version 3 the proof floor
-// (proof_below, sink.Fence.ProofBelow); version 4 the applied command IDs
+// (proof_below); version 4 the applied command IDs
 // (sink.Deduplicator) and the fences' count of skipped duplicates
 // (sink.Fence.Duplicates); version 5 the done spans of a checkpoint with
 // gaps (sink.GapApplier: the <prefix>_done table and the fences' gapped

@@ -384,7 +384,7 @@ func (c *suite[Tx]) testGapsSameEpochResetDuringLane(t *testing.T) {
 		if !raced {
 			raced = true
 			reset(t, r, scope, a, 0)
-			if _, err := g.ClaimGapped(t.Context(), b, sink.Observed{MemberProven: true}); err != nil {
+			if _, err := claimGappedProven(t, g, b); err != nil {
 				t.Errorf("proven ClaimGapped by %s during a's lane: %v", b, err)
 			}
 		}
