@@ -11,6 +11,7 @@ import (
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/observe"
+	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -42,7 +43,7 @@ func lostRecords() (ctx context.Context, cl *kgo.Client, s *memory.Sink, done fu
 	if _, err := s.Claim(ctx, tok, obs); err != nil {
 		panic(err)
 	}
-	if _, err := s.Apply(ctx, tok, []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, func(context.Context, *memory.Tx, int) error { return nil }); err != nil {
+	if _, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}}, func(context.Context, *memory.Tx, int) error { return nil }); err != nil {
 		panic(err)
 	}
 	adm := kadm.NewClient(cl)

@@ -86,7 +86,7 @@ func (e *env) hold(tok epochs.Token, next int64) {
 		offs = append(offs, o)
 	}
 	if len(offs) > 0 {
-		if _, err := e.s.Apply(e.ctx, tok, offs, func(context.Context, *memory.Tx, int) error { return nil }); err != nil {
+		if _, err := e.s.Apply(e.ctx, tok, sink.Batch{Offsets: offs}, func(context.Context, *memory.Tx, int) error { return nil }); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -244,7 +244,7 @@ func TestRecreatedTopic(t *testing.T) {
 	}
 	obs := e.observe()
 	obs.Proof = &sink.Proof{Version: pe.Version}
-	if n, err := e.s.Claim(e.ctx, next, obs); err != nil || n != 0 {
+	if n, err := nextOf(e.s.Claim(e.ctx, next, obs)); err != nil || n != 0 {
 		t.Fatalf("a proven claim after the reset: %d, %v", n, err)
 	}
 	if len(e.report().Problems) != 0 {

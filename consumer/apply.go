@@ -72,7 +72,7 @@ type poisonBudget struct {
 type decoded[Tx any] struct {
 	recs []*kgo.Record
 	// from and keys, on a lane only, are where each record's span starts
-	// (sink.GapBatch.From) and the hash of its key (keyTable); nil on the
+	// (sink.Batch.From) and the hash of its key (keyTable); nil on the
 	// serial path.
 	from    []int64
 	keys    []uint64
@@ -80,7 +80,7 @@ type decoded[Tx any] struct {
 	offsets []int64
 	cmds    []envelope.Command // the handler's Command is made from it and its record when called
 	errs    []error            // the decode error of each record, or nil
-	// ids are the command IDs passed to ApplyOnce: "" for a record
+	// ids are the command IDs passed to an Apply with IDs: "" for a record
 	// without one, an undecodable one, and another group's redrive (whose
 	// ID this group must stay free to apply: see otherGroup).
 	ids []string
@@ -149,13 +149,13 @@ func (t *tenure[Tx]) deadAtOnce(d decoded[Tx], i int) (reason string, err error,
 		if errors.Is(d.errs[i], ErrMisrouted) {
 			reason = ReasonMisrouted
 		}
-		return reason, d.errs[i], p.Undecodable == PoisonDeadLetter && t.w.dl != nil
+		return reason, d.errs[i], p.Undecodable == PoisonDeadLetter && t.w.features.DeadLetters
 	}
 	if t.otherGroup(&d.cmds[i]) {
 		return "", nil, false // skipped by its effect, whether this group has a handler or not
 	}
 	if d.hs[i] == nil {
-		return ReasonNoHandler, fmt.Errorf("%w %q at offset %d", ErrNoHandler, d.cmds[i].Type, d.offsets[i]), p.NoHandler == PoisonDeadLetter && t.w.dl != nil
+		return ReasonNoHandler, fmt.Errorf("%w %q at offset %d", ErrNoHandler, d.cmds[i].Type, d.offsets[i]), p.NoHandler == PoisonDeadLetter && t.w.features.DeadLetters
 	}
 	return "", nil, false
 }
@@ -169,9 +169,9 @@ func (t *tenure[Tx]) deadAtOnce(d decoded[Tx], i int) (reason string, err error,
 //
 // On the serial path next is the tenure's checkpoint and the records
 // below it are dropped first; on a lane (a.lane not nil) from holds each
-// record's sink.GapBatch.From, the dispatcher dropped the records the
-// claim's checkpoint holds, every Apply is an ApplyGapped and every dead
-// letter a DeadLetterGapped, and the result is the tenure's watermark.
+// record's sink.Batch.From, the dispatcher dropped the records the
+// claim's checkpoint holds, every batch and every dead letter is a
+// lane's, and the result is the tenure's watermark.
 func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, next int64) (int64, bool) {
 	t := a.t
 	if a.lane == nil {
@@ -282,7 +282,7 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, 
 		pol := w.cfg.Poison.forType(d.cmds[k].Type)
 		attempts, since := a.recordFailure(d.offsets[k])
 		if k > 0 {
-			if t.isPermanent(ee.Err) && pol.HandlerError == PoisonDeadLetter && w.dl != nil {
+			if t.isPermanent(ee.Err) && pol.HandlerError == PoisonDeadLetter && w.features.DeadLetters {
 				permanent.err, permanent.offset, permanent.attempts = ee.Err, d.offsets[k], attempts
 			} else {
 				w.retries.Add(1) // the failed attempt is retried, after the prefix
@@ -291,7 +291,7 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, 
 			continue
 		}
 		reason, decide := t.poisonReason(d, ee.Err, pol, attempts, since)
-		if decide && w.dl != nil && (pol.HandlerError == PoisonDeadLetter || reason == ReasonUndecodable || reason == ReasonNoHandler) {
+		if decide && w.features.DeadLetters && (pol.HandlerError == PoisonDeadLetter || reason == ReasonUndecodable || reason == ReasonNoHandler) {
 			var alive bool
 			if next, alive = a.deadLetter(d, reason, ee.Err, attempts, next); !alive {
 				return next, false
@@ -321,28 +321,21 @@ func (a *applier[Tx]) recordFailure(offset int64) (int, time.Time) {
 	return b.attempts, b.since
 }
 
-// apply applies the first run records of d in one fenced unit: with
-// their command IDs (ApplyOnce) when the sink deduplicates, else with
-// Apply (per offset only); on a lane with ApplyGapped, with the IDs when
-// the sink deduplicates. It returns the indexes of the duplicates the
-// sink did not run.
-func (a *applier[Tx]) apply(d decoded[Tx], run int) (sink.ApplyResult, []int, error) {
+// apply applies the first run records of d in one fenced unit: a lane's
+// batch on a lane, with their command IDs when the sink deduplicates. It
+// returns the indexes of the duplicates the sink did not run.
+func (a *applier[Tx]) apply(d decoded[Tx], run int) (sink.Result, []int, error) {
 	t := a.t
 	w := t.w
+	b := sink.Batch{Offsets: d.offsets[:run]}
 	if a.lane != nil {
-		b := sink.GapBatch{Offsets: d.offsets[:run], From: d.from[:run]}
-		if w.dedupe != nil {
-			b.IDs = d.ids[:run]
-		}
-		res, err := w.gaps.ApplyGapped(t.ctx, t.tok, b, t.effect(d))
-		return res.ApplyResult, res.Duplicates, err
+		b.From = d.from[:run]
 	}
-	if w.dedupe == nil {
-		res, err := w.cfg.Sink.Apply(t.ctx, t.tok, d.offsets[:run], t.effect(d))
-		return res, nil, err
+	if w.features.DedupeWindow > 0 {
+		b.IDs = d.ids[:run]
 	}
-	res, err := w.dedupe.ApplyOnce(t.ctx, t.tok, d.offsets[:run], d.ids[:run], t.effect(d))
-	return res.ApplyResult, res.Duplicates, err
+	res, err := w.cfg.Sink.Apply(t.ctx, t.tok, b, t.effect(d))
+	return res, res.Duplicates, err
 }
 
 // advance records that the first n records of d (leaderEpoch the last
@@ -368,7 +361,7 @@ func (a *applier[Tx]) advance(d decoded[Tx], n int, next int64, leaderEpoch int3
 // the sink applied with res, dups its duplicates, and emits a
 // DuplicateSkipped or RedriveSkipped event for each record skipped so.
 // The records the sink skipped as replays are the first res.Skipped.
-func (a *applier[Tx]) applied(d decoded[Tx], run int, res sink.ApplyResult, dups []int) Applied {
+func (a *applier[Tx]) applied(d decoded[Tx], run int, res sink.Result, dups []int) Applied {
 	t := a.t
 	ev := Applied{Token: t.tok, FirstOffset: d.offsets[0], NextOffset: res.NextOffset, Records: run,
 		Applied: res.Applied, Skipped: res.Skipped, Duplicates: len(dups)}

@@ -199,15 +199,11 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 				t.topicID = obs.TopicID
 			}
 			obs.Proof = proof
-			if w.gaps != nil {
-				var cp sink.Checkpoint
-				cp, err = w.gaps.ClaimGapped(ctx, t.tok, obs)
-				next = cp.NextOffset
-				if err == nil {
-					t.claimedGapped(cp)
-				}
-			} else {
-				next, err = w.cfg.Sink.Claim(ctx, t.tok, obs)
+			var cp sink.Checkpoint
+			cp, err = w.cfg.Sink.Claim(ctx, t.tok, obs)
+			next = cp.NextOffset
+			if err == nil && t.keys != nil {
+				t.claimedGapped(cp)
 			}
 			if !w.current(t) {
 				w.discard(t, sink.OpClaim, err)
@@ -640,20 +636,18 @@ func (w *Worker[Tx]) resourceFenced(t *tenure[Tx], offset int64, err error) {
 	}
 	w.resourceRefusals.Add(1)
 	cause := fmt.Errorf("%w (batch at offset %d): %w", ErrResourceFenced, offset, err)
-	if !w.current(t) {
-		// The group moved the partition: a zombie's call, which the
-		// resource refused as it should. Reported as the sink's
-		// refusal of a stale batch is.
-		w.fencedApplies.Add(1)
-		t.markFenced()
-		w.obs.emit(Fenced{Token: t.tok, Op: sink.OpApply, FirstOffset: offset, Err: err})
-		return
+	if w.current(t) {
+		w.reportBlocked(t, since, cause)
+		if w.replaceBlocked(t, cause, since) {
+			return
+		}
 	}
-	w.reportBlocked(t, since, cause)
-	if !w.replaceBlocked(t, cause, since) {
-		t.markFenced()
-		w.discard(t, sink.OpApply, err)
-	}
+	// The group moved the partition: a zombie's call, which the resource
+	// refused as it should. Reported as the sink's refusal of a stale
+	// batch is.
+	w.fencedApplies.Add(1)
+	t.markFenced()
+	w.obs.emit(Fenced{Token: t.tok, Op: sink.OpApply, FirstOffset: offset, Err: err})
 }
 
 // lossMark is the retention loss last counted for a partition: on the log

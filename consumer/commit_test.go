@@ -79,19 +79,11 @@ type gatedApplies struct {
 
 func (g *gatedApplies) Unwrap() sink.Sink[*memory.Tx] { return g.Sink }
 
-func (g *gatedApplies) Apply(ctx context.Context, tok epochs.Token, offs []int64, effect sink.Effect[*memory.Tx]) (sink.ApplyResult, error) {
+func (g *gatedApplies) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[*memory.Tx]) (sink.Result, error) {
 	if tok.Partition == g.partition && g.calls.Add(1) >= g.from {
 		g.gate.wait()
 	}
-	return g.Sink.Apply(ctx, tok, offs, effect)
-}
-
-// ApplyOnce waits on the gate as Apply does: the Worker applies with it.
-func (g *gatedApplies) ApplyOnce(ctx context.Context, tok epochs.Token, offs []int64, ids []string, effect sink.Effect[*memory.Tx]) (sink.ApplyOnceResult, error) {
-	if tok.Partition == g.partition && g.calls.Add(1) >= g.from {
-		g.gate.wait()
-	}
-	return g.Sink.ApplyOnce(ctx, tok, offs, ids, effect)
+	return g.Sink.Apply(ctx, tok, b, effect)
 }
 
 // TestCommitNeverAheadOfTheSink (docs/design.md#checkpoint-and-kafka-commits):

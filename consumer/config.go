@@ -106,7 +106,7 @@ type Config[Tx any] struct {
 	// for an error marked Permanent). A dead letter is the sink's row of
 	// the record, stored in the fenced unit that moves the checkpoint past
 	// it: a record is never passed over without one, and with a sink that
-	// cannot store dead letters (no sink.DeadLetterer) it stalls instead.
+	// cannot store dead letters (no Features.DeadLetters) it stalls instead.
 	Handlers map[string]Handler[Tx]
 	// Poison says what happens to records that cannot be applied
 	// (docs/design.md#dead-letters); the zero value is its documented
@@ -157,9 +157,9 @@ type Config[Tx any] struct {
 	// records are applied by one lane at a time, in offset order; a key
 	// with nothing pending goes to the least-loaded lane (fewest pending
 	// records). Each lane batches (MaxBatch) and applies through
-	// the sink's checkpoint with gaps: the sink must implement
-	// sink.GapApplier itself (not under a wrapper), else New fails with a
-	// *GapApplierError. Records of different keys are then applied out of
+	// the sink's checkpoint with gaps: the sink must declare
+	// sink.Features.Gaps, else New fails with an error matching ErrConfig
+	// and sink.ErrUnsupported. Records of different keys are then applied out of
 	// offset order: a handler that must see a partition's records in
 	// order across keys needs 1. Records without a key (not commands:
 	// dead-lettered as undecodable by default) are one key, ordered
@@ -258,39 +258,6 @@ const diagnoseTimeout = 5 * time.Second
 // ErrConfig is matched by every configuration error returned by New.
 var ErrConfig = errors.New("consumer: invalid config")
 
-// ErrNoGapApplier is matched by the error New returns for a
-// KeyConcurrency above 1 with a sink that does not implement
-// sink.GapApplier itself (a *GapApplierError); it matches ErrConfig too.
-var ErrNoGapApplier = errors.New("consumer: KeyConcurrency above 1 needs a sink that implements sink.GapApplier itself")
-
-// GapApplierError is the error New returns for Config.KeyConcurrency > 1
-// with a sink that does not implement sink.GapApplier itself. Lanes use
-// the sink's own ApplyGapped, never one found under a wrapper (which
-// would bypass the wrapper's Apply, as with sink.Deduplicator). It
-// matches ErrNoGapApplier and ErrConfig.
-type GapApplierError struct {
-	KeyConcurrency int
-	// Sink is the sink's type.
-	Sink string
-	// Wrapped reports that a sink it wraps has the capability: the
-	// wrapper must implement sink.GapApplier itself.
-	Wrapped bool
-}
-
-// Error says what is missing.
-func (e *GapApplierError) Error() string {
-	s := fmt.Sprintf("%s: KeyConcurrency %d, sink %s has no ApplyGapped", ErrNoGapApplier, e.KeyConcurrency, e.Sink)
-	if e.Wrapped {
-		s += " of its own (a sink it wraps has one: implement sink.GapApplier on the wrapper)"
-	}
-	return s + "; use KeyConcurrency 1, or a sink with a checkpoint with gaps"
-}
-
-// Is reports whether target is ErrNoGapApplier or ErrConfig.
-func (e *GapApplierError) Is(target error) bool {
-	return target == ErrNoGapApplier || target == ErrConfig
-}
-
 // ErrStaticMembership is matched by the error New returns when static
 // membership is requested without AllowStaticMembership.
 var ErrStaticMembership = errors.New("consumer: static membership refused: a restarted static member replaces the old one without a rebalance, " +
@@ -336,11 +303,9 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 	if out.KeyConcurrency == 0 {
 		out.KeyConcurrency = 1
 	}
-	if out.KeyConcurrency > 1 {
-		if _, ok := out.Sink.(sink.GapApplier[Tx]); !ok {
-			_, under := sink.As[sink.GapApplier[Tx]](out.Sink)
-			return out, &GapApplierError{KeyConcurrency: out.KeyConcurrency, Sink: fmt.Sprintf("%T", out.Sink), Wrapped: under}
-		}
+	if out.KeyConcurrency > 1 && !out.Sink.Features().Gaps {
+		return out, fmt.Errorf("%w: KeyConcurrency %d needs a sink with a checkpoint with gaps (sink.Features.Gaps), and %T declares none: %w; use KeyConcurrency 1",
+			ErrConfig, out.KeyConcurrency, out.Sink, sink.ErrUnsupported)
 	}
 	if out.MaxBatch == 0 {
 		out.MaxBatch = 256

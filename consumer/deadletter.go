@@ -13,7 +13,7 @@ import (
 // deadLetter stores d's first record as a dead letter in the sink and
 // moves the checkpoint past it (docs/design.md#dead-letters), retrying
 // failures of the sink without limit: a record is never skipped without
-// its row. On a lane it is a DeadLetterGapped from the record's From, and
+// its row. On a lane it is a lane's DeadLetter from the record's From, and
 // the record's span joins the tenure's checkpoint. It returns the new
 // next offset (on a lane, the tenure's watermark) and whether the tenure
 // may go on (false when fenced or stopped).
@@ -34,9 +34,9 @@ func (a *applier[Tx]) deadLetter(d decoded[Tx], reason string, cause error, atte
 		var res sink.DeadLetterResult
 		var err error
 		if a.lane != nil {
-			res, err = w.gaps.DeadLetterGapped(t.ctx, t.tok, d.from[0], rec)
+			res, err = w.cfg.Sink.DeadLetter(t.ctx, t.tok, rec.InLane(d.from[0]))
 		} else {
-			res, err = w.dl.DeadLetter(t.ctx, t.tok, rec)
+			res, err = w.cfg.Sink.DeadLetter(t.ctx, t.tok, rec)
 		}
 		if err == nil {
 			res.NextOffset = a.advance(d, 1, res.NextOffset, r.LeaderEpoch)

@@ -152,7 +152,7 @@ func fenceOf(t *testing.T, s *memory.Sink, c *cluster) sink.Fence {
 // each copy is skipped inside the fenced unit, reported as a
 // DuplicateSkipped event, counted in Stats, in
 // workrouter_consumer_duplicates_skipped_total and in the sink's fence
-// row. Red with Apply in place of ApplyOnce (the log holds the payload
+// row. Red with Apply in place of an Apply with IDs (the log holds the payload
 // twice).
 func TestDuplicateCommandAppliedOnce(t *testing.T) {
 	t.Parallel()
@@ -296,9 +296,15 @@ func TestRecordsWithoutIDCounted(t *testing.T) {
 	waitSeries(t, reg, c, "workrouter_consumer_records_without_id_total", 2)
 }
 
-// plainSink is a memory sink seen through the Sink contract alone: no
-// sink.Deduplicator (nor any other capability).
+// plainSink is a memory sink that declares no dedupe window (nor any
+// capability beside the write).
 type plainSink struct{ sink.Sink[*memory.Tx] }
+
+func (p plainSink) Features() sink.Features {
+	f := p.Sink.Features()
+	f.DedupeWindow = 0
+	return f
+}
 
 // TestSinkWithoutDedupe: with a sink that cannot deduplicate, a command
 // written twice is applied twice (per offset only, as the gauge and the
@@ -312,7 +318,7 @@ func TestSinkWithoutDedupe(t *testing.T) {
 	rec := &eventRecorder{}
 	w := startWorker(t, c, s, workerOpts{name: "plain", sink: plainSink{s}, registerer: reg, observers: []consumer.Observer{rec}})
 	if v, ok := series(t, reg, "workrouter_consumer_dedupe_window_offsets", map[string]string{"topic": c.topic}); !ok || v != 0 {
-		t.Errorf("dedupe_window_offsets = %v (exported %v), want 0 for a sink without sink.Deduplicator", v, ok)
+		t.Errorf("dedupe_window_offsets = %v (exported %v), want 0 for a sink without a dedupe window", v, ok)
 	}
 	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	produceIDs(t, c, idRec{id: "a", payload: "0"}, idRec{id: "a", payload: "0"}, idRec{id: "a", payload: "9", redriveFor: "billing"})
@@ -326,12 +332,12 @@ func TestSinkWithoutDedupe(t *testing.T) {
 	}
 	checkApplied(t, rec, st)
 	if n := s.CommandIDs(epochs.Scope{Group: c.group, Topic: c.topic, Partition: 0}); n != 0 {
-		t.Errorf("the sink remembers %d command IDs through a sink without ApplyOnce", n)
+		t.Errorf("the sink remembers %d command IDs through a sink without a dedupe window", n)
 	}
 }
 
 // applyWrapper wraps a sink, counting its Applies, and unwraps to it (as
-// a fault or tracing wrapper does) without implementing ApplyOnce.
+// a fault or tracing wrapper does).
 type applyWrapper struct {
 	sink.Sink[*memory.Tx]
 	applies atomic.Int64
@@ -339,17 +345,17 @@ type applyWrapper struct {
 
 func (a *applyWrapper) Unwrap() sink.Sink[*memory.Tx] { return a.Sink }
 
-func (a *applyWrapper) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*memory.Tx]) (sink.ApplyResult, error) {
+func (a *applyWrapper) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[*memory.Tx]) (sink.Result, error) {
 	a.applies.Add(1)
-	return a.Sink.Apply(ctx, tok, offsets, effect)
+	return a.Sink.Apply(ctx, tok, b, effect)
 }
 
-// TestWrapperWithoutApplyOnceNotBypassed: a wrapper that unwraps to a
-// sink.Deduplicator but does not implement it is applied through its own
-// Apply (per offset only, said by the gauge), never bypassed by the
-// wrapped sink's ApplyOnce. Red with sink.As in place of the Worker's
-// direct check (the wrapper sees no Apply).
-func TestWrapperWithoutApplyOnceNotBypassed(t *testing.T) {
+// TestWrapperIsTheDoor: a batch with command IDs enters the sink through
+// the wrapper the Worker was given (one door: deduplication is a property
+// of the batch, not a second method found under the wrapper), and the
+// features it declares, those of the sink it wraps, decide: the command
+// written twice is applied once.
+func TestWrapperIsTheDoor(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 1)
 	s := memory.New()
@@ -357,16 +363,16 @@ func TestWrapperWithoutApplyOnceNotBypassed(t *testing.T) {
 	rec := &eventRecorder{}
 	wrap := &applyWrapper{Sink: s}
 	w := startWorker(t, c, s, workerOpts{name: "wrapped", sink: wrap, registerer: reg, observers: []consumer.Observer{rec}})
-	if v, ok := series(t, reg, "workrouter_consumer_dedupe_window_offsets", map[string]string{"topic": c.topic}); !ok || v != 0 {
-		t.Errorf("dedupe_window_offsets = %v (exported %v), want 0 for a wrapper without ApplyOnce", v, ok)
+	if v, ok := series(t, reg, "workrouter_consumer_dedupe_window_offsets", map[string]string{"topic": c.topic}); !ok || v != float64(s.Features().DedupeWindow) {
+		t.Errorf("dedupe_window_offsets = %v (exported %v), want the wrapped sink's %d", v, ok, s.Features().DedupeWindow)
 	}
 	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	produceIDs(t, c, idRec{id: "a", payload: "0"}, idRec{id: "a", payload: "0"})
 	waitApplied(t, rec, 2)
 	if n := wrap.applies.Load(); n == 0 {
-		t.Fatal("the wrapper's Apply was never called: the wrapped sink's ApplyOnce bypassed it")
+		t.Fatal("the wrapper's Apply was never called")
 	}
-	if got := logOf(s, "k"); !slices.Equal(got, []int{0, 0}) {
-		t.Fatalf("log %v, want [0 0]: applied per offset through the wrapper", got)
+	if got := logOf(s, "k"); !slices.Equal(got, []int{0}) {
+		t.Fatalf("log %v, want [0]: the duplicate skipped through the wrapper", got)
 	}
 }

@@ -24,16 +24,17 @@
 //     limit; a record that cannot be applied (poison.go: a handler that
 //     keeps failing, no handler, not a command) is retried or
 //     dead-lettered as Config.Poison says, and never passed over without
-//     a dead letter stored by the sink. With a sink that is a
-//     sink.Deduplicator the Apply is ApplyOnce with the records' command
-//     IDs, so a command that entered the log twice is applied once
+//     a dead letter stored by the sink. With a sink that declares a
+//     dedupe window (sink.Features.DedupeWindow) the batch carries the
+//     records' command IDs, so a command that entered the log twice is
+//     applied once
 //     (DuplicateSkipped); a redrive for another consumer group is skipped
 //     inside the unit, its ID not recorded (RedriveSkipped;
 //     docs/design.md#the-worker-and-command-ids).
 //     With Config.KeyConcurrency above 1, lanes.go: the partition's
 //     goroutine dispatches records to lanes by key (see Key concurrency
-//     below), and each lane runs the same apply with the sink's
-//     ApplyGapped.
+//     below), and each lane runs the same apply with lanes' batches
+//     (sink.Batch.From).
 //  5. commit.go — after Apply the Kafka offset is committed, for lag
 //     visibility; a rejected commit is not an error of the work.
 //  6. revoke.go — on revoke or loss the partition goroutine finishes its
@@ -62,20 +63,19 @@
 // letter committed. Records without a key are one key, ordered among
 // themselves (they are not commands and are dead-lettered as undecodable
 // by default). Each lane is a goroutine of the tenure: it batches
-// (MaxBatch) and applies with sink.GapApplier.ApplyGapped carrying the
-// tenure token, through the same poison, dead-letter (DeadLetterGapped), retry and fence handling
-// as KeyConcurrency 1, and with the command IDs when the sink
+// (MaxBatch) and applies lanes' batches (sink.Batch.From) with the
+// tenure token, through the same poison, dead-letter (a lane's
+// sink.DeadRecord), retry and fence handling as KeyConcurrency 1, and with the command IDs when the sink
 // deduplicates. Each record covers the offsets from the one after the
 // record the dispatcher took before it (of any lane; the claim's
 // watermark for the first), so offsets without records (transaction
-// markers) are done with it. The tenure starts from ClaimGapped's
+// markers) are done with it. The tenure starts from Claim's
 // checkpoint and passes over the records it holds; it keeps its own
 // checkpoint (the claim's plus every successful lane apply's spans),
 // whose watermark is the Kafka commit and Worker.Partitions' NextOffset:
 // the sink, which records the same spans in each fenced unit, stays the
-// source of truth. The sink must implement sink.GapApplier itself (as
-// with sink.Deduplicator, one under a wrapper would bypass it): New fails
-// with a *GapApplierError otherwise.
+// source of truth. The sink must declare sink.Features.Gaps: New fails
+// with an error matching ErrConfig and sink.ErrUnsupported otherwise.
 //
 // A poison record, or a slow key, holds up only the keys bound to its
 // lane (queued behind it) while the lane's queue (max(QueueSize/N,

@@ -221,7 +221,7 @@ func TestCommitsSinkCheckpointAtClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	offsets := []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
-	if _, err := s.Apply(context.Background(), old, offsets, func(context.Context, *memory.Tx, int) error { return nil }); err != nil {
+	if _, err := s.Apply(context.Background(), old, sink.Batch{Offsets: offsets}, func(context.Context, *memory.Tx, int) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	w := startWorker(t, c, s, workerOpts{name: "a"})

@@ -93,8 +93,8 @@ type Claimed struct {
 	TookOver   *EpochRegressedError
 }
 
-// Applied: one batch was applied in one fenced sink Apply (ApplyOnce
-// when the sink is a sink.Deduplicator; docs/design.md#apply). Records is
+// Applied: one batch was applied in one fenced sink Apply (an Apply with IDs
+// when the sink is a sink.Features.DedupeWindow; docs/design.md#apply). Records is
 // the batch's size, split into Applied (records whose handlers ran),
 // Skipped (replays the sink skipped as below its checkpoint), Duplicates
 // (commands whose ID the sink had applied already: see DuplicateSkipped)
@@ -105,7 +105,7 @@ type Claimed struct {
 // be applied again. FirstOffset is the batch's first offset and
 // NextOffset the checkpoint after it. Duration is the successful Apply
 // attempt's. With Config.KeyConcurrency > 1 it is one lane's batch
-// (sink.GapApplier.ApplyGapped, docs/operating.md#key-concurrency): its
+// (a lane's sink.Sink.Apply, docs/operating.md#key-concurrency): its
 // records are of the keys bound to the lane, not contiguous, Skipped counts the
 // records the sink found done (anywhere in the batch), and NextOffset is
 // the partition's watermark after it (the tenure's checkpoint with gaps:
@@ -129,7 +129,7 @@ type Applied struct {
 // DuplicateSkipped: the sink did not run a record's handler because its
 // command ID was applied in the partition's scope already, within the
 // sink's dedupe window, or earlier in the same batch
-// (sink.Deduplicator, docs/design.md#command-ids): the same command
+// (sink.Features.DedupeWindow, docs/design.md#command-ids): the same command
 // entered the log twice (a retried send, a producer's retry, a redrive
 // of a command this group applied). The checkpoint moved past it in the
 // batch's fenced unit. Offset is the skipped record's, ID its command ID.

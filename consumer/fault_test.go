@@ -455,7 +455,7 @@ func TestGenerationBackwardsTakenOver(t *testing.T) {
 		if _, err := s.Claim(context.Background(), f.Holder, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
 			t.Fatalf("the previous holder %s claims again: %v, want ErrProofRequired", f.Holder, err)
 		}
-		if _, err := s.Apply(context.Background(), f.Holder, []int64{0}, func(context.Context, *memory.Tx, int) error { return nil }); !errors.Is(err, sink.ErrFenced) {
+		if _, err := s.Apply(context.Background(), f.Holder, sink.Batch{Offsets: []int64{0}}, func(context.Context, *memory.Tx, int) error { return nil }); !errors.Is(err, sink.ErrFenced) {
 			t.Fatalf("the previous holder %s writes: %v, want ErrFenced", f.Holder, err)
 		}
 	}
@@ -720,7 +720,7 @@ type gatedClaims struct {
 
 func (g *gatedClaims) Unwrap() sink.Sink[*memory.Tx] { return g.Sink }
 
-func (g *gatedClaims) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
+func (g *gatedClaims) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
 	if g.calls.Add(1) >= g.from {
 		select {
 		case g.members <- tok.Member:

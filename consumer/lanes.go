@@ -15,7 +15,7 @@ import (
 // while the key has records pending there, else the least-loaded lane
 // (keyTable); each lane is a goroutine of the tenure that batches its records
 // and applies them with the shared process (apply.go) through the sink's
-// own sink.GapApplier, with the tenure's token. The tenure keeps its own
+// own sink.Features.Gaps, with the tenure's token. The tenure keeps its own
 // checkpoint with gaps (gapState): the claim's, plus the spans of every
 // lane apply that succeeded; its watermark is the partition's commit
 // candidate, and the sink, which records the same spans in the fenced
@@ -24,7 +24,7 @@ import (
 // gapState is a tenure's checkpoint with gaps.
 type gapState struct {
 	mu sync.Mutex
-	// claimed is the checkpoint ClaimGapped returned (set before the
+	// claimed is the checkpoint Claim returned (set before the
 	// tenure starts, read by the dispatcher only after).
 	claimed sink.Checkpoint
 	// cp is claimed plus the spans of every successful lane apply and
@@ -86,7 +86,7 @@ func (t *tenure[Tx]) haltLanes() {
 }
 
 // laneRec is a record dispatched to a lane, with the first offset it
-// covers (sink.GapBatch.From).
+// covers (sink.Batch.From).
 type laneRec struct {
 	r    *kgo.Record
 	from int64

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,39 +60,40 @@ func checkLog(t *testing.T, s *memory.Sink, key string, n int) {
 	}
 }
 
-// plainWrapper wraps a memory sink without implementing sink.GapApplier
-// itself (only Claim and Apply, and Unwrap).
-type plainWrapper struct{ sink.Sink[*memory.Tx] }
+// serialOnly is a memory sink that declares no checkpoint with gaps.
+type serialOnly struct{ sink.Sink[*memory.Tx] }
 
-func (p plainWrapper) Unwrap() sink.Sink[*memory.Tx] { return p.Sink }
+func (p serialOnly) Features() sink.Features {
+	f := p.Sink.Features()
+	f.Gaps = false
+	return f
+}
 
-// TestKeyConcurrencyNeedsTheSinksOwnGapApplier: lanes use the sink's own
-// ApplyGapped; New refuses KeyConcurrency > 1 with a sink that has none
-// of its own, naming the wrapper case, and refuses a negative one.
-func TestKeyConcurrencyNeedsTheSinksOwnGapApplier(t *testing.T) {
+func (p serialOnly) Unwrap() sink.Sink[*memory.Tx] { return p.Sink }
+
+// TestKeyConcurrencyNeedsGaps: New refuses KeyConcurrency > 1 with a sink
+// that declares no checkpoint with gaps (sink.Features.Gaps), and refuses
+// a negative one.
+func TestKeyConcurrencyNeedsGaps(t *testing.T) {
 	t.Parallel()
 	base := consumer.Config[*memory.Tx]{
 		Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "t",
 		Handlers: map[string]consumer.Handler[*memory.Tx]{"append": appendHandler},
 	}
 	cfg := base
-	cfg.Sink, cfg.KeyConcurrency = plainWrapper{memory.New()}, 4
+	cfg.Sink, cfg.KeyConcurrency = serialOnly{memory.New()}, 4
 	_, err := consumer.New(t.Context(), cfg)
-	var ge *consumer.GapApplierError
-	if !errors.As(err, &ge) || !errors.Is(err, consumer.ErrNoGapApplier) || !errors.Is(err, consumer.ErrConfig) {
-		t.Fatalf("KeyConcurrency 4 over a wrapper without ApplyGapped: %v, want a *GapApplierError matching ErrNoGapApplier and ErrConfig", err)
-	}
-	if !ge.Wrapped || ge.KeyConcurrency != 4 {
-		t.Errorf("GapApplierError %+v: want Wrapped (the memory sink under it has one) and KeyConcurrency 4", ge)
+	if !errors.Is(err, sink.ErrUnsupported) || !errors.Is(err, consumer.ErrConfig) || !strings.Contains(err.Error(), "KeyConcurrency 4") {
+		t.Fatalf("KeyConcurrency 4 over a sink without gaps: %v, want ErrConfig and sink.ErrUnsupported naming KeyConcurrency 4", err)
 	}
 	cfg.KeyConcurrency = -1
-	if _, err := consumer.New(t.Context(), cfg); !errors.Is(err, consumer.ErrConfig) || errors.Is(err, consumer.ErrNoGapApplier) {
+	if _, err := consumer.New(t.Context(), cfg); !errors.Is(err, consumer.ErrConfig) || errors.Is(err, sink.ErrUnsupported) {
 		t.Fatalf("negative KeyConcurrency: %v, want ErrConfig", err)
 	}
 	// KeyConcurrency 1 takes any sink (the serial path).
 	cfg.KeyConcurrency = 1
 	if _, err := consumer.New(t.Context(), cfg); errors.Is(err, consumer.ErrConfig) {
-		t.Fatalf("KeyConcurrency 1 over a plain wrapper: %v, want no config error", err)
+		t.Fatalf("KeyConcurrency 1 over a serial sink: %v, want no config error", err)
 	}
 }
 
@@ -489,7 +491,7 @@ func TestKeyConcurrencyStuckLaneBackPressures(t *testing.T) {
 // TestKeyConcurrencyZombieLanesFenced: a worker whose lanes are all inside
 // their effects (frozen, ignoring their context) is evicted; the new owner
 // claims and applies everything; when the zombie's lanes wake, every one
-// of their late ApplyGapped calls is refused by the sink (one per lane in
+// of their late a lane's Apply calls is refused by the sink (one per lane in
 // flight, none accepted), the zombie stops all its lanes, and nothing of
 // it lands.
 func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
@@ -749,7 +751,7 @@ func TestKeyConcurrencyRevokeFinishesInFlight(t *testing.T) {
 }
 
 // TestKeyConcurrencyDeduplicates: with lanes, a deduplicating sink gets
-// the records' command IDs (ApplyGapped with IDs): a command written
+// the records' command IDs (a lane's Apply with IDs): a command written
 // twice, in a later batch or in the same one, is applied once.
 func TestKeyConcurrencyDeduplicates(t *testing.T) {
 	t.Parallel()

@@ -138,7 +138,7 @@ func newMetrics(group string) *metrics {
 	m.withoutID = counter("workrouter_consumer_records_without_id_total",
 		"Applied records that carried no command ID: applied once per offset, not deduplicated by ID.", "topic", "partition")
 	m.dedupeWindow = gauge("workrouter_consumer_dedupe_window_offsets",
-		"The sink's retention horizon of applied command IDs, in offsets of a partition (sink.Deduplicator); 0 if the sink does not deduplicate: records are applied once per offset only.", "topic")
+		"The sink's retention horizon of applied command IDs, in offsets of a partition (sink.Features.DedupeWindow); 0 if the sink does not deduplicate: records are applied once per offset only.", "topic")
 	m.gapped = gauge("workrouter_consumer_gapped_spans",
 		"Done spans above the watermark of the partition's checkpoint with gaps (Config.KeyConcurrency > 1): runs of records lanes applied ahead of a slower lane; absent without lanes and once the partition is revoked, lost or fenced.", "topic", "partition")
 	m.busy = gauge("workrouter_consumer_lanes_busy",

@@ -43,7 +43,7 @@ const (
 	PoisonDefault PoisonAction = iota
 	// PoisonDeadLetter stores the record as a dead letter in the sink,
 	// in the same fenced unit that moves the checkpoint past it, and goes
-	// on with the next record. It needs a sink with sink.DeadLetterer;
+	// on with the next record. It needs a sink with sink.Features.DeadLetters;
 	// with another sink it stalls (New logs that once).
 	PoisonDeadLetter
 	// PoisonStall retries the record with backoff until it applies: the

@@ -222,15 +222,8 @@ type outageSink struct {
 
 func (o *outageSink) Unwrap() sink.Sink[*memory.Tx] { return o.Sink }
 
-func (o *outageSink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*memory.Tx]) (sink.ApplyResult, error) {
-	res, err := o.Sink.Apply(ctx, tok, offsets, o.effect(effect))
-	return res, o.txBroken(err)
-}
-
-// ApplyOnce is the memory sink's with the outage: the Worker applies
-// with it (the embedded sink's would bypass the outage).
-func (o *outageSink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*memory.Tx]) (sink.ApplyOnceResult, error) {
-	res, err := o.Sink.ApplyOnce(ctx, tok, offsets, ids, o.effect(effect))
+func (o *outageSink) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[*memory.Tx]) (sink.Result, error) {
+	res, err := o.Sink.Apply(ctx, tok, b, o.effect(effect))
 	return res, o.txBroken(err)
 }
 

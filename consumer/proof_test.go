@@ -113,16 +113,16 @@ type staleProofSink struct {
 
 func (s *staleProofSink) Unwrap() sink.Sink[*memory.Tx] { return s.Sink }
 
-func (s *staleProofSink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
+func (s *staleProofSink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
 	if obs.Proof != nil && s.moved.CompareAndSwap(false, true) {
 		fs, err := s.Fences(ctx)
 		if err != nil {
-			return 0, err
+			return sink.Checkpoint{}, err
 		}
 		for _, f := range fs {
 			if f.Scope == tok.Scope() {
 				if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: f.Scope, Expect: f, Reason: "a second reset between the proof and the claim (test)"}); err != nil {
-					return 0, err
+					return sink.Checkpoint{}, err
 				}
 			}
 		}

@@ -56,14 +56,14 @@ func (h *heldClaims) reached() []epochs.Token {
 	return slices.Clone(h.passed)
 }
 
-func (h *heldClaims) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
+func (h *heldClaims) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
 	h.mu.Lock()
 	h.counts[tok]++
 	n := h.counts[tok]
 	h.mu.Unlock()
 	if h.refuse != nil {
 		if err := h.refuse(tok, n); err != nil {
-			return 0, err
+			return sink.Checkpoint{}, err
 		}
 	}
 	if h.hold != nil && h.hold(tok, n) {
@@ -73,7 +73,7 @@ func (h *heldClaims) Claim(ctx context.Context, tok epochs.Token, obs sink.Obser
 			case <-h.release:
 			case <-ctx.Done():
 				h.cancelled <- tok
-				return 0, ctx.Err()
+				return sink.Checkpoint{}, ctx.Err()
 			}
 		} else {
 			<-h.release

@@ -59,7 +59,7 @@ func TestPreviousIncarnationBelowTheResetEpoch(t *testing.T) {
 		if _, err := s.Claim(t.Context(), zombie, sink.Observed{}); !errors.Is(err, sink.ErrProofRequired) {
 			t.Fatalf("an unproven claim by %s after a reset that cleared epoch 10: %v, want ErrProofRequired", zombie, err)
 		}
-		if _, err := s.Apply(t.Context(), zombie, []int64{1}, func(_ context.Context, tx *memory.Tx, _ int) error {
+		if _, err := s.Apply(t.Context(), zombie, sink.Batch{Offsets: []int64{1}}, func(_ context.Context, tx *memory.Tx, _ int) error {
 			tx.Put("zombie", []byte("landed"))
 			return nil
 		}); !errors.Is(err, sink.ErrFenced) {

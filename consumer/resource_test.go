@@ -19,7 +19,9 @@ import (
 
 // swapStore is a fencehttp.Store whose state an operator can replace: a
 // stand-in for resetting a scope of the resource's store.
-type swapStore struct{ cur atomic.Pointer[memstore.Store] }
+type swapStore struct {
+	cur atomic.Pointer[memstore.Store]
+}
 
 func (s *swapStore) Begin(ctx context.Context, tok epochs.Token, key string) (fencehttp.Unit, *fencehttp.Result, error) {
 	return s.cur.Load().Begin(ctx, tok, key)

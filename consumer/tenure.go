@@ -91,7 +91,7 @@ func newTenure[Tx any](w *Worker[Tx], tok epochs.Token) *tenure[Tx] {
 	}
 	t.appliedNext.Store(-1)
 	t.serial = applier[Tx]{t: t, budget: poisonBudget{offset: -1}}
-	if w.gaps != nil {
+	if w.cfg.KeyConcurrency > 1 {
 		t.halt = make(chan struct{})
 		t.keys = newKeyTable(w.cfg.KeyConcurrency)
 	}

@@ -89,8 +89,9 @@ type Worker[Tx any] struct {
 
 	m *metrics // nil without Config.Registerer; also in obs
 
-	// optional capabilities of the sink (nil without them)
-	dl         sink.DeadLetterer
+	// the sink's features, and its optional capabilities (nil without
+	// them)
+	features   sink.Features
 	dlStore    sink.DeadLetterStore
 	classifier sink.ErrorClassifier
 	permanent  sink.PermanentClassifier
@@ -113,11 +114,6 @@ type Worker[Tx any] struct {
 	deadLettered, logChanged, lostToRetention, misrouted         atomic.Int64
 	discarded                                                    atomic.Int64
 	duplicates, redrivesSkipped, withoutID                       atomic.Int64
-
-	dedupe sink.Deduplicator[Tx] // the sink's, nil if it has none: Apply, per offset only
-	// gaps is the sink's own GapApplier when KeyConcurrency > 1, else nil
-	// (the serial path).
-	gaps sink.GapApplier[Tx]
 }
 
 // New validates cfg, connects to the brokers and joins the group.
@@ -159,28 +155,15 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		all = append(all, m)
 	}
 	w.obs = newObservers(all)
-	w.dl, _ = sink.As[sink.DeadLetterer](c.Sink)
+	w.features = c.Sink.Features()
 	w.dlStore, _ = sink.As[sink.DeadLetterStore](c.Sink)
 	w.classifier, _ = sink.As[sink.ErrorClassifier](c.Sink)
 	w.permanent, _ = sink.As[sink.PermanentClassifier](c.Sink)
 	w.pinger, _ = sink.As[sink.Pinger](c.Sink)
-	w.dedupe = dedupeOf(c.Sink)
-	if c.KeyConcurrency > 1 {
-		w.gaps = c.Sink.(sink.GapApplier[Tx]) // checked by withDefaults
-	}
-	if w.dedupe != nil {
-		w.m.dedupeOn(c.Topic, w.dedupe.DedupeWindow())
-	} else {
-		w.m.dedupeOn(c.Topic, 0)
-	}
-	if w.dedupe == nil && c.Logger != nil {
-		if _, under := sink.As[sink.Deduplicator[Tx]](c.Sink); under {
-			c.Logger.Warn("the sink wraps a sink.Deduplicator but does not implement it itself, so its ApplyOnce would bypass the wrapper's Apply: records are applied once per offset only, so a command that entered the log twice is applied twice (implement sink.Deduplicator on the wrapper)",
-				"group", c.Group, "topic", c.Topic, "sink", fmt.Sprintf("%T", c.Sink))
-		} else {
-			c.Logger.Warn("the sink does not deduplicate command IDs (no sink.Deduplicator): records are applied once per offset only, so a command that entered the log twice is applied twice",
-				"group", c.Group, "topic", c.Topic)
-		}
+	w.m.dedupeOn(c.Topic, w.features.DedupeWindow)
+	if w.features.DedupeWindow <= 0 && c.Logger != nil {
+		c.Logger.Warn("the sink does not deduplicate command IDs (no Features.DedupeWindow): records are applied once per offset only, so a command that entered the log twice is applied twice",
+			"group", c.Group, "topic", c.Topic)
 	}
 	if c.DeadLetterTopic != "" {
 		if w.dlStore == nil {
@@ -189,8 +172,8 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		}
 		w.mirrorSig = make(chan struct{}, 1)
 	}
-	if w.dl == nil && (c.Poison.Undecodable == PoisonDeadLetter || c.Poison.NoHandler == PoisonDeadLetter || c.Poison.HandlerError == PoisonDeadLetter) && c.Logger != nil {
-		c.Logger.Warn("the sink cannot store dead letters (no sink.DeadLetterer): records that cannot be applied will stall their partition instead of being dead-lettered",
+	if !w.features.DeadLetters && (c.Poison.Undecodable == PoisonDeadLetter || c.Poison.NoHandler == PoisonDeadLetter || c.Poison.HandlerError == PoisonDeadLetter) && c.Logger != nil {
+		c.Logger.Warn("the sink cannot store dead letters (no Features.DeadLetters): records that cannot be applied will stall their partition instead of being dead-lettered",
 			"group", c.Group, "topic", c.Topic)
 	}
 
@@ -226,17 +209,6 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		go w.mirrorLoop()
 	}
 	return w, nil
-}
-
-// dedupeOf returns s as a sink.Deduplicator, or nil. Unlike the other
-// capabilities, it is not looked for under wrappers (sink.As): ApplyOnce
-// replaces Apply, so a Deduplicator found under a wrapper that does not
-// implement it would bypass the wrapper's Apply (its faults, its
-// tracing), every batch. Such a sink is applied per offset only, and New
-// says so.
-func dedupeOf[Tx any](s sink.Sink[Tx]) sink.Deduplicator[Tx] {
-	d, _ := s.(sink.Deduplicator[Tx])
-	return d
 }
 
 // Close leaves the group (revoked partitions finish their in-flight batch and

@@ -2,14 +2,10 @@ package sink
 
 // Unwrapper is implemented by a sink that wraps another one — metrics,
 // tracing, fault injection — to give access to it. A wrapper implements
-// the Sink contract itself and Unwrap; it need not repeat the optional
-// capabilities (Lister, Resetter, Historian, …) of what it wraps: callers
-// find those with As, which looks through every wrapper. Deduplicator and
-// GapApplier are the exceptions: they replace Apply (and GapApplier
-// Claim and DeadLetter too), so a wrapper that wants its own calls made
-// implements them too, and the consumer uses a sink's own Deduplicator
-// and GapApplier, found by type assertion on the sink it was given, never
-// ones As finds under a wrapper (which would bypass the wrapper).
+// the Sink contract itself (its Features are those of what it wraps, or
+// fewer) and Unwrap; it need not repeat the optional capabilities beside
+// the write (Lister, Resetter, Historian, …) of what it wraps: callers
+// find those with As, which looks through every wrapper.
 type Unwrapper[Tx any] interface {
 	// Unwrap returns the wrapped sink.
 	Unwrap() Sink[Tx]

@@ -10,9 +10,15 @@ import (
 
 type base struct{}
 
-func (base) Claim(context.Context, epochs.Token, sink.Observed) (int64, error) { return 0, nil }
-func (base) Apply(context.Context, epochs.Token, []int64, sink.Effect[int]) (sink.ApplyResult, error) {
-	return sink.ApplyResult{}, nil
+func (base) Features() sink.Features { return sink.Features{} }
+func (base) Claim(context.Context, epochs.Token, sink.Observed) (sink.Checkpoint, error) {
+	return sink.Checkpoint{}, nil
+}
+func (base) Apply(context.Context, epochs.Token, sink.Batch, sink.Effect[int]) (sink.Result, error) {
+	return sink.Result{}, nil
+}
+func (base) DeadLetter(context.Context, epochs.Token, sink.DeadRecord) (sink.DeadLetterResult, error) {
+	return sink.DeadLetterResult{}, sink.ErrUnsupported
 }
 
 type listing struct{ base }

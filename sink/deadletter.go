@@ -9,26 +9,6 @@ import (
 	"github.com/workrouter/workrouter/epochs"
 )
 
-// DeadLetterer is an optional capability of a sink: storing a record that
-// cannot be applied (a poison record) so that it costs only itself
-// (docs/design.md#dead-letters). The consumer uses it when its policy
-// dead-letters a record; a sink without it makes such a partition stall.
-type DeadLetterer interface {
-	// DeadLetter stores rec as a dead letter of tok's scope and advances
-	// NextOffset past it, in one atomic unit: if the stored holder is not
-	// exactly tok it fails with an error matching ErrFenced and stores
-	// nothing (a zombie cannot dead-letter); if rec.Offset is below
-	// NextOffset (a replay of a record already applied or dead-lettered)
-	// it stores nothing and returns Stored false; otherwise (rec.Offset at
-	// or above NextOffset) it stores rec and NextOffset becomes
-	// rec.Offset+1. An offset above NextOffset is a gap, as Apply accepts
-	// one: with read_committed consumers, transaction markers, aborted
-	// records and compaction leave offsets with no record, so the record
-	// after a gap is the next one to process. The caller applies the
-	// records before rec first.
-	DeadLetter(ctx context.Context, tok epochs.Token, rec DeadRecord) (DeadLetterResult, error)
-}
-
 // DeadLetterStore is an optional capability of a sink: reading and
 // resolving its dead letters, for `workrouter dlq`, the Kafka DLQ mirror
 // and the invariant checker. Resolving never deletes a row: it moves its
@@ -76,6 +56,18 @@ type DeadRecord struct {
 	Reason   string
 	Error    string
 	Attempts int
+	// Lane marks a record of a lane (the sink needs Features.Gaps): its
+	// dead letter marks [From, Offset+1) done, as Apply marks a lane's
+	// record (Batch.From). Without Lane, From is ignored.
+	Lane bool
+	From int64
+}
+
+// InLane returns r as a lane's record covering [from, r.Offset+1)
+// (DeadRecord.Lane). It may be called from any goroutine.
+func (r DeadRecord) InLane(from int64) DeadRecord {
+	r.Lane, r.From = true, from
+	return r
 }
 
 // DeadLetterResult reports what DeadLetter did.
@@ -183,15 +175,26 @@ func contains[T comparable](xs []T, x T) bool {
 
 // CheckDeadLetter validates the arguments of a DeadLetter call. Backends
 // call it first.
-func CheckDeadLetter(tok epochs.Token, rec DeadRecord) error {
+func CheckDeadLetter(tok epochs.Token, rec DeadRecord, f Features) error {
 	if err := tok.Validate(); err != nil {
 		return err
+	}
+	if !f.DeadLetters {
+		return fmt.Errorf("%w: a dead letter on a sink without dead letters", ErrUnsupported)
 	}
 	if rec.Offset < 0 {
 		return fmt.Errorf("%w: negative dead letter offset %d", ErrBadBatch, rec.Offset)
 	}
 	if rec.Reason == "" {
 		return fmt.Errorf("%w: a dead letter needs a reason", ErrBadBatch)
+	}
+	if rec.Lane {
+		if !f.Gaps {
+			return fmt.Errorf("%w: a lane's dead letter on a sink without gaps", ErrUnsupported)
+		}
+		if rec.From < 0 || rec.From > rec.Offset {
+			return fmt.Errorf("%w: a lane's dead letter from %d past its offset %d", ErrBadBatch, rec.From, rec.Offset)
+		}
 	}
 	return nil
 }

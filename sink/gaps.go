@@ -1,7 +1,6 @@
 package sink
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -133,90 +132,6 @@ func (c Checkpoint) Valid() error {
 	return nil
 }
 
-// GapBatch is one lane's batch for [GapApplier.ApplyGapped]: records of
-// one partition at offsets that need not be contiguous.
-type GapBatch struct {
-	// Offsets are the records' Kafka offsets, strictly ascending.
-	Offsets []int64
-	// From[i] is the first offset record i covers: the offset right after
-	// the record the consumer fetched before it in the partition (of any
-	// lane), so that the offsets between them, which hold no record, are
-	// done with it. From[i] <= Offsets[i], and From[i] > Offsets[i-1].
-	// Applying record i marks [From[i], Offsets[i]+1) done.
-	From []int64
-	// IDs are the records' command IDs, as ApplyOnce takes them ("" for a
-	// record without one), or nil to apply without deduplication (as
-	// Apply).
-	IDs []string
-}
-
-// GapApplier is an optional capability of a sink: a checkpoint with gaps
-// (docs/design.md#gaps), for a consumer that applies the keys of a
-// partition in concurrent lanes (consumer.Config.KeyConcurrency). Every
-// backend of this module has it; wrappers keep it only by implementing
-// it themselves, as they do Deduplicator. The fence is unchanged: every
-// call checks the holder in its own atomic unit, and any number of a
-// holder's ApplyGapped calls may run concurrently for one scope.
-//
-// A sink with GapApplier also keeps a gapped scope correct for the plain
-// calls: Claim returns the watermark, and Apply, ApplyOnce and
-// DeadLetter skip (as replays) the records whose offsets are in a done
-// span, and drop the spans below the NextOffset they leave
-// ([Checkpoint.Raise]), so a worker without lanes can take over from one
-// with lanes.
-type GapApplier[Tx any] interface {
-	// ClaimGapped is Claim (the same rules, in the same atomic unit) that
-	// returns the whole checkpoint: the watermark and the done spans above
-	// it. The log check of Claim uses [Checkpoint.End] where it uses
-	// NextOffset against obs.LogEnd. A new owner skips exactly the
-	// offsets the checkpoint Contains.
-	ClaimGapped(ctx context.Context, tok epochs.Token, obs Observed) (Checkpoint, error)
-
-	// ApplyGapped applies a lane's batch of tok's scope in one atomic
-	// unit: if the stored holder is not exactly tok it fails with an
-	// error matching ErrFenced and applies nothing; otherwise records
-	// whose offset is done (the checkpoint Contains it) are skipped,
-	// duplicates are found as ApplyOnce finds them when b.IDs is not nil,
-	// effect runs for each remaining record index in order, and the
-	// spans [From[i], Offsets[i]+1) of every record not skipped as done
-	// (applied or duplicate) are added to the checkpoint, raising the
-	// watermark over any contiguous run ([Checkpoint.Add]). A failed
-	// effect (an *EffectError) or a cancelled ctx commits nothing. The
-	// done spans are compacted as the watermark rises; their number has
-	// no cap. The result's NextOffset is the watermark the unit left, or
-	// a lower one the unit saw if the backend raises the watermark
-	// lazily (the backend's doc says); a caller that needs the exact
-	// watermark keeps its own Checkpoint from ClaimGapped and its own
-	// applied batches (a tenure is the scope's only writer).
-	ApplyGapped(ctx context.Context, tok epochs.Token, b GapBatch, effect Effect[Tx]) (ApplyOnceResult, error)
-
-	// DeadLetterGapped is DeadLetter for a record of a lane: in one
-	// atomic unit with the same fence check, it stores rec unless
-	// rec.Offset is done (then Stored is false) and adds
-	// [from, rec.Offset+1) to the checkpoint.
-	DeadLetterGapped(ctx context.Context, tok epochs.Token, from int64, rec DeadRecord) (DeadLetterResult, error)
-}
-
-// CheckGapBatch validates the arguments of an ApplyGapped call. Backends
-// call it first. It may be called from any goroutine.
-func CheckGapBatch[Tx any](tok epochs.Token, b GapBatch, effect Effect[Tx]) error {
-	if err := CheckBatch(tok, b.Offsets, effect); err != nil {
-		return err
-	}
-	if len(b.From) != len(b.Offsets) {
-		return fmt.Errorf("%w: %d From offsets for %d offsets", ErrBadBatch, len(b.From), len(b.Offsets))
-	}
-	for i, f := range b.From {
-		if f < 0 || f > b.Offsets[i] || i > 0 && f <= b.Offsets[i-1] {
-			return fmt.Errorf("%w: From %d at index %d is not in (previous offset, offset %d]", ErrBadBatch, f, i, b.Offsets[i])
-		}
-	}
-	if b.IDs != nil {
-		return CheckIDs(b.Offsets, b.IDs)
-	}
-	return nil
-}
-
 // FormatSpans encodes spans as text, "from-to,from-to" (To excluded; ""
 // for none), the form the SQL backends store a claim's done spans in
 // (HistoryEntry.Done). It may be called from any goroutine.
@@ -262,7 +177,7 @@ func ParseSpans(text string) ([]Span, error) {
 // [Checkpoint.Done] (see [Checkpoint.Valid]).
 var ErrBadCheckpoint = errors.New("sink: stored checkpoint is not valid")
 
-// CheckLogGaps is [CheckLog] for a gapped checkpoint, as ClaimGapped (and
+// CheckLogGaps is [CheckLog] for a gapped checkpoint, as Claim (and
 // a plain Claim of a gapped scope) apply it: the log is truncated when
 // [Checkpoint.End], the first offset above every done one, is above
 // obs.LogEnd, and records were lost to retention when obs.LogStart is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -103,25 +104,53 @@ func TestCheckpointValidRefuses(t *testing.T) {
 	}
 }
 
-// TestCheckGapBatch checks the validation of ApplyGapped's arguments.
-func TestCheckGapBatch(t *testing.T) {
+// TestCheckBatch checks the validation of Apply's arguments against the
+// sink's features.
+func TestCheckBatch(t *testing.T) {
 	tok := epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 1, Member: "m"}
 	effect := sink.Effect[struct{}](func(context.Context, struct{}, int) error { return nil })
-	good := sink.GapBatch{Offsets: []int64{3, 7, 8}, From: []int64{1, 4, 8}, IDs: []string{"a", "", "c"}}
-	if err := sink.CheckGapBatch(tok, good, effect); err != nil {
+	all := sink.Features{DedupeWindow: 10, Gaps: true, DeadLetters: true}
+	good := sink.Batch{Offsets: []int64{3, 7, 8}, From: []int64{1, 4, 8}, IDs: []string{"a", "", "c"}}
+	if err := sink.CheckBatch(tok, good, effect, all); err != nil {
 		t.Fatalf("good batch refused: %v", err)
 	}
-	for name, b := range map[string]sink.GapBatch{
+	for name, b := range map[string]sink.Batch{
 		"short From":    {Offsets: []int64{3, 7}, From: []int64{3}},
 		"From above":    {Offsets: []int64{3, 7}, From: []int64{3, 8}},
 		"From overlaps": {Offsets: []int64{3, 7}, From: []int64{3, 3}},
 		"negative From": {Offsets: []int64{3}, From: []int64{-1}},
 		"IDs length":    {Offsets: []int64{3}, From: []int64{3}, IDs: []string{"a", "b"}},
 		"not ascending": {Offsets: []int64{7, 3}, From: []int64{7, 3}},
+		"negative":      {Offsets: []int64{-1}},
+		"long ID":       {Offsets: []int64{3}, IDs: []string{strings.Repeat("x", sink.MaxCommandIDLen+1)}},
 	} {
-		if err := sink.CheckGapBatch(tok, b, effect); !errors.Is(err, sink.ErrBadBatch) {
+		if err := sink.CheckBatch(tok, b, effect, all); !errors.Is(err, sink.ErrBadBatch) {
 			t.Errorf("%s: %v, want ErrBadBatch", name, err)
 		}
+	}
+	if err := sink.CheckBatch[struct{}](tok, sink.Batch{Offsets: []int64{1}}, nil, all); !errors.Is(err, sink.ErrBadBatch) {
+		t.Errorf("nil effect: %v, want ErrBadBatch", err)
+	}
+	// A batch that needs a feature the sink lacks.
+	for name, tc := range map[string]struct {
+		b sink.Batch
+		f sink.Features
+	}{
+		"a lane without gaps":  {sink.Batch{Offsets: []int64{3}, From: []int64{3}}, sink.Features{DedupeWindow: 10}},
+		"IDs without a window": {sink.Batch{Offsets: []int64{3}, IDs: []string{"a"}}, sink.Features{Gaps: true}},
+	} {
+		if err := sink.CheckBatch(tok, tc.b, effect, tc.f); !errors.Is(err, sink.ErrUnsupported) || errors.Is(err, sink.ErrBadBatch) {
+			t.Errorf("%s: %v, want ErrUnsupported", name, err)
+		}
+	}
+	if err := sink.CheckDeadLetter(tok, sink.DeadRecord{Offset: 3, Reason: "x"}, sink.Features{}); !errors.Is(err, sink.ErrUnsupported) {
+		t.Errorf("a dead letter without dead letters: %v, want ErrUnsupported", err)
+	}
+	if err := sink.CheckDeadLetter(tok, sink.DeadRecord{Offset: 3, Reason: "x"}.InLane(2), sink.Features{DeadLetters: true}); !errors.Is(err, sink.ErrUnsupported) {
+		t.Errorf("a lane's dead letter without gaps: %v, want ErrUnsupported", err)
+	}
+	if err := sink.CheckDeadLetter(tok, sink.DeadRecord{Offset: 3, Reason: "x"}.InLane(4), all); !errors.Is(err, sink.ErrBadBatch) {
+		t.Errorf("a lane's dead letter from past its offset: %v, want ErrBadBatch", err)
 	}
 }
 

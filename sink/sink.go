@@ -2,24 +2,27 @@
 // and its errors. Backends live in sub-packages (sink/memory, …) and all of
 // them pass the one conformance suite in sink/sinktest.
 //
-// A sink stores, per [epochs.Scope], the current holder token and NextOffset,
-// the first Kafka offset not yet applied. The consumer calls [Sink.Claim] once
-// per ownership tenure, before processing any record, and then [Sink.Apply]
-// once per batch. Apply checks the holder and writes the batch's effects and
-// the new NextOffset in one atomic unit (one transaction, one script), so a
-// tenure that has been superseded can never land a write: the check and the
-// write cannot be separated by a pause.
+// A sink stores, per [epochs.Scope], the current holder token and its
+// checkpoint: NextOffset, the first Kafka offset not yet applied, and the
+// done spans above it. The consumer calls [Sink.Claim] once per ownership
+// tenure, before processing any record, and then [Sink.Apply] once per
+// batch (and [Sink.DeadLetter] once per poison record). Each write checks
+// the holder and writes the batch's effects and the new checkpoint in one
+// atomic unit (one transaction, one script), so a tenure that has been
+// superseded can never land a write: the check and the write cannot be
+// separated by a pause.
+//
+// A batch enters a sink through one door, Apply. Whether its records are
+// serial (contiguous from the checkpoint) or a lane's (keys of a
+// partition applied concurrently, leaving gaps: docs/design.md#gaps), and
+// whether they carry command IDs to deduplicate
+// (docs/design.md#command-ids), are properties of the [Batch], which the
+// sink serves as its declared [Features] allow; a batch that needs a
+// feature the sink lacks is refused with [ErrUnsupported].
 //
 // Sinks are generic over Tx, the backend's native transaction handle
 // (*sql.Tx, pgx.Tx, a key-value transaction, …): handlers write ordinary
 // statements against it inside the fenced unit.
-//
-// A consumer that applies the keys of a partition in concurrent lanes
-// finishes offsets out of order; [GapApplier] gives it a checkpoint with
-// gaps ([Checkpoint]: the watermark NextOffset and the done spans above
-// it, docs/design.md#gaps) with the same fence on every call. The plain
-// calls of a sink that has it respect the spans, so workers with and
-// without lanes can take over from each other.
 package sink
 
 import (
@@ -39,30 +42,101 @@ import (
 // it must not have side effects outside tx.
 type Effect[Tx any] func(ctx context.Context, tx Tx, i int) error
 
-// ApplyResult reports what one Apply did.
-type ApplyResult struct {
+// Batch is what one Apply applies: records of one partition.
+type Batch struct {
+	// Offsets are the records' Kafka offsets, strictly ascending and not
+	// negative.
+	Offsets []int64
+	// From, if not nil, makes the batch a lane's (the sink needs
+	// Features.Gaps): From[i] is the first offset record i covers, the
+	// offset right after the record the consumer fetched before it in the
+	// partition (of any lane), so that the offsets between them, which
+	// hold no record, are done with it; From[i] <= Offsets[i] and
+	// From[i] > Offsets[i-1]. Applying record i marks [From[i],
+	// Offsets[i]+1) done. Nil makes the batch serial: it moves the
+	// checkpoint past its last offset.
+	From []int64
+	// IDs, if not nil, are the records' command IDs ("" for a record
+	// without one), to apply each command once (the sink needs
+	// Features.DedupeWindow above zero); at most MaxCommandIDLen bytes
+	// each.
+	IDs []string
+}
+
+// Result reports what one Apply did. Applied + Skipped +
+// len(Duplicates) is the batch's length.
+type Result struct {
 	// Applied is how many records of the batch had their effects run and
 	// committed.
 	Applied int
-	// Skipped is how many records were skipped because their offset was
-	// below the stored NextOffset (replays of already applied records).
+	// Skipped is how many records were skipped because they were done
+	// already (below NextOffset, or in a done span): replays.
 	Skipped int
-	// NextOffset is the scope's NextOffset after the Apply.
+	// Duplicates are the indexes, ascending, of the records not run
+	// because their command ID was already applied in the scope within
+	// the dedupe window, or appears at an earlier index of the batch.
+	Duplicates []int
+	// NextOffset is the scope's NextOffset after the Apply: for a lane's
+	// batch, the watermark the unit left or a lower one it saw (a
+	// backend that raises the watermark lazily says so).
 	NextOffset int64
 }
+
+// Equal reports whether r and o report the same: every field equal, the
+// same duplicates (a nil and an empty Duplicates are the same). Result
+// holds a slice, so == does not compile on it. It may be called from any
+// goroutine.
+func (r Result) Equal(o Result) bool {
+	return r.Applied == o.Applied && r.Skipped == o.Skipped && r.NextOffset == o.NextOffset && slices.Equal(r.Duplicates, o.Duplicates)
+}
+
+// Features are what a sink can do beyond the contract every sink keeps.
+// A sink declares them (Sink.Features) and refuses a batch or a dead
+// letter that needs one it lacks with an error matching ErrUnsupported.
+type Features struct {
+	// DedupeWindow, if above zero, says that the sink applies a Batch
+	// with IDs: a record at or above NextOffset whose ID was applied in
+	// the scope at an offset p >= offset - DedupeWindow, or appears at an
+	// earlier index of the batch, is a duplicate (its effect does not
+	// run, its index is in Result.Duplicates), in the same atomic unit as
+	// the fence check; the IDs of the records whose effects ran are
+	// recorded with their offsets in that unit, and IDs older than the
+	// window are pruned.
+	DedupeWindow int64
+	// Gaps says that the sink keeps a checkpoint with gaps
+	// (docs/design.md#gaps): it applies lanes' batches (Batch.From) and
+	// lanes' dead letters (DeadRecord.Lane), any number of a holder's at
+	// once for one scope, and Claim returns the done spans.
+	Gaps bool
+	// DeadLetters says that the sink stores dead letters (DeadLetter).
+	DeadLetters bool
+}
+
+// ErrUnsupported is matched by the error of a call that needs a feature
+// the sink does not declare (Features): IDs without a dedupe window, a
+// lane's batch without gaps, a dead letter without dead letters.
+var ErrUnsupported = errors.New("sink: the sink does not support what the call needs")
 
 // Sink is the fenced-sink contract. Implementations must be safe for
 // concurrent use by many goroutines and processes: the fence is what makes
 // concurrent holders of one scope safe.
 type Sink[Tx any] interface {
+	// Features returns what the sink can do beyond the contract; it does
+	// not change over the sink's life.
+	Features() Features
+
 	// Claim makes tok the holder of its scope and returns the scope's
-	// NextOffset. obs is what the claimer saw at the broker just before
-	// (docs/design.md#claim). Atomically, deciding with
+	// checkpoint: NextOffset, and the done spans above it (empty for a
+	// scope without gaps). obs is what the claimer saw at the broker
+	// just before (docs/design.md#claim). Atomically, deciding with
 	// [Fence.CheckClaim] on the stored fence:
 	//
 	//   - if the stored holder has a greater epoch, or the same epoch and
 	//     another member, Claim fails with an error matching ErrFenced (a
-	//     *FencedError) and changes nothing (see epochs.Token.CanClaim);
+	//     *FencedError) and changes nothing (see epochs.Token.CanClaim),
+	//     unless obs carries a proof that takes the scope over from a
+	//     holder of an earlier incarnation of the group, which the sink
+	//     records as a reset of that holder (docs/design.md#expired-groups);
 	//   - if the scope's fence was ever reset (Fence.ProofRequired) and tok
 	//     is not the stored holder itself, the claim must come with a proof
 	//     of membership made since the fence was last changed
@@ -71,28 +145,47 @@ type Sink[Tx any] interface {
 	//     never ErrFenced) that carries the Version to prove against, and
 	//     changes nothing (docs/design.md#admin-reset);
 	//   - if obs.TopicID is set, it checks the log's continuity
-	//     (docs/design.md#log-identity): a stored topic ID other than
-	//     obs.TopicID, a NextOffset above obs.LogEnd, or obs.LogStart above
-	//     NextOffset fail with a *LogChangedError (matching ErrLogChanged,
-	//     never ErrFenced) and change nothing; a scope with no topic ID
-	//     adopts obs.TopicID;
+	//     (docs/design.md#log-identity, [CheckLog]): a stored topic ID
+	//     other than obs.TopicID, a checkpoint that ends above
+	//     obs.LogEnd, or obs.LogStart above NextOffset fail with a
+	//     *LogChangedError (matching ErrLogChanged, never ErrFenced) and
+	//     change nothing; a scope with no topic ID adopts obs.TopicID;
 	//   - otherwise it stores tok and records the claim in its history
 	//     (HistoryEntry.Proven says whether a current proof came with it),
 	//     which moves the fence's Version.
 	//
 	// A scope never claimed starts at obs.LogStart (0 when unknown).
 	// Re-claiming with the holder's own token is idempotent.
-	Claim(ctx context.Context, tok epochs.Token, obs Observed) (nextOffset int64, err error)
+	Claim(ctx context.Context, tok epochs.Token, obs Observed) (Checkpoint, error)
 
-	// Apply applies a batch of records of tok's scope in one atomic unit.
-	// offsets are the batch's Kafka offsets, strictly ascending. Atomically:
-	// if the stored holder is not exactly tok, Apply fails with an error
-	// matching ErrFenced and nothing is applied; otherwise records whose
-	// offset is below NextOffset are skipped (replays are no-ops), effect
-	// runs for each remaining record index in order, and NextOffset becomes
-	// the last offset + 1. If effect fails, Apply returns its error wrapped
-	// in an *EffectError and commits nothing.
-	Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect Effect[Tx]) (ApplyResult, error)
+	// Apply applies batch b of tok's scope in one atomic unit ([CheckBatch]
+	// first). Atomically: if the stored holder is not exactly tok, Apply
+	// fails with an error matching ErrFenced and nothing is applied;
+	// otherwise records that are done (below NextOffset, or in a done
+	// span) are skipped (replays are no-ops); with b.IDs, duplicates are
+	// found (Features.DedupeWindow); effect runs for each remaining record
+	// index in order; and the checkpoint moves: past the last offset for
+	// a serial batch, by the spans [From[i], Offsets[i]+1) of every
+	// record not skipped as done for a lane's ([Checkpoint.Add]). If
+	// effect fails, Apply returns its error wrapped in an *EffectError
+	// and commits nothing (no effect, no offset, no ID). A serial batch
+	// on a scope with done spans skips the records in them and drops the
+	// spans below the NextOffset it leaves ([Checkpoint.Raise]), so that
+	// a worker without lanes can take over from one with lanes.
+	Apply(ctx context.Context, tok epochs.Token, b Batch, effect Effect[Tx]) (Result, error)
+
+	// DeadLetter stores rec as a dead letter of tok's scope and moves its
+	// checkpoint past rec.Offset, in one atomic unit
+	// (docs/design.md#dead-letters; the sink needs Features.DeadLetters,
+	// [CheckDeadLetter] first): if the stored holder is not exactly tok
+	// it fails with an error matching ErrFenced and stores nothing (a
+	// zombie cannot dead-letter); if rec.Offset is done (a replay) it
+	// stores nothing and returns Stored false; otherwise it stores rec
+	// and the checkpoint moves as Apply moves it for a batch of rec alone
+	// (serial: NextOffset becomes rec.Offset+1, a gap before it being
+	// normal; a lane's record, rec.Lane: [rec.From, rec.Offset+1) is
+	// done). The caller applies the records before rec first.
+	DeadLetter(ctx context.Context, tok epochs.Token, rec DeadRecord) (DeadLetterResult, error)
 }
 
 // Observed is what a claimer saw at the broker right before its Claim.
@@ -159,14 +252,13 @@ type Fence struct {
 	// against it ([Proof.Version]).
 	Version int64
 	// Done are the done spans above NextOffset of a gapped checkpoint
-	// ([GapApplier], docs/design.md#gaps): records applied by lanes that
+	// (Features.Gaps, docs/design.md#gaps): records applied by lanes that
 	// ran ahead. Empty for a scope without gaps.
 	Done []Span
-	// Duplicates counts the records ApplyOnce did not run in the scope
-	// because their command ID was applied already
-	// (ApplyOnceResult.Duplicates), since the scope's fence row was made:
-	// incremented in ApplyOnce's atomic unit, kept by a reset. Zero for a
-	// sink without [Deduplicator].
+	// Duplicates counts the records Apply did not run in the scope
+	// because their command ID was applied already (Result.Duplicates),
+	// since the scope's fence row was made: incremented in Apply's atomic
+	// unit, kept by a reset. Zero for a sink without a dedupe window.
 	Duplicates int64
 }
 
@@ -350,7 +442,7 @@ type HistoryEntry struct {
 	// returned) or the reset (which keeps it).
 	NextOffset int64
 	// Done are the done spans above NextOffset of a gapped checkpoint
-	// ([Checkpoint.Done]): for a claim, the spans ClaimGapped returned
+	// ([Checkpoint.Done]): for a claim, the spans Claim returned
 	// (offsets that lanes of an earlier tenure applied, which the new
 	// owner skips); for a reset, the spans it left ([Fence.AfterReset]:
 	// kept on the same log, none on a new one). Empty for a scope
@@ -493,20 +585,51 @@ func (e *EffectError) Error() string {
 // Unwrap returns the effect's error.
 func (e *EffectError) Unwrap() error { return e.Err }
 
-// CheckBatch validates the arguments of an Apply call. Backends call it first.
-func CheckBatch[Tx any](tok epochs.Token, offsets []int64, effect Effect[Tx]) error {
+// CheckBatch validates the arguments of an Apply call against the sink's
+// features: a valid token, a non-nil effect, offsets strictly ascending and
+// not negative, From and IDs of the offsets' length (From within each
+// record's gap, IDs no longer than MaxCommandIDLen), else ErrBadBatch; From
+// without f.Gaps or IDs without f.DedupeWindow, else ErrUnsupported.
+// Backends call it first. It may be called from any goroutine.
+func CheckBatch[Tx any](tok epochs.Token, b Batch, effect Effect[Tx], f Features) error {
 	if err := tok.Validate(); err != nil {
 		return err
 	}
 	if effect == nil {
 		return fmt.Errorf("%w: nil effect", ErrBadBatch)
 	}
-	for i, o := range offsets {
+	for i, o := range b.Offsets {
 		if o < 0 {
 			return fmt.Errorf("%w: negative offset %d at index %d", ErrBadBatch, o, i)
 		}
-		if i > 0 && o <= offsets[i-1] {
-			return fmt.Errorf("%w: offsets not strictly ascending at index %d (%d after %d)", ErrBadBatch, i, o, offsets[i-1])
+		if i > 0 && o <= b.Offsets[i-1] {
+			return fmt.Errorf("%w: offsets not strictly ascending at index %d (%d after %d)", ErrBadBatch, i, o, b.Offsets[i-1])
+		}
+	}
+	if b.From != nil {
+		if !f.Gaps {
+			return fmt.Errorf("%w: a lane's batch (From) on a sink without gaps", ErrUnsupported)
+		}
+		if len(b.From) != len(b.Offsets) {
+			return fmt.Errorf("%w: %d From offsets for %d offsets", ErrBadBatch, len(b.From), len(b.Offsets))
+		}
+		for i, from := range b.From {
+			if from < 0 || from > b.Offsets[i] || i > 0 && from <= b.Offsets[i-1] {
+				return fmt.Errorf("%w: From %d at index %d is not in (previous offset, offset %d]", ErrBadBatch, from, i, b.Offsets[i])
+			}
+		}
+	}
+	if b.IDs != nil {
+		if f.DedupeWindow <= 0 {
+			return fmt.Errorf("%w: command IDs on a sink that does not deduplicate", ErrUnsupported)
+		}
+		if len(b.IDs) != len(b.Offsets) {
+			return fmt.Errorf("%w: %d command IDs for %d offsets", ErrBadBatch, len(b.IDs), len(b.Offsets))
+		}
+		for i, id := range b.IDs {
+			if len(id) > MaxCommandIDLen {
+				return fmt.Errorf("%w: command ID at index %d is %d bytes, longer than %d", ErrBadBatch, i, len(id), MaxCommandIDLen)
+			}
 		}
 	}
 	return nil

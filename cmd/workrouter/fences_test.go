@@ -48,7 +48,7 @@ func claimedSink(t *testing.T) string {
 		}
 	}
 	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
-	if res, err := s.ApplyOnce(ctx, a, []int64{0, 1, 2}, []string{"x", "y", "x"}, noop); err != nil || len(res.Duplicates) != 1 {
+	if res, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0, 1, 2}, IDs: []string{"x", "y", "x"}}, noop); err != nil || len(res.Duplicates) != 1 {
 		t.Fatalf("apply: %+v, %v, want one duplicate", res, err)
 	}
 	return path
@@ -125,23 +125,23 @@ func TestFencesShowDoneSpans(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 5, Member: "member-a"}
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
 	// Offsets 0-1 (the watermark moves to 2), then 4-5 and 8, applied by
 	// lanes ahead of offsets 2-3 and 6-7.
-	for _, b := range []sink.GapBatch{
+	for _, b := range []sink.Batch{
 		{Offsets: []int64{0, 1}, From: []int64{0, 1}},
 		{Offsets: []int64{4, 5}, From: []int64{4, 5}},
 		{Offsets: []int64{8}, From: []int64{8}},
 	} {
-		if _, err := s.ApplyGapped(ctx, a, b, noop); err != nil {
+		if _, err := s.Apply(ctx, a, b, noop); err != nil {
 			t.Fatalf("apply %v: %v", b.Offsets, err)
 		}
 	}
 	b := epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 6, Member: "member-b"}
-	if cp, err := s.ClaimGapped(ctx, b, sink.Observed{}); err != nil || cp.NextOffset != 2 || len(cp.Done) != 2 {
+	if cp, err := s.Claim(ctx, b, sink.Observed{}); err != nil || cp.NextOffset != 2 || len(cp.Done) != 2 {
 		t.Fatalf("claim by %s: %+v, %v; want watermark 2 and 2 done spans", b, cp, err)
 	}
 	s.Close()
@@ -326,7 +326,7 @@ func TestFencesResetKeepCheckpoint(t *testing.T) {
 	if !errors.As(err, &pe) {
 		t.Fatalf("unproven claim after the reset: %v, want a *sink.ProofRequiredError", err)
 	}
-	if next, err := s.Claim(context.Background(), old, sink.Observed{Proof: &sink.Proof{Version: pe.Version}}); err != nil || next != 3 {
+	if next, err := nextOf(s.Claim(context.Background(), old, sink.Observed{Proof: &sink.Proof{Version: pe.Version}})); err != nil || next != 3 {
 		t.Fatalf("proven claim at epoch 1 after the reset: %d, %v; want 3, nil", next, err)
 	}
 }
@@ -390,7 +390,7 @@ func TestFencesResetRecreatedTopic(t *testing.T) {
 	if _, err := s.Claim(ctx, tok, sink.Observed{TopicID: oldID, LogStart: 0, LogEnd: 5}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Apply(ctx, tok, []int64{0, 1, 2, 3, 4}, func(context.Context, *sqlite.Tx, int) error { return nil }); err != nil {
+	if _, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1, 2, 3, 4}}, func(context.Context, *sqlite.Tx, int) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

@@ -45,7 +45,7 @@ func TestAdminCommandsOnRedis(t *testing.T) {
 	if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Apply(ctx, tok, []int64{0, 1, 2}, func(ctx context.Context, tx *redis.Tx, i int) error { tx.IncrBy("n", 1); return nil }); err != nil {
+	if _, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1, 2}}, func(ctx context.Context, tx *redis.Tx, i int) error { tx.IncrBy("n", 1); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.DeadLetter(ctx, tok, sink.DeadRecord{Offset: 3, Reason: "permanent", Error: "bad payload", Value: []byte("{")}); err != nil {

@@ -247,7 +247,7 @@ func runFencing[Tx any](t *testing.T, b backend[Tx]) {
 	}
 
 	// The paused worker's session expires; the partition moves on.
-	next, err := b.sink.Claim(ctx, successor, sink.Observed{})
+	next, err := nextOf(b.sink.Claim(ctx, successor, sink.Observed{}))
 	if err != nil {
 		t.Fatalf("claim epoch 2: %v", err)
 	}

@@ -65,7 +65,7 @@ func TestRedisHandlers(t *testing.T) {
 		for i := range offs {
 			offs[i] = int64(from + i)
 		}
-		_, err := s.Apply(ctx, tok, offs, func(ctx context.Context, tx *redis.Tx, i int) error {
+		_, err := s.Apply(ctx, tok, sink.Batch{Offsets: offs}, func(ctx context.Context, tx *redis.Tx, i int) error {
 			c := cmds[from+i]
 			return h[c.Type](ctx, tx, consumer.Command{Command: c, Offset: offs[i], Token: tok})
 		})

@@ -10,18 +10,19 @@ import (
 	"github.com/workrouter/workrouter/sink"
 )
 
-// DeadLetter stores rec as a dead letter of tok's scope and advances
-// NextOffset past it, following [sink.DeadLetterer], in one critical
+// DeadLetter stores rec as a dead letter of tok's scope and moves its
+// checkpoint past it, following [sink.Sink.DeadLetter], in one critical
 // section: a token that is not exactly the holder is fenced, a replay
-// (rec.Offset below NextOffset, or in a done span of a gapped scope)
-// stores nothing, and any other record (after a gap too) is stored and
-// NextOffset becomes rec.Offset+1 ([sink.Checkpoint.Raise]: the done
-// spans below it are dropped). It may be called from any goroutine.
+// (rec.Offset done: below NextOffset, or in a done span) stores nothing,
+// and any other record (after a gap too) is stored; then NextOffset
+// becomes rec.Offset+1 ([sink.Checkpoint.Raise]: the done spans below it
+// are dropped), or, for a lane's record, [rec.From, rec.Offset+1) is
+// added to the checkpoint. It may be called from any goroutine.
 func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
-	if err := sink.CheckDeadLetter(tok, rec); err != nil {
+	if err := sink.CheckDeadLetter(tok, rec, s.Features()); err != nil {
 		return sink.DeadLetterResult{}, err
 	}
-	return s.deadLetter(ctx, tok, 0, false, rec)
+	return s.deadLetter(ctx, tok, rec)
 }
 
 // DeadLetters returns the dead letters that match f, by ID, following

@@ -1,13 +1,12 @@
 package memory
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
 
 	"github.com/workrouter/workrouter/epochs"
-	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // ErrConfig is matched by the error [NewWithConfig] returns for an invalid
@@ -18,7 +17,7 @@ var ErrConfig = errors.New("memory: invalid config")
 // documented default.
 type Config struct {
 	// DedupeWindow is the retention horizon of applied command IDs, in
-	// offsets of a scope ([sink.Deduplicator]); default
+	// offsets of a scope ([sink.Features].DedupeWindow); default
 	// [sink.DefaultDedupeWindow]. Negative is invalid.
 	DedupeWindow int64
 }
@@ -31,7 +30,7 @@ func NewWithConfig(cfg Config) (*Sink, error) {
 		return nil, fmt.Errorf("%w: negative DedupeWindow %d", ErrConfig, cfg.DedupeWindow)
 	}
 	s := New()
-	s.window = sink.DedupeWindowOf(cfg.DedupeWindow)
+	s.window = cmdids.WindowOf(cfg.DedupeWindow)
 	return s, nil
 }
 
@@ -49,11 +48,6 @@ func (s *Sink) keyOf(id string) idKey {
 	return idKey{maphash.String(s.seeds[0], id), maphash.String(s.seeds[1], id)}
 }
 
-// DedupeWindow returns the sink's retention horizon of applied command
-// IDs, in offsets. It implements [sink.Deduplicator] and may be called
-// from any goroutine.
-func (s *Sink) DedupeWindow() int64 { return s.window }
-
 // CommandIDs returns how many applied command IDs the sink remembers for
 // scope. It may be called from any goroutine.
 func (s *Sink) CommandIDs(scope epochs.Scope) int {
@@ -63,22 +57,4 @@ func (s *Sink) CommandIDs(scope epochs.Scope) int {
 		return set.len()
 	}
 	return 0
-}
-
-// ApplyOnce applies a batch of records of tok's scope with their command
-// IDs, following [sink.Deduplicator]: as [Sink.Apply], and in the same
-// critical section that installs the batch it checks that the scope's
-// applied IDs did not change since the effects chose what to run (else
-// the effects run again), records the IDs of the records it ran and
-// forgets those below the window. Duplicates are not run and are listed
-// in the result and in the history's Apply event. It may be called from
-// any goroutine; the effect is called on the calling goroutine.
-func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
-	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
-		return sink.ApplyOnceResult{}, err
-	}
-	if err := sink.CheckIDs(offsets, ids); err != nil {
-		return sink.ApplyOnceResult{}, err
-	}
-	return s.apply(ctx, tok, offsets, nil, ids, effect)
 }

@@ -12,17 +12,17 @@ import (
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
-// TestApplyGappedEffectsRunConcurrently checks that a holder's
-// ApplyGapped calls of one scope run their effects at the same time: each
+// TestLaneEffectsRunConcurrently checks that a holder's
+// a lane's Apply calls of one scope run their effects at the same time: each
 // of n lanes' effect waits, inside the call, until all n effects have
 // started. With the sink's lock held around effects (or installs that
 // serialize the effects) the first lane would wait alone until its
 // deadline and the test fails.
-func TestApplyGappedEffectsRunConcurrently(t *testing.T) {
+func TestLaneEffectsRunConcurrently(t *testing.T) {
 	const n = 8
 	s := memory.New()
 	tok := token(1, "a")
-	if _, err := s.ClaimGapped(t.Context(), tok, sink.Observed{}); err != nil {
+	if _, err := s.Claim(t.Context(), tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	var started sync.WaitGroup
@@ -36,7 +36,7 @@ func TestApplyGappedEffectsRunConcurrently(t *testing.T) {
 		go func() {
 			off := int64(lane)
 			once := sync.OnceFunc(started.Done)
-			_, err := s.ApplyGapped(ctx, tok, sink.GapBatch{Offsets: []int64{off}, From: []int64{off}}, func(ctx context.Context, tx *memory.Tx, _ int) error {
+			_, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{off}, From: []int64{off}}, func(ctx context.Context, tx *memory.Tx, _ int) error {
 				once()
 				select {
 				case <-all:
@@ -51,12 +51,12 @@ func TestApplyGappedEffectsRunConcurrently(t *testing.T) {
 	}
 	for range n {
 		if err := <-errs; err != nil {
-			t.Fatalf("ApplyGapped: %v", err)
+			t.Fatalf("a lane's Apply: %v", err)
 		}
 	}
-	cp, err := s.ClaimGapped(t.Context(), tok, sink.Observed{})
+	cp, err := s.Claim(t.Context(), tok, sink.Observed{})
 	if err != nil || cp.NextOffset != n || len(cp.Done) != 0 {
-		t.Fatalf("ClaimGapped after %d lanes = %+v, %v; want NextOffset %d, no span", n, cp, err, n)
+		t.Fatalf("Claim after %d lanes = %+v, %v; want NextOffset %d, no span", n, cp, err, n)
 	}
 	if err := s.Verify(); err != nil {
 		t.Fatal(err)
@@ -69,12 +69,12 @@ func TestApplyGappedEffectsRunConcurrently(t *testing.T) {
 func TestGappedEventsAndVerify(t *testing.T) {
 	s := memory.New()
 	tok := token(1, "a")
-	if _, err := s.ClaimGapped(t.Context(), tok, sink.Observed{}); err != nil {
+	if _, err := s.Claim(t.Context(), tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	nop := func(context.Context, *memory.Tx, int) error { return nil }
 	for _, off := range []int64{5, 2, 0} {
-		if _, err := s.ApplyGapped(t.Context(), tok, sink.GapBatch{Offsets: []int64{off}, From: []int64{off}}, nop); err != nil {
+		if _, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{off}, From: []int64{off}}, nop); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -90,22 +90,22 @@ func TestGappedEventsAndVerify(t *testing.T) {
 	if !slices.Equal(gapped, []int64{5, 2, 0}) {
 		t.Fatalf("gapped apply events hold offsets %v, want [5 2 0]", gapped)
 	}
-	cp, err := s.ClaimGapped(t.Context(), tok, sink.Observed{})
+	cp, err := s.Claim(t.Context(), tok, sink.Observed{})
 	if err != nil || cp.NextOffset != 1 || !slices.Equal(cp.Done, []sink.Span{{From: 2, To: 3}, {From: 5, To: 6}}) {
-		t.Fatalf("ClaimGapped = %+v, %v; want NextOffset 1 and spans [2,3) [5,6)", cp, err)
+		t.Fatalf("Claim = %+v, %v; want NextOffset 1 and spans [2,3) [5,6)", cp, err)
 	}
 }
 
-// TestApplyGappedOverlapAppliedOnce checks the install's re-check: two
-// ApplyGapped calls of one holder with the same offset run their effects
+// TestLaneOverlapAppliedOnce checks the install's re-check: two
+// a lane's Apply calls of one holder with the same offset run their effects
 // at the same time (each waits inside its effect for the other); the
 // first to install applies it, the second finds it done at its install,
 // runs again on a fresh snapshot and skips it. Without the re-check both
 // would land and the history would apply offset 0 twice (X).
-func TestApplyGappedOverlapAppliedOnce(t *testing.T) {
+func TestLaneOverlapAppliedOnce(t *testing.T) {
 	s := memory.New()
 	tok := token(1, "a")
-	if _, err := s.ClaimGapped(t.Context(), tok, sink.Observed{}); err != nil {
+	if _, err := s.Claim(t.Context(), tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -113,14 +113,14 @@ func TestApplyGappedOverlapAppliedOnce(t *testing.T) {
 	var both sync.WaitGroup
 	both.Add(2)
 	type result struct {
-		res sink.ApplyOnceResult
+		res sink.Result
 		err error
 	}
 	results := make(chan result, 2)
 	for range 2 {
 		go func() {
 			first := true
-			res, err := s.ApplyGapped(ctx, tok, sink.GapBatch{Offsets: []int64{0}, From: []int64{0}}, func(ctx context.Context, tx *memory.Tx, _ int) error {
+			res, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}, From: []int64{0}}, func(ctx context.Context, tx *memory.Tx, _ int) error {
 				if first {
 					first = false
 					both.Done()
@@ -141,7 +141,7 @@ func TestApplyGappedOverlapAppliedOnce(t *testing.T) {
 		applied += r.res.Applied
 	}
 	if applied != 1 {
-		t.Fatalf("two overlapping ApplyGapped calls applied offset 0 %d times, want once", applied)
+		t.Fatalf("two overlapping a lane's Apply calls applied offset 0 %d times, want once", applied)
 	}
 	if err := s.Verify(); err != nil {
 		t.Fatal(err)

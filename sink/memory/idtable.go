@@ -211,7 +211,7 @@ func (set *idSet) record(k idKey, off int64, hint int, hintMoves uint64) {
 //
 // Plain applies record their offsets in ascending order, so the queue is
 // by offset too, except after a reset onto a new log whose offsets start
-// lower, and with lanes (ApplyGapped), whose batches install in any
+// lower, and with lanes (a lane's batch), whose batches install in any
 // order: then lower entries wait behind higher ones, and are forgotten
 // later than the window says, never earlier (prune pops an entry only
 // once its offset is below the horizon, and IsDuplicate decides by

@@ -41,6 +41,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // ErrNoReason is matched by the error [Sink.ResetFence] (and the dead
@@ -55,10 +56,6 @@ var (
 	_ sink.Resetter  = (*Sink)(nil)
 	_ sink.Historian = (*Sink)(nil)
 
-	_ sink.Deduplicator[*Tx] = (*Sink)(nil)
-	_ sink.GapApplier[*Tx]   = (*Sink)(nil)
-
-	_ sink.DeadLetterer    = (*Sink)(nil)
 	_ sink.DeadLetterStore = (*Sink)(nil)
 )
 
@@ -109,9 +106,9 @@ type Event struct {
 	// duplicates). Nil otherwise.
 	Offsets []int64
 	// IDs are the command IDs of Offsets (by index; "" for a record
-	// without one) for an Apply made by [Sink.ApplyOnce]; nil otherwise.
+	// without one) for an Apply of a batch with IDs; nil otherwise.
 	IDs []string
-	// Duplicates are the offsets an accepted ApplyOnce did not run
+	// Duplicates are the offsets an accepted Apply did not run
 	// because their command ID was already applied.
 	Duplicates []int64
 	// Accepted reports whether the sink accepted the operation; a refused
@@ -129,10 +126,9 @@ type Event struct {
 	Done []sink.Span
 	// At is when the sink recorded the event (informational).
 	At time.Time
-	// Gapped reports an Apply made by [Sink.ApplyGapped] (a lane's
-	// batch, docs/design.md#gaps) or a DeadLetter by
-	// [Sink.DeadLetterGapped]: its offsets need not follow the scope's
-	// other applies.
+	// Gapped reports an Apply of a lane's batch ([sink.Batch].From,
+	// docs/design.md#gaps) or a lane's DeadLetter ([sink.DeadRecord].Lane):
+	// its offsets need not follow the scope's other applies.
 	Gapped bool
 	// TopicID is the log identity of a claim, or the one a reset left.
 	TopicID string
@@ -202,9 +198,10 @@ type entry struct {
 }
 
 // Sink is an in-process fenced sink with a transactional key-value store.
-// It implements [sink.Sink] with *[Tx] as the transaction handle,
-// [sink.Lister], [sink.Resetter], [sink.Deduplicator] ([Sink.ApplyOnce])
-// and [sink.GapApplier] ([Sink.ApplyGapped]). The zero value is not usable: call [New] or
+// It implements [sink.Sink] with *[Tx] as the transaction handle and
+// every feature (command IDs, gaps, dead letters), and [sink.Lister],
+// [sink.Resetter], [sink.Historian] and [sink.DeadLetterStore]. The zero
+// value is not usable: call [New] or
 // [NewWithConfig]. All methods are safe for concurrent use by any number
 // of goroutines.
 type Sink struct {
@@ -221,7 +218,7 @@ type Sink struct {
 	audit    []AuditEntry
 	rejected int
 
-	ids    map[epochs.Scope]*idSet // applied command IDs (sink.Deduplicator)
+	ids    map[epochs.Scope]*idSet // applied command IDs (sink.Features.DedupeWindow)
 	window int64                   // their retention horizon, in offsets
 	seeds  [2]maphash.Seed         // of the IDs' keys (idKey)
 	// scratch holds *applyScratch: the memory of apply calls, reused.
@@ -272,23 +269,30 @@ func (s *Sink) holderOf(scope epochs.Scope) epochs.Token {
 	return epochs.Token{}
 }
 
-// Claim makes tok the holder of its scope and returns the scope's
-// NextOffset, following [sink.Sink.Claim]: it fails with a
-// *[sink.FencedError] if the stored holder has a greater epoch, or the same
-// epoch and another member, with a *[sink.ProofRequiredError] without a
-// current obs.Proof when the fence asks a proof of tok
-// ([sink.Fence.CheckClaim]: after a reset), and with a *[sink.LogChangedError] when the log
-// under the checkpoint changed. A refused claim changes nothing; a fenced
-// one is recorded in the history. Claim never waits for a running Apply.
-// It may be called from any goroutine.
-func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
-	next, err := s.claim(ctx, tok, obs, false)
-	return next.NextOffset, err
+// Features returns the sink's features: command IDs within its dedupe
+// window, gaps and dead letters ([sink.Features]). It may be called from
+// any goroutine.
+func (s *Sink) Features() sink.Features {
+	return sink.Features{DedupeWindow: s.window, Gaps: true, DeadLetters: true}
 }
 
-// claim is Claim, and ClaimGapped when gapped (it returns a clone of the
-// whole checkpoint then, else only its NextOffset).
-func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, gapped bool) (sink.Checkpoint, error) {
+// Claim makes tok the holder of its scope and returns the scope's
+// checkpoint, following [sink.Sink.Claim]: it fails with a
+// *[sink.FencedError] if the stored holder has a greater epoch, or the same
+// epoch and another member (unless obs proves a takeover), with a
+// *[sink.ProofRequiredError] without a current obs.Proof when the fence
+// asks a proof of tok ([sink.Fence.CheckClaim]: after a reset), and with
+// a *[sink.LogChangedError] when the log under the checkpoint changed
+// ([sink.CheckLog] compares [sink.Checkpoint.End] with obs.LogEnd). A
+// refused claim changes nothing; a fenced one is recorded in the history.
+// The result shares no memory with the sink. Claim never waits for a
+// running Apply. It may be called from any goroutine.
+func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
+	return s.claim(ctx, tok, obs)
+}
+
+// claim is Claim.
+func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
 	if err := tok.Validate(); err != nil {
 		return sink.Checkpoint{}, err
 	}
@@ -346,40 +350,36 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 	st.gen++
 	s.record(Event{Kind: Claim, Scope: scope, Token: tok, Accepted: true, Stored: holder, NextOffset: cp.NextOffset, TopicID: topic,
 		Done: slices.Clone(cp.Done), Proven: stored.ProvenBy(obs)})
-	if !gapped {
-		return sink.Checkpoint{NextOffset: cp.NextOffset}, nil
-	}
 	return cp.Clone(), nil
 }
 
-// Apply applies a batch of records of tok's scope, following
-// [sink.Sink.Apply]: records whose offset is below NextOffset are skipped,
-// effect runs for each remaining record index in order against a fresh
-// *[Tx], and the writes and the new NextOffset are installed atomically
-// only if tok is still exactly the holder at that moment (else a
-// *[sink.FencedError] and nothing applied). Effects run without the sink's
-// lock held and may be run more than once (see the package documentation).
-// A cancelled ctx aborts the call before the install, with nothing
-// applied. Apply may be called from any goroutine; the effect is called on
-// the calling goroutine.
-func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*Tx]) (sink.ApplyResult, error) {
-	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
-		return sink.ApplyResult{}, err
+// Apply applies batch b of tok's scope, following [sink.Sink.Apply]:
+// records that are done (below NextOffset, or in a done span) are
+// skipped, with b.IDs duplicates are found, effect runs for each
+// remaining record index in order against a fresh *[Tx], and the writes,
+// the applied IDs and the new checkpoint are installed atomically only if
+// tok is still exactly the holder at that moment (else a
+// *[sink.FencedError] and nothing applied). Effects run without the
+// sink's lock held and may be run more than once (see the package
+// documentation): a serial batch installs only if the scope's checkpoint
+// did not move since its snapshot; a lane's batch (b.From), whose lanes
+// run concurrently, if the scope was not claimed or reset since, no
+// record it ran became done meanwhile, and the stored IDs still give the
+// same duplicate decisions, so that lanes of disjoint offsets and keys
+// never make each other run again. A lane's result has the exact
+// watermark the install left. A cancelled ctx aborts the call before the
+// install, with nothing applied. Apply may be called from any goroutine;
+// the effect is called on the calling goroutine.
+func (s *Sink) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[*Tx]) (sink.Result, error) {
+	if err := sink.CheckBatch(tok, b, effect, s.Features()); err != nil {
+		return sink.Result{}, err
 	}
-	res, err := s.apply(ctx, tok, offsets, nil, nil, effect)
-	return res.ApplyResult, err
+	return s.apply(ctx, tok, b.Offsets, b.From, b.IDs, effect)
 }
 
-// apply is Apply, ApplyOnce when ids is not nil, and ApplyGapped when
-// from is not nil (offsets[i] covers [from[i], offsets[i]+1)).
-//
-// A plain apply installs only if the scope's checkpoint did not move
-// since its snapshot. A gapped one, whose lanes run concurrently, installs
-// if the scope was not claimed or reset since (the checkpoint only grew),
-// no record it ran (or found a duplicate) became done meanwhile, and the
-// stored IDs still give the same duplicate decisions: lanes of disjoint
-// offsets and keys never make each other run again.
-func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+// apply is Apply of the batch (offsets, from, ids): a lane's when from is
+// not nil (offsets[i] covers [from[i], offsets[i]+1)).
+func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int64, ids []string, effect sink.Effect[*Tx]) (sink.Result, error) {
 	scope := tok.Scope()
 	gapped := from != nil
 	sc := s.scratch.Get().(*applyScratch)
@@ -395,7 +395,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 	}
 	for {
 		if err := ctx.Err(); err != nil {
-			return sink.ApplyOnceResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
+			return sink.Result{}, fmt.Errorf("memory: apply %s: %w", tok, err)
 		}
 
 		// Snapshot the checkpoint and the applied IDs; refuse early if
@@ -407,7 +407,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			stored := s.holderOf(scope)
 			s.record(Event{Kind: Apply, Scope: scope, Token: tok, Stored: stored, Gapped: gapped})
 			s.mu.Unlock()
-			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+			return sink.Result{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
 		}
 		gen, cpVer := st.gen, st.cpVer
 		cp := st.checkpoint()
@@ -428,7 +428,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			}
 		}
 		if ids != nil {
-			// sink.PlanDedupe, on the IDs' keys: the first occurrence
+			// cmdids.Plan, on the IDs' keys: the first occurrence
 			// of an ID in the batch is looked up, a later one is a
 			// duplicate whatever the store holds. The scope's set is
 			// made here if it has none yet, so that the lookups leave
@@ -455,7 +455,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 					continue
 				}
 				p, hint, ok := set.find(k)
-				d := ok && sink.IsDuplicate(offsets[i], p, s.window)
+				d := ok && cmdids.IsDuplicate(offsets[i], p, s.window)
 				dup[i], hints[i] = d, hint
 				if gapped {
 					lookup, dupAt = append(lookup, i), append(dupAt, d)
@@ -470,7 +470,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		var effErr error
 		for i := first; i < len(offsets); i++ {
 			if err := ctx.Err(); err != nil {
-				return sink.ApplyOnceResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
+				return sink.Result{}, fmt.Errorf("memory: apply %s: %w", tok, err)
 			}
 			if skip(i) || dup != nil && dup[i] {
 				continue
@@ -492,18 +492,18 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			if stale {
 				continue
 			}
-			return sink.ApplyOnceResult{}, effErr
+			return sink.Result{}, effErr
 		}
 		if err := ctx.Err(); err != nil {
 			s.mu.Unlock()
-			return sink.ApplyOnceResult{}, fmt.Errorf("memory: apply %s: %w", tok, err)
+			return sink.Result{}, fmt.Errorf("memory: apply %s: %w", tok, err)
 		}
 		st = s.scopes[scope]
 		if st == nil || !tok.Holds(st.holder) {
 			stored := s.holderOf(scope)
 			s.record(Event{Kind: Apply, Scope: scope, Token: tok, Stored: stored, Gapped: gapped})
 			s.mu.Unlock()
-			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+			return sink.Result{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
 		}
 		set := s.ids[scope] // not nil if ids is not: made by the snapshot, never removed
 		var current bool
@@ -522,12 +522,12 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			appliedIDs []string
 			appliedAt  []int // by index of applied: the record's index
 			dups       []int64
-			res        sink.ApplyOnceResult
+			res        sink.Result
 		)
 		if ids != nil {
 			appliedIDs, appliedAt = sc.appliedIDs[:0], sc.appliedAt[:0] // record copies the IDs
 			if appliedIDs == nil {
-				appliedIDs = make([]string, 0, len(offsets)-first) // not nil: an ApplyOnce's event has IDs
+				appliedIDs = make([]string, 0, len(offsets)-first) // not nil: an event of a batch with IDs has IDs
 			}
 		}
 		cp = st.checkpoint()
@@ -567,7 +567,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 					set.record(keys[i], o, hints[i], moves)
 				}
 			}
-			set.prune(sink.Horizon(st.nextOffset, s.window))
+			set.prune(cmdids.Horizon(st.nextOffset, s.window))
 			set.ver++
 		}
 		s.record(Event{Kind: Apply, Scope: scope, Token: tok, Offsets: applied, IDs: appliedIDs, Duplicates: dups, Accepted: true, Stored: st.holder, Gapped: gapped})
@@ -596,7 +596,7 @@ func (s *Sink) gapSnapshotCurrentLocked(st *fenceState, set *idSet, offsets []in
 	}
 	for k, i := range lookup {
 		p, ok := set.get(keys[i])
-		now := ok && sink.IsDuplicate(offsets[i], p, s.window)
+		now := ok && cmdids.IsDuplicate(offsets[i], p, s.window)
 		if was := dupAt[k]; now != was {
 			return false
 		}

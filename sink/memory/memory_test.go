@@ -65,7 +65,7 @@ func TestBlockedEffectDoesNotBlockClaim(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	applyDone := make(chan error, 1)
 	go func() {
-		_, err := s.Apply(t.Context(), old, []int64{0, 1}, func(_ context.Context, tx *memory.Tx, i int) error {
+		_, err := s.Apply(t.Context(), old, sink.Batch{Offsets: []int64{0, 1}}, func(_ context.Context, tx *memory.Tx, i int) error {
 			tx.Put("k"+strconv.Itoa(i), []byte("zombie"))
 			if i == 0 {
 				close(entered)
@@ -111,7 +111,7 @@ func TestBlockedEffectDoesNotBlockClaim(t *testing.T) {
 			t.Fatalf("fenced Apply left %s=%q", k, v)
 		}
 	}
-	if next, err := s.Claim(t.Context(), newer, sink.Observed{}); err != nil || next != 0 {
+	if next, err := nextOf(s.Claim(t.Context(), newer, sink.Observed{})); err != nil || next != 0 {
 		t.Fatalf("re-Claim = %d, %v; want 0, nil", next, err)
 	}
 	if got := s.Rejected(); got != 1 {
@@ -137,7 +137,7 @@ func TestConflictingAppliesSerialize(t *testing.T) {
 		wg.Go(func() {
 			for b := range batches {
 				offs := []int64{int64(b * perBatch), int64(b*perBatch + 1), int64(b*perBatch + 2)}
-				_, err := s.Apply(t.Context(), tok, offs, func(_ context.Context, tx *memory.Tx, i int) error {
+				_, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: offs}, func(_ context.Context, tx *memory.Tx, i int) error {
 					v, _ := tx.Get("counter")
 					n, _ := strconv.Atoi(string(v))
 					tx.Put("counter", []byte(strconv.Itoa(n+1)))
@@ -173,12 +173,12 @@ func TestPrefixScanConflict(t *testing.T) {
 		}
 	}
 	var runs int
-	_, err := s.Apply(t.Context(), a, []int64{0}, func(ctx context.Context, tx *memory.Tx, _ int) error {
+	_, err := s.Apply(t.Context(), a, sink.Batch{Offsets: []int64{0}}, func(ctx context.Context, tx *memory.Tx, _ int) error {
 		runs++
 		n := len(tx.Keys("item/"))
 		if runs == 1 {
 			// Another scope commits a new item while this effect runs.
-			if _, err := s.Apply(ctx, b, []int64{0}, func(_ context.Context, tx2 *memory.Tx, _ int) error {
+			if _, err := s.Apply(ctx, b, sink.Batch{Offsets: []int64{0}}, func(_ context.Context, tx2 *memory.Tx, _ int) error {
 				tx2.Put("item/b", []byte("x"))
 				return nil
 			}); err != nil {
@@ -207,7 +207,7 @@ func TestTxSemantics(t *testing.T) {
 	}
 	put := func(off int64, f func(tx *memory.Tx)) {
 		t.Helper()
-		if _, err := s.Apply(t.Context(), tok, []int64{off}, func(_ context.Context, tx *memory.Tx, _ int) error {
+		if _, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{off}}, func(_ context.Context, tx *memory.Tx, _ int) error {
 			f(tx)
 			return nil
 		}); err != nil {
@@ -299,11 +299,11 @@ func TestEventsRecordDecisions(t *testing.T) {
 	ctx := t.Context()
 	noop := func(context.Context, *memory.Tx, int) error { return nil }
 	s.Claim(ctx, a, sink.Observed{})
-	s.Apply(ctx, a, []int64{0, 1}, noop)
-	s.Apply(ctx, a, []int64{1, 2}, noop) // 1 skipped
+	s.Apply(ctx, a, sink.Batch{Offsets: []int64{0, 1}}, noop)
+	s.Apply(ctx, a, sink.Batch{Offsets: []int64{1, 2}}, noop) // 1 skipped
 	s.Claim(ctx, b, sink.Observed{})
-	s.Apply(ctx, a, []int64{3}, noop) // fenced
-	s.Claim(ctx, a, sink.Observed{})  // fenced
+	s.Apply(ctx, a, sink.Batch{Offsets: []int64{3}}, noop) // fenced
+	s.Claim(ctx, a, sink.Observed{})                       // fenced
 	got := s.Events()
 	for i := range got {
 		if got[i].At.IsZero() {
@@ -330,12 +330,12 @@ func TestEventsRecordDecisions(t *testing.T) {
 	}
 }
 
-// TestEventsKeepApplyOnceIDs: an ApplyOnce's event lists the IDs of the
+// TestEventsKeepBatchIDs: the event of an Apply with IDs lists the IDs of the
 // records it ran, by index of its offsets ("" for a record without one),
 // and none of the duplicates, also after the caller reused the slice it
-// passed; an ApplyOnce that ran nothing has an empty list, a plain Apply
+// passed; an Apply with IDs that ran nothing has an empty list, a plain Apply
 // none (nil), before and after events with IDs.
-func TestEventsKeepApplyOnceIDs(t *testing.T) {
+func TestEventsKeepBatchIDs(t *testing.T) {
 	s := memory.New()
 	a := token(1, "a")
 	ctx := t.Context()
@@ -343,24 +343,24 @@ func TestEventsKeepApplyOnceIDs(t *testing.T) {
 	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Apply(ctx, a, []int64{0}, noop); err != nil {
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0}}, noop); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ApplyOnce(ctx, a, []int64{0}, []string{"w"}, noop); err != nil { // below NextOffset: skipped
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0}, IDs: []string{"w"}}, noop); err != nil { // below NextOffset: skipped
 		t.Fatal(err)
 	}
 	ids := []string{"x", "", "y", "x"}
-	if _, err := s.ApplyOnce(ctx, a, []int64{1, 2, 3, 4}, ids, noop); err != nil {
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{1, 2, 3, 4}, IDs: ids}, noop); err != nil {
 		t.Fatal(err)
 	}
 	ids[0], ids[2] = "changed", "changed"
-	if _, err := s.ApplyOnce(ctx, a, []int64{5, 6}, []string{"y", "z"}, noop); err != nil { // y: a duplicate
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{5, 6}, IDs: []string{"y", "z"}}, noop); err != nil { // y: a duplicate
 		t.Fatal(err)
 	}
-	if _, err := s.ApplyOnce(ctx, a, []int64{3}, []string{"w"}, noop); err != nil { // below NextOffset: skipped
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{3}, IDs: []string{"w"}}, noop); err != nil { // below NextOffset: skipped
 		t.Fatal(err)
 	}
-	if _, err := s.Apply(ctx, a, []int64{7}, noop); err != nil {
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{7}}, noop); err != nil {
 		t.Fatal(err)
 	}
 	var got [][]string
@@ -385,24 +385,24 @@ func ExampleSink() {
 	s := memory.New()
 	tok := epochs.Token{Group: "billing", Topic: "invoices", Partition: 0, Epoch: 1, Member: "worker-a"}
 
-	next, _ := s.Claim(ctx, tok, sink.Observed{})
+	next, _ := nextOf(s.Claim(ctx, tok, sink.Observed{}))
 	fmt.Println("resume at", next)
 
 	send := func(_ context.Context, tx *memory.Tx, i int) error {
 		tx.Put("invoice/"+strconv.Itoa(i), []byte("sent"))
 		return nil
 	}
-	res, _ := s.Apply(ctx, tok, []int64{0, 1}, send)
+	res, _ := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1}}, send)
 	fmt.Println("applied", res.Applied, "next", res.NextOffset)
 
 	// worker-a pauses; the group hands the partition to worker-b.
 	successor := tok
 	successor.Epoch, successor.Member = 2, "worker-b"
-	next, _ = s.Claim(ctx, successor, sink.Observed{})
+	next, _ = nextOf(s.Claim(ctx, successor, sink.Observed{}))
 	fmt.Println("successor resumes at", next)
 
 	// worker-a wakes up and writes: the sink refuses it.
-	_, err := s.Apply(ctx, tok, []int64{2}, send)
+	_, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{2}}, send)
 	fmt.Println("zombie fenced:", errors.Is(err, sink.ErrFenced))
 
 	fmt.Println(s.Keys("invoice/"))

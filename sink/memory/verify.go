@@ -41,7 +41,7 @@ func (v Violation) String() string {
 //     Reset came in between.
 //   - O: the offsets applied are strictly increasing, over the plain
 //     applies, and within each gapped apply (a lane's batch,
-//     [Sink.ApplyGapped]); lanes' batches are not ordered with each
+//     [sink.Batch].From); lanes' batches are not ordered with each
 //     other nor with the plain applies (the sink does not know the
 //     records' keys: O per key is the chaos checker's).
 //   - X: no offset is applied twice.

@@ -122,23 +122,23 @@ func TestVerifyOnLiveSink(t *testing.T) {
 	}
 	_, err := s.Claim(ctx, a, sink.Observed{})
 	must(err)
-	_, err = s.Apply(ctx, a, []int64{0, 1}, noop)
+	_, err = s.Apply(ctx, a, sink.Batch{Offsets: []int64{0, 1}}, noop)
 	must(err)
 	_, err = s.Claim(ctx, b, sink.Observed{})
 	must(err)
-	_, err = s.Apply(ctx, a, []int64{2}, noop)
+	_, err = s.Apply(ctx, a, sink.Batch{Offsets: []int64{2}}, noop)
 	fenced(err)
-	_, err = s.Apply(ctx, b, []int64{0, 1, 2}, noop) // 0, 1 replayed
+	_, err = s.Apply(ctx, b, sink.Batch{Offsets: []int64{0, 1, 2}}, noop) // 0, 1 replayed
 	must(err)
 	_, err = s.Claim(ctx, c, sink.Observed{})
 	fenced(err)
 	_, err = s.ResetFence(ctx, sink.ResetRequest{Scope: c.Scope(), Expect: sink.Fence{Scope: c.Scope(), Holder: b, NextOffset: 3}, Reason: "group recreated"})
 	must(err)
-	_, err = s.Apply(ctx, b, []int64{3}, noop)
+	_, err = s.Apply(ctx, b, sink.Batch{Offsets: []int64{3}}, noop)
 	fenced(err)
 	_, err = s.Claim(ctx, c, sink.Observed{Proof: &sink.Proof{Version: fenceVersion(t, s, c.Scope())}})
 	must(err)
-	_, err = s.Apply(ctx, c, []int64{3}, noop)
+	_, err = s.Apply(ctx, c, sink.Batch{Offsets: []int64{3}}, noop)
 	must(err)
 	if err := s.Verify(); err != nil {
 		t.Fatal(err)

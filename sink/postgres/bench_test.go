@@ -95,7 +95,7 @@ func benchApply(b *testing.B, n int, async bool) {
 		}
 		next += int64(n)
 		start := time.Now()
-		if _, err := s.Apply(ctx, tok, offsets, effect); err != nil {
+		if _, err := s.Apply(ctx, tok, sink.Batch{Offsets: offsets}, effect); err != nil {
 			b.Fatal(err)
 		}
 		tFenced += time.Since(start)
@@ -137,7 +137,7 @@ func commandID(r *rand.Rand) string {
 }
 
 // BenchmarkDedup measures the cost of deduplication (docs/design.md#command-ids):
-// "off" applies batches with Apply, "on" the same batches with ApplyOnce,
+// "off" applies batches with Apply, "on" the same batches with an Apply with IDs,
 // every record with a new random command ID, on a scope whose window
 // (sink.DefaultDedupeWindow) is already full (rows of the batch's size),
 // so that every batch also prunes as many IDs as it records (the steady
@@ -186,9 +186,9 @@ func benchDedup(b *testing.B, on bool, n int) {
 		bytesPerID, pruneCost float64
 	)
 	if on {
-		// Fill the window as ApplyOnce would have, one row per batch of
-		// random IDs, in one transaction; then one ApplyOnce loads them.
-		window := s.DedupeWindow()
+		// Fill the window as an Apply with IDs would have, one row per batch of
+		// random IDs, in one transaction; then one Apply with IDs loads them.
+		window := s.Features().DedupeWindow
 		tx, err := s.Pool().Begin(ctx)
 		if err != nil {
 			b.Fatal(err)
@@ -218,9 +218,9 @@ func benchDedup(b *testing.B, on bool, n int) {
 		bytesPerID = float64(size) / float64(window)
 		pruneCost = prunePerBatch(b, s, table, next-window)
 		noop := func(context.Context, pgx.Tx, int) error { return nil }
-		res, err := s.ApplyOnce(ctx, tok, []int64{next}, []string{commandID(r)}, noop)
+		res, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{next}, IDs: []string{commandID(r)}}, noop)
 		if err != nil || res.Applied != 1 {
-			b.Fatalf("first ApplyOnce: %+v, %v", res, err)
+			b.Fatalf("first an Apply with IDs: %+v, %v", res, err)
 		}
 		next = res.NextOffset
 	}
@@ -232,15 +232,15 @@ func benchDedup(b *testing.B, on bool, n int) {
 			offsets[i], ids[i] = next+int64(i), commandID(r)
 		}
 		var (
-			res sink.ApplyResult
+			res sink.Result
 			err error
 		)
 		if on {
-			var once sink.ApplyOnceResult
-			once, err = s.ApplyOnce(ctx, tok, offsets, ids, effect)
-			res = once.ApplyResult
+			var once sink.Result
+			once, err = s.Apply(ctx, tok, sink.Batch{Offsets: offsets, IDs: ids}, effect)
+			res = once
 		} else {
-			res, err = s.Apply(ctx, tok, offsets, effect)
+			res, err = s.Apply(ctx, tok, sink.Batch{Offsets: offsets}, effect)
 		}
 		if err != nil || res.Applied != n {
 			b.Fatalf("%+v, %v", res, err)
@@ -257,7 +257,7 @@ func benchDedup(b *testing.B, on bool, n int) {
 
 // prunePerBatch returns the mean time, in µs, of deleting the rows of the
 // 256 lowest command IDs of the bench scope from horizon on, as
-// ApplyOnce's prune does, in 20 transactions that are rolled back.
+// an Apply with IDs's prune does, in 20 transactions that are rolled back.
 func prunePerBatch(b *testing.B, s *Sink, table string, horizon int64) float64 {
 	ctx := context.Background()
 	var total time.Duration
@@ -281,7 +281,7 @@ func prunePerBatch(b *testing.B, s *Sink, table string, horizon int64) float64 {
 }
 
 // BenchmarkLanes measures the lanes of a checkpoint with gaps
-// (ApplyGapped, gaps.go): N lanes of one scope apply batches of 4
+// (a lane's Apply, gaps.go): N lanes of one scope apply batches of 4
 // records at once, each record an upsert and 1 ms of simulated I/O
 // inside the transaction (W3's handler), lane l owning the offsets l,
 // l+N, l+2N, …. "shared" is the sink as it is (the fence row taken FOR
@@ -289,7 +289,7 @@ func prunePerBatch(b *testing.B, s *Sink, table string, horizon int64) float64 {
 // each lane's first effect take the fence row FOR UPDATE, so the lanes'
 // transactions run one at a time, as they would if each lane updated
 // the fence row (what the shared design avoids). records/s is over all
-// lanes; claim-ms is how long a ClaimGapped made halfway through took
+// lanes; claim-ms is how long a Claim made halfway through took
 // (it takes the fence row FOR UPDATE, waiting for the lanes that hold it).
 func BenchmarkLanes(b *testing.B) {
 	for _, lanes := range []int{1, 4, 16} {
@@ -321,7 +321,7 @@ func benchLanes(b *testing.B, serialized bool, lanes, batch int, sleep time.Dura
 	})
 	ctx := context.Background()
 	tok := epochs.Token{Group: "bench", Topic: "t", Partition: 0, Epoch: 1, Member: "m"}
-	if _, err := s.ClaimGapped(ctx, tok, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
 		b.Fatal(err)
 	}
 	lock := "SELECT 1 FROM " + pgx.Identifier{schema, "workrouter_fences"}.Sanitize() + " WHERE grp = 'bench' AND topic = 't' AND part = 0 FOR UPDATE"
@@ -358,7 +358,7 @@ func benchLanes(b *testing.B, serialized bool, lanes, batch int, sleep time.Dura
 					}
 					return nil
 				}
-				if _, err := s.ApplyGapped(ctx, tok, sink.GapBatch{Offsets: offs, From: offs}, effect); err != nil {
+				if _, err := s.Apply(ctx, tok, sink.Batch{Offsets: offs, From: offs}, effect); err != nil {
 					errOnce.Do(func() { failed = err })
 					return
 				}
@@ -372,7 +372,7 @@ func benchLanes(b *testing.B, serialized bool, lanes, batch int, sleep time.Dura
 		time.Sleep(time.Millisecond)
 	}
 	claimStart := time.Now()
-	_, claimErr := s.ClaimGapped(ctx, tok, sink.Observed{})
+	_, claimErr := s.Claim(ctx, tok, sink.Observed{})
 	claimWait := time.Since(claimStart)
 	wg.Wait()
 	elapsed := time.Since(start)

@@ -149,22 +149,22 @@ func TestEffectErrorTxHealthy(t *testing.T) {
 		_, err := tx.Exec(ctx, `SELECT 1 / 0`)
 		return err
 	}
-	_, err := s.Apply(ctx, tok, []int64{0}, divide)
+	_, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}}, divide)
 	var ee *sink.EffectError
 	if !errors.As(err, &ee) || ee.TxHealthy {
 		t.Fatalf("Apply whose statement failed: %v (%+v), want an EffectError not TxHealthy", err, ee)
 	}
 	lane := tokenOf(testScope(t), 1, "m")
-	if _, err := s.ClaimGapped(ctx, lane, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, lane, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.ApplyGapped(ctx, lane, sink.GapBatch{Offsets: []int64{0}, From: []int64{0}}, divide)
+	_, err = s.Apply(ctx, lane, sink.Batch{Offsets: []int64{0}, From: []int64{0}}, divide)
 	if !errors.As(err, &ee) || ee.TxHealthy {
-		t.Fatalf("ApplyGapped whose statement failed: %v (%+v), want an EffectError not TxHealthy", err, ee)
+		t.Fatalf("a lane's Apply whose statement failed: %v (%+v), want an EffectError not TxHealthy", err, ee)
 	}
 	own := errors.New("insufficient funds")
-	_, err = s.ApplyGapped(ctx, lane, sink.GapBatch{Offsets: []int64{0}, From: []int64{0}}, func(context.Context, pgx.Tx, int) error { return own })
+	_, err = s.Apply(ctx, lane, sink.Batch{Offsets: []int64{0}, From: []int64{0}}, func(context.Context, pgx.Tx, int) error { return own })
 	if !errors.As(err, &ee) || !ee.TxHealthy || !errors.Is(err, own) {
-		t.Fatalf("ApplyGapped whose handler failed on its own before any statement: %v (%+v), want an EffectError TxHealthy", err, ee)
+		t.Fatalf("a lane's Apply whose handler failed on its own before any statement: %v (%+v), want an EffectError TxHealthy", err, ee)
 	}
 }

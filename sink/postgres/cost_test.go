@@ -144,7 +144,7 @@ func BenchmarkFenceCost(b *testing.B) {
 		{"read", read(false)},
 		{"read+advance", read(true)},
 		{"Apply", func() error {
-			_, err := s.Apply(ctx, tok, []int64{next}, upsert)
+			_, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{next}}, upsert)
 			next++
 			return err
 		}},

@@ -20,8 +20,11 @@ type header struct {
 	V []byte `json:"v"`
 }
 
-// DeadLetter stores rec as a dead letter of tok's scope and advances
-// NextOffset past it, following [sink.DeadLetterer], in one transaction:
+// DeadLetter stores rec as a dead letter of tok's scope and moves its
+// checkpoint past it, following [sink.Sink.DeadLetter]. A lane's record
+// (rec.Lane) goes through the transaction of a lane's Apply, with the
+// dead letter's row as the effect of a batch of the record alone
+// covering [rec.From, rec.Offset+1). A serial one takes one transaction:
 // it locks the fence row and fails with a *[sink.FencedError] unless tok
 // is exactly the holder, stores nothing for a replay (rec.Offset below
 // NextOffset), and otherwise (rec.Offset at or above NextOffset, after a
@@ -31,8 +34,11 @@ type header struct {
 // *[sink.FencedError]). It may be called from any goroutine.
 func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
 	defer s.views.drop(tok.Scope()) // view.go
-	if err := sink.CheckDeadLetter(tok, rec); err != nil {
+	if err := sink.CheckDeadLetter(tok, rec, s.Features()); err != nil {
 		return sink.DeadLetterResult{}, err
+	}
+	if rec.Lane {
+		return s.deadLetterLane(ctx, tok, rec)
 	}
 	op := fmt.Sprintf("dead letter %s@%d", tok, rec.Offset)
 	if err := s.writable(op); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // TestMigrateFromVersion3: Open migrates a version 3 schema (version 4
@@ -26,7 +27,7 @@ func TestMigrateFromVersion3(t *testing.T) {
 	a := tokenOf(testScope(t), 3, "m-3")
 	mustClaim(t, s, a)
 	noop := func(context.Context, pgx.Tx, int) error { return nil }
-	if _, err := s.Apply(ctx, a, []int64{0, 1}, noop); err != nil {
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0, 1}}, noop); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -40,11 +41,11 @@ func TestMigrateFromVersion3(t *testing.T) {
 	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].Holder != a || fs[0].NextOffset != 2 {
 		t.Fatalf("fences after migration = %+v, %v", fs, err)
 	}
-	if res, err := s.ApplyOnce(ctx, a, []int64{2, 3}, []string{"x", "y"}, noop); err != nil || res.Applied != 2 {
-		t.Fatalf("ApplyOnce after migration = %+v, %v", res, err)
+	if res, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{2, 3}, IDs: []string{"x", "y"}}, noop); err != nil || res.Applied != 2 {
+		t.Fatalf("an Apply with IDs after migration = %+v, %v", res, err)
 	}
-	if res, err := s.ApplyOnce(ctx, a, []int64{4}, []string{"x"}, noop); err != nil || res.Applied != 0 || len(res.Duplicates) != 1 {
-		t.Fatalf("ApplyOnce of a duplicate after migration = %+v, %v", res, err)
+	if res, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{4}, IDs: []string{"x"}}, noop); err != nil || res.Applied != 0 || len(res.Duplicates) != 1 {
+		t.Fatalf("an Apply with IDs of a duplicate after migration = %+v, %v", res, err)
 	}
 	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].Duplicates != 1 {
 		t.Fatalf("fences after a duplicate = %+v, %v, want 1 duplicate counted", fs, err)
@@ -61,7 +62,7 @@ func TestDedupeWindowConfig(t *testing.T) {
 	if _, err := Open(ctx, Config{DSN: schemaDSN(t, schema), Schema: schema, DedupeWindow: -1}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("Open with a negative DedupeWindow: %v, want ErrConfig", err)
 	}
-	if w := openSink(t, schema, nil).DedupeWindow(); w != sink.DefaultDedupeWindow {
+	if w := openSink(t, schema, nil).Features().DedupeWindow; w != sink.DefaultDedupeWindow {
 		t.Fatalf("default DedupeWindow = %d, want %d", w, sink.DefaultDedupeWindow)
 	}
 	s := openSink(t, schema, func(c *Config) { c.DedupeWindow = 10 })
@@ -74,7 +75,7 @@ func TestDedupeWindowConfig(t *testing.T) {
 			offs[i] = b*7 + int64(i)
 			ids[i] = "id-" + strconv.FormatInt(offs[i], 10)
 		}
-		if _, err := s.ApplyOnce(ctx, a, offs, ids, noop); err != nil {
+		if _, err := s.Apply(ctx, a, sink.Batch{Offsets: offs, IDs: ids}, noop); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,9 +87,9 @@ func TestDedupeWindowConfig(t *testing.T) {
 		t.Fatalf("command ID rows kept: %d from offset %d, want 2 from 56", n, low)
 	}
 	// What is inside the window is a duplicate, what is outside is not.
-	res, err := s.ApplyOnce(ctx, a, []int64{70, 71}, []string{"id-60", "id-59"}, noop)
+	res, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{70, 71}, IDs: []string{"id-60", "id-59"}}, noop)
 	if err != nil || len(res.Duplicates) != 1 || res.Duplicates[0] != 0 || res.Applied != 1 {
-		t.Fatalf("ApplyOnce of id-60 and id-59 at 70 and 71 = %+v, %v; want id-60 a duplicate, id-59 applied", res, err)
+		t.Fatalf("an Apply with IDs of id-60 and id-59 at 70 and 71 = %+v, %v; want id-60 a duplicate, id-59 applied", res, err)
 	}
 }
 
@@ -104,11 +105,11 @@ func TestDedupeTwoSinks(t *testing.T) {
 	scope := testScope(t)
 	a, b, c := tokenOf(scope, 1, "a"), tokenOf(scope, 2, "b"), tokenOf(scope, 3, "c")
 	noop := func(context.Context, pgx.Tx, int) error { return nil }
-	once := func(s *Sink, tk epochs.Token, off int64, id string) sink.ApplyOnceResult {
+	once := func(s *Sink, tk epochs.Token, off int64, id string) sink.Result {
 		t.Helper()
-		res, err := s.ApplyOnce(ctx, tk, []int64{off}, []string{id}, noop)
+		res, err := s.Apply(ctx, tk, sink.Batch{Offsets: []int64{off}, IDs: []string{id}}, noop)
 		if err != nil {
-			t.Fatalf("ApplyOnce(%s, %d, %q): %v", tk, off, id, err)
+			t.Fatalf("an Apply with IDs(%s, %d, %q): %v", tk, off, id, err)
 		}
 		return res
 	}
@@ -126,14 +127,14 @@ func TestDedupeTwoSinks(t *testing.T) {
 	if res := once(s1, c, 4, "z"); res.Applied != 1 {
 		t.Fatalf("s1 did not apply z: %+v", res)
 	}
-	if _, err := s2.ApplyOnce(ctx, b, []int64{5}, []string{"w"}, noop); !errors.Is(err, sink.ErrFenced) {
-		t.Fatalf("ApplyOnce by the superseded s2 tenure: %v, want fenced", err)
+	if _, err := s2.Apply(ctx, b, sink.Batch{Offsets: []int64{5}, IDs: []string{"w"}}, noop); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("an Apply with IDs by the superseded s2 tenure: %v, want fenced", err)
 	}
 }
 
 // TestDedupeZombieDoesNotHideTheCommand: a zombie tenure that looked a
 // command ID up and then waits in its handler neither blocks the new
-// holder's ApplyOnce of the same command (asserted: it completes while
+// holder's an Apply with IDs of the same command (asserted: it completes while
 // the zombie waits) nor hides it: the new holder applies it, and the
 // zombie, released, is fenced and records nothing.
 func TestDedupeZombieDoesNotHideTheCommand(t *testing.T) {
@@ -147,7 +148,7 @@ func TestDedupeZombieDoesNotHideTheCommand(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	oldDone := make(chan error, 1)
 	go func() {
-		_, err := s.ApplyOnce(context.Background(), old, []int64{0}, []string{"cmd"}, func(ctx context.Context, tx pgx.Tx, i int) error {
+		_, err := s.Apply(context.Background(), old, sink.Batch{Offsets: []int64{0}, IDs: []string{"cmd"}}, func(ctx context.Context, tx pgx.Tx, i int) error {
 			// (Its own key: a write of the key the new holder writes
 			// would hold a row lock the new holder's effect waits for.)
 			if _, err := tx.Exec(ctx, upsertKV, "cmd/old", "applied"); err != nil {
@@ -163,17 +164,17 @@ func TestDedupeZombieDoesNotHideTheCommand(t *testing.T) {
 	mustClaim(t, s, newer)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	res, err := s.ApplyOnce(ctx, newer, []int64{0}, []string{"cmd"}, func(ctx context.Context, tx pgx.Tx, i int) error {
+	res, err := s.Apply(ctx, newer, sink.Batch{Offsets: []int64{0}, IDs: []string{"cmd"}}, func(ctx context.Context, tx pgx.Tx, i int) error {
 		_, err := tx.Exec(ctx, upsertKV, "cmd/new", "applied")
 		return err
 	})
 	close(release)
 	if err != nil || res.Applied != 1 || len(res.Duplicates) != 0 {
-		t.Fatalf("the new holder's ApplyOnce while the zombie waits = %+v, %v; want the command applied", res, err)
+		t.Fatalf("the new holder's an Apply with IDs while the zombie waits = %+v, %v; want the command applied", res, err)
 	}
 	var fe *sink.FencedError
 	if err := <-oldDone; !errors.As(err, &fe) {
-		t.Fatalf("the zombie's ApplyOnce: %v, want fenced", err)
+		t.Fatalf("the zombie's an Apply with IDs: %v, want fenced", err)
 	}
 	if _, ok, err := getKV(t.Context(), s, "cmd/new"); err != nil || !ok {
 		t.Fatalf("the new holder's write is missing (%v, %v)", ok, err)
@@ -190,7 +191,7 @@ func TestDedupeZombieDoesNotHideTheCommand(t *testing.T) {
 
 // TestDedupePruneKeepsTheHorizon: the prune deletes the IDs applied below
 // the horizon (NextOffset − DedupeWindow) and keeps those at it, which
-// are still duplicates for the next offset (sink.IsDuplicate: applied >=
+// are still duplicates for the next offset (cmdids.IsDuplicate: applied >=
 // offset − window). Read back by another Sink, whose cache loads the
 // table, so the rows themselves are what answers: "w" at 3, below the
 // horizon 4, is deleted (the prune ran); "x" at exactly 4 is kept, and a
@@ -205,20 +206,20 @@ func TestDedupePruneKeepsTheHorizon(t *testing.T) {
 	a := tokenOf(testScope(t), 1, "m")
 	mustClaim(t, s, a)
 	noop := func(context.Context, pgx.Tx, int) error { return nil }
-	once := func(s *Sink, offs []int64, ids ...string) sink.ApplyOnceResult {
+	once := func(s *Sink, offs []int64, ids ...string) sink.Result {
 		t.Helper()
-		res, err := s.ApplyOnce(ctx, a, offs, ids, noop)
+		res, err := s.Apply(ctx, a, sink.Batch{Offsets: offs, IDs: ids}, noop)
 		if err != nil {
-			t.Fatalf("ApplyOnce(%v, %q): %v", offs, ids, err)
+			t.Fatalf("an Apply with IDs(%v, %q): %v", offs, ids, err)
 		}
 		return res
 	}
 	once(s, []int64{3}, "w")
 	once(s, []int64{4}, "x")
-	// NextOffset 5 to 20: the horizon crosses 4 (sink.PruneDue), the
+	// NextOffset 5 to 20: the horizon crosses 4 (cmdids.PruneDue), the
 	// prune deletes the rows whose last offset is below 4.
 	rest := offsetsFrom(5, 1, 15)
-	if !sink.PruneDue(5, 20, window) || sink.Horizon(20, window) != 4 {
+	if !cmdids.PruneDue(5, 20, window) || cmdids.Horizon(20, window) != 4 {
 		t.Fatal("the test's offsets no longer make a prune at the horizon 4")
 	}
 	once(s, rest, make([]string, len(rest))...)
@@ -232,6 +233,6 @@ func TestDedupePruneKeepsTheHorizon(t *testing.T) {
 	}
 	res := once(other, []int64{20, 21}, "x", "w")
 	if !slices.Equal(res.Duplicates, []int{0}) || res.Applied != 1 {
-		t.Fatalf("ApplyOnce of x (applied at 4) at 20 and w (applied at 3) at 21 through another Sink = %+v; want x a duplicate, w applied", res)
+		t.Fatalf("an Apply with IDs of x (applied at 4) at 20 and w (applied at 3) at 21 through another Sink = %+v; want x a duplicate, w applied", res)
 	}
 }

@@ -49,10 +49,10 @@
 //     transaction) and per admin reset (the audit row); see [Sink.History].
 //   - <prefix>_dead_letters and <prefix>_dl_audit: the dead letters and
 //     their state changes.
-//   - <prefix>_command_ids: the command IDs [Sink.ApplyOnce] applied
+//   - <prefix>_command_ids: the command IDs [Sink.Apply] with command IDs applied
 //     within [Config.DedupeWindow], by scope, with their offsets.
 //   - <prefix>_done: the done spans above a gapped scope's watermark
-//     ([Sink.ApplyGapped]), one row per lane batch (its spans encoded in
+//     (a lane's [Sink.Apply]), one row per lane batch (its spans encoded in
 //     one column), keyed by (scope, the end of its last span).
 //   - <prefix>_schema: the schema version (6).
 //
@@ -103,10 +103,10 @@
 //
 // # Checkpoints with gaps
 //
-// The sink implements [sink.GapApplier] for a consumer with lanes
+// The sink implements [sink.Features].Gaps for a consumer with lanes
 // (consumer.Config.KeyConcurrency; docs/postgres.md#gaps). The lanes of
 // one scope must not serialize on its fence row, so a lane's transaction
-// never updates it: [Sink.ApplyGapped] reads the fence and the done
+// never updates it: a lane's [Sink.Apply] reads the fence and the done
 // spans its batch overlaps (no lock, outside the transaction), runs the
 // effects, takes advisory locks on the batch's records and reads the
 // spans again (the guard: of the units of a tenure that share a record,

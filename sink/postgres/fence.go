@@ -82,12 +82,22 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 // never waits for a running Apply's handler (only for an Apply that is
 // between its fence UPDATE and COMMIT). It may be called from any
 // goroutine.
-func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
-	cp, err := s.claim(ctx, tok, obs, false)
-	return cp.NextOffset, err
+//
+// The checkpoint it returns is compacted: the done spans that touch the
+// watermark raised it, their rows deleted, in the claim's transaction,
+// and the log check compares [sink.Checkpoint.End] with obs.LogEnd.
+func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
+	return s.claim(ctx, tok, obs, false)
 }
 
-// claim is Claim, and ClaimGapped when gapped: it returns the scope's
+// Features returns the sink's features: command IDs within
+// [Config.DedupeWindow], gaps and dead letters ([sink.Features]). It may
+// be called from any goroutine.
+func (s *Sink) Features() sink.Features {
+	return sink.Features{DedupeWindow: s.window, Gaps: true, DeadLetters: true}
+}
+
+// claim is Claim, and Claim when gapped: it returns the scope's
 // whole checkpoint, compacted (gaps.go).
 func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, gapped bool) (sink.Checkpoint, error) {
 	defer s.views.drop(tok.Scope()) // view.go
@@ -198,57 +208,81 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 // [sink.ErrFenced] — and retrying the same batch is safe. A cancelled ctx
 // returns an error matching it, with nothing applied.
 //
-// Apply may be called from any goroutine; effect is called on the calling
-// goroutine, with a pgx.Tx that must not be used after effect returns.
-func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[pgx.Tx]) (sink.ApplyResult, error) {
-	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
-		return sink.ApplyResult{}, err
-	}
-	res, err := s.apply(ctx, tok, offsets, nil, effect)
-	return res.ApplyResult, err
-}
-
-// ApplyOnce applies a batch of records of tok's scope with their command
-// IDs, following [sink.Deduplicator], in the one transaction of
-// [Sink.Apply]: the early fence read also returns the fence row's IDs
+// With b.IDs (a serial batch): the early fence read also returns the fence row's IDs
 // version; the batch's IDs are looked up in the scope's retained IDs (a
 // per-Sink cache, used when it mirrors that version, else loaded from
 // <prefix>_command_ids in the transaction); the effects of the records
 // that are not duplicates run in order; then the conditional UPDATE of
 // the fence row (the authoritative check, which also requires the IDs
 // version read and bumps it), the insert of the applied IDs as one row,
-// when [sink.PruneDue] the delete of the rows whose last offset is
+// when due the delete of the rows whose last offset is
 // below the new horizon (an index range on (scope, last_off)), and COMMIT
 // go in one round trip. Two attempts that looked up the same version
 // cannot both commit: the version is part of the fenced compare-and-set.
 // A refusal, an effect error, a conflict or a cancelled ctx rolls it all
 // back and records nothing; a batch run again after a conflict decides
-// its duplicates again. It may be called from any goroutine; effect is
-// called on the calling goroutine, with a pgx.Tx that must not be used
-// after effect returns.
-func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (sink.ApplyOnceResult, error) {
-	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
-		return sink.ApplyOnceResult{}, err
+// its duplicates again.
+//
+// A lane's batch (b.From) is applied in one transaction that does not update the fence row: a plain read of
+// the fence and of the done spans the batch overlaps (an early refusal
+// unless tok holds the scope), the effects of the records not done (and,
+// with b.IDs, not duplicates) in order in a transaction that begins with
+// their first statement, then the guard, in one round trip: advisory
+// locks on the batch's records (on its scope, for more than 256 records)
+// and the read again, so that a record another unit of the tenure
+// committed since the first read (a late attempt, a retry of another
+// shape, a dead letter) makes the batch run again without it; then, in
+// one pipeline, one statement that takes the fence row FOR SHARE, checks
+// that tok still holds it and that the watermark is not above the
+// batch's first new span, and inserts the batch's spans (the parts of
+// [From[i], Offsets[i]+1) that the guard's read does not hold) or
+// raises, the IDs' row, and COMMIT. A batch thus costs the round trips
+// of its handler's statements plus three. Any number of a tenure's
+// lanes' batches run concurrently for one scope; of those that share
+// a record, one applies it. The share lock is held only while the server
+// runs the last pipeline, the advisory locks from the guard to COMMIT. A
+// refusal returns a *[sink.FencedError]; a watermark that moved over the
+// batch, a record done by another unit meanwhile, a deadlock or a
+// serialization failure run the batch again; an effect error returns a
+// *[sink.EffectError]; a COMMIT of unknown outcome [ErrOutcomeUnknown].
+//
+// The result's NextOffset is a watermark the transaction saw, possibly
+// lower than the scope's: the watermark rises lazily (on claims and in
+// compactions that every 32nd lane batch of a scope tries after its
+// commit, giving up when lanes hold the fence row for 100 ms).
+//
+// With b.IDs, a record is a duplicate when its ID was applied in the
+// scope within the window by an earlier tenure, by a serial Apply with IDs, by
+// this lane, or by another lane of this tenure whose batch committed
+// before this one looked it up. Two records with one command ID in two
+// lanes running at once (different keys) may both be applied: a resend
+// has its command's key, and so its lane. The lanes do not prune the IDs;
+// the compactions and the serial Applies with IDs do.
+//
+// Apply may be called from any goroutine; effect is called on the calling
+// goroutine, with a pgx.Tx that must not be used after effect returns.
+func (s *Sink) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[pgx.Tx]) (sink.Result, error) {
+	if b.From != nil {
+		defer s.views.drop(tok.Scope()) // view.go: the scope is gapped
 	}
-	if err := sink.CheckIDs(offsets, ids); err != nil {
-		return sink.ApplyOnceResult{}, err
+	if err := sink.CheckBatch(tok, b, effect, s.Features()); err != nil {
+		return sink.Result{}, err
 	}
-	return s.apply(ctx, tok, offsets, ids, effect)
+	if b.From != nil {
+		return s.applyGapped(ctx, tok, b, effect, nil)
+	}
+	return s.apply(ctx, tok, b.Offsets, b.IDs, effect)
 }
 
-// DedupeWindow returns [Config.DedupeWindow] (its default filled in). It
-// implements [sink.Deduplicator] and may be called from any goroutine.
-func (s *Sink) DedupeWindow() int64 { return s.window }
-
-// apply is Apply, and ApplyOnce when ids is not nil.
-func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (sink.ApplyOnceResult, error) {
+// apply is Apply of a serial batch, with command IDs when ids is not nil.
+func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx]) (sink.Result, error) {
 	op := "apply " + tok.String()
 	if err := s.writable(op); err != nil {
-		return sink.ApplyOnceResult{}, err
+		return sink.Result{}, err
 	}
 	for attempt := 1; ; attempt++ {
 		if err := s.check(ctx, op); err != nil {
-			return sink.ApplyOnceResult{}, err
+			return sink.Result{}, err
 		}
 		gen := s.views.gen(tok.Scope()) // before the attempt begins (view.go)
 		res, retry, err := s.applyAttempt(ctx, tok, offsets, ids, effect, gen)
@@ -262,16 +296,16 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 	}
 }
 
-// applyAttempt is one attempt of Apply (and of ApplyOnce when ids is not
+// applyAttempt is one attempt of Apply (with IDs when ids is not
 // nil). retry reports a conflict after which the batch should be run
 // again.
 //
 // Its round trips: BEGIN and the fence read in one pipeline; the effects'
-// own; the checked advance (with ApplyOnce's row of IDs and prune) and
+// own; the checked advance (with the row of IDs and the prune of an Apply with IDs) and
 // COMMIT in one pipeline. A checked advance that matches no row raises,
 // so the server skips the COMMIT queued behind it; only then does a third
 // pipeline (ROLLBACK and the fence read) learn the stored holder.
-func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx], gen uint64) (res sink.ApplyOnceResult, retry bool, err error) {
+func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx], gen uint64) (res sink.Result, retry bool, err error) {
 	op := "apply " + tok.String()
 	if v, ok := s.views.get(tok); ok {
 		if res, retry, err, used := s.applyOnView(ctx, tok, offsets, ids, effect, v, gen); used {
@@ -324,7 +358,7 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 	first, _ := slices.BinarySearch(offsets, next)
 	if first == len(offsets) {
 		// A replay: nothing to apply, nothing to write.
-		return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Skipped: first, NextOffset: next}}, false, nil
+		return sink.Result{Skipped: first, NextOffset: next}, false, nil
 	}
 	var (
 		dup    []bool // by index: a duplicate, not run
@@ -354,13 +388,13 @@ func (s *Sink) applyAttempt(ctx context.Context, tok epochs.Token, offsets []int
 	return s.commitBatch(ctx, conn, false, tok, offsets, ids, first, dup, dups, next, idsVersion, gen)
 }
 
-// applyOnView is an attempt of Apply (and ApplyOnce) on tok's view
+// applyOnView is an attempt of Apply (with or without IDs) on tok's view
 // (view.go): no early read; the effects' transaction begins at their
 // first statement, or with the checked advance and COMMIT if they ran
 // none. used is false, with nothing done, when the batch needs the early
 // read: a replay (nothing to write, so nothing would check the holder),
 // or IDs the cache does not hold at the view's version.
-func (s *Sink) applyOnView(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx], v view, gen uint64) (res sink.ApplyOnceResult, retry bool, err error, used bool) {
+func (s *Sink) applyOnView(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx], v view, gen uint64) (res sink.Result, retry bool, err error, used bool) {
 	op := "apply " + tok.String()
 	first, _ := slices.BinarySearch(offsets, v.next)
 	if first == len(offsets) {
@@ -475,11 +509,11 @@ func (s *Sink) runEffects(ctx context.Context, op string, tx pgx.Tx, offsets []i
 // commitBatch ends an attempt whose effects ran in the transaction open
 // on conn (or, with begin, in none yet: BEGIN leads the pipeline) on the
 // fence as read or viewed (next, idsVersion): the authoritative check,
-// ApplyOnce's row of IDs and prune, and COMMIT in one round trip. On
+// the row of IDs and the prune of an Apply with IDs, and COMMIT in one round trip. On
 // success it records the view the commit left, unless the scope's view
 // was dropped since gen (view.go).
 func (s *Sink) commitBatch(ctx context.Context, conn *pgx.Conn, begin bool, tok epochs.Token, offsets []int64, ids []string,
-	first int, dup []bool, dups []int, next, idsVersion int64, gen uint64) (res sink.ApplyOnceResult, retry bool, err error) {
+	first int, dup []bool, dups []int, next, idsVersion int64, gen uint64) (res sink.Result, retry bool, err error) {
 	op := "apply " + tok.String()
 	if !begin {
 		if err := s.txEnded(conn, op); err != nil {
@@ -489,14 +523,14 @@ func (s *Sink) commitBatch(ctx context.Context, conn *pgx.Conn, begin bool, tok 
 	// The authoritative check: advance NextOffset only if tok still holds
 	// the scope, no other Apply moved NextOffset meanwhile and the scope
 	// has no gaps, else raise (the COMMIT behind it is then skipped and
-	// the transaction aborted). ApplyOnce's row of IDs and prune ride in
+	// the transaction aborted). the row of IDs and the prune of an Apply with IDs ride in
 	// the same round trip, and roll back with the rest if the check
 	// fails.
 	newNext := offsets[len(offsets)-1] + 1
 	var (
 		applied cmdids.Row
-		horizon = sink.Horizon(newNext, s.window)
-		prune   = sink.PruneDue(next, newNext, s.window)
+		horizon = cmdids.Horizon(newNext, s.window)
+		prune   = cmdids.PruneDue(next, newNext, s.window)
 		end     = &pgx.Batch{}
 		check   = 0 // the index of the check in end
 	)
@@ -554,7 +588,7 @@ func (s *Sink) commitBatch(ctx context.Context, conn *pgx.Conn, begin bool, tok 
 		s.afterCommit() // tests: a claim racing the reply
 	}
 	s.views.set(view{tok: tok, next: newNext, idsVersion: idsVersion}, gen)
-	return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Applied: len(offsets) - first - len(dups), Skipped: first, NextOffset: newNext},
+	return sink.Result{Applied: len(offsets) - first - len(dups), Skipped: first, NextOffset: newNext,
 		Duplicates: dups}, false, nil
 }
 
@@ -563,9 +597,9 @@ func (s *Sink) commitBatch(ctx context.Context, conn *pgx.Conn, begin bool, tok 
 // reads the fence row, and returns tok's refusal with the stored holder,
 // or a conflict to run the batch again if tok still holds the scope but
 // NextOffset (or the IDs version) moved from expected.
-func (s *Sink) afterFailedCheck(ctx context.Context, conn *pgx.Conn, tok epochs.Token, op string, expected int64) (sink.ApplyOnceResult, bool, error) {
+func (s *Sink) afterFailedCheck(ctx context.Context, conn *pgx.Conn, tok epochs.Token, op string, expected int64) (sink.Result, bool, error) {
 	var (
-		res        sink.ApplyOnceResult
+		res        sink.Result
 		epoch      int32
 		member     string
 		next       int64
@@ -694,14 +728,14 @@ func (s *Sink) duplicates(ctx context.Context, tx pgx.Tx, scope epochs.Scope, ve
 // the cache does not mirror version and the batch has IDs to look up.
 func (s *Sink) cachedDuplicates(scope epochs.Scope, version int64, offsets []int64, ids []string, first int) (dup []bool, ok bool) {
 	dup = make([]bool, len(offsets))
-	plan := sink.PlanDedupe(ids, first)
+	plan := cmdids.PlanBatch(ids, first)
 	for _, i := range plan.InBatch {
 		dup[i] = true
 	}
 	if len(plan.Lookup) == 0 {
 		return dup, true
 	}
-	found := func(i int, applied int64) { dup[i] = sink.IsDuplicate(offsets[i], applied, s.window) }
+	found := func(i int, applied int64) { dup[i] = cmdids.IsDuplicate(offsets[i], applied, s.window) }
 	if !s.ids.Lookup(scope, version, ids, plan.Lookup, found) {
 		return nil, false
 	}

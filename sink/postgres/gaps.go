@@ -21,12 +21,12 @@ import (
 	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
-// The checkpoint with gaps (sink.GapApplier, docs/postgres.md#gaps).
+// The checkpoint with gaps (sink.Features.Gaps, docs/postgres.md#gaps).
 //
 // A scope's done spans above its watermark are in rows of <prefix>_done,
 // one row per lane batch (from the start of its first span to the end of
 // its last, with all its spans encoded when it has several: spans.go),
-// and the fence row's gapped flag says that the scope may have some. The lanes of a tenure (ApplyGapped) never update the
+// and the fence row's gapped flag says that the scope may have some. The lanes of a tenure (a lane's Apply) never update the
 // fence row: each lane reads the fence and the spans its batch overlaps
 // (a plain read, no lock, on a connection that goes back to the pool
 // before the effects run), runs its effects in a transaction that begins
@@ -272,92 +272,34 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// ClaimGapped is [Sink.Claim] returning the whole checkpoint, following
-// [sink.GapApplier]: in Claim's transaction, under the fence row's lock,
-// it reads the scope's done spans, raises the watermark over those that
-// touch it and deletes their rows (the compaction), checks the log with
-// [sink.Checkpoint.End] against obs.LogEnd, and marks the scope gapped
-// (so that plain Applies of a later tenure skip its spans). The claim's
-// history row records the compacted watermark. It may be called from any
-// goroutine.
-func (s *Sink) ClaimGapped(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
-	return s.claim(ctx, tok, obs, true)
-}
-
-// ApplyGapped applies one lane's batch, following [sink.GapApplier], in
-// one transaction that does not update the fence row: a plain read of
-// the fence and of the done spans the batch overlaps (an early refusal
-// unless tok holds the scope), the effects of the records not done (and,
-// with b.IDs, not duplicates) in order in a transaction that begins with
-// their first statement, then the guard, in one round trip: advisory
-// locks on the batch's records (on its scope, for more than 256 records)
-// and the read again, so that a record another unit of the tenure
-// committed since the first read (a late attempt, a retry of another
-// shape, a dead letter) makes the batch run again without it; then, in
-// one pipeline, one statement that takes the fence row FOR SHARE, checks
-// that tok still holds it and that the watermark is not above the
-// batch's first new span, and inserts the batch's spans (the parts of
-// [From[i], Offsets[i]+1) that the guard's read does not hold) or
-// raises, the IDs' row, and COMMIT. A batch thus costs the round trips
-// of its handler's statements plus three. Any number of a tenure's
-// ApplyGapped calls run concurrently for one scope; of those that share
-// a record, one applies it. The share lock is held only while the server
-// runs the last pipeline, the advisory locks from the guard to COMMIT. A
-// refusal returns a *[sink.FencedError]; a watermark that moved over the
-// batch, a record done by another unit meanwhile, a deadlock or a
-// serialization failure run the batch again; an effect error returns a
-// *[sink.EffectError]; a COMMIT of unknown outcome [ErrOutcomeUnknown].
-//
-// The result's NextOffset is a watermark the transaction saw, possibly
-// lower than the scope's: the watermark rises lazily (on claims and in
-// compactions that every 32nd lane batch of a scope tries after its
-// commit, giving up when lanes hold the fence row for 100 ms).
-//
-// With b.IDs, a record is a duplicate when its ID was applied in the
-// scope within the window by an earlier tenure, by a plain ApplyOnce, by
-// this lane, or by another lane of this tenure whose batch committed
-// before this one looked it up. Two records with one command ID in two
-// lanes running at once (different keys) may both be applied: a resend
-// has its command's key, and so its lane. The lanes do not prune the IDs;
-// the compactions and ApplyOnce do.
-//
-// It may be called from any goroutine; effect is called on the calling
-// goroutine, with a pgx.Tx that must not be used after effect returns.
-func (s *Sink) ApplyGapped(ctx context.Context, tok epochs.Token, b sink.GapBatch, effect sink.Effect[pgx.Tx]) (sink.ApplyOnceResult, error) {
-	defer s.views.drop(tok.Scope()) // view.go: the scope is gapped
-	if err := sink.CheckGapBatch(tok, b, effect); err != nil {
-		return sink.ApplyOnceResult{}, err
-	}
-	return s.applyGapped(ctx, tok, b, effect, nil)
-}
-
-// deadLetterInsert is the effect of DeadLetterGapped: the dead letter's
-// row, its ID out.
+// deadLetterInsert is the effect of a lane's DeadLetter: the dead
+// letter's row, its ID out.
 type deadLetterInsert struct {
 	rec     sink.DeadRecord
 	headers string
 	id      int64
 }
 
-// applyGapped is ApplyGapped, and DeadLetterGapped when dl is not nil.
-func (s *Sink) applyGapped(ctx context.Context, tok epochs.Token, b sink.GapBatch, effect sink.Effect[pgx.Tx], dl *deadLetterInsert) (sink.ApplyOnceResult, error) {
+// applyGapped is Apply of a lane's batch, and a lane's DeadLetter when dl
+// is not nil.
+func (s *Sink) applyGapped(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[pgx.Tx], dl *deadLetterInsert) (sink.Result, error) {
 	op := "apply gapped " + tok.String()
 	if dl != nil {
 		op = fmt.Sprintf("dead letter gapped %s@%d", tok, dl.rec.Offset)
 	}
 	if err := s.writable(op); err != nil {
-		return sink.ApplyOnceResult{}, err
+		return sink.Result{}, err
 	}
 	flagged := false
 	for attempt := 1; ; attempt++ {
 		if err := s.check(ctx, op); err != nil {
-			return sink.ApplyOnceResult{}, err
+			return sink.Result{}, err
 		}
 		res, again, err := s.laneAttempt(ctx, op, tok, b, effect, dl)
 		if again == laneFlag && flagged {
 			// Marked, yet read unmarked: only a plain call of the same
 			// tenure clears the flag (when no span is left).
-			return sink.ApplyOnceResult{}, fmt.Errorf("postgres: %s: %w: the scope's gapped flag was cleared after this batch set it", op, ErrConflict)
+			return sink.Result{}, fmt.Errorf("postgres: %s: %w: the scope's gapped flag was cleared after this batch set it", op, ErrConflict)
 		}
 		if again == laneFlag {
 			// The scope is not marked gapped: mark it, in a transaction
@@ -413,7 +355,7 @@ func (s *Sink) setGapped(ctx context.Context, op string, tok epochs.Token) error
 // transaction: under PostgreSQL's default READ COMMITTED every statement
 // sees its own snapshot anyway, and the check (laneCommit) takes the
 // fence row FOR SHARE and verifies all the read told the effects.
-func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b sink.GapBatch, effect sink.Effect[pgx.Tx], dl *deadLetterInsert) (res sink.ApplyOnceResult, again int, err error) {
+func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b sink.Batch, effect sink.Effect[pgx.Tx], dl *deadLetterInsert) (res sink.Result, again int, err error) {
 	scope := tok.Scope()
 	n := len(b.Offsets)
 	v, again, err := s.readLane(ctx, op, tok, b)
@@ -441,7 +383,7 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			return sink.ApplyOnceResult{}, laneDone, fmt.Errorf("postgres: %s: %w", op, err)
+			return sink.Result{}, laneDone, fmt.Errorf("postgres: %s: %w", op, err)
 		}
 		if dup != nil && dup[i] {
 			dups = append(dups, i)
@@ -457,9 +399,9 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 					kind = laneAgain
 				}
 				if dl != nil {
-					return sink.ApplyOnceResult{}, kind, wrap(ctx, op, err)
+					return sink.Result{}, kind, wrap(ctx, op, err)
 				}
-				return sink.ApplyOnceResult{}, kind, &sink.EffectError{Index: i, Offset: b.Offsets[i], Err: err, TxHealthy: txHealthy(htx)}
+				return sink.Result{}, kind, &sink.EffectError{Index: i, Offset: b.Offsets[i], Err: err, TxHealthy: txHealthy(htx)}
 			}
 			if b.IDs != nil && b.IDs[i] != "" {
 				applied.Offs = append(applied.Offs, b.Offsets[i])
@@ -469,22 +411,22 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return sink.ApplyOnceResult{}, laneDone, fmt.Errorf("postgres: %s: %w", op, err)
+		return sink.Result{}, laneDone, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 
 	if htx.err != nil {
 		// The effects could not begin the transaction (and may have
 		// ignored the error): nothing of the batch may be recorded.
-		return sink.ApplyOnceResult{}, retryKind(htx.err), wrap(ctx, op, htx.err)
+		return sink.Result{}, retryKind(htx.err), wrap(ctx, op, htx.err)
 	}
 
 	conn, begin, err := htx.commitConn(ctx)
 	if err != nil {
-		return sink.ApplyOnceResult{}, laneDone, wrap(ctx, op, err)
+		return sink.Result{}, laneDone, wrap(ctx, op, err)
 	}
 	if !begin {
 		if err := s.txEnded(conn, op); err != nil {
-			return sink.ApplyOnceResult{}, laneDone, err
+			return sink.Result{}, laneDone, err
 		}
 	}
 	// The guard against units of the tenure that share records with this
@@ -492,7 +434,7 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 	// their locks, and the read again, which decides the spans to record.
 	cp, sps, kind, err := s.laneGuard(ctx, conn, begin, op, tok, b, skip)
 	if err != nil {
-		return sink.ApplyOnceResult{}, kind, err
+		return sink.Result{}, kind, err
 	}
 	if s.laneGuarded != nil {
 		s.laneGuarded() // tests: another unit's guard while this one holds its locks
@@ -517,25 +459,25 @@ func (s *Sink) laneAttempt(ctx context.Context, op string, tok epochs.Token, b s
 		// plain Apply of the same tenure applied them meanwhile: run
 		// again on the new state).
 		kind, err := s.laneFailedCheck(ctx, conn, tok, op, v.next)
-		return sink.ApplyOnceResult{}, kind, err
+		return sink.Result{}, kind, err
 	case failed == 0 && isSpanConflict(err):
 		// Another unit recorded a row that ends where this one's does
 		// (the table's key; the guard stops units that share a record
 		// before they get here): run again, it reads that span as done.
-		return sink.ApplyOnceResult{}, laneAgain, fmt.Errorf("postgres: %s: %w: a span of the batch was recorded by another attempt: %w", op, ErrConflict, err)
+		return sink.Result{}, laneAgain, fmt.Errorf("postgres: %s: %w: a span of the batch was recorded by another attempt: %w", op, ErrConflict, err)
 	case isServerError(err) && failed < end.Len():
 		// The server refused a statement: the rest, COMMIT included,
 		// was skipped.
-		return sink.ApplyOnceResult{}, retryKind(err), wrap(ctx, op+": record spans", err)
+		return sink.Result{}, retryKind(err), wrap(ctx, op+": record spans", err)
 	default:
 		// The pipeline was sent, COMMIT with it: it may have run.
 		if b.IDs != nil {
 			s.ids.Drop(scope)
 		}
-		return sink.ApplyOnceResult{}, laneDone, commitError(ctx, op, err)
+		return sink.Result{}, laneDone, commitError(ctx, op, err)
 	}
 	if conn.PgConn().TxStatus() != 'I' {
-		return sink.ApplyOnceResult{}, laneDone, commitError(ctx, op, fmt.Errorf("%w: the server reports transaction status %q after COMMIT", ErrConflict, conn.PgConn().TxStatus()))
+		return sink.Result{}, laneDone, commitError(ctx, op, fmt.Errorf("%w: the server reports transaction status %q after COMMIT", ErrConflict, conn.PgConn().TxStatus()))
 	}
 	if len(applied.IDs) > 0 {
 		ls := s.gaps.scope(scope)
@@ -568,7 +510,7 @@ type laneView struct {
 // only for the read and, when the cache is older than the IDs version
 // read, the load of the command IDs. It refuses tok (sink.ErrFenced)
 // when it does not hold the scope.
-func (s *Sink) readLane(ctx context.Context, op string, tok epochs.Token, b sink.GapBatch) (v laneView, again int, err error) {
+func (s *Sink) readLane(ctx context.Context, op string, tok epochs.Token, b sink.Batch) (v laneView, again int, err error) {
 	scope := tok.Scope()
 	n := len(b.Offsets)
 	lo, hi := laneRange(b)
@@ -605,7 +547,7 @@ func (s *Sink) readLane(ctx context.Context, op string, tok epochs.Token, b sink
 
 // laneRange returns the range of offsets [lo, hi) a lane's batch b
 // covers: from its first record's From to the end of its last record.
-func laneRange(b sink.GapBatch) (lo, hi int64) {
+func laneRange(b sink.Batch) (lo, hi int64) {
 	if n := len(b.Offsets); n > 0 {
 		return b.From[0], b.Offsets[n-1] + 1
 	}
@@ -745,7 +687,7 @@ const laneLock = `SELECT count(CASE WHEN k.n = 1 AND $3 THEN pg_advisory_xact_lo
 // record: the parts of the unit's records' spans ([From[i],
 // Offsets[i]+1)) that it does not contain. A tok that no longer holds
 // the scope is refused here.
-func (s *Sink) laneGuard(ctx context.Context, conn *pgx.Conn, begin bool, op string, tok epochs.Token, b sink.GapBatch, skip []bool) (sink.Checkpoint, []sink.Span, int, error) {
+func (s *Sink) laneGuard(ctx context.Context, conn *pgx.Conn, begin bool, op string, tok epochs.Token, b sink.Batch, skip []bool) (sink.Checkpoint, []sink.Span, int, error) {
 	scope := tok.Scope()
 	lo, hi := laneRange(b)
 	var offs []int64
@@ -870,7 +812,7 @@ func isSpanConflict(err error) bool {
 }
 
 // laneDuplicates returns which records of a lane's batch are duplicates
-// (see ApplyGapped): an ID seen earlier in the batch, or one the cache
+// (see a lane's Apply): an ID seen earlier in the batch, or one the cache
 // holds within the window. A cache older than version is loaded from
 // the table through q (the connection of the lane's read) first, under
 // the scope's lane lock, which Add takes too: a row a lane committed is
@@ -893,7 +835,7 @@ func (s *Sink) laneDuplicates(ctx context.Context, q querier, scope epochs.Scope
 	if len(lookup) == 0 {
 		return dup, nil
 	}
-	found := func(i int, applied int64) { dup[i] = sink.IsDuplicate(offsets[i], applied, s.window) }
+	found := func(i int, applied int64) { dup[i] = cmdids.IsDuplicate(offsets[i], applied, s.window) }
 	if s.ids.LookupSince(scope, version, ids, lookup, found) {
 		return dup, nil
 	}
@@ -1001,8 +943,8 @@ func (s *Sink) compactOnce(ctx context.Context, tok epochs.Token) (string, error
 		s.gaps.observe(scope, len(cp.Done))
 		return compactNothing, nil
 	}
-	prune := sink.PruneDue(next, cp.NextOffset, s.window)
-	horizon := sink.Horizon(cp.NextOffset, s.window)
+	prune := cmdids.PruneDue(next, cp.NextOffset, s.window)
+	horizon := cmdids.Horizon(cp.NextOffset, s.window)
 	if err := s.storeCheckpoint(ctx, tx, scope, cp.NextOffset, false, true, prune); err != nil {
 		return compactError, err
 	}
@@ -1022,20 +964,13 @@ func (s *Sink) compactOnce(ctx context.Context, tok epochs.Token) (string, error
 	return compactDone, nil
 }
 
-// DeadLetterGapped stores rec as a dead letter of a lane, following
-// [sink.GapApplier]: the transaction of [Sink.ApplyGapped] with one
-// record at rec.Offset covering [from, rec.Offset+1), whose effect is the
-// dead letter's row (the topic ID is rec.TopicID, or the scope's). A
-// record already done is a replay: Stored is false. It may be called from
-// any goroutine.
-func (s *Sink) DeadLetterGapped(ctx context.Context, tok epochs.Token, from int64, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
-	defer s.views.drop(tok.Scope()) // view.go
-	if err := sink.CheckDeadLetter(tok, rec); err != nil {
-		return sink.DeadLetterResult{}, err
-	}
-	if from < 0 || from > rec.Offset {
-		return sink.DeadLetterResult{}, fmt.Errorf("%w: From %d is not in [0, offset %d]", sink.ErrBadBatch, from, rec.Offset)
-	}
+// deadLetterLane is DeadLetter of a lane's record (rec.Lane): the
+// transaction of a lane's Apply with one record at rec.Offset covering
+// [rec.From, rec.Offset+1), whose effect is the dead letter's row (the
+// topic ID is rec.TopicID, or the scope's). A record already done is a
+// replay: Stored is false.
+func (s *Sink) deadLetterLane(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
+	from := rec.From
 	hs := make([]header, len(rec.Headers))
 	for i, h := range rec.Headers {
 		hs[i] = header{h.Key, h.Value}
@@ -1045,7 +980,7 @@ func (s *Sink) DeadLetterGapped(ctx context.Context, tok epochs.Token, from int6
 		return sink.DeadLetterResult{}, fmt.Errorf("postgres: dead letter %s@%d: headers: %w", tok, rec.Offset, err)
 	}
 	dl := &deadLetterInsert{rec: rec, headers: string(headers)}
-	b := sink.GapBatch{Offsets: []int64{rec.Offset}, From: []int64{from}}
+	b := sink.Batch{Offsets: []int64{rec.Offset}, From: []int64{from}}
 	res, err := s.applyGapped(ctx, tok, b, func(context.Context, pgx.Tx, int) error { return nil }, dl)
 	var fe *sink.FencedError
 	if errors.As(err, &fe) {
@@ -1071,7 +1006,7 @@ func (s *Sink) insertDeadLetter(ctx context.Context, tx pgx.Tx, tok epochs.Token
 		rec.Timestamp, rec.Reason, rec.Error, rec.Attempts, tok.Epoch, tok.Member).Scan(&dl.id)
 }
 
-// applyOnGapped is the rest of a plain Apply (ApplyOnce when ids is not
+// applyOnGapped is the rest of a plain serial Apply (with IDs when ids is not
 // nil) attempt on a gapped scope, after the early read (next, version)
 // and holder check: the records in a done span are skipped as replays,
 // the IDs are looked up in the table (the cache may miss what lanes
@@ -1079,7 +1014,7 @@ func (s *Sink) insertDeadLetter(ctx context.Context, tx pgx.Tx, tok epochs.Token
 // the watermark over the spans the batch's end touches and deletes the
 // rows below it ([sink.Checkpoint.Raise]), clearing the gapped flag when
 // no span is left (and then moving the IDs version on).
-func (s *Sink) applyOnGapped(ctx context.Context, tx pgx.Tx, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx], next, version int64) (res sink.ApplyOnceResult, retry bool, err error) {
+func (s *Sink) applyOnGapped(ctx context.Context, tx pgx.Tx, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[pgx.Tx], next, version int64) (res sink.Result, retry bool, err error) {
 	op := "apply " + tok.String()
 	scope := tok.Scope()
 	cp, _, _, err := s.readCheckpoint(ctx, tx, scope, next)
@@ -1095,7 +1030,7 @@ func (s *Sink) applyOnGapped(ctx context.Context, tx pgx.Tx, tok epochs.Token, o
 		}
 	}
 	if skipped == len(offsets) {
-		return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Skipped: skipped, NextOffset: cp.NextOffset}}, false, nil
+		return sink.Result{Skipped: skipped, NextOffset: cp.NextOffset}, false, nil
 	}
 	var dup []bool
 	if ids != nil {
@@ -1122,7 +1057,7 @@ func (s *Sink) applyOnGapped(ctx context.Context, tx pgx.Tx, tok epochs.Token, o
 				continue
 			}
 			seen[id] = struct{}{}
-			if p, ok := at[id]; ok && sink.IsDuplicate(offsets[i], p, s.window) {
+			if p, ok := at[id]; ok && cmdids.IsDuplicate(offsets[i], p, s.window) {
 				dup[i] = true
 			}
 		}
@@ -1166,13 +1101,13 @@ func (s *Sink) applyOnGapped(ctx context.Context, tx pgx.Tx, tok epochs.Token, o
 	batch := &pgx.Batch{}
 	batch.Queue(s.q.gap.advance, scope.Group, scope.Topic, scope.Partition, tok.Epoch, tok.Member, next, after.NextOffset,
 		gapped, b2i(bump), int64(len(dups)), version)
-	prune := ids != nil && sink.PruneDue(next, after.NextOffset, s.window)
+	prune := ids != nil && cmdids.PruneDue(next, after.NextOffset, s.window)
 	if len(applied.IDs) > 0 {
 		batch.Queue(s.q.idInsert, scope.Group, scope.Topic, scope.Partition, applied.Offs[0], applied.Last,
 			cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs))
 	}
 	if prune {
-		batch.Queue(s.q.idPrune, scope.Group, scope.Topic, scope.Partition, sink.Horizon(after.NextOffset, s.window))
+		batch.Queue(s.q.idPrune, scope.Group, scope.Topic, scope.Partition, cmdids.Horizon(after.NextOffset, s.window))
 	}
 	br := tx.SendBatch(ctx, batch)
 	tag, err := br.Exec()
@@ -1209,9 +1144,9 @@ func (s *Sink) applyOnGapped(ctx context.Context, tx pgx.Tx, tok epochs.Token, o
 		return res, false, commitError(ctx, op, err)
 	}
 	// The IDs version moved (or lanes' IDs may be missing from the
-	// cache): the next ApplyOnce loads.
+	// cache): the next Apply with IDs loads.
 	s.ids.Drop(scope)
-	return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Applied: len(offsets) - skipped - len(dups), Skipped: skipped, NextOffset: after.NextOffset},
+	return sink.Result{Applied: len(offsets) - skipped - len(dups), Skipped: skipped, NextOffset: after.NextOffset,
 		Duplicates: dups}, false, nil
 }
 

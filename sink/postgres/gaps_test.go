@@ -38,8 +38,8 @@ func dropVersion5(t testing.TB, schema string) {
 }
 
 // gapBatch is a lane batch whose records cover only themselves.
-func gapBatch(offs ...int64) sink.GapBatch {
-	return sink.GapBatch{Offsets: offs, From: offs}
+func gapBatch(offs ...int64) sink.Batch {
+	return sink.Batch{Offsets: offs, From: offs}
 }
 
 func noopEffect(context.Context, pgx.Tx, int) error { return nil }
@@ -64,7 +64,7 @@ func TestMigrateFromVersion4(t *testing.T) {
 	s := openSink(t, schema, nil)
 	a := tokenOf(testScope(t), 3, "m-3")
 	mustClaim(t, s, a)
-	if _, err := s.ApplyOnce(ctx, a, []int64{0, 1}, []string{"x", "y"}, noopEffect); err != nil {
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0, 1}, IDs: []string{"x", "y"}}, noopEffect); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -72,14 +72,14 @@ func TestMigrateFromVersion4(t *testing.T) {
 	adminExec(t, "UPDATE "+pgx.Identifier{schema, "workrouter_schema"}.Sanitize()+" SET version = 4")
 
 	s = migrated(t, schema, 4)
-	cp, err := s.ClaimGapped(ctx, tokenOf(a.Scope(), 4, "m-4"), sink.Observed{})
+	cp, err := s.Claim(ctx, tokenOf(a.Scope(), 4, "m-4"), sink.Observed{})
 	if err != nil || cp.NextOffset != 2 || len(cp.Done) != 0 {
-		t.Fatalf("ClaimGapped after migration = %+v, %v, want watermark 2", cp, err)
+		t.Fatalf("Claim after migration = %+v, %v, want watermark 2", cp, err)
 	}
 	b := tokenOf(a.Scope(), 4, "m-4")
-	res, err := s.ApplyGapped(ctx, b, sink.GapBatch{Offsets: []int64{5, 6}, From: []int64{5, 6}, IDs: []string{"x", "z"}}, noopEffect)
+	res, err := s.Apply(ctx, b, sink.Batch{Offsets: []int64{5, 6}, From: []int64{5, 6}, IDs: []string{"x", "z"}}, noopEffect)
 	if err != nil || res.Applied != 1 || len(res.Duplicates) != 1 {
-		t.Fatalf("ApplyGapped after migration = %+v, %v, want x a duplicate of offset 0", res, err)
+		t.Fatalf("a lane's Apply after migration = %+v, %v, want x a duplicate of offset 0", res, err)
 	}
 	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].NextOffset != 2 || len(fs[0].Done) != 1 || fs[0].Done[0] != (sink.Span{From: 5, To: 7}) || fs[0].Duplicates != 1 {
 		t.Fatalf("fences after migration = %+v, %v", fs, err)
@@ -87,14 +87,14 @@ func TestMigrateFromVersion4(t *testing.T) {
 }
 
 // claimedGapped opens a sink in a fresh schema and claims a test scope
-// with ClaimGapped as token a; ctx ends with the test or after 20 s.
+// with Claim as token a; ctx ends with the test or after 20 s.
 func claimedGapped(t *testing.T) (*Sink, context.Context, epochs.Token) {
 	t.Helper()
 	s := openSink(t, newTestSchema(t), nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	t.Cleanup(cancel)
 	a := tokenOf(testScope(t), 1, "a")
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	return s, ctx, a
@@ -109,7 +109,7 @@ func lanesAtOnce(t *testing.T, s *Sink, a epochs.Token, lanes int, before, after
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	var (
@@ -139,7 +139,7 @@ func lanesAtOnce(t *testing.T, s *Sink, a epochs.Token, lanes int, before, after
 				}
 				return nil
 			}
-			_, errs[lane] = s.ApplyGapped(ctx, a, gapBatch(int64(lane)), effect)
+			_, errs[lane] = s.Apply(ctx, a, gapBatch(int64(lane)), effect)
 		})
 	}
 	wg.Wait()
@@ -148,8 +148,8 @@ func lanesAtOnce(t *testing.T, s *Sink, a epochs.Token, lanes int, before, after
 			t.Fatalf("lane %d: %v", lane, err)
 		}
 	}
-	if cp, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != int64(lanes) || len(cp.Done) != 0 {
-		t.Fatalf("ClaimGapped after the lanes = %+v, %v, want watermark %d", cp, err, lanes)
+	if cp, err := s.Claim(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != int64(lanes) || len(cp.Done) != 0 {
+		t.Fatalf("Claim after the lanes = %+v, %v, want watermark %d", cp, err, lanes)
 	}
 }
 
@@ -194,7 +194,7 @@ func TestGapsFailedBeginFailsTheBatch(t *testing.T) {
 	t.Parallel()
 	s, ctx, a := claimedGapped(t)
 	var began error
-	_, err := s.ApplyGapped(ctx, a, gapBatch(0), func(ctx context.Context, tx pgx.Tx, i int) error {
+	_, err := s.Apply(ctx, a, gapBatch(0), func(ctx context.Context, tx pgx.Tx, i int) error {
 		gone, stop := context.WithCancel(ctx)
 		stop()
 		_, began = tx.Exec(gone, upsertKV, "ignored", "x")
@@ -204,10 +204,10 @@ func TestGapsFailedBeginFailsTheBatch(t *testing.T) {
 		t.Fatalf("the handler's statement: %v, want context.Canceled (the fault did not happen)", began)
 	}
 	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("ApplyGapped after a failed begin: %v, want the begin's error", err)
+		t.Fatalf("a lane's Apply after a failed begin: %v, want the begin's error", err)
 	}
-	if cp, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != 0 || len(cp.Done) != 0 {
-		t.Fatalf("ClaimGapped after the failed batch = %+v, %v, want nothing recorded", cp, err)
+	if cp, err := s.Claim(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != 0 || len(cp.Done) != 0 {
+		t.Fatalf("Claim after the failed batch = %+v, %v, want nothing recorded", cp, err)
 	}
 }
 
@@ -222,13 +222,13 @@ func TestGapsClaimDoesNotWaitForHandler(t *testing.T) {
 	defer cancel()
 	scope := testScope(t)
 	a, b := tokenOf(scope, 1, "a"), tokenOf(scope, 2, "b")
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	inEffect, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.ApplyGapped(ctx, a, gapBatch(4), func(ctx context.Context, tx pgx.Tx, i int) error {
+		_, err := s.Apply(ctx, a, gapBatch(4), func(ctx context.Context, tx pgx.Tx, i int) error {
 			if _, err := tx.Exec(ctx, upsertKV, "zombie", "landed"); err != nil {
 				return err
 			}
@@ -239,8 +239,8 @@ func TestGapsClaimDoesNotWaitForHandler(t *testing.T) {
 		done <- err
 	}()
 	<-inEffect
-	if _, err := s.ClaimGapped(ctx, b, sink.Observed{}); err != nil {
-		t.Fatalf("ClaimGapped while a lane's handler runs: %v", err)
+	if _, err := s.Claim(ctx, b, sink.Observed{}); err != nil {
+		t.Fatalf("Claim while a lane's handler runs: %v", err)
 	}
 	close(release)
 	if err := <-done; !errors.Is(err, sink.ErrFenced) {
@@ -264,12 +264,12 @@ func TestGapsCompaction(t *testing.T) {
 	ctx := t.Context()
 	scope := testScope(t)
 	a := tokenOf(scope, 1, "a")
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	// Offset 0 is left for last: nothing touches the watermark.
 	for o := int64(1); o < compactEvery; o++ {
-		if _, err := s.ApplyGapped(ctx, a, gapBatch(o), noopEffect); err != nil {
+		if _, err := s.Apply(ctx, a, gapBatch(o), noopEffect); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -281,7 +281,7 @@ func TestGapsCompaction(t *testing.T) {
 	}
 	// The compactEvery-th batch fills offset 0: its compaction raises
 	// the watermark over everything.
-	if _, err := s.ApplyGapped(ctx, a, gapBatch(0), noopEffect); err != nil {
+	if _, err := s.Apply(ctx, a, gapBatch(0), noopEffect); err != nil {
 		t.Fatal(err)
 	}
 	if next, _, _, rows := rawFence(t, schema, scope); next != compactEvery || rows != 0 {
@@ -296,10 +296,10 @@ func TestGapsCompaction(t *testing.T) {
 
 	// A lane holding the fence row (FOR SHARE, between its check and its
 	// COMMIT): the compaction gives up.
-	if _, err := s.ApplyGapped(ctx, a, gapBatch(compactEvery+1), noopEffect); err != nil {
+	if _, err := s.Apply(ctx, a, gapBatch(compactEvery+1), noopEffect); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ApplyGapped(ctx, a, gapBatch(compactEvery), noopEffect); err != nil {
+	if _, err := s.Apply(ctx, a, gapBatch(compactEvery), noopEffect); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := admin(t).Begin(ctx)
@@ -326,7 +326,7 @@ func TestGapsCompaction(t *testing.T) {
 	}
 	// A compaction by a fenced tenure changes nothing.
 	b := tokenOf(scope, 2, "b")
-	if _, err := s.ClaimGapped(ctx, b, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, b, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	s.compact(ctx, a)
@@ -339,9 +339,10 @@ func TestGapsCompaction(t *testing.T) {
 }
 
 // TestGapsPlainScopeUnflagged: a scope that never had lanes is not
-// gapped, so plain Applies cost what they did; ClaimGapped marks it, a
-// plain claim that finds no span clears it again (and moves the IDs
-// version on: lanes may have recorded IDs without moving it).
+// gapped, so serial Applies cost what they did, and neither is one only
+// claimed; a lane's first batch marks it, and a claim that finds no span
+// clears it again (and moves the IDs version on: lanes may have recorded
+// IDs without moving it).
 func TestGapsPlainScopeUnflagged(t *testing.T) {
 	t.Parallel()
 	schema := newTestSchema(t)
@@ -350,26 +351,29 @@ func TestGapsPlainScopeUnflagged(t *testing.T) {
 	scope := testScope(t)
 	a := tokenOf(scope, 1, "a")
 	mustClaim(t, s, a)
-	if _, err := s.Apply(ctx, a, []int64{0, 1}, noopEffect); err != nil {
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0, 1}}, noopEffect); err != nil {
 		t.Fatal(err)
 	}
 	if _, gapped, _, _ := rawFence(t, schema, scope); gapped {
 		t.Fatal("a plain scope is gapped")
 	}
 	b := tokenOf(scope, 2, "b")
-	if _, err := s.ClaimGapped(ctx, b, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, b, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, gapped, _, _ := rawFence(t, schema, scope); gapped {
+		t.Fatal("a claim marked the scope gapped")
+	}
+	if _, err := s.Apply(ctx, b, gapBatch(2), noopEffect); err != nil {
 		t.Fatal(err)
 	}
 	_, gapped, v0, _ := rawFence(t, schema, scope)
 	if !gapped {
-		t.Fatal("ClaimGapped did not mark the scope gapped")
-	}
-	if _, err := s.ApplyGapped(ctx, b, gapBatch(2), noopEffect); err != nil {
-		t.Fatal(err)
+		t.Fatal("a lane's batch did not mark the scope gapped")
 	}
 	mustClaim(t, s, tokenOf(scope, 3, "c"))
 	if next, gapped, v1, rows := rawFence(t, schema, scope); gapped || next != 3 || rows != 0 || v1 != v0+1 {
-		t.Fatalf("after a plain claim: next_offset %d, gapped %v, ids_version %d (was %d), %d rows; want 3, false, %d, 0", next, gapped, v1, v0, rows, v0+1)
+		t.Fatalf("after a claim: next_offset %d, gapped %v, ids_version %d (was %d), %d rows; want 3, false, %d, 0", next, gapped, v1, v0, rows, v0+1)
 	}
 }
 
@@ -385,19 +389,19 @@ func TestGapsLaneIDsSeenByLaterPlainTenure(t *testing.T) {
 	a, b, c := tokenOf(scope, 1, "a"), tokenOf(scope, 2, "b"), tokenOf(scope, 3, "c")
 	mustClaim(t, p2, a)
 	// p2's cache holds the scope (one ID) at the version this leaves.
-	if res, err := p2.ApplyOnce(ctx, a, []int64{0}, []string{"w"}, noopEffect); err != nil || res.Applied != 1 {
-		t.Fatalf("ApplyOnce = %+v, %v", res, err)
+	if res, err := p2.Apply(ctx, a, sink.Batch{Offsets: []int64{0}, IDs: []string{"w"}}, noopEffect); err != nil || res.Applied != 1 {
+		t.Fatalf("an Apply with IDs = %+v, %v", res, err)
 	}
-	if _, err := p1.ClaimGapped(ctx, b, sink.Observed{}); err != nil {
+	if _, err := p1.Claim(ctx, b, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := p1.ApplyGapped(ctx, b, sink.GapBatch{Offsets: []int64{1, 2}, From: []int64{1, 2}, IDs: []string{"x", "y"}}, noopEffect); err != nil || res.Applied != 2 {
-		t.Fatalf("ApplyGapped = %+v, %v", res, err)
+	if res, err := p1.Apply(ctx, b, sink.Batch{Offsets: []int64{1, 2}, From: []int64{1, 2}, IDs: []string{"x", "y"}}, noopEffect); err != nil || res.Applied != 2 {
+		t.Fatalf("a lane's Apply = %+v, %v", res, err)
 	}
 	mustClaim(t, p2, c)
-	res, err := p2.ApplyOnce(ctx, c, []int64{3, 4, 5}, []string{"x", "w", "z"}, noopEffect)
+	res, err := p2.Apply(ctx, c, sink.Batch{Offsets: []int64{3, 4, 5}, IDs: []string{"x", "w", "z"}}, noopEffect)
 	if err != nil || res.Applied != 1 || len(res.Duplicates) != 2 {
-		t.Fatalf("ApplyOnce by the next tenure = %+v, %v; want x (a lane's) and w duplicates", res, err)
+		t.Fatalf("an Apply with IDs by the next tenure = %+v, %v; want x (a lane's) and w duplicates", res, err)
 	}
 }
 
@@ -409,18 +413,18 @@ func TestGapsLaneSeesOwnIDs(t *testing.T) {
 	s := openSink(t, newTestSchema(t), nil)
 	ctx := t.Context()
 	a := tokenOf(testScope(t), 1, "a")
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	for o := int64(0); o < 2*compactEvery; o += 2 {
 		id := fmt.Sprint("cmd-", o)
-		res, err := s.ApplyGapped(ctx, a, sink.GapBatch{Offsets: []int64{o}, From: []int64{o}, IDs: []string{id}}, noopEffect)
+		res, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{o}, From: []int64{o}, IDs: []string{id}}, noopEffect)
 		if err != nil || res.Applied != 1 {
-			t.Fatalf("ApplyGapped(%d, %s) = %+v, %v", o, id, res, err)
+			t.Fatalf("a lane's Apply(%d, %s) = %+v, %v", o, id, res, err)
 		}
-		res, err = s.ApplyGapped(ctx, a, sink.GapBatch{Offsets: []int64{o + 1}, From: []int64{o + 1}, IDs: []string{id}}, noopEffect)
+		res, err = s.Apply(ctx, a, sink.Batch{Offsets: []int64{o + 1}, From: []int64{o + 1}, IDs: []string{id}}, noopEffect)
 		if err != nil || res.Applied != 0 || len(res.Duplicates) != 1 {
-			t.Fatalf("ApplyGapped(%d, %s) resent = %+v, %v, want a duplicate", o+1, id, res, err)
+			t.Fatalf("a lane's Apply(%d, %s) resent = %+v, %v, want a duplicate", o+1, id, res, err)
 		}
 	}
 	if fs, err := s.Fences(ctx); err != nil || fs[0].NextOffset != 2*compactEvery || fs[0].Duplicates != compactEvery {
@@ -442,10 +446,10 @@ func TestGapsLaneRetriesWhenWatermarkMoves(t *testing.T) {
 	inEffect, release := make(chan struct{}), make(chan struct{})
 	runs := 0
 	done := make(chan error, 1)
-	var res sink.ApplyOnceResult
+	var res sink.Result
 	go func() {
 		var err error
-		res, err = s.ApplyGapped(ctx, a, gapBatch(0), func(ctx context.Context, tx pgx.Tx, i int) error {
+		res, err = s.Apply(ctx, a, gapBatch(0), func(ctx context.Context, tx pgx.Tx, i int) error {
 			runs++
 			if runs == 1 {
 				close(inEffect)
@@ -456,7 +460,7 @@ func TestGapsLaneRetriesWhenWatermarkMoves(t *testing.T) {
 		done <- err
 	}()
 	<-inEffect
-	if r, err := s.Apply(ctx, a, []int64{0}, appendOnce); err != nil || r.Applied != 1 {
+	if r, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0}}, appendOnce); err != nil || r.Applied != 1 {
 		t.Fatalf("plain Apply of the lane's offset = %+v, %v", r, err)
 	}
 	close(release)
@@ -479,7 +483,7 @@ func TestGapsSameBatchTwiceAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	a := tokenOf(testScope(t), 1, "a")
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	var (
@@ -502,11 +506,11 @@ func TestGapsSameBatchTwiceAtOnce(t *testing.T) {
 		_, err := tx.Exec(ctx, appendKV, "k", "x")
 		return err
 	}
-	results := make([]sink.ApplyOnceResult, 2)
+	results := make([]sink.Result, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range 2 {
-		wg.Go(func() { results[i], errs[i] = s.ApplyGapped(ctx, a, gapBatch(7), effect) })
+		wg.Go(func() { results[i], errs[i] = s.Apply(ctx, a, gapBatch(7), effect) })
 	}
 	wg.Wait()
 	for i := range 2 {
@@ -533,8 +537,8 @@ func TestGapsAfterPlainClaim(t *testing.T) {
 	scope := testScope(t)
 	a := tokenOf(scope, 1, "a")
 	mustClaim(t, s, a)
-	if res, err := s.ApplyGapped(ctx, a, gapBatch(3), noopEffect); err != nil || res.Applied != 1 {
-		t.Fatalf("ApplyGapped after a plain claim = %+v, %v", res, err)
+	if res, err := s.Apply(ctx, a, gapBatch(3), noopEffect); err != nil || res.Applied != 1 {
+		t.Fatalf("a lane's Apply after a plain claim = %+v, %v", res, err)
 	}
 	if next, gapped, _, rows := rawFence(t, schema, scope); next != 0 || !gapped || rows != 1 {
 		t.Fatalf("after a lane batch: next_offset %d, gapped %v, %d rows; want 0, true, 1", next, gapped, rows)
@@ -543,12 +547,12 @@ func TestGapsAfterPlainClaim(t *testing.T) {
 	if next := mustClaim(t, s, b); next != 0 {
 		t.Fatalf("plain claim = %d, want 0", next)
 	}
-	res, err := s.Apply(ctx, b, []int64{0, 1, 2, 3, 4}, noopEffect)
+	res, err := s.Apply(ctx, b, sink.Batch{Offsets: []int64{0, 1, 2, 3, 4}}, noopEffect)
 	if err != nil || res.Applied != 4 || res.Skipped != 1 || res.NextOffset != 5 {
 		t.Fatalf("plain Apply over the lane's span = %+v, %v; want 4 applied, offset 3 skipped", res, err)
 	}
 	// A stale token's lane is refused before it marks anything.
-	if _, err := s.ApplyGapped(ctx, a, gapBatch(9), noopEffect); !errors.Is(err, sink.ErrFenced) {
+	if _, err := s.Apply(ctx, a, gapBatch(9), noopEffect); !errors.Is(err, sink.ErrFenced) {
 		t.Fatalf("a stale lane: %v, want fenced", err)
 	}
 	if _, gapped, _, rows := rawFence(t, schema, scope); gapped || rows != 0 {
@@ -564,10 +568,10 @@ func TestGapsReadOnly(t *testing.T) {
 	w := openSink(t, schema, nil)
 	ctx := t.Context()
 	tok := tokenOf(testScope(t), 4, "m")
-	if _, err := w.ClaimGapped(ctx, tok, sink.Observed{}); err != nil {
+	if _, err := w.Claim(ctx, tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.ApplyGapped(ctx, tok, gapBatch(2, 5), noopEffect); err != nil {
+	if _, err := w.Apply(ctx, tok, gapBatch(2, 5), noopEffect); err != nil {
 		t.Fatal(err)
 	}
 	r := openSink(t, schema, func(c *Config) { c.ReadOnly = true })
@@ -575,14 +579,14 @@ func TestGapsReadOnly(t *testing.T) {
 	if err != nil || len(fs) != 1 || len(fs[0].Done) != 2 || fs[0].Done[0] != (sink.Span{From: 2, To: 3}) || fs[0].Done[1] != (sink.Span{From: 5, To: 6}) {
 		t.Fatalf("read-only Fences = %+v, %v; want the spans [2, 3) and [5, 6)", fs, err)
 	}
-	if _, err := r.ClaimGapped(ctx, tokenOf(tok.Scope(), 5, "m"), sink.Observed{}); !errors.Is(err, ErrReadOnly) {
-		t.Fatalf("ClaimGapped: %v, want ErrReadOnly", err)
+	if _, err := r.Claim(ctx, tokenOf(tok.Scope(), 5, "m"), sink.Observed{}); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("Claim: %v, want ErrReadOnly", err)
 	}
-	if _, err := r.ApplyGapped(ctx, tok, gapBatch(0), noopEffect); !errors.Is(err, ErrReadOnly) {
-		t.Fatalf("ApplyGapped: %v, want ErrReadOnly", err)
+	if _, err := r.Apply(ctx, tok, gapBatch(0), noopEffect); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("a lane's Apply: %v, want ErrReadOnly", err)
 	}
-	if _, err := r.DeadLetterGapped(ctx, tok, 0, sink.DeadRecord{Offset: 0, Reason: "r", Error: "e"}); !errors.Is(err, ErrReadOnly) {
-		t.Fatalf("DeadLetterGapped: %v, want ErrReadOnly", err)
+	if _, err := r.DeadLetter(ctx, tok, sink.DeadRecord{Offset: 0, Reason: "r", Error: "e"}.InLane(0)); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("a lane's DeadLetter: %v, want ErrReadOnly", err)
 	}
 }
 
@@ -599,7 +603,7 @@ func TestGapsClaimRacingLanes(t *testing.T) {
 	defer cancel()
 	scope := testScope(t)
 	a, b := tokenOf(scope, 1, "a"), tokenOf(scope, 2, "b")
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	var (
@@ -613,7 +617,7 @@ func TestGapsClaimRacingLanes(t *testing.T) {
 		wg.Go(func() {
 			for k := int64(0); ; k++ {
 				offs := []int64{2*k*lanes + int64(lane), (2*k+1)*lanes + int64(lane)}
-				_, err := s.ApplyGapped(ctx, a, gapBatch(offs...), func(ctx context.Context, tx pgx.Tx, i int) error {
+				_, err := s.Apply(ctx, a, gapBatch(offs...), func(ctx context.Context, tx pgx.Tx, i int) error {
 					_, err := tx.Exec(ctx, appendKV, fmt.Sprint("o", offs[i]), "x")
 					return err
 				})
@@ -627,7 +631,7 @@ func TestGapsClaimRacingLanes(t *testing.T) {
 				case errors.Is(err, sink.ErrFenced):
 					fenced = append(fenced, offs)
 				default:
-					t.Errorf("lane %d ApplyGapped(%v): %v", lane, offs, err)
+					t.Errorf("lane %d Apply(%v): %v", lane, offs, err)
 				}
 				mu.Unlock()
 				if err != nil {
@@ -637,7 +641,7 @@ func TestGapsClaimRacingLanes(t *testing.T) {
 		})
 	}
 	<-enough
-	got, err := s.ClaimGapped(ctx, b, sink.Observed{})
+	got, err := s.Claim(ctx, b, sink.Observed{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -659,11 +663,11 @@ func TestGapsClaimRacingLanes(t *testing.T) {
 		}
 	}
 	if got.NextOffset != want.NextOffset || len(got.Done) != len(want.Done) {
-		t.Fatalf("ClaimGapped racing the lanes = %+v, want the %d batches that landed: %+v", got, len(landed), want)
+		t.Fatalf("Claim racing the lanes = %+v, want the %d batches that landed: %+v", got, len(landed), want)
 	}
 	for i := range got.Done {
 		if got.Done[i] != want.Done[i] {
-			t.Fatalf("ClaimGapped racing the lanes = %+v, want the %d batches that landed: %+v", got, len(landed), want)
+			t.Fatalf("Claim racing the lanes = %+v, want the %d batches that landed: %+v", got, len(landed), want)
 		}
 	}
 	if len(fenced) != lanes {
@@ -679,7 +683,7 @@ func TestGapsClaimRacingLanes(t *testing.T) {
 func TestGapsBatchRow(t *testing.T) {
 	t.Parallel()
 	s, ctx, a := claimedGapped(t)
-	if res, err := s.ApplyGapped(ctx, a, gapBatch(1, 3, 4, 7), noopEffect); err != nil || res.Applied != 4 {
+	if res, err := s.Apply(ctx, a, gapBatch(1, 3, 4, 7), noopEffect); err != nil || res.Applied != 4 {
 		t.Fatalf("lane batch [1 3 4 7] = %+v, %v; want 4 applied", res, err)
 	}
 	if _, _, _, rows := rawFence(t, s.schema, a.Scope()); rows != 1 {
@@ -688,7 +692,7 @@ func TestGapsBatchRow(t *testing.T) {
 	// Another lane's records between the batch's spans are not done.
 	var ran []int64
 	offs := []int64{2, 5, 6}
-	if res, err := s.ApplyGapped(ctx, a, gapBatch(offs...), putOffsets(offs, "k", "b", &ran)); err != nil || res.Applied != 3 || res.Skipped != 0 {
+	if res, err := s.Apply(ctx, a, gapBatch(offs...), putOffsets(offs, "k", "b", &ran)); err != nil || res.Applied != 3 || res.Skipped != 0 {
 		t.Fatalf("lane batch [2 5 6] = %+v, %v; want 3 applied, none skipped", res, err)
 	}
 	if !slices.Equal(ran, offs) {
@@ -699,7 +703,7 @@ func TestGapsBatchRow(t *testing.T) {
 		t.Error("the replay ran an effect")
 		return nil
 	}
-	if res, err := s.ApplyGapped(ctx, a, gapBatch(1, 3, 4, 7), mustNotRun); err != nil || res.Skipped != 4 || res.Applied != 0 {
+	if res, err := s.Apply(ctx, a, gapBatch(1, 3, 4, 7), mustNotRun); err != nil || res.Skipped != 4 || res.Applied != 0 {
 		t.Fatalf("replay of [1 3 4 7] = %+v, %v; want 4 skipped", res, err)
 	}
 	want := []sink.Span{{From: 1, To: 8}}
@@ -707,8 +711,8 @@ func TestGapsBatchRow(t *testing.T) {
 		t.Fatalf("Fences = %+v, %v; want watermark 0 and done %v", fs, err, want)
 	}
 	b := tokenOf(a.Scope(), 2, "b")
-	if cp, err := s.ClaimGapped(ctx, b, sink.Observed{}); err != nil || cp.NextOffset != 0 || !slices.Equal(cp.Done, want) {
-		t.Fatalf("ClaimGapped = %+v, %v; want watermark 0 and done %v", cp, err, want)
+	if cp, err := s.Claim(ctx, b, sink.Observed{}); err != nil || cp.NextOffset != 0 || !slices.Equal(cp.Done, want) {
+		t.Fatalf("Claim = %+v, %v; want watermark 0 and done %v", cp, err, want)
 	}
 }
 
@@ -722,7 +726,7 @@ func TestMigrateFromVersion5(t *testing.T) {
 	ctx := t.Context()
 	s := openSink(t, schema, nil)
 	a := tokenOf(testScope(t), 3, "m-3")
-	if _, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -735,16 +739,16 @@ func TestMigrateFromVersion5(t *testing.T) {
 		a.Group, a.Topic, a.Partition)
 
 	s = migrated(t, schema, 5)
-	if res, err := s.ApplyGapped(ctx, a, gapBatch(3, 5, 7, 9), noopEffect); err != nil || res.Applied != 3 || res.Skipped != 1 {
+	if res, err := s.Apply(ctx, a, gapBatch(3, 5, 7, 9), noopEffect); err != nil || res.Applied != 3 || res.Skipped != 1 {
 		t.Fatalf("lane batch [3 5 7 9] after migration = %+v, %v; want 1 skipped (5, in an old row), 3 applied", res, err)
 	}
 	want := []sink.Span{{From: 2, To: 6}, {From: 7, To: 8}, {From: 9, To: 10}}
 	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || !slices.Equal(fs[0].Done, want) || fs[0].Duplicates != 1 {
 		t.Fatalf("Fences after migration = %+v, %v; want done %v and the old row's duplicate", fs, err, want)
 	}
-	cp, err := s.ClaimGapped(ctx, tokenOf(a.Scope(), 4, "m-4"), sink.Observed{})
+	cp, err := s.Claim(ctx, tokenOf(a.Scope(), 4, "m-4"), sink.Observed{})
 	if err != nil || cp.NextOffset != 0 || !slices.Equal(cp.Done, want) {
-		t.Fatalf("ClaimGapped after migration = %+v, %v; want done %v", cp, err, want)
+		t.Fatalf("Claim after migration = %+v, %v; want done %v", cp, err, want)
 	}
 }
 
@@ -753,17 +757,17 @@ func TestMigrateFromVersion5(t *testing.T) {
 // done; the inner one reads them, runs and commits whole before the outer
 // one commits). Each unit writes kv(<unit><offset>); it returns the two
 // results and the offsets each unit's effects ran for.
-func nestedUnits(t *testing.T, s *Sink, ctx context.Context, a epochs.Token, outer, inner []int64) (outerRes, innerRes sink.ApplyOnceResult, outerRan, innerRan []int64) {
+func nestedUnits(t *testing.T, s *Sink, ctx context.Context, a epochs.Token, outer, inner []int64) (outerRes, innerRes sink.Result, outerRan, innerRan []int64) {
 	t.Helper()
 	var (
 		raced    bool
 		innerErr error
 	)
 	put := putOffsets(outer, "outer", "v", &outerRan)
-	outerRes, err := s.ApplyGapped(ctx, a, gapBatch(outer...), func(ctx context.Context, tx pgx.Tx, i int) error {
+	outerRes, err := s.Apply(ctx, a, gapBatch(outer...), func(ctx context.Context, tx pgx.Tx, i int) error {
 		if !raced {
 			raced = true
-			innerRes, innerErr = s.ApplyGapped(ctx, a, gapBatch(inner...), putOffsets(inner, "inner", "v", &innerRan))
+			innerRes, innerErr = s.Apply(ctx, a, gapBatch(inner...), putOffsets(inner, "inner", "v", &innerRan))
 		}
 		return put(ctx, tx, i)
 	})
@@ -850,8 +854,8 @@ func TestGapsInterleavedUnitsDoNotConflict(t *testing.T) {
 			if outerRes.Applied != n || innerRes.Applied != n || !slices.Equal(outerRan, outer) || !slices.Equal(innerRan, inner) {
 				t.Fatalf("outer %+v ran %v, inner %+v ran %v: want each unit's records applied, its effects run once each", outerRes, outerRan, innerRes, innerRan)
 			}
-			if cp, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != int64(2*n) || len(cp.Done) != 0 {
-				t.Fatalf("ClaimGapped = %+v, %v; want watermark %d", cp, err, 2*n)
+			if cp, err := s.Claim(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != int64(2*n) || len(cp.Done) != 0 {
+				t.Fatalf("Claim = %+v, %v; want watermark %d", cp, err, 2*n)
 			}
 		})
 	}
@@ -874,7 +878,7 @@ func TestGapsOverlapCommitsWaitForEachOther(t *testing.T) {
 		calls     int
 		mu        sync.Mutex
 		wg        sync.WaitGroup
-		res       [3]sink.ApplyOnceResult
+		res       [3]sink.Result
 		errs      [3]error
 		ran       [3][]int64
 		secondRan = make(chan struct{})
@@ -890,7 +894,7 @@ func TestGapsOverlapCommitsWaitForEachOther(t *testing.T) {
 		}
 	}
 	apply := func(u int) {
-		res[u], errs[u] = s.ApplyGapped(ctx, a, gapBatch(offs...), putOffsets(offs, fmt.Sprint("u", u, "-"), "v", &ran[u]))
+		res[u], errs[u] = s.Apply(ctx, a, gapBatch(offs...), putOffsets(offs, fmt.Sprint("u", u, "-"), "v", &ran[u]))
 	}
 	wg.Go(func() { apply(1) })
 	if n := <-guarded; n != 1 {
@@ -954,7 +958,7 @@ func TestGapsClaimBetweenGuardAndCommit(t *testing.T) {
 			ctx := t.Context()
 			old := tokenOf(testScope(t), tc.old[0].(int32), tc.old[1].(string))
 			newer := tokenOf(testScope(t), tc.newer[0].(int32), tc.newer[1].(string))
-			if _, err := s.ClaimGapped(ctx, old, sink.Observed{}); err != nil {
+			if _, err := s.Claim(ctx, old, sink.Observed{}); err != nil {
 				t.Fatal(err)
 			}
 			landed := false
@@ -969,22 +973,22 @@ func TestGapsClaimBetweenGuardAndCommit(t *testing.T) {
 						t.Errorf("ResetFence: %v", err)
 					}
 				}
-				_, err := s.ClaimGapped(ctx, newer, sink.Observed{})
+				_, err := s.Claim(ctx, newer, sink.Observed{})
 				if pe := (*sink.ProofRequiredError)(nil); errors.As(err, &pe) {
-					_, err = s.ClaimGapped(ctx, newer, sink.Observed{Proof: &sink.Proof{Version: pe.Version}})
+					_, err = s.Claim(ctx, newer, sink.Observed{Proof: &sink.Proof{Version: pe.Version}})
 				}
 				if err != nil {
-					t.Errorf("ClaimGapped by %s: %v", newer, err)
+					t.Errorf("Claim by %s: %v", newer, err)
 				}
 			}
 			var ran []int64
-			_, err := s.ApplyGapped(ctx, old, gapBatch(0), putOffsets([]int64{0}, "k", "old", &ran))
+			_, err := s.Apply(ctx, old, gapBatch(0), putOffsets([]int64{0}, "k", "old", &ran))
 			var fe *sink.FencedError
 			if !landed || !errors.As(err, &fe) || fe.Stored != newer {
 				t.Fatalf("lane of %s with %s's claim between its guard and its check (landed %v): %v, want fenced by %s", old, newer, landed, err, newer)
 			}
 			mustKVs(t, s, "k", []int64{0}, nil)
-			if cp, err := s.ClaimGapped(ctx, newer, sink.Observed{}); err != nil || cp.NextOffset != 0 || len(cp.Done) != 0 {
+			if cp, err := s.Claim(ctx, newer, sink.Observed{}); err != nil || cp.NextOffset != 0 || len(cp.Done) != 0 {
 				t.Fatalf("checkpoint = %+v, %v; want nothing done", cp, err)
 			}
 		})
@@ -1005,13 +1009,13 @@ func TestGapsLaneIDsTwoSinks(t *testing.T) {
 	ctx := t.Context()
 	scope := testScope(t)
 	a, b, c := tokenOf(scope, 1, "a"), tokenOf(scope, 2, "b"), tokenOf(scope, 3, "c")
-	lane := func(s *Sink, tok epochs.Token, off int64, id string) sink.ApplyOnceResult {
+	lane := func(s *Sink, tok epochs.Token, off int64, id string) sink.Result {
 		t.Helper()
-		if _, err := s.ClaimGapped(ctx, tok, sink.Observed{}); err != nil {
-			t.Fatalf("ClaimGapped(%s): %v", tok, err)
+		if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
+			t.Fatalf("Claim(%s): %v", tok, err)
 		}
-		b := sink.GapBatch{Offsets: []int64{off}, From: []int64{off}, IDs: []string{id}}
-		res, err := s.ApplyGapped(ctx, tok, b, func(ctx context.Context, tx pgx.Tx, _ int) error {
+		b := sink.Batch{Offsets: []int64{off}, From: []int64{off}, IDs: []string{id}}
+		res, err := s.Apply(ctx, tok, b, func(ctx context.Context, tx pgx.Tx, _ int) error {
 			_, err := tx.Exec(ctx, appendKV, "id-"+id, "x")
 			return err
 		})

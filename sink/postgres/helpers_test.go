@@ -145,10 +145,10 @@ func getKV(ctx context.Context, s *Sink, k string) (string, bool, error) {
 // a refusal for want of a proof it claims again with a proof made at the
 // fence version the refusal names (the test stands in for the broker).
 func claimProven(ctx context.Context, s *Sink, tok epochs.Token) (int64, error) {
-	next, err := s.Claim(ctx, tok, sink.Observed{})
+	next, err := nextOf(s.Claim(ctx, tok, sink.Observed{}))
 	var pe *sink.ProofRequiredError
 	if errors.As(err, &pe) {
-		next, err = s.Claim(ctx, tok, sink.Observed{Proof: &sink.Proof{Version: pe.Version}})
+		next, err = nextOf(s.Claim(ctx, tok, sink.Observed{Proof: &sink.Proof{Version: pe.Version}}))
 	}
 	return next, err
 }

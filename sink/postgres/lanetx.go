@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// laneTx is the pgx.Tx a lane's effects get (ApplyGapped,
-// DeadLetterGapped), and a plain Apply's on a view (view.go). Its
+// laneTx is the pgx.Tx a lane's effects get (a lane's Apply,
+// a lane's DeadLetter), and a plain Apply's on a view (view.go). Its
 // transaction begins at the effects' first use of
 // it, on a connection taken from the pool then: a lane whose handler
 // waits on other I/O before it talks to the database (an HTTP call, a

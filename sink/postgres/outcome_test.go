@@ -173,7 +173,7 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 				_, err := tx.Exec(ctx, appendKV, "warm-up", "x")
 				return err
 			}
-			if res, err := s.Apply(t.Context(), tok, []int64{0}, warm); err != nil || res.NextOffset != 1 {
+			if res, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{0}}, warm); err != nil || res.NextOffset != 1 {
 				t.Fatalf("warm-up Apply = %+v, %v", res, err)
 			}
 			effect := func(arm bool) sink.Effect[pgx.Tx] {
@@ -185,7 +185,7 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 					return err
 				}
 			}
-			_, err = s.Apply(t.Context(), tok, offs, effect(true))
+			_, err = s.Apply(t.Context(), tok, sink.Batch{Offsets: offs}, effect(true))
 			if proxy.cut.Load() != 1 {
 				t.Fatalf("the proxy cut %d connections, want 1 (the fault did not happen)", proxy.cut.Load())
 			}
@@ -193,12 +193,12 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 				t.Fatalf("Apply cut at COMMIT: %v, want ErrOutcomeUnknown and not sink.ErrFenced", err)
 			}
 			t.Logf("error: %v", err)
-			want := sink.ApplyResult{Applied: 2, NextOffset: 3}
+			want := sink.Result{Applied: 2, NextOffset: 3}
 			if forward {
-				want = sink.ApplyResult{Skipped: 2, NextOffset: 3}
+				want = sink.Result{Skipped: 2, NextOffset: 3}
 			}
-			res, err := s.Apply(t.Context(), tok, offs, effect(false))
-			if err != nil || res != want {
+			res, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: offs}, effect(false))
+			if err != nil || !res.Equal(want) {
 				// Say whether the cut COMMIT had landed: a retry that
 				// applied again after it would leave "xx".
 				var vals []string

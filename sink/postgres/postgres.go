@@ -30,10 +30,6 @@ var (
 	_ sink.Resetter     = (*Sink)(nil)
 	_ sink.Historian    = (*Sink)(nil)
 
-	_ sink.Deduplicator[pgx.Tx] = (*Sink)(nil)
-	_ sink.GapApplier[pgx.Tx]   = (*Sink)(nil)
-
-	_ sink.DeadLetterer        = (*Sink)(nil)
 	_ sink.DeadLetterStore     = (*Sink)(nil)
 	_ sink.ErrorClassifier     = (*Sink)(nil)
 	_ sink.PermanentClassifier = (*Sink)(nil)
@@ -142,7 +138,7 @@ type Config struct {
 	// must be a plain identifier of at most 40 bytes.
 	Prefix string
 	// DedupeWindow is the retention horizon of applied command IDs, in
-	// offsets of a scope ([sink.Deduplicator], docs/design.md#command-ids);
+	// offsets of a scope ([sink.Features].DedupeWindow, docs/design.md#command-ids);
 	// default [sink.DefaultDedupeWindow]. Negative is invalid.
 	DedupeWindow int64
 	// IdleInTxTimeout is set as idle_in_transaction_session_timeout on the
@@ -153,7 +149,7 @@ type Config struct {
 	// Logger receives structured logs; default discards.
 	Logger *slog.Logger
 	// Registerer, if not nil, receives the sink's metrics of checkpoints
-	// with gaps ([Sink.ApplyGapped]): workrouter_postgres_gap_compactions_total
+	// with gaps (a lane's [Sink.Apply]): workrouter_postgres_gap_compactions_total
 	// by outcome and workrouter_postgres_gap_spans by scope. Open fails
 	// with [ErrConfig] if they are registered there already (another
 	// Sink's).
@@ -169,7 +165,7 @@ type Config struct {
 
 // Sink is a fenced sink in a PostgreSQL database. It implements
 // [sink.Sink] with [pgx.Tx] as the transaction handle, [sink.Lister],
-// [sink.Resetter] and [sink.Deduplicator] ([Sink.ApplyOnce]). Create it
+// [sink.Resetter] and [sink.Features].DedupeWindow. Create it
 // with [Open]. All methods are safe for concurrent use by any number of
 // goroutines (and processes sharing the database).
 type Sink struct {
@@ -240,7 +236,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		schema: cfg.Schema,
 		prefix: cfg.Prefix,
 		q:      newQueries(cfg.Schema, cfg.Prefix),
-		window: sink.DedupeWindowOf(cfg.DedupeWindow),
+		window: cmdids.WindowOf(cfg.DedupeWindow),
 
 		readOnly: cfg.ReadOnly,
 	}

@@ -52,7 +52,7 @@ func testScope(t testing.TB) epochs.Scope {
 
 func mustClaim(t testing.TB, s *Sink, tok epochs.Token) int64 {
 	t.Helper()
-	next, err := s.Claim(context.Background(), tok, sink.Observed{})
+	next, err := nextOf(s.Claim(context.Background(), tok, sink.Observed{}))
 	if err != nil {
 		t.Fatalf("Claim(%s): %v", tok, err)
 	}
@@ -253,7 +253,7 @@ func TestIdleInTxTimeoutEndsPausedBatch(t *testing.T) {
 	s := openSink(t, schema, func(c *Config) { c.IdleInTxTimeout = 200 * time.Millisecond })
 	tok := tokenOf(testScope(t), 1, "m")
 	mustClaim(t, s, tok)
-	_, err := s.Apply(t.Context(), tok, []int64{0}, func(ctx context.Context, tx pgx.Tx, i int) error {
+	_, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{0}}, func(ctx context.Context, tx pgx.Tx, i int) error {
 		if _, err := tx.Exec(ctx, appendKV, "k", "x"); err != nil {
 			return err
 		}
@@ -267,7 +267,7 @@ func TestIdleInTxTimeoutEndsPausedBatch(t *testing.T) {
 	if _, ok, err := getKV(t.Context(), s, "k"); err != nil || ok {
 		t.Fatalf("effect of the timed-out batch visible (ok=%v, err=%v)", ok, err)
 	}
-	res, err := s.Apply(t.Context(), tok, []int64{0}, func(ctx context.Context, tx pgx.Tx, i int) error {
+	res, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{0}}, func(ctx context.Context, tx pgx.Tx, i int) error {
 		_, err := tx.Exec(ctx, appendKV, "k", "x")
 		return err
 	})
@@ -294,7 +294,7 @@ func TestBlockedHandlerDoesNotBlockClaim(t *testing.T) {
 	done := make(chan error, 1)
 	offs := []int64{0, 1}
 	go func() {
-		_, err := s.Apply(context.Background(), old, offs, func(ctx context.Context, tx pgx.Tx, i int) error {
+		_, err := s.Apply(context.Background(), old, sink.Batch{Offsets: offs}, func(ctx context.Context, tx pgx.Tx, i int) error {
 			if _, err := tx.Exec(ctx, upsertKV, fmt.Sprint("k", offs[i]), "old"); err != nil {
 				return err
 			}
@@ -310,7 +310,7 @@ func TestBlockedHandlerDoesNotBlockClaim(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	next, err := s.Claim(ctx, newer, sink.Observed{})
+	next, err := nextOf(s.Claim(ctx, newer, sink.Observed{}))
 	if err != nil {
 		close(release)
 		t.Fatalf("Claim by the newer tenure while the old handler is blocked: %v", err)
@@ -330,7 +330,7 @@ func TestBlockedHandlerDoesNotBlockClaim(t *testing.T) {
 			t.Fatalf("effect at offset %d of the fenced batch visible (ok=%v, err=%v)", o, ok, err)
 		}
 	}
-	res, err := s.Apply(t.Context(), newer, offs, func(ctx context.Context, tx pgx.Tx, i int) error {
+	res, err := s.Apply(t.Context(), newer, sink.Batch{Offsets: offs}, func(ctx context.Context, tx pgx.Tx, i int) error {
 		_, err := tx.Exec(ctx, upsertKV, fmt.Sprint("k", offs[i]), "new")
 		return err
 	})
@@ -369,7 +369,7 @@ func TestTerminatedBackend(t *testing.T) {
 	eff, pids, release := effect(true)
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Apply(context.Background(), tok, offs, eff)
+		_, err := s.Apply(context.Background(), tok, sink.Batch{Offsets: offs}, eff)
 		done <- err
 	}()
 	pid := <-pids
@@ -396,10 +396,10 @@ func TestTerminatedBackend(t *testing.T) {
 		t.Fatalf("NextOffset after the failed batch = %d, want 0", next)
 	}
 	// Retry: applies once; retry again: a no-op.
-	for try, want := range []sink.ApplyResult{{Applied: 3, NextOffset: 13}, {Skipped: 3, NextOffset: 13}} {
+	for try, want := range []sink.Result{{Applied: 3, NextOffset: 13}, {Skipped: 3, NextOffset: 13}} {
 		eff, _, _ := effect(false)
-		res, err := s.Apply(t.Context(), tok, offs, eff)
-		if err != nil || res != want {
+		res, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: offs}, eff)
+		if err != nil || !res.Equal(want) {
 			t.Fatalf("retry %d: Apply = %+v, %v; want %+v", try, res, err, want)
 		}
 	}
@@ -418,7 +418,7 @@ func TestHistory(t *testing.T) {
 	scope := testScope(t)
 	a, b, c := tokenOf(scope, 4, "a"), tokenOf(scope, 5, "b"), tokenOf(scope, 1, "c")
 	mustClaim(t, s, a)
-	if _, err := s.Apply(ctx, a, []int64{0, 1}, func(context.Context, pgx.Tx, int) error { return nil }); err != nil {
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0, 1}}, func(context.Context, pgx.Tx, int) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	mustClaim(t, s, b)
@@ -484,7 +484,7 @@ func TestHandlerCannotEndTransaction(t *testing.T) {
 		"commit":   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
 		"rollback": func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
 	} {
-		_, err := s.Apply(t.Context(), tok, []int64{0}, func(ctx context.Context, tx pgx.Tx, _ int) error {
+		_, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{0}}, func(ctx context.Context, tx pgx.Tx, _ int) error {
 			if _, err := tx.Exec(ctx, upsertKV, "k", name); err != nil {
 				return err
 			}
@@ -499,7 +499,7 @@ func TestHandlerCannotEndTransaction(t *testing.T) {
 		}
 	}
 	// Savepoints are fine.
-	res, err := s.Apply(t.Context(), tok, []int64{0}, func(ctx context.Context, tx pgx.Tx, _ int) error {
+	res, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{0}}, func(ctx context.Context, tx pgx.Tx, _ int) error {
 		sp, err := tx.Begin(ctx)
 		if err != nil {
 			return err
@@ -594,7 +594,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Fatalf("fences after migration = %+v, %v", fences, err)
 	}
 	b := epochs.Token{Group: "g", Topic: "orders", Partition: 0, Epoch: 8, Member: "m-8"}
-	if next, err := s.Claim(ctx, b, sink.Observed{TopicID: "topic-1", LogEnd: 50}); err != nil || next != 42 {
+	if next, err := nextOf(s.Claim(ctx, b, sink.Observed{TopicID: "topic-1", LogEnd: 50})); err != nil || next != 42 {
 		t.Fatalf("first claim after migration = %d, %v", next, err)
 	}
 	h, err := s.History(ctx, b.Scope())

@@ -73,7 +73,7 @@ func TestReadOnlyReadsAndRefusesWrites(t *testing.T) {
 	if _, err := r.ResolveDeadLetter(ctx, 1, sink.DeadLetterOpen, sink.DeadLetterDropped, "why", ""); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("ResolveDeadLetter: %v, want ErrReadOnly", err)
 	}
-	if _, err := r.Apply(ctx, tok, []int64{0}, func(context.Context, pgx.Tx, int) error { return nil }); !errors.Is(err, ErrReadOnly) {
+	if _, err := r.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}}, func(context.Context, pgx.Tx, int) error { return nil }); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("Apply: %v, want ErrReadOnly", err)
 	}
 	_, err = r.Pool().Exec(ctx, `INSERT INTO kv (k, v) VALUES ('k', 'v')`)

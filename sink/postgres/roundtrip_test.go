@@ -106,7 +106,7 @@ func TestApplyRoundTrips(t *testing.T) {
 	// The first use of each statement on the connection prepares it.
 	var next int64
 	for range 2 {
-		if _, err := s.Apply(t.Context(), tok, []int64{next}, effect); err != nil {
+		if _, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{next}}, effect); err != nil {
 			t.Fatal(err)
 		}
 		next++
@@ -120,14 +120,14 @@ func TestApplyRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := tc.take()
-	if _, err := s.Apply(t.Context(), tok, []int64{next}, effect); err != nil {
+	if _, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{next}}, effect); err != nil {
 		t.Fatal(err)
 	}
 	next++
 	onView := tc.take()
 	mustClaim(t, s, tok) // a claim drops the view: the next Apply reads the fence first
 	tc.take()
-	if _, err := s.Apply(t.Context(), tok, []int64{next}, effect); err != nil {
+	if _, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{next}}, effect); err != nil {
 		t.Fatal(err)
 	}
 	next++
@@ -155,7 +155,7 @@ func TestApplyRoundTrips(t *testing.T) {
 	newer := tokenOf(tok.Scope(), 2, "n")
 	mustClaim(t, s, newer)
 	tc.take()
-	_, err := s.Apply(t.Context(), tok, []int64{next + 1}, func(context.Context, pgx.Tx, int) error {
+	_, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{next + 1}}, func(context.Context, pgx.Tx, int) error {
 		t.Error("the effect of a fenced batch ran")
 		return nil
 	})
@@ -177,7 +177,7 @@ func TestCheckedAdvanceRefusesAfterTheRead(t *testing.T) {
 	old, newer := tokenOf(testScope(t), 1, "old"), tokenOf(testScope(t), 2, "new")
 	mustClaim(t, s, old)
 	other := openSink(t, s.schema, nil) // the newer tenure's process
-	_, err := s.Apply(t.Context(), old, []int64{0}, func(ctx context.Context, tx pgx.Tx, _ int) error {
+	_, err := s.Apply(t.Context(), old, sink.Batch{Offsets: []int64{0}}, func(ctx context.Context, tx pgx.Tx, _ int) error {
 		if _, err := tx.Exec(ctx, upsertKV, "k", "stale"); err != nil {
 			return err
 		}
@@ -209,7 +209,7 @@ func TestHandlerTxClosedAfterApply(t *testing.T) {
 	tok := tokenOf(testScope(t), 1, "m")
 	mustClaim(t, s, tok)
 	var kept pgx.Tx
-	if _, err := s.Apply(t.Context(), tok, []int64{0}, func(ctx context.Context, tx pgx.Tx, _ int) error {
+	if _, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{0}}, func(ctx context.Context, tx pgx.Tx, _ int) error {
 		kept = tx
 		_, err := tx.Exec(ctx, upsertKV, "k", "in")
 		return err

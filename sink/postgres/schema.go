@@ -14,9 +14,9 @@ import (
 // writes. Version 2 added the log identity (topic ID), the reset's proof
 // requirement and the dead letters; version 3 the proof floor
 // (proof_below); version 4 the applied command IDs
-// (sink.Deduplicator) and the fences' count of skipped duplicates
+// (sink.Features.DedupeWindow) and the fences' count of skipped duplicates
 // (sink.Fence.Duplicates); version 5 the done spans of a checkpoint with
-// gaps (sink.GapApplier: the <prefix>_done table and the fences' gapped
+// gaps (sink.Features.Gaps: the <prefix>_done table and the fences' gapped
 // flag); version 6 one done row per lane batch (the spans column, see
 // spans.go); version 7 made the proof requirement permanent (no proof
 // floor) and records whether each claim was proven
@@ -143,7 +143,7 @@ var tables = []tableSpec{
 		},
 	},
 	{
-		// The command IDs one ApplyOnce applied, one row (cmdids.Encode).
+		// The command IDs one Apply with IDs applied, one row (cmdids.Encode).
 		suffix: "_command_ids",
 		columns: []column{
 			{"seq", "bigint"}, {"grp", "text"}, {"topic", "text"}, {"part", "integer"},
@@ -159,13 +159,13 @@ var tables = []tableSpec{
 			last_off bigint NOT NULL,
 			ids bytea NOT NULL)
 			WITH (toast_tuple_target = 8160)`, // a batch's row stays in the heap page (no TOAST) up to ~400 UUIDs
-			// The load and the prune of ApplyOnce: ranges of the scope.
+			// The load and the prune of an Apply with IDs: ranges of the scope.
 			`CREATE INDEX %[2]s ON %[1]s (grp, topic, part, last_off)`,
 		},
 	},
 	{
 		// The done spans above a gapped scope's watermark
-		// (sink.GapApplier, gaps.go): one row per lane batch, its spans
+		// (sink.Features.Gaps, gaps.go): one row per lane batch, its spans
 		// from from_off to to_off (spans: all of them, encoded, when
 		// there are several; NULL for one, spans.go), keyed by its end
 		// (a lane's reads and the compaction are ranges of to_off; the
@@ -316,12 +316,12 @@ func newQueries(schema, prefix string) queries {
 	// (applyOnGapped).
 	q.advance = fmt.Sprintf(`UPDATE %s SET next_offset = $7
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6 AND NOT gapped`, q.fences)
-	// ApplyOnce's advance also bumps the IDs version, on the condition
+	// The advance of an Apply with IDs also bumps the IDs version, on the condition
 	// that it is the one read (cmdids), and counts the batch's $9
 	// duplicates.
 	q.advanceOnce = fmt.Sprintf(`UPDATE %s SET next_offset = $7, ids_version = ids_version + 1, duplicates = duplicates + $9
 		WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $4 AND member = $5 AND next_offset = $6 AND ids_version = $8 AND NOT gapped`, q.fences)
-	// Apply's and ApplyOnce's advance as one statement that fails when
+	// The advance of Apply, with or without IDs, as one statement that fails when
 	// it matches no row, so that the COMMIT pipelined after it does not
 	// run: the data-modifying CTE always runs, count(*) of its rows is
 	// not a constant the planner could fold, and casting the marker text
@@ -341,7 +341,7 @@ func newQueries(schema, prefix string) queries {
 	q.dlInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, state)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'open') RETURNING id`, q.deadLetters)
 	q.dlColumns = "id, grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state, mirrored"
-	// ApplyOnce: the IDs of a batch are one row; the load and the prune
+	// an Apply with IDs: the IDs of a batch are one row; the load and the prune
 	// are ranges of the scope.
 	q.idInsert = fmt.Sprintf(`INSERT INTO %s (grp, topic, part, first_off, last_off, ids) VALUES ($1, $2, $3, $4, $5, $6)`, q.commandIDs)
 	q.idSelect = fmt.Sprintf(`SELECT first_off, last_off, ids FROM %s WHERE grp = $1 AND topic = $2 AND part = $3`, q.commandIDs)

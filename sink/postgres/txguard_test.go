@@ -74,7 +74,7 @@ func TestHandlerTxControlStatementsRefused(t *testing.T) {
 	s, ctx, tok := claimedGapped(t)
 	paths := map[string]func(off int64, effect sink.Effect[pgx.Tx]) error{
 		"lane": func(off int64, effect sink.Effect[pgx.Tx]) error {
-			_, err := s.ApplyGapped(ctx, tok, gapBatch(off), effect)
+			_, err := s.Apply(ctx, tok, gapBatch(off), effect)
 			return err
 		},
 	}
@@ -87,7 +87,7 @@ func TestHandlerTxControlStatementsRefused(t *testing.T) {
 		// the view, then the batch.
 		mustApplyOffsets(t, s, plainTok, "ok", "v", plainNext)
 		plainNext++
-		_, err := s.Apply(ctx, plainTok, []int64{plainNext}, effect)
+		_, err := s.Apply(ctx, plainTok, sink.Batch{Offsets: []int64{plainNext}}, effect)
 		return err
 	}
 	off := int64(0)
@@ -114,7 +114,7 @@ func TestHandlerTxControlStatementsRefused(t *testing.T) {
 		}
 	}
 	// Statements that only look like it run.
-	res, err := s.ApplyGapped(ctx, tok, gapBatch(off+1), func(ctx context.Context, tx pgx.Tx, _ int) error {
+	res, err := s.Apply(ctx, tok, gapBatch(off+1), func(ctx context.Context, tx pgx.Tx, _ int) error {
 		for _, sql := range []string{"SELECT 'COMMIT'", "SELECT 1 /* ; COMMIT */", "SELECT $$; ROLLBACK$$", `SELECT "commit" FROM (SELECT 1 AS "commit") c`} {
 			if _, err := tx.Exec(ctx, sql); err != nil {
 				return fmt.Errorf("%s: %w", sql, err)
@@ -139,7 +139,7 @@ func TestHandlerCommitCannotOutliveTheFence(t *testing.T) {
 		s, other, tok := viewAfterOneBatch(t)
 		newer := tokenOf(tok.Scope(), 2, "new")
 		mustClaim(t, other, newer)
-		_, err := s.Apply(t.Context(), tok, []int64{1}, func(ctx context.Context, tx pgx.Tx, _ int) error {
+		_, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{1}}, func(ctx context.Context, tx pgx.Tx, _ int) error {
 			if _, err := tx.Exec(ctx, upsertKV, "zombie", "v"); err != nil {
 				return err
 			}
@@ -157,8 +157,8 @@ func TestHandlerCommitCannotOutliveTheFence(t *testing.T) {
 		t.Parallel()
 		s, ctx, a := claimedGapped(t)
 		b := tokenOf(a.Scope(), 2, "b")
-		_, err := s.ApplyGapped(ctx, a, gapBatch(0), func(ctx context.Context, tx pgx.Tx, _ int) error {
-			if _, err := s.ClaimGapped(ctx, b, sink.Observed{}); err != nil {
+		_, err := s.Apply(ctx, a, gapBatch(0), func(ctx context.Context, tx pgx.Tx, _ int) error {
+			if _, err := s.Claim(ctx, b, sink.Observed{}); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, upsertKV, "zombie", "v"); err != nil {
@@ -198,17 +198,17 @@ func TestHandlerEndsTransactionThroughConn(t *testing.T) {
 		if off == 2 {
 			mustApplyOffsets(t, s, plain, "ok", "v", 1)
 		}
-		if _, err := s.Apply(ctx, plain, []int64{off}, endIt); !errors.Is(err, ErrTxControl) {
+		if _, err := s.Apply(ctx, plain, sink.Batch{Offsets: []int64{off}}, endIt); !errors.Is(err, ErrTxControl) {
 			t.Fatalf("Apply(%d) whose handler committed through Conn: %v, want ErrTxControl", off, err)
 		}
 		if next := mustClaim(t, s, plain); next != off {
 			t.Fatalf("NextOffset after the refused Apply(%d) = %d, want %d (the advance ran outside the transaction)", off, next, off)
 		}
 	}
-	if _, err := s.ApplyGapped(ctx, a, gapBatch(0), endIt); !errors.Is(err, ErrTxControl) {
-		t.Fatalf("ApplyGapped whose handler committed through Conn: %v, want ErrTxControl", err)
+	if _, err := s.Apply(ctx, a, gapBatch(0), endIt); !errors.Is(err, ErrTxControl) {
+		t.Fatalf("a lane's Apply whose handler committed through Conn: %v, want ErrTxControl", err)
 	}
-	if cp, err := s.ClaimGapped(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != 0 || len(cp.Done) != 0 {
+	if cp, err := s.Claim(ctx, a, sink.Observed{}); err != nil || cp.NextOffset != 0 || len(cp.Done) != 0 {
 		t.Fatalf("checkpoint after the refused lane = %+v, %v; want nothing done (the spans were recorded outside the transaction)", cp, err)
 	}
 }

@@ -28,7 +28,7 @@ func putOffsets(offsets []int64, prefix, v string, ran *[]int64) sink.Effect[pgx
 func mustApplyOffsets(t *testing.T, s *Sink, tok epochs.Token, prefix, v string, offsets ...int64) {
 	t.Helper()
 	var ran []int64
-	if _, err := s.Apply(t.Context(), tok, offsets, putOffsets(offsets, prefix, v, &ran)); err != nil {
+	if _, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: offsets}, putOffsets(offsets, prefix, v, &ran)); err != nil {
 		t.Fatalf("Apply(%v) by %s: %v", offsets, tok, err)
 	}
 }
@@ -60,7 +60,7 @@ func TestViewFencedByAnotherProcess(t *testing.T) {
 	}
 	mustClaim(t, other, newer)
 	var ran []int64
-	_, err := s.Apply(t.Context(), old, []int64{1}, putOffsets([]int64{1}, "k", "zombie", &ran))
+	_, err := s.Apply(t.Context(), old, sink.Batch{Offsets: []int64{1}}, putOffsets([]int64{1}, "k", "zombie", &ran))
 	var fe *sink.FencedError
 	if !errors.As(err, &fe) || fe.Stored != newer || fe.Offered != old {
 		t.Fatalf("Apply of the superseded tenure = %v, want a FencedError naming %s", err, newer)
@@ -88,7 +88,7 @@ func TestViewMovedBySameTenure(t *testing.T) {
 	mustApplyOffsets(t, other, tok, "k", "other", 1)
 	var ran []int64
 	offs := []int64{1, 2}
-	res, err := s.Apply(t.Context(), tok, offs, putOffsets(offs, "k", "s", &ran))
+	res, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: offs}, putOffsets(offs, "k", "s", &ran))
 	if err != nil || res.Applied != 1 || res.Skipped != 1 || res.NextOffset != 3 {
 		t.Fatalf("Apply on a stale view = %+v, %v; want 1 applied, 1 skipped, NextOffset 3", res, err)
 	}
@@ -107,17 +107,17 @@ func TestViewMovedBySameTenure(t *testing.T) {
 func TestViewGappedScope(t *testing.T) {
 	t.Parallel()
 	s, other, tok := viewAfterOneBatch(t)
-	if _, err := other.ClaimGapped(t.Context(), tok, sink.Observed{}); err != nil {
+	if _, err := other.Claim(t.Context(), tok, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	var laneRan []int64
-	if _, err := other.ApplyGapped(t.Context(), tok, sink.GapBatch{Offsets: []int64{3}, From: []int64{3}},
+	if _, err := other.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{3}, From: []int64{3}},
 		putOffsets([]int64{3}, "k", "lane", &laneRan)); err != nil {
 		t.Fatal(err)
 	}
 	var ran []int64
 	offs := []int64{1, 2, 3, 4}
-	res, err := s.Apply(t.Context(), tok, offs, putOffsets(offs, "k", "s", &ran))
+	res, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: offs}, putOffsets(offs, "k", "s", &ran))
 	if err != nil || res.Applied != 3 || res.Skipped != 1 || res.NextOffset != 5 {
 		t.Fatalf("Apply on a view of a scope gapped since = %+v, %v; want 3 applied, 1 skipped, NextOffset 5", res, err)
 	}
@@ -141,10 +141,10 @@ func TestViewEffectFailsAfterFence(t *testing.T) {
 			return err
 		}
 	}
-	if _, err := other.Apply(t.Context(), newer, []int64{1}, insert("new")); err != nil {
+	if _, err := other.Apply(t.Context(), newer, sink.Batch{Offsets: []int64{1}}, insert("new")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.Apply(t.Context(), old, []int64{1}, insert("zombie"))
+	_, err := s.Apply(t.Context(), old, sink.Batch{Offsets: []int64{1}}, insert("zombie"))
 	var fe *sink.FencedError
 	if !errors.As(err, &fe) || fe.Stored != newer {
 		t.Fatalf("Apply of the superseded tenure whose effect failed = %v, want a FencedError naming %s", err, newer)
@@ -183,7 +183,7 @@ func TestViewNotRecordedAfterRacingClaim(t *testing.T) {
 		t.Fatal("the apply recorded its view after the racing claim dropped the scope's")
 	}
 	var ran []int64
-	_, err := s.Apply(t.Context(), old, []int64{1}, putOffsets([]int64{1}, "k", "zombie", &ran))
+	_, err := s.Apply(t.Context(), old, sink.Batch{Offsets: []int64{1}}, putOffsets([]int64{1}, "k", "zombie", &ran))
 	var fe *sink.FencedError
 	if !errors.As(err, &fe) || fe.Stored != newer || fe.Offered != old {
 		t.Fatalf("Apply of the superseded tenure = %v, want a FencedError naming %s", err, newer)

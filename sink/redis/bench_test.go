@@ -41,7 +41,7 @@ func BenchmarkUnitLuaScript(b *testing.B) {
 		for i := range offs {
 			offs[i] = int64(n*benchBatch + i)
 		}
-		if _, err := s.Apply(ctx, tok, offs, func(ctx context.Context, tx *Tx, i int) error {
+		if _, err := s.Apply(ctx, tok, sink.Batch{Offsets: offs}, func(ctx context.Context, tx *Tx, i int) error {
 			acct, post := benchRecord(offs[i])
 			tx.IncrBy(acct, 1)
 			tx.RPush("postings:"+acct, post)
@@ -114,7 +114,7 @@ func BenchmarkUnitUnfencedMulti(b *testing.B) {
 var emptyObs = sink.Observed{}
 
 // BenchmarkUnitW2Shape is the bench's W2-redis unit without Kafka: batches
-// of 256 records, one SET each, applied with ApplyOnce (command IDs of
+// of 256 records, one SET each, applied with an Apply with IDs (command IDs of
 // the router's shape), against BenchmarkUnitB3Shape, the same SETs in one
 // MULTI per batch.
 func BenchmarkUnitW2Shape(b *testing.B) {
@@ -134,7 +134,7 @@ func BenchmarkUnitW2Shape(b *testing.B) {
 			offs[i] = int64(n*batch + i)
 			ids[i] = "0193a1b2-c3d4-7e5f-8a9b-" + strconv.FormatInt(offs[i], 10)
 		}
-		if _, err := s.ApplyOnce(ctx, tok, offs, ids, func(ctx context.Context, tx *Tx, i int) error {
+		if _, err := s.Apply(ctx, tok, sink.Batch{Offsets: offs, IDs: ids}, func(ctx context.Context, tx *Tx, i int) error {
 			tx.Set("k"+strconv.FormatInt(offs[i]%10000, 10), val)
 			return nil
 		}); err != nil {

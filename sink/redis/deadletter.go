@@ -27,20 +27,26 @@ type deadRecord struct {
 	Attempts  int                 `json:"attempts,omitempty"`
 }
 
-// DeadLetter stores rec as a dead letter of tok's scope and advances
-// NextOffset past it, following [sink.DeadLetterer], in one Lua script
+// DeadLetter stores rec as a dead letter of tok's scope and moves its
+// checkpoint past it, following [sink.Sink.DeadLetter], in one Lua script
 // with the holder check: a hash <Prefix>:dl:<id> and its ID in the sorted
-// set <Prefix>:dls. A record in a done span of a gapped checkpoint is a
-// replay, and the spans the new NextOffset passes are dropped
-// ([sink.Checkpoint.Raise]). It may be called from any goroutine.
+// set <Prefix>:dls. A record that is done (below NextOffset, or in a done
+// span) is a replay. A serial record's new NextOffset drops the spans it
+// passes ([sink.Checkpoint.Raise]); a lane's (rec.Lane) adds [rec.From,
+// rec.Offset+1) to the checkpoint. It may be called from any goroutine.
 func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
-	if err := sink.CheckDeadLetter(tok, rec); err != nil {
+	if err := sink.CheckDeadLetter(tok, rec, s.Features()); err != nil {
 		return sink.DeadLetterResult{}, err
 	}
-	return s.deadLetter(ctx, tok, -1, rec)
+	from := int64(-1)
+	if rec.Lane {
+		from = rec.From
+	}
+	return s.deadLetter(ctx, tok, from, rec)
 }
 
-// deadLetter is DeadLetter (from < 0) and DeadLetterGapped.
+// deadLetter is DeadLetter: a serial record for from < 0, else a
+// lane's covering [from, rec.Offset+1).
 func (s *Sink) deadLetter(ctx context.Context, tok epochs.Token, from int64, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
 	op := fmt.Sprintf("dead letter %s@%d", tok, rec.Offset)
 	if err := ctx.Err(); err != nil {

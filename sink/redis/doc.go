@@ -78,8 +78,8 @@
 // # The held watch: one round trip a batch
 //
 // The watched path takes two round trips: WATCH and HMGET, then MULTI …
-// EXEC. A scope applied one batch at a time (Apply and ApplyOnce, not the
-// lanes of ApplyGapped, which would keep moving each other's watch) keeps
+// EXEC. A scope applied one serial batch at a time (not by lanes, which
+// would keep moving each other's watch) keeps
 // a connection of its own instead, and sends WATCH and HMGET of the fence
 // again behind each EXEC, in the same pipeline; its next batch checks
 // what that HMGET read (the view) and sends MULTI … EXEC, WATCH and HMGET
@@ -123,7 +123,7 @@
 // entries, capped at [Config.HistoryCap] entries per scope, the oldest
 // trimmed first; entries are numbered by <prefix>:hist-seq and stamped
 // with the server's clock), <prefix>:ids:<scope> (the command IDs
-// [Sink.ApplyOnce] applied: one member per batch, its IDs front-coded as
+// batches with IDs applied: one member per batch, its IDs front-coded as
 // the SQL sinks store them, scored by the batch's last offset, pruned
 // below the horizon with ZREMRANGEBYSCORE; the sink caches them per scope
 // and the script checks the cache against the fence's IDs version, so a
@@ -176,12 +176,12 @@
 //
 // # Capabilities
 //
-// A *Sink implements sink.Sink[*Tx], [sink.Lister], [sink.Resetter],
-// [sink.Historian], [sink.Deduplicator], [sink.GapApplier] (the done
-// spans of a gapped checkpoint are a field of the fence hash, and every
-// apply and dead letter compares the stored checkpoint with the one its
-// caller saw: lanes of one holder run their effects concurrently and
-// commit one at a time), [sink.DeadLetterer], [sink.DeadLetterStore],
+// A *Sink implements sink.Sink[*Tx] with every feature: command IDs,
+// gaps (the done spans of a gapped checkpoint are a field of the fence
+// hash, and every apply and dead letter compares the stored checkpoint
+// with the one its caller saw: lanes of one holder run their effects
+// concurrently and commit one at a time) and dead letters; and
+// [sink.Lister], [sink.Resetter], [sink.Historian], [sink.DeadLetterStore],
 // [sink.ErrorClassifier] and [sink.Pinger]; the metrics wrapper
 // (sink/sinkmetrics) keeps them. It passes the conformance suite
 // (sink/sinktest, with Harness.RequireGaps) against a real server.

@@ -23,17 +23,25 @@ import (
 // means other writers keep changing the keys its handlers read.
 const maxAttempts = 100
 
+// Features returns the sink's features: command IDs within
+// [Config.DedupeWindow], gaps and dead letters ([sink.Features]). It may
+// be called from any goroutine.
+func (s *Sink) Features() sink.Features {
+	return sink.Features{DedupeWindow: s.cfg.DedupeWindow, Gaps: true, DeadLetters: true}
+}
+
 // Claim makes tok the holder of its scope and returns the scope's
-// NextOffset, following [sink.Sink.Claim], in one Lua script: the
-// ordering rule of [epochs.Token.CanClaim] (else a *[sink.FencedError]),
-// the proof after a reset of [sink.Fence.CheckClaim] (else a
-// *[sink.ProofRequiredError]), the log continuity rules of [sink.CheckLog]
-// (else a *[sink.LogChangedError]), each changing nothing; otherwise it
-// stores tok, adopts obs.TopicID, and appends a claim entry to the scope's
-// history. It may be called from any goroutine.
-func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
-	cp, err := s.claim(ctx, tok, obs)
-	return cp.NextOffset, err
+// checkpoint (the fence hash's "sp" field holds its done spans,
+// "from-to,…"), following [sink.Sink.Claim], in one Lua script: the
+// ordering rule of [epochs.Token.CanClaim] (else a *[sink.FencedError])
+// or a proven takeover, the proof after a reset of
+// [sink.Fence.CheckClaim] (else a *[sink.ProofRequiredError]), the log
+// continuity rules of [sink.CheckLog] with [sink.Checkpoint.End] against
+// obs.LogEnd (else a *[sink.LogChangedError]), each changing nothing;
+// otherwise it stores tok, adopts obs.TopicID, and appends a claim entry
+// to the scope's history. It may be called from any goroutine.
+func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
+	return s.claim(ctx, tok, obs)
 }
 
 func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
@@ -98,10 +106,10 @@ func holder(sc epochs.Scope, has bool, epoch, member any) epochs.Token {
 	return epochs.Token{Group: sc.Group, Topic: sc.Topic, Partition: sc.Partition, Epoch: int32(i64(epoch)), Member: m}
 }
 
-// Apply applies a batch of records of tok's scope, following
-// [sink.Sink.Apply]. The effects run first, in Go, for the records at or
-// above the NextOffset the tenure last saw, against a *[Tx] that buffers
-// their writes; then one Lua script checks that tok is exactly the holder
+// Apply applies batch b of tok's scope, following [sink.Sink.Apply]. The
+// effects run first, in Go, for the records the tenure's view of the
+// checkpoint does not contain (and, with b.IDs, that are not duplicates),
+// against a *[Tx] that buffers their writes; then one Lua script checks that tok is exactly the holder
 // (else a *[sink.FencedError], nothing written), that NextOffset and every
 // value the effects read are unchanged (else the effects run again on a
 // fresh Tx), validates every buffered command, and only then runs them and
@@ -110,47 +118,37 @@ func holder(sc epochs.Scope, has bool, epoch, member any) epochs.Token {
 // would refuse fails the batch the same way, matching [ErrCommand]; a
 // cancelled ctx before the script fails with nothing applied. It may be
 // called from any goroutine; effect is called on the calling goroutine.
-func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*Tx]) (sink.ApplyResult, error) {
-	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
-		return sink.ApplyResult{}, err
+//
+// With b.IDs the duplicates are decided first, from the Sink's cache of
+// the scope's applied IDs (loaded, with the fence's IDs version, in one
+// MULTI when it does not hold the scope); the script refuses the
+// decisions, and the sink reloads the IDs and runs the effects again, if
+// the fence's IDs version moved since the cache was loaded (another Sink
+// applied in the scope). In the same script it adds the batch's applied
+// IDs as one row, removes the rows below the horizon when due
+// (ZREMRANGEBYSCORE on the rows' last offsets: no scan) and moves the IDs
+// version.
+//
+// A lane's batch (b.From) adds [b.From[i], b.Offsets[i]+1) for every
+// record not skipped to the checkpoint. Lanes of one holder that commit
+// in between make a lane's view stale: the script refuses it and the sink
+// runs the batch again on the stored checkpoint, so lanes run
+// concurrently but commit one at a time; the result's NextOffset is the
+// exact watermark the script left.
+func (s *Sink) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[*Tx]) (sink.Result, error) {
+	if err := sink.CheckBatch(tok, b, effect, s.Features()); err != nil {
+		return sink.Result{}, err
 	}
-	res, err := s.apply(ctx, tok, offsets, nil, nil, effect)
-	return res.ApplyResult, err
+	return s.apply(ctx, tok, b.Offsets, b.From, b.IDs, effect)
 }
 
-// ApplyOnce applies a batch with command IDs, following
-// [sink.Deduplicator], in the one script of [Sink.Apply]. The duplicates
-// are decided first, from the Sink's cache of the scope's applied IDs
-// (loaded, with the fence's IDs version, in one MULTI when it does not
-// hold the scope), and the effects run for the others; the script then
-// refuses the decisions, and the sink reloads the IDs and runs the
-// effects again, if the fence's IDs version moved since the cache was
-// loaded (another Sink applied in the scope). In the same script it adds
-// the batch's applied IDs as one row, removes the rows below the horizon
-// when [sink.PruneDue] (ZREMRANGEBYSCORE on the rows' last offsets: no
-// scan) and moves the IDs version. It may be called from any goroutine;
-// effect is called on the calling goroutine.
-func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
-	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
-		return sink.ApplyOnceResult{}, err
-	}
-	if err := sink.CheckIDs(offsets, ids); err != nil {
-		return sink.ApplyOnceResult{}, err
-	}
-	return s.apply(ctx, tok, offsets, nil, ids, effect)
-}
-
-// DedupeWindow returns [Config.DedupeWindow] (its default filled in),
-// implementing [sink.Deduplicator]. It may be called from any goroutine.
-func (s *Sink) DedupeWindow() int64 { return s.cfg.DedupeWindow }
-
-// apply is Apply, ApplyOnce when ids is not nil, and ApplyGapped when
-// from is not nil. It works on the tenure's view of the checkpoint (the
+// apply is Apply of the batch (offsets, from, ids), a lane's when from is
+// not nil. It works on the tenure's view of the checkpoint (the
 // watermark and the done spans, cached from its last claim or apply):
 // records the checkpoint contains are skipped, and the script refuses the
 // batch (the sink then runs it again on the stored checkpoint) when the
 // stored one is not the view.
-func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int64, ids []string, effect sink.Effect[*Tx]) (sink.Result, error) {
 	op := "apply " + tok.String()
 	sc := tok.Scope()
 	cp, ok := s.cachedCheckpoint(tok)
@@ -161,12 +159,12 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		// only by the script).
 		var err error
 		if cp, err = s.readCheckpoint(ctx, op, tok, sink.OpApply); err != nil {
-			return sink.ApplyOnceResult{}, err
+			return sink.Result{}, err
 		}
 	}
 	for range maxAttempts {
 		if err := ctx.Err(); err != nil {
-			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
+			return sink.Result{}, fmt.Errorf("redis: %s: %w", op, err)
 		}
 		before := cp.Clone()
 		after := cp.Clone()
@@ -180,12 +178,12 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		if ids != nil {
 			var err error
 			if version, err = s.duplicates(ctx, sc, offsets, ids, first, dup); err != nil {
-				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": load command IDs", err)
+				return sink.Result{}, s.wrap(ctx, op+": load command IDs", err)
 			}
 		}
 		tx := newTx(s)
 		tx.cmds = make([]command, 0, len(offsets)-first) // one command a record, commonly
-		var res sink.ApplyOnceResult
+		var res sink.Result
 		changed := false
 		for i := range offsets {
 			if skip[i] {
@@ -202,18 +200,18 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			}
 			if err := ctx.Err(); err != nil {
 				tx.done = true
-				return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
+				return sink.Result{}, fmt.Errorf("redis: %s: %w", op, err)
 			}
 			tx.rec = i
 			if err := effect(ctx, tx, i); err != nil {
 				tx.done = true
-				return sink.ApplyOnceResult{}, &sink.EffectError{Index: i, Offset: offsets[i], Err: err, TxHealthy: !tx.failed}
+				return sink.Result{}, &sink.EffectError{Index: i, Offset: offsets[i], Err: err, TxHealthy: !tx.failed}
 			}
 			res.Applied++
 		}
 		tx.done = true
 		if err := ctx.Err(); err != nil {
-			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
+			return sink.Result{}, fmt.Errorf("redis: %s: %w", op, err)
 		}
 		if from == nil && first < len(offsets) {
 			after.Raise(offsets[len(offsets)-1] + 1)
@@ -226,8 +224,8 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			newNext, newSpans = strconv.FormatInt(after.NextOffset, 10), sink.FormatSpans(after.Done)
 			if ids != nil {
 				expectIV = strconv.FormatInt(version, 10)
-				if prune = sink.PruneDue(before.NextOffset, after.NextOffset, s.cfg.DedupeWindow); prune {
-					horizon = strconv.FormatInt(sink.Horizon(after.NextOffset, s.cfg.DedupeWindow), 10)
+				if prune = cmdids.PruneDue(before.NextOffset, after.NextOffset, s.cfg.DedupeWindow); prune {
+					horizon = strconv.FormatInt(cmdids.Horizon(after.NextOffset, s.cfg.DedupeWindow), 10)
 				}
 				notRun := make([]bool, len(offsets))
 				for i := range notRun {
@@ -276,19 +274,19 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 				s.ids.Drop(sc) // the script may have run
 			}
 			s.forget(tok)
-			return sink.ApplyOnceResult{}, err
+			return sink.Result{}, err
 		}
 		switch str(r[0]) {
 		case "fenced":
 			s.forget(tok)
-			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: holder(sc, i64(r[1]) == 1, r[2], r[3]), Offered: tok}
+			return sink.Result{}, &sink.FencedError{Op: sink.OpApply, Stored: holder(sc, i64(r[1]) == 1, r[2], r[3]), Offered: tok}
 		case "redo":
 			if str(r[2]) != "" {
 				s.ids.Drop(sc) // another writer moved the IDs: reload
 			}
 			cp = sink.Checkpoint{NextOffset: i64(r[1])}
 			if cp.Done, err = sink.ParseSpans(str(r[3])); err != nil {
-				return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w", op, err)
+				return sink.Result{}, fmt.Errorf("redis: %s: %w", op, err)
 			}
 			continue
 		case "reads":
@@ -301,19 +299,19 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 			}
 			if cp, err = s.readCheckpoint(ctx, op, tok, sink.OpApply); err != nil {
 				s.forget(tok)
-				return sink.ApplyOnceResult{}, err
+				return sink.Result{}, err
 			}
 			continue
 		case "invalid":
 			c := tx.cmds[groupFirst[i64(r[1])-1]]
-			return sink.ApplyOnceResult{}, &sink.EffectError{Index: c.rec, Offset: offsets[c.rec],
+			return sink.Result{}, &sink.EffectError{Index: c.rec, Offset: offsets[c.rec],
 				Err: fmt.Errorf("%w: %s (key %s)", ErrCommand, str(r[2]), c.key), TxHealthy: true} // the server refused the handler's command
 		case "ok":
 		default:
-			return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: unexpected script reply %v", op, r)
+			return sink.Result{}, fmt.Errorf("redis: %s: unexpected script reply %v", op, r)
 		}
 		if ids != nil && changed {
-			s.ids.Committed(sc, version, row, prune, sink.Horizon(after.NextOffset, s.cfg.DedupeWindow))
+			s.ids.Committed(sc, version, row, prune, cmdids.Horizon(after.NextOffset, s.cfg.DedupeWindow))
 		}
 		if !changed {
 			after = before
@@ -322,7 +320,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		s.cacheCheckpoint(tok, after, false)
 		return res, nil
 	}
-	return sink.ApplyOnceResult{}, fmt.Errorf("redis: %s: %w: the checkpoint or the keys the handlers read kept changing (%d attempts)", op, ErrUnavailable, maxAttempts)
+	return sink.Result{}, fmt.Errorf("redis: %s: %w: the checkpoint or the keys the handlers read kept changing (%d attempts)", op, ErrUnavailable, maxAttempts)
 }
 
 // readCheckpoint reads tok's scope's fence: a *sink.FencedError (of
@@ -550,11 +548,11 @@ func parseIDRow(m string) (cmdids.Row, error) {
 // made on; the apply script refuses them (and the sink reloads) if the
 // stored version moved.
 func (s *Sink) duplicates(ctx context.Context, sc epochs.Scope, offsets []int64, ids []string, first int, dup []bool) (int64, error) {
-	plan := sink.PlanDedupe(ids, first)
+	plan := cmdids.PlanBatch(ids, first)
 	for _, i := range plan.InBatch {
 		dup[i] = true
 	}
-	found := func(i int, applied int64) { dup[i] = sink.IsDuplicate(offsets[i], applied, s.cfg.DedupeWindow) }
+	found := func(i int, applied int64) { dup[i] = cmdids.IsDuplicate(offsets[i], applied, s.cfg.DedupeWindow) }
 	if v, ok := s.ids.Version(sc); ok && s.ids.Lookup(sc, v, ids, plan.Lookup, found) {
 		return v, nil
 	}

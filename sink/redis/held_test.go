@@ -24,7 +24,7 @@ func heldCount(s *Sink, o string) int {
 // mustApply applies offs with set(v) and fails the test on an error.
 func mustApply(t *testing.T, s *Sink, tok epochs.Token, v string, offs ...int64) {
 	t.Helper()
-	if _, err := s.Apply(t.Context(), tok, offs, set(v)); err != nil {
+	if _, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: offs}, set(v)); err != nil {
 		t.Fatalf("Apply(%v) by %s: %v", offs, tok, err)
 	}
 }
@@ -54,7 +54,7 @@ func TestHeldWatchClaimBetweenBatches(t *testing.T) {
 	next := tok
 	next.Epoch, next.Member = 2, "m2"
 	claimed(t, other, next)
-	_, err := s.Apply(ctx, tok, []int64{1}, set("zombie"))
+	_, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{1}}, set("zombie"))
 	var fe *sink.FencedError
 	if !errors.As(err, &fe) || fe.Stored != next {
 		t.Fatalf("Apply after the claim = %v, want a *sink.FencedError naming %v", err, next)
@@ -84,7 +84,7 @@ func TestHeldWatchStaleViewRechecks(t *testing.T) {
 	next.Epoch = 2
 	claimed(t, other, next) // s's view still shows epoch 1
 	runs := 0
-	res, err := s.Apply(ctx, next, []int64{1, 2}, func(ctx context.Context, tx *Tx, i int) error {
+	res, err := s.Apply(ctx, next, sink.Batch{Offsets: []int64{1, 2}}, func(ctx context.Context, tx *Tx, i int) error {
 		runs++
 		tx.Set("k"+strconv.Itoa(i), "second")
 		return nil
@@ -120,7 +120,7 @@ func TestHeldWatchConnectionKilled(t *testing.T) {
 	if err := s.Client().Do(ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
 		t.Fatalf("CLIENT KILL ID %d: %v", id, err)
 	}
-	_, err = s.Apply(ctx, tok, []int64{1}, set("lost"))
+	_, err = s.Apply(ctx, tok, sink.Batch{Offsets: []int64{1}}, set("lost"))
 	if err == nil || !s.IsSinkFailure(err) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Apply on the killed connection = %v, want ErrUnavailable, a sink failure", err)
 	}

@@ -50,15 +50,13 @@ var ErrNoReason = sink.ErrNoReason
 
 // Compile-time checks of the capabilities a *Sink provides.
 var (
-	_ sink.Sink[*Tx]         = (*Sink)(nil)
-	_ sink.Lister            = (*Sink)(nil)
-	_ sink.Resetter          = (*Sink)(nil)
-	_ sink.Historian         = (*Sink)(nil)
-	_ sink.Deduplicator[*Tx] = (*Sink)(nil)
-	_ sink.DeadLetterer      = (*Sink)(nil)
-	_ sink.DeadLetterStore   = (*Sink)(nil)
-	_ sink.ErrorClassifier   = (*Sink)(nil)
-	_ sink.Pinger            = (*Sink)(nil)
+	_ sink.Sink[*Tx]       = (*Sink)(nil)
+	_ sink.Lister          = (*Sink)(nil)
+	_ sink.Resetter        = (*Sink)(nil)
+	_ sink.Historian       = (*Sink)(nil)
+	_ sink.DeadLetterStore = (*Sink)(nil)
+	_ sink.ErrorClassifier = (*Sink)(nil)
+	_ sink.Pinger          = (*Sink)(nil)
 )
 
 // DefaultPrefix is the key prefix used when [Config.Prefix] is empty.
@@ -86,7 +84,7 @@ type Config struct {
 	// '.' only (no glob character: the prefix is also a SCAN pattern).
 	Prefix string
 	// DedupeWindow is the retention horizon of applied command IDs, in
-	// offsets of a scope ([sink.Deduplicator]); default
+	// offsets of a scope ([sink.Features].DedupeWindow); default
 	// [sink.DefaultDedupeWindow]. Negative is invalid.
 	DedupeWindow int64
 	// HistoryCap is how many history entries (claims and resets) a
@@ -136,7 +134,7 @@ func (c Config) withDefaults() (Config, error) {
 	if !prefixRE.MatchString(c.Prefix) {
 		return c, fmt.Errorf("%w: Prefix %q: letters, digits, '_', '-' and '.' only", ErrConfig, c.Prefix)
 	}
-	c.DedupeWindow = sink.DedupeWindowOf(c.DedupeWindow)
+	c.DedupeWindow = cmdids.WindowOf(c.DedupeWindow)
 	if c.HistoryCap == 0 {
 		c.HistoryCap = DefaultHistoryCap
 	}
@@ -208,7 +206,7 @@ type Sink struct {
 	next map[epochs.Scope]cached
 
 	// ids caches, per scope, the applied command IDs and the IDs version
-	// of the fence they mirror (ApplyOnce).
+	// of the fence they mirror (an Apply with IDs).
 	ids cmdids.Cache
 
 	// held is the scopes' held watches (held.go).

@@ -93,7 +93,7 @@ redis.call('SADD', KEYS[2], ARGV[10])
 return {'ok', num(next), spans}
 `)
 
-// applyScript is Apply, ApplyOnce and ApplyGapped: the holder check, the
+// applyScript is Apply, serial or a lane's, with or without IDs: the holder check, the
 // check that the caller's view (NextOffset and the done spans, the IDs version its duplicate decisions were
 // made on, the values read) is current, the validation of the buffered
 // commands, the commands, the batch's row of command IDs, and NextOffset.
@@ -264,7 +264,7 @@ table.insert(before, 1, 'ok')
 return before
 `)
 
-// deadLetterScript is DeadLetter and DeadLetterGapped: the holder check,
+// deadLetterScript is DeadLetter, serial or a lane's: the holder check,
 // the check that the caller's view of the checkpoint is the stored one,
 // then, unless the caller found the record done (a replay), the dead
 // letter's row and index entry and the new checkpoint.

@@ -34,7 +34,7 @@ func TestTxReadsOwnWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	_, err := s.Apply(t.Context(), tok, []int64{0, 1}, func(ctx context.Context, tx *Tx, i int) error {
+	_, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{0, 1}}, func(ctx context.Context, tx *Tx, i int) error {
 		tx.IncrBy("bal", 5)
 		tx.HIncrBy("h", "f", 2)
 		v, _, err := tx.Get(ctx, "bal")
@@ -66,7 +66,7 @@ func TestTxReadCheckedInScript(t *testing.T) {
 	ctx := t.Context()
 	s.Client().Set(ctx, s.Key("bal"), "10", 0)
 	runs := 0
-	_, err := s.Apply(ctx, tok, []int64{0}, func(ctx context.Context, tx *Tx, i int) error {
+	_, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}}, func(ctx context.Context, tx *Tx, i int) error {
 		runs++
 		v, _, err := tx.Get(ctx, "bal")
 		if err != nil {
@@ -108,7 +108,7 @@ func TestTxInvalidCommandWritesNothing(t *testing.T) {
 		"overflow":            func(tx *Tx) { tx.IncrBy("big", 1<<52); tx.IncrBy("big", 1<<52) },
 	}
 	for name, bad := range cases {
-		_, err := s.Apply(ctx, tok, []int64{0, 1}, func(ctx context.Context, tx *Tx, i int) error {
+		_, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1}}, func(ctx context.Context, tx *Tx, i int) error {
 			tx.Set("before-"+name, "v")
 			if i == 1 {
 				bad(tx)
@@ -123,7 +123,7 @@ func TestTxInvalidCommandWritesNothing(t *testing.T) {
 			t.Fatalf("%s: the batch's earlier write landed", name)
 		}
 	}
-	if next, _ := s.Claim(ctx, tok, sink.Observed{}); next != 0 {
+	if next, _ := nextOf(s.Claim(ctx, tok, sink.Observed{})); next != 0 {
 		t.Fatalf("NextOffset = %d after refused batches, want 0", next)
 	}
 }
@@ -192,14 +192,14 @@ func TestStaleCachedNext(t *testing.T) {
 	tok := testToken(t, 1)
 	claimed(t, s1, tok) // s1 caches NextOffset 0
 	incr := func(ctx context.Context, tx *Tx, i int) error { tx.IncrBy("n", 1); return nil }
-	if _, err := s2.Apply(ctx, tok, []int64{0, 1}, incr); err != nil {
+	if _, err := s2.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1}}, incr); err != nil {
 		t.Fatalf("Apply through s2: %v", err)
 	}
-	res, err := s1.Apply(ctx, tok, []int64{0, 1, 2, 3}, incr)
+	res, err := s1.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1, 2, 3}}, incr)
 	if err != nil {
 		t.Fatalf("Apply through s1: %v", err)
 	}
-	if res != (sink.ApplyResult{Applied: 2, Skipped: 2, NextOffset: 4}) {
+	if !res.Equal(sink.Result{Applied: 2, Skipped: 2, NextOffset: 4}) {
 		t.Fatalf("Apply with a stale cache = %+v, want 2 applied, 2 skipped", res)
 	}
 	if v, _, _ := getKV(ctx, s1, "n"); v != "4" {
@@ -234,18 +234,18 @@ func TestStaleCachedIDs(t *testing.T) {
 	tok := testToken(t, 1)
 	claimed(t, s1, tok)
 	incr := func(ctx context.Context, tx *Tx, i int) error { tx.IncrBy("n", 1); return nil }
-	if _, err := s1.ApplyOnce(ctx, tok, []int64{0}, []string{"a"}, incr); err != nil { // s1 caches the IDs
+	if _, err := s1.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}, IDs: []string{"a"}}, incr); err != nil { // s1 caches the IDs
 		t.Fatal(err)
 	}
-	if _, err := s2.ApplyOnce(ctx, tok, []int64{1}, []string{"b"}, incr); err != nil {
+	if _, err := s2.Apply(ctx, tok, sink.Batch{Offsets: []int64{1}, IDs: []string{"b"}}, incr); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s1.ApplyOnce(ctx, tok, []int64{2}, []string{"b"}, incr)
+	res, err := s1.Apply(ctx, tok, sink.Batch{Offsets: []int64{2}, IDs: []string{"b"}}, incr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Duplicates) != 1 || res.Applied != 0 {
-		t.Fatalf("ApplyOnce of b again through s1 = %+v, want it a duplicate", res)
+		t.Fatalf("an Apply with IDs of b again through s1 = %+v, want it a duplicate", res)
 	}
 	if v, _, _ := getKV(ctx, s1, "n"); v != "2" {
 		t.Fatalf("n = %q, want 2 (b applied once)", v)
@@ -280,31 +280,31 @@ func TestStaleSpansDeadLetter(t *testing.T) {
 	s2 := openSink(t, s1.Prefix(), Config{})
 	ctx := t.Context()
 	tok := testToken(t, 1)
-	if _, err := s1.ClaimGapped(ctx, tok, sink.Observed{}); err != nil { // s1's view: nothing done
+	if _, err := s1.Claim(ctx, tok, sink.Observed{}); err != nil { // s1's view: nothing done
 		t.Fatal(err)
 	}
 	set := func(ctx context.Context, tx *Tx, i int) error { tx.Set("k", "v"); return nil }
-	if _, err := s2.ApplyGapped(ctx, tok, sink.GapBatch{Offsets: []int64{5}, From: []int64{5}}, set); err != nil {
+	if _, err := s2.Apply(ctx, tok, sink.Batch{Offsets: []int64{5}, From: []int64{5}}, set); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s1.DeadLetterGapped(ctx, tok, 5, sink.DeadRecord{Offset: 5, Reason: "permanent"})
+	res, err := s1.DeadLetter(ctx, tok, sink.DeadRecord{Offset: 5, Reason: "permanent"}.InLane(5))
 	if err != nil || res.Stored {
-		t.Fatalf("DeadLetterGapped of a done record through the stale Sink = %+v, %v; want a replay", res, err)
+		t.Fatalf("a lane's DeadLetter of a done record through the stale Sink = %+v, %v; want a replay", res, err)
 	}
 }
 
 // A batch whose commands only the apply script can run (an INCRBY, which
 // can fail, is not for WATCH/MULTI/EXEC) while the same member claims at a
 // new epoch is fenced by the script: it compares the holder's epoch, not
-// only its member. For Apply, ApplyOnce and ApplyGapped, which all run
+// only its member. For Apply, an Apply with IDs and a lane's Apply, which all run
 // the script for such a batch.
 func TestScriptSameMemberNewEpochFenced(t *testing.T) {
-	for _, call := range []string{"Apply", "ApplyOnce", "ApplyGapped"} {
+	for _, call := range []string{"Apply", "an Apply with IDs", "a lane's Apply"} {
 		t.Run(call, func(t *testing.T) {
 			s := openSink(t, "", Config{})
 			ctx := t.Context()
 			m1, m2 := testToken(t, 1), testToken(t, 2)
-			if _, err := s.ClaimGapped(ctx, m1, sink.Observed{}); err != nil {
+			if _, err := s.Claim(ctx, m1, sink.Observed{}); err != nil {
 				t.Fatal(err)
 			}
 			raced := false
@@ -321,11 +321,11 @@ func TestScriptSameMemberNewEpochFenced(t *testing.T) {
 			var err error
 			switch call {
 			case "Apply":
-				_, err = s.Apply(ctx, m1, []int64{0}, effect)
-			case "ApplyOnce":
-				_, err = s.ApplyOnce(ctx, m1, []int64{0}, []string{"cmd"}, effect)
+				_, err = s.Apply(ctx, m1, sink.Batch{Offsets: []int64{0}}, effect)
+			case "an Apply with IDs":
+				_, err = s.Apply(ctx, m1, sink.Batch{Offsets: []int64{0}, IDs: []string{"cmd"}}, effect)
 			default:
-				_, err = s.ApplyGapped(ctx, m1, sink.GapBatch{Offsets: []int64{0}, From: []int64{0}}, effect)
+				_, err = s.Apply(ctx, m1, sink.Batch{Offsets: []int64{0}, From: []int64{0}}, effect)
 			}
 			var fe *sink.FencedError
 			if !raced || !errors.As(err, &fe) || fe.Stored != m2 {

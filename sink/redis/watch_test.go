@@ -53,7 +53,7 @@ func TestWatchedApplyClaimBeforeExec(t *testing.T) {
 			t.Errorf("Claim by the next holder: %v", err)
 		}
 	}
-	_, err := s.Apply(ctx, tok, []int64{0, 1}, set("zombie"))
+	_, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1}}, set("zombie"))
 	var fe *sink.FencedError
 	if !errors.As(err, &fe) || fe.Stored != next {
 		t.Fatalf("Apply across a claim = %v, want a *sink.FencedError naming %v", err, next)
@@ -84,15 +84,15 @@ func TestWatchedApplyMovedBeforeExec(t *testing.T) {
 			return
 		}
 		once = true
-		if _, err := other.Apply(ctx, tok, []int64{0}, set("other")); err != nil {
+		if _, err := other.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}}, set("other")); err != nil {
 			t.Errorf("Apply through the other Sink: %v", err)
 		}
 	}
-	res, err := s.Apply(ctx, tok, []int64{0, 1}, set("s"))
+	res, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1}}, set("s"))
 	if err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	if res != (sink.ApplyResult{Applied: 1, Skipped: 1, NextOffset: 2}) {
+	if !res.Equal(sink.Result{Applied: 1, Skipped: 1, NextOffset: 2}) {
 		t.Fatalf("Apply after the fence moved = %+v, want 1 applied, 1 skipped", res)
 	}
 	if v, _, _ := getKV(ctx, s, "k0"); v != "other" {
@@ -118,14 +118,14 @@ func TestWatchedStaleCachedNext(t *testing.T) {
 		tx.Set("k"+strconv.Itoa(i), "v")
 		return nil
 	}
-	if _, err := s2.Apply(ctx, tok, []int64{0, 1}, set("s2")); err != nil {
+	if _, err := s2.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1}}, set("s2")); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s1.Apply(ctx, tok, []int64{0, 1, 2, 3}, count)
+	res, err := s1.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1, 2, 3}}, count)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res != (sink.ApplyResult{Applied: 2, Skipped: 2, NextOffset: 4}) {
+	if !res.Equal(sink.Result{Applied: 2, Skipped: 2, NextOffset: 4}) {
 		t.Fatalf("Apply with a stale cache = %+v, want 2 applied, 2 skipped", res)
 	}
 	if v, _, _ := getKV(ctx, s1, "k0"); v != "s2" {
@@ -141,13 +141,13 @@ func TestWatchedStaleCachedIDs(t *testing.T) {
 	ctx := t.Context()
 	tok := testToken(t, 1)
 	claimed(t, s1, tok)
-	if _, err := s1.ApplyOnce(ctx, tok, []int64{0}, []string{"a"}, set("1")); err != nil {
+	if _, err := s1.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}, IDs: []string{"a"}}, set("1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s2.ApplyOnce(ctx, tok, []int64{1}, []string{"b"}, set("2")); err != nil {
+	if _, err := s2.Apply(ctx, tok, sink.Batch{Offsets: []int64{1}, IDs: []string{"b"}}, set("2")); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s1.ApplyOnce(ctx, tok, []int64{2}, []string{"b"}, func(ctx context.Context, tx *Tx, i int) error {
+	res, err := s1.Apply(ctx, tok, sink.Batch{Offsets: []int64{2}, IDs: []string{"b"}}, func(ctx context.Context, tx *Tx, i int) error {
 		tx.Set("b-again", "x")
 		return nil
 	})
@@ -155,7 +155,7 @@ func TestWatchedStaleCachedIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(res.Duplicates) != 1 || res.Applied != 0 {
-		t.Fatalf("ApplyOnce of b again through s1 = %+v, want it a duplicate", res)
+		t.Fatalf("an Apply with IDs of b again through s1 = %+v, want it a duplicate", res)
 	}
 	if _, ok, _ := getKV(ctx, s1, "b-again"); ok {
 		t.Fatal("the duplicate's effect was written")
@@ -180,10 +180,10 @@ func TestWatchedRefusalReleasesWatch(t *testing.T) {
 	claimed(t, s, old) // s caches old as the holder: its apply goes to the WATCH
 	claimed(t, other, tok)
 	var fe *sink.FencedError
-	if _, err := s.Apply(ctx, old, []int64{0}, set("zombie")); !errors.As(err, &fe) {
+	if _, err := s.Apply(ctx, old, sink.Batch{Offsets: []int64{0}}, set("zombie")); !errors.As(err, &fe) {
 		t.Fatalf("Apply of the superseded token = %v, want fenced", err)
 	}
-	if _, err := other.Apply(ctx, tok, []int64{0}, set("v")); err != nil { // touches the fence
+	if _, err := other.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}}, set("v")); err != nil { // touches the fence
 		t.Fatal(err)
 	}
 	// A transaction on the client's pool (TxPipelined on the client may
@@ -214,7 +214,7 @@ func TestWatchedWaitReplicas(t *testing.T) {
 	if _, err := s.Claim(t.Context(), tok, sink.Observed{}); !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("Claim: %v, want ErrNotReplicated", err) // the claim landed, unreplicated
 	}
-	_, err = s.Apply(t.Context(), tok, []int64{0}, set("v"))
+	_, err = s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{0}}, set("v"))
 	if !errors.Is(err, ErrNotReplicated) || !s.IsSinkFailure(err) {
 		t.Fatalf("watched Apply with WaitReplicas 1 and no replica: %v, want ErrNotReplicated, a sink failure", err)
 	}
@@ -222,7 +222,7 @@ func TestWatchedWaitReplicas(t *testing.T) {
 
 // TestWatchedPathStaleIDsVersion runs the watched path itself (the other
 // watched tests of IDs run on a held watch): lanes always take it, and so
-// does a plain ApplyOnce with the held watches off. s1's cache of the
+// does a plain an Apply with IDs with the held watches off. s1's cache of the
 // scope's command IDs is at a version s2's batch moved since; s1's batch
 // of the ID s2 applied first runs on s1's stale checkpoint (refused:
 // the spans or NextOffset moved), then on the stored one with its stale
@@ -232,13 +232,13 @@ func TestWatchedPathStaleIDsVersion(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		held  int
-		apply func(s *Sink, tok epochs.Token, off int64, id string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error)
+		apply func(s *Sink, tok epochs.Token, off int64, id string, effect sink.Effect[*Tx]) (sink.Result, error)
 	}{
-		{"Lanes", 0, func(s *Sink, tok epochs.Token, off int64, id string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
-			return s.ApplyGapped(context.Background(), tok, sink.GapBatch{Offsets: []int64{off}, From: []int64{off}, IDs: []string{id}}, effect)
+		{"Lanes", 0, func(s *Sink, tok epochs.Token, off int64, id string, effect sink.Effect[*Tx]) (sink.Result, error) {
+			return s.Apply(context.Background(), tok, sink.Batch{Offsets: []int64{off}, From: []int64{off}, IDs: []string{id}}, effect)
 		}},
-		{"ApplyOnceHeldOff", -1, func(s *Sink, tok epochs.Token, off int64, id string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
-			return s.ApplyOnce(context.Background(), tok, []int64{off}, []string{id}, effect)
+		{"an Apply with IDsHeldOff", -1, func(s *Sink, tok epochs.Token, off int64, id string, effect sink.Effect[*Tx]) (sink.Result, error) {
+			return s.Apply(context.Background(), tok, sink.Batch{Offsets: []int64{off}, IDs: []string{id}}, effect)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -246,7 +246,7 @@ func TestWatchedPathStaleIDsVersion(t *testing.T) {
 			s2 := openSink(t, s1.Prefix(), Config{HeldWatches: tc.held})
 			ctx := t.Context()
 			tok := testToken(t, 1)
-			if _, err := s1.ClaimGapped(ctx, tok, sink.Observed{}); err != nil {
+			if _, err := s1.Claim(ctx, tok, sink.Observed{}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := tc.apply(s1, tok, 0, "a", set("1")); err != nil {

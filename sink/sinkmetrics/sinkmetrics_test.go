@@ -67,23 +67,19 @@ func TestCountsOutcomesAndKeepsCapabilities(t *testing.T) {
 	if _, err := s.Claim(ctx, next, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Apply(ctx, old, []int64{0, 1}, noop); !errors.Is(err, sink.ErrFenced) {
+	if _, err := s.Apply(ctx, old, sink.Batch{Offsets: []int64{0, 1}}, noop); !errors.Is(err, sink.ErrFenced) {
 		t.Fatalf("stale apply: %v", err)
 	}
-	if _, err := s.Apply(ctx, next, []int64{0, 1, 2}, noop); err != nil {
+	if _, err := s.Apply(ctx, next, sink.Batch{Offsets: []int64{0, 1, 2}}, noop); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Apply(ctx, next, []int64{2, 3}, noop); err != nil {
+	if _, err := s.Apply(ctx, next, sink.Batch{Offsets: []int64{2, 3}}, noop); err != nil {
 		t.Fatal(err)
 	}
-	// ApplyOnce is measured too: offset 4 applies "a", offset 5 is a
-	// duplicate of it, offset 3 a replay.
-	d, ok := s.(sink.Deduplicator[*memory.Tx])
-	if !ok {
-		t.Fatalf("the wrapper %T of a deduplicating sink does not implement sink.Deduplicator itself", s)
-	}
-	if res, err := d.ApplyOnce(ctx, next, []int64{3, 4, 5}, []string{"z", "a", "a"}, noop); err != nil || len(res.Duplicates) != 1 {
-		t.Fatalf("ApplyOnce = %+v, %v", res, err)
+	// A batch with IDs is measured too: offset 4 applies "a", offset 5 is
+	// a duplicate of it, offset 3 a replay.
+	if res, err := s.Apply(ctx, next, sink.Batch{Offsets: []int64{3, 4, 5}, IDs: []string{"z", "a", "a"}}, noop); err != nil || len(res.Duplicates) != 1 {
+		t.Fatalf("an Apply with IDs = %+v, %v", res, err)
 	}
 	expected := `
 # HELP workrouter_sink_records_total Records the sink applied, skipped as already applied (offset below the checkpoint), or did not run as duplicates (command ID already applied).
@@ -124,65 +120,61 @@ workrouter_sink_records_total{backend="memory",outcome="skipped"} 2
 	}
 }
 
-// unwrapsOnly wraps a sink and unwraps to it without implementing
-// sink.Deduplicator, as a tracing or fault wrapper might.
-type unwrapsOnly struct{ sink.Sink[*memory.Tx] }
+// noDedupe is a sink that declares no dedupe window, over one that has
+// one, as a wrapper that turns deduplication off might.
+type noDedupe struct{ sink.Sink[*memory.Tx] }
 
-func (u unwrapsOnly) Unwrap() sink.Sink[*memory.Tx] { return u.Sink }
+func (n noDedupe) Features() sink.Features {
+	f := n.Sink.Features()
+	f.DedupeWindow = 0
+	return f
+}
 
-// TestNoDeduplicatorFromUnderAWrapper: Wrap of a wrapper that lacks
-// ApplyOnce is no Deduplicator either, though sink.As finds one under it:
-// its ApplyOnce would bypass the inner wrapper's Apply. Red with sink.As in
-// Wrap.
-func TestNoDeduplicatorFromUnderAWrapper(t *testing.T) {
-	s, err := sinkmetrics.Wrap[*memory.Tx](unwrapsOnly{memory.New()}, prometheus.NewRegistry(), "memory")
+func (n noDedupe) Unwrap() sink.Sink[*memory.Tx] { return n.Sink }
+
+// TestFeaturesOfTheWrapped: the wrapper declares the features of the sink
+// it wraps, not of one under it.
+func TestFeaturesOfTheWrapped(t *testing.T) {
+	s, err := sinkmetrics.Wrap[*memory.Tx](noDedupe{memory.New()}, prometheus.NewRegistry(), "memory")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s.(sink.Deduplicator[*memory.Tx]); ok {
-		t.Fatalf("Wrap of a wrapper without ApplyOnce returned a Deduplicator (%T)", s)
+	if f := s.Features(); f.DedupeWindow != 0 || !f.Gaps || !f.DeadLetters {
+		t.Fatalf("features of the wrapper = %+v, want the wrapped sink's: no dedupe window, gaps and dead letters", f)
 	}
 }
 
-// TestNoGapApplierFromUnderAWrapper: the same rule for sink.GapApplier.
-// Red with sink.As in Wrap.
-func TestNoGapApplierFromUnderAWrapper(t *testing.T) {
-	s, err := sinkmetrics.Wrap[*memory.Tx](unwrapsOnly{memory.New()}, prometheus.NewRegistry(), "memory")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := s.(sink.GapApplier[*memory.Tx]); ok {
-		t.Fatalf("Wrap of a wrapper without ApplyGapped returned a GapApplier (%T)", s)
-	}
-}
-
-// TestGapApplierMeasured: the lanes' calls through the wrapper are
-// counted: ApplyGapped as op="apply" with its records, DeadLetterGapped as
-// op="dead_letter", and the spans ClaimGapped returned.
-func TestGapApplierMeasured(t *testing.T) {
+// TestEveryWriteMeasured: every write through the wrapper is counted: a
+// lane's Apply as op="apply" with its records, a lane's and a serial
+// DeadLetter as op="dead_letter", and the spans every Claim returned.
+func TestEveryWriteMeasured(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s, err := sinkmetrics.Wrap[*memory.Tx](memory.New(), reg, "memory")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, ok := s.(sink.GapApplier[*memory.Tx])
-	if !ok {
-		t.Fatalf("the wrapper %T of a gapped sink does not implement sink.GapApplier itself", s)
-	}
+	g := s
 	ctx := t.Context()
 	a := epochs.Token{Group: "g", Topic: "t", Epoch: 1, Member: "a"}
-	if _, err := g.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+	if _, err := g.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
 	nop := func(context.Context, *memory.Tx, int) error { return nil }
-	if _, err := g.ApplyGapped(ctx, a, sink.GapBatch{Offsets: []int64{2, 4}, From: []int64{2, 4}, IDs: []string{"x", "x"}}, nop); err != nil {
+	if _, err := g.Apply(ctx, a, sink.Batch{Offsets: []int64{2, 4}, From: []int64{2, 4}, IDs: []string{"x", "x"}}, nop); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.DeadLetterGapped(ctx, a, 6, sink.DeadRecord{Offset: 6, Reason: "poison"}); err != nil {
+	if _, err := g.DeadLetter(ctx, a, sink.DeadRecord{Offset: 6, Reason: "poison"}.InLane(6)); err != nil {
 		t.Fatal(err)
 	}
-	if cp, err := g.ClaimGapped(ctx, a, sink.Observed{}); err != nil || len(cp.Done) != 3 {
-		t.Fatalf("ClaimGapped = %+v, %v; want 3 spans", cp, err)
+	if cp, err := g.Claim(ctx, a, sink.Observed{}); err != nil || len(cp.Done) != 3 {
+		t.Fatalf("Claim = %+v, %v; want 3 spans", cp, err)
+	}
+	other := epochs.Token{Group: "g", Topic: "t", Partition: 1, Epoch: 1, Member: "a"}
+	if _, err := g.Claim(ctx, other, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.DeadLetter(ctx, other, sink.DeadRecord{Offset: 0, Reason: "poison"}); err != nil {
+		t.Fatal(err)
 	}
 	expected := `
 # HELP workrouter_sink_records_total Records the sink applied, skipped as already applied (offset below the checkpoint), or did not run as duplicates (command ID already applied).
@@ -205,8 +197,8 @@ workrouter_sink_records_total{backend="memory",outcome="skipped"} 0
 		switch mf.GetName() {
 		case "workrouter_sink_claim_gap_spans":
 			h := mf.GetMetric()[0].GetHistogram()
-			if h.GetSampleCount() != 2 || h.GetSampleSum() != 3 {
-				t.Fatalf("claim gap spans: %d claims, %v spans; want 2 claims, 3 spans", h.GetSampleCount(), h.GetSampleSum())
+			if h.GetSampleCount() != 3 || h.GetSampleSum() != 3 {
+				t.Fatalf("claim gap spans: %d claims, %v spans; want 3 claims, 3 spans", h.GetSampleCount(), h.GetSampleSum())
 			}
 		case "workrouter_sink_operations_total":
 			for _, m := range mf.GetMetric() {
@@ -219,7 +211,7 @@ workrouter_sink_records_total{backend="memory",outcome="skipped"} 0
 						oc = l.GetValue()
 					}
 				}
-				want := map[string]float64{"claim/ok": 2, "apply/ok": 1, "dead_letter/ok": 1}[op+"/"+oc]
+				want := map[string]float64{"claim/ok": 3, "apply/ok": 1, "dead_letter/ok": 2}[op+"/"+oc]
 				if m.GetCounter().GetValue() != want {
 					t.Errorf("operations{op=%s,outcome=%s} = %v, want %v", op, oc, m.GetCounter().GetValue(), want)
 				}

@@ -25,9 +25,9 @@ func poison(off int64) sink.DeadRecord {
 // advances NextOffset past it, and a replay stores nothing.
 func (c *suite[Tx]) testDeadLetters(t *testing.T) {
 	s := c.h.Open(t)
-	dl, ok := sink.As[sink.DeadLetterer](s)
+	dl, ok := s, s.Features().DeadLetters
 	if !ok {
-		t.Skip("sinktest: the sink does not implement sink.DeadLetterer")
+		t.Skip("sinktest: the sink does not declare Features.DeadLetters")
 	}
 	ctx := t.Context()
 	scope := scopeFor(t)
@@ -103,10 +103,10 @@ func fmtRecord(r sink.DeadRecord) string {
 // moves with their audit rows, and the DLQ mirror mark.
 func (c *suite[Tx]) testDeadLetterStore(t *testing.T) {
 	s := c.h.Open(t)
-	dl, ok1 := sink.As[sink.DeadLetterer](s)
+	dl, ok1 := s, s.Features().DeadLetters
 	store, ok2 := sink.As[sink.DeadLetterStore](s)
 	if !ok1 || !ok2 {
-		t.Skip("sinktest: the sink does not implement sink.DeadLetterer and sink.DeadLetterStore")
+		t.Skip("sinktest: the sink does not declare Features.DeadLetters or lacks sink.DeadLetterStore")
 	}
 	ctx := t.Context()
 	scope := scopeFor(t)
@@ -202,9 +202,9 @@ func (c *suite[Tx]) testDeadLetterStore(t *testing.T) {
 // such a gap must not stall its partition.
 func (c *suite[Tx]) testDeadLetterAfterGap(t *testing.T) {
 	s := c.h.Open(t)
-	dl, ok := sink.As[sink.DeadLetterer](s)
+	dl, ok := s, s.Features().DeadLetters
 	if !ok {
-		t.Skip("sinktest: the sink does not implement sink.DeadLetterer")
+		t.Skip("sinktest: the sink does not declare Features.DeadLetters")
 	}
 	ctx := t.Context()
 	scope := scopeFor(t)

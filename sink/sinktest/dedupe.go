@@ -12,12 +12,12 @@ import (
 	"github.com/workrouter/workrouter/sink"
 )
 
-// The tests of sink.Deduplicator (docs/design.md#command-ids). Each
+// The tests of sink.Features.DedupeWindow (docs/design.md#command-ids). Each
 // effect writes, for record i, the key of its command ID (or of its
 // offset, for a record without one) = "at <offset>", so that a duplicate
 // that ran would overwrite the value its first application committed.
 
-// dedupeTests are the Deduplicator tests, run on the sink and through the
+// dedupeTests are the dedupe window tests, run on the sink and through the
 // metrics wrapper.
 func (c *suite[Tx]) dedupeTests(prefix string) []namedTest {
 	return []namedTest{
@@ -55,17 +55,13 @@ type namedTest struct {
 	fn   func(*testing.T)
 }
 
-// dedup returns s's Deduplicator, or skips the test.
-func (c *suite[Tx]) dedup(t testing.TB, s sink.Sink[Tx]) sink.Deduplicator[Tx] {
+// dedup returns s if it declares a dedupe window, or skips the test.
+func (c *suite[Tx]) dedup(t testing.TB, s sink.Sink[Tx]) sink.Sink[Tx] {
 	t.Helper()
-	d, ok := sink.As[sink.Deduplicator[Tx]](s)
-	if !ok {
-		t.Skip("sinktest: the sink does not implement sink.Deduplicator")
+	if s.Features().DedupeWindow <= 0 {
+		t.Skip("sinktest: the sink does not declare Features.DedupeWindow")
 	}
-	if w := d.DedupeWindow(); w < 1 {
-		t.Fatalf("DedupeWindow() = %d, want at least 1", w)
-	}
-	return d
+	return s
 }
 
 // idKey is the key an idEffect writes for record i.
@@ -83,21 +79,21 @@ func (c *suite[Tx]) idEffect(t testing.TB, offsets []int64, ids []string) sink.E
 	}
 }
 
-// applyOnce calls ApplyOnce with idEffect and fails the test on an error.
-func (c *suite[Tx]) applyOnce(t testing.TB, d sink.Deduplicator[Tx], tok epochs.Token, offsets []int64, ids ...string) sink.ApplyOnceResult {
+// applyOnce calls Apply with command IDs and idEffect and fails the test on an error.
+func (c *suite[Tx]) applyOnce(t testing.TB, d sink.Sink[Tx], tok epochs.Token, offsets []int64, ids ...string) sink.Result {
 	t.Helper()
-	res, err := d.ApplyOnce(t.Context(), tok, offsets, ids, c.idEffect(t, offsets, ids))
+	res, err := d.Apply(t.Context(), tok, sink.Batch{Offsets: offsets, IDs: ids}, c.idEffect(t, offsets, ids))
 	if err != nil {
-		t.Fatalf("ApplyOnce(%s, %v, %q): %v", tok, offsets, ids, err)
+		t.Fatalf("an Apply with IDs(%s, %v, %q): %v", tok, offsets, ids, err)
 	}
 	return res
 }
 
-// mustResult asserts what an ApplyOnce reported.
-func mustResult(t testing.TB, res sink.ApplyOnceResult, applied, skipped int, dups []int, next int64) {
+// mustResult asserts what an Apply with IDs reported.
+func mustResult(t testing.TB, res sink.Result, applied, skipped int, dups []int, next int64) {
 	t.Helper()
 	if res.Applied != applied || res.Skipped != skipped || !slices.Equal(res.Duplicates, dups) || res.NextOffset != next {
-		t.Fatalf("ApplyOnce result = {Applied:%d Skipped:%d Duplicates:%v NextOffset:%d}, want {Applied:%d Skipped:%d Duplicates:%v NextOffset:%d}",
+		t.Fatalf("an Apply with IDs result = {Applied:%d Skipped:%d Duplicates:%v NextOffset:%d}, want {Applied:%d Skipped:%d Duplicates:%v NextOffset:%d}",
 			res.Applied, res.Skipped, res.Duplicates, res.NextOffset, applied, skipped, dups, next)
 	}
 }
@@ -123,7 +119,7 @@ func (c *suite[Tx]) mustDuplicates(t testing.TB, s sink.Sink[Tx], scope epochs.S
 	for _, f := range fences {
 		if f.Scope == scope {
 			if f.Duplicates != want {
-				t.Fatalf("the fence row of %s counts %d duplicates, want %d (the duplicates ApplyOnce reported)", scope, f.Duplicates, want)
+				t.Fatalf("the fence row of %s counts %d duplicates, want %d (the duplicates an Apply with IDs reported)", scope, f.Duplicates, want)
 			}
 			return
 		}
@@ -182,7 +178,7 @@ func (c *suite[Tx]) testDedupeSurvivesNewHolder(t *testing.T) {
 	c.mustID(t, s, "x", 0)
 }
 
-// testDedupeFencedRecordsNoID: a fenced ApplyOnce runs nothing and
+// testDedupeFencedRecordsNoID: a fenced an Apply with IDs runs nothing and
 // records no ID, so the holder applies that command.
 func (c *suite[Tx]) testDedupeFencedRecordsNoID(t *testing.T) {
 	s := c.h.Open(t)
@@ -191,12 +187,12 @@ func (c *suite[Tx]) testDedupeFencedRecordsNoID(t *testing.T) {
 	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
 	c.claim(t, s, a)
 	c.claim(t, s, b)
-	_, err := d.ApplyOnce(t.Context(), a, []int64{0}, []string{"x"}, failIfRun[Tx](t))
+	_, err := d.Apply(t.Context(), a, sink.Batch{Offsets: []int64{0}, IDs: []string{"x"}}, failIfRun[Tx](t))
 	mustFenced(t, err, sink.OpApply, b, a)
 	mustResult(t, c.applyOnce(t, d, b, []int64{0}, "x"), 1, 0, nil, 1)
 	c.mustID(t, s, "x", 0)
 	// A fenced batch of a duplicate counts nothing.
-	_, err = d.ApplyOnce(t.Context(), a, []int64{1}, []string{"x"}, failIfRun[Tx](t))
+	_, err = d.Apply(t.Context(), a, sink.Batch{Offsets: []int64{1}, IDs: []string{"x"}}, failIfRun[Tx](t))
 	mustFenced(t, err, sink.OpApply, b, a)
 	c.mustDuplicates(t, s, scope, 0)
 }
@@ -210,7 +206,7 @@ func (c *suite[Tx]) testDedupeEffectErrorRecordsNoID(t *testing.T) {
 	c.claim(t, s, tok)
 	offsets, ids := []int64{0, 1}, []string{"a", "b"}
 	put := c.idEffect(t, offsets, ids)
-	_, err := d.ApplyOnce(t.Context(), tok, offsets, ids, func(ctx context.Context, tx Tx, i int) error {
+	_, err := d.Apply(t.Context(), tok, sink.Batch{Offsets: offsets, IDs: ids}, func(ctx context.Context, tx Tx, i int) error {
 		if i == 1 {
 			return errBoom
 		}
@@ -218,15 +214,15 @@ func (c *suite[Tx]) testDedupeEffectErrorRecordsNoID(t *testing.T) {
 	})
 	var ee *sink.EffectError
 	if !errors.As(err, &ee) || !errors.Is(err, errBoom) || ee.Index != 1 {
-		t.Fatalf("ApplyOnce with a failing effect: %v, want a *sink.EffectError at index 1", err)
+		t.Fatalf("an Apply with IDs with a failing effect: %v, want a *sink.EffectError at index 1", err)
 	}
 	c.mustAbsent(t, s, key(t, "id", "a"))
 	mustResult(t, c.applyOnce(t, d, tok, offsets, ids...), 2, 0, nil, 2)
 	c.mustID(t, s, "a", 0)
 	// A failed batch with a duplicate in it counts nothing.
 	offsets, ids = []int64{2, 3}, []string{"a", "c"}
-	if _, err := d.ApplyOnce(t.Context(), tok, offsets, ids, func(context.Context, Tx, int) error { return errBoom }); !errors.Is(err, errBoom) {
-		t.Fatalf("ApplyOnce with a failing effect: %v, want errBoom", err)
+	if _, err := d.Apply(t.Context(), tok, sink.Batch{Offsets: offsets, IDs: ids}, func(context.Context, Tx, int) error { return errBoom }); !errors.Is(err, errBoom) {
+		t.Fatalf("an Apply with IDs with a failing effect: %v, want errBoom", err)
 	}
 	c.mustDuplicates(t, s, tok.Scope(), 0)
 }
@@ -271,7 +267,7 @@ func (c *suite[Tx]) testDedupeReplayIsSkipped(t *testing.T) {
 func (c *suite[Tx]) testDedupeWindowHorizon(t *testing.T) {
 	s := c.h.Open(t)
 	d := c.dedup(t, s)
-	w := d.DedupeWindow()
+	w := d.Features().DedupeWindow
 	tok := tokenFor(scopeFor(t), 1, "m")
 	c.claim(t, s, tok)
 	mustResult(t, c.applyOnce(t, d, tok, []int64{0, 1}, "old", "edge"), 2, 0, nil, 2)
@@ -325,13 +321,13 @@ func (c *suite[Tx]) testDedupeBadBatch(t *testing.T) {
 	d := c.dedup(t, s)
 	tok := tokenFor(scopeFor(t), 1, "m")
 	c.claim(t, s, tok)
-	for _, ids := range [][]string{{"a"}, {"a", "b", "c"}, nil, {"a", strings.Repeat("x", sink.MaxCommandIDLen+1)}} {
-		if _, err := d.ApplyOnce(t.Context(), tok, []int64{0, 1}, ids, failIfRun[Tx](t)); !errors.Is(err, sink.ErrBadBatch) {
-			t.Fatalf("ApplyOnce with %d ids for 2 offsets: %v, want sink.ErrBadBatch", len(ids), err)
+	for _, ids := range [][]string{{"a"}, {"a", "b", "c"}, {}, {"a", strings.Repeat("x", sink.MaxCommandIDLen+1)}} {
+		if _, err := d.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{0, 1}, IDs: ids}, failIfRun[Tx](t)); !errors.Is(err, sink.ErrBadBatch) {
+			t.Fatalf("an Apply with IDs with %d ids for 2 offsets: %v, want sink.ErrBadBatch", len(ids), err)
 		}
 	}
-	if _, err := d.ApplyOnce(t.Context(), tok, []int64{1, 0}, []string{"a", "b"}, failIfRun[Tx](t)); !errors.Is(err, sink.ErrBadBatch) {
-		t.Fatalf("ApplyOnce with descending offsets: %v, want sink.ErrBadBatch", err)
+	if _, err := d.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{1, 0}, IDs: []string{"a", "b"}}, failIfRun[Tx](t)); !errors.Is(err, sink.ErrBadBatch) {
+		t.Fatalf("an Apply with IDs with descending offsets: %v, want sink.ErrBadBatch", err)
 	}
 	long := strings.Repeat("x", sink.MaxCommandIDLen)
 	mustResult(t, c.applyOnce(t, d, tok, []int64{0, 1}, long, long), 1, 0, []int{1}, 2)

@@ -13,15 +13,14 @@ import (
 	"github.com/workrouter/workrouter/sink"
 )
 
-// The tests of sink.GapApplier, the checkpoint with gaps
-// (docs/design.md#gaps). They run when the sink under test implements it
-// itself (a wrapper must implement it, as it does Deduplicator: sink.As
-// is not used), and Harness.RequireGaps makes its absence a failure. The
+// The tests of sink.Features.Gaps, the checkpoint with gaps
+// (docs/design.md#gaps). They run when the sink under test declares it,
+// and Harness.RequireGaps makes its absence a failure. The
 // effects write key(t, "g", offset) = "v" (or "at <offset>" for the
 // ID-keyed ones), so a record that ran twice or under a fenced tenure
 // shows.
 
-// gapTests are the GapApplier tests, run on the sink and through the
+// gapTests are the tests of the checkpoint with gaps, run on the sink and through the
 // metrics wrapper.
 func (c *suite[Tx]) gapTests(prefix string) []namedTest {
 	return []namedTest{
@@ -36,7 +35,7 @@ func (c *suite[Tx]) gapTests(prefix string) []namedTest {
 		{prefix + "GapsOverlapAppliedOnce", c.testGapsOverlapAppliedOnce},
 		{prefix + "GapsApplyRacingClaim", c.testGapsApplyRacingClaim},
 		{prefix + "GapsPlainCallsOnGappedScope", c.testGapsPlainCalls},
-		{prefix + "GapsDeadLetterGapped", c.testGapsDeadLetter},
+		{prefix + "GapsDeadLetter", c.testGapsDeadLetter},
 		{prefix + "GapsListerDone", c.testGapsLister},
 		{prefix + "GapsReset", c.testGapsReset},
 		{prefix + "GapsLogCheckUsesEnd", c.testGapsLogCheck},
@@ -48,36 +47,34 @@ func (c *suite[Tx]) gapTests(prefix string) []namedTest {
 	}
 }
 
-// testGapApplierRequired: a harness that sets RequireGaps fails when its
-// sink lacks GapApplier (every backend of this module has it), and when
-// the metrics wrapper loses it.
-func (c *suite[Tx]) testGapApplierRequired(t *testing.T) {
+// testGapsRequired: a harness that sets RequireGaps fails when its sink
+// does not declare Features.Gaps (every backend of this module does), and
+// when the metrics wrapper loses it.
+func (c *suite[Tx]) testGapsRequired(t *testing.T) {
 	s := c.h.Open(t)
-	_, ok := s.(sink.GapApplier[Tx])
-	if !ok {
+	if !s.Features().Gaps {
 		if c.h.RequireGaps {
-			t.Fatalf("sinktest: %T does not implement sink.GapApplier (docs/design.md#gaps: every backend of this module must)", s)
+			t.Fatalf("sinktest: %T does not declare Features.Gaps (docs/design.md#gaps: every backend of this module must)", s)
 		}
-		t.Skip("sinktest: the sink does not implement sink.GapApplier (Harness.RequireGaps is false)")
+		t.Skip("sinktest: the sink does not declare Features.Gaps (Harness.RequireGaps is false)")
 	}
-	if _, ok := wrapMetrics(t, s).(sink.GapApplier[Tx]); !ok {
-		t.Fatalf("the metrics wrapper of %T does not implement sink.GapApplier itself", s)
+	if !wrapMetrics(t, s).Features().Gaps {
+		t.Fatalf("the metrics wrapper of %T does not declare Features.Gaps", s)
 	}
 }
 
-// gaps returns s's own GapApplier, or skips the test.
-func (c *suite[Tx]) gaps(t testing.TB, s sink.Sink[Tx]) sink.GapApplier[Tx] {
+// gaps returns s if it declares Features.Gaps, or skips the test.
+func (c *suite[Tx]) gaps(t testing.TB, s sink.Sink[Tx]) sink.Sink[Tx] {
 	t.Helper()
-	g, ok := s.(sink.GapApplier[Tx])
-	if !ok {
-		t.Skip("sinktest: the sink does not implement sink.GapApplier")
+	if !s.Features().Gaps {
+		t.Skip("sinktest: the sink does not declare Features.Gaps")
 	}
-	return g
+	return s
 }
 
 // plain returns a batch whose records cover only their own offsets.
-func plain(offs ...int64) sink.GapBatch {
-	return sink.GapBatch{Offsets: offs, From: slices.Clone(offs)}
+func plain(offs ...int64) sink.Batch {
+	return sink.Batch{Offsets: offs, From: slices.Clone(offs)}
 }
 
 // cp is a checkpoint literal: next, then From, To pairs.
@@ -93,39 +90,39 @@ func sameCheckpoint(a, b sink.Checkpoint) bool {
 	return a.NextOffset == b.NextOffset && slices.Equal(a.Done, b.Done)
 }
 
-// claimGapped claims with ClaimGapped and fails the test on an error.
-func claimGapped[Tx any](t testing.TB, g sink.GapApplier[Tx], tok epochs.Token) sink.Checkpoint {
+// claimGapped claims with Claim and fails the test on an error.
+func claimGapped[Tx any](t testing.TB, g sink.Sink[Tx], tok epochs.Token) sink.Checkpoint {
 	t.Helper()
-	got, err := g.ClaimGapped(t.Context(), tok, sink.Observed{})
+	got, err := g.Claim(t.Context(), tok, sink.Observed{})
 	if err != nil {
-		t.Fatalf("ClaimGapped(%s): %v", tok, err)
+		t.Fatalf("Claim(%s): %v", tok, err)
 	}
 	if err := got.Valid(); err != nil {
-		t.Fatalf("ClaimGapped(%s) = %+v: %v", tok, got, err)
+		t.Fatalf("Claim(%s) = %+v: %v", tok, got, err)
 	}
 	return got
 }
 
-// claimGappedProven claims tok's scope with ClaimGapped as the consumer
+// claimGappedProven claims tok's scope with Claim as the consumer
 // does after a reset: it claims; if the sink asks a proof of membership,
 // it claims again with a proof made at the fence version the refusal
 // names (a test stands in for the broker: its proof always holds).
-func claimGappedProven[Tx any](t testing.TB, g sink.GapApplier[Tx], tok epochs.Token) (sink.Checkpoint, error) {
+func claimGappedProven[Tx any](t testing.TB, g sink.Sink[Tx], tok epochs.Token) (sink.Checkpoint, error) {
 	t.Helper()
-	got, err := g.ClaimGapped(t.Context(), tok, sink.Observed{})
+	got, err := g.Claim(t.Context(), tok, sink.Observed{})
 	var pe *sink.ProofRequiredError
 	if errors.As(err, &pe) {
-		got, err = g.ClaimGapped(t.Context(), tok, sink.Observed{Proof: &sink.Proof{Version: pe.Version}})
+		got, err = g.Claim(t.Context(), tok, sink.Observed{Proof: &sink.Proof{Version: pe.Version}})
 	}
 	return got, err
 }
 
 // mustCheckpoint asserts the scope's checkpoint by re-claiming with its
 // holder's own token (idempotent).
-func mustCheckpoint[Tx any](t testing.TB, g sink.GapApplier[Tx], holder epochs.Token, want sink.Checkpoint) {
+func mustCheckpoint[Tx any](t testing.TB, g sink.Sink[Tx], holder epochs.Token, want sink.Checkpoint) {
 	t.Helper()
 	if got := claimGapped(t, g, holder); !sameCheckpoint(got, want) {
-		t.Fatalf("checkpoint (ClaimGapped by %s) = %+v, want %+v", holder, got, want)
+		t.Fatalf("checkpoint (Claim by %s) = %+v, want %+v", holder, got, want)
 	}
 }
 
@@ -137,25 +134,25 @@ func (c *suite[Tx]) gapEffect(t testing.TB, offsets []int64) sink.Effect[Tx] {
 // applyGapped applies b with gapEffect and fails the test on an error;
 // the result's NextOffset may not be above the exact watermark want (a
 // backend may raise it lazily) and may not be below the one before.
-func (c *suite[Tx]) applyGapped(t testing.TB, g sink.GapApplier[Tx], tok epochs.Token, b sink.GapBatch) sink.ApplyOnceResult {
+func (c *suite[Tx]) applyGapped(t testing.TB, g sink.Sink[Tx], tok epochs.Token, b sink.Batch) sink.Result {
 	t.Helper()
-	res, err := g.ApplyGapped(t.Context(), tok, b, c.gapEffect(t, b.Offsets))
+	res, err := g.Apply(t.Context(), tok, b, c.gapEffect(t, b.Offsets))
 	if err != nil {
-		t.Fatalf("ApplyGapped(%s, %v from %v): %v", tok, b.Offsets, b.From, err)
+		t.Fatalf("Apply of a lane's batch (%s, %v from %v): %v", tok, b.Offsets, b.From, err)
 	}
 	if got := res.Applied + res.Skipped + len(res.Duplicates); got != len(b.Offsets) {
-		t.Fatalf("ApplyGapped result %+v accounts for %d records of %d", res, got, len(b.Offsets))
+		t.Fatalf("Apply of a lane's batch: result %+v accounts for %d records of %d", res, got, len(b.Offsets))
 	}
 	return res
 }
 
 // mustApplied asserts Applied and Skipped, and that the result's
 // NextOffset is at most next, the exact watermark (a backend may report a
-// lower one: sink.GapApplier).
-func mustApplied(t testing.TB, res sink.ApplyOnceResult, applied, skipped int, next int64) {
+// lower one: sink.Features.Gaps).
+func mustApplied(t testing.TB, res sink.Result, applied, skipped int, next int64) {
 	t.Helper()
 	if res.Applied != applied || res.Skipped != skipped || res.NextOffset > next {
-		t.Fatalf("ApplyGapped result = %+v, want %d applied, %d skipped, NextOffset at most %d", res, applied, skipped, next)
+		t.Fatalf("Apply of a lane's batch: result = %+v, want %d applied, %d skipped, NextOffset at most %d", res, applied, skipped, next)
 	}
 }
 
@@ -181,7 +178,7 @@ func (c *suite[Tx]) testGapsNonContiguous(t *testing.T) {
 	g := c.gaps(t, s)
 	a := tokenFor(scopeFor(t), 1, "a")
 	if got := claimGapped(t, g, a); !sameCheckpoint(got, cp(0)) {
-		t.Fatalf("first ClaimGapped = %+v, want offset 0 and no span", got)
+		t.Fatalf("first Claim = %+v, want offset 0 and no span", got)
 	}
 	mustApplied(t, c.applyGapped(t, g, a, plain(2, 5)), 2, 0, 0)
 	mustCheckpoint(t, g, a, cp(0, 2, 3, 5, 6))
@@ -190,11 +187,11 @@ func (c *suite[Tx]) testGapsNonContiguous(t *testing.T) {
 	mustCheckpoint(t, g, a, cp(3, 5, 6))
 	// The record at 4 covers 3 (a transaction marker): the watermark
 	// rises over 3..5.
-	mustApplied(t, c.applyGapped(t, g, a, sink.GapBatch{Offsets: []int64{4}, From: []int64{3}}), 1, 0, 6)
+	mustApplied(t, c.applyGapped(t, g, a, sink.Batch{Offsets: []int64{4}, From: []int64{3}}), 1, 0, 6)
 	mustCheckpoint(t, g, a, cp(6))
 	// From covering offsets between two records of one batch leaves a span
 	// that touches nothing below.
-	mustApplied(t, c.applyGapped(t, g, a, sink.GapBatch{Offsets: []int64{9, 12}, From: []int64{8, 10}}), 2, 0, 6)
+	mustApplied(t, c.applyGapped(t, g, a, sink.Batch{Offsets: []int64{9, 12}, From: []int64{8, 10}}), 2, 0, 6)
 	mustCheckpoint(t, g, a, cp(6, 8, 13))
 	c.mustGapKeys(t, s, 0, 1, 2, 4, 5, 9, 12)
 	c.mustNoGapKeys(t, s, 3, 8, 10, 11)
@@ -213,7 +210,7 @@ func (c *suite[Tx]) testGapsSkipDone(t *testing.T) {
 	c.applyGapped(t, g, a, plain(0, 3, 4))
 	b := plain(0, 2, 3, 5)
 	var ran []int64
-	res, err := g.ApplyGapped(t.Context(), a, b, func(ctx context.Context, tx Tx, i int) error {
+	res, err := g.Apply(t.Context(), a, b, func(ctx context.Context, tx Tx, i int) error {
 		ran = append(ran, b.Offsets[i])
 		return c.h.Put(ctx, tx, key(t, "g", b.Offsets[i]), "again")
 	})
@@ -237,20 +234,20 @@ func (c *suite[Tx]) testGapsReplay(t *testing.T) {
 	g := c.gaps(t, s)
 	a := tokenFor(scopeFor(t), 1, "a")
 	claimGapped(t, g, a)
-	b := sink.GapBatch{Offsets: []int64{3, 7, 9}, From: []int64{2, 6, 8}}
+	b := sink.Batch{Offsets: []int64{3, 7, 9}, From: []int64{2, 6, 8}}
 	c.applyGapped(t, g, a, b)
 	want := cp(0, 2, 4, 6, 10)
 	mustCheckpoint(t, g, a, want)
-	res, err := g.ApplyGapped(t.Context(), a, b, failIfRun[Tx](t))
+	res, err := g.Apply(t.Context(), a, b, failIfRun[Tx](t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustApplied(t, res, 0, 3, 0)
 	mustCheckpoint(t, g, a, want)
 	// A partial replay: 7 and 9 again, with 12 new.
-	p := sink.GapBatch{Offsets: []int64{7, 9, 12}, From: []int64{6, 8, 10}}
+	p := sink.Batch{Offsets: []int64{7, 9, 12}, From: []int64{6, 8, 10}}
 	var ran []int64
-	res, err = g.ApplyGapped(t.Context(), a, p, func(ctx context.Context, tx Tx, i int) error {
+	res, err = g.Apply(t.Context(), a, p, func(ctx context.Context, tx Tx, i int) error {
 		ran = append(ran, p.Offsets[i])
 		return c.h.Put(ctx, tx, key(t, "g", p.Offsets[i]), "v")
 	})
@@ -262,7 +259,7 @@ func (c *suite[Tx]) testGapsReplay(t *testing.T) {
 }
 
 // testGapsClaimAfterCrash: a worker applied lanes ahead of each other and
-// crashed; the new owner's ClaimGapped returns exactly the watermark and
+// crashed; the new owner's Claim returns exactly the watermark and
 // the spans, and it applies exactly the rest.
 func (c *suite[Tx]) testGapsClaimAfterCrash(t *testing.T) {
 	s := c.h.Open(t)
@@ -272,12 +269,12 @@ func (c *suite[Tx]) testGapsClaimAfterCrash(t *testing.T) {
 	claimGapped(t, g, a)
 	c.applyGapped(t, g, a, plain(0, 1))
 	c.applyGapped(t, g, a, plain(4, 6))
-	c.applyGapped(t, g, a, sink.GapBatch{Offsets: []int64{9}, From: []int64{8}})
+	c.applyGapped(t, g, a, sink.Batch{Offsets: []int64{9}, From: []int64{8}})
 	// a crashes here. b takes over.
 	got := claimGapped(t, g, b)
 	want := cp(2, 4, 5, 6, 7, 8, 10)
 	if !sameCheckpoint(got, want) {
-		t.Fatalf("the new owner's ClaimGapped = %+v, want %+v", got, want)
+		t.Fatalf("the new owner's Claim = %+v, want %+v", got, want)
 	}
 	for _, o := range []int64{0, 1, 4, 6, 8, 9, 12} {
 		if got.Contains(o) != slices.Contains([]int64{0, 1, 4, 6, 8, 9}, o) {
@@ -286,7 +283,7 @@ func (c *suite[Tx]) testGapsClaimAfterCrash(t *testing.T) {
 	}
 	rest := plain(2, 3, 4, 5, 6, 7, 9, 10)
 	var ran []int64
-	_, err := g.ApplyGapped(t.Context(), b, rest, func(ctx context.Context, tx Tx, i int) error {
+	_, err := g.Apply(t.Context(), b, rest, func(ctx context.Context, tx Tx, i int) error {
 		ran = append(ran, rest.Offsets[i])
 		return c.h.Put(ctx, tx, key(t, "g", rest.Offsets[i]), "v")
 	})
@@ -299,7 +296,7 @@ func (c *suite[Tx]) testGapsClaimAfterCrash(t *testing.T) {
 // zombieSetup opens a sink whose scope a holds (epoch 1) with offset 1
 // applied by a lane, and returns it with the token b (epoch 2) of the
 // tenure that supersedes a: the start of the zombie-lane tests.
-func (c *suite[Tx]) zombieSetup(t *testing.T) (sink.Sink[Tx], sink.GapApplier[Tx], epochs.Token, epochs.Token) {
+func (c *suite[Tx]) zombieSetup(t *testing.T) (sink.Sink[Tx], sink.Sink[Tx], epochs.Token, epochs.Token) {
 	t.Helper()
 	s := c.h.Open(t)
 	g := c.gaps(t, s)
@@ -311,23 +308,23 @@ func (c *suite[Tx]) zombieSetup(t *testing.T) (sink.Sink[Tx], sink.GapApplier[Tx
 }
 
 // testGapsZombieLane: a lane of the old tenure that applies after the new
-// owner's ClaimGapped is fenced and writes nothing, and the checkpoint
+// owner's Claim is fenced and writes nothing, and the checkpoint
 // does not move.
 func (c *suite[Tx]) testGapsZombieLane(t *testing.T) {
 	s, g, a, b := c.zombieSetup(t)
 	claimGapped(t, g, b)
-	_, err := g.ApplyGapped(t.Context(), a, plain(0, 3), failIfRun[Tx](t))
+	_, err := g.Apply(t.Context(), a, plain(0, 3), failIfRun[Tx](t))
 	mustFenced(t, err, sink.OpApply, b, a)
 	mustCheckpoint(t, g, b, cp(0, 1, 2))
 	c.mustNoGapKeys(t, s, 0, 3)
-	_, err = g.DeadLetterGapped(t.Context(), a, 0, poison(0))
+	_, err = g.DeadLetter(t.Context(), a, poison(0).InLane(0))
 	mustFenced(t, err, sink.OpDeadLetter, b, a)
 	mustCheckpoint(t, g, b, cp(0, 1, 2))
 }
 
 // testGapsClaimDuringLaneEffect: a lane whose tenure is superseded while
 // its effects run (it read the fence as the holder, then the new owner's
-// ClaimGapped landed) is fenced at its end and writes nothing: neither
+// Claim landed) is fenced at its end and writes nothing: neither
 // its effects nor its offsets. This is the zombie lane in flight: its
 // early read saw the old holder, so only the check in the lane's write
 // can catch it (or, in a backend that learns of the claim through the
@@ -343,7 +340,7 @@ func (c *suite[Tx]) testGapsClaimDuringLaneEffect(t *testing.T) {
 		raced   bool
 		claimed sink.Checkpoint
 	)
-	_, err := g.ApplyGapped(t.Context(), a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
+	_, err := g.Apply(t.Context(), a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
 		if !raced {
 			raced = true
 			claimed = claimGapped(t, g, b)
@@ -354,7 +351,7 @@ func (c *suite[Tx]) testGapsClaimDuringLaneEffect(t *testing.T) {
 		t.Fatal("the lane never ran its effect: the race did not happen")
 	}
 	if !sameCheckpoint(claimed, cp(0, 1, 2)) {
-		t.Fatalf("ClaimGapped by %s during the lane's effect = %+v, want %+v", b, claimed, cp(0, 1, 2))
+		t.Fatalf("Claim by %s during the lane's effect = %+v, want %+v", b, claimed, cp(0, 1, 2))
 	}
 	mustFenced(t, err, sink.OpApply, b, a)
 	c.mustNoGapKeys(t, s, offs...)
@@ -380,12 +377,12 @@ func (c *suite[Tx]) testGapsSameEpochResetDuringLane(t *testing.T) {
 	offs := []int64{0, 3}
 	put := c.gapEffect(t, offs)
 	raced := false
-	_, err := g.ApplyGapped(t.Context(), a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
+	_, err := g.Apply(t.Context(), a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
 		if !raced {
 			raced = true
 			reset(t, r, scope, a, 0)
 			if _, err := claimGappedProven(t, g, b); err != nil {
-				t.Errorf("proven ClaimGapped by %s during a's lane: %v", b, err)
+				t.Errorf("proven Claim by %s during a's lane: %v", b, err)
 			}
 		}
 		return put(ctx, tx, i)
@@ -417,8 +414,8 @@ func (c *suite[Tx]) testGapsConcurrentLanes(t *testing.T) {
 				for j := k; j < k+batch; j++ {
 					offs = append(offs, int64(j*lanes+lane))
 				}
-				if _, err := g.ApplyGapped(t.Context(), a, plain(offs...), c.gapEffect(t, offs)); err != nil {
-					t.Errorf("lane %d ApplyGapped(%v): %v", lane, offs, err)
+				if _, err := g.Apply(t.Context(), a, plain(offs...), c.gapEffect(t, offs)); err != nil {
+					t.Errorf("lane %d Apply(%v): %v", lane, offs, err)
 					return
 				}
 			}
@@ -435,7 +432,7 @@ func (c *suite[Tx]) testGapsConcurrentLanes(t *testing.T) {
 // attempt and a retry of another shape: a prefix after a handler error,
 // a batch again after a same-token re-claim), apply every shared offset
 // once: the unit that commits second finds them done and runs again
-// without them (sink.GapApplier: offsets already done are skipped, never
+// without them (sink.Features.Gaps: offsets already done are skipped, never
 // run twice). The overlap is made deterministic: the second unit runs
 // whole inside the first one's effect (both orders of the shapes, and a
 // dead letter as the second), or both wait inside their first effect
@@ -494,15 +491,15 @@ func (c *suite[Tx]) overlapNested(t *testing.T, outer, inner []int64) {
 	var (
 		raced              bool
 		outerRan, innerRan []int64
-		innerRes           sink.ApplyOnceResult
+		innerRes           sink.Result
 		innerErr           error
 	)
 	put := c.unitEffect(t, "outer", outer, &outerRan)
-	res, err := g.ApplyGapped(t.Context(), a, plain(outer...), func(ctx context.Context, tx Tx, i int) error {
+	res, err := g.Apply(t.Context(), a, plain(outer...), func(ctx context.Context, tx Tx, i int) error {
 		if !raced {
 			// outer runs its effects: it read every offset as not done.
 			raced = true
-			innerRes, innerErr = g.ApplyGapped(t.Context(), a, plain(inner...), c.unitEffect(t, "inner", inner, &innerRan))
+			innerRes, innerErr = g.Apply(t.Context(), a, plain(inner...), c.unitEffect(t, "inner", inner, &innerRan))
 		}
 		return put(ctx, tx, i)
 	})
@@ -551,7 +548,7 @@ func (c *suite[Tx]) overlapConcurrent(t *testing.T) {
 		both    sync.WaitGroup
 		wg      sync.WaitGroup
 		mu      sync.Mutex
-		results = map[string]sink.ApplyOnceResult{}
+		results = map[string]sink.Result{}
 		met     = map[string]bool{}
 	)
 	both.Add(len(units))
@@ -560,7 +557,7 @@ func (c *suite[Tx]) overlapConcurrent(t *testing.T) {
 			var ran []int64
 			put := c.unitEffect(t, name, offs, &ran)
 			first := true
-			res, err := g.ApplyGapped(ctx, a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
+			res, err := g.Apply(ctx, a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
 				if first {
 					first = false
 					both.Done()
@@ -580,7 +577,7 @@ func (c *suite[Tx]) overlapConcurrent(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				t.Errorf("unit %s ApplyGapped(%v): %v", name, offs, err)
+				t.Errorf("unit %s Apply(%v): %v", name, offs, err)
 			}
 			results[name] = res
 		})
@@ -617,10 +614,10 @@ func (c *suite[Tx]) overlapDeadLetter(t *testing.T) {
 		dlErr error
 	)
 	put := c.unitEffect(t, "lane", offs, &ran)
-	res, err := g.ApplyGapped(t.Context(), a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
+	res, err := g.Apply(t.Context(), a, plain(offs...), func(ctx context.Context, tx Tx, i int) error {
 		if !raced {
 			raced = true
-			dl, dlErr = g.DeadLetterGapped(t.Context(), a, 0, poison(0))
+			dl, dlErr = g.DeadLetter(t.Context(), a, poison(0).InLane(0))
 		}
 		return put(ctx, tx, i)
 	})
@@ -628,7 +625,7 @@ func (c *suite[Tx]) overlapDeadLetter(t *testing.T) {
 		t.Fatal("the lane never ran an effect: the overlap did not happen")
 	}
 	if dlErr != nil || !dl.Stored {
-		t.Fatalf("DeadLetterGapped(0) inside the lane's effect = %+v, %v; want stored (it read offset 0 as not done)", dl, dlErr)
+		t.Fatalf("a lane's DeadLetter(0) inside the lane's effect = %+v, %v; want stored (it read offset 0 as not done)", dl, dlErr)
 	}
 	if err != nil || res.Applied != 1 || res.Skipped != 1 {
 		t.Fatalf("the lane = %+v, %v; want offset 1 applied and the dead-lettered 0 skipped", res, err)
@@ -667,7 +664,7 @@ func (c *suite[Tx]) testGapsApplyRacingClaim(t *testing.T) {
 			<-start
 			for k := range batches {
 				offs := []int64{int64((2*k)*lanes + lane), int64((2*k+1)*lanes + lane)}
-				_, err := g.ApplyGapped(t.Context(), a, plain(offs...), c.gapEffect(t, offs))
+				_, err := g.Apply(t.Context(), a, plain(offs...), c.gapEffect(t, offs))
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -675,7 +672,7 @@ func (c *suite[Tx]) testGapsApplyRacingClaim(t *testing.T) {
 				case errors.Is(err, sink.ErrFenced):
 					fenced = append(fenced, offs)
 				default:
-					t.Errorf("lane %d ApplyGapped(%v): %v", lane, offs, err)
+					t.Errorf("lane %d Apply(%v): %v", lane, offs, err)
 				}
 				mu.Unlock()
 				runtime.Gosched()
@@ -696,13 +693,13 @@ func (c *suite[Tx]) testGapsApplyRacingClaim(t *testing.T) {
 		c.mustNoGapKeys(t, s, offs...)
 	}
 	if !sameCheckpoint(got, want) {
-		t.Fatalf("ClaimGapped racing %d lanes = %+v, want the %d batches that landed: %+v", lanes, got, len(landed), want)
+		t.Fatalf("Claim racing %d lanes = %+v, want the %d batches that landed: %+v", lanes, got, len(landed), want)
 	}
 	mustCheckpoint(t, g, b, want)
 	t.Logf("%d batches landed before the claim, %d fenced", len(landed), len(fenced))
 }
 
-// testGapsPlainCalls: on a gapped scope, plain Apply, ApplyOnce and
+// testGapsPlainCalls: on a gapped scope, serial Apply, with and without IDs, and
 // DeadLetter skip the done offsets and raise the watermark past their
 // batch (sink.Checkpoint.Raise), so a worker without lanes can take over.
 func (c *suite[Tx]) testGapsPlainCalls(t *testing.T) {
@@ -718,7 +715,7 @@ func (c *suite[Tx]) testGapsPlainCalls(t *testing.T) {
 	}
 	offs := offsetsRange(0, 5)
 	var ran []int64
-	res, err := s.Apply(t.Context(), b, offs, func(ctx context.Context, tx Tx, i int) error {
+	res, err := s.Apply(t.Context(), b, sink.Batch{Offsets: offs}, func(ctx context.Context, tx Tx, i int) error {
 		ran = append(ran, offs[i])
 		return c.h.Put(ctx, tx, key(t, "g", offs[i]), "v")
 	})
@@ -726,7 +723,7 @@ func (c *suite[Tx]) testGapsPlainCalls(t *testing.T) {
 		t.Fatalf("plain Apply(0..4) on a gapped scope ran %v: %+v, %v; want [0 1 4] run, 2 skipped, NextOffset 5", ran, res, err)
 	}
 	mustCheckpoint(t, g, b, cp(5, 8, 9, 12, 13))
-	if dl, ok := s.(sink.DeadLetterer); ok {
+	if dl, ok := s, s.Features().DeadLetters; ok {
 		// A dead letter of a done offset is a replay.
 		if r, err := dl.DeadLetter(t.Context(), b, poison(8)); err != nil || r.Stored {
 			t.Fatalf("DeadLetter of the done offset 8 = %+v, %v; want not stored", r, err)
@@ -737,15 +734,15 @@ func (c *suite[Tx]) testGapsPlainCalls(t *testing.T) {
 		}
 		mustCheckpoint(t, g, b, cp(11, 12, 13))
 	}
-	if d, ok := s.(sink.Deduplicator[Tx]); ok {
+	if d, ok := s, s.Features().DedupeWindow > 0; ok {
 		offs, ids := []int64{11, 12, 13}, []string{"x", "y", "z"}
 		var ran []int64
-		res, err := d.ApplyOnce(t.Context(), b, offs, ids, func(ctx context.Context, tx Tx, i int) error {
+		res, err := d.Apply(t.Context(), b, sink.Batch{Offsets: offs, IDs: ids}, func(ctx context.Context, tx Tx, i int) error {
 			ran = append(ran, offs[i])
 			return c.h.Put(ctx, tx, key(t, "g", offs[i]), "v")
 		})
 		if err != nil || !slices.Equal(ran, []int64{11, 13}) || res.Skipped != 1 || res.NextOffset != 14 {
-			t.Fatalf("ApplyOnce(11..13) on a gapped scope ran %v: %+v, %v; want [11 13] run, 1 skipped, NextOffset 14", ran, res, err)
+			t.Fatalf("Apply with IDs (11..13) on a gapped scope ran %v: %+v, %v; want [11 13] run, 1 skipped, NextOffset 14", ran, res, err)
 		}
 		mustCheckpoint(t, g, b, cp(14))
 	}
@@ -755,7 +752,7 @@ func (c *suite[Tx]) testGapsPlainCalls(t *testing.T) {
 	mustCheckpoint(t, g, b, cp(31))
 }
 
-// testGapsDeadLetter: DeadLetterGapped stores a lane's poison record and
+// testGapsDeadLetter: a lane's DeadLetter stores a lane's poison record and
 // marks [from, offset+1) done; its replay stores nothing.
 func (c *suite[Tx]) testGapsDeadLetter(t *testing.T) {
 	s := c.h.Open(t)
@@ -763,18 +760,18 @@ func (c *suite[Tx]) testGapsDeadLetter(t *testing.T) {
 	scope := scopeFor(t)
 	a := tokenFor(scope, 1, "a")
 	claimGapped(t, g, a)
-	res, err := g.DeadLetterGapped(t.Context(), a, 3, poison(4))
+	res, err := g.DeadLetter(t.Context(), a, poison(4).InLane(3))
 	if err != nil || !res.Stored || res.ID == 0 || res.NextOffset > 0 {
-		t.Fatalf("DeadLetterGapped(3, 4) = %+v, %v; want stored, NextOffset 0", res, err)
+		t.Fatalf("a lane's DeadLetter(3, 4) = %+v, %v; want stored, NextOffset 0", res, err)
 	}
 	mustCheckpoint(t, g, a, cp(0, 3, 5))
-	if again, err := g.DeadLetterGapped(t.Context(), a, 3, poison(4)); err != nil || again.Stored || again.ID != 0 {
-		t.Fatalf("replayed DeadLetterGapped = %+v, %v; want not stored", again, err)
+	if again, err := g.DeadLetter(t.Context(), a, poison(4).InLane(3)); err != nil || again.Stored || again.ID != 0 {
+		t.Fatalf("replayed a lane's DeadLetter = %+v, %v; want not stored", again, err)
 	}
 	c.applyGapped(t, g, a, plain(0, 1, 2))
 	mustCheckpoint(t, g, a, cp(5))
-	if _, err := g.DeadLetterGapped(t.Context(), a, 7, poison(6)); !errors.Is(err, sink.ErrBadBatch) {
-		t.Fatalf("DeadLetterGapped with from above the offset: %v, want sink.ErrBadBatch", err)
+	if _, err := g.DeadLetter(t.Context(), a, poison(6).InLane(7)); !errors.Is(err, sink.ErrBadBatch) {
+		t.Fatalf("a lane's DeadLetter with from above the offset: %v, want sink.ErrBadBatch", err)
 	}
 	if store, ok := sink.As[sink.DeadLetterStore](s); ok {
 		got, err := store.DeadLetters(t.Context(), sink.DeadLetterFilter{Group: scope.Group})
@@ -820,7 +817,7 @@ func (c *suite[Tx]) testGapsReset(t *testing.T) {
 	mustFence(t, lister, sink.Fence{Scope: scope, NextOffset: 1, ProofRequired: true, Done: []sink.Span{{From: 3, To: 5}, {From: 7, To: 8}}})
 	got, err := claimGappedProven(t, g, b)
 	if err != nil || !sameCheckpoint(got, cp(1, 3, 5, 7, 8)) {
-		t.Fatalf("ClaimGapped after a reset keeping the checkpoint = %+v, %v; want the spans kept", got, err)
+		t.Fatalf("Claim after a reset keeping the checkpoint = %+v, %v; want the spans kept", got, err)
 	}
 	zero := int64(0)
 	if _, err := r.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: b, NextOffset: 1},
@@ -831,17 +828,17 @@ func (c *suite[Tx]) testGapsReset(t *testing.T) {
 	c2 := tokenFor(scope, 3, "c")
 	got, err = claimGappedProven(t, g, c2)
 	if err != nil || !sameCheckpoint(got, cp(0)) {
-		t.Fatalf("ClaimGapped after a reset onto a new log = %+v, %v; want offset 0, no span", got, err)
+		t.Fatalf("Claim after a reset onto a new log = %+v, %v; want offset 0, no span", got, err)
 	}
 	// The old log's done offsets are not done on the new one.
 	if res := c.applyGapped(t, g, c2, plain(3, 7)); res.Applied != 2 {
-		t.Fatalf("ApplyGapped on the new log = %+v, want both records applied", res)
+		t.Fatalf("a lane's Apply on the new log = %+v, want both records applied", res)
 	}
 }
 
 // testGapsLogCheck: the claim's log check compares the end of the done
 // spans (Checkpoint.End) with the log end: a span above it means the log
-// was truncated under the checkpoint, for ClaimGapped and Claim alike.
+// was truncated under the checkpoint, for Claim and Claim alike.
 func (c *suite[Tx]) testGapsLogCheck(t *testing.T) {
 	s := c.h.Open(t)
 	g := c.gaps(t, s)
@@ -851,31 +848,31 @@ func (c *suite[Tx]) testGapsLogCheck(t *testing.T) {
 		return sink.Observed{TopicID: "log", LogStart: start, LogEnd: end}
 	}
 	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
-	if _, err := g.ClaimGapped(ctx, a, obs(0, 20)); err != nil {
+	if _, err := g.Claim(ctx, a, obs(0, 20)); err != nil {
 		t.Fatal(err)
 	}
 	c.applyGapped(t, g, a, plain(0, 1, 9))
 	// The watermark 2 is below the log end 5, but the span [9, 10) is not.
-	_, err := g.ClaimGapped(ctx, b, obs(0, 5))
+	_, err := g.Claim(ctx, b, obs(0, 5))
 	var lc *sink.LogChangedError
 	if !errors.Is(err, sink.ErrLogTruncated) || !errors.As(err, &lc) || lc.NextOffset != 10 {
-		t.Fatalf("ClaimGapped with a done span above the log end: %v, want sink.ErrLogTruncated naming offset 10", err)
+		t.Fatalf("Claim with a done span above the log end: %v, want sink.ErrLogTruncated naming offset 10", err)
 	}
 	if _, err := s.Claim(ctx, b, obs(0, 5)); !errors.Is(err, sink.ErrLogTruncated) {
 		t.Fatalf("plain Claim with a done span above the log end: %v, want sink.ErrLogTruncated", err)
 	}
 	// Records deleted above the watermark, where an offset is not done.
-	if _, err := g.ClaimGapped(ctx, b, obs(3, 20)); !errors.Is(err, sink.ErrRetentionLoss) || !errors.As(err, &lc) || lc.NextOffset != 2 {
-		t.Fatalf("ClaimGapped with the log start above the watermark: %v, want sink.ErrRetentionLoss naming the watermark 2", err)
+	if _, err := g.Claim(ctx, b, obs(3, 20)); !errors.Is(err, sink.ErrRetentionLoss) || !errors.As(err, &lc) || lc.NextOffset != 2 {
+		t.Fatalf("Claim with the log start above the watermark: %v, want sink.ErrRetentionLoss naming the watermark 2", err)
 	}
 	mustCheckpoint(t, g, a, cp(2, 9, 10))
 	// The log end at the span's end: accepted.
-	if got, err := g.ClaimGapped(ctx, b, obs(2, 10)); err != nil || !sameCheckpoint(got, cp(2, 9, 10)) {
-		t.Fatalf("ClaimGapped with the log end at the spans' end = %+v, %v", got, err)
+	if got, err := g.Claim(ctx, b, obs(2, 10)); err != nil || !sameCheckpoint(got, cp(2, 9, 10)) {
+		t.Fatalf("Claim with the log end at the spans' end = %+v, %v", got, err)
 	}
 }
 
-// testGapsDedupe: ApplyGapped with IDs dedupes as ApplyOnce does, across
+// testGapsDedupe: a lane's Apply with IDs dedupes as an Apply with IDs does, across
 // lanes and within a batch; a duplicate's offset is done too.
 func (c *suite[Tx]) testGapsDedupe(t *testing.T) {
 	s := c.h.Open(t)
@@ -883,11 +880,11 @@ func (c *suite[Tx]) testGapsDedupe(t *testing.T) {
 	scope := scopeFor(t)
 	a := tokenFor(scope, 1, "a")
 	claimGapped(t, g, a)
-	apply := func(b sink.GapBatch) sink.ApplyOnceResult {
+	apply := func(b sink.Batch) sink.Result {
 		t.Helper()
-		res, err := g.ApplyGapped(t.Context(), a, b, c.idEffect(t, b.Offsets, b.IDs))
+		res, err := g.Apply(t.Context(), a, b, c.idEffect(t, b.Offsets, b.IDs))
 		if err != nil {
-			t.Fatalf("ApplyGapped(%v, %q): %v", b.Offsets, b.IDs, err)
+			t.Fatalf("Apply of a lane's batch (%v, %q): %v", b.Offsets, b.IDs, err)
 		}
 		return res
 	}
@@ -909,12 +906,12 @@ func (c *suite[Tx]) testGapsDedupe(t *testing.T) {
 	c.mustGet(t, s, key(t, "off", 1), "at 1")
 	mustCheckpoint(t, g, a, cp(5, 6, 7))
 	c.mustDuplicates(t, s, scope, 2)
-	// A plain ApplyOnce sees the lanes' IDs.
-	if d, ok := s.(sink.Deduplicator[Tx]); ok {
+	// A serial Apply with IDs sees the lanes' IDs.
+	if d, ok := s, s.Features().DedupeWindow > 0; ok {
 		mustResult(t, c.applyOnce(t, d, a, []int64{5, 7}, "y", "w"), 1, 0, []int{0}, 8)
 	}
-	if _, err := g.ApplyGapped(t.Context(), a, sink.GapBatch{Offsets: []int64{9}, From: []int64{9}, IDs: []string{"a", "b"}}, failIfRun[Tx](t)); !errors.Is(err, sink.ErrBadBatch) {
-		t.Fatalf("ApplyGapped with more IDs than offsets: %v, want sink.ErrBadBatch", err)
+	if _, err := g.Apply(t.Context(), a, sink.Batch{Offsets: []int64{9}, From: []int64{9}, IDs: []string{"a", "b"}}, failIfRun[Tx](t)); !errors.Is(err, sink.ErrBadBatch) {
+		t.Fatalf("a lane's Apply with more IDs than offsets: %v, want sink.ErrBadBatch", err)
 	}
 }
 
@@ -933,15 +930,15 @@ func (c *suite[Tx]) testGapsManySpans(t *testing.T) {
 			for j := k; j < k+batch; j++ {
 				offs = append(offs, 2*j+parity)
 			}
-			if _, err := g.ApplyGapped(t.Context(), a, plain(offs...), nop); err != nil {
-				t.Fatalf("ApplyGapped(%d..%d): %v", offs[0], offs[len(offs)-1], err)
+			if _, err := g.Apply(t.Context(), a, plain(offs...), nop); err != nil {
+				t.Fatalf("Apply of a lane's batch (%d..%d): %v", offs[0], offs[len(offs)-1], err)
 			}
 		}
 	}
 	fill(1) // the odd offsets: 10,000 spans above the watermark 0
 	got := claimGapped(t, g, a)
 	if got.NextOffset != 0 || len(got.Done) != spans || got.Done[0] != (sink.Span{From: 1, To: 2}) || got.Done[spans-1] != (sink.Span{From: 2*spans - 1, To: 2 * spans}) {
-		t.Fatalf("ClaimGapped with %d spans: watermark %d, %d spans", spans, got.NextOffset, len(got.Done))
+		t.Fatalf("Claim with %d spans: watermark %d, %d spans", spans, got.NextOffset, len(got.Done))
 	}
 	fill(0)
 	mustCheckpoint(t, g, a, cp(2*spans))
@@ -955,7 +952,7 @@ func (c *suite[Tx]) testGapsEffectError(t *testing.T) {
 	claimGapped(t, g, a)
 	c.applyGapped(t, g, a, plain(1))
 	b := plain(3, 5)
-	_, err := g.ApplyGapped(t.Context(), a, b, func(ctx context.Context, tx Tx, i int) error {
+	_, err := g.Apply(t.Context(), a, b, func(ctx context.Context, tx Tx, i int) error {
 		if err := c.h.Put(ctx, tx, key(t, "g", b.Offsets[i]), "v"); err != nil {
 			return err
 		}
@@ -966,14 +963,14 @@ func (c *suite[Tx]) testGapsEffectError(t *testing.T) {
 	})
 	var ee *sink.EffectError
 	if !errors.Is(err, errBoom) || !errors.As(err, &ee) || ee.Offset != 5 {
-		t.Fatalf("ApplyGapped with a failing effect: %v, want an *sink.EffectError at offset 5", err)
+		t.Fatalf("a lane's Apply with a failing effect: %v, want an *sink.EffectError at offset 5", err)
 	}
 	c.mustNoGapKeys(t, s, 3, 5)
 	mustCheckpoint(t, g, a, cp(0, 1, 2))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := g.ApplyGapped(ctx, a, plain(3), c.gapEffect(t, []int64{3})); !errors.Is(err, context.Canceled) {
-		t.Fatalf("ApplyGapped with a cancelled context: %v, want context.Canceled", err)
+	if _, err := g.Apply(ctx, a, plain(3), c.gapEffect(t, []int64{3})); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a lane's Apply with a cancelled context: %v, want context.Canceled", err)
 	}
 	mustCheckpoint(t, g, a, cp(0, 1, 2))
 }
@@ -985,13 +982,13 @@ func (c *suite[Tx]) testGapsBadBatch(t *testing.T) {
 	g := c.gaps(t, s)
 	a := tokenFor(scopeFor(t), 1, "a")
 	claimGapped(t, g, a)
-	for i, b := range []sink.GapBatch{
+	for i, b := range []sink.Batch{
 		{Offsets: []int64{1, 2}, From: []int64{1}},
 		{Offsets: []int64{1, 2}, From: []int64{1, 1}},
 		{Offsets: []int64{3}, From: []int64{4}},
 		{Offsets: []int64{2, 1}, From: []int64{2, 1}},
 	} {
-		if _, err := g.ApplyGapped(t.Context(), a, b, failIfRun[Tx](t)); !errors.Is(err, sink.ErrBadBatch) {
+		if _, err := g.Apply(t.Context(), a, b, failIfRun[Tx](t)); !errors.Is(err, sink.ErrBadBatch) {
 			t.Errorf("bad batch %d %+v: %v, want sink.ErrBadBatch", i, b, err)
 		}
 	}
@@ -1014,7 +1011,7 @@ func (c *suite[Tx]) testGapsDurable(t *testing.T) {
 
 // testGapsHistoryDone: the history (sink.Historian) records, with each
 // claim, the done spans its checkpoint had above NextOffset — by
-// ClaimGapped or by a plain Claim — and, with each reset, the spans it
+// Claim or by a plain Claim — and, with each reset, the spans it
 // kept (none onto a new log): the invariant checker's F needs them, since
 // a write in a claim's done spans was made before the claim.
 func (c *suite[Tx]) testGapsHistoryDone(t *testing.T) {
@@ -1037,7 +1034,7 @@ func (c *suite[Tx]) testGapsHistoryDone(t *testing.T) {
 		reset(t, r, scope, b, 1)
 		c2 := tokenFor(scope, 1, "c")
 		if _, err := claimGappedProven(t, g, c2); err != nil {
-			t.Fatalf("ClaimGapped after a reset: %v", err)
+			t.Fatalf("Claim after a reset: %v", err)
 		}
 		zero := int64(0)
 		if _, err := r.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: c2, NextOffset: 1},

@@ -62,11 +62,11 @@ func reset(t testing.TB, r sink.Resetter, scope epochs.Scope, holder epochs.Toke
 // stands in for the broker: its proof always holds).
 func claimProven[Tx any](t testing.TB, s sink.Sink[Tx], tok epochs.Token, obs sink.Observed) (int64, error) {
 	t.Helper()
-	next, err := s.Claim(t.Context(), tok, obs)
+	next, err := nextOf(s.Claim(t.Context(), tok, obs))
 	var pe *sink.ProofRequiredError
 	if errors.As(err, &pe) {
 		obs.Proof = &sink.Proof{Version: pe.Version}
-		next, err = s.Claim(t.Context(), tok, obs)
+		next, err = nextOf(s.Claim(t.Context(), tok, obs))
 	}
 	return next, err
 }
@@ -123,7 +123,7 @@ func (c *suite[Tx]) testResetProofEveryClaim(t *testing.T) {
 	// The new incarnation's first claim, at epoch 1, with a proof.
 	fresh := tokenFor(scope, 1, "new-1")
 	v := proofVersion(t, s, fresh)
-	if next, err := s.Claim(ctx, fresh, sink.Observed{Proof: &sink.Proof{Version: v}}); err != nil || next != 2 {
+	if next, err := nextOf(s.Claim(ctx, fresh, sink.Observed{Proof: &sink.Proof{Version: v}})); err != nil || next != 2 {
 		t.Fatalf("proven Claim by %s after the reset = %d, %v; want 2", fresh, next, err)
 	}
 	mustHistoryProven(t, s, fresh, true)
@@ -193,7 +193,7 @@ func (c *suite[Tx]) testResetPreviousIncarnationAboveCleared(t *testing.T) {
 	c.apply(t, s, fresh, []int64{1}, c.putEffect(t, "k", []int64{1}, "new"))
 	_, err := s.Claim(ctx, z, sink.Observed{})
 	mustProofRequired(t, err, z)
-	_, err = s.Apply(ctx, z, []int64{2}, c.putEffect(t, "k", []int64{2}, "z"))
+	_, err = s.Apply(ctx, z, sink.Batch{Offsets: []int64{2}}, c.putEffect(t, "k", []int64{2}, "z"))
 	mustFenced(t, err, sink.OpApply, fresh, z)
 	c.mustAbsent(t, s, key(t, "k", 2))
 	c.apply(t, s, fresh, []int64{2}, c.putEffect(t, "k", []int64{2}, "new"))
@@ -232,7 +232,7 @@ func (c *suite[Tx]) testResetStaleProof(t *testing.T) {
 	if !errors.As(err, &pe) || !pe.Stale || pe.ProvenAt != before || pe.Version == before {
 		t.Fatalf("Claim by %s on a proof made at version %d: %v, want a stale *sink.ProofRequiredError naming a newer version", z, before, err)
 	}
-	_, err = s.Apply(ctx, z, []int64{0}, c.putEffect(t, "k", []int64{0}, "z"))
+	_, err = s.Apply(ctx, z, sink.Batch{Offsets: []int64{0}}, c.putEffect(t, "k", []int64{0}, "z"))
 	mustFenced(t, err, sink.OpApply, fresh, z)
 	c.mustAbsent(t, s, key(t, "k", 0))
 	c.mustNext(t, s, fresh, 0)
@@ -350,10 +350,10 @@ func (c *suite[Tx]) testSameEpochAfterReset(t *testing.T) {
 	if next, err := claimProven(t, s, b, sink.Observed{}); err != nil || next != 1 {
 		t.Fatalf("proven Claim by %s at a's epoch after the reset = %d, %v; want 1", b, next, err)
 	}
-	_, err := s.Apply(ctx, a, []int64{1}, c.putEffect(t, "k", []int64{1}, "a"))
+	_, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{1}}, c.putEffect(t, "k", []int64{1}, "a"))
 	mustFenced(t, err, sink.OpApply, b, a)
 	c.mustAbsent(t, s, key(t, "k", 1))
-	if dl, ok := sink.As[sink.DeadLetterer](s); ok {
+	if dl, ok := s, s.Features().DeadLetters; ok {
 		_, err := dl.DeadLetter(ctx, a, poison(1))
 		mustFenced(t, err, sink.OpDeadLetter, b, a)
 		if store, ok := sink.As[sink.DeadLetterStore](s); ok {
@@ -381,7 +381,7 @@ func (c *suite[Tx]) testSameEpochResetDuringApply(t *testing.T) {
 	a, b := tokenFor(scope, 5, "a"), tokenFor(scope, 5, "b")
 	c.claim(t, s, a)
 	var raced bool
-	_, err := s.Apply(ctx, a, []int64{0}, func(ctx context.Context, tx Tx, i int) error {
+	_, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0}}, func(ctx context.Context, tx Tx, i int) error {
 		if !raced {
 			raced = true
 			reset(t, r, scope, a, 0)
@@ -446,7 +446,7 @@ func (c *suite[Tx]) testProvenTakeover(t *testing.T) {
 	fencedVersion(t, s, above, sink.Observed{Proof: &sink.Proof{Version: v, GroupEpoch: 3}}, old) // a claimer above the group epoch it saw
 
 	// The takeover.
-	next, err := s.Claim(ctx, fresh, sink.Observed{Proof: &sink.Proof{Version: v, GroupEpoch: 3}})
+	next, err := nextOf(s.Claim(ctx, fresh, sink.Observed{Proof: &sink.Proof{Version: v, GroupEpoch: 3}}))
 	if err != nil || next != 2 {
 		t.Fatalf("proven takeover by %s below %s = %d, %v; want 2", fresh, old, next, err)
 	}
@@ -469,7 +469,7 @@ func (c *suite[Tx]) testProvenTakeover(t *testing.T) {
 	}
 	// The earlier incarnation stays out: its writes are fenced, and its
 	// claims at any epoch need a proof it cannot make.
-	_, err = s.Apply(ctx, old, []int64{2}, c.putEffect(t, "k", []int64{2}, "old"))
+	_, err = s.Apply(ctx, old, sink.Batch{Offsets: []int64{2}}, c.putEffect(t, "k", []int64{2}, "old"))
 	mustFenced(t, err, sink.OpApply, fresh, old)
 	for _, z := range []epochs.Token{old, tokenFor(scope, 12, "old-12")} {
 		proofVersion(t, s, z)

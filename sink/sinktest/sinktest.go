@@ -30,11 +30,12 @@
 //		})
 //	}
 //
-// Optional capabilities are tested when the sink has them — [sink.Lister],
-// [sink.Resetter], [sink.Historian], the dead letters and
-// [sink.Deduplicator], [sink.GapApplier] — both on the sink and through the
-// metrics wrapper (sink/sinkmetrics), which must keep every one of them
-// reachable with [sink.As]. A backend that is not durable leaves Reopen nil and
+// The features a sink declares ([sink.Features]: command IDs, gaps, dead
+// letters) and the optional capabilities it has ([sink.Lister],
+// [sink.Resetter], [sink.Historian], [sink.DeadLetterStore]) are tested
+// when it has them, both on the sink and through the metrics wrapper
+// (sink/sinkmetrics), which must declare the same features and keep
+// every capability reachable with [sink.As]. A backend that is not durable leaves Reopen nil and
 // the durability test skips, saying so.
 package sinktest
 
@@ -78,9 +79,9 @@ type Harness[Tx any] struct {
 	// while an effect runs: the tests that race one against an effect
 	// skip, saying so.
 	WritesSerialized bool
-	// RequireGaps makes the suite fail when the sink does not implement
-	// [sink.GapApplier] itself (docs/design.md#gaps): every backend of
-	// this module must. Without it, the gapped tests skip for such a
+	// RequireGaps makes the suite fail when the sink does not declare
+	// [sink.Features].Gaps (docs/design.md#gaps): every backend of this
+	// module must. Without it, the gapped tests skip for such a
 	// sink, saying so.
 	RequireGaps bool
 }
@@ -149,7 +150,7 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		{"ThroughMetricsWrapper/DeadLetters", wrapped.testDeadLetters},
 		{"ThroughMetricsWrapper/DeadLetterStore", wrapped.testDeadLetterStore},
 		{"DedupeDurableAcrossReopen", c.testDedupeDurable},
-		{"GapApplierRequired", c.testGapApplierRequired},
+		{"GapsRequired", c.testGapsRequired},
 		{"GapsDurableAcrossReopen", c.testGapsDurable},
 	}
 	tests = append(tests, c.dedupeTests("")...)
@@ -196,16 +197,19 @@ func (c *suite[Tx]) putEffect(t testing.TB, prefix string, offsets []int64, valu
 
 func (c *suite[Tx]) claim(t testing.TB, s sink.Sink[Tx], tok epochs.Token) int64 {
 	t.Helper()
-	next, err := s.Claim(t.Context(), tok, sink.Observed{})
+	cp, err := s.Claim(t.Context(), tok, sink.Observed{})
 	if err != nil {
 		t.Fatalf("Claim(%s): %v", tok, err)
 	}
-	return next
+	return cp.NextOffset
 }
 
-func (c *suite[Tx]) apply(t testing.TB, s sink.Sink[Tx], tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) sink.ApplyResult {
+// nextOf is the NextOffset of a Claim's checkpoint, and its error.
+func nextOf(cp sink.Checkpoint, err error) (int64, error) { return cp.NextOffset, err }
+
+func (c *suite[Tx]) apply(t testing.TB, s sink.Sink[Tx], tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) sink.Result {
 	t.Helper()
-	res, err := s.Apply(t.Context(), tok, offsets, effect)
+	res, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: offsets}, effect)
 	if err != nil {
 		t.Fatalf("Apply(%s, %v): %v", tok, offsets, err)
 	}
@@ -306,7 +310,7 @@ func (c *suite[Tx]) testStaleClaimFenced(t *testing.T) {
 	mustFenced(t, err, sink.OpClaim, newer, older)
 	// The refused claim changed nothing: newer still holds, older does not.
 	c.apply(t, s, newer, []int64{0}, c.putEffect(t, "new", []int64{0}, "v"))
-	_, err = s.Apply(t.Context(), older, []int64{1}, failIfRun[Tx](t))
+	_, err = s.Apply(t.Context(), older, sink.Batch{Offsets: []int64{1}}, failIfRun[Tx](t))
 	mustFenced(t, err, sink.OpApply, newer, older)
 	c.mustNext(t, s, newer, 1)
 }
@@ -322,14 +326,14 @@ func (c *suite[Tx]) testStaleApplyFenced(t *testing.T) {
 	}
 	// The old tenure wakes up and writes: refused, nothing visible.
 	offs := []int64{1, 2}
-	_, err := s.Apply(t.Context(), a, offs, c.putEffect(t, "k", offs, "stale"))
+	_, err := s.Apply(t.Context(), a, sink.Batch{Offsets: offs}, c.putEffect(t, "k", offs, "stale"))
 	mustFenced(t, err, sink.OpApply, b, a)
 	c.mustAbsent(t, s, key(t, "k", 1))
 	c.mustAbsent(t, s, key(t, "k", 2))
 	c.mustGet(t, s, key(t, "k", 0), "a")
 	c.mustNext(t, s, b, 1)
 	// Overwriting an existing key under the stale token is refused too.
-	_, err = s.Apply(t.Context(), a, []int64{5}, func(ctx context.Context, tx Tx, _ int) error {
+	_, err = s.Apply(t.Context(), a, sink.Batch{Offsets: []int64{5}}, func(ctx context.Context, tx Tx, _ int) error {
 		return c.h.Put(ctx, tx, key(t, "k", 0), "stale")
 	})
 	mustFenced(t, err, sink.OpApply, b, a)
@@ -344,7 +348,7 @@ func (c *suite[Tx]) testEqualEpochOtherMemberFenced(t *testing.T) {
 	c.claim(t, s, first)
 	_, err := s.Claim(t.Context(), second, sink.Observed{})
 	mustFenced(t, err, sink.OpClaim, first, second)
-	_, err = s.Apply(t.Context(), second, []int64{0}, c.putEffect(t, "k", []int64{0}, "second"))
+	_, err = s.Apply(t.Context(), second, sink.Batch{Offsets: []int64{0}}, c.putEffect(t, "k", []int64{0}, "second"))
 	mustFenced(t, err, sink.OpApply, first, second)
 	c.mustAbsent(t, s, key(t, "k", 0))
 	c.mustNext(t, s, first, 0)
@@ -373,7 +377,7 @@ func (c *suite[Tx]) testApplyWithoutClaimFenced(t *testing.T) {
 	scope := scopeFor(t)
 	never := tokenFor(scope, 1, "never-claimed")
 	// A fresh scope: no holder at all.
-	_, err := s.Apply(t.Context(), never, []int64{0}, c.putEffect(t, "k", []int64{0}, "x"))
+	_, err := s.Apply(t.Context(), never, sink.Batch{Offsets: []int64{0}}, c.putEffect(t, "k", []int64{0}, "x"))
 	mustFenced(t, err, sink.OpApply, epochs.Token{}, never)
 	c.mustAbsent(t, s, key(t, "k", 0))
 
@@ -382,7 +386,7 @@ func (c *suite[Tx]) testApplyWithoutClaimFenced(t *testing.T) {
 	if next := c.claim(t, s, holder); next != 0 {
 		t.Fatalf("Claim after refused Apply = %d, want 0 (the refused Apply moved NextOffset)", next)
 	}
-	_, err = s.Apply(t.Context(), higher, []int64{0}, c.putEffect(t, "k", []int64{0}, "x"))
+	_, err = s.Apply(t.Context(), higher, sink.Batch{Offsets: []int64{0}}, c.putEffect(t, "k", []int64{0}, "x"))
 	mustFenced(t, err, sink.OpApply, holder, higher)
 	c.mustAbsent(t, s, key(t, "k", 0))
 	c.mustNext(t, s, holder, 0)
@@ -419,7 +423,7 @@ func (c *suite[Tx]) testConcurrentClaimsHighestWins(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			tok := tokenFor(scope, int32(e+1), "m"+strconv.Itoa(e+1))
-			_, applyErrs[e] = s.Apply(t.Context(), tok, []int64{0}, func(ctx context.Context, tx Tx, _ int) error {
+			_, applyErrs[e] = s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{0}}, func(ctx context.Context, tx Tx, _ int) error {
 				return c.h.Put(ctx, tx, key(t, "by", e+1), "x")
 			})
 		})
@@ -461,7 +465,7 @@ func (c *suite[Tx]) testApplyRacingClaim(t *testing.T) {
 		start := make(chan struct{})
 		wg.Go(func() {
 			<-start
-			_, applyErr = s.Apply(t.Context(), old, offs, func(ctx context.Context, tx Tx, i int) error {
+			_, applyErr = s.Apply(t.Context(), old, sink.Batch{Offsets: offs}, func(ctx context.Context, tx Tx, i int) error {
 				if r%2 == 0 {
 					runtime.Gosched() // widen the window between records
 				}
@@ -475,7 +479,7 @@ func (c *suite[Tx]) testApplyRacingClaim(t *testing.T) {
 			for range r % 8 {
 				runtime.Gosched()
 			}
-			claimed, claimErr = s.Claim(t.Context(), newer, sink.Observed{})
+			claimed, claimErr = nextOf(s.Claim(t.Context(), newer, sink.Observed{}))
 		})
 		close(start)
 		wg.Wait()
@@ -513,7 +517,7 @@ func (c *suite[Tx]) testApplyRacingClaim(t *testing.T) {
 			}
 		}
 		// Whatever happened, the old tenure is fenced from now on.
-		_, err := s.Apply(t.Context(), old, []int64{base + batch + 100}, failIfRun[Tx](t))
+		_, err := s.Apply(t.Context(), old, sink.Batch{Offsets: []int64{base + batch + 100}}, failIfRun[Tx](t))
 		mustFenced(t, err, sink.OpApply, newer, old)
 		c.mustNext(t, s, newer, claimed)
 	}
@@ -534,7 +538,7 @@ func (c *suite[Tx]) testReplayIsNoop(t *testing.T) {
 	if calls != 0 {
 		t.Fatalf("replayed batch ran its effect %d times, want 0", calls)
 	}
-	if want := (sink.ApplyResult{Applied: 0, Skipped: 3, NextOffset: 3}); res != want {
+	if want := (sink.Result{Applied: 0, Skipped: 3, NextOffset: 3}); !res.Equal(want) {
 		t.Fatalf("replay Apply result = %+v, want %+v", res, want)
 	}
 	for _, o := range offs {
@@ -558,7 +562,7 @@ func (c *suite[Tx]) testPartialOverlap(t *testing.T) {
 		mu.Unlock()
 		return c.h.Put(ctx, tx, key(t, "k", second[i]), "v2")
 	})
-	if want := (sink.ApplyResult{Applied: 2, Skipped: 2, NextOffset: 5}); res != want {
+	if want := (sink.Result{Applied: 2, Skipped: 2, NextOffset: 5}); !res.Equal(want) {
 		t.Fatalf("overlapping Apply result = %+v, want %+v", res, want)
 	}
 	if ran[0] || ran[1] || !ran[2] || !ran[3] {
@@ -582,7 +586,7 @@ func (c *suite[Tx]) testEffectErrorTxHealthy(t *testing.T) {
 	tok := tokenFor(scopeFor(t), 1, "m")
 	c.claim(t, s, tok)
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
-	_, err := s.Apply(t.Context(), tok, []int64{0, 1}, func(ctx context.Context, tx Tx, i int) error {
+	_, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{0, 1}}, func(ctx context.Context, tx Tx, i int) error {
 		if err := c.h.Put(ctx, tx, key(t, "k", int64(i)), "v"); err != nil {
 			return err
 		}
@@ -608,7 +612,7 @@ func (c *suite[Tx]) testEffectErrorRollsBack(t *testing.T) {
 	c.claim(t, s, tok)
 	c.apply(t, s, tok, []int64{0}, c.putEffect(t, "k", []int64{0}, "v1"))
 	offs := []int64{1, 2, 3}
-	_, err := s.Apply(t.Context(), tok, offs, func(ctx context.Context, tx Tx, i int) error {
+	_, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: offs}, func(ctx context.Context, tx Tx, i int) error {
 		// Overwrite an existing key and create new ones, then fail.
 		if err := c.h.Put(ctx, tx, key(t, "k", 0), "overwritten"); err != nil {
 			return err
@@ -644,7 +648,7 @@ func (c *suite[Tx]) testEffectErrorRollsBack(t *testing.T) {
 	c.mustNext(t, s, tok, 1)
 	// The batch can be retried and then applies in full.
 	res := c.apply(t, s, tok, offs, c.putEffect(t, "k", offs, "v3"))
-	if want := (sink.ApplyResult{Applied: 3, Skipped: 0, NextOffset: 4}); res != want {
+	if want := (sink.Result{Applied: 3, Skipped: 0, NextOffset: 4}); !res.Equal(want) {
 		t.Fatalf("retried Apply result = %+v, want %+v", res, want)
 	}
 	c.mustGet(t, s, key(t, "k", 3), "v3")
@@ -667,7 +671,7 @@ func (c *suite[Tx]) testBadBatch(t *testing.T) {
 		{"nil-effect", []int64{0}, nil},
 	}
 	for _, bc := range cases {
-		_, err := s.Apply(t.Context(), tok, bc.offsets, bc.effect)
+		_, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: bc.offsets}, bc.effect)
 		if !errors.Is(err, sink.ErrBadBatch) {
 			t.Errorf("%s: Apply(%v) error = %v, want sink.ErrBadBatch", bc.name, bc.offsets, err)
 		}
@@ -690,7 +694,7 @@ func (c *suite[Tx]) testInvalidToken(t *testing.T) {
 		if _, err := s.Claim(t.Context(), tok, sink.Observed{}); !errors.Is(err, epochs.ErrInvalidToken) {
 			t.Errorf("%s: Claim error = %v, want epochs.ErrInvalidToken", name, err)
 		}
-		if _, err := s.Apply(t.Context(), tok, []int64{0}, failIfRun[Tx](t)); !errors.Is(err, epochs.ErrInvalidToken) {
+		if _, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: []int64{0}}, failIfRun[Tx](t)); !errors.Is(err, epochs.ErrInvalidToken) {
 			t.Errorf("%s: Apply error = %v, want epochs.ErrInvalidToken", name, err)
 		}
 	}
@@ -730,18 +734,18 @@ func (c *suite[Tx]) testScopesIndependent(t *testing.T) {
 			t.Fatalf("other %s: first Claim = %d, want 0", name, next)
 		}
 		res := c.apply(t, s, low, []int64{0, 1}, c.putEffect(t, name, []int64{0, 1}, "v"))
-		if want := (sink.ApplyResult{Applied: 2, NextOffset: 2}); res != want {
+		if want := (sink.Result{Applied: 2, NextOffset: 2}); !res.Equal(want) {
 			t.Fatalf("other %s: Apply result = %+v, want %+v", name, res, want)
 		}
 		// A token of this scope cannot write the base scope.
 		cross := tokenFor(base, 99, "m-"+name)
-		_, err := s.Apply(t.Context(), cross, []int64{10}, failIfRun[Tx](t))
+		_, err := s.Apply(t.Context(), cross, sink.Batch{Offsets: []int64{10}}, failIfRun[Tx](t))
 		mustFenced(t, err, sink.OpApply, high, cross)
 	}
 	c.mustNext(t, s, high, 10)
 	// The base holder is still exactly the holder of its own scope only.
 	for name, scope := range map[string]epochs.Scope{"partition": otherPart, "topic": otherTopic, "group": otherGroup} {
-		_, err := s.Apply(t.Context(), tokenFor(scope, 50, "m"), []int64{2}, failIfRun[Tx](t))
+		_, err := s.Apply(t.Context(), tokenFor(scope, 50, "m"), sink.Batch{Offsets: []int64{2}}, failIfRun[Tx](t))
 		mustFenced(t, err, sink.OpApply, tokenFor(scope, 1, "m-"+name), tokenFor(scope, 50, "m"))
 	}
 }
@@ -759,7 +763,7 @@ func (c *suite[Tx]) testNewTenureResumes(t *testing.T) {
 	// The new tenure re-reads from its committed Kafka offset, which lags.
 	offs2 := offsetsRange(3, 8)
 	res := c.apply(t, s, b, offs2, c.putEffect(t, "k", offs2, "b"))
-	if want := (sink.ApplyResult{Applied: 3, Skipped: 2, NextOffset: 8}); res != want {
+	if want := (sink.Result{Applied: 3, Skipped: 2, NextOffset: 8}); !res.Equal(want) {
 		t.Fatalf("Apply result = %+v, want %+v", res, want)
 	}
 	c.mustGet(t, s, key(t, "k", 4), "a")
@@ -782,7 +786,7 @@ func (c *suite[Tx]) testDurable(t *testing.T) {
 	// The holder survived: a lower epoch is still fenced.
 	_, err := s.Claim(t.Context(), stale, sink.Observed{})
 	mustFenced(t, err, sink.OpClaim, holder, stale)
-	_, err = s.Apply(t.Context(), stale, []int64{3}, failIfRun[Tx](t))
+	_, err = s.Apply(t.Context(), stale, sink.Batch{Offsets: []int64{3}}, failIfRun[Tx](t))
 	mustFenced(t, err, sink.OpApply, holder, stale)
 	// The checkpoint survived.
 	c.mustNext(t, s, holder, 3)
@@ -790,7 +794,7 @@ func (c *suite[Tx]) testDurable(t *testing.T) {
 		c.mustGet(t, s, key(t, "k", o), "v")
 	}
 	res := c.apply(t, s, holder, offsetsRange(2, 4), c.putEffect(t, "k", offsetsRange(2, 4), "w"))
-	if want := (sink.ApplyResult{Applied: 1, Skipped: 1, NextOffset: 4}); res != want {
+	if want := (sink.Result{Applied: 1, Skipped: 1, NextOffset: 4}); !res.Equal(want) {
 		t.Fatalf("Apply after reopen = %+v, want %+v", res, want)
 	}
 	c.mustGet(t, s, key(t, "k", 2), "v")
@@ -807,7 +811,7 @@ func (c *suite[Tx]) testCancelledContext(t *testing.T) {
 		t.Fatalf("Claim with cancelled ctx: error %v, want context.Canceled", err)
 	}
 	offs := offsetsRange(0, 2)
-	if _, err := s.Apply(ctx, tok, offs, c.putEffect(t, "k", offs, "v")); !errors.Is(err, context.Canceled) {
+	if _, err := s.Apply(ctx, tok, sink.Batch{Offsets: offs}, c.putEffect(t, "k", offs, "v")); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Apply with cancelled ctx: error %v, want context.Canceled", err)
 	}
 	for _, o := range offs {
@@ -821,7 +825,7 @@ func (c *suite[Tx]) testCancelledContext(t *testing.T) {
 	ctx, cancel = context.WithCancel(t.Context())
 	defer cancel()
 	offs = offsetsRange(0, 4)
-	_, err := s.Apply(ctx, tok, offs, func(ctx context.Context, tx Tx, i int) error {
+	_, err := s.Apply(ctx, tok, sink.Batch{Offsets: offs}, func(ctx context.Context, tx Tx, i int) error {
 		if i == 1 {
 			cancel()
 		}
@@ -942,7 +946,7 @@ func (c *suite[Tx]) testResetter(t *testing.T) {
 		}
 	}
 	// With the holder cleared, nobody can write until someone claims.
-	_, err = s.Apply(t.Context(), old, []int64{3}, failIfRun[Tx](t))
+	_, err = s.Apply(t.Context(), old, sink.Batch{Offsets: []int64{3}}, failIfRun[Tx](t))
 	mustFenced(t, err, sink.OpApply, epochs.Token{}, old)
 	// Right after a reset, a claim needs a proof of membership: the
 	// group's previous incarnation cannot come back.
@@ -955,10 +959,10 @@ func (c *suite[Tx]) testResetter(t *testing.T) {
 	if err != nil || next != 3 {
 		t.Fatalf("proven Claim after reset = %d, %v; want 3 (reset must keep NextOffset)", next, err)
 	}
-	_, err = s.Apply(t.Context(), old, []int64{3}, failIfRun[Tx](t))
+	_, err = s.Apply(t.Context(), old, sink.Batch{Offsets: []int64{3}}, failIfRun[Tx](t))
 	mustFenced(t, err, sink.OpApply, recreated, old)
 	res := c.apply(t, s, recreated, offsetsRange(0, 4), c.putEffect(t, "k", offsetsRange(0, 4), "w"))
-	if want := (sink.ApplyResult{Applied: 1, Skipped: 3, NextOffset: 4}); res != want {
+	if want := (sink.Result{Applied: 1, Skipped: 3, NextOffset: 4}); !res.Equal(want) {
 		t.Fatalf("Apply after reset = %+v, want %+v", res, want)
 	}
 	c.mustGet(t, s, key(t, "k", 0), "v")
@@ -1004,7 +1008,7 @@ func (c *suite[Tx]) testLogIdentity(t *testing.T) {
 	a := tokenFor(scope, 1, "a")
 	// A new scope starts at the log start (retention removed the earlier
 	// records before anyone consumed them).
-	if next, err := s.Claim(ctx, a, obs("topic-A", 5, 20)); err != nil || next != 5 {
+	if next, err := nextOf(s.Claim(ctx, a, obs("topic-A", 5, 20))); err != nil || next != 5 {
 		t.Fatalf("first claim on a log starting at 5 = %d, %v; want 5", next, err)
 	}
 	c.apply(t, s, a, offsetsRange(5, 10), c.putEffect(t, "k", offsetsRange(5, 10), "v"))
@@ -1030,7 +1034,7 @@ func (c *suite[Tx]) testLogIdentity(t *testing.T) {
 	refused(b, obs("topic-A", 0, 7), sink.ErrLogTruncated, 0)
 	refused(b, obs("topic-A", 14, 30), sink.ErrRetentionLoss, 4)
 	// The same log, continuous: accepted.
-	if next, err := s.Claim(ctx, b, obs("topic-A", 10, 10)); err != nil || next != 10 {
+	if next, err := nextOf(s.Claim(ctx, b, obs("topic-A", 10, 10))); err != nil || next != 10 {
 		t.Fatalf("claim on the same log = %d, %v; want 10", next, err)
 	}
 	// A scope that never recorded a topic ID adopts the first it sees.
@@ -1040,7 +1044,7 @@ func (c *suite[Tx]) testLogIdentity(t *testing.T) {
 	c.claim(t, s, x)
 	c.apply(t, s, x, offsetsRange(0, 2), c.putEffect(t, "o", offsetsRange(0, 2), "v"))
 	y := tokenFor(other, 2, "y")
-	if next, err := s.Claim(ctx, y, obs("topic-A", 0, 2)); err != nil || next != 2 {
+	if next, err := nextOf(s.Claim(ctx, y, obs("topic-A", 0, 2))); err != nil || next != 2 {
 		t.Fatalf("claim adopting a topic ID = %d, %v", next, err)
 	}
 	if lister, ok := sink.As[sink.Lister](s); ok {
@@ -1109,15 +1113,16 @@ func wrapMetrics[Tx any](t testing.TB, s sink.Sink[Tx]) sink.Sink[Tx] {
 	return w
 }
 
-// has reports which optional capabilities s reaches through sink.As.
+// has reports which optional capabilities s reaches through sink.As, and
+// which features it declares.
 func has[Tx any](s sink.Sink[Tx]) map[string]bool {
 	_, l := sink.As[sink.Lister](s)
 	_, r := sink.As[sink.Resetter](s)
 	_, h := sink.As[sink.Historian](s)
-	_, d := sink.As[sink.DeadLetterer](s)
 	_, ds := sink.As[sink.DeadLetterStore](s)
-	_, dd := sink.As[sink.Deduplicator[Tx]](s)
-	return map[string]bool{"Lister": l, "Resetter": r, "Historian": h, "DeadLetterer": d, "DeadLetterStore": ds, "Deduplicator": dd}
+	f := s.Features()
+	return map[string]bool{"Lister": l, "Resetter": r, "Historian": h, "DeadLetterStore": ds,
+		"Features.DeadLetters": f.DeadLetters, "Features.DedupeWindow": f.DedupeWindow > 0, "Features.Gaps": f.Gaps}
 }
 
 func (c *suite[Tx]) testCapabilitiesSurviveWrapping(t *testing.T) {
@@ -1126,10 +1131,10 @@ func (c *suite[Tx]) testCapabilitiesSurviveWrapping(t *testing.T) {
 	through := has(wrapMetrics(t, s))
 	for name, ok := range raw {
 		if ok && !through[name] {
-			t.Errorf("sink.%s is lost behind the metrics wrapper", name)
+			t.Errorf("%s is lost behind the metrics wrapper", name)
 		}
 		if !ok && through[name] {
-			t.Errorf("the metrics wrapper claims sink.%s, which the sink does not have", name)
+			t.Errorf("the metrics wrapper claims %s, which the sink does not have", name)
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 // and writes nothing: the holder check in the write compares the epoch,
 // not only the member. For Apply (after a committed batch of the tenure,
 // so a backend that keeps a view of its last batch runs this one on it),
-// ApplyOnce and ApplyGapped.
+// an Apply with IDs and a lane's Apply.
 func (c *suite[Tx]) testSameMemberNewEpochDuringApply(t *testing.T) {
 	if c.h.WritesSerialized {
 		t.Skip("sinktest: Harness.WritesSerialized: a claim cannot land while an Apply runs its effect, so this race cannot happen")
@@ -29,23 +29,23 @@ func (c *suite[Tx]) testSameMemberNewEpochDuringApply(t *testing.T) {
 			c.claim(t, s, m1)
 			c.apply(t, s, m1, []int64{0}, c.putEffect(t, "k", []int64{0}, "m1"))
 			return 1, func(s sink.Sink[Tx], tok epochs.Token, offs []int64, effect sink.Effect[Tx]) error {
-				_, err := s.Apply(t.Context(), tok, offs, effect)
+				_, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: offs}, effect)
 				return err
 			}, func(tok epochs.Token) { c.claim(t, s, tok) }
 		}},
-		{"ApplyOnce", func(t *testing.T, s sink.Sink[Tx], m1 epochs.Token) (int64, call, func(epochs.Token)) {
+		{"ApplyIDs", func(t *testing.T, s sink.Sink[Tx], m1 epochs.Token) (int64, call, func(epochs.Token)) {
 			d := c.dedup(t, s)
 			c.claim(t, s, m1)
 			return 0, func(s sink.Sink[Tx], tok epochs.Token, offs []int64, effect sink.Effect[Tx]) error {
-				_, err := d.ApplyOnce(t.Context(), tok, offs, []string{"cmd"}, effect)
+				_, err := d.Apply(t.Context(), tok, sink.Batch{Offsets: offs, IDs: []string{"cmd"}}, effect)
 				return err
 			}, func(tok epochs.Token) { c.claim(t, s, tok) }
 		}},
-		{"ApplyGapped", func(t *testing.T, s sink.Sink[Tx], m1 epochs.Token) (int64, call, func(epochs.Token)) {
+		{"ApplyLane", func(t *testing.T, s sink.Sink[Tx], m1 epochs.Token) (int64, call, func(epochs.Token)) {
 			g := c.gaps(t, s)
 			claimGapped(t, g, m1)
 			return 0, func(s sink.Sink[Tx], tok epochs.Token, offs []int64, effect sink.Effect[Tx]) error {
-				_, err := g.ApplyGapped(t.Context(), tok, plain(offs...), effect)
+				_, err := g.Apply(t.Context(), tok, plain(offs...), effect)
 				return err
 			}, func(tok epochs.Token) { claimGapped(t, g, tok) }
 		}},

@@ -38,7 +38,7 @@ func BenchmarkApply(b *testing.B) {
 			s := openAt(b, filepath.Join(b.TempDir(), "bench.db"))
 			ctx := context.Background()
 			tk := epochs.Token{Group: "bench", Topic: "t", Partition: 0, Epoch: 1, Member: "m"}
-			next, err := s.Claim(ctx, tk, sink.Observed{})
+			next, err := nextOf(s.Claim(ctx, tk, sink.Observed{}))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -49,7 +49,7 @@ func BenchmarkApply(b *testing.B) {
 					offs[i] = next + int64(i)
 				}
 				base := next
-				res, err := s.Apply(ctx, tk, offs, func(ctx context.Context, tx *sqlite.Tx, i int) error {
+				res, err := s.Apply(ctx, tk, sink.Batch{Offsets: offs}, func(ctx context.Context, tx *sqlite.Tx, i int) error {
 					return effect(ctx, tx, i, base)
 				})
 				if err != nil {
@@ -93,7 +93,7 @@ func commandID(r *rand.Rand) string {
 }
 
 // BenchmarkDedup measures the cost of deduplication (docs/design.md#command-ids):
-// "off" applies batches with Apply, "on" the same batches with ApplyOnce,
+// "off" applies batches with Apply, "on" the same batches with an Apply with IDs,
 // every record with a new random command ID, on a scope whose window
 // (sink.DefaultDedupeWindow) is already full (rows of the batch's size),
 // so that every batch also prunes as many IDs as it records (the steady
@@ -142,15 +142,15 @@ func benchDedup(b *testing.B, on bool, batch int, newID func() string) {
 	if _, err := s.Claim(ctx, tk, sink.Observed{}); err != nil {
 		b.Fatal(err)
 	}
-	window := s.DedupeWindow()
+	window := s.Features().DedupeWindow
 	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
 	var (
 		next                  int64
 		bytesPerID, pruneCost float64
 	)
 	if on {
-		// Fill the window as ApplyOnce would have, one row per batch of
-		// random IDs, in one transaction; then one ApplyOnce loads them.
+		// Fill the window as an Apply with IDs would have, one row per batch of
+		// random IDs, in one transaction; then one Apply with IDs loads them.
 		tx, err := s.DB().BeginTx(ctx, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -179,9 +179,9 @@ func benchDedup(b *testing.B, on bool, batch int, newID func() string) {
 		}
 		bytesPerID = float64(bytes) / float64(window)
 		pruneCost = prunePerBatch(b, s, tk, next-window)
-		res, err := s.ApplyOnce(ctx, tk, []int64{next}, []string{newID()}, noop)
+		res, err := s.Apply(ctx, tk, sink.Batch{Offsets: []int64{next}, IDs: []string{newID()}}, noop)
 		if err != nil || res.Applied != 1 {
-			b.Fatalf("first ApplyOnce: %+v, %v", res, err)
+			b.Fatalf("first an Apply with IDs: %+v, %v", res, err)
 		}
 		next = res.NextOffset
 	}
@@ -196,14 +196,14 @@ func benchDedup(b *testing.B, on bool, batch int, newID func() string) {
 			o := base + int64(i)
 			return put(ctx, tx, "k"+strconv.FormatInt(o%4096, 10), "value-written-at-offset-"+strconv.FormatInt(o, 10))
 		}
-		var res sink.ApplyResult
+		var res sink.Result
 		var err error
 		if on {
-			var once sink.ApplyOnceResult
-			once, err = s.ApplyOnce(ctx, tk, offs, ids, effect)
-			res = once.ApplyResult
+			var once sink.Result
+			once, err = s.Apply(ctx, tk, sink.Batch{Offsets: offs, IDs: ids}, effect)
+			res = once
 		} else {
-			res, err = s.Apply(ctx, tk, offs, effect)
+			res, err = s.Apply(ctx, tk, sink.Batch{Offsets: offs}, effect)
 		}
 		if err != nil || res.Applied != batch {
 			b.Fatalf("%+v, %v", res, err)
@@ -218,7 +218,7 @@ func benchDedup(b *testing.B, on bool, batch int, newID func() string) {
 }
 
 // prunePerBatch returns the mean time, in µs, of deleting the rows of the
-// 256 lowest command IDs of tk's scope from horizon on, as ApplyOnce's
+// 256 lowest command IDs of tk's scope from horizon on, as an Apply with IDs's
 // prune does, in 20 transactions that are rolled back.
 func prunePerBatch(b *testing.B, s *sqlite.Sink, tk epochs.Token, horizon int64) float64 {
 	ctx := context.Background()
@@ -243,8 +243,8 @@ func prunePerBatch(b *testing.B, s *sqlite.Sink, tk epochs.Token, horizon int64)
 	return float64(total.Microseconds()) / rounds
 }
 
-// BenchmarkGapLanes measures what lanes (sink.GapApplier, concurrent
-// ApplyGapped calls of one scope, as consumer.Config.KeyConcurrency
+// BenchmarkGapLanes measures what lanes (sink.Features.Gaps, concurrent
+// a lane's Apply calls of one scope, as consumer.Config.KeyConcurrency
 // makes them) buy on SQLite: each iteration runs lanes goroutines that
 // each apply one batch of 4 records of their own offsets; each record's
 // effect waits io (a handler's I/O inside the transaction) and upserts
@@ -260,7 +260,7 @@ func BenchmarkGapLanes(b *testing.B) {
 				s := openAt(b, filepath.Join(b.TempDir(), "bench.db"))
 				ctx := context.Background()
 				tk := epochs.Token{Group: "bench", Topic: "t", Partition: 0, Epoch: 1, Member: "m"}
-				if _, err := s.ClaimGapped(ctx, tk, sink.Observed{}); err != nil {
+				if _, err := s.Claim(ctx, tk, sink.Observed{}); err != nil {
 					b.Fatal(err)
 				}
 				var round int64
@@ -275,7 +275,7 @@ func BenchmarkGapLanes(b *testing.B) {
 							for k := range offs {
 								offs[k] = round*int64(lanes*batch) + int64(k*lanes+lane)
 							}
-							_, err := s.ApplyGapped(ctx, tk, sink.GapBatch{Offsets: offs, From: offs}, func(ctx context.Context, tx *sqlite.Tx, i int) error {
+							_, err := s.Apply(ctx, tk, sink.Batch{Offsets: offs, From: offs}, func(ctx context.Context, tx *sqlite.Tx, i int) error {
 								if io > 0 {
 									time.Sleep(io)
 								}
@@ -292,7 +292,7 @@ func BenchmarkGapLanes(b *testing.B) {
 					round++
 				}
 				b.ReportMetric(float64(b.N*lanes*batch)/b.Elapsed().Seconds(), "records/s")
-				cp, err := s.ClaimGapped(ctx, tk, sink.Observed{})
+				cp, err := s.Claim(ctx, tk, sink.Observed{})
 				if err != nil || cp.NextOffset != round*int64(lanes*batch) || len(cp.Done) != 0 {
 					b.Fatalf("after %d rounds: checkpoint %+v, %v", round, cp, err)
 				}

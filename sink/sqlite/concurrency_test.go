@@ -50,7 +50,7 @@ func hammer(ctx context.Context, s *sqlite.Sink, member string, parts, rounds in
 	for r := range rounds {
 		part := rand.IntN(parts)
 		tk := epochs.Token{Group: hammerGroup, Topic: "t", Partition: int32(part), Epoch: nextEpoch(part), Member: member}
-		next, err := s.Claim(ctx, tk, sink.Observed{})
+		next, err := nextOf(s.Claim(ctx, tk, sink.Observed{}))
 		switch {
 		case errors.Is(err, sink.ErrFenced):
 			st.claimFenced.Add(1)
@@ -63,7 +63,7 @@ func hammer(ctx context.Context, s *sqlite.Sink, member string, parts, rounds in
 			// A zombie write with the previous tenure's token of this
 			// scope, superseded by the claim just made.
 			st.staleTries.Add(1)
-			if _, err := s.Apply(ctx, prev, []int64{1 << 40}, effectFor(prev, []int64{1 << 40})); err != nil && !errors.Is(err, sink.ErrFenced) {
+			if _, err := s.Apply(ctx, prev, sink.Batch{Offsets: []int64{1 << 40}}, effectFor(prev, []int64{1 << 40})); err != nil && !errors.Is(err, sink.ErrFenced) {
 				return fmt.Errorf("round %d: stale Apply(%s): %w", r, prev, err)
 			} else if err != nil {
 				st.applyFenced.Add(1)
@@ -83,7 +83,7 @@ func hammer(ctx context.Context, s *sqlite.Sink, member string, parts, rounds in
 			for i := range offs {
 				offs[i] = from + int64(i)
 			}
-			res, err := s.Apply(ctx, tk, offs, effectFor(tk, offs))
+			res, err := s.Apply(ctx, tk, sink.Batch{Offsets: offs}, effectFor(tk, offs))
 			if errors.Is(err, sink.ErrFenced) {
 				st.applyFenced.Add(1)
 				break

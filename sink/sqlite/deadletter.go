@@ -41,43 +41,26 @@ func decodeHeaders(s string) ([]sink.RecordHeader, error) {
 	return out, nil
 }
 
-// DeadLetter stores rec as a dead letter of tok's scope and advances
-// NextOffset past it, following [sink.DeadLetterer], in one writing
+// DeadLetter stores rec as a dead letter of tok's scope and moves its
+// checkpoint past it, following [sink.Sink.DeadLetter], in one writing
 // transaction: it reads the fence row and fails with a
 // *[sink.FencedError] unless tok is exactly the holder, stores nothing for
-// a replay (rec.Offset below NextOffset, or in a done span of a gapped
-// scope), and otherwise (after a gap too) inserts the row (unique per
-// scope, log and offset) and moves NextOffset to rec.Offset+1 with the
-// same conditional update as Apply (on a gapped scope, dropping the done
-// spans below it: [sink.Checkpoint.Raise]). It may be called from any
-// goroutine.
+// a replay (rec.Offset below NextOffset, or in a done span), and
+// otherwise (after a gap too) inserts the row (unique per scope, log and
+// offset) and, with the same conditional update as Apply, moves
+// NextOffset to rec.Offset+1 (dropping the done spans below it:
+// [sink.Checkpoint.Raise]) or, for a lane's record (rec.Lane), adds
+// [rec.From, rec.Offset+1) to the checkpoint with the done spans' rows.
+// It may be called from any goroutine.
 func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
-	if err := sink.CheckDeadLetter(tok, rec); err != nil {
+	if err := sink.CheckDeadLetter(tok, rec, s.Features()); err != nil {
 		return sink.DeadLetterResult{}, err
 	}
-	return s.deadLetter(ctx, tok, 0, false, rec)
+	return s.deadLetter(ctx, tok, rec.From, rec.Lane, rec)
 }
 
-// DeadLetterGapped stores rec as a dead letter of a lane, following
-// [sink.GapApplier], in one writing transaction: the fence check of
-// [Sink.DeadLetter]; a record whose offset the checkpoint contains stores
-// nothing (Stored false); any other is stored and [from, rec.Offset+1)
-// is added to the checkpoint, with the fence row's conditional update
-// and the done spans' rows in the same transaction. from must be in
-// [0, rec.Offset], or it fails with [sink.ErrBadBatch]. It may be called
-// from any goroutine.
-func (s *Sink) DeadLetterGapped(ctx context.Context, tok epochs.Token, from int64, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
-	if err := sink.CheckDeadLetter(tok, rec); err != nil {
-		return sink.DeadLetterResult{}, err
-	}
-	if from < 0 || from > rec.Offset {
-		return sink.DeadLetterResult{}, fmt.Errorf("sqlite: dead letter %s@%d: %w: from %d is not in [0, %d]", tok, rec.Offset, sink.ErrBadBatch, from, rec.Offset)
-	}
-	return s.deadLetter(ctx, tok, from, true, rec)
-}
-
-// deadLetter is DeadLetter, and DeadLetterGapped (covering
-// [from, rec.Offset+1)) when gapped.
+// deadLetter is DeadLetter: a lane's (covering [from, rec.Offset+1))
+// when gapped.
 func (s *Sink) deadLetter(ctx context.Context, tok epochs.Token, from int64, gapped bool, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
 	op := fmt.Sprintf("dead letter %s@%d", tok, rec.Offset)
 	headers, err := encodeHeaders(rec.Headers)

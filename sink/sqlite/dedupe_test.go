@@ -18,18 +18,18 @@ import (
 // own moved it). The other Sink applies "x"; the first Sink's next batch
 // of "x" must find its cache older than the fence row's IDs version,
 // reload, and skip "x". It holds only if every store of applied IDs
-// moves the version: ApplyOnce's, and ApplyGapped's.
+// moves the version: an Apply with IDs's, and a lane's Apply's.
 func TestDedupeStaleCacheAfterFailedBatch(t *testing.T) {
-	type once func(s *sqlite.Sink, tk epochs.Token, off int64, id string, effect sink.Effect[*sqlite.Tx]) (sink.ApplyOnceResult, error)
+	type once func(s *sqlite.Sink, tk epochs.Token, off int64, id string, effect sink.Effect[*sqlite.Tx]) (sink.Result, error)
 	for _, tc := range []struct {
 		name  string
 		apply once
 	}{
-		{"ApplyOnce", func(s *sqlite.Sink, tk epochs.Token, off int64, id string, effect sink.Effect[*sqlite.Tx]) (sink.ApplyOnceResult, error) {
-			return s.ApplyOnce(context.Background(), tk, []int64{off}, []string{id}, effect)
+		{"an Apply with IDs", func(s *sqlite.Sink, tk epochs.Token, off int64, id string, effect sink.Effect[*sqlite.Tx]) (sink.Result, error) {
+			return s.Apply(context.Background(), tk, sink.Batch{Offsets: []int64{off}, IDs: []string{id}}, effect)
 		}},
-		{"ApplyGapped", func(s *sqlite.Sink, tk epochs.Token, off int64, id string, effect sink.Effect[*sqlite.Tx]) (sink.ApplyOnceResult, error) {
-			return s.ApplyGapped(context.Background(), tk, sink.GapBatch{Offsets: []int64{off}, From: []int64{off}, IDs: []string{id}}, effect)
+		{"a lane's Apply", func(s *sqlite.Sink, tk epochs.Token, off int64, id string, effect sink.Effect[*sqlite.Tx]) (sink.Result, error) {
+			return s.Apply(context.Background(), tk, sink.Batch{Offsets: []int64{off}, From: []int64{off}, IDs: []string{id}}, effect)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -37,7 +37,7 @@ func TestDedupeStaleCacheAfterFailedBatch(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ids.db")
 			s1, s2 := openAt(t, path), openAt(t, path)
 			a := tok("g", 0, 1, "a")
-			if _, err := s1.ClaimGapped(ctx, a, sink.Observed{}); err != nil {
+			if _, err := s1.Claim(ctx, a, sink.Observed{}); err != nil {
 				t.Fatal(err)
 			}
 			appendX := func(ctx context.Context, tx *sqlite.Tx, _ int) error {

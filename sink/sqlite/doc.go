@@ -82,9 +82,9 @@
 //
 // # Lanes: what concurrency can and cannot buy on SQLite
 //
-// The sink implements [sink.GapApplier], the checkpoint with gaps that
+// The sink implements [sink.Features].Gaps, the checkpoint with gaps that
 // consumer.Config.KeyConcurrency needs (docs/design.md#gaps): each
-// [Sink.ApplyGapped] is one writing transaction that checks the fence,
+// a lane's [Sink.Apply] is one writing transaction that checks the fence,
 // skips the done offsets, runs the lane's effects and writes the new
 // watermark and done spans, so every rule of the fence holds for lanes.
 // But SQLite has one writer: the lanes' transactions serialize on its
@@ -114,7 +114,7 @@
 // [sink.Fence]), <prefix>_history (one row per accepted claim and per
 // reset, see [Sink.History]), <prefix>_dead_letters and <prefix>_dl_audit
 // (the dead letters and their state changes), <prefix>_command_ids (the
-// command IDs [Sink.ApplyOnce] applied within [Config.DedupeWindow], by
+// command IDs [Sink.Apply] with command IDs applied within [Config.DedupeWindow], by
 // scope, with their offsets), <prefix>_done_spans (the done spans above
 // a gapped scope's NextOffset, one row each, deleted as the watermark
 // passes them; the fence row counts them, so a scope without gaps reads

@@ -40,22 +40,22 @@ func Example() {
 	}
 
 	old := epochs.Token{Group: "ledger", Topic: "postings", Partition: 0, Epoch: 1, Member: "worker-a"}
-	next, _ := s.Claim(ctx, old, sink.Observed{})
-	fmt.Println("worker-a resumes at offset", next)
-	res, _ := s.Apply(ctx, old, []int64{0, 1}, credit([]int64{100, 250}))
+	cp, _ := s.Claim(ctx, old, sink.Observed{})
+	fmt.Println("worker-a resumes at offset", cp.NextOffset)
+	res, _ := s.Apply(ctx, old, sink.Batch{Offsets: []int64{0, 1}}, credit([]int64{100, 250}))
 	fmt.Println("applied", res.Applied, "next offset", res.NextOffset)
 
 	// worker-a pauses; the group hands the partition to worker-b.
 	newer := epochs.Token{Group: "ledger", Topic: "postings", Partition: 0, Epoch: 2, Member: "worker-b"}
-	next, _ = s.Claim(ctx, newer, sink.Observed{})
-	fmt.Println("worker-b resumes at offset", next)
+	cp, _ = s.Claim(ctx, newer, sink.Observed{})
+	fmt.Println("worker-b resumes at offset", cp.NextOffset)
 
 	// worker-a wakes up and writes: refused, nothing applied.
-	_, err = s.Apply(ctx, old, []int64{2}, credit([]int64{999}))
+	_, err = s.Apply(ctx, old, sink.Batch{Offsets: []int64{2}}, credit([]int64{999}))
 	fmt.Println("late write fenced:", errors.Is(err, sink.ErrFenced))
 
 	// worker-b replays offset 1 (skipped) and applies offset 2.
-	res, _ = s.Apply(ctx, newer, []int64{1, 2}, credit([]int64{250, 50}))
+	res, _ = s.Apply(ctx, newer, sink.Batch{Offsets: []int64{1, 2}}, credit([]int64{250, 50}))
 	fmt.Println("applied", res.Applied, "skipped", res.Skipped)
 
 	var cents int64

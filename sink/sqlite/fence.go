@@ -44,7 +44,7 @@ type fenceRow struct {
 	nextOffset    int64
 	topicID       string
 	proofRequired bool
-	idsVersion    int64 // bumped by every ApplyOnce that commits (cmdids)
+	idsVersion    int64 // bumped by every Apply with IDs that commits (cmdids)
 	duplicates    int64 // sink.Fence.Duplicates
 	spans         int64 // how many done spans the scope has (sink.Fence.Done)
 }
@@ -120,15 +120,13 @@ func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
 // invalid tok fails with an error matching [epochs.ErrInvalidToken]; a
 // cancelled ctx with one matching its error; an expired busy timeout with
 // [ErrBusy]. Claim may be called from any goroutine.
-func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
-	cp, err := s.claim(ctx, tok, obs, false)
-	return cp.NextOffset, err
+func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
+	return s.claim(ctx, tok, obs)
 }
 
-// claim is Claim, and ClaimGapped when gapped (the whole checkpoint is
-// returned then; else only its NextOffset). The log check compares the
-// end of the done spans with the log end ([sink.CheckLogGaps]) either way.
-func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, gapped bool) (sink.Checkpoint, error) {
+// claim is Claim. The log check compares the end of the done spans with
+// the log end ([sink.CheckLogGaps]).
+func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
 	if err := tok.Validate(); err != nil {
 		return sink.Checkpoint{}, err
 	}
@@ -188,99 +186,93 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 	if err := s.commit(ctx, tx, op); err != nil {
 		return sink.Checkpoint{}, err
 	}
-	if !gapped {
-		return sink.Checkpoint{NextOffset: next}, nil
-	}
 	return cp, nil
 }
 
-// Apply applies a batch of records of tok's scope, following
-// [sink.Sink.Apply], in one writing transaction: it reads the fence row and
-// fails with a *[sink.FencedError] unless tok is exactly the holder; skips
-// the offsets below NextOffset; runs effect for each remaining record index
-// in order with the transaction's *sql.Tx; sets NextOffset to the last
-// offset + 1 with an update conditional on the holder and the NextOffset it
-// read; and commits. The effect writes through a *[Tx], which refuses
-// Commit and Rollback. If every offset is skipped it writes nothing. An effect
-// error rolls everything back and is returned in a *[sink.EffectError]; a
-// malformed batch fails with [sink.ErrBadBatch] before anything runs; a
-// cancelled ctx rolls back and fails with an error matching its error; an
-// expired busy timeout fails with [ErrBusy] (nothing applied; retry).
-// Apply may be called from any goroutine; effect is called on the calling
-// goroutine and must not call the sink's methods or use [Sink.DB].
-func (s *Sink) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[*Tx]) (sink.ApplyResult, error) {
-	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
-		return sink.ApplyResult{}, err
+// Apply applies batch b of tok's scope, following [sink.Sink.Apply], in
+// one writing transaction: it reads the fence row and fails with a
+// *[sink.FencedError] unless tok is exactly the holder; then, on a scope
+// without done spans and for a serial batch, it skips the offsets below
+// NextOffset, looks b.IDs up (if any) in the scope's retained IDs (a
+// per-Sink cache, valid when it mirrors the IDs version the fence row
+// carries, else reloaded from <prefix>_command_ids inside the
+// transaction), runs effect for each remaining record that is not a
+// duplicate with the transaction's *[Tx] (which refuses Commit, Rollback
+// and transaction-control statements), sets NextOffset to the last
+// offset + 1 with an update conditional on the holder and the NextOffset
+// it read (which also bumps the IDs version and counts the duplicates
+// with IDs), stores the applied IDs as one row and deletes the rows below
+// the horizon when due (an index range on (scope, last_off)), and
+// commits. A lane's batch (b.From), or any batch on a scope with done
+// spans, also reads the scope's done spans, skips the records the
+// checkpoint contains, adds [b.From[i], b.Offsets[i]+1) of every record
+// not skipped (a serial batch raises the watermark past itself and drops
+// the spans below it), and writes the changed rows of <prefix>_done_spans
+// and the span count with the same conditional update; its result's
+// NextOffset is the exact watermark. If every offset is skipped it writes
+// nothing. A fence refusal, an effect error (a *[sink.EffectError]) or a
+// cancelled ctx rolls it all back and records nothing; a malformed batch
+// fails with [sink.ErrBadBatch] before anything runs; an expired busy
+// timeout fails with [ErrBusy] (nothing applied; retry).
+//
+// SQLite has one writer: concurrent batches, lanes' included, serialize
+// on its write lock, effects included (see the package documentation).
+// Apply may be called from any goroutine; effect is called on the
+// calling goroutine and must not call the sink's methods or use
+// [Sink.DB].
+func (s *Sink) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[*Tx]) (sink.Result, error) {
+	if err := sink.CheckBatch(tok, b, effect, s.Features()); err != nil {
+		return sink.Result{}, err
 	}
-	res, err := s.apply(ctx, tok, offsets, nil, effect)
-	return res.ApplyResult, err
+	return s.apply(ctx, tok, b, effect)
 }
 
-// ApplyOnce applies a batch of records of tok's scope with their command
-// IDs, following [sink.Deduplicator], in the one writing transaction of
-// [Sink.Apply]: after the fence check it looks the batch's IDs up in the
-// scope's retained IDs (a per-Sink cache, valid when it mirrors the IDs
-// version the fence row carries, else reloaded from <prefix>_command_ids
-// inside the transaction), runs the effects of the records that are not
-// duplicates, and then, with the NextOffset update (which also bumps the
-// IDs version), stores the applied IDs as one row and, when
-// [sink.PruneDue], deletes the rows whose last offset is below the new
-// horizon (an index range on (scope, last_off)), and commits. A fence refusal, an effect error or a
-// cancelled ctx rolls it all back and records nothing. It may
-// be called from any goroutine; effect is called on the calling
-// goroutine and must not call the sink's methods or use [Sink.DB].
-func (s *Sink) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
-	if err := sink.CheckBatch(tok, offsets, effect); err != nil {
-		return sink.ApplyOnceResult{}, err
-	}
-	if err := sink.CheckIDs(offsets, ids); err != nil {
-		return sink.ApplyOnceResult{}, err
-	}
-	return s.apply(ctx, tok, offsets, ids, effect)
+// Features returns the sink's features: command IDs within
+// [Config.DedupeWindow], gaps and dead letters ([sink.Features]). It may
+// be called from any goroutine.
+func (s *Sink) Features() sink.Features {
+	return sink.Features{DedupeWindow: s.cfg.DedupeWindow, Gaps: true, DeadLetters: true}
 }
 
-// DedupeWindow returns [Config.DedupeWindow] (its default filled in). It
-// implements [sink.Deduplicator] and may be called from any goroutine.
-func (s *Sink) DedupeWindow() int64 { return s.cfg.DedupeWindow }
-
-// apply is Apply, and ApplyOnce when ids is not nil; on a scope with done
-// spans, it is applyChecked.
-func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+// apply is Apply after its checks; a lane's batch, and a batch on a
+// scope with done spans, go on in applyChecked.
+func (s *Sink) apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[*Tx]) (sink.Result, error) {
+	offsets, ids := b.Offsets, b.IDs
 	op := "apply " + tok.String()
 	tx, done, err := s.begin(ctx, op)
 	if err != nil {
-		return sink.ApplyOnceResult{}, err
+		return sink.Result{}, err
 	}
 	defer done()
 	scope := tok.Scope()
 	row, err := s.readFence(ctx, tx, scope)
 	if err != nil {
-		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+		return sink.Result{}, s.wrap(ctx, op, err)
 	}
 	if !tok.Holds(row.holder) {
 		s.log.Debug("apply fenced", "token", tok.String(), "stored", row.holder.String())
-		return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: row.holder, Offered: tok}
+		return sink.Result{}, &sink.FencedError{Op: sink.OpApply, Stored: row.holder, Offered: tok}
 	}
-	if row.spans > 0 {
-		// A gapped scope: skip its done spans too, and Raise.
-		return s.applyChecked(ctx, tx, op, tok, row, offsets, nil, ids, effect)
+	if b.From != nil || row.spans > 0 {
+		// A lane's batch, or a gapped scope: skip the done spans too.
+		return s.applyChecked(ctx, tx, op, tok, row, offsets, b.From, ids, effect)
 	}
 	first, _ := slices.BinarySearch(offsets, row.nextOffset)
 	if first == len(offsets) {
 		// A pure replay: the holder is verified, nothing to write.
-		return sink.ApplyOnceResult{ApplyResult: sink.ApplyResult{Skipped: len(offsets), NextOffset: row.nextOffset}}, nil
+		return sink.Result{Skipped: len(offsets), NextOffset: row.nextOffset}, nil
 	}
 	var dup []bool // by index: a duplicate, not run
 	if ids != nil {
 		if dup, err = s.duplicates(ctx, tx, scope, row.idsVersion, offsets, ids, first); err != nil {
-			return sink.ApplyOnceResult{}, s.wrap(ctx, op+": look up command IDs", err)
+			return sink.Result{}, s.wrap(ctx, op+": look up command IDs", err)
 		}
 	}
 	htx := &Tx{tx: tx}
-	var out sink.ApplyOnceResult
+	var out sink.Result
 	for i := first; i < len(offsets); i++ {
 		if err := ctx.Err(); err != nil {
-			return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+			return sink.Result{}, s.wrap(ctx, op, err)
 		}
 		if dup != nil && dup[i] {
 			out.Duplicates = append(out.Duplicates, i)
@@ -289,9 +281,9 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		if err := effect(ctx, htx, i); err != nil {
 			eerr := &sink.EffectError{Index: i, Offset: offsets[i], Err: err, TxHealthy: !fromDatabase(err)}
 			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-				return sink.ApplyOnceResult{}, fmt.Errorf("sqlite: %s: %w: %w", op, cerr, eerr)
+				return sink.Result{}, fmt.Errorf("sqlite: %s: %w: %w", op, cerr, eerr)
 			}
-			return sink.ApplyOnceResult{}, eerr
+			return sink.Result{}, eerr
 		}
 	}
 	next := offsets[len(offsets)-1] + 1
@@ -302,10 +294,10 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 	}
 	res, err := tx.StmtContext(ctx, upd).ExecContext(ctx, args...)
 	if err != nil {
-		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+		return sink.Result{}, s.wrap(ctx, op, err)
 	}
 	if n, err := res.RowsAffected(); err != nil {
-		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+		return sink.Result{}, s.wrap(ctx, op, err)
 	} else if n != 1 {
 		// Cannot happen while the write lock is held, unless an effect
 		// wrote the fence table itself: refuse rather than guess.
@@ -315,22 +307,22 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		}
 		s.log.Warn("apply fenced at the conditional update (did an effect write the fence table?)",
 			"token", tok.String(), "stored", stored.String())
-		return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
+		return sink.Result{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
 	}
 	var applied cmdids.Row
-	horizon := sink.Horizon(next, s.cfg.DedupeWindow)
-	prune := sink.PruneDue(row.nextOffset, next, s.cfg.DedupeWindow)
+	horizon := cmdids.Horizon(next, s.cfg.DedupeWindow)
+	prune := cmdids.PruneDue(row.nextOffset, next, s.cfg.DedupeWindow)
 	if ids != nil {
 		applied = appliedRow(offsets, ids, first, dup)
 		if len(applied.IDs) > 0 {
 			if _, err := tx.StmtContext(ctx, s.insIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition,
 				applied.Offs[0], applied.Last, cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs)); err != nil {
-				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": record command IDs", err)
+				return sink.Result{}, s.wrap(ctx, op+": record command IDs", err)
 			}
 		}
 		if prune {
 			if _, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, horizon); err != nil {
-				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": prune command IDs", err)
+				return sink.Result{}, s.wrap(ctx, op+": prune command IDs", err)
 			}
 		}
 	}
@@ -338,12 +330,12 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets []int64, ids
 		if ids != nil {
 			s.ids.Drop(scope) // the commit may have happened
 		}
-		return sink.ApplyOnceResult{}, err
+		return sink.Result{}, err
 	}
 	if ids != nil {
 		s.ids.Committed(scope, row.idsVersion, applied, prune, horizon)
 	}
-	out.ApplyResult = sink.ApplyResult{Applied: len(offsets) - first - len(out.Duplicates), Skipped: first, NextOffset: next}
+	out.Applied, out.Skipped, out.NextOffset = len(offsets)-first-len(out.Duplicates), first, next
 	return out, nil
 }
 
@@ -368,14 +360,14 @@ func appliedRow(offsets []int64, ids []string, first int, dup []bool) cmdids.Row
 // read in tx: under the write lock, the rows are that version's).
 func (s *Sink) duplicates(ctx context.Context, tx *sql.Tx, scope epochs.Scope, version int64, offsets []int64, ids []string, first int) ([]bool, error) {
 	dup := make([]bool, len(offsets))
-	plan := sink.PlanDedupe(ids, first)
+	plan := cmdids.PlanBatch(ids, first)
 	for _, i := range plan.InBatch {
 		dup[i] = true
 	}
 	if len(plan.Lookup) == 0 {
 		return dup, nil
 	}
-	found := func(i int, applied int64) { dup[i] = sink.IsDuplicate(offsets[i], applied, s.cfg.DedupeWindow) }
+	found := func(i int, applied int64) { dup[i] = cmdids.IsDuplicate(offsets[i], applied, s.cfg.DedupeWindow) }
 	if s.ids.Lookup(scope, version, ids, plan.Lookup, found) {
 		return dup, nil
 	}

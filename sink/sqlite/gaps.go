@@ -17,63 +17,15 @@ import (
 // caller reports a *sink.FencedError.
 var errRowMoved = fmt.Errorf("sqlite: the fence row changed under the write lock: %w", sink.ErrFenced)
 
-// ClaimGapped is [Sink.Claim] that returns the scope's whole checkpoint,
-// following [sink.GapApplier]: the watermark and the done spans above
-// it, read in the claim's transaction. The log check compares
-// [sink.Checkpoint.End] with obs.LogEnd ([sink.CheckLogGaps]); Claim
-// checks the same way. It may be called from any goroutine.
-func (s *Sink) ClaimGapped(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
-	return s.claim(ctx, tok, obs, true)
-}
-
-// ApplyGapped applies a lane's batch of tok's scope, following
-// [sink.GapApplier], in one writing transaction: it reads the fence row
-// and fails with a *[sink.FencedError] unless tok is exactly the holder;
-// reads the scope's done spans (only when the fence row counts some);
-// skips the records the checkpoint contains; finds duplicates as
-// [Sink.ApplyOnce] does when b.IDs is not nil; runs effect for each
-// remaining record; adds [b.From[i], b.Offsets[i]+1) of every record not
-// skipped to the checkpoint; and writes the new NextOffset and span count
-// with an update conditional on the row as read, the changed rows of
-// <prefix>_done_spans (spans the watermark passed are deleted: the table
-// holds only the spans above it), the applied IDs, and commits. The
-// result's NextOffset is the exact watermark.
-//
-// SQLite has one writer: lanes' transactions serialize on its write lock,
-// effects included (see the package documentation for what concurrency
-// can and cannot buy here). It may be called from any goroutine; effect
-// is called on the calling goroutine and must not call the sink's
-// methods or use [Sink.DB].
-func (s *Sink) ApplyGapped(ctx context.Context, tok epochs.Token, b sink.GapBatch, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
-	if err := sink.CheckGapBatch(tok, b, effect); err != nil {
-		return sink.ApplyOnceResult{}, err
-	}
-	op := "apply " + tok.String()
-	tx, done, err := s.begin(ctx, op)
-	if err != nil {
-		return sink.ApplyOnceResult{}, err
-	}
-	defer done()
-	row, err := s.readFence(ctx, tx, tok.Scope())
-	if err != nil {
-		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
-	}
-	if !tok.Holds(row.holder) {
-		s.log.Debug("apply fenced", "token", tok.String(), "stored", row.holder.String())
-		return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: row.holder, Offered: tok}
-	}
-	return s.applyChecked(ctx, tx, op, tok, row, b.Offsets, b.From, b.IDs, effect)
-}
-
-// applyChecked is the rest of ApplyGapped (from not nil) and of a plain
-// Apply or ApplyOnce on a scope with done spans (from nil: the records
-// in a span are skipped, and the watermark is raised past the batch),
-// inside tx, after the fence check of row. It commits tx.
-func (s *Sink) applyChecked(ctx context.Context, tx *sql.Tx, op string, tok epochs.Token, row fenceRow, offsets, from []int64, ids []string, effect sink.Effect[*Tx]) (sink.ApplyOnceResult, error) {
+// applyChecked is the rest of Apply for a lane's batch (from not nil) and
+// for a serial batch on a scope with done spans (from nil: the records in
+// a span are skipped, and the watermark is raised past the batch), inside
+// tx, after the fence check of row. It commits tx.
+func (s *Sink) applyChecked(ctx context.Context, tx *sql.Tx, op string, tok epochs.Token, row fenceRow, offsets, from []int64, ids []string, effect sink.Effect[*Tx]) (sink.Result, error) {
 	scope := tok.Scope()
 	cp, err := s.checkpointOf(ctx, tx, scope, row)
 	if err != nil {
-		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+		return sink.Result{}, s.wrap(ctx, op, err)
 	}
 	before := cp.Clone()
 	first, _ := slices.BinarySearch(offsets, cp.NextOffset)
@@ -84,15 +36,15 @@ func (s *Sink) applyChecked(ctx context.Context, tx *sql.Tx, op string, tok epoc
 	var dup []bool // by index: a duplicate, not run
 	if ids != nil && first < len(offsets) {
 		if dup, err = s.duplicates(ctx, tx, scope, row.idsVersion, offsets, ids, first); err != nil {
-			return sink.ApplyOnceResult{}, s.wrap(ctx, op+": look up command IDs", err)
+			return sink.Result{}, s.wrap(ctx, op+": look up command IDs", err)
 		}
 	}
 	htx := &Tx{tx: tx}
-	var out sink.ApplyOnceResult
+	var out sink.Result
 	changed := false
 	for i := first; i < len(offsets); i++ {
 		if err := ctx.Err(); err != nil {
-			return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+			return sink.Result{}, s.wrap(ctx, op, err)
 		}
 		if skip[i] {
 			out.Skipped++
@@ -109,9 +61,9 @@ func (s *Sink) applyChecked(ctx context.Context, tx *sql.Tx, op string, tok epoc
 		if err := effect(ctx, htx, i); err != nil {
 			eerr := &sink.EffectError{Index: i, Offset: offsets[i], Err: err, TxHealthy: !fromDatabase(err)}
 			if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-				return sink.ApplyOnceResult{}, fmt.Errorf("sqlite: %s: %w: %w", op, cerr, eerr)
+				return sink.Result{}, fmt.Errorf("sqlite: %s: %w: %w", op, cerr, eerr)
 			}
-			return sink.ApplyOnceResult{}, eerr
+			return sink.Result{}, eerr
 		}
 		out.Applied++
 	}
@@ -128,13 +80,13 @@ func (s *Sink) applyChecked(ctx context.Context, tx *sql.Tx, op string, tok epoc
 	if err := s.storeCheckpoint(ctx, tx, scope, row, before, cp, ids != nil, len(out.Duplicates)); err != nil {
 		if errors.Is(err, sink.ErrFenced) {
 			s.log.Warn("apply fenced at the conditional update (did an effect write the fence table?)", "token", tok.String())
-			return sink.ApplyOnceResult{}, &sink.FencedError{Op: sink.OpApply, Stored: row.holder, Offered: tok}
+			return sink.Result{}, &sink.FencedError{Op: sink.OpApply, Stored: row.holder, Offered: tok}
 		}
-		return sink.ApplyOnceResult{}, s.wrap(ctx, op, err)
+		return sink.Result{}, s.wrap(ctx, op, err)
 	}
 	var applied cmdids.Row
-	horizon := sink.Horizon(cp.NextOffset, s.cfg.DedupeWindow)
-	prune := sink.PruneDue(row.nextOffset, cp.NextOffset, s.cfg.DedupeWindow)
+	horizon := cmdids.Horizon(cp.NextOffset, s.cfg.DedupeWindow)
+	prune := cmdids.PruneDue(row.nextOffset, cp.NextOffset, s.cfg.DedupeWindow)
 	if ids != nil {
 		notRun := make([]bool, len(offsets))
 		for i := range notRun {
@@ -144,12 +96,12 @@ func (s *Sink) applyChecked(ctx context.Context, tx *sql.Tx, op string, tok epoc
 		if len(applied.IDs) > 0 {
 			if _, err := tx.StmtContext(ctx, s.insIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition,
 				applied.Offs[0], applied.Last, cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs)); err != nil {
-				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": record command IDs", err)
+				return sink.Result{}, s.wrap(ctx, op+": record command IDs", err)
 			}
 		}
 		if prune {
 			if _, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, horizon); err != nil {
-				return sink.ApplyOnceResult{}, s.wrap(ctx, op+": prune command IDs", err)
+				return sink.Result{}, s.wrap(ctx, op+": prune command IDs", err)
 			}
 		}
 	}
@@ -157,7 +109,7 @@ func (s *Sink) applyChecked(ctx context.Context, tx *sql.Tx, op string, tok epoc
 		if ids != nil {
 			s.ids.Drop(scope) // the commit may have happened
 		}
-		return sink.ApplyOnceResult{}, err
+		return sink.Result{}, err
 	}
 	if ids != nil {
 		s.ids.Committed(scope, row.idsVersion, applied, prune, horizon)

@@ -108,7 +108,7 @@ func TestReadOnlyLeavesAClosedDatabaseAsItWas(t *testing.T) {
 		t.Fatalf("ResolveDeadLetter: %v, want ErrReadOnly", err)
 	}
 	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
-	if _, err := r.Apply(ctx, tok, []int64{0}, noop); !errors.Is(err, sqlite.ErrReadOnly) || errors.Is(err, sink.ErrFenced) {
+	if _, err := r.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}}, noop); !errors.Is(err, sqlite.ErrReadOnly) || errors.Is(err, sink.ErrFenced) {
 		t.Fatalf("Apply on a read-only sink: %v, want ErrReadOnly (and not fenced)", err)
 	}
 	if err := r.Close(); err != nil {

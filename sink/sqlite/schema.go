@@ -107,7 +107,7 @@ func (s *Sink) tableDefs() []tableDef {
 )`,
 		},
 		{
-			// The command IDs one ApplyOnce applied, one row (cmdids.Encode).
+			// The command IDs one Apply with IDs applied, one row (cmdids.Encode).
 			name: s.commandIDs,
 			cols: []string{"seq", "grp", "topic", "part", "first_off", "last_off", "ids"},
 			pk:   []string{"seq"},
@@ -381,7 +381,7 @@ func (s *Sink) createIndexes(ctx context.Context, tx *sql.Tx, ifNotExists bool) 
 		s.indexDDL(ifNotExists),
 		"CREATE INDEX " + ine + s.cfg.Prefix + "_dead_letters_scope ON " + s.deadLetters + " (grp, topic, part, id)",
 		"CREATE INDEX " + ine + s.cfg.Prefix + "_dl_audit_id ON " + s.dlAudit + " (id, seq)",
-		// The load and the prune of ApplyOnce: ranges of the scope.
+		// The load and the prune of an Apply with IDs: ranges of the scope.
 		"CREATE INDEX " + ine + s.cfg.Prefix + "_command_ids_scope ON " + s.commandIDs + " (grp, topic, part, last_off)",
 	} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {

@@ -48,10 +48,6 @@ var (
 	_ sink.Resetter  = (*Sink)(nil)
 	_ sink.Historian = (*Sink)(nil)
 
-	_ sink.Deduplicator[*Tx] = (*Sink)(nil)
-	_ sink.GapApplier[*Tx]   = (*Sink)(nil)
-
-	_ sink.DeadLetterer    = (*Sink)(nil)
 	_ sink.DeadLetterStore = (*Sink)(nil)
 	_ sink.ErrorClassifier = (*Sink)(nil)
 	_ sink.Pinger          = (*Sink)(nil)
@@ -69,9 +65,9 @@ const DefaultBusyTimeout = 30 * time.Second
 // Version 2 added the log identity (topic ID), the reset's proof
 // requirement and the dead letters; version 3 the proof floor
 // (proof_below); version 4 the applied command
-// IDs ([sink.Deduplicator]) and the fences' count of skipped duplicates
+// IDs ([sink.Features].DedupeWindow) and the fences' count of skipped duplicates
 // ([sink.Fence.Duplicates]); version 5 the done spans of a gapped
-// checkpoint ([sink.GapApplier], <prefix>_done_spans, and the fences'
+// checkpoint ([sink.Features].Gaps, <prefix>_done_spans, and the fences'
 // count of them); version 6 made the proof requirement permanent (no
 // proof floor) and records whether each claim was proven
 // ([sink.HistoryEntry.Proven]). Open migrates a version 1 to 5 database
@@ -92,7 +88,7 @@ type Config struct {
 	// different prefixes may share one file.
 	Prefix string
 	// DedupeWindow is the retention horizon of applied command IDs, in
-	// offsets of a scope ([sink.Deduplicator], docs/design.md#command-ids);
+	// offsets of a scope ([sink.Features].DedupeWindow, docs/design.md#command-ids);
 	// default [sink.DefaultDedupeWindow]. Negative is invalid.
 	DedupeWindow int64
 	// BusyTimeout is how long a writing transaction waits for SQLite's
@@ -128,7 +124,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.DedupeWindow < 0:
 		return c, fmt.Errorf("%w: negative DedupeWindow %d", ErrConfig, c.DedupeWindow)
 	}
-	c.DedupeWindow = sink.DedupeWindowOf(c.DedupeWindow)
+	c.DedupeWindow = cmdids.WindowOf(c.DedupeWindow)
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
@@ -162,8 +158,8 @@ func (c Config) dsn() string {
 
 // Sink is a fenced sink stored in an SQLite database file. It implements
 // sink.Sink[*Tx], [sink.Lister], [sink.Resetter], [sink.Historian] and
-// [sink.Deduplicator] ([Sink.ApplyOnce]) and [sink.GapApplier]
-// ([Sink.ApplyGapped]). Create it with
+// [sink.Features].DedupeWindow and [sink.Features].Gaps
+// (a lane's [Sink.Apply]). Create it with
 // [Open]. All its methods are safe for concurrent use by any number of
 // goroutines, and any number of processes may use the same file at once.
 type Sink struct {
@@ -184,7 +180,7 @@ type Sink struct {
 	updNextOnce, insIDs, selIDs, pruneIDs                                                           *sql.Stmt
 	selSpans, insSpan, delSpan, updCheckpoint                                                       *sql.Stmt
 
-	// ids caches the retained command IDs of the scopes ApplyOnce saw.
+	// ids caches the retained command IDs of the scopes an Apply with IDs saw.
 	ids cmdids.Cache
 
 	closeOnce sync.Once
@@ -314,7 +310,7 @@ func (s *Sink) prepare(ctx context.Context) error {
 	s.requireProof = prep("UPDATE " + s.fences + " SET proof_required = 1 WHERE grp = ? AND topic = ? AND part = ?")
 	s.insDeadLetter = prep("INSERT INTO " + s.deadLetters + " (grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state)" +
 		" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open')")
-	// ApplyOnce: the NextOffset update also bumps the IDs version, on
+	// an Apply with IDs: the NextOffset update also bumps the IDs version, on
 	// the condition that it is the one read (cmdids); the IDs of a batch
 	// are one row; the prune and the load are ranges of the scope.
 	s.updNextOnce = prep("UPDATE " + s.fences + " SET next_offset = ?, ids_version = ids_version + 1, duplicates = duplicates + ?" +

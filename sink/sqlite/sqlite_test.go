@@ -101,13 +101,13 @@ func TestHistoryClaimsAndResets(t *testing.T) {
 	other := tok("g", 1, 7, "x")
 	mustClaim := func(tk epochs.Token, want int64) {
 		t.Helper()
-		if next, err := s.Claim(ctx, tk, sink.Observed{}); err != nil || next != want {
+		if next, err := nextOf(s.Claim(ctx, tk, sink.Observed{})); err != nil || next != want {
 			t.Fatalf("Claim(%s) = %d, %v; want %d, nil", tk, next, err, want)
 		}
 	}
 	mustClaim(a, 0)
 	mustClaim(other, 0)
-	if _, err := s.Apply(ctx, a, []int64{0, 1, 2}, func(ctx context.Context, tx *sqlite.Tx, i int) error { return nil }); err != nil {
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0, 1, 2}}, func(ctx context.Context, tx *sqlite.Tx, i int) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	mustClaim(a, 3) // idempotent re-claim: recorded too
@@ -384,7 +384,7 @@ func TestHandlerCannotEndTheTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	var commitErr, rollbackErr error
-	res, err := s.Apply(ctx, tk, []int64{0, 1}, func(ctx context.Context, tx *sqlite.Tx, i int) error {
+	res, err := s.Apply(ctx, tk, sink.Batch{Offsets: []int64{0, 1}}, func(ctx context.Context, tx *sqlite.Tx, i int) error {
 		if err := put(ctx, tx, "t"+strconv.Itoa(i), "v"); err != nil {
 			return err
 		}
@@ -451,7 +451,7 @@ func TestBusy(t *testing.T) {
 		t.Fatalf("Claim gave up after %v, before the busy timeout", waited)
 	}
 	t.Logf("busy: %v", err)
-	_, err = s.Apply(t.Context(), tk, []int64{0}, func(context.Context, *sqlite.Tx, int) error {
+	_, err = s.Apply(t.Context(), tk, sink.Batch{Offsets: []int64{0}}, func(context.Context, *sqlite.Tx, int) error {
 		t.Error("effect ran without the write lock")
 		return nil
 	})
@@ -471,7 +471,7 @@ func TestBusy(t *testing.T) {
 	if _, err := conn.ExecContext(t.Context(), "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
-	if next, err := s.Claim(t.Context(), tk, sink.Observed{}); err != nil || next != 0 {
+	if next, err := nextOf(s.Claim(t.Context(), tk, sink.Observed{})); err != nil || next != 0 {
 		t.Fatalf("Claim after the lock is released: %d, %v", next, err)
 	}
 }
@@ -509,7 +509,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Fatalf("schema version after migration = %d, %v", version, err)
 	}
 	b := tok("g", 0, 8, "m-8")
-	if next, err := s.Claim(ctx, b, sink.Observed{TopicID: "topic-1", LogStart: 0, LogEnd: 50}); err != nil || next != 42 {
+	if next, err := nextOf(s.Claim(ctx, b, sink.Observed{TopicID: "topic-1", LogStart: 0, LogEnd: 50})); err != nil || next != 42 {
 		t.Fatalf("first claim after migration = %d, %v", next, err)
 	}
 	if fs, _ := s.Fences(ctx); fs[0].TopicID != "topic-1" {
@@ -526,8 +526,8 @@ func TestMigrateFromVersion1(t *testing.T) {
 	}
 	// So does the deduplication.
 	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
-	if res, err := s.ApplyOnce(ctx, b, []int64{43, 44}, []string{"c", "c"}, noop); err != nil || res.Applied != 1 || len(res.Duplicates) != 1 {
-		t.Fatalf("ApplyOnce after migration = %+v, %v", res, err)
+	if res, err := s.Apply(ctx, b, sink.Batch{Offsets: []int64{43, 44}, IDs: []string{"c", "c"}}, noop); err != nil || res.Applied != 1 || len(res.Duplicates) != 1 {
+		t.Fatalf("an Apply with IDs after migration = %+v, %v", res, err)
 	}
 	s.Close()
 	s2 := openAt(t, path)
@@ -548,7 +548,7 @@ func TestMigrateFromVersion3(t *testing.T) {
 	if _, err := s.Claim(ctx, a, sink.Observed{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Apply(ctx, a, []int64{0, 1}, func(context.Context, *sqlite.Tx, int) error { return nil }); err != nil {
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0, 1}}, func(context.Context, *sqlite.Tx, int) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -569,11 +569,11 @@ func TestMigrateFromVersion3(t *testing.T) {
 		t.Fatalf("fences after migration = %+v, %v", fs, err)
 	}
 	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
-	if res, err := s.ApplyOnce(ctx, a, []int64{2, 3}, []string{"x", "y"}, noop); err != nil || res.Applied != 2 {
-		t.Fatalf("ApplyOnce after migration = %+v, %v", res, err)
+	if res, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{2, 3}, IDs: []string{"x", "y"}}, noop); err != nil || res.Applied != 2 {
+		t.Fatalf("an Apply with IDs after migration = %+v, %v", res, err)
 	}
-	if res, err := s.ApplyOnce(ctx, a, []int64{4}, []string{"x"}, noop); err != nil || res.Applied != 0 || len(res.Duplicates) != 1 {
-		t.Fatalf("ApplyOnce of a duplicate after migration = %+v, %v", res, err)
+	if res, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{4}, IDs: []string{"x"}}, noop); err != nil || res.Applied != 0 || len(res.Duplicates) != 1 {
+		t.Fatalf("an Apply with IDs of a duplicate after migration = %+v, %v", res, err)
 	}
 	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].Duplicates != 1 {
 		t.Fatalf("fences after a duplicate = %+v, %v, want 1 duplicate counted", fs, err)
@@ -603,7 +603,7 @@ func TestMigrateFromVersion4(t *testing.T) {
 		t.Fatal(err)
 	}
 	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
-	if _, err := s.ApplyOnce(ctx, a, []int64{0, 1}, []string{"x", "y"}, noop); err != nil {
+	if _, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0, 1}, IDs: []string{"x", "y"}}, noop); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -618,8 +618,8 @@ func TestMigrateFromVersion4(t *testing.T) {
 	if err := s.DB().QueryRowContext(ctx, `SELECT version FROM workrouter_schema`).Scan(&version); err != nil || version != sqlite.SchemaVersion {
 		t.Fatalf("schema version after migration = %d, %v", version, err)
 	}
-	if res, err := s.ApplyGapped(ctx, a, sink.GapBatch{Offsets: []int64{3, 5}, From: []int64{3, 5}, IDs: []string{"x", "z"}}, noop); err != nil || res.Applied != 1 || len(res.Duplicates) != 1 {
-		t.Fatalf("ApplyGapped after migration = %+v, %v; want z applied, x a duplicate of the migrated IDs", res, err)
+	if res, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{3, 5}, From: []int64{3, 5}, IDs: []string{"x", "z"}}, noop); err != nil || res.Applied != 1 || len(res.Duplicates) != 1 {
+		t.Fatalf("a lane's Apply after migration = %+v, %v; want z applied, x a duplicate of the migrated IDs", res, err)
 	}
 	if fs, err := s.Fences(ctx); err != nil || len(fs) != 1 || fs[0].NextOffset != 2 || !slices.Equal(fs[0].Done, []sink.Span{{From: 3, To: 4}, {From: 5, To: 6}}) {
 		t.Fatalf("fences after a gapped apply = %+v, %v", fs, err)
@@ -636,7 +636,7 @@ func TestDedupeWindowConfig(t *testing.T) {
 		t.Fatalf("Open with a negative DedupeWindow: %v, want ErrConfig", err)
 	}
 	s := openAt(t, filepath.Join(dir, "default.db"))
-	if w := s.DedupeWindow(); w != sink.DefaultDedupeWindow {
+	if w := s.Features().DedupeWindow; w != sink.DefaultDedupeWindow {
 		t.Fatalf("default DedupeWindow = %d, want %d", w, sink.DefaultDedupeWindow)
 	}
 	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "small.db"), DedupeWindow: 10})
@@ -655,7 +655,7 @@ func TestDedupeWindowConfig(t *testing.T) {
 			offs[i] = b*7 + int64(i)
 			ids[i] = "id-" + strconv.FormatInt(offs[i], 10)
 		}
-		if _, err := s.ApplyOnce(ctx, a, offs, ids, noop); err != nil {
+		if _, err := s.Apply(ctx, a, sink.Batch{Offsets: offs, IDs: ids}, noop); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -666,9 +666,9 @@ func TestDedupeWindowConfig(t *testing.T) {
 		t.Fatalf("command ID rows kept: %d from offset %d (%v), want 2 from 56", n, low, err)
 	}
 	// What is inside the window is a duplicate, what is outside is not.
-	res, err := s.ApplyOnce(ctx, a, []int64{70, 71}, []string{"id-60", "id-59"}, noop)
+	res, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{70, 71}, IDs: []string{"id-60", "id-59"}}, noop)
 	if err != nil || !slices.Equal(res.Duplicates, []int{0}) || res.Applied != 1 {
-		t.Fatalf("ApplyOnce of id-60 and id-59 at 70 and 71 = %+v, %v; want id-60 a duplicate, id-59 applied", res, err)
+		t.Fatalf("an Apply with IDs of id-60 and id-59 at 70 and 71 = %+v, %v; want id-60 a duplicate, id-59 applied", res, err)
 	}
 	// The prune and the load are index ranges, never a scan.
 	for q, want := range map[string]string{
@@ -805,10 +805,10 @@ func TestMigrateFromVersion5(t *testing.T) {
 // a refusal for want of a proof it claims again with a proof made at the
 // fence version the refusal names (the test stands in for the broker).
 func claimProven(ctx context.Context, s *sqlite.Sink, tk epochs.Token) (int64, error) {
-	next, err := s.Claim(ctx, tk, sink.Observed{})
+	next, err := nextOf(s.Claim(ctx, tk, sink.Observed{}))
 	var pe *sink.ProofRequiredError
 	if errors.As(err, &pe) {
-		next, err = s.Claim(ctx, tk, sink.Observed{Proof: &sink.Proof{Version: pe.Version}})
+		next, err = nextOf(s.Claim(ctx, tk, sink.Observed{Proof: &sink.Proof{Version: pe.Version}}))
 	}
 	return next, err
 }
@@ -824,11 +824,11 @@ func TestDedupeTwoSinksOneFile(t *testing.T) {
 	s1, s2 := openAt(t, path), openAt(t, path)
 	a, b := tok("g", 0, 1, "a"), tok("g", 0, 2, "b")
 	noop := func(context.Context, *sqlite.Tx, int) error { return nil }
-	once := func(s *sqlite.Sink, tk epochs.Token, off int64, id string) sink.ApplyOnceResult {
+	once := func(s *sqlite.Sink, tk epochs.Token, off int64, id string) sink.Result {
 		t.Helper()
-		res, err := s.ApplyOnce(ctx, tk, []int64{off}, []string{id}, noop)
+		res, err := s.Apply(ctx, tk, sink.Batch{Offsets: []int64{off}, IDs: []string{id}}, noop)
 		if err != nil {
-			t.Fatalf("ApplyOnce(%s, %d, %q): %v", tk, off, id, err)
+			t.Fatalf("an Apply with IDs(%s, %d, %q): %v", tk, off, id, err)
 		}
 		return res
 	}
@@ -854,7 +854,7 @@ func TestDedupeTwoSinksOneFile(t *testing.T) {
 	if res := once(s1, c, 4, "z"); res.Applied != 1 {
 		t.Fatalf("s1 did not apply z: %+v", res)
 	}
-	if _, err := s2.ApplyOnce(ctx, b, []int64{5}, []string{"w"}, noop); !errors.Is(err, sink.ErrFenced) {
-		t.Fatalf("ApplyOnce by the superseded s2 tenure: %v, want fenced", err)
+	if _, err := s2.Apply(ctx, b, sink.Batch{Offsets: []int64{5}, IDs: []string{"w"}}, noop); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("an Apply with IDs by the superseded s2 tenure: %v, want fenced", err)
 	}
 }

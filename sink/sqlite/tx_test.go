@@ -26,7 +26,7 @@ func TestHandlerCommitCannotOutliveTheFence(t *testing.T) {
 	}
 	var commitErr, claimErr error
 	claimed := false
-	res, err := s.Apply(ctx, a, []int64{0}, func(ctx context.Context, tx *sqlite.Tx, _ int) error {
+	res, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0}}, func(ctx context.Context, tx *sqlite.Tx, _ int) error {
 		if err := put(ctx, tx, "zombie", "v"); err != nil {
 			return err
 		}
@@ -106,7 +106,7 @@ func TestHandlerTxControlStatementsRefused(t *testing.T) {
 		for _, q := range []string{"COMMIT", "commit;", " /* c */ END", "-- c\nROLLBACK", "BEGIN", "BEGIN IMMEDIATE",
 			"SAVEPOINT sp", "RELEASE sp", "ROLLBACK TO sp", "SELECT 1; COMMIT", "select 1;commit;begin"} {
 			var sendErr error
-			_, err := s.Apply(ctx, a, []int64{off}, func(ctx context.Context, tx *sqlite.Tx, _ int) error {
+			_, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{off}}, func(ctx context.Context, tx *sqlite.Tx, _ int) error {
 				if err := put(ctx, tx, "refused", q); err != nil {
 					return err
 				}
@@ -123,7 +123,7 @@ func TestHandlerTxControlStatementsRefused(t *testing.T) {
 		}
 	}
 	// Statements that only mention one run.
-	res, err := s.Apply(ctx, a, []int64{0}, func(ctx context.Context, tx *sqlite.Tx, _ int) error {
+	res, err := s.Apply(ctx, a, sink.Batch{Offsets: []int64{0}}, func(ctx context.Context, tx *sqlite.Tx, _ int) error {
 		for _, q := range []string{"SELECT 'COMMIT'", "SELECT 1 /* ; COMMIT */", "SELECT [commit] FROM (SELECT 1 AS [commit])"} {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
 				return err

@@ -175,7 +175,7 @@ const W7PostgresConns = 64
 // W7PostgresOn returns W7-pg: W7 on the PostgreSQL sink (in a fresh
 // schema dropped at the end). It is skipped when env.PostgresDSN is empty
 // or unreachable, and when the PostgreSQL sink of this build has no
-// checkpoint with gaps (sink.GapApplier).
+// checkpoint with gaps (sink.Features.Gaps).
 func W7PostgresOn(k *keysTopic) Workload {
 	return func(ctx context.Context, env *Env) (Result, error) {
 		const id = "W7-pg"
@@ -186,8 +186,8 @@ func W7PostgresOn(k *keysTopic) Workload {
 		}
 		defer kv.close()
 		var s sink.Sink[pgx.Tx] = kv.s
-		if _, ok := s.(sink.GapApplier[pgx.Tx]); !ok {
-			return Result{ID: id, Name: name, Skipped: "the PostgreSQL sink of this build has no checkpoint with gaps (sink.GapApplier), which KeyConcurrency needs"}, nil
+		if !s.Features().Gaps {
+			return Result{ID: id, Name: name, Skipped: "the PostgreSQL sink of this build has no checkpoint with gaps (sink.Features.Gaps), which KeyConcurrency needs"}, nil
 		}
 		n := w7Records(env)
 		topic, err := k.get(ctx, env, n)

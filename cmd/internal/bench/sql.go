@@ -216,8 +216,8 @@ func openSQLiteKV(ctx context.Context, env *Env, name string) (*sqlite.Sink, err
 }
 
 // W2 variants: every fenced SQL workload runs through the worker, whose
-// sink deduplicates command IDs (sink.Deduplicator: the worker applies
-// each batch with ApplyOnce, recording the batch's IDs and checking them
+// sink deduplicates command IDs (sink.Features.DedupeWindow: the worker applies
+// each batch with an Apply with IDs, recording the batch's IDs and checking them
 // in the same transaction) unless the variant turns deduplication off
 // by wrapping the sink in applyOnly. W2-<sink> is deduplication on at
 // MaxBatch 256, W2n-<sink> the same with it off; the -b1 variants are
@@ -269,18 +269,28 @@ func (v w2Variant) describe() string {
 	return fmt.Sprintf("%s, batch %d", d, v.batch)
 }
 
-// applyOnly is a sink without the sink.Deduplicator capability: only Claim
-// and Apply (and Unwrap, so that the worker finds the other capabilities
-// as before). The worker applies through it per offset only, with Apply:
-// it is how the W2n rows turn deduplication off on the same sink.
+// applyOnly is the sink s declaring no dedupe window (and Unwrap, so that
+// the worker finds the other capabilities as before): the worker applies
+// through it per offset only, without command IDs. It is how the W2n rows
+// turn deduplication off on the same sink.
 type applyOnly[Tx any] struct{ s sink.Sink[Tx] }
 
-func (a applyOnly[Tx]) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (int64, error) {
+func (a applyOnly[Tx]) Features() sink.Features {
+	f := a.s.Features()
+	f.DedupeWindow = 0
+	return f
+}
+
+func (a applyOnly[Tx]) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
 	return a.s.Claim(ctx, tok, obs)
 }
 
-func (a applyOnly[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) (sink.ApplyResult, error) {
-	return a.s.Apply(ctx, tok, offsets, effect)
+func (a applyOnly[Tx]) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[Tx]) (sink.Result, error) {
+	return a.s.Apply(ctx, tok, b, effect)
+}
+
+func (a applyOnly[Tx]) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
+	return a.s.DeadLetter(ctx, tok, rec)
 }
 
 func (a applyOnly[Tx]) Unwrap() sink.Sink[Tx] { return a.s }
@@ -464,17 +474,25 @@ func w2Postgres(v w2Variant) Workload {
 // and a restart applies the log again from its start.
 type unfencedPostgres struct{ kv *pgKV }
 
+// Features declares none.
+func (u unfencedPostgres) Features() sink.Features { return sink.Features{} }
+
 // Claim returns obs.LogStart.
-func (u unfencedPostgres) Claim(_ context.Context, _ epochs.Token, obs sink.Observed) (int64, error) {
-	return obs.LogStart, nil
+func (u unfencedPostgres) Claim(_ context.Context, _ epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
+	return sink.Checkpoint{NextOffset: obs.LogStart}, nil
 }
 
-// Apply runs effect for every record of offsets in one transaction.
-func (u unfencedPostgres) Apply(ctx context.Context, _ epochs.Token, offsets []int64, effect sink.Effect[pgx.Tx]) (sink.ApplyResult, error) {
-	if err := unfenced.Postgres(ctx, u.kv.s.Pool(), len(offsets), effect); err != nil {
-		return sink.ApplyResult{}, err
+// Apply runs effect for every record of b in one transaction.
+func (u unfencedPostgres) Apply(ctx context.Context, _ epochs.Token, b sink.Batch, effect sink.Effect[pgx.Tx]) (sink.Result, error) {
+	if err := unfenced.Postgres(ctx, u.kv.s.Pool(), len(b.Offsets), effect); err != nil {
+		return sink.Result{}, err
 	}
-	return sink.ApplyResult{Applied: len(offsets), NextOffset: offsets[len(offsets)-1] + 1}, nil
+	return sink.Result{Applied: len(b.Offsets), NextOffset: b.Offsets[len(b.Offsets)-1] + 1}, nil
+}
+
+// DeadLetter refuses: the diagnostic sink stores nothing.
+func (u unfencedPostgres) DeadLetter(context.Context, epochs.Token, sink.DeadRecord) (sink.DeadLetterResult, error) {
+	return sink.DeadLetterResult{}, sink.ErrUnsupported
 }
 
 // W2uPostgres is W2n-pg's workload with the fence taken out: the same

@@ -50,7 +50,7 @@ func TestSampleCommitted(t *testing.T) {
 			t.Fatal(err)
 		}
 		if p == 0 {
-			if _, err := s.Apply(ctx, tok, []int64{0, 1, 2}, func(context.Context, *sqlite.Tx, int) error { return nil }); err != nil {
+			if _, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1, 2}}, func(context.Context, *sqlite.Tx, int) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
 		}

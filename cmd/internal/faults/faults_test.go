@@ -33,13 +33,13 @@ func TestInterrupterCutsOneTransaction(t *testing.T) {
 	calls := 0
 	effect := func(context.Context, *memory.Tx, int) error { calls++; return nil }
 	in.Arm()
-	if _, err := in.Apply(ctx, tok, []int64{0, 1, 2}, effect); !errors.Is(err, context.Canceled) {
+	if _, err := in.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1, 2}}, effect); !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted apply: %v, want context.Canceled", err)
 	}
 	if calls != 1 || firedErr == nil {
 		t.Fatalf("effects run %d (want 1 before the cut), fired with %v", calls, firedErr)
 	}
-	res, err := in.Apply(ctx, tok, []int64{0, 1, 2}, effect)
+	res, err := in.Apply(ctx, tok, sink.Batch{Offsets: []int64{0, 1, 2}}, effect)
 	if err != nil || res.Applied != 3 || res.Skipped != 0 {
 		t.Fatalf("retried apply: %+v %v, want all 3 applied (nothing of the cut batch kept)", res, err)
 	}

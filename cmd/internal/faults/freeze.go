@@ -22,8 +22,9 @@ import (
 )
 
 // FreezeBeforeBatch wraps s so that the process stops itself with SIGSTOP
-// right before its nth Apply, ApplyOnce or ApplyGapped (a lane's batch) call (n ≥ 1), after every other Apply in the
-// process has finished and while no other may start: the process freezes
+// right before its nth write (n ≥ 1): an Apply, serial or a lane's, or a
+// DeadLetter; after every other write in the process has finished and
+// while no other may start: the process freezes
 // between transactions, holding no database lock. (A process frozen inside
 // an SQLite transaction would hold the database's single write lock and
 // stall every other worker until it resumed.) When the process is resumed
@@ -70,29 +71,31 @@ type Freezer[Tx any] struct {
 // Unwrap returns the wrapped sink, so that sink.As finds its capabilities.
 func (f *Freezer[Tx]) Unwrap() sink.Sink[Tx] { return f.Sink }
 
-// Arm makes the next Apply freeze the process before it runs.
+// Arm makes the next write (Apply or DeadLetter) freeze the process
+// before it runs.
 func (f *Freezer[Tx]) Arm() { f.armed.Store(true) }
 
-// Apply counts the call and freezes the process at the configured one or
-// when armed.
-func (f *Freezer[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) (sink.ApplyResult, error) {
-	res, err := f.apply(ctx, tok, offsets, effect, applyCall(f.Sink, tok, offsets))
-	return res.ApplyResult, err
+// Apply counts the call and freezes the process before it at the
+// configured write or when armed.
+func (f *Freezer[Tx]) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[Tx]) (sink.Result, error) {
+	f.freeze(ctx, tok, b.Offsets)
+	defer f.inflight.RUnlock()
+	return f.Sink.Apply(ctx, tok, b, effect)
 }
 
-// ApplyOnce is Apply with the batch's command IDs (sink.Deduplicator),
-// counted and frozen the same way; the wrapped sink must be a
-// sink.Deduplicator ([ErrNotDeduplicator]).
-func (f *Freezer[Tx]) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[Tx]) (sink.ApplyOnceResult, error) {
-	return f.apply(ctx, tok, offsets, effect, applyOnceCall(f.Sink, tok, offsets, ids))
+// DeadLetter counts the call and freezes the process before it at the
+// configured write or when armed, as Apply does: a dead letter is a
+// fenced write too.
+func (f *Freezer[Tx]) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
+	f.freeze(ctx, tok, []int64{rec.Offset})
+	defer f.inflight.RUnlock()
+	return f.Sink.DeadLetter(ctx, tok, rec)
 }
 
-// DedupeWindow returns the wrapped sink's (0 if it has none).
-func (f *Freezer[Tx]) DedupeWindow() int64 { return dedupeWindow(f.Sink) }
-
-// apply counts the call and freezes the process before c at the
-// configured call or when armed.
-func (f *Freezer[Tx]) apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx], c call[Tx]) (sink.ApplyOnceResult, error) {
+// freeze counts a write and freezes the process at the configured one or
+// when armed; it returns holding the read side of inflight, which the
+// write releases when it is done.
+func (f *Freezer[Tx]) freeze(ctx context.Context, tok epochs.Token, offsets []int64) {
 	if f.n.Add(1) == f.at || f.armed.CompareAndSwap(true, false) {
 		f.inflight.Lock()
 		if f.before != nil {
@@ -108,15 +111,13 @@ func (f *Freezer[Tx]) apply(ctx context.Context, tok epochs.Token, offsets []int
 		} else {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 			// The group stop reaches the other threads asynchronously:
-			// keep every other Apply out until it surely has. The sleep
+			// keep every other write out until it surely has. The sleep
 			// has long elapsed when the process is resumed.
 			time.Sleep(200 * time.Millisecond)
 		}
 		f.inflight.Unlock()
 	}
 	f.inflight.RLock()
-	defer f.inflight.RUnlock()
-	return c(ctx, effect)
 }
 
 // Stopped reports whether every thread of process pid is in the stopped

@@ -28,7 +28,7 @@ func (p HangPoint) String() string {
 	return "before-commit"
 }
 
-// Hang is a sink whose nth Apply, ApplyOnce or ApplyGapped call (n ≥ 1) blocks at its point until
+// Hang is a sink whose nth Apply (n ≥ 1; serial or a lane's) blocks at its point until
 // release is closed (a nil release blocks until the process dies: the
 // harness kills it there). reached is called once the point is reached,
 // with the batch's token and offsets and, BeforeCommit, the open
@@ -56,25 +56,19 @@ func NewHang[Tx any](s sink.Sink[Tx], n int64, point HangPoint, release <-chan s
 func (h *Hang[Tx]) Unwrap() sink.Sink[Tx] { return h.Sink }
 
 // Apply applies the batch, blocking at the point on the configured call.
-func (h *Hang[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) (sink.ApplyResult, error) {
-	res, err := h.apply(ctx, tok, offsets, effect, applyCall(h.Sink, tok, offsets))
-	return res.ApplyResult, err
+func (h *Hang[Tx]) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[Tx]) (sink.Result, error) {
+	return h.apply(ctx, tok, b, effect)
 }
 
-// ApplyOnce is Apply with the batch's command IDs (sink.Deduplicator); the
-// wrapped sink must be a sink.Deduplicator ([ErrNotDeduplicator]).
-func (h *Hang[Tx]) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[Tx]) (sink.ApplyOnceResult, error) {
-	return h.apply(ctx, tok, offsets, effect, applyOnceCall(h.Sink, tok, offsets, ids))
-}
-
-// DedupeWindow returns the wrapped sink's (0 if it has none).
-func (h *Hang[Tx]) DedupeWindow() int64 { return dedupeWindow(h.Sink) }
-
-// apply runs c, blocking at the point on the configured call. Before the
-// commit, it blocks inside the batch's last effect; if that effect never
-// runs (the last record is a duplicate, or a replay), the point moves to
-// the next call, so that the hang still happens.
-func (h *Hang[Tx]) apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx], c call[Tx]) (sink.ApplyOnceResult, error) {
+// apply applies b, blocking at the point on the configured call. Before
+// the commit, it blocks inside the batch's last effect; if that effect
+// never runs (the last record is a duplicate, or a replay), the point
+// moves to the next call, so that the hang still happens.
+func (h *Hang[Tx]) apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[Tx]) (sink.Result, error) {
+	offsets := b.Offsets
+	c := func(ctx context.Context, effect sink.Effect[Tx]) (sink.Result, error) {
+		return h.Sink.Apply(ctx, tok, b, effect)
+	}
 	n := h.n.Add(1)
 	if n != h.at.Load() {
 		return c(ctx, effect)

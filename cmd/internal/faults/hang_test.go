@@ -31,12 +31,12 @@ func TestHang(t *testing.T) {
 				t.Fatal(err)
 			}
 			put := func(ctx context.Context, tx *memory.Tx, i int) error { tx.Put("k", []byte{byte(i)}); return nil }
-			if _, err := h.Apply(ctx, tok, []int64{0}, put); err != nil {
+			if _, err := h.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}}, put); err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan error, 1)
 			go func() {
-				_, err := h.Apply(ctx, tok, []int64{1, 2}, put)
+				_, err := h.Apply(ctx, tok, sink.Batch{Offsets: []int64{1, 2}}, put)
 				done <- err
 			}()
 			select {
@@ -61,7 +61,7 @@ func TestHang(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			if _, err := h.Apply(ctx, tok, []int64{3}, put); err != nil {
+			if _, err := h.Apply(ctx, tok, sink.Batch{Offsets: []int64{3}}, put); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -37,25 +37,17 @@ func (in *Interrupter[Tx]) Unwrap() sink.Sink[Tx] { return in.Sink }
 // Arm makes the next Apply that runs an effect be interrupted.
 func (in *Interrupter[Tx]) Arm() { in.armed.Store(true) }
 
-// Apply applies the batch, interrupting it if armed.
-func (in *Interrupter[Tx]) Apply(ctx context.Context, tok epochs.Token, offsets []int64, effect sink.Effect[Tx]) (sink.ApplyResult, error) {
-	res, err := in.apply(ctx, tok, effect, applyCall(in.Sink, tok, offsets))
-	return res.ApplyResult, err
-}
-
-// ApplyOnce is Apply with the batch's command IDs (sink.Deduplicator): the
-// wrapped sink must be a sink.Deduplicator ([ErrNotDeduplicator]). A batch
-// of duplicates only runs no effect, so it is not interrupted: the next
+// Apply applies the batch, interrupting it if armed. A batch that runs
+// no effect (duplicates and replays only) is not interrupted: the next
 // one is.
-func (in *Interrupter[Tx]) ApplyOnce(ctx context.Context, tok epochs.Token, offsets []int64, ids []string, effect sink.Effect[Tx]) (sink.ApplyOnceResult, error) {
-	return in.apply(ctx, tok, effect, applyOnceCall(in.Sink, tok, offsets, ids))
+func (in *Interrupter[Tx]) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[Tx]) (sink.Result, error) {
+	return in.apply(ctx, tok, effect, func(ctx context.Context, effect sink.Effect[Tx]) (sink.Result, error) {
+		return in.Sink.Apply(ctx, tok, b, effect)
+	})
 }
-
-// DedupeWindow returns the wrapped sink's (0 if it has none).
-func (in *Interrupter[Tx]) DedupeWindow() int64 { return dedupeWindow(in.Sink) }
 
 // apply runs c, interrupting it if armed.
-func (in *Interrupter[Tx]) apply(ctx context.Context, tok epochs.Token, effect sink.Effect[Tx], c call[Tx]) (sink.ApplyOnceResult, error) {
+func (in *Interrupter[Tx]) apply(ctx context.Context, tok epochs.Token, effect sink.Effect[Tx], c func(context.Context, sink.Effect[Tx]) (sink.Result, error)) (sink.Result, error) {
 	if !in.armed.Load() {
 		return c(ctx, effect)
 	}

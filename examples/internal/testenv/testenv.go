@@ -127,8 +127,8 @@ func WaitFor(tb testing.TB, d time.Duration, what string, cond func() (bool, err
 // Apply applies cmds, at offsets, to s in one Apply under tok, dispatching
 // each command to its handler by Type as the consumer does. It is how the
 // fencing tests play a paused worker that wakes up and writes.
-func Apply[Tx any](ctx context.Context, s sink.Sink[Tx], tok epochs.Token, handlers map[string]consumer.Handler[Tx], offsets []int64, cmds []router.Command) (sink.ApplyResult, error) {
-	return s.Apply(ctx, tok, offsets, func(ctx context.Context, tx Tx, i int) error {
+func Apply[Tx any](ctx context.Context, s sink.Sink[Tx], tok epochs.Token, handlers map[string]consumer.Handler[Tx], offsets []int64, cmds []router.Command) (sink.Result, error) {
+	return s.Apply(ctx, tok, sink.Batch{Offsets: offsets}, func(ctx context.Context, tx Tx, i int) error {
 		h, ok := handlers[cmds[i].Type]
 		if !ok {
 			return fmt.Errorf("no handler for command type %q", cmds[i].Type)

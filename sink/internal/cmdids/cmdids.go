@@ -1,17 +1,17 @@
 // Package cmdids is what the SQL sinks share to deduplicate by command ID
-// (sink.Deduplicator, docs/design.md#command-ids): the encoding of one
+// (sink.Features.DedupeWindow, docs/design.md#command-ids): the encoding of one
 // stored row of a batch's applied IDs, and the per-process cache of a
 // scope's retained IDs that the sink validates, inside its atomic unit,
 // against the version the fence row carries.
 //
-// A sink stores the IDs an ApplyOnce applied as one row (the batch's
+// A sink stores the IDs an Apply with IDs applied as one row (the batch's
 // first and last offsets and the encoded IDs) and bumps the fence row's
 // IDs version in the same conditional UPDATE that advances NextOffset.
-// Inside the next ApplyOnce it reads that version with the fence: if the
+// Inside the next Apply with IDs it reads that version with the fence: if the
 // cache holds the same version, the cache is exactly what the table
 // holds (every change of the table bumps the version, and the bump is
 // part of the fenced compare-and-set); otherwise it reloads the scope's
-// rows. So a lookup costs a map probe, and an ApplyOnce writes one row
+// rows. So a lookup costs a map probe, and an Apply with IDs writes one row
 // and deletes the rows past the horizon, whatever its batch size.
 package cmdids
 
@@ -171,7 +171,7 @@ func Decode(first int64, data []byte) (offs []int64, ids []string, err error) {
 	return offs, ids, nil
 }
 
-// Row is one stored row: the IDs one ApplyOnce applied.
+// Row is one stored row: the IDs one Apply with IDs applied.
 type Row struct {
 	Last int64 // the highest offset of Offs: the row is pruned when it is below the horizon
 	Offs []int64
@@ -295,10 +295,10 @@ func (c *Cache) Load(scope epochs.Scope, version int64, rows []Row) {
 	c.scopes[scope] = s
 }
 
-// Committed records that an ApplyOnce that read scope at version
+// Committed records that an Apply with IDs that read scope at version
 // committed: it added row (if it holds IDs), pruned below horizon if
 // prune, and moved the version to version+1. A cache that does not hold scope at
-// version is left alone (the next ApplyOnce loads it).
+// version is left alone (the next Apply with IDs loads it).
 func (c *Cache) Committed(scope epochs.Scope, version int64, row Row, prune bool, horizon int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -69,7 +69,7 @@ func TestFrontCoding(t *testing.T) {
 }
 
 // TestCache: the cache answers only for the version it mirrors, follows
-// a committed ApplyOnce to the next version, and prunes as the sink's
+// a committed Apply with IDs to the next version, and prunes as the sink's
 // DELETE does (whole rows whose last offset is below the horizon).
 func TestCache(t *testing.T) {
 	var c Cache
@@ -169,7 +169,7 @@ func TestIDTable(t *testing.T) {
 	}
 }
 
-// BenchmarkCacheBatches is what an ApplyOnce of a busy scope asks of the
+// BenchmarkCacheBatches is what an Apply with IDs of a busy scope asks of the
 // cache: a lookup of a batch of 256 new IDs, then the batch committed
 // with a prune that keeps the window at about 100,000 IDs, over 12 scopes
 // in turn (a worker's partitions), so that the tables are far larger

@@ -2,7 +2,7 @@ package cmdids
 
 import "github.com/workrouter/workrouter/epochs"
 
-// The lanes of a checkpoint with gaps (sink.GapApplier) record their IDs
+// The lanes of a checkpoint with gaps (sink.Features.Gaps) record their IDs
 // without bumping the fence row's IDs version (a lane must not update the
 // fence row), so the cache follows them differently: a lane adds the row
 // it committed to the cache whatever version the cache holds (Add), and
@@ -10,7 +10,7 @@ import "github.com/workrouter/workrouter/epochs"
 // (LookupSince). Both are exact enough for lanes because the lanes of a
 // tenure run in one process: the table changes under the cache only
 // through this process's lanes (which Add), or through a writer that
-// bumps the version (a plain ApplyOnce, a claim, a compaction that
+// bumps the version (a serial Apply with IDs, a claim, a compaction that
 // prunes), after which a cache at an older version is reloaded.
 
 // LookupSince is Lookup for a lane: it answers from a cache of scope at

@@ -1,9 +1,9 @@
-package sink_test
+package cmdids_test
 
 import (
 	"testing"
 
-	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 func TestIsDuplicate(t *testing.T) {
@@ -13,7 +13,7 @@ func TestIsDuplicate(t *testing.T) {
 	}{
 		{100, 0, 100, true}, {101, 0, 100, false}, {5, 50, 10, true}, {10, 9, 1, true}, {11, 9, 1, false},
 	} {
-		if got := sink.IsDuplicate(c.off, c.applied, c.window); got != c.want {
+		if got := cmdids.IsDuplicate(c.off, c.applied, c.window); got != c.want {
 			t.Errorf("IsDuplicate(%d, %d, %d) = %v, want %v", c.off, c.applied, c.window, got, c.want)
 		}
 	}
@@ -39,12 +39,12 @@ func TestPruneDue(t *testing.T) {
 		{2000, 2000 + 99, false}, // within a step
 		{10, 11, false},
 	} {
-		if got := sink.PruneDue(c.oldNext, c.newNext, w); got != c.want {
+		if got := cmdids.PruneDue(c.oldNext, c.newNext, w); got != c.want {
 			t.Errorf("PruneDue(%d, %d, %d) = %v, want %v", c.oldNext, c.newNext, w, got, c.want)
 		}
 	}
 	for next := int64(10); next < 100; next++ {
-		if !sink.PruneDue(next, next+1, 10) {
+		if !cmdids.PruneDue(next, next+1, 10) {
 			t.Fatalf("a window of 10 (step 1) must prune with every offset: not at %d", next)
 		}
 	}
