@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/envelope"
@@ -217,13 +216,6 @@ type Config[Tx any] struct {
 	// Logger, if set, receives structured logs of every event (see
 	// NewLogObserver); nil logs nothing.
 	Logger *slog.Logger
-	// Registerer, if set, receives the Worker's Prometheus metrics (see
-	// the package documentation, "Metrics"), registered by New with a
-	// constant label group=Group and unregistered by Close. New fails with
-	// an error matching ErrConfig if they cannot be registered (for
-	// instance, another Worker of the same group already registered them
-	// on it). Nil disables metrics at no cost.
-	Registerer prometheus.Registerer
 	// LagInterval is how often the Worker lists the topic's end offsets
 	// (Lag events, workrouter_consumer_lag) and checks that the topic
 	// exists (TopicMissing, at most every MinTopicCheckInterval); default
@@ -231,10 +223,10 @@ type Config[Tx any] struct {
 	LagInterval time.Duration
 
 	// Observers receive every event of the Worker (see Observer), after
-	// the logging observer built from Logger and before the metrics of
-	// Registerer. Use them to follow claims, fences, stalls and commits in
-	// your own program; package consumer/eventlog streams them as JSON
-	// lines.
+	// the logging observer built from Logger. Use them to follow claims,
+	// fences, stalls and commits in your own program: package
+	// consumer/consumerprom turns them into Prometheus metrics, package
+	// consumer/eventlog streams them as JSON lines.
 	Observers []Observer
 
 	// commitPace is the committer's least time between two commits;

@@ -16,9 +16,10 @@ import (
 // Worker's Close. Events of one partition are delivered in the order they
 // happened.
 //
-// The Worker's own logging (Config.Logger) and Prometheus metrics
-// (Config.Registerer) are Observers too; [NewLogObserver] builds the
-// logging one for use elsewhere.
+// The Worker's own logging (Config.Logger) is an Observer too
+// ([NewLogObserver] builds it for use elsewhere); so are its Prometheus
+// metrics (package consumer/consumerprom): a Worker records its work once,
+// as events, and everything else is fed by them.
 type Observer interface {
 	Observe(Event)
 }
@@ -72,6 +73,9 @@ const (
 	KindDiscarded      = "discarded"
 	KindDuplicate      = "duplicate_skipped"
 	KindRedriveSkipped = "redrive_skipped"
+	KindStarted        = "started"
+	KindLanesBusy      = "lanes_busy"
+	KindGapSpans       = "gap_spans"
 )
 
 // Assigned: the group assigned a partition to this member and the Worker
@@ -295,6 +299,32 @@ type TopicRecreated struct {
 	Partitions   []int32 // the partitions this member held on the old log
 }
 
+// Started: New built the Worker of Group on Topic, over a sink with
+// Features, applying each partition in KeyConcurrency lanes. It is the
+// first event of a Worker, emitted before it joins the group.
+type Started struct {
+	Group, Topic   string
+	Features       sink.Features
+	KeyConcurrency int
+}
+
+// LanesBusy: the number of the partition's lanes applying a batch changed
+// to Busy (Config.KeyConcurrency > 1 only). A lane reports it as it starts
+// and as it ends a batch.
+type LanesBusy struct {
+	Token epochs.Token
+	Busy  int
+}
+
+// GapSpans: the partition's checkpoint with gaps has Spans done spans
+// above its watermark (Config.KeyConcurrency > 1 only): runs of records
+// lanes applied ahead of a slower lane. Reported after the claim and after
+// each batch of a lane.
+type GapSpans struct {
+	Token epochs.Token
+	Spans int
+}
+
 // Stopped: the Worker stopped for good; Err is what Worker.Err returns
 // (ErrClosed after Close).
 type Stopped struct {
@@ -417,6 +447,15 @@ func (TopicRecreated) Kind() string { return KindTopicRecreated }
 // Kind returns KindDiscarded.
 func (Discarded) Kind() string { return KindDiscarded }
 
+// Kind returns KindStarted.
+func (Started) Kind() string { return KindStarted }
+
+// Kind returns KindLanesBusy.
+func (LanesBusy) Kind() string { return KindLanesBusy }
+
+// Kind returns KindGapSpans.
+func (GapSpans) Kind() string { return KindGapSpans }
+
 // Kind returns KindDuplicate.
 func (DuplicateSkipped) Kind() string { return KindDuplicate }
 
@@ -444,6 +483,9 @@ func (TopicRecreated) isEvent()   {}
 func (Discarded) isEvent()        {}
 func (DuplicateSkipped) isEvent() {}
 func (RedriveSkipped) isEvent()   {}
+func (Started) isEvent()          {}
+func (LanesBusy) isEvent()        {}
+func (GapSpans) isEvent()         {}
 
 // observers is the Worker's fan-out to its Observers.
 type observers struct {

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/consumer/consumerprom"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
@@ -261,7 +262,8 @@ type workerOpts struct {
 	sink     sink.Sink[*memory.Tx]
 	revoke   time.Duration
 	protocol consumer.Protocol
-	// registerer and lagInterval set Config.Registerer and LagInterval.
+	// registerer gets the Worker's metrics (consumerprom); lagInterval sets
+	// LagInterval.
 	registerer  prometheus.Registerer
 	lagInterval time.Duration
 	// maxBatch and queueSize set Config.MaxBatch (default 64) and QueueSize.
@@ -336,10 +338,12 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 		ClientID:          o.name,
 		Logger:            lg,
 		Observers:         observers,
-		Registerer:        o.registerer,
 		LagInterval:       o.lagInterval,
 		ReclaimInterval:   o.reclaimInterval,
 		NoTakeover:        o.noTakeover,
+	}
+	if o.registerer != nil {
+		cfg.Observers = append(cfg.Observers, promObserver(t, o.registerer, o.group))
 	}
 	if o.commitPace > 0 {
 		consumer.SetCommitPace(&cfg, o.commitPace)
@@ -406,4 +410,15 @@ func blockedBy(ps []consumer.PartitionStatus, want int) bool {
 		}
 	}
 	return n == want && len(ps) == want
+}
+
+// promObserver registers the metrics of a Worker of group on reg
+// (package consumerprom) and returns them, to put in its Observers.
+func promObserver(t *testing.T, reg prometheus.Registerer, group string) consumer.Observer {
+	t.Helper()
+	m, err := consumerprom.New(reg, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -71,7 +71,7 @@ func (t *tenure[Tx]) gapDone(from, offsets []int64, leaderEpoch int32) int64 {
 		t.appliedNext.Store(next)
 		t.w.markApplied(t, next, epoch)
 	}
-	t.w.m.gappedSpans(t.tok, len(g.cp.Done))
+	t.w.obs.emit(GapSpans{Token: t.tok, Spans: len(g.cp.Done)}) // under g.mu: in order
 	return next
 }
 
@@ -270,9 +270,9 @@ func (l *lane[Tx]) run(space chan<- struct{}) {
 		case space <- struct{}{}:
 		default:
 		}
-		t.w.m.lanesBusy(t.tok, int(t.busy.Add(1)))
+		t.w.obs.emit(LanesBusy{Token: t.tok, Busy: int(t.busy.Add(1))})
 		_, ok := l.a.process(recs, from, keys, 0)
-		t.w.m.lanesBusy(t.tok, int(t.busy.Add(-1)))
+		t.w.obs.emit(LanesBusy{Token: t.tok, Busy: int(t.busy.Add(-1))})
 		if !ok {
 			t.haltLanes()
 			return
@@ -311,7 +311,7 @@ func (t *tenure[Tx]) runLanes() {
 	}
 	t.gap.mu.Lock()
 	cp := t.gap.claimed
-	w.m.gappedSpans(t.tok, len(t.gap.cp.Done))
+	w.obs.emit(GapSpans{Token: t.tok, Spans: len(t.gap.cp.Done)})
 	t.gap.mu.Unlock()
 	from := cp.NextOffset
 	kt := t.keys

@@ -15,8 +15,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/consumer/consumerprom"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/router/routerprom"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -156,13 +158,17 @@ func TestMetricsLint(t *testing.T) {
 	waitFor(t, 30*time.Second, "the worker to own the partitions", func() bool { return len(w.Owned()) == partitions && w.Ready() })
 
 	ctx := context.Background()
-	r, err := router.New(ctx, router.Config{Brokers: c.ListenAddrs(), Topic: c.topic, Registerer: reg})
+	rm, err := routerprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := router.New(ctx, router.Config{Brokers: c.ListenAddrs(), Topic: c.topic, Observers: []router.Observer{rm}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, err := router.New(ctx, router.Config{Brokers: c.ListenAddrs(), Topic: c.topic, Registerer: reg}); !errors.Is(err, router.ErrInvalidConfig) {
-		t.Fatalf("second router on one registry: %v, want ErrInvalidConfig", err)
+	if _, err := routerprom.New(reg); !errors.Is(err, router.ErrInvalidConfig) {
+		t.Fatalf("second router's metrics on one registry: %v, want ErrInvalidConfig", err)
 	}
 	keys := makeKeys(10)
 	for _, k := range keys {
@@ -215,7 +221,7 @@ func TestMetricsLint(t *testing.T) {
 	for _, mf := range mfs {
 		gathered = append(gathered, mf.GetName())
 	}
-	want := append(consumer.MetricNames(), router.MetricNames()...)
+	want := append(consumerprom.MetricNames(), routerprom.MetricNames()...)
 	// A worker without lanes (KeyConcurrency 1) has no series of the
 	// lanes' gauges (TestKeyConcurrencyMetrics has them).
 	want = slices.DeleteFunc(want, func(n string) bool {
@@ -232,11 +238,7 @@ func TestMetricsLint(t *testing.T) {
 	}
 
 	// One registry holds one worker's metrics per group.
-	_, err = consumer.New(ctx, consumer.Config[*memory.Tx]{
-		Brokers: c.ListenAddrs(), Group: c.group, Topic: c.topic, Sink: s,
-		Handlers: map[string]consumer.Handler[*memory.Tx]{"append": appendHandler}, Registerer: reg,
-	})
-	if !errors.Is(err, consumer.ErrConfig) {
+	if _, err = consumerprom.New(reg, c.group); !errors.Is(err, consumer.ErrConfig) {
 		t.Fatalf("second worker of the group on one registry: %v, want ErrConfig", err)
 	}
 

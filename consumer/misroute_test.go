@@ -73,8 +73,10 @@ func misrouteWorker(t *testing.T, c *cluster, s *memory.Sink, p envelope.Partiti
 		SessionTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, RetryBackoff: 10 * time.Millisecond,
 		MaxRetryBackoff: 50 * time.Millisecond,
 		Logger:          slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Registerer:      reg,
 		Observers:       []consumer.Observer{obs},
+	}
+	if reg != nil {
+		cfg.Observers = append(cfg.Observers, promObserver(t, reg, c.group))
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -87,8 +87,6 @@ type Worker[Tx any] struct {
 	done     chan struct{} // closed when the Worker has stopped for good
 	err      error         // why; written once before done is closed
 
-	m *metrics // nil without Config.Registerer; also in obs
-
 	// the sink's features, and its optional capabilities (nil without
 	// them)
 	features   sink.Features
@@ -145,29 +143,19 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	if c.Logger != nil {
 		all = append([]Observer{NewLogObserver(c.Logger)}, all...)
 	}
-	if c.Registerer != nil {
-		m := newMetrics(c.Group)
-		if err := m.register(c.Registerer); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-		m.initTopic(c.Topic)
-		w.m = m
-		all = append(all, m)
-	}
 	w.obs = newObservers(all)
 	w.features = c.Sink.Features()
 	w.dlStore, _ = sink.As[sink.DeadLetterStore](c.Sink)
 	w.classifier, _ = sink.As[sink.ErrorClassifier](c.Sink)
 	w.permanent, _ = sink.As[sink.PermanentClassifier](c.Sink)
 	w.pinger, _ = sink.As[sink.Pinger](c.Sink)
-	w.m.dedupeOn(c.Topic, w.features.DedupeWindow)
+	w.obs.emit(Started{Group: c.Group, Topic: c.Topic, Features: w.features, KeyConcurrency: c.KeyConcurrency})
 	if w.features.DedupeWindow <= 0 && c.Logger != nil {
 		c.Logger.Warn("the sink does not deduplicate command IDs (no Features.DedupeWindow): records are applied once per offset only, so a command that entered the log twice is applied twice",
 			"group", c.Group, "topic", c.Topic)
 	}
 	if c.DeadLetterTopic != "" {
 		if w.dlStore == nil {
-			w.m.unregister()
 			return nil, fmt.Errorf("%w: DeadLetterTopic %q needs a sink that stores dead letters (sink.DeadLetterStore)", ErrConfig, c.DeadLetterTopic)
 		}
 		w.mirrorSig = make(chan struct{}, 1)
@@ -183,7 +171,6 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	cl, err := kgo.NewClient(w.clientOpts()...)
 	if err != nil {
 		w.cancel()
-		w.m.unregister()
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	w.cl = cl
@@ -191,7 +178,6 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		w.cancel()
 		close(w.ready)
 		cl.Close()
-		w.m.unregister()
 		return nil, err
 	}
 	if err := cl.Ping(ctx); err != nil {
@@ -213,8 +199,7 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 
 // Close leaves the group (revoked partitions finish their in-flight batch and
 // commit their offsets), then stops every goroutine the Worker started and
-// waits for them, and unregisters the Worker's metrics from
-// Config.Registerer (so that a new Worker may register them again). It is
+// waits for them; the last event it emits is Stopped. It is
 // idempotent and returns nil; after it, Done is closed and Err returns
 // ErrClosed unless the Worker had already stopped by itself. Handlers must
 // honour their ctx, or Close waits for them.
@@ -260,7 +245,6 @@ func (w *Worker[Tx]) stop(cause error) {
 		}
 		w.mu.Unlock()
 		w.wg.Wait()
-		w.m.unregister()
 		w.err = cause
 		w.obs.emit(Stopped{Err: cause})
 		close(w.done)

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/workrouter/workrouter/consumer"
-	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/consumer/consumerprom"
+	"github.com/workrouter/workrouter/router/routerprom"
 )
 
 type dashboard struct {
@@ -40,7 +40,7 @@ func TestDashboard(t *testing.T) {
 	if err := json.Unmarshal(raw, &d); err != nil {
 		t.Fatalf("grafana/workrouter.json: %v", err)
 	}
-	exported := append(consumer.MetricNames(), router.MetricNames()...)
+	exported := append(consumerprom.MetricNames(), routerprom.MetricNames()...)
 
 	var exprs []string
 	for _, p := range d.Panels {

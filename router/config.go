@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/envelope"
@@ -112,12 +111,10 @@ type Config struct {
 	// Logger receives the router's logs. Default: logs are discarded.
 	Logger *slog.Logger
 
-	// Registerer, if set, receives the router's Prometheus metrics (see
-	// the package documentation, "Metrics"); New registers them and Close
-	// unregisters them. New fails with an error matching ErrInvalidConfig
-	// if they cannot be registered (for instance, another Router already
-	// registered them on it). Default nil: no metrics, at no cost.
-	Registerer prometheus.Registerer
+	// Observers receive the router's events (see Observer): package
+	// router/routerprom turns them into Prometheus metrics. Default none;
+	// without any, sends are neither timed nor reported.
+	Observers []Observer
 }
 
 // withDefaults validates c and returns a copy with defaults filled in.
@@ -147,5 +144,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.Brokers = append([]string(nil), c.Brokers...)
 	c.ClientOpts = append([]kgo.Opt(nil), c.ClientOpts...)
+	for i, o := range c.Observers {
+		if o == nil {
+			return c, fmt.Errorf("%w: Observers[%d] is nil", ErrInvalidConfig, i)
+		}
+	}
+	c.Observers = append([]Observer(nil), c.Observers...)
 	return c, nil
 }

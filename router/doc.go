@@ -78,18 +78,12 @@
 // fails with a [*PartitionCountChangedError]; under [Alarm] it logs at Error
 // level, calls [Config.OnAlarm] and continues with the new count.
 //
-// # Metrics
+// # Events and metrics
 //
-// With [Config.Registerer] set, a Router registers these Prometheus series
-// (listed by [MetricNames]):
-//
-//   - workrouter_router_sends_total{topic,outcome="ok"|"error"|"refused"}:
-//     commands sent, by outcome; refused counts sends refused because the
-//     partition count changed under [Refuse].
-//   - workrouter_router_send_duration_seconds: histogram of the time from a
-//     send to Kafka's acknowledgement or failure.
-//   - workrouter_router_partition_count_changes_total{topic,policy}:
-//     partition count changes seen, by the [Policy] applied.
+// A Router reports what it does as events ([Started], [Sent], [NotSent],
+// [CountChanged], [Closed]) to [Config.Observers]; package
+// router/routerprom turns them into Prometheus series. Package router does
+// not import Prometheus.
 //
 // All functions and methods of this package are safe for concurrent use by
 // any number of goroutines.

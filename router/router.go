@@ -52,7 +52,7 @@ type Router struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	m *metrics // nil without Config.Registerer
+	observed bool // Config.Observers is not empty: sends are timed and reported
 }
 
 // sendState is what a send reads: replaced as a whole (under Router.mu),
@@ -107,13 +107,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	}
 	r := &Router{cfg: cfg, cl: cfg.Client, done: make(chan struct{})}
 	r.state.Store(&sendState{})
-	if cfg.Registerer != nil {
-		m := newMetrics()
-		if err := m.register(cfg.Registerer); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
-		r.m = m
-	}
+	r.observed = len(cfg.Observers) > 0
 	if r.cl == nil {
 		opts := make([]kgo.Opt, 0, len(cfg.ClientOpts)+2)
 		opts = append(opts, kgo.SeedBrokers(cfg.Brokers...))
@@ -121,12 +115,10 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		r.cl, err = kgo.NewClient(opts...)
 		if err != nil {
-			r.m.unregister()
 			return nil, fmt.Errorf("%w: building client: %w", ErrInvalidConfig, err)
 		}
 		r.ownsClient = true
 	} else if err := checkClient(r.cl, cfg.Topic); err != nil {
-		r.m.unregister()
 		return nil, err
 	}
 
@@ -135,7 +127,6 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		if r.ownsClient {
 			r.cl.Close()
 		}
-		r.m.unregister()
 		return nil, err
 	}
 	r.state.Store(&sendState{count: n})
@@ -150,7 +141,9 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	r.idPrefix = newIDPrefix()
 	hooks, _ := r.cl.OptValue(kgo.WithHooks).([]kgo.Hook)
 	r.hooked = len(hooks) > 0
-	r.m.initTopic(cfg.Topic, cfg.OnPartitionCountChange)
+	if r.observed {
+		r.emit(Started{Topic: cfg.Topic, Partitions: n, Policy: cfg.OnPartitionCountChange})
+	}
 	cfg.Logger.Info("router started", "topic", cfg.Topic, "partitions", n, "partitioner", cfg.Partitioner,
 		"on_partition_count_change", cfg.OnPartitionCountChange)
 
@@ -281,7 +274,9 @@ func (r *Router) SendAsync(ctx context.Context, cmd Command, fn func(Result, err
 func (r *Router) send(ctx context.Context, cmd Command, extra []kgo.RecordHeader, fn func(Result, error)) {
 	p, err := r.pending(cmd)
 	if err != nil {
-		r.m.notSent(r.cfg.Topic, err)
+		if r.observed {
+			r.emit(NotSent{Topic: r.cfg.Topic, Err: err})
+		}
 		fn(Result{}, err)
 		return
 	}
@@ -289,7 +284,7 @@ func (r *Router) send(ctx context.Context, cmd Command, extra []kgo.RecordHeader
 		p.rec.Headers = append(p.rec.Headers, extra...)
 	}
 	p.fn = fn
-	if r.m != nil {
+	if r.observed {
 		p.sentAt = int64(time.Since(r.epoch))
 	}
 	if r.hooked {
@@ -446,10 +441,10 @@ func (r *Router) onProduced(rec *kgo.Record, err error) {
 	r.finish(p, rec, err)
 }
 
-// finish reports a send's outcome to its callback (and its metrics).
+// finish reports a send's outcome to its callback (and its observers).
 func (r *Router) finish(p *pending, rec *kgo.Record, err error) {
-	if r.m != nil {
-		r.m.sent(r.cfg.Topic, time.Since(r.epoch)-time.Duration(p.sentAt), err)
+	if r.observed {
+		r.emit(Sent{Topic: r.cfg.Topic, Took: time.Since(r.epoch) - time.Duration(p.sentAt), Err: err})
 	}
 	p.fn(r.result(rec, p.id, err))
 }
@@ -490,7 +485,7 @@ func (r *Router) Flush(ctx context.Context) error {
 // an error matching context.DeadlineExceeded if they did not), stops the
 // router's checker goroutine and waits for it, closes the client if the
 // router built it (failing still-outstanding sends with ErrClosed), and
-// unregisters the router's metrics from Config.Registerer. A send
+// reports Closed to its observers. A send
 // that races with Close either completes or fails with ErrClosed; its
 // callback is called exactly once either way. Close is idempotent: later
 // calls return the first call's result. Safe to call from any goroutine,
@@ -513,8 +508,8 @@ func (r *Router) Close() error {
 		if r.ownsClient {
 			r.cl.Close()
 		}
-		r.m.unregister()
 		r.cfg.Logger.Info("router closed", "topic", r.cfg.Topic)
+		r.emit(Closed{Topic: r.cfg.Topic})
 	})
 	return r.closeErr
 }
@@ -574,7 +569,7 @@ func (r *Router) check(ctx context.Context) error {
 	if refused != nil && refused.Current != current {
 		refused = &PartitionCountChangedError{Topic: r.cfg.Topic, Expected: expected, Current: current}
 		r.setState(func(st *sendState) { st.refused = refused })
-		r.m.countChanged(r.cfg.Topic, Refuse)
+		r.emit(CountChanged{Topic: r.cfg.Topic, Expected: expected, Current: current, Policy: Refuse})
 	}
 	r.mu.Unlock()
 	if refused != nil {
@@ -586,7 +581,7 @@ func (r *Router) check(ctx context.Context) error {
 	}
 	change := PartitionCountChangedError{Topic: r.cfg.Topic, Expected: expected, Current: current}
 
-	r.m.countChanged(r.cfg.Topic, r.cfg.OnPartitionCountChange)
+	r.emit(CountChanged{Topic: r.cfg.Topic, Expected: expected, Current: current, Policy: r.cfg.OnPartitionCountChange})
 	if r.cfg.OnPartitionCountChange == Refuse {
 		r.mu.Lock()
 		r.setState(func(st *sendState) { st.refused = &change })

@@ -15,6 +15,7 @@ import (
 	"github.com/workrouter/workrouter/examples/ledger"
 
 	"github.com/workrouter/workrouter/sink/redis"
+	"github.com/workrouter/workrouter/sink/redis/redisprom"
 )
 
 // parseRedisSpec parses a --sink redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=NAME]
@@ -57,12 +58,18 @@ func (s sinkSpec) redisString() string {
 	return out
 }
 
-// openRedis opens the Redis sink spec names; its metrics go on reg, if
-// not nil.
+// openRedis opens the Redis sink spec names; its own series go on reg
+// (package redisprom), if not nil.
 func openRedis(ctx context.Context, spec sinkSpec, reg prometheus.Registerer, logger *slog.Logger, window int64) (*redis.Sink, error) {
-	s, err := redis.Open(ctx, redis.Config{URL: spec.dsn, Prefix: spec.prefix, Logger: logger, DedupeWindow: window, Registerer: reg})
+	s, err := redis.Open(ctx, redis.Config{URL: spec.dsn, Prefix: spec.prefix, Logger: logger, DedupeWindow: window})
 	if err != nil {
 		return nil, fmt.Errorf("sink %s: %w", spec, err)
+	}
+	if reg != nil {
+		if _, err := redisprom.Register(reg, s); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("sink %s: %w", spec, err)
+		}
 	}
 	return s, nil
 }

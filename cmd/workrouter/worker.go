@@ -17,12 +17,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/consumer/consumerprom"
 	"github.com/workrouter/workrouter/consumer/eventlog"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/examples/invoices"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/postgres"
+	"github.com/workrouter/workrouter/sink/postgres/postgresprom"
 	"github.com/workrouter/workrouter/sink/sinkmetrics"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -300,11 +302,16 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 		}
 		return serveWorker[*sqlite.Tx](cmd, f, c, spec, protocol, "sqlite", s, handlers, reg, logger, h, nil)
 	case "postgres":
-		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: spec.schema(), Logger: logger, DedupeWindow: f.dedupeWindow, Registerer: reg})
+		s, err := postgres.Open(ctx, postgres.Config{DSN: spec.dsn, Schema: spec.schema(), Logger: logger, DedupeWindow: f.dedupeWindow})
 		if err != nil {
 			return err
 		}
 		defer s.Close()
+		unregister, err := postgresprom.Register(reg, s)
+		if err != nil {
+			return err
+		}
+		defer unregister()
 		handlers := ledger.PostgresHandlers()
 		setup := ledger.SetupPostgres
 		if f.example == "invoices" {
@@ -380,10 +387,14 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 	if h != nil && h.panicType != "" {
 		handlers[h.panicType] = panickingHandler[Tx](h.panicType)
 	}
+	metrics, err := consumerprom.New(reg, f.group)
+	if err != nil {
+		return err
+	}
+	defer metrics.Unregister()
 	w, err := consumer.New(cctx, consumer.Config[Tx]{
 		ClientOpts:        clientOpts,
-		Registerer:        reg,
-		Observers:         observers,
+		Observers:         append(observers, metrics),
 		Partitioner:       partitioner,
 		Misroute:          misroute,
 		Brokers:           c.brokers,

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/unfenced"
@@ -384,6 +383,6 @@ func benchLanes(b *testing.B, serialized bool, lanes, batch int, sleep time.Dura
 	}
 	b.ReportMetric(float64(total*int64(batch))/elapsed.Seconds(), "records/s")
 	b.ReportMetric(float64(claimWait.Microseconds())/1000, "claim-ms")
-	b.ReportMetric(testutil.ToFloat64(s.gaps.compactions.WithLabelValues(compactBusy)), "compactions-busy")
-	b.ReportMetric(testutil.ToFloat64(s.gaps.compactions.WithLabelValues(compactDone)), "compactions-done")
+	b.ReportMetric(float64(s.GapStats().Compactions[compactBusy]), "compactions-busy")
+	b.ReportMetric(float64(s.GapStats().Compactions[compactDone]), "compactions-done")
 }

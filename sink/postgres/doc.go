@@ -123,8 +123,9 @@
 // the spans that touch it and deletes their rows), and so does a short
 // transaction that every 32nd lane batch of a scope runs after its
 // commit, waiting at most 100 ms for the fence row and giving up,
-// counted (workrouter_postgres_gap_compactions_total{outcome="busy"}
-// with [Config.Registerer]) and logged, when lanes keep it.
+// counted ([Sink.GapStats], exported by package postgresprom as
+// workrouter_postgres_gap_compactions_total{outcome="busy"}) and logged,
+// when lanes keep it.
 //
 // A lane holds a connection of the pool only while it talks to the
 // database: its first read goes back to the pool before the handler runs,

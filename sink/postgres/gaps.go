@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
@@ -139,8 +139,8 @@ type gapState struct {
 	mu     sync.Mutex
 	scopes map[epochs.Scope]*laneScope
 
-	compactions *prometheus.CounterVec
-	spans       *prometheus.GaugeVec
+	compactions map[string]int64     // by outcome, under mu
+	spans       map[epochs.Scope]int // the last count each scope's claim or compaction found, under mu
 }
 
 // laneScope is gapState's per-scope part.
@@ -158,29 +158,16 @@ const (
 	compactError   = "error"     // the database failed; logged
 )
 
-func newGapState(reg prometheus.Registerer) (*gapState, error) {
+func newGapState() *gapState {
 	g := &gapState{
-		scopes: make(map[epochs.Scope]*laneScope),
-		compactions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "workrouter_postgres_gap_compactions_total",
-			Help: "Compactions of checkpoints with gaps that lanes attempted, by outcome (busy: a lane held the fence row, given up).",
-		}, []string{"outcome"}),
-		spans: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "workrouter_postgres_gap_spans",
-			Help: "Done spans above the watermark of a scope, as its last claim or compaction in this process found them.",
-		}, []string{"group", "topic", "partition"}),
+		scopes:      make(map[epochs.Scope]*laneScope),
+		compactions: make(map[string]int64),
+		spans:       make(map[epochs.Scope]int),
 	}
 	for _, o := range []string{compactDone, compactNothing, compactBusy, compactFenced, compactError} {
-		g.compactions.WithLabelValues(o)
+		g.compactions[o] = 0
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{g.compactions, g.spans} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("%w: register metrics: %w", ErrConfig, err)
-			}
-		}
-	}
-	return g, nil
+	return g
 }
 
 func (g *gapState) scope(sc epochs.Scope) *laneScope {
@@ -204,19 +191,43 @@ func (g *gapState) tick(sc epochs.Scope) bool {
 	return ls.batches%compactEvery == 0
 }
 
-// observe sets the spans gauge of sc.
+// observe records that sc has spans done spans above its watermark.
 func (g *gapState) observe(sc epochs.Scope, spans int) {
-	if g.spans != nil {
-		g.spans.WithLabelValues(sc.Group, sc.Topic, fmt.Sprint(sc.Partition)).Set(float64(spans))
-	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.spans[sc] = spans
 }
 
-// Compaction counts, for tests and status: how many compactions ended
-// with outcome.
+// count counts a compaction that ended with outcome.
 func (g *gapState) count(outcome string) {
-	if g.compactions != nil {
-		g.compactions.WithLabelValues(outcome).Inc()
-	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.compactions[outcome]++
+}
+
+// GapStats are a Sink's counts of its checkpoints with gaps in this
+// process (a lane's [Sink.Apply]): package sink/postgres/postgresprom
+// exports them as Prometheus series.
+type GapStats struct {
+	// Compactions counts the compactions lanes attempted, by outcome:
+	// "compacted" (the watermark rose, or rows were deleted), "nothing"
+	// (no span touched the watermark), "busy" (lanes held the fence row:
+	// given up, tried again later), "fenced" (the tenure no longer holds
+	// the scope), "error" (the database failed; logged). Every outcome is
+	// present, at zero until it happens.
+	Compactions map[string]int64
+	// Spans is, per scope, how many done spans lie above its watermark,
+	// as the scope's last claim or compaction in this process found them.
+	Spans map[epochs.Scope]int
+}
+
+// GapStats returns a copy of the Sink's counts of its checkpoints with
+// gaps.
+func (s *Sink) GapStats() GapStats {
+	g := s.gaps
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return GapStats{Compactions: maps.Clone(g.compactions), Spans: maps.Clone(g.spans)}
 }
 
 // readCheckpoint reads scope's done spans in tx and returns the

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
@@ -259,8 +257,7 @@ func TestGapsClaimDoesNotWaitForHandler(t *testing.T) {
 func TestGapsCompaction(t *testing.T) {
 	t.Parallel()
 	schema := newTestSchema(t)
-	reg := prometheus.NewRegistry()
-	s := openSink(t, schema, func(c *Config) { c.Registerer = reg })
+	s := openSink(t, schema, nil)
 	ctx := t.Context()
 	scope := testScope(t)
 	a := tokenOf(scope, 1, "a")
@@ -288,7 +285,7 @@ func TestGapsCompaction(t *testing.T) {
 		t.Fatalf("after the compaction: next_offset %d, %d rows; want %d, 0", next, rows, compactEvery)
 	}
 	compactions := func(outcome string) float64 {
-		return testutil.ToFloat64(s.gaps.compactions.WithLabelValues(outcome))
+		return float64(s.GapStats().Compactions[outcome])
 	}
 	if got := compactions(compactDone); got != 1 {
 		t.Fatalf("compactions %s = %v, want 1", compactDone, got)
@@ -333,8 +330,8 @@ func TestGapsCompaction(t *testing.T) {
 	if got := compactions(compactFenced); got != 1 {
 		t.Fatalf("compactions %s = %v, want 1", compactFenced, got)
 	}
-	if got := testutil.ToFloat64(s.gaps.spans.WithLabelValues(scope.Group, scope.Topic, fmt.Sprint(scope.Partition))); got != 0 {
-		t.Fatalf("spans gauge = %v, want 0", got)
+	if got, ok := s.GapStats().Spans[scope]; !ok || got != 0 {
+		t.Fatalf("GapStats().Spans[scope] = %v (present %v), want 0", got, ok)
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/internal/cmdids"
@@ -148,12 +147,6 @@ type Config struct {
 	IdleInTxTimeout time.Duration
 	// Logger receives structured logs; default discards.
 	Logger *slog.Logger
-	// Registerer, if not nil, receives the sink's metrics of checkpoints
-	// with gaps (a lane's [Sink.Apply]): workrouter_postgres_gap_compactions_total
-	// by outcome and workrouter_postgres_gap_spans by scope. Open fails
-	// with [ErrConfig] if they are registered there already (another
-	// Sink's).
-	Registerer prometheus.Registerer
 	// ReadOnly opens the sink for reading only, for tools that inspect it
 	// (Fences, History): Open creates no schema and no table, and fails
 	// with an error matching [ErrNoSchema] where it would have created
@@ -240,10 +233,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 
 		readOnly: cfg.ReadOnly,
 	}
-	var err error
-	if s.gaps, err = newGapState(cfg.Registerer); err != nil {
-		return nil, err
-	}
+	s.gaps = newGapState()
 	var target string
 	if s.pool == nil {
 		pcfg, err := pgxpool.ParseConfig(cfg.DSN)

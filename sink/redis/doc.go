@@ -100,9 +100,9 @@
 // scopes (default [DefaultHeldWatches]) hold a connection each, idle
 // between their batches; the others take the watched path, and a place
 // idle for 5 seconds goes to the next scope that needs one.
-// workrouter_redis_held_applies_total counts the held applies by outcome
-// (ok, moved, refused, armed, dropped, evicted, no_place) on
-// [Config.Registerer]. With [Config.WaitReplicas] every batch takes the
+// [Sink.HeldStats] counts the held applies by outcome (ok, moved,
+// refused, armed, dropped, evicted, no_place); package sink/redis/redisprom
+// exports them as workrouter_redis_held_applies_total. With [Config.WaitReplicas] every batch takes the
 // watched path (WAIT goes on the connection that wrote, before the
 // reply is trusted).
 //

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -73,9 +73,9 @@ type heldWatches struct {
 	max int
 	m   map[epochs.Scope]*heldWatch
 
-	// outcomes counts the held applies by outcome (heldOutcome*):
-	// workrouter_redis_held_applies_total.
-	outcomes *prometheus.CounterVec
+	// outcomes counts the held applies by outcome (held*): a fixed map,
+	// read concurrently.
+	outcomes map[string]*atomic.Int64
 }
 
 // The outcomes of a held apply, the label of the held applies counter.
@@ -90,12 +90,15 @@ const (
 )
 
 func newHeldWatches(max int) *heldWatches {
-	return &heldWatches{max: max, m: map[epochs.Scope]*heldWatch{},
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "workrouter_redis_held_applies_total",
-			Help: "Applies of the Redis sink on a held watch (one round trip a batch), by outcome: ok, moved (the fence was written since the WATCH; re-armed), refused (fenced or a stale checkpoint), armed (a new connection's first WATCH), dropped (an error closed it), evicted (idle, closed for another scope), no_place (every held watch in use: the two-round-trip watched path ran).",
-		}, []string{"outcome"})}
+	h := &heldWatches{max: max, m: map[epochs.Scope]*heldWatch{}, outcomes: map[string]*atomic.Int64{}}
+	for _, o := range []string{heldOK, heldMoved, heldRefused, heldArmed, heldDropped, heldEvicted, heldNoPlaces} {
+		h.outcomes[o] = new(atomic.Int64)
+	}
+	return h
 }
+
+// count counts a held apply's outcome o.
+func (h *heldWatches) count(o string) { h.outcomes[o].Add(1) }
 
 // take returns sc's held watch, marked busy, opening one if there is a
 // place (evicting one idle for heldIdle if need be); nil when the scope's
@@ -122,12 +125,12 @@ func (h *heldWatches) take(rdb *goredis.Client, sc epochs.Scope) *heldWatch {
 			}
 		}
 		if ow == nil || time.Since(ow.used) < heldIdle {
-			h.outcomes.WithLabelValues(heldNoPlaces).Inc()
+			h.count(heldNoPlaces)
 			return nil
 		}
 		delete(h.m, oldest)
 		_ = ow.conn.Close()
-		h.outcomes.WithLabelValues(heldEvicted).Inc()
+		h.count(heldEvicted)
 	}
 	w := &heldWatch{conn: rdb.EphemeralConn(), busy: true}
 	h.m[sc] = w
@@ -150,7 +153,7 @@ func (h *heldWatches) put(sc epochs.Scope, w *heldWatch, keep bool) {
 		delete(h.m, sc)
 	}
 	_ = w.conn.Close()
-	h.outcomes.WithLabelValues(heldDropped).Inc()
+	h.count(heldDropped)
 }
 
 // written discards sc's view after this Sink wrote the fence on another
@@ -191,13 +194,31 @@ func (h *heldWatches) close() {
 	}
 }
 
-// collectors returns the held watches' metrics: the outcomes counter and
-// a gauge of the scopes holding a watch.
-func (h *heldWatches) collectors() []prometheus.Collector {
-	return []prometheus.Collector{h.outcomes, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "workrouter_redis_held_watches",
-		Help: "Scopes whose fence the Redis sink keeps watched on a connection of their own between batches (at most Config.HeldWatches).",
-	}, func() float64 { return float64(h.len()) })}
+// HeldStats are a Sink's counts of its held watches (docs: the package
+// documentation, "The held watch"): package sink/redis/redisprom exports
+// them as Prometheus series.
+type HeldStats struct {
+	// Applies counts the applies on a held watch by outcome: "ok", "moved"
+	// (the fence was written since the WATCH; re-armed), "refused" (fenced
+	// or a stale checkpoint), "armed" (a new connection's first WATCH),
+	// "dropped" (an error closed it), "evicted" (idle, closed for another
+	// scope), "no_place" (every held watch in use: the two-round-trip
+	// watched path ran). An outcome is present once it happened.
+	Applies map[string]int64
+	// Watches is how many scopes hold a watch now (at most
+	// Config.HeldWatches).
+	Watches int
+}
+
+// HeldStats returns the Sink's counts of its held watches.
+func (s *Sink) HeldStats() HeldStats {
+	st := HeldStats{Applies: map[string]int64{}, Watches: s.held.len()}
+	for o, n := range s.held.outcomes {
+		if v := n.Load(); v > 0 {
+			st.Applies[o] = v
+		}
+	}
+	return st
 }
 
 // len returns how many scopes hold a watch.
@@ -227,7 +248,7 @@ func (s *Sink) applyHeld(ctx context.Context, sc epochs.Scope, u *unit, w *heldW
 			return err
 		}
 		w.view = f.Val()
-		s.held.outcomes.WithLabelValues(heldArmed).Inc()
+		s.held.count(heldArmed)
 		return nil
 	}
 	fresh := w.view == nil
@@ -255,11 +276,11 @@ func (s *Sink) applyHeld(ctx context.Context, sc epochs.Scope, u *unit, w *heldW
 		}
 	}
 	if r != nil {
-		s.held.outcomes.WithLabelValues(heldRefused).Inc()
+		s.held.count(heldRefused)
 		return r, nil
 	}
 	if u.newNext == "" {
-		s.held.outcomes.WithLabelValues(heldOK).Inc()
+		s.held.count(heldOK)
 		return []any{"ok", strconv.FormatInt(u.expectNext, 10)}, nil
 	}
 	if s.hookBeforeExec != nil {
@@ -297,7 +318,7 @@ func (s *Sink) applyHeld(ctx context.Context, sc epochs.Scope, u *unit, w *heldW
 	switch eerr := exec.Err(); {
 	case errors.Is(eerr, goredis.Nil):
 		w.view = f.Val()
-		s.held.outcomes.WithLabelValues(heldMoved).Inc()
+		s.held.count(heldMoved)
 		return []any{"moved"}, nil
 	case eerr != nil:
 		return nil, fmt.Errorf("EXEC: %w", eerr)
@@ -313,7 +334,7 @@ func (s *Sink) applyHeld(ctx context.Context, sc epochs.Scope, u *unit, w *heldW
 		}
 	}
 	w.view = f.Val()
-	s.held.outcomes.WithLabelValues(heldOK).Inc()
+	s.held.count(heldOK)
 	return []any{"ok", u.newNext}, nil
 }
 

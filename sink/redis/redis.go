@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -107,11 +106,6 @@ type Config struct {
 	// the sink's pool is that much larger; with Client, the held
 	// connections come out of its pool, at most half of its PoolSize.
 	HeldWatches int
-	// Registerer, if not nil, receives the sink's metrics:
-	// workrouter_redis_held_applies_total by outcome and
-	// workrouter_redis_held_watches. Open fails with [ErrConfig] if they
-	// are registered there already (another Sink's).
-	Registerer prometheus.Registerer
 	// Logger receives structured logs (the persistence warning, resets);
 	// default discards.
 	Logger *slog.Logger
@@ -251,14 +245,6 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		held = min(held, s.rdb.Options().PoolSize/2)
 	}
 	s.held = newHeldWatches(held)
-	if cfg.Registerer != nil {
-		for _, c := range s.held.collectors() {
-			if err := cfg.Registerer.Register(c); err != nil {
-				_ = s.Close()
-				return nil, fmt.Errorf("%w: register metrics: %w", ErrConfig, err)
-			}
-		}
-	}
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		_ = s.Close()
 		return nil, s.wrap(ctx, "open", err)

@@ -1,6 +1,7 @@
-package consumer
+package consumerprom
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/promset"
 	"github.com/workrouter/workrouter/sink"
@@ -26,10 +28,13 @@ const (
 	outcomeTakeover = "takeover"
 )
 
-// metrics is a Worker's Prometheus collectors, fed as an Observer of its
-// events (and a HandlerObserver of its handler calls). A nil *metrics (no
-// Config.Registerer) is not observed; its unregister is a no-op.
-type metrics struct {
+// Metrics is a Worker's Prometheus collectors, fed as a consumer.Observer
+// of its events (and a consumer.HandlerObserver of its handler calls). Put
+// it in consumer.Config.Observers of the one Worker of its group. Its
+// methods are safe for concurrent use.
+type Metrics struct {
+	once sync.Once // unregisters
+
 	set promset.Set
 
 	mu sync.Mutex // guards held and owned, and orders series updates with their deletion
@@ -71,8 +76,8 @@ type metrics struct {
 
 // newMetrics builds (but does not register) the collectors of a Worker of
 // group.
-func newMetrics(group string) *metrics {
-	m := &metrics{held: make(map[int32]epochs.Token), owned: make(map[int32]epochs.Token)}
+func newMetrics(group string) *Metrics {
+	m := &Metrics{held: make(map[int32]epochs.Token), owned: make(map[int32]epochs.Token)}
 	cl := prometheus.Labels{"group": group}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: cl}, labels)
@@ -146,13 +151,32 @@ func newMetrics(group string) *metrics {
 	return m
 }
 
-// gappedSpans sets the done-span gauge of tok's partition to n, if tok is
-// the tenure its gauges belong to. It is called by the tenure's lanes and
-// dispatcher; a nil m does nothing.
-func (m *metrics) gappedSpans(tok epochs.Token, n int) {
-	if m == nil {
-		return
+// New registers the metrics of the Worker of group on reg and returns
+// them, to put in that Worker's consumer.Config.Observers. It fails (the
+// error matching consumer.ErrConfig) if they cannot be registered, for
+// instance because the metrics of another Worker of group are registered
+// on reg already: one registry holds one Worker's metrics per group. The
+// Worker's Stopped event unregisters them; so does Unregister.
+func New(reg prometheus.Registerer, group string) (*Metrics, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: consumerprom: a nil Registerer", consumer.ErrConfig)
 	}
+	m := newMetrics(group)
+	if err := m.set.Register(reg); err != nil {
+		return nil, fmt.Errorf("%w: consumerprom: %w", consumer.ErrConfig, err)
+	}
+	return m, nil
+}
+
+// Unregister removes the metrics from the Registerer New registered them
+// on. It is idempotent; the Worker's Stopped event calls it too.
+func (m *Metrics) Unregister() {
+	m.once.Do(m.set.Unregister)
+}
+
+// spansAt sets the done-span gauge of tok's partition to n, if tok is the
+// tenure its gauges belong to.
+func (m *Metrics) spansAt(tok epochs.Token, n int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.held[tok.Partition] == tok {
@@ -160,13 +184,9 @@ func (m *metrics) gappedSpans(tok epochs.Token, n int) {
 	}
 }
 
-// lanesBusy sets the busy-lanes gauge of tok's partition to n, if tok is
-// the tenure its gauges belong to. It is called by the tenure's lanes; a
-// nil m does nothing.
-func (m *metrics) lanesBusy(tok epochs.Token, n int) {
-	if m == nil {
-		return
-	}
+// busyAt sets the busy-lanes gauge of tok's partition to n, if tok is the
+// tenure its gauges belong to.
+func (m *Metrics) busyAt(tok epochs.Token, n int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.held[tok.Partition] == tok {
@@ -174,34 +194,13 @@ func (m *metrics) lanesBusy(tok epochs.Token, n int) {
 	}
 }
 
-// dedupeOn sets the dedupe window gauge of topic (0: no deduplication).
-func (m *metrics) dedupeOn(topic string, window int64) {
-	if m != nil {
-		m.dedupeWindow.WithLabelValues(topic).Set(float64(window))
-	}
-}
-
-// register registers every collector on reg, or none: on a failure the
-// ones already registered are unregistered again.
-func (m *metrics) register(reg prometheus.Registerer) error {
-	return m.set.Register(reg)
-}
-
-// unregister removes the collectors from the registerer they were
-// registered on.
-func (m *metrics) unregister() {
-	if m != nil {
-		m.set.Unregister()
-	}
-}
-
-// MetricNames returns the sorted names of the metrics a Worker registers on
-// Config.Registerer (histograms by their base name, without the _bucket,
+// MetricNames returns the sorted names of the metrics New registers
+// (histograms by their base name, without the _bucket,
 // _sum and _count suffixes). They are checked by registering a fresh set on
 // a new pedantic registry, so the list is the one a scrape can show.
 func MetricNames() []string {
 	m := newMetrics("")
-	if err := m.register(prometheus.NewPedanticRegistry()); err != nil {
+	if err := m.set.Register(prometheus.NewPedanticRegistry()); err != nil {
 		panic(err) // a bug in newMetrics
 	}
 	names := slices.Clone(m.set.Names())
@@ -213,10 +212,7 @@ func partLabel(p int32) string { return strconv.FormatInt(int64(p), 10) }
 
 // initTopic creates the topic's label combinations that are known up front
 // at zero, so that rates and alerts see them before the first event.
-func (m *metrics) initTopic(topic string) {
-	if m == nil {
-		return
-	}
+func (m *Metrics) initTopic(topic string) {
 	for _, o := range []string{outcomeOK, outcomeFenced, outcomeError, outcomeTakeover} {
 		m.claims.WithLabelValues(topic, o)
 	}
@@ -224,21 +220,30 @@ func (m *metrics) initTopic(topic string) {
 	m.revoked.WithLabelValues(topic)
 	m.lost.WithLabelValues(topic)
 	m.ownedGauge.WithLabelValues(topic)
-	for _, r := range Reasons() {
+	for _, r := range consumer.Reasons() {
 		m.deadLetters.WithLabelValues(topic, r)
 	}
 	for _, c := range []string{caseTopicRecreated, caseLogTruncated, caseRetentionLoss} {
 		m.logChanged.WithLabelValues(topic, c)
 	}
-	m.sinkErrors.WithLabelValues(topic, CauseEffect)
-	m.sinkErrors.WithLabelValues(topic, CauseSink)
+	m.sinkErrors.WithLabelValues(topic, consumer.CauseEffect)
+	m.sinkErrors.WithLabelValues(topic, consumer.CauseSink)
 }
 
-// Observe updates the series for e. It is called from the Worker's
+// Observe updates the series for e. The Worker calls it from its
 // goroutines.
-func (m *metrics) Observe(e Event) {
+func (m *Metrics) Observe(e consumer.Event) {
 	switch e := e.(type) {
-	case Assigned:
+	case consumer.Started:
+		m.initTopic(e.Topic)
+		m.dedupeWindow.WithLabelValues(e.Topic).Set(float64(e.Features.DedupeWindow))
+	case consumer.LanesBusy:
+		m.busyAt(e.Token, e.Busy)
+	case consumer.GapSpans:
+		m.spansAt(e.Token, e.Spans)
+	case consumer.Stopped:
+		m.Unregister()
+	case consumer.Assigned:
 		pl := partLabel(e.Token.Partition)
 		topic := e.Token.Topic
 		m.assigned.WithLabelValues(topic).Inc()
@@ -261,9 +266,9 @@ func (m *metrics) Observe(e Event) {
 		m.stalled.WithLabelValues(topic, pl).Set(0)
 		m.stalledSince.WithLabelValues(topic, pl).Set(0)
 		m.mu.Unlock()
-	case Misrouted:
+	case consumer.Misrouted:
 		m.misrouted.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition)).Inc()
-	case Claimed:
+	case consumer.Claimed:
 		outcome := outcomeOK
 		if e.TookOver != nil {
 			outcome = outcomeTakeover
@@ -277,7 +282,7 @@ func (m *metrics) Observe(e Event) {
 			m.setOwned(e.Token.Topic)
 		}
 		m.mu.Unlock()
-	case Applied:
+	case consumer.Applied:
 		m.running(e.Token)
 		pl := partLabel(e.Token.Partition)
 		m.batchesApplied.WithLabelValues(e.Token.Topic, pl).Inc()
@@ -293,7 +298,7 @@ func (m *metrics) Observe(e Event) {
 		}
 		m.batchSize.Observe(float64(e.Records))
 		m.applyDuration.Observe(e.Duration.Seconds())
-	case Fenced:
+	case consumer.Fenced:
 		if e.Op == sink.OpClaim {
 			m.claims.WithLabelValues(e.Token.Topic, outcomeFenced).Inc()
 			m.fenced.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition), opClaim).Inc()
@@ -301,7 +306,7 @@ func (m *metrics) Observe(e Event) {
 			m.fenced.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition), opApply).Inc()
 		}
 		m.drop(e.Token)
-	case Stalled:
+	case consumer.Stalled:
 		pl := partLabel(e.Token.Partition)
 		m.stalledAt(e.Token, e.Since)
 		m.retries.WithLabelValues(e.Token.Topic, pl, string(e.Op)).Inc()
@@ -313,23 +318,23 @@ func (m *metrics) Observe(e Event) {
 			m.applyDuration.Observe(e.Duration.Seconds())
 		}
 		m.sinkErrors.WithLabelValues(e.Token.Topic, e.Cause).Inc()
-	case Blocked:
+	case consumer.Blocked:
 		m.stalledAt(e.Token, e.Since)
-	case DeadLettered:
+	case consumer.DeadLettered:
 		m.deadLetters.WithLabelValues(e.Token.Topic, e.Reason).Inc()
 		m.running(e.Token)
-	case LogChanged:
+	case consumer.LogChanged:
 		m.logChanged.WithLabelValues(e.Token.Topic, logCase(e.Err)).Inc()
 		if n := e.NewlyLost; n > 0 {
 			m.recordsLost.WithLabelValues(e.Token.Topic, partLabel(e.Token.Partition)).Add(float64(n))
 		}
-	case Revoked:
+	case consumer.Revoked:
 		m.revoked.WithLabelValues(e.Token.Topic).Inc()
 		m.drop(e.Token)
-	case Lost:
+	case consumer.Lost:
 		m.lost.WithLabelValues(e.Token.Topic).Inc()
 		m.drop(e.Token)
-	case Lag:
+	case consumer.Lag:
 		m.mu.Lock()
 		for p, n := range e.Lag {
 			if _, ok := m.owned[p]; ok {
@@ -342,7 +347,7 @@ func (m *metrics) Observe(e Event) {
 
 // running records that tok's partition makes progress, if tok is the
 // tenure its gauges belong to.
-func (m *metrics) running(tok epochs.Token) {
+func (m *Metrics) running(tok epochs.Token) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.held[tok.Partition] == tok {
@@ -352,7 +357,7 @@ func (m *metrics) running(tok epochs.Token) {
 
 // runningLocked sets tok's partition's stall gauges to running; m.mu must
 // be held.
-func (m *metrics) runningLocked(tok epochs.Token) {
+func (m *Metrics) runningLocked(tok epochs.Token) {
 	pl := partLabel(tok.Partition)
 	m.stalled.WithLabelValues(tok.Topic, pl).Set(0)
 	m.stalledSince.WithLabelValues(tok.Topic, pl).Set(0)
@@ -360,7 +365,7 @@ func (m *metrics) runningLocked(tok epochs.Token) {
 
 // stalledAt records that tok's partition makes no progress since since
 // (a stall or a block), if tok is the tenure its gauges belong to.
-func (m *metrics) stalledAt(tok epochs.Token, since time.Time) {
+func (m *Metrics) stalledAt(tok epochs.Token, since time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.held[tok.Partition] != tok {
@@ -390,7 +395,7 @@ func logCase(err *sink.LogChangedError) string {
 }
 
 // ObserveHandler times one handler call.
-func (m *metrics) ObserveHandler(_ epochs.Token, _ string, d time.Duration, _ error) {
+func (m *Metrics) ObserveHandler(_ epochs.Token, _ string, d time.Duration, _ error) {
 	m.handlerDuration.Observe(d.Seconds())
 }
 
@@ -400,7 +405,7 @@ func (m *metrics) ObserveHandler(_ epochs.Token, _ string, d time.Duration, _ er
 // stalled, blocked or still claiming). The partition's counters stay:
 // they are this member's history, and an increment made as the partition
 // went (a fenced Apply) would be lost with them.
-func (m *metrics) drop(tok epochs.Token) {
+func (m *Metrics) drop(tok epochs.Token) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.held[tok.Partition] != tok && m.owned[tok.Partition] != tok {
@@ -411,7 +416,7 @@ func (m *metrics) drop(tok epochs.Token) {
 
 // deleteLocked deletes the gauges of tok's partition and forgets the
 // partition; m.mu must be held.
-func (m *metrics) deleteLocked(tok epochs.Token) {
+func (m *Metrics) deleteLocked(tok epochs.Token) {
 	delete(m.held, tok.Partition)
 	delete(m.owned, tok.Partition)
 	pl := partLabel(tok.Partition)
@@ -425,6 +430,6 @@ func (m *metrics) deleteLocked(tok epochs.Token) {
 }
 
 // setOwned sets the owned-partitions gauge; m.mu must be held.
-func (m *metrics) setOwned(topic string) {
+func (m *Metrics) setOwned(topic string) {
 	m.ownedGauge.WithLabelValues(topic).Set(float64(len(m.owned)))
 }

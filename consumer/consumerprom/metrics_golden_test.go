@@ -1,4 +1,4 @@
-package redis
+package consumerprom
 
 import (
 	"testing"
@@ -10,7 +10,7 @@ import (
 // labels) are the ones in testdata/metrics.golden.
 func TestMetricsGolden(t *testing.T) {
 	r := &promgolden.Recorder{}
-	if err := func() error { r.MustRegister(newHeldWatches(1).collectors()...); return nil }(); err != nil {
+	if err := newMetrics("g").set.Register(r); err != nil {
 		t.Fatal(err)
 	}
 	promgolden.Check(t, r, "testdata/metrics.golden")

@@ -1,4 +1,4 @@
-package consumer
+package postgresprom
 
 import (
 	"testing"
@@ -10,7 +10,7 @@ import (
 // labels) are the ones in testdata/metrics.golden.
 func TestMetricsGolden(t *testing.T) {
 	r := &promgolden.Recorder{}
-	if err := newMetrics("g").register(r); err != nil {
+	if err := r.Register(collector{}); err != nil {
 		t.Fatal(err)
 	}
 	promgolden.Check(t, r, "testdata/metrics.golden")
