@@ -14,32 +14,33 @@ import (
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 )
 
 // DeadLetterReader is what reading dead letters needs: the read side of
-// [sink.DeadLetterStore], which the SQLite, PostgreSQL and memory sinks
+// [dlq.Store], which the SQLite, PostgreSQL and memory sinks
 // implement (find it with sink.As on a wrapped sink).
 type DeadLetterReader interface {
 	// DeadLetters returns the dead letters that match f, by ID.
-	DeadLetters(ctx context.Context, f sink.DeadLetterFilter) ([]sink.DeadLetter, error)
+	DeadLetters(ctx context.Context, f dlq.Filter) ([]dlq.Letter, error)
 }
 
 // DeadLetterAuditReader is what reading a dead letter's audit rows needs
-// (part of [sink.DeadLetterStore]).
+// (part of [dlq.Store]).
 type DeadLetterAuditReader interface {
 	// DeadLetterAudit returns the audit rows of dead letter id, in order.
-	DeadLetterAudit(ctx context.Context, id int64) ([]sink.DeadLetterAction, error)
+	DeadLetterAudit(ctx context.Context, id int64) ([]dlq.Action, error)
 }
 
 // DeadLetterResolver is what Redrive and Drop need of a sink: reading a
 // dead letter and moving it between states with an audit row (part of
-// [sink.DeadLetterStore]).
+// [dlq.Store]).
 type DeadLetterResolver interface {
 	DeadLetterReader
 	// ResolveDeadLetter moves dead letter id from state from to state to,
 	// a compare-and-set, and appends an audit row (see
-	// [sink.DeadLetterStore]).
-	ResolveDeadLetter(ctx context.Context, id int64, from, to sink.DeadLetterState, reason, detail string) (sink.DeadLetter, error)
+	// [dlq.Store]).
+	ResolveDeadLetter(ctx context.Context, id int64, from, to dlq.State, reason, detail string) (dlq.Letter, error)
 }
 
 // Producer is what Redrive needs to produce a dead letter's command again:
@@ -54,7 +55,7 @@ type Producer interface {
 var (
 	// ErrNotOpen is matched by the error of a redrive or a drop of a dead
 	// letter that is not open (a [*NotOpenError], which also matches
-	// sink.ErrDeadLetterState): nothing was changed or sent.
+	// dlq.ErrState): nothing was changed or sent.
 	ErrNotOpen = errors.New("admin: the dead letter is not open")
 	// ErrNotACommand is matched by the error of a redrive of a dead letter
 	// whose record is not a workrouter command (no key, no or several type
@@ -64,7 +65,7 @@ var (
 	// ErrChangedFirst is matched by the error of a redrive or a drop that
 	// found the dead letter open but lost the compare-and-set to another
 	// redrive or drop (a [*ChangedFirstError], which also matches
-	// sink.ErrDeadLetterState): nothing was changed or sent.
+	// dlq.ErrState): nothing was changed or sent.
 	ErrChangedFirst = errors.New("admin: another redrive or drop changed the dead letter first")
 	// ErrBadQuery is matched by the error of DeadLetters for a query it
 	// cannot answer (a [*QueryError]).
@@ -73,11 +74,11 @@ var (
 
 // NotOpenError is the error of a redrive (Op "admin.Redrive") or a drop
 // (Op "admin.Drop") of a dead letter that is not open; it matches
-// ErrNotOpen and sink.ErrDeadLetterState. Nothing was changed or sent.
+// ErrNotOpen and dlq.ErrState. Nothing was changed or sent.
 type NotOpenError struct {
 	Op    string
 	ID    int64
-	State sink.DeadLetterState
+	State dlq.State
 }
 
 // Error says which dead letter is in which state, and what that means.
@@ -85,25 +86,25 @@ type NotOpenError struct {
 func (e *NotOpenError) Error() string {
 	why := ""
 	switch e.State {
-	case sink.DeadLetterRedriven:
+	case dlq.Redriven:
 		why = ": it was redriven already, and a dead letter is redriven at most once"
-	case sink.DeadLetterRedriving:
+	case dlq.Redriving:
 		why = ": a redrive of it is under way, or was interrupted (its audit rows say which step it reached)"
 	}
 	return fmt.Sprintf("%s: dead letter %d is %s, not open%s", e.Op, e.ID, e.State, why)
 }
 
-// Is reports whether target is ErrNotOpen or sink.ErrDeadLetterState. It
+// Is reports whether target is ErrNotOpen or dlq.ErrState. It
 // may be called from any goroutine.
 func (e *NotOpenError) Is(target error) bool {
-	return target == ErrNotOpen || target == sink.ErrDeadLetterState
+	return target == ErrNotOpen || target == dlq.ErrState
 }
 
 // ChangedFirstError is the error of a redrive (Op "admin.Redrive") or a
 // drop (Op "admin.Drop") that read dead letter ID open, but whose move out
 // of open the sink refused because another redrive or drop had moved it
 // first; it matches ErrChangedFirst and unwraps to the sink's error (which
-// matches sink.ErrDeadLetterState). Nothing was changed or sent.
+// matches dlq.ErrState). Nothing was changed or sent.
 type ChangedFirstError struct {
 	Op  string
 	ID  int64
@@ -161,7 +162,7 @@ type RedriveError struct {
 	// failed and it was moved back, else redriving (look for a record with
 	// header envelope.RedriveOfHeader naming ID on Topic before resolving
 	// it by hand).
-	State sink.DeadLetterState
+	State dlq.State
 	// Err is what failed: producing (Produced false) or marking the dead
 	// letter redriven (Produced true).
 	Err error
@@ -235,7 +236,7 @@ type DeadLetterQuery struct {
 	Type string
 	// Reason is one of consumer.Reasons().
 	Reason string
-	States []sink.DeadLetterState
+	States []dlq.State
 	// Since, if not zero, selects dead letters stored at or after it.
 	Since time.Time
 	// Limit caps the result (0: no cap); DeadLetterPage.More says whether
@@ -247,7 +248,7 @@ type DeadLetterQuery struct {
 type DeadLetterPage struct {
 	// DeadLetters are the dead letters that match, oldest (lowest ID)
 	// first, at most the query's Limit.
-	DeadLetters []sink.DeadLetter
+	DeadLetters []dlq.Letter
 	// More reports whether more dead letters match than Limit.
 	More bool
 }
@@ -280,7 +281,7 @@ func DeadLetters(ctx context.Context, r DeadLetterReader, q DeadLetterQuery) (De
 	if err := q.Validate(); err != nil {
 		return DeadLetterPage{}, err
 	}
-	f := sink.DeadLetterFilter{Group: q.Group, Topic: q.Topic, Partition: q.Partition, Reason: q.Reason, States: q.States, Since: q.Since}
+	f := dlq.Filter{Group: q.Group, Topic: q.Topic, Partition: q.Partition, Reason: q.Reason, States: q.States, Since: q.Since}
 	if q.Limit > 0 && q.Type == "" {
 		f.Limit = q.Limit + 1 // one more tells whether there are more
 	}
@@ -302,13 +303,13 @@ func DeadLetters(ctx context.Context, r DeadLetterReader, q DeadLetterQuery) (De
 
 // DeadLetter returns dead letter id of r, or an error matching
 // sink.ErrNotFound if r has none. It may be called from any goroutine.
-func DeadLetter(ctx context.Context, r DeadLetterReader, id int64) (sink.DeadLetter, error) {
-	dls, err := r.DeadLetters(ctx, sink.DeadLetterFilter{IDs: []int64{id}})
+func DeadLetter(ctx context.Context, r DeadLetterReader, id int64) (dlq.Letter, error) {
+	dls, err := r.DeadLetters(ctx, dlq.Filter{IDs: []int64{id}})
 	if err != nil {
-		return sink.DeadLetter{}, fmt.Errorf("admin: reading dead letter %d: %w", id, err)
+		return dlq.Letter{}, fmt.Errorf("admin: reading dead letter %d: %w", id, err)
 	}
 	if len(dls) == 0 {
-		return sink.DeadLetter{}, fmt.Errorf("admin: dead letter %d: %w", id, sink.ErrNotFound)
+		return dlq.Letter{}, fmt.Errorf("admin: dead letter %d: %w", id, sink.ErrNotFound)
 	}
 	return dls[0], nil
 }
@@ -316,7 +317,7 @@ func DeadLetter(ctx context.Context, r DeadLetterReader, id int64) (sink.DeadLet
 // DeadLetterAudit returns the audit rows of dead letter id, in order: one
 // per move between states, with who-said-why. It may be called from any
 // goroutine.
-func DeadLetterAudit(ctx context.Context, r DeadLetterAuditReader, id int64) ([]sink.DeadLetterAction, error) {
+func DeadLetterAudit(ctx context.Context, r DeadLetterAuditReader, id int64) ([]dlq.Action, error) {
 	audit, err := r.DeadLetterAudit(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("admin: reading the audit rows of dead letter %d: %w", id, err)
@@ -327,7 +328,7 @@ func DeadLetterAudit(ctx context.Context, r DeadLetterAuditReader, id int64) ([]
 // RedrivePlan is what Redrive would do with a dead letter.
 type RedrivePlan struct {
 	// DeadLetter is the dead letter, open.
-	DeadLetter sink.DeadLetter
+	DeadLetter dlq.Letter
 	// Command is its record as a command: Redrive produces it to
 	// DeadLetter.Scope.Topic (on its key's partition), with its ID
 	// (Command.ID, "" if the record had none: then the producer gives it
@@ -349,7 +350,7 @@ func PlanRedrive(ctx context.Context, r DeadLetterReader, id int64) (RedrivePlan
 	if err != nil {
 		return RedrivePlan{}, err
 	}
-	if d.State != sink.DeadLetterOpen {
+	if d.State != dlq.Open {
 		return RedrivePlan{}, &NotOpenError{Op: "admin.Redrive", ID: id, State: d.State}
 	}
 	rec := &kgo.Record{Topic: d.Scope.Topic, Partition: d.Scope.Partition, Offset: d.Record.Offset, Key: d.Record.Key, Value: d.Record.Value}
@@ -384,7 +385,7 @@ type RedriveOptions struct {
 // Redriven is what Redrive did.
 type Redriven struct {
 	// DeadLetter is the dead letter as it is after: redriven.
-	DeadLetter sink.DeadLetter
+	DeadLetter dlq.Letter
 	// Command is the command produced again (without the
 	// envelope.RedriveOfHeader and envelope.RedriveForHeader headers p
 	// added).
@@ -428,9 +429,9 @@ func Redrive(ctx context.Context, s DeadLetterResolver, p Producer, id int64, o 
 	if actor == "" {
 		actor = "admin.Redrive"
 	}
-	if _, err := s.ResolveDeadLetter(ctx, id, sink.DeadLetterOpen, sink.DeadLetterRedriving, o.Reason,
+	if _, err := s.ResolveDeadLetter(ctx, id, dlq.Open, dlq.Redriving, o.Reason,
 		fmt.Sprintf("%s: producing it again to topic %s", actor, d.Scope.Topic)); err != nil {
-		if errors.Is(err, sink.ErrDeadLetterState) {
+		if errors.Is(err, dlq.ErrState) {
 			return Redriven{}, &ChangedFirstError{Op: "admin.Redrive", ID: id, Err: err}
 		}
 		return Redriven{}, fmt.Errorf("admin.Redrive: marking dead letter %d redriving: %w", id, err)
@@ -445,17 +446,17 @@ func Redrive(ctx context.Context, s DeadLetterResolver, p Producer, id int64, o 
 		}
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
-		e := &RedriveError{ID: id, Topic: d.Scope.Topic, State: sink.DeadLetterOpen, Err: perr}
-		if _, err := s.ResolveDeadLetter(bctx, id, sink.DeadLetterRedriving, sink.DeadLetterOpen, o.Reason,
+		e := &RedriveError{ID: id, Topic: d.Scope.Topic, State: dlq.Open, Err: perr}
+		if _, err := s.ResolveDeadLetter(bctx, id, dlq.Redriving, dlq.Open, o.Reason,
 			"the redrive failed, back to open: "+auditLine(perr.Error())); err != nil {
-			e.State, e.RevertErr = sink.DeadLetterRedriving, err
+			e.State, e.RevertErr = dlq.Redriving, err
 		}
 		return Redriven{}, e
 	}
 	detail := fmt.Sprintf("produced to %s partition %d offset %d", d.Scope.Topic, res.Partition, res.Offset)
-	after, err := s.ResolveDeadLetter(ctx, id, sink.DeadLetterRedriving, sink.DeadLetterRedriven, o.Reason, detail)
+	after, err := s.ResolveDeadLetter(ctx, id, dlq.Redriving, dlq.Redriven, o.Reason, detail)
 	if err != nil {
-		return Redriven{}, &RedriveError{ID: id, Produced: true, Result: res, Topic: d.Scope.Topic, State: sink.DeadLetterRedriving, Err: err}
+		return Redriven{}, &RedriveError{ID: id, Produced: true, Result: res, Topic: d.Scope.Topic, State: dlq.Redriving, Err: err}
 	}
 	return Redriven{DeadLetter: after, Command: c, Result: res, Detail: detail}, nil
 }
@@ -464,13 +465,13 @@ func Redrive(ctx context.Context, s DeadLetterResolver, p Producer, id int64, o 
 // nothing: the dry run. It fails with an error matching sink.ErrNotFound
 // for an unknown id and a *NotOpenError for a dead letter that is not
 // open. It may be called from any goroutine.
-func PlanDrop(ctx context.Context, r DeadLetterReader, id int64) (sink.DeadLetter, error) {
+func PlanDrop(ctx context.Context, r DeadLetterReader, id int64) (dlq.Letter, error) {
 	d, err := DeadLetter(ctx, r, id)
 	if err != nil {
-		return sink.DeadLetter{}, err
+		return dlq.Letter{}, err
 	}
-	if d.State != sink.DeadLetterOpen {
-		return sink.DeadLetter{}, &NotOpenError{Op: "admin.Drop", ID: id, State: d.State}
+	if d.State != dlq.Open {
+		return dlq.Letter{}, &NotOpenError{Op: "admin.Drop", ID: id, State: d.State}
 	}
 	return d, nil
 }
@@ -491,23 +492,23 @@ type DropOptions struct {
 // error matching sink.ErrNoReason, and a lost compare-and-set with another
 // redrive or drop with one matching ErrChangedFirst. It may be called from
 // any goroutine.
-func Drop(ctx context.Context, s DeadLetterResolver, id int64, o DropOptions) (sink.DeadLetter, error) {
+func Drop(ctx context.Context, s DeadLetterResolver, id int64, o DropOptions) (dlq.Letter, error) {
 	if strings.TrimSpace(o.Reason) == "" {
-		return sink.DeadLetter{}, fmt.Errorf("admin.Drop: dead letter %d: DropOptions.Reason is empty: %w", id, sink.ErrNoReason)
+		return dlq.Letter{}, fmt.Errorf("admin.Drop: dead letter %d: DropOptions.Reason is empty: %w", id, sink.ErrNoReason)
 	}
 	if _, err := PlanDrop(ctx, s, id); err != nil {
-		return sink.DeadLetter{}, err
+		return dlq.Letter{}, err
 	}
 	actor := o.Actor
 	if actor == "" {
 		actor = "admin.Drop"
 	}
-	after, err := s.ResolveDeadLetter(ctx, id, sink.DeadLetterOpen, sink.DeadLetterDropped, o.Reason, actor)
+	after, err := s.ResolveDeadLetter(ctx, id, dlq.Open, dlq.Dropped, o.Reason, actor)
 	if err != nil {
-		if errors.Is(err, sink.ErrDeadLetterState) {
-			return sink.DeadLetter{}, &ChangedFirstError{Op: "admin.Drop", ID: id, Err: err}
+		if errors.Is(err, dlq.ErrState) {
+			return dlq.Letter{}, &ChangedFirstError{Op: "admin.Drop", ID: id, Err: err}
 		}
-		return sink.DeadLetter{}, fmt.Errorf("admin.Drop: dropping dead letter %d: %w", id, err)
+		return dlq.Letter{}, fmt.Errorf("admin.Drop: dropping dead letter %d: %w", id, err)
 	}
 	return after, nil
 }

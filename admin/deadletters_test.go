@@ -14,6 +14,7 @@ import (
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -86,12 +87,12 @@ func (p *fakeProducer) Redrive(ctx context.Context, cmd router.Command, o router
 // and runs before (if set) before the first move.
 type faultyStore struct {
 	*memory.Sink
-	fail   map[sink.DeadLetterState]error
+	fail   map[dlq.State]error
 	before func()
 	failed int
 }
 
-func (s *faultyStore) ResolveDeadLetter(ctx context.Context, id int64, from, to sink.DeadLetterState, reason, detail string) (sink.DeadLetter, error) {
+func (s *faultyStore) ResolveDeadLetter(ctx context.Context, id int64, from, to dlq.State, reason, detail string) (dlq.Letter, error) {
 	if s.before != nil {
 		b := s.before
 		s.before = nil
@@ -99,13 +100,13 @@ func (s *faultyStore) ResolveDeadLetter(ctx context.Context, id int64, from, to 
 	}
 	if err := s.fail[to]; err != nil {
 		s.failed++
-		return sink.DeadLetter{}, err
+		return dlq.Letter{}, err
 	}
 	return s.Sink.ResolveDeadLetter(ctx, id, from, to, reason, detail)
 }
 
 // stateOf reads dead letter id's state and audit rows.
-func stateOf(t *testing.T, s *memory.Sink, id int64) (sink.DeadLetterState, []sink.DeadLetterAction) {
+func stateOf(t *testing.T, s *memory.Sink, id int64) (dlq.State, []dlq.Action) {
 	t.Helper()
 	ctx := context.Background()
 	d, err := admin.DeadLetter(ctx, s, id)
@@ -136,7 +137,7 @@ func TestRedrive(t *testing.T) {
 	if plan.DeadLetter.ID != 1 || plan.Command.Type != "deposit" || string(plan.Command.Key) != "acct-1" {
 		t.Fatalf("PlanRedrive(1) = %+v", plan)
 	}
-	if st, audit := stateOf(t, s, 1); st != sink.DeadLetterOpen || len(audit) != 0 || len(p.calls) != 0 {
+	if st, audit := stateOf(t, s, 1); st != dlq.Open || len(audit) != 0 || len(p.calls) != 0 {
 		t.Fatalf("PlanRedrive changed something: state %s, audit %v, %d produced", st, audit, len(p.calls))
 	}
 
@@ -153,23 +154,23 @@ func TestRedrive(t *testing.T) {
 		len(c.cmd.Headers) != 1 || c.cmd.Headers[0].Key != "trace" || string(c.cmd.Headers[0].Value) != "abc" {
 		t.Errorf("Redrive produced %+v with %+v", c.cmd, c.o)
 	}
-	if res.DeadLetter.State != sink.DeadLetterRedriven || res.Result != (router.Result{Partition: 2, Offset: 41}) ||
+	if res.DeadLetter.State != dlq.Redriven || res.Result != (router.Result{Partition: 2, Offset: 41}) ||
 		res.Detail != "produced to ledger partition 2 offset 41" || res.Command.Type != "deposit" {
 		t.Errorf("Redrive returned %+v", res)
 	}
 	st, audit := stateOf(t, s, 1)
-	if st != sink.DeadLetterRedriven || len(audit) != 2 ||
-		audit[0].From != sink.DeadLetterOpen || audit[0].To != sink.DeadLetterRedriving || audit[0].Reason != "handler fixed" ||
+	if st != dlq.Redriven || len(audit) != 2 ||
+		audit[0].From != dlq.Open || audit[0].To != dlq.Redriving || audit[0].Reason != "handler fixed" ||
 		audit[0].Detail != "test: producing it again to topic ledger" ||
-		audit[1].From != sink.DeadLetterRedriving || audit[1].To != sink.DeadLetterRedriven || audit[1].Reason != "handler fixed" ||
+		audit[1].From != dlq.Redriving || audit[1].To != dlq.Redriven || audit[1].Reason != "handler fixed" ||
 		audit[1].Detail != "produced to ledger partition 2 offset 41" {
 		t.Fatalf("after the redrive: state %s, audit %+v", st, audit)
 	}
 
 	_, err = admin.Redrive(ctx, s, p, 1, admin.RedriveOptions{Reason: "again"})
 	var no *admin.NotOpenError
-	if !errors.As(err, &no) || no.State != sink.DeadLetterRedriven || no.ID != 1 || no.Op != "admin.Redrive" ||
-		!errors.Is(err, admin.ErrNotOpen) || !errors.Is(err, sink.ErrDeadLetterState) || !strings.Contains(err.Error(), "redriven at most once") {
+	if !errors.As(err, &no) || no.State != dlq.Redriven || no.ID != 1 || no.Op != "admin.Redrive" ||
+		!errors.Is(err, admin.ErrNotOpen) || !errors.Is(err, dlq.ErrState) || !strings.Contains(err.Error(), "redriven at most once") {
 		t.Fatalf("a second redrive: %v, want a *NotOpenError in state redriven", err)
 	}
 	if _, err := admin.PlanRedrive(ctx, s, 1); !errors.Is(err, admin.ErrNotOpen) {
@@ -178,7 +179,7 @@ func TestRedrive(t *testing.T) {
 	if len(p.calls) != 1 {
 		t.Fatalf("the second redrive produced: %d commands in all", len(p.calls))
 	}
-	if st, audit := stateOf(t, s, 1); st != sink.DeadLetterRedriven || len(audit) != 2 {
+	if st, audit := stateOf(t, s, 1); st != dlq.Redriven || len(audit) != 2 {
 		t.Fatalf("the second redrive changed dead letter 1: state %s, audit %v", st, audit)
 	}
 }
@@ -193,7 +194,7 @@ func TestRedriveProduceFails(t *testing.T) {
 	p := &fakeProducer{err: refused}
 	_, err := admin.Redrive(ctx, s, p, 3, admin.RedriveOptions{Reason: "retry it"})
 	var re *admin.RedriveError
-	if !errors.As(err, &re) || re.Produced || re.State != sink.DeadLetterOpen || re.RevertErr != nil || re.ID != 3 || re.Topic != "ledger" ||
+	if !errors.As(err, &re) || re.Produced || re.State != dlq.Open || re.RevertErr != nil || re.ID != 3 || re.Topic != "ledger" ||
 		!errors.Is(err, refused) || !strings.Contains(err.Error(), "open again") {
 		t.Fatalf("Redrive through a refusing producer: %v (%+v)", err, re)
 	}
@@ -201,7 +202,7 @@ func TestRedriveProduceFails(t *testing.T) {
 		t.Fatalf("the producer was asked %d times, want 1: the fault did not happen as planned", len(p.calls))
 	}
 	st, audit := stateOf(t, s, 3)
-	if st != sink.DeadLetterOpen || len(audit) != 2 || audit[1].From != sink.DeadLetterRedriving || audit[1].To != sink.DeadLetterOpen ||
+	if st != dlq.Open || len(audit) != 2 || audit[1].From != dlq.Redriving || audit[1].To != dlq.Open ||
 		audit[1].Detail != "the redrive failed, back to open: broker: INVALID_RECORD" || audit[1].Reason != "retry it" {
 		t.Fatalf("after the failed redrive: state %s, audit %+v", st, audit)
 	}
@@ -209,7 +210,7 @@ func TestRedriveProduceFails(t *testing.T) {
 	if _, err := admin.Redrive(ctx, s, p, 3, admin.RedriveOptions{Reason: "retry it"}); err != nil {
 		t.Fatalf("redrive once the producer accepts: %v", err)
 	}
-	if st, audit := stateOf(t, s, 3); st != sink.DeadLetterRedriven || len(audit) != 4 {
+	if st, audit := stateOf(t, s, 3); st != dlq.Redriven || len(audit) != 4 {
 		t.Fatalf("after the second redrive: state %s, audit %+v", st, audit)
 	}
 }
@@ -220,16 +221,16 @@ func TestRedriveProduceAndRevertFail(t *testing.T) {
 	ctx := context.Background()
 	s := deadLettered(t)
 	refused, down := errors.New("broker refused"), errors.New("sink down")
-	fs := &faultyStore{Sink: s, fail: map[sink.DeadLetterState]error{sink.DeadLetterOpen: down}}
+	fs := &faultyStore{Sink: s, fail: map[dlq.State]error{dlq.Open: down}}
 	_, err := admin.Redrive(ctx, fs, &fakeProducer{err: refused}, 1, admin.RedriveOptions{Reason: "r"})
 	var re *admin.RedriveError
-	if !errors.As(err, &re) || re.Produced || re.State != sink.DeadLetterRedriving || !errors.Is(err, refused) || !errors.Is(err, down) {
+	if !errors.As(err, &re) || re.Produced || re.State != dlq.Redriving || !errors.Is(err, refused) || !errors.Is(err, down) {
 		t.Fatalf("Redrive: %v, want a *RedriveError left redriving", err)
 	}
 	if fs.failed != 1 {
 		t.Fatalf("the move back to open failed %d times, want 1: the fault did not happen as planned", fs.failed)
 	}
-	if st, audit := stateOf(t, s, 1); st != sink.DeadLetterRedriving || len(audit) != 1 {
+	if st, audit := stateOf(t, s, 1); st != dlq.Redriving || len(audit) != 1 {
 		t.Fatalf("after the failed revert: state %s, audit %+v", st, audit)
 	}
 }
@@ -242,11 +243,11 @@ func TestRedriveProducedButNotMarked(t *testing.T) {
 	ctx := context.Background()
 	s := deadLettered(t)
 	down := errors.New("sink down")
-	fs := &faultyStore{Sink: s, fail: map[sink.DeadLetterState]error{sink.DeadLetterRedriven: down}}
+	fs := &faultyStore{Sink: s, fail: map[dlq.State]error{dlq.Redriven: down}}
 	p := &fakeProducer{}
 	_, err := admin.Redrive(ctx, fs, p, 1, admin.RedriveOptions{Reason: "r"})
 	var re *admin.RedriveError
-	if !errors.As(err, &re) || !re.Produced || re.Result != (router.Result{Partition: 2, Offset: 41}) || re.State != sink.DeadLetterRedriving ||
+	if !errors.As(err, &re) || !re.Produced || re.Result != (router.Result{Partition: 2, Offset: 41}) || re.State != dlq.Redriving ||
 		!errors.Is(err, down) || !strings.Contains(err.Error(), "stays redriving") {
 		t.Fatalf("Redrive: %v, want a *RedriveError, produced, left redriving", err)
 	}
@@ -254,13 +255,13 @@ func TestRedriveProducedButNotMarked(t *testing.T) {
 		t.Fatalf("failed moves %d, produced %d: want 1 and 1 (the fault did not happen as planned)", fs.failed, len(p.calls))
 	}
 	st, audit := stateOf(t, s, 1)
-	if st != sink.DeadLetterRedriving || len(audit) != 1 || audit[0].To != sink.DeadLetterRedriving {
+	if st != dlq.Redriving || len(audit) != 1 || audit[0].To != dlq.Redriving {
 		t.Fatalf("after the produce: state %s, audit %+v", st, audit)
 	}
 	fs.fail = nil
 	_, err = admin.Redrive(ctx, fs, p, 1, admin.RedriveOptions{Reason: "again"})
 	var no *admin.NotOpenError
-	if !errors.As(err, &no) || no.State != sink.DeadLetterRedriving || !strings.Contains(err.Error(), "interrupted") {
+	if !errors.As(err, &no) || no.State != dlq.Redriving || !strings.Contains(err.Error(), "interrupted") {
 		t.Fatalf("a redrive of a redriving dead letter: %v, want a *NotOpenError", err)
 	}
 	if _, err := admin.Drop(ctx, fs, 1, admin.DropOptions{Reason: "give up"}); !errors.As(err, &no) || no.Op != "admin.Drop" {
@@ -269,7 +270,7 @@ func TestRedriveProducedButNotMarked(t *testing.T) {
 	if len(p.calls) != 1 {
 		t.Fatalf("the command was produced %d times, want once", len(p.calls))
 	}
-	if st, audit := stateOf(t, s, 1); st != sink.DeadLetterRedriving || len(audit) != 1 {
+	if st, audit := stateOf(t, s, 1); st != dlq.Redriving || len(audit) != 1 {
 		t.Fatalf("the refused redrive or drop changed it: state %s, audit %+v", st, audit)
 	}
 }
@@ -302,13 +303,13 @@ func TestRedriveRefusals(t *testing.T) {
 	}}
 	_, err = admin.Redrive(ctx, fs, p, 3, admin.RedriveOptions{Reason: "x"})
 	var cf *admin.ChangedFirstError
-	if !errors.As(err, &cf) || cf.ID != 3 || !errors.Is(err, admin.ErrChangedFirst) || !errors.Is(err, sink.ErrDeadLetterState) {
+	if !errors.As(err, &cf) || cf.ID != 3 || !errors.Is(err, admin.ErrChangedFirst) || !errors.Is(err, dlq.ErrState) {
 		t.Errorf("Redrive that loses the race: %v, want a *ChangedFirstError", err)
 	}
 	if len(p.calls) != 0 {
 		t.Fatalf("the refused redrives produced %d commands", len(p.calls))
 	}
-	for id, want := range map[int64]sink.DeadLetterState{1: sink.DeadLetterOpen, 2: sink.DeadLetterOpen, 3: sink.DeadLetterDropped} {
+	for id, want := range map[int64]dlq.State{1: dlq.Open, 2: dlq.Open, 3: dlq.Dropped} {
 		if st, audit := stateOf(t, s, id); st != want || len(audit) != map[bool]int{true: 1, false: 0}[id == 3] {
 			t.Errorf("dead letter %d after the refusals: state %s, audit %+v", id, st, audit)
 		}
@@ -321,29 +322,29 @@ func TestRedriveRefusals(t *testing.T) {
 func TestDrop(t *testing.T) {
 	ctx := context.Background()
 	s := deadLettered(t)
-	if d, err := admin.PlanDrop(ctx, s, 2); err != nil || d.ID != 2 || d.State != sink.DeadLetterOpen {
+	if d, err := admin.PlanDrop(ctx, s, 2); err != nil || d.ID != 2 || d.State != dlq.Open {
 		t.Fatalf("PlanDrop(2) = %+v, %v", d, err)
 	}
 	if _, err := admin.Drop(ctx, s, 2, admin.DropOptions{}); !errors.Is(err, sink.ErrNoReason) || !strings.Contains(err.Error(), "DropOptions.Reason") {
 		t.Errorf("Drop without a reason: %v", err)
 	}
-	if st, audit := stateOf(t, s, 2); st != sink.DeadLetterOpen || len(audit) != 0 {
+	if st, audit := stateOf(t, s, 2); st != dlq.Open || len(audit) != 0 {
 		t.Fatalf("PlanDrop or a refused Drop changed it: state %s, audit %v", st, audit)
 	}
 	d, err := admin.Drop(ctx, s, 2, admin.DropOptions{Reason: "a stray test record"})
-	if err != nil || d.State != sink.DeadLetterDropped {
+	if err != nil || d.State != dlq.Dropped {
 		t.Fatalf("Drop: %+v, %v", d, err)
 	}
 	st, audit := stateOf(t, s, 2)
-	if st != sink.DeadLetterDropped || len(audit) != 1 || audit[0].From != sink.DeadLetterOpen || audit[0].To != sink.DeadLetterDropped ||
+	if st != dlq.Dropped || len(audit) != 1 || audit[0].From != dlq.Open || audit[0].To != dlq.Dropped ||
 		audit[0].Reason != "a stray test record" || audit[0].Detail != "admin.Drop" {
 		t.Fatalf("after the drop: state %s, audit %+v", st, audit)
 	}
 	var no *admin.NotOpenError
-	if _, err := admin.Drop(ctx, s, 2, admin.DropOptions{Reason: "again"}); !errors.As(err, &no) || no.State != sink.DeadLetterDropped {
+	if _, err := admin.Drop(ctx, s, 2, admin.DropOptions{Reason: "again"}); !errors.As(err, &no) || no.State != dlq.Dropped {
 		t.Errorf("a second drop: %v", err)
 	}
-	if _, err := admin.Redrive(ctx, s, &fakeProducer{}, 2, admin.RedriveOptions{Reason: "x"}); !errors.As(err, &no) || no.State != sink.DeadLetterDropped {
+	if _, err := admin.Redrive(ctx, s, &fakeProducer{}, 2, admin.RedriveOptions{Reason: "x"}); !errors.As(err, &no) || no.State != dlq.Dropped {
 		t.Errorf("a redrive of a dropped dead letter: %v", err)
 	}
 	if _, err := admin.Drop(ctx, s, 42, admin.DropOptions{Reason: "x"}); !errors.Is(err, sink.ErrNotFound) {
@@ -354,13 +355,13 @@ func TestDrop(t *testing.T) {
 			t.Fatal(err)
 		}
 	}}
-	if _, err := admin.Drop(ctx, fs, 3, admin.DropOptions{Reason: "me"}); !errors.Is(err, admin.ErrChangedFirst) || !errors.Is(err, sink.ErrDeadLetterState) {
+	if _, err := admin.Drop(ctx, fs, 3, admin.DropOptions{Reason: "me"}); !errors.Is(err, admin.ErrChangedFirst) || !errors.Is(err, dlq.ErrState) {
 		t.Errorf("Drop that loses the race: %v", err)
 	}
-	if st, audit := stateOf(t, s, 2); st != sink.DeadLetterDropped || len(audit) != 1 {
+	if st, audit := stateOf(t, s, 2); st != dlq.Dropped || len(audit) != 1 {
 		t.Fatalf("the refusals changed dead letter 2: state %s, audit %v", st, audit)
 	}
-	if st, audit := stateOf(t, s, 3); st != sink.DeadLetterDropped || len(audit) != 1 || audit[0].Reason != "the other operator" {
+	if st, audit := stateOf(t, s, 3); st != dlq.Dropped || len(audit) != 1 || audit[0].Reason != "the other operator" {
 		t.Fatalf("dead letter 3: state %s, audit %+v, want the other operator's drop only", st, audit)
 	}
 }
@@ -382,8 +383,8 @@ func TestDeadLetters(t *testing.T) {
 		{admin.DeadLetterQuery{Group: "other"}, "[]", false},
 		{admin.DeadLetterQuery{Type: "deposit"}, "[1]", false},
 		{admin.DeadLetterQuery{Reason: consumer.ReasonUndecodable}, "[2]", false},
-		{admin.DeadLetterQuery{States: []sink.DeadLetterState{sink.DeadLetterOpen}}, "[1 2 3]", false},
-		{admin.DeadLetterQuery{States: []sink.DeadLetterState{sink.DeadLetterDropped, sink.DeadLetterRedriven}}, "[]", false},
+		{admin.DeadLetterQuery{States: []dlq.State{dlq.Open}}, "[1 2 3]", false},
+		{admin.DeadLetterQuery{States: []dlq.State{dlq.Dropped, dlq.Redriven}}, "[]", false},
 		{admin.DeadLetterQuery{Since: time.Now().Add(-time.Hour)}, "[1 2 3]", false},
 		{admin.DeadLetterQuery{Since: time.Now().Add(time.Hour)}, "[]", false},
 		{admin.DeadLetterQuery{Limit: 2}, "[1 2]", true},
@@ -410,7 +411,7 @@ func TestDeadLetters(t *testing.T) {
 	}{
 		{admin.DeadLetterQuery{Reason: "bogus"}, "Reason"},
 		{admin.DeadLetterQuery{Partition: part(-1)}, "Partition"},
-		{admin.DeadLetterQuery{States: []sink.DeadLetterState{"gone"}}, "States"},
+		{admin.DeadLetterQuery{States: []dlq.State{"gone"}}, "States"},
 		{admin.DeadLetterQuery{Limit: -1}, "Limit"},
 	} {
 		_, err := admin.DeadLetters(ctx, s, tc.q)

@@ -15,6 +15,7 @@ import (
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -41,7 +42,7 @@ func ExampleRedrive() {
 		log.Fatal(err)
 	}
 
-	page, err := admin.DeadLetters(ctx, s, admin.DeadLetterQuery{States: []sink.DeadLetterState{sink.DeadLetterOpen}})
+	page, err := admin.DeadLetters(ctx, s, admin.DeadLetterQuery{States: []dlq.State{dlq.Open}})
 	if err != nil {
 		log.Fatal(err)
 	}

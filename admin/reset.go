@@ -17,7 +17,9 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/observe"
+	"github.com/workrouter/workrouter/internal/topicid"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 // ProblemKind names what is wrong with a scope.
@@ -92,7 +94,7 @@ func ExpectToken(f sink.Fence) string {
 // brokers (through cl) say of the topic's log and of the group, and names
 // each scope's problems. The topic's ID is read from the brokers, never
 // from cl's metadata cache. It may be called from any goroutine.
-func Diagnose(ctx context.Context, cl *kgo.Client, l sink.Lister, group, topic string) ([]Report, error) {
+func Diagnose(ctx context.Context, cl *kgo.Client, l fenceadmin.Lister, group, topic string) ([]Report, error) {
 	all, err := l.Fences(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("admin: reading the sink's fences: %w", err)
@@ -125,14 +127,14 @@ func Diagnose(ctx context.Context, cl *kgo.Client, l sink.Lister, group, topic s
 			r.Committed = c.At
 		}
 		if exists && id != ([16]byte{}) {
-			r.Log.TopicID = sink.FormatTopicID(id)
+			r.Log.TopicID = topicid.Format(id)
 			if s, ok := starts.Lookup(topic, p); ok && s.Err == nil {
 				r.Log.LogStart = s.Offset
 			}
 			if e, ok := ends.Lookup(topic, p); ok && e.Err == nil {
 				r.Log.LogEnd = e.Offset
 			}
-			if _, _, err := sink.CheckLog(r.Fence.Scope, true, r.Fence.TopicID, r.Fence.NextOffset, r.Log); err != nil {
+			if _, _, err := sink.CheckLog(r.Fence.Scope, true, r.Fence.TopicID, sink.Checkpoint{NextOffset: r.Fence.NextOffset, Done: r.Fence.Done}, r.Log); err != nil {
 				var lc *sink.LogChangedError
 				if errors.As(err, &lc) {
 					r.Problems = append(r.Problems, Problem{Kind: logKind(lc), Detail: lc.What()})
@@ -236,8 +238,8 @@ type Result struct {
 // ResetSink is what Reset needs from a sink: its fences (to diagnose the
 // scope) and the audited compare-and-set reset.
 type ResetSink interface {
-	sink.Lister
-	sink.Resetter
+	fenceadmin.Lister
+	fenceadmin.Resetter
 }
 
 // Refusal names why a planned reset would be refused ("" if it would
@@ -305,7 +307,7 @@ type ResetPlan struct {
 // from here. It changes nothing. The plans are in the sink's order of the
 // fences; a partition the sink has no fence for is left out. It may be
 // called from any goroutine.
-func Plan(ctx context.Context, cl *kgo.Client, l sink.Lister, req PlanRequest) ([]ResetPlan, error) {
+func Plan(ctx context.Context, cl *kgo.Client, l fenceadmin.Lister, req PlanRequest) ([]ResetPlan, error) {
 	reports, err := Diagnose(ctx, cl, l, req.Group, req.Topic)
 	if err != nil {
 		return nil, err
@@ -395,7 +397,7 @@ func Reset(ctx context.Context, cl *kgo.Client, s ResetSink, req Request) (Resul
 	if pl.Err != nil {
 		return res, pl.Err
 	}
-	sreq := sink.ResetRequest{Scope: req.Scope, Expect: r.Fence, Reason: req.Reason}
+	sreq := fenceadmin.ResetRequest{Scope: req.Scope, Expect: r.Fence, Reason: req.Reason}
 	if !req.Checkpoint.Keep {
 		next := pl.Checkpoint
 		sreq.NextOffset, sreq.TopicID = &next, pl.TopicID
@@ -412,7 +414,7 @@ func Reset(ctx context.Context, cl *kgo.Client, s ResetSink, req Request) (Resul
 		return res, fmt.Errorf("admin: resetting %s: %w", req.Scope, err)
 	}
 	res.Before = before
-	res.After = before.AfterReset(sreq)
+	res.After = fenceadmin.AfterReset(before, sreq)
 	return res, nil
 }
 

@@ -15,7 +15,8 @@ import (
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/internal/observe"
 	"github.com/workrouter/workrouter/internal/topicid"
-	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 // StatusRequest says what Status describes.
@@ -23,10 +24,10 @@ type StatusRequest struct {
 	Group, Topic string
 	// Sink, if not nil, adds the sink's fences of Group and Topic, with
 	// each partition's problems (Diagnose).
-	Sink sink.Lister
+	Sink fenceadmin.Lister
 	// DeadLetters, if not nil, adds each fenced partition's count of open
 	// dead letters (nil: the sink stores none).
-	DeadLetters sink.DeadLetterStore
+	DeadLetters dlq.Store
 	// CheckKeys, if positive, reads the last CheckKeys records of every
 	// partition and checks their keys against Partitioner, with a client
 	// of its own built from ClientOpts (the routing check,
@@ -293,7 +294,7 @@ func describeStatus(ctx context.Context, cl *kgo.Client, group, topic string) (S
 // addSinkFences adds the sink's fences of the group and topic to rep, with
 // each partition's problems (Diagnose) and, if ds is not nil, its open
 // dead letters.
-func addSinkFences(ctx context.Context, cl *kgo.Client, rep *StatusReport, l sink.Lister, ds sink.DeadLetterStore) error {
+func addSinkFences(ctx context.Context, cl *kgo.Client, rep *StatusReport, l fenceadmin.Lister, ds dlq.Store) error {
 	reports, err := Diagnose(ctx, cl, l, rep.Group, rep.Topic)
 	if err != nil {
 		return &SinkError{err}
@@ -304,7 +305,7 @@ func addSinkFences(ctx context.Context, cl *kgo.Client, rep *StatusReport, l sin
 	}
 	var open map[int32]int
 	if ds != nil {
-		dls, err := ds.DeadLetters(ctx, sink.DeadLetterFilter{Group: rep.Group, Topic: rep.Topic, States: []sink.DeadLetterState{sink.DeadLetterOpen}})
+		dls, err := ds.DeadLetters(ctx, dlq.Filter{Group: rep.Group, Topic: rep.Topic, States: []dlq.State{dlq.Open}})
 		if err != nil {
 			return &SinkError{fmt.Errorf("reading dead letters: %w", err)}
 		}

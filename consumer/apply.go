@@ -444,9 +444,9 @@ func (t *tenure[Tx]) poisonReason(d decoded[Tx], err error, pol TypePolicy, atte
 
 // isPermanent reports whether a handler's error can never succeed on a
 // retry of the same record: the handler marked it (Permanent), or the sink
-// says so (sink.PermanentClassifier: e.g. a value the database refuses).
+// says so (sink.Health: e.g. a value the database refuses).
 func (t *tenure[Tx]) isPermanent(err error) bool {
-	return errors.Is(err, ErrPermanent) || t.w.permanent != nil && t.w.permanent.IsPermanent(err)
+	return errors.Is(err, ErrPermanent) || t.w.health != nil && t.w.health.IsPermanent(err)
 }
 
 // sinkFailed reports whether ee, the error of an Apply whose effect
@@ -456,7 +456,7 @@ func (t *tenure[Tx]) isPermanent(err error) bool {
 // is the handler's own — a call to another service that is down or slow
 // fails with the same network errors and deadlines as a lost or stuck
 // database connection. Otherwise
-// the sink's classifier decides (sink.ErrorClassifier), or a ping it does
+// the sink's classifier decides (sink.Health), or a ping it does
 // not answer.
 func (t *tenure[Tx]) sinkFailed(ee *sink.EffectError, permanent bool) bool {
 	w := t.w
@@ -473,13 +473,13 @@ func (t *tenure[Tx]) sinkFailed(ee *sink.EffectError, permanent bool) bool {
 	// A handler's own verdict (Permanent) is not second-guessed by the
 	// sink's classifier, which could mistake the handler's error for the
 	// sink's; a sink that is down is still found by the ping.
-	if !permanent && w.classifier != nil && w.classifier.IsSinkFailure(err) {
+	if !permanent && w.health != nil && w.health.IsSinkFailure(err) {
 		return true
 	}
-	if w.pinger != nil {
+	if w.health != nil {
 		ctx, cancel := context.WithTimeout(t.ctx, 5*time.Second)
 		defer cancel()
-		if perr := w.pinger.Ping(ctx); perr != nil && t.ctx.Err() == nil {
+		if perr := w.health.Ping(ctx); perr != nil && t.ctx.Err() == nil {
 			return true
 		}
 	}

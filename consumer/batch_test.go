@@ -12,7 +12,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
-	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -86,7 +86,7 @@ func TestHandlersSeeEachRecordAsProduced(t *testing.T) {
 		}
 	}
 	deadLetters := func() int {
-		dls, err := s.DeadLetters(context.Background(), sink.DeadLetterFilter{})
+		dls, err := s.DeadLetters(context.Background(), dlq.Filter{})
 		if err != nil {
 			t.Fatal(err)
 		}

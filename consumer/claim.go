@@ -14,7 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/workrouter/workrouter/internal/observe"
+	"github.com/workrouter/workrouter/internal/topicid"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 // errBlocked marks a claim refused for a reason an operator must resolve:
@@ -338,7 +340,7 @@ func (w *Worker[Tx]) discard(t *tenure[Tx], op sink.Op, err error) {
 // and the current generation is not below the token's epoch.
 //
 // The commit is of the partition's current checkpoint (the sink's, read
-// through sink.Lister, or Kafka's committed offset), so it moves nothing.
+// through fenceadmin.Lister, or Kafka's committed offset), so it moves nothing.
 //
 // It returns the epoch the coordinator accepted the commit at: the
 // token's, or (classic) the current generation.
@@ -348,7 +350,7 @@ func (w *Worker[Tx]) proveMembership(ctx context.Context, t *tenure[Tx]) (int32,
 		return 0, fmt.Errorf("consumer: %s is no longer this client's member ID (now %q)", t.tok.Member, member)
 	}
 	offset := int64(-1)
-	if l, ok := sink.As[sink.Lister](w.cfg.Sink); ok {
+	if l, ok := sink.As[fenceadmin.Lister](w.cfg.Sink); ok {
 		if fences, err := l.Fences(ctx); err == nil {
 			for _, f := range fences {
 				if f.Scope == t.tok.Scope() {
@@ -432,7 +434,7 @@ func commitAs(ctx context.Context, cl *kgo.Client, group, member string, gen int
 
 // topicIDBytes returns the topic ID t observed, as bytes (zero if none).
 func (w *Worker[Tx]) topicIDBytes(t *tenure[Tx]) [16]byte {
-	id, _ := sink.ParseTopicID(t.topicID) // zero if none (a broker without topic IDs)
+	id, _ := topicid.Parse(t.topicID) // zero if none (a broker without topic IDs)
 	return id
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -208,7 +209,7 @@ func TestRetryBudgetIsExact(t *testing.T) {
 		command(t, c.topic, 0, "k", "append", "2"),
 	)
 	waitFor(t, 30*time.Second, "both failing records dead-lettered and the rest applied", func() bool {
-		dls, _ := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+		dls, _ := s.DeadLetters(t.Context(), dlq.Filter{})
 		return len(dls) == 2 && len(logOf(s, "k")) == 3
 	})
 	budget := map[int64]int{offs[1]: 3, offs[3]: 5}
@@ -219,7 +220,7 @@ func TestRetryBudgetIsExact(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	dls, err := s.DeadLetters(t.Context(), dlq.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ type Config[Tx any] struct {
 	// dead letters of the partitions it owns to, from the sink's rows after
 	// they commit (at least once, keyed like the original, with headers
 	// naming the original topic, partition, offset, group, reason, error
-	// and token). It needs a sink with sink.DeadLetterStore. Empty disables
+	// and token). It needs a sink with dlq.Store. Empty disables
 	// the mirror; the sink's rows are the record either way.
 	DeadLetterTopic string
 	// ReclaimInterval is how often the Worker claims again a partition

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 )
 
 // deadLetter stores d's first record as a dead letter in the sink and
@@ -107,7 +108,7 @@ func (w *Worker[Tx]) signalMirror() {
 func (w *Worker[Tx]) mirrorOnce(ctx context.Context) error {
 	for _, tok := range w.Owned() {
 		p := tok.Partition
-		dls, err := w.dlStore.DeadLetters(ctx, sink.DeadLetterFilter{Group: w.cfg.Group, Topic: w.cfg.Topic, Partition: &p, NotMirrored: true, Limit: 500})
+		dls, err := w.dlStore.DeadLetters(ctx, dlq.Filter{Group: w.cfg.Group, Topic: w.cfg.Topic, Partition: &p, NotMirrored: true, Limit: 500})
 		if err != nil {
 			return err
 		}

@@ -161,8 +161,8 @@ func TestDuplicateCommandAppliedOnce(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	rec := &eventRecorder{}
 	w := startWorker(t, c, s, workerOpts{name: "dedupe", registerer: reg, observers: []consumer.Observer{rec}})
-	if v, ok := series(t, reg, "workrouter_consumer_dedupe_window_offsets", map[string]string{"topic": c.topic}); !ok || v != float64(sink.DefaultDedupeWindow) {
-		t.Errorf("dedupe_window_offsets = %v (exported %v), want the memory sink's default window %d", v, ok, sink.DefaultDedupeWindow)
+	if v, ok := series(t, reg, "workrouter_consumer_dedupe_window_offsets", map[string]string{"topic": c.topic}); !ok || v != float64(s.Features().DedupeWindow) {
+		t.Errorf("dedupe_window_offsets = %v (exported %v), want the memory sink's window %d", v, ok, s.Features().DedupeWindow)
 	}
 	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	if v, ok := series(t, reg, "workrouter_consumer_duplicates_skipped_total", partition0(c)); !ok || v != 0 {

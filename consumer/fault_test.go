@@ -20,6 +20,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -392,7 +393,7 @@ func TestGenerationBackwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range fences {
-		if _, err := s.ResetFence(context.Background(), sink.ResetRequest{Scope: f.Scope, Expect: f, Reason: "group g recreated; ticket OPS-1"}); err != nil {
+		if _, err := s.ResetFence(context.Background(), fenceadmin.ResetRequest{Scope: f.Scope, Expect: f, Reason: "group g recreated; ticket OPS-1"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -446,8 +447,8 @@ func TestGenerationBackwardsTakenOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		i := slices.IndexFunc(hs, func(e sink.HistoryEntry) bool { return e.Kind == sink.HistoryReset })
-		if i < 0 || hs[i].Token != f.Holder || hs[i].Reason != sink.TakeoverReason || i+1 >= len(hs) || !hs[i+1].Proven ||
+		i := slices.IndexFunc(hs, func(e fenceadmin.Entry) bool { return e.Kind == fenceadmin.KindReset })
+		if i < 0 || hs[i].Token != f.Holder || hs[i].Reason != fenceadmin.TakeoverReason || i+1 >= len(hs) || !hs[i+1].Proven ||
 			hs[i+1].Token.Epoch >= f.Holder.Epoch {
 			t.Fatalf("history of %s = %+v: want the takeover audited as a reset of %s, then a proven claim below it", f.Scope, hs, f.Holder)
 		}
@@ -842,7 +843,7 @@ func TestEqualEpochAfterDataLoss(t *testing.T) {
 		t.Fatal("the claim was never refused")
 	}
 	fs, _ := s.Fences(t.Context())
-	if _, err := s.ResetFence(t.Context(), sink.ResetRequest{Scope: fs[0].Scope, Expect: fs[0], Reason: "broker lost its data (test)"}); err != nil {
+	if _, err := s.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: fs[0].Scope, Expect: fs[0], Reason: "broker lost its data (test)"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == 9 })

@@ -18,6 +18,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -359,7 +360,7 @@ func TestKeyConcurrencyKeylessAndPoisonKeepTheOrder(t *testing.T) {
 			t.Errorf("key %s: applied %v, want %v", k, got, want)
 		}
 	}
-	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	dls, err := s.DeadLetters(t.Context(), dlq.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

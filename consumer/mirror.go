@@ -5,8 +5,7 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 )
 
 // Headers of a dead letter mirrored to the DLQ topic, in the manner of
@@ -26,7 +25,7 @@ const (
 // MirrorRecord returns the record that mirrors dead letter d to the DLQ
 // topic: the original key, value and headers, plus the DLQHeader* headers.
 // It may be called from any goroutine.
-func MirrorRecord(topic string, d sink.DeadLetter) *kgo.Record {
+func MirrorRecord(topic string, d dlq.Letter) *kgo.Record {
 	r := &kgo.Record{Topic: topic, Key: d.Record.Key, Value: d.Record.Value, Timestamp: d.Record.Timestamp}
 	for _, h := range d.Record.Headers {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})

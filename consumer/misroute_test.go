@@ -17,7 +17,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/router"
-	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -257,7 +257,7 @@ func TestMisrouteRefuseDeadLetters(t *testing.T) {
 	s := memory.New()
 	w := misrouteWorker(t, c, s, envelope.Murmur2, consumer.MisrouteRefuse, nil, &lockedBuffer{}, consumer.ObserverFunc(func(consumer.Event) {}))
 	waitFor(t, 30*time.Second, "the misrouted record dead-lettered", func() bool { return w.Stats().DeadLettered >= 1 })
-	dls, err := s.DeadLetters(context.Background(), sink.DeadLetterFilter{})
+	dls, err := s.DeadLetters(context.Background(), dlq.Filter{})
 	if err != nil || len(dls) < 1 || dls[0].Record.Reason != consumer.ReasonMisrouted || !strings.Contains(dls[0].Record.Error, "maps it to partition 0") {
 		t.Fatalf("dead letters %+v, %v: want one with reason %q", dls, err, consumer.ReasonMisrouted)
 	}

@@ -68,7 +68,7 @@ func (a PoisonAction) String() string {
 // PoisonPolicy says what happens to records that cannot be applied
 // (docs/design.md#dead-letters). Whatever it says, a record before a
 // poison record in a batch is applied first, failures of the sink itself
-// (sink.ErrorClassifier) are retried without limit and never spend a
+// (sink.Health) are retried without limit and never spend a
 // budget, and nothing is skipped without a dead letter. The zero value is
 // the documented defaults.
 type PoisonPolicy struct {

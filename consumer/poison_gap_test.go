@@ -10,6 +10,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -124,18 +125,18 @@ func TestPoisonAfterOffsetGap(t *testing.T) {
 				return appliedCount(s, []string{"k"}) == 2
 			})
 			waitFor(t, 30*time.Second, "the poison record dead-lettered", func() bool {
-				dls, _ := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+				dls, _ := s.DeadLetters(t.Context(), dlq.Filter{})
 				return len(dls) == 1
 			})
 			noStall()
 			if got := logOf(s, "k"); !slices.Equal(got, []int{0, 1}) {
 				t.Fatalf("applied %v, want [0 1] (the aborted command never)", got)
 			}
-			dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+			dls, err := s.DeadLetters(t.Context(), dlq.Filter{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := dls[0]; d.Record.Offset != poison || d.Record.Reason != consumer.ReasonUndecodable || d.State != sink.DeadLetterOpen {
+			if d := dls[0]; d.Record.Offset != poison || d.Record.Reason != consumer.ReasonUndecodable || d.State != dlq.Open {
 				t.Fatalf("dead letter %+v: want the record at offset %d, undecodable, open", d, poison)
 			}
 			fences, err := s.Fences(t.Context())

@@ -21,6 +21,8 @@ import (
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/invariants"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -144,7 +146,7 @@ func TestPoisonRecordsCostOnlyThemselves(t *testing.T) {
 	}
 	waitFor(t, 60*time.Second, "every good command applied", func() bool { return appliedCount(s, keys) == total })
 	waitFor(t, 30*time.Second, "every poison record dead-lettered", func() bool {
-		dls, _ := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+		dls, _ := s.DeadLetters(t.Context(), dlq.Filter{})
 		return len(dls) == len(cases)
 	})
 	for k, n := range seq {
@@ -152,14 +154,14 @@ func TestPoisonRecordsCostOnlyThemselves(t *testing.T) {
 			t.Errorf("key %s: applied %v, want 0..%d in order, each once", k, got, n-1)
 		}
 	}
-	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	dls, err := s.DeadLetters(t.Context(), dlq.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reasons := map[string]int{}
 	for _, d := range dls {
 		reasons[d.Record.Reason]++
-		if d.Token.Member == "" || d.State != sink.DeadLetterOpen || d.Record.Error == "" {
+		if d.Token.Member == "" || d.State != dlq.Open || d.Record.Error == "" {
 			t.Errorf("dead letter %+v lacks its token, state or error", d)
 		}
 	}
@@ -248,13 +250,23 @@ func (o *outageSink) effect(effect sink.Effect[*memory.Tx]) sink.Effect[*memory.
 	}
 }
 
-// classifying tells errConnLost for a failure of the sink.
+// classifying tells errConnLost for a failure of the sink; its pings
+// always answer (sink.Health: the classifier alone decides).
 type classifying struct{ *outageSink }
 
 func (c classifying) IsSinkFailure(err error) bool { return errors.Is(err, errConnLost) }
 
-// pinging answers pings only while up.
+func (classifying) IsPermanent(error) bool { return false }
+
+func (classifying) Ping(context.Context) error { return nil }
+
+// pinging answers pings only while up, and classifies nothing
+// (sink.Health: the ping alone decides).
 type pinging struct{ *outageSink }
+
+func (pinging) IsSinkFailure(error) bool { return false }
+
+func (pinging) IsPermanent(error) bool { return false }
 
 func (p pinging) Ping(context.Context) error {
 	if p.down.Load() {
@@ -299,7 +311,7 @@ func TestSinkOutageDeadLettersNothing(t *testing.T) {
 			wg.Wait()
 			waitFor(t, 60*time.Second, "every command applied after the outage", func() bool { return appliedCount(s, keys) == 100 })
 			checkInvariants(t, s, keys, 10)
-			if dls, _ := s.DeadLetters(t.Context(), sink.DeadLetterFilter{}); len(dls) != 0 {
+			if dls, _ := s.DeadLetters(t.Context(), dlq.Filter{}); len(dls) != 0 {
 				t.Fatalf("the outage dead-lettered %d records: %+v", len(dls), dls[0].Record.Error)
 			}
 			if o.failures.Load() == 0 || w.Stats().Retries == 0 {
@@ -341,7 +353,7 @@ func TestZombieCannotDeadLetter(t *testing.T) {
 	}
 	bGate.open()
 	waitFor(t, 60*time.Second, "b to apply every command", func() bool { return appliedCount(z.s, z.keys) == len(z.keys)*z.perKey })
-	if dls, _ := z.s.DeadLetters(t.Context(), sink.DeadLetterFilter{}); len(dls) != 0 {
+	if dls, _ := z.s.DeadLetters(t.Context(), dlq.Filter{}); len(dls) != 0 {
 		t.Fatalf("the zombie's dead letter landed: %+v", dls)
 	}
 	z.stopHole()
@@ -369,7 +381,7 @@ func TestPermanentIsNotSecondGuessed(t *testing.T) {
 	w := startWorker(t, c, s, workerOpts{name: "a", sink: classifyingPinger{o}, handler: handler})
 	produce(t, c, 1, keys, 0, 3)
 	waitFor(t, 30*time.Second, "the good commands applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
-	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	dls, err := s.DeadLetters(t.Context(), dlq.Filter{})
 	if err != nil || len(dls) != len(keys) {
 		t.Fatalf("dead letters %d, %v: want %d", len(dls), err, len(keys))
 	}
@@ -388,6 +400,8 @@ type classifyingPinger struct{ *outageSink }
 
 func (c classifyingPinger) IsSinkFailure(err error) bool { return errors.Is(err, errConnLost) }
 
+func (classifyingPinger) IsPermanent(error) bool { return false }
+
 func (c classifyingPinger) Ping(context.Context) error {
 	if c.down.Load() {
 		return errConnLost
@@ -400,16 +414,19 @@ func (c classifyingPinger) Ping(context.Context) error {
 var errBadValue = errors.New("the database refused the value")
 
 // permanentClassifying is a sink that classifies errBadValue as permanent
-// (sink.PermanentClassifier), as the PostgreSQL sink does for data
-// exceptions.
+// (sink.Health), as the PostgreSQL sink does for data exceptions.
 type permanentClassifying struct{ *memory.Sink }
 
 func (p permanentClassifying) Unwrap() sink.Sink[*memory.Tx] { return p.Sink }
 
 func (permanentClassifying) IsPermanent(err error) bool { return errors.Is(err, errBadValue) }
 
+func (permanentClassifying) IsSinkFailure(error) bool { return false }
+
+func (permanentClassifying) Ping(context.Context) error { return nil }
+
 // TestSinkClassifiedPermanentDeadLettersAtOnce: a handler error the sink
-// classifies as permanent (sink.PermanentClassifier) is dead-lettered on
+// classifies as permanent (sink.Health) is dead-lettered on
 // its first failure (behind the records before it in its batch, which are
 // applied without it; it is not run again), with reason permanent, instead
 // of after its whole retry budget; the commands around it are applied. It is red when the
@@ -432,7 +449,7 @@ func TestSinkClassifiedPermanentDeadLettersAtOnce(t *testing.T) {
 		poison: consumer.PoisonPolicy{MaxAttempts: 5}})
 	produce(t, c, 1, keys, 0, 3)
 	waitFor(t, 30*time.Second, "the good commands applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
-	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	dls, err := s.DeadLetters(t.Context(), dlq.Filter{})
 	if err != nil || len(dls) != len(keys) {
 		t.Fatalf("dead letters %d, %v: want %d", len(dls), err, len(keys))
 	}
@@ -465,7 +482,7 @@ func (r *resetBeforeDeadLetter) DeadLetter(ctx context.Context, tok epochs.Token
 		fs, err := r.Sink.Fences(ctx)
 		for _, f := range fs {
 			if err == nil && f.Scope == tok.Scope() {
-				_, err = r.Sink.ResetFence(ctx, sink.ResetRequest{Scope: f.Scope, Expect: f, Reason: "reset before a dead letter (test)"})
+				_, err = r.Sink.ResetFence(ctx, fenceadmin.ResetRequest{Scope: f.Scope, Expect: f, Reason: "reset before a dead letter (test)"})
 			}
 		}
 		r.reset.Store(err == nil)
@@ -496,7 +513,7 @@ func TestResetBeforeDeadLetterReclaims(t *testing.T) {
 	if !r.reset.Load() {
 		t.Fatal("the fence was never reset before the dead letter")
 	}
-	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	dls, err := s.DeadLetters(t.Context(), dlq.Filter{})
 	if err != nil || len(dls) != 1 || dls[0].Record.Offset != poison {
 		t.Fatalf("dead letters %+v, %v: want the one at offset %d", dls, err, poison)
 	}
@@ -517,6 +534,10 @@ func (netClassifying) IsSinkFailure(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne)
 }
+
+func (netClassifying) IsPermanent(error) bool { return false }
+
+func (netClassifying) Ping(context.Context) error { return nil }
 
 // TestHandlerNetworkErrorIsTheHandlers (issue 41): a handler whose call to
 // another service fails because the service is down (connection refused)
@@ -565,11 +586,11 @@ func TestHandlerNetworkErrorIsTheHandlers(t *testing.T) {
 	raw.send(command(t, c.topic, 0, "k0", "append", "0"), command(t, c.topic, 0, "k0", "append", "call"),
 		command(t, c.topic, 0, "k0", "append", "1"), command(t, c.topic, 0, "k0", "append", "2"))
 	waitFor(t, 30*time.Second, "the command that calls the service dead-lettered", func() bool {
-		dls, _ := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+		dls, _ := s.DeadLetters(t.Context(), dlq.Filter{})
 		return len(dls) == 1
 	})
 	waitFor(t, 30*time.Second, "the commands after it applied", func() bool { return appliedCount(s, []string{"k0"}) == 3 })
-	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
+	dls, err := s.DeadLetters(t.Context(), dlq.Filter{})
 	if err != nil || len(dls) != 1 || dls[0].Record.Reason != consumer.ReasonHandlerError || !strings.Contains(dls[0].Record.Error, "connection refused") {
 		t.Fatalf("dead letters %+v, %v: want the call's, a handler error (connection refused)", dls, err)
 	}

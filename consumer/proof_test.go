@@ -14,6 +14,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -93,7 +94,7 @@ func TestProofAfterTheEpochMoved(t *testing.T) {
 				t.Fatalf("history %+v, %v", hs, err)
 			}
 			last, before := hs[len(hs)-1], hs[len(hs)-2]
-			if before.Kind != sink.HistoryReset || last.Kind != sink.HistoryClaim || last.Token != kept || !last.Proven {
+			if before.Kind != fenceadmin.KindReset || last.Kind != fenceadmin.KindClaim || last.Token != kept || !last.Proven {
 				t.Fatalf("the history ends with %+v then %+v: want the reset, then a's proven claim with its own token %v", before, last, kept)
 			}
 			if _, epoch := a.Member(); epoch <= kept.Epoch {
@@ -121,7 +122,7 @@ func (s *staleProofSink) Claim(ctx context.Context, tok epochs.Token, obs sink.O
 		}
 		for _, f := range fs {
 			if f.Scope == tok.Scope() {
-				if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: f.Scope, Expect: f, Reason: "a second reset between the proof and the claim (test)"}); err != nil {
+				if _, err := s.ResetFence(ctx, fenceadmin.ResetRequest{Scope: f.Scope, Expect: f, Reason: "a second reset between the proof and the claim (test)"}); err != nil {
 					return sink.Checkpoint{}, err
 				}
 			}

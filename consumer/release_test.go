@@ -16,6 +16,7 @@ import (
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -337,7 +338,7 @@ func TestHungReclaimHoldsUpOnlyItsPartition(t *testing.T) {
 	}
 	for _, f := range fs {
 		if f.Scope.Partition == 1 {
-			if _, err := s.ResetFence(t.Context(), sink.ResetRequest{Scope: f.Scope, Expect: f, Reason: "group recreated (test)"}); err != nil {
+			if _, err := s.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: f.Scope, Expect: f, Reason: "group recreated (test)"}); err != nil {
 				t.Fatal(err)
 			}
 		}

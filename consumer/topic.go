@@ -9,7 +9,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/workrouter/workrouter/internal/topicid"
-	"github.com/workrouter/workrouter/sink"
 )
 
 // TopicMissingErrorAfter is how long a Worker's topic may be missing before
@@ -59,7 +58,7 @@ func (w *Worker[Tx]) watchTopic(tw *topicWatch) {
 
 	tw.last = now
 	if !missing && id != ([16]byte{}) {
-		w.checkTopicID(tw, sink.FormatTopicID(id))
+		w.checkTopicID(tw, topicid.Format(id))
 	}
 	var e Event
 	switch {

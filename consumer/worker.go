@@ -13,6 +13,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 )
 
 // ErrClosed is what Worker.Err returns after Close: the Worker was stopped
@@ -90,10 +91,8 @@ type Worker[Tx any] struct {
 	// the sink's features, and its optional capabilities (nil without
 	// them)
 	features   sink.Features
-	dlStore    sink.DeadLetterStore
-	classifier sink.ErrorClassifier
-	permanent  sink.PermanentClassifier
-	pinger     sink.Pinger
+	dlStore    dlq.Store
+	health     sink.Health
 	mirrorSig  chan struct{} // nil without Config.DeadLetterTopic
 	reclaimSig chan struct{} // wakes reclaimLoop before its next tick
 	topicSig   chan struct{} // wakes the lag loop to check the topic (see topicIDUnknown)
@@ -145,10 +144,8 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	}
 	w.obs = newObservers(all)
 	w.features = c.Sink.Features()
-	w.dlStore, _ = sink.As[sink.DeadLetterStore](c.Sink)
-	w.classifier, _ = sink.As[sink.ErrorClassifier](c.Sink)
-	w.permanent, _ = sink.As[sink.PermanentClassifier](c.Sink)
-	w.pinger, _ = sink.As[sink.Pinger](c.Sink)
+	w.dlStore, _ = sink.As[dlq.Store](c.Sink)
+	w.health, _ = sink.As[sink.Health](c.Sink)
 	w.obs.emit(Started{Group: c.Group, Topic: c.Topic, Features: w.features, KeyConcurrency: c.KeyConcurrency})
 	if w.features.DedupeWindow <= 0 && c.Logger != nil {
 		c.Logger.Warn("the sink does not deduplicate command IDs (no Features.DedupeWindow): records are applied once per offset only, so a command that entered the log twice is applied twice",
@@ -156,7 +153,7 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	}
 	if c.DeadLetterTopic != "" {
 		if w.dlStore == nil {
-			return nil, fmt.Errorf("%w: DeadLetterTopic %q needs a sink that stores dead letters (sink.DeadLetterStore)", ErrConfig, c.DeadLetterTopic)
+			return nil, fmt.Errorf("%w: DeadLetterTopic %q needs a sink that stores dead letters (dlq.Store)", ErrConfig, c.DeadLetterTopic)
 		}
 		w.mirrorSig = make(chan struct{}, 1)
 	}

@@ -18,7 +18,7 @@ const maxUnwrap = 100
 // the optional capability C, and returns the first one that does. Use it
 // instead of a type assertion, so that a capability survives wrapping:
 //
-//	if l, ok := sink.As[sink.Lister](s); ok {
+//	if l, ok := sink.As[fenceadmin.Lister](s); ok {
 //		fences, err := l.Fences(ctx)
 //		…
 //	}

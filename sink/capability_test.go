@@ -6,6 +6,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 type base struct{}
@@ -37,25 +38,25 @@ type selfWrap struct{ base }
 func (s *selfWrap) Unwrap() sink.Sink[int] { return s }
 
 func TestAs(t *testing.T) {
-	if _, ok := sink.As[sink.Lister](sink.Sink[int](listing{})); !ok {
+	if _, ok := sink.As[fenceadmin.Lister](sink.Sink[int](listing{})); !ok {
 		t.Error("a sink's own capability not found")
 	}
-	if _, ok := sink.As[sink.Lister](sink.Sink[int](base{})); ok {
+	if _, ok := sink.As[fenceadmin.Lister](sink.Sink[int](base{})); ok {
 		t.Error("a capability found on a sink without it")
 	}
 	wrapped := wrapper{inner: wrapper{inner: listing{}}}
-	if l, ok := sink.As[sink.Lister](sink.Sink[int](wrapped)); !ok {
+	if l, ok := sink.As[fenceadmin.Lister](sink.Sink[int](wrapped)); !ok {
 		t.Error("a capability two wrappers down not found")
 	} else if _, isListing := l.(listing); !isListing {
 		t.Errorf("found %T, want the inner listing sink", l)
 	}
-	if _, ok := sink.As[sink.Resetter](sink.Sink[int](wrapped)); ok {
+	if _, ok := sink.As[fenceadmin.Resetter](sink.Sink[int](wrapped)); ok {
 		t.Error("a capability nobody in the chain has was found")
 	}
-	if _, ok := sink.As[sink.Lister](sink.Sink[int](&selfWrap{})); ok {
+	if _, ok := sink.As[fenceadmin.Lister](sink.Sink[int](&selfWrap{})); ok {
 		t.Error("a cycle of wrappers found a capability")
 	}
-	if _, ok := sink.As[sink.Lister](sink.Sink[int](wrapper{})); ok {
+	if _, ok := sink.As[fenceadmin.Lister](sink.Sink[int](wrapper{})); ok {
 		t.Error("a wrapper of nil found a capability")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/workrouter/workrouter/epochs"
 )
@@ -16,6 +15,12 @@ import (
 // compacted record) was passed over by the record after it.
 type Span struct {
 	From, To int64
+}
+
+// String returns the span as "from-to" (To excluded), the form the CLI and
+// the backends' stored text show it in.
+func (s Span) String() string {
+	return strconv.FormatInt(s.From, 10) + "-" + strconv.FormatInt(s.To, 10)
 }
 
 // Checkpoint is a scope's checkpoint with gaps (docs/design.md#gaps): the
@@ -132,53 +137,16 @@ func (c Checkpoint) Valid() error {
 	return nil
 }
 
-// FormatSpans encodes spans as text, "from-to,from-to" (To excluded; ""
-// for none), the form the SQL backends store a claim's done spans in
-// (HistoryEntry.Done). It may be called from any goroutine.
-func FormatSpans(spans []Span) string {
-	b := make([]byte, 0, len(spans)*16)
-	for i, s := range spans {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, s.From, 10)
-		b = append(b, '-')
-		b = strconv.AppendInt(b, s.To, 10)
-	}
-	return string(b)
-}
-
-// ParseSpans decodes what FormatSpans encoded; nil for "". Text that is
-// not spans, or spans that are empty, out of order or overlapping, fail
-// with an error matching ErrBadCheckpoint. It may be called from any
-// goroutine.
-func ParseSpans(text string) ([]Span, error) {
-	if text == "" {
-		return nil, nil
-	}
-	var out []Span
-	for part := range strings.SplitSeq(text, ",") {
-		from, to, ok := strings.Cut(part, "-")
-		f, err1 := strconv.ParseInt(from, 10, 64)
-		t, err2 := strconv.ParseInt(to, 10, 64)
-		if !ok || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%w: done spans %q: %q is not from-to", ErrBadCheckpoint, text, part)
-		}
-		if t <= f || f < 0 || len(out) > 0 && f <= out[len(out)-1].To {
-			return nil, fmt.Errorf("%w: done spans %q: [%d, %d) is empty or does not follow the span before it", ErrBadCheckpoint, text, f, t)
-		}
-		out = append(out, Span{From: f, To: t})
-	}
-	return out, nil
-}
-
 // ErrBadCheckpoint is matched by the error a backend returns when the
 // checkpoint it reads from storage breaks the invariants of
 // [Checkpoint.Done] (see [Checkpoint.Valid]).
 var ErrBadCheckpoint = errors.New("sink: stored checkpoint is not valid")
 
-// CheckLogGaps is [CheckLog] for a gapped checkpoint, as Claim (and
-// a plain Claim of a gapped scope) apply it: the log is truncated when
+// CheckLog applies the continuity rules of Claim (docs/design.md#log-identity)
+// to a scope's stored topic ID and checkpoint cp and what the claimer
+// observed; found is false for a scope the sink has no row for. The topic
+// was recreated when the stored and observed topic IDs differ; the log is
+// truncated when
 // [Checkpoint.End], the first offset above every done one, is above
 // obs.LogEnd, and records were lost to retention when obs.LogStart is
 // above the watermark (an offset not done was deleted). It returns the
@@ -187,19 +155,19 @@ var ErrBadCheckpoint = errors.New("sink: stored checkpoint is not valid")
 // whose NextOffset is the offset the failed rule compared (End for a
 // truncation, the watermark otherwise). Backends call it inside their
 // claim's atomic unit. It may be called from any goroutine.
-func CheckLogGaps(scope epochs.Scope, found bool, storedTopicID string, cp Checkpoint, obs Observed) (Checkpoint, string, error) {
+func CheckLog(scope epochs.Scope, found bool, storedTopicID string, cp Checkpoint, obs Observed) (Checkpoint, string, error) {
 	if !found {
-		next, topic, err := CheckLog(scope, false, storedTopicID, cp.NextOffset, obs)
+		next, topic, err := checkLog(scope, false, storedTopicID, cp.NextOffset, obs)
 		return Checkpoint{NextOffset: next}, topic, err
 	}
-	if _, _, err := CheckLog(scope, true, storedTopicID, cp.End(), obs); err != nil {
+	if _, _, err := checkLog(scope, true, storedTopicID, cp.End(), obs); err != nil {
 		var lc *LogChangedError
 		if errors.As(err, &lc) && lc.Case != ErrLogTruncated {
 			lc.NextOffset = cp.NextOffset
 		}
 		return Checkpoint{}, "", err
 	}
-	_, topic, err := CheckLog(scope, true, storedTopicID, cp.NextOffset, obs)
+	_, topic, err := checkLog(scope, true, storedTopicID, cp.NextOffset, obs)
 	if err != nil {
 		return Checkpoint{}, "", err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
 
@@ -151,26 +150,5 @@ func TestCheckBatch(t *testing.T) {
 	}
 	if err := sink.CheckDeadLetter(tok, sink.DeadRecord{Offset: 3, Reason: "x"}.InLane(4), all); !errors.Is(err, sink.ErrBadBatch) {
 		t.Errorf("a lane's dead letter from past its offset: %v, want ErrBadBatch", err)
-	}
-}
-
-// TestSpansText: FormatSpans and ParseSpans round-trip done spans through
-// the text the SQL backends' histories store, and ParseSpans refuses text
-// that is not valid spans.
-func TestSpansText(t *testing.T) {
-	for _, spans := range [][]sink.Span{nil, {{From: 3, To: 5}}, {{From: 0, To: 1}, {From: 7, To: 8}, {From: 10, To: 1 << 40}}} {
-		text := sink.FormatSpans(spans)
-		got, err := sink.ParseSpans(text)
-		if err != nil || !slices.Equal(got, spans) {
-			t.Errorf("ParseSpans(FormatSpans(%v) = %q) = %v, %v", spans, text, got, err)
-		}
-	}
-	if text := sink.FormatSpans([]sink.Span{{From: 3, To: 5}, {From: 7, To: 8}}); text != "3-5,7-8" {
-		t.Errorf("FormatSpans = %q, want 3-5,7-8", text)
-	}
-	for _, bad := range []string{"3", "3-", "-5", "a-b", "5-3", "3-3", "3-5,4-6", "3-5,5-6", "3-5,", "-1-2"} {
-		if got, err := sink.ParseSpans(bad); !errors.Is(err, sink.ErrBadCheckpoint) {
-			t.Errorf("ParseSpans(%q) = %v, %v; want ErrBadCheckpoint", bad, got, err)
-		}
 	}
 }

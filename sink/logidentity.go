@@ -1,7 +1,6 @@
 package sink
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 
@@ -88,13 +87,12 @@ func (e *LogChangedError) What() string {
 // Is reports whether target is ErrLogChanged or the error's case.
 func (e *LogChangedError) Is(target error) bool { return target == ErrLogChanged || target == e.Case }
 
-// CheckLog applies the continuity rules of Claim to a scope's stored topic
+// checkLog applies the continuity rules of Claim to a scope's stored topic
 // ID and NextOffset and what the claimer observed; found is false for a
 // scope the sink has no row for. It returns the NextOffset the claim
 // starts from (the log start for a new scope) and the topic ID to store,
-// or a *LogChangedError. Backends call it inside their claim's atomic
-// unit.
-func CheckLog(scope epochs.Scope, found bool, storedTopicID string, next int64, obs Observed) (int64, string, error) {
+// or a *LogChangedError.
+func checkLog(scope epochs.Scope, found bool, storedTopicID string, next int64, obs Observed) (int64, string, error) {
 	if obs.TopicID == "" {
 		return next, storedTopicID, nil
 	}
@@ -114,24 +112,3 @@ func CheckLog(scope epochs.Scope, found bool, storedTopicID string, next int64, 
 	}
 	return next, obs.TopicID, nil
 }
-
-// FormatTopicID returns a Kafka topic ID as Kafka's own tools print it
-// (kafka-topics --describe): URL-safe base64 without padding. It is the
-// form of Observed.TopicID and Fence.TopicID. It may be called from any
-// goroutine.
-func FormatTopicID(id [16]byte) string { return base64.RawURLEncoding.EncodeToString(id[:]) }
-
-// ParseTopicID reads a topic ID in the form FormatTopicID writes.
-func ParseTopicID(s string) ([16]byte, error) {
-	var id [16]byte
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) != 16 {
-		return id, fmt.Errorf("%w: %q is not a topic ID (22 characters of URL-safe base64)", ErrBadTopicID, s)
-	}
-	copy(id[:], b)
-	return id, nil
-}
-
-// ErrBadTopicID is matched by the error ParseTopicID returns for text that
-// is not a topic ID.
-var ErrBadTopicID = errors.New("sink: bad topic ID")

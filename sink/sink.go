@@ -30,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/workrouter/workrouter/epochs"
 )
@@ -151,7 +150,7 @@ type Sink[Tx any] interface {
 	//     *LogChangedError (matching ErrLogChanged, never ErrFenced) and
 	//     change nothing; a scope with no topic ID adopts obs.TopicID;
 	//   - otherwise it stores tok and records the claim in its history
-	//     (HistoryEntry.Proven says whether a current proof came with it),
+	//     (fenceadmin.Entry.Proven says whether a current proof came with it),
 	//     which moves the fence's Version.
 	//
 	// A scope never claimed starts at obs.LogStart (0 when unknown).
@@ -287,7 +286,7 @@ func (f Fence) Equal(g Fence) bool {
 //     the backend records a reset of that holder before the claim, and
 //     sets ProofRequired.
 //
-// Log continuity is decided apart ([CheckLog], [CheckLogGaps]). Every
+// Log continuity is decided apart ([CheckLog], [CheckLog]). Every
 // backend's Claim decides with it, inside its atomic unit, on the fence
 // it read there. It may be called from any goroutine.
 func (f Fence) CheckClaim(tok epochs.Token, obs Observed) (takeover bool, err error) {
@@ -308,14 +307,9 @@ func (f Fence) CheckClaim(tok epochs.Token, obs Observed) (takeover bool, err er
 	return false, e
 }
 
-// TakeoverReason is the reason a takeover's reset row records
-// ([Fence.CheckClaim]); its detail is [TakeoverDetail], and its token the
-// holder it cleared.
-const TakeoverReason = "takeover: a proven member of the group claimed below a holder of an earlier incarnation of the group"
-
 // TakeoverDetail is the audited detail of the reset row that a takeover
 // by tok, offering obs (with its Proof), records.
-func TakeoverDetail(tok epochs.Token, obs Observed) string {
+func (obs Observed) TakeoverDetail(tok epochs.Token) string {
 	return fmt.Sprintf("the group epoch %d that %s observed after it read fence version %d and proved its membership is below the cleared holder's epoch: "+
 		"the group was deleted and recreated, expired, or lost by the broker", obs.Proof.GroupEpoch, tok, obs.Proof.Version)
 }
@@ -337,167 +331,6 @@ func (f Fence) NeedsProof(tok epochs.Token) bool {
 func (f Fence) ProvenBy(obs Observed) bool {
 	return obs.Proof != nil && obs.Proof.Version == f.Version
 }
-
-// AfterReset returns the fence that a reset by req leaves of f, the fence
-// as the reset found it (docs/design.md#admin-reset): no holder, the
-// NextOffset and topic ID req asks for (the stored ones when req leaves
-// them unset), and ProofRequired set. The done spans of a gapped
-// checkpoint (Fence.Done) stay when req keeps the checkpoint (the same
-// log) and are cleared when it sets a new NextOffset (their offsets were
-// the old log's). Version is f's: the backend that stores the reset
-// moves it. Every backend's ResetFence stores it. It may be called from
-// any goroutine.
-func (f Fence) AfterReset(req ResetRequest) Fence {
-	after := Fence{Scope: f.Scope, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: true, Version: f.Version, Duplicates: f.Duplicates}
-	if req.NextOffset != nil {
-		// A new checkpoint on a new log: the done spans were offsets
-		// of the old one.
-		after.NextOffset = *req.NextOffset
-	} else {
-		// The same log: what lanes applied above the watermark stays
-		// done.
-		after.Done = slices.Clone(f.Done)
-	}
-	if req.TopicID != "" {
-		after.TopicID = req.TopicID
-	}
-	return after
-}
-
-// Lister is an optional capability of a sink: reading its fence rows, for
-// status and admin tools. Discover it by type assertion.
-type Lister interface {
-	// Fences returns the stored state of every scope the sink knows.
-	Fences(ctx context.Context) ([]Fence, error)
-}
-
-// Resetter is an optional capability of a sink: the explicit, audited admin
-// reset of a scope's fence (docs/design.md#admin-reset), for epochs that
-// went backwards (hazard 3) or a log that changed under the checkpoint
-// (hazard 8). Never call it automatically: it lifts the fence. Package
-// fences wraps it with the checks an operator needs.
-type Resetter interface {
-	// ResetFence, in one atomic unit, compares the stored fence with
-	// req.Expect (holder, NextOffset and topic ID) and fails with an error
-	// matching ErrResetConflict if it moved; otherwise it clears the
-	// holder, sets NextOffset and the topic ID as req says, requires a
-	// proof of membership from every later claim (Fence.ProofRequired),
-	// storing the fence [Fence.AfterReset] returns, and appends a reset
-	// row with req.Reason and req.Detail to the history (which moves
-	// Fence.Version).
-	// It returns the fence as it was. An empty Reason fails with
-	// ErrNoReason, an unknown scope with ErrNotFound.
-	ResetFence(ctx context.Context, req ResetRequest) (before Fence, err error)
-}
-
-// ResetRequest is an admin reset of one scope's fence.
-type ResetRequest struct {
-	Scope epochs.Scope
-	// Expect is the fence the operator saw; the reset is a compare-and-set
-	// on its Holder, NextOffset and TopicID.
-	Expect Fence
-	// NextOffset, if not nil, is the new checkpoint (the scope restarts
-	// there, on a new log); nil keeps the checkpoint (the same log).
-	NextOffset *int64
-	// TopicID, if not empty, is the log identity the scope is reset onto;
-	// empty keeps the stored one.
-	TopicID string
-	// Reason says why; required, recorded.
-	Reason string
-	// Detail records what the operator observed (the diagnosis), audited
-	// with the reset.
-	Detail string
-}
-
-// Historian is an optional capability of a sink: the ordered record of a
-// scope's accepted claims and admin resets, which the invariant checkers
-// (F needs every claim's epoch and NextOffset) and `workrouter fences
-// history` read.
-type Historian interface {
-	// History returns the claims and resets of scope in order (empty for
-	// a scope never claimed).
-	History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry, error)
-}
-
-// History entry kinds.
-const (
-	// HistoryClaim marks a [HistoryEntry] of an accepted claim.
-	HistoryClaim = "claim"
-	// HistoryReset marks a [HistoryEntry] of an admin reset.
-	HistoryReset = "reset"
-)
-
-// HistoryEntry is one row of a scope's history: an accepted claim or an
-// admin reset.
-type HistoryEntry struct {
-	// Seq orders the entries of the whole sink; it only grows (gaps are
-	// possible).
-	Seq int64
-	// Kind is [HistoryClaim] or [HistoryReset].
-	Kind string
-	// Token is the claimed token for a claim, and for a reset the holder
-	// the reset cleared (zero if the scope had no holder).
-	Token epochs.Token
-	// NextOffset is the scope's NextOffset at the claim (what Claim
-	// returned) or the reset (which keeps it).
-	NextOffset int64
-	// Done are the done spans above NextOffset of a gapped checkpoint
-	// ([Checkpoint.Done]): for a claim, the spans Claim returned
-	// (offsets that lanes of an earlier tenure applied, which the new
-	// owner skips); for a reset, the spans it left ([Fence.AfterReset]:
-	// kept on the same log, none on a new one). Empty for a scope
-	// without gaps. The invariant checker needs them for F: a write at
-	// an offset in a claim's done spans was made before that claim.
-	Done []Span
-	// Reason is the operator's reason for a reset; empty for a claim.
-	Reason string
-	// TopicID is the log identity at the claim, or the one the reset left
-	// the scope on.
-	TopicID string
-	// Detail is a reset's audited detail (what the operator observed and
-	// what the reset changed); empty for a claim.
-	Detail string
-	// Proven reports, for a claim, that it came with a current proof of
-	// membership (Observed.Proof at the fence's Version). Every claim
-	// after a reset of the scope must have been proven, but the holder's
-	// own re-claim; the invariant checker holds the history to it. False
-	// for a reset.
-	Proven bool
-	// At is when the sink recorded the entry (informational only, never
-	// used for fencing; the backend says whose clock).
-	At time.Time
-}
-
-// Equal reports whether e and g are the same entry: every field equal,
-// and the same done spans (a nil and an empty Done are the same).
-// HistoryEntry holds a slice, so == does not compile on it. It may be
-// called from any goroutine.
-func (e HistoryEntry) Equal(g HistoryEntry) bool {
-	return e.Seq == g.Seq && e.Kind == g.Kind && e.Token == g.Token && e.NextOffset == g.NextOffset && e.Reason == g.Reason &&
-		e.TopicID == g.TopicID && e.Detail == g.Detail && e.Proven == g.Proven && e.At.Equal(g.At) && slices.Equal(e.Done, g.Done)
-}
-
-// ErrFenced is matched by every error reporting that a write or claim was
-// refused because the offered token is not (or no longer) the holder.
-// A fenced result is final for that tenure: never retry it as transient.
-var ErrFenced = errors.New("sink: fenced")
-
-// ErrBadBatch is matched by errors reporting a malformed Apply call
-// (offsets not strictly ascending, negative offsets, nil effect).
-var ErrBadBatch = errors.New("sink: bad batch")
-
-// ErrNotFound is matched by errors reporting an unknown scope (or dead
-// letter).
-var ErrNotFound = errors.New("sink: not found")
-
-// ErrNoReason is matched by the error of an admin operation (a reset, a
-// dead letter's redrive or drop) called without a reason: it changes the
-// fence or the record of what was skipped, and must say why.
-var ErrNoReason = errors.New("sink: an admin operation needs a non-empty reason")
-
-// ErrResetConflict is matched by the error ResetFence returns when the
-// stored fence is no longer the one the operator saw (req.Expect).
-var ErrResetConflict = errors.New("sink: the fence changed since it was inspected")
 
 // ErrProofRequired is matched by the error Claim returns for a scope whose
 // fence was reset, when the claim comes without a current proof of
@@ -573,7 +406,7 @@ type EffectError struct {
 	// validation), whatever its type, so it is the handler's and counts
 	// against the record's retry budget. False says nothing: the error
 	// may be the sink's (a lost connection, a serialization failure), and
-	// the consumer asks the sink's sink.ErrorClassifier and Pinger.
+	// the consumer asks the sink's sink.Health.
 	TxHealthy bool
 }
 
@@ -634,3 +467,21 @@ func CheckBatch[Tx any](tok epochs.Token, b Batch, effect Effect[Tx], f Features
 	}
 	return nil
 }
+
+// ErrFenced is matched by every error reporting that a write or claim was
+// refused because the offered token is not (or no longer) the holder.
+// A fenced result is final for that tenure: never retry it as transient.
+var ErrFenced = errors.New("sink: fenced")
+
+// ErrBadBatch is matched by errors reporting a malformed Apply call
+// (offsets not strictly ascending, negative offsets, nil effect).
+var ErrBadBatch = errors.New("sink: bad batch")
+
+// ErrNotFound is matched by errors reporting an unknown scope (or dead
+// letter).
+var ErrNotFound = errors.New("sink: not found")
+
+// ErrNoReason is matched by the error of an admin operation (a reset, a
+// dead letter's redrive or drop) called without a reason: it changes the
+// fence or the record of what was skipped, and must say why.
+var ErrNoReason = errors.New("sink: an admin operation needs a non-empty reason")

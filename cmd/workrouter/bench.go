@@ -118,9 +118,9 @@ runs, each as a whole process to a fresh topic of the embedded broker,
 connection setup included; B5 is skipped if kcat is not installed.
 
 The pre-loaded commands carry command IDs as the router generates them. The
-fenced W2 rows deduplicate them (the worker applies through the sink's
-an Apply with IDs); each has a twin with deduplication off, the same workload on a
-sink wrapped to offer Apply only: W2-sqlite/W2n-sqlite and W2-pg/W2n-pg at
+fenced W2 rows deduplicate them (the worker applies each batch with its
+IDs); each has a twin with deduplication off, the same workload on a
+sink wrapped to declare no dedupe window: W2-sqlite/W2n-sqlite and W2-pg/W2n-pg at
 batch 256, W2-sqlite-b1/W2n-sqlite-b1 and W2-pg-b1/W2n-pg-b1 at batch 1
 (4,000 and 3,000 records: one commit per record). The PostgreSQL fence alone
 is W2n-pg against B3-pg at batch 256, W2n-pg-b1 against B3-pg-b1 at batch 1

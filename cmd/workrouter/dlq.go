@@ -21,6 +21,7 @@ import (
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -102,21 +103,21 @@ func (f *dlqFlags) addCommon(cmd *cobra.Command, withJSON bool) {
 }
 
 // deadLetterStoreOf finds the dead-letter capability of an admin sink.
-func deadLetterStoreOf(s adminSink) (sink.DeadLetterStore, bool) {
+func deadLetterStoreOf(s adminSink) (dlq.Store, bool) {
 	switch s := s.(type) {
 	case *sqlite.Sink:
-		return sink.As[sink.DeadLetterStore](sink.Sink[*sqlite.Tx](s))
+		return sink.As[dlq.Store](sink.Sink[*sqlite.Tx](s))
 	case *postgres.Sink:
-		return sink.As[sink.DeadLetterStore](sink.Sink[pgx.Tx](s))
+		return sink.As[dlq.Store](sink.Sink[pgx.Tx](s))
 	}
-	ds, ok := s.(sink.DeadLetterStore)
+	ds, ok := s.(dlq.Store)
 	return ds, ok
 }
 
 // openDLQ validates --sink and --timeout and opens the sink's dead-letter
 // store, read-only (see openAdminReadOnly) for list and show; call done
 // when finished.
-func openDLQ(cmd *cobra.Command, f dlqFlags, readOnly bool) (ctx context.Context, ds sink.DeadLetterStore, spec sinkSpec, done func(), err error) {
+func openDLQ(cmd *cobra.Command, f dlqFlags, readOnly bool) (ctx context.Context, ds dlq.Store, spec sinkSpec, done func(), err error) {
 	if f.sink == "" {
 		return nil, nil, sinkSpec{}, nil, fmt.Errorf("--sink is required: %s", sinkSpecHelp)
 	}
@@ -136,7 +137,7 @@ func openDLQ(cmd *cobra.Command, f dlqFlags, readOnly bool) (ctx context.Context
 	if !ok {
 		closeSink()
 		cancel()
-		return nil, nil, sinkSpec{}, nil, fmt.Errorf("sink %s: %w (it has no sink.DeadLetterStore)", spec, errNoDeadLetters)
+		return nil, nil, sinkSpec{}, nil, fmt.Errorf("sink %s: %w (it has no dlq.Store)", spec, errNoDeadLetters)
 	}
 	return ctx, ds, spec, func() { closeSink(); cancel() }, nil
 }
@@ -152,7 +153,7 @@ func parseID(arg string) (int64, error) {
 
 // getDeadLetter reads dead letter id (admin.DeadLetter), or fails with an
 // error matching sink.ErrNotFound that names the sink.
-func getDeadLetter(ctx context.Context, ds sink.DeadLetterStore, spec sinkSpec, id int64) (sink.DeadLetter, error) {
+func getDeadLetter(ctx context.Context, ds dlq.Store, spec sinkSpec, id int64) (dlq.Letter, error) {
 	d, err := admin.DeadLetter(ctx, ds, id)
 	return d, deadLetterError(err, spec, id)
 }
@@ -280,7 +281,7 @@ type dlqJSON struct {
 	Audit      []dlqAuditJSON  `json:"audit,omitempty"`
 }
 
-func toDLQJSON(d sink.DeadLetter) dlqJSON {
+func toDLQJSON(d dlq.Letter) dlqJSON {
 	return dlqJSON{ID: d.ID, Group: d.Scope.Group, Topic: d.Scope.Topic, Partition: d.Scope.Partition, Offset: d.Record.Offset,
 		TopicID: d.Record.TopicID, Key: toDLQBytes(d.Record.Key), Type: admin.RecordType(d.Record), Reason: d.Record.Reason,
 		Error: d.Record.Error, Attempts: d.Record.Attempts, Epoch: d.Token.Epoch, Member: d.Token.Member,
@@ -353,7 +354,7 @@ func runDLQList(cmd *cobra.Command, f dlqFlags) error {
 		}
 	}
 	for _, st := range f.states {
-		q.States = append(q.States, sink.DeadLetterState(st))
+		q.States = append(q.States, dlq.State(st))
 	}
 	// The flags are checked before the sink is opened.
 	if err := q.Validate(); err != nil {
@@ -407,7 +408,7 @@ func queryFlagError(err error) error {
 	return err
 }
 
-func printDeadLetters(w io.Writer, dls []sink.DeadLetter, now time.Time) error {
+func printDeadLetters(w io.Writer, dls []dlq.Letter, now time.Time) error {
 	ew := &errWriter{w: w}
 	if len(dls) == 0 {
 		fmt.Fprintln(ew, "no dead letters")
@@ -489,7 +490,7 @@ func runDLQShow(cmd *cobra.Command, f dlqFlags, arg string) error {
 	return printDeadLetter(out, d, audit, time.Now())
 }
 
-func printDeadLetter(w io.Writer, d sink.DeadLetter, audit []sink.DeadLetterAction, now time.Time) error {
+func printDeadLetter(w io.Writer, d dlq.Letter, audit []dlq.Action, now time.Time) error {
 	ew := &errWriter{w: w}
 	typ := admin.RecordType(d.Record)
 	if typ == "" {
@@ -616,14 +617,14 @@ func decisionError(err error, spec sinkSpec, id int64, verb, unchanged string) e
 func notOpen(e *admin.NotOpenError, verb string) error {
 	why := ""
 	switch e.State {
-	case sink.DeadLetterRedriven:
+	case dlq.Redriven:
 		why = ": it was redriven already, and a dead letter is redriven at most once"
-	case sink.DeadLetterDropped:
+	case dlq.Dropped:
 		why = ": it was dropped"
-	case sink.DeadLetterRedriving:
+	case dlq.Redriving:
 		why = ": a redrive of it is under way, or was interrupted (see its audit rows: workrouter dlq show " + strconv.FormatInt(e.ID, 10) + ")"
 	}
-	return fmt.Errorf("cannot %s dead letter %d: %w: it is %s, not open%s (nothing changed, nothing sent)", verb, e.ID, sink.ErrDeadLetterState, e.State, why)
+	return fmt.Errorf("cannot %s dead letter %d: %w: it is %s, not open%s (nothing changed, nothing sent)", verb, e.ID, dlq.ErrState, e.State, why)
 }
 
 func newDLQRedriveCmd() *cobra.Command {

@@ -22,6 +22,7 @@ import (
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
@@ -74,7 +75,7 @@ func deadLetteredSink(t *testing.T) string {
 
 // deadLetterState reads dead letter id's state and audit rows from the
 // SQLite sink at path.
-func deadLetterState(t *testing.T, path string, id int64) (sink.DeadLetterState, []sink.DeadLetterAction) {
+func deadLetterState(t *testing.T, path string, id int64) (dlq.State, []dlq.Action) {
 	t.Helper()
 	ctx := context.Background()
 	s, err := sqlite.Open(ctx, sqlite.Config{Path: path})
@@ -82,7 +83,7 @@ func deadLetterState(t *testing.T, path string, id int64) (sink.DeadLetterState,
 		t.Fatal(err)
 	}
 	defer s.Close()
-	dls, err := s.DeadLetters(ctx, sink.DeadLetterFilter{IDs: []int64{id}})
+	dls, err := s.DeadLetters(ctx, dlq.Filter{IDs: []int64{id}})
 	if err != nil || len(dls) != 1 {
 		t.Fatalf("dead letter %d: %v, %v", id, dls, err)
 	}
@@ -253,7 +254,7 @@ func TestDLQDrop(t *testing.T) {
 	if !strings.Contains(out, "would drop dead letter 2 (g/ledger/0 offset 1, key (null), undecodable): open -> dropped") {
 		t.Errorf("drop without --yes did not say what it would do:\n%s", out)
 	}
-	if st, audit := deadLetterState(t, path, 2); st != sink.DeadLetterOpen || len(audit) != 0 {
+	if st, audit := deadLetterState(t, path, 2); st != dlq.Open || len(audit) != 0 {
 		t.Fatalf("after a refused drop: state %s, audit %v", st, audit)
 	}
 	if _, _, err := runCLI(t, nil, "dlq", "drop", "2", "--sink", spec, "--yes"); err == nil || !strings.Contains(err.Error(), "--reason is required") {
@@ -265,7 +266,7 @@ func TestDLQDrop(t *testing.T) {
 		t.Fatalf("drop --yes: %v\n%s", err, out)
 	}
 	st, audit := deadLetterState(t, path, 2)
-	if st != sink.DeadLetterDropped || len(audit) != 1 || audit[0].From != sink.DeadLetterOpen || audit[0].To != sink.DeadLetterDropped ||
+	if st != dlq.Dropped || len(audit) != 1 || audit[0].From != dlq.Open || audit[0].To != dlq.Dropped ||
 		audit[0].Reason != "a stray test record" || audit[0].Detail != "workrouter dlq drop" {
 		t.Fatalf("after drop: state %s, audit %+v", st, audit)
 	}
@@ -279,7 +280,7 @@ func TestDLQDrop(t *testing.T) {
 		{"redrive", "2", "--reason", "again", "--yes", "--brokers", freeAddr(t)},
 	} {
 		_, _, err := runCLI(t, nil, append([]string{"dlq", args[0], "--sink", spec}, args[1:]...)...)
-		if !errors.Is(err, sink.ErrDeadLetterState) || !strings.Contains(err.Error(), "it was dropped") {
+		if !errors.Is(err, dlq.ErrState) || !strings.Contains(err.Error(), "it was dropped") {
 			t.Errorf("dlq %v of a dropped dead letter: %v, want a refusal", args, err)
 		}
 	}
@@ -287,7 +288,7 @@ func TestDLQDrop(t *testing.T) {
 	if !errors.Is(err, sink.ErrNotFound) || !strings.Contains(err.Error(), "dead letter 42 does not exist") {
 		t.Errorf("drop of an unknown id: %v", err)
 	}
-	if st, audit := deadLetterState(t, path, 2); st != sink.DeadLetterDropped || len(audit) != 1 {
+	if st, audit := deadLetterState(t, path, 2); st != dlq.Dropped || len(audit) != 1 {
 		t.Fatalf("the refused commands changed dead letter 2: state %s, audit %v", st, audit)
 	}
 }
@@ -333,7 +334,7 @@ func TestDLQRedrive(t *testing.T) {
 	if n := endOffsetSum(t, addr, "ledger"); n != 0 {
 		t.Fatalf("the refused redrives sent %d records", n)
 	}
-	if st, audit := deadLetterState(t, path, 1); st != sink.DeadLetterOpen || len(audit) != 0 {
+	if st, audit := deadLetterState(t, path, 1); st != dlq.Open || len(audit) != 0 {
 		t.Fatalf("the refused redrives changed dead letter 1: state %s, audit %v", st, audit)
 	}
 
@@ -368,22 +369,22 @@ func TestDLQRedrive(t *testing.T) {
 		t.Errorf("the redriven record's %s headers are %v, want [1]", envelope.RedriveOfHeader, of)
 	}
 	st, audit := deadLetterState(t, path, 1)
-	if st != sink.DeadLetterRedriven || len(audit) != 2 ||
-		audit[0].From != sink.DeadLetterOpen || audit[0].To != sink.DeadLetterRedriving || audit[0].Reason != "handler fixed" ||
+	if st != dlq.Redriven || len(audit) != 2 ||
+		audit[0].From != dlq.Open || audit[0].To != dlq.Redriving || audit[0].Reason != "handler fixed" ||
 		audit[0].Detail != "workrouter dlq redrive: producing it again to topic ledger" ||
-		audit[1].From != sink.DeadLetterRedriving || audit[1].To != sink.DeadLetterRedriven ||
+		audit[1].From != dlq.Redriving || audit[1].To != dlq.Redriven ||
 		audit[1].Detail != fmt.Sprintf("produced to ledger partition %d offset 0", p) {
 		t.Fatalf("after the redrive: state %s, audit %+v", st, audit)
 	}
 
 	_, err = redrive("1", "--reason", "again", "--yes")
-	if !errors.Is(err, sink.ErrDeadLetterState) || !strings.Contains(err.Error(), "redriven at most once") || !strings.Contains(err.Error(), "nothing sent") {
+	if !errors.Is(err, dlq.ErrState) || !strings.Contains(err.Error(), "redriven at most once") || !strings.Contains(err.Error(), "nothing sent") {
 		t.Fatalf("a second redrive: %v, want a refusal", err)
 	}
 	if n := endOffsetSum(t, addr, "ledger"); n != 1 {
 		t.Fatalf("the topic holds %d records after the second redrive, want 1", n)
 	}
-	if st, audit := deadLetterState(t, path, 1); st != sink.DeadLetterRedriven || len(audit) != 2 {
+	if st, audit := deadLetterState(t, path, 1); st != dlq.Redriven || len(audit) != 2 {
 		t.Fatalf("the second redrive changed dead letter 1: state %s, audit %v", st, audit)
 	}
 }
@@ -424,7 +425,7 @@ func TestDLQRedriveProduceFails(t *testing.T) {
 		t.Fatalf("the broker refused %d produce requests, want 1: the fault did not happen as planned", n)
 	}
 	st, audit := deadLetterState(t, path, 3)
-	if st != sink.DeadLetterOpen || len(audit) != 2 || audit[1].From != sink.DeadLetterRedriving || audit[1].To != sink.DeadLetterOpen ||
+	if st != dlq.Open || len(audit) != 2 || audit[1].From != dlq.Redriving || audit[1].To != dlq.Open ||
 		!strings.Contains(audit[1].Detail, "the redrive failed") {
 		t.Fatalf("after the failed redrive: state %s, audit %+v", st, audit)
 	}
@@ -432,7 +433,7 @@ func TestDLQRedriveProduceFails(t *testing.T) {
 	if err != nil || !strings.Contains(out, "redrove dead letter 3") {
 		t.Fatalf("redrive after the broker accepts again: %v\n%s", err, out)
 	}
-	if st, audit := deadLetterState(t, path, 3); st != sink.DeadLetterRedriven || len(audit) != 4 {
+	if st, audit := deadLetterState(t, path, 3); st != dlq.Redriven || len(audit) != 4 {
 		t.Fatalf("after the second redrive: state %s, audit %+v", st, audit)
 	}
 }
@@ -469,16 +470,16 @@ func TestDLQErrorsRendered(t *testing.T) {
 		wants []string
 	}{
 		{"produced, not marked", &admin.RedriveError{ID: 7, Produced: true, Result: router.Result{Partition: 2, Offset: 9}, Topic: "ledger",
-			State: sink.DeadLetterRedriving, Err: down}, []error{down},
+			State: dlq.Redriving, Err: down}, []error{down},
 			[]string{"dead letter 7 was produced to ledger partition 2 offset 9, but marking it redriven failed: sink down (it stays redriving)"}},
-		{"not produced, not reverted", &admin.RedriveError{ID: 7, Topic: "ledger", State: sink.DeadLetterRedriving, Err: refused, RevertErr: down},
+		{"not produced, not reverted", &admin.RedriveError{ID: 7, Topic: "ledger", State: dlq.Redriving, Err: refused, RevertErr: down},
 			[]error{refused}, []string{"producing failed (broker refused), and moving it back to open failed too (sink down): it stays redriving",
 				"check the topic for a record with header workrouter-redrive-of: 7"}},
-		{"not produced, reverted", &admin.RedriveError{ID: 7, Topic: "ledger", State: sink.DeadLetterOpen, Err: refused}, []error{refused},
+		{"not produced, reverted", &admin.RedriveError{ID: 7, Topic: "ledger", State: dlq.Open, Err: refused}, []error{refused},
 			[]string{"redriving dead letter 7: producing failed: broker refused (it is open again, with an audit row saying so)"}},
-		{"lost race", &admin.ChangedFirstError{Op: "admin.Redrive", ID: 7, Err: fmt.Errorf("sqlite: %w", sink.ErrDeadLetterState)},
-			[]error{sink.ErrDeadLetterState}, []string{"cannot redrive dead letter 7: another redrive or drop changed it first: sqlite: ", "(nothing sent)"}},
-		{"redriving", &admin.NotOpenError{Op: "admin.Redrive", ID: 7, State: sink.DeadLetterRedriving}, []error{sink.ErrDeadLetterState},
+		{"lost race", &admin.ChangedFirstError{Op: "admin.Redrive", ID: 7, Err: fmt.Errorf("sqlite: %w", dlq.ErrState)},
+			[]error{dlq.ErrState}, []string{"cannot redrive dead letter 7: another redrive or drop changed it first: sqlite: ", "(nothing sent)"}},
+		{"redriving", &admin.NotOpenError{Op: "admin.Redrive", ID: 7, State: dlq.Redriving}, []error{dlq.ErrState},
 			[]string{"cannot redrive dead letter 7", "it is redriving, not open", "see its audit rows: workrouter dlq show 7", "(nothing changed, nothing sent)"}},
 		{"not found", fmt.Errorf("admin: dead letter 7: %w", sink.ErrNotFound), []error{sink.ErrNotFound},
 			[]string{"dead letter 7 does not exist in sink sqlite:dlq.db", "(nothing sent)"}},
@@ -497,8 +498,8 @@ func TestDLQErrorsRendered(t *testing.T) {
 			}
 		}
 	}
-	err := decisionError(&admin.ChangedFirstError{Op: "admin.Drop", ID: 8, Err: sink.ErrDeadLetterState}, spec, 8, "drop", "")
-	if !errors.Is(err, sink.ErrDeadLetterState) || !strings.HasPrefix(err.Error(), "cannot drop dead letter 8: another redrive or drop changed it first") ||
+	err := decisionError(&admin.ChangedFirstError{Op: "admin.Drop", ID: 8, Err: dlq.ErrState}, spec, 8, "drop", "")
+	if !errors.Is(err, dlq.ErrState) || !strings.HasPrefix(err.Error(), "cannot drop dead letter 8: another redrive or drop changed it first") ||
 		strings.HasSuffix(err.Error(), ")") {
 		t.Errorf("a drop that lost the race: %v", err)
 	}
@@ -510,7 +511,7 @@ func TestDLQErrorsRendered(t *testing.T) {
 		case "Reason":
 			q.Reason = "x"
 		case "States":
-			q.States = []sink.DeadLetterState{"x"}
+			q.States = []dlq.State{"x"}
 		case "Partition":
 			q.Partition = &m1
 		case "Limit":

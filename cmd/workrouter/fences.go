@@ -125,15 +125,15 @@ type fenceJSON struct {
 	// their command ID was applied already (sink.Fence.Duplicates).
 	Duplicates int64 `json:"duplicates_skipped"`
 	// DoneSpans are the offsets above NextOffset that lanes applied
-	// already (sink.Fence.Done), in sink.FormatSpans's form
-	// "from-to,…" (to excluded); empty if none.
+	// already (sink.Fence.Done), as "from-to,…" (to excluded, each a
+	// sink.Span's String); empty if none.
 	DoneSpans string `json:"done_spans,omitempty"`
 }
 
 func toFenceJSON(f sink.Fence) fenceJSON {
 	out := fenceJSON{Group: f.Scope.Group, Topic: f.Scope.Topic, Partition: f.Scope.Partition,
 		HolderMember: f.Holder.Member, NextOffset: f.NextOffset, TopicID: f.TopicID, ProofRequired: f.ProofRequired,
-		Duplicates: f.Duplicates, DoneSpans: sink.FormatSpans(f.Done)}
+		Duplicates: f.Duplicates, DoneSpans: spansText(f.Done)}
 	if !f.Holder.IsZero() {
 		e := f.Holder.Epoch
 		out.HolderEpoch = &e
@@ -297,7 +297,7 @@ func newFencesHistoryCmd() *cobra.Command {
 					Member     string `json:"member"`
 					NextOffset int64  `json:"next_offset"`
 					// DoneSpans: a claim's done spans above NextOffset
-					// (sink.HistoryEntry.Done), "from-to,…", to excluded.
+					// (fenceadmin.Entry.Done), "from-to,…", to excluded.
 					DoneSpans string `json:"done_spans,omitempty"`
 					TopicID   string `json:"topic_id"`
 					Reason    string `json:"reason,omitempty"`
@@ -308,7 +308,7 @@ func newFencesHistoryCmd() *cobra.Command {
 				}
 				rows := make([]row, len(hs))
 				for i, h := range hs {
-					rows[i] = row{Seq: h.Seq, Kind: h.Kind, Member: h.Token.Member, NextOffset: h.NextOffset, DoneSpans: sink.FormatSpans(h.Done), TopicID: h.TopicID, Reason: h.Reason, Detail: h.Detail, At: h.At}
+					rows[i] = row{Seq: h.Seq, Kind: h.Kind, Member: h.Token.Member, NextOffset: h.NextOffset, DoneSpans: spansText(h.Done), TopicID: h.TopicID, Reason: h.Reason, Detail: h.Detail, At: h.At}
 					if !h.Token.IsZero() {
 						e := h.Token.Epoch
 						rows[i].Epoch = &e
@@ -705,3 +705,12 @@ func confirm(in io.Reader, out io.Writer, n int) bool {
 
 // oneLine collapses whitespace, so a value cannot break a table row.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// spansText shows done spans as "from-to,from-to"; "" for none.
+func spansText(spans []sink.Span) string {
+	parts := make([]string, len(spans))
+	for i, s := range spans {
+		parts[i] = s.String()
+	}
+	return strings.Join(parts, ",")
+}

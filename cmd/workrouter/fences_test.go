@@ -19,6 +19,7 @@ import (
 
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/topicid"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -437,7 +438,7 @@ func topicIDOf(t *testing.T, adm *kadm.Client, topic string) string {
 	if err != nil || tds[topic].Err != nil {
 		t.Fatalf("topic %s: %v %v", topic, err, tds[topic].Err)
 	}
-	return sink.FormatTopicID(tds[topic].ID)
+	return topicid.Format(tds[topic].ID)
 }
 
 func TestFencesResetAll(t *testing.T) {

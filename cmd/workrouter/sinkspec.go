@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/redis"
 	"github.com/workrouter/workrouter/sink/sqlite"
@@ -97,9 +98,9 @@ func parseSinkSpec(s string) (sinkSpec, error) {
 
 // adminSink is what the admin commands (status, fences) need from a sink.
 type adminSink interface {
-	sink.Lister
-	sink.Resetter
-	sink.Historian
+	fenceadmin.Lister
+	fenceadmin.Resetter
+	fenceadmin.Historian
 }
 
 // openAdmin opens the sink for admin use that writes (fences reset:

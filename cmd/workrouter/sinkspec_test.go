@@ -11,6 +11,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
@@ -117,10 +118,10 @@ func TestOpenAdminSQLite(t *testing.T) {
 	if err != nil || len(fences) != 1 || fences[0].Holder != tok {
 		t.Fatalf("Fences = %+v, %v", fences, err)
 	}
-	if _, err := a.ResetFence(ctx, sink.ResetRequest{Scope: tok.Scope(), Expect: fences[0], Reason: "test"}); err != nil {
+	if _, err := a.ResetFence(ctx, fenceadmin.ResetRequest{Scope: tok.Scope(), Expect: fences[0], Reason: "test"}); err != nil {
 		t.Fatalf("ResetFence: %v", err)
 	}
-	if _, err := a.ResetFence(ctx, sink.ResetRequest{Scope: epochs.Scope{Group: "g", Topic: "t", Partition: 9}, Reason: "test"}); !errors.Is(err, sink.ErrNotFound) {
+	if _, err := a.ResetFence(ctx, fenceadmin.ResetRequest{Scope: epochs.Scope{Group: "g", Topic: "t", Partition: 9}, Reason: "test"}); !errors.Is(err, sink.ErrNotFound) {
 		t.Fatalf("ResetFence(unknown): %v, want sink.ErrNotFound", err)
 	}
 	hs, err := a.History(ctx, tok.Scope())

@@ -19,6 +19,7 @@ import (
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -362,17 +363,17 @@ func runMalformed[Tx any](t *testing.T, b backend[Tx]) {
 	}
 	testenv.Worker(t, brokers, "ledger-test", ledger.Topic, "a", b.sink, b.handlers)
 	testenv.Produce(t, brokers, ledger.Topic, cmds)
-	store, ok := sink.As[sink.DeadLetterStore](b.sink)
+	store, ok := sink.As[dlq.Store](b.sink)
 	if !ok {
 		t.Fatal("the sink has no dead-letter store")
 	}
-	var dls []sink.DeadLetter
+	var dls []dlq.Letter
 	testenv.WaitFor(t, 2*time.Minute, "every command applied or dead-lettered", func() (bool, error) {
 		rep, err := b.verify(ctx)
 		if err != nil {
 			return false, err
 		}
-		dls, err = store.DeadLetters(ctx, sink.DeadLetterFilter{})
+		dls, err = store.DeadLetters(ctx, dlq.Filter{})
 		return rep.Postings+len(dls) >= len(cmds), err
 	})
 	rep, err := b.verify(ctx)
@@ -391,7 +392,7 @@ func runMalformed[Tx any](t *testing.T, b backend[Tx]) {
 		t.Fatalf("%d dead letters, want %d: %+v", len(dls), len(malformed), dls)
 	}
 	for _, d := range dls {
-		if d.Record.Reason != consumer.ReasonPermanent || d.Record.Attempts != 1 || d.State != sink.DeadLetterOpen ||
+		if d.Record.Reason != consumer.ReasonPermanent || d.Record.Attempts != 1 || d.State != dlq.Open ||
 			!malformed[fmt.Sprintf("%s-2", d.Record.Key)] {
 			t.Errorf("dead letter %+v: want an open, permanent dead letter of a malformed command, tried once", d)
 		}

@@ -5,7 +5,7 @@
 //
 //   - Claim checks the offered token against the stored holder
 //     (sink.Fence.CheckClaim) and the log under the checkpoint
-//     (sink.CheckLogGaps) before it stores the new holder;
+//     (sink.CheckLog) before it stores the new holder;
 //   - Apply checks that the token is the holder's, skips replays, runs
 //     the effects into a transaction and commits them with the new
 //     NextOffset, or nothing;
@@ -89,7 +89,7 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	if err != nil {
 		return sink.Checkpoint{}, err
 	}
-	cp, topicID, err = sink.CheckLogGaps(tok.Scope(), sc != nil, topicID, cp, obs)
+	cp, topicID, err = sink.CheckLog(tok.Scope(), sc != nil, topicID, cp, obs)
 	if err != nil {
 		return sink.Checkpoint{}, err
 	}

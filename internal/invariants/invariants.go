@@ -11,14 +11,14 @@
 //     or past a claim's NextOffset (before the next reset) must carry a
 //     token that may take over from the claim's — the claim's own, or a
 //     newer one (a higher epoch, or the same epoch and the same member).
-//     A claim of a gapped checkpoint (sink.HistoryEntry.Done) does not
+//     A claim of a gapped checkpoint (fenceadmin.Entry.Done) does not
 //     judge the writes at offsets in its done spans: lanes of an earlier
 //     tenure applied those before it (docs/design.md#gaps); every other
 //     offset past its NextOffset, below or above the spans, is its own.
 //     Also: every write carries the token of a claim accepted at or before
 //     its offset, consecutive claims never go backwards without a reset
 //     in between, and after a reset every claim was proven
-//     (sink.HistoryEntry.Proven), but the holder's own re-claim.
+//     (fenceadmin.Entry.Proven), but the holder's own re-claim.
 //   - L: every acknowledged command (not marked poison) was applied.
 //   - O: per key, in application order (Write.Order when the caller knows
 //     it, else offset order), writes were applied in produce order and in
@@ -55,6 +55,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 // Write is one record whose effects a sink applied, as the sink recorded
@@ -135,9 +136,9 @@ type Sample struct {
 type Input struct {
 	Writes []Write
 	// History is each partition's history of accepted claims and resets,
-	// in order (sink.Historian). A partition without history is not
+	// in order (fenceadmin.Historian). A partition without history is not
 	// checked for F.
-	History map[int32][]sink.HistoryEntry
+	History map[int32][]fenceadmin.Entry
 	// Acked are the records the broker acknowledged (for L and D); nil
 	// skips L and D.
 	Acked []Acked
@@ -254,7 +255,7 @@ func (w Write) token(h epochs.Token) epochs.Token {
 // later era, except those in the reset's done spans, which lanes of this
 // era or an earlier one applied before the reset), or -1 if none.
 type claimEra struct {
-	e   sink.HistoryEntry
+	e   fenceadmin.Entry
 	end int64
 	// done are the claim's done spans, endDone the ending reset's.
 	done, endDone sink.Checkpoint
@@ -300,7 +301,7 @@ func Check(in Input) Report {
 	// F.
 	eras := map[int32][]claimEra{}
 	for _, p := range slices.Sorted(maps.Keys(in.History)) {
-		var prev *sink.HistoryEntry
+		var prev *fenceadmin.Entry
 		var list []claimEra
 		// wasReset: a reset came earlier in the partition's history; from
 		// then on every claim must have been proven, but the holder's own
@@ -308,7 +309,7 @@ func Check(in Input) Report {
 		wasReset := false
 		for _, e := range in.History[p] {
 			switch e.Kind {
-			case sink.HistoryReset:
+			case fenceadmin.KindReset:
 				// The reset ends the era of the claims before it on the
 				// same log (a reset onto a new log leaves the old log's
 				// positions to the old claims).
@@ -319,7 +320,7 @@ func Check(in Input) Report {
 					}
 				}
 				prev, wasReset = nil, true
-			case sink.HistoryClaim:
+			case fenceadmin.KindClaim:
 				if wasReset && !e.Proven && (prev == nil || e.Token != prev.Token) {
 					r.F++
 					add(Finding{Invariant: "F", Partition: p, Offset: e.NextOffset, Order: e.Seq,
@@ -601,7 +602,7 @@ func doneNotBefore(list []claimEra, w Write) (claimEra, bool) {
 
 // checkTemporal checks F for writes in one sequence with the history: each
 // write must be by the latest claim since the last reset (the holder).
-func checkTemporal(history map[int32][]sink.HistoryEntry, writes []Write, add func(Finding)) int {
+func checkTemporal(history map[int32][]fenceadmin.Entry, writes []Write, add func(Finding)) int {
 	n := 0
 	next := map[int32]int{} // index of the next history entry per partition
 	holder := map[int32]epochs.Token{}
@@ -612,9 +613,9 @@ func checkTemporal(history map[int32][]sink.HistoryEntry, writes []Write, add fu
 		}
 		for i := next[w.Partition]; i < len(h) && h[i].Seq < w.Order; i++ {
 			switch h[i].Kind {
-			case sink.HistoryClaim:
+			case fenceadmin.KindClaim:
 				holder[w.Partition] = h[i].Token
-			case sink.HistoryReset:
+			case fenceadmin.KindReset:
 				holder[w.Partition] = epochs.Token{}
 			}
 			next[w.Partition] = i + 1

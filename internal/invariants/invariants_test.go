@@ -10,25 +10,26 @@ import (
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/invariants"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 func tok(p, epoch int32, member string) epochs.Token {
 	return epochs.Token{Group: "g", Topic: "t", Partition: p, Epoch: epoch, Member: member}
 }
 
-func claim(t epochs.Token, next int64) sink.HistoryEntry {
-	return sink.HistoryEntry{Kind: sink.HistoryClaim, Token: t, NextOffset: next}
+func claim(t epochs.Token, next int64) fenceadmin.Entry {
+	return fenceadmin.Entry{Kind: fenceadmin.KindClaim, Token: t, NextOffset: next}
 }
 
 // proven marks a claim as made with a proof of membership, as every claim
 // after a reset must be.
-func proven(e sink.HistoryEntry) sink.HistoryEntry {
+func proven(e fenceadmin.Entry) fenceadmin.Entry {
 	e.Proven = true
 	return e
 }
 
-func reset(next int64) sink.HistoryEntry {
-	return sink.HistoryEntry{Kind: sink.HistoryReset, NextOffset: next}
+func reset(next int64) fenceadmin.Entry {
+	return fenceadmin.Entry{Kind: fenceadmin.KindReset, NextOffset: next}
 }
 
 func w(p int32, off int64, epoch int32, member, id, key string, seq int64) invariants.Write {
@@ -48,7 +49,7 @@ func clean() invariants.Input {
 			w(1, 0, 5, "a", "c4", "k3", 1),
 			w(1, 1, 1, "z", "c5", "k3", 2), // after the reset, at a lower epoch
 		},
-		History: map[int32][]sink.HistoryEntry{
+		History: map[int32][]fenceadmin.Entry{
 			0: {claim(tok(0, 1, "a"), 0), claim(tok(0, 3, "b"), 2)},
 			1: {claim(tok(1, 5, "a"), 0), reset(1), proven(claim(tok(1, 1, "z"), 1))},
 		},
@@ -187,7 +188,7 @@ func TestPlantedViolations(t *testing.T) {
 func TestResetEraEnds(t *testing.T) {
 	in := invariants.Input{
 		Writes: []invariants.Write{w(0, 0, 9, "a", "x", "", 0), w(0, 1, 2, "late", "y", "", 0)},
-		History: map[int32][]sink.HistoryEntry{
+		History: map[int32][]fenceadmin.Entry{
 			0: {claim(tok(0, 9, "a"), 0), claim(tok(0, 10, "b"), 1), reset(5), proven(claim(tok(0, 1, "c"), 5))},
 		},
 	}
@@ -200,13 +201,13 @@ func TestResetEraEnds(t *testing.T) {
 // TestTemporal: with one sequence for writes and claims, F is the sink's own
 // Apply rule, write by write.
 func TestTemporal(t *testing.T) {
-	h := func(seq int64, e sink.HistoryEntry) sink.HistoryEntry { e.Seq = seq; return e }
+	h := func(seq int64, e fenceadmin.Entry) fenceadmin.Entry { e.Seq = seq; return e }
 	wr := func(order int64, off int64, epoch int32, member string) invariants.Write {
 		return invariants.Write{Partition: 0, Offset: off, Epoch: epoch, Member: member, Order: order}
 	}
 	in := invariants.Input{
 		Temporal: true,
-		History:  map[int32][]sink.HistoryEntry{0: {h(1, claim(tok(0, 1, "a"), 0)), h(3, claim(tok(0, 2, "b"), 1)), h(5, reset(2))}},
+		History:  map[int32][]fenceadmin.Entry{0: {h(1, claim(tok(0, 1, "a"), 0)), h(3, claim(tok(0, 2, "b"), 1)), h(5, reset(2))}},
 		Writes:   []invariants.Write{wr(2, 0, 1, "a"), wr(4, 1, 1, "a"), wr(6, 2, 2, "b")},
 	}
 	r := invariants.Check(in)
@@ -220,12 +221,12 @@ func TestTemporal(t *testing.T) {
 // judged by the claims on that log only, and they are not duplicates of
 // the old log's.
 func TestNewLog(t *testing.T) {
-	claimOn := func(tk epochs.Token, next int64, log string) sink.HistoryEntry {
+	claimOn := func(tk epochs.Token, next int64, log string) fenceadmin.Entry {
 		e := claim(tk, next)
 		e.TopicID = log
 		return e
 	}
-	resetOnto := func(next int64, log string) sink.HistoryEntry {
+	resetOnto := func(next int64, log string) fenceadmin.Entry {
 		e := reset(next)
 		e.TopicID = log
 		return e
@@ -234,7 +235,7 @@ func TestNewLog(t *testing.T) {
 		return invariants.Write{Log: log, Partition: 0, Offset: off, Epoch: epoch, Member: member}
 	}
 	in := invariants.Input{
-		History: map[int32][]sink.HistoryEntry{0: {claimOn(tok(0, 9, "a"), 0, "old"), resetOnto(0, "new"), proven(claimOn(tok(0, 1, "b"), 0, "new"))}},
+		History: map[int32][]fenceadmin.Entry{0: {claimOn(tok(0, 9, "a"), 0, "old"), resetOnto(0, "new"), proven(claimOn(tok(0, 1, "b"), 0, "new"))}},
 		Writes:  []invariants.Write{wl("old", 0, 9, "a"), wl("old", 1, 9, "a"), wl("new", 0, 1, "b"), wl("new", 1, 1, "b")},
 	}
 	if r := invariants.Check(in); r.Total() != 0 {
@@ -276,7 +277,7 @@ func TestGapsAreNormal(t *testing.T) {
 		Writes: []invariants.Write{
 			w(0, 0, 1, "a", "c0", "k", 1), w(0, 2, 1, "a", "c1", "k", 2), w(0, 8, 1, "a", "c2", "k", 3),
 		},
-		History: map[int32][]sink.HistoryEntry{0: {claim(tok(0, 1, "a"), 0)}},
+		History: map[int32][]fenceadmin.Entry{0: {claim(tok(0, 1, "a"), 0)}},
 		Acked: []invariants.Acked{
 			{ID: "c0", Partition: 0, Offset: 0}, {ID: "c1", Partition: 0, Offset: 2}, {ID: "c2", Partition: 0, Offset: 8},
 			{ID: "0/6", Partition: 0, Offset: 6, Poison: true},
@@ -322,7 +323,7 @@ func TestSamplesAcrossALogChange(t *testing.T) {
 
 // gappedClaim is a claim of a gapped checkpoint: NextOffset and the done
 // spans above it that lanes of the earlier tenure applied.
-func gappedClaim(t epochs.Token, next int64, done ...sink.Span) sink.HistoryEntry {
+func gappedClaim(t epochs.Token, next int64, done ...sink.Span) fenceadmin.Entry {
 	e := claim(t, next)
 	e.Done = done
 	return e
@@ -342,7 +343,7 @@ func TestGappedTakeover(t *testing.T) {
 				w(0, 2, 2, "b", "c2", "k1", 2), w(0, 5, 2, "b", "c5", "k2", 2),
 				w(0, 7, 2, "b", "c7", "k4", 1),
 			},
-			History: map[int32][]sink.HistoryEntry{0: {
+			History: map[int32][]fenceadmin.Entry{0: {
 				claim(tok(0, 1, "a"), 0),
 				gappedClaim(tok(0, 2, "b"), 2, sink.Span{From: 3, To: 5}),
 			}},
@@ -386,7 +387,7 @@ func TestGappedTakeover(t *testing.T) {
 }
 
 // TestGappedReset: a reset on the same log keeps the done spans
-// (sink.Fence.AfterReset); the writes in them belong to the era before the
+// (fenceadmin.AfterReset); the writes in them belong to the era before the
 // reset, not to the claim after it (at a lower epoch, a recreated group),
 // and are still judged by the claims before the reset.
 func TestGappedReset(t *testing.T) {
@@ -397,7 +398,7 @@ func TestGappedReset(t *testing.T) {
 			w(0, 0, 5, "a", "c0", "k1", 1), w(0, 1, 5, "a", "c1", "k2", 1), w(0, 3, 5, "a", "c3", "k3", 1),
 			w(0, 2, 1, "z", "c2", "k1", 2), w(0, 4, 1, "z", "c4", "k2", 2),
 		},
-		History: map[int32][]sink.HistoryEntry{0: {
+		History: map[int32][]fenceadmin.Entry{0: {
 			claim(tok(0, 5, "a"), 0), rs, proven(gappedClaim(tok(0, 1, "z"), 2, sink.Span{From: 3, To: 4})),
 		}},
 	}
@@ -429,7 +430,7 @@ func TestOrderPerKey(t *testing.T) {
 				ord(1, 0, 1, "k2", 1), ord(2, 0, 3, "k2", 2), ord(3, 0, 0, "k1", 1),
 				ord(4, 0, 2, "k1", 2), ord(5, 1, 7, "k3", 1), ord(6, 0, 4, "k1", 3), ord(7, 0, 5, "k3", 2),
 			},
-			History: map[int32][]sink.HistoryEntry{0: {claim(tok(0, 1, "a"), 0)}, 1: {claim(tok(1, 1, "a"), 0)}},
+			History: map[int32][]fenceadmin.Entry{0: {claim(tok(0, 1, "a"), 0)}, 1: {claim(tok(1, 1, "a"), 0)}},
 		}
 	}
 	if r := invariants.Check(base()); r.Total() != 0 {

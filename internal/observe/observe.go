@@ -44,13 +44,13 @@ type Log struct {
 	Starts, Ends kadm.ListedOffsets
 }
 
-// TopicID is l's ID as sink.FormatTopicID writes it ("" for the zero ID).
+// TopicID is l's ID as topicid.Format writes it ("" for the zero ID).
 // It may be called from any goroutine.
 func (l Log) TopicID() string {
 	if l.ID == ([16]byte{}) {
 		return ""
 	}
-	return sink.FormatTopicID(l.ID)
+	return topicid.Format(l.ID)
 }
 
 // Observed picks partition p's observation, as a claim gives it to the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 )
 
 // DeadLetter stores rec as a dead letter of tok's scope and moves its
@@ -26,14 +27,14 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 }
 
 // DeadLetters returns the dead letters that match f, by ID, following
-// [sink.DeadLetterStore]. It may be called from any goroutine.
-func (s *Sink) DeadLetters(ctx context.Context, f sink.DeadLetterFilter) ([]sink.DeadLetter, error) {
+// [dlq.Store]. It may be called from any goroutine.
+func (s *Sink) DeadLetters(ctx context.Context, f dlq.Filter) ([]dlq.Letter, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: dead letters: %w", err)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var out []sink.DeadLetter
+	var out []dlq.Letter
 	for _, d := range s.deadLetters {
 		if f.Match(d) {
 			out = append(out, d)
@@ -46,37 +47,37 @@ func (s *Sink) DeadLetters(ctx context.Context, f sink.DeadLetterFilter) ([]sink
 }
 
 // ResolveDeadLetter moves a dead letter between states and audits it,
-// following [sink.DeadLetterStore]. It may be called from any goroutine.
-func (s *Sink) ResolveDeadLetter(ctx context.Context, id int64, from, to sink.DeadLetterState, reason, detail string) (sink.DeadLetter, error) {
-	if err := sink.CheckResolve(from, to, strings.TrimSpace(reason)); err != nil {
-		return sink.DeadLetter{}, fmt.Errorf("memory: dead letter %d: %w", id, err)
+// following [dlq.Store]. It may be called from any goroutine.
+func (s *Sink) ResolveDeadLetter(ctx context.Context, id int64, from, to dlq.State, reason, detail string) (dlq.Letter, error) {
+	if err := from.CheckResolve(to, strings.TrimSpace(reason)); err != nil {
+		return dlq.Letter{}, fmt.Errorf("memory: dead letter %d: %w", id, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return sink.DeadLetter{}, fmt.Errorf("memory: dead letter %d: %w", id, err)
+		return dlq.Letter{}, fmt.Errorf("memory: dead letter %d: %w", id, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if id < 1 || id > int64(len(s.deadLetters)) {
-		return sink.DeadLetter{}, fmt.Errorf("memory: dead letter %d: %w", id, sink.ErrNotFound)
+		return dlq.Letter{}, fmt.Errorf("memory: dead letter %d: %w", id, sink.ErrNotFound)
 	}
 	d := &s.deadLetters[id-1]
 	if d.State != from {
-		return *d, fmt.Errorf("memory: dead letter %d is %s, not %s: %w", id, d.State, from, sink.ErrDeadLetterState)
+		return *d, fmt.Errorf("memory: dead letter %d is %s, not %s: %w", id, d.State, from, dlq.ErrState)
 	}
 	d.State = to
-	s.dlAudit = append(s.dlAudit, sink.DeadLetterAction{Seq: int64(len(s.dlAudit)) + 1, ID: id, From: from, To: to, Reason: reason, Detail: detail, At: time.Now()})
+	s.dlAudit = append(s.dlAudit, dlq.Action{Seq: int64(len(s.dlAudit)) + 1, ID: id, From: from, To: to, Reason: reason, Detail: detail, At: time.Now()})
 	return *d, nil
 }
 
 // DeadLetterAudit returns dead letter id's audit rows, following
-// [sink.DeadLetterStore]. It may be called from any goroutine.
-func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]sink.DeadLetterAction, error) {
+// [dlq.Store]. It may be called from any goroutine.
+func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]dlq.Action, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: dead letter %d audit: %w", id, err)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var out []sink.DeadLetterAction
+	var out []dlq.Action
 	for _, a := range s.dlAudit {
 		if a.ID == id {
 			out = append(out, a)
@@ -86,7 +87,7 @@ func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]sink.DeadLetter
 }
 
 // MarkMirrored records that dead letters ids were published to the DLQ
-// topic, following [sink.DeadLetterStore]. It may be called from any
+// topic, following [dlq.Store]. It may be called from any
 // goroutine.
 func (s *Sink) MarkMirrored(ctx context.Context, ids []int64) error {
 	if err := ctx.Err(); err != nil {

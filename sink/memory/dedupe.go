@@ -18,7 +18,7 @@ var ErrConfig = errors.New("memory: invalid config")
 type Config struct {
 	// DedupeWindow is the retention horizon of applied command IDs, in
 	// offsets of a scope ([sink.Features].DedupeWindow); default
-	// [sink.DefaultDedupeWindow]. Negative is invalid.
+	// 100,000 offsets. Negative is invalid.
 	DedupeWindow int64
 }
 

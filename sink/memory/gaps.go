@@ -8,6 +8,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 )
 
 // deadLetter is DeadLetter: a lane's record (rec.Lane) covers
@@ -34,7 +35,7 @@ func (s *Sink) deadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 	if rec.TopicID == "" {
 		rec.TopicID = st.topicID
 	}
-	d := sink.DeadLetter{ID: int64(len(s.deadLetters)) + 1, Scope: scope, Record: rec, Token: tok, At: time.Now(), State: sink.DeadLetterOpen}
+	d := dlq.Letter{ID: int64(len(s.deadLetters)) + 1, Scope: scope, Record: rec, Token: tok, At: time.Now(), State: dlq.Open}
 	s.deadLetters = append(s.deadLetters, d)
 	if gapped {
 		cp.Add(rec.From, rec.Offset+1)

@@ -41,6 +41,8 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
@@ -51,12 +53,12 @@ var ErrNoReason = sink.ErrNoReason
 
 // Compile-time checks of the capabilities a *Sink provides.
 var (
-	_ sink.Sink[*Tx] = (*Sink)(nil)
-	_ sink.Lister    = (*Sink)(nil)
-	_ sink.Resetter  = (*Sink)(nil)
-	_ sink.Historian = (*Sink)(nil)
+	_ sink.Sink[*Tx]       = (*Sink)(nil)
+	_ fenceadmin.Lister    = (*Sink)(nil)
+	_ fenceadmin.Resetter  = (*Sink)(nil)
+	_ fenceadmin.Historian = (*Sink)(nil)
 
-	_ sink.DeadLetterStore = (*Sink)(nil)
+	_ dlq.Store = (*Sink)(nil)
 )
 
 // EventKind is the kind of a fence decision recorded in a [Sink]'s history.
@@ -122,7 +124,7 @@ type Event struct {
 	// or kept by a Reset.
 	NextOffset int64
 	// Done are the done spans above NextOffset of an accepted Claim's
-	// checkpoint, or those a Reset kept (sink.HistoryEntry.Done).
+	// checkpoint, or those a Reset kept (fenceadmin.Entry.Done).
 	Done []sink.Span
 	// At is when the sink recorded the event (informational).
 	At time.Time
@@ -135,7 +137,7 @@ type Event struct {
 	// Detail is a reset's audited detail.
 	Detail string
 	// Proven reports an accepted Claim that came with a current proof of
-	// membership (sink.HistoryEntry.Proven).
+	// membership (fenceadmin.Entry.Proven).
 	Proven bool
 }
 
@@ -199,8 +201,8 @@ type entry struct {
 
 // Sink is an in-process fenced sink with a transactional key-value store.
 // It implements [sink.Sink] with *[Tx] as the transaction handle and
-// every feature (command IDs, gaps, dead letters), and [sink.Lister],
-// [sink.Resetter], [sink.Historian] and [sink.DeadLetterStore]. The zero
+// every feature (command IDs, gaps, dead letters), and [fenceadmin.Lister],
+// [fenceadmin.Resetter], [fenceadmin.Historian] and [dlq.Store]. The zero
 // value is not usable: call [New] or
 // [NewWithConfig]. All methods are safe for concurrent use by any number
 // of goroutines.
@@ -224,8 +226,8 @@ type Sink struct {
 	// scratch holds *applyScratch: the memory of apply calls, reused.
 	scratch sync.Pool
 
-	deadLetters []sink.DeadLetter // by ID (ID = index + 1)
-	dlAudit     []sink.DeadLetterAction
+	deadLetters []dlq.Letter // by ID (ID = index + 1)
+	dlAudit     []dlq.Action
 }
 
 // New returns an empty sink with the default configuration (see
@@ -235,7 +237,7 @@ func New() *Sink {
 		scopes:  make(map[epochs.Scope]*fenceState),
 		data:    make(map[string]*entry),
 		ids:     make(map[epochs.Scope]*idSet),
-		window:  sink.DefaultDedupeWindow,
+		window:  cmdids.DefaultWindow,
 		seeds:   [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
 		scratch: sync.Pool{New: func() any { return new(applyScratch) }},
 	}
@@ -325,7 +327,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	if st != nil {
 		storedTopic, cp = st.topicID, st.checkpoint()
 	}
-	cp, topic, err := sink.CheckLogGaps(scope, st != nil, storedTopic, cp, obs)
+	cp, topic, err := sink.CheckLog(scope, st != nil, storedTopic, cp, obs)
 	if err != nil {
 		return sink.Checkpoint{}, err
 	}
@@ -336,12 +338,12 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	if takeover {
 		// As a reset of the earlier incarnation's holder, audited, then
 		// the claim.
-		detail := sink.TakeoverDetail(tok, obs)
+		detail := obs.TakeoverDetail(tok)
 		st.gen++
 		st.proofRequired = true
-		seq := s.record(Event{Kind: Reset, Scope: scope, Accepted: true, Stored: holder, Reason: sink.TakeoverReason,
+		seq := s.record(Event{Kind: Reset, Scope: scope, Accepted: true, Stored: holder, Reason: fenceadmin.TakeoverReason,
 			NextOffset: st.nextOffset, TopicID: st.topicID, Detail: detail, Done: slices.Clone(st.done)})
-		s.audit = append(s.audit, AuditEntry{Scope: scope, Before: stored, Reason: sink.TakeoverReason, Seq: seq})
+		s.audit = append(s.audit, AuditEntry{Scope: scope, Before: stored, Reason: fenceadmin.TakeoverReason, Seq: seq})
 	}
 	if cp.NextOffset != st.nextOffset {
 		st.cpVer++
@@ -681,7 +683,7 @@ func (s *Sink) Keys(prefix string) []string {
 }
 
 // Fences returns the stored fence of every scope the sink knows, sorted by
-// group, topic and partition. It implements [sink.Lister] and may be called
+// group, topic and partition. It implements [fenceadmin.Lister] and may be called
 // from any goroutine.
 func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	if err := ctx.Err(); err != nil {
@@ -697,15 +699,15 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	return fences, nil
 }
 
-// ResetFence resets a scope's fence following [sink.Resetter]: a
+// ResetFence resets a scope's fence following [fenceadmin.Resetter]: a
 // compare-and-set on req.Expect that clears the holder, keeps or moves
 // NextOffset and the topic ID, requires a proof of membership from every
-// later claim (it stores [sink.Fence.AfterReset]), and records req.Reason in the audit trail ([Sink.Audit]) and
+// later claim (it stores [fenceadmin.AfterReset]), and records req.Reason in the audit trail ([Sink.Audit]) and
 // the history. It fails with an error matching [ErrNoReason] for an empty
 // reason, [sink.ErrNotFound] for a scope the sink does not know and
-// [sink.ErrResetConflict] if the fence is not req.Expect. It may be called
+// [fenceadmin.ErrConflict] if the fence is not req.Expect. It may be called
 // from any goroutine, but only by an operator: it lifts the fence.
-func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fence, error) {
+func (s *Sink) ResetFence(ctx context.Context, req fenceadmin.ResetRequest) (sink.Fence, error) {
 	scope := req.Scope
 	if err := scope.Validate(); err != nil {
 		return sink.Fence{}, err
@@ -724,10 +726,10 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	}
 	before := st.fence(scope)
 	if e := req.Expect; e.Holder != before.Holder || e.NextOffset != before.NextOffset || e.TopicID != before.TopicID {
-		return sink.Fence{}, fmt.Errorf("memory: reset %s: %w: expected holder %s at %d on %q, found %s at %d on %q", scope, sink.ErrResetConflict,
+		return sink.Fence{}, fmt.Errorf("memory: reset %s: %w: expected holder %s at %d on %q, found %s at %d on %q", scope, fenceadmin.ErrConflict,
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
 	}
-	after := before.AfterReset(req)
+	after := fenceadmin.AfterReset(before, req)
 	st.holder, st.topicID, st.proofRequired = after.Holder, after.TopicID, after.ProofRequired
 	st.setCheckpoint(sink.Checkpoint{NextOffset: after.NextOffset, Done: after.Done})
 	st.gen++

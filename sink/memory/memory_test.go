@@ -13,6 +13,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/memory"
 	"github.com/workrouter/workrouter/sink/sinktest"
 )
@@ -262,13 +263,13 @@ func TestResetFenceAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := sink.Fence{Scope: tok.Scope(), Holder: tok}
-	if _, err := s.ResetFence(t.Context(), sink.ResetRequest{Scope: tok.Scope(), Expect: seen, Reason: " "}); !errors.Is(err, memory.ErrNoReason) {
+	if _, err := s.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: tok.Scope(), Expect: seen, Reason: " "}); !errors.Is(err, memory.ErrNoReason) {
 		t.Fatalf("ResetFence with blank reason: %v, want ErrNoReason", err)
 	}
-	if _, err := s.ResetFence(t.Context(), sink.ResetRequest{Reason: "why"}); !errors.Is(err, epochs.ErrInvalidToken) {
+	if _, err := s.ResetFence(t.Context(), fenceadmin.ResetRequest{Reason: "why"}); !errors.Is(err, epochs.ErrInvalidToken) {
 		t.Fatalf("ResetFence of invalid scope: %v, want epochs.ErrInvalidToken", err)
 	}
-	if _, err := s.ResetFence(t.Context(), sink.ResetRequest{Scope: tok.Scope(), Expect: seen, Reason: "group recreated"}); err != nil {
+	if _, err := s.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: tok.Scope(), Expect: seen, Reason: "group recreated"}); err != nil {
 		t.Fatal(err)
 	}
 	audit := s.Audit()

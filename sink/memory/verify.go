@@ -8,7 +8,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/invariants"
-	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 // Violation is one breach of an invariant found by [Sink.Verify].
@@ -68,7 +68,7 @@ func (e *VerifyError) Error() string {
 // violation found.
 func verifyEvents(events []Event) []Violation {
 	type scopeInput struct {
-		history []sink.HistoryEntry
+		history []fenceadmin.Entry
 		writes  []invariants.Write
 		log     string // the log identity of the latest claim or reset
 	}
@@ -93,9 +93,9 @@ func verifyEvents(events []Event) []Violation {
 		}
 		switch ev.Kind {
 		case Claim:
-			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset, TopicID: ev.TopicID, Proven: ev.Proven})
+			in.history = append(in.history, fenceadmin.Entry{Seq: seq, Kind: fenceadmin.KindClaim, Token: ev.Token, NextOffset: ev.NextOffset, TopicID: ev.TopicID, Proven: ev.Proven})
 		case Reset:
-			in.history = append(in.history, sink.HistoryEntry{Seq: seq, Kind: sink.HistoryReset, Token: ev.Stored, NextOffset: ev.NextOffset, TopicID: ev.TopicID})
+			in.history = append(in.history, fenceadmin.Entry{Seq: seq, Kind: fenceadmin.KindReset, Token: ev.Stored, NextOffset: ev.NextOffset, TopicID: ev.TopicID})
 		case Apply:
 			key := in.log + "/" + ev.Scope.String()
 			if ev.Gapped {
@@ -113,7 +113,7 @@ func verifyEvents(events []Event) []Violation {
 	for _, scope := range order {
 		in := scopes[scope]
 		rep := invariants.Check(invariants.Input{Temporal: true, Writes: in.writes,
-			History: map[int32][]sink.HistoryEntry{scope.Partition: in.history}})
+			History: map[int32][]fenceadmin.Entry{scope.Partition: in.history}})
 		for _, f := range rep.Findings {
 			out = append(out, Violation{Invariant: f.Invariant, Scope: scope, Seq: uint64(f.Order), Detail: f.Detail})
 		}
@@ -135,26 +135,26 @@ func compareSeq(a, b uint64) int {
 // History returns the accepted claims and the resets of scope in order
 // (ascending Seq), with the done spans each claim returned and each reset
 // kept; nil for a scope never claimed. At is when the sink
-// recorded each. It implements [sink.Historian] and may be called from any
+// recorded each. It implements [fenceadmin.Historian] and may be called from any
 // goroutine.
-func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryEntry, error) {
+func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]fenceadmin.Entry, error) {
 	if err := scope.Validate(); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: history %s: %w", scope, err)
 	}
-	var out []sink.HistoryEntry
+	var out []fenceadmin.Entry
 	for _, ev := range s.Events() {
 		if !ev.Accepted || ev.Scope != scope {
 			continue
 		}
 		switch ev.Kind {
 		case Claim:
-			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryClaim, Token: ev.Token, NextOffset: ev.NextOffset, TopicID: ev.TopicID, At: ev.At,
+			out = append(out, fenceadmin.Entry{Seq: int64(ev.Seq), Kind: fenceadmin.KindClaim, Token: ev.Token, NextOffset: ev.NextOffset, TopicID: ev.TopicID, At: ev.At,
 				Done: slices.Clone(ev.Done), Proven: ev.Proven})
 		case Reset:
-			out = append(out, sink.HistoryEntry{Seq: int64(ev.Seq), Kind: sink.HistoryReset, Token: ev.Stored, NextOffset: ev.NextOffset, Reason: ev.Reason,
+			out = append(out, fenceadmin.Entry{Seq: int64(ev.Seq), Kind: fenceadmin.KindReset, Token: ev.Stored, NextOffset: ev.NextOffset, Reason: ev.Reason,
 				TopicID: ev.TopicID, Detail: ev.Detail, At: ev.At, Done: slices.Clone(ev.Done)})
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 func tok(epoch int32, member string) epochs.Token {
@@ -132,7 +133,7 @@ func TestVerifyOnLiveSink(t *testing.T) {
 	must(err)
 	_, err = s.Claim(ctx, c, sink.Observed{})
 	fenced(err)
-	_, err = s.ResetFence(ctx, sink.ResetRequest{Scope: c.Scope(), Expect: sink.Fence{Scope: c.Scope(), Holder: b, NextOffset: 3}, Reason: "group recreated"})
+	_, err = s.ResetFence(ctx, fenceadmin.ResetRequest{Scope: c.Scope(), Expect: sink.Fence{Scope: c.Scope(), Holder: b, NextOffset: 3}, Reason: "group recreated"})
 	must(err)
 	_, err = s.Apply(ctx, b, sink.Batch{Offsets: []int64{3}}, noop)
 	fenced(err)

@@ -138,7 +138,7 @@ func commandID(r *rand.Rand) string {
 // BenchmarkDedup measures the cost of deduplication (docs/design.md#command-ids):
 // "off" applies batches with Apply, "on" the same batches with an Apply with IDs,
 // every record with a new random command ID, on a scope whose window
-// (sink.DefaultDedupeWindow) is already full (rows of the batch's size),
+// (100,000 offsets by default) is already full (rows of the batch's size),
 // so that every batch also prunes as many IDs as it records (the steady
 // state). The effect is BenchmarkApply's (upserts pipelined in one round
 // trip). "on" also reports the storage per retained ID (B/id:

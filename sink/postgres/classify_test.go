@@ -22,7 +22,7 @@ import (
 // own errors without a server (the classifier looks at the error only).
 func TestIsSinkFailure(t *testing.T) {
 	var s *Sink
-	var c sink.ErrorClassifier = s
+	var c sink.Health = s
 	var truncated error
 	if err := json.Unmarshal([]byte(`{"amount":`), new(map[string]any)); err != nil {
 		truncated = fmt.Errorf("decoding the payload: %w", err)
@@ -55,7 +55,7 @@ func TestIsSinkFailure(t *testing.T) {
 // are not. Permanent and IsSinkFailure never hold together.
 func TestIsPermanent(t *testing.T) {
 	var s *Sink
-	var c sink.PermanentClassifier = s
+	var c sink.Health = s
 	for _, tc := range []struct {
 		name string
 		err  error

@@ -11,6 +11,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 )
 
 // header is a record header as stored in the dead letters' headers column
@@ -111,9 +112,9 @@ func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRe
 	return sink.DeadLetterResult{ID: id, Stored: true, NextOffset: rec.Offset + 1}, nil
 }
 
-func (s *Sink) scanDeadLetter(row pgx.Row) (sink.DeadLetter, error) {
+func (s *Sink) scanDeadLetter(row pgx.Row) (dlq.Letter, error) {
 	var (
-		d              sink.DeadLetter
+		d              dlq.Letter
 		headers, state string
 		epoch          int32
 		member         string
@@ -130,14 +131,14 @@ func (s *Sink) scanDeadLetter(row pgx.Row) (sink.DeadLetter, error) {
 	for _, h := range hs {
 		d.Record.Headers = append(d.Record.Headers, sink.RecordHeader{Key: h.K, Value: h.V})
 	}
-	d.State = sink.DeadLetterState(state)
+	d.State = dlq.State(state)
 	d.Token = epochs.Token{Group: d.Scope.Group, Topic: d.Scope.Topic, Partition: d.Scope.Partition, Epoch: epoch, Member: member}
 	return d, nil
 }
 
 // DeadLetters returns the dead letters that match f, by ID, following
-// [sink.DeadLetterStore]. It may be called from any goroutine.
-func (s *Sink) DeadLetters(ctx context.Context, f sink.DeadLetterFilter) ([]sink.DeadLetter, error) {
+// [dlq.Store]. It may be called from any goroutine.
+func (s *Sink) DeadLetters(ctx context.Context, f dlq.Filter) ([]dlq.Letter, error) {
 	if err := s.check(ctx, "dead letters"); err != nil {
 		return nil, err
 	}
@@ -188,7 +189,7 @@ func (s *Sink) DeadLetters(ctx context.Context, f sink.DeadLetterFilter) ([]sink
 		return nil, wrap(ctx, "dead letters", err)
 	}
 	defer rows.Close()
-	var out []sink.DeadLetter
+	var out []dlq.Letter
 	for rows.Next() {
 		d, err := s.scanDeadLetter(rows)
 		if err != nil {
@@ -204,50 +205,50 @@ func (s *Sink) DeadLetters(ctx context.Context, f sink.DeadLetterFilter) ([]sink
 
 // ResolveDeadLetter moves dead letter id from state from to to, as a
 // compare-and-set, and appends an audit row, in one transaction, following
-// [sink.DeadLetterStore]. It may be called from any goroutine.
-func (s *Sink) ResolveDeadLetter(ctx context.Context, id int64, from, to sink.DeadLetterState, reason, detail string) (sink.DeadLetter, error) {
+// [dlq.Store]. It may be called from any goroutine.
+func (s *Sink) ResolveDeadLetter(ctx context.Context, id int64, from, to dlq.State, reason, detail string) (dlq.Letter, error) {
 	op := fmt.Sprintf("dead letter %d %s→%s", id, from, to)
-	if err := sink.CheckResolve(from, to, strings.TrimSpace(reason)); err != nil {
-		return sink.DeadLetter{}, fmt.Errorf("postgres: %s: %w", op, err)
+	if err := from.CheckResolve(to, strings.TrimSpace(reason)); err != nil {
+		return dlq.Letter{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	if err := s.writable(op); err != nil {
-		return sink.DeadLetter{}, err
+		return dlq.Letter{}, err
 	}
 	if err := s.check(ctx, op); err != nil {
-		return sink.DeadLetter{}, err
+		return dlq.Letter{}, err
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return sink.DeadLetter{}, wrap(ctx, op, err)
+		return dlq.Letter{}, wrap(ctx, op, err)
 	}
 	defer rollback(ctx, tx)
 	d, err := s.scanDeadLetter(tx.QueryRow(ctx, "SELECT "+s.q.dlColumns+" FROM "+s.q.deadLetters+" WHERE id = $1 FOR UPDATE", id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return sink.DeadLetter{}, fmt.Errorf("postgres: %s: %w", op, sink.ErrNotFound)
+		return dlq.Letter{}, fmt.Errorf("postgres: %s: %w", op, sink.ErrNotFound)
 	}
 	if err != nil {
-		return sink.DeadLetter{}, wrap(ctx, op, err)
+		return dlq.Letter{}, wrap(ctx, op, err)
 	}
 	if d.State != from {
-		return d, fmt.Errorf("postgres: %s: it is %s: %w", op, d.State, sink.ErrDeadLetterState)
+		return d, fmt.Errorf("postgres: %s: it is %s: %w", op, d.State, dlq.ErrState)
 	}
 	if _, err := tx.Exec(ctx, "UPDATE "+s.q.deadLetters+" SET state = $2 WHERE id = $1", id, string(to)); err != nil {
-		return sink.DeadLetter{}, wrap(ctx, op, err)
+		return dlq.Letter{}, wrap(ctx, op, err)
 	}
 	if _, err := tx.Exec(ctx, "INSERT INTO "+s.q.dlAudit+" (id, from_state, to_state, reason, detail) VALUES ($1, $2, $3, $4, $5)",
 		id, string(from), string(to), reason, detail); err != nil {
-		return sink.DeadLetter{}, wrap(ctx, op, err)
+		return dlq.Letter{}, wrap(ctx, op, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return sink.DeadLetter{}, wrap(ctx, op+": commit", err)
+		return dlq.Letter{}, wrap(ctx, op+": commit", err)
 	}
 	d.State = to
 	return d, nil
 }
 
 // DeadLetterAudit returns the audit rows of dead letter id, in order,
-// following [sink.DeadLetterStore]. It may be called from any goroutine.
-func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]sink.DeadLetterAction, error) {
+// following [dlq.Store]. It may be called from any goroutine.
+func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]dlq.Action, error) {
 	if err := s.check(ctx, "dead letter audit"); err != nil {
 		return nil, err
 	}
@@ -256,12 +257,12 @@ func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]sink.DeadLetter
 		return nil, wrap(ctx, "dead letter audit", err)
 	}
 	var (
-		a        sink.DeadLetterAction
+		a        dlq.Action
 		from, to string
-		out      []sink.DeadLetterAction
+		out      []dlq.Action
 	)
 	_, err = pgx.ForEachRow(rows, []any{&a.Seq, &a.ID, &from, &to, &a.Reason, &a.Detail, &a.At}, func() error {
-		a.From, a.To = sink.DeadLetterState(from), sink.DeadLetterState(to)
+		a.From, a.To = dlq.State(from), dlq.State(to)
 		out = append(out, a)
 		return nil
 	})
@@ -272,7 +273,7 @@ func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]sink.DeadLetter
 }
 
 // MarkMirrored records that dead letters ids were published to the DLQ
-// topic, following [sink.DeadLetterStore]. It may be called from any
+// topic, following [dlq.Store]. It may be called from any
 // goroutine.
 func (s *Sink) MarkMirrored(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 )
 
 // TestDeadLetterRacingClaim: a dead letter by a that races a claim by a
@@ -84,7 +85,7 @@ func TestDeadLetterRacingClaim(t *testing.T) {
 	if !errors.As(r.err, &fe) || fe.Op != sink.OpDeadLetter || fe.Stored != b || fe.Offered != a {
 		t.Fatalf("the dead letter racing b's claim = %+v, %v; want a FencedError of %s with stored %s", r.res, r.err, a, b)
 	}
-	if dls, err := s.DeadLetters(ctx, sink.DeadLetterFilter{Group: scope.Group}); err != nil || len(dls) != 0 {
+	if dls, err := s.DeadLetters(ctx, dlq.Filter{Group: scope.Group}); err != nil || len(dls) != 0 {
 		t.Fatalf("dead letters after the fenced dead letter = %+v, %v; want none", dls, err)
 	}
 	if next := mustClaim(t, s, b); next != 0 {

@@ -62,8 +62,8 @@ func TestDedupeWindowConfig(t *testing.T) {
 	if _, err := Open(ctx, Config{DSN: schemaDSN(t, schema), Schema: schema, DedupeWindow: -1}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("Open with a negative DedupeWindow: %v, want ErrConfig", err)
 	}
-	if w := openSink(t, schema, nil).Features().DedupeWindow; w != sink.DefaultDedupeWindow {
-		t.Fatalf("default DedupeWindow = %d, want %d", w, sink.DefaultDedupeWindow)
+	if w := openSink(t, schema, nil).Features().DedupeWindow; w != int64(100_000) {
+		t.Fatalf("default DedupeWindow = %d, want %d", w, int64(100_000))
 	}
 	s := openSink(t, schema, func(c *Config) { c.DedupeWindow = 10 })
 	a := tokenOf(testScope(t), 1, "m")

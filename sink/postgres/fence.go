@@ -14,7 +14,9 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/internal/cmdids"
+	"github.com/workrouter/workrouter/sink/internal/spantext"
 )
 
 // maxAttempts bounds how often Apply runs a batch again after a retryable
@@ -148,15 +150,15 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 	if err != nil {
 		return sink.Checkpoint{}, wrap(ctx, op+": read done spans", err)
 	}
-	_, topicID, err := sink.CheckLogGaps(tok.Scope(), !inserted, row.topicID, cp, obs)
+	_, topicID, err := sink.CheckLog(tok.Scope(), !inserted, row.topicID, cp, obs)
 	if err != nil {
 		return sink.Checkpoint{}, err
 	}
 	if takeover {
 		// As a reset of the earlier incarnation's holder, audited, then
 		// the claim; a takeover sets the proof requirement for good.
-		if _, err := tx.Exec(ctx, s.q.resetAudit, tok.Group, tok.Topic, tok.Partition, row.epoch, row.member, cp.NextOffset, sink.TakeoverReason,
-			row.topicID, sink.TakeoverDetail(tok, obs), sink.FormatSpans(cp.Done)); err != nil {
+		if _, err := tx.Exec(ctx, s.q.resetAudit, tok.Group, tok.Topic, tok.Partition, row.epoch, row.member, cp.NextOffset, fenceadmin.TakeoverReason,
+			row.topicID, obs.TakeoverDetail(tok), spantext.Format(cp.Done)); err != nil {
 			return sink.Checkpoint{}, wrap(ctx, op+": audit the takeover", err)
 		}
 		if _, err := tx.Exec(ctx, s.q.requireProof, tok.Group, tok.Topic, tok.Partition); err != nil {
@@ -176,7 +178,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed, g
 			return sink.Checkpoint{}, wrap(ctx, op+": compact done spans", err)
 		}
 	}
-	if _, err := tx.Exec(ctx, s.q.claimHistory, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, cp.NextOffset, topicID, sink.FormatSpans(cp.Done),
+	if _, err := tx.Exec(ctx, s.q.claimHistory, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member, cp.NextOffset, topicID, spantext.Format(cp.Done),
 		fence.ProvenBy(obs)); err != nil {
 		return sink.Checkpoint{}, wrap(ctx, op+": history", err)
 	}
@@ -776,7 +778,7 @@ func retryable(err error) bool {
 // and partition; a reset scope has a zero Holder. A gapped scope's fence
 // has its done spans (Done, merged) and the watermark raised over those
 // that touch it, read in the same snapshot. It implements
-// [sink.Lister] and may be called from any goroutine.
+// [fenceadmin.Lister] and may be called from any goroutine.
 func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	if err := s.check(ctx, "fences"); err != nil {
 		return nil, err
@@ -811,18 +813,18 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	return out, nil
 }
 
-// ResetFence resets a scope's fence following [sink.Resetter], in one
+// ResetFence resets a scope's fence following [fenceadmin.Resetter], in one
 // transaction: it locks the row, compares it with req.Expect (holder,
 // NextOffset, topic ID), clears the holder (stored as epoch -1, member
 // empty), keeps or moves NextOffset and the topic ID as req says, requires
 // a proof of membership from every later claim (it stores
-// [sink.Fence.AfterReset]), and appends a "reset" row
+// [fenceadmin.AfterReset]), and appends a "reset" row
 // with req.Reason and req.Detail to the history. It returns the fence as
 // it was. An empty reason fails with [ErrNoReason], an unknown scope with
-// [sink.ErrNotFound], a moved fence with [sink.ErrResetConflict]. It may
+// [sink.ErrNotFound], a moved fence with [fenceadmin.ErrConflict]. It may
 // be called from any goroutine, but only by an operator: it lifts the
 // fence.
-func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fence, error) {
+func (s *Sink) ResetFence(ctx context.Context, req fenceadmin.ResetRequest) (sink.Fence, error) {
 	scope := req.Scope
 	defer s.views.drop(scope) // view.go
 	if err := scope.Validate(); err != nil {
@@ -859,10 +861,10 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	}
 	before.NextOffset, before.Done, before.Duplicates = cp.NextOffset, cp.Done, before.Duplicates+dups
 	if e := req.Expect; e.Holder != before.Holder || e.NextOffset != before.NextOffset || e.TopicID != before.TopicID {
-		return sink.Fence{}, fmt.Errorf("postgres: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
+		return sink.Fence{}, fmt.Errorf("postgres: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, fenceadmin.ErrConflict,
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
 	}
-	after := before.AfterReset(req)
+	after := fenceadmin.AfterReset(before, req)
 	newNext, newTopic := after.NextOffset, after.TopicID
 	if _, err := tx.Exec(ctx, s.q.reset, scope.Group, scope.Topic, scope.Partition, newNext, newTopic); err != nil {
 		return sink.Fence{}, wrap(ctx, op, err)
@@ -874,7 +876,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		}
 	}
 	if _, err := tx.Exec(ctx, s.q.resetAudit, scope.Group, scope.Topic, scope.Partition, row.epoch, row.member, newNext, req.Reason, newTopic, req.Detail,
-		sink.FormatSpans(after.Done)); err != nil {
+		spantext.Format(after.Done)); err != nil {
 		return sink.Fence{}, wrap(ctx, op+": audit", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -887,12 +889,12 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 
 // HistoryEntry is one row of a scope's history, see [Sink.History]; At is
 // the server's transaction time of the entry.
-type HistoryEntry = sink.HistoryEntry
+type HistoryEntry = fenceadmin.Entry
 
 // History returns the claims and resets of scope in order (empty for a
 // scope never claimed), each claim with the done spans it returned and
 // each reset with those it kept (HistoryEntry.Done, stored as text,
-// [sink.FormatSpans]). It may be called from any goroutine.
+// [spantext.Format]). It may be called from any goroutine.
 func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry, error) {
 	if err := scope.Validate(); err != nil {
 		return nil, err
@@ -915,7 +917,7 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &e.At, &e.TopicID, &e.Detail, &done, &e.Proven}, func() error {
 		e.Token = holderToken(scope, epoch, member)
 		var err error
-		if e.Done, err = sink.ParseSpans(done); err != nil {
+		if e.Done, err = spantext.Parse(done); err != nil {
 			return err
 		}
 		out = append(out, e)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 // dropVersion7 turns a current schema into version 6's tables (the
@@ -965,7 +966,7 @@ func TestGapsClaimBetweenGuardAndCommit(t *testing.T) {
 				}
 				landed = true
 				if tc.reset {
-					if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: old.Scope(), Expect: sink.Fence{Scope: old.Scope(), Holder: old},
+					if _, err := s.ResetFence(ctx, fenceadmin.ResetRequest{Scope: old.Scope(), Expect: sink.Fence{Scope: old.Scope(), Holder: old},
 						Reason: "test: " + t.Name()}); err != nil {
 						t.Errorf("ResetFence: %v", err)
 					}

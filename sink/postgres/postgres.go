@@ -19,20 +19,20 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
 // Compile-time checks of the capabilities a *Sink provides.
 var (
-	_ sink.Sink[pgx.Tx] = (*Sink)(nil)
-	_ sink.Lister       = (*Sink)(nil)
-	_ sink.Resetter     = (*Sink)(nil)
-	_ sink.Historian    = (*Sink)(nil)
+	_ sink.Sink[pgx.Tx]    = (*Sink)(nil)
+	_ fenceadmin.Lister    = (*Sink)(nil)
+	_ fenceadmin.Resetter  = (*Sink)(nil)
+	_ fenceadmin.Historian = (*Sink)(nil)
 
-	_ sink.DeadLetterStore     = (*Sink)(nil)
-	_ sink.ErrorClassifier     = (*Sink)(nil)
-	_ sink.PermanentClassifier = (*Sink)(nil)
-	_ sink.Pinger              = (*Sink)(nil)
+	_ dlq.Store   = (*Sink)(nil)
+	_ sink.Health = (*Sink)(nil)
 )
 
 // ErrConfig is matched by the errors [Open] returns for an invalid [Config]:
@@ -138,7 +138,7 @@ type Config struct {
 	Prefix string
 	// DedupeWindow is the retention horizon of applied command IDs, in
 	// offsets of a scope ([sink.Features].DedupeWindow, docs/design.md#command-ids);
-	// default [sink.DefaultDedupeWindow]. Negative is invalid.
+	// default 100,000 offsets. Negative is invalid.
 	DedupeWindow int64
 	// IdleInTxTimeout is set as idle_in_transaction_session_timeout on the
 	// sessions the sink opens, so that a paused (SIGSTOPped) worker's open
@@ -157,8 +157,8 @@ type Config struct {
 }
 
 // Sink is a fenced sink in a PostgreSQL database. It implements
-// [sink.Sink] with [pgx.Tx] as the transaction handle, [sink.Lister],
-// [sink.Resetter] and [sink.Features].DedupeWindow. Create it
+// [sink.Sink] with [pgx.Tx] as the transaction handle, [fenceadmin.Lister],
+// [fenceadmin.Resetter] and [sink.Features].DedupeWindow. Create it
 // with [Open]. All methods are safe for concurrent use by any number of
 // goroutines (and processes sharing the database).
 type Sink struct {
@@ -383,7 +383,7 @@ func wrap(ctx context.Context, op string, err error) error {
 // not taken as a lost connection: handlers meet them in their own work
 // (encoding/json returns io.ErrUnexpectedEOF for truncated input), and a
 // connection that did break is found by the consumer's Ping. It implements
-// [sink.ErrorClassifier] and may be called from any goroutine.
+// [sink.Health] and may be called from any goroutine.
 func (s *Sink) IsSinkFailure(err error) bool {
 	switch {
 	case err == nil:
@@ -454,7 +454,7 @@ func (s *Sink) IsSinkFailure(err error) bool {
 //     serialization failure, 40P01 deadlock, 57P01 admin shutdown, 53xxx
 //     insufficient resources …, retried without limit.
 //
-// It implements [sink.PermanentClassifier] and may be called from any
+// It implements [sink.Health] and may be called from any
 // goroutine.
 func (s *Sink) IsPermanent(err error) bool {
 	if err == nil || s.IsSinkFailure(err) {
@@ -472,7 +472,7 @@ func (s *Sink) IsPermanent(err error) bool {
 	return false
 }
 
-// Ping checks that the server answers. It implements [sink.Pinger] and
+// Ping checks that the server answers. It implements [sink.Health] and
 // may be called from any goroutine.
 func (s *Sink) Ping(ctx context.Context) error {
 	if err := s.check(ctx, "ping"); err != nil {

@@ -15,6 +15,8 @@ import (
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/sinktest"
 )
 
@@ -426,10 +428,10 @@ func TestHistory(t *testing.T) {
 		t.Fatalf("Claim by a lower epoch: %v, want fenced", err)
 	}
 	seen := sink.Fence{Scope: scope, Holder: b, NextOffset: 2}
-	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: scope, Expect: seen}); !errors.Is(err, ErrNoReason) {
+	if _, err := s.ResetFence(ctx, fenceadmin.ResetRequest{Scope: scope, Expect: seen}); !errors.Is(err, ErrNoReason) {
 		t.Fatalf("ResetFence without reason: %v, want ErrNoReason", err)
 	}
-	before, err := s.ResetFence(ctx, sink.ResetRequest{Scope: scope, Expect: seen, Reason: "group recreated"})
+	before, err := s.ResetFence(ctx, fenceadmin.ResetRequest{Scope: scope, Expect: seen, Reason: "group recreated"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,7 +608,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	}
 	s.Close()
 	s2 := openSink(t, schema, nil)
-	if dl, err := s2.DeadLetters(ctx, sink.DeadLetterFilter{}); err != nil || len(dl) != 1 || dl[0].Record.TopicID != "topic-1" {
+	if dl, err := s2.DeadLetters(ctx, dlq.Filter{}); err != nil || len(dl) != 1 || dl[0].Record.TopicID != "topic-1" {
 		t.Fatalf("dead letters after reopen = %+v, %v", dl, err)
 	}
 }
@@ -626,7 +628,7 @@ func TestMigrateFromVersion2(t *testing.T) {
 	other := tokenOf(otherScope, 4, "m-4")
 	mustClaim(t, s, old)
 	mustClaim(t, s, other)
-	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: old}, Reason: "test"}); err != nil {
+	if _, err := s.ResetFence(ctx, fenceadmin.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: old}, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := claimProven(ctx, s, fresh); err != nil {
@@ -675,7 +677,7 @@ func TestMigrateFromVersion6(t *testing.T) {
 	other := tokenOf(otherScope, 4, "m-4")
 	mustClaim(t, s, old)
 	mustClaim(t, s, other)
-	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: old}, Reason: "test"}); err != nil {
+	if _, err := s.ResetFence(ctx, fenceadmin.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: old}, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := claimProven(ctx, s, fresh); err != nil {

@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 // TestReadOnlyCreatesNothing: a read-only Open of a schema without the
@@ -64,13 +66,13 @@ func TestReadOnlyReadsAndRefusesWrites(t *testing.T) {
 	if _, err := r.Claim(ctx, tokenOf(testScope(t), 5, "m"), sink.Observed{}); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("Claim: %v, want ErrReadOnly", err)
 	}
-	if _, err := r.ResetFence(ctx, sink.ResetRequest{Scope: tok.Scope(), Reason: "why"}); !errors.Is(err, ErrReadOnly) {
+	if _, err := r.ResetFence(ctx, fenceadmin.ResetRequest{Scope: tok.Scope(), Reason: "why"}); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("ResetFence: %v, want ErrReadOnly", err)
 	}
 	if _, err := r.DeadLetter(ctx, tok, sink.DeadRecord{Offset: 0, Reason: "r", Error: "e"}); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("DeadLetter: %v, want ErrReadOnly", err)
 	}
-	if _, err := r.ResolveDeadLetter(ctx, 1, sink.DeadLetterOpen, sink.DeadLetterDropped, "why", ""); !errors.Is(err, ErrReadOnly) {
+	if _, err := r.ResolveDeadLetter(ctx, 1, dlq.Open, dlq.Dropped, "why", ""); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("ResolveDeadLetter: %v, want ErrReadOnly", err)
 	}
 	if _, err := r.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}}, func(context.Context, pgx.Tx, int) error { return nil }); !errors.Is(err, ErrReadOnly) {

@@ -20,7 +20,7 @@ import (
 // flag); version 6 one done row per lane batch (the spans column, see
 // spans.go); version 7 made the proof requirement permanent (no proof
 // floor) and records whether each claim was proven
-// (sink.HistoryEntry.Proven). Open migrates a version 1 to 6 schema in
+// (fenceadmin.Entry.Proven). Open migrates a version 1 to 6 schema in
 // place.
 const schemaVersion = 7
 
@@ -82,8 +82,8 @@ var tables = []tableSpec{
 			at timestamptz NOT NULL DEFAULT now(),
 			topic_id text NOT NULL DEFAULT '',
 			detail text NOT NULL DEFAULT '',
-			done text NOT NULL DEFAULT '', -- sink.HistoryEntry.Done, sink.FormatSpans
-			proven boolean NOT NULL DEFAULT false)`, // sink.HistoryEntry.Proven
+			done text NOT NULL DEFAULT '', -- fenceadmin.Entry.Done, spantext.Format
+			proven boolean NOT NULL DEFAULT false)`, // fenceadmin.Entry.Proven
 			`CREATE INDEX %[2]s ON %[1]s (grp, topic, part, seq)`,
 		},
 	},
@@ -485,7 +485,7 @@ func (s *Sink) ensureSchema(ctx context.Context) error {
 // fences a proof requirement and the history a detail, and the dead
 // letter tables are created. From versions 1 and 2: the fences gain the
 // proof floor (proof_below), set from the history's resets, the highest
-// epoch a reset cleared plus one (sink.Fence.AfterReset), so that a scope
+// epoch a reset cleared plus one (fenceadmin.AfterReset), so that a scope
 // reset before the migration still asks a proof of its previous
 // incarnation's epochs. From versions 1 to 3: the fences gain the IDs
 // version (ids_version, 0) and the count of skipped duplicates

@@ -12,6 +12,8 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/internal/spantext"
 )
 
 // deadRecord is a dead letter's record as stored (JSON; the topic ID is a
@@ -76,7 +78,7 @@ func (s *Sink) deadLetter(ctx context.Context, tok epochs.Token, from int64, rec
 		}
 		r, err := s.runScript(ctx, op, deadLetterScript, []string{s.fenceKey(sc), s.dlSeqKey(), s.dlIndexKey()},
 			tok.Epoch, tok.Member, rec.Offset, s.dlRowPrefix(), body, rec.TopicID, rec.Reason, sc.Group, sc.Topic, sc.Partition,
-			cp.NextOffset, sink.FormatSpans(cp.Done), after.NextOffset, sink.FormatSpans(after.Done), boolArg(store))
+			cp.NextOffset, spantext.Format(cp.Done), after.NextOffset, spantext.Format(after.Done), boolArg(store))
 		s.held.written(sc)
 		if err != nil {
 			s.forget(tok)
@@ -88,7 +90,7 @@ func (s *Sink) deadLetter(ctx context.Context, tok epochs.Token, from int64, rec
 			return sink.DeadLetterResult{}, &sink.FencedError{Op: sink.OpDeadLetter, Stored: holder(sc, i64(r[1]) == 1, r[2], r[3]), Offered: tok}
 		case "redo":
 			cp = sink.Checkpoint{NextOffset: i64(r[1])}
-			if cp.Done, err = sink.ParseSpans(str(r[2])); err != nil {
+			if cp.Done, err = spantext.Parse(str(r[2])); err != nil {
 				return sink.DeadLetterResult{}, fmt.Errorf("redis: %s: %w", op, err)
 			}
 			continue
@@ -106,10 +108,10 @@ func (s *Sink) deadLetter(ctx context.Context, tok epochs.Token, from int64, rec
 }
 
 // DeadLetters returns the dead letters that match f, by ID, following
-// [sink.DeadLetterStore]: it reads every row (the index and one HGETALL
+// [dlq.Store]: it reads every row (the index and one HGETALL
 // each, pipelined) and filters them here. It may be called from any
 // goroutine.
-func (s *Sink) DeadLetters(ctx context.Context, f sink.DeadLetterFilter) ([]sink.DeadLetter, error) {
+func (s *Sink) DeadLetters(ctx context.Context, f dlq.Filter) ([]dlq.Letter, error) {
 	ids, err := s.rdb.ZRange(ctx, s.dlIndexKey(), 0, -1).Result()
 	if err != nil {
 		return nil, s.wrap(ctx, "dead letters", err)
@@ -125,7 +127,7 @@ func (s *Sink) DeadLetters(ctx context.Context, f sink.DeadLetterFilter) ([]sink
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, s.wrap(ctx, "dead letters", err)
 	}
-	var out []sink.DeadLetter
+	var out []dlq.Letter
 	for i, c := range cmds {
 		id, _ := strconv.ParseInt(ids[i], 10, 64)
 		d, err := parseDeadLetter(id, c.Val())
@@ -142,45 +144,45 @@ func (s *Sink) DeadLetters(ctx context.Context, f sink.DeadLetterFilter) ([]sink
 	return out, nil
 }
 
-func parseDeadLetter(id int64, m map[string]string) (sink.DeadLetter, error) {
+func parseDeadLetter(id int64, m map[string]string) (dlq.Letter, error) {
 	var rec deadRecord
 	if err := json.Unmarshal([]byte(m["rec"]), &rec); err != nil {
-		return sink.DeadLetter{}, err
+		return dlq.Letter{}, err
 	}
 	p, _ := strconv.ParseInt(m["p"], 10, 32)
 	sc := epochs.Scope{Group: m["g"], Topic: m["tp"], Partition: int32(p)}
 	ms, _ := strconv.ParseInt(m["at"], 10, 64)
-	return sink.DeadLetter{
+	return dlq.Letter{
 		ID: id, Scope: sc, Token: holder(sc, true, m["e"], m["m"]),
 		Record: sink.DeadRecord{TopicID: m["tid"], Offset: rec.Offset, Key: rec.Key, Value: rec.Value, Headers: rec.Headers,
 			Timestamp: rec.Timestamp, Reason: rec.Reason, Error: rec.Error, Attempts: rec.Attempts},
-		At: time.UnixMilli(ms), State: sink.DeadLetterState(m["st"]), Mirrored: m["mi"] == "1",
+		At: time.UnixMilli(ms), State: dlq.State(m["st"]), Mirrored: m["mi"] == "1",
 	}, nil
 }
 
 // ResolveDeadLetter moves dead letter id from state from to state to and
 // appends an audit entry, in one Lua script, following
-// [sink.DeadLetterStore]. It may be called from any goroutine.
-func (s *Sink) ResolveDeadLetter(ctx context.Context, id int64, from, to sink.DeadLetterState, reason, detail string) (sink.DeadLetter, error) {
+// [dlq.Store]. It may be called from any goroutine.
+func (s *Sink) ResolveDeadLetter(ctx context.Context, id int64, from, to dlq.State, reason, detail string) (dlq.Letter, error) {
 	op := fmt.Sprintf("dead letter %d", id)
-	if err := sink.CheckResolve(from, to, strings.TrimSpace(reason)); err != nil {
-		return sink.DeadLetter{}, fmt.Errorf("redis: %s: %w", op, err)
+	if err := from.CheckResolve(to, strings.TrimSpace(reason)); err != nil {
+		return dlq.Letter{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	r, err := s.runScript(ctx, op, resolveScript, []string{s.dlKey(id), s.dlAuditKey(id), s.dlAuditSeqKey()},
 		string(from), string(to), reason, detail)
 	if err != nil {
-		return sink.DeadLetter{}, err
+		return dlq.Letter{}, err
 	}
 	m, err := s.rdb.HGetAll(ctx, s.dlKey(id)).Result()
 	if err != nil && str(r[0]) != "notfound" {
-		return sink.DeadLetter{}, s.wrap(ctx, op, err)
+		return dlq.Letter{}, s.wrap(ctx, op, err)
 	}
 	switch str(r[0]) {
 	case "notfound":
-		return sink.DeadLetter{}, fmt.Errorf("redis: %s: %w", op, sink.ErrNotFound)
+		return dlq.Letter{}, fmt.Errorf("redis: %s: %w", op, sink.ErrNotFound)
 	case "state":
 		d, _ := parseDeadLetter(id, m)
-		return d, fmt.Errorf("redis: %s is %s, not %s: %w", op, str(r[1]), from, sink.ErrDeadLetterState)
+		return d, fmt.Errorf("redis: %s is %s, not %s: %w", op, str(r[1]), from, dlq.ErrState)
 	}
 	return parseDeadLetter(id, m)
 }
@@ -196,13 +198,13 @@ type auditRow struct {
 }
 
 // DeadLetterAudit returns dead letter id's audit entries in order,
-// following [sink.DeadLetterStore]. It may be called from any goroutine.
-func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]sink.DeadLetterAction, error) {
+// following [dlq.Store]. It may be called from any goroutine.
+func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]dlq.Action, error) {
 	rows, err := s.rdb.LRange(ctx, s.dlAuditKey(id), 0, -1).Result()
 	if err != nil {
 		return nil, s.wrap(ctx, fmt.Sprintf("dead letter %d audit", id), err)
 	}
-	var out []sink.DeadLetterAction
+	var out []dlq.Action
 	for _, raw := range rows {
 		var a auditRow
 		if err := json.Unmarshal([]byte(raw), &a); err != nil {
@@ -210,14 +212,14 @@ func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]sink.DeadLetter
 		}
 		seq, _ := strconv.ParseInt(a.Seq, 10, 64)
 		ms, _ := strconv.ParseInt(a.At, 10, 64)
-		out = append(out, sink.DeadLetterAction{Seq: seq, ID: id, From: sink.DeadLetterState(a.From), To: sink.DeadLetterState(a.To),
+		out = append(out, dlq.Action{Seq: seq, ID: id, From: dlq.State(a.From), To: dlq.State(a.To),
 			Reason: a.Reason, Detail: a.Detail, At: time.UnixMilli(ms)})
 	}
 	return out, nil
 }
 
 // MarkMirrored records that dead letters ids were published to the DLQ
-// topic, following [sink.DeadLetterStore]; unknown IDs are ignored. It may
+// topic, following [dlq.Store]; unknown IDs are ignored. It may
 // be called from any goroutine.
 func (s *Sink) MarkMirrored(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {

@@ -181,8 +181,8 @@
 // hash, and every apply and dead letter compares the stored checkpoint
 // with the one its caller saw: lanes of one holder run their effects
 // concurrently and commit one at a time) and dead letters; and
-// [sink.Lister], [sink.Resetter], [sink.Historian], [sink.DeadLetterStore],
-// [sink.ErrorClassifier] and [sink.Pinger]; the metrics wrapper
+// [fenceadmin.Lister], [fenceadmin.Resetter], [fenceadmin.Historian], [dlq.Store],
+// [sink.Health]; the metrics wrapper
 // (sink/sinkmetrics) keeps them. It passes the conformance suite
 // (sink/sinktest, with Harness.RequireGaps) against a real server.
 package redis

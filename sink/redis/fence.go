@@ -14,7 +14,9 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/internal/cmdids"
+	"github.com/workrouter/workrouter/sink/internal/spantext"
 )
 
 // maxAttempts bounds how many times Apply runs a batch's effects again
@@ -56,11 +58,11 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	defer s.held.written(sc)
 	groupEpoch, detail := int32(0), ""
 	if obs.Proof != nil && obs.Proof.GroupEpoch > 0 {
-		groupEpoch, detail = obs.Proof.GroupEpoch, sink.TakeoverDetail(tok, obs)
+		groupEpoch, detail = obs.Proof.GroupEpoch, obs.TakeoverDetail(tok)
 	}
 	r, err := s.runScript(ctx, op, claimScript, []string{s.fenceKey(sc), s.scopesKey(), s.histKey(sc), s.histSeqKey()},
 		tok.Epoch, tok.Member, proofArg(obs.Proof), obs.TopicID, obs.LogStart, obs.LogEnd,
-		sc.Group, sc.Topic, sc.Partition, scopeID(sc), s.cfg.HistoryCap, groupEpoch, sink.TakeoverReason, detail)
+		sc.Group, sc.Topic, sc.Partition, scopeID(sc), s.cfg.HistoryCap, groupEpoch, fenceadmin.TakeoverReason, detail)
 	if err != nil {
 		return sink.Checkpoint{}, err
 	}
@@ -81,7 +83,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 		return sink.Checkpoint{}, fmt.Errorf("redis: %s: unexpected script reply %v", op, r)
 	}
 	cp := sink.Checkpoint{NextOffset: i64(r[1])}
-	if cp.Done, err = sink.ParseSpans(str(r[2])); err != nil {
+	if cp.Done, err = spantext.Parse(str(r[2])); err != nil {
 		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	s.cacheCheckpoint(tok, cp, true)
@@ -221,7 +223,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 		var row cmdids.Row
 		prune := false
 		if changed {
-			newNext, newSpans = strconv.FormatInt(after.NextOffset, 10), sink.FormatSpans(after.Done)
+			newNext, newSpans = strconv.FormatInt(after.NextOffset, 10), spantext.Format(after.Done)
 			if ids != nil {
 				expectIV = strconv.FormatInt(version, 10)
 				if prune = cmdids.PruneDue(before.NextOffset, after.NextOffset, s.cfg.DedupeWindow); prune {
@@ -238,7 +240,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 				}
 			}
 		}
-		u := &unit{epoch: tok.Epoch, member: tok.Member, expectNext: before.NextOffset, expectSpans: sink.FormatSpans(before.Done),
+		u := &unit{epoch: tok.Epoch, member: tok.Member, expectNext: before.NextOffset, expectSpans: spantext.Format(before.Done),
 			newNext: newNext, newSpans: newSpans, expectIV: expectIV, horizon: horizon, dups: len(res.Duplicates),
 			rowMember: rowMember, rowLast: rowLast, cmds: tx.cmds, reads: tx.reads}
 		var r []any
@@ -285,7 +287,7 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, offsets, from []int6
 				s.ids.Drop(sc) // another writer moved the IDs: reload
 			}
 			cp = sink.Checkpoint{NextOffset: i64(r[1])}
-			if cp.Done, err = sink.ParseSpans(str(r[3])); err != nil {
+			if cp.Done, err = spantext.Parse(str(r[3])); err != nil {
 				return sink.Result{}, fmt.Errorf("redis: %s: %w", op, err)
 			}
 			continue
@@ -336,7 +338,7 @@ func (s *Sink) readCheckpoint(ctx context.Context, op string, tok epochs.Token, 
 		return sink.Checkpoint{}, &sink.FencedError{Op: fop, Stored: stored, Offered: tok}
 	}
 	cp := sink.Checkpoint{NextOffset: i64(f[2])}
-	if cp.Done, err = sink.ParseSpans(str(f[3])); err != nil {
+	if cp.Done, err = spantext.Parse(str(f[3])); err != nil {
 		return sink.Checkpoint{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	return cp, nil
@@ -355,7 +357,7 @@ func (s *Sink) forget(tok epochs.Token) {
 }
 
 // Fences returns the stored state of every scope the sink knows
-// (the members of <Prefix>:scopes), implementing [sink.Lister]. It may be
+// (the members of <Prefix>:scopes), implementing [fenceadmin.Lister]. It may be
 // called from any goroutine.
 func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	ids, err := s.rdb.SMembers(ctx, s.scopesKey()).Result()
@@ -404,7 +406,7 @@ func parseFence(m map[string]string) (sink.Fence, error) {
 	f.Version, _ = strconv.ParseInt(m["v"], 10, 64)
 	f.Duplicates, _ = strconv.ParseInt(m["d"], 10, 64)
 	var err error
-	f.Done, err = sink.ParseSpans(m["sp"])
+	f.Done, err = spantext.Parse(m["sp"])
 	return f, err
 }
 
@@ -428,23 +430,23 @@ type historyRow struct {
 }
 
 // History returns the claims and resets of scope in order, implementing
-// [sink.Historian]: the list <Prefix>:hist:<scope>, capped at
+// [fenceadmin.Historian]: the list <Prefix>:hist:<scope>, capped at
 // [Config.HistoryCap] entries (the oldest trimmed first). At is the
 // server's clock (TIME) at the entry, to the millisecond. It may be
 // called from any goroutine.
-func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryEntry, error) {
+func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]fenceadmin.Entry, error) {
 	rows, err := s.rdb.LRange(ctx, s.histKey(scope), 0, -1).Result()
 	if err != nil {
 		return nil, s.wrap(ctx, "history "+scope.String(), err)
 	}
-	out := make([]sink.HistoryEntry, 0, len(rows))
+	out := make([]fenceadmin.Entry, 0, len(rows))
 	for _, raw := range rows {
 		var h historyRow
 		if err := json.Unmarshal([]byte(raw), &h); err != nil {
 			return nil, fmt.Errorf("redis: history %s: %w", scope, err)
 		}
-		e := sink.HistoryEntry{Kind: h.Kind, Reason: h.Reason, TopicID: h.Topic, Detail: h.Detail, Proven: h.Proven == "1"}
-		if e.Done, err = sink.ParseSpans(h.Spans); err != nil {
+		e := fenceadmin.Entry{Kind: h.Kind, Reason: h.Reason, TopicID: h.Topic, Detail: h.Detail, Proven: h.Proven == "1"}
+		if e.Done, err = spantext.Parse(h.Spans); err != nil {
 			return nil, fmt.Errorf("redis: history %s: %w", scope, err)
 		}
 		e.Seq, _ = strconv.ParseInt(h.Seq, 10, 64)
@@ -458,11 +460,11 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryE
 }
 
 // ResetFence is the admin reset of a scope's fence, following
-// [sink.Resetter], in one Lua script: a compare-and-set on the holder,
-// NextOffset and topic ID of req.Expect (else [sink.ErrResetConflict]),
-// then the fence [sink.Fence.AfterReset] returns and a reset entry in the
+// [fenceadmin.Resetter], in one Lua script: a compare-and-set on the holder,
+// NextOffset and topic ID of req.Expect (else [fenceadmin.ErrConflict]),
+// then the fence [fenceadmin.AfterReset] returns and a reset entry in the
 // history. It may be called from any goroutine.
-func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fence, error) {
+func (s *Sink) ResetFence(ctx context.Context, req fenceadmin.ResetRequest) (sink.Fence, error) {
 	sc := req.Scope
 	op := "reset " + sc.String()
 	if strings.TrimSpace(req.Reason) == "" {
@@ -487,11 +489,11 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	}
 	before := sink.Fence{Scope: sc, Holder: holder(sc, true, r[1], r[2]), NextOffset: i64(r[3]), TopicID: str(r[4]),
 		ProofRequired: str(r[5]) == "1", Version: i64(r[6]), Duplicates: i64(r[7])}
-	if before.Done, err = sink.ParseSpans(str(r[8])); err != nil {
+	if before.Done, err = spantext.Parse(str(r[8])); err != nil {
 		return sink.Fence{}, fmt.Errorf("redis: %s: %w", op, err)
 	}
 	if str(r[0]) == "conflict" {
-		return sink.Fence{}, fmt.Errorf("redis: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
+		return sink.Fence{}, fmt.Errorf("redis: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, fenceadmin.ErrConflict,
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
 	}
 	s.forgetScope(sc)

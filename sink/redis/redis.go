@@ -19,6 +19,8 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
@@ -50,12 +52,11 @@ var ErrNoReason = sink.ErrNoReason
 // Compile-time checks of the capabilities a *Sink provides.
 var (
 	_ sink.Sink[*Tx]       = (*Sink)(nil)
-	_ sink.Lister          = (*Sink)(nil)
-	_ sink.Resetter        = (*Sink)(nil)
-	_ sink.Historian       = (*Sink)(nil)
-	_ sink.DeadLetterStore = (*Sink)(nil)
-	_ sink.ErrorClassifier = (*Sink)(nil)
-	_ sink.Pinger          = (*Sink)(nil)
+	_ fenceadmin.Lister    = (*Sink)(nil)
+	_ fenceadmin.Resetter  = (*Sink)(nil)
+	_ fenceadmin.Historian = (*Sink)(nil)
+	_ dlq.Store            = (*Sink)(nil)
+	_ sink.Health          = (*Sink)(nil)
 )
 
 // DefaultPrefix is the key prefix used when [Config.Prefix] is empty.
@@ -84,7 +85,7 @@ type Config struct {
 	Prefix string
 	// DedupeWindow is the retention horizon of applied command IDs, in
 	// offsets of a scope ([sink.Features].DedupeWindow); default
-	// [sink.DefaultDedupeWindow]. Negative is invalid.
+	// 100,000 offsets. Negative is invalid.
 	DedupeWindow int64
 	// HistoryCap is how many history entries (claims and resets) a
 	// scope keeps, the oldest trimmed first; default
@@ -306,7 +307,7 @@ func (s *Sink) Prefix() string { return s.cfg.Prefix }
 // address as k): <Prefix>:k:<k>. It may be called from any goroutine.
 func (s *Sink) Key(k string) string { return s.cfg.Prefix + ":k:" + k }
 
-// Ping checks that the server answers, implementing [sink.Pinger]. It may
+// Ping checks that the server answers, implementing [sink.Health]. It may
 // be called from any goroutine.
 func (s *Sink) Ping(ctx context.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
@@ -315,11 +316,16 @@ func (s *Sink) Ping(ctx context.Context) error {
 	return nil
 }
 
+// IsPermanent reports false: no Redis reply is a permanent refusal of a
+// record's values (a command the server refuses fails the batch as an
+// effect error, ErrCommand) (sink.Health).
+func (s *Sink) IsPermanent(error) bool { return false }
+
 // IsSinkFailure reports whether err is a failure of the server or of the
 // connection to it (it matches [ErrUnavailable] or [ErrNotReplicated], or
 // is a network error, a lost connection, or a LOADING, READONLY,
 // MASTERDOWN, BUSY, TRYAGAIN or OOM reply), implementing
-// [sink.ErrorClassifier]. It may be called from any goroutine.
+// [sink.Health]. It may be called from any goroutine.
 func (s *Sink) IsSinkFailure(err error) bool { return isUnavailable(err) }
 
 func isUnavailable(err error) bool {

@@ -236,7 +236,7 @@ return {'ok', ARGV[4]}
 `)
 
 // resetScript is ResetFence: the compare-and-set on the fence the operator
-// saw, sink.Fence.AfterReset (the proof requirement set for good, a
+// saw, fenceadmin.AfterReset (the proof requirement set for good, a
 // legacy proof floor dropped), the fence's new version and a history row.
 //
 // KEYS: fence, history, history seq.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 )
 
 func testToken(t testing.TB, epoch int32) epochs.Token {
@@ -267,7 +268,7 @@ func TestStaleTenureDeadLetterFenced(t *testing.T) {
 	if !errors.As(err, &fe) || fe.Stored != newer || fe.Op != sink.OpDeadLetter {
 		t.Fatalf("DeadLetter by the superseded tenure: %v, want a *sink.FencedError naming %s", err, newer)
 	}
-	if dls, err := s2.DeadLetters(ctx, sink.DeadLetterFilter{}); err != nil || len(dls) != 0 {
+	if dls, err := s2.DeadLetters(ctx, dlq.Filter{}); err != nil || len(dls) != 0 {
 		t.Fatalf("dead letters after the refusal: %v, %v; want none", dls, err)
 	}
 }

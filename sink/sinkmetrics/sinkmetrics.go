@@ -12,7 +12,7 @@
 // serial or a lane's, with or without command IDs) and declares the
 // features of the sink it wraps. It implements sink.Unwrapper: the
 // optional capabilities beside the write of the sink it wraps
-// (sink.Lister, sink.Resetter, sink.Historian, …) stay reachable through
+// (fenceadmin.Lister, fenceadmin.Resetter, fenceadmin.Historian, …) stay reachable through
 // sink.As, which the conformance suite checks for every backend.
 package sinkmetrics
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/memory"
 	"github.com/workrouter/workrouter/sink/sinkmetrics"
 	"github.com/workrouter/workrouter/sink/sinktest"
@@ -50,11 +51,11 @@ func TestCountsOutcomesAndKeepsCapabilities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := sink.As[sink.Lister](s); !ok {
-		t.Fatal("the wrapper hid sink.Lister")
+	if _, ok := sink.As[fenceadmin.Lister](s); !ok {
+		t.Fatal("the wrapper hid fenceadmin.Lister")
 	}
-	if _, ok := sink.As[sink.Resetter](s); !ok {
-		t.Fatal("the wrapper hid sink.Resetter")
+	if _, ok := sink.As[fenceadmin.Resetter](s); !ok {
+		t.Fatal("the wrapper hid fenceadmin.Resetter")
 	}
 	ctx := context.Background()
 	old := epochs.Token{Group: "g", Topic: "t", Partition: 0, Epoch: 1, Member: "a"}

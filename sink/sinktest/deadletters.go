@@ -10,6 +10,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 )
 
 // poison is a dead record at offset off, with a 1 MB value and headers.
@@ -63,17 +64,17 @@ func (c *suite[Tx]) testDeadLetters(t *testing.T) {
 	c.mustAbsent(t, s, key(t, "k", 4))
 	c.mustGet(t, s, key(t, "k", 5), "w")
 
-	store, ok := sink.As[sink.DeadLetterStore](s)
+	store, ok := sink.As[dlq.Store](s)
 	if !ok {
 		return
 	}
-	got, err := store.DeadLetters(ctx, sink.DeadLetterFilter{Group: scope.Group, Topic: scope.Topic})
+	got, err := store.DeadLetters(ctx, dlq.Filter{Group: scope.Group, Topic: scope.Topic})
 	if err != nil || len(got) != 2 {
 		t.Fatalf("DeadLetters = %d rows, %v; want 2 (one per poison record, none for the replay)", len(got), err)
 	}
 	d := got[0]
 	want := poison(3)
-	if d.ID != res.ID || d.Scope != scope || d.Token != a || d.State != sink.DeadLetterOpen || d.Mirrored || d.At.IsZero() ||
+	if d.ID != res.ID || d.Scope != scope || d.Token != a || d.State != dlq.Open || d.Mirrored || d.At.IsZero() ||
 		d.Record.Offset != 3 || !bytes.Equal(d.Record.Key, want.Key) || !bytes.Equal(d.Record.Value, want.Value) ||
 		d.Record.Reason != want.Reason || d.Record.Error != want.Error || d.Record.Attempts != want.Attempts ||
 		d.Record.TopicID != want.TopicID || !d.Record.Timestamp.Equal(want.Timestamp) ||
@@ -104,9 +105,9 @@ func fmtRecord(r sink.DeadRecord) string {
 func (c *suite[Tx]) testDeadLetterStore(t *testing.T) {
 	s := c.h.Open(t)
 	dl, ok1 := s, s.Features().DeadLetters
-	store, ok2 := sink.As[sink.DeadLetterStore](s)
+	store, ok2 := sink.As[dlq.Store](s)
 	if !ok1 || !ok2 {
-		t.Skip("sinktest: the sink does not declare Features.DeadLetters or lacks sink.DeadLetterStore")
+		t.Skip("sinktest: the sink does not declare Features.DeadLetters or lacks dlq.Store")
 	}
 	ctx := t.Context()
 	scope := scopeFor(t)
@@ -130,7 +131,7 @@ func (c *suite[Tx]) testDeadLetterStore(t *testing.T) {
 		}
 	}
 	p := other.Partition
-	count := func(f sink.DeadLetterFilter) int {
+	count := func(f dlq.Filter) int {
 		t.Helper()
 		f.Group = scope.Group
 		got, err := store.DeadLetters(ctx, f)
@@ -139,58 +140,58 @@ func (c *suite[Tx]) testDeadLetterStore(t *testing.T) {
 		}
 		return len(got)
 	}
-	if n := count(sink.DeadLetterFilter{}); n != 4 {
+	if n := count(dlq.Filter{}); n != 4 {
 		t.Fatalf("all: %d, want 4", n)
 	}
-	if n := count(sink.DeadLetterFilter{Partition: &p}); n != 2 {
+	if n := count(dlq.Filter{Partition: &p}); n != 2 {
 		t.Fatalf("partition filter: %d, want 2", n)
 	}
-	if n := count(sink.DeadLetterFilter{Reason: "undecodable"}); n != 2 {
+	if n := count(dlq.Filter{Reason: "undecodable"}); n != 2 {
 		t.Fatalf("reason filter: %d, want 2", n)
 	}
-	if n := count(sink.DeadLetterFilter{Since: time.Now().Add(time.Hour)}); n != 0 {
+	if n := count(dlq.Filter{Since: time.Now().Add(time.Hour)}); n != 0 {
 		t.Fatalf("since filter: %d, want 0", n)
 	}
-	if n := count(sink.DeadLetterFilter{IDs: ids[1:2]}); n != 1 {
+	if n := count(dlq.Filter{IDs: ids[1:2]}); n != 1 {
 		t.Fatalf("ID filter: %d, want 1", n)
 	}
-	if n := count(sink.DeadLetterFilter{Limit: 3}); n != 3 {
+	if n := count(dlq.Filter{Limit: 3}); n != 3 {
 		t.Fatalf("limit: %d, want 3", n)
 	}
 
 	id := ids[0]
-	if _, err := store.ResolveDeadLetter(ctx, id, sink.DeadLetterOpen, sink.DeadLetterDropped, "", ""); !errors.Is(err, sink.ErrNoReason) {
+	if _, err := store.ResolveDeadLetter(ctx, id, dlq.Open, dlq.Dropped, "", ""); !errors.Is(err, sink.ErrNoReason) {
 		t.Fatalf("resolve without a reason: %v, want sink.ErrNoReason", err)
 	}
-	if _, err := store.ResolveDeadLetter(ctx, 1<<40, sink.DeadLetterOpen, sink.DeadLetterDropped, "r", ""); !errors.Is(err, sink.ErrNotFound) {
+	if _, err := store.ResolveDeadLetter(ctx, 1<<40, dlq.Open, dlq.Dropped, "r", ""); !errors.Is(err, sink.ErrNotFound) {
 		t.Fatalf("resolve of an unknown id: %v, want sink.ErrNotFound", err)
 	}
-	d, err := store.ResolveDeadLetter(ctx, id, sink.DeadLetterOpen, sink.DeadLetterRedriving, "sinktest: redrive", "")
-	if err != nil || d.State != sink.DeadLetterRedriving {
+	d, err := store.ResolveDeadLetter(ctx, id, dlq.Open, dlq.Redriving, "sinktest: redrive", "")
+	if err != nil || d.State != dlq.Redriving {
 		t.Fatalf("open → redriving: %+v %v", d, err)
 	}
 	// A second redrive of the same row is refused: it is no longer open.
-	if _, err := store.ResolveDeadLetter(ctx, id, sink.DeadLetterOpen, sink.DeadLetterRedriving, "sinktest: again", ""); !errors.Is(err, sink.ErrDeadLetterState) {
-		t.Fatalf("second redrive: %v, want sink.ErrDeadLetterState", err)
+	if _, err := store.ResolveDeadLetter(ctx, id, dlq.Open, dlq.Redriving, "sinktest: again", ""); !errors.Is(err, dlq.ErrState) {
+		t.Fatalf("second redrive: %v, want dlq.ErrState", err)
 	}
-	if d, err = store.ResolveDeadLetter(ctx, id, sink.DeadLetterRedriving, sink.DeadLetterRedriven, "sinktest: redrive", "produced at t/1@9"); err != nil || d.State != sink.DeadLetterRedriven {
+	if d, err = store.ResolveDeadLetter(ctx, id, dlq.Redriving, dlq.Redriven, "sinktest: redrive", "produced at t/1@9"); err != nil || d.State != dlq.Redriven {
 		t.Fatalf("redriving → redriven: %+v %v", d, err)
 	}
 	audit, err := store.DeadLetterAudit(ctx, id)
-	if err != nil || len(audit) != 2 || audit[0].From != sink.DeadLetterOpen || audit[1].To != sink.DeadLetterRedriven ||
+	if err != nil || len(audit) != 2 || audit[0].From != dlq.Open || audit[1].To != dlq.Redriven ||
 		audit[1].Detail != "produced at t/1@9" || audit[0].ID != id || audit[0].At.IsZero() || audit[1].Seq <= audit[0].Seq {
 		t.Fatalf("audit %+v %v", audit, err)
 	}
-	if n := count(sink.DeadLetterFilter{States: []sink.DeadLetterState{sink.DeadLetterOpen}}); n != 3 {
+	if n := count(dlq.Filter{States: []dlq.State{dlq.Open}}); n != 3 {
 		t.Fatalf("open: %d, want 3", n)
 	}
-	if n := count(sink.DeadLetterFilter{NotMirrored: true}); n != 4 {
+	if n := count(dlq.Filter{NotMirrored: true}); n != 4 {
 		t.Fatalf("not mirrored: %d, want 4", n)
 	}
 	if err := store.MarkMirrored(ctx, ids[:2]); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(sink.DeadLetterFilter{NotMirrored: true}); n != 2 {
+	if n := count(dlq.Filter{NotMirrored: true}); n != 2 {
 		t.Fatalf("not mirrored after marking two: %d, want 2", n)
 	}
 }
@@ -231,8 +232,8 @@ func (c *suite[Tx]) testDeadLetterAfterGap(t *testing.T) {
 	c.mustGet(t, s, key(t, "k", 4), "v")
 	c.mustAbsent(t, s, key(t, "k", 2))
 	c.mustNext(t, s, a, 5)
-	if store, ok := sink.As[sink.DeadLetterStore](s); ok {
-		got, err := store.DeadLetters(ctx, sink.DeadLetterFilter{Group: scope.Group})
+	if store, ok := sink.As[dlq.Store](s); ok {
+		got, err := store.DeadLetters(ctx, dlq.Filter{Group: scope.Group})
 		if err != nil || len(got) != 1 || got[0].ID != res.ID || got[0].Record.Offset != 2 || got[0].Token != a {
 			t.Fatalf("DeadLetters = %+v, %v; want exactly the dead letter at offset 2", got, err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 // The tests of sink.Features.DedupeWindow (docs/design.md#command-ids). Each
@@ -108,7 +109,7 @@ func (c *suite[Tx]) mustID(t testing.TB, s sink.Sink[Tx], id string, at int64) {
 // (sink.Fence.Duplicates), when the sink lists its fences.
 func (c *suite[Tx]) mustDuplicates(t testing.TB, s sink.Sink[Tx], scope epochs.Scope, want int64) {
 	t.Helper()
-	l, ok := sink.As[sink.Lister](s)
+	l, ok := sink.As[fenceadmin.Lister](s)
 	if !ok {
 		return
 	}
@@ -296,7 +297,7 @@ func (c *suite[Tx]) testDedupeKeptAcrossReset(t *testing.T) {
 	c.claim(t, s, a)
 	mustResult(t, c.applyOnce(t, d, a, []int64{40, 41}, "x", "y"), 2, 0, nil, 42)
 	zero := int64(0)
-	if _, err := r.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: a, NextOffset: 42},
+	if _, err := r.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: a, NextOffset: 42},
 		NextOffset: &zero, TopicID: "new-log", Reason: "sinktest: " + t.Name()}); err != nil {
 		t.Fatalf("ResetFence: %v", err)
 	}
@@ -307,7 +308,7 @@ func (c *suite[Tx]) testDedupeKeptAcrossReset(t *testing.T) {
 	c.mustID(t, s, "y", 41)
 	c.mustDuplicates(t, s, scope, 1)
 	// The count is kept by a reset too.
-	if _, err := r.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: b, NextOffset: 2, TopicID: "new-log"},
+	if _, err := r.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: b, NextOffset: 2, TopicID: "new-log"},
 		Reason: "sinktest: " + t.Name()}); err != nil {
 		t.Fatalf("ResetFence: %v", err)
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 // The tests of sink.Features.Gaps, the checkpoint with gaps
@@ -632,8 +634,8 @@ func (c *suite[Tx]) overlapDeadLetter(t *testing.T) {
 	}
 	c.mustAbsent(t, s, key(t, "g", 0, "-", "lane"))
 	c.mustGet(t, s, key(t, "g", 1, "-", "lane"), "v")
-	if store, ok := sink.As[sink.DeadLetterStore](s); ok {
-		got, err := store.DeadLetters(t.Context(), sink.DeadLetterFilter{Group: scope.Group})
+	if store, ok := sink.As[dlq.Store](s); ok {
+		got, err := store.DeadLetters(t.Context(), dlq.Filter{Group: scope.Group})
 		if err != nil || len(got) != 1 || got[0].Record.Offset != 0 {
 			t.Fatalf("DeadLetters = %+v, %v; want exactly the dead letter at 0", got, err)
 		}
@@ -773,8 +775,8 @@ func (c *suite[Tx]) testGapsDeadLetter(t *testing.T) {
 	if _, err := g.DeadLetter(t.Context(), a, poison(6).InLane(7)); !errors.Is(err, sink.ErrBadBatch) {
 		t.Fatalf("a lane's DeadLetter with from above the offset: %v, want sink.ErrBadBatch", err)
 	}
-	if store, ok := sink.As[sink.DeadLetterStore](s); ok {
-		got, err := store.DeadLetters(t.Context(), sink.DeadLetterFilter{Group: scope.Group})
+	if store, ok := sink.As[dlq.Store](s); ok {
+		got, err := store.DeadLetters(t.Context(), dlq.Filter{Group: scope.Group})
 		if err != nil || len(got) != 1 || got[0].ID != res.ID || got[0].Record.Offset != 4 || got[0].Token != a {
 			t.Fatalf("DeadLetters = %+v, %v; want exactly the lane's dead letter at 4", got, err)
 		}
@@ -785,9 +787,9 @@ func (c *suite[Tx]) testGapsDeadLetter(t *testing.T) {
 func (c *suite[Tx]) testGapsLister(t *testing.T) {
 	s := c.h.Open(t)
 	g := c.gaps(t, s)
-	lister, ok := sink.As[sink.Lister](s)
+	lister, ok := sink.As[fenceadmin.Lister](s)
 	if !ok {
-		t.Skip("sinktest: the sink does not implement sink.Lister")
+		t.Skip("sinktest: the sink does not implement fenceadmin.Lister")
 	}
 	scope := scopeFor(t)
 	a := tokenFor(scope, 1, "a")
@@ -820,7 +822,7 @@ func (c *suite[Tx]) testGapsReset(t *testing.T) {
 		t.Fatalf("Claim after a reset keeping the checkpoint = %+v, %v; want the spans kept", got, err)
 	}
 	zero := int64(0)
-	if _, err := r.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: b, NextOffset: 1},
+	if _, err := r.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: b, NextOffset: 1},
 		NextOffset: &zero, TopicID: "new", Reason: "sinktest: onto a new log"}); err != nil {
 		t.Fatalf("ResetFence onto a new log: %v", err)
 	}
@@ -1009,7 +1011,7 @@ func (c *suite[Tx]) testGapsDurable(t *testing.T) {
 	mustCheckpoint(t, c.gaps(t, s), a, cp(1, 2, 3, 5, 6))
 }
 
-// testGapsHistoryDone: the history (sink.Historian) records, with each
+// testGapsHistoryDone: the history (fenceadmin.Historian) records, with each
 // claim, the done spans its checkpoint had above NextOffset — by
 // Claim or by a plain Claim — and, with each reset, the spans it
 // kept (none onto a new log): the invariant checker's F needs them, since
@@ -1017,9 +1019,9 @@ func (c *suite[Tx]) testGapsDurable(t *testing.T) {
 func (c *suite[Tx]) testGapsHistoryDone(t *testing.T) {
 	s := c.h.Open(t)
 	g := c.gaps(t, s)
-	h, ok := sink.As[sink.Historian](s)
+	h, ok := sink.As[fenceadmin.Historian](s)
 	if !ok {
-		t.Skip("sinktest: the sink does not implement sink.Historian")
+		t.Skip("sinktest: the sink does not implement fenceadmin.Historian")
 	}
 	scope := scopeFor(t)
 	a, b := tokenFor(scope, 1, "a"), tokenFor(scope, 2, "b")
@@ -1029,22 +1031,22 @@ func (c *suite[Tx]) testGapsHistoryDone(t *testing.T) {
 		t.Fatalf("a plain Claim of a gapped scope: %v", err)
 	}
 	spans := []sink.Span{{From: 3, To: 5}, {From: 7, To: 8}}
-	want := []sink.HistoryEntry{{Kind: sink.HistoryClaim, Token: a}, {Kind: sink.HistoryClaim, Token: b, NextOffset: 1, Done: spans}}
-	if r, ok := sink.As[sink.Resetter](s); ok {
+	want := []fenceadmin.Entry{{Kind: fenceadmin.KindClaim, Token: a}, {Kind: fenceadmin.KindClaim, Token: b, NextOffset: 1, Done: spans}}
+	if r, ok := sink.As[fenceadmin.Resetter](s); ok {
 		reset(t, r, scope, b, 1)
 		c2 := tokenFor(scope, 1, "c")
 		if _, err := claimGappedProven(t, g, c2); err != nil {
 			t.Fatalf("Claim after a reset: %v", err)
 		}
 		zero := int64(0)
-		if _, err := r.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: c2, NextOffset: 1},
+		if _, err := r.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: c2, NextOffset: 1},
 			NextOffset: &zero, TopicID: "new", Reason: "sinktest: onto a new log"}); err != nil {
 			t.Fatalf("ResetFence onto a new log: %v", err)
 		}
 		want = append(want,
-			sink.HistoryEntry{Kind: sink.HistoryReset, Token: b, NextOffset: 1, Done: spans},
-			sink.HistoryEntry{Kind: sink.HistoryClaim, Token: c2, NextOffset: 1, Done: spans, Proven: true},
-			sink.HistoryEntry{Kind: sink.HistoryReset, Token: c2, NextOffset: 0, TopicID: "new"})
+			fenceadmin.Entry{Kind: fenceadmin.KindReset, Token: b, NextOffset: 1, Done: spans},
+			fenceadmin.Entry{Kind: fenceadmin.KindClaim, Token: c2, NextOffset: 1, Done: spans, Proven: true},
+			fenceadmin.Entry{Kind: fenceadmin.KindReset, Token: c2, NextOffset: 0, TopicID: "new"})
 	}
 	got, err := h.History(t.Context(), scope)
 	if err != nil {

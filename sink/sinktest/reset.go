@@ -8,6 +8,8 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 // mustProofRequired asserts that a claim by tok was refused for want of a
@@ -23,7 +25,7 @@ func mustProofRequired(t testing.TB, err error, tok epochs.Token) {
 // sink has one.
 func mustFence(t testing.TB, s any, want sink.Fence) {
 	t.Helper()
-	lister, ok := s.(sink.Lister)
+	lister, ok := s.(fenceadmin.Lister)
 	if !ok {
 		return
 	}
@@ -34,23 +36,23 @@ func mustFence(t testing.TB, s any, want sink.Fence) {
 
 // resetter returns s's Resetter and its Lister (nil if it has none), or
 // skips the test.
-func (c *suite[Tx]) resetter(t testing.TB, s sink.Sink[Tx]) (sink.Resetter, any) {
+func (c *suite[Tx]) resetter(t testing.TB, s sink.Sink[Tx]) (fenceadmin.Resetter, any) {
 	t.Helper()
-	r, ok := sink.As[sink.Resetter](s)
+	r, ok := sink.As[fenceadmin.Resetter](s)
 	if !ok {
-		t.Skip("sinktest: the sink does not implement sink.Resetter")
+		t.Skip("sinktest: the sink does not implement fenceadmin.Resetter")
 	}
 	var lister any
-	if l, ok := sink.As[sink.Lister](s); ok {
+	if l, ok := sink.As[fenceadmin.Lister](s); ok {
 		lister = l
 	}
 	return r, lister
 }
 
 // reset resets scope's fence, expecting it at holder and next.
-func reset(t testing.TB, r sink.Resetter, scope epochs.Scope, holder epochs.Token, next int64) {
+func reset(t testing.TB, r fenceadmin.Resetter, scope epochs.Scope, holder epochs.Token, next int64) {
 	t.Helper()
-	if _, err := r.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: holder, NextOffset: next},
+	if _, err := r.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: holder, NextOffset: next},
 		Reason: "sinktest: " + t.Name()}); err != nil {
 		t.Fatalf("ResetFence (holder %s at %d): %v", holder, next, err)
 	}
@@ -91,7 +93,7 @@ func proofVersion[Tx any](t testing.TB, s sink.Sink[Tx], tok epochs.Token) int64
 // scope's last history entry is a claim by tok, proven or not as said.
 func mustHistoryProven[Tx any](t testing.TB, s sink.Sink[Tx], tok epochs.Token, proven bool) {
 	t.Helper()
-	h, ok := sink.As[sink.Historian](s)
+	h, ok := sink.As[fenceadmin.Historian](s)
 	if !ok {
 		return
 	}
@@ -99,7 +101,7 @@ func mustHistoryProven[Tx any](t testing.TB, s sink.Sink[Tx], tok epochs.Token, 
 	if err != nil || len(hs) == 0 {
 		t.Fatalf("History(%s) = %+v, %v", tok.Scope(), hs, err)
 	}
-	if last := hs[len(hs)-1]; last.Kind != sink.HistoryClaim || last.Token != tok || last.Proven != proven {
+	if last := hs[len(hs)-1]; last.Kind != fenceadmin.KindClaim || last.Token != tok || last.Proven != proven {
 		t.Fatalf("last history entry of %s = %+v, want a claim by %s with Proven %v", tok.Scope(), last, tok, proven)
 	}
 }
@@ -257,9 +259,9 @@ func (c *suite[Tx]) testResetStaleProof(t *testing.T) {
 func (c *suite[Tx]) testFenceVersion(t *testing.T) {
 	s := c.h.Open(t)
 	r, _ := c.resetter(t, s)
-	lister, ok := sink.As[sink.Lister](s)
+	lister, ok := sink.As[fenceadmin.Lister](s)
 	if !ok {
-		t.Skip("sinktest: the sink does not implement sink.Lister")
+		t.Skip("sinktest: the sink does not implement fenceadmin.Lister")
 	}
 	scope := scopeFor(t)
 	version := func() int64 {
@@ -323,7 +325,7 @@ func (c *suite[Tx]) testResetProofDurable(t *testing.T) {
 		t.Fatalf("proven Claim by %s after the reset: %v", fresh, err)
 	}
 	s = c.h.Reopen(t, s)
-	if l, ok := sink.As[sink.Lister](s); ok {
+	if l, ok := sink.As[fenceadmin.Lister](s); ok {
 		mustFence(t, l, sink.Fence{Scope: scope, Holder: fresh, ProofRequired: true})
 	}
 	for _, z := range []epochs.Token{tokenFor(scope, 9, "old-9"), tokenFor(scope, 11, "old-11")} {
@@ -356,8 +358,8 @@ func (c *suite[Tx]) testSameEpochAfterReset(t *testing.T) {
 	if dl, ok := s, s.Features().DeadLetters; ok {
 		_, err := dl.DeadLetter(ctx, a, poison(1))
 		mustFenced(t, err, sink.OpDeadLetter, b, a)
-		if store, ok := sink.As[sink.DeadLetterStore](s); ok {
-			if got, err := store.DeadLetters(ctx, sink.DeadLetterFilter{Group: scope.Group}); err != nil || len(got) != 0 {
+		if store, ok := sink.As[dlq.Store](s); ok {
+			if got, err := store.DeadLetters(ctx, dlq.Filter{Group: scope.Group}); err != nil || len(got) != 0 {
 				t.Fatalf("dead letters after a's fenced dead letter = %+v, %v; want none", got, err)
 			}
 		}
@@ -450,20 +452,20 @@ func (c *suite[Tx]) testProvenTakeover(t *testing.T) {
 	if err != nil || next != 2 {
 		t.Fatalf("proven takeover by %s below %s = %d, %v; want 2", fresh, old, next, err)
 	}
-	if l, ok := sink.As[sink.Lister](s); ok {
+	if l, ok := sink.As[fenceadmin.Lister](s); ok {
 		mustFence(t, l, sink.Fence{Scope: scope, Holder: fresh, NextOffset: 2, ProofRequired: true})
 	}
-	if h, ok := sink.As[sink.Historian](s); ok {
+	if h, ok := sink.As[fenceadmin.Historian](s); ok {
 		hs, err := h.History(ctx, scope)
 		if err != nil || len(hs) < 3 {
 			t.Fatalf("History = %+v, %v", hs, err)
 		}
 		rs, cl := hs[len(hs)-2], hs[len(hs)-1]
-		if rs.Kind != sink.HistoryReset || rs.Token != old || rs.NextOffset != 2 || rs.Reason != sink.TakeoverReason ||
+		if rs.Kind != fenceadmin.KindReset || rs.Token != old || rs.NextOffset != 2 || rs.Reason != fenceadmin.TakeoverReason ||
 			!strings.Contains(rs.Detail, "group epoch 3") {
 			t.Fatalf("the takeover's audit row = %+v, want a reset of %s at 2 with the takeover reason and the group epoch", rs, old)
 		}
-		if cl.Kind != sink.HistoryClaim || cl.Token != fresh || !cl.Proven {
+		if cl.Kind != fenceadmin.KindClaim || cl.Token != fresh || !cl.Proven {
 			t.Fatalf("the takeover's claim row = %+v, want a proven claim by %s", cl, fresh)
 		}
 	}

@@ -31,8 +31,8 @@
 //	}
 //
 // The features a sink declares ([sink.Features]: command IDs, gaps, dead
-// letters) and the optional capabilities it has ([sink.Lister],
-// [sink.Resetter], [sink.Historian], [sink.DeadLetterStore]) are tested
+// letters) and the optional capabilities it has ([fenceadmin.Lister],
+// [fenceadmin.Resetter], [fenceadmin.Historian], [dlq.Store]) are tested
 // when it has them, both on the sink and through the metrics wrapper
 // (sink/sinkmetrics), which must declare the same features and keep
 // every capability reachable with [sink.As]. A backend that is not durable leaves Reopen nil and
@@ -55,6 +55,8 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/sinkmetrics"
 )
 
@@ -702,7 +704,7 @@ func (c *suite[Tx]) testInvalidToken(t *testing.T) {
 	if next := c.claim(t, s, good); next != 0 {
 		t.Fatalf("Claim = %d, want 0", next)
 	}
-	if lister, ok := sink.As[sink.Lister](s); ok {
+	if lister, ok := sink.As[fenceadmin.Lister](s); ok {
 		fences, err := lister.Fences(t.Context())
 		if err != nil {
 			t.Fatalf("Fences: %v", err)
@@ -857,9 +859,9 @@ func (c *suite[Tx]) testCancelledContext(t *testing.T) {
 
 func (c *suite[Tx]) testLister(t *testing.T) {
 	s := c.h.Open(t)
-	lister, ok := sink.As[sink.Lister](s)
+	lister, ok := sink.As[fenceadmin.Lister](s)
 	if !ok {
-		t.Skip("sinktest: the sink does not implement sink.Lister")
+		t.Skip("sinktest: the sink does not implement fenceadmin.Lister")
 	}
 	scope := scopeFor(t)
 	other := scope
@@ -907,9 +909,9 @@ func (c *suite[Tx]) testLister(t *testing.T) {
 
 func (c *suite[Tx]) testResetter(t *testing.T) {
 	s := c.h.Open(t)
-	resetter, ok := sink.As[sink.Resetter](s)
+	resetter, ok := sink.As[fenceadmin.Resetter](s)
 	if !ok {
-		t.Skip("sinktest: the sink does not implement sink.Resetter")
+		t.Skip("sinktest: the sink does not implement fenceadmin.Resetter")
 	}
 	scope := scopeFor(t)
 	old, recreated := tokenFor(scope, 5, "old"), tokenFor(scope, 1, "recreated")
@@ -925,22 +927,22 @@ func (c *suite[Tx]) testResetter(t *testing.T) {
 	// A compare-and-set: a reset that expects another fence changes nothing.
 	stale := seen
 	stale.NextOffset = 2
-	if _, err := resetter.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: stale, Reason: "sinktest: stale view"}); !errors.Is(err, sink.ErrResetConflict) {
-		t.Fatalf("ResetFence with a stale Expect: %v, want sink.ErrResetConflict", err)
+	if _, err := resetter.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: scope, Expect: stale, Reason: "sinktest: stale view"}); !errors.Is(err, fenceadmin.ErrConflict) {
+		t.Fatalf("ResetFence with a stale Expect: %v, want fenceadmin.ErrConflict", err)
 	}
-	if _, err := resetter.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: seen, Reason: "  "}); !errors.Is(err, sink.ErrNoReason) {
+	if _, err := resetter.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: scope, Expect: seen, Reason: "  "}); !errors.Is(err, sink.ErrNoReason) {
 		t.Fatalf("ResetFence without a reason: %v, want sink.ErrNoReason", err)
 	}
 	mustFenced(t, func() error { _, err := s.Claim(t.Context(), recreated, sink.Observed{}); return err }(), sink.OpClaim, old, recreated)
 
-	before, err := resetter.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: seen, Reason: "sinktest: group recreated", Detail: "sinktest detail"})
+	before, err := resetter.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: scope, Expect: seen, Reason: "sinktest: group recreated", Detail: "sinktest detail"})
 	if err != nil {
 		t.Fatalf("ResetFence: %v", err)
 	}
 	if before.Version = 0; !before.Equal(seen) {
 		t.Fatalf("ResetFence before = %+v, want %+v", before, seen)
 	}
-	if lister, ok := sink.As[sink.Lister](s); ok {
+	if lister, ok := sink.As[fenceadmin.Lister](s); ok {
 		if f := fenceOf(t, lister, scope); !f.Equal(sink.Fence{Scope: scope, NextOffset: 3, ProofRequired: true}) {
 			t.Fatalf("Fences after reset = %+v, want no holder, NextOffset 3, a proof required for good", f)
 		}
@@ -974,13 +976,13 @@ func (c *suite[Tx]) testResetter(t *testing.T) {
 
 	unknown := scope
 	unknown.Topic += "-never-seen"
-	if _, err := resetter.ResetFence(t.Context(), sink.ResetRequest{Scope: unknown, Reason: "sinktest: unknown scope"}); !errors.Is(err, sink.ErrNotFound) {
+	if _, err := resetter.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: unknown, Reason: "sinktest: unknown scope"}); !errors.Is(err, sink.ErrNotFound) {
 		t.Fatalf("ResetFence of unknown scope: error %v, want sink.ErrNotFound", err)
 	}
 }
 
 // fenceOf returns scope's fence from l.
-func fenceOf(t testing.TB, l sink.Lister, scope epochs.Scope) sink.Fence {
+func fenceOf(t testing.TB, l fenceadmin.Lister, scope epochs.Scope) sink.Fence {
 	t.Helper()
 	fences, err := l.Fences(t.Context())
 	if err != nil {
@@ -1023,7 +1025,7 @@ func (c *suite[Tx]) testLogIdentity(t *testing.T) {
 			t.Fatalf("LogChangedError %+v: lost %d, want %d", lc, lc.Lost(), lost)
 		}
 		// A refusal changes nothing: the old holder may still write.
-		if lister, ok := sink.As[sink.Lister](s); ok {
+		if lister, ok := sink.As[fenceadmin.Lister](s); ok {
 			if f := fenceOf(t, lister, scope); f.Holder != a || f.NextOffset != 10 || f.TopicID != "topic-A" {
 				t.Fatalf("refused claim changed the fence: %+v", f)
 			}
@@ -1047,7 +1049,7 @@ func (c *suite[Tx]) testLogIdentity(t *testing.T) {
 	if next, err := nextOf(s.Claim(ctx, y, obs("topic-A", 0, 2))); err != nil || next != 2 {
 		t.Fatalf("claim adopting a topic ID = %d, %v", next, err)
 	}
-	if lister, ok := sink.As[sink.Lister](s); ok {
+	if lister, ok := sink.As[fenceadmin.Lister](s); ok {
 		if f := fenceOf(t, lister, other); f.TopicID != "topic-A" {
 			t.Fatalf("the topic ID was not adopted: %+v", f)
 		}
@@ -1055,7 +1057,7 @@ func (c *suite[Tx]) testLogIdentity(t *testing.T) {
 	if _, err := s.Claim(ctx, tokenFor(other, 3, "z"), obs("topic-C", 0, 2)); !errors.Is(err, sink.ErrTopicRecreated) {
 		t.Fatalf("after adoption, another topic ID: %v, want ErrTopicRecreated", err)
 	}
-	if h, ok := sink.As[sink.Historian](s); ok {
+	if h, ok := sink.As[fenceadmin.Historian](s); ok {
 		hs, err := h.History(ctx, scope)
 		if err != nil || len(hs) != 2 || hs[0].TopicID != "topic-A" || hs[1].TopicID != "topic-A" {
 			t.Fatalf("history %+v %v: want two claims on topic-A", hs, err)
@@ -1067,9 +1069,9 @@ func (c *suite[Tx]) testLogIdentity(t *testing.T) {
 // restart its checkpoint there.
 func (c *suite[Tx]) testResetOntoNewLog(t *testing.T) {
 	s := c.h.Open(t)
-	resetter, ok := sink.As[sink.Resetter](s)
+	resetter, ok := sink.As[fenceadmin.Resetter](s)
 	if !ok {
-		t.Skip("sinktest: the sink does not implement sink.Resetter")
+		t.Skip("sinktest: the sink does not implement fenceadmin.Resetter")
 	}
 	scope := scopeFor(t)
 	ctx := t.Context()
@@ -1083,7 +1085,7 @@ func (c *suite[Tx]) testResetOntoNewLog(t *testing.T) {
 		t.Fatalf("claim on a recreated topic: %v", err)
 	}
 	zero := int64(0)
-	before, err := resetter.ResetFence(ctx, sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: a, NextOffset: 25, TopicID: "old"},
+	before, err := resetter.ResetFence(ctx, fenceadmin.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: a, NextOffset: 25, TopicID: "old"},
 		NextOffset: &zero, TopicID: "new", Reason: "sinktest: topic recreated", Detail: "restart at earliest"})
 	if err != nil || before.NextOffset != 25 || before.TopicID != "old" {
 		t.Fatalf("ResetFence onto the new log: %+v %v", before, err)
@@ -1092,13 +1094,13 @@ func (c *suite[Tx]) testResetOntoNewLog(t *testing.T) {
 	if err != nil || next != 0 {
 		t.Fatalf("claim on the new log after the reset = %d, %v; want 0", next, err)
 	}
-	if h, ok := sink.As[sink.Historian](s); ok {
+	if h, ok := sink.As[fenceadmin.Historian](s); ok {
 		hs, err := h.History(ctx, scope)
 		if err != nil || len(hs) != 3 {
 			t.Fatalf("history %+v %v", hs, err)
 		}
 		r := hs[1]
-		if r.Kind != sink.HistoryReset || r.NextOffset != 0 || r.TopicID != "new" || r.Reason != "sinktest: topic recreated" || r.Detail != "restart at earliest" || r.Token != a {
+		if r.Kind != fenceadmin.KindReset || r.NextOffset != 0 || r.TopicID != "new" || r.Reason != "sinktest: topic recreated" || r.Detail != "restart at earliest" || r.Token != a {
 			t.Fatalf("reset history row %+v", r)
 		}
 	}
@@ -1116,10 +1118,10 @@ func wrapMetrics[Tx any](t testing.TB, s sink.Sink[Tx]) sink.Sink[Tx] {
 // has reports which optional capabilities s reaches through sink.As, and
 // which features it declares.
 func has[Tx any](s sink.Sink[Tx]) map[string]bool {
-	_, l := sink.As[sink.Lister](s)
-	_, r := sink.As[sink.Resetter](s)
-	_, h := sink.As[sink.Historian](s)
-	_, ds := sink.As[sink.DeadLetterStore](s)
+	_, l := sink.As[fenceadmin.Lister](s)
+	_, r := sink.As[fenceadmin.Resetter](s)
+	_, h := sink.As[fenceadmin.Historian](s)
+	_, ds := sink.As[dlq.Store](s)
 	f := s.Features()
 	return map[string]bool{"Lister": l, "Resetter": r, "Historian": h, "DeadLetterStore": ds,
 		"Features.DeadLetters": f.DeadLetters, "Features.DedupeWindow": f.DedupeWindow > 0, "Features.Gaps": f.Gaps}
@@ -1141,9 +1143,9 @@ func (c *suite[Tx]) testCapabilitiesSurviveWrapping(t *testing.T) {
 
 func (c *suite[Tx]) testHistorian(t *testing.T) {
 	s := c.h.Open(t)
-	h, ok := sink.As[sink.Historian](s)
+	h, ok := sink.As[fenceadmin.Historian](s)
 	if !ok {
-		t.Skip("sinktest: the sink does not implement sink.Historian")
+		t.Skip("sinktest: the sink does not implement fenceadmin.Historian")
 	}
 	scope := scopeFor(t)
 	if got, err := h.History(t.Context(), scope); err != nil || len(got) != 0 {
@@ -1157,12 +1159,12 @@ func (c *suite[Tx]) testHistorian(t *testing.T) {
 		t.Fatalf("stale claim: %v, want fenced", err)
 	}
 	c.apply(t, s, b, []int64{2}, c.putEffect(t, "k", []int64{2}, "v"))
-	want := []sink.HistoryEntry{
-		{Kind: sink.HistoryClaim, Token: a, NextOffset: 0},
-		{Kind: sink.HistoryClaim, Token: b, NextOffset: 2},
+	want := []fenceadmin.Entry{
+		{Kind: fenceadmin.KindClaim, Token: a, NextOffset: 0},
+		{Kind: fenceadmin.KindClaim, Token: b, NextOffset: 2},
 	}
-	if r, ok := sink.As[sink.Resetter](s); ok {
-		if _, err := r.ResetFence(t.Context(), sink.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: b, NextOffset: 3},
+	if r, ok := sink.As[fenceadmin.Resetter](s); ok {
+		if _, err := r.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: scope, Expect: sink.Fence{Scope: scope, Holder: b, NextOffset: 3},
 			Reason: "sinktest: history"}); err != nil {
 			t.Fatalf("ResetFence: %v", err)
 		}
@@ -1172,9 +1174,9 @@ func (c *suite[Tx]) testHistorian(t *testing.T) {
 		// The holder's own re-claim needs no proof: recorded unproven.
 		c.claim(t, s, c1)
 		want = append(want,
-			sink.HistoryEntry{Kind: sink.HistoryReset, Token: b, NextOffset: 3, Reason: "sinktest: history"},
-			sink.HistoryEntry{Kind: sink.HistoryClaim, Token: c1, NextOffset: 3, Proven: true},
-			sink.HistoryEntry{Kind: sink.HistoryClaim, Token: c1, NextOffset: 3})
+			fenceadmin.Entry{Kind: fenceadmin.KindReset, Token: b, NextOffset: 3, Reason: "sinktest: history"},
+			fenceadmin.Entry{Kind: fenceadmin.KindClaim, Token: c1, NextOffset: 3, Proven: true},
+			fenceadmin.Entry{Kind: fenceadmin.KindClaim, Token: c1, NextOffset: 3})
 	}
 	got, err := h.History(t.Context(), scope)
 	if err != nil {

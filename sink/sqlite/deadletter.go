@@ -11,6 +11,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
 )
 
 // header is a record header as stored in the dead letters' headers column
@@ -136,9 +137,9 @@ func (s *Sink) deadLetter(ctx context.Context, tok epochs.Token, from int64, gap
 
 const deadLetterCols = "id, grp, topic, part, topic_id, off, rec_key, rec_value, headers, rec_time, reason, error, attempts, epoch, member, at, state, mirrored"
 
-func scanDeadLetter(rows interface{ Scan(...any) error }) (sink.DeadLetter, error) {
+func scanDeadLetter(rows interface{ Scan(...any) error }) (dlq.Letter, error) {
 	var (
-		d                        sink.DeadLetter
+		d                        dlq.Letter
 		headers, recTime, at, st string
 		epoch                    int32
 		member                   string
@@ -159,15 +160,15 @@ func scanDeadLetter(rows interface{ Scan(...any) error }) (sink.DeadLetter, erro
 	if d.At, err = time.Parse(time.RFC3339Nano, at); err != nil {
 		return d, err
 	}
-	d.State = sink.DeadLetterState(st)
+	d.State = dlq.State(st)
 	d.Token = epochs.Token{Group: d.Scope.Group, Topic: d.Scope.Topic, Partition: d.Scope.Partition, Epoch: epoch, Member: member}
 	return d, nil
 }
 
 // DeadLetters returns the dead letters that match f, by ID, following
-// [sink.DeadLetterStore]. It reads without the write lock and may be
+// [dlq.Store]. It reads without the write lock and may be
 // called from any goroutine.
-func (s *Sink) DeadLetters(ctx context.Context, f sink.DeadLetterFilter) ([]sink.DeadLetter, error) {
+func (s *Sink) DeadLetters(ctx context.Context, f dlq.Filter) ([]dlq.Letter, error) {
 	var where []string
 	var args []any
 	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
@@ -208,7 +209,7 @@ func (s *Sink) DeadLetters(ctx context.Context, f sink.DeadLetterFilter) ([]sink
 		return nil, s.wrap(ctx, "dead letters", err)
 	}
 	defer rows.Close()
-	var out []sink.DeadLetter
+	var out []dlq.Letter
 	for rows.Next() {
 		d, err := scanDeadLetter(rows)
 		if err != nil {
@@ -232,57 +233,57 @@ func anys[T any](xs []T) []any {
 
 // ResolveDeadLetter moves dead letter id from state from to to, as a
 // compare-and-set, and appends an audit row, in one transaction, following
-// [sink.DeadLetterStore]. It may be called from any goroutine.
-func (s *Sink) ResolveDeadLetter(ctx context.Context, id int64, from, to sink.DeadLetterState, reason, detail string) (sink.DeadLetter, error) {
+// [dlq.Store]. It may be called from any goroutine.
+func (s *Sink) ResolveDeadLetter(ctx context.Context, id int64, from, to dlq.State, reason, detail string) (dlq.Letter, error) {
 	op := fmt.Sprintf("dead letter %d %s→%s", id, from, to)
-	if err := sink.CheckResolve(from, to, strings.TrimSpace(reason)); err != nil {
-		return sink.DeadLetter{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	if err := from.CheckResolve(to, strings.TrimSpace(reason)); err != nil {
+		return dlq.Letter{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	tx, done, err := s.begin(ctx, op)
 	if err != nil {
-		return sink.DeadLetter{}, err
+		return dlq.Letter{}, err
 	}
 	defer done()
 	d, err := scanDeadLetter(tx.QueryRowContext(ctx, "SELECT "+deadLetterCols+" FROM "+s.deadLetters+" WHERE id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return sink.DeadLetter{}, fmt.Errorf("sqlite: %s: %w", op, sink.ErrNotFound)
+		return dlq.Letter{}, fmt.Errorf("sqlite: %s: %w", op, sink.ErrNotFound)
 	}
 	if err != nil {
-		return sink.DeadLetter{}, s.wrap(ctx, op, err)
+		return dlq.Letter{}, s.wrap(ctx, op, err)
 	}
 	if d.State != from {
-		return d, fmt.Errorf("sqlite: %s: it is %s: %w", op, d.State, sink.ErrDeadLetterState)
+		return d, fmt.Errorf("sqlite: %s: it is %s: %w", op, d.State, dlq.ErrState)
 	}
 	if _, err := tx.ExecContext(ctx, "UPDATE "+s.deadLetters+" SET state = ? WHERE id = ? AND state = ?", string(to), id, string(from)); err != nil {
-		return sink.DeadLetter{}, s.wrap(ctx, op, err)
+		return dlq.Letter{}, s.wrap(ctx, op, err)
 	}
 	if _, err := tx.ExecContext(ctx, "INSERT INTO "+s.dlAudit+" (id, from_state, to_state, reason, detail, at) VALUES (?, ?, ?, ?, ?, ?)",
 		id, string(from), string(to), reason, detail, now()); err != nil {
-		return sink.DeadLetter{}, s.wrap(ctx, op, err)
+		return dlq.Letter{}, s.wrap(ctx, op, err)
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
-		return sink.DeadLetter{}, err
+		return dlq.Letter{}, err
 	}
 	d.State = to
 	return d, nil
 }
 
 // DeadLetterAudit returns the audit rows of dead letter id, in order,
-// following [sink.DeadLetterStore]. It may be called from any goroutine.
-func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]sink.DeadLetterAction, error) {
+// following [dlq.Store]. It may be called from any goroutine.
+func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]dlq.Action, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT seq, id, from_state, to_state, reason, detail, at FROM "+s.dlAudit+" WHERE id = ? ORDER BY seq", id)
 	if err != nil {
 		return nil, s.wrap(ctx, "dead letter audit", err)
 	}
 	defer rows.Close()
-	var out []sink.DeadLetterAction
+	var out []dlq.Action
 	for rows.Next() {
-		var a sink.DeadLetterAction
+		var a dlq.Action
 		var from, to, at string
 		if err := rows.Scan(&a.Seq, &a.ID, &from, &to, &a.Reason, &a.Detail, &at); err != nil {
 			return nil, s.wrap(ctx, "dead letter audit", err)
 		}
-		a.From, a.To = sink.DeadLetterState(from), sink.DeadLetterState(to)
+		a.From, a.To = dlq.State(from), dlq.State(to)
 		if a.At, err = time.Parse(time.RFC3339Nano, at); err != nil {
 			return nil, s.wrap(ctx, "dead letter audit", err)
 		}
@@ -295,7 +296,7 @@ func (s *Sink) DeadLetterAudit(ctx context.Context, id int64) ([]sink.DeadLetter
 }
 
 // MarkMirrored records that dead letters ids were published to the DLQ
-// topic, following [sink.DeadLetterStore]. It may be called from any
+// topic, following [dlq.Store]. It may be called from any
 // goroutine.
 func (s *Sink) MarkMirrored(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {

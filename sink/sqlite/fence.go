@@ -11,20 +11,22 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/internal/cmdids"
+	"github.com/workrouter/workrouter/sink/internal/spantext"
 )
 
 // History entry kinds (the same as the sink package's).
 const (
 	// KindClaim marks a [HistoryEntry] of an accepted claim.
-	KindClaim = sink.HistoryClaim
+	KindClaim = fenceadmin.KindClaim
 	// KindReset marks a [HistoryEntry] of an admin reset.
-	KindReset = sink.HistoryReset
+	KindReset = fenceadmin.KindReset
 )
 
 // HistoryEntry is one row of a scope's history, see [Sink.History]; At is
 // the wall clock of the writing process.
-type HistoryEntry = sink.HistoryEntry
+type HistoryEntry = fenceadmin.Entry
 
 // holderToken builds the stored holder of scope from its row's columns; a
 // cleared holder (epoch -1) is the zero token.
@@ -125,7 +127,7 @@ func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 }
 
 // claim is Claim. The log check compares the end of the done spans with
-// the log end ([sink.CheckLogGaps]).
+// the log end ([sink.CheckLog]).
 func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
 	if err := tok.Validate(); err != nil {
 		return sink.Checkpoint{}, err
@@ -157,7 +159,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 	if err != nil {
 		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
-	cp, topicID, err := sink.CheckLogGaps(scope, row.found, row.topicID, stored, obs)
+	cp, topicID, err := sink.CheckLog(scope, row.found, row.topicID, stored, obs)
 	if err != nil {
 		return sink.Checkpoint{}, err
 	}
@@ -166,7 +168,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 		// As a reset of the earlier incarnation's holder, audited, then
 		// the claim; a takeover sets the proof requirement for good.
 		if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, KindReset, row.epoch, row.member,
-			stored.NextOffset, sink.TakeoverReason, now(), row.topicID, sink.TakeoverDetail(tok, obs), sink.FormatSpans(stored.Done), false); err != nil {
+			stored.NextOffset, fenceadmin.TakeoverReason, now(), row.topicID, obs.TakeoverDetail(tok), spantext.Format(stored.Done), false); err != nil {
 			return sink.Checkpoint{}, s.wrap(ctx, op, err)
 		}
 		if _, err := tx.StmtContext(ctx, s.requireProof).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition); err != nil {
@@ -180,7 +182,7 @@ func (s *Sink) claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (
 		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
 	if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx,
-		scope.Group, scope.Topic, scope.Partition, KindClaim, tok.Epoch, tok.Member, next, "", now(), topicID, "", sink.FormatSpans(cp.Done), fence.ProvenBy(obs)); err != nil {
+		scope.Group, scope.Topic, scope.Partition, KindClaim, tok.Epoch, tok.Member, next, "", now(), topicID, "", spantext.Format(cp.Done), fence.ProvenBy(obs)); err != nil {
 		return sink.Checkpoint{}, s.wrap(ctx, op, err)
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
@@ -402,7 +404,7 @@ func (s *Sink) duplicates(ctx context.Context, tx *sql.Tx, scope epochs.Scope, v
 // Fences returns the stored fence of every scope in the database, sorted by
 // group, topic and partition, with its done spans (one statement, so one
 // snapshot); a scope whose holder was reset has a zero Holder. It
-// implements [sink.Lister]. It reads without taking the write lock, and
+// implements [fenceadmin.Lister]. It reads without taking the write lock, and
 // may be called from any goroutine.
 func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT f.grp, f.topic, f.part, f.epoch, f.member, f.next_offset, f.topic_id, f.proof_required, f.duplicates,"+
@@ -441,19 +443,19 @@ func (s *Sink) Fences(ctx context.Context) ([]sink.Fence, error) {
 	return out, nil
 }
 
-// ResetFence resets a scope's fence following [sink.Resetter], in one
+// ResetFence resets a scope's fence following [fenceadmin.Resetter], in one
 // transaction: it compares the row with req.Expect (holder, NextOffset,
 // topic ID), clears the holder (stored as epoch -1, member ""), keeps or
 // moves NextOffset and the topic ID as req says, requires a proof of
-// membership from every later claim (it stores [sink.Fence.AfterReset]),
+// membership from every later claim (it stores [fenceadmin.AfterReset]),
 // and appends a reset row carrying
 // req.Reason, req.Detail and the cleared holder to the history. It returns
 // the fence as it was before. It fails with an error matching
 // [ErrNoReason] for an empty reason, [epochs.ErrInvalidToken] for an
 // invalid scope, [sink.ErrNotFound] for a scope the database does not know
-// and [sink.ErrResetConflict] when the fence is not req.Expect. It may be
+// and [fenceadmin.ErrConflict] when the fence is not req.Expect. It may be
 // called from any goroutine, but only by an operator: it lifts the fence.
-func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fence, error) {
+func (s *Sink) ResetFence(ctx context.Context, req fenceadmin.ResetRequest) (sink.Fence, error) {
 	scope := req.Scope
 	if err := scope.Validate(); err != nil {
 		return sink.Fence{}, err
@@ -481,10 +483,10 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 	}
 	before.Done = stored.Done
 	if e := req.Expect; e.Holder != before.Holder || e.NextOffset != before.NextOffset || e.TopicID != before.TopicID {
-		return sink.Fence{}, fmt.Errorf("sqlite: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, sink.ErrResetConflict,
+		return sink.Fence{}, fmt.Errorf("sqlite: %s: %w: expected holder %s at %d on %q, found %s at %d on %q", op, fenceadmin.ErrConflict,
 			e.Holder, e.NextOffset, e.TopicID, before.Holder, before.NextOffset, before.TopicID)
 	}
-	after := before.AfterReset(req)
+	after := fenceadmin.AfterReset(before, req)
 	next, topicID := after.NextOffset, after.TopicID
 	if _, err := tx.StmtContext(ctx, s.resetFence).ExecContext(ctx, next, topicID, len(after.Done), scope.Group, scope.Topic, scope.Partition); err != nil {
 		return sink.Fence{}, s.wrap(ctx, op, err)
@@ -497,7 +499,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 		epoch, member = row.epoch, row.member
 	}
 	if _, err := tx.StmtContext(ctx, s.insHistory).ExecContext(ctx,
-		scope.Group, scope.Topic, scope.Partition, KindReset, epoch, member, next, req.Reason, now(), topicID, req.Detail, sink.FormatSpans(after.Done), false); err != nil {
+		scope.Group, scope.Topic, scope.Partition, KindReset, epoch, member, next, req.Reason, now(), topicID, req.Detail, spantext.Format(after.Done), false); err != nil {
 		return sink.Fence{}, s.wrap(ctx, op, err)
 	}
 	if err := s.commit(ctx, tx, op); err != nil {
@@ -511,7 +513,7 @@ func (s *Sink) ResetFence(ctx context.Context, req sink.ResetRequest) (sink.Fenc
 // History returns the accepted claims and the resets of scope, in the
 // order they were committed (ascending Seq), each claim with the done
 // spans it returned and each reset with those it kept (HistoryEntry.Done,
-// stored as text, [sink.FormatSpans]); nil for a scope never claimed.
+// stored as text, [spantext.Format]); nil for a scope never claimed.
 // It fails with an error matching [epochs.ErrInvalidToken] for an invalid
 // scope. It may be called from any goroutine.
 func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry, error) {
@@ -537,7 +539,7 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 		if err := rows.Scan(&e.Seq, &e.Kind, &epoch, &member, &e.NextOffset, &e.Reason, &at, &e.TopicID, &e.Detail, &done, &e.Proven); err != nil {
 			return nil, s.wrap(ctx, op, err)
 		}
-		if e.Done, err = sink.ParseSpans(done); err != nil {
+		if e.Done, err = spantext.Parse(done); err != nil {
 			return nil, s.wrap(ctx, op, err)
 		}
 		e.Token = holderToken(scope, epoch, member)

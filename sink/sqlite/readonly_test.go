@@ -12,6 +12,8 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
@@ -98,13 +100,13 @@ func TestReadOnlyLeavesAClosedDatabaseAsItWas(t *testing.T) {
 	if _, err := r.Claim(ctx, tok, sink.Observed{}); !errors.Is(err, sqlite.ErrReadOnly) {
 		t.Fatalf("Claim on a read-only sink: %v, want ErrReadOnly", err)
 	}
-	if _, err := r.ResetFence(ctx, sink.ResetRequest{Scope: tok.Scope(), Reason: "why"}); !errors.Is(err, sqlite.ErrReadOnly) {
+	if _, err := r.ResetFence(ctx, fenceadmin.ResetRequest{Scope: tok.Scope(), Reason: "why"}); !errors.Is(err, sqlite.ErrReadOnly) {
 		t.Fatalf("ResetFence on a read-only sink: %v, want ErrReadOnly", err)
 	}
 	if _, err := r.DeadLetter(ctx, tok, sink.DeadRecord{Offset: 0, Reason: "r", Error: "e"}); !errors.Is(err, sqlite.ErrReadOnly) {
 		t.Fatalf("DeadLetter: %v, want ErrReadOnly", err)
 	}
-	if _, err := r.ResolveDeadLetter(ctx, 1, sink.DeadLetterOpen, sink.DeadLetterDropped, "why", ""); !errors.Is(err, sqlite.ErrReadOnly) {
+	if _, err := r.ResolveDeadLetter(ctx, 1, dlq.Open, dlq.Dropped, "why", ""); !errors.Is(err, sqlite.ErrReadOnly) {
 		t.Fatalf("ResolveDeadLetter: %v, want ErrReadOnly", err)
 	}
 	noop := func(context.Context, *sqlite.Tx, int) error { return nil }

@@ -56,8 +56,8 @@ func (s *Sink) tableDefs() []tableDef {
 	at          TEXT    NOT NULL,
 	topic_id    TEXT    NOT NULL DEFAULT '',
 	detail      TEXT    NOT NULL DEFAULT '',
-	done        TEXT    NOT NULL DEFAULT '', -- sink.HistoryEntry.Done, sink.FormatSpans
-	proven      INTEGER NOT NULL DEFAULT 0   -- sink.HistoryEntry.Proven
+	done        TEXT    NOT NULL DEFAULT '', -- fenceadmin.Entry.Done, spantext.Format
+	proven      INTEGER NOT NULL DEFAULT 0   -- fenceadmin.Entry.Proven
 )`,
 		},
 		{
@@ -307,7 +307,7 @@ func (s *Sink) oldVersion(tables map[string]table) int {
 // requirement and the history a detail, and the dead letter tables are
 // created. From versions 1 and 2: the fences gain the proof floor
 // (proof_below), set from the history's resets, the highest epoch a reset
-// cleared plus one (sink.Fence.AfterReset), so that a scope reset before
+// cleared plus one (fenceadmin.AfterReset), so that a scope reset before
 // the migration still asks a proof of its previous incarnation's epochs.
 // From versions 1 to 3: the fences gain the IDs version (ids_version, 0)
 // and the count of skipped duplicates (duplicates, 0), and the command

@@ -17,6 +17,8 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/internal/cmdids"
 )
 
@@ -43,14 +45,13 @@ var ErrNoReason = sink.ErrNoReason
 
 // Compile-time checks of the capabilities a *Sink provides.
 var (
-	_ sink.Sink[*Tx] = (*Sink)(nil)
-	_ sink.Lister    = (*Sink)(nil)
-	_ sink.Resetter  = (*Sink)(nil)
-	_ sink.Historian = (*Sink)(nil)
+	_ sink.Sink[*Tx]       = (*Sink)(nil)
+	_ fenceadmin.Lister    = (*Sink)(nil)
+	_ fenceadmin.Resetter  = (*Sink)(nil)
+	_ fenceadmin.Historian = (*Sink)(nil)
 
-	_ sink.DeadLetterStore = (*Sink)(nil)
-	_ sink.ErrorClassifier = (*Sink)(nil)
-	_ sink.Pinger          = (*Sink)(nil)
+	_ dlq.Store   = (*Sink)(nil)
+	_ sink.Health = (*Sink)(nil)
 )
 
 // DefaultPrefix is the table name prefix used when [Config.Prefix] is empty.
@@ -70,7 +71,7 @@ const DefaultBusyTimeout = 30 * time.Second
 // checkpoint ([sink.Features].Gaps, <prefix>_done_spans, and the fences'
 // count of them); version 6 made the proof requirement permanent (no
 // proof floor) and records whether each claim was proven
-// ([sink.HistoryEntry.Proven]). Open migrates a version 1 to 5 database
+// ([fenceadmin.Entry.Proven]). Open migrates a version 1 to 5 database
 // in place.
 const SchemaVersion = 6
 
@@ -89,7 +90,7 @@ type Config struct {
 	Prefix string
 	// DedupeWindow is the retention horizon of applied command IDs, in
 	// offsets of a scope ([sink.Features].DedupeWindow, docs/design.md#command-ids);
-	// default [sink.DefaultDedupeWindow]. Negative is invalid.
+	// default 100,000 offsets. Negative is invalid.
 	DedupeWindow int64
 	// BusyTimeout is how long a writing transaction waits for SQLite's
 	// write lock held by another connection (another process) before
@@ -157,7 +158,7 @@ func (c Config) dsn() string {
 }
 
 // Sink is a fenced sink stored in an SQLite database file. It implements
-// sink.Sink[*Tx], [sink.Lister], [sink.Resetter], [sink.Historian] and
+// sink.Sink[*Tx], [fenceadmin.Lister], [fenceadmin.Resetter], [fenceadmin.Historian] and
 // [sink.Features].DedupeWindow and [sink.Features].Gaps
 // (a lane's [Sink.Apply]). Create it with
 // [Open]. All its methods are safe for concurrent use by any number of
@@ -399,11 +400,16 @@ func (s *Sink) lockWriter(ctx context.Context) error {
 
 func (s *Sink) unlockWriter() { <-s.wlock }
 
+// IsPermanent reports false: SQLite stores any value a handler gives
+// it (its columns are not strictly typed by default), so no refusal is
+// tied to a record's values alone (sink.Health).
+func (s *Sink) IsPermanent(error) bool { return false }
+
 // IsSinkFailure reports whether err is a failure of the database rather
 // than of a handler: the write lock not taken in time ([ErrBusy]), an I/O
 // error, a full disk, a read-only or unopenable file, corruption, memory
 // exhaustion, an interrupted statement, or a cancelled context. It
-// implements [sink.ErrorClassifier] and may be called from any goroutine.
+// implements [sink.Health] and may be called from any goroutine.
 func (s *Sink) IsSinkFailure(err error) bool {
 	if errors.Is(err, ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrConnDone) {
 		return true
@@ -430,7 +436,7 @@ func fromDatabase(err error) bool {
 	return errors.As(err, &se) || errors.Is(err, ErrBusy) || errors.Is(err, sql.ErrConnDone) || errors.Is(err, sql.ErrTxDone)
 }
 
-// Ping checks that the database answers. It implements [sink.Pinger] and
+// Ping checks that the database answers. It implements [sink.Health] and
 // may be called from any goroutine.
 func (s *Sink) Ping(ctx context.Context) error {
 	if err := s.db.PingContext(ctx); err != nil {

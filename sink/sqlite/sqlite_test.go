@@ -16,6 +16,8 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/sinktest"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -116,17 +118,17 @@ func TestHistoryClaimsAndResets(t *testing.T) {
 		t.Fatalf("stale claim: %v, want fenced", err)
 	}
 	seen := sink.Fence{Scope: a.Scope(), Holder: b, NextOffset: 3}
-	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: a.Scope(), Expect: seen}); !errors.Is(err, sqlite.ErrNoReason) {
+	if _, err := s.ResetFence(ctx, fenceadmin.ResetRequest{Scope: a.Scope(), Expect: seen}); !errors.Is(err, sqlite.ErrNoReason) {
 		t.Fatalf("ResetFence without reason: %v, want ErrNoReason", err)
 	}
-	before, err := s.ResetFence(ctx, sink.ResetRequest{Scope: a.Scope(), Expect: seen, Reason: "group recreated by ops ticket 42"})
+	before, err := s.ResetFence(ctx, fenceadmin.ResetRequest{Scope: a.Scope(), Expect: seen, Reason: "group recreated by ops ticket 42"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if before.Holder != b || before.NextOffset != 3 {
 		t.Fatalf("ResetFence before = %+v", before)
 	}
-	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: a.Scope(), Expect: sink.Fence{Scope: a.Scope(), NextOffset: 3},
+	if _, err := s.ResetFence(ctx, fenceadmin.ResetRequest{Scope: a.Scope(), Expect: sink.Fence{Scope: a.Scope(), NextOffset: 3},
 		Reason: "second reset, no holder"}); err != nil {
 		t.Fatal(err)
 	}
@@ -531,7 +533,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	}
 	s.Close()
 	s2 := openAt(t, path)
-	if dl, err := s2.DeadLetters(ctx, sink.DeadLetterFilter{}); err != nil || len(dl) != 1 || dl[0].Record.TopicID != "topic-1" {
+	if dl, err := s2.DeadLetters(ctx, dlq.Filter{}); err != nil || len(dl) != 1 || dl[0].Record.TopicID != "topic-1" {
 		t.Fatalf("dead letters after reopen = %+v, %v", dl, err)
 	}
 }
@@ -636,8 +638,8 @@ func TestDedupeWindowConfig(t *testing.T) {
 		t.Fatalf("Open with a negative DedupeWindow: %v, want ErrConfig", err)
 	}
 	s := openAt(t, filepath.Join(dir, "default.db"))
-	if w := s.Features().DedupeWindow; w != sink.DefaultDedupeWindow {
-		t.Fatalf("default DedupeWindow = %d, want %d", w, sink.DefaultDedupeWindow)
+	if w := s.Features().DedupeWindow; w != int64(100_000) {
+		t.Fatalf("default DedupeWindow = %d, want %d", w, int64(100_000))
 	}
 	s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "small.db"), DedupeWindow: 10})
 	if err != nil {
@@ -711,7 +713,7 @@ func TestMigrateFromVersion2(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: old.Scope(), Expect: sink.Fence{Scope: old.Scope(), Holder: old}, Reason: "test"}); err != nil {
+	if _, err := s.ResetFence(ctx, fenceadmin.ResetRequest{Scope: old.Scope(), Expect: sink.Fence{Scope: old.Scope(), Holder: old}, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := claimProven(ctx, s, fresh); err != nil {
@@ -765,7 +767,7 @@ func TestMigrateFromVersion5(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.ResetFence(ctx, sink.ResetRequest{Scope: old.Scope(), Expect: sink.Fence{Scope: old.Scope(), Holder: old}, Reason: "test"}); err != nil {
+	if _, err := s.ResetFence(ctx, fenceadmin.ResetRequest{Scope: old.Scope(), Expect: sink.Fence{Scope: old.Scope(), Holder: old}, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := claimProven(ctx, s, fresh); err != nil {

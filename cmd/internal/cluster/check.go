@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/internal/invariants"
-	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 )
 
 // CheckConfig says what Check reads.
@@ -72,7 +72,7 @@ func (s *Store) Check(ctx context.Context, cfg CheckConfig) (invariants.Report, 
 		in.Writes = append(in.Writes, invariants.Write{Log: p.TopicID, Partition: p.Partition, Offset: p.Offset, Epoch: p.Epoch, Member: p.Member,
 			ID: p.ID, Key: p.Account, Seq: int64(p.Seq), Order: p.Order})
 	}
-	in.History = map[int32][]sink.HistoryEntry{}
+	in.History = map[int32][]fenceadmin.Entry{}
 	for p := int32(0); p < cfg.Partitions; p++ {
 		hs, err := s.History(ctx, Scope(cfg.Group, cfg.Topic, p))
 		if err != nil {

@@ -46,7 +46,7 @@ type Producer struct {
 
 // recentCap is how many of the latest acknowledged commands Resend picks
 // from: a few seconds of a harness's load, far inside any sink's dedupe
-// window (sink.DefaultDedupeWindow offsets per partition).
+// window (100,000 offsets per partition by default).
 const recentCap = 1000
 
 // NewProducer returns a Producer sending through rt over accounts accounts,

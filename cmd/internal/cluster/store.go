@@ -15,6 +15,8 @@ import (
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/dlq"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/redis"
 	"github.com/workrouter/workrouter/sink/sqlite"
@@ -66,13 +68,13 @@ type Store struct {
 
 	count    func(ctx context.Context, q string, args ...any) (int, error)
 	verify   func(ctx context.Context) (ledger.Report, error)
-	history  func(ctx context.Context, scope epochs.Scope) ([]sink.HistoryEntry, error)
+	history  func(ctx context.Context, scope epochs.Scope) ([]fenceadmin.Entry, error)
 	fences   func(ctx context.Context) ([]sink.Fence, error)
 	postings func(ctx context.Context) ([]Posting, error)
 	exec     func(ctx context.Context, q string, args ...any) (int, error)
 	close    func()
-	// deadLetters is the sink's sink.DeadLetterStore, nil if it has none.
-	deadLetters sink.DeadLetterStore
+	// deadLetters is the sink's dlq.Store, nil if it has none.
+	deadLetters dlq.Store
 }
 
 // OpenStore opens (and for PostgreSQL creates) the ledger sink and its
@@ -120,9 +122,9 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	}, nil
 }
 
-// deadLetterStore is s's sink.DeadLetterStore, or nil.
-func deadLetterStore[Tx any](s sink.Sink[Tx]) sink.DeadLetterStore {
-	d, _ := sink.As[sink.DeadLetterStore](s)
+// deadLetterStore is s's dlq.Store, or nil.
+func deadLetterStore[Tx any](s sink.Sink[Tx]) dlq.Store {
+	d, _ := sink.As[dlq.Store](s)
 	return d
 }
 
@@ -262,7 +264,7 @@ func (s *Store) Claims(ctx context.Context, scope epochs.Scope) ([]Claim, error)
 	hs, err := s.history(ctx, scope)
 	var out []Claim
 	for _, e := range hs {
-		if e.Kind == sink.HistoryClaim {
+		if e.Kind == fenceadmin.KindClaim {
 			out = append(out, Claim{Epoch: e.Token.Epoch, Member: e.Token.Member, Next: e.NextOffset})
 		}
 	}
@@ -270,7 +272,7 @@ func (s *Store) Claims(ctx context.Context, scope epochs.Scope) ([]Claim, error)
 }
 
 // History returns the accepted claims and resets of scope, in order.
-func (s *Store) History(ctx context.Context, scope epochs.Scope) ([]sink.HistoryEntry, error) {
+func (s *Store) History(ctx context.Context, scope epochs.Scope) ([]fenceadmin.Entry, error) {
 	return s.history(ctx, scope)
 }
 
@@ -298,15 +300,15 @@ func (s *Store) TerminateBackends(ctx context.Context, app string) (n int, inTx 
 }
 
 // ErrNoDeadLetters is matched by the error of DeadLetters when the sink
-// cannot store dead letters (it has no sink.DeadLetterStore).
+// cannot store dead letters (it has no dlq.Store).
 var ErrNoDeadLetters = errors.New("cluster: the sink has no dead letters")
 
 // DeadLetters returns the sink's dead letters of group and topic, by ID.
-func (s *Store) DeadLetters(ctx context.Context, group, topic string) ([]sink.DeadLetter, error) {
+func (s *Store) DeadLetters(ctx context.Context, group, topic string) ([]dlq.Letter, error) {
 	if s.deadLetters == nil {
 		return nil, ErrNoDeadLetters
 	}
-	return s.deadLetters.DeadLetters(ctx, sink.DeadLetterFilter{Group: group, Topic: topic})
+	return s.deadLetters.DeadLetters(ctx, dlq.Filter{Group: group, Topic: topic})
 }
 
 // Close closes the sink (and drops a PostgreSQL schema OpenStore created).

@@ -42,7 +42,7 @@ func readCommitted(ctx context.Context, cl *kgo.Client, group, topic string) (st
 		return "", nil, fmt.Errorf("cluster: %w", err)
 	}
 	if after != before {
-		return "", nil, fmt.Errorf("%w: %s, then %s", ErrLogChanged, sink.FormatTopicID(before), sink.FormatTopicID(after))
+		return "", nil, fmt.Errorf("%w: %s, then %s", ErrLogChanged, topicid.Format(before), topicid.Format(after))
 	}
 	out := map[int32]int64{}
 	fetched.Each(func(o kadm.OffsetResponse) {
@@ -52,7 +52,7 @@ func readCommitted(ctx context.Context, cl *kgo.Client, group, topic string) (st
 	})
 	log := ""
 	if before != ([16]byte{}) {
-		log = sink.FormatTopicID(before)
+		log = topicid.Format(before)
 	}
 	return log, out, nil
 }

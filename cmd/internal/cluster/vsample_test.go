@@ -37,8 +37,8 @@ func TestSampleCommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := sink.FormatTopicID(id)
-	other := sink.FormatTopicID([16]byte{1})
+	log := topicid.Format(id)
+	other := topicid.Format([16]byte{1})
 
 	st, s := openTestStore(t)
 	// Partition 0 claimed on the topic's log and applied up to 3;

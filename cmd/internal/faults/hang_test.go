@@ -7,6 +7,7 @@ import (
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -24,7 +25,7 @@ func TestHang(t *testing.T) {
 			h := NewHang[*memory.Tx](s, 2, point, release, func(_ context.Context, _ epochs.Token, offsets []int64, _ *memory.Tx) {
 				reached <- offsets
 			})
-			if _, ok := sink.As[sink.Lister](sink.Sink[*memory.Tx](h)); !ok {
+			if _, ok := sink.As[fenceadmin.Lister](sink.Sink[*memory.Tx](h)); !ok {
 				t.Fatal("Hang hides the sink's capabilities")
 			}
 			if _, err := h.Claim(ctx, tok, sink.Observed{}); err != nil {

@@ -1,13 +1,17 @@
 package cmdids
 
-import "github.com/workrouter/workrouter/sink"
+// DefaultWindow is the retention horizon of applied command IDs of a
+// backend configured with a zero Config.DedupeWindow: the IDs of a
+// scope's last 100,000 offsets (docs/design.md#command-ids has the cost
+// behind that choice).
+const DefaultWindow int64 = 100_000
 
 // WindowOf returns the window a backend configured with w uses:
-// sink.DefaultDedupeWindow for 0, w otherwise. A negative w is invalid: the
+// DefaultWindow for 0, w otherwise. A negative w is invalid: the
 // backend's config check refuses it. It may be called from any goroutine.
 func WindowOf(w int64) int64 {
 	if w == 0 {
-		return sink.DefaultDedupeWindow
+		return DefaultWindow
 	}
 	return w
 }
