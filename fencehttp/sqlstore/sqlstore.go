@@ -83,7 +83,8 @@ type Config struct {
 	// Default "fencehttp".
 	Prefix string
 	// NoCreate makes New create and alter nothing, and fail with
-	// [ErrSchema] unless the tables exist as this version needs them:
+	// [ErrSchema] unless the tables exist as this version needs them (an
+	// unreachable database is a connection error, not ErrSchema):
 	// for admin tools, which must not make an empty store at a mistyped
 	// database.
 	NoCreate bool
@@ -131,7 +132,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Dialect == PostgreSQL {
 		blob, serial = "BYTEA", "BIGSERIAL PRIMARY KEY"
 	}
-	if !cfg.NoCreate {
+	if cfg.NoCreate {
+		// A database it cannot reach is not one without the tables.
+		if err := cfg.DB.PingContext(ctx); err != nil {
+			return nil, fmt.Errorf("sqlstore: connecting: %w", err)
+		}
+	} else {
 		for _, ddl := range []string{
 			`CREATE TABLE IF NOT EXISTS ` + t + ` (
 			grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL,
