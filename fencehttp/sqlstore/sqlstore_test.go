@@ -166,3 +166,49 @@ func TestNewAddsTheFloorToAnOldTable(t *testing.T) {
 		t.Fatalf("NoCreate left %d objects in an empty database (%v)", n, err)
 	}
 }
+
+// TestNewAddsTheFloorToAnOldTablePostgreSQL: the same migration on
+// PostgreSQL.
+func TestNewAddsTheFloorToAnOldTablePostgreSQL(t *testing.T) {
+	ctx := t.Context()
+	db, err := sql.Open("pgx", testpg.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "fh_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		for _, tb := range []string{"_tokens", "_results", "_resets"} {
+			_, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS `+prefix+tb)
+		}
+	})
+	for _, ddl := range []string{
+		`CREATE TABLE ` + prefix + `_tokens (grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL,
+			epoch INTEGER NOT NULL, member TEXT NOT NULL, PRIMARY KEY (grp, topic, part))`,
+		`CREATE TABLE ` + prefix + `_results (grp TEXT NOT NULL, idem_key TEXT NOT NULL,
+			status INTEGER NOT NULL, header TEXT NOT NULL, body BYTEA NOT NULL, PRIMARY KEY (grp, idem_key))`,
+		`INSERT INTO ` + prefix + `_tokens VALUES ('payments', 'charges', 0, 9, 'old')`,
+	} {
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := sqlstore.Config{DB: db, Dialect: sqlstore.PostgreSQL, Prefix: prefix, NoCreate: true}
+	if _, err := sqlstore.New(ctx, cfg); !errors.Is(err, sqlstore.ErrSchema) {
+		t.Fatalf("NoCreate on a table without pin_floor: %v, want ErrSchema", err)
+	}
+	cfg.NoCreate = false
+	s, err := sqlstore.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := storetest.Tok(0, 9, "old")
+	if st, err := s.State(ctx, old.Scope()); err != nil || st != (fencehttp.ScopeState{Scope: old.Scope(), Token: old, Floor: fencehttp.NoFloor}) {
+		t.Fatalf("state of the old row: %+v, %v", st, err)
+	}
+	if _, _, err := s.Begin(ctx, storetest.Tok(0, 2, "new"), "k"); !errors.Is(err, fencehttp.ErrFenced) {
+		t.Fatalf("an older token against the migrated row: %v, want refused", err)
+	}
+}
