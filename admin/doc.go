@@ -22,6 +22,17 @@
 // claim must come with a proof of membership, so that a member of the
 // group's previous incarnation cannot come back through it.
 //
+// A resource a handler calls (a fencehttp.Guard) keeps a token per scope
+// of its own, which a sink's reset does not touch: after a group was
+// recreated it may still hold the previous incarnation's higher epoch and
+// refuse the new holder, and the worker blocks the partition.
+// PlanResources is the dry run of the reset of such a store's scope and
+// ResetResource the audited, guarded reset (docs/fenced-resources.md,
+// "Resetting a store's scope"): it stores the sink's holder, pinned below
+// a floor taken from the store and from the sink's history up to its
+// last reset or takeover, so that the previous incarnation's members stay
+// refused.
+//
 // Dead letters (docs/design.md#dead-letters): DeadLetters, DeadLetter and
 // DeadLetterAudit read them; Redrive produces an open dead letter's
 // command again through a Producer (a *router.Router), with its command ID

@@ -208,8 +208,10 @@ const ProblemContentType = "application/problem+json"
 // body.
 const (
 	// ProblemFenced: 409 Conflict, the token is older than the scope's
-	// stored one, or of the same epoch and another member. The body's
-	// "stored" and "presented" members are the tokens.
+	// stored one, or of the same epoch and another member, or at or
+	// below the floor of a scope an operator's reset pinned. The body's
+	// "stored" and "presented" members are the tokens, and "floor" the
+	// pinned scope's floor (absent if the scope is not pinned).
 	ProblemFenced = "urn:workrouter:problem:fenced"
 	// ProblemFenceRequired: 428 Precondition Required, the request has no
 	// token or no idempotency key.
@@ -231,6 +233,9 @@ type Problem struct {
 	Detail    string     `json:"detail,omitempty"`
 	Stored    *TokenJSON `json:"stored,omitempty"`
 	Presented *TokenJSON `json:"presented,omitempty"`
+	// Floor, in a [ProblemFenced] body, is the scope's floor when the
+	// scope is pinned by a reset ([ScopeState.Pinned]); absent otherwise.
+	Floor *int32 `json:"floor,omitempty"`
 }
 
 // TokenJSON is a token in a [Problem] body.
@@ -254,20 +259,31 @@ func (j *TokenJSON) token() epochs.Token {
 }
 
 // FencedError is a request the resource refused because it has seen a
-// newer token for the scope: Stored is the token the resource holds,
-// Presented the request's. It matches [ErrFenced] and
+// newer token for the scope, or because an operator's reset pinned the
+// scope to its holder: Stored is the token the resource holds, Presented
+// the request's; Pinned reports the pin ([ScopeState.Pinned]), and Floor
+// is then the scope's floor (only the stored token and epochs above it
+// are admitted). It matches [ErrFenced] and
 // [sink.ErrFenced]: the caller's tenure is over, as when its own sink
 // refuses it, and a consumer handler that returns it stops the partition
 // instead of retrying the command or dead-lettering it.
 type FencedError struct {
 	Stored    epochs.Token
 	Presented epochs.Token
+	Pinned    bool
+	// Floor is the scope's floor when Pinned (NoFloor from a store that
+	// reports no pin).
+	Floor int32
 }
 
 // Error describes the refusal.
 func (e *FencedError) Error() string {
-	return fmt.Sprintf("fencehttp: fenced by the resource for %s: presented epoch %d (member %q), stored epoch %d (member %q)",
+	msg := fmt.Sprintf("fencehttp: fenced by the resource for %s: presented epoch %d (member %q), stored epoch %d (member %q)",
 		e.Presented.Scope(), e.Presented.Epoch, e.Presented.Member, e.Stored.Epoch, e.Stored.Member)
+	if e.Pinned {
+		msg += fmt.Sprintf("; the scope was reset and admits only the stored token and epochs above %d", e.Floor)
+	}
+	return msg
 }
 
 // Is reports whether target is [ErrFenced] or [sink.ErrFenced].
@@ -321,7 +337,11 @@ func CheckResponse(resp *http.Response) error {
 	}
 	switch p.Type {
 	case ProblemFenced:
-		return &FencedError{Stored: p.Stored.token(), Presented: p.Presented.token()}
+		fe := &FencedError{Stored: p.Stored.token(), Presented: p.Presented.token(), Floor: NoFloor}
+		if p.Floor != nil {
+			fe.Pinned, fe.Floor = true, *p.Floor
+		}
+		return fe
 	case ProblemFenceRequired, ProblemInvalidFence, ProblemUnavailable:
 		return &ProblemError{Problem: p}
 	}

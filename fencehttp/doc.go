@@ -19,7 +19,8 @@
 // each request it opens a unit of the store in which the store keeps, per
 // scope (group, topic, partition), the highest token it has seen and
 // refuses an older one, or one of the same epoch from another member
-// (epochs.Token.CanClaim's rule), with 409 Conflict and a problem body
+// (epochs.Token.CanClaim's rule), or one a reset's pin keeps out (below),
+// with 409 Conflict and a problem body
 // ([ProblemFenced]) naming the stored and the presented token; it answers
 // a request whose key it has already recorded with the first result,
 // without running the handler; and it runs the handler inside the unit
@@ -33,6 +34,23 @@
 // refused at commit, and the Guard answers 409). Package
 // fencehttp/memstore is a store for tests, and fencehttp/storetest the
 // conformance suite every store passes.
+//
+// A store's scope can hold a token a worker will never get past: after
+// the consumer group was recreated (or the brokers lost its state), its
+// epochs start low again while the store keeps the previous incarnation's
+// higher epoch, and every call of the new holder is refused. An operator
+// resets the scope through the optional [ScopeResetter] (package admin's
+// ResetResource, `workrouter fences reset-resource`): a compare-and-set
+// on the [ScopeState] inspected, audited, that stores the new holder and
+// a floor, the highest epoch of the previous incarnations. While the
+// stored token's epoch is at or below the floor the scope is pinned
+// ([ScopeState.Pinned]): only the stored token itself and epochs above
+// the floor are admitted ([ScopeState.Admits], the one rule every store
+// applies inside its atomic unit), so a member of the previous
+// incarnation cannot come back through the reset; the pin lifts by
+// itself once a token above the floor is stored. A refusal under the pin
+// is a 409 whose body carries the floor ([FencedError.Pinned],
+// [FencedError.Floor]).
 //
 // Every function of the package may be called from any goroutine; a
 // [Guard] and a [Transport] serve concurrent requests.

@@ -31,9 +31,11 @@ type Store interface {
 	// Begin opens the unit of one request made under tok with key, in
 	// which, atomically with what the handler writes through the unit:
 	//
-	//   - if tok may not claim its scope (epochs.Token.CanClaim against
-	//     the stored token), it returns a *FencedError (matching
-	//     ErrFenced) naming the stored token, and changes nothing;
+	//   - if the scope's state does not admit tok (ScopeState.Admits:
+	//     epochs.Token.CanClaim against the stored token, and the pin of
+	//     an operator's reset), it returns the state's Refusal, a
+	//     *FencedError (matching ErrFenced) naming the stored token, and
+	//     changes nothing;
 	//   - otherwise it stores tok as the scope's token, which stays
 	//     stored even if the unit is aborted;
 	//   - if a result is recorded under (tok.Group, key), it returns it
@@ -226,10 +228,17 @@ var errNoUnit = errors.New("fencehttp: the store's Begin returned no unit, no re
 // fenced answers a refusal of the store, at Begin or (for a store whose
 // unit can lose its hold of the scope) at Commit.
 func (g *Guard) fenced(w http.ResponseWriter, r *http.Request, fe *FencedError, key, at string) {
-	g.log.InfoContext(r.Context(), "fencehttp: stale token refused", "at", at, "scope", fe.Presented.Scope().String(), "presented", fe.Presented.String(),
-		"stored", fe.Stored.String(), "key", key, "method", r.Method, "path", r.URL.Path)
-	g.refuse(w, r, OutcomeFenced, Problem{Type: ProblemFenced, Title: "stale fencing token", Status: http.StatusConflict,
-		Detail: fe.Error(), Stored: tokenJSON(fe.Stored), Presented: tokenJSON(fe.Presented)})
+	p := Problem{Type: ProblemFenced, Title: "stale fencing token", Status: http.StatusConflict,
+		Detail: fe.Error(), Stored: tokenJSON(fe.Stored), Presented: tokenJSON(fe.Presented)}
+	attrs := []any{"at", at, "scope", fe.Presented.Scope().String(), "presented", fe.Presented.String(),
+		"stored", fe.Stored.String(), "key", key, "method", r.Method, "path", r.URL.Path}
+	if fe.Pinned {
+		floor := fe.Floor
+		p.Floor = &floor
+		attrs = append(attrs, "floor", floor)
+	}
+	g.log.InfoContext(r.Context(), "fencehttp: stale token refused", attrs...)
+	g.refuse(w, r, OutcomeFenced, p)
 }
 
 func (g *Guard) unavailable(w http.ResponseWriter, r *http.Request, op string, err error) {

@@ -3,9 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -13,11 +16,16 @@ import (
 	"text/tabwriter"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib"
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/fencehttp"
+	"github.com/workrouter/workrouter/fencehttp/redisstore"
+	"github.com/workrouter/workrouter/fencehttp/sqlstore"
 	"github.com/workrouter/workrouter/sink"
 )
 
@@ -37,17 +45,23 @@ tenure and NextOffset, the first Kafka offset not yet applied.
                   fence: --keep-checkpoint or --restart-at, a compare-and-set
                   on the fence you inspected, refused without a cause unless
                   --force, audited with its reason. Without --yes it only
-                  shows the diagnosis and what it would change.`,
+                  shows the diagnosis and what it would change.
+  fences reset-resource
+                  reset the scope of a fenced resource's token store
+                  (fencehttp's sqlstore or redisstore) that refuses the
+                  sink's holder after the group was recreated: it stores
+                  the holder, pinned so that the group's previous
+                  incarnation stays refused; dry run without --yes.`,
 		Example: `  workrouter fences list --sink sqlite:ledger.db
   workrouter fences history --sink sqlite:ledger.db --group ledger-workers --topic ledger --partition 3
   workrouter fences reset --sink sqlite:ledger.db --group ledger-workers --topic ledger --partition 3 \
       --keep-checkpoint --reason "group recreated (INC-123)"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return errors.New("fences needs a subcommand: list, history or reset (see workrouter fences --help)")
+			return errors.New("fences needs a subcommand: list, history, reset or reset-resource (see workrouter fences --help)")
 		},
 	}
-	cmd.AddCommand(newFencesListCmd(), newFencesHistoryCmd(), newFencesResetCmd())
+	cmd.AddCommand(newFencesListCmd(), newFencesHistoryCmd(), newFencesResetCmd(), newFencesResetResourceCmd())
 	return cmd
 }
 
@@ -713,4 +727,389 @@ func spansText(spans []sink.Span) string {
 		parts[i] = s.String()
 	}
 	return strings.Join(parts, ",")
+}
+
+// storeSpecHelp describes the accepted --store values.
+const storeSpecHelp = `sqlstore:sqlite:PATH, sqlstore:postgres://USER[:PASSWORD]@HOST[:PORT]/DB or redisstore:redis://HOST[:PORT][/DB]`
+
+// storeSpec is a parsed --store value: a fencehttp store's kind and the
+// database it lives in, parsed as a --sink value is.
+type storeSpec struct {
+	kind string // "sqlstore" | "redisstore"
+	db   sinkSpec
+}
+
+// String describes the store for messages, without secrets.
+func (s storeSpec) String() string { return s.kind + ":" + s.db.String() }
+
+// parseStoreSpec parses --store. The errors name the flag and never repeat
+// a password.
+func parseStoreSpec(v string) (storeSpec, error) {
+	kind, rest, _ := strings.Cut(strings.TrimSpace(v), ":")
+	var spec storeSpec
+	switch kind {
+	case "sqlstore", "redisstore":
+		spec.kind = kind
+	default:
+		return storeSpec{}, fmt.Errorf("--store: want %s (the kind of the resource's token store, then its database)", storeSpecHelp)
+	}
+	db, err := parseSinkSpec(rest)
+	if err != nil {
+		return storeSpec{}, errors.New(strings.Replace(err.Error(), "--sink", "--store "+kind+":", 1))
+	}
+	switch {
+	case kind == "sqlstore" && db.kind != "sqlite" && db.kind != "postgres":
+		return storeSpec{}, fmt.Errorf("--store: sqlstore lives in SQLite or PostgreSQL: want sqlstore:sqlite:PATH or sqlstore:postgres://…")
+	case kind == "redisstore" && db.kind != "redis":
+		return storeSpec{}, fmt.Errorf("--store: redisstore lives in Redis: want redisstore:redis://HOST[:PORT][/DB]")
+	case db.prefix != "":
+		return storeSpec{}, fmt.Errorf("--store: give the store's key prefix with --store-prefix, not ?prefix=")
+	}
+	spec.db = db
+	return spec, nil
+}
+
+// openStore opens the resource's store that spec names, creating
+// nothing: an SQLite file must exist and hold the store's tables.
+func openStore(ctx context.Context, spec storeSpec, prefix string) (fencehttp.ScopeResetter, func(), error) {
+	switch spec.db.kind {
+	case "sqlite", "postgres":
+		driver, dsn := "pgx", spec.db.dsn
+		dialect := sqlstore.PostgreSQL
+		if spec.db.kind == "sqlite" {
+			if fi, err := os.Stat(spec.db.path); err != nil || fi.IsDir() {
+				what := "not a file"
+				if errors.Is(err, fs.ErrNotExist) {
+					what = "no such file (the service creates its store on first use)"
+				} else if err != nil {
+					what = err.Error()
+				}
+				return nil, nil, fmt.Errorf("--store %s: %s", spec, what)
+			}
+			driver, dsn, dialect = "sqlite", sqlstore.SQLiteDSN(spec.db.path), sqlstore.SQLite
+		}
+		db, err := sql.Open(driver, dsn)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--store %s: %w", spec, err)
+		}
+		s, err := sqlstore.New(ctx, sqlstore.Config{DB: db, Dialect: dialect, Prefix: prefix, NoCreate: true})
+		if err != nil {
+			db.Close()
+			switch {
+			case errors.Is(err, sqlstore.ErrConfig):
+				return nil, nil, fmt.Errorf("--store-prefix %q: a letter, then letters, digits and underscores", prefix)
+			case errors.Is(err, sqlstore.ErrSchema):
+				return nil, nil, fmt.Errorf("--store %s: no token store with --store-prefix %q there, or one of an older version (start the service once with this version): %w", spec, orDefault(prefix, "fencehttp"), err)
+			}
+			return nil, nil, fmt.Errorf("--store %s: %w", spec, err)
+		}
+		return s, func() { db.Close() }, nil
+	case "redis":
+		opt, err := goredis.ParseURL(spec.db.dsn)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--store: not a valid Redis URL")
+		}
+		opt.MaxRetries = -1
+		rdb := goredis.NewClient(opt)
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			rdb.Close()
+			return nil, nil, fmt.Errorf("--store %s: %s", spec, redactURL(err.Error(), spec.db.dsn))
+		}
+		s, err := redisstore.New(redisstore.Config{Client: rdb, Prefix: prefix})
+		if err != nil {
+			rdb.Close()
+			return nil, nil, fmt.Errorf("--store %s: %w", spec, err)
+		}
+		return s, func() { rdb.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("--store: want %s", storeSpecHelp)
+}
+
+// redactURL removes the password of the URL raw from msg.
+func redactURL(msg, raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return redactRedis(msg, u)
+	}
+	return msg
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func newFencesResetResourceCmd() *cobra.Command {
+	var f fencesFlags
+	var store, storePrefix string
+	cmd := &cobra.Command{
+		Use:   "reset-resource",
+		Short: "Reset a fenced resource's token store for a scope that refuses the sink's holder",
+		Long: `reset-resource is the way out when a service the handlers call through
+fencehttp (a Guard over sqlstore or redisstore) refuses every call with 409
+after the consumer group was recreated (or the brokers lost its state): the
+worker's sink was reset or taken over, but the service's token store still
+holds the previous incarnation's higher epoch, and the worker keeps the
+partition blocked ("a resource the handler called refused this tenure's
+token"), claiming it again every reclaim interval.
+
+It reads the store's token and the sink's holder and history, and resets the
+store's scope to the sink's holder, pinned below a floor: the highest epoch
+of the store, of its earlier resets and of the sink's history up to its last
+reset or takeover. While pinned, the store admits the holder itself and
+epochs above the floor only, so a member of the previous incarnation cannot
+come back through the reset; the pin lifts by itself once a token above the
+floor is stored. A rebalance of the new incarnation to another member at an
+epoch still at or below the floor is refused too: run this again then.
+
+It is refused when the sink has no holder (wait for a worker's claim), when
+the store already admits the holder (nothing to do), and when the sink's
+history has no reset or takeover (nothing tells the previous incarnation
+apart: reset the sink's fence first with fences reset). Without --yes it
+only prints what it would change and an expect token per partition; run it
+again with --yes --expect P=TOKEN,...: it proceeds only if the store, the
+holder and the floor are still the ones you saw. Each reset is recorded in
+the store (sqlstore: the <prefix>_resets table; redisstore: the
+<prefix>:resets:<scope> list) with --reason. The worker resumes by itself
+within its reclaim interval (10 s by default).`,
+		Example: `  # What would change (nothing is changed):
+  workrouter fences reset-resource --store sqlstore:sqlite:payments.db --sink sqlite:ledger.db \
+      --group ledger-workers --topic ledger --all --reason "group recreated (INC-123)"
+
+  # Do it, with the expect tokens the dry run printed:
+  workrouter fences reset-resource --store sqlstore:sqlite:payments.db --sink sqlite:ledger.db \
+      --group ledger-workers --topic ledger --all --reason "group recreated (INC-123)" --yes --expect 0=3f9a1c2e`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runFencesResetResource(cmd, f, store, storePrefix) },
+	}
+	f.addCommon(cmd)
+	f.addScope(cmd, "partition to reset; -1 resets every partition (as --all)")
+	fl := cmd.Flags()
+	fl.StringVar(&store, "store", "", "the resource's token store: "+storeSpecHelp+" (required)")
+	fl.StringVar(&storePrefix, "store-prefix", "", `the store's table prefix (sqlstore) or key prefix (redisstore), as the service configures it (default "fencehttp")`)
+	fl.BoolVar(&f.all, "all", false, "every partition of the group and topic that the sink knows")
+	fl.StringSliceVar(&f.expect, "expect", nil, "the expect tokens of the dry run: P=TOKEN per partition (a bare TOKEN for one partition)")
+	fl.StringVar(&f.reason, "reason", "", "why; recorded in the store's audit of resets (required)")
+	fl.BoolVar(&f.yes, "yes", false, "really reset; without it nothing is changed")
+	return cmd
+}
+
+// resourcePlanJSON is one scope of a resource's reset, as the command
+// prints it in JSON.
+type resourcePlanJSON struct {
+	Scope     string `json:"scope"`
+	Partition int32  `json:"partition"`
+	// StoreEpoch is null and StoreMember empty for a scope the store
+	// never saw; StoreFloor is -1 for a scope never reset.
+	StoreEpoch   *int32 `json:"store_epoch"`
+	StoreMember  string `json:"store_member"`
+	StoreFloor   int32  `json:"store_floor"`
+	HolderEpoch  *int32 `json:"holder_epoch"`
+	HolderMember string `json:"holder_member"`
+	// Floor is the floor the reset pins below (0 if refused).
+	Floor   int32  `json:"floor"`
+	Refusal string `json:"refusal,omitempty"`
+	Expect  string `json:"expect"`
+	Done    bool   `json:"done"`
+}
+
+func runFencesResetResource(cmd *cobra.Command, f fencesFlags, store, storePrefix string) error {
+	if err := checkScope(cmd, f, true); err != nil {
+		return err
+	}
+	if f.all && cmd.Flags().Changed("partition") && f.partition != -1 {
+		return fmt.Errorf("--all resets every partition: do not combine it with --partition %d", f.partition)
+	}
+	all := f.all || f.partition == -1
+	if store == "" {
+		return fmt.Errorf("--store is required: %s", storeSpecHelp)
+	}
+	spec, err := parseStoreSpec(store)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(f.reason) == "" {
+		return errors.New("--reason is required: say why the store's scope is reset (it is recorded in the store)")
+	}
+	expect, err := parseExpect(f.expect)
+	if err != nil {
+		return err
+	}
+	if f.yes && len(expect) == 0 {
+		return errors.New("--yes needs --expect (the tokens of the dry run: run it without --yes; nothing changed)")
+	}
+	f.readOnly = true // the sink is only read
+	ctx, s, _, done, err := openFenceSink(cmd, f)
+	if err != nil {
+		return err
+	}
+	defer done()
+	st, closeStore, err := openStore(ctx, spec, storePrefix)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	req := admin.ResourcePlanRequest{Group: f.group, Topic: f.topic}
+	if !all {
+		req.Partitions = []int32{f.partition}
+	}
+	plans, err := admin.PlanResources(ctx, st, s, req)
+	if err != nil {
+		return fmt.Errorf("%w (nothing changed)", err)
+	}
+	if len(plans) == 0 {
+		return fmt.Errorf("%w: the sink has no fence for any partition of %s/%s (nothing changed)", sink.ErrNotFound, f.group, f.topic)
+	}
+	var todo []int
+	rows := make([]resourcePlanJSON, len(plans))
+	for i, p := range plans {
+		rows[i] = toResourcePlanJSON(p)
+		if p.Refused == "" {
+			todo = append(todo, i)
+		}
+	}
+	if len(expect) == 1 && expect[-1] != "" {
+		if len(todo) != 1 {
+			return fmt.Errorf("--expect %s names no partition, and %d scopes are to be reset: give P=TOKEN for each", expect[-1], len(todo))
+		}
+		expect[plans[todo[0]].Scope.Partition] = expect[-1]
+		delete(expect, -1)
+	}
+	// A refusal needs the operator's attention, except, over --all, a
+	// partition whose store admits its holder already.
+	attention := 0
+	for _, p := range plans {
+		if p.Refused != "" && (!all || p.Refused != admin.ResourceRefusedStoreAdmits) {
+			attention++
+		}
+	}
+	out := &errWriter{w: cmd.OutOrStdout()}
+	if !f.yes {
+		if f.asJSON {
+			if err := writeJSONErr(out, rows); err != nil {
+				return err
+			}
+		} else {
+			printResourcePlans(out, spec, plans)
+			if len(todo) > 0 {
+				var toks []string
+				for _, i := range todo {
+					toks = append(toks, fmt.Sprintf("%d=%s", plans[i].Scope.Partition, plans[i].Expect))
+				}
+				fmt.Fprintf(out, "\nto reset, run the same command with --yes --expect %s\n", strings.Join(toks, ","))
+			}
+		}
+		if out.err != nil {
+			return out.err
+		}
+		if len(todo) == 0 {
+			return fmt.Errorf("nothing to reset: every scope's reset would be refused (see above; nothing changed)")
+		}
+		return fmt.Errorf("refusing to reset %d scope(s) of the store without --yes (nothing changed)", len(todo))
+	}
+	for p := range expect {
+		if !slices.ContainsFunc(plans, func(pl admin.ResourcePlan) bool { return pl.Scope.Partition == p }) {
+			return fmt.Errorf("--expect names partition %d, which is not among the scopes planned (nothing changed)", p)
+		}
+	}
+	for _, i := range todo {
+		if _, ok := expect[plans[i].Scope.Partition]; !ok {
+			return fmt.Errorf("--expect has no token for partition %d (each partition reset needs its own; nothing changed)", plans[i].Scope.Partition)
+		}
+	}
+	n := 0
+	for i, p := range plans {
+		tok, ok := expect[p.Scope.Partition]
+		if !ok {
+			continue // refused in the plan, and not asked for
+		}
+		res, err := admin.ResetResource(ctx, st, s, admin.ResourceRequest{Scope: p.Scope, Expect: tok, Reason: f.reason})
+		if err != nil {
+			if errors.Is(err, admin.ErrMoved) {
+				err = fmt.Errorf("%w; run the dry run again", err)
+			}
+			return fmt.Errorf("%w (%d of %d reset before it)", err, n, len(todo))
+		}
+		n++
+		rows[i].Done = true
+		if !f.asJSON {
+			fmt.Fprintf(out, "reset %s in %s\n  before: %s\n  after:  %s\n  %s\n", p.Scope, spec, res.Before, res.After, resourceResumeText)
+		}
+	}
+	if f.asJSON {
+		if err := writeJSONErr(out, rows); err != nil {
+			return err
+		}
+	} else {
+		for _, p := range plans {
+			if p.Refused != "" {
+				fmt.Fprintf(out, "not reset %s: %s\n", p.Scope, resourceRefusalText(p))
+			}
+		}
+	}
+	if out.err != nil {
+		return out.err
+	}
+	if attention > 0 {
+		return fmt.Errorf("%d scope(s) not reset need attention (see above)", attention)
+	}
+	return nil
+}
+
+const resourceResumeText = "a worker that has the partition blocked by the store's refusal claims it again by itself within its reclaim interval (10 s by default) and resumes"
+
+func toResourcePlanJSON(p admin.ResourcePlan) resourcePlanJSON {
+	r := resourcePlanJSON{Scope: p.Scope.String(), Partition: p.Scope.Partition, StoreMember: p.Store.Token.Member, StoreFloor: p.Store.Floor,
+		HolderMember: p.Holder.Member, Floor: p.Floor, Expect: p.Expect}
+	if p.Refused != "" {
+		r.Refusal, r.Floor = resourceRefusalText(p), 0
+	}
+	if !p.Store.Token.IsZero() {
+		e := p.Store.Token.Epoch
+		r.StoreEpoch = &e
+	}
+	if !p.Holder.IsZero() {
+		e := p.Holder.Epoch
+		r.HolderEpoch = &e
+	}
+	return r
+}
+
+// resourceRefusalText says, in the CLI's words, why p's reset is refused.
+func resourceRefusalText(p admin.ResourcePlan) string {
+	switch p.Refused {
+	case admin.ResourceRefusedNoHolder:
+		return "the sink has no holder for the partition (its fence was reset and not claimed since, or it has none): wait until a worker claims it (workrouter status shows it), then run the dry run again"
+	case admin.ResourceRefusedStoreAdmits:
+		return "the store already admits the sink's holder: nothing to reset"
+	case admin.ResourceRefusedNoSinkReset:
+		return "the sink's history of the partition has no reset or takeover, so nothing tells the group's previous incarnation apart: reset the sink's fence first (workrouter fences reset), or the store is right and the holder is stale"
+	}
+	return p.Err.Error()
+}
+
+// printResourcePlans prints the dry run of reset-resource.
+func printResourcePlans(w io.Writer, spec storeSpec, plans []admin.ResourcePlan) {
+	for i, p := range plans {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s\n", p.Scope)
+		fmt.Fprintf(w, "  store:    %s: %s\n", spec, p.Store)
+		fmt.Fprintf(w, "  sink:     holder %s", holderText(p.Holder))
+		if p.LastReset.Seq != 0 {
+			fmt.Fprintf(w, "; last reset seq %d (%s), highest epoch up to it %d", p.LastReset.Seq, oneLine(p.LastReset.Reason), p.HistoryFloor)
+		}
+		fmt.Fprintln(w)
+		if p.Refused != "" {
+			fmt.Fprintf(w, "  reset:    refused: %s\n", resourceRefusalText(p))
+			continue
+		}
+		fmt.Fprintf(w, "  reset:    store token -> epoch %d member %s, pinned below floor %d: the store admits that token and epochs above %d only, until one above %d is stored\n",
+			p.Holder.Epoch, p.Holder.Member, p.Floor, p.Floor, p.Floor)
+		fmt.Fprintf(w, "  then:     %s\n", resourceResumeText)
+		fmt.Fprintf(w, "  expect:   %d=%s\n", p.Scope.Partition, p.Expect)
+	}
 }

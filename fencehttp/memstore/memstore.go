@@ -8,7 +8,9 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/fencehttp"
@@ -21,6 +23,9 @@ type Store struct {
 
 	mu      sync.Mutex // guards the maps, for Token and Recorded
 	holders map[epochs.Scope]epochs.Token
+	floors  map[epochs.Scope]int32 // scopes ever reset
+	resets  map[epochs.Scope][]fencehttp.ResetEntry
+	seq     int64
 	results map[resultKey]fencehttp.Result
 }
 
@@ -28,7 +33,17 @@ type resultKey struct{ group, key string }
 
 // New returns an empty Store.
 func New() *Store {
-	return &Store{sem: make(chan struct{}, 1), holders: map[epochs.Scope]epochs.Token{}, results: map[resultKey]fencehttp.Result{}}
+	return &Store{sem: make(chan struct{}, 1), holders: map[epochs.Scope]epochs.Token{}, floors: map[epochs.Scope]int32{},
+		resets: map[epochs.Scope][]fencehttp.ResetEntry{}, results: map[resultKey]fencehttp.Result{}}
+}
+
+// state returns scope's state; s.mu is held.
+func (s *Store) state(scope epochs.Scope) fencehttp.ScopeState {
+	st := fencehttp.ScopeState{Scope: scope, Token: s.holders[scope], Floor: fencehttp.NoFloor}
+	if f, ok := s.floors[scope]; ok {
+		st.Floor = f
+	}
+	return st
 }
 
 // Begin implements fencehttp.Store. It waits for the open unit, if any,
@@ -41,9 +56,9 @@ func (s *Store) Begin(ctx context.Context, tok epochs.Token, key string) (fenceh
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if held := s.holders[tok.Scope()]; !tok.CanClaim(held) {
+	if st := s.state(tok.Scope()); !st.Admits(tok) {
 		<-s.sem
-		return nil, nil, &fencehttp.FencedError{Stored: held, Presented: tok}
+		return nil, nil, st.Refusal(tok)
 	}
 	s.holders[tok.Scope()] = tok
 	k := resultKey{tok.Group, key}
@@ -60,6 +75,47 @@ func (s *Store) Token(scope epochs.Scope) epochs.Token {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.holders[scope]
+}
+
+// State implements fencehttp.ScopeResetter.
+func (s *Store) State(_ context.Context, scope epochs.Scope) (fencehttp.ScopeState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state(scope), nil
+}
+
+// ResetScope implements fencehttp.ScopeResetter. It waits for the open
+// unit, if any, until ctx ends, so that a request open on the scope ends
+// before the reset compares the state.
+func (s *Store) ResetScope(ctx context.Context, req fencehttp.ResetRequest) (fencehttp.ScopeState, error) {
+	if err := req.Validate(); err != nil {
+		return fencehttp.ScopeState{}, err
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return fencehttp.ScopeState{}, ctx.Err()
+	}
+	defer func() { <-s.sem }()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before := s.state(req.Scope)
+	if before != req.Expect {
+		return before, fmt.Errorf("%w: %s is now %s, not %s", fencehttp.ErrResetConflict, req.Scope, before, req.Expect)
+	}
+	after := before.AfterReset(req)
+	s.holders[req.Scope], s.floors[req.Scope] = after.Token, after.Floor
+	s.seq++
+	s.resets[req.Scope] = append(s.resets[req.Scope], fencehttp.ResetEntry{Seq: s.seq, Before: before, After: after,
+		Reason: req.Reason, Detail: req.Detail, At: time.Now()})
+	return before, nil
+}
+
+// Resets implements fencehttp.ScopeResetter.
+func (s *Store) Resets(_ context.Context, scope epochs.Scope) ([]fencehttp.ResetEntry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]fencehttp.ResetEntry(nil), s.resets[scope]...), nil
 }
 
 // Recorded returns how many results the store has recorded.
@@ -97,4 +153,7 @@ func (u *unit) Abort(context.Context) error {
 	return nil
 }
 
-var _ fencehttp.Store = (*Store)(nil)
+var (
+	_ fencehttp.Store         = (*Store)(nil)
+	_ fencehttp.ScopeResetter = (*Store)(nil)
+)

@@ -6,8 +6,9 @@
 //
 // # Units and Tx
 //
-// [Store.Begin] is one script: epochs.Token.CanClaim against the scope's
-// stored token (refused: a *fencehttp.FencedError, nothing changed), the
+// [Store.Begin] is one script: fencehttp.ScopeState.Admits against the
+// scope's stored token and floor (refused: a *fencehttp.FencedError,
+// nothing changed), the
 // token's advance, and then either the key's recorded result (a
 // duplicate) or a lease on the scope and a claim on the key, both for
 // [Config.Lease]. While another unit holds the scope's lease or the key's
@@ -19,7 +20,7 @@
 // that writes to the server: Set, Del, IncrBy, HSet, HDel, HIncrBy, SAdd,
 // SRem and RPush are buffered, and the unit's Commit is one script that
 // checks that the scope's stored token is still the request's
-// (epochs.Token.Holds), that the key is not recorded nor claimed by
+// (epochs.Token.Holds) and that no reset ran since Begin, that the key is not recorded nor claimed by
 // another unit, that every committed value the handler read with
 // [Tx.Get] or [Tx.HGet] is unchanged, and that every buffered command
 // will succeed (a script is atomic but not transactional: a WRONGTYPE half
@@ -45,6 +46,13 @@
 // other processes, load average 0.8) measured 3,912–5,472 requests/s
 // (median 4,675) against 27,412–37,869 (median 36,139) for memstore.
 //
+// # Resets
+//
+// [Store.ResetScope] (fencehttp.ScopeResetter) is one script: the
+// compare-and-set of the scope's token and floor, the new ones, the reset
+// version moved and the audit entry. It does not wait for the units open
+// on the scope; their commits are refused instead (the version moved).
+//
 // # What it cannot promise
 //
 // Only writes through the Tx are inside the script. A handler that also
@@ -63,8 +71,10 @@
 // # Keys
 //
 // Under [Config.Prefix] (default "fencehttp"): <prefix>:tok:<scope> (a
-// hash: the stored epoch and member, and the scope's group, topic and
-// partition), <prefix>:lease:<scope>, <prefix>:claim:<group>:<key> and
+// hash: the stored epoch and member, the scope's group, topic and
+// partition, and, once reset, the floor and the reset version),
+// <prefix>:resets:<scope> (a list, one JSON entry per reset, kept
+// forever), <prefix>:lease:<scope>, <prefix>:claim:<group>:<key> and
 // <prefix>:res:<group>:<key> (a hash: status, header as JSON, body),
 // kept like sqlstore's results (forever), and <prefix>:k:<key> for the
 // handlers' keys ([Store.Key]). <scope> is the group and the topic
@@ -232,6 +242,116 @@ func token(sc epochs.Scope, epoch, member string) (epochs.Token, error) {
 	return epochs.Token{Group: sc.Group, Topic: sc.Topic, Partition: sc.Partition, Epoch: int32(e), Member: member}, nil
 }
 
+// state returns the ScopeState of a script's reply: the stored epoch and
+// member ("" for none) and the floor.
+func state(sc epochs.Scope, epoch, member, floor string) (fencehttp.ScopeState, error) {
+	st := fencehttp.ScopeState{Scope: sc, Floor: fencehttp.NoFloor}
+	if floor != "" {
+		f, err := strconv.ParseInt(floor, 10, 32)
+		if err != nil {
+			return fencehttp.ScopeState{}, fmt.Errorf("%w: stored floor %q of %s", ErrUnexpectedReply, floor, sc)
+		}
+		st.Floor = int32(f)
+	}
+	if member == "" {
+		return st, nil
+	}
+	var err error
+	st.Token, err = token(sc, epoch, member)
+	return st, err
+}
+
+// State implements fencehttp.ScopeResetter. It may be called from any
+// goroutine.
+func (s *Store) State(ctx context.Context, scope epochs.Scope) (fencehttp.ScopeState, error) {
+	f, err := s.rdb.HMGet(ctx, s.scopeKey("tok", scope), "e", "m", "f").Result()
+	if err != nil {
+		return fencehttp.ScopeState{}, fmt.Errorf("redisstore: reading the state of %s: %w", scope, err)
+	}
+	e, _ := f[0].(string)
+	m, _ := f[1].(string)
+	fl, _ := f[2].(string)
+	return state(scope, e, m, fl)
+}
+
+// resetJSON is an audit entry of the resets list.
+type resetJSON struct {
+	BeforeEpoch  int32     `json:"before_epoch"`
+	BeforeMember string    `json:"before_member"`
+	BeforeFloor  int32     `json:"before_floor"`
+	AfterEpoch   int32     `json:"after_epoch"`
+	AfterMember  string    `json:"after_member"`
+	AfterFloor   int32     `json:"after_floor"`
+	Reason       string    `json:"reason"`
+	Detail       string    `json:"detail"`
+	At           time.Time `json:"at"`
+}
+
+// ResetScope implements fencehttp.ScopeResetter: one script compares the
+// scope's token and floor with req.Expect, stores the new ones and moves
+// the scope's reset version, so that a unit open across the reset is
+// refused at its commit (a *fencehttp.FencedError) and writes nothing,
+// and appends the audit entry to <prefix>:resets:<scope>. It may be
+// called from any goroutine.
+func (s *Store) ResetScope(ctx context.Context, req fencehttp.ResetRequest) (fencehttp.ScopeState, error) {
+	if err := req.Validate(); err != nil {
+		return fencehttp.ScopeState{}, err
+	}
+	sc, exp := req.Scope, req.Expect
+	after := exp.AfterReset(req)
+	entry, err := json.Marshal(resetJSON{BeforeEpoch: exp.Token.Epoch, BeforeMember: exp.Token.Member, BeforeFloor: exp.Floor,
+		AfterEpoch: after.Token.Epoch, AfterMember: after.Token.Member, AfterFloor: after.Floor,
+		Reason: req.Reason, Detail: req.Detail, At: time.Now().UTC()})
+	if err != nil {
+		return fencehttp.ScopeState{}, fmt.Errorf("redisstore: encoding the audit of the reset of %s: %w", sc, err)
+	}
+	reply, err := resetScript.Run(ctx, s.rdb, []string{s.scopeKey("tok", sc), s.scopeKey("resets", sc)},
+		exp.Token.Epoch, exp.Token.Member, exp.Floor, after.Token.Epoch, after.Token.Member, after.Floor,
+		sc.Group, sc.Topic, sc.Partition, entry).StringSlice()
+	if err != nil {
+		return fencehttp.ScopeState{}, fmt.Errorf("redisstore: resetting %s: %w", sc, err)
+	}
+	switch {
+	case len(reply) == 2 && reply[0] == "ok":
+		return exp, nil
+	case len(reply) == 4 && reply[0] == "conflict":
+		now, err := state(sc, reply[1], reply[2], reply[3])
+		if err != nil {
+			return fencehttp.ScopeState{}, err
+		}
+		return now, fmt.Errorf("%w: %s is now %s, not %s", fencehttp.ErrResetConflict, sc, now, exp)
+	}
+	return fencehttp.ScopeState{}, fmt.Errorf("%w: reset answered %q", ErrUnexpectedReply, reply)
+}
+
+// Resets implements fencehttp.ScopeResetter: the entries of
+// <prefix>:resets:<scope>, whose Seq is the position in the list, from 1.
+// It may be called from any goroutine.
+func (s *Store) Resets(ctx context.Context, scope epochs.Scope) ([]fencehttp.ResetEntry, error) {
+	raw, err := s.rdb.LRange(ctx, s.scopeKey("resets", scope), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: reading the resets of %s: %w", scope, err)
+	}
+	tok := func(epoch int32, member string) epochs.Token {
+		if member == "" {
+			return epochs.Token{}
+		}
+		return epochs.Token{Group: scope.Group, Topic: scope.Topic, Partition: scope.Partition, Epoch: epoch, Member: member}
+	}
+	out := make([]fencehttp.ResetEntry, 0, len(raw))
+	for i, r := range raw {
+		var j resetJSON
+		if err := json.Unmarshal([]byte(r), &j); err != nil {
+			return nil, fmt.Errorf("%w: reset %d of %s: %w", ErrUnexpectedReply, i+1, scope, err)
+		}
+		out = append(out, fencehttp.ResetEntry{Seq: int64(i + 1),
+			Before: fencehttp.ScopeState{Scope: scope, Token: tok(j.BeforeEpoch, j.BeforeMember), Floor: j.BeforeFloor},
+			After:  fencehttp.ScopeState{Scope: scope, Token: tok(j.AfterEpoch, j.AfterMember), Floor: j.AfterFloor},
+			Reason: j.Reason, Detail: j.Detail, At: j.At})
+	}
+	return out, nil
+}
+
 const maxPoll = 50 * time.Millisecond
 
 // Begin implements fencehttp.Store. It waits while another unit holds
@@ -249,20 +369,20 @@ func (s *Store) Begin(ctx context.Context, tok epochs.Token, key string) (fenceh
 			return nil, nil, fmt.Errorf("redisstore: begin for %s: %w", tok.Scope(), err)
 		}
 		switch {
-		case len(reply) == 3 && reply[0] == "fenced":
-			stored, err := token(tok.Scope(), reply[1], reply[2])
+		case len(reply) == 4 && reply[0] == "fenced":
+			st, err := state(tok.Scope(), reply[1], reply[2], reply[3])
 			if err != nil {
 				return nil, nil, err
 			}
-			return nil, nil, &fencehttp.FencedError{Stored: stored, Presented: tok}
+			return nil, nil, st.Refusal(tok)
 		case len(reply) == 4 && reply[0] == "recorded":
 			r, err := result(reply[1], reply[2], reply[3])
 			if err != nil {
 				return nil, nil, fmt.Errorf("redisstore: the recorded result of key %q: %w", key, err)
 			}
 			return nil, r, nil
-		case len(reply) == 1 && reply[0] == "ok":
-			return &unit{s: s, tok: tok, key: key, id: id, keys: keys, tx: &Tx{s: s}}, nil, nil
+		case len(reply) == 2 && reply[0] == "ok":
+			return &unit{s: s, tok: tok, key: key, id: id, version: reply[1], keys: keys, tx: &Tx{s: s}}, nil, nil
 		case len(reply) == 2 && reply[0] == "busy":
 			s.log.DebugContext(ctx, "redisstore: waiting for another unit", "held", reply[1], "scope", tok.Scope().String(), "key", key, "wait", wait)
 			t := time.NewTimer(wait)
@@ -292,12 +412,13 @@ func result(status, header, body string) (*fencehttp.Result, error) {
 }
 
 type unit struct {
-	s    *Store
-	tok  epochs.Token
-	key  string
-	id   string
-	keys []string
-	tx   *Tx
+	s       *Store
+	tok     epochs.Token
+	key     string
+	id      string
+	version string // the scope's reset version at Begin
+	keys    []string
+	tx      *Tx
 }
 
 type txKey struct{}
@@ -323,8 +444,8 @@ func (u *unit) Commit(ctx context.Context, res fencehttp.Result) error {
 			return fmt.Errorf("redisstore: encoding the result's header: %w", err)
 		}
 	}
-	args := make([]any, 0, 8+len(u.tx.reads)+len(u.tx.cmds))
-	args = append(args, u.tok.Epoch, u.tok.Member, u.id, res.Status, string(hdr), res.Body, len(u.tx.reads)/5, len(u.tx.cmds)/4)
+	args := make([]any, 0, 9+len(u.tx.reads)+len(u.tx.cmds))
+	args = append(args, u.tok.Epoch, u.tok.Member, u.id, res.Status, string(hdr), res.Body, len(u.tx.reads)/5, len(u.tx.cmds)/4, u.version)
 	args = append(args, u.tx.reads...)
 	args = append(args, u.tx.cmds...)
 	reply, err := commitScript.Run(ctx, u.s.rdb, u.keys, args...).Slice()
@@ -347,14 +468,17 @@ func (u *unit) Commit(ctx context.Context, res fencehttp.Result) error {
 	case "ok":
 		return nil
 	case "fenced":
-		stored := epochs.Token{Group: u.tok.Group, Topic: u.tok.Topic, Partition: u.tok.Partition}
-		if str(2) != "" {
-			var err error
-			if stored, err = token(u.tok.Scope(), str(1), str(2)); err != nil {
-				return err
-			}
+		// The stored token moved, or an operator reset the scope, since
+		// Begin.
+		st, err := state(u.tok.Scope(), str(1), str(2), str(3))
+		if err != nil {
+			return err
 		}
-		return &fencehttp.FencedError{Stored: stored, Presented: u.tok}
+		fe := st.Refusal(u.tok)
+		if st.Token.IsZero() {
+			fe.Stored = epochs.Token{Group: u.tok.Group, Topic: u.tok.Topic, Partition: u.tok.Partition}
+		}
+		return fe
 	case "recorded", "claimed":
 		return fmt.Errorf("%w: key %q was %s by another unit after this one's lease of %v", ErrLeaseLost, u.key, str(0), u.s.lease)
 	case "reads":
@@ -467,4 +591,7 @@ func (tx *Tx) SRem(k, m string) { tx.add("srem", k, m, "") }
 // RPush buffers RPUSH k v.
 func (tx *Tx) RPush(k, v string) { tx.add("rpush", k, v, "") }
 
-var _ fencehttp.Store = (*Store)(nil)
+var (
+	_ fencehttp.Store         = (*Store)(nil)
+	_ fencehttp.ScopeResetter = (*Store)(nil)
+)

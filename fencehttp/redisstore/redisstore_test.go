@@ -297,3 +297,45 @@ func TestLeaseLostKeyWrittenOnce(t *testing.T) {
 		t.Fatalf("a third request: %d %q, want the recorded 201 run 2", a.status, a.body)
 	}
 }
+
+// TestCommitAcrossResetRefused: a reset does not wait for the units open
+// on its scope (a lease is not a lock it could wait on for sure), so the
+// commit of a unit open across a reset is refused, with 409 and nothing
+// written, even when the reset stores the unit's own token (the unit was
+// admitted under the state the operator replaced): the reset's version,
+// which Begin hands the unit, has moved.
+func TestCommitAcrossResetRefused(t *testing.T) {
+	s := open(t, redisstore.Config{})
+	rdb := client(t, s)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name      string
+		tok, to   epochs.Token
+		wantFloor int32
+	}{
+		{"previous incarnation", storetest.Tok(0, 9, "old"), storetest.Tok(0, 2, "new"), 9},
+		{"the reset's own token", storetest.Tok(1, 5, "h"), storetest.Tok(1, 5, "h"), 5},
+	} {
+		u, rec, err := s.Begin(ctx, c.tok, "open-"+c.name)
+		if err != nil || rec != nil || u != nil && u.Context(ctx) == nil {
+			t.Fatalf("%s: Begin: %v %v", c.name, rec, err)
+		}
+		redisstore.TxFrom(u.Context(ctx)).HIncrBy("effects", c.name, 1)
+		st, err := s.State(ctx, c.tok.Scope())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The fault: the operator resets the scope while the unit is open.
+		if _, err := s.ResetScope(ctx, fencehttp.ResetRequest{Scope: c.tok.Scope(), Expect: st, To: c.to, Floor: c.wantFloor, Reason: "test"}); err != nil {
+			t.Fatalf("%s: ResetScope: %v", c.name, err)
+		}
+		err = u.Commit(ctx, fencehttp.Result{Status: http.StatusCreated})
+		var fe *fencehttp.FencedError
+		if !errors.As(err, &fe) || fe.Stored != c.to || !fe.Pinned || fe.Floor != c.wantFloor {
+			t.Fatalf("%s: commit across the reset: %v, want a pinned *FencedError naming %v at floor %d", c.name, err, c.to, c.wantFloor)
+		}
+		if v, err := rdb.HGet(ctx, s.Key("effects"), c.name).Result(); !errors.Is(err, goredis.Nil) {
+			t.Fatalf("%s: the refused unit's write is in the resource: %q %v", c.name, v, err)
+		}
+	}
+}

@@ -7,19 +7,25 @@ import goredis "github.com/redis/go-redis/v9"
 // server refuse a writing script before its first command when it is over
 // maxmemory, instead of failing at its first write.
 
-// beginScript is Store.Begin: epochs.Token.CanClaim against the stored
-// token (refused: nothing changes), then, unless the scope's lease or the
-// key's claim is another unit's (busy: nothing changes, the caller polls),
-// the token's advance and either the recorded result (a duplicate) or the
-// lease and the claim, both for ARGV[3] and ARGV[4] ms.
+// beginScript is Store.Begin: fencehttp.ScopeState.Admits against the
+// stored token and floor (epochs.Token.CanClaim, and while a reset pins
+// the scope, the stored token or an epoch above the floor only; refused:
+// nothing changes), then, unless the scope's lease or the key's claim is
+// another unit's (busy: nothing changes, the caller polls), the token's
+// advance and either the recorded result (a duplicate) or the lease and
+// the claim, both for ARGV[4] ms, and the scope's reset version, which
+// the commit checks.
 //
 // ARGV: epoch, member, unit id, lease ms, group, topic, partition.
 var beginScript = goredis.NewScript(`#!lua
-local f = redis.call('HMGET', KEYS[1], 'e', 'm')
+local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'f', 'v')
 local e, m, id = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local floor = -1
+if f[3] then floor = tonumber(f[3]) end
 if f[2] ~= false and f[2] ~= '' then
   local he = tonumber(f[1])
-  if e < he or (e == he and m ~= f[2]) then return {'fenced', f[1], f[2]} end
+  local same = e == he and m == f[2]
+  if not same and (e <= he or (he <= floor and e <= floor)) then return {'fenced', f[1], f[2], tostring(floor)} end
 end
 local l = redis.call('GET', KEYS[2])
 if l ~= false and l ~= id then return {'busy', 'scope'} end
@@ -36,18 +42,19 @@ if c ~= false and c ~= id then return {'busy', 'key'} end
 store()
 redis.call('SET', KEYS[2], id, 'PX', ARGV[4])
 redis.call('SET', KEYS[3], id, 'PX', ARGV[4])
-return {'ok'}
+return {'ok', f[4] or '0'}
 `)
 
 // commitScript is Unit.Commit: the stored token must still be the unit's
-// (epochs.Token.Holds), the key not recorded and not claimed by another
+// (epochs.Token.Holds) and the scope not reset since Begin (its reset
+// version unchanged), the key not recorded and not claimed by another
 // unit, every value the handler read unchanged, and every buffered command
 // valid against the key types and values it will meet; then the commands,
 // the result, and the release of the lease and the claim. Any refusal
 // releases them too and writes nothing.
 //
 // ARGV: epoch, member, unit id, status, header (JSON), body, n reads,
-// n commands, then the reads (kind g|h, key, field, present 0|1, value),
+// n commands, reset version, then the reads (kind g|h, key, field, present 0|1, value),
 // then the commands (op, key, a1, a2).
 var commitScript = goredis.NewScript(`#!lua
 local id = ARGV[3]
@@ -55,16 +62,16 @@ local function release()
   if redis.call('GET', KEYS[3]) == id then redis.call('DEL', KEYS[3]) end
   if redis.call('GET', KEYS[2]) == id then redis.call('DEL', KEYS[2]) end
 end
-local f = redis.call('HMGET', KEYS[1], 'e', 'm')
-if f[2] == false or tonumber(f[1]) ~= tonumber(ARGV[1]) or f[2] ~= ARGV[2] then
+local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'f', 'v')
+if f[2] == false or tonumber(f[1]) ~= tonumber(ARGV[1]) or f[2] ~= ARGV[2] or (f[4] or '0') ~= ARGV[9] then
   release()
-  return {'fenced', f[1] or '0', f[2] or ''}
+  return {'fenced', f[1] or '0', f[2] or '', f[3] or '-1'}
 end
 if redis.call('EXISTS', KEYS[4]) == 1 then release(); return {'recorded'} end
 local c = redis.call('GET', KEYS[3])
 if c ~= false and c ~= id then release(); return {'claimed'} end
 local nr, nc = tonumber(ARGV[7]), tonumber(ARGV[8])
-local i = 9
+local i = 10
 for j = 1, nr do
   local kind, k, field, present, want = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   i = i + 5
@@ -166,4 +173,25 @@ var abortScript = goredis.NewScript(`#!lua
 if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 return {'ok'}
+`)
+
+// resetScript is Store.ResetScope: a compare-and-set of the scope's
+// stored token and floor on the expected ones, then the new token and
+// floor, the reset version moved (a unit open across the reset is refused
+// at its commit), and the audit entry appended to the scope's resets
+// list. KEYS: the scope's token hash, its resets list.
+//
+// ARGV: expected epoch, member ("" for none), floor; new epoch, member,
+// floor; group, topic, partition; the audit entry (JSON).
+var resetScript = goredis.NewScript(`#!lua
+local f = redis.call('HMGET', KEYS[1], 'e', 'm', 'f', 'v')
+local m, e, fl = f[2] or '', f[1] or '0', f[3] or '-1'
+if m == '' then e = '0' end
+if m ~= ARGV[2] or (m ~= '' and tonumber(e) ~= tonumber(ARGV[1])) or tonumber(fl) ~= tonumber(ARGV[3]) then
+  return {'conflict', e, m, fl}
+end
+redis.call('HSET', KEYS[1], 'e', ARGV[4], 'm', ARGV[5], 'f', ARGV[6], 'v', tostring(tonumber(f[4] or '0') + 1),
+  'g', ARGV[7], 't', ARGV[8], 'p', ARGV[9])
+local n = redis.call('RPUSH', KEYS[2], ARGV[10])
+return {'ok', tostring(n)}
 `)

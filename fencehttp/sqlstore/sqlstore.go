@@ -6,28 +6,36 @@
 // or not at all; a zombie's request cannot fall between a check and a
 // write, because there is no gap between them.
 //
-// Two tables, named after Config.Prefix ("fencehttp" by default), are
+// Three tables, named after Config.Prefix ("fencehttp" by default), are
 // created by [New] if missing: <prefix>_tokens, one row per scope (group,
-// topic, partition) with the highest token seen, and <prefix>_results,
-// one row per (group, key) with the first result.
+// topic, partition) with the highest token seen and the floor of the
+// scope's last reset (pin_floor, -1 if never reset; New adds the column
+// to a table made by an earlier version), <prefix>_results, one row per
+// (group, key) with the first result, and <prefix>_resets, one row per
+// operator's reset ([Store.ResetScope]), never deleted.
 //
 // The check is one conditional upsert, the first statement of the
 // transaction:
 //
 //	INSERT INTO <prefix>_tokens … ON CONFLICT (grp, topic, part) DO UPDATE
 //	SET epoch = excluded.epoch, member = excluded.member
-//	WHERE <prefix>_tokens.epoch < excluded.epoch
-//	   OR (<prefix>_tokens.epoch = excluded.epoch AND <prefix>_tokens.member = excluded.member)
+//	WHERE (<prefix>_tokens.epoch = excluded.epoch AND <prefix>_tokens.member = excluded.member)
+//	   OR (<prefix>_tokens.epoch < excluded.epoch
+//	       AND (<prefix>_tokens.epoch > <prefix>_tokens.pin_floor OR excluded.epoch > <prefix>_tokens.pin_floor))
 //	RETURNING epoch
 //
-// No row returned means refused (epochs.Token.CanClaim's rule, in SQL).
-// On PostgreSQL the upsert locks the scope's row until the transaction
+// No row returned means refused: fencehttp.ScopeState.Admits's rule, in
+// SQL (epochs.Token.CanClaim, and while a reset pins the scope, the
+// stored token or an epoch above the floor only). On PostgreSQL the upsert
+// locks the scope's row until the transaction
 // ends, so that requests of one scope run one at a time; on SQLite the
 // transaction holds the database's write lock: open the database with
 // _txlock=immediate and a busy timeout (see [SQLiteDSN]). The key is
 // claimed by an INSERT … ON CONFLICT DO NOTHING under a savepoint taken
 // after the check, so that a handler that answers 5xx is rolled back to
-// it and the token's advance is kept.
+// it and the token's advance is kept. A reset is one conditional UPDATE
+// of the scope's row (the compare-and-set) and the audit row, in one
+// transaction: it waits for a request open on the scope.
 package sqlstore
 
 import (
@@ -38,6 +46,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/fencehttp"
@@ -52,8 +61,16 @@ const (
 	SQLite
 )
 
-// ErrConfig is matched by the error of [New] for an invalid [Config].
-var ErrConfig = errors.New("sqlstore: invalid config")
+// Errors of [New]; match them with errors.Is.
+var (
+	// ErrConfig is matched by the error of New for an invalid [Config].
+	ErrConfig = errors.New("sqlstore: invalid config")
+	// ErrSchema is matched by the error of New with Config.NoCreate when
+	// the store's tables are missing or lack a column of this version:
+	// the database is not (yet) a store's, or its service runs an older
+	// version.
+	ErrSchema = errors.New("sqlstore: the store's tables are missing or out of date")
+)
 
 // Config configures a Store.
 type Config struct {
@@ -61,9 +78,16 @@ type Config struct {
 	DB *sql.DB
 	// Dialect is DB's database. Required.
 	Dialect Dialect
-	// Prefix names the tables, <Prefix>_tokens and <Prefix>_results: a
-	// letter, then letters, digits and underscores. Default "fencehttp".
+	// Prefix names the tables, <Prefix>_tokens, <Prefix>_results and
+	// <Prefix>_resets: a letter, then letters, digits and underscores.
+	// Default "fencehttp".
 	Prefix string
+	// NoCreate makes New create and alter nothing, and fail with
+	// [ErrSchema] unless the tables exist as this version needs them (an
+	// unreachable database is a connection error, not ErrSchema):
+	// for admin tools, which must not make an empty store at a mistyped
+	// database.
+	NoCreate bool
 }
 
 // SQLiteDSN returns the modernc.org/sqlite data source name a Store needs
@@ -83,6 +107,7 @@ type Store struct {
 
 type queries struct {
 	claim, holder, savepoint, rollbackTo, claimKey, result, record string
+	resetNew, resetCAS, audit, resets                              string
 }
 
 var prefixRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,40}$`)
@@ -102,44 +127,92 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: Prefix %q is not an SQL identifier", ErrConfig, cfg.Prefix)
 	}
 	s := &Store{db: cfg.DB, dialect: cfg.Dialect}
-	t, r := cfg.Prefix+"_tokens", cfg.Prefix+"_results"
-	blob := "BLOB"
+	t, r, a := cfg.Prefix+"_tokens", cfg.Prefix+"_results", cfg.Prefix+"_resets"
+	blob, serial := "BLOB", "INTEGER PRIMARY KEY AUTOINCREMENT"
 	if cfg.Dialect == PostgreSQL {
-		blob = "BYTEA"
+		blob, serial = "BYTEA", "BIGSERIAL PRIMARY KEY"
 	}
-	for _, ddl := range []string{
-		`CREATE TABLE IF NOT EXISTS ` + t + ` (
+	if cfg.NoCreate {
+		// A database it cannot reach is not one without the tables.
+		if err := cfg.DB.PingContext(ctx); err != nil {
+			return nil, fmt.Errorf("sqlstore: connecting: %w", err)
+		}
+	} else {
+		for _, ddl := range []string{
+			`CREATE TABLE IF NOT EXISTS ` + t + ` (
 			grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL,
-			epoch INTEGER NOT NULL, member TEXT NOT NULL,
+			epoch INTEGER NOT NULL, member TEXT NOT NULL, pin_floor INTEGER NOT NULL DEFAULT -1,
 			PRIMARY KEY (grp, topic, part))`,
-		`CREATE TABLE IF NOT EXISTS ` + r + ` (
+			`CREATE TABLE IF NOT EXISTS ` + r + ` (
 			grp TEXT NOT NULL, idem_key TEXT NOT NULL,
 			status INTEGER NOT NULL, header TEXT NOT NULL, body ` + blob + ` NOT NULL,
 			PRIMARY KEY (grp, idem_key))`,
+			`CREATE TABLE IF NOT EXISTS ` + a + ` (
+			seq ` + serial + `, grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL,
+			before_epoch INTEGER NOT NULL, before_member TEXT NOT NULL, before_floor INTEGER NOT NULL,
+			after_epoch INTEGER NOT NULL, after_member TEXT NOT NULL, after_floor INTEGER NOT NULL,
+			reason TEXT NOT NULL, detail TEXT NOT NULL, at TEXT NOT NULL)`,
+		} {
+			if _, err := cfg.DB.ExecContext(ctx, ddl); err != nil {
+				return nil, fmt.Errorf("sqlstore: creating the tables: %w", err)
+			}
+		}
+		// A tokens table made by a version without resets gains the
+		// floor column (-1: never reset).
+		if err := probe(ctx, cfg.DB, `SELECT pin_floor FROM `+t+` WHERE 1 = 0`); err != nil {
+			ddl := `ALTER TABLE ` + t + ` ADD COLUMN pin_floor INTEGER NOT NULL DEFAULT -1`
+			if _, aerr := cfg.DB.ExecContext(ctx, ddl); aerr != nil && probe(ctx, cfg.DB, `SELECT pin_floor FROM `+t+` WHERE 1 = 0`) != nil {
+				return nil, fmt.Errorf("sqlstore: adding column pin_floor to %s: %w", t, aerr)
+			}
+		}
+	}
+	for _, q := range []string{
+		`SELECT grp, topic, part, epoch, member, pin_floor FROM ` + t + ` WHERE 1 = 0`,
+		`SELECT grp, idem_key, status, header, body FROM ` + r + ` WHERE 1 = 0`,
+		`SELECT seq, grp, topic, part, before_epoch, before_member, before_floor, after_epoch, after_member, after_floor, reason, detail, at FROM ` + a + ` WHERE 1 = 0`,
 	} {
-		if _, err := cfg.DB.ExecContext(ctx, ddl); err != nil {
-			return nil, fmt.Errorf("sqlstore: creating the tables: %w", err)
+		if err := probe(ctx, cfg.DB, q); err != nil {
+			return nil, fmt.Errorf("%w: prefix %q: %w", ErrSchema, cfg.Prefix, err)
 		}
 	}
 	s.q = queries{
 		claim: `INSERT INTO ` + t + ` (grp, topic, part, epoch, member) VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (grp, topic, part) DO UPDATE SET epoch = excluded.epoch, member = excluded.member
-			WHERE ` + t + `.epoch < excluded.epoch OR (` + t + `.epoch = excluded.epoch AND ` + t + `.member = excluded.member)
+			WHERE (` + t + `.epoch = excluded.epoch AND ` + t + `.member = excluded.member)
+			   OR (` + t + `.epoch < excluded.epoch AND (` + t + `.epoch > ` + t + `.pin_floor OR excluded.epoch > ` + t + `.pin_floor))
 			RETURNING epoch`,
-		holder:     `SELECT epoch, member FROM ` + t + ` WHERE grp = $1 AND topic = $2 AND part = $3`,
+		holder:     `SELECT epoch, member, pin_floor FROM ` + t + ` WHERE grp = $1 AND topic = $2 AND part = $3`,
 		savepoint:  `SAVEPOINT fencehttp_request`,
 		rollbackTo: `ROLLBACK TO SAVEPOINT fencehttp_request`,
 		claimKey: `INSERT INTO ` + r + ` (grp, idem_key, status, header, body) VALUES ($1, $2, 0, '', $3)
 			ON CONFLICT (grp, idem_key) DO NOTHING`,
 		result: `SELECT status, header, body FROM ` + r + ` WHERE grp = $1 AND idem_key = $2`,
 		record: `UPDATE ` + r + ` SET status = $3, header = $4, body = $5 WHERE grp = $1 AND idem_key = $2`,
+		resetNew: `INSERT INTO ` + t + ` (grp, topic, part, epoch, member, pin_floor) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (grp, topic, part) DO NOTHING`,
+		resetCAS: `UPDATE ` + t + ` SET epoch = $4, member = $5, pin_floor = $6
+			WHERE grp = $1 AND topic = $2 AND part = $3 AND epoch = $7 AND member = $8 AND pin_floor = $9`,
+		audit: `INSERT INTO ` + a + ` (grp, topic, part, before_epoch, before_member, before_floor, after_epoch, after_member, after_floor, reason, detail, at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		resets: `SELECT seq, before_epoch, before_member, before_floor, after_epoch, after_member, after_floor, reason, detail, at FROM ` + a + `
+			WHERE grp = $1 AND topic = $2 AND part = $3 ORDER BY seq`,
 	}
 	if cfg.Dialect == SQLite {
-		for _, p := range []*string{&s.q.claim, &s.q.holder, &s.q.claimKey, &s.q.result, &s.q.record} {
+		for _, p := range []*string{&s.q.claim, &s.q.holder, &s.q.claimKey, &s.q.result, &s.q.record, &s.q.resetNew, &s.q.resetCAS, &s.q.audit, &s.q.resets} {
 			*p = strings.ReplaceAll(*p, "$", "?")
 		}
 	}
 	return s, nil
+}
+
+// probe runs q, a query that returns no rows, to learn whether the
+// tables and columns it names exist.
+func probe(ctx context.Context, db *sql.DB, q string) error {
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return err
+	}
+	return rows.Close()
 }
 
 type txKey struct{}
@@ -193,11 +266,13 @@ func (s *Store) Begin(ctx context.Context, tok epochs.Token, key string) (u fenc
 	var epoch int32
 	err = tx.QueryRowContext(ctx, s.q.claim, tok.Group, tok.Topic, tok.Partition, tok.Epoch, tok.Member).Scan(&epoch)
 	if errors.Is(err, sql.ErrNoRows) {
-		stored := epochs.Token{Group: tok.Group, Topic: tok.Topic, Partition: tok.Partition}
-		if err := tx.QueryRowContext(ctx, s.q.holder, tok.Group, tok.Topic, tok.Partition).Scan(&stored.Epoch, &stored.Member); err != nil {
-			return nil, nil, fmt.Errorf("sqlstore: reading the stored token of %s: %w", tok.Scope(), err)
+		// Refused by the upsert; the state is read for the refusal's
+		// message only.
+		st, err := s.state(ctx, tx, tok.Scope())
+		if err != nil {
+			return nil, nil, err
 		}
-		return nil, nil, &fencehttp.FencedError{Stored: stored, Presented: tok}
+		return nil, nil, st.Refusal(tok)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("sqlstore: checking the token of %s: %w", tok.Scope(), err)
@@ -272,4 +347,115 @@ func (u *unit) Abort(ctx context.Context) error {
 	return nil
 }
 
-var _ fencehttp.Store = (*Store)(nil)
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// state reads scope's state through q.
+func (s *Store) state(ctx context.Context, q querier, scope epochs.Scope) (fencehttp.ScopeState, error) {
+	st := fencehttp.ScopeState{Scope: scope, Token: epochs.Token{Group: scope.Group, Topic: scope.Topic, Partition: scope.Partition}}
+	err := q.QueryRowContext(ctx, s.q.holder, scope.Group, scope.Topic, scope.Partition).Scan(&st.Token.Epoch, &st.Token.Member, &st.Floor)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fencehttp.ScopeState{Scope: scope, Floor: fencehttp.NoFloor}, nil
+	}
+	if err != nil {
+		return fencehttp.ScopeState{}, fmt.Errorf("sqlstore: reading the state of %s: %w", scope, err)
+	}
+	return st, nil
+}
+
+// State implements fencehttp.ScopeResetter.
+func (s *Store) State(ctx context.Context, scope epochs.Scope) (fencehttp.ScopeState, error) {
+	return s.state(ctx, s.db, scope)
+}
+
+// ResetScope implements fencehttp.ScopeResetter: in one transaction, a
+// conditional UPDATE of the scope's row on req.Expect (an INSERT of a row
+// for a scope the store never saw) and the audit row in <prefix>_resets.
+// A request open on the scope holds the row (PostgreSQL) or the write
+// lock (SQLite): the reset waits for it.
+func (s *Store) ResetScope(ctx context.Context, req fencehttp.ResetRequest) (fencehttp.ScopeState, error) {
+	if err := req.Validate(); err != nil {
+		return fencehttp.ScopeState{}, err
+	}
+	sc, exp := req.Scope, req.Expect
+	after := exp.AfterReset(req)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fencehttp.ScopeState{}, fmt.Errorf("sqlstore: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var res sql.Result
+	if exp.Token.IsZero() {
+		if exp.Floor == fencehttp.NoFloor {
+			res, err = tx.ExecContext(ctx, s.q.resetNew, sc.Group, sc.Topic, sc.Partition, after.Token.Epoch, after.Token.Member, after.Floor)
+		}
+	} else {
+		res, err = tx.ExecContext(ctx, s.q.resetCAS, sc.Group, sc.Topic, sc.Partition, after.Token.Epoch, after.Token.Member, after.Floor,
+			exp.Token.Epoch, exp.Token.Member, exp.Floor)
+	}
+	if err != nil {
+		return fencehttp.ScopeState{}, fmt.Errorf("sqlstore: resetting %s: %w", sc, err)
+	}
+	var n int64
+	if res != nil {
+		if n, err = res.RowsAffected(); err != nil {
+			return fencehttp.ScopeState{}, fmt.Errorf("sqlstore: resetting %s: %w", sc, err)
+		}
+	}
+	if n != 1 {
+		_ = tx.Rollback()
+		now, err := s.State(ctx, sc)
+		if err != nil {
+			return fencehttp.ScopeState{}, fmt.Errorf("%w: %s is not %s any more (%w)", fencehttp.ErrResetConflict, sc, exp, err)
+		}
+		return now, fmt.Errorf("%w: %s is now %s, not %s", fencehttp.ErrResetConflict, sc, now, exp)
+	}
+	if _, err := tx.ExecContext(ctx, s.q.audit, sc.Group, sc.Topic, sc.Partition, exp.Token.Epoch, exp.Token.Member, exp.Floor,
+		after.Token.Epoch, after.Token.Member, after.Floor, req.Reason, req.Detail, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		return fencehttp.ScopeState{}, fmt.Errorf("sqlstore: auditing the reset of %s: %w", sc, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fencehttp.ScopeState{}, fmt.Errorf("sqlstore: commit of the reset of %s: %w", sc, err)
+	}
+	return exp, nil
+}
+
+// Resets implements fencehttp.ScopeResetter.
+func (s *Store) Resets(ctx context.Context, scope epochs.Scope) ([]fencehttp.ResetEntry, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.resets, scope.Group, scope.Topic, scope.Partition)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: reading the resets of %s: %w", scope, err)
+	}
+	defer rows.Close()
+	var out []fencehttp.ResetEntry
+	tok := func(epoch int32, member string) epochs.Token {
+		if member == "" {
+			return epochs.Token{}
+		}
+		return epochs.Token{Group: scope.Group, Topic: scope.Topic, Partition: scope.Partition, Epoch: epoch, Member: member}
+	}
+	for rows.Next() {
+		e := fencehttp.ResetEntry{Before: fencehttp.ScopeState{Scope: scope}, After: fencehttp.ScopeState{Scope: scope}}
+		var be, ae int32
+		var bm, am, at string
+		if err := rows.Scan(&e.Seq, &be, &bm, &e.Before.Floor, &ae, &am, &e.After.Floor, &e.Reason, &e.Detail, &at); err != nil {
+			return nil, fmt.Errorf("sqlstore: reading the resets of %s: %w", scope, err)
+		}
+		e.Before.Token, e.After.Token = tok(be, bm), tok(ae, am)
+		if e.At, err = time.Parse(time.RFC3339Nano, at); err != nil {
+			return nil, fmt.Errorf("sqlstore: the time %q of reset %d of %s: %w", at, e.Seq, scope, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlstore: reading the resets of %s: %w", scope, err)
+	}
+	return out, nil
+}
+
+var (
+	_ fencehttp.Store         = (*Store)(nil)
+	_ fencehttp.ScopeResetter = (*Store)(nil)
+)

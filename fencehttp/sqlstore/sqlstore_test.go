@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -89,7 +90,7 @@ func TestConformancePostgreSQL(t *testing.T) {
 		_, _ = rand.Read(b[:])
 		prefix := "fh_" + hex.EncodeToString(b[:])
 		t.Cleanup(func() {
-			for _, tb := range []string{"_tokens", "_results", "_effects"} {
+			for _, tb := range []string{"_tokens", "_results", "_resets", "_effects"} {
 				_, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS `+prefix+tb)
 			}
 		})
@@ -99,4 +100,115 @@ func TestConformancePostgreSQL(t *testing.T) {
 		}
 		return s, resource(t, db, prefix+"_effects")
 	})
+}
+
+// TestNewAddsTheFloorToAnOldTable: a tokens table made by a version
+// without resets (no pin_floor column) gains the column from New, its
+// rows unpinned (-1), and keeps fencing: the stored token still refuses
+// an older one, and the scope can be reset. New with NoCreate refuses
+// such a table (ErrSchema) and creates nothing in an empty database.
+func TestNewAddsTheFloorToAnOldTable(t *testing.T) {
+	ctx := t.Context()
+	db, err := sql.Open("sqlite", sqlstore.SQLiteDSN(filepath.Join(t.TempDir(), "old.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, ddl := range []string{
+		`CREATE TABLE fencehttp_tokens (grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL,
+			epoch INTEGER NOT NULL, member TEXT NOT NULL, PRIMARY KEY (grp, topic, part))`,
+		`CREATE TABLE fencehttp_results (grp TEXT NOT NULL, idem_key TEXT NOT NULL,
+			status INTEGER NOT NULL, header TEXT NOT NULL, body BLOB NOT NULL, PRIMARY KEY (grp, idem_key))`,
+		`INSERT INTO fencehttp_tokens VALUES ('payments', 'charges', 0, 9, 'old')`,
+	} {
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sqlstore.New(ctx, sqlstore.Config{DB: db, Dialect: sqlstore.SQLite, NoCreate: true}); !errors.Is(err, sqlstore.ErrSchema) {
+		t.Fatalf("NoCreate on a table without pin_floor: %v, want ErrSchema", err)
+	}
+	s, err := sqlstore.New(ctx, sqlstore.Config{DB: db, Dialect: sqlstore.SQLite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var floor int
+	if err := db.QueryRowContext(ctx, `SELECT pin_floor FROM fencehttp_tokens`).Scan(&floor); err != nil || floor != -1 {
+		t.Fatalf("the old row's pin_floor: %d, %v; want -1", floor, err)
+	}
+	old := storetest.Tok(0, 9, "old")
+	st, err := s.State(ctx, old.Scope())
+	if err != nil || st != (fencehttp.ScopeState{Scope: old.Scope(), Token: old, Floor: fencehttp.NoFloor}) {
+		t.Fatalf("state of the old row: %+v, %v", st, err)
+	}
+	var fe *fencehttp.FencedError
+	if _, _, err := s.Begin(ctx, storetest.Tok(0, 2, "new"), "k"); !errors.As(err, &fe) || fe.Pinned {
+		t.Fatalf("an older token against the migrated row: %v, want an unpinned refusal", err)
+	}
+	if _, err := s.ResetScope(ctx, fencehttp.ResetRequest{Scope: old.Scope(), Expect: st, To: storetest.Tok(0, 2, "new"), Floor: 9, Reason: "r"}); err != nil {
+		t.Fatalf("reset of the migrated row: %v", err)
+	}
+	// And New again (every start of the service) changes nothing more.
+	if _, err := sqlstore.New(ctx, sqlstore.Config{DB: db, Dialect: sqlstore.SQLite, NoCreate: true}); err != nil {
+		t.Fatalf("NoCreate on the migrated tables: %v", err)
+	}
+
+	empty, err := sql.Open("sqlite", sqlstore.SQLiteDSN(filepath.Join(t.TempDir(), "empty.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	if _, err := sqlstore.New(ctx, sqlstore.Config{DB: empty, Dialect: sqlstore.SQLite, NoCreate: true}); !errors.Is(err, sqlstore.ErrSchema) {
+		t.Fatalf("NoCreate on an empty database: %v, want ErrSchema", err)
+	}
+	var n int
+	if err := empty.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("NoCreate left %d objects in an empty database (%v)", n, err)
+	}
+}
+
+// TestNewAddsTheFloorToAnOldTablePostgreSQL: the same migration on
+// PostgreSQL.
+func TestNewAddsTheFloorToAnOldTablePostgreSQL(t *testing.T) {
+	ctx := t.Context()
+	db, err := sql.Open("pgx", testpg.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "fh_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		for _, tb := range []string{"_tokens", "_results", "_resets"} {
+			_, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS `+prefix+tb)
+		}
+	})
+	for _, ddl := range []string{
+		`CREATE TABLE ` + prefix + `_tokens (grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL,
+			epoch INTEGER NOT NULL, member TEXT NOT NULL, PRIMARY KEY (grp, topic, part))`,
+		`CREATE TABLE ` + prefix + `_results (grp TEXT NOT NULL, idem_key TEXT NOT NULL,
+			status INTEGER NOT NULL, header TEXT NOT NULL, body BYTEA NOT NULL, PRIMARY KEY (grp, idem_key))`,
+		`INSERT INTO ` + prefix + `_tokens VALUES ('payments', 'charges', 0, 9, 'old')`,
+	} {
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := sqlstore.Config{DB: db, Dialect: sqlstore.PostgreSQL, Prefix: prefix, NoCreate: true}
+	if _, err := sqlstore.New(ctx, cfg); !errors.Is(err, sqlstore.ErrSchema) {
+		t.Fatalf("NoCreate on a table without pin_floor: %v, want ErrSchema", err)
+	}
+	cfg.NoCreate = false
+	s, err := sqlstore.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := storetest.Tok(0, 9, "old")
+	if st, err := s.State(ctx, old.Scope()); err != nil || st != (fencehttp.ScopeState{Scope: old.Scope(), Token: old, Floor: fencehttp.NoFloor}) {
+		t.Fatalf("state of the old row: %+v, %v", st, err)
+	}
+	if _, _, err := s.Begin(ctx, storetest.Tok(0, 2, "new"), "k"); !errors.Is(err, fencehttp.ErrFenced) {
+		t.Fatalf("an older token against the migrated row: %v, want refused", err)
+	}
 }

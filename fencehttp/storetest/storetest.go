@@ -7,7 +7,10 @@
 // accepted, a duplicate idempotency key answered with the first result,
 // a 5xx answer undone but the token kept, and, under concurrency, exactly
 // one of two same-epoch tenures winning a scope and exactly one execution
-// per key.
+// per key; and, for a store that is a fencehttp.ScopeResetter, that an
+// operator's reset pins the scope to the new holder (the previous
+// incarnation's epochs refused until an epoch above the floor is stored),
+// is a compare-and-set, and is audited.
 package storetest
 
 import (
@@ -21,6 +24,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/fencehttp"
@@ -56,6 +60,9 @@ func Run(t *testing.T, open Open) {
 	t.Run("MissingOrMalformedFence", func(t *testing.T) { testMalformed(t, newWorld(t, open)) })
 	t.Run("ConcurrentTenuresOneWins", func(t *testing.T) { testConcurrentTenures(t, newWorld(t, open)) })
 	t.Run("ConcurrentSameKeyOnce", func(t *testing.T) { testConcurrentSameKey(t, newWorld(t, open)) })
+	t.Run("ResetPinsPreviousIncarnation", func(t *testing.T) { testResetPins(t, newWorld(t, open)) })
+	t.Run("ResetConflictChangesNothing", func(t *testing.T) { testResetConflict(t, newWorld(t, open)) })
+	t.Run("ResetAudited", func(t *testing.T) { testResetAudited(t, newWorld(t, open)) })
 }
 
 // Tok returns the suite's token of partition part at epoch, held by member.
@@ -64,6 +71,7 @@ func Tok(part, epoch int32, member string) epochs.Token {
 }
 
 type world struct {
+	store  fencehttp.Store
 	srv    *httptest.Server
 	client *http.Client
 	res    Resource
@@ -78,7 +86,7 @@ func newWorld(t *testing.T, open Open) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{res: res}
+	w := &world{store: store, res: res}
 	w.srv = httptest.NewServer(g.Wrap(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		f, ok := fencehttp.FenceFrom(r.Context())
 		if !ok {
@@ -376,5 +384,176 @@ func testConcurrentSameKey(t *testing.T, w *world) {
 		if len(bodies) < perTok {
 			t.Fatalf("round %d: %d requests answered 201, want at least the new tenure's %d", round, len(bodies), perTok)
 		}
+	}
+}
+
+// resetter returns the world's store as a fencehttp.ScopeResetter, or
+// skips the test, saying so, for a store without one (the capability is
+// optional).
+func (w *world) resetter(t *testing.T) fencehttp.ScopeResetter {
+	t.Helper()
+	rs, ok := w.store.(fencehttp.ScopeResetter)
+	if !ok {
+		t.Skipf("%T is not a fencehttp.ScopeResetter: its resets are not tested", w.store)
+	}
+	return rs
+}
+
+func (w *world) state(t testing.TB, rs fencehttp.ScopeResetter, part int32) fencehttp.ScopeState {
+	t.Helper()
+	st, err := rs.State(context.Background(), Tok(part, 0, "x").Scope())
+	if err != nil {
+		t.Fatalf("State of partition %d: %v", part, err)
+	}
+	return st
+}
+
+func mustPinned(t testing.TB, a answer, stored, presented epochs.Token, floor int32, what string) {
+	t.Helper()
+	mustFence(t, a, stored, presented, what)
+	var fe *fencehttp.FencedError
+	errors.As(a.err, &fe)
+	if !fe.Pinned || fe.Floor != floor || !strings.Contains(a.body, fmt.Sprintf(`"floor":%d`, floor)) {
+		t.Fatalf("%s: refusal pinned=%v floor=%d body %q, want pinned at floor %d (and the body's floor member)", what, fe.Pinned, fe.Floor, a.body, floor)
+	}
+}
+
+// testResetPins: the previous incarnation of the group stored epoch 9;
+// the new incarnation's holder, at epoch 2, is refused until an operator
+// resets the scope to it with floor 9. Then the holder is admitted, and
+// every epoch at or below the floor from anyone else (the previous
+// incarnation's members) is refused, pinned, until a token above the
+// floor is stored, which lifts the pin.
+func testResetPins(t *testing.T, w *world) {
+	rs := w.resetter(t)
+	old, holder := Tok(0, 9, "old"), Tok(0, 2, "new")
+	mustApply(t, w.call(t, old, "k-old"), "the previous incarnation at epoch 9")
+	mustFence(t, w.call(t, holder, "k1"), old, holder, "the new incarnation's holder at epoch 2, before the reset")
+	st := w.state(t, rs, 0)
+	if st != (fencehttp.ScopeState{Scope: old.Scope(), Token: old, Floor: fencehttp.NoFloor}) || st.Pinned() {
+		t.Fatalf("state before the reset: %+v, want token %v and no floor", st, old)
+	}
+	before, err := rs.ResetScope(context.Background(), fencehttp.ResetRequest{Scope: old.Scope(), Expect: st, To: holder, Floor: 9, Reason: "group recreated"})
+	if err != nil {
+		t.Fatalf("ResetScope: %v", err)
+	}
+	if before != st {
+		t.Fatalf("ResetScope returned %+v, want the state it found %+v", before, st)
+	}
+	if st := w.state(t, rs, 0); st.Token != holder || st.Floor != 9 || !st.Pinned() {
+		t.Fatalf("state after the reset: %+v, want the holder pinned below floor 9", st)
+	}
+	mustApply(t, w.call(t, holder, "k1"), "the holder after the reset")
+	mustPinned(t, w.call(t, old, "k2"), holder, old, 9, "the previous incarnation's token after the reset")
+	other := Tok(0, 5, "other")
+	mustPinned(t, w.call(t, other, "k3"), holder, other, 9, "another member at an epoch below the floor")
+	mustPinned(t, w.call(t, Tok(0, 9, "new"), "k3"), holder, Tok(0, 9, "new"), 9, "an epoch at the floor")
+	mustApply(t, w.call(t, holder, "k4"), "the holder again")
+	if n := w.written(t, "k2") + w.written(t, "k3"); n != 0 {
+		t.Fatalf("requests refused under the pin wrote %d times", n)
+	}
+	// Another scope is not pinned.
+	mustApply(t, w.call(t, Tok(1, 9, "old"), "k5"), "partition 1 at the previous incarnation's epoch")
+	// A token above the floor lifts the pin.
+	next := Tok(0, 10, "next")
+	mustApply(t, w.call(t, next, "k6"), "epoch 10, above the floor")
+	if st := w.state(t, rs, 0); st.Token != next || st.Floor != 9 || st.Pinned() {
+		t.Fatalf("state after epoch 10: %+v, want token %v, floor 9 kept, not pinned", st, next)
+	}
+	a := w.call(t, old, "k7")
+	mustFence(t, a, next, old, "the previous incarnation after the pin lifted")
+	var fe *fencehttp.FencedError
+	if errors.As(a.err, &fe); fe.Pinned || strings.Contains(a.body, `"floor"`) {
+		t.Fatalf("a refusal of a scope whose pin lifted says pinned=%v, body %q", fe.Pinned, a.body)
+	}
+	for _, k := range []string{"k-old", "k1", "k4", "k5", "k6"} {
+		if n := w.written(t, k); n != 1 {
+			t.Fatalf("key %s written %d times, want 1", k, n)
+		}
+	}
+}
+
+// testResetConflict: a reset whose Expect is not the scope's state any
+// more (a request stored a newer token since), or that is malformed,
+// changes nothing.
+func testResetConflict(t *testing.T, w *world) {
+	rs := w.resetter(t)
+	ctx := context.Background()
+	old, holder := Tok(0, 9, "old"), Tok(0, 2, "new")
+	mustApply(t, w.call(t, old, "k1"), "epoch 9")
+	seen := w.state(t, rs, 0)
+	moved := Tok(0, 11, "old2")
+	mustApply(t, w.call(t, moved, "k2"), "epoch 11 after the inspection")
+	want := fencehttp.ScopeState{Scope: old.Scope(), Token: moved, Floor: fencehttp.NoFloor}
+	_, err := rs.ResetScope(ctx, fencehttp.ResetRequest{Scope: old.Scope(), Expect: seen, To: holder, Floor: 11, Reason: "group recreated"})
+	if !errors.Is(err, fencehttp.ErrResetConflict) {
+		t.Fatalf("a reset of a moved scope: %v, want ErrResetConflict", err)
+	}
+	for _, bad := range []fencehttp.ResetRequest{
+		{Scope: old.Scope(), Expect: want, To: holder, Floor: 11},                                                             // no reason
+		{Scope: old.Scope(), Expect: want, To: holder, Floor: 1, Reason: "r"},                                                 // floor below To
+		{Scope: old.Scope(), Expect: want, To: Tok(1, 2, "new"), Floor: 11, Reason: "r"},                                      // To of another scope
+		{Scope: old.Scope(), Expect: want, Floor: 11, Reason: "r"},                                                            // no To
+		{Scope: old.Scope(), Expect: fencehttp.ScopeState{Scope: Tok(1, 0, "x").Scope()}, To: holder, Floor: 11, Reason: "r"}, // Expect of another scope
+	} {
+		if _, err := rs.ResetScope(ctx, bad); !errors.Is(err, fencehttp.ErrBadReset) {
+			t.Fatalf("malformed reset %+v: %v, want ErrBadReset", bad, err)
+		}
+	}
+	if st := w.state(t, rs, 0); st != want {
+		t.Fatalf("state after the refused resets: %+v, want %+v", st, want)
+	}
+	if rr, err := rs.Resets(ctx, old.Scope()); err != nil || len(rr) != 0 {
+		t.Fatalf("refused resets audited: %+v, %v", rr, err)
+	}
+	mustFence(t, w.call(t, holder, "k3"), moved, holder, "the holder after the refused resets")
+	mustApply(t, w.call(t, moved, "k4"), "the stored token after the refused resets")
+}
+
+// testResetAudited: every reset leaves an entry with the state it found,
+// the state it stored, the reason and the detail; a later reset with a
+// lower floor keeps the higher one.
+func testResetAudited(t *testing.T, w *world) {
+	rs := w.resetter(t)
+	ctx := context.Background()
+	start := time.Now().Add(-time.Minute)
+	old := Tok(0, 9, "old")
+	mustApply(t, w.call(t, old, "k1"), "epoch 9")
+	s0 := w.state(t, rs, 0)
+	if _, err := rs.ResetScope(ctx, fencehttp.ResetRequest{Scope: old.Scope(), Expect: s0, To: Tok(0, 2, "new"), Floor: 9, Reason: "INC-1", Detail: `{"why":"recreated"}`}); err != nil {
+		t.Fatal(err)
+	}
+	s1 := w.state(t, rs, 0)
+	if _, err := rs.ResetScope(ctx, fencehttp.ResetRequest{Scope: old.Scope(), Expect: s1, To: Tok(0, 3, "newer"), Floor: 4, Reason: "INC-2"}); err != nil {
+		t.Fatal(err)
+	}
+	s2 := w.state(t, rs, 0)
+	if s2.Token != Tok(0, 3, "newer") || s2.Floor != 9 {
+		t.Fatalf("after a reset with floor 4 over floor 9: %+v, want floor 9 kept", s2)
+	}
+	rr, err := rs.Resets(ctx, old.Scope())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rr) != 2 {
+		t.Fatalf("%d resets audited, want 2: %+v", len(rr), rr)
+	}
+	want := []fencehttp.ResetEntry{
+		{Before: s0, After: s1, Reason: "INC-1", Detail: `{"why":"recreated"}`},
+		{Before: s1, After: s2, Reason: "INC-2"},
+	}
+	for i, e := range rr {
+		if e.Before != want[i].Before || e.After != want[i].After || e.Reason != want[i].Reason || e.Detail != want[i].Detail {
+			t.Fatalf("reset %d audited as %+v, want %+v", i, e, want[i])
+		}
+		if e.At.Before(start) || e.At.After(time.Now().Add(time.Minute)) {
+			t.Fatalf("reset %d recorded at %v, not around now", i, e.At)
+		}
+	}
+	if rr[1].Seq <= rr[0].Seq {
+		t.Fatalf("reset seqs %d then %d: want them growing", rr[0].Seq, rr[1].Seq)
+	}
+	if other, err := rs.Resets(ctx, Tok(1, 0, "x").Scope()); err != nil || len(other) != 0 {
+		t.Fatalf("resets of a scope never reset: %+v, %v", other, err)
 	}
 }
