@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -376,6 +377,16 @@ type RedriveOptions struct {
 	// Actor names who redrives, at the start of the first audit row's
 	// detail ("" is "admin.Redrive").
 	Actor string
+	// NewID produces the command with a new command ID (the producer
+	// generates it) instead of its original one, audited as such. Use it
+	// when the dead letter's cause is an outcome recorded under the
+	// original ID: a fencehttp service (or any service keyed by the
+	// command's idempotency key) that answered 4xx replays that answer to
+	// every call with the same key, so a redrive with the original ID is
+	// dead-lettered again. A new ID forgoes the sink's deduplication of
+	// the original: only use it for a command the group never applied (a
+	// dead letter's command was not).
+	NewID bool
 	// RevertTimeout bounds moving the dead letter back to open after
 	// producing failed, which runs on a context of its own (ctx may be
 	// spent by then); 0 is DefaultRevertTimeout.
@@ -429,8 +440,13 @@ func Redrive(ctx context.Context, s DeadLetterResolver, p Producer, id int64, o 
 	if actor == "" {
 		actor = "admin.Redrive"
 	}
+	how := ""
+	if o.NewID {
+		how = fmt.Sprintf(" as a new command: a new command ID, not %s", idText(c.ID))
+		c.ID = "" // the producer gives it a new one
+	}
 	if _, err := s.ResolveDeadLetter(ctx, id, dlq.Open, dlq.Redriving, o.Reason,
-		fmt.Sprintf("%s: producing it again to topic %s", actor, d.Scope.Topic)); err != nil {
+		fmt.Sprintf("%s: producing it again to topic %s%s", actor, d.Scope.Topic, how)); err != nil {
 		if errors.Is(err, dlq.ErrState) {
 			return Redriven{}, &ChangedFirstError{Op: "admin.Redrive", ID: id, Err: err}
 		}
@@ -454,11 +470,22 @@ func Redrive(ctx context.Context, s DeadLetterResolver, p Producer, id int64, o 
 		return Redriven{}, e
 	}
 	detail := fmt.Sprintf("produced to %s partition %d offset %d", d.Scope.Topic, res.Partition, res.Offset)
+	if o.NewID {
+		detail += fmt.Sprintf(" with the new command ID %s (was %s)", idText(res.ID), idText(plan.Command.ID))
+	}
 	after, err := s.ResolveDeadLetter(ctx, id, dlq.Redriving, dlq.Redriven, o.Reason, detail)
 	if err != nil {
 		return Redriven{}, &RedriveError{ID: id, Produced: true, Result: res, Topic: d.Scope.Topic, State: dlq.Redriving, Err: err}
 	}
 	return Redriven{DeadLetter: after, Command: c, Result: res, Detail: detail}, nil
+}
+
+// idText names a command ID in an audit row.
+func idText(id string) string {
+	if id == "" {
+		return "none"
+	}
+	return strconv.Quote(id)
 }
 
 // PlanDrop reads dead letter id and checks that Drop may drop it, changing

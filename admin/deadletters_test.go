@@ -80,7 +80,11 @@ func (p *fakeProducer) Redrive(ctx context.Context, cmd router.Command, o router
 	if p.err != nil {
 		return router.Result{}, p.err
 	}
-	return router.Result{Partition: 2, Offset: int64(40 + len(p.calls))}, nil
+	id := cmd.ID
+	if id == "" {
+		id = fmt.Sprintf("generated-%d", len(p.calls)) // as the router generates one
+	}
+	return router.Result{Partition: 2, Offset: int64(40 + len(p.calls)), ID: id}, nil
 }
 
 // faultyStore fails the ResolveDeadLetter moves to the states in fail,
@@ -154,7 +158,7 @@ func TestRedrive(t *testing.T) {
 		len(c.cmd.Headers) != 1 || c.cmd.Headers[0].Key != "trace" || string(c.cmd.Headers[0].Value) != "abc" {
 		t.Errorf("Redrive produced %+v with %+v", c.cmd, c.o)
 	}
-	if res.DeadLetter.State != dlq.Redriven || res.Result != (router.Result{Partition: 2, Offset: 41}) ||
+	if res.DeadLetter.State != dlq.Redriven || res.Result != (router.Result{Partition: 2, Offset: 41, ID: "c1"}) ||
 		res.Detail != "produced to ledger partition 2 offset 41" || res.Command.Type != "deposit" {
 		t.Errorf("Redrive returned %+v", res)
 	}
@@ -181,6 +185,34 @@ func TestRedrive(t *testing.T) {
 	}
 	if st, audit := stateOf(t, s, 1); st != dlq.Redriven || len(audit) != 2 {
 		t.Fatalf("the second redrive changed dead letter 1: state %s, audit %v", st, audit)
+	}
+}
+
+// TestRedriveNewID: a redrive with NewID (a dead letter whose cause is an
+// outcome a service recorded under the command's idempotency key, such as
+// a fencehttp service's 4xx) produces the command without its original ID,
+// so that the producer gives it a new one, and both audit rows say so:
+// the first names the ID not reused, the second the new one. Without
+// NewID the original ID is produced (TestRedrive).
+func TestRedriveNewID(t *testing.T) {
+	ctx := context.Background()
+	s := deadLettered(t)
+	p := &fakeProducer{}
+	res, err := admin.Redrive(ctx, s, p, 1, admin.RedriveOptions{Reason: "the payee exists now", Actor: "test", NewID: true})
+	if err != nil {
+		t.Fatalf("Redrive: %v", err)
+	}
+	if len(p.calls) != 1 || p.calls[0].cmd.ID != "" || string(p.calls[0].cmd.Key) != "acct-1" || p.calls[0].cmd.Type != "deposit" {
+		t.Fatalf("Redrive with NewID produced %+v, want the command without its ID c1", p.calls)
+	}
+	if res.Result.ID != "generated-1" {
+		t.Errorf("Redrive returned ID %q, want the producer's generated-1", res.Result.ID)
+	}
+	st, audit := stateOf(t, s, 1)
+	if st != dlq.Redriven || len(audit) != 2 ||
+		audit[0].Detail != `test: producing it again to topic ledger as a new command: a new command ID, not "c1"` ||
+		audit[1].Detail != `produced to ledger partition 2 offset 41 with the new command ID "generated-1" (was "c1")` {
+		t.Fatalf("after the redrive as a new command: state %s, audit %+v", st, audit)
 	}
 }
 
@@ -247,7 +279,7 @@ func TestRedriveProducedButNotMarked(t *testing.T) {
 	p := &fakeProducer{}
 	_, err := admin.Redrive(ctx, fs, p, 1, admin.RedriveOptions{Reason: "r"})
 	var re *admin.RedriveError
-	if !errors.As(err, &re) || !re.Produced || re.Result != (router.Result{Partition: 2, Offset: 41}) || re.State != dlq.Redriving ||
+	if !errors.As(err, &re) || !re.Produced || re.Result != (router.Result{Partition: 2, Offset: 41, ID: "c1"}) || re.State != dlq.Redriving ||
 		!errors.Is(err, down) || !strings.Contains(err.Error(), "stays redriving") {
 		t.Fatalf("Redrive: %v, want a *RedriveError, produced, left redriving", err)
 	}

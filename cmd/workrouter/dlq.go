@@ -87,6 +87,7 @@ type dlqFlags struct {
 	raw bool
 
 	// redrive and drop
+	newID       bool // redrive only
 	yes         bool
 	brokers     []string
 	conn        connFlags
@@ -659,6 +660,15 @@ applied: redriving changes its place in its key's order. Fix the cause first
 (deploy the handler, fix the data), or the command is dead-lettered again,
 as a new dead letter.
 
+A service that keeps outcomes under the command's idempotency key (a
+fencehttp service: the key is the command ID) replays the answer it
+recorded to every call with the same ID: a dead letter whose cause is a
+recorded refusal (a 4xx) is dead-lettered again by a redrive with its own
+ID, however the service was fixed. --new-id produces it with a new command
+ID instead, audited as such; the sink then cannot tell it from the original
+by ID, so use it only for a command the group never applied (a dead
+letter's command was not).
+
 Without --yes nothing is changed or sent: it prints what it would do and
 exits non-zero.`,
 		Example: `  # Show what would happen:
@@ -675,6 +685,7 @@ exits non-zero.`,
 	fl.StringVar(&f.partitioner, "partitioner", "murmur2", "how keys map to partitions: murmur2 (Kafka's default) or crc32 (librdkafka's default); as the topic's producers")
 	addConnFlags(fl, &f.conn)
 	addDecisionFlags(fl, &f, "redrive", "redriven", "nothing is changed or sent")
+	fl.BoolVar(&f.newID, "new-id", false, "produce it with a new command ID instead of its own (audited): for a dead letter whose cause a service recorded under the command's idempotency key, such as a fencehttp service's 4xx, which it replays to the same ID")
 	return cmd
 }
 
@@ -703,7 +714,7 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	d, c := plan.DeadLetter, plan.Command
 	out := &errWriter{w: cmd.OutOrStdout()}
 	what := fmt.Sprintf("%s command with key %s (%d bytes of payload, %d user headers, %s) to topic %s, on its key's partition, with headers %s: %d and %s: %s (only group %s applies it; the topic's other groups skip it)",
-		c.Type, bytesText(c.Key), len(c.Payload), len(c.Headers), commandIDText(c.ID), d.Scope.Topic,
+		c.Type, bytesText(c.Key), len(c.Payload), len(c.Headers), commandIDText(c.ID, f.newID), d.Scope.Topic,
 		envelope.RedriveOfHeader, id, envelope.RedriveForHeader, d.Scope.Group, d.Scope.Group)
 	if !f.yes {
 		fmt.Fprintf(out, "would redrive dead letter %d (%s offset %d, %s): produce a new %s; then mark it redriven\n",
@@ -724,7 +735,7 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 		return fmt.Errorf("%w (dead letter %d not changed, nothing sent)", err, id)
 	}
 	defer rt.Close()
-	res, err := admin.Redrive(ctx, ds, rt, id, admin.RedriveOptions{Reason: f.reason, Actor: "workrouter dlq redrive", RevertTimeout: f.timeout})
+	res, err := admin.Redrive(ctx, ds, rt, id, admin.RedriveOptions{Reason: f.reason, Actor: "workrouter dlq redrive", RevertTimeout: f.timeout, NewID: f.newID})
 	if err != nil {
 		return redriveError(err, spec, id)
 	}
@@ -733,8 +744,12 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	return out.err
 }
 
-// commandIDText says which command ID a redrive keeps.
-func commandIDText(id string) string {
+// commandIDText says which command ID a redrive keeps, or that it takes
+// a new one (--new-id).
+func commandIDText(id string, newID bool) string {
+	if newID {
+		return "a new command ID (--new-id), not " + commandIDText(id, false)
+	}
 	if id == "" {
 		return "no command ID: one is generated"
 	}

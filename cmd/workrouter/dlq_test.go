@@ -389,6 +389,46 @@ func TestDLQRedrive(t *testing.T) {
 	}
 }
 
+// TestDLQRedriveNewID (issue 41): `dlq redrive --new-id` produces the
+// dead letter's command with a new command ID, for a dead letter whose
+// cause a service recorded under the original one (a fencehttp service
+// replays its 4xx to the same ID), and both audit rows say so; the dry run
+// says it too.
+func TestDLQRedriveNewID(t *testing.T) {
+	path := deadLetteredSink(t)
+	spec := "sqlite:" + path
+	addr := startCLITestBroker(t, map[string]int32{"ledger": 4})
+	args := []string{"dlq", "redrive", "1", "--sink", spec, "--brokers", addr, "--reason", "the payee exists now", "--new-id"}
+	out, _, err := runCLI(t, nil, args...)
+	if err == nil || !strings.Contains(out, "a new command ID (--new-id), not command ID c1") {
+		t.Fatalf("the dry run of --new-id: %v\n%s", err, out)
+	}
+	out, _, err = runCLI(t, nil, append(args, "--yes")...)
+	if err != nil {
+		t.Fatalf("redrive --new-id --yes: %v", err)
+	}
+	recs := readAll(t, addr, "ledger", 1)
+	if len(recs) != 1 {
+		t.Fatalf("read %d records, want 1", len(recs))
+	}
+	c, err := envelope.Decode(recs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ID == "" || c.ID == "c1" || c.Type != "deposit" || string(c.Key) != "acct-1" || c.RedriveFor != "g" {
+		t.Fatalf("the redriven record decodes to %+v, want the deposit with a new command ID", c)
+	}
+	if !strings.Contains(out, "with ID "+c.ID) {
+		t.Errorf("redrive printed %q, want the new ID %s", out, c.ID)
+	}
+	st, audit := deadLetterState(t, path, 1)
+	if st != dlq.Redriven || len(audit) != 2 ||
+		audit[0].Detail != `workrouter dlq redrive: producing it again to topic ledger as a new command: a new command ID, not "c1"` ||
+		!strings.HasSuffix(audit[1].Detail, fmt.Sprintf(` with the new command ID %q (was "c1")`, c.ID)) {
+		t.Fatalf("after the redrive: state %s, audit %+v", st, audit)
+	}
+}
+
 // TestDLQRedriveProduceFails: the broker refuses the produce; the dead
 // letter goes back to open with an audit row saying so, and a later
 // redrive succeeds.
