@@ -312,30 +312,11 @@ func (s *Sink) apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect
 		return sink.Result{}, &sink.FencedError{Op: sink.OpApply, Stored: stored, Offered: tok}
 	}
 	var applied cmdids.Row
-	horizon := cmdids.Horizon(next, s.cfg.DedupeWindow)
-	prune := cmdids.PruneDue(row.nextOffset, next, s.cfg.DedupeWindow)
 	if ids != nil {
 		applied = appliedRow(offsets, ids, first, dup)
-		if len(applied.IDs) > 0 {
-			if _, err := tx.StmtContext(ctx, s.insIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition,
-				applied.Offs[0], applied.Last, cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs)); err != nil {
-				return sink.Result{}, s.wrap(ctx, op+": record command IDs", err)
-			}
-		}
-		if prune {
-			if _, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, horizon); err != nil {
-				return sink.Result{}, s.wrap(ctx, op+": prune command IDs", err)
-			}
-		}
 	}
-	if err := s.commit(ctx, tx, op); err != nil {
-		if ids != nil {
-			s.ids.Drop(scope) // the commit may have happened
-		}
+	if err := s.commitWithIDs(ctx, tx, op, scope, row, next, applied, ids != nil); err != nil {
 		return sink.Result{}, err
-	}
-	if ids != nil {
-		s.ids.Committed(scope, row.idsVersion, applied, prune, horizon)
 	}
 	out.Applied, out.Skipped, out.NextOffset = len(offsets)-first-len(out.Duplicates), first, next
 	return out, nil
@@ -552,4 +533,37 @@ func (s *Sink) History(ctx context.Context, scope epochs.Scope) ([]HistoryEntry,
 		return nil, s.wrap(ctx, op, err)
 	}
 	return out, nil
+}
+
+// commitWithIDs records the command IDs a batch applied (applied, with
+// ids: the batch carried IDs) in tx, prunes the scope's IDs below the
+// dedupe horizon when next makes it due, and commits tx; then it tells
+// the scope's cache of IDs what was committed (or, if the commit's outcome
+// is unknown, drops it). The serial and the lanes' Apply end with it.
+func (s *Sink) commitWithIDs(ctx context.Context, tx *sql.Tx, op string, scope epochs.Scope, row fenceRow, next int64, applied cmdids.Row, ids bool) error {
+	horizon := cmdids.Horizon(next, s.cfg.DedupeWindow)
+	prune := cmdids.PruneDue(row.nextOffset, next, s.cfg.DedupeWindow)
+	if ids {
+		if len(applied.IDs) > 0 {
+			if _, err := tx.StmtContext(ctx, s.insIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition,
+				applied.Offs[0], applied.Last, cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs)); err != nil {
+				return s.wrap(ctx, op+": record command IDs", err)
+			}
+		}
+		if prune {
+			if _, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, horizon); err != nil {
+				return s.wrap(ctx, op+": prune command IDs", err)
+			}
+		}
+	}
+	if err := s.commit(ctx, tx, op); err != nil {
+		if ids {
+			s.ids.Drop(scope) // the commit may have happened
+		}
+		return err
+	}
+	if ids {
+		s.ids.Committed(scope, row.idsVersion, applied, prune, horizon)
+	}
+	return nil
 }

@@ -85,34 +85,15 @@ func (s *Sink) applyChecked(ctx context.Context, tx *sql.Tx, op string, tok epoc
 		return sink.Result{}, s.wrap(ctx, op, err)
 	}
 	var applied cmdids.Row
-	horizon := cmdids.Horizon(cp.NextOffset, s.cfg.DedupeWindow)
-	prune := cmdids.PruneDue(row.nextOffset, cp.NextOffset, s.cfg.DedupeWindow)
 	if ids != nil {
 		notRun := make([]bool, len(offsets))
 		for i := range notRun {
 			notRun[i] = skip[i] || dup != nil && dup[i]
 		}
 		applied = appliedRow(offsets, ids, first, notRun)
-		if len(applied.IDs) > 0 {
-			if _, err := tx.StmtContext(ctx, s.insIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition,
-				applied.Offs[0], applied.Last, cmdids.Encode(applied.Offs[0], applied.Offs, applied.IDs)); err != nil {
-				return sink.Result{}, s.wrap(ctx, op+": record command IDs", err)
-			}
-		}
-		if prune {
-			if _, err := tx.StmtContext(ctx, s.pruneIDs).ExecContext(ctx, scope.Group, scope.Topic, scope.Partition, horizon); err != nil {
-				return sink.Result{}, s.wrap(ctx, op+": prune command IDs", err)
-			}
-		}
 	}
-	if err := s.commit(ctx, tx, op); err != nil {
-		if ids != nil {
-			s.ids.Drop(scope) // the commit may have happened
-		}
+	if err := s.commitWithIDs(ctx, tx, op, scope, row, cp.NextOffset, applied, ids != nil); err != nil {
 		return sink.Result{}, err
-	}
-	if ids != nil {
-		s.ids.Committed(scope, row.idsVersion, applied, prune, horizon)
 	}
 	out.NextOffset = cp.NextOffset
 	return out, nil
