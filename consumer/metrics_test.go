@@ -167,8 +167,8 @@ func TestMetricsLint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, err := routerprom.New(reg); !errors.Is(err, router.ErrInvalidConfig) {
-		t.Fatalf("second router's metrics on one registry: %v, want ErrInvalidConfig", err)
+	if _, err := routerprom.New(reg); !errors.Is(err, router.ErrConfig) {
+		t.Fatalf("second router's metrics on one registry: %v, want ErrConfig", err)
 	}
 	keys := makeKeys(10)
 	for _, k := range keys {

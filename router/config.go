@@ -121,17 +121,17 @@ type Config struct {
 func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.Topic == "":
-		return c, fmt.Errorf("%w: Topic is required", ErrInvalidConfig)
+		return c, fmt.Errorf("%w: Topic is required", ErrConfig)
 	case c.Client == nil && len(c.Brokers) == 0:
-		return c, fmt.Errorf("%w: Brokers is required when Client is nil", ErrInvalidConfig)
+		return c, fmt.Errorf("%w: Brokers is required when Client is nil", ErrConfig)
 	case c.OnPartitionCountChange != Refuse && c.OnPartitionCountChange != Alarm:
-		return c, fmt.Errorf("%w: unknown OnPartitionCountChange %v", ErrInvalidConfig, c.OnPartitionCountChange)
+		return c, fmt.Errorf("%w: unknown OnPartitionCountChange %v", ErrConfig, c.OnPartitionCountChange)
 	case !c.Partitioner.Valid():
-		return c, fmt.Errorf("%w: unknown Partitioner %v", ErrInvalidConfig, c.Partitioner)
+		return c, fmt.Errorf("%w: unknown Partitioner %v", ErrConfig, c.Partitioner)
 	case c.PartitionCheckInterval < 0:
-		return c, fmt.Errorf("%w: negative PartitionCheckInterval %v", ErrInvalidConfig, c.PartitionCheckInterval)
+		return c, fmt.Errorf("%w: negative PartitionCheckInterval %v", ErrConfig, c.PartitionCheckInterval)
 	case c.CloseTimeout < 0:
-		return c, fmt.Errorf("%w: negative CloseTimeout %v", ErrInvalidConfig, c.CloseTimeout)
+		return c, fmt.Errorf("%w: negative CloseTimeout %v", ErrConfig, c.CloseTimeout)
 	}
 	if c.PartitionCheckInterval == 0 {
 		c.PartitionCheckInterval = DefaultPartitionCheckInterval
@@ -146,7 +146,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.ClientOpts = append([]kgo.Opt(nil), c.ClientOpts...)
 	for i, o := range c.Observers {
 		if o == nil {
-			return c, fmt.Errorf("%w: Observers[%d] is nil", ErrInvalidConfig, i)
+			return c, fmt.Errorf("%w: Observers[%d] is nil", ErrConfig, i)
 		}
 	}
 	c.Observers = append([]Observer(nil), c.Observers...)

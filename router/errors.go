@@ -11,8 +11,8 @@ import (
 // [envelope.ErrEmptyKey], [envelope.ErrEmptyType] or
 // [envelope.ErrReservedHeader].
 var (
-	// ErrInvalidConfig means New was given an unusable [Config].
-	ErrInvalidConfig = errors.New("router: invalid config")
+	// ErrConfig means New was given an unusable [Config].
+	ErrConfig = errors.New("router: invalid config")
 	// ErrTopicNotFound means the configured topic does not exist.
 	ErrTopicNotFound = errors.New("router: topic not found")
 	// ErrMetadata means the topic's metadata could not be read (brokers

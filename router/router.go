@@ -92,7 +92,7 @@ type Result struct {
 // returns a Router that partitions keys by that count (the expected count).
 // ctx bounds only this setup.
 //
-// New fails with an error matching [ErrInvalidConfig] for a bad cfg,
+// New fails with an error matching [ErrConfig] for a bad cfg,
 // [ErrTopicNotFound] if the topic does not exist, or [ErrMetadata] if the
 // metadata cannot be read (for instance, brokers unreachable before ctx is
 // done).
@@ -115,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 		opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		r.cl, err = kgo.NewClient(opts...)
 		if err != nil {
-			return nil, fmt.Errorf("%w: building client: %w", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: building client: %w", ErrConfig, err)
 		}
 		r.ownsClient = true
 	} else if err := checkClient(r.cl, cfg.Topic); err != nil {
@@ -157,11 +157,11 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 // partitions and is not transactional.
 func checkClient(cl *kgo.Client, topic string) error {
 	if id, _ := cl.OptValue(kgo.TransactionalID).(string); id != "" {
-		return fmt.Errorf("%w: Client is transactional (id %q); the router needs a non-transactional producer", ErrInvalidConfig, id)
+		return fmt.Errorf("%w: Client is transactional (id %q); the router needs a non-transactional producer", ErrConfig, id)
 	}
 	p, _ := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
 	if p == nil || !honoursRecordPartition(p, topic) {
-		return fmt.Errorf("%w: Client must produce with kgo.RecordPartitioner(kgo.ManualPartitioner()): the router chooses each record's partition itself", ErrInvalidConfig)
+		return fmt.Errorf("%w: Client must produce with kgo.RecordPartitioner(kgo.ManualPartitioner()): the router chooses each record's partition itself", ErrConfig)
 	}
 	return nil
 }

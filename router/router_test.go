@@ -151,11 +151,11 @@ func TestNewErrors(t *testing.T) {
 		cfg  router.Config
 		want error
 	}{
-		{"no topic", router.Config{Brokers: addrs}, router.ErrInvalidConfig},
-		{"no brokers", router.Config{Topic: topic}, router.ErrInvalidConfig},
-		{"bad policy", router.Config{Brokers: addrs, Topic: topic, OnPartitionCountChange: 7}, router.ErrInvalidConfig},
-		{"negative interval", router.Config{Brokers: addrs, Topic: topic, PartitionCheckInterval: -1}, router.ErrInvalidConfig},
-		{"client without manual partitioner", router.Config{Client: hashing, Topic: topic}, router.ErrInvalidConfig},
+		{"no topic", router.Config{Brokers: addrs}, router.ErrConfig},
+		{"no brokers", router.Config{Topic: topic}, router.ErrConfig},
+		{"bad policy", router.Config{Brokers: addrs, Topic: topic, OnPartitionCountChange: 7}, router.ErrConfig},
+		{"negative interval", router.Config{Brokers: addrs, Topic: topic, PartitionCheckInterval: -1}, router.ErrConfig},
+		{"client without manual partitioner", router.Config{Client: hashing, Topic: topic}, router.ErrConfig},
 		{"missing topic", router.Config{Brokers: addrs, Topic: "nope"}, router.ErrTopicNotFound},
 		{"missing topic, given client", router.Config{Client: manual, Topic: "nope"}, router.ErrTopicNotFound},
 	} {

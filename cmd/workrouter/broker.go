@@ -100,7 +100,7 @@ failed" and logged. A secured local setup is one command:
 // command's context to end and closes the broker.
 func runBroker(cmd *cobra.Command, f brokerFlags) error {
 	if f.partitions < 1 {
-		return fmt.Errorf("%w: --partitions must be at least 1, got %d", broker.ErrInvalidConfig, f.partitions)
+		return fmt.Errorf("%w: --partitions must be at least 1, got %d", broker.ErrConfig, f.partitions)
 	}
 	names, err := topicNames(f.topics)
 	if err != nil {
@@ -108,7 +108,7 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 	}
 	if len(names) == 0 && cmd.Flags().Changed("topic") {
 		// pflag reads --topic '' as no value at all.
-		return fmt.Errorf("%w: --topic \"\" has an empty topic name", broker.ErrInvalidConfig)
+		return fmt.Errorf("%w: --topic \"\" has an empty topic name", broker.ErrConfig)
 	}
 	topics := make(map[string]int32, len(names))
 	for _, t := range names {
@@ -125,7 +125,7 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 	var tlsConf *tls.Config
 	if f.tlsCert != "" || f.tlsKey != "" {
 		if f.tlsCert == "" || f.tlsKey == "" {
-			return fmt.Errorf("%w: TLS needs both --tls-cert and --tls-key", broker.ErrInvalidConfig)
+			return fmt.Errorf("%w: TLS needs both --tls-cert and --tls-key", broker.ErrConfig)
 		}
 		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
 		if err != nil {
@@ -138,7 +138,7 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 		name, pass, ok := strings.Cut(u, ":")
 		if !ok || name == "" || pass == "" {
 			// The value is not repeated: it may hold a password.
-			return fmt.Errorf("%w: --sasl-user wants NAME:PASSWORD, both non-empty", broker.ErrInvalidConfig)
+			return fmt.Errorf("%w: --sasl-user wants NAME:PASSWORD, both non-empty", broker.ErrConfig)
 		}
 		users = append(users, broker.User{Name: name, Password: pass})
 	}
@@ -212,7 +212,7 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 func brokerListen(addr string) (string, bool, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", false, fmt.Errorf("broker: %w: listen address %q is not host:port (e.g. 127.0.0.1:9092): %w", broker.ErrInvalidConfig, addr, err)
+		return "", false, fmt.Errorf("broker: %w: listen address %q is not host:port (e.g. 127.0.0.1:9092): %w", broker.ErrConfig, addr, err)
 	}
 	if host == "" {
 		host = "127.0.0.1"
@@ -234,7 +234,7 @@ func topicNames(raw []string) ([]string, error) {
 	for _, t := range raw {
 		t = strings.TrimSpace(t)
 		if t == "" {
-			return nil, fmt.Errorf("%w: --topic %q has an empty topic name", broker.ErrInvalidConfig, strings.Join(raw, ","))
+			return nil, fmt.Errorf("%w: --topic %q has an empty topic name", broker.ErrConfig, strings.Join(raw, ","))
 		}
 		if !slices.Contains(out, t) {
 			out = append(out, t)

@@ -97,8 +97,8 @@ var (
 	// ErrOutOfOrder means a command was written after an earlier command
 	// of the same key failed: see Report.OutOfOrder.
 	ErrOutOfOrder = errors.New("jsonl: a command was written after an earlier command of its key failed")
-	// ErrInvalidConfig means New was given an unusable Config.
-	ErrInvalidConfig = errors.New("jsonl: invalid config")
+	// ErrConfig means New was given an unusable Config.
+	ErrConfig = errors.New("jsonl: invalid config")
 )
 
 // Config configures a [Producer]. Zero fields take the defaults.
@@ -194,15 +194,15 @@ type Producer struct {
 }
 
 // New returns a Producer sending through rt, which the caller keeps
-// owning (and closes). It fails with an error matching ErrInvalidConfig
+// owning (and closes). It fails with an error matching ErrConfig
 // for a negative Config field or a nil rt. Safe to call from any
 // goroutine.
 func New(rt *router.Router, cfg Config) (*Producer, error) {
 	switch {
 	case rt == nil:
-		return nil, fmt.Errorf("%w: nil router", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil router", ErrConfig)
 	case cfg.MaxInFlight < 0, cfg.MaxLineBytes < 0, cfg.FlushTimeout < 0, cfg.MaxReported < 0:
-		return nil, fmt.Errorf("%w: negative field in %+v", ErrInvalidConfig, cfg)
+		return nil, fmt.Errorf("%w: negative field in %+v", ErrConfig, cfg)
 	}
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight

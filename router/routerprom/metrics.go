@@ -68,16 +68,16 @@ func newMetrics() *Metrics {
 
 // New registers a Router's metrics on reg and returns them, to put in that
 // Router's router.Config.Observers. It fails (the error matching
-// router.ErrInvalidConfig) if they cannot be registered, for instance
+// router.ErrConfig) if they cannot be registered, for instance
 // because another Router's are registered on reg already. The Router's
 // Closed event unregisters them; so does Unregister.
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
-		return nil, fmt.Errorf("%w: routerprom: a nil Registerer", router.ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: routerprom: a nil Registerer", router.ErrConfig)
 	}
 	m := newMetrics()
 	if err := m.set.Register(reg); err != nil {
-		return nil, fmt.Errorf("%w: routerprom: %w", router.ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: routerprom: %w", router.ErrConfig, err)
 	}
 	return m, nil
 }

@@ -38,9 +38,9 @@ import (
 // DefaultListen is the address Start listens on when Config.Listen is empty.
 const DefaultListen = "127.0.0.1:9092"
 
-// ErrInvalidConfig is wrapped by every error Start returns for a Config that
+// ErrConfig is wrapped by every error Start returns for a Config that
 // is wrong in itself (malformed listen address, bad partition count, …).
-var ErrInvalidConfig = errors.New("invalid config")
+var ErrConfig = errors.New("invalid config")
 
 // ErrListen is wrapped by the error Start returns when it cannot listen on
 // Config.Listen (port in use, address not local, …). The underlying network
@@ -239,43 +239,43 @@ func validate(cfg Config) error {
 	// which needs Advertise, below).
 	_, port, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("broker: %w: listen address %q is not host:port (e.g. 127.0.0.1:9092): %w", ErrInvalidConfig, cfg.Listen, err)
+		return fmt.Errorf("broker: %w: listen address %q is not host:port (e.g. 127.0.0.1:9092): %w", ErrConfig, cfg.Listen, err)
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return fmt.Errorf("broker: %w: listen address %q: port %q is not a number in 0..65535", ErrInvalidConfig, cfg.Listen, port)
+		return fmt.Errorf("broker: %w: listen address %q: port %q is not a number in 0..65535", ErrConfig, cfg.Listen, port)
 	}
 	if cfg.Advertise != "" {
 		host, port, err := net.SplitHostPort(cfg.Advertise)
 		if err != nil {
-			return fmt.Errorf("broker: %w: advertised address %q is not host:port (e.g. broker.example.com:9092): %w", ErrInvalidConfig, cfg.Advertise, err)
+			return fmt.Errorf("broker: %w: advertised address %q is not host:port (e.g. broker.example.com:9092): %w", ErrConfig, cfg.Advertise, err)
 		}
 		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			return fmt.Errorf("broker: %w: advertised address %q: port %q is not a number in 0..65535", ErrInvalidConfig, cfg.Advertise, port)
+			return fmt.Errorf("broker: %w: advertised address %q: port %q is not a number in 0..65535", ErrConfig, cfg.Advertise, port)
 		}
 		if unspecified(host) {
-			return fmt.Errorf("broker: %w: advertised address %q names no host a client can connect to: give this machine's name or IP address", ErrInvalidConfig, cfg.Advertise)
+			return fmt.Errorf("broker: %w: advertised address %q names no host a client can connect to: give this machine's name or IP address", ErrConfig, cfg.Advertise)
 		}
 	} else if host, _, _ := net.SplitHostPort(cfg.Listen); unspecified(host) {
 		return fmt.Errorf("broker: %w: listen address %q is every interface, which is no address a client can connect back to: "+
-			"give the address other machines reach this one at with --advertise HOST:PORT (Config.Advertise)", ErrInvalidConfig, cfg.Listen)
+			"give the address other machines reach this one at with --advertise HOST:PORT (Config.Advertise)", ErrConfig, cfg.Listen)
 	}
 	if cfg.SyncWrites && cfg.DataDir == "" {
-		return fmt.Errorf("broker: %w: SyncWrites needs a DataDir", ErrInvalidConfig)
+		return fmt.Errorf("broker: %w: SyncWrites needs a DataDir", ErrConfig)
 	}
 	if cfg.MinSessionTimeout < 0 {
-		return fmt.Errorf("broker: %w: negative MinSessionTimeout %v", ErrInvalidConfig, cfg.MinSessionTimeout)
+		return fmt.Errorf("broker: %w: negative MinSessionTimeout %v", ErrConfig, cfg.MinSessionTimeout)
 	}
 	for _, u := range cfg.Users {
 		if u.Name == "" || u.Password == "" {
-			return fmt.Errorf("broker: %w: a SASL user needs a name and a password", ErrInvalidConfig)
+			return fmt.Errorf("broker: %w: a SASL user needs a name and a password", ErrConfig)
 		}
 	}
 	for t, n := range cfg.Topics {
 		if t == "" {
-			return fmt.Errorf("broker: %w: empty topic name", ErrInvalidConfig)
+			return fmt.Errorf("broker: %w: empty topic name", ErrConfig)
 		}
 		if n < 1 {
-			return fmt.Errorf("broker: %w: topic %q: partitions must be at least 1, got %d", ErrInvalidConfig, t, n)
+			return fmt.Errorf("broker: %w: topic %q: partitions must be at least 1, got %d", ErrConfig, t, n)
 		}
 	}
 	return nil
