@@ -175,8 +175,8 @@ type Config[Tx any] struct {
 	// slow partition from stalling the others, but a resumed partition
 	// waits for the broker's in-flight fetch (up to 200ms when the other
 	// partitions are caught up), so a queue smaller than a fetch makes a
-	// fast handler wait on every fetch: 4×MaxBatch ran the no-op W1
-	// benchmark at 0.56 of raw kgo, 32×MaxBatch at 0.97.
+	// fast handler wait on every fetch (docs/performance.md measures the
+	// cost of a small queue).
 	QueueSize int
 	// RevokeTimeout bounds how long a revoked or lost partition's in-flight
 	// batch may take before its context is cancelled; default 10s.

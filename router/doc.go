@@ -46,8 +46,7 @@
 // its record's outcome it runs the client's Flush, which stops every
 // partition's linger and lets none start, and returns once its own record
 // has its outcome. So a lone Send is answered in about one round trip
-// (BenchmarkSend: 10.5ms before, 39µs on the in-process broker), with the
-// default options and without the caller knowing kgo's. The price falls on
+// (BenchmarkSend; W9 of workrouter bench), with the default options and without the caller knowing kgo's. The price falls on
 // records other goroutines send through the same client while a Send
 // waits: they are sent without lingering too, in smaller batches (and a
 // kgo logger at info level, kgo.WithLogger, logs "flushing" for each
@@ -57,9 +56,7 @@
 //
 // The linger was kept rather than set to 0 by default: without it, kgo
 // sends a request as soon as one may go, and the requests are smaller
-// under load; in-process, BenchmarkSendAsync took 876 ns a send against
-// raw kgo's 715 at its default linger (medians of five runs, the broker
-// in the same process).
+// under load (BenchmarkSendAsync; docs/performance.md#a-lone-send).
 //
 // A command whose record cannot fit one record batch is refused before it
 // is buffered ([ErrRecordTooLarge]): kgo would fail it after buffering,

@@ -22,11 +22,9 @@ package memory
 // which the tag gives back for the backward shift and for a grow without
 // reading the ring. A lookup compares tags and reads the ring only on a
 // match, then compares the whole 128-bit key, so a lookup is exact. With
-// 8-byte slots the index of a full 100,000-offset window is 2 MiB (it
-// was 6 MiB of 24-byte slots holding the key), so that the indexes of
-// the 12 scopes W1 of workrouter bench applies fit in a 32 MiB
-// last-level cache: with 24-byte slots every lookup of a new ID was a
-// miss to memory. An apply also loads the home slots of all its keys
+// 8-byte slots the index of a full 100,000-offset window is 2 MiB, a
+// third of what slots holding the key take, so that the indexes of many
+// scopes fit in a last-level cache. An apply also loads the home slots of all its keys
 // (touch) before it probes them one by one, so that their misses
 // overlap. The index and the ring grow by doubling up to an eighth of
 // a full window's size, then to that size at once (reserve).

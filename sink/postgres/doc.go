@@ -89,11 +89,9 @@
 // stale batch is rolled back. The first use of a statement on a
 // connection costs pgx one more round trip to prepare it. The work is not
 // the same: the read (first Apply) and the UPDATE are more statements,
-// the UPDATE a second row written per transaction, and at batch 1 an Apply with the read costs
-// about 45% more CPU (server and client) than the unfenced transaction,
-// 31 µs of it above the least that a read before the effects and a
-// checkpoint written with them cost (BenchmarkFenceCost,
-// docs/performance.md).
+// the UPDATE a second row written per transaction: at batch 1 the fence
+// costs CPU on the server and the client that larger batches spread out
+// (BenchmarkFenceCost; the figures are in docs/performance.md).
 //
 // Handlers that issue several statements per command should pipeline them
 // with [pgx.Batch] and tx.SendBatch: the whole batch costs one round trip.

@@ -59,21 +59,11 @@
 //
 // Why: for a batch of SETs the script is the expensive part of the
 // server's work. Redis builds a Lua string for each of the script's
-// arguments and converts them back for the commands it calls: on a
-// 2-core machine under load from other processes (server CPU per
-// 256-SET batch: the used_cpu_sys and used_cpu_user of INFO cpu before
-// and after go test ./sink/redis -run '^$' -bench 'BenchmarkUnitW2Shape$'
-// -benchtime 2000x, and the same for the other BenchmarkUnit* of
-// bench_test.go), the script took 590 µs and B3's MULTI of 256 SETs 358;
-// a script doing nothing but MSET of the same 512 arguments 488
-// (UnitLuaMSET), one that only counts them 257 (UnitLuaCount), MULTI with
-// one MSET 253 (UnitMultiMSET); the watched path 342 against B3's 484 in
-// a later measurement. For batches of other commands the script stays
-// (BenchmarkUnit* with INCRBY and RPUSH: Lua script 171,253–211,798
-// records/s, median 195,760; WATCH/MULTI/EXEC without validation
-// 358,954–466,096, median 434,782; unfenced MULTI 212,413–484,842,
-// median 430,787; five runs at load average 10). For the bench's
-// W2-redis against B3-redis see docs/performance.md.
+// arguments and converts them back for the commands it calls, which costs
+// more server CPU per batch than MULTI … EXEC of the same commands; for
+// batches of other commands the script stays. The measurements
+// (BenchmarkUnit* in bench_test.go, the server's CPU from INFO cpu) are in
+// docs/performance.md#redis-w2-redis-against-b3-redis.
 //
 // # The held watch: one round trip a batch
 //

@@ -92,14 +92,8 @@
 // a 1 ms wait) serializes with them. Lanes therefore cannot multiply the
 // throughput of a slow handler here, as they do on the memory sink and
 // PostgreSQL; they only overlap the Go-side work of one lane (decoding,
-// the next batch's preparation) with another's commit. Measured with
-// BenchmarkGapLanes (one scope, batches of 4 records, 2 cores, under the
-// load of other work on the machine; three runs each):
-//
-//	io=1ms  (a 1 ms effect per record): lanes=1  598–702 records/s,
-//	                                    lanes=4  623–759,  lanes=16 667–778
-//	io=0    (no wait):                  lanes=1  4,499–5,420 records/s,
-//	                                    lanes=4  5,224–6,908, lanes=16 6,903–8,478
+// the next batch's preparation) with another's commit (BenchmarkGapLanes
+// measures it; the figures are in docs/performance.md).
 //
 // Use lanes with SQLite for their ordering (a slow key does not hold up
 // the others of its partition only when the handlers are fast), not for
