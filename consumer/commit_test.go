@@ -30,6 +30,7 @@ type offsets struct {
 }
 
 func newOffsets(t *testing.T, c *cluster, s *memory.Sink) *offsets {
+	t.Helper()
 	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)

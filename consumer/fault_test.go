@@ -101,6 +101,7 @@ func setupZombieRegs(t *testing.T, bHandler consumer.Handler[*memory.Tx], aReg, 
 }
 
 func setupZombieOpts(t *testing.T, bHandler consumer.Handler[*memory.Tx], zo zombieOpts) *zombie {
+	t.Helper()
 	aReg, bReg := zo.aReg, zo.bReg
 	z := &zombie{c: newFakeCluster(t, 1), s: memory.New(), aGate: newGate(), aFenced: make(chan error, 16), keys: makeKeys(5), perKey: 20}
 	var aMember atomic.Value

@@ -24,6 +24,7 @@ type txnProducer struct {
 }
 
 func newTxnProducer(t *testing.T, c *cluster) *txnProducer {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.TransactionalID("poison-gap-"+t.Name()), kgo.DefaultProduceTopic(c.topic))
 	if err != nil {

@@ -33,6 +33,7 @@ type rawProducer struct {
 }
 
 func newRawProducer(t *testing.T, c *cluster) *rawProducer {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(4<<20))
 	if err != nil {
 		t.Fatal(err)
@@ -57,6 +58,7 @@ func (p *rawProducer) send(recs ...*kgo.Record) []int64 {
 
 // command is a valid command record of key with payload on partition p.
 func command(t *testing.T, topic string, p int32, key, typ, payload string) *kgo.Record {
+	t.Helper()
 	r, err := envelope.Encode(topic, p, envelope.Command{Key: []byte(key), Type: typ, Payload: []byte(payload)})
 	if err != nil {
 		t.Fatal(err)

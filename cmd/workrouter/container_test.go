@@ -91,6 +91,7 @@ type containerWorld struct {
 // newContainerWorld starts the broker container and opens the sink: SQLite
 // in the mounted directory, or PostgreSQL at dsn if not empty.
 func newContainerWorld(t *testing.T, image, dsn string) *containerWorld {
+	t.Helper()
 	dir := t.TempDir()
 	w := &containerWorld{t: t, image: image, dir: dir, prefix: "wr-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	// The broker: the image's `workrouter broker`, on a port it picks.

@@ -36,6 +36,7 @@ import (
 // foreignProducer produces records as a non-workrouter client would:
 // explicit partitions, any key, any headers.
 func foreignProducer(t *testing.T, addr string) *kgo.Client {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)

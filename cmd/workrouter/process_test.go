@@ -55,6 +55,7 @@ type procBackend struct {
 }
 
 func procSQLite(t *testing.T) *procBackend {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := cluster.OpenStore(t.Context(), cluster.StoreConfig{Dir: dir})
 	if err != nil {
@@ -86,6 +87,7 @@ func procSQLite(t *testing.T) *procBackend {
 }
 
 func procPostgres(t *testing.T) *procBackend {
+	t.Helper()
 	dsn := testpg.DSN(t)
 	st, err := cluster.OpenStore(t.Context(), cluster.StoreConfig{PostgresDSN: dsn, SchemaPrefix: "wr_proc"})
 	if err != nil {
@@ -141,6 +143,7 @@ type procWorld struct {
 }
 
 func newProcWorld(t *testing.T, b *procBackend) *procWorld {
+	t.Helper()
 	brk, err := broker.Start(broker.Config{
 		Listen:            "127.0.0.1:0",
 		Topics:            map[string]int32{ledger.Topic: procPartitions},
@@ -288,6 +291,7 @@ func (w *procWorld) check() {
 // postingsOf counts the postings of partition part written under epoch by
 // member at or after offset from.
 func (w *procWorld) postingsOf(part, epoch int32, member string, from int64) int {
+	w.t.Helper()
 	n, err := w.b.store.Count(context.Background(),
 		`SELECT count(*) FROM ledger_postings WHERE part = $1 AND epoch = $2 AND member = $3 AND off >= $4`, part, epoch, member, from)
 	if err != nil {

@@ -91,6 +91,7 @@ func newTestSchema(tb testing.TB) string {
 // and with a small pool so that parallel tests stay within the server's
 // connection limit.
 func schemaDSN(tb testing.TB, schema string) string {
+	tb.Helper()
 	dsn := requireDB(tb)
 	if strings.Contains(dsn, "://") {
 		u, err := url.Parse(dsn)

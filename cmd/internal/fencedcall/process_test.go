@@ -153,6 +153,7 @@ func TestZombieChargeRefused(t *testing.T) {
 // postgresSchema returns a database handle on a fresh schema of the test
 // server, dropped when the test ends (the test skips without a server).
 func postgresSchema(t *testing.T) *sql.DB {
+	t.Helper()
 	dsn := testpg.DSN(t)
 	admin, err := sql.Open("pgx", dsn)
 	if err != nil {
