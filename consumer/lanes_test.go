@@ -521,6 +521,10 @@ func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
 	a := startWorker(t, c, s, workerOpts{name: "a", handler: aHandler, revoke: time.Minute, keyConcurrency: lanes, maxBatch: 4})
 	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(a.Owned()) == 1 })
 	aTok := a.Owned()[0]
+	aSig, ok := consumer.TenureSignalsOf(a, 0)
+	if !ok || aSig.Token != aTok {
+		t.Fatalf("a's tenure of partition 0: %v %v, want %v", aSig.Token, ok, aTok)
+	}
 	b := startWorker(t, c, s, workerOpts{name: "b", keyConcurrency: lanes, maxBatch: 4})
 	t.Cleanup(stopHole)
 	t.Cleanup(aGate.open)
@@ -541,7 +545,18 @@ func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
 
 	aGate.open() // the zombie's lanes wake up and try to land their batches
 	waitFor(t, 30*time.Second, "every lane of a fenced", func() bool { return a.Stats().FencedApplies >= int64(inLane) })
-	time.Sleep(100 * time.Millisecond) // a lane that went on after its fence would be refused again meanwhile
+	// Every lane of the fenced tenure exits; one that went on after its
+	// fence would have been refused again before.
+	select {
+	case <-aSig.Exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lanes of a's fenced tenure never exited")
+	}
+	select {
+	case <-aSig.Halted:
+	default:
+		t.Error("a's lanes exited without being halted")
+	}
 	if n := a.Stats().FencedApplies; n != int64(inLane) {
 		t.Errorf("a's fenced applies: %d, want %d (one per lane in flight, then every lane stopped)", n, inLane)
 	}
@@ -712,6 +727,10 @@ func TestKeyConcurrencyRevokeFinishesInFlight(t *testing.T) {
 		commitPace: time.Hour, observers: []consumer.Observer{obs}})
 	waitFor(t, 30*time.Second, "the partition owned", func() bool { return len(w.Owned()) == 1 })
 	tok := w.Owned()[0]
+	sig, ok := consumer.TenureSignalsOf(w, 0)
+	if !ok || sig.Token != tok {
+		t.Fatalf("the tenure of partition 0: %v %v, want %v", sig.Token, ok, tok)
+	}
 	produce(t, c, 1, keys, 0, perKey)
 	select {
 	case <-allIn:
@@ -720,7 +739,17 @@ func TestKeyConcurrencyRevokeFinishesInFlight(t *testing.T) {
 	}
 	closed := make(chan struct{})
 	go func() { w.Close(); close(closed) }()
-	time.Sleep(100 * time.Millisecond) // let the revoke begin while the lanes are in flight
+	// The revoke begins while every lane is in flight, held by the gate.
+	select {
+	case <-sig.Stopping:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close never began the revoke")
+	}
+	select {
+	case <-sig.Exited:
+		t.Fatal("the tenure exited while its lanes were held in their batches")
+	default:
+	}
 	g.open()
 	select {
 	case <-closed:
