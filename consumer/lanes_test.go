@@ -17,6 +17,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -141,7 +142,7 @@ func TestKeyConcurrencyOrderPerKey(t *testing.T) {
 		return appendHandler(ctx, tx, cmd)
 	}
 	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: 8, maxBatch: 8, observers: []consumer.Observer{&seen}})
-	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
+	testwait.For(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
 	checkInvariants(t, s, keys, perKey)
 	if n := len(seen.lanes()); n < 2 {
 		t.Errorf("batches applied by %d lane(s), want several", n)
@@ -159,7 +160,7 @@ func TestKeyConcurrencyOrderPerKey(t *testing.T) {
 		t.Fatal("no gapped apply recorded")
 	}
 	ends := logEnds(t, c)
-	waitFor(t, 30*time.Second, "every partition's watermark at its log end", func() bool {
+	testwait.For(t, 30*time.Second, "every partition's watermark at its log end", func() bool {
 		for _, p := range w.Partitions() {
 			if p.NextOffset != ends[p.Token.Partition] {
 				return false
@@ -177,7 +178,7 @@ func TestKeyConcurrencyOrderPerKey(t *testing.T) {
 		}
 	}
 	// Kafka's committed offset is the watermark.
-	waitFor(t, 30*time.Second, "the committed offsets at the log ends", func() bool {
+	testwait.For(t, 30*time.Second, "the committed offsets at the log ends", func() bool {
 		committed := committedOffsets(t, c)
 		for p, end := range ends {
 			if committed[p] != end {
@@ -231,7 +232,7 @@ func TestKeyConcurrencyOrderPerKeyUnderReassignment(t *testing.T) {
 		}
 		produceKeys(t, c, recs)
 		total += len(recs)
-		waitFor(t, 60*time.Second, "round "+strconv.Itoa(r)+" applied, the watermark at its end", func() bool {
+		testwait.For(t, 60*time.Second, "round "+strconv.Itoa(r)+" applied, the watermark at its end", func() bool {
 			ps := w.Partitions()
 			return len(ps) == 1 && ps[0].NextOffset == int64(total)
 		})
@@ -343,7 +344,7 @@ func TestKeyConcurrencyKeylessAndPoisonKeepTheOrder(t *testing.T) {
 	}
 	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: 4, maxBatch: 4})
 	total := len(keys)*perKey + 3
-	waitFor(t, 60*time.Second, "every record applied or dead-lettered", func() bool {
+	testwait.For(t, 60*time.Second, "every record applied or dead-lettered", func() bool {
 		ps := w.Partitions()
 		return len(ps) == 1 && ps[0].NextOffset == int64(total)
 	})
@@ -414,7 +415,7 @@ func TestKeyConcurrencyHotKeyDoesNotStarveOthers(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the hot key's handler never ran")
 	}
-	waitFor(t, 60*time.Second, "the other keys applied while the hot key is stuck", func() bool { return appliedCount(s, others) == len(others)*perKey })
+	testwait.For(t, 60*time.Second, "the other keys applied while the hot key is stuck", func() bool { return appliedCount(s, others) == len(others)*perKey })
 	if n := len(logOf(s, hot)); n != 0 {
 		t.Errorf("the stuck hot key has %d records applied", n)
 	}
@@ -440,10 +441,10 @@ func TestKeyConcurrencyHotKeyDoesNotStarveOthers(t *testing.T) {
 	}
 
 	g.open()
-	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, append([]string{hot}, others...)) == len(recs) })
+	testwait.For(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, append([]string{hot}, others...)) == len(recs) })
 	checkLog(t, s, hot, hotRecs)
 	checkInvariants(t, s, others, perKey)
-	waitFor(t, 30*time.Second, "the watermark at the log end, no gap", func() bool {
+	testwait.For(t, 30*time.Second, "the watermark at the log end, no gap", func() bool {
 		ps := w.Partitions()
 		fences, err := s.Fences(t.Context())
 		v, _ := series(t, reg, "workrouter_consumer_gapped_spans", map[string]string{"partition": "0"})
@@ -479,12 +480,12 @@ func TestKeyConcurrencyStuckLaneBackPressures(t *testing.T) {
 	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: lanes, maxBatch: 4, queueSize: 8})
 	produce(t, c, 1, keys, 0, perKey)
 	<-g.entered
-	waitFor(t, 60*time.Second, "the partition's fetching paused", func() bool { return w.Stats().Pauses > 0 })
+	testwait.For(t, 60*time.Second, "the partition's fetching paused", func() bool { return w.Stats().Pauses > 0 })
 	if n := appliedCount(s, keys); n == len(keys)*perKey {
 		t.Fatal("everything applied while a lane is stuck: no back-pressure to see")
 	}
 	g.open()
-	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
+	testwait.For(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
 	checkInvariants(t, s, keys, perKey)
 }
 
@@ -519,7 +520,7 @@ func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
 		return appendHandler(ctx, tx, cmd)
 	}
 	a := startWorker(t, c, s, workerOpts{name: "a", handler: aHandler, revoke: time.Minute, keyConcurrency: lanes, maxBatch: 4})
-	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(a.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "a to own the partition", func() bool { return len(a.Owned()) == 1 })
 	aTok := a.Owned()[0]
 	aSig, ok := consumer.TenureSignalsOf(a, 0)
 	if !ok || aSig.Token != aTok {
@@ -534,7 +535,7 @@ func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("a's lanes never were all inside their effects")
 	}
-	waitFor(t, 60*time.Second, "b to apply every command", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
+	testwait.For(t, 60*time.Second, "b to apply every command", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
 	bMember, _ := b.Member()
 	if bTok, ok := claimedBy(s, bMember); !ok || bTok.Epoch <= aTok.Epoch {
 		t.Fatalf("b's claim %v is not newer than a's tenure %v", bTok, aTok)
@@ -544,7 +545,7 @@ func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
 	}
 
 	aGate.open() // the zombie's lanes wake up and try to land their batches
-	waitFor(t, 30*time.Second, "every lane of a fenced", func() bool { return a.Stats().FencedApplies >= int64(inLane) })
+	testwait.For(t, 30*time.Second, "every lane of a fenced", func() bool { return a.Stats().FencedApplies >= int64(inLane) })
 	// Every lane of the fenced tenure exits; one that went on after its
 	// fence would have been refused again before.
 	select {
@@ -613,9 +614,9 @@ func TestKeyConcurrencyCoversOffsetsWithoutRecords(t *testing.T) {
 	if logEnd := logEnds(t, c)[0]; logEnd != end+1 {
 		t.Fatalf("log end %d, want a commit marker after the last record at %d", logEnd, end-1)
 	}
-	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*6 })
+	testwait.For(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*6 })
 	checkInvariants(t, s, keys, 6)
-	waitFor(t, 30*time.Second, "the watermark after the last record", func() bool {
+	testwait.For(t, 30*time.Second, "the watermark after the last record", func() bool {
 		ps := w.Partitions()
 		return len(ps) == 1 && ps[0].NextOffset == end
 	})
@@ -664,7 +665,7 @@ func TestKeyConcurrencyTakesOverAGappedCheckpoint(t *testing.T) {
 			}
 			a := startWorker(t, c, s, workerOpts{name: "a", handler: h, keyConcurrency: lanes, maxBatch: 4,
 				queueSize: lanes * len(recs), revoke: 50 * time.Millisecond})
-			waitFor(t, 60*time.Second, "the other keys applied", func() bool { return appliedCount(s, others) == len(others)*perKey })
+			testwait.For(t, 60*time.Second, "the other keys applied", func() bool { return appliedCount(s, others) == len(others)*perKey })
 			a.Close()
 			fences, err := s.Fences(t.Context())
 			if err != nil {
@@ -675,7 +676,7 @@ func TestKeyConcurrencyTakesOverAGappedCheckpoint(t *testing.T) {
 			}
 			left := len(recs) - appliedCount(s, keys)
 			b := startWorker(t, c, s, workerOpts{name: "b", keyConcurrency: next, maxBatch: 4})
-			waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(recs) })
+			testwait.For(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(recs) })
 			checkLog(t, s, hot, len(others)*perKey)
 			checkInvariants(t, s, others, perKey)
 			st := b.Stats()
@@ -725,7 +726,7 @@ func TestKeyConcurrencyRevokeFinishesInFlight(t *testing.T) {
 	})
 	w := startWorker(t, c, s, workerOpts{name: "a", handler: h, keyConcurrency: lanes, maxBatch: 64, revoke: time.Minute,
 		commitPace: time.Hour, observers: []consumer.Observer{obs}})
-	waitFor(t, 30*time.Second, "the partition owned", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "the partition owned", func() bool { return len(w.Owned()) == 1 })
 	tok := w.Owned()[0]
 	sig, ok := consumer.TenureSignalsOf(w, 0)
 	if !ok || sig.Token != tok {
@@ -788,11 +789,11 @@ func TestKeyConcurrencyDeduplicates(t *testing.T) {
 	s := memory.New()
 	var seen appliedEvents
 	w := startWorker(t, c, s, workerOpts{name: "dedupe", keyConcurrency: 4, observers: []consumer.Observer{&seen}})
-	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	produceIDs(t, c, idRec{id: "a", payload: "0"})
-	waitFor(t, 30*time.Second, "the first command applied", func() bool { return len(logOf(s, "k")) == 1 })
+	testwait.For(t, 30*time.Second, "the first command applied", func() bool { return len(logOf(s, "k")) == 1 })
 	produceIDs(t, c, idRec{id: "a", payload: "0"}, idRec{id: "b", payload: "1"}, idRec{id: "b", payload: "1"})
-	waitFor(t, 30*time.Second, "the watermark past every record", func() bool {
+	testwait.For(t, 30*time.Second, "the watermark past every record", func() bool {
 		ps := w.Partitions()
 		return len(ps) == 1 && ps[0].NextOffset == 4
 	})

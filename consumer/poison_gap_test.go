@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -120,11 +121,11 @@ func TestPoisonAfterOffsetGap(t *testing.T) {
 				}
 			}
 			w := startWorker(t, c, s, workerOpts{name: "a", observers: []consumer.Observer{obs}})
-			waitFor(t, 30*time.Second, "the good commands applied", func() bool {
+			testwait.For(t, 30*time.Second, "the good commands applied", func() bool {
 				noStall()
 				return appliedCount(s, []string{"k"}) == 2
 			})
-			waitFor(t, 30*time.Second, "the poison record dead-lettered", func() bool {
+			testwait.For(t, 30*time.Second, "the poison record dead-lettered", func() bool {
 				dls, _ := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
 				return len(dls) == 1
 			})

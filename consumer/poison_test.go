@@ -20,6 +20,7 @@ import (
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/invariants"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -98,7 +99,7 @@ func TestPoisonRecordsCostOnlyThemselves(t *testing.T) {
 	w := startWorker(t, c, s, workerOpts{name: "a", maxBatch: 64,
 		handlers: map[string]consumer.Handler[*memory.Tx]{"append": handler},
 		poison:   consumer.PoisonPolicy{NoHandler: consumer.PoisonDeadLetter, MaxAttempts: 3}})
-	waitFor(t, 30*time.Second, "a to own every partition", func() bool { return len(w.Owned()) == partitions })
+	testwait.For(t, 30*time.Second, "a to own every partition", func() bool { return len(w.Owned()) == partitions })
 
 	keys := []string{"k0", "k1", "k2"} // one per partition
 	raw := newRawProducer(t, c)
@@ -144,8 +145,8 @@ func TestPoisonRecordsCostOnlyThemselves(t *testing.T) {
 	for _, n := range seq {
 		total += n
 	}
-	waitFor(t, 60*time.Second, "every good command applied", func() bool { return appliedCount(s, keys) == total })
-	waitFor(t, 30*time.Second, "every poison record dead-lettered", func() bool {
+	testwait.For(t, 60*time.Second, "every good command applied", func() bool { return appliedCount(s, keys) == total })
+	testwait.For(t, 30*time.Second, "every poison record dead-lettered", func() bool {
 		dls, _ := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
 		return len(dls) == len(cases)
 	})
@@ -288,18 +289,18 @@ func TestSinkOutageDeadLettersNothing(t *testing.T) {
 			keys := makeKeys(10)
 			w := startWorker(t, c, s, workerOpts{name: "a", sink: tc.wrap(o),
 				poison: consumer.PoisonPolicy{MaxAttempts: 2, MaxRetryTime: 50 * time.Millisecond}})
-			waitFor(t, 30*time.Second, "a to own both partitions", func() bool { return len(w.Owned()) == 2 })
+			testwait.For(t, 30*time.Second, "a to own both partitions", func() bool { return len(w.Owned()) == 2 })
 			produce(t, c, 2, keys, 0, 5)
-			waitFor(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(s, keys) == 50 })
+			testwait.For(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(s, keys) == 50 })
 			o.down.Store(true)
 			var wg sync.WaitGroup
 			wg.Go(func() { produce(t, c, 2, keys, 5, 10) })
 			// Down for longer than the budget (2 attempts, 50 ms): many
 			// failed attempts.
-			waitFor(t, 30*time.Second, "the outage to outlast the budget", func() bool { return o.failures.Load() > 20 })
+			testwait.For(t, 30*time.Second, "the outage to outlast the budget", func() bool { return o.failures.Load() > 20 })
 			o.down.Store(false)
 			wg.Wait()
-			waitFor(t, 60*time.Second, "every command applied after the outage", func() bool { return appliedCount(s, keys) == 100 })
+			testwait.For(t, 60*time.Second, "every command applied after the outage", func() bool { return appliedCount(s, keys) == 100 })
 			checkInvariants(t, s, keys, 10)
 			if dls, _ := s.DeadLetters(t.Context(), sink.DeadLetterFilter{}); len(dls) != 0 {
 				t.Fatalf("the outage dead-lettered %d records: %+v", len(dls), dls[0].Record.Error)
@@ -325,7 +326,7 @@ func TestZombieCannotDeadLetter(t *testing.T) {
 	z := setupZombieOpts(t, bHandler, zombieOpts{aFails: consumer.Permanent(errors.New("refused by the zombie's stale logic"))})
 	t.Cleanup(bGate.open)
 	aTok := z.a.Owned()[0]
-	waitFor(t, 60*time.Second, "b to claim the partition", func() bool {
+	testwait.For(t, 60*time.Second, "b to claim the partition", func() bool {
 		bMember, _ := z.b.Member()
 		_, ok := claimedBy(z.s, bMember)
 		return ok
@@ -342,7 +343,7 @@ func TestZombieCannotDeadLetter(t *testing.T) {
 		t.Fatalf("zombie: %v, want a fenced dead letter by %v", err, aTok)
 	}
 	bGate.open()
-	waitFor(t, 60*time.Second, "b to apply every command", func() bool { return appliedCount(z.s, z.keys) == len(z.keys)*z.perKey })
+	testwait.For(t, 60*time.Second, "b to apply every command", func() bool { return appliedCount(z.s, z.keys) == len(z.keys)*z.perKey })
 	if dls, _ := z.s.DeadLetters(t.Context(), sink.DeadLetterFilter{}); len(dls) != 0 {
 		t.Fatalf("the zombie's dead letter landed: %+v", dls)
 	}
@@ -370,7 +371,7 @@ func TestPermanentIsNotSecondGuessed(t *testing.T) {
 	}
 	w := startWorker(t, c, s, workerOpts{name: "a", sink: classifyingPinger{o}, handler: handler})
 	produce(t, c, 1, keys, 0, 3)
-	waitFor(t, 30*time.Second, "the good commands applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
+	testwait.For(t, 30*time.Second, "the good commands applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
 	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
 	if err != nil || len(dls) != len(keys) {
 		t.Fatalf("dead letters %d, %v: want %d", len(dls), err, len(keys))
@@ -433,7 +434,7 @@ func TestSinkClassifiedPermanentDeadLettersAtOnce(t *testing.T) {
 	w := startWorker(t, c, s, workerOpts{name: "a", sink: permanentClassifying{s}, handler: handler,
 		poison: consumer.PoisonPolicy{MaxAttempts: 5}})
 	produce(t, c, 1, keys, 0, 3)
-	waitFor(t, 30*time.Second, "the good commands applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
+	testwait.For(t, 30*time.Second, "the good commands applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
 	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
 	if err != nil || len(dls) != len(keys) {
 		t.Fatalf("dead letters %d, %v: want %d", len(dls), err, len(keys))
@@ -489,12 +490,12 @@ func TestResetBeforeDeadLetterReclaims(t *testing.T) {
 	r := &resetBeforeDeadLetter{Sink: s}
 	keys := makeKeys(3)
 	w := startWorker(t, c, s, workerOpts{name: "a", sink: r, reclaimInterval: 100 * time.Millisecond})
-	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
 	produce(t, c, 1, keys, 0, 1)
 	raw := newRawProducer(t, c)
 	poison := raw.send(&kgo.Record{Topic: c.topic, Partition: 0, Key: []byte("k"), Value: []byte("not an envelope")})[0]
 	produce(t, c, 1, keys, 1, 2)
-	waitFor(t, 30*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == 2*len(keys) })
+	testwait.For(t, 30*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == 2*len(keys) })
 	if !r.reset.Load() {
 		t.Fatal("the fence was never reset before the dead letter")
 	}
@@ -562,15 +563,15 @@ func TestHandlerNetworkErrorIsTheHandlers(t *testing.T) {
 				mu.Unlock()
 			}
 		})}})
-	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
 	raw := newRawProducer(t, c)
 	raw.send(command(t, c.topic, 0, "k0", "append", "0"), command(t, c.topic, 0, "k0", "append", "call"),
 		command(t, c.topic, 0, "k0", "append", "1"), command(t, c.topic, 0, "k0", "append", "2"))
-	waitFor(t, 30*time.Second, "the command that calls the service dead-lettered", func() bool {
+	testwait.For(t, 30*time.Second, "the command that calls the service dead-lettered", func() bool {
 		dls, _ := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
 		return len(dls) == 1
 	})
-	waitFor(t, 30*time.Second, "the commands after it applied", func() bool { return appliedCount(s, []string{"k0"}) == 3 })
+	testwait.For(t, 30*time.Second, "the commands after it applied", func() bool { return appliedCount(s, []string{"k0"}) == 3 })
 	dls, err := s.DeadLetters(t.Context(), sink.DeadLetterFilter{})
 	if err != nil || len(dls) != 1 || dls[0].Record.Reason != consumer.ReasonHandlerError || !strings.Contains(dls[0].Record.Error, "connection refused") {
 		t.Fatalf("dead letters %+v, %v: want the call's, a handler error (connection refused)", dls, err)
