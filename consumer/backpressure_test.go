@@ -7,6 +7,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -42,7 +43,7 @@ func TestSlowPartitionDoesNotStallOthers(t *testing.T) {
 		}})
 	produce(t, c, partitions, keys, 0, perKey)
 
-	waitFor(t, 30*time.Second, "the blocked partition's handler to be entered", func() bool {
+	testwait.For(t, 30*time.Second, "the blocked partition's handler to be entered", func() bool {
 		select {
 		case <-g.entered:
 			return true
@@ -50,7 +51,7 @@ func TestSlowPartitionDoesNotStallOthers(t *testing.T) {
 			return false
 		}
 	})
-	waitFor(t, 60*time.Second, "every command of the other partitions to be applied", func() bool {
+	testwait.For(t, 60*time.Second, "every command of the other partitions to be applied", func() bool {
 		return appliedCount(s, fastKeys) == len(fastKeys)*perKey
 	})
 	if n := appliedCount(s, slowKeys); n != 0 {
@@ -60,7 +61,7 @@ func TestSlowPartitionDoesNotStallOthers(t *testing.T) {
 		t.Errorf("no partition was paused with a queue of 16 and %d commands per partition: %+v", len(slowKeys)*perKey, st)
 	}
 	g.open()
-	waitFor(t, 60*time.Second, "every command to be applied", func() bool {
+	testwait.For(t, 60*time.Second, "every command to be applied", func() bool {
 		return appliedCount(s, keys) == len(keys)*perKey
 	})
 	checkInvariants(t, s, keys, perKey)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -57,7 +58,7 @@ func TestHandlersSeeEachRecordAsProduced(t *testing.T) {
 		handlers[fmt.Sprintf("type-%d", i)] = handler
 	}
 	w := startWorker(t, c, s, workerOpts{name: "a", maxBatch: 7, handlers: handlers})
-	waitFor(t, 30*time.Second, "a to own every partition", func() bool { return len(w.Owned()) == partitions })
+	testwait.For(t, 30*time.Second, "a to own every partition", func() bool { return len(w.Owned()) == partitions })
 
 	raw := newRawProducer(t, c)
 	want := map[[2]int64]seen{}
@@ -92,7 +93,7 @@ func TestHandlersSeeEachRecordAsProduced(t *testing.T) {
 		}
 		return len(dls)
 	}
-	waitFor(t, 60*time.Second, "every command applied and every undecodable record dead-lettered", func() bool {
+	testwait.For(t, 60*time.Second, "every command applied and every undecodable record dead-lettered", func() bool {
 		mu.Lock()
 		n := len(calls)
 		mu.Unlock()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -31,6 +32,7 @@ type offsets struct {
 }
 
 func newOffsets(t *testing.T, c *cluster, s *memory.Sink) *offsets {
+	t.Helper()
 	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +110,7 @@ func TestCommitNeverAheadOfTheSink(t *testing.T) {
 		}
 	})}})
 	t.Cleanup(g.gate.open) // before the worker's Close
-	waitFor(t, 30*time.Second, "a to own both partitions", func() bool { return len(w.Owned()) == partitions })
+	testwait.For(t, 30*time.Second, "a to own both partitions", func() bool { return len(w.Owned()) == partitions })
 	o := newOffsets(t, c, s)
 	raw := newRawProducer(t, c)
 	send := func(p int32, seq int) {
@@ -116,7 +118,7 @@ func TestCommitNeverAheadOfTheSink(t *testing.T) {
 	}
 	send(0, 0)
 	send(1, 0)
-	waitFor(t, 30*time.Second, "the first records committed", func() bool { return o.committed(0) == 1 && o.committed(1) == 1 })
+	testwait.For(t, 30*time.Second, "the first records committed", func() bool { return o.committed(0) == 1 && o.committed(1) == 1 })
 
 	send(0, 1) // its Apply waits inside the sink
 	select {
@@ -131,7 +133,7 @@ func TestCommitNeverAheadOfTheSink(t *testing.T) {
 	// commit made while partition 0's Apply is in progress, of everything
 	// the committer had by then.
 	send(1, 1)
-	waitFor(t, 30*time.Second, "partition 1's new offset committed", func() bool {
+	testwait.For(t, 30*time.Second, "partition 1's new offset committed", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, cm := range commits[seen:] {
@@ -146,7 +148,7 @@ func TestCommitNeverAheadOfTheSink(t *testing.T) {
 	}
 
 	g.gate.open()
-	waitFor(t, 30*time.Second, "the commit to catch up with the sink", func() bool { return o.sinkNext(0) == 2 && o.committed(0) == 2 })
+	testwait.For(t, 30*time.Second, "the commit to catch up with the sink", func() bool { return o.sinkNext(0) == 2 && o.committed(0) == 2 })
 	if got := logOf(s, "k0"); len(got) != 2 {
 		t.Fatalf("partition 0 applied %v, want two records", got)
 	}
@@ -165,9 +167,9 @@ func TestRevokeCommitsAtOnce(t *testing.T) {
 	w := startWorker(t, c, s, workerOpts{name: "a", commitPace: time.Hour})
 	o := newOffsets(t, c, s)
 	produce(t, c, 1, keys, 0, 1)
-	waitFor(t, 30*time.Second, "the first record committed", func() bool { return o.committed(0) == 1 })
+	testwait.For(t, 30*time.Second, "the first record committed", func() bool { return o.committed(0) == 1 })
 	produce(t, c, 1, keys, 1, 5)
-	waitFor(t, 30*time.Second, "every record applied", func() bool { return o.sinkNext(0) == 5 })
+	testwait.For(t, 30*time.Second, "every record applied", func() bool { return o.sinkNext(0) == 5 })
 	if got := o.committed(0); got != 1 {
 		t.Fatalf("committed offset %d before the revoke, want 1: the committer's next tick came (the test needs it out of reach)", got)
 	}
@@ -197,7 +199,7 @@ func TestRetryBudgetIsExact(t *testing.T) {
 	w := startWorker(t, c, s, workerOpts{name: "a", observers: []consumer.Observer{rec},
 		handlers: map[string]consumer.Handler[*memory.Tx]{"append": appendHandler, "fail": fail, "fail5": fail},
 		poison:   consumer.PoisonPolicy{MaxAttempts: 3, Types: map[string]consumer.TypePolicy{"fail5": {MaxAttempts: 5}}}})
-	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
 	raw := newRawProducer(t, c)
 	// In one produce, so that the failing records share batches with good
 	// ones before and after them.
@@ -208,7 +210,7 @@ func TestRetryBudgetIsExact(t *testing.T) {
 		command(t, c.topic, 0, "k", "fail5", "y"),
 		command(t, c.topic, 0, "k", "append", "2"),
 	)
-	waitFor(t, 30*time.Second, "both failing records dead-lettered and the rest applied", func() bool {
+	testwait.For(t, 30*time.Second, "both failing records dead-lettered and the rest applied", func() bool {
 		dls, _ := s.DeadLetters(t.Context(), dlq.Filter{})
 		return len(dls) == 2 && len(logOf(s, "k")) == 3
 	})

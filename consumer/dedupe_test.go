@@ -17,6 +17,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -101,7 +102,7 @@ func checkApplied(t *testing.T, r *eventRecorder, st consumer.Stats) {
 // then (the sink's fence row moves before the Worker counts).
 func waitApplied(t *testing.T, r *eventRecorder, next int64) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "the batch up to offset "+strconv.FormatInt(next, 10)+" reported", func() bool {
+	testwait.For(t, 30*time.Second, "the batch up to offset "+strconv.FormatInt(next, 10)+" reported", func() bool {
 		for _, a := range eventsOf[consumer.Applied](r) {
 			if a.NextOffset == next {
 				return true
@@ -164,7 +165,7 @@ func TestDuplicateCommandAppliedOnce(t *testing.T) {
 	if v, ok := series(t, reg, "workrouter_consumer_dedupe_window_offsets", map[string]string{"topic": c.topic}); !ok || v != float64(s.Features().DedupeWindow) {
 		t.Errorf("dedupe_window_offsets = %v (exported %v), want the memory sink's window %d", v, ok, s.Features().DedupeWindow)
 	}
-	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	if v, ok := series(t, reg, "workrouter_consumer_duplicates_skipped_total", partition0(c)); !ok || v != 0 {
 		t.Errorf("duplicates_skipped_total = %v (exported %v) before any duplicate, want a series at 0", v, ok)
 	}
@@ -220,7 +221,7 @@ func TestRedriveScopedToGroup(t *testing.T) {
 	logs := &lockedBuffer{}
 	logObs := consumer.NewLogObserver(slog.New(slog.NewTextHandler(logs, nil)))
 	w := startWorker(t, c, s, workerOpts{name: "redrive", registerer: reg, observers: []consumer.Observer{rec, logObs}})
-	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	if v, ok := series(t, reg, "workrouter_consumer_redrives_skipped_total", partition0(c)); !ok || v != 0 {
 		t.Errorf("redrives_skipped_total = %v (exported %v) before any redrive, want a series at 0", v, ok)
 	}
@@ -279,7 +280,7 @@ func TestRecordsWithoutIDCounted(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	rec := &eventRecorder{}
 	w := startWorker(t, c, s, workerOpts{name: "noid", registerer: reg, observers: []consumer.Observer{rec}})
-	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	if v, ok := series(t, reg, "workrouter_consumer_records_without_id_total", partition0(c)); !ok || v != 0 {
 		t.Errorf("records_without_id_total = %v (exported %v) before any record, want a series at 0", v, ok)
 	}
@@ -320,7 +321,7 @@ func TestSinkWithoutDedupe(t *testing.T) {
 	if v, ok := series(t, reg, "workrouter_consumer_dedupe_window_offsets", map[string]string{"topic": c.topic}); !ok || v != 0 {
 		t.Errorf("dedupe_window_offsets = %v (exported %v), want 0 for a sink without a dedupe window", v, ok)
 	}
-	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	produceIDs(t, c, idRec{id: "a", payload: "0"}, idRec{id: "a", payload: "0"}, idRec{id: "a", payload: "9", redriveFor: "billing"})
 	waitApplied(t, rec, 3)
 	if got := logOf(s, "k"); !slices.Equal(got, []int{0, 0}) {
@@ -366,7 +367,7 @@ func TestWrapperIsTheDoor(t *testing.T) {
 	if v, ok := series(t, reg, "workrouter_consumer_dedupe_window_offsets", map[string]string{"topic": c.topic}); !ok || v != float64(s.Features().DedupeWindow) {
 		t.Errorf("dedupe_window_offsets = %v (exported %v), want the wrapped sink's %d", v, ok, s.Features().DedupeWindow)
 	}
-	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	produceIDs(t, c, idRec{id: "a", payload: "0"}, idRec{id: "a", payload: "0"})
 	waitApplied(t, rec, 2)
 	if n := wrap.applies.Load(); n == 0 {

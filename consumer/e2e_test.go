@@ -14,6 +14,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -33,22 +34,22 @@ func TestEndToEndRebalance(t *testing.T) {
 	b := startWorker(t, c, s, workerOpts{name: "b"})
 
 	produce(t, c, partitions, keys, 0, perKey/2)
-	waitFor(t, 60*time.Second, "some progress", func() bool { return appliedCount(s, keys) > 2000 })
+	testwait.For(t, 60*time.Second, "some progress", func() bool { return appliedCount(s, keys) > 2000 })
 
 	cw := startWorker(t, c, s, workerOpts{name: "c"}) // joins late
-	waitFor(t, 30*time.Second, "c to own partitions", func() bool { return len(cw.Owned()) > 0 })
+	testwait.For(t, 30*time.Second, "c to own partitions", func() bool { return len(cw.Owned()) > 0 })
 	if a.Stats().Revoked+b.Stats().Revoked == 0 {
 		t.Errorf("c owns partitions but nobody's were revoked: a=%+v b=%+v", a.Stats(), b.Stats())
 	}
 	produce(t, c, partitions, keys, perKey/2, perKey)
-	waitFor(t, 60*time.Second, "more progress", func() bool { return appliedCount(s, keys) > 12000 })
+	testwait.For(t, 60*time.Second, "more progress", func() bool { return appliedCount(s, keys) > 12000 })
 
 	aOwned := a.Owned()
 	if len(aOwned) == 0 {
 		t.Fatal("a owns nothing before leaving; the test needs it to")
 	}
 	a.Close() // leaves in the middle
-	waitFor(t, 120*time.Second, "all 20,000 commands applied", func() bool { return appliedCount(s, keys) >= len(keys)*perKey })
+	testwait.For(t, 120*time.Second, "all 20,000 commands applied", func() bool { return appliedCount(s, keys) >= len(keys)*perKey })
 
 	checkInvariants(t, s, keys, perKey)
 	var records, batches int64
@@ -66,7 +67,7 @@ func TestEndToEndRebalance(t *testing.T) {
 	if batches >= records {
 		t.Errorf("%d batches for %d records: not batching", batches, records)
 	}
-	waitFor(t, 30*time.Second, "a's partitions to move to b and c", func() bool {
+	testwait.For(t, 30*time.Second, "a's partitions to move to b and c", func() bool {
 		owned := map[int32]bool{}
 		for _, tok := range append(b.Owned(), cw.Owned()...) {
 			owned[tok.Partition] = true
@@ -143,12 +144,12 @@ func TestKIP848(t *testing.T) {
 	s := memory.New()
 	keys := makeKeys(40)
 	a := startWorker(t, c, s, workerOpts{name: "a", protocol: consumer.KIP848})
-	waitFor(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
+	testwait.For(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
 	produce(t, c, partitions, keys, 0, 25)
 	b := startWorker(t, c, s, workerOpts{name: "b", protocol: consumer.KIP848})
-	waitFor(t, 30*time.Second, "b to own partitions", func() bool { return len(b.Owned()) > 0 })
+	testwait.For(t, 30*time.Second, "b to own partitions", func() bool { return len(b.Owned()) > 0 })
 	produce(t, c, partitions, keys, 25, 50)
-	waitFor(t, 60*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*50 })
+	testwait.For(t, 60*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*50 })
 	for _, tok := range b.Owned() {
 		if tok.Epoch <= 0 {
 			t.Fatalf("b's tenure token has no member epoch: %v", tok)
@@ -178,7 +179,7 @@ func TestHandlerErrorRetriedNeverSkipped(t *testing.T) {
 	}
 	w := startWorker(t, c, s, workerOpts{name: "a", handler: flaky})
 	produce(t, c, 1, keys, 0, 20)
-	waitFor(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == 60 })
+	testwait.For(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == 60 })
 	checkInvariants(t, s, keys, 20)
 	if failures.Load() < 3 || w.Stats().Retries < 3 {
 		t.Fatalf("the handler error did not happen or was not retried: failures=%d stats=%+v", failures.Load(), w.Stats())
@@ -199,7 +200,7 @@ func TestHandlerErrorRetriedNeverSkipped(t *testing.T) {
 	}
 	produce(t, c, 1, keys, 20, 21)
 	before := w.Stats().Retries
-	waitFor(t, 30*time.Second, "the unhandled command to be retried", func() bool { return w.Stats().Retries > before+2 })
+	testwait.For(t, 30*time.Second, "the unhandled command to be retried", func() bool { return w.Stats().Retries > before+2 })
 	if n := appliedCount(s, keys); n != 60 {
 		t.Fatalf("%d commands applied past an unhandled one; want 60 (stalled)", n)
 	}
@@ -230,7 +231,7 @@ func TestCommitsSinkCheckpointAtClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer adm.Close()
-	waitFor(t, 30*time.Second, "Kafka's committed offset to reach the sink's checkpoint", func() bool {
+	testwait.For(t, 30*time.Second, "Kafka's committed offset to reach the sink's checkpoint", func() bool {
 		offs, err := adm.FetchOffsets(context.Background(), c.group)
 		if err != nil {
 			return false

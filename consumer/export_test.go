@@ -54,3 +54,35 @@ func ProveMembership[Tx any](ctx context.Context, w *Worker[Tx], tok epochs.Toke
 	_, err := w.proveMembership(ctx, t)
 	return err
 }
+
+// TenureSignals are the channels of one tenure that a test waits on
+// instead of sleeping through a window.
+type TenureSignals struct {
+	// Token is the tenure's fencing token.
+	Token epochs.Token
+	// Stopping is closed when the tenure is asked to stop after its
+	// in-flight batches (a revoke, a release, Close).
+	Stopping <-chan struct{}
+	// Halted is closed when every lane of the tenure must stop at once
+	// (a lane was fenced or stopped); nil on the serial path.
+	Halted <-chan struct{}
+	// Exited is closed when the tenure's goroutine, and every lane of it,
+	// has exited.
+	Exited <-chan struct{}
+}
+
+// TenureSignalsOf returns the signals of the tenure of w's partition p,
+// and false when p has no tenure. It exists in this package's tests only.
+func TenureSignalsOf[Tx any](w *Worker[Tx], p int32) (TenureSignals, bool) {
+	w.mu.Lock()
+	t := w.tenures[p]
+	w.mu.Unlock()
+	if t == nil {
+		return TenureSignals{}, false
+	}
+	s := TenureSignals{Token: t.tok, Stopping: t.stopCh, Exited: t.done}
+	if t.halt != nil {
+		s.Halted = t.halt
+	}
+	return s, true
+}

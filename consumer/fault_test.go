@@ -19,6 +19,7 @@ import (
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -102,6 +103,7 @@ func setupZombieRegs(t *testing.T, bHandler consumer.Handler[*memory.Tx], aReg, 
 }
 
 func setupZombieOpts(t *testing.T, bHandler consumer.Handler[*memory.Tx], zo zombieOpts) *zombie {
+	t.Helper()
 	aReg, bReg := zo.aReg, zo.bReg
 	z := &zombie{c: newFakeCluster(t, 1), s: memory.New(), aGate: newGate(), aFenced: make(chan error, 16), keys: makeKeys(5), perKey: 20}
 	var aMember atomic.Value
@@ -125,7 +127,7 @@ func setupZombieOpts(t *testing.T, bHandler consumer.Handler[*memory.Tx], zo zom
 	}
 	z.a = startWorker(t, z.c, z.s, workerOpts{name: "a", handler: aHandler, revoke: time.Minute,
 		onFenced: func(err error) { z.aFenced <- err }, registerer: aReg})
-	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(z.a.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "a to own the partition", func() bool { return len(z.a.Owned()) == 1 })
 	z.b = startWorker(t, z.c, z.s, workerOpts{name: "b", handler: bHandler, registerer: bReg})
 	// Cleanups run last-in first-out: on failure, unblock the handlers and
 	// the heartbeats before the workers are closed.
@@ -150,7 +152,7 @@ func TestZombieApplyFenced(t *testing.T) {
 	aTok := z.a.Owned()[0]
 
 	// B takes over once the coordinator evicts A, and applies everything.
-	waitFor(t, 60*time.Second, "b to apply every command", func() bool {
+	testwait.For(t, 60*time.Second, "b to apply every command", func() bool {
 		return appliedCount(z.s, z.keys) == len(z.keys)*z.perKey
 	})
 	bMember, _ := z.b.Member()
@@ -233,7 +235,7 @@ func TestZombieWindow(t *testing.T) {
 	z.stopHole()
 
 	bGate.open()
-	waitFor(t, 60*time.Second, "b to apply every command", func() bool {
+	testwait.For(t, 60*time.Second, "b to apply every command", func() bool {
 		return appliedCount(z.s, z.keys) == len(z.keys)*z.perKey
 	})
 	checkInvariants(t, z.s, z.keys, z.perKey)
@@ -249,16 +251,16 @@ func TestEpochBumpKeepsTenure(t *testing.T) {
 	s := memory.New()
 	keys := makeKeys(40)
 	a := startWorker(t, c, s, workerOpts{name: "a"})
-	waitFor(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
+	testwait.For(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
 	initial := map[int32]epochs.Token{}
 	for _, tok := range a.Owned() {
 		initial[tok.Partition] = tok
 	}
 	produce(t, c, partitions, keys, 0, 10)
-	waitFor(t, 30*time.Second, "first half applied", func() bool { return appliedCount(s, keys) == 400 })
+	testwait.For(t, 30*time.Second, "first half applied", func() bool { return appliedCount(s, keys) == 400 })
 
 	b := startWorker(t, c, s, workerOpts{name: "b"})
-	waitFor(t, 30*time.Second, "b to own partitions", func() bool { return len(b.Owned()) > 0 })
+	testwait.For(t, 30*time.Second, "b to own partitions", func() bool { return len(b.Owned()) > 0 })
 	_, gen := a.Member()
 	kept := a.Owned()
 	if len(kept) == 0 || len(kept) == partitions {
@@ -274,7 +276,7 @@ func TestEpochBumpKeepsTenure(t *testing.T) {
 	}
 	bumpSeq := uint64(len(s.Events()))
 	produce(t, c, partitions, keys, 10, 20)
-	waitFor(t, 30*time.Second, "second half applied", func() bool { return appliedCount(s, keys) == 800 })
+	testwait.For(t, 30*time.Second, "second half applied", func() bool { return appliedCount(s, keys) == 800 })
 
 	// a's writes after the bump were accepted under the original token.
 	keptAfter := map[int32]bool{}
@@ -312,10 +314,10 @@ func recreatedGroup(t *testing.T) (*cluster, *memory.Sink, []string) {
 	// Three members in turn: each claims at a higher generation.
 	for i, name := range []string{"w1", "w2", "w3"} {
 		w := startWorker(t, c, s, workerOpts{name: name})
-		waitFor(t, 30*time.Second, name+" to own both partitions", func() bool { return len(w.Owned()) == partitions })
+		testwait.For(t, 30*time.Second, name+" to own both partitions", func() bool { return len(w.Owned()) == partitions })
 		produce(t, c, partitions, keys, 5+i, 6+i)
 		want := len(keys) * (6 + i)
-		waitFor(t, 30*time.Second, "applied", func() bool { return appliedCount(s, keys) == want })
+		testwait.For(t, 30*time.Second, "applied", func() bool { return appliedCount(s, keys) == want })
 		w.Close()
 	}
 	fences, _ := s.Fences(context.Background())
@@ -375,7 +377,7 @@ func TestGenerationBackwards(t *testing.T) {
 	if len(w.Owned()) != 0 {
 		t.Fatalf("worker processes partitions despite refused claims: %v", w.Owned())
 	}
-	waitFor(t, 30*time.Second, "both partitions blocked by the regression", func() bool {
+	testwait.For(t, 30*time.Second, "both partitions blocked by the regression", func() bool {
 		ps := w.Partitions()
 		for _, p := range ps {
 			if p.State != consumer.StateBlocked || !errors.Is(p.LastErr, consumer.ErrEpochRegressed) {
@@ -400,9 +402,9 @@ func TestGenerationBackwards(t *testing.T) {
 	if len(s.Audit()) != partitions {
 		t.Fatalf("audit trail has %d entries, want %d", len(s.Audit()), partitions)
 	}
-	waitFor(t, 30*time.Second, "w4 to claim both partitions again by itself", func() bool { return len(w.Owned()) == partitions })
+	testwait.For(t, 30*time.Second, "w4 to claim both partitions again by itself", func() bool { return len(w.Owned()) == partitions })
 	produce(t, c, partitions, keys, 8, 10)
-	waitFor(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*10 })
+	testwait.For(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*10 })
 	checkInvariants(t, s, keys, 10)
 }
 
@@ -433,9 +435,9 @@ func TestGenerationBackwardsTakenOver(t *testing.T) {
 				mu.Unlock()
 			}
 		})}})
-	waitFor(t, 30*time.Second, "w4 to take both partitions over", func() bool { return len(w.Owned()) == partitions })
+	testwait.For(t, 30*time.Second, "w4 to take both partitions over", func() bool { return len(w.Owned()) == partitions })
 	produce(t, c, partitions, keys, 8, 10)
-	waitFor(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*10 })
+	testwait.For(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == len(keys)*10 })
 	mu.Lock()
 	n := len(took)
 	mu.Unlock()
@@ -493,7 +495,7 @@ func TestResetUnderLiveTenure(t *testing.T) {
 				firsts = append(firsts, e.FirstOffset)
 			}
 		})}})
-	waitFor(t, 30*time.Second, "applied", func() bool { return appliedCount(s, keys) == len(keys)*5 })
+	testwait.For(t, 30*time.Second, "applied", func() bool { return appliedCount(s, keys) == len(keys)*5 })
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
@@ -527,7 +529,7 @@ func TestResetUnderLiveTenure(t *testing.T) {
 
 	// The worker's next write finds the fence reset.
 	produce(t, c, partitions, keys, 5, 6)
-	waitFor(t, 30*time.Second, "the worker to claim again and apply past the reset", func() bool {
+	testwait.For(t, 30*time.Second, "the worker to claim again and apply past the reset", func() bool {
 		fs, _ := s.Fences(ctx)
 		return len(fs) == 1 && fs[0].Holder.Member == r.Fence.Holder.Member && fs[0].NextOffset == int64(len(keys)*6)
 	})
@@ -575,7 +577,7 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 				recreated = append(recreated, e)
 			}
 		})}})
-	waitFor(t, 30*time.Second, "the old log applied", func() bool { return appliedCount(s, keys) == len(keys)*5 })
+	testwait.For(t, 30*time.Second, "the old log applied", func() bool { return appliedCount(s, keys) == len(keys)*5 })
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
@@ -591,7 +593,7 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	produce(t, c, partitions, keys, 5, 8)
-	waitFor(t, 60*time.Second, "the claim on the new log to be refused", func() bool {
+	testwait.For(t, 60*time.Second, "the claim on the new log to be refused", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(changed) > 0
@@ -608,7 +610,7 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 	// The recreated topic may also bring a new generation, whose claim
 	// passes through StateClaiming before it is refused the same way: wait
 	// for the partition to settle blocked.
-	waitFor(t, 30*time.Second, "the one partition blocked by the changed log", func() bool {
+	testwait.For(t, 30*time.Second, "the one partition blocked by the changed log", func() bool {
 		ps := w.Partitions()
 		return len(ps) == 1 && ps[0].State == consumer.StateBlocked && errors.Is(ps[0].LastErr, sink.ErrLogChanged)
 	})
@@ -619,7 +621,7 @@ func TestTopicRecreatedBlocksUntilReset(t *testing.T) {
 	operatorReset(t, cl, s, c, admin.Checkpoint{RestartAt: "earliest"}, func(r admin.Report) bool {
 		return len(r.Problems) == 1 && r.Problems[0].Kind == admin.TopicRecreated
 	})
-	waitFor(t, 30*time.Second, "the new log applied", func() bool { return appliedCount(s, keys) == len(keys)*8 })
+	testwait.For(t, 30*time.Second, "the new log applied", func() bool { return appliedCount(s, keys) == len(keys)*8 })
 	checkInvariants(t, s, keys, 8)
 }
 
@@ -647,7 +649,7 @@ func TestRetentionUnderLiveWorker(t *testing.T) {
 				mu.Unlock()
 			}
 		})}})
-	waitFor(t, 30*time.Second, "the first records applied", func() bool { return appliedCount(s, keys) == 5 })
+	testwait.For(t, 30*time.Second, "the first records applied", func() bool { return appliedCount(s, keys) == 5 })
 
 	// Hold the worker's fetches while records 5..19 are produced and
 	// 5..14 deleted, then let them through.
@@ -664,7 +666,7 @@ func TestRetentionUnderLiveWorker(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	waitFor(t, 30*time.Second, "a fetch held", func() bool { return held.Load() > 0 })
+	testwait.For(t, 30*time.Second, "a fetch held", func() bool { return held.Load() > 0 })
 	produce(t, c, partitions, keys, 5, 20)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
@@ -680,7 +682,7 @@ func TestRetentionUnderLiveWorker(t *testing.T) {
 	}
 	close(release)
 
-	waitFor(t, 30*time.Second, "the retention loss to be reported", func() bool {
+	testwait.For(t, 30*time.Second, "the retention loss to be reported", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(changed) > 0
@@ -700,7 +702,7 @@ func TestRetentionUnderLiveWorker(t *testing.T) {
 
 	// The operator accepts the loss: restart at the log start.
 	operatorReset(t, cl, s, c, admin.Checkpoint{RestartAt: "earliest"}, func(r admin.Report) bool { return r.Lost() == 10 })
-	waitFor(t, 30*time.Second, "the records past the gap applied", func() bool { return appliedCount(s, keys) == 10 })
+	testwait.For(t, 30*time.Second, "the records past the gap applied", func() bool { return appliedCount(s, keys) == 10 })
 	if got := logOf(s, keys[0]); !slices.Equal(got, []int{0, 1, 2, 3, 4, 15, 16, 17, 18, 19}) {
 		t.Fatalf("applied %v", got)
 	}
@@ -788,7 +790,7 @@ func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
 	newSink := &gatedClaims{Sink: s, from: 2, gate: newGate(), members: make(chan string, 1)}
 	nw := startWorker(t, c, s, workerOpts{noTakeover: true, name: "new", sink: newSink, reclaimInterval: 100 * time.Millisecond})
 	t.Cleanup(newSink.gate.open) // before new's Close (cleanups run last first)
-	waitFor(t, 60*time.Second, "new to be blocked by the regressed epoch", func() bool { return blockedBy(nw.Partitions(), 1) })
+	testwait.For(t, 60*time.Second, "new to be blocked by the regressed epoch", func() bool { return blockedBy(nw.Partitions(), 1) })
 	if swallowed.Load() == 0 {
 		t.Fatal("old's heartbeats were never held back: the coordinator did not evict it")
 	}
@@ -804,7 +806,7 @@ func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
 
 	// OLD wakes right after the reset and claims first.
 	oldSink.gate.open()
-	waitFor(t, 30*time.Second, "old's claim to be refused for want of a proof", func() bool {
+	testwait.For(t, 30*time.Second, "old's claim to be refused for want of a proof", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.ContainsFunc(oldRefusals, func(err error) bool { return errors.Is(err, sink.ErrProofRequired) })
@@ -815,7 +817,7 @@ func TestOldIncarnationCannotComeBackAfterReset(t *testing.T) {
 
 	// NEW claims, proving its membership, and applies everything.
 	newSink.gate.open()
-	waitFor(t, 60*time.Second, "new to apply every command", func() bool { return appliedCount(s, keys) == len(keys)*4 })
+	testwait.For(t, 60*time.Second, "new to apply every command", func() bool { return appliedCount(s, keys) == len(keys)*4 })
 	checkInvariants(t, s, keys, 4)
 	if _, claimed := claimedBy(s, oldMember.Load().(string)); claimed || appliedBy(s, oldMember.Load().(string)) {
 		t.Fatal("the previous incarnation's member claimed or wrote")
@@ -838,7 +840,7 @@ func TestEqualEpochAfterDataLoss(t *testing.T) {
 	}
 	produce(t, c, 1, keys, 0, 3)
 	w := startWorker(t, c, s, workerOpts{name: "w", reclaimInterval: 100 * time.Millisecond})
-	waitFor(t, 30*time.Second, "the partition blocked as a regression", func() bool { return blockedBy(w.Partitions(), 1) })
+	testwait.For(t, 30*time.Second, "the partition blocked as a regression", func() bool { return blockedBy(w.Partitions(), 1) })
 	if w.Stats().FencedClaims == 0 {
 		t.Fatal("the claim was never refused")
 	}
@@ -846,7 +848,7 @@ func TestEqualEpochAfterDataLoss(t *testing.T) {
 	if _, err := s.ResetFence(t.Context(), fenceadmin.ResetRequest{Scope: fs[0].Scope, Expect: fs[0], Reason: "broker lost its data (test)"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == 9 })
+	testwait.For(t, 30*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == 9 })
 	checkInvariants(t, s, keys, 3)
 }
 

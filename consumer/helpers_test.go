@@ -229,19 +229,6 @@ func checkInvariants(t *testing.T, s *memory.Sink, keys []string, perKey int) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes. The deadline
-// only bounds a failing test; it is not an assertion about speed.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 type workerOpts struct {
 	name     string
 	group    string

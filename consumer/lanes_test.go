@@ -17,6 +17,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -142,7 +143,7 @@ func TestKeyConcurrencyOrderPerKey(t *testing.T) {
 		return appendHandler(ctx, tx, cmd)
 	}
 	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: 8, maxBatch: 8, observers: []consumer.Observer{&seen}})
-	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
+	testwait.For(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
 	checkInvariants(t, s, keys, perKey)
 	if n := len(seen.lanes()); n < 2 {
 		t.Errorf("batches applied by %d lane(s), want several", n)
@@ -160,7 +161,7 @@ func TestKeyConcurrencyOrderPerKey(t *testing.T) {
 		t.Fatal("no gapped apply recorded")
 	}
 	ends := logEnds(t, c)
-	waitFor(t, 30*time.Second, "every partition's watermark at its log end", func() bool {
+	testwait.For(t, 30*time.Second, "every partition's watermark at its log end", func() bool {
 		for _, p := range w.Partitions() {
 			if p.NextOffset != ends[p.Token.Partition] {
 				return false
@@ -178,7 +179,7 @@ func TestKeyConcurrencyOrderPerKey(t *testing.T) {
 		}
 	}
 	// Kafka's committed offset is the watermark.
-	waitFor(t, 30*time.Second, "the committed offsets at the log ends", func() bool {
+	testwait.For(t, 30*time.Second, "the committed offsets at the log ends", func() bool {
 		committed := committedOffsets(t, c)
 		for p, end := range ends {
 			if committed[p] != end {
@@ -232,7 +233,7 @@ func TestKeyConcurrencyOrderPerKeyUnderReassignment(t *testing.T) {
 		}
 		produceKeys(t, c, recs)
 		total += len(recs)
-		waitFor(t, 60*time.Second, "round "+strconv.Itoa(r)+" applied, the watermark at its end", func() bool {
+		testwait.For(t, 60*time.Second, "round "+strconv.Itoa(r)+" applied, the watermark at its end", func() bool {
 			ps := w.Partitions()
 			return len(ps) == 1 && ps[0].NextOffset == int64(total)
 		})
@@ -344,7 +345,7 @@ func TestKeyConcurrencyKeylessAndPoisonKeepTheOrder(t *testing.T) {
 	}
 	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: 4, maxBatch: 4})
 	total := len(keys)*perKey + 3
-	waitFor(t, 60*time.Second, "every record applied or dead-lettered", func() bool {
+	testwait.For(t, 60*time.Second, "every record applied or dead-lettered", func() bool {
 		ps := w.Partitions()
 		return len(ps) == 1 && ps[0].NextOffset == int64(total)
 	})
@@ -415,7 +416,7 @@ func TestKeyConcurrencyHotKeyDoesNotStarveOthers(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the hot key's handler never ran")
 	}
-	waitFor(t, 60*time.Second, "the other keys applied while the hot key is stuck", func() bool { return appliedCount(s, others) == len(others)*perKey })
+	testwait.For(t, 60*time.Second, "the other keys applied while the hot key is stuck", func() bool { return appliedCount(s, others) == len(others)*perKey })
 	if n := len(logOf(s, hot)); n != 0 {
 		t.Errorf("the stuck hot key has %d records applied", n)
 	}
@@ -441,10 +442,10 @@ func TestKeyConcurrencyHotKeyDoesNotStarveOthers(t *testing.T) {
 	}
 
 	g.open()
-	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, append([]string{hot}, others...)) == len(recs) })
+	testwait.For(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, append([]string{hot}, others...)) == len(recs) })
 	checkLog(t, s, hot, hotRecs)
 	checkInvariants(t, s, others, perKey)
-	waitFor(t, 30*time.Second, "the watermark at the log end, no gap", func() bool {
+	testwait.For(t, 30*time.Second, "the watermark at the log end, no gap", func() bool {
 		ps := w.Partitions()
 		fences, err := s.Fences(t.Context())
 		v, _ := series(t, reg, "workrouter_consumer_gapped_spans", map[string]string{"partition": "0"})
@@ -480,12 +481,12 @@ func TestKeyConcurrencyStuckLaneBackPressures(t *testing.T) {
 	w := startWorker(t, c, s, workerOpts{name: "lanes", handler: h, keyConcurrency: lanes, maxBatch: 4, queueSize: 8})
 	produce(t, c, 1, keys, 0, perKey)
 	<-g.entered
-	waitFor(t, 60*time.Second, "the partition's fetching paused", func() bool { return w.Stats().Pauses > 0 })
+	testwait.For(t, 60*time.Second, "the partition's fetching paused", func() bool { return w.Stats().Pauses > 0 })
 	if n := appliedCount(s, keys); n == len(keys)*perKey {
 		t.Fatal("everything applied while a lane is stuck: no back-pressure to see")
 	}
 	g.open()
-	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
+	testwait.For(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
 	checkInvariants(t, s, keys, perKey)
 }
 
@@ -520,8 +521,12 @@ func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
 		return appendHandler(ctx, tx, cmd)
 	}
 	a := startWorker(t, c, s, workerOpts{name: "a", handler: aHandler, revoke: time.Minute, keyConcurrency: lanes, maxBatch: 4})
-	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(a.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "a to own the partition", func() bool { return len(a.Owned()) == 1 })
 	aTok := a.Owned()[0]
+	aSig, ok := consumer.TenureSignalsOf(a, 0)
+	if !ok || aSig.Token != aTok {
+		t.Fatalf("a's tenure of partition 0: %v %v, want %v", aSig.Token, ok, aTok)
+	}
 	b := startWorker(t, c, s, workerOpts{name: "b", keyConcurrency: lanes, maxBatch: 4})
 	t.Cleanup(stopHole)
 	t.Cleanup(aGate.open)
@@ -531,7 +536,7 @@ func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("a's lanes never were all inside their effects")
 	}
-	waitFor(t, 60*time.Second, "b to apply every command", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
+	testwait.For(t, 60*time.Second, "b to apply every command", func() bool { return appliedCount(s, keys) == len(keys)*perKey })
 	bMember, _ := b.Member()
 	if bTok, ok := claimedBy(s, bMember); !ok || bTok.Epoch <= aTok.Epoch {
 		t.Fatalf("b's claim %v is not newer than a's tenure %v", bTok, aTok)
@@ -541,8 +546,19 @@ func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
 	}
 
 	aGate.open() // the zombie's lanes wake up and try to land their batches
-	waitFor(t, 30*time.Second, "every lane of a fenced", func() bool { return a.Stats().FencedApplies >= int64(inLane) })
-	time.Sleep(100 * time.Millisecond) // a lane that went on after its fence would be refused again meanwhile
+	testwait.For(t, 30*time.Second, "every lane of a fenced", func() bool { return a.Stats().FencedApplies >= int64(inLane) })
+	// Every lane of the fenced tenure exits; one that went on after its
+	// fence would have been refused again before.
+	select {
+	case <-aSig.Exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lanes of a's fenced tenure never exited")
+	}
+	select {
+	case <-aSig.Halted:
+	default:
+		t.Error("a's lanes exited without being halted")
+	}
 	if n := a.Stats().FencedApplies; n != int64(inLane) {
 		t.Errorf("a's fenced applies: %d, want %d (one per lane in flight, then every lane stopped)", n, inLane)
 	}
@@ -599,9 +615,9 @@ func TestKeyConcurrencyCoversOffsetsWithoutRecords(t *testing.T) {
 	if logEnd := logEnds(t, c)[0]; logEnd != end+1 {
 		t.Fatalf("log end %d, want a commit marker after the last record at %d", logEnd, end-1)
 	}
-	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*6 })
+	testwait.For(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*6 })
 	checkInvariants(t, s, keys, 6)
-	waitFor(t, 30*time.Second, "the watermark after the last record", func() bool {
+	testwait.For(t, 30*time.Second, "the watermark after the last record", func() bool {
 		ps := w.Partitions()
 		return len(ps) == 1 && ps[0].NextOffset == end
 	})
@@ -650,7 +666,7 @@ func TestKeyConcurrencyTakesOverAGappedCheckpoint(t *testing.T) {
 			}
 			a := startWorker(t, c, s, workerOpts{name: "a", handler: h, keyConcurrency: lanes, maxBatch: 4,
 				queueSize: lanes * len(recs), revoke: 50 * time.Millisecond})
-			waitFor(t, 60*time.Second, "the other keys applied", func() bool { return appliedCount(s, others) == len(others)*perKey })
+			testwait.For(t, 60*time.Second, "the other keys applied", func() bool { return appliedCount(s, others) == len(others)*perKey })
 			a.Close()
 			fences, err := s.Fences(t.Context())
 			if err != nil {
@@ -661,7 +677,7 @@ func TestKeyConcurrencyTakesOverAGappedCheckpoint(t *testing.T) {
 			}
 			left := len(recs) - appliedCount(s, keys)
 			b := startWorker(t, c, s, workerOpts{name: "b", keyConcurrency: next, maxBatch: 4})
-			waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(recs) })
+			testwait.For(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(recs) })
 			checkLog(t, s, hot, len(others)*perKey)
 			checkInvariants(t, s, others, perKey)
 			st := b.Stats()
@@ -711,8 +727,12 @@ func TestKeyConcurrencyRevokeFinishesInFlight(t *testing.T) {
 	})
 	w := startWorker(t, c, s, workerOpts{name: "a", handler: h, keyConcurrency: lanes, maxBatch: 64, revoke: time.Minute,
 		commitPace: time.Hour, observers: []consumer.Observer{obs}})
-	waitFor(t, 30*time.Second, "the partition owned", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "the partition owned", func() bool { return len(w.Owned()) == 1 })
 	tok := w.Owned()[0]
+	sig, ok := consumer.TenureSignalsOf(w, 0)
+	if !ok || sig.Token != tok {
+		t.Fatalf("the tenure of partition 0: %v %v, want %v", sig.Token, ok, tok)
+	}
 	produce(t, c, 1, keys, 0, perKey)
 	select {
 	case <-allIn:
@@ -721,7 +741,17 @@ func TestKeyConcurrencyRevokeFinishesInFlight(t *testing.T) {
 	}
 	closed := make(chan struct{})
 	go func() { w.Close(); close(closed) }()
-	time.Sleep(100 * time.Millisecond) // let the revoke begin while the lanes are in flight
+	// The revoke begins while every lane is in flight, held by the gate.
+	select {
+	case <-sig.Stopping:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close never began the revoke")
+	}
+	select {
+	case <-sig.Exited:
+		t.Fatal("the tenure exited while its lanes were held in their batches")
+	default:
+	}
 	g.open()
 	select {
 	case <-closed:
@@ -760,11 +790,11 @@ func TestKeyConcurrencyDeduplicates(t *testing.T) {
 	s := memory.New()
 	var seen appliedEvents
 	w := startWorker(t, c, s, workerOpts{name: "dedupe", keyConcurrency: 4, observers: []consumer.Observer{&seen}})
-	waitFor(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
 	produceIDs(t, c, idRec{id: "a", payload: "0"})
-	waitFor(t, 30*time.Second, "the first command applied", func() bool { return len(logOf(s, "k")) == 1 })
+	testwait.For(t, 30*time.Second, "the first command applied", func() bool { return len(logOf(s, "k")) == 1 })
 	produceIDs(t, c, idRec{id: "a", payload: "0"}, idRec{id: "b", payload: "1"}, idRec{id: "b", payload: "1"})
-	waitFor(t, 30*time.Second, "the watermark past every record", func() bool {
+	testwait.For(t, 30*time.Second, "the watermark past every record", func() bool {
 		ps := w.Partitions()
 		return len(ps) == 1 && ps[0].NextOffset == 4
 	})

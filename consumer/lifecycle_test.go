@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -115,7 +116,7 @@ func TestEventsFollowTheProtocol(t *testing.T) {
 	produce(t, c, partitions, keys, 0, 10)
 	rec := &recorder{}
 	w := startWorker(t, c, s, workerOpts{name: "w1", observers: []consumer.Observer{rec}})
-	waitFor(t, 30*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*10 })
+	testwait.For(t, 30*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*10 })
 	select {
 	case <-w.Done():
 		t.Fatal("Done closed while the worker runs")

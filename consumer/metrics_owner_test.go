@@ -12,6 +12,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -50,17 +51,17 @@ func TestMetricsBlockedThenRevoked(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	rec := &events{}
 	a := startWorker(t, c, s, workerOpts{noTakeover: true, name: "a", registerer: reg, reclaimInterval: 50 * time.Millisecond, observers: []consumer.Observer{rec}})
-	waitFor(t, 30*time.Second, "a's partitions blocked", func() bool { return blockedBy(a.Partitions(), partitions) })
+	testwait.For(t, 30*time.Second, "a's partitions blocked", func() bool { return blockedBy(a.Partitions(), partitions) })
 	for p := range int32(partitions) {
-		waitFor(t, 30*time.Second, "stalled = 1 for a blocked partition", func() bool {
+		testwait.For(t, 30*time.Second, "stalled = 1 for a blocked partition", func() bool {
 			v, ok := series(t, reg, "workrouter_consumer_partition_stalled", map[string]string{"partition": strconv.Itoa(int(p))})
 			return ok && v == 1
 		})
 	}
 
 	b := startWorker(t, c, s, workerOpts{noTakeover: true, name: "b", reclaimInterval: 50 * time.Millisecond})
-	waitFor(t, 30*time.Second, "b to be assigned a partition", func() bool { return len(b.Partitions()) == 1 })
-	waitFor(t, 30*time.Second, "a to keep one partition", func() bool { return len(a.Partitions()) == 1 })
+	testwait.For(t, 30*time.Second, "b to be assigned a partition", func() bool { return len(b.Partitions()) == 1 })
+	testwait.For(t, 30*time.Second, "a to keep one partition", func() bool { return len(a.Partitions()) == 1 })
 	revoked := rec.find(func(e consumer.Event) bool { _, ok := e.(consumer.Revoked); return ok })
 	if len(revoked) != 1 {
 		t.Fatalf("revoked events %v, want one", revoked)
@@ -90,15 +91,15 @@ func TestMetricsBlockedThenLost(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	rec := &events{}
 	a := startWorker(t, c, s, workerOpts{noTakeover: true, name: "a", registerer: reg, reclaimInterval: 50 * time.Millisecond, observers: []consumer.Observer{rec}})
-	waitFor(t, 30*time.Second, "a's partition blocked", func() bool { return blockedBy(a.Partitions(), 1) })
+	testwait.For(t, 30*time.Second, "a's partition blocked", func() bool { return blockedBy(a.Partitions(), 1) })
 	b := startWorker(t, c, s, workerOpts{noTakeover: true, name: "b", reclaimInterval: 50 * time.Millisecond})
-	waitFor(t, 30*time.Second, "b in the group", func() bool { m, _ := b.Member(); return m != "" })
+	testwait.For(t, 30*time.Second, "b in the group", func() bool { m, _ := b.Member(); return m != "" })
 	if v, ok := series(t, reg, "workrouter_consumer_partition_stalled", map[string]string{"partition": "0"}); !ok || v != 1 {
 		t.Fatalf("a's blocked partition: stalled = %v (present %v), want 1", v, ok)
 	}
 	old, _ := a.Member()
 	evict(t, c, old, func() bool { return blockedBy(b.Partitions(), 1) })
-	waitFor(t, 30*time.Second, "a to rejoin with nothing", func() bool {
+	testwait.For(t, 30*time.Second, "a to rejoin with nothing", func() bool {
 		m, _ := a.Member()
 		return m != old && m != "" && len(a.Partitions()) == 0
 	})
@@ -144,12 +145,12 @@ func TestMetricsFencedClaim(t *testing.T) {
 	swallowed, stopHole := blackholeHeartbeats(c.kf, func() string { return aTok.Member })
 	t.Cleanup(stopHole) // before a's Close, after the claim's release
 	b := startWorker(t, c, s, workerOpts{name: "b"})
-	waitFor(t, 60*time.Second, "b to own the partition", func() bool { return len(b.Owned()) == 1 })
+	testwait.For(t, 60*time.Second, "b to own the partition", func() bool { return len(b.Owned()) == 1 })
 	if swallowed.Load() == 0 {
 		t.Fatal("no heartbeat of a was held back: the fault did not happen")
 	}
 	h.open()
-	waitFor(t, 30*time.Second, "a's claim fenced", func() bool {
+	testwait.For(t, 30*time.Second, "a's claim fenced", func() bool {
 		return len(rec.find(func(e consumer.Event) bool {
 			f, ok := e.(consumer.Fenced)
 			return ok && f.Token == aTok && f.Op == sink.OpClaim && errors.Is(f.Err, sink.ErrFenced)

@@ -17,6 +17,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/consumer/consumerprom"
 	"github.com/workrouter/workrouter/envelope"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/router/routerprom"
 	"github.com/workrouter/workrouter/sink"
@@ -94,7 +95,7 @@ func TestMetricsZombie(t *testing.T) {
 	if v, ok := series(t, aReg, "workrouter_consumer_tenure_epoch", part); !ok || v != float64(aTok.Epoch) {
 		t.Fatalf("a's tenure_epoch = %v (present %v), want %d", v, ok, aTok.Epoch)
 	}
-	waitFor(t, 60*time.Second, "b to apply every command", func() bool {
+	testwait.For(t, 60*time.Second, "b to apply every command", func() bool {
 		return appliedCount(z.s, z.keys) == len(z.keys)*z.perKey
 	})
 	bMember, _ := z.b.Member()
@@ -119,7 +120,7 @@ func TestMetricsZombie(t *testing.T) {
 	}
 	// The rejection reaches aFenced from inside the sink call; the worker
 	// handles the fenced outcome (and drops the series) after it returns.
-	waitFor(t, 10*time.Second, "a to drop the partition's series after its Apply was fenced", func() bool {
+	testwait.For(t, 10*time.Second, "a to drop the partition's series after its Apply was fenced", func() bool {
 		return len(heldSeries(t, aReg, aTok.Partition)) == 0
 	})
 	if got := heldSeries(t, aReg, aTok.Partition); len(got) != 0 {
@@ -155,7 +156,7 @@ func TestMetricsLint(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	s := memory.New()
 	w := startWorker(t, c, s, workerOpts{name: "lint", registerer: reg, lagInterval: 20 * time.Millisecond})
-	waitFor(t, 30*time.Second, "the worker to own the partitions", func() bool { return len(w.Owned()) == partitions && w.Ready() })
+	testwait.For(t, 30*time.Second, "the worker to own the partitions", func() bool { return len(w.Owned()) == partitions && w.Ready() })
 
 	ctx := context.Background()
 	rm, err := routerprom.New(reg)
@@ -179,8 +180,8 @@ func TestMetricsLint(t *testing.T) {
 	if _, err := r.Send(ctx, router.Command{Type: "append"}); !errors.Is(err, envelope.ErrEmptyKey) {
 		t.Fatalf("send without key: %v", err)
 	}
-	waitFor(t, 30*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys) })
-	waitFor(t, 30*time.Second, "lag to reach zero on every partition", func() bool {
+	testwait.For(t, 30*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys) })
+	testwait.For(t, 30*time.Second, "lag to reach zero on every partition", func() bool {
 		for p := range partitions {
 			if v, ok := series(t, reg, "workrouter_consumer_lag", map[string]string{"partition": strconv.Itoa(p)}); !ok || v != 0 {
 				return false

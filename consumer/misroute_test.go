@@ -16,6 +16,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -137,7 +138,7 @@ func TestMisroutedRecordsFlagged(t *testing.T) {
 	log := &lockedBuffer{}
 	s := memory.New()
 	w := misrouteWorker(t, c, s, envelope.Murmur2, consumer.MisrouteApply, reg, log, obs)
-	waitFor(t, 30*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys) })
+	testwait.For(t, 30*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys) })
 
 	if got := w.Stats().Misrouted; got != int64(want) {
 		t.Errorf("Stats().Misrouted = %d, want %d", got, want)
@@ -196,7 +197,7 @@ func TestCRC32PartitionerAgreesWithLibrdkafka(t *testing.T) {
 			flagged.Store(string(m.Key), true)
 		}
 	}))
-	waitFor(t, 30*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
+	testwait.For(t, 30*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
 	checkInvariants(t, s, keys, 2)
 	if n := w.Stats().Misrouted; n != 0 {
 		t.Errorf("Stats().Misrouted = %d, want 0", n)
@@ -256,7 +257,7 @@ func TestMisrouteRefuseDeadLetters(t *testing.T) {
 	produceEnvelopes(t, librdkafkaProducer(t, c), c, []string{"acct-0"}, 0) // partition 1; murmur2 says 0
 	s := memory.New()
 	w := misrouteWorker(t, c, s, envelope.Murmur2, consumer.MisrouteRefuse, nil, &lockedBuffer{}, consumer.ObserverFunc(func(consumer.Event) {}))
-	waitFor(t, 30*time.Second, "the misrouted record dead-lettered", func() bool { return w.Stats().DeadLettered >= 1 })
+	testwait.For(t, 30*time.Second, "the misrouted record dead-lettered", func() bool { return w.Stats().DeadLettered >= 1 })
 	dls, err := s.DeadLetters(context.Background(), dlq.Filter{})
 	if err != nil || len(dls) < 1 || dls[0].Record.Reason != consumer.ReasonMisrouted || !strings.Contains(dls[0].Record.Error, "maps it to partition 0") {
 		t.Fatalf("dead letters %+v, %v: want one with reason %q", dls, err, consumer.ReasonMisrouted)

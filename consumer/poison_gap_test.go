@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -25,6 +26,7 @@ type txnProducer struct {
 }
 
 func newTxnProducer(t *testing.T, c *cluster) *txnProducer {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.TransactionalID("poison-gap-"+t.Name()), kgo.DefaultProduceTopic(c.topic))
 	if err != nil {
@@ -120,11 +122,11 @@ func TestPoisonAfterOffsetGap(t *testing.T) {
 				}
 			}
 			w := startWorker(t, c, s, workerOpts{name: "a", observers: []consumer.Observer{obs}})
-			waitFor(t, 30*time.Second, "the good commands applied", func() bool {
+			testwait.For(t, 30*time.Second, "the good commands applied", func() bool {
 				noStall()
 				return appliedCount(s, []string{"k"}) == 2
 			})
-			waitFor(t, 30*time.Second, "the poison record dead-lettered", func() bool {
+			testwait.For(t, 30*time.Second, "the poison record dead-lettered", func() bool {
 				dls, _ := s.DeadLetters(t.Context(), dlq.Filter{})
 				return len(dls) == 1
 			})

@@ -20,6 +20,7 @@ import (
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/invariants"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/fenceadmin"
@@ -35,6 +36,7 @@ type rawProducer struct {
 }
 
 func newRawProducer(t *testing.T, c *cluster) *rawProducer {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(4<<20))
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +61,7 @@ func (p *rawProducer) send(recs ...*kgo.Record) []int64 {
 
 // command is a valid command record of key with payload on partition p.
 func command(t *testing.T, topic string, p int32, key, typ, payload string) *kgo.Record {
+	t.Helper()
 	r, err := envelope.Encode(topic, p, envelope.Command{Key: []byte(key), Type: typ, Payload: []byte(payload)})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +101,7 @@ func TestPoisonRecordsCostOnlyThemselves(t *testing.T) {
 	w := startWorker(t, c, s, workerOpts{name: "a", maxBatch: 64,
 		handlers: map[string]consumer.Handler[*memory.Tx]{"append": handler},
 		poison:   consumer.PoisonPolicy{NoHandler: consumer.PoisonDeadLetter, MaxAttempts: 3}})
-	waitFor(t, 30*time.Second, "a to own every partition", func() bool { return len(w.Owned()) == partitions })
+	testwait.For(t, 30*time.Second, "a to own every partition", func() bool { return len(w.Owned()) == partitions })
 
 	keys := []string{"k0", "k1", "k2"} // one per partition
 	raw := newRawProducer(t, c)
@@ -144,8 +147,8 @@ func TestPoisonRecordsCostOnlyThemselves(t *testing.T) {
 	for _, n := range seq {
 		total += n
 	}
-	waitFor(t, 60*time.Second, "every good command applied", func() bool { return appliedCount(s, keys) == total })
-	waitFor(t, 30*time.Second, "every poison record dead-lettered", func() bool {
+	testwait.For(t, 60*time.Second, "every good command applied", func() bool { return appliedCount(s, keys) == total })
+	testwait.For(t, 30*time.Second, "every poison record dead-lettered", func() bool {
 		dls, _ := s.DeadLetters(t.Context(), dlq.Filter{})
 		return len(dls) == len(cases)
 	})
@@ -298,18 +301,18 @@ func TestSinkOutageDeadLettersNothing(t *testing.T) {
 			keys := makeKeys(10)
 			w := startWorker(t, c, s, workerOpts{name: "a", sink: tc.wrap(o),
 				poison: consumer.PoisonPolicy{MaxAttempts: 2, MaxRetryTime: 50 * time.Millisecond}})
-			waitFor(t, 30*time.Second, "a to own both partitions", func() bool { return len(w.Owned()) == 2 })
+			testwait.For(t, 30*time.Second, "a to own both partitions", func() bool { return len(w.Owned()) == 2 })
 			produce(t, c, 2, keys, 0, 5)
-			waitFor(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(s, keys) == 50 })
+			testwait.For(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(s, keys) == 50 })
 			o.down.Store(true)
 			var wg sync.WaitGroup
 			wg.Go(func() { produce(t, c, 2, keys, 5, 10) })
 			// Down for longer than the budget (2 attempts, 50 ms): many
 			// failed attempts.
-			waitFor(t, 30*time.Second, "the outage to outlast the budget", func() bool { return o.failures.Load() > 20 })
+			testwait.For(t, 30*time.Second, "the outage to outlast the budget", func() bool { return o.failures.Load() > 20 })
 			o.down.Store(false)
 			wg.Wait()
-			waitFor(t, 60*time.Second, "every command applied after the outage", func() bool { return appliedCount(s, keys) == 100 })
+			testwait.For(t, 60*time.Second, "every command applied after the outage", func() bool { return appliedCount(s, keys) == 100 })
 			checkInvariants(t, s, keys, 10)
 			if dls, _ := s.DeadLetters(t.Context(), dlq.Filter{}); len(dls) != 0 {
 				t.Fatalf("the outage dead-lettered %d records: %+v", len(dls), dls[0].Record.Error)
@@ -335,7 +338,7 @@ func TestZombieCannotDeadLetter(t *testing.T) {
 	z := setupZombieOpts(t, bHandler, zombieOpts{aFails: consumer.Permanent(errors.New("refused by the zombie's stale logic"))})
 	t.Cleanup(bGate.open)
 	aTok := z.a.Owned()[0]
-	waitFor(t, 60*time.Second, "b to claim the partition", func() bool {
+	testwait.For(t, 60*time.Second, "b to claim the partition", func() bool {
 		bMember, _ := z.b.Member()
 		_, ok := claimedBy(z.s, bMember)
 		return ok
@@ -352,7 +355,7 @@ func TestZombieCannotDeadLetter(t *testing.T) {
 		t.Fatalf("zombie: %v, want a fenced dead letter by %v", err, aTok)
 	}
 	bGate.open()
-	waitFor(t, 60*time.Second, "b to apply every command", func() bool { return appliedCount(z.s, z.keys) == len(z.keys)*z.perKey })
+	testwait.For(t, 60*time.Second, "b to apply every command", func() bool { return appliedCount(z.s, z.keys) == len(z.keys)*z.perKey })
 	if dls, _ := z.s.DeadLetters(t.Context(), dlq.Filter{}); len(dls) != 0 {
 		t.Fatalf("the zombie's dead letter landed: %+v", dls)
 	}
@@ -380,7 +383,7 @@ func TestPermanentIsNotSecondGuessed(t *testing.T) {
 	}
 	w := startWorker(t, c, s, workerOpts{name: "a", sink: classifyingPinger{o}, handler: handler})
 	produce(t, c, 1, keys, 0, 3)
-	waitFor(t, 30*time.Second, "the good commands applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
+	testwait.For(t, 30*time.Second, "the good commands applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
 	dls, err := s.DeadLetters(t.Context(), dlq.Filter{})
 	if err != nil || len(dls) != len(keys) {
 		t.Fatalf("dead letters %d, %v: want %d", len(dls), err, len(keys))
@@ -448,7 +451,7 @@ func TestSinkClassifiedPermanentDeadLettersAtOnce(t *testing.T) {
 	w := startWorker(t, c, s, workerOpts{name: "a", sink: permanentClassifying{s}, handler: handler,
 		poison: consumer.PoisonPolicy{MaxAttempts: 5}})
 	produce(t, c, 1, keys, 0, 3)
-	waitFor(t, 30*time.Second, "the good commands applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
+	testwait.For(t, 30*time.Second, "the good commands applied", func() bool { return appliedCount(s, keys) == 2*len(keys) })
 	dls, err := s.DeadLetters(t.Context(), dlq.Filter{})
 	if err != nil || len(dls) != len(keys) {
 		t.Fatalf("dead letters %d, %v: want %d", len(dls), err, len(keys))
@@ -504,12 +507,12 @@ func TestResetBeforeDeadLetterReclaims(t *testing.T) {
 	r := &resetBeforeDeadLetter{Sink: s}
 	keys := makeKeys(3)
 	w := startWorker(t, c, s, workerOpts{name: "a", sink: r, reclaimInterval: 100 * time.Millisecond})
-	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
 	produce(t, c, 1, keys, 0, 1)
 	raw := newRawProducer(t, c)
 	poison := raw.send(&kgo.Record{Topic: c.topic, Partition: 0, Key: []byte("k"), Value: []byte("not an envelope")})[0]
 	produce(t, c, 1, keys, 1, 2)
-	waitFor(t, 30*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == 2*len(keys) })
+	testwait.For(t, 30*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == 2*len(keys) })
 	if !r.reset.Load() {
 		t.Fatal("the fence was never reset before the dead letter")
 	}
@@ -581,15 +584,15 @@ func TestHandlerNetworkErrorIsTheHandlers(t *testing.T) {
 				mu.Unlock()
 			}
 		})}})
-	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
 	raw := newRawProducer(t, c)
 	raw.send(command(t, c.topic, 0, "k0", "append", "0"), command(t, c.topic, 0, "k0", "append", "call"),
 		command(t, c.topic, 0, "k0", "append", "1"), command(t, c.topic, 0, "k0", "append", "2"))
-	waitFor(t, 30*time.Second, "the command that calls the service dead-lettered", func() bool {
+	testwait.For(t, 30*time.Second, "the command that calls the service dead-lettered", func() bool {
 		dls, _ := s.DeadLetters(t.Context(), dlq.Filter{})
 		return len(dls) == 1
 	})
-	waitFor(t, 30*time.Second, "the commands after it applied", func() bool { return appliedCount(s, []string{"k0"}) == 3 })
+	testwait.For(t, 30*time.Second, "the commands after it applied", func() bool { return appliedCount(s, []string{"k0"}) == 3 })
 	dls, err := s.DeadLetters(t.Context(), dlq.Filter{})
 	if err != nil || len(dls) != 1 || dls[0].Record.Reason != consumer.ReasonHandlerError || !strings.Contains(dls[0].Record.Error, "connection refused") {
 		t.Fatalf("dead letters %+v, %v: want the call's, a handler error (connection refused)", dls, err)

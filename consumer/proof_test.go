@@ -13,6 +13,7 @@ import (
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -39,13 +40,13 @@ func TestProofAfterTheEpochMoved(t *testing.T) {
 			s := memory.New()
 			keys := makeKeys(40)
 			a := startWorker(t, c, s, workerOpts{name: "a", protocol: proto, reclaimInterval: 100 * time.Millisecond})
-			waitFor(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
+			testwait.For(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
 			produce(t, c, partitions, keys, 0, 2)
-			waitFor(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(s, keys) == len(keys)*2 })
+			testwait.For(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(s, keys) == len(keys)*2 })
 
 			b := startWorker(t, c, s, workerOpts{name: "b", protocol: proto, reclaimInterval: 100 * time.Millisecond})
 			var kept epochs.Token
-			waitFor(t, 30*time.Second, "a and b to split the partitions, a's epoch past a kept token's", func() bool {
+			testwait.For(t, 30*time.Second, "a and b to split the partitions, a's epoch past a kept token's", func() bool {
 				owned := a.Owned()
 				if len(b.Owned()) == 0 || len(owned) == 0 || len(owned)+len(b.Owned()) != partitions {
 					return false
@@ -84,7 +85,7 @@ func TestProofAfterTheEpochMoved(t *testing.T) {
 			claimsBefore := a.Stats().Claims
 
 			produce(t, c, partitions, keys, 2, 4)
-			waitFor(t, 60*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == len(keys)*4 })
+			testwait.For(t, 60*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == len(keys)*4 })
 			checkInvariants(t, s, keys, 4)
 			if a.Stats().Claims <= claimsBefore {
 				t.Fatalf("a never claimed again after the reset: %+v", a.Stats())
@@ -147,14 +148,14 @@ func TestStaleProofProvesAgain(t *testing.T) {
 	regressAll(t, c, mem, 1)
 	produce(t, c, 1, keys, 0, 1)
 	w := startWorker(t, c, mem, workerOpts{noTakeover: true, name: "live", reclaimInterval: 100 * time.Millisecond, sink: s})
-	waitFor(t, 60*time.Second, "the worker to be blocked by the regressed epoch", func() bool { return blockedBy(w.Partitions(), 1) })
+	testwait.For(t, 60*time.Second, "the worker to be blocked by the regressed epoch", func() bool { return blockedBy(w.Partitions(), 1) })
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
 	operatorReset(t, cl, mem, c, admin.Checkpoint{Keep: true}, func(r admin.Report) bool { return len(r.Problems) > 0 })
-	waitFor(t, 60*time.Second, "the worker to claim with a fresh proof and apply", func() bool { return appliedCount(mem, keys) == len(keys) })
+	testwait.For(t, 60*time.Second, "the worker to claim with a fresh proof and apply", func() bool { return appliedCount(mem, keys) == len(keys) })
 	if !s.moved.Load() {
 		t.Fatal("the fence never moved between a proof and its claim: the stale proof was not exercised")
 	}
@@ -192,7 +193,7 @@ func TestProofAtTheTokenEpoch(t *testing.T) {
 			c := newFakeCluster(t, 1)
 			s := memory.New()
 			a := startWorker(t, c, s, workerOpts{name: "a", protocol: proto})
-			waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(a.Owned()) == 1 })
+			testwait.For(t, 30*time.Second, "a to own the partition", func() bool { return len(a.Owned()) == 1 })
 			tok := a.Owned()[0]
 			if err := consumer.ProveMembership(t.Context(), a, tok); err != nil {
 				t.Fatalf("the proof of a's own token %s: %v", tok, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -64,7 +65,7 @@ func TestNotReadyBeforeTheAssignment(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			releaseOnce()
-			waitFor(t, 30*time.Second, "the worker to be ready with both partitions", func() bool {
+			testwait.For(t, 30*time.Second, "the worker to be ready with both partitions", func() bool {
 				return w.Ready() && len(w.Owned()) == 2
 			})
 		})

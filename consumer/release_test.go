@@ -15,6 +15,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/fenceadmin"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -100,7 +101,7 @@ func evict(t *testing.T, c *cluster, member string, until func() bool) {
 		t.Fatal(err)
 	}
 	defer adm.Close()
-	waitFor(t, 30*time.Second, "the coordinator to evict "+member, func() bool {
+	testwait.For(t, 30*time.Second, "the coordinator to evict "+member, func() bool {
 		groups, err := adm.DescribeGroups(t.Context(), c.group)
 		if err != nil || groups[c.group].Err != nil {
 			return false
@@ -116,7 +117,7 @@ func evict(t *testing.T, c *cluster, member string, until func() bool) {
 		t.Fatal("no heartbeat of the member was held back: the eviction is not the test's")
 	}
 	if until != nil {
-		waitFor(t, 30*time.Second, "the group to settle without "+member, until)
+		testwait.For(t, 30*time.Second, "the group to settle without "+member, until)
 	}
 }
 
@@ -186,7 +187,7 @@ func TestLostWhileReclaimingCancelsTheClaim(t *testing.T) {
 	}
 
 	evict(t, c, old.Member, nil)
-	waitFor(t, 30*time.Second, "the worker to learn it lost the partition", func() bool { return reachedAtLoss.Load() >= 0 })
+	testwait.For(t, 30*time.Second, "the worker to learn it lost the partition", func() bool { return reachedAtLoss.Load() >= 0 })
 	select {
 	case tok := <-h.cancelled:
 		if tok != old {
@@ -195,7 +196,7 @@ func TestLostWhileReclaimingCancelsTheClaim(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the lost tenure's claim was not cancelled: a tenure that is gone keeps claiming")
 	}
-	waitFor(t, 30*time.Second, "the abandoned claim reported as discarded", func() bool {
+	testwait.For(t, 30*time.Second, "the abandoned claim reported as discarded", func() bool {
 		return len(rec.find(func(e consumer.Event) bool {
 			d, ok := e.(consumer.Discarded)
 			return ok && d.Token == old && d.Op == sink.OpClaim && errors.Is(d.Err, context.Canceled)
@@ -203,7 +204,7 @@ func TestLostWhileReclaimingCancelsTheClaim(t *testing.T) {
 	})
 	// The worker rejoined under a new member ID; its new tenure is refused
 	// like the first and claimed again: let a few of its re-claims pass.
-	waitFor(t, 30*time.Second, "the new tenure's re-claims", func() bool {
+	testwait.For(t, 30*time.Second, "the new tenure's re-claims", func() bool {
 		n := 0
 		for _, tok := range h.reached() {
 			if tok.Member != old.Member {
@@ -261,7 +262,7 @@ func TestStaleClaimDoesNotStopTheSuccessor(t *testing.T) {
 		t.Fatal("the blocked partition was never claimed again")
 	}
 	evict(t, c, old.Member, nil)
-	waitFor(t, 30*time.Second, "the successor tenure to own the partition", func() bool {
+	testwait.For(t, 30*time.Second, "the successor tenure to own the partition", func() bool {
 		owned := w.Owned()
 		return len(owned) == 1 && owned[0].Member != old.Member
 	})
@@ -270,11 +271,11 @@ func TestStaleClaimDoesNotStopTheSuccessor(t *testing.T) {
 		t.Fatalf("successor %v is not newer than the old tenure %v", succ, old)
 	}
 	produce(t, c, 1, keys, 0, 3)
-	waitFor(t, 30*time.Second, "the successor to apply", func() bool { return appliedCount(s, keys) == len(keys)*3 })
+	testwait.For(t, 30*time.Second, "the successor to apply", func() bool { return appliedCount(s, keys) == len(keys)*3 })
 
 	// The old tenure's claim lands now, after the successor's.
 	h.open()
-	waitFor(t, 30*time.Second, "the worker to handle the old tenure's late claim", func() bool {
+	testwait.For(t, 30*time.Second, "the worker to handle the old tenure's late claim", func() bool {
 		return len(rec.find(func(e consumer.Event) bool {
 			switch e := e.(type) {
 			case consumer.Discarded:
@@ -295,7 +296,7 @@ func TestStaleClaimDoesNotStopTheSuccessor(t *testing.T) {
 		t.Fatal("the sink did not refuse the old tenure's late claim against the successor: the fault did not happen")
 	}
 	produce(t, c, 1, keys, 3, 6)
-	waitFor(t, 30*time.Second, "the successor to apply what arrives after the stale claim", func() bool {
+	testwait.For(t, 30*time.Second, "the successor to apply what arrives after the stale claim", func() bool {
 		return appliedCount(s, keys) == len(keys)*6
 	})
 	checkInvariants(t, s, keys, 6)
@@ -328,7 +329,7 @@ func TestHungReclaimHoldsUpOnlyItsPartition(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("partition 0 was never claimed again")
 	}
-	waitFor(t, 30*time.Second, "both partitions blocked", func() bool {
+	testwait.For(t, 30*time.Second, "both partitions blocked", func() bool {
 		ps := w.Partitions()
 		return len(ps) == partitions && ps[0].State == consumer.StateBlocked && ps[1].State == consumer.StateBlocked
 	})
@@ -350,7 +351,7 @@ func TestHungReclaimHoldsUpOnlyItsPartition(t *testing.T) {
 		}
 	}
 	produce(t, c, partitions, keys, 0, 2)
-	waitFor(t, 30*time.Second, "partition 1 to resume while partition 0's claim hangs", func() bool {
+	testwait.For(t, 30*time.Second, "partition 1 to resume while partition 0's claim hangs", func() bool {
 		return appliedCount(s, keys) == len(keys)*2
 	})
 	if owned := w.Owned(); len(owned) != 1 || owned[0].Partition != 1 {

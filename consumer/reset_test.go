@@ -10,6 +10,7 @@ import (
 
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -35,7 +36,7 @@ func TestPreviousIncarnationBelowTheResetEpoch(t *testing.T) {
 	produce(t, c, 1, keys, 0, 1)
 
 	w := startWorker(t, c, s, workerOpts{noTakeover: true, name: "live", reclaimInterval: 100 * time.Millisecond})
-	waitFor(t, 60*time.Second, "the live worker to be blocked by the regressed epoch", func() bool { return blockedBy(w.Partitions(), 1) })
+	testwait.For(t, 60*time.Second, "the live worker to be blocked by the regressed epoch", func() bool { return blockedBy(w.Partitions(), 1) })
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func TestPreviousIncarnationBelowTheResetEpoch(t *testing.T) {
 	operatorReset(t, cl, s, c, admin.Checkpoint{Keep: true}, func(r admin.Report) bool {
 		return len(r.Problems) > 0 && r.Problems[0].Kind == admin.HolderGone
 	})
-	waitFor(t, 60*time.Second, "the live worker to claim with a proof and apply", func() bool { return appliedCount(s, keys) == len(keys) })
+	testwait.For(t, 60*time.Second, "the live worker to claim with a proof and apply", func() bool { return appliedCount(s, keys) == len(keys) })
 	live, ok := claimedBy(s, w.Partitions()[0].Token.Member)
 	if !ok || live.Epoch >= 9 {
 		t.Fatalf("the live worker's claim %v (claimed %v): want one below epoch 9", live, ok)
@@ -68,7 +69,7 @@ func TestPreviousIncarnationBelowTheResetEpoch(t *testing.T) {
 	}
 
 	produce(t, c, 1, keys, 1, 3)
-	waitFor(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*3 })
+	testwait.For(t, 60*time.Second, "every command applied", func() bool { return appliedCount(s, keys) == len(keys)*3 })
 	checkInvariants(t, s, keys, 3)
 	if _, landed := s.Get("zombie"); landed || appliedBy(s, zombies[0].Member) || appliedBy(s, zombies[1].Member) {
 		t.Fatal("the previous incarnation's write landed")

@@ -14,6 +14,7 @@ import (
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/fencehttp"
 	"github.com/workrouter/workrouter/fencehttp/memstore"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -85,7 +86,7 @@ func TestResourceRefusalBlocksAndResumes(t *testing.T) {
 	keys := makeKeys(4)
 	produce(t, c, 1, keys, 0, 2)
 	var first time.Time
-	waitFor(t, 30*time.Second, "the partition blocked by the resource's refusal", func() bool {
+	testwait.For(t, 30*time.Second, "the partition blocked by the resource's refusal", func() bool {
 		ps := w.Partitions()
 		if len(ps) == 1 && ps[0].State == consumer.StateBlocked && errors.Is(ps[0].LastErr, consumer.ErrResourceFenced) {
 			first = ps[0].Since
@@ -93,7 +94,7 @@ func TestResourceRefusalBlocksAndResumes(t *testing.T) {
 		}
 		return false
 	})
-	waitFor(t, 30*time.Second, "the partition tried again and refused again", func() bool { return w.Stats().ResourceRefusals >= 3 })
+	testwait.For(t, 30*time.Second, "the partition tried again and refused again", func() bool { return w.Stats().ResourceRefusals >= 3 })
 	ps := w.Partitions()
 	if len(ps) != 1 || ps[0].State != consumer.StateBlocked || !ps[0].Since.Equal(first) || !errors.Is(ps[0].LastErr, fencehttp.ErrFenced) {
 		t.Fatalf("partitions %+v: want still blocked since %v by the resource's refusal", ps, first)
@@ -104,8 +105,8 @@ func TestResourceRefusalBlocksAndResumes(t *testing.T) {
 
 	// The operator resets the resource's fence: the partition resumes.
 	store.cur.Store(memstore.New())
-	waitFor(t, 30*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == len(keys)*2 })
-	waitFor(t, 30*time.Second, "the partition running again", func() bool {
+	testwait.For(t, 30*time.Second, "every command applied after the reset", func() bool { return appliedCount(s, keys) == len(keys)*2 })
+	testwait.For(t, 30*time.Second, "the partition running again", func() bool {
 		ps := w.Partitions()
 		return len(ps) == 1 && ps[0].State == consumer.StateRunning
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -43,7 +44,7 @@ func TestHandlersMayKeepTheCommandsBytes(t *testing.T) {
 		return nil
 	}
 	w := startWorker(t, c, s, workerOpts{name: "a", maxBatch: 5, handler: handler})
-	waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
+	testwait.For(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
 
 	raw := newRawProducer(t, c)
 	want := map[int64]kept{}
@@ -57,7 +58,7 @@ func TestHandlersMayKeepTheCommandsBytes(t *testing.T) {
 		off := raw.send(rec)[0]
 		want[off] = kept{cmd.Key, cmd.Payload, cmd.Headers[0].Value}
 	}
-	waitFor(t, 60*time.Second, "every record applied", func() bool { return len(s.Keys("o-")) == records })
+	testwait.For(t, 60*time.Second, "every record applied", func() bool { return len(s.Keys("o-")) == records })
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -80,7 +81,7 @@ func TestTopicMissingIsReported(t *testing.T) {
 	}
 	defer w.Close()
 
-	waitFor(t, 30*time.Second, "a TopicMissing event", func() bool { return len(seen()) > 0 })
+	testwait.For(t, 30*time.Second, "a TopicMissing event", func() bool { return len(seen()) > 0 })
 	first, ok := seen()[0].(consumer.TopicMissing)
 	if !ok {
 		t.Fatalf("first topic event is %T, want TopicMissing", seen()[0])
@@ -93,7 +94,7 @@ func TestTopicMissingIsReported(t *testing.T) {
 		t.Fatalf("the log does not warn about the missing topic with its brokers:\n%s", out)
 	}
 	// It keeps saying so, at the bounded rate, with the streak's start.
-	waitFor(t, 30*time.Second, "a second TopicMissing", func() bool { return len(seen()) > 1 })
+	testwait.For(t, 30*time.Second, "a second TopicMissing", func() bool { return len(seen()) > 1 })
 	second := seen()[1].(consumer.TopicMissing)
 	if second.Attempts != 2 || !second.Since.Equal(first.Since) {
 		t.Fatalf("second TopicMissing = %+v after %+v", second, first)
@@ -107,7 +108,7 @@ func TestTopicMissingIsReported(t *testing.T) {
 	if _, err := adm.CreateTopic(context.Background(), 2, 1, nil, c.topic); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "TopicFound", func() bool {
+	testwait.For(t, 30*time.Second, "TopicFound", func() bool {
 		_, ok := seen()[len(seen())-1].(consumer.TopicFound)
 		return ok
 	})
@@ -120,7 +121,7 @@ func TestTopicMissingIsReported(t *testing.T) {
 	}
 	keys := makeKeys(10)
 	produce(t, c, 2, keys, 0, 5)
-	waitFor(t, 60*time.Second, "the new topic's commands applied", func() bool { return appliedCount(s, keys) == 50 })
+	testwait.For(t, 60*time.Second, "the new topic's commands applied", func() bool { return appliedCount(s, keys) == 50 })
 }
 
 // TestTopicMissingLogLevel: the logging observer warns about a missing

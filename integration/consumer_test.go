@@ -14,23 +14,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
-
-// waitFor polls cond until it holds or d passes (which fails t). The
-// deadline bounds a failing test; it asserts nothing about speed.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("gave up after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // appendHandler appends the command's payload to the key's log in the sink.
 func appendHandler(_ context.Context, tx *memory.Tx, cmd consumer.Command) error {
@@ -172,10 +160,10 @@ func TestEndToEnd(t *testing.T) {
 				w2 := startWorker(t, s, o)
 				send(t, tg, topic, keys, 0, perKey/2)
 				startWorker(t, s, o)
-				waitFor(t, 2*time.Minute, "some commands applied", func() bool { return len(logOf(s, keys[0])) > 0 })
+				testwait.For(t, 2*time.Minute, "some commands applied", func() bool { return len(logOf(s, keys[0])) > 0 })
 				w2.Close() // leaves: its partitions move to the others
 				send(t, tg, topic, keys, perKey/2, perKey)
-				waitFor(t, 3*time.Minute, "every command applied", func() bool {
+				testwait.For(t, 3*time.Minute, "every command applied", func() bool {
 					n := 0
 					for _, k := range keys {
 						n += len(logOf(s, k))
@@ -331,7 +319,7 @@ func TestZombie(t *testing.T) {
 				if s.Rejected() == 0 {
 					t.Fatal("the sink rejected no write")
 				}
-				waitFor(t, 2*time.Minute, "B applied everything", func() bool {
+				testwait.For(t, 2*time.Minute, "B applied everything", func() bool {
 					n := 0
 					for _, k := range keys {
 						n += len(logOf(s, k))

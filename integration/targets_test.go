@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/goleak"
 
 	"github.com/workrouter/workrouter/consumer"
 )
@@ -66,11 +67,18 @@ var (
 	stops    []func()
 )
 
-// TestMain stops the containers the tests started.
+// TestMain stops the containers the tests started, then fails the
+// package if any goroutine the tests started is still running.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	for _, stop := range stops {
 		stop()
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }

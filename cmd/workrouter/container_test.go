@@ -16,6 +16,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/testpg"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -91,6 +92,7 @@ type containerWorld struct {
 // newContainerWorld starts the broker container and opens the sink: SQLite
 // in the mounted directory, or PostgreSQL at dsn if not empty.
 func newContainerWorld(t *testing.T, image, dsn string) *containerWorld {
+	t.Helper()
 	dir := t.TempDir()
 	w := &containerWorld{t: t, image: image, dir: dir, prefix: "wr-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	// The broker: the image's `workrouter broker`, on a port it picks.
@@ -101,7 +103,7 @@ func newContainerWorld(t *testing.T, image, dsn string) *containerWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { docker(context.Background(), "rm", "-f", name) })
-	procWait(t, 60*time.Second, "the broker container to listen", func() bool {
+	testwait.For(t, 60*time.Second, "the broker container to listen", func() bool {
 		logs, _ := exec.Command("docker", "logs", name).Output()
 		for _, line := range strings.Split(string(logs), "\n") {
 			if a, ok := strings.CutPrefix(line, "workrouter broker listening on "); ok {
@@ -185,7 +187,7 @@ func (w *containerWorld) postings(where string, args ...any) int {
 func (w *containerWorld) waitAllApplied() {
 	w.t.Helper()
 	want := w.prod.AckedCount()
-	procWait(w.t, 120*time.Second, fmt.Sprintf("all %d commands applied", want), func() bool { return w.postings("") >= want })
+	testwait.For(w.t, 120*time.Second, fmt.Sprintf("all %d commands applied", want), func() bool { return w.postings("") >= want })
 }
 
 // stop stops a worker's container with `docker stop` (SIGTERM) and checks
@@ -244,7 +246,7 @@ func TestContainers(t *testing.T) {
 	ledgerRun := func(t *testing.T, dsn string) {
 		w := newContainerWorld(t, image, dsn)
 		ws := []*cluster.Worker{w.start("a"), w.start("b"), w.start("c")}
-		procWait(t, 60*time.Second, "the three containers to share the partitions", func() bool {
+		testwait.For(t, 60*time.Second, "the three containers to share the partitions", func() bool {
 			owned := 0
 			for _, wk := range ws {
 				if len(wk.Owned()) == 0 {
@@ -269,11 +271,11 @@ func TestContainers(t *testing.T) {
 		w := newContainerWorld(t, image, "")
 		hold := filepath.Join(w.dir, "release-a")
 		a := w.start("a", "--freeze-before-batch=3", "--freeze-hold-file", hold)
-		procWait(t, 60*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
+		testwait.For(t, 60*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
 		b := w.start("b")
-		procWait(t, 60*time.Second, "b to claim partitions", func() bool { return len(b.Owned()) > 0 })
+		testwait.For(t, 60*time.Second, "b to claim partitions", func() bool { return len(b.Owned()) > 0 })
 		w.produce(2000)
-		procWait(t, 60*time.Second, "a to hold a batch", func() bool { return len(a.Freezes()) > 0 })
+		testwait.For(t, 60*time.Second, "a to hold a batch", func() bool { return len(a.Freezes()) > 0 })
 		fz := a.Freezes()[0]
 		if _, err := docker(t.Context(), "pause", w.container("a")); err != nil {
 			t.Fatal(err)
@@ -287,7 +289,7 @@ func TestContainers(t *testing.T) {
 		}
 		// The new owner claims a's partition at a higher epoch and applies
 		// there while a's container is frozen.
-		procWait(t, 60*time.Second, "b to take over the partition and apply", func() bool {
+		testwait.For(t, 60*time.Second, "b to take over the partition and apply", func() bool {
 			c, ok := b.Owned()[fz.Partition]
 			return ok && c.Epoch > fz.Epoch && w.postings(` WHERE part = $1 AND epoch = $2 AND member = $3`, fz.Partition, c.Epoch, c.Member) > 0
 		})
@@ -300,7 +302,7 @@ func TestContainers(t *testing.T) {
 		if _, err := docker(t.Context(), "unpause", w.container("a")); err != nil {
 			t.Fatal(err)
 		}
-		procWait(t, 60*time.Second, "a's late batch to be decided", func() bool {
+		testwait.For(t, 60*time.Second, "a's late batch to be decided", func() bool {
 			if a.FencedCount() > 0 {
 				return true
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -70,7 +71,7 @@ func (w *procWorld) postingsOfID(id string) int {
 func TestDedupRetriedSendAfterAmbiguousError(t *testing.T) {
 	w := newProcWorld(t, procSQLite(t))
 	a := w.start("a")
-	procWait(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
+	testwait.For(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
 	w.produce(100)
 
 	// The application's router may give up a send whose outcome is
@@ -111,7 +112,7 @@ func TestDedupRetriedSendAfterAmbiguousError(t *testing.T) {
 
 	acked := w.prod.Acked()
 	acked["retry-cmd"] = cluster.Acked{Account: "retry-acct", Partition: again.Partition, Offset: again.Offset}
-	procWait(t, 60*time.Second, "every command applied", func() bool { return w.applied() >= len(acked) })
+	testwait.For(t, 60*time.Second, "every command applied", func() bool { return w.applied() >= len(acked) })
 	w.checkAcked(acked) // X: retry-cmd posted once
 	if n := w.postingsOfID("retry-cmd"); n != 1 {
 		t.Fatalf("retry-cmd has %d postings, want 1", n)
@@ -130,7 +131,7 @@ func TestDedupRetriedSendAfterAmbiguousError(t *testing.T) {
 func TestDedupNonIdempotentProducer(t *testing.T) {
 	w := newProcWorld(t, procSQLite(t))
 	a := w.start("a")
-	procWait(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
+	testwait.For(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
 	w.produce(100)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(w.brk.Addr()), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DisableIdempotentWrite())
@@ -166,7 +167,7 @@ func TestDedupNonIdempotentProducer(t *testing.T) {
 	if copies := copiesOf(t, w.brk.Addr(), w.topic); len(copies) != n {
 		t.Fatalf("%d command IDs repeated in the log, want the producer's %d: %v", len(copies), n, copies)
 	}
-	procWait(t, 60*time.Second, "every command applied", func() bool { return w.applied() >= len(acked) })
+	testwait.For(t, 60*time.Second, "every command applied", func() bool { return w.applied() >= len(acked) })
 	w.checkAcked(acked) // X: one posting per command ID
 	if got := w.applied(); got != len(acked) {
 		t.Fatalf("%d postings for %d commands", got, len(acked))
@@ -199,7 +200,7 @@ func TestDedupRedriveThreeGroups(t *testing.T) {
 			b := wb.start("b")
 			c := wc.start("c")
 			for _, wk := range []*cluster.Worker{a, b, c} {
-				procWait(t, 30*time.Second, wk.Name()+" to claim every partition", func() bool { return len(wk.Owned()) == procPartitions })
+				testwait.For(t, 30*time.Second, wk.Name()+" to claim every partition", func() bool { return len(wk.Owned()) == procPartitions })
 			}
 			wa.produce(100)
 			rt, err := router.New(t.Context(), router.Config{Brokers: []string{wa.brk.Addr()}, Topic: wa.topic})
@@ -215,9 +216,9 @@ func TestDedupRedriveThreeGroups(t *testing.T) {
 			}
 			wa.poison = append(wa.poison, cluster.PoisonRecord{Partition: orig.Partition, Offset: orig.Offset})
 			wa.produce(100)
-			procWait(t, 60*time.Second, "A to dead-letter the frozen deposit", func() bool { return a.Count(consumer.KindDeadLettered) >= 1 })
+			testwait.For(t, 60*time.Second, "A to dead-letter the frozen deposit", func() bool { return a.Count(consumer.KindDeadLettered) >= 1 })
 			for _, w := range []*procWorld{wb, wc} {
-				procWait(t, 60*time.Second, w.group+" to apply the frozen deposit", func() bool { return w.postingsOfID("frozen-cmd") == 1 })
+				testwait.For(t, 60*time.Second, w.group+" to apply the frozen deposit", func() bool { return w.postingsOfID("frozen-cmd") == 1 })
 			}
 			rows := dlqRows(t, wa.b.store.Spec())
 			if len(rows) != 1 || rows[0].Group != "group-a" || rows[0].Reason != consumer.ReasonHandlerError {
@@ -242,12 +243,12 @@ func TestDedupRedriveThreeGroups(t *testing.T) {
 			if copies := copiesOf(t, wa.brk.Addr(), wa.topic)["frozen-cmd"]; !slices.Equal(copies, []string{redrive}) {
 				t.Fatalf("copies of frozen-cmd in the log: %v, want the redrive at %s", copies, redrive)
 			}
-			procWait(t, 60*time.Second, "A to apply the redriven deposit", func() bool { return wa.postingsOfID("frozen-cmd") == 1 })
+			testwait.For(t, 60*time.Second, "A to apply the redriven deposit", func() bool { return wa.postingsOfID("frozen-cmd") == 1 })
 
 			acked := wa.prod.Acked()
 			acked["frozen-cmd"] = cluster.Acked{Account: "frozen-1", Partition: orig.Partition, Offset: orig.Offset}
 			for _, w := range []*procWorld{wa, wb, wc} {
-				procWait(t, 60*time.Second, w.group+": every command applied", func() bool { return w.applied() >= len(acked) })
+				testwait.For(t, 60*time.Second, w.group+": every command applied", func() bool { return w.applied() >= len(acked) })
 				w.checkAcked(acked) // every command once in each group: X per command ID, L, O, V, D
 				if n := w.postingsOfID("frozen-cmd"); n != 1 {
 					t.Fatalf("%s: frozen-cmd has %d postings, want 1", w.group, n)

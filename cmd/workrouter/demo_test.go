@@ -20,6 +20,7 @@ import (
 	"github.com/workrouter/workrouter/cmd/internal/broker"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/testpg"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
@@ -99,7 +100,7 @@ func TestWorkerCommand(t *testing.T) {
 	}
 	defer s.Close()
 	var rep ledger.Report
-	waitUntil(t, "60 postings", func() bool {
+	testwait.For(t, deadline, "60 postings", func() bool {
 		rep, err = ledger.VerifySQLite(ctx, s.DB())
 		return err == nil && rep.Postings == 60
 	})
@@ -118,7 +119,7 @@ func TestWorkerCommand(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	waitUntil(t, "the worker to report ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	testwait.For(t, deadline, "the worker to report ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 	if code, _ := get("/healthz"); code != 200 {
 		t.Fatalf("/healthz = %d", code)
 	}
@@ -172,17 +173,6 @@ func TestWorkerCommandRejectsBadInput(t *testing.T) {
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestDemoCommandPostgres runs the same demo on PostgreSQL (skipped when no
 // server is reachable, except under CI=true).
 func TestDemoCommandPostgres(t *testing.T) {
@@ -228,7 +218,7 @@ func TestVersionCommandRejectsArgs(t *testing.T) {
 func TestBrokerServesOpsEndpoints(t *testing.T) {
 	p, _, _ := startBroker(t, []string{"--listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"})
 	var addr string
-	waitUntil(t, "the ops address in the log", func() bool {
+	testwait.For(t, deadline, "the ops address in the log", func() bool {
 		m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(p.stderr.String())
 		if m != nil {
 			addr = m[1]
@@ -294,7 +284,7 @@ func TestWorkerCommandKeyConcurrency(t *testing.T) {
 	}
 	defer s.Close()
 	var rep ledger.Report
-	waitUntil(t, "120 postings", func() bool {
+	testwait.For(t, deadline, "120 postings", func() bool {
 		rep, err = ledger.VerifySQLite(ctx, s.DB())
 		return err == nil && rep.Postings == 120
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/workrouter/workrouter/cmd/internal/broker"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -111,7 +112,7 @@ func TestTopicRecreatedUnderWorkers(t *testing.T) {
 		}
 		w.newRouter()
 		w.produce(100)
-		procWait(t, 60*time.Second, "the workers to refuse the new log", func() bool {
+		testwait.For(t, 60*time.Second, "the workers to refuse the new log", func() bool {
 			return w1.Count("log_changed")+w2.Count("log_changed") >= procPartitions &&
 				w1.Count("topic_recreated") > 0 && w2.Count("topic_recreated") > 0 // each worker's client moved to the new topic
 		})
@@ -124,7 +125,7 @@ func TestTopicRecreatedUnderWorkers(t *testing.T) {
 
 		// The workers rejoin when they see the new topic ID: wait until
 		// the group has settled, so that the reset can say who resumes.
-		procWait(t, 60*time.Second, "every partition assigned again", func() bool {
+		testwait.For(t, 60*time.Second, "every partition assigned again", func() bool {
 			rep, err := statusJSON(t, "--brokers", w.brk.Addr(), "--group", w.group, "--topic", w.topic, "--check-keys", "0")
 			if err != nil || len(rep.Partitions) != procPartitions {
 				return false
@@ -184,7 +185,7 @@ func TestRetentionLossRefused(t *testing.T) {
 		before := w.postings()
 
 		w2 := w.start("w2")
-		procWait(t, 60*time.Second, "the claims to be refused for the retention loss", func() bool {
+		testwait.For(t, 60*time.Second, "the claims to be refused for the retention loss", func() bool {
 			return w2.Count("log_changed") >= procPartitions
 		})
 		if n := w.postings(); n != before {
@@ -207,7 +208,7 @@ func TestRetentionLossRefused(t *testing.T) {
 				delete(acked, id)
 			}
 		}
-		procWait(t, 60*time.Second, "every command that was not deleted applied", func() bool { return w.applied() >= len(acked) })
+		testwait.For(t, 60*time.Second, "every command that was not deleted applied", func() bool { return w.applied() >= len(acked) })
 		w.checkAcked(acked)
 	})
 }
@@ -239,7 +240,7 @@ func TestBrokerLostItsData(t *testing.T) {
 		w.brk = brk
 		w.newRouter()
 		w.produce(100)
-		procWait(t, 90*time.Second, "the workers' claims to be refused", func() bool {
+		testwait.For(t, 90*time.Second, "the workers' claims to be refused", func() bool {
 			return w1.Count("blocked")+w2.Count("blocked") >= procPartitions
 		})
 		if n := w.postings(); n != before {

@@ -14,6 +14,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/internal/testwait"
 )
 
 // TestMisrouteRefuseDeadLetters: under --misroute refuse a record on
@@ -39,7 +40,7 @@ func TestMisrouteRefuseDeadLetters(t *testing.T) {
 	spec := "sqlite:" + filepath.Join(t.TempDir(), "ledger.db")
 	w := startProc(t, []string{"worker", "--example", "ledger", "--brokers", addr, "--sink", spec, "--misroute", "refuse",
 		"--session-timeout", "2s", "--heartbeat-interval", "200ms"})
-	procWait(t, 60*time.Second, "the record after the misrouted one applied", func() bool {
+	testwait.For(t, 60*time.Second, "the record after the misrouted one applied", func() bool {
 		return ledgerApplied(t, strings.TrimPrefix(spec, "sqlite:"), "c-after")
 	})
 	w.interrupt(t)

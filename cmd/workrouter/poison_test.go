@@ -24,6 +24,7 @@ import (
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/invariants"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -36,6 +37,7 @@ import (
 // foreignProducer produces records as a non-workrouter client would:
 // explicit partitions, any key, any headers.
 func foreignProducer(t *testing.T, addr string) *kgo.Client {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +130,7 @@ func TestPoisonRecordsDeadLettered(t *testing.T) {
 		w.produce(300)
 
 		a := w.start("a", "--on-no-handler=dead-letter", "--max-attempts=2", "--dlq-topic="+dlqTopic, "--panic-type=boom")
-		procWait(t, 90*time.Second, fmt.Sprintf("%d dead letters", len(poison)), func() bool {
+		testwait.For(t, 90*time.Second, fmt.Sprintf("%d dead letters", len(poison)), func() bool {
 			return a.Count(consumer.KindDeadLettered) >= len(poison)
 		})
 		w.waitAllApplied(90 * time.Second)
@@ -268,7 +270,7 @@ func TestDLQRedriveAfterFix(t *testing.T) {
 		w := newProcWorld(t, b)
 		fix := freeze(t, b, "frozen-1")
 		a := w.start("a", "--max-attempts=2")
-		procWait(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
+		testwait.For(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
 		w.produce(200)
 		rt, err := router.New(t.Context(), router.Config{Brokers: []string{w.brk.Addr()}, Topic: w.topic})
 		if err != nil {
@@ -284,7 +286,7 @@ func TestDLQRedriveAfterFix(t *testing.T) {
 			w.poison = append(w.poison, cluster.PoisonRecord{Partition: res.Partition, Offset: res.Offset})
 		}
 		w.produce(200)
-		procWait(t, 60*time.Second, "2 dead letters", func() bool { return a.Count(consumer.KindDeadLettered) >= 2 })
+		testwait.For(t, 60*time.Second, "2 dead letters", func() bool { return a.Count(consumer.KindDeadLettered) >= 2 })
 		w.waitAllApplied(60 * time.Second)
 
 		rows := dlqRows(t, b.store.Spec())
@@ -340,7 +342,7 @@ func TestDLQRedriveAfterFix(t *testing.T) {
 		}
 		part, _ := strconv.Atoi(m[1])
 		off, _ := strconv.ParseInt(m[2], 10, 64)
-		procWait(t, 60*time.Second, "the redriven deposit to be applied", func() bool {
+		testwait.For(t, 60*time.Second, "the redriven deposit to be applied", func() bool {
 			n, err := b.store.Count(t.Context(), `SELECT count(*) FROM ledger_postings WHERE id = 'frozen-cmd'`)
 			return err == nil && n > 0
 		})
@@ -388,7 +390,7 @@ func TestDatabaseOutageDeadLettersNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *procBackend) {
 		w := newProcWorld(t, b)
 		a := w.start("a", "--sqlite-busy-timeout=100ms", "--max-attempts=2", "--max-retry-time=100ms")
-		procWait(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
+		testwait.For(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
 		w.produce(300)
 		w.waitAllApplied(60 * time.Second)
 		stalls := a.Count(consumer.KindStalled)
@@ -467,7 +469,7 @@ func TestReadyzFailsWhileStalled(t *testing.T) {
 		p := startProc(t, []string{"worker", "--example", "ledger", "--brokers", brk.Addr(), "--sink", spec,
 			"--session-timeout", "2s", "--heartbeat-interval", "200ms", "--metrics-addr", addr,
 			"--ready-max-stall", "1s", "--on-no-handler", noHandler})
-		procWait(t, 30*time.Second, "/readyz to answer 200", func() bool { return readyz(addr) == http.StatusOK })
+		testwait.For(t, 30*time.Second, "/readyz to answer 200", func() bool { return readyz(addr) == http.StatusOK })
 		return p, addr
 	}
 	p, addr := start("stall")
@@ -481,14 +483,14 @@ func TestReadyzFailsWhileStalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	stalled := regexp.MustCompile(fmt.Sprintf(`workrouter_consumer_partition_stalled\{[^}]*partition="%d"[^}]*\} 1`, res.Partition))
-	procWait(t, 30*time.Second, "/readyz to answer 503", func() bool { return readyz(addr) == http.StatusServiceUnavailable })
+	testwait.For(t, 30*time.Second, "/readyz to answer 503", func() bool { return readyz(addr) == http.StatusServiceUnavailable })
 	if !stalled.MatchString(metric(addr)) {
 		t.Fatalf("/readyz answers 503 but partition %d's stalled gauge is not 1:\n%s", res.Partition, metric(addr))
 	}
 	// status reads the stall from the committed offset's metadata, which
 	// the worker writes at every retry.
 	var sp statusPartition
-	procWait(t, 30*time.Second, "status --json to show the stall", func() bool {
+	testwait.For(t, 30*time.Second, "status --json to show the stall", func() bool {
 		rep, err := statusJSON(t, "--brokers", brk.Addr(), "--group", "ledger-workers", "--topic", ledger.Topic, "--check-keys", "0")
 		if err != nil {
 			return false
@@ -506,7 +508,7 @@ func TestReadyzFailsWhileStalled(t *testing.T) {
 	p.interrupt(t)
 
 	p, addr = start("dead-letter")
-	procWait(t, 30*time.Second, "the command to be dead-lettered", func() bool {
+	testwait.For(t, 30*time.Second, "the command to be dead-lettered", func() bool {
 		rows := dlqRows(t, spec)
 		return len(rows) == 1 && rows[0].Reason == consumer.ReasonNoHandler && rows[0].Partition == res.Partition
 	})

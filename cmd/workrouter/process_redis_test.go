@@ -10,6 +10,7 @@ import (
 // procRedis is the Redis backend of the process tests: the ledger under a
 // fresh key prefix on the test server, deleted at the end.
 func procRedis(t *testing.T) *procBackend {
+	t.Helper()
 	u := testredis.URL(t)
 	st, err := cluster.OpenStore(t.Context(), cluster.StoreConfig{RedisURL: u, SchemaPrefix: "wr-proc"})
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/testpg"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -55,6 +56,7 @@ type procBackend struct {
 }
 
 func procSQLite(t *testing.T) *procBackend {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := cluster.OpenStore(t.Context(), cluster.StoreConfig{Dir: dir})
 	if err != nil {
@@ -86,6 +88,7 @@ func procSQLite(t *testing.T) *procBackend {
 }
 
 func procPostgres(t *testing.T) *procBackend {
+	t.Helper()
 	dsn := testpg.DSN(t)
 	st, err := cluster.OpenStore(t.Context(), cluster.StoreConfig{PostgresDSN: dsn, SchemaPrefix: "wr_proc"})
 	if err != nil {
@@ -141,6 +144,7 @@ type procWorld struct {
 }
 
 func newProcWorld(t *testing.T, b *procBackend) *procWorld {
+	t.Helper()
 	brk, err := broker.Start(broker.Config{
 		Listen:            "127.0.0.1:0",
 		Topics:            map[string]int32{ledger.Topic: procPartitions},
@@ -216,13 +220,6 @@ func tail(s string, n int) string {
 	return s
 }
 
-func procWait(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if err := cluster.WaitUntil(t.Context(), d, what, cond); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // applied returns how many postings the sink holds.
 func (w *procWorld) applied() int {
 	n, err := w.b.store.Count(context.Background(), `SELECT count(*) FROM ledger_postings`)
@@ -235,7 +232,7 @@ func (w *procWorld) applied() int {
 func (w *procWorld) waitAllApplied(d time.Duration) {
 	w.t.Helper()
 	want := w.prod.AckedCount()
-	procWait(w.t, d, fmt.Sprintf("all %d commands applied", want), func() bool { return w.applied() >= want })
+	testwait.For(w.t, d, fmt.Sprintf("all %d commands applied", want), func() bool { return w.applied() >= want })
 }
 
 // committed returns Kafka's committed offset per partition (-1 if none).
@@ -288,6 +285,7 @@ func (w *procWorld) check() {
 // postingsOf counts the postings of partition part written under epoch by
 // member at or after offset from.
 func (w *procWorld) postingsOf(part, epoch int32, member string, from int64) int {
+	w.t.Helper()
 	n, err := w.b.store.Count(context.Background(),
 		`SELECT count(*) FROM ledger_postings WHERE part = $1 AND epoch = $2 AND member = $3 AND off >= $4`, part, epoch, member, from)
 	if err != nil {
@@ -310,16 +308,16 @@ func pausedWorkerRejected(t *testing.T, b *procBackend) {
 	{
 		w := newProcWorld(t, b)
 		a := w.start("a", "--freeze-before-batch=3")
-		procWait(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
+		testwait.For(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
 		bw := w.start("b")
-		procWait(t, 30*time.Second, "b to claim partitions", func() bool { return len(bw.Owned()) > 0 })
+		testwait.For(t, 30*time.Second, "b to claim partitions", func() bool { return len(bw.Owned()) > 0 })
 		w.produce(2000)
 
-		procWait(t, 60*time.Second, "a to freeze before its batch", func() bool { return len(a.Freezes()) > 0 && a.Stopped() })
+		testwait.For(t, 60*time.Second, "a to freeze before its batch", func() bool { return len(a.Freezes()) > 0 && a.Stopped() })
 		fz := a.Freezes()[0]
 		// The new owner claims a's partition at a higher epoch and applies
 		// there, while a is still frozen.
-		procWait(t, 60*time.Second, "b to take over the partition and apply", func() bool {
+		testwait.For(t, 60*time.Second, "b to take over the partition and apply", func() bool {
 			c, ok := bw.Owned()[fz.Partition]
 			return ok && c.Epoch > fz.Epoch && w.postingsOf(fz.Partition, c.Epoch, c.Member, 0) > 0
 		})
@@ -329,7 +327,7 @@ func pausedWorkerRejected(t *testing.T, b *procBackend) {
 		a.Signal(syscall.SIGCONT)
 		// The resumed worker's batch is either rejected or (with a broken
 		// fence) lands; the checker below tells which.
-		procWait(t, 60*time.Second, "a's late batch to be decided", func() bool {
+		testwait.For(t, 60*time.Second, "a's late batch to be decided", func() bool {
 			if a.FencedCount() > 0 {
 				return true
 			}
@@ -367,12 +365,12 @@ func TestPausedWorkerWithLanesRejected(t *testing.T) {
 		w := newProcWorld(t, b)
 		w.keyConcurrency = 8
 		a := w.start("a", "--freeze-before-batch=12")
-		procWait(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
+		testwait.For(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
 		bw := w.start("b")
-		procWait(t, 30*time.Second, "b to claim partitions", func() bool { return len(bw.Owned()) > 0 })
+		testwait.For(t, 30*time.Second, "b to claim partitions", func() bool { return len(bw.Owned()) > 0 })
 		w.produce(2000)
 
-		procWait(t, 60*time.Second, "a to freeze before a lane's batch", func() bool { return len(a.Freezes()) > 0 && a.Stopped() })
+		testwait.For(t, 60*time.Second, "a to freeze before a lane's batch", func() bool { return len(a.Freezes()) > 0 && a.Stopped() })
 		fz := a.Freezes()[0]
 		// a applied in lanes, as the sink recorded it: two of its
 		// postings of one partition were applied (inserted) out of their
@@ -380,7 +378,7 @@ func TestPausedWorkerWithLanesRejected(t *testing.T) {
 		if inv := w.appliedOutOfOffsetOrder(a.Member()); inv == 0 {
 			t.Fatal("every partition's postings by a are in offset order: a did not apply in lanes")
 		}
-		procWait(t, 60*time.Second, "b to take over the partition and apply", func() bool {
+		testwait.For(t, 60*time.Second, "b to take over the partition and apply", func() bool {
 			c, ok := bw.Owned()[fz.Partition]
 			return ok && c.Epoch > fz.Epoch && w.postingsOf(fz.Partition, c.Epoch, c.Member, 0) > 0
 		})
@@ -388,7 +386,7 @@ func TestPausedWorkerWithLanesRejected(t *testing.T) {
 			t.Fatal("a resumed before the takeover: the pause did not outlast the session")
 		}
 		a.Signal(syscall.SIGCONT)
-		procWait(t, 60*time.Second, "a's late lane batches to be decided", func() bool {
+		testwait.For(t, 60*time.Second, "a's late lane batches to be decided", func() bool {
 			if a.FencedCount() > 0 {
 				return true
 			}
@@ -454,7 +452,7 @@ func TestKilledBeforeSinkCommit(t *testing.T) {
 		w := newProcWorld(t, b)
 		w.produce(1000)
 		a := w.start("a", "--hang-before-commit=3")
-		procWait(t, 60*time.Second, "a to hang inside its batch", func() bool { return len(a.Hangs()) > 0 })
+		testwait.For(t, 60*time.Second, "a to hang inside its batch", func() bool { return len(a.Hangs()) > 0 })
 		h := a.Hangs()[0]
 		a.Kill()
 		n, err := b.store.Count(t.Context(), `SELECT count(*) FROM ledger_postings WHERE part = $1 AND off >= $2 AND off <= $3`,
@@ -479,7 +477,7 @@ func TestKilledAfterSinkCommit(t *testing.T) {
 		w := newProcWorld(t, b)
 		w.produce(1000)
 		a := w.start("a", "--hang-after-commit=3")
-		procWait(t, 60*time.Second, "a to hang after its sink commit", func() bool { return len(a.Hangs()) > 0 })
+		testwait.For(t, 60*time.Second, "a to hang after its sink commit", func() bool { return len(a.Hangs()) > 0 })
 		h := a.Hangs()[0]
 		// The window is real: the sink has the batch, Kafka does not.
 		if next := w.checkpoints()[h.Partition]; next != h.Last+1 {
@@ -504,7 +502,7 @@ func TestConnectionTerminatedMidTransaction(t *testing.T) {
 	w.produce(600)
 	gate := filepath.Join(t.TempDir(), "gate")
 	a := w.start("a", "--gate-batch=3", "--gate-file="+gate)
-	procWait(t, 60*time.Second, "a to stop inside its batch", func() bool { return len(a.Hangs()) > 0 })
+	testwait.For(t, 60*time.Second, "a to stop inside its batch", func() bool { return len(a.Hangs()) > 0 })
 	pid := a.Hangs()[0].PID
 	if pid == 0 {
 		t.Fatalf("no backend pid in %+v", a.Hangs()[0])
@@ -517,7 +515,7 @@ func TestConnectionTerminatedMidTransaction(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	procWait(t, 30*time.Second, "a to report the failed batch", func() bool { return a.Count(consumer.KindStalled) > stalls })
+	testwait.For(t, 30*time.Second, "a to report the failed batch", func() bool { return a.Count(consumer.KindStalled) > stalls })
 	w.waitAllApplied(120 * time.Second)
 	w.check()
 }
@@ -529,7 +527,7 @@ func TestSinkUnreachable(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *procBackend) {
 		w := newProcWorld(t, b)
 		a := w.start("a", "--sqlite-busy-timeout=100ms")
-		procWait(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
+		testwait.For(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
 		w.produce(400)
 		w.waitAllApplied(60 * time.Second)
 		stalls := a.Count(consumer.KindStalled)

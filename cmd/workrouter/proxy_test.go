@@ -20,6 +20,7 @@ type proxy struct {
 }
 
 func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

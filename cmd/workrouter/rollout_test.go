@@ -12,6 +12,7 @@ import (
 
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/consumer"
+	"github.com/workrouter/workrouter/internal/testwait"
 )
 
 // rolloutWorkers is how many worker processes a rolling restart replaces,
@@ -70,7 +71,7 @@ func TestRollingRestart(t *testing.T) {
 			streamed <- err
 		}()
 		defer stopStream()
-		procWait(t, deadline, "the first 100 commands applied", func() bool { return w.applied() >= 100 })
+		testwait.For(t, deadline, "the first 100 commands applied", func() bool { return w.applied() >= 100 })
 
 		var steps []rolloutStep
 		for i := range workers {
@@ -134,7 +135,7 @@ func TestRollingRestart(t *testing.T) {
 // workers): the group is ready, the newest worker included.
 func waitBalanced(t *testing.T, workers []*cluster.Worker) {
 	t.Helper()
-	procWait(t, deadline, "every partition owned and every worker owning its share", func() bool {
+	testwait.For(t, deadline, "every partition owned and every worker owning its share", func() bool {
 		for p := int32(0); p < procPartitions; p++ {
 			if wk, _ := cluster.OwnerOf(workers, p); wk == nil {
 				return false

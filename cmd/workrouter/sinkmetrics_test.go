@@ -14,6 +14,7 @@ import (
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/internal/testredis"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -66,7 +67,7 @@ func TestWorkerServesSinkMetrics(t *testing.T) {
 			addr := opsAddr(t, w.stderr)
 			var body string
 			applied := fmt.Sprintf(`workrouter_sink_records_total{backend=%q,outcome="applied"} 20`, tc.name)
-			waitUntil(t, "20 records applied on /metrics", func() bool {
+			testwait.For(t, deadline, "20 records applied on /metrics", func() bool {
 				body = metric(addr)
 				return strings.Contains(body, applied)
 			})

@@ -82,6 +82,7 @@ func TestConformance(t *testing.T) {
 // client returns a second connection to the test server, for the test's
 // own reads and writes.
 func client(t *testing.T, _ *redisstore.Store) *goredis.Client {
+	t.Helper()
 	opt, err := goredis.ParseURL(testredis.URL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +100,7 @@ type answer struct {
 }
 
 func serve(t *testing.T, s *redisstore.Store, h http.HandlerFunc) func(tok epochs.Token, key string) answer {
+	t.Helper()
 	g, err := fencehttp.New(fencehttp.Config{Store: s})
 	if err != nil {
 		t.Fatal(err)

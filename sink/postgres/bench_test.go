@@ -258,6 +258,7 @@ func benchDedup(b *testing.B, on bool, n int) {
 // 256 lowest command IDs of the bench scope from horizon on, as
 // an Apply with IDs's prune does, in 20 transactions that are rolled back.
 func prunePerBatch(b *testing.B, s *Sink, table string, horizon int64) float64 {
+	b.Helper()
 	ctx := context.Background()
 	var total time.Duration
 	const rounds = 20

@@ -30,7 +30,7 @@ func requireDB(tb testing.TB) string {
 // adminPool is the pool of the tests' admin statements, shared by the
 // package's tests: a fresh connection per statement costs the server
 // milliseconds of CPU each, and every test makes a few. It is opened by
-// the first admin call and lives as long as the test binary.
+// the first admin call and closed by TestMain after the tests.
 var adminPool struct {
 	once sync.Once
 	pool *pgxpool.Pool
@@ -91,6 +91,7 @@ func newTestSchema(tb testing.TB) string {
 // and with a small pool so that parallel tests stay within the server's
 // connection limit.
 func schemaDSN(tb testing.TB, schema string) string {
+	tb.Helper()
 	dsn := requireDB(tb)
 	if strings.Contains(dsn, "://") {
 		u, err := url.Parse(dsn)

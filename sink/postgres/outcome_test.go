@@ -38,6 +38,7 @@ type commitCutter struct {
 }
 
 func newCommitCutter(t *testing.T, target string, forward bool) *commitCutter {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -221,6 +221,7 @@ func benchDedup(b *testing.B, on bool, batch int, newID func() string) {
 // 256 lowest command IDs of tk's scope from horizon on, as an Apply with IDs's
 // prune does, in 20 transactions that are rolled back.
 func prunePerBatch(b *testing.B, s *sqlite.Sink, tk epochs.Token, horizon int64) float64 {
+	b.Helper()
 	ctx := context.Background()
 	var total time.Duration
 	const rounds = 20

@@ -127,6 +127,7 @@ func (r *rawConn) handshake(version int16, mech string) *kmsg.SASLHandshakeRespo
 // raw (SaslHandshake v0), else in SaslAuthenticate requests of authVersion.
 // It returns the broker's refusal, if any.
 func (r *rawConn) login(m sasl.Mechanism, raw bool, authVersion int16) error {
+	r.t.Helper()
 	session, msg, err := m.Authenticate(context.Background(), "")
 	if err != nil {
 		r.t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/workrouter/workrouter/internal/testwait"
 )
 
 // stoppedChildEnv makes the test binary a busy child for TestStopped.
@@ -46,26 +48,18 @@ func TestStopped(t *testing.T) {
 			t.Error("Stopped is true for a process that has exited")
 		}
 	}()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
 	threads := func() string {
 		states, _ := threadStates(pid)
 		return string(states)
 	}
-	waitFor("the child to run several threads", func() bool { return len(threads()) >= 3 })
+	testwait.For(t, 20*time.Second, "the child to run several threads", func() bool { return len(threads()) >= 3 })
 	if Stopped(pid) {
 		t.Fatalf("Stopped is true for a running process (threads %q)", threads())
 	}
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("Stopped after SIGSTOP", func() bool { return Stopped(pid) })
+	testwait.For(t, 20*time.Second, "Stopped after SIGSTOP", func() bool { return Stopped(pid) })
 	for _, st := range threads() {
 		if st != 'T' && st != 't' {
 			t.Fatalf("Stopped is true while a thread is in state %c (threads %q)", st, threads())
@@ -74,5 +68,5 @@ func TestStopped(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("not Stopped after SIGCONT", func() bool { return !Stopped(pid) })
+	testwait.For(t, 20*time.Second, "not Stopped after SIGCONT", func() bool { return !Stopped(pid) })
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/workrouter/workrouter/fencehttp"
 	"github.com/workrouter/workrouter/fencehttp/sqlstore"
 	"github.com/workrouter/workrouter/internal/testpg"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
@@ -153,6 +154,7 @@ func TestZombieChargeRefused(t *testing.T) {
 // postgresSchema returns a database handle on a fresh schema of the test
 // server, dropped when the test ends (the test skips without a server).
 func postgresSchema(t *testing.T) *sql.DB {
+	t.Helper()
 	dsn := testpg.DSN(t)
 	admin, err := sql.Open("pgx", dsn)
 	if err != nil {
@@ -263,22 +265,15 @@ func testZombieChargeRefused(t *testing.T, db *sql.DB, dialect sqlstore.Dialect)
 		})
 		return wk
 	}
-	wait := func(d time.Duration, what string, cond func() bool) {
-		t.Helper()
-		if err := cluster.WaitUntil(t.Context(), d, what, cond); err != nil {
-			t.Fatal(err)
-		}
-	}
-
 	a := start("a", "--freeze-before-batch=3")
-	wait(30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == parts })
+	testwait.For(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == parts })
 	b := start("b")
-	wait(30*time.Second, "b to claim a partition", func() bool { return len(b.Owned()) > 0 })
+	testwait.For(t, 30*time.Second, "b to claim a partition", func() bool { return len(b.Owned()) > 0 })
 	produce(300)
 
-	wait(60*time.Second, "a to freeze before its batch", func() bool { return len(a.Freezes()) > 0 && a.Stopped() })
+	testwait.For(t, 60*time.Second, "a to freeze before its batch", func() bool { return len(a.Freezes()) > 0 && a.Stopped() })
 	fz := a.Freezes()[0]
-	wait(60*time.Second, "b to take the frozen partition over and charge every command", func() bool {
+	testwait.For(t, 60*time.Second, "b to take the frozen partition over and charge every command", func() bool {
 		c, ok := b.Owned()[fz.Partition]
 		return ok && c.Epoch > fz.Epoch && allCharged()
 	})
@@ -289,10 +284,10 @@ func testZombieChargeRefused(t *testing.T, db *sql.DB, dialect sqlstore.Dialect)
 	a.Signal(syscall.SIGCONT)
 	// a's late batch runs its handler with a's old token: the service
 	// refuses it, and a's worker takes the refusal for a fence.
-	wait(60*time.Second, "the service to refuse a's late charge", func() bool { return outcome(fencehttp.OutcomeFenced) > fencedBefore })
-	wait(60*time.Second, "a to stop (or hold back) the partition on the refusal", func() bool { return a.FencedCount()+a.RefusedCount() > 0 })
+	testwait.For(t, 60*time.Second, "the service to refuse a's late charge", func() bool { return outcome(fencehttp.OutcomeFenced) > fencedBefore })
+	testwait.For(t, 60*time.Second, "a to stop (or hold back) the partition on the refusal", func() bool { return a.FencedCount()+a.RefusedCount() > 0 })
 	produce(100)
-	wait(60*time.Second, "every command charged", allCharged)
+	testwait.For(t, 60*time.Second, "every command charged", allCharged)
 
 	got := charged()
 	total := 0
