@@ -115,8 +115,10 @@ type Config[Tx any] struct {
 	// dead letters of the partitions it owns to, from the sink's rows after
 	// they commit (at least once, keyed like the original, with headers
 	// naming the original topic, partition, offset, group, reason, error
-	// and token). It needs a sink with dlq.Store. Empty disables
-	// the mirror; the sink's rows are the record either way.
+	// and token). It needs a sink with dlq.Store; it must exist (New
+	// fails with ErrDeadLetterTopicMissing) and must not be Topic
+	// (ErrDeadLetterLoop). Empty disables the mirror; the sink's rows are
+	// the record either way.
 	DeadLetterTopic string
 	// ReclaimInterval is how often the Worker claims again a partition
 	// whose claim was refused for a reason an operator must resolve (the
@@ -250,6 +252,17 @@ const diagnoseTimeout = 5 * time.Second
 // ErrConfig is matched by every configuration error returned by New.
 var ErrConfig = errors.New("consumer: invalid config")
 
+// ErrDeadLetterLoop is matched (with ErrConfig) by the error New returns
+// when Config.DeadLetterTopic is Config.Topic: the Worker would consume its
+// own dead letters as commands.
+var ErrDeadLetterLoop = fmt.Errorf("%w: the dead-letter topic is the command topic, so the worker would consume its own dead letters as commands", ErrConfig)
+
+// ErrDeadLetterTopicMissing is matched (with ErrConfig) by the error New
+// returns when the brokers say Config.DeadLetterTopic does not exist: the
+// mirror would fail on every dead letter, or create the topic with the
+// broker's defaults where auto-creation is on.
+var ErrDeadLetterTopicMissing = fmt.Errorf("%w: the dead-letter topic does not exist", ErrConfig)
+
 // ErrStaticMembership is matched by the error New returns when static
 // membership is requested without AllowStaticMembership.
 var ErrStaticMembership = errors.New("consumer: static membership refused: a restarted static member replaces the old one without a rebalance, " +
@@ -281,6 +294,8 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 		out.RebalanceTimeout < 0, out.HeartbeatInterval < 0, out.RetryBackoff < 0, out.MaxRetryBackoff < 0,
 		out.LagInterval < 0, out.ReclaimInterval < 0:
 		return out, fmt.Errorf("%w: negative size or duration", ErrConfig)
+	case out.DeadLetterTopic != "" && out.DeadLetterTopic == out.Topic:
+		return out, fmt.Errorf("%w (DeadLetterTopic %q); create a topic of its own for the dead letters", ErrDeadLetterLoop, out.DeadLetterTopic)
 	case out.InstanceID != "" && !out.AllowStaticMembership:
 		return out, fmt.Errorf("%w (instance ID %q)", ErrStaticMembership, out.InstanceID)
 	}

@@ -3,9 +3,11 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/workrouter/workrouter/internal/topicid"
@@ -120,4 +122,23 @@ func (w *Worker[Tx]) topicIDUnknown() {
 	case w.topicSig <- struct{}{}:
 	default:
 	}
+}
+
+// checkDeadLetterTopic fails with ErrDeadLetterTopicMissing when the
+// brokers say Config.DeadLetterTopic does not exist, and with the
+// metadata request's error when they cannot say.
+func (w *Worker[Tx]) checkDeadLetterTopic(ctx context.Context) error {
+	topic := w.cfg.DeadLetterTopic
+	topics, err := kadm.NewClient(w.cl).ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("consumer: cannot read the metadata of the dead-letter topic %q from %v: %w", topic, w.cfg.Brokers, err)
+	}
+	td, ok := topics[topic]
+	switch {
+	case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+		return fmt.Errorf("%w (DeadLetterTopic %q on %v); create it first", ErrDeadLetterTopicMissing, topic, w.cfg.Brokers)
+	case td.Err != nil:
+		return fmt.Errorf("consumer: cannot read the metadata of the dead-letter topic %q from %v: %w", topic, w.cfg.Brokers, td.Err)
+	}
+	return nil
 }

@@ -180,6 +180,11 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	if err := cl.Ping(ctx); err != nil {
 		return fail(fmt.Errorf("consumer: brokers %v unreachable: %w", c.Brokers, err))
 	}
+	if c.DeadLetterTopic != "" {
+		if err := w.checkDeadLetterTopic(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	w.readPartitionCount(ctx)
 	close(w.ready)
 	w.wg.Add(4)
@@ -282,30 +287,7 @@ func (w *Worker[Tx]) Owned() []epochs.Token {
 // client knows them ("" and -1 before the first join).
 func (w *Worker[Tx]) Member() (string, int32) { return w.cl.GroupMetadata() }
 
-// Ready reports whether the Worker serves its share of the group: it has
-// joined the group and received its assignment under its current member
-// ID, it has not stopped, and every partition assigned to it is claimed in
-// the sink and not fenced. A member assigned no partition is ready once
-// its (empty) assignment has arrived; a member that has joined but not yet
-// been told its partitions is not. Use it for a readiness probe; it is
-// cheap. Any goroutine may call it.
-func (w *Worker[Tx]) Ready() bool {
-	if w.ctx.Err() != nil {
-		return false
-	}
-	member, gen := w.cl.GroupMetadata()
-	if member == "" || gen < 0 {
-		return false
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.synced != member {
-		return false
-	}
-	for _, t := range w.tenures {
-		if !t.started.Load() || t.fenced.Load() {
-			return false
-		}
-	}
-	return true
-}
+// Ready reports whether the Worker serves its share of the group:
+// Readiness(0).Ready (see Readiness for the rule and the reasons). Any
+// goroutine may call it.
+func (w *Worker[Tx]) Ready() bool { return w.Readiness(0).Ready }

@@ -162,7 +162,7 @@ func runBroker(cmd *cobra.Command, f brokerFlags) error {
 			"listen", listen)
 	}
 
-	ops, err := startOps(f.metricsAddr, newRegistry(), nil, logger)
+	ops, err := startOps(f.metricsAddr, newRegistry(), nil, 0, logger)
 	if err != nil {
 		return withClose(err, b.Close())
 	}

@@ -11,7 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/workrouter/workrouter/consumer/opshttp"
 )
 
 // opsServer serves /metrics, /healthz and /readyz for a long-running command.
@@ -41,11 +42,12 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// startOps listens on addr ("" disables it and returns nil) and serves the
-// registry's metrics, liveness (always 200 while the process serves) and
-// readiness (ready()). The server runs on a goroutine this function starts;
-// stop it with close.
-func startOps(addr string, reg *prometheus.Registry, ready func() bool, logger *slog.Logger) (*opsServer, error) {
+// startOps listens on addr ("" disables it and returns nil) and serves
+// opshttp's handler: the registry's metrics, liveness (always 200 while
+// the process serves) and readiness (worker's Readiness with maxStall; a
+// nil worker is always ready). The server runs on a goroutine this
+// function starts; stop it with close.
+func startOps(addr string, reg *prometheus.Registry, worker opshttp.Readier, maxStall time.Duration, logger *slog.Logger) (*opsServer, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -53,23 +55,15 @@ func startOps(addr string, reg *prometheus.Registry, ready func() bool, logger *
 	if err != nil {
 		return nil, err
 	}
+	h, err := opshttp.New(opshttp.Config{Gatherer: reg, Worker: worker, MaxStall: maxStall})
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if ready != nil && !ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	o := &opsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, addr: ln.Addr().String(), done: make(chan struct{})}
+	o := &opsServer{srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, addr: ln.Addr().String(), done: make(chan struct{})}
 	go func() {
 		defer close(o.done)
 		if err := o.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
@@ -208,28 +207,9 @@ func checkPoisonFlags(f workerFlags) error {
 	case f.readyMaxStall > 0 && f.metricsAddr == "":
 		return errors.New("--ready-max-stall changes /readyz, which only --metrics-addr serves: give --metrics-addr too")
 	case f.dlqTopic != "" && f.dlqTopic == f.topic:
+		// consumer.New refuses it too (ErrDeadLetterLoop); refused here
+		// with the other flags, before the sink is opened.
 		return fmt.Errorf("--dlq-topic %q is the topic of commands: dead letters would be consumed again as commands", f.dlqTopic)
-	}
-	return nil
-}
-
-// checkDLQTopic fails with one clear line if the --dlq-topic does not
-// exist on the brokers (the mirror would otherwise fail on every publish).
-func checkDLQTopic(ctx context.Context, f workerFlags, c conn) error {
-	const flag = "--dlq-topic"
-	brokers, topic := c.brokers, f.dlqTopic
-	adm, err := kadm.NewOptClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, c.opts...)...)
-	if err != nil {
-		return fmt.Errorf("%s: %w", flag, err)
-	}
-	defer adm.Close()
-	td, err := adm.ListTopics(ctx, topic)
-	if err != nil {
-		return fmt.Errorf("%s: cannot read the metadata of topic %q from %s: %w", flag, topic, strings.Join(brokers, ","), err)
-	}
-	if d, ok := td[topic]; !ok || d.Err != nil {
-		return fmt.Errorf("%s: topic %q does not exist on %s (create it first, e.g. workrouter broker --topic %s,%s)",
-			flag, topic, strings.Join(brokers, ","), f.topic, topic)
 	}
 	return nil
 }
@@ -379,11 +359,6 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 	cctx, cancel := context.WithTimeout(gctx, 15*time.Second)
 	defer cancel()
 	clientOpts = append(clientOpts, c.opts...)
-	if f.dlqTopic != "" {
-		if err := checkDLQTopic(cctx, f, c); err != nil {
-			return err
-		}
-	}
 	if h != nil && h.panicType != "" {
 		handlers[h.panicType] = panickingHandler[Tx](h.panicType)
 	}
@@ -416,17 +391,20 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 		ClientID:          f.clientID,
 		Logger:            logger,
 	})
+	switch {
+	case errors.Is(err, consumer.ErrDeadLetterLoop):
+		return fmt.Errorf("--dlq-topic %q is the topic of commands: dead letters would be consumed again as commands", f.dlqTopic)
+	case errors.Is(err, consumer.ErrDeadLetterTopicMissing):
+		return fmt.Errorf("--dlq-topic: topic %q does not exist on %s (create it first, e.g. workrouter broker --topic %s,%s)",
+			f.dlqTopic, strings.Join(c.brokers, ","), f.topic, f.dlqTopic)
+	}
 	if err != nil {
 		if errors.Is(err, consumer.ErrConfig) {
 			return err
 		}
 		return fmt.Errorf("cannot join group %s on the brokers %s: %w", f.group, strings.Join(c.brokers, ","), c.explain(err))
 	}
-	ready := w.Ready
-	if f.readyMaxStall > 0 {
-		ready = func() bool { return w.Ready() && !w.StalledLongerThan(f.readyMaxStall) }
-	}
-	ops, err := startOps(f.metricsAddr, reg, ready, logger)
+	ops, err := startOps(f.metricsAddr, reg, w, f.readyMaxStall, logger)
 	if err != nil {
 		w.Close()
 		return err
