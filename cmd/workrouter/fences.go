@@ -558,24 +558,20 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 		}
 	}
 
-	for i, t := range targets {
-		r := t.Report
+	guard := make(map[int32]string, len(plans))
+	for _, p := range plans {
+		guard[p.Partition] = expect[p.Partition]
+	}
+	results, err := admin.ResetPartitions(gctx, cl, s, admin.PartitionsRequest{Group: f.group, Topic: f.topic, Expect: guard, Checkpoint: cp, Reason: f.reason, Force: f.force})
+	if err != nil {
+		return resetError(err)
+	}
+	for _, res := range results {
+		r := res.Report
 		scope := r.Fence.Scope
-		res, err := admin.Reset(gctx, cl, s, admin.Request{Scope: scope, Expect: expect[scope.Partition], Checkpoint: cp, Reason: f.reason, Force: f.force})
-		if err != nil {
-			switch {
-			case errors.Is(err, admin.ErrMoved):
-				err = fmt.Errorf("%w; run the dry run again", err)
-			case errors.Is(err, admin.ErrNoCause):
-				err = fmt.Errorf("%w; --force resets anyway", err)
-			case errors.Is(err, admin.ErrBadRequest) && t.Refused == admin.RefusedKeepOnChangedLog:
-				err = fmt.Errorf("%w; use --restart-at earliest|latest|OFFSET", err)
-			case errors.Is(err, admin.ErrBadRequest) && t.Refused == admin.RefusedOffsetOutsideLog:
-				err = fmt.Errorf("%w; give --restart-at an offset of the log, or earliest or latest", err)
-			}
-			return fmt.Errorf("%w (%d of %d reset before it)", err, i, len(targets))
+		for i := range plans {
+			plans[i].Done = plans[i].Done || plans[i].Partition == scope.Partition
 		}
-		plans[i].Done = true
 		if f.asJSON {
 			continue
 		}
@@ -589,6 +585,44 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 	}
 	return out.err
 }
+
+// resetError renders an error of admin.ResetPartitions with each
+// partition's hint in the CLI's flags.
+func resetError(err error) error {
+	var pe *admin.PartitionsError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	msgs := make([]string, len(pe.Partitions))
+	for i, p := range pe.Partitions {
+		e := p.Err
+		switch {
+		case errors.Is(e, admin.ErrMoved):
+			e = fmt.Errorf("%w; run the dry run again", e)
+		case errors.Is(e, admin.ErrNoCause):
+			e = fmt.Errorf("%w; --force resets anyway", e)
+		case p.Refused == admin.RefusedKeepOnChangedLog:
+			e = fmt.Errorf("%w; use --restart-at earliest|latest|OFFSET", e)
+		case p.Refused == admin.RefusedOffsetOutsideLog:
+			e = fmt.Errorf("%w; give --restart-at an offset of the log, or earliest or latest", e)
+		}
+		msgs[i] = e.Error()
+	}
+	tail := "nothing changed"
+	if len(pe.Done) > 0 {
+		tail = fmt.Sprintf("partitions %v were reset before it", pe.Done)
+	}
+	return &renderedError{msg: strings.Join(msgs, "; ") + " (" + tail + ")", err: err}
+}
+
+// renderedError is err said in the CLI's words: msg, still matching err.
+type renderedError struct {
+	msg string
+	err error
+}
+
+func (e *renderedError) Error() string { return e.msg }
+func (e *renderedError) Unwrap() error { return e.err }
 
 // toResetPlan renders t, a plan of a reset with cp, as the dry run prints
 // it (and --json), with the refusals in the CLI's words (its flags).
