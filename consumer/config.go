@@ -120,6 +120,12 @@ type Config[Tx any] struct {
 	// (ErrDeadLetterLoop). Empty disables the mirror; the sink's rows are
 	// the record either way.
 	DeadLetterTopic string
+	// DeadLetterCompression is the codec of the record batches the
+	// DeadLetterTopic mirror produces; default envelope.CompressionNone,
+	// which every Kafka client reads without a plugin
+	// (docs/interop.md#compression-what-each-consumer-needs). A
+	// kgo.ProducerBatchCompression in ClientOpts overrides it.
+	DeadLetterCompression envelope.Compression
 	// ReclaimInterval is how often the Worker claims again a partition
 	// whose claim was refused for a reason an operator must resolve (the
 	// log changed, the epochs went backwards), so that it resumes by
@@ -294,6 +300,8 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 		out.RebalanceTimeout < 0, out.HeartbeatInterval < 0, out.RetryBackoff < 0, out.MaxRetryBackoff < 0,
 		out.LagInterval < 0, out.ReclaimInterval < 0:
 		return out, fmt.Errorf("%w: negative size or duration", ErrConfig)
+	case !out.DeadLetterCompression.Valid():
+		return out, fmt.Errorf("%w: unknown DeadLetterCompression %q", ErrConfig, out.DeadLetterCompression)
 	case out.DeadLetterTopic != "" && out.DeadLetterTopic == out.Topic:
 		return out, fmt.Errorf("%w (DeadLetterTopic %q); create a topic of its own for the dead letters", ErrDeadLetterLoop, out.DeadLetterTopic)
 	case out.InstanceID != "" && !out.AllowStaticMembership:
@@ -386,6 +394,8 @@ func (w *Worker[Tx]) clientOpts() []kgo.Opt {
 		kgo.OnPartitionsRevoked(w.onRevoked),
 		kgo.OnPartitionsLost(w.onLost),
 		kgo.AdjustFetchOffsetsFn(w.adjustOffsets),
+		// The client produces only the dead-letter mirror.
+		c.DeadLetterCompression.Opt(),
 	}
 	switch c.Protocol {
 	case Cooperative:

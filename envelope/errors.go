@@ -37,6 +37,9 @@ var (
 	ErrMalformedRecord = errors.New("envelope: malformed command record")
 	// ErrMissingType means a record has no (or an empty) [TypeHeader].
 	ErrMissingType = errors.New("envelope: missing command type header")
+	// ErrUnknownCompression means [ParseCompression] was given a name it
+	// does not know.
+	ErrUnknownCompression = errors.New("envelope: unknown compression")
 	// ErrUnknownPartitioner means [ParsePartitioner] was given a name it
 	// does not know.
 	ErrUnknownPartitioner = errors.New("envelope: unknown partitioner")

@@ -71,12 +71,20 @@ type Config struct {
 
 	// ClientOpts are extra options for the client the router builds when
 	// Client is nil (TLS, SASL, dialer, timeouts, …). The router appends
-	// kgo.SeedBrokers(Brokers...) before them and
+	// kgo.SeedBrokers(Brokers...) and Compression before them and
 	// kgo.RecordPartitioner(kgo.ManualPartitioner()) after them. The kgo
 	// producer defaults (idempotent, acks=all, a linger of 10ms to fill
 	// batches) apply unless overridden. Router.Send does not wait for the
 	// linger (see the package documentation, "Latency and batching").
 	ClientOpts []kgo.Opt
+
+	// Compression is the codec of the record batches the router's own
+	// client produces; default envelope.CompressionNone, which every
+	// Kafka client reads without a plugin
+	// (docs/interop.md#compression-what-each-consumer-needs).
+	// A kgo.ProducerBatchCompression in ClientOpts overrides it; a
+	// caller's Client keeps its own.
+	Compression envelope.Compression
 
 	// Partitioner maps keys to partitions. Default envelope.Murmur2,
 	// Kafka's own; set envelope.CRC32 where the topic's other producers
@@ -126,6 +134,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: Brokers is required when Client is nil", ErrConfig)
 	case c.OnPartitionCountChange != Refuse && c.OnPartitionCountChange != Alarm:
 		return c, fmt.Errorf("%w: unknown OnPartitionCountChange %v", ErrConfig, c.OnPartitionCountChange)
+	case !c.Compression.Valid():
+		return c, fmt.Errorf("%w: unknown Compression %q", ErrConfig, c.Compression)
 	case !c.Partitioner.Valid():
 		return c, fmt.Errorf("%w: unknown Partitioner %v", ErrConfig, c.Partitioner)
 	case c.PartitionCheckInterval < 0:

@@ -109,8 +109,8 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	r.state.Store(&sendState{})
 	r.observed = len(cfg.Observers) > 0
 	if r.cl == nil {
-		opts := make([]kgo.Opt, 0, len(cfg.ClientOpts)+2)
-		opts = append(opts, kgo.SeedBrokers(cfg.Brokers...))
+		opts := make([]kgo.Opt, 0, len(cfg.ClientOpts)+3)
+		opts = append(opts, kgo.SeedBrokers(cfg.Brokers...), cfg.Compression.Opt())
 		opts = append(opts, cfg.ClientOpts...)
 		opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		r.cl, err = kgo.NewClient(opts...)
@@ -144,7 +144,7 @@ func New(ctx context.Context, cfg Config) (*Router, error) {
 	if r.observed {
 		r.emit(Started{Topic: cfg.Topic, Partitions: n, Policy: cfg.OnPartitionCountChange})
 	}
-	cfg.Logger.Info("router started", "topic", cfg.Topic, "partitions", n, "partitioner", cfg.Partitioner,
+	cfg.Logger.Info("router started", "topic", cfg.Topic, "partitions", n, "partitioner", cfg.Partitioner, "compression", cfg.Compression,
 		"on_partition_count_change", cfg.OnPartitionCountChange)
 
 	checkCtx, stop := context.WithCancel(context.Background())

@@ -730,7 +730,7 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 		return err
 	}
 	// Connect first: a broker that cannot be reached changes nothing.
-	rt, err := openRouter(ctx, produceFlags{brokers: cn.brokers, topic: d.Scope.Topic, timeout: f.timeout}, cn, partitioner, logger)
+	rt, err := openRouter(ctx, produceFlags{brokers: cn.brokers, topic: d.Scope.Topic, timeout: f.timeout}, cn, partitioner, envelope.CompressionNone, logger)
 	if err != nil {
 		return fmt.Errorf("%w (dead letter %d not changed, nothing sent)", err, id)
 	}

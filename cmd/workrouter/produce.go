@@ -61,6 +61,7 @@ type produceFlags struct {
 	size  int
 
 	partitioner string
+	compression string
 	conn        connFlags
 }
 
@@ -147,6 +148,7 @@ credentials and untrusted certificates, naming the cause.
 	fl.IntVar(&f.keys, "keys", 100, fmt.Sprintf("distinct keys of the generated load (at most %d)", maxKeys))
 	fl.IntVar(&f.size, "size", 100, fmt.Sprintf("payload bytes of each generated command (at most %d)", maxPayload))
 	fl.StringVar(&f.partitioner, "partitioner", "murmur2", "how keys map to partitions: murmur2 (Kafka's default) or crc32 (librdkafka's default)")
+	fl.StringVar(&f.compression, "compression", "none", "codec of the record batches: none (every client reads it), gzip, snappy, lz4 or zstd (see docs/interop.md for what each consumer needs)")
 	addConnFlags(fl, &f.conn)
 	return cmd
 }
@@ -263,6 +265,10 @@ func runProduce(cmd *cobra.Command, f produceFlags) error {
 	if err != nil {
 		return fmt.Errorf("--partitioner: %w", err)
 	}
+	compression, err := envelope.ParseCompression(f.compression)
+	if err != nil {
+		return fmt.Errorf("--compression %q: want none, gzip, snappy, lz4 or zstd", f.compression)
+	}
 	c, err := resolveConn(cmd, f.conn, f.brokers)
 	if err != nil {
 		return err
@@ -270,7 +276,7 @@ func runProduce(cmd *cobra.Command, f produceFlags) error {
 	f.brokers = c.brokers
 
 	ctx := cmd.Context()
-	rt, err := openRouter(ctx, f, c, partitioner, logger)
+	rt, err := openRouter(ctx, f, c, partitioner, compression, logger)
 	if err != nil {
 		return err
 	}
@@ -311,7 +317,7 @@ func runProduce(cmd *cobra.Command, f produceFlags) error {
 
 // openRouter connects the router, turning its setup errors into one clear
 // line.
-func openRouter(ctx context.Context, f produceFlags, c conn, partitioner envelope.Partitioner, logger *slog.Logger) (*router.Router, error) {
+func openRouter(ctx context.Context, f produceFlags, c conn, partitioner envelope.Partitioner, compression envelope.Compression, logger *slog.Logger) (*router.Router, error) {
 	gctx, stop := c.guard(ctx)
 	defer stop()
 	nctx, cancel := context.WithTimeout(gctx, f.timeout)
@@ -322,6 +328,7 @@ func openRouter(ctx context.Context, f produceFlags, c conn, partitioner envelop
 		CloseTimeout: f.timeout,
 		Logger:       logger,
 		Partitioner:  partitioner,
+		Compression:  compression,
 		ClientOpts: append([]kgo.Opt{
 			kgo.RecordDeliveryTimeout(f.timeout),
 			// Short enough that a connection that fails (a TLS handshake

@@ -61,6 +61,8 @@ type workerFlags struct {
 	poison consumer.PoisonPolicy
 	// dlqTopic is the Kafka topic dead letters are mirrored to ("": none).
 	dlqTopic string
+	// dlqCompression is the codec of the --dlq-topic mirror's batches.
+	dlqCompression string
 	// readyMaxStall makes /readyz fail while a partition has been stalled
 	// or blocked longer than it (0: stalls do not affect readiness).
 	readyMaxStall time.Duration
@@ -185,6 +187,7 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.IntVar(&f.poison.MaxAttempts, "max-attempts", f.poison.MaxAttempts, "failed attempts of a command's handler before it is dead-lettered (failures of the sink itself never count)")
 	fl.DurationVar(&f.poison.MaxRetryTime, "max-retry-time", f.poison.MaxRetryTime, "how long a failing command is retried, from its first failure, before it is dead-lettered (whichever of this and --max-attempts ends first)")
 	fl.StringVar(&f.dlqTopic, "dlq-topic", "", "also publish every dead letter to this Kafka topic, which must exist (by convention <topic>.dlq); empty: no mirror")
+	fl.StringVar(&f.dlqCompression, "dlq-compression", "none", "codec of the --dlq-topic mirror's record batches: none (every client reads it), gzip, snappy, lz4 or zstd (see docs/interop.md)")
 	fl.DurationVar(&f.readyMaxStall, "ready-max-stall", 0, "make /readyz answer 503 while a partition has been stalled or blocked longer than this (needs --metrics-addr; 0: stalls do not affect readiness)")
 	fl.BoolVar(&f.noTakeover, "no-takeover", false, "keep a partition whose fence holder belongs to an earlier incarnation of the group (deleted and recreated, expired, lost by the broker) blocked until an operator resets its fence, instead of taking it over with a proof of membership (see docs/operating.md#runbook-epochs-went-backwards)")
 	fl.Int64Var(&f.dedupeWindow, "dedupe-window", 0, "how many offsets of a partition the sink remembers applied command IDs for: a command whose ID was applied within it is skipped as a duplicate (0: the sink's default, 100000)")
@@ -206,6 +209,8 @@ func checkPoisonFlags(f workerFlags) error {
 		return fmt.Errorf("--ready-max-stall must not be negative, got %s", f.readyMaxStall)
 	case f.readyMaxStall > 0 && f.metricsAddr == "":
 		return errors.New("--ready-max-stall changes /readyz, which only --metrics-addr serves: give --metrics-addr too")
+	case !envelope.Compression(f.dlqCompression).Valid():
+		return fmt.Errorf("--dlq-compression %q: want none, gzip, snappy, lz4 or zstd", f.dlqCompression)
 	case f.dlqTopic != "" && f.dlqTopic == f.topic:
 		// consumer.New refuses it too (ErrDeadLetterLoop); refused here
 		// with the other flags, before the sink is opened.
@@ -368,28 +373,29 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 	}
 	defer metrics.Unregister()
 	w, err := consumer.New(cctx, consumer.Config[Tx]{
-		ClientOpts:        clientOpts,
-		Observers:         append(observers, metrics),
-		Partitioner:       partitioner,
-		Misroute:          misroute,
-		Brokers:           c.brokers,
-		Group:             f.group,
-		Topic:             f.topic,
-		Sink:              s,
-		Handlers:          handlers,
-		Poison:            f.poison,
-		DeadLetterTopic:   f.dlqTopic,
-		Protocol:          protocol,
-		MaxBatch:          f.maxBatch,
-		KeyConcurrency:    f.keyConcurrency,
-		NoTakeover:        f.noTakeover,
-		SessionTimeout:    f.sessionTimeout,
-		HeartbeatInterval: f.heartbeatInterval,
-		RevokeTimeout:     f.revokeTimeout,
-		RebalanceTimeout:  f.rebalanceTimeout,
-		LagInterval:       h.lagEvery(),
-		ClientID:          f.clientID,
-		Logger:            logger,
+		ClientOpts:            clientOpts,
+		Observers:             append(observers, metrics),
+		Partitioner:           partitioner,
+		Misroute:              misroute,
+		Brokers:               c.brokers,
+		Group:                 f.group,
+		Topic:                 f.topic,
+		Sink:                  s,
+		Handlers:              handlers,
+		Poison:                f.poison,
+		DeadLetterTopic:       f.dlqTopic,
+		DeadLetterCompression: envelope.Compression(f.dlqCompression),
+		Protocol:              protocol,
+		MaxBatch:              f.maxBatch,
+		KeyConcurrency:        f.keyConcurrency,
+		NoTakeover:            f.noTakeover,
+		SessionTimeout:        f.sessionTimeout,
+		HeartbeatInterval:     f.heartbeatInterval,
+		RevokeTimeout:         f.revokeTimeout,
+		RebalanceTimeout:      f.rebalanceTimeout,
+		LagInterval:           h.lagEvery(),
+		ClientID:              f.clientID,
+		Logger:                logger,
 	})
 	switch {
 	case errors.Is(err, consumer.ErrDeadLetterLoop):
