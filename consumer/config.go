@@ -172,7 +172,8 @@ type Config[Tx any] struct {
 	// dead-lettered as undecodable by default) are one key, ordered
 	// among themselves. A poison record holds up only the keys bound to
 	// its lane until that lane's queue (max(QueueSize/N, MaxBatch)
-	// records) is full; then the partition's fetching pauses.
+	// records) is full; then the partition's fetching pauses. At most
+	// MaxKeyConcurrency.
 	KeyConcurrency int
 	// MaxBatch is the most records applied in one sink Apply; default 256.
 	MaxBatch int
@@ -255,6 +256,14 @@ type Config[Tx any] struct {
 // another in Config.diagnoseTimeout.
 const diagnoseTimeout = 5 * time.Second
 
+// MaxKeyConcurrency is the most lanes Config.KeyConcurrency may give a
+// partition. Each lane is a goroutine with a queue, and with its own
+// fenced transactions a lane costs the sink a connection while it applies;
+// lanes beyond the handlers that can usefully wait at once cost memory
+// and sink load for nothing (docs/operating.md#key-concurrency gives the
+// measured cost of an idle lane).
+const MaxKeyConcurrency = 1024
+
 // ErrConfig is matched by every configuration error returned by New.
 var ErrConfig = errors.New("consumer: invalid config")
 
@@ -296,6 +305,8 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 		return out, fmt.Errorf("%w: unknown protocol %d", ErrConfig, int(out.Protocol))
 	case out.KeyConcurrency < 0:
 		return out, fmt.Errorf("%w: negative KeyConcurrency %d", ErrConfig, out.KeyConcurrency)
+	case out.KeyConcurrency > MaxKeyConcurrency:
+		return out, fmt.Errorf("%w: KeyConcurrency %d is above MaxKeyConcurrency (%d)", ErrConfig, out.KeyConcurrency, MaxKeyConcurrency)
 	case out.MaxBatch < 0, out.QueueSize < 0, out.RevokeTimeout < 0, out.SessionTimeout < 0,
 		out.RebalanceTimeout < 0, out.HeartbeatInterval < 0, out.RetryBackoff < 0, out.MaxRetryBackoff < 0,
 		out.LagInterval < 0, out.ReclaimInterval < 0:

@@ -124,3 +124,24 @@ func TestDeadLetterTopicChecked(t *testing.T) {
 	}
 	w.Close()
 }
+
+// TestKeyConcurrencyCapped: New refuses more than MaxKeyConcurrency lanes
+// and accepts exactly that many.
+func TestKeyConcurrencyCapped(t *testing.T) {
+	t.Parallel()
+	c := newFakeCluster(t, 1)
+	cfg := consumer.Config[*memory.Tx]{
+		Brokers: c.addrs, Group: "g", Topic: c.topic, Sink: memory.New(),
+		Handlers:       map[string]consumer.Handler[*memory.Tx]{"append": appendHandler},
+		KeyConcurrency: consumer.MaxKeyConcurrency + 1,
+	}
+	if _, err := consumer.New(t.Context(), cfg); !errors.Is(err, consumer.ErrConfig) || !strings.Contains(err.Error(), fmt.Sprint(consumer.MaxKeyConcurrency+1)) {
+		t.Fatalf("KeyConcurrency %d: %v, want ErrConfig naming it", cfg.KeyConcurrency, err)
+	}
+	cfg.KeyConcurrency = consumer.MaxKeyConcurrency
+	w, err := consumer.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("KeyConcurrency %d: %v", cfg.KeyConcurrency, err)
+	}
+	w.Close()
+}

@@ -76,7 +76,7 @@ func TestWorkerCommand(t *testing.T) {
 	w := startProc(t, []string{"worker", "--example", "ledger", "--brokers", b.Addr(), "--sink", "sqlite:" + path, "--client-id", "w1", "--metrics-addr", "127.0.0.1:0", "--dedupe-window", "5000"})
 	select {
 	case line := <-w.stdout.firstLine:
-		if !strings.Contains(line, "workrouter worker w1: example ledger, group ledger-workers, topic ledger") {
+		if !strings.Contains(line, "workrouter worker w1: example ledger, group ledger-workers, topic ledger") || !strings.Contains(line, ", key concurrency 1 ") {
 			t.Fatalf("first line %q", line)
 		}
 	case <-time.After(deadline):

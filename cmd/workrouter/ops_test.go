@@ -49,3 +49,42 @@ func assertNoGoIdentifiers(t *testing.T, msg string) {
 		t.Errorf("message names the Go identifier %s: %q", m, msg)
 	}
 }
+
+// TestWorkerRefusesBadFlagsBeforeOpening: a worker flag the group client
+// or the library would refuse is refused in one line naming the flag,
+// before the sink is opened (no database file appears) or a broker is
+// asked (the brokers given do not exist).
+func TestWorkerRefusesBadFlagsBeforeOpening(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--session-timeout", "1ms"}, "--session-timeout must be between 100ms and"},
+		{[]string{"--rebalance-timeout", "10ms"}, "--rebalance-timeout must be between 100ms and"},
+		{[]string{"--heartbeat-interval", "20s"}, "--heartbeat-interval 20s must be shorter than --session-timeout 10s"},
+		{[]string{"--max-batch", "0"}, "--max-batch must be at least 1"},
+		{[]string{"--key-concurrency", "1025"}, "--key-concurrency must be at most 1024, got 1025"},
+		{[]string{"--metrics-addr", "nohostport"}, `--metrics-addr "nohostport"`},
+		{[]string{"--dlq-compression", "brotli"}, `--dlq-compression "brotli": want none, gzip, snappy, lz4 or zstd`},
+	} {
+		dir := t.TempDir()
+		db := filepath.Join(dir, "workrouter.db")
+		args := append([]string{"worker", "--example", "ledger", "--brokers", "127.0.0.1:1", "--sink", "sqlite:" + db}, tc.args...)
+		stderr := oneLineFailure(t, args, tc.want)
+		assertNoGoIdentifiers(t, stderr)
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("worker %v created %s before refusing its flag", tc.args, entries[0].Name())
+		}
+	}
+}
+
+// TestDefaultClientIDDiffersPerProcess: the default client ID has a
+// random part, so that processes sharing a host name and PID (containers
+// on one host network, each PID 1) are told apart in the group.
+func TestDefaultClientIDDiffersPerProcess(t *testing.T) {
+	re := regexp.MustCompile(`^workrouter-.+-[0-9]+-[0-9a-f]{8}$`)
+	a, b := defaultClientID(), defaultClientID()
+	if !re.MatchString(a) || !re.MatchString(b) || a == b {
+		t.Fatalf("default client IDs %q and %q: want two different workrouter-<host>-<pid>-<8 hex>", a, b)
+	}
+}

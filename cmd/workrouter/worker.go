@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -165,9 +168,9 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.StringVar(&f.topic, "topic", "", "topic of commands (default: the example's, ledger or invoices)")
 	fl.StringVar(&f.group, "group", "", "consumer group (default: <example>-workers)")
 	notEmpty(fl, "topic", "group")
-	fl.StringVar(&f.sink, "sink", "sqlite:workrouter.db", "fenced sink: sqlite:PATH or postgres://…")
+	fl.StringVar(&f.sink, "sink", "sqlite:workrouter.db", "fenced sink: sqlite:PATH, postgres://… or redis://… (Redis: the ledger only)")
 	fl.StringVar(&f.protocol, "protocol", "cooperative", "group protocol: cooperative or kip848")
-	fl.StringVar(&f.clientID, "client-id", "", "this member's client id (default: workrouter-<host>-<pid>)")
+	fl.StringVar(&f.clientID, "client-id", "", "this member's client id (default: workrouter-<host>-<pid>-<8 random hex digits>, which differs per process even in containers that share a host name and PID)")
 	fl.IntVar(&f.maxBatch, "max-batch", 256, "most records applied in one sink transaction")
 	fl.IntVar(&f.keyConcurrency, "key-concurrency", 1, "lanes per partition: records of different keys are applied concurrently, each key in offset order, through the sink's checkpoint with gaps (1: one batch at a time, the partition in offset order; see docs/operating.md#key-concurrency)")
 	fl.DurationVar(&f.sessionTimeout, "session-timeout", 10*time.Second, "group session timeout")
@@ -199,6 +202,8 @@ func checkPoisonFlags(f workerFlags) error {
 	switch {
 	case f.keyConcurrency < 1:
 		return fmt.Errorf("--key-concurrency must be at least 1, got %d", f.keyConcurrency)
+	case f.keyConcurrency > consumer.MaxKeyConcurrency:
+		return fmt.Errorf("--key-concurrency must be at most %d, got %d: each lane costs a goroutine, a queue and sink transactions of its own (see docs/operating.md#key-concurrency)", consumer.MaxKeyConcurrency, f.keyConcurrency)
 	case f.dedupeWindow < 0:
 		return fmt.Errorf("--dedupe-window must not be negative, got %d", f.dedupeWindow)
 	case f.poison.MaxAttempts < 1:
@@ -219,6 +224,65 @@ func checkPoisonFlags(f workerFlags) error {
 	return nil
 }
 
+// maxWireTimeout is the longest group timeout the Kafka protocol carries
+// (an int32 of milliseconds).
+const maxWireTimeout = time.Duration(math.MaxInt32) * time.Millisecond
+
+// checkGroupFlags validates the flags the group client takes
+// (--session-timeout, --heartbeat-interval, --rebalance-timeout,
+// --revoke-timeout, --max-batch, --client-id, --metrics-addr) before
+// anything is opened: a refused flag leaves no sink file behind.
+func checkGroupFlags(f workerFlags) error {
+	inRange := func(flag string, d time.Duration) error {
+		if d < 100*time.Millisecond || d > maxWireTimeout {
+			return fmt.Errorf("--%s must be between 100ms and %s, got %s", flag, maxWireTimeout, d)
+		}
+		return nil
+	}
+	if err := inRange("session-timeout", f.sessionTimeout); err != nil {
+		return err
+	}
+	if err := inRange("rebalance-timeout", f.rebalanceTimeout); err != nil {
+		return err
+	}
+	switch {
+	case f.heartbeatInterval <= 0:
+		return fmt.Errorf("--heartbeat-interval must be positive, got %s", f.heartbeatInterval)
+	case f.heartbeatInterval >= f.sessionTimeout:
+		return fmt.Errorf("--heartbeat-interval %s must be shorter than --session-timeout %s, or the member is expired between two heartbeats", f.heartbeatInterval, f.sessionTimeout)
+	case f.revokeTimeout < 0:
+		return fmt.Errorf("--revoke-timeout must not be negative, got %s", f.revokeTimeout)
+	case f.maxBatch < 1:
+		return fmt.Errorf("--max-batch must be at least 1, got %d", f.maxBatch)
+	case len(f.clientID) > 256:
+		return fmt.Errorf("--client-id is %d bytes, at most 256", len(f.clientID))
+	}
+	if f.metricsAddr != "" {
+		if _, err := loopbackDefault(f.metricsAddr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lanesText says the key concurrency for the banner.
+func lanesText(n int) string {
+	if n == 1 {
+		return "key concurrency 1 (one batch at a time per partition)"
+	}
+	return fmt.Sprintf("key concurrency %d (lanes per partition)", n)
+}
+
+// defaultClientID is workrouter-<host>-<pid>-<8 hex digits>: containers
+// on one host network often share a host name and PID 1, so the random
+// part tells their processes apart in the group's member list.
+func defaultClientID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("workrouter-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
 // runWorker runs the worker f describes; h adds the harness's fault hooks
 // (nil for the product command).
 func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
@@ -232,10 +296,12 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 		f.group = f.example + "-workers"
 	}
 	if f.clientID == "" {
-		host, _ := os.Hostname()
-		f.clientID = fmt.Sprintf("workrouter-%s-%d", host, os.Getpid())
+		f.clientID = defaultClientID()
 	}
 	if err := checkPoisonFlags(f); err != nil {
+		return err
+	}
+	if err := checkGroupFlags(f); err != nil {
 		return err
 	}
 	var protocol consumer.Protocol
@@ -416,8 +482,8 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 		return err
 	}
 	defer ops.close()
-	fmt.Fprintf(cmd.OutOrStdout(), "workrouter worker %s: example %s, group %s, topic %s, sink %s, brokers %s (%s), partitioner %s\n",
-		f.clientID, f.example, f.group, f.topic, spec, strings.Join(c.brokers, ","), c.cfg, partitioner)
+	fmt.Fprintf(cmd.OutOrStdout(), "workrouter worker %s: example %s, group %s, topic %s, sink %s, brokers %s (%s), partitioner %s, %s\n",
+		f.clientID, f.example, f.group, f.topic, spec, strings.Join(c.brokers, ","), c.cfg, partitioner, lanesText(f.keyConcurrency))
 	logger.Info("poison records", "on_undecodable", f.poison.Undecodable, "on_no_handler", f.poison.NoHandler,
 		"on_handler_error", f.poison.HandlerError, "max_attempts", f.poison.MaxAttempts, "max_retry_time", f.poison.MaxRetryTime,
 		"dlq_topic", f.dlqTopic, "ready_max_stall", f.readyMaxStall)
