@@ -104,6 +104,26 @@ type StatusPartition struct {
 	Problems []StatusProblem `json:"problems,omitempty"`
 }
 
+// NeedsAttention reports whether an operator should look at the
+// partition: its worker reported it stalled or blocked, or the sink's
+// fence, the log and the group show a problem (Problems). A running or
+// unowned partition with no problem does not, whatever its lag.
+func (p StatusPartition) NeedsAttention() bool {
+	return p.State == "stalled" || p.State == "blocked" || len(p.Problems) > 0
+}
+
+// NeedsAttention returns the partitions of the report that need
+// attention (StatusPartition.NeedsAttention), in the report's order.
+func (r StatusReport) NeedsAttention() []int32 {
+	var out []int32
+	for _, p := range r.Partitions {
+		if p.NeedsAttention() {
+			out = append(out, p.Partition)
+		}
+	}
+	return out
+}
+
 // StatusProblem is one thing wrong with a partition (a Problem, or
 // "reset_pending").
 type StatusProblem struct {

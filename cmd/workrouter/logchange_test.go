@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -78,12 +79,15 @@ func (w *procWorld) operatorReset(checkpoint []string, want ...string) (dry, don
 	return dry, done
 }
 
-// statusText runs `status --sink` and returns its output.
+// statusText runs `status --sink` and returns its output; it fails the
+// test unless status exits 2 (a partition needs attention: the tests call
+// it while the log changed under the workers).
 func (w *procWorld) statusText() string {
 	w.t.Helper()
 	out, _, err := runCLI(w.t, nil, "status", "--brokers", w.brk.Addr(), "--group", w.group, "--topic", w.topic, "--sink", w.b.store.Spec())
-	if err != nil {
-		w.t.Fatalf("status: %v\n%s", err, out)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitNeedsAttention {
+		w.t.Fatalf("status: %v (want exit status %d: partitions need attention)\n%s", err, exitNeedsAttention, out)
 	}
 	return out
 }

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -34,7 +35,30 @@ func run() int {
 		// One line, whatever the error looks like (errors.Join uses newlines).
 		msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
 		fmt.Fprintf(os.Stderr, "workrouter: %s\n", msg)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
 		return 1
 	}
 	return 0
+}
+
+// exitNeedsAttention is status's exit status when a partition needs
+// attention (1 is an error).
+const exitNeedsAttention = 2
+
+// exitError is err with an exit status of its own.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// count is "1 attempt" or "n attempts": n and the noun, plural unless n
+// is 1.
+func count(n int, noun string) string {
+	return fmt.Sprintf("%d %s", n, plural(n, noun, noun+"s"))
 }

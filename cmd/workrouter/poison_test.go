@@ -429,6 +429,18 @@ func readyz(addr string) int {
 	return resp.StatusCode
 }
 
+// readyzBody returns the status code and body of the worker's /readyz
+// (0 and "" if it does not answer).
+func readyzBody(addr string) (int, string) {
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // opsAddr returns the address of the ops endpoints that a process logged
 // on stderr (--metrics-addr 127.0.0.1:0), failing t if it logged none.
 func opsAddr(t *testing.T, stderr fmt.Stringer) string {
@@ -483,7 +495,15 @@ func TestReadyzFailsWhileStalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	stalled := regexp.MustCompile(fmt.Sprintf(`workrouter_consumer_partition_stalled\{[^}]*partition="%d"[^}]*\} 1`, res.Partition))
-	testwait.For(t, 30*time.Second, "/readyz to answer 503", func() bool { return readyz(addr) == http.StatusServiceUnavailable })
+	var body string
+	testwait.For(t, 30*time.Second, "/readyz to answer 503", func() bool {
+		var code int
+		code, body = readyzBody(addr)
+		return code == http.StatusServiceUnavailable
+	})
+	if want := fmt.Sprintf("partition %d: stalled for ", res.Partition); !strings.Contains(body, want) || !strings.Contains(body, `no handler for command type "transfer"`) {
+		t.Fatalf("/readyz body %q does not name the stalled partition (%q…) and its cause", body, want)
+	}
 	if !stalled.MatchString(metric(addr)) {
 		t.Fatalf("/readyz answers 503 but partition %d's stalled gauge is not 1:\n%s", res.Partition, metric(addr))
 	}
@@ -505,6 +525,12 @@ func TestReadyzFailsWhileStalled(t *testing.T) {
 	if sp.StateSince == nil || sp.StateAttempts < 1 || !strings.Contains(sp.StateError, `no handler for command type "transfer"`) {
 		t.Fatalf("status --json of the stalled partition: %+v", sp)
 	}
+	// status exits 2 while a partition needs attention, naming it.
+	st := startProc(t, []string{"status", "--brokers", brk.Addr(), "--group", "ledger-workers", "--topic", ledger.Topic, "--check-keys", "0"})
+	wantErr := fmt.Sprintf("workrouter: partition %d needs attention (exit status 2)\n", res.Partition)
+	if code := st.wait(t); code != 2 || st.stderr.String() != wantErr || !strings.Contains(st.stdout.String(), "needs attention:") {
+		t.Fatalf("status of a stalled partition: exit %d, stderr %q (want 2 and %q), stdout:\n%s", code, st.stderr, wantErr, st.stdout)
+	}
 	p.interrupt(t)
 
 	p, addr = start("dead-letter")
@@ -515,5 +541,9 @@ func TestReadyzFailsWhileStalled(t *testing.T) {
 	if code := readyz(addr); code != http.StatusOK {
 		t.Fatalf("/readyz after the dead letter: %d, want 200", code)
 	}
+	testwait.For(t, 30*time.Second, "status to exit 0 once the stall is gone", func() bool {
+		st := startProc(t, []string{"status", "--brokers", brk.Addr(), "--group", "ledger-workers", "--topic", ledger.Topic, "--check-keys", "0"})
+		return st.wait(t) == 0
+	})
 	p.interrupt(t)
 }

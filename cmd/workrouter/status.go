@@ -59,6 +59,10 @@ func newStatusCmd() *cobra.Command {
 Both classic groups and KIP-848 consumer groups are described. A group or
 topic that does not exist is an error. --json prints one JSON object.
 
+It exits 0 when nothing needs attention, 2 when a partition does (stalled,
+blocked, or a problem under "needs attention"; the report is printed
+either way, and stderr names the partitions), and 1 on an error.
+
 It also reads the last --check-keys records of every partition and counts
 those whose key --partitioner maps to another partition: a producer that
 partitions keys differently (see workrouter worker --partitioner).
@@ -164,9 +168,21 @@ func runStatus(cmd *cobra.Command, f statusFlags) error {
 		rep.Sink = spec.String()
 	}
 	if f.asJSON {
-		return writeJSONErr(cmd.OutOrStdout(), rep)
+		err = writeJSONErr(cmd.OutOrStdout(), rep)
+	} else {
+		err = printStatus(cmd.OutOrStdout(), rep)
 	}
-	return printStatus(cmd.OutOrStdout(), rep)
+	if err != nil {
+		return err
+	}
+	if ps := rep.NeedsAttention(); len(ps) > 0 {
+		what := fmt.Sprintf("partitions %s need", joinInt32(ps))
+		if len(ps) == 1 {
+			what = fmt.Sprintf("partition %d needs", ps[0])
+		}
+		return &exitError{code: exitNeedsAttention, err: fmt.Errorf("%s attention (exit status %d)", what, exitNeedsAttention)}
+	}
+	return nil
 }
 
 // printStatus prints rep as a header line and two aligned tables.
@@ -266,8 +282,8 @@ func printStatus(w io.Writer, rep statusReport) error {
 	var notes []string
 	for _, p := range rep.Partitions {
 		if p.StateSince != nil {
-			notes = append(notes, fmt.Sprintf("partition %d: %s since %s (%d attempts): %s", p.Partition, p.State,
-				p.StateSince.UTC().Format(time.RFC3339), p.StateAttempts, oneLine(p.StateError)))
+			notes = append(notes, fmt.Sprintf("partition %d: %s since %s (%s): %s", p.Partition, p.State,
+				p.StateSince.UTC().Format(time.RFC3339), count(p.StateAttempts, "attempt"), oneLine(p.StateError)))
 		}
 		for _, pr := range p.Problems {
 			notes = append(notes, fmt.Sprintf("partition %d: %s: %s", p.Partition, strings.ReplaceAll(pr.Kind, "_", " "), oneLine(pr.Detail)))
