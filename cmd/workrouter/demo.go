@@ -73,10 +73,12 @@ through their environment, never their command line).
 			}
 			sum, err := demo.Run(cmd.Context(), cfg)
 			if sum.Timeline != nil {
-				if asJSON {
+				// A run that stopped before counting the sink has only
+				// zeros to sum up: its error says what happened.
+				if sum.Counted && asJSON {
 					enc := json.NewEncoder(out)
 					_ = enc.Encode(sum)
-				} else {
+				} else if sum.Counted {
 					fmt.Fprintln(out, sum.Line())
 				}
 				if report != "" {

@@ -46,6 +46,22 @@ func TestDemoCommand(t *testing.T) {
 	}
 }
 
+// TestDemoSetupErrorPrintsNoSummary: a demo that fails while setting up
+// (a sink it cannot open) ends with its error, without a summary line of
+// zeros that would read as a run that applied nothing.
+func TestDemoSetupErrorPrintsNoSummary(t *testing.T) {
+	p := startProc(t, []string{"demo", "--sink", "sqlite:" + filepath.Join(t.TempDir(), "no-such-dir", "x.db")})
+	if code := p.wait(t); code == 0 {
+		t.Fatalf("demo on a sink it cannot open exited 0:\n%s", p.stdout)
+	}
+	if out := p.stdout.String(); strings.Contains(out, "demo: produced=") {
+		t.Fatalf("demo printed a summary before its setup error:\n%s", out)
+	}
+	if errLine := p.stderr.String(); !strings.HasPrefix(errLine, "workrouter: ") || !strings.Contains(errLine, "no-such-dir") {
+		t.Fatalf("stderr %q, want the setup error", errLine)
+	}
+}
+
 func TestDemoCommandRejectsBadInput(t *testing.T) {
 	for _, args := range [][]string{
 		{"demo", "--workers", "1"},

@@ -89,6 +89,11 @@ type Summary struct {
 	// Trace is the run's typed events, for its report (package
 	// timeline); not in the JSON summary.
 	Trace cluster.Trace `json:"-"`
+	// Counted says the run reached its count of the sink's records: the
+	// counts above are the run's. A run that stopped before (a setup
+	// error, a broker that cannot be reached) has zeros there, which say
+	// nothing; it is not in the JSON summary.
+	Counted bool `json:"-"`
 }
 
 // OK reports whether every invariant held and the fault really happened.
@@ -151,6 +156,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	for _, f := range d.faults {
 		sum.Faults[f.Kind]++
 	}
+	sum.Counted = d.traced != nil
 	if d.traced == nil { // the run stopped before its summary
 		d.traced, d.tracedAt = cluster.TraceOf(d.workers), time.Now()
 	}
