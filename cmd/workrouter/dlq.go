@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/user"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -735,7 +737,7 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 		return fmt.Errorf("%w (dead letter %d not changed, nothing sent)", err, id)
 	}
 	defer rt.Close()
-	res, err := admin.Redrive(ctx, ds, rt, id, admin.RedriveOptions{Reason: f.reason, Actor: "workrouter dlq redrive", RevertTimeout: f.timeout, NewID: f.newID})
+	res, err := admin.Redrive(ctx, ds, rt, id, admin.RedriveOptions{Reason: f.reason, Actor: actor("workrouter dlq redrive"), RevertTimeout: f.timeout, NewID: f.newID})
 	if err != nil {
 		return redriveError(err, spec, id)
 	}
@@ -819,9 +821,26 @@ func runDLQDrop(cmd *cobra.Command, f dlqFlags, arg string) error {
 		}
 		return fmt.Errorf("refusing to drop dead letter %d without --yes (nothing changed)", id)
 	}
-	if _, err := admin.Drop(ctx, ds, id, admin.DropOptions{Reason: f.reason, Actor: "workrouter dlq drop"}); err != nil {
+	if _, err := admin.Drop(ctx, ds, id, admin.DropOptions{Reason: f.reason, Actor: actor("workrouter dlq drop")}); err != nil {
 		return decisionError(err, spec, id, "drop", "")
 	}
 	fmt.Fprintf(out, "dropped dead letter %d (%s offset %d); its row and audit rows are kept\n", id, d.Scope, d.Record.Offset)
 	return out.err
+}
+
+// actor names who changed a dead letter, for its audit row: the tool,
+// and the OS user and host that ran it ("workrouter dlq drop (by alice on
+// ops-1)"); a user or host that cannot be read is "unknown".
+func actor(tool string) string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	} else if env := os.Getenv("USER"); env != "" {
+		name = env
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%s (by %s on %s)", tool, name, host)
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -110,6 +112,19 @@ func listIDs(t *testing.T, path string, args ...string) []int64 {
 		ids = append(ids, r.ID)
 	}
 	return ids
+}
+
+// TestActorNamesUserAndHost: a dead letter's audit rows name the tool,
+// the OS user and the host that ran it.
+func TestActorNamesUserAndHost(t *testing.T) {
+	u, err := user.Current()
+	if err != nil {
+		t.Skip("no current user:", err)
+	}
+	host, _ := os.Hostname()
+	if got, want := actor("workrouter dlq drop"), "workrouter dlq drop (by "+u.Username+" on "+host+")"; got != want {
+		t.Fatalf("actor = %q, want %q", got, want)
+	}
 }
 
 func TestDLQList(t *testing.T) {
@@ -267,7 +282,7 @@ func TestDLQDrop(t *testing.T) {
 	}
 	st, audit := deadLetterState(t, path, 2)
 	if st != dlq.Dropped || len(audit) != 1 || audit[0].From != dlq.Open || audit[0].To != dlq.Dropped ||
-		audit[0].Reason != "a stray test record" || audit[0].Detail != "workrouter dlq drop" {
+		audit[0].Reason != "a stray test record" || audit[0].Detail != actor("workrouter dlq drop") {
 		t.Fatalf("after drop: state %s, audit %+v", st, audit)
 	}
 	out, _, _ = runCLI(t, nil, "dlq", "show", "2", "--sink", spec)
@@ -371,7 +386,7 @@ func TestDLQRedrive(t *testing.T) {
 	st, audit := deadLetterState(t, path, 1)
 	if st != dlq.Redriven || len(audit) != 2 ||
 		audit[0].From != dlq.Open || audit[0].To != dlq.Redriving || audit[0].Reason != "handler fixed" ||
-		audit[0].Detail != "workrouter dlq redrive: producing it again to topic ledger" ||
+		audit[0].Detail != actor("workrouter dlq redrive")+": producing it again to topic ledger" ||
 		audit[1].From != dlq.Redriving || audit[1].To != dlq.Redriven ||
 		audit[1].Detail != fmt.Sprintf("produced to ledger partition %d offset 0", p) {
 		t.Fatalf("after the redrive: state %s, audit %+v", st, audit)
@@ -423,7 +438,7 @@ func TestDLQRedriveNewID(t *testing.T) {
 	}
 	st, audit := deadLetterState(t, path, 1)
 	if st != dlq.Redriven || len(audit) != 2 ||
-		audit[0].Detail != `workrouter dlq redrive: producing it again to topic ledger as a new command: a new command ID, not "c1"` ||
+		audit[0].Detail != actor("workrouter dlq redrive")+`: producing it again to topic ledger as a new command: a new command ID, not "c1"` ||
 		!strings.HasSuffix(audit[1].Detail, fmt.Sprintf(` with the new command ID %q (was "c1")`, c.ID)) {
 		t.Fatalf("after the redrive: state %s, audit %+v", st, audit)
 	}
