@@ -153,7 +153,7 @@ func (c Command) Validate() error {
 	}
 	if c.ID != "" {
 		if err := checkID(c.ID); err != nil {
-			return fmt.Errorf("%w: command with key %q: Command.ID %s", ErrInvalidID, c.Key, err)
+			return fmt.Errorf("%w: command with key %q: its command ID %s", ErrInvalidID, c.Key, err)
 		}
 	}
 	if c.RedriveFor != "" {

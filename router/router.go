@@ -403,7 +403,7 @@ func (r *Router) pending(cmd Command) (*pending, error) {
 		Headers:   envelope.AppendUpstream(envelope.AppendHeaders(headers, typ, id, cmd.Headers), cmd.Upstream),
 	}
 	if n := recordBound(&p.rec); n > r.maxBatch {
-		return nil, fmt.Errorf("%w: command of %d bytes (key, payload and headers) to %q: one record batch holds at most %d bytes (kgo.ProducerBatchMaxBytes): %w",
+		return nil, fmt.Errorf("%w: command of %d bytes (key, payload and headers) to %q: the producer's record batches hold at most %d bytes: %w",
 			ErrRecordTooLarge, n-recordOverhead, r.cfg.Topic, r.maxBatch, kerr.MessageTooLarge)
 	}
 	return p, nil

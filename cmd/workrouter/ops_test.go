@@ -39,7 +39,7 @@ func TestWorkerRefusesABadDLQTopic(t *testing.T) {
 
 // goIdentifiers are the names of the library's fields and options that a
 // message shown by the CLI must not use: the user sets flags.
-var goIdentifiers = regexp.MustCompile(`\b(Config\.\w+|Command\.\w+|kgo\.\w+|DeadLetterTopic|ClientOpts|KeyConcurrency)\b`)
+var goIdentifiers = regexp.MustCompile(`\b(Config\.\w+|Command\.\w+|kgo\.\w+|DeadLetterTopic|ClientOpts|KeyConcurrency|ProducerBatchMaxBytes)\b`)
 
 // assertNoGoIdentifiers fails t if msg names a Go identifier of the
 // library.
@@ -87,4 +87,33 @@ func TestDefaultClientIDDiffersPerProcess(t *testing.T) {
 	if !re.MatchString(a) || !re.MatchString(b) || a == b {
 		t.Fatalf("default client IDs %q and %q: want two different workrouter-<host>-<pid>-<8 hex>", a, b)
 	}
+}
+
+// TestCLIMessagesNameNoGoIdentifiers: errors the library words for its
+// own callers (a command too large for a batch, an invalid command ID, a
+// broker listening on every interface) reach the CLI's user without the
+// library's Go identifiers.
+func TestCLIMessagesNameNoGoIdentifiers(t *testing.T) {
+	addr := startCLITestBroker(t, map[string]int32{"t": 1})
+	for _, args := range [][]string{
+		{"produce", "--brokers", addr, "--topic", "t", "--key", "k", "--type", "x", "--payload", strings.Repeat("p", 1_100_000)},
+		{"produce", "--brokers", addr, "--topic", "t", "--key", "k", "--type", "x", "--id", "a\tb"},
+		{"broker", "--listen", "0.0.0.0:0"},
+	} {
+		_, stderr, err := runCLI(t, nil, args...)
+		if err == nil {
+			t.Fatalf("%s: no error", args[0])
+		}
+		assertNoGoIdentifiers(t, err.Error())
+		assertNoGoIdentifiers(t, stderr)
+		t.Logf("%s: %v", args[0], err)
+	}
+	big := `{"key":"k","type":"x","payload":"` + strings.Repeat("p", 1_100_000) + `"}` + "\n"
+	_, stderr, err := runCLI(t, strings.NewReader(big), "produce", "--brokers", addr, "--topic", "t", "--file", "-")
+	if err == nil {
+		t.Fatal("produce --file of a command too large: no error")
+	}
+	assertNoGoIdentifiers(t, err.Error())
+	assertNoGoIdentifiers(t, stderr)
+	t.Logf("produce --file: %v", err)
 }

@@ -257,7 +257,7 @@ func validate(cfg Config) error {
 		}
 	} else if host, _, _ := net.SplitHostPort(cfg.Listen); unspecified(host) {
 		return fmt.Errorf("broker: %w: listen address %q is every interface, which is no address a client can connect back to: "+
-			"give the address other machines reach this one at with --advertise HOST:PORT (Config.Advertise)", ErrConfig, cfg.Listen)
+			"give the address other machines reach this one at with --advertise HOST:PORT", ErrConfig, cfg.Listen)
 	}
 	if cfg.SyncWrites && cfg.DataDir == "" {
 		return fmt.Errorf("broker: %w: SyncWrites needs a DataDir", ErrConfig)
