@@ -537,7 +537,7 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 		if out.err != nil {
 			return out.err
 		}
-		return fmt.Errorf("refusing to reset %d fence(s) without --yes (nothing changed)", len(targets))
+		return fmt.Errorf("refusing to reset %s without --yes (nothing changed)", count(len(targets), "fence"))
 	}
 	if len(expect) == 0 {
 		in := cmd.InOrStdin()
@@ -743,7 +743,7 @@ func parseExpect(vals []string) (map[int32]string, error) {
 // confirm asks the operator, on a terminal, to type "reset N".
 func confirm(in io.Reader, out io.Writer, n int) bool {
 	want := fmt.Sprintf("reset %d", n)
-	fmt.Fprintf(out, "\ntype %q to reset %d fence(s) as shown above: ", want, n)
+	fmt.Fprintf(out, "\ntype %q to reset %s as shown above: ", want, count(n, "fence"))
 	line, err := bufio.NewReader(in).ReadString('\n')
 	if err != nil && line == "" {
 		return false

@@ -544,7 +544,7 @@ func TestFencesResetWithoutYesExitCode(t *testing.T) {
 	if out := p.stdout.String(); strings.Count(out, "expect:   ") != 2 {
 		t.Fatalf("stdout does not show the two fences it would reset:\n%s", out)
 	}
-	if stderr := p.stderr.String(); stderr != "workrouter: refusing to reset 2 fence(s) without --yes (nothing changed)\n" {
+	if stderr := p.stderr.String(); stderr != "workrouter: refusing to reset 2 fences without --yes (nothing changed)\n" {
 		t.Fatalf("stderr %q", stderr)
 	}
 	for scope, f := range sinkFences(t, path) {

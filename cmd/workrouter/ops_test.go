@@ -117,3 +117,15 @@ func TestCLIMessagesNameNoGoIdentifiers(t *testing.T) {
 	assertNoGoIdentifiers(t, stderr)
 	t.Logf("produce --file: %v", err)
 }
+
+// TestOneCommandIsSingular: produce says "1 command", not "1 commands".
+func TestOneCommandIsSingular(t *testing.T) {
+	addr := startCLITestBroker(t, map[string]int32{"t": 1})
+	out, stderr, err := runCLI(t, strings.NewReader(`{"key":"k","type":"x","id":"one"}`+"\n"), "produce", "--brokers", addr, "--topic", "t", "--file", "-")
+	if err != nil || !strings.HasPrefix(out, "produced 1 command in ") {
+		t.Fatalf("produce of one line: %v, stdout %q, stderr %q; want \"produced 1 command in …\"", err, out, stderr)
+	}
+	if got := count(2, "fence") + ", " + count(1, "fence"); got != "2 fences, 1 fence" {
+		t.Fatalf("count: %q", got)
+	}
+}

@@ -503,7 +503,7 @@ func printThroughput(w io.Writer, n int64, d time.Duration) error {
 	if s := d.Seconds(); s > 0 {
 		rate = float64(n) / s
 	}
-	_, err := fmt.Fprintf(w, "produced %d commands in %.2fs (%.0f/s)\n", n, d.Seconds(), rate)
+	_, err := fmt.Fprintf(w, "produced %s in %.2fs (%.0f/s)\n", count(int(n), "command"), d.Seconds(), rate)
 	return err
 }
 
@@ -558,10 +558,10 @@ func (p *progress) draw() {
 	rate := float64(n) / max(time.Since(p.start).Seconds(), 1e-9)
 	if p.total <= 0 { // a file or stdin: the total is not known in advance
 		if !p.tty {
-			fmt.Fprintf(p.w, "produce: %d commands acknowledged (%.0f/s)\n", n, rate)
+			fmt.Fprintf(p.w, "produce: %s acknowledged (%.0f/s)\n", count(int(n), "command"), rate)
 			return
 		}
-		fmt.Fprintf(p.w, "\r%d commands acknowledged, %.0f/s\x1b[K", n, rate)
+		fmt.Fprintf(p.w, "\r%s acknowledged, %.0f/s\x1b[K", count(int(n), "command"), rate)
 		return
 	}
 	frac := float64(n) / float64(p.total)
