@@ -263,7 +263,7 @@ func TestRedriveScopedToGroup(t *testing.T) {
 	waitSeries(t, reg, c, "workrouter_consumer_duplicates_skipped_total", 1)
 	out := logs.String()
 	for _, want := range []string{"redrive for another consumer group skipped", "redrive_for=billing", "redrive_for=audit",
-		"duplicate command skipped", "offset=3 id=x"} {
+		"duplicate commands skipped", "duplicates=1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the log lacks %q:\n%s", want, out)
 		}

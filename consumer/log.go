@@ -15,8 +15,9 @@ import (
 
 // NewLogObserver returns an Observer that logs every event to logger, with
 // the token's group, topic, partition, epoch and member as attributes:
-// assignments, claims, revokes and losses, skipped duplicates and
-// skipped redrives for another group at INFO; stalls, dead letters,
+// assignments, claims, revokes and losses, skipped redrives for another
+// group, and skipped duplicates (one line per batch that had any; each
+// duplicate's offset and ID at DEBUG) at INFO; stalls, dead letters,
 // misrouted records, fetch errors and a missing topic at WARN (a stall at ERROR once it lasts
 // a minute, a missing topic once it has been missing for
 // TopicMissingErrorAfter; its reappearance at INFO); fenced claims and
@@ -123,9 +124,14 @@ func (o *logObserver) Observe(e Event) {
 				"records", e.Records, "applied", e.Applied, "skipped", e.Skipped, "duplicates", e.Duplicates,
 				"other_group", e.OtherGroup, "without_id", e.WithoutID, "duration", e.Duration)...)
 		}
+		if e.Duplicates > 0 {
+			// One line per batch; each record's offset and ID are at DEBUG.
+			l.Info("duplicate commands skipped: their IDs were applied already in this partition's scope; the partition goes on",
+				tokenAttrs(e.Token, "duplicates", e.Duplicates, "first_offset", e.FirstOffset, "next_offset", e.NextOffset)...)
+		}
 	case DuplicateSkipped:
-		l.Info("duplicate command skipped: its ID was applied already in this partition's scope; the partition goes on",
-			tokenAttrs(e.Token, "offset", e.Offset, "id", e.ID)...)
+		// The batch's Applied event says how many at INFO.
+		l.Debug("duplicate command skipped", tokenAttrs(e.Token, "offset", e.Offset, "id", e.ID)...)
 	case RedriveSkipped:
 		l.Info("redrive for another consumer group skipped: no handler called, its ID not recorded; the partition goes on",
 			tokenAttrs(e.Token, "offset", e.Offset, "id", e.ID, "redrive_for", e.For)...)

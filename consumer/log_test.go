@@ -39,3 +39,26 @@ func TestLogObserverWording(t *testing.T) {
 		t.Errorf("a revoke after applying is logged as %s", lines[2])
 	}
 }
+
+// TestDuplicatesLoggedOncePerBatch: a batch with many duplicates logs one
+// INFO line with their count; each duplicate's offset and ID are at DEBUG
+// only.
+func TestDuplicatesLoggedOncePerBatch(t *testing.T) {
+	var buf bytes.Buffer
+	obs := consumer.NewLogObserver(slog.New(slog.NewTextHandler(&buf, nil)))
+	tok := epochs.Token{Group: "g", Topic: "t", Partition: 1, Epoch: 2, Member: "m"}
+	for i := range 50 {
+		obs.Observe(consumer.DuplicateSkipped{Token: tok, Offset: int64(i), ID: "same"})
+	}
+	obs.Observe(consumer.Applied{Token: tok, FirstOffset: 0, NextOffset: 50, Records: 50, Duplicates: 50})
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "level=INFO") || !strings.Contains(lines[0], "duplicates=50") {
+		t.Fatalf("50 duplicates in one batch logged at INFO as %d lines, want one with duplicates=50:\n%s", len(lines), buf.String())
+	}
+	buf.Reset()
+	dbg := consumer.NewLogObserver(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	dbg.Observe(consumer.DuplicateSkipped{Token: tok, Offset: 7, ID: "x"})
+	if !strings.Contains(buf.String(), "level=DEBUG") || !strings.Contains(buf.String(), "offset=7 id=x") {
+		t.Fatalf("a duplicate at DEBUG: %q", buf.String())
+	}
+}
