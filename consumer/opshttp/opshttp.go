@@ -31,7 +31,8 @@ type Readier interface {
 // Config configures a Handler.
 type Config struct {
 	// Gatherer is what /metrics serves (a *prometheus.Registry, for
-	// example the one given to consumer.Config.Registerer). Required.
+	// example the one consumerprom.New registered the Worker's metrics
+	// on). Required.
 	Gatherer prometheus.Gatherer
 	// Worker answers /readyz. Nil makes /readyz answer 200 while the
 	// process serves, like /healthz (for a process that runs no Worker).
