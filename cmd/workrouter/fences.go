@@ -528,14 +528,22 @@ func runFencesReset(cmd *cobra.Command, f fencesFlags) error {
 			}
 		} else {
 			printPlans(out, plans, f.force)
-			var toks []string
-			for _, p := range plans {
-				toks = append(toks, fmt.Sprintf("%d=%s", p.Partition, p.Expect))
-			}
-			fmt.Fprintf(out, "\nto reset, run the same command with --yes --expect %s\n", strings.Join(toks, ","))
 		}
 		if out.err != nil {
 			return out.err
+		}
+		var toks, refused []string
+		for _, p := range plans {
+			toks = append(toks, fmt.Sprintf("%d=%s", p.Partition, p.Expect))
+			if p.Refusal != "" {
+				refused = append(refused, strconv.Itoa(int(p.Partition)))
+			}
+		}
+		if len(refused) > 0 { // --yes would be refused too: say what to change instead
+			return fmt.Errorf("the reset of partition %s would be refused, so --yes would fail too: change the command as the refusal says (nothing changed)", strings.Join(refused, ", "))
+		}
+		if !f.asJSON {
+			fmt.Fprintf(out, "\nto reset, run the same command with --yes --expect %s\n", strings.Join(toks, ","))
 		}
 		return fmt.Errorf("refusing to reset %s without --yes (nothing changed)", count(len(targets), "fence"))
 	}
@@ -678,7 +686,7 @@ func printPlans(w io.Writer, plans []resetPlan, force bool) {
 		if p.Committed >= 0 {
 			committed = strconv.FormatInt(p.Committed, 10)
 		}
-		fmt.Fprintf(w, "  group:    %d member(s); the partition is assigned to %s; committed offset %s\n", p.Members, owner, committed)
+		fmt.Fprintf(w, "  group:    %s; the partition is assigned to %s; committed offset %s\n", count(p.Members, "member"), owner, committed)
 		if len(p.Problems) == 0 {
 			fmt.Fprintln(w, "  problems: none")
 		}
@@ -704,7 +712,7 @@ func resumeText(resumes bool, owner string, members int) string {
 	case resumes:
 		return fmt.Sprintf("the running worker that is assigned the partition (member %s) claims it again by itself, within its reclaim interval (10 s by default)", owner)
 	case members > 0:
-		return fmt.Sprintf("the group has %d member(s) but none is assigned the partition now (a rebalance in progress?): the member that is assigned it claims it then", members)
+		return fmt.Sprintf("the group has %s but none is assigned the partition now (a rebalance in progress?): the member that is assigned it claims it then", count(members, "member"))
 	}
 	return "no member is assigned the partition now: it resumes when a worker of the group is assigned it"
 }

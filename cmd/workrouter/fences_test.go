@@ -232,17 +232,19 @@ func TestFencesResetDryRun(t *testing.T) {
 	_, addr := fenceBroker(t)
 	before := sinkFences(t, path)
 	out, _, err := runCLI(t, nil, resetArgs(path, addr, "--partition", "0", "--keep-checkpoint", "--reason", "group recreated")...)
-	if err == nil || !strings.Contains(err.Error(), "without --yes (nothing changed)") {
-		t.Fatalf("reset without --yes: %v, want a refusal", err)
+	if err == nil || !strings.Contains(err.Error(), "the reset of partition 0 would be refused, so --yes would fail too") {
+		t.Fatalf("dry run of a refused reset: %v, want it to say --yes would fail too", err)
+	}
+	if strings.Contains(out, "run the same command with --yes") {
+		t.Errorf("the dry run of a refused reset says to rerun it with --yes, which would fail:\n%s", out)
 	}
 	for _, want := range []string{
 		"g/t/0\n",
 		"fence:    holder epoch 5 member member-a, checkpoint 3, topic ID -",
 		"log:      topic ID ", "offsets 0 to 5",
-		"group:    0 member(s); the partition is assigned to nobody; committed offset nothing",
+		"group:    0 members; the partition is assigned to nobody; committed offset nothing",
 		"problems: none",
 		"reset:    refused: the group and the log show no reason to reset this fence (--force",
-		"--yes --expect 0=" + expectOf(t, path, 0),
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry run lacks %q:\n%s", want, out)
@@ -250,6 +252,7 @@ func TestFencesResetDryRun(t *testing.T) {
 	}
 	out, _, _ = runCLI(t, nil, resetArgs(path, addr, "--partition", "0", "--keep-checkpoint", "--force", "--reason", "group recreated")...)
 	for _, want := range []string{
+		"to reset, run the same command with --yes --expect 0=" + expectOf(t, path, 0),
 		"reset:    holder -> none (forced); checkpoint 3 -> 3; the next claim must prove its membership",
 		"then:     no member is assigned the partition now",
 		"expect:   0=" + expectOf(t, path, 0),
