@@ -53,7 +53,8 @@ func TestMain(m *testing.M) {
 // so that tests running in parallel never share one). On a real cluster,
 // WORKROUTER_TEST_PROTOCOL=kip848 runs the workers of the tests that do not
 // choose a protocol on KIP-848 instead of the cooperative protocol (the
-// broker's group.consumer.session.timeout.ms then sets their sessions).
+// broker's group.consumer.session.timeout.ms then sets their sessions);
+// cooperative, or unset, keeps the default; any other value fails the test.
 type cluster struct {
 	addrs []string
 	kf    *kfake.Cluster // nil on a real cluster
@@ -70,6 +71,11 @@ var invalidTopicChars = regexp.MustCompile(`[^a-zA-Z0-9._-]`)
 func newCluster(t *testing.T, partitions int32) *cluster {
 	t.Helper()
 	if env := os.Getenv("WORKROUTER_TEST_BROKERS"); env != "" {
+		switch p := os.Getenv("WORKROUTER_TEST_PROTOCOL"); p {
+		case "", "cooperative", "kip848":
+		default:
+			t.Fatalf("WORKROUTER_TEST_PROTOCOL=%s: want cooperative or kip848", p)
+		}
 		// A subtest's name has a '/' (and its spaces become '_'), which
 		// Kafka refuses in a topic name (INVALID_TOPIC_EXCEPTION): only
 		// [a-zA-Z0-9._-] is allowed.
