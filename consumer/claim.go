@@ -215,7 +215,12 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 			if !t.fenced.Load() {
 				w.obs.emit(Claimed{Token: t.tok, NextOffset: next, TookOver: tookOver})
 			}
-			t.progressed()
+			// A re-claim after a resource's refusal stays blocked, its
+			// since kept, until a batch applies: the refusals are not
+			// over until the resource accepts a call (resourceFenced).
+			if t.refusedSince.IsZero() {
+				t.progressed()
+			}
 			return next, nil
 		}
 		var (

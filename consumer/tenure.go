@@ -58,8 +58,9 @@ type tenure[Tx any] struct {
 	// refusedSince is when a resource the handler called first refused
 	// the partition's token, in a row of tenures that applied nothing
 	// since (resourceFenced): the blocked state's since, kept across the
-	// re-claims. Zero once a batch applies. Used by the tenure's
-	// goroutine only.
+	// re-claims. Zero once a batch applies. Set before the tenure is
+	// published (replaceBlocked), read by its claim before it starts,
+	// then used by the tenure's goroutine only.
 	refusedSince time.Time
 
 	// serial is the applier of the tenure's own goroutine: it applies
