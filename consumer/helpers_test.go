@@ -107,6 +107,16 @@ func newCluster(t *testing.T, partitions int32) *cluster {
 	return newFakeCluster(t, partitions)
 }
 
+// defaultProtocol is the group protocol of the workers of a test that
+// does not choose one: KIP-848 on a real cluster under
+// WORKROUTER_TEST_PROTOCOL=kip848, the cooperative protocol otherwise.
+func (c *cluster) defaultProtocol() consumer.Protocol {
+	if c.kf == nil && os.Getenv("WORKROUTER_TEST_PROTOCOL") == "kip848" {
+		return consumer.KIP848
+	}
+	return consumer.Cooperative
+}
+
 // newFakeCluster starts an in-process kfake broker with the topic seeded,
 // short session timeouts allowed, and KIP-848 members told to heartbeat
 // every 100 ms (as the tests' classic members do) rather than every 5 s,
@@ -267,6 +277,9 @@ type workerOpts struct {
 	sink     sink.Sink[*memory.Tx]
 	revoke   time.Duration
 	protocol consumer.Protocol
+	// protocolChosen keeps protocol (even Cooperative, the zero value)
+	// under WORKROUTER_TEST_PROTOCOL: a test that runs each protocol.
+	protocolChosen bool
 	// registerer and lagInterval set Config.Registerer and LagInterval.
 	registerer  prometheus.Registerer
 	lagInterval time.Duration
@@ -313,10 +326,8 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 	if handlers == nil {
 		handlers = map[string]consumer.Handler[*memory.Tx]{"append": o.handler}
 	}
-	if c.kf == nil && o.protocol == consumer.Cooperative && os.Getenv("WORKROUTER_TEST_PROTOCOL") == "kip848" {
-		// On a real cluster, WORKROUTER_TEST_PROTOCOL=kip848 runs the
-		// tests that leave the protocol to the default on KIP-848.
-		o.protocol = consumer.KIP848
+	if !o.protocolChosen && o.protocol == consumer.Cooperative {
+		o.protocol = c.defaultProtocol()
 	}
 	var snk sink.Sink[*memory.Tx] = s
 	if o.sink != nil {

@@ -34,15 +34,15 @@ func TestProofAfterTheEpochMoved(t *testing.T) {
 		t.Run(proto.String(), func(t *testing.T) {
 			t.Parallel()
 			const partitions = 4
-			c := newFakeCluster(t, partitions)
+			c := newCluster(t, partitions)
 			s := memory.New()
 			keys := makeKeys(40)
-			a := startWorker(t, c, s, workerOpts{name: "a", protocol: proto, reclaimInterval: 100 * time.Millisecond})
+			a := startWorker(t, c, s, workerOpts{name: "a", protocol: proto, protocolChosen: true, reclaimInterval: 100 * time.Millisecond})
 			waitFor(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
 			produce(t, c, partitions, keys, 0, 2)
 			waitFor(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(s, keys) == len(keys)*2 })
 
-			b := startWorker(t, c, s, workerOpts{name: "b", protocol: proto, reclaimInterval: 100 * time.Millisecond})
+			b := startWorker(t, c, s, workerOpts{name: "b", protocol: proto, protocolChosen: true, reclaimInterval: 100 * time.Millisecond})
 			var kept epochs.Token
 			waitFor(t, 30*time.Second, "a and b to split the partitions, a's epoch past a kept token's", func() bool {
 				owned := a.Owned()
@@ -139,7 +139,7 @@ func (s *staleProofSink) Claim(ctx context.Context, tok epochs.Token, obs sink.O
 // such, and the partition applies.
 func TestStaleProofProvesAgain(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 1)
+	c := newCluster(t, 1)
 	mem := memory.New()
 	s := &staleProofSink{Sink: mem}
 	keys := makeKeys(4)
@@ -188,9 +188,9 @@ func TestProofAtTheTokenEpoch(t *testing.T) {
 	for _, proto := range []consumer.Protocol{consumer.Cooperative, consumer.KIP848} {
 		t.Run(proto.String(), func(t *testing.T) {
 			t.Parallel()
-			c := newFakeCluster(t, 1)
+			c := newCluster(t, 1)
 			s := memory.New()
-			a := startWorker(t, c, s, workerOpts{name: "a", protocol: proto})
+			a := startWorker(t, c, s, workerOpts{name: "a", protocol: proto, protocolChosen: true})
 			waitFor(t, 30*time.Second, "a to own the partition", func() bool { return len(a.Owned()) == 1 })
 			tok := a.Owned()[0]
 			if err := consumer.ProveMembership(t.Context(), a, tok); err != nil {
