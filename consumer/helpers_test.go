@@ -95,6 +95,21 @@ func newCluster(t *testing.T, partitions int32) *cluster {
 		if _, err := adm.CreateTopic(ctx, partitions, -1, nil, c.topic); err != nil {
 			t.Fatalf("create topic on WORKROUTER_TEST_BROKERS=%s: %v", env, err)
 		}
+		// The broker answers CreateTopics once the controller has the
+		// topic; its own metadata catches up a moment later, and until
+		// then a produce may be refused (UNKNOWN_TOPIC_OR_PARTITION).
+		waitFor(t, 30*time.Second, "the broker's metadata to serve the new topic", func() bool {
+			md, err := adm.Metadata(ctx, c.topic)
+			if err != nil || md.Topics[c.topic].Err != nil || len(md.Topics[c.topic].Partitions) != int(partitions) {
+				return false
+			}
+			for _, p := range md.Topics[c.topic].Partitions {
+				if p.Err != nil || p.Leader < 0 {
+					return false
+				}
+			}
+			return true
+		})
 		t.Cleanup(func() {
 			adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.addrs...))
 			if err == nil {
