@@ -374,6 +374,10 @@ func (w *Worker[Tx]) proveMembership(ctx context.Context, t *tenure[Tx]) (int32,
 		offset = 0
 	}
 	err := commitAs(ctx, w.cl, w.cfg.Group, member, t.tok.Epoch, w.cfg.Topic, w.topicIDBytes(t), t.tok.Partition, offset, member)
+	if w.cfg.Protocol == KIP848 && errors.Is(err, kerr.StaleMemberEpoch) && gen > t.tok.Epoch {
+		return t.tok.Epoch, fmt.Errorf("%w (token epoch %d, member epoch %d): Apache Kafka before 4.3 (without KIP-1251) accepts a commit only at the member's current epoch, "+
+			"and 4.3 or later only for a partition the member still holds from that epoch: %w", ErrOlderEpochProofRefused, t.tok.Epoch, gen, err)
+	}
 	if err == nil || w.cfg.Protocol == KIP848 || !errors.Is(err, kerr.IllegalGeneration) || gen <= t.tok.Epoch {
 		return t.tok.Epoch, err
 	}

@@ -3,12 +3,14 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/consumer"
@@ -208,5 +210,68 @@ func TestProofAtTheTokenEpoch(t *testing.T) {
 				t.Fatalf("the proof of %s (the member is at epoch %d): %v, want %v", previous, epoch, err, want)
 			}
 		})
+	}
+}
+
+// TestOlderEpochProofOnKafkaBefore43: under KIP-848 a member kept a
+// partition through a rebalance, so its member epoch moved past the
+// token's; its proof of membership is an offset commit at the token's
+// epoch. Apache Kafka 4.3 and later (KIP-1251) accept it, as kfake does
+// (and TestProofAfterTheEpochMoved shows on both); a broker before 4.3
+// answers STALE_MEMBER_EPOCH, simulated here by kfake's interception of
+// that one commit. The refusal must name the broker behaviour
+// (ErrOlderEpochProofRefused) and keep the coordinator's code. Red
+// without the wrap in proveMembership.
+func TestOlderEpochProofOnKafkaBefore43(t *testing.T) {
+	t.Parallel()
+	const partitions = 4
+	c := newFakeCluster(t, partitions)
+	s := memory.New()
+	a := startWorker(t, c, s, workerOpts{name: "a", protocol: consumer.KIP848, protocolChosen: true})
+	waitFor(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
+	b := startWorker(t, c, s, workerOpts{name: "b", protocol: consumer.KIP848, protocolChosen: true})
+	var kept epochs.Token
+	var epoch int32
+	waitFor(t, 30*time.Second, "a's epoch past a kept token's", func() bool {
+		owned := a.Owned()
+		if len(b.Owned()) == 0 || len(owned) == 0 || len(owned)+len(b.Owned()) != partitions {
+			return false
+		}
+		_, epoch = a.Member()
+		kept = owned[0]
+		return epoch > kept.Epoch
+	})
+	if err := consumer.ProveMembership(t.Context(), a, kept); err != nil {
+		t.Fatalf("kfake refused the proof of %s at an older epoch (member at %d): %v; it accepts it as Kafka 4.3+ does", kept, epoch, err)
+	}
+
+	// A broker before KIP-1251: a commit below the member's epoch is stale.
+	var refused atomic.Int64
+	c.kf.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		req := kr.(*kmsg.OffsetCommitRequest)
+		if req.MemberID != kept.Member || req.Generation >= epoch {
+			c.kf.KeepControl()
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.StaleMemberEpoch.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	err := consumer.ProveMembership(t.Context(), a, kept)
+	if refused.Load() != 1 {
+		t.Fatalf("%d commits refused as a broker before 4.3 would, want the proof's one", refused.Load())
+	}
+	if !errors.Is(err, consumer.ErrOlderEpochProofRefused) || !errors.Is(err, kerr.StaleMemberEpoch) || !strings.Contains(err.Error(), "4.3") {
+		t.Fatalf("the proof refused by a broker before 4.3: %v, want ErrOlderEpochProofRefused naming the version, wrapping STALE_MEMBER_EPOCH", err)
 	}
 }
