@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -273,5 +274,48 @@ func TestOlderEpochProofOnKafkaBefore43(t *testing.T) {
 	}
 	if !errors.Is(err, consumer.ErrOlderEpochProofRefused) || !errors.Is(err, kerr.StaleMemberEpoch) || !strings.Contains(err.Error(), "4.3") {
 		t.Fatalf("the proof refused by a broker before 4.3: %v, want ErrOlderEpochProofRefused naming the version, wrapping STALE_MEMBER_EPOCH", err)
+	}
+}
+
+// TestOlderEpochProofOfAPartitionGone: under KIP-848, a member's proof of
+// membership for a partition it no longer holds, at the epoch it held it
+// at. Apache Kafka (4.3+, KIP-1251) checks the commit's epoch against the
+// partition's assignment and refuses it (STALE_MEMBER_EPOCH, reported as
+// ErrOlderEpochProofRefused): a tenure that lost its partition cannot
+// prove itself after a reset. kfake accepts it; the sink's ordering rule
+// is then what refuses such a tenure's claim below the owner's
+// (docs/kafka.md). The test asserts each broker's answer, so that a change
+// of either is seen.
+func TestOlderEpochProofOfAPartitionGone(t *testing.T) {
+	t.Parallel()
+	const partitions = 4
+	c := newCluster(t, partitions)
+	s := memory.New()
+	a := startWorker(t, c, s, workerOpts{name: "a", protocol: consumer.KIP848, protocolChosen: true})
+	waitFor(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
+	before := a.Owned()
+	b := startWorker(t, c, s, workerOpts{name: "b", protocol: consumer.KIP848, protocolChosen: true})
+	waitFor(t, 30*time.Second, "b to own some of a's partitions", func() bool {
+		return len(b.Owned()) > 0 && len(a.Owned())+len(b.Owned()) == partitions
+	})
+	var gone epochs.Token
+	for _, tok := range before {
+		if !slices.ContainsFunc(a.Owned(), func(o epochs.Token) bool { return o.Partition == tok.Partition }) {
+			gone = tok
+			break
+		}
+	}
+	if gone.IsZero() {
+		t.Fatalf("a kept every partition %v though b owns %v", a.Owned(), b.Owned())
+	}
+	err := consumer.ProveMembership(t.Context(), a, gone)
+	if c.kf != nil {
+		if err != nil {
+			t.Fatalf("kfake refused the proof of %s, a partition a no longer holds: %v; docs/kafka.md says it accepts it", gone, err)
+		}
+		return
+	}
+	if !errors.Is(err, consumer.ErrOlderEpochProofRefused) || !errors.Is(err, kerr.StaleMemberEpoch) {
+		t.Fatalf("Kafka's answer to the proof of %s, a partition a no longer holds: %v, want STALE_MEMBER_EPOCH (ErrOlderEpochProofRefused)", gone, err)
 	}
 }
