@@ -218,7 +218,7 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 			// A re-claim after a resource's refusal stays blocked, its
 			// since kept, until a batch applies: the refusals are not
 			// over until the resource accepts a call (resourceFenced).
-			if t.refusedSince.IsZero() {
+			if t.refused().IsZero() {
 				t.progressed()
 			}
 			return next, nil
@@ -639,7 +639,7 @@ func (w *Worker[Tx]) replaceBlocked(t *tenure[Tx], cause error, since time.Time)
 // zombie the resource refused) is reported Fenced instead. It is called
 // by t's goroutine, which returns right after.
 func (w *Worker[Tx]) resourceFenced(t *tenure[Tx], offset int64, err error) {
-	since := t.refusedSince
+	since := t.refused()
 	if since.IsZero() {
 		since = time.Now()
 	}
