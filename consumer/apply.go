@@ -241,7 +241,7 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, 
 			w.withoutID.Add(int64(ev.WithoutID))
 			w.obs.emit(ev)
 			t.progressed()
-			t.refusedSince = time.Time{}
+			t.clearRefused()
 			next = res.NextOffset
 			d = d.slice(run)
 			limit, backoff = len(d.recs), w.cfg.RetryBackoff

@@ -31,7 +31,7 @@ func TestHandlersSeeEachRecordAsProduced(t *testing.T) {
 		records    = 600
 		types      = envelope.DecoderTypes + 4
 	)
-	c := newFakeCluster(t, partitions)
+	c := newCluster(t, partitions)
 	s := memory.New()
 
 	type seen struct{ key, typ, payload, headers string }

@@ -217,7 +217,12 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 			if !t.fenced.Load() {
 				w.obs.emit(Claimed{Token: t.tok, NextOffset: next, TookOver: tookOver})
 			}
-			t.progressed()
+			// A re-claim after a resource's refusal stays blocked, its
+			// since kept, until a batch applies: the refusals are not
+			// over until the resource accepts a call (resourceFenced).
+			if t.refused().IsZero() {
+				t.progressed()
+			}
 			return next, nil
 		}
 		var (
@@ -371,6 +376,10 @@ func (w *Worker[Tx]) proveMembership(ctx context.Context, t *tenure[Tx]) (int32,
 		offset = 0
 	}
 	err := commitAs(ctx, w.cl, w.cfg.Group, member, t.tok.Epoch, w.cfg.Topic, w.topicIDBytes(t), t.tok.Partition, offset, member)
+	if w.cfg.Protocol == KIP848 && errors.Is(err, kerr.StaleMemberEpoch) && gen > t.tok.Epoch {
+		return t.tok.Epoch, fmt.Errorf("%w (token epoch %d, member epoch %d): Apache Kafka before 4.3 (without KIP-1251) accepts a commit only at the member's current epoch, "+
+			"and 4.3 or later only for a partition the member still holds from that epoch: %w", ErrOlderEpochProofRefused, t.tok.Epoch, gen, err)
+	}
 	if err == nil || w.cfg.Protocol == KIP848 || !errors.Is(err, kerr.IllegalGeneration) || gen <= t.tok.Epoch {
 		return t.tok.Epoch, err
 	}
@@ -632,7 +641,7 @@ func (w *Worker[Tx]) replaceBlocked(t *tenure[Tx], cause error, since time.Time)
 // zombie the resource refused) is reported Fenced instead. It is called
 // by t's goroutine, which returns right after.
 func (w *Worker[Tx]) resourceFenced(t *tenure[Tx], offset int64, err error) {
-	since := t.refusedSince
+	since := t.refused()
 	if since.IsZero() {
 		since = time.Now()
 	}

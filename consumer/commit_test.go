@@ -97,7 +97,7 @@ func (g *gatedApplies) Apply(ctx context.Context, tok epochs.Token, b sink.Batch
 func TestCommitNeverAheadOfTheSink(t *testing.T) {
 	t.Parallel()
 	const partitions = 2
-	c := newFakeCluster(t, partitions)
+	c := newCluster(t, partitions)
 	s := memory.New()
 	g := &gatedApplies{Sink: s, partition: 0, from: 2, gate: newGate()}
 	var mu sync.Mutex
@@ -161,7 +161,7 @@ func TestCommitNeverAheadOfTheSink(t *testing.T) {
 // sink's NextOffset.
 func TestRevokeCommitsAtOnce(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 1)
+	c := newCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(1)
 	w := startWorker(t, c, s, workerOpts{name: "a", commitPace: time.Hour})
@@ -185,7 +185,7 @@ func TestRevokeCommitsAtOnce(t *testing.T) {
 // that budget; the records around it are applied once each.
 func TestRetryBudgetIsExact(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 1)
+	c := newCluster(t, 1)
 	s := memory.New()
 	var mu sync.Mutex
 	calls := map[int64]int{} // offset → calls of a failing handler

@@ -29,6 +29,17 @@ var ErrFenceReset = errors.New("consumer: the fence was reset while this member 
 // itself once the resource's fence is reset (docs/fenced-resources.md).
 var ErrResourceFenced = errors.New("consumer: a resource the handler called refused this tenure's token")
 
+// ErrOlderEpochProofRefused is matched by the error of a KIP-848 proof of
+// membership (docs/design.md#admin-reset) that the coordinator refused
+// with STALE_MEMBER_EPOCH at the token's epoch while the member had moved
+// to a later one. Apache Kafka accepts an offset commit at an epoch below
+// the member's current one only from 4.3 on (KIP-1251), and only for a
+// partition the member still holds from that epoch; before 4.3 every
+// membership change moves every member's epoch, and a partition kept
+// through a rebalance cannot be proven until the member is assigned it
+// again (docs/kafka.md). The error also matches kerr.StaleMemberEpoch.
+var ErrOlderEpochProofRefused = errors.New("consumer: the coordinator refused the proof of membership at the token's epoch, below the member's current epoch")
+
 // EpochRegressedError reports a fenced claim diagnosed as a generation that
 // went backwards. It matches ErrEpochRegressed and, through Unwrap, the
 // underlying *sink.FencedError and sink.ErrFenced.

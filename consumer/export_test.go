@@ -42,13 +42,18 @@ func PendingKeys[Tx any](w *Worker[Tx], p int32) (keys, records int, ok bool) {
 
 // ProveMembership makes the proof of membership that w's claim of tok's
 // scope makes after a reset (an offset commit as tok's member, at tok's
-// epoch) and returns the coordinator's refusal, if any. It exists in this
-// package's tests only.
+// epoch) and returns the coordinator's refusal, if any; tok's partition
+// need not be w's any more. It exists in this package's tests only.
 func ProveMembership[Tx any](ctx context.Context, w *Worker[Tx], tok epochs.Token) error {
 	t := &tenure[Tx]{w: w, tok: tok}
 	w.mu.Lock()
 	if cur := w.tenures[tok.Partition]; cur != nil {
 		t.topicID = cur.topicID
+	}
+	for _, other := range w.tenures { // a partition w no longer holds: the topic's ID from another
+		if t.topicID == "" {
+			t.topicID = other.topicID
+		}
 	}
 	w.mu.Unlock()
 	_, err := w.proveMembership(ctx, t)

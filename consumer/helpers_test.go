@@ -24,6 +24,7 @@ import (
 	"github.com/workrouter/workrouter/consumer/consumerprom"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
@@ -54,7 +55,8 @@ func TestMain(m *testing.M) {
 // so that tests running in parallel never share one). On a real cluster,
 // WORKROUTER_TEST_PROTOCOL=kip848 runs the workers of the tests that do not
 // choose a protocol on KIP-848 instead of the cooperative protocol (the
-// broker's group.consumer.session.timeout.ms then sets their sessions).
+// broker's group.consumer.session.timeout.ms then sets their sessions);
+// cooperative, or unset, keeps the default; any other value fails the test.
 type cluster struct {
 	addrs []string
 	kf    *kfake.Cluster // nil on a real cluster
@@ -71,6 +73,11 @@ var invalidTopicChars = regexp.MustCompile(`[^a-zA-Z0-9._-]`)
 func newCluster(t *testing.T, partitions int32) *cluster {
 	t.Helper()
 	if env := os.Getenv("WORKROUTER_TEST_BROKERS"); env != "" {
+		switch p := os.Getenv("WORKROUTER_TEST_PROTOCOL"); p {
+		case "", "cooperative", "kip848":
+		default:
+			t.Fatalf("WORKROUTER_TEST_PROTOCOL=%s: want cooperative or kip848", p)
+		}
 		// A subtest's name has a '/' (and its spaces become '_'), which
 		// Kafka refuses in a topic name (INVALID_TOPIC_EXCEPTION): only
 		// [a-zA-Z0-9._-] is allowed.
@@ -90,6 +97,21 @@ func newCluster(t *testing.T, partitions int32) *cluster {
 		if _, err := adm.CreateTopic(ctx, partitions, -1, nil, c.topic); err != nil {
 			t.Fatalf("create topic on WORKROUTER_TEST_BROKERS=%s: %v", env, err)
 		}
+		// The broker answers CreateTopics once the controller has the
+		// topic; its own metadata catches up a moment later, and until
+		// then a produce may be refused (UNKNOWN_TOPIC_OR_PARTITION).
+		testwait.For(t, 30*time.Second, "the broker's metadata to serve the new topic", func() bool {
+			md, err := adm.Metadata(ctx, c.topic)
+			if err != nil || md.Topics[c.topic].Err != nil || len(md.Topics[c.topic].Partitions) != int(partitions) {
+				return false
+			}
+			for _, p := range md.Topics[c.topic].Partitions {
+				if p.Err != nil || p.Leader < 0 {
+					return false
+				}
+			}
+			return true
+		})
 		t.Cleanup(func() {
 			adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.addrs...))
 			if err == nil {
@@ -100,6 +122,16 @@ func newCluster(t *testing.T, partitions int32) *cluster {
 		return c
 	}
 	return newFakeCluster(t, partitions)
+}
+
+// defaultProtocol is the group protocol of the workers of a test that
+// does not choose one: KIP-848 on a real cluster under
+// WORKROUTER_TEST_PROTOCOL=kip848, the cooperative protocol otherwise.
+func (c *cluster) defaultProtocol() consumer.Protocol {
+	if c.kf == nil && os.Getenv("WORKROUTER_TEST_PROTOCOL") == "kip848" {
+		return consumer.KIP848
+	}
+	return consumer.Cooperative
 }
 
 // newFakeCluster starts an in-process kfake broker with the topic seeded,
@@ -249,6 +281,9 @@ type workerOpts struct {
 	sink     sink.Sink[*memory.Tx]
 	revoke   time.Duration
 	protocol consumer.Protocol
+	// protocolChosen keeps protocol (even Cooperative, the zero value)
+	// under WORKROUTER_TEST_PROTOCOL: a test that runs each protocol.
+	protocolChosen bool
 	// registerer gets the Worker's metrics (consumerprom); lagInterval sets
 	// LagInterval.
 	registerer  prometheus.Registerer
@@ -296,10 +331,8 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 	if handlers == nil {
 		handlers = map[string]consumer.Handler[*memory.Tx]{"append": o.handler}
 	}
-	if c.kf == nil && o.protocol == consumer.Cooperative && os.Getenv("WORKROUTER_TEST_PROTOCOL") == "kip848" {
-		// On a real cluster, WORKROUTER_TEST_PROTOCOL=kip848 runs the
-		// tests that leave the protocol to the default on KIP-848.
-		o.protocol = consumer.KIP848
+	if !o.protocolChosen && o.protocol == consumer.Cooperative {
+		o.protocol = c.defaultProtocol()
 	}
 	var snk sink.Sink[*memory.Tx] = s
 	if o.sink != nil {

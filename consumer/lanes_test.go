@@ -596,7 +596,7 @@ func TestKeyConcurrencyZombieLanesFenced(t *testing.T) {
 // the sink's checkpoint has no gap left.
 func TestKeyConcurrencyCoversOffsetsWithoutRecords(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 1)
+	c := newCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(8)
 	p := newTxnProducer(t, c)
@@ -643,7 +643,7 @@ func TestKeyConcurrencyTakesOverAGappedCheckpoint(t *testing.T) {
 		t.Run("then KeyConcurrency "+strconv.Itoa(next), func(t *testing.T) {
 			t.Parallel()
 			const lanes, perKey = 4, 10
-			c := newFakeCluster(t, 1)
+			c := newCluster(t, 1)
 			s := memory.New()
 			keys := makeKeys(16)
 			hot, others := keys[0], keys[1:]
@@ -699,7 +699,7 @@ func TestKeyConcurrencyTakesOverAGappedCheckpoint(t *testing.T) {
 func TestKeyConcurrencyRevokeFinishesInFlight(t *testing.T) {
 	t.Parallel()
 	const lanes, perKey = 4, 2
-	c := newFakeCluster(t, 1)
+	c := newCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(16)
 	g := newGate()

@@ -45,7 +45,7 @@ func heldSeries(t *testing.T, reg prometheus.Gatherer, p int32) []string {
 func TestMetricsBlockedThenRevoked(t *testing.T) {
 	t.Parallel()
 	const partitions = 2
-	c := newFakeCluster(t, partitions)
+	c := newCluster(t, partitions)
 	s := memory.New()
 	regressAll(t, c, s, partitions)
 	reg := prometheus.NewPedanticRegistry()

@@ -78,7 +78,7 @@ func TestPoisonAfterOffsetGap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := newFakeCluster(t, 1)
+			c := newCluster(t, 1)
 			s := memory.New()
 			var (
 				mu      sync.Mutex

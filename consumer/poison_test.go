@@ -84,7 +84,7 @@ type poisonCase struct {
 func TestPoisonRecordsCostOnlyThemselves(t *testing.T) {
 	t.Parallel()
 	const partitions = 3
-	c := newFakeCluster(t, partitions)
+	c := newCluster(t, partitions)
 	s := memory.New()
 	var panics atomic.Int64
 	handler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
@@ -295,7 +295,7 @@ func TestSinkOutageDeadLettersNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := newFakeCluster(t, 2)
+			c := newCluster(t, 2)
 			s := memory.New()
 			o := &outageSink{Sink: s}
 			keys := makeKeys(10)
@@ -371,7 +371,7 @@ func TestZombieCannotDeadLetter(t *testing.T) {
 // the partition goes on; it does not stall for ever as an outage.
 func TestPermanentIsNotSecondGuessed(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 1)
+	c := newCluster(t, 1)
 	s := memory.New()
 	o := &outageSink{Sink: s}
 	keys := makeKeys(3)
@@ -437,7 +437,7 @@ func (permanentClassifying) Ping(context.Context) error { return nil }
 // times and dead-lettered as handler_error).
 func TestSinkClassifiedPermanentDeadLettersAtOnce(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 1)
+	c := newCluster(t, 1)
 	s := memory.New()
 	keys := makeKeys(3)
 	var calls atomic.Int64
@@ -502,7 +502,7 @@ func (r *resetBeforeDeadLetter) DeadLetter(ctx context.Context, tok epochs.Token
 // rebalance that never comes).
 func TestResetBeforeDeadLetterReclaims(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 1)
+	c := newCluster(t, 1)
 	s := memory.New()
 	r := &resetBeforeDeadLetter{Sink: s}
 	keys := makeKeys(3)
@@ -552,7 +552,7 @@ func (netClassifying) Ping(context.Context) error { return nil }
 // without end as a sink outage (CauseSink) before.
 func TestHandlerNetworkErrorIsTheHandlers(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 1)
+	c := newCluster(t, 1)
 	s := memory.New()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

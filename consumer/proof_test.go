@@ -3,12 +3,15 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/consumer"
@@ -36,15 +39,15 @@ func TestProofAfterTheEpochMoved(t *testing.T) {
 		t.Run(proto.String(), func(t *testing.T) {
 			t.Parallel()
 			const partitions = 4
-			c := newFakeCluster(t, partitions)
+			c := newCluster(t, partitions)
 			s := memory.New()
 			keys := makeKeys(40)
-			a := startWorker(t, c, s, workerOpts{name: "a", protocol: proto, reclaimInterval: 100 * time.Millisecond})
+			a := startWorker(t, c, s, workerOpts{name: "a", protocol: proto, protocolChosen: true, reclaimInterval: 100 * time.Millisecond})
 			testwait.For(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
 			produce(t, c, partitions, keys, 0, 2)
 			testwait.For(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(s, keys) == len(keys)*2 })
 
-			b := startWorker(t, c, s, workerOpts{name: "b", protocol: proto, reclaimInterval: 100 * time.Millisecond})
+			b := startWorker(t, c, s, workerOpts{name: "b", protocol: proto, protocolChosen: true, reclaimInterval: 100 * time.Millisecond})
 			var kept epochs.Token
 			testwait.For(t, 30*time.Second, "a and b to split the partitions, a's epoch past a kept token's", func() bool {
 				owned := a.Owned()
@@ -141,7 +144,7 @@ func (s *staleProofSink) Claim(ctx context.Context, tok epochs.Token, obs sink.O
 // such, and the partition applies.
 func TestStaleProofProvesAgain(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 1)
+	c := newCluster(t, 1)
 	mem := memory.New()
 	s := &staleProofSink{Sink: mem}
 	keys := makeKeys(4)
@@ -190,9 +193,9 @@ func TestProofAtTheTokenEpoch(t *testing.T) {
 	for _, proto := range []consumer.Protocol{consumer.Cooperative, consumer.KIP848} {
 		t.Run(proto.String(), func(t *testing.T) {
 			t.Parallel()
-			c := newFakeCluster(t, 1)
+			c := newCluster(t, 1)
 			s := memory.New()
-			a := startWorker(t, c, s, workerOpts{name: "a", protocol: proto})
+			a := startWorker(t, c, s, workerOpts{name: "a", protocol: proto, protocolChosen: true})
 			testwait.For(t, 30*time.Second, "a to own the partition", func() bool { return len(a.Owned()) == 1 })
 			tok := a.Owned()[0]
 			if err := consumer.ProveMembership(t.Context(), a, tok); err != nil {
@@ -210,5 +213,111 @@ func TestProofAtTheTokenEpoch(t *testing.T) {
 				t.Fatalf("the proof of %s (the member is at epoch %d): %v, want %v", previous, epoch, err, want)
 			}
 		})
+	}
+}
+
+// TestOlderEpochProofOnKafkaBefore43: under KIP-848 a member kept a
+// partition through a rebalance, so its member epoch moved past the
+// token's; its proof of membership is an offset commit at the token's
+// epoch. Apache Kafka 4.3 and later (KIP-1251) accept it, as kfake does
+// (and TestProofAfterTheEpochMoved shows on both); a broker before 4.3
+// answers STALE_MEMBER_EPOCH, simulated here by kfake's interception of
+// that one commit. The refusal must name the broker behaviour
+// (ErrOlderEpochProofRefused) and keep the coordinator's code. Red
+// without the wrap in proveMembership.
+func TestOlderEpochProofOnKafkaBefore43(t *testing.T) {
+	t.Parallel()
+	const partitions = 4
+	c := newFakeCluster(t, partitions)
+	s := memory.New()
+	a := startWorker(t, c, s, workerOpts{name: "a", protocol: consumer.KIP848, protocolChosen: true})
+	testwait.For(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
+	b := startWorker(t, c, s, workerOpts{name: "b", protocol: consumer.KIP848, protocolChosen: true})
+	var kept epochs.Token
+	var epoch int32
+	testwait.For(t, 30*time.Second, "a's epoch past a kept token's", func() bool {
+		owned := a.Owned()
+		if len(b.Owned()) == 0 || len(owned) == 0 || len(owned)+len(b.Owned()) != partitions {
+			return false
+		}
+		_, epoch = a.Member()
+		kept = owned[0]
+		return epoch > kept.Epoch
+	})
+	if err := consumer.ProveMembership(t.Context(), a, kept); err != nil {
+		t.Fatalf("kfake refused the proof of %s at an older epoch (member at %d): %v; it accepts it as Kafka 4.3+ does", kept, epoch, err)
+	}
+
+	// A broker before KIP-1251: a commit below the member's epoch is stale.
+	var refused atomic.Int64
+	c.kf.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		req := kr.(*kmsg.OffsetCommitRequest)
+		if req.MemberID != kept.Member || req.Generation >= epoch {
+			c.kf.KeepControl()
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.StaleMemberEpoch.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	err := consumer.ProveMembership(t.Context(), a, kept)
+	if refused.Load() != 1 {
+		t.Fatalf("%d commits refused as a broker before 4.3 would, want the proof's one", refused.Load())
+	}
+	if !errors.Is(err, consumer.ErrOlderEpochProofRefused) || !errors.Is(err, kerr.StaleMemberEpoch) || !strings.Contains(err.Error(), "4.3") {
+		t.Fatalf("the proof refused by a broker before 4.3: %v, want ErrOlderEpochProofRefused naming the version, wrapping STALE_MEMBER_EPOCH", err)
+	}
+}
+
+// TestOlderEpochProofOfAPartitionGone: under KIP-848, a member's proof of
+// membership for a partition it no longer holds, at the epoch it held it
+// at. Apache Kafka (4.3+, KIP-1251) checks the commit's epoch against the
+// partition's assignment and refuses it (STALE_MEMBER_EPOCH, reported as
+// ErrOlderEpochProofRefused): a tenure that lost its partition cannot
+// prove itself after a reset. kfake accepts it; the sink's ordering rule
+// is then what refuses such a tenure's claim below the owner's
+// (docs/kafka.md). The test asserts each broker's answer, so that a change
+// of either is seen.
+func TestOlderEpochProofOfAPartitionGone(t *testing.T) {
+	t.Parallel()
+	const partitions = 4
+	c := newCluster(t, partitions)
+	s := memory.New()
+	a := startWorker(t, c, s, workerOpts{name: "a", protocol: consumer.KIP848, protocolChosen: true})
+	testwait.For(t, 30*time.Second, "a to own every partition", func() bool { return len(a.Owned()) == partitions })
+	before := a.Owned()
+	b := startWorker(t, c, s, workerOpts{name: "b", protocol: consumer.KIP848, protocolChosen: true})
+	testwait.For(t, 30*time.Second, "b to own some of a's partitions", func() bool {
+		return len(b.Owned()) > 0 && len(a.Owned())+len(b.Owned()) == partitions
+	})
+	var gone epochs.Token
+	for _, tok := range before {
+		if !slices.ContainsFunc(a.Owned(), func(o epochs.Token) bool { return o.Partition == tok.Partition }) {
+			gone = tok
+			break
+		}
+	}
+	if gone.IsZero() {
+		t.Fatalf("a kept every partition %v though b owns %v", a.Owned(), b.Owned())
+	}
+	err := consumer.ProveMembership(t.Context(), a, gone)
+	if c.kf != nil {
+		if err != nil {
+			t.Fatalf("kfake refused the proof of %s, a partition a no longer holds: %v; docs/kafka.md says it accepts it", gone, err)
+		}
+		return
+	}
+	if !errors.Is(err, consumer.ErrOlderEpochProofRefused) || !errors.Is(err, kerr.StaleMemberEpoch) {
+		t.Fatalf("Kafka's answer to the proof of %s, a partition a no longer holds: %v, want STALE_MEMBER_EPOCH (ErrOlderEpochProofRefused)", gone, err)
 	}
 }

@@ -318,7 +318,7 @@ func TestStaleClaimDoesNotStopTheSuccessor(t *testing.T) {
 func TestHungReclaimHoldsUpOnlyItsPartition(t *testing.T) {
 	t.Parallel()
 	const partitions = 2
-	c := newFakeCluster(t, partitions)
+	c := newCluster(t, partitions)
 	s := memory.New()
 	regressAll(t, c, s, partitions)
 	h := newHeldClaims(s, false, func(tok epochs.Token, n int) bool { return tok.Partition == 0 && n == 2 })

@@ -39,7 +39,7 @@ func (s *swapStore) Begin(ctx context.Context, tok epochs.Token, key string) (fe
 // reset it resumes by itself and applies every command once.
 func TestResourceRefusalBlocksAndResumes(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 1)
+	c := newCluster(t, 1)
 	s := memory.New()
 	store := &swapStore{}
 	store.cur.Store(memstore.New())

@@ -23,7 +23,7 @@ import (
 func TestHandlersMayKeepTheCommandsBytes(t *testing.T) {
 	t.Parallel()
 	const records = 400
-	c := newFakeCluster(t, 1)
+	c := newCluster(t, 1)
 	s := memory.New()
 	type kept struct {
 		key, payload, header []byte

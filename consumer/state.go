@@ -134,6 +134,21 @@ func (t *tenure[Tx]) progressed() {
 	}
 }
 
+// refused returns when the row of refusals by a resource the handler
+// called began (zero: the tenure is not in one).
+func (t *tenure[Tx]) refused() time.Time {
+	t.smu.Lock()
+	defer t.smu.Unlock()
+	return t.refusedSince
+}
+
+// clearRefused ends the row of refusals: a batch applied.
+func (t *tenure[Tx]) clearRefused() {
+	t.smu.Lock()
+	t.refusedSince = time.Time{}
+	t.smu.Unlock()
+}
+
 // blocked records a claim refused for a reason an operator must resolve;
 // it returns when the block began.
 func (t *tenure[Tx]) blocked(err error) time.Time {

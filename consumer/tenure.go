@@ -52,14 +52,14 @@ type tenure[Tx any] struct {
 	// exited (see reclaimTenure); this one starts only after.
 	after <-chan struct{}
 
-	smu sync.Mutex // guards st
+	smu sync.Mutex // guards st and refusedSince
 	st  stallState
 
 	// refusedSince is when a resource the handler called first refused
 	// the partition's token, in a row of tenures that applied nothing
 	// since (resourceFenced): the blocked state's since, kept across the
-	// re-claims. Zero once a batch applies. Used by the tenure's
-	// goroutine only.
+	// re-claims. Zero once a batch applies. Guarded by smu: the lanes of
+	// a tenure apply, and clear it, concurrently.
 	refusedSince time.Time
 
 	// serial is the applier of the tenure's own goroutine: it applies

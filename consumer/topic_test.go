@@ -43,7 +43,7 @@ func (b *lockedBuffer) String() string {
 // TopicFound ("topic now exists") and consumes it.
 func TestTopicMissingIsReported(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 2)
+	c := newCluster(t, 2)
 	c.topic = "not-created-yet"
 	s := memory.New()
 

@@ -46,6 +46,7 @@ through their environment, never their command line).
   workrouter demo --report demo.html
   workrouter demo --key-concurrency 8
   workrouter demo --brokers kafka-1:9092 --commands 10000
+  workrouter demo --protocol kip848
   workrouter demo --sink postgres://postgres@127.0.0.1:5432/test`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -97,6 +98,7 @@ through their environment, never their command line).
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run against this cluster instead of an embedded broker")
 	fl.StringVar(&sink, "sink", "", "sqlite:PATH or postgres://… (default: an SQLite file in a temporary directory; PostgreSQL runs in a fresh schema dropped at the end)")
 	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "the workers' session timeout (default 2s)")
+	fl.StringVar(&cfg.Protocol, "protocol", "cooperative", "the workers' group protocol: cooperative or kip848 (under kip848 the session timeout is the broker's: with --brokers, its group.consumer.session.timeout.ms must not exceed --session-timeout)")
 	fl.IntVar(&cfg.KeyConcurrency, "key-concurrency", 1, "lanes per partition in each worker (the worker's --key-concurrency): one key's commands in one lane, in offset order")
 	fl.BoolVar(&asJSON, "json", false, "print the summary as one JSON object instead of the timeline")
 	fl.StringVar(&report, "report", "", "also write the run as one self-contained HTML page to this file: per partition its owners' tenures, the faults, the refused stale writes, the applied rate and the lag")

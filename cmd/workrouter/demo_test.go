@@ -68,6 +68,7 @@ func TestDemoCommandRejectsBadInput(t *testing.T) {
 		{"demo", "--sink", "bogus:x"},
 		{"demo", "--commands", "5"},
 		{"demo", "--key-concurrency", "-1"},
+		{"demo", "--protocol", "eager"},
 	} {
 		p := startProc(t, args)
 		if code := p.wait(t); code == 0 {

@@ -62,6 +62,12 @@ type Config struct {
 	// (consumer.Config.KeyConcurrency, the worker's --key-concurrency);
 	// default 1.
 	KeyConcurrency int
+	// Protocol is the workers' group protocol: "cooperative" (default)
+	// or "kip848". Under KIP-848 the session timeout is the broker's:
+	// the embedded broker is given SessionTimeout, and a cluster named by
+	// Brokers must have a group.consumer.session.timeout.ms no longer
+	// than it, or the frozen worker is not evicted before it resumes.
+	Protocol string
 	// Out receives the timeline as it happens; nil discards.
 	Out io.Writer
 }
@@ -138,7 +144,12 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.KeyConcurrency == 0 {
 		cfg.KeyConcurrency = 1
 	}
+	if cfg.Protocol == "" {
+		cfg.Protocol = "cooperative"
+	}
 	switch {
+	case cfg.Protocol != "cooperative" && cfg.Protocol != "kip848":
+		return Summary{}, fmt.Errorf("%w: protocol %q: want cooperative or kip848", ErrConfig, cfg.Protocol)
 	case cfg.Commands < 100, cfg.Accounts <= 0, cfg.Partitions <= 0:
 		return Summary{}, fmt.Errorf("%w: need at least 100 commands and positive accounts and partitions", ErrConfig)
 	case cfg.KeyConcurrency < 1:
@@ -201,6 +212,12 @@ func (d *run) run() (Summary, error) {
 			DataDir:           filepath.Join(dir, "broker"),
 			Topics:            map[string]int32{topic: d.cfg.Partitions},
 			MinSessionTimeout: 100 * time.Millisecond,
+			// KIP-848 groups take their session timeout and heartbeat
+			// interval from the broker, not the client.
+			BrokerConfigs: map[string]string{
+				"group.consumer.session.timeout.ms":    strconv.FormatInt(d.cfg.SessionTimeout.Milliseconds(), 10),
+				"group.consumer.heartbeat.interval.ms": "200",
+			},
 		})
 		if err != nil {
 			return Summary{}, err
@@ -238,7 +255,7 @@ func (d *run) run() (Summary, error) {
 	for i := 1; i <= d.cfg.Workers; i++ {
 		name := "w" + strconv.Itoa(i)
 		opts := cluster.WorkerOptions{Brokers: brokers, Conn: d.cfg.WorkerConn, Topic: topic, Group: group, SinkSpec: st.Spec(),
-			Name: name, SessionTimeout: d.cfg.SessionTimeout, KeyConcurrency: d.cfg.KeyConcurrency}
+			Name: name, SessionTimeout: d.cfg.SessionTimeout, KeyConcurrency: d.cfg.KeyConcurrency, Protocol: d.cfg.Protocol}
 		if i == 1 {
 			opts.Hooks = []string{"--freeze-before-batch=4"}
 		}

@@ -17,6 +17,7 @@ func TestRejectsBadConfig(t *testing.T) {
 		"no worker argv": {},
 		"few commands":   {Commands: 10, Worker: cluster.Binary{Argv: []string{"x"}}},
 		"no lane":        {KeyConcurrency: -2, Worker: cluster.Binary{Argv: []string{"x"}}},
+		"protocol":       {Protocol: "eager", Worker: cluster.Binary{Argv: []string{"x"}}},
 	} {
 		if _, err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err = %v, want ErrConfig", name, err)
