@@ -6,6 +6,6 @@ import (
 	"go.uber.org/goleak"
 )
 
-// TestMain fails the package's tests if any goroutine they started is
-// still running when they end.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks that the package's tests leave no goroutine behind,
+// but for what saramaLeaks names (built with -tags sarama only).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, saramaLeaks...) }
