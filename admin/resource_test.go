@@ -162,6 +162,20 @@ func TestResetResourceUnblocksTheWorker(t *testing.T) {
 	if rows, _ := charges(); rows != 1 {
 		t.Fatalf("%d charges while the service refused the worker, want the previous incarnation's 1", rows)
 	}
+	// What an operator reads: status says blocked, and needs attention
+	// (the CLI's exit code 2).
+	status := func(want string) {
+		t.Helper()
+		waitUntil(t, ctx, "status reporting the partition "+want, func() bool {
+			rep, err := admin.Status(ctx, prod, admin.StatusRequest{Group: rgroup, Topic: rtopic, Sink: s})
+			if err != nil || len(rep.Partitions) != 1 {
+				return false
+			}
+			blocked := want == "blocked"
+			return rep.Partitions[0].State == want && (len(rep.NeedsAttention()) == 1) == blocked
+		})
+	}
+	status("blocked")
 
 	// The dry run.
 	plans, err := admin.PlanResources(ctx, store, s, admin.ResourcePlanRequest{Group: rgroup, Topic: rtopic})
@@ -204,6 +218,7 @@ func TestResetResourceUnblocksTheWorker(t *testing.T) {
 	if rows, distinct := charges(); rows != n+1 || distinct != n+1 {
 		t.Fatalf("%d charges, %d distinct, want %d each", rows, distinct, n+1)
 	}
+	status("running")
 
 	// The previous incarnation is refused under the pin.
 	err = call(ctx, fencehttp.Fence{Token: prev, Key: "previous-2"})

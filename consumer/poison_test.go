@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -574,6 +575,7 @@ func TestHandlerNetworkErrorIsTheHandlers(t *testing.T) {
 	}
 	var mu sync.Mutex
 	causes := map[string]int{}
+	logs := &lockedBuffer{}
 	w := startWorker(t, c, s, workerOpts{name: "a", sink: netClassifying{s},
 		handlers: map[string]consumer.Handler[*memory.Tx]{"append": handler},
 		poison:   consumer.PoisonPolicy{MaxAttempts: 3, MaxRetryTime: time.Hour},
@@ -583,7 +585,7 @@ func TestHandlerNetworkErrorIsTheHandlers(t *testing.T) {
 				causes[st.Cause]++
 				mu.Unlock()
 			}
-		})}})
+		}), consumer.NewLogObserver(slog.New(slog.NewTextHandler(logs, nil)))}})
 	testwait.For(t, 30*time.Second, "a to own the partition", func() bool { return len(w.Owned()) == 1 })
 	raw := newRawProducer(t, c)
 	raw.send(command(t, c.topic, 0, "k0", "append", "0"), command(t, c.topic, 0, "k0", "append", "call"),
@@ -601,5 +603,9 @@ func TestHandlerNetworkErrorIsTheHandlers(t *testing.T) {
 	defer mu.Unlock()
 	if causes[consumer.CauseEffect] == 0 || causes[consumer.CauseSink] != 0 {
 		t.Fatalf("stall causes %v: want the handler's error as %q only", causes, consumer.CauseEffect)
+	}
+	// What the operator reads.
+	if out := logs.String(); !strings.Contains(out, "cause=effect") || strings.Contains(out, "cause=sink") {
+		t.Fatalf("the worker's log does not say cause=effect only:\n%s", out)
 	}
 }
