@@ -97,8 +97,9 @@ func TestOpenCompleteDSNs(t *testing.T) {
 }
 
 // TestOpenSaysTheServerRefused: a server that answered that the database
-// or the role does not exist is not "unreachable": Open fails with
-// ErrRefused, quoting the answer.
+// or the role does not exist, or that it knows no parameter the DSN sets,
+// is not "unreachable": Open fails with ErrRefused, quoting the answer
+// once.
 func TestOpenSaysTheServerRefused(t *testing.T) {
 	dsn := testpg.DSN(t)
 	cfg, err := pgx.ParseConfig(dsn)
@@ -111,6 +112,7 @@ func TestOpenSaysTheServerRefused(t *testing.T) {
 	}{
 		{fmt.Sprintf(base, cfg.User, "wr_nosuchdb"), "3D000", `database "wr_nosuchdb" does not exist`},
 		{fmt.Sprintf(base, "wr_nosuchrole", cfg.Database), "28000", `role "wr_nosuchrole" does not exist`},
+		{fmt.Sprintf(base, cfg.User, cfg.Database) + "?foo=bar", "42704", `unrecognized configuration parameter "foo"`},
 	} {
 		s, err := Open(t.Context(), Config{DSN: tc.dsn, ReadOnly: true})
 		if err == nil {
@@ -121,8 +123,8 @@ func TestOpenSaysTheServerRefused(t *testing.T) {
 		if !errors.Is(err, ErrRefused) || errors.Is(err, ErrUnreachable) || !errors.As(err, &pgErr) || pgErr.Code != tc.code {
 			t.Errorf("Open(%s): %v, want ErrRefused (not ErrUnreachable) with SQLSTATE %s", tc.dsn, err, tc.code)
 		}
-		if msg := err.Error(); !strings.Contains(msg, tc.says) || strings.Contains(msg, "unreachable") {
-			t.Errorf("Open(%s): %q does not say %q, or says unreachable", tc.dsn, msg, tc.says)
+		if msg := err.Error(); strings.Count(msg, tc.says) != 1 || strings.Contains(msg, "unreachable") {
+			t.Errorf("Open(%s): %q does not say %q once, or says unreachable", tc.dsn, msg, tc.says)
 		}
 	}
 }

@@ -50,8 +50,10 @@ var ErrUnreachable = errors.New("postgres: server unreachable")
 // answered but refused the session for a reason no retry fixes: the
 // database does not exist (SQLSTATE 3D000), the role does not exist or
 // may not log in, the password is wrong (class 28), the role may not
-// connect to the database (42501). The error names the server and quotes
-// its answer (a *pgconn.PgError, matchable with errors.As).
+// connect to the database (42501), a connection parameter it does not
+// know (42704): any answer but a busy server's (see [ErrUnreachable]).
+// The error names the server and quotes its answer once (a
+// *pgconn.PgError, matchable with errors.As).
 var ErrRefused = errors.New("postgres: the server refused the connection")
 
 // ErrSchema is matched by the error [Open] returns when the database holds
@@ -291,20 +293,20 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 }
 
 // refusal returns the server's answer in err, a connection error, when
-// the server refused the session for a reason no retry fixes (see
-// ErrRefused), or nil.
+// the server answered and refused the session (see ErrRefused), or nil:
+// nil also for a busy server's answer (class 53, insufficient resources:
+// too many connections; class 57, operator intervention: starting up or
+// shutting down), which a later try may not get.
 func refusal(err error) *pgconn.PgError {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
 		return nil
 	}
-	switch {
-	case pgErr.Code[:2] == "28", // invalid authorization specification
-		pgErr.Code == "3D000", // invalid catalog name: no such database
-		pgErr.Code == "42501": // insufficient privilege: no CONNECT on the database
-		return pgErr
+	switch pgErr.Code[:2] {
+	case "53", "57":
+		return nil
 	}
-	return nil
+	return pgErr
 }
 
 // checkSchemaExists fails with an error matching ErrNoSchema, naming the
