@@ -125,10 +125,16 @@ func TestDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pattern := range strings.Fields(string(ignore)) {
-		if strings.HasPrefix(pattern, "#") {
-			continue
-		}
+	// The legacy builder reads only the context's .dockerignore: the same
+	// patterns.
+	legacy, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatalf("no .dockerignore at the repository root for the legacy builder: %v", err)
+	}
+	if a, b := ignorePatterns(ignore), ignorePatterns(legacy); !slices.Equal(a, b) {
+		t.Errorf("Dockerfile.dockerignore's patterns %q and the root .dockerignore's %q differ", a, b)
+	}
+	for _, pattern := range ignorePatterns(ignore) {
 		for _, line := range strings.Split(string(work), "\n") {
 			dir := strings.TrimPrefix(strings.TrimSpace(line), "./")
 			if dir != "" && !strings.ContainsAny(dir, " ()") && dir != "." {
@@ -176,4 +182,16 @@ func TestDockerfile(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(out), "workrouter ") {
 		t.Fatalf("%s version: %q, %v", bin, out, err)
 	}
+}
+
+// ignorePatterns returns the patterns of a .dockerignore file, one per
+// line, without comments and blank lines.
+func ignorePatterns(b []byte) []string {
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			out = append(out, line)
+		}
+	}
+	return out
 }
