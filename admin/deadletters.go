@@ -195,11 +195,11 @@ func (e *RedriveError) Unwrap() []error {
 	return []error{e.Err}
 }
 
-// QueryError is the error of DeadLetters for a field of DeadLetterQuery
-// it cannot answer; it matches ErrBadQuery.
+// QueryError is the error of DeadLetters, PlanRedrives and Redrives for a
+// field of DeadLetterQuery they cannot answer; it matches ErrBadQuery.
 type QueryError struct {
 	// Field is the DeadLetterQuery field ("Reason", "Partition", "States",
-	// "Limit"), Value its offending value, and Want what it may be.
+	// "Limit", "Topic"), Value its offending value, and Want what it may be.
 	Field string
 	Value string
 	Want  string
@@ -208,7 +208,7 @@ type QueryError struct {
 // Error names the field, its value and what it may be. It may be called
 // from any goroutine.
 func (e *QueryError) Error() string {
-	return fmt.Sprintf("admin.DeadLetters: DeadLetterQuery.%s %s: want %s", e.Field, e.Value, e.Want)
+	return fmt.Sprintf("admin: DeadLetterQuery.%s %s: want %s", e.Field, e.Value, e.Want)
 }
 
 // Is reports whether target is ErrBadQuery. It may be called from any

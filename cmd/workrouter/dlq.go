@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -89,7 +90,9 @@ type dlqFlags struct {
 	raw bool
 
 	// redrive and drop
-	newID       bool // redrive only
+	newID       bool   // redrive only
+	all         bool   // redrive by filter: every open dead letter
+	dlReason    string // redrive by filter: --dead-letter-reason
 	yes         bool
 	brokers     []string
 	conn        connFlags
@@ -633,8 +636,8 @@ func notOpen(e *admin.NotOpenError, verb string) error {
 func newDLQRedriveCmd() *cobra.Command {
 	var f dlqFlags
 	cmd := &cobra.Command{
-		Use:   "redrive ID",
-		Short: "Produce a dead-lettered command again, as a new command, once its cause is fixed (audited)",
+		Use:   "redrive [ID]",
+		Short: "Produce dead-lettered commands again, as new commands, once their cause is fixed (audited)",
 		Long: `redrive produces the command of an open dead letter again through the
 router, as a NEW command on its original topic: the same key (so the same
 partition, and the worker that owns it applies it), type, payload, user
@@ -671,15 +674,36 @@ ID instead, audited as such; the sink then cannot tell it from the original
 by ID, so use it only for a command the group never applied (a dead
 letter's command was not).
 
+Without an ID it redrives every open dead letter that the filters select
+(--group, --topic, --partition, --type, --dead-letter-reason, --since; or
+--all for every one), oldest first, one topic at a time, each as above with
+its own audit rows. Dead letters whose record is not a command are listed
+and left open; one that another redrive or drop changed first is left as it
+is and reported. A failure to produce stops it, saying how many were
+redriven and which was not. It exits non-zero unless every selected dead
+letter was redriven. --yes redrives what the filters select when it runs,
+which may be more than its dry run listed.
+
 Without --yes nothing is changed or sent: it prints what it would do and
 exits non-zero.`,
 		Example: `  # Show what would happen:
   workrouter dlq redrive 7 --sink sqlite:ledger.db --reason "handler fixed in v1.4.2"
 
+  # Every open dead letter of one type and reason, after the fix (dry run, then --yes):
+  workrouter dlq redrive --sink sqlite:ledger.db --topic ledger --type withdraw --dead-letter-reason handler_error --reason "INC-88 fixed"
+
   # Do it:
   workrouter dlq redrive 7 --sink sqlite:ledger.db --brokers 10.0.0.1:9092 --reason "handler fixed in v1.4.2 (INC-88)" --yes`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return runDLQRedrive(cmd, f, args[0]) },
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return runDLQRedriveFiltered(cmd, f)
+			}
+			if names := redriveFilterFlags(cmd); len(names) > 0 {
+				return fmt.Errorf("give a dead letter's ID or filters, not both: %s select dead letters for a redrive without an ID", strings.Join(names, ", "))
+			}
+			return runDLQRedrive(cmd, f, args[0])
+		},
 	}
 	f.addCommon(cmd, false)
 	fl := cmd.Flags()
@@ -687,6 +711,14 @@ exits non-zero.`,
 	fl.StringVar(&f.partitioner, "partitioner", "murmur2", "how keys map to partitions: murmur2 (Kafka's default) or crc32 (librdkafka's default); as the topic's producers")
 	addConnFlags(fl, &f.conn)
 	addDecisionFlags(fl, &f, "redrive", "redriven", "nothing is changed or sent")
+	fl.StringVar(&f.group, "group", "", "without an ID: only this consumer group's dead letters")
+	fl.StringVar(&f.topic, "topic", "", "without an ID: only this topic's dead letters")
+	fl.Int32Var(&f.partition, "partition", 0, "without an ID: only this partition's dead letters")
+	fl.StringVar(&f.typ, "type", "", "without an ID: only commands of this type")
+	fl.StringVar(&f.dlReason, "dead-letter-reason", "", "without an ID: only dead letters of this reason: undecodable, no_handler, permanent, handler_error or misrouted")
+	fl.StringVar(&f.since, "since", "", "without an ID: only dead letters stored since then: a duration ago (2h) or an RFC 3339 time")
+	fl.BoolVar(&f.all, "all", false, "without an ID and filters: every open dead letter")
+	notEmpty(fl, "group", "topic", "type", "dead-letter-reason")
 	fl.BoolVar(&f.newID, "new-id", false, "produce it with a new command ID instead of its own (audited): for a dead letter whose cause a service recorded under the command's idempotency key, such as a fencehttp service's 4xx, which it replays to the same ID")
 	return cmd
 }
@@ -744,6 +776,154 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	fmt.Fprintf(out, "redrove dead letter %d: %s as a new %s command with ID %s, for group %s only (headers %s: %d, %s: %s); it is redriven\n",
 		id, res.Detail, res.Command.Type, res.Result.ID, d.Scope.Group, envelope.RedriveOfHeader, id, envelope.RedriveForHeader, d.Scope.Group)
 	return out.err
+}
+
+// redriveFilterFlags returns the filter flags of dlq redrive given on the
+// command line, as --name.
+func redriveFilterFlags(cmd *cobra.Command) []string {
+	var names []string
+	for _, n := range []string{"group", "topic", "partition", "type", "dead-letter-reason", "since", "all"} {
+		if cmd.Flags().Changed(n) {
+			names = append(names, "--"+n)
+		}
+	}
+	return names
+}
+
+// runDLQRedriveFiltered is dlq redrive without an ID: admin.PlanRedrives,
+// then, with --yes, admin.Redrives.
+func runDLQRedriveFiltered(cmd *cobra.Command, f dlqFlags) error {
+	filters := redriveFilterFlags(cmd)
+	switch {
+	case len(filters) == 0:
+		return errors.New("dlq redrive needs a dead letter's ID, or filters (--group, --topic, --partition, --type, --dead-letter-reason, --since), or --all for every open dead letter")
+	case f.all && len(filters) > 1:
+		return fmt.Errorf("--all selects every open dead letter: give it without %s", strings.Join(slices.DeleteFunc(filters, func(n string) bool { return n == "--all" }), ", "))
+	}
+	if strings.TrimSpace(f.reason) == "" {
+		return errors.New("--reason is required: say why the dead letters are redriven (it is recorded in their audit rows)")
+	}
+	q := admin.DeadLetterQuery{Group: f.group, Topic: f.topic, Type: f.typ, Reason: f.dlReason}
+	if cmd.Flags().Changed("partition") {
+		p := f.partition
+		q.Partition = &p
+	}
+	if f.since != "" {
+		var err error
+		if q.Since, err = parseSince(f.since, time.Now()); err != nil {
+			return err
+		}
+	}
+	if err := q.Validate(); err != nil {
+		return redriveQueryError(err)
+	}
+	cn, err := resolveConn(cmd, f.conn, f.brokers)
+	if err != nil {
+		return err
+	}
+	partitioner, err := envelope.ParsePartitioner(f.partitioner)
+	if err != nil {
+		return fmt.Errorf("--partitioner: %w", err)
+	}
+	ctx, ds, _, done, err := openDLQ(cmd, f, false)
+	if err != nil {
+		return err
+	}
+	defer done()
+	plan, err := admin.PlanRedrives(ctx, ds, q)
+	if err != nil {
+		return redriveQueryError(err)
+	}
+	out := &errWriter{w: cmd.OutOrStdout()}
+	verb := "would redrive"
+	if f.yes {
+		verb = "redriving"
+	}
+	for _, pl := range plan.Plans {
+		d, c := pl.DeadLetter, pl.Command
+		fmt.Fprintf(out, "%s dead letter %d (%s offset %d, %s): a new %s command with key %s, %s, for group %s only\n",
+			verb, d.ID, d.Scope, d.Record.Offset, d.Record.Reason, c.Type, bytesText(c.Key), commandIDText(c.ID, f.newID), d.Scope.Group)
+	}
+	for _, e := range plan.NotCommands {
+		var nac *admin.NotACommandError
+		errors.As(e, &nac)
+		fmt.Fprintf(out, "cannot redrive dead letter %d: its record is not a workrouter command (%s); drop it (workrouter dlq drop %d) and produce a corrected command yourself\n",
+			nac.ID, oneLine(nac.Err.Error()), nac.ID)
+	}
+	left := ""
+	if n := len(plan.NotCommands); n > 0 {
+		left = fmt.Sprintf("; %s left open (not commands)", nounCount(n, "dead letter"))
+	}
+	if len(plan.Plans) == 0 {
+		fmt.Fprintf(out, "no open dead letter to redrive matches%s\n", left)
+		if out.err != nil {
+			return out.err
+		}
+		if len(plan.NotCommands) > 0 {
+			return fmt.Errorf("nothing redriven: the %s selected cannot be redriven", nounCount(len(plan.NotCommands), "dead letter"))
+		}
+		return nil
+	}
+	topics := plan.Topics()
+	if len(topics) > 1 {
+		if out.err != nil {
+			return out.err
+		}
+		return fmt.Errorf("the dead letters selected are on topics %s: redrive one topic at a time (--topic; nothing changed, nothing sent)", strings.Join(topics, ", "))
+	}
+	if !f.yes {
+		if out.err != nil {
+			return out.err
+		}
+		return fmt.Errorf("refusing to redrive %s without --yes%s (nothing changed, nothing sent)", nounCount(len(plan.Plans), "dead letter"), left)
+	}
+	logger, err := quietLogger(cmd)
+	if err != nil {
+		return err
+	}
+	// Connect first: a broker that cannot be reached changes nothing.
+	rt, err := openRouter(ctx, produceFlags{brokers: cn.brokers, topic: topics[0], timeout: f.timeout}, cn, partitioner, envelope.CompressionNone, logger)
+	if err != nil {
+		return fmt.Errorf("%w (no dead letter changed, nothing sent)", err)
+	}
+	defer rt.Close()
+	res, rerr := admin.Redrives(ctx, ds, rt, plan, admin.RedriveOptions{Reason: f.reason, Actor: actor("workrouter dlq redrive"), RevertTimeout: f.timeout, NewID: f.newID})
+	for _, r := range res.Redriven {
+		fmt.Fprintf(out, "redrove dead letter %d: %s as a new %s command with ID %s\n", r.DeadLetter.ID, r.Detail, r.Command.Type, r.Result.ID)
+	}
+	for _, e := range res.ChangedFirst {
+		fmt.Fprintf(out, "skipped: %s\n", oneLine(e.Error()))
+	}
+	if out.err != nil {
+		return out.err
+	}
+	if rerr != nil {
+		var re *admin.RedriveError
+		if errors.As(rerr, &re) {
+			return fmt.Errorf("redrove %d of %s, then: %w", len(res.Redriven), nounCount(len(plan.Plans), "dead letter"), redriveError(re, sinkSpec{}, re.ID))
+		}
+		return rerr
+	}
+	fmt.Fprintf(out, "redrove %s%s\n", nounCount(len(res.Redriven), "dead letter"), left)
+	if n := len(res.ChangedFirst) + len(plan.NotCommands); n > 0 {
+		return fmt.Errorf("%s of the %d selected not redriven (see above)", nounCount(n, "dead letter"), len(plan.Plans)+len(plan.NotCommands))
+	}
+	return out.err
+}
+
+// nounCount says n things: "1 dead letter", "2 dead letters".
+func nounCount(n int, noun string) string {
+	return fmt.Sprintf("%d %s", n, plural(n, noun, noun+"s"))
+}
+
+// redriveQueryError renders an *admin.QueryError of dlq redrive's filters
+// with their flags.
+func redriveQueryError(err error) error {
+	var qe *admin.QueryError
+	if errors.As(err, &qe) && qe.Field == "Reason" {
+		return fmt.Errorf("--dead-letter-reason %s: want %s", qe.Value, qe.Want)
+	}
+	return queryFlagError(err)
 }
 
 // commandIDText says which command ID a redrive keeps, or that it takes

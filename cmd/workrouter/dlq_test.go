@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -575,5 +576,85 @@ func TestDLQErrorsRendered(t *testing.T) {
 		if err := queryFlagError(q.Validate()); err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("query with a bad %s: %v, want %q", field, err, want)
 		}
+	}
+}
+
+// TestDLQRedriveByFilter: dlq redrive without an ID redrives the open dead
+// letters its filters select: a dry run lists them (and the one that is
+// not a command) and changes nothing; --yes produces each, oldest first,
+// with its audit rows, leaves the not-command open and exits non-zero for
+// it. Filters with an ID, and no ID without filters, are refused.
+func TestDLQRedriveByFilter(t *testing.T) {
+	path := deadLetteredSink(t)
+	spec := "sqlite:" + path
+	addr := startCLITestBroker(t, map[string]int32{"ledger": 4})
+	base := []string{"dlq", "redrive", "--sink", spec, "--brokers", addr, "--reason", "INC-88 fixed"}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dlq", "redrive", "--sink", spec, "--reason", "x"}, "needs a dead letter's ID, or filters"},
+		{[]string{"dlq", "redrive", "1", "--sink", spec, "--reason", "x", "--topic", "ledger"}, "give a dead letter's ID or filters, not both: --topic"},
+		{[]string{"dlq", "redrive", "--sink", spec, "--reason", "x", "--all", "--type", "deposit"}, "--all selects every open dead letter: give it without --type"},
+		{[]string{"dlq", "redrive", "--sink", spec, "--all"}, "--reason is required"},
+		{[]string{"dlq", "redrive", "--sink", spec, "--reason", "x", "--dead-letter-reason", "flaky"}, "--dead-letter-reason \"flaky\": want"},
+	} {
+		if _, _, err := runCLI(t, nil, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+
+	// By reason: dead letter 3 only; a dry run.
+	out, _, err := runCLI(t, nil, append(base, "--dead-letter-reason", "handler_error")...)
+	if err == nil || !strings.Contains(err.Error(), "refusing to redrive 1 dead letter without --yes") ||
+		!strings.Contains(out, "would redrive dead letter 3 ") || strings.Contains(out, "dead letter 1 ") {
+		t.Fatalf("the dry run by reason: %v\n%s", err, out)
+	}
+	for id := int64(1); id <= 3; id++ {
+		if st, audit := deadLetterState(t, path, id); st != dlq.Open || len(audit) != 0 {
+			t.Fatalf("the dry run changed dead letter %d: %s %+v", id, st, audit)
+		}
+	}
+
+	// Everything on the topic.
+	out, _, err = runCLI(t, nil, append(base, "--topic", "ledger")...)
+	if err == nil || !strings.Contains(out, "would redrive dead letter 1 ") || !strings.Contains(out, "would redrive dead letter 3 ") ||
+		!strings.Contains(out, "cannot redrive dead letter 2: its record is not a workrouter command") ||
+		!strings.Contains(err.Error(), "refusing to redrive 2 dead letters without --yes; 1 dead letter left open (not commands)") {
+		t.Fatalf("the dry run by topic: %v\n%s", err, out)
+	}
+	out, _, err = runCLI(t, nil, append(base, "--topic", "ledger", "--yes")...)
+	if err == nil || !strings.Contains(err.Error(), "1 dead letter of the 3 selected not redriven") ||
+		!strings.Contains(out, "redrove 2 dead letters; 1 dead letter left open (not commands)") {
+		t.Fatalf("redrive by topic --yes: %v\n%s", err, out)
+	}
+	if i, j := strings.Index(out, "redrove dead letter 1:"), strings.Index(out, "redrove dead letter 3:"); i < 0 || j < i {
+		t.Fatalf("want dead letters 1 then 3 redriven, oldest first:\n%s", out)
+	}
+	for id, want := range map[int64]dlq.State{1: dlq.Redriven, 2: dlq.Open, 3: dlq.Redriven} {
+		st, audit := deadLetterState(t, path, id)
+		if st != want || (want == dlq.Redriven && (len(audit) != 2 || audit[0].Reason != "INC-88 fixed" ||
+			!strings.HasPrefix(audit[0].Detail, actor("workrouter dlq redrive")))) {
+			t.Fatalf("dead letter %d: %s %+v, want %s with its audit rows", id, st, audit, want)
+		}
+	}
+	var types []string
+	for _, r := range readAll(t, addr, "ledger", 2) {
+		c, err := envelope.Decode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, c.Type)
+	}
+	slices.Sort(types)
+	if !slices.Equal(types, []string{"deposit", "withdraw"}) {
+		t.Fatalf("produced %v, want the deposit and the withdraw", types)
+	}
+
+	// Nothing left to redrive but the not-command.
+	out, _, err = runCLI(t, nil, append(base, "--all", "--yes")...)
+	if err == nil || !strings.Contains(out, "no open dead letter to redrive matches; 1 dead letter left open") {
+		t.Fatalf("redrive --all after: %v\n%s", err, out)
 	}
 }
