@@ -89,11 +89,7 @@ func TestConformancePostgreSQL(t *testing.T) {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
 		prefix := "fh_" + hex.EncodeToString(b[:])
-		t.Cleanup(func() {
-			for _, tb := range []string{"_tokens", "_results", "_resets", "_effects"} {
-				_, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS `+prefix+tb)
-			}
-		})
+		t.Cleanup(func() { dropTables(t, db, prefix, "_tokens", "_results", "_resets", "_effects") })
 		s, err := sqlstore.New(t.Context(), sqlstore.Config{DB: db, Dialect: sqlstore.PostgreSQL, Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
@@ -175,15 +171,11 @@ func TestNewAddsTheFloorToAnOldTablePostgreSQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() }) // after the tables are dropped
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "fh_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		for _, tb := range []string{"_tokens", "_results", "_resets"} {
-			_, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS `+prefix+tb)
-		}
-	})
+	t.Cleanup(func() { dropTables(t, db, prefix, "_tokens", "_results", "_resets") })
 	for _, ddl := range []string{
 		`CREATE TABLE ` + prefix + `_tokens (grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL,
 			epoch INTEGER NOT NULL, member TEXT NOT NULL, PRIMARY KEY (grp, topic, part))`,
@@ -210,5 +202,16 @@ func TestNewAddsTheFloorToAnOldTablePostgreSQL(t *testing.T) {
 	}
 	if _, _, err := s.Begin(ctx, storetest.Tok(0, 2, "new"), "k"); !errors.Is(err, fencehttp.ErrFenced) {
 		t.Fatalf("an older token against the migrated row: %v, want refused", err)
+	}
+}
+
+// dropTables drops the tables prefix+suffix of db, failing t if it cannot:
+// a table left behind is left in the test database's schema for good.
+func dropTables(t *testing.T, db *sql.DB, prefix string, suffixes ...string) {
+	t.Helper()
+	for _, sfx := range suffixes {
+		if _, err := db.ExecContext(context.Background(), `DROP TABLE IF EXISTS `+prefix+sfx); err != nil {
+			t.Errorf("dropping %s%s: %v", prefix, sfx, err)
+		}
 	}
 }
