@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/workrouter/workrouter/internal/testpg"
 )
@@ -25,6 +28,24 @@ func TestNoCommandPrintsAPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	u.User = url.UserPassword(u.User.Username(), plantedPassword)
+	// The workers' tables go to a schema of this test's own, dropped after:
+	// none is left in the database's public schema.
+	schema := "redact_" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")
+	admin, err := pgx.Connect(t.Context(), testpg.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := admin.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`); err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+		}
+		admin.Close(ctx)
+	})
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
 	dsn := u.String()
 	bad := *u
 	bad.Host = refusedAddr(t) // bound, not listening: every command's connection is refused
