@@ -1,11 +1,15 @@
 package consumer_test
 
 import (
+	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/workrouter/workrouter/consumer"
@@ -116,4 +120,113 @@ func TestClosingWorkerReportsNoLag(t *testing.T) {
 	}
 	release <- struct{}{}
 	<-closed
+}
+
+// TestLeaveDuringJoinWaitsForTheJoin measures why a Worker can take
+// seconds to leave on the embedded broker (kfake): its leave waits for
+// the JoinGroup in flight (kgo does not interrupt a join), and kfake,
+// unlike Kafka, lets the session of a member waiting in a join expire and
+// then never answers that join, so the client waits out the join's read
+// timeout (the rebalance timeout plus kgo's 10 s of request overhead).
+// A member that does not rejoin (a paused process; here its JoinGroup is
+// held at the broker) keeps the rebalance open past w1's session. The
+// test asserts the sequence (w1 removed by the broker while its Close
+// still waits; Close returns) and logs both leave times; docs/chaos.md
+// quotes them.
+func TestLeaveDuringJoinWaitsForTheJoin(t *testing.T) {
+	t.Parallel()
+	const session, rebalance = 500 * time.Millisecond, time.Second
+	c := newFakeCluster(t, 2)
+	start := func(name string, session time.Duration) *consumer.Worker[*memory.Tx] {
+		w, err := consumer.New(context.Background(), consumer.Config[*memory.Tx]{
+			Brokers: c.ListenAddrs(), Group: c.group, Topic: c.topic, Sink: memory.New(),
+			Handlers:       map[string]consumer.Handler[*memory.Tx]{"append": appendHandler},
+			SessionTimeout: session, RebalanceTimeout: rebalance, HeartbeatInterval: 100 * time.Millisecond,
+			ClientID: name, Logger: testLogger(t),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		return w
+	}
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	members := func() (string, []string) {
+		gs, err := adm.DescribeGroups(context.Background(), c.group)
+		if err != nil {
+			return "", nil
+		}
+		var ids []string
+		for _, m := range gs[c.group].Members {
+			ids = append(ids, m.ClientID)
+		}
+		slices.Sort(ids)
+		return gs[c.group].State, ids
+	}
+	stable := func(want ...string) func() bool {
+		return func() bool { s, ids := members(); return s == "Stable" && slices.Equal(ids, want) }
+	}
+
+	// A normal leave: the group is stable.
+	w0 := start("w0", session)
+	testwait.For(t, 30*time.Second, "w0 alone in a stable group", stable("w0"))
+	began := time.Now()
+	w0.Close()
+	normal := time.Since(began)
+
+	// A leave during a join: w1 and s in a stable group; s stops
+	// rejoining (its JoinGroup is held, as if it were paused); a third
+	// member joins.
+	w1 := start("w1", session)
+	// s's session outlasts the rebalance timeout: the broker drops w1 (at
+	// its session timeout) before s (when the rebalance times out).
+	s := start("s", 4*rebalance)
+	testwait.For(t, 30*time.Second, "w1 and s in a stable group", stable("s", "w1"))
+	sMember, _ := s.Member()
+	release := make(chan struct{})
+	var held, w1Joins atomic.Int64
+	w1Member, _ := w1.Member()
+	c.kf.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.kf.KeepControl()
+		j := req.(*kmsg.JoinGroupRequest)
+		switch j.MemberID {
+		case sMember:
+			held.Add(1)
+			c.kf.SleepControl(func() { <-release })
+		case w1Member:
+			w1Joins.Add(1)
+		}
+		return nil, nil, false
+	})
+	defer close(release)
+	start("c", session)
+	testwait.For(t, 30*time.Second, "w1 to rejoin and s's rejoin to be held", func() bool { return held.Load() > 0 && w1Joins.Load() > 0 })
+	closed := make(chan time.Duration, 1)
+	began = time.Now()
+	go func() {
+		w1.Close()
+		closed <- time.Since(began)
+	}()
+	// The broker drops w1 (its session ran out while it waited in the
+	// join), then s when the rebalance times out, and completes the
+	// rebalance with c alone; w1's Close still waits for the answer to
+	// its join.
+	testwait.For(t, 30*time.Second, "the group stable with c alone", stable("c"))
+	select {
+	case d := <-closed:
+		t.Fatalf("w1's Close returned after %s, before the broker dropped it from the join: the slow leave did not happen", d)
+	default:
+	}
+	var during time.Duration
+	select {
+	case during = <-closed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("w1's Close did not return within 60 s")
+	}
+	t.Logf("leave of a worker: %s in a stable group, %s during a join the broker dropped (session %s, rebalance timeout %s)",
+		normal.Round(time.Millisecond), during.Round(100*time.Millisecond), session, rebalance)
 }
