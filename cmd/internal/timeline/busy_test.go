@@ -3,6 +3,7 @@ package timeline
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -265,5 +266,87 @@ func TestBusyReportInBrowser(t *testing.T) {
 	}
 	if onBand < 10 {
 		t.Errorf("only %d of the %d marks sit on a band: the check proves little", onBand, len(p.MarkPaint))
+	}
+}
+
+// long is a 10-minute run with a fault every 1.5 s on average and
+// hundreds of short tenures on each of 6 partitions: more than a page has
+// room to label.
+func long() Report {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	const span = 600000
+	rng := rand.New(rand.NewPCG(1, 2))
+	var tr cluster.Trace
+	tr.Start, tr.End, tr.Topic, tr.Partitions = t0, at(span), "t", 6
+	for i := range 15 {
+		tr.Workers = append(tr.Workers, cluster.WorkerTrace{Name: fmt.Sprintf("w%d", i%12+1)})
+	}
+	epoch := int32(0)
+	for p := range int32(6) {
+		ms := 0
+		for ms < span {
+			d := 200 + rng.IntN(3000)
+			if rng.IntN(3) == 0 {
+				d = 5000 + rng.IntN(20000)
+			}
+			w := rng.IntN(15)
+			epoch++
+			m := fmt.Sprintf("m%d", rng.IntN(3))
+			tr.Workers[w].Records = append(tr.Workers[w].Records,
+				eventlog.Record{Time: at(ms), Kind: consumer.KindClaimed, Partition: p, Epoch: epoch, Member: m},
+				eventlog.Record{Time: at(ms + d), Kind: consumer.KindRevoked, Partition: p, Epoch: epoch, Member: m})
+			ms += d + 100
+		}
+	}
+	kinds := []string{"pause", "kill", "heartbeat", "churn", "broker-conn", "coordinator", "poison", "sink-conn"}
+	ms := 0
+	for ms < span-3000 {
+		d := 10 + rng.IntN(3000)
+		tr.Faults = append(tr.Faults, cluster.FaultSpan{Kind: kinds[rng.IntN(len(kinds))], Victim: fmt.Sprintf("w%d", rng.IntN(12)+1), Start: at(ms), End: at(ms + d)})
+		ms += 500 + rng.IntN(2000)
+	}
+	return Report{Title: "long", OK: true, Trace: tr}
+}
+
+// TestLongRunLabelsBounded: in a run with more faults and short tenures
+// than room, the labelled fault rows and the rows of labels under a lane
+// stay bounded, no bar overlaps another in its row, and the page counts
+// every fault and tenure it left unlabelled.
+func TestLongRunLabelsBounded(t *testing.T) {
+	v := layout(long())
+	unlabelled := 0
+	for i, fm := range v.FaultMarks {
+		row := int((fm.Y - v.FaultTop) / faultRow)
+		if fm.ShowLabel && row >= labelledRows {
+			t.Errorf("fault %d labelled in row %d", i, row)
+		}
+		if !fm.ShowLabel {
+			unlabelled++
+		}
+		for j, o := range v.FaultMarks[:i] {
+			if o.Y == fm.Y && fm.X < o.X+o.W && o.X < fm.X+fm.W {
+				t.Errorf("faults %d and %d overlap in row %d", j, i, row)
+			}
+		}
+	}
+	if unlabelled == 0 || unlabelled != v.FaultsUnlabelled {
+		t.Errorf("%d faults unlabelled, the page says %d", unlabelled, v.FaultsUnlabelled)
+	}
+	bare := 0
+	for _, ln := range v.Lanes {
+		for _, b := range ln.Bands {
+			if labelOf(ln, b) == "" {
+				bare++
+			}
+		}
+		for _, u := range ln.Under {
+			if row := (u.Y - ln.Y - laneH - 1) / underRow; row >= underRows {
+				t.Errorf("partition %d: a label in row %.0f under the lane", ln.Partition, row)
+			}
+		}
+	}
+	if bare == 0 || bare != v.TenuresUnlabelled {
+		t.Errorf("%d tenures unlabelled, the page says %d", bare, v.TenuresUnlabelled)
 	}
 }

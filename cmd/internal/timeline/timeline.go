@@ -145,6 +145,13 @@ const (
 	faultRow = 18.0
 	chartH   = 70.0
 	charW    = 5.8 // about the width of a character of the 10px labels
+	// labelledRows is how many rows of faults are filled with labelled
+	// bars; past them (a long run), a fault goes unlabelled in the first
+	// row with room for its bar. underRows is how many rows of labels a
+	// lane may have under it; past them a short tenure goes unlabelled.
+	// Both are counted on the page.
+	labelledRows = 6
+	underRows    = 3
 )
 
 // The marks' colours. No process is drawn in them (see palette), and the
@@ -207,6 +214,9 @@ type view struct {
 	FaultsDrawn   int
 	Outside       int // events of a partition beyond the topic's, drawn on no lane
 	Duration      string
+	// FaultsUnlabelled and TenuresUnlabelled count the faults and the
+	// short tenures left without a label for lack of room (a long run).
+	FaultsUnlabelled, TenuresUnlabelled int
 	// the marks' colours, for the template
 	StaleColour, DeadColour, FaultColour, FaultShade string
 }
@@ -370,13 +380,17 @@ func layout(r Report) view {
 		if _, e1 := fm.extent(); e1 > v.Width-2 {
 			fm.LabelLeft = true
 		}
+		// The first row where the bar and its label fit, among the
+		// first labelledRows (a new one while there are fewer); past
+		// them, unlabelled (counted; the tooltip has it all), the first
+		// row where the bar alone fits, or a new one.
 		e0, e1 := fm.extent()
-		row := -1
-		for i, e := range rowEnds {
-			if e+6 <= e0 {
-				row = i
-				break
-			}
+		row := firstFit(rowEnds[:min(len(rowEnds), labelledRows)], e0, 6)
+		if row < 0 && len(rowEnds) >= labelledRows {
+			fm.ShowLabel, fm.LabelLeft = false, false
+			e1 = fm.X + fm.W
+			v.FaultsUnlabelled++
+			row = firstFit(rowEnds, fm.X, 2)
 		}
 		if row < 0 {
 			rowEnds = append(rowEnds, 0)
@@ -497,16 +511,16 @@ func layout(r Report) view {
 				e0, e1 = u.LineX+3.5-w, u.LineX+3.5
 				u.SwatchX, u.TextX, u.TextEnd = e1-7, e1-9, true
 			}
-			row := -1
-			for r, e := range rowEnds {
-				if e+4 <= e0 {
-					row = r
-					break
-				}
-			}
-			if row < 0 {
+			row := firstFit(rowEnds, e0, 4)
+			if row < 0 && len(rowEnds) < underRows {
 				rowEnds = append(rowEnds, 0)
 				row = len(rowEnds) - 1
+			}
+			if row < 0 {
+				// No room: the band keeps its tooltip, and the page
+				// says how many went unlabelled.
+				v.TenuresUnlabelled++
+				continue
 			}
 			rowEnds[row] = e1
 			u.Y = float64(row)
@@ -536,6 +550,17 @@ func layout(r Report) view {
 	v.Lag = lagChart(tr, x, top+chartH+34)
 	v.Height = v.Lag.Top + chartH + 30
 	return v
+}
+
+// firstFit is the first row whose end, plus gap, is at or before x; -1
+// if none.
+func firstFit(rowEnds []float64, x, gap float64) int {
+	for i, e := range rowEnds {
+		if e+gap <= x {
+			return i
+		}
+	}
+	return -1
 }
 
 // drawn reports whether a record of kind is drawn on a lane.
