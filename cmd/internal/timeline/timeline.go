@@ -234,9 +234,10 @@ type faultMark struct {
 	Colour  string
 	Label   string
 	Tip     string
-	// ShowLabel is true: every fault is labelled with its kind and
-	// victim, in a row where it overlaps nothing. LabelLeft puts the
-	// label on the bar's left: it would overflow the page on its right.
+	// ShowLabel: the fault is labelled with its kind and victim, in a
+	// row where the label overlaps nothing (every fault is, unless a long
+	// run fills labelledRows). LabelLeft puts the label on the bar's
+	// left: it would overflow the page on its right.
 	ShowLabel bool
 	LabelLeft bool
 }
@@ -340,10 +341,7 @@ func layout(r Report) view {
 	// IDs they joined under. A name used again (a replacement) is told
 	// apart by its rank.
 	procName := make([]string, len(tr.Workers))
-	uses, rank := map[string]int{}, map[string]int{}
-	for _, w := range tr.Workers {
-		uses[w.Name]++
-	}
+	rank := map[string]int{}
 	for i, w := range tr.Workers {
 		rank[w.Name]++
 		procName[i] = w.Name
