@@ -14,6 +14,14 @@ const DefaultLagInterval = 10 * time.Second
 // every partition it processes and reports it as a Lag event. It also
 // checks that the topic exists, at once and then with every measure (see
 // watchTopic).
+//
+// It reports nothing once the Worker has begun to stop: the leave can
+// wait on a JoinGroup in flight (up to the rebalance timeout plus the
+// client's 10 s of request overhead when the coordinator dropped this
+// member while it waited in the join), and meanwhile the group may have
+// given its partitions to others, who move them on; this Worker's
+// positions are stale, and a lag computed from them is lag no partition
+// has.
 func (w *Worker[Tx]) lagLoop() {
 	defer w.wg.Done()
 	adm := kadm.NewClient(w.cl) // shares the client; never closed here
@@ -47,6 +55,9 @@ func (w *Worker[Tx]) lagLoop() {
 			continue
 		}
 		w.route.seeCount(int32(len(ends[w.cfg.Topic])))
+		if w.closing.Load() {
+			return
+		}
 		if lag := w.lag(ends); len(lag) > 0 {
 			w.obs.emit(Lag{Topic: w.cfg.Topic, Lag: lag})
 		}

@@ -105,6 +105,10 @@ type Worker[Tx any] struct {
 
 	route *routeCheck
 
+	// closing is set when stop begins: from then on the lag loop reports
+	// nothing (see lagLoop).
+	closing atomic.Bool
+
 	assigned, revoked, lost, claims, fencedClaims, fencedApplies atomic.Int64
 	resourceRefusals                                             atomic.Int64
 	batches, records, skipped, retries, pauses                   atomic.Int64
@@ -237,6 +241,7 @@ func (w *Worker[Tx]) Err() error {
 // poll loop uses stopAsync.
 func (w *Worker[Tx]) stop(cause error) {
 	w.stopOnce.Do(func() {
+		w.closing.Store(true)
 		w.cl.Close() // leaves the group; runs onRevoked for everything owned
 		w.cancel()
 		w.mu.Lock()

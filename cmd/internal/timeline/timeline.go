@@ -1,21 +1,28 @@
 // Package timeline renders a harness run (workrouter demo, workrouter
 // chaos) as one self-contained HTML file: inline SVG, CSS and a few lines
 // of JavaScript, nothing fetched, readable from disk. Per partition a lane
-// shows its owners' tenures as bands (worker, member and epoch on the band,
-// a colour per member), claims as ticks, every refused stale write as a red
-// mark at the moment it was refused with the refused token beside it, and
-// dead letters as their own marks; the faults are markers over the lanes
-// with their kind; under the lanes, the applied rate and the lag over time;
-// above them, the summary table with the checker's count of each
-// invariant. Hovering a mark shows its event.
+// shows its owners' tenures as bands, one colour per worker process (a
+// process that rejoins under a new member ID keeps its colour and its one
+// legend entry; a replacement started under a used name is "w3 #2"), each
+// labelled with its process and epoch on the band or, when too short,
+// under the lane; claims as ticks; every refused stale write as a red
+// cross at the moment it was refused with the refused token beside it,
+// and dead letters as purple diamonds, both on a white disc so that they
+// read on any band (no process is drawn in red, purple or grey). The
+// faults are grey bars over the lanes, each labelled with its kind and
+// victim, in as many rows as they need not to overlap; under the lanes,
+// the applied rate and the lag over time; above them, the summary table
+// with the checker's count of each invariant. Hovering a mark shows its
+// event.
 //
 // It is built from the same typed values the text output uses (the
 // harness's Summary or Result, its cluster.Trace of the workers' events and
 // of the faults counted, the checker's invariants.Violations), never from
 // log text. Marks carry data attributes (data-kind="stale", "fault",
-// "dead-letter", "claim", "tenure"; data-partition on each lane; the
-// summary's cells data-invariant, data-fault-count, data-figure) that tests
-// count in a browser.
+// "dead-letter", "claim", "tenure", "under-label"; data-partition on each
+// lane; data-process on the legend's entries; the summary's cells
+// data-invariant, data-fault-count, data-figure) that tests count in a
+// browser.
 package timeline
 
 import (
@@ -30,6 +37,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
@@ -133,9 +141,61 @@ const (
 	plotW    = 1180.0 // the time axis
 	laneH    = 30.0
 	laneGap  = 8.0
+	underRow = 13.0 // a row of short tenures' labels under a lane
 	faultRow = 18.0
 	chartH   = 70.0
+	charW    = 5.8 // about the width of a character of the 10px labels
+	// labelledRows is how many rows of faults are filled with labelled
+	// bars; past them (a long run), a fault goes unlabelled in the first
+	// row with room for its bar. underRows is how many rows of labels a
+	// lane may have under it; past them a short tenure goes unlabelled.
+	// Both are counted on the page.
+	labelledRows = 6
+	underRows    = 3
 )
+
+// The marks' colours. No process is drawn in them (see palette), and the
+// marks sit on a white disc, so that they read on any band.
+const (
+	staleColour = "#c62828" // a refused write: a red cross
+	deadColour  = "#6a1b9a" // a dead letter: a purple diamond
+	faultColour = "#6e6e6e" // a fault: a grey bar, labelled
+	faultShade  = "#9e9e9e" // its shade over the lanes
+)
+
+// palette is the processes' colours, in the order processes get them:
+// blues, oranges, greens, yellows, teals and browns at three lightnesses,
+// ordered so that consecutive processes differ in hue; no red, purple or
+// grey (the marks' and faults' colours).
+var palette = []string{
+	"#5b8fc7", "#f28e2b", "#59a14f", "#f5e15b", "#17becf", "#9d7660",
+	"#a0cbe8", "#ffbe7d", "#8cd17d", "#1f5f8b", "#b6992d", "#86bcb6",
+	"#00695c", "#d7b5a6", "#2f6b3a", "#bcbd22", "#8c6d1f", "#499894",
+}
+
+// textOn is the colour of text on a band of colour c ("#rrggbb"): white
+// on the dark ones, near black on the others.
+func textOn(c string) string {
+	var r, g, b int
+	if _, err := fmt.Sscanf(c, "#%02x%02x%02x", &r, &g, &b); err != nil {
+		return "#111"
+	}
+	if 0.2126*float64(r)+0.7152*float64(g)+0.0722*float64(b) < 115 {
+		return "#fff"
+	}
+	return "#111"
+}
+
+// colourOf is the colour of the i-th process.
+func colourOf(i int) string {
+	if i < len(palette) {
+		return palette[i]
+	}
+	// Beyond the palette: hues between orange and blue, away from red
+	// and purple, at two lightnesses.
+	h := 30 + math.Mod(float64(i-len(palette))*67, 210)
+	return hslHex(h, 0.55, 0.58+0.12*float64(i%2))
+}
 
 // view is the template's data: the report and its drawn marks.
 type view struct {
@@ -145,14 +205,20 @@ type view struct {
 	FaultTop      float64
 	FaultMarks    []faultMark
 	LanesTop      float64
+	LanesH        float64
 	Lanes         []lane
-	Members       []member
+	Members       []member // one per worker process, for the legend
 	Rate, Lag     chart
 	Stale         int
 	DeadLetters   int
 	FaultsDrawn   int
 	Outside       int // events of a partition beyond the topic's, drawn on no lane
 	Duration      string
+	// FaultsUnlabelled and TenuresUnlabelled count the faults and the
+	// short tenures left without a label for lack of room (a long run).
+	FaultsUnlabelled, TenuresUnlabelled int
+	// the marks' colours, for the template
+	StaleColour, DeadColour, FaultColour, FaultShade string
 }
 
 type tick struct {
@@ -161,35 +227,68 @@ type tick struct {
 }
 
 type faultMark struct {
-	Kind       string
-	X, Y, W    float64
-	ShadeY     float64
-	ShadeH     float64
-	Colour     string
-	Label      string
-	Tip        string
-	ShowLabel  bool
-	LabelWidth float64
+	Kind    string
+	X, Y, W float64
+	ShadeY  float64
+	ShadeH  float64
+	Colour  string
+	Label   string
+	Tip     string
+	// ShowLabel: the fault is labelled with its kind and victim, in a
+	// row where the label overlaps nothing (every fault is, unless a long
+	// run fills labelledRows). LabelLeft puts the label on the bar's
+	// left: it would overflow the page on its right.
+	ShowLabel bool
+	LabelLeft bool
 }
+
+// extent is where the bar and its label lie on the x axis.
+func (fm faultMark) extent() (float64, float64) {
+	w := textWidth(fm.Label) + 3
+	if fm.LabelLeft {
+		return fm.X - w, fm.X + fm.W
+	}
+	return fm.X, fm.X + fm.W + w
+}
+
+// textWidth estimates the width of a 10px label.
+func textWidth(s string) float64 { return float64(len([]rune(s))) * charW }
 
 type lane struct {
 	Partition int32
 	Y         float64
 	Mid       float64
 	Bands     []band
+	Under     []underLabel
 	Claims    []mark
 	Stale     []mark
 	Dead      []mark
+	rows      int // rows of labels under the lane
 }
 
 type band struct {
 	X, W    float64
 	Colour  string
-	Label   string
+	Text    string // the label's colour on the band
+	Label   string // its process and epoch ("w3 #2 e7")
 	Tip     string
 	Member  string
 	Epoch   int32
-	HasText bool
+	HasText bool // the label fits on the band; else it is under the lane
+}
+
+// underLabel is the label of a band too narrow for it, in a row under its
+// lane: a swatch of the band's colour and the band's label, from the
+// band's start (or ending at the band's end, near the page's right edge).
+type underLabel struct {
+	Y                     float64 // its row's top
+	SwatchX, SwatchY      float64
+	TextX                 float64
+	TextEnd               bool    // the text ends at TextX (near the right edge)
+	LineX, LineY1, LineY2 float64 // a tick from the band down to the label
+	Text                  string
+	Colour                string
+	Tip                   string
 }
 
 type mark struct {
@@ -202,8 +301,12 @@ type mark struct {
 	LabelLeft bool
 }
 
+// member is one worker process in the legend: its colour, its name (the
+// harness's, with "#2", "#3"… for a process started under a name already
+// used, such as a killed worker's replacement) and the member IDs it had
+// in the group (one per join).
 type member struct {
-	Colour, Name, ID string
+	Colour, Name, IDs string
 }
 
 type chart struct {
@@ -225,7 +328,8 @@ func layout(r Report) view {
 		d = max(0, min(d, span))
 		return left + plotW*float64(d)/float64(span)
 	}
-	v := view{Report: r, Width: left + plotW + 20, Duration: span.Round(100 * time.Millisecond).String()}
+	v := view{Report: r, Width: left + plotW + 20, Duration: span.Round(100 * time.Millisecond).String(),
+		StaleColour: staleColour, DeadColour: deadColour, FaultColour: faultColour, FaultShade: faultShade}
 
 	// Axis: a tick every 1, 2, 5, 10… seconds, about 10 of them.
 	step := niceStep(span.Seconds() / 10)
@@ -233,49 +337,31 @@ func layout(r Report) view {
 		v.Axis = append(v.Axis, tick{X: left + plotW*s/span.Seconds(), Label: strconv.FormatFloat(s, 'f', -1, 64) + "s"})
 	}
 
-	// Faults, packed in rows so that they do not overlap.
-	var rowEnds []float64
-	type placed struct {
-		f   cluster.FaultSpan
-		row int
-	}
-	var fs []placed
-	for _, f := range tr.Faults {
-		x0, x1 := x(f.Start), max(x(f.End), x(f.Start)+4)
-		row := -1
-		for i, e := range rowEnds {
-			if e+4 <= x0 {
-				row = i
-				break
-			}
+	// Processes: one legend entry and one colour each, whatever member
+	// IDs they joined under. A name used again (a replacement) is told
+	// apart by its rank.
+	procName := make([]string, len(tr.Workers))
+	rank := map[string]int{}
+	for i, w := range tr.Workers {
+		rank[w.Name]++
+		procName[i] = w.Name
+		if rank[w.Name] > 1 {
+			procName[i] = fmt.Sprintf("%s #%d", w.Name, rank[w.Name])
 		}
-		if row < 0 {
-			if len(rowEnds) < 3 {
-				rowEnds = append(rowEnds, 0)
-				row = len(rowEnds) - 1
-			} else {
-				row = len(rowEnds) - 1 // the last row overlaps
-			}
-		}
-		rowEnds[row] = max(rowEnds[row], x1+float64(len(f.Kind))*6)
-		fs = append(fs, placed{f, row})
-	}
-	rows := max(1, len(rowEnds))
-	v.FaultTop = 34
-	v.LanesTop = v.FaultTop + float64(rows)*faultRow + 10
-
-	parts := tr.Partitions
-	for _, w := range tr.Workers {
+		var ids []string
 		for _, rec := range w.Records {
-			if rec.Partition >= parts && drawn(rec.Kind) {
-				v.Outside++
+			if rec.Member != "" && !slices.Contains(ids, rec.Member) {
+				ids = append(ids, rec.Member)
 			}
 		}
+		v.Members = append(v.Members, member{Colour: colourOf(i), Name: procName[i], IDs: strings.Join(ids, ", ")})
 	}
-	lanesH := float64(parts) * (laneH + laneGap)
-	for _, p := range fs {
-		f := p.f
-		x0, x1 := x(f.Start), x(f.End)
+
+	// Faults: grey bars labelled with their kind and victim, packed in
+	// rows so that no bar or label overlaps another.
+	var rowEnds []float64
+	for _, f := range tr.Faults {
+		x0, x1 := x(f.Start), max(x(f.End), x(f.Start)+3)
 		label := f.Kind
 		tip := "fault " + f.Kind
 		if f.Victim != "" {
@@ -288,45 +374,50 @@ func layout(r Report) view {
 		} else if d := faultText[f.Kind]; d != "" {
 			tip += ": " + d
 		}
-		fm := faultMark{Kind: f.Kind, X: x0, Y: v.FaultTop + float64(p.row)*faultRow, W: max(x1-x0, 4),
-			ShadeY: v.LanesTop, ShadeH: lanesH, Colour: faultColour(f.Kind), Label: label, Tip: tip}
+		fm := faultMark{Kind: f.Kind, X: x0, W: x1 - x0, Colour: faultColour, Label: label, Tip: tip, ShowLabel: true}
+		if _, e1 := fm.extent(); e1 > v.Width-2 {
+			fm.LabelLeft = true
+		}
+		// The first row where the bar and its label fit, among the
+		// first labelledRows (a new one while there are fewer); past
+		// them, unlabelled (counted; the tooltip has it all), the first
+		// row where the bar alone fits, or a new one.
+		e0, e1 := fm.extent()
+		row := firstFit(rowEnds[:min(len(rowEnds), labelledRows)], e0, 6)
+		if row < 0 && len(rowEnds) >= labelledRows {
+			fm.ShowLabel, fm.LabelLeft = false, false
+			e1 = fm.X + fm.W
+			v.FaultsUnlabelled++
+			row = firstFit(rowEnds, fm.X, 2)
+		}
+		if row < 0 {
+			rowEnds = append(rowEnds, 0)
+			row = len(rowEnds) - 1
+		}
+		rowEnds[row] = e1
+		fm.Y = float64(row)
 		v.FaultMarks = append(v.FaultMarks, fm)
 	}
+	v.FaultTop = 34
+	v.LanesTop = v.FaultTop + float64(max(1, len(rowEnds)))*faultRow + 10
 	for i := range v.FaultMarks {
-		// A label fits up to the next mark of its row.
-		fm := &v.FaultMarks[i]
-		room := v.Width - fm.X - fm.W
-		for j := i + 1; j < len(v.FaultMarks); j++ {
-			if v.FaultMarks[j].Y == fm.Y {
-				room = v.FaultMarks[j].X - fm.X - fm.W
-				break
-			}
-		}
-		fm.ShowLabel = room >= float64(len(fm.Label))*5.6+6
-		if !fm.ShowLabel && room >= float64(len(fm.Kind))*5.6+6 {
-			fm.Label, fm.ShowLabel = fm.Kind, true
-		}
+		v.FaultMarks[i].Y = v.FaultTop + v.FaultMarks[i].Y*faultRow
 	}
 	v.FaultsDrawn = len(v.FaultMarks)
 
+	parts := tr.Partitions
+	for _, w := range tr.Workers {
+		for _, rec := range w.Records {
+			if rec.Partition >= parts && drawn(rec.Kind) {
+				v.Outside++
+			}
+		}
+	}
+
 	// Lanes: tenures from the claims to their revocation, loss or fence
 	// (or the next claim of the partition, or the end of the run).
-	colours := map[string]string{}
-	colourOf := func(memberID, name string) string {
-		if c, ok := colours[memberID]; ok {
-			return c
-		}
-		c := hslHex(math.Mod(float64(len(colours))*137.508+200, 360), 0.62, 0.62)
-		colours[memberID] = c
-		short := memberID
-		if len(short) > 6 {
-			short = "…" + short[len(short)-5:]
-		}
-		v.Members = append(v.Members, member{Colour: c, Name: name + " " + short, ID: memberID})
-		return c
-	}
 	type tenure struct {
-		worker     string
+		proc       int
 		member     string
 		epoch      int32
 		start, end time.Time
@@ -336,8 +427,7 @@ func layout(r Report) view {
 	byPart := map[int32][]*tenure{}
 	v.Lanes = make([]lane, parts)
 	for p := range parts {
-		y := v.LanesTop + float64(p)*(laneH+laneGap)
-		v.Lanes[p] = lane{Partition: p, Y: y, Mid: y + laneH/2}
+		v.Lanes[p] = lane{Partition: p}
 	}
 	onLane := func(p int32) *lane {
 		if p < 0 || p >= parts {
@@ -345,7 +435,8 @@ func layout(r Report) view {
 		}
 		return &v.Lanes[p]
 	}
-	for _, w := range tr.Workers {
+	for i, w := range tr.Workers {
+		name := procName[i]
 		open := map[int32]*tenure{}
 		for _, rec := range w.Records {
 			ln := onLane(rec.Partition)
@@ -354,11 +445,11 @@ func layout(r Report) view {
 			}
 			switch rec.Kind {
 			case consumer.KindClaimed:
-				t := &tenure{worker: w.Name, member: rec.Member, epoch: rec.Epoch, start: rec.Time, end: tr.End, next: rec.NextOffset, why: "still held at the end of the run"}
+				t := &tenure{proc: i, member: rec.Member, epoch: rec.Epoch, start: rec.Time, end: tr.End, next: rec.NextOffset, why: "still held at the end of the run"}
 				open[rec.Partition] = t
 				byPart[rec.Partition] = append(byPart[rec.Partition], t)
 				ln.Claims = append(ln.Claims, mark{X: x(rec.Time), Epoch: rec.Epoch,
-					Tip: fmt.Sprintf("%s claimed partition %d at epoch %d (member %s), from offset %d, at %s", w.Name, rec.Partition, rec.Epoch, rec.Member, rec.NextOffset, since(tr.Start, rec.Time))})
+					Tip: fmt.Sprintf("%s claimed partition %d at epoch %d (member %s), from offset %d, at %s", name, rec.Partition, rec.Epoch, rec.Member, rec.NextOffset, since(tr.Start, rec.Time))})
 			case consumer.KindRevoked, consumer.KindLost, consumer.KindFenced:
 				if t := open[rec.Partition]; t != nil && t.epoch == rec.Epoch {
 					t.end, t.why = rec.Time, rec.Kind+" at "+since(tr.Start, rec.Time)
@@ -371,22 +462,25 @@ func layout(r Report) view {
 				if rec.Op != "" {
 					what = rec.Op
 				}
-				label := fmt.Sprintf("e%d %s", rec.Epoch, w.Name)
+				label := fmt.Sprintf("e%d %s", rec.Epoch, name)
 				ln.Stale = append(ln.Stale, mark{X: x(rec.Time), Epoch: rec.Epoch, Label: label,
-					LabelLeft: x(rec.Time)+7+float64(len(label))*6.2 > v.Width,
+					LabelLeft: x(rec.Time)+10+textWidth(label) > v.Width,
 					Tip: fmt.Sprintf("REFUSED stale %s by %s at %s: token partition %d epoch %d member %s (offset %d, %d records): %s",
-						what, w.Name, since(tr.Start, rec.Time), rec.Partition, rec.Epoch, rec.Member, rec.FirstOffset, rec.Records, rec.Err)})
+						what, name, since(tr.Start, rec.Time), rec.Partition, rec.Epoch, rec.Member, rec.FirstOffset, rec.Records, rec.Err)})
 				v.Stale++
 			case consumer.KindDeadLettered:
 				ln.Dead = append(ln.Dead, mark{X: x(rec.Time), Epoch: rec.Epoch,
 					Tip: fmt.Sprintf("dead letter by %s at %s: partition %d offset %d, reason %s after %d attempts: %s",
-						w.Name, since(tr.Start, rec.Time), rec.Partition, rec.FirstOffset, rec.Cause, rec.Attempt, rec.Err)})
+						name, since(tr.Start, rec.Time), rec.Partition, rec.FirstOffset, rec.Cause, rec.Attempt, rec.Err)})
 				v.DeadLetters++
 			}
 		}
 	}
-	for p, ts := range byPart {
+	for p := range parts {
+		ts := byPart[p]
+		ln := &v.Lanes[p]
 		sort.SliceStable(ts, func(i, j int) bool { return ts[i].start.Before(ts[j].start) })
+		var rowEnds []float64
 		for i, t := range ts {
 			end := t.end
 			// A zombie believes it holds the partition until it is fenced:
@@ -395,25 +489,76 @@ func layout(r Report) view {
 				end = ts[i+1].start
 			}
 			x0, x1 := x(t.start), x(end)
-			b := band{X: x0, W: max(x1-x0, 1), Colour: colourOf(t.member, t.worker), Member: t.member, Epoch: t.epoch,
+			name := procName[t.proc]
+			b := band{X: x0, W: max(x1-x0, 1), Colour: colourOf(t.proc), Text: textOn(colourOf(t.proc)), Member: t.member, Epoch: t.epoch,
+				Label: fmt.Sprintf("%s e%d", name, t.epoch),
 				Tip: fmt.Sprintf("%s (member %s) owned partition %d at epoch %d from %s, resuming at offset %d; %s",
-					t.worker, t.member, p, t.epoch, since(tr.Start, t.start), t.next, t.why)}
-			switch w := x1 - x0; {
-			case w >= float64(len(t.worker)+4)*6.5:
-				b.Label, b.HasText = fmt.Sprintf("%s e%d", t.worker, t.epoch), true
-			case w >= 22:
-				b.Label, b.HasText = fmt.Sprintf("e%d", t.epoch), true
+					name, t.member, p, t.epoch, since(tr.Start, t.start), t.next, t.why)}
+			b.HasText = b.W >= textWidth(b.Label)+6
+			ln.Bands = append(ln.Bands, b)
+			if b.HasText {
+				continue
 			}
-			v.Lanes[p].Bands = append(v.Lanes[p].Bands, b)
+			// Under the lane, in the first row where it fits.
+			u := underLabel{LineX: b.X + b.W/2, Text: b.Label, Colour: b.Colour, Tip: b.Tip}
+			w := textWidth(u.Text) + 10
+			e0, e1 := u.LineX-3.5, u.LineX-3.5+w
+			u.SwatchX, u.TextX = e0, e0+10
+			if e1 > left+plotW+18 {
+				// near the right edge: the text ends at the swatch
+				e0, e1 = u.LineX+3.5-w, u.LineX+3.5
+				u.SwatchX, u.TextX, u.TextEnd = e1-7, e1-9, true
+			}
+			row := firstFit(rowEnds, e0, 4)
+			if row < 0 && len(rowEnds) < underRows {
+				rowEnds = append(rowEnds, 0)
+				row = len(rowEnds) - 1
+			}
+			if row < 0 {
+				// No room: the band keeps its tooltip, and the page
+				// says how many went unlabelled.
+				v.TenuresUnlabelled++
+				continue
+			}
+			rowEnds[row] = e1
+			u.Y = float64(row)
+			ln.Under = append(ln.Under, u)
 		}
+		ln.rows = len(rowEnds)
+	}
+	y := v.LanesTop
+	for p := range v.Lanes {
+		ln := &v.Lanes[p]
+		ln.Y, ln.Mid = y, y+laneH/2
+		for i := range ln.Under {
+			u := &ln.Under[i]
+			u.Y = y + laneH + 1 + u.Y*underRow
+			u.SwatchY, u.LineY1, u.LineY2 = u.Y+2, y+laneH, u.Y+2
+		}
+		y += laneH + float64(ln.rows)*underRow + laneGap
+	}
+	v.LanesH = y - laneGap - v.LanesTop
+	for i := range v.FaultMarks {
+		v.FaultMarks[i].ShadeY, v.FaultMarks[i].ShadeH = v.LanesTop, v.LanesH
 	}
 
 	// Charts: applied records per second, and the workers' lag reports.
-	top := v.LanesTop + lanesH + 16
+	top := y + 16
 	v.Rate = rateChart(tr, x, span, top)
 	v.Lag = lagChart(tr, x, top+chartH+34)
 	v.Height = v.Lag.Top + chartH + 30
 	return v
+}
+
+// firstFit is the first row whose end, plus gap, is at or before x; -1
+// if none.
+func firstFit(rowEnds []float64, x, gap float64) int {
+	for i, e := range rowEnds {
+		if e+gap <= x {
+			return i
+		}
+	}
+	return -1
 }
 
 // drawn reports whether a record of kind is drawn on a lane.
@@ -544,33 +689,6 @@ var faultText = map[string]string{
 	"broker-restart": "the broker process SIGKILLed and started again on its data dir",
 	"resend":         "acknowledged commands sent again with their command IDs",
 	"churn":          "an extra member joined and left",
-}
-
-// faultColour is each kind's colour.
-func faultColour(kind string) string {
-	switch kind {
-	case "pause":
-		return "#e8a33d"
-	case "kill":
-		return "#7a3b2e"
-	case "heartbeat":
-		return "#d4658f"
-	case "broker-conn":
-		return "#5b8def"
-	case "sink-conn":
-		return "#2f9e8f"
-	case "coordinator":
-		return "#8d6cd1"
-	case "poison":
-		return "#6b8e23"
-	case "broker-restart":
-		return "#444444"
-	case "resend":
-		return "#b5892f"
-	case "churn":
-		return "#9aa0a6"
-	}
-	return "#888888"
 }
 
 // hslHex converts a colour from HSL (h in degrees, s and l in [0, 1]) to

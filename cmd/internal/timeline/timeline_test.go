@@ -145,7 +145,7 @@ func TestWriteEscapesAndRefusesEmpty(t *testing.T) {
 	if strings.Contains(b.String(), "<m1>") || !strings.Contains(b.String(), "w1-&lt;m1&gt;") {
 		t.Errorf("the member ID is not escaped")
 	}
-	if strings.Count(b.String(), `dx="-7" text-anchor="end"`) != 1 {
+	if strings.Count(b.String(), `dx="-10" text-anchor="end"`) != 1 {
 		t.Errorf("the refused claim at the end has no label on its left")
 	}
 	if err := Write(&b, Report{}); !errors.Is(err, ErrNoTrace) {

@@ -49,6 +49,32 @@ type Page struct {
 	// StaleTip is the text the page showed while the mouse hovered the
 	// first stale mark ("" if none).
 	StaleTip string
+	// Processes are the legend's worker processes (data-process), in
+	// order, with the colour each is drawn in.
+	Processes []Process
+	// FaultLabels are the texts drawn beside the fault marks, in order.
+	FaultLabels []string
+	// Marks on bands: for every refused-write and dead-letter mark, what
+	// the page paints at its centre.
+	MarkPaint []MarkPaint
+}
+
+// Process is one legend entry.
+type Process struct {
+	Name, Colour string
+}
+
+// MarkPaint is what the browser paints at a mark's centre: Kind is the
+// mark's data-kind; Topmost whether the mark itself is the element there
+// (nothing covers it); Disc the computed fill of the disc under its
+// symbol; Band the computed fill of the tenure band under it ("" if
+// none); Cover, when it is not topmost, names what is painted over it.
+type MarkPaint struct {
+	Kind    string
+	Topmost bool
+	Disc    string
+	Band    string
+	Cover   string
 }
 
 // Chromium, called from the test's goroutine, returns the path of a
@@ -90,7 +116,33 @@ const readPage = `(() => {
     Verdict: verdict ? verdict.getAttribute("data-verdict") : "",
     Resources: performance.getEntriesByType("resource").map(e => e.name),
     SVGHeight: svg ? svg.getBoundingClientRect().height : 0,
+    Processes: all("[data-process]").map(e => ({Name: e.getAttribute("data-process"), Colour: e.getAttribute("data-colour")})),
+    FaultLabels: all("svg [data-kind=fault] text").map(e => e.textContent),
   };
+})()`
+
+// markPaint scrolls every refused-write and dead-letter mark into view
+// and reads what is painted at its centre.
+const markPaint = `(() => {
+  const out = [];
+  for (const m of document.querySelectorAll("svg [data-kind=stale], svg [data-kind=dead-letter]")) {
+    const disc = m.querySelector("circle");
+    if (!disc) { out.push({Kind: m.getAttribute("data-kind"), Topmost: false, Disc: "", Band: "", Cover: "no disc"}); continue; }
+    disc.scrollIntoView({block: "center", inline: "center"});
+    const r = disc.getBoundingClientRect();
+    const cx = r.x + r.width / 2, cy = r.y + r.height / 2;
+    const top = document.elementFromPoint(cx, cy);
+    let band = "";
+    for (const e of document.elementsFromPoint(cx, cy)) {
+      const g = e.closest("[data-kind=tenure]");
+      if (g) { band = getComputedStyle(g.querySelector("rect")).fill; break; }
+    }
+    const owner = top ? top.closest("[data-kind]") : null;
+    out.push({Kind: m.getAttribute("data-kind"), Topmost: owner === m,
+      Disc: getComputedStyle(disc).fill, Band: band,
+      Cover: owner === m ? "" : (top ? top.tagName + (owner ? " of " + owner.getAttribute("data-kind") + ": " + (owner.getAttribute("data-tip") || "") : "") : "nothing")});
+  }
+  return out;
 })()`
 
 // firstStale scrolls the first stale mark into view and returns its
@@ -150,6 +202,9 @@ func Load(t testing.TB, path string) Page {
 	p, err := chromedp.Run(tctx, chromedp.Evaluate[Page](readPage))
 	if err != nil {
 		t.Fatalf("chromium: reading the page: %v", err)
+	}
+	if p.MarkPaint, err = chromedp.Run(tctx, chromedp.Evaluate[[]MarkPaint](markPaint)); err != nil {
+		t.Fatalf("chromium: reading the marks' paint: %v", err)
 	}
 	type point struct{ X, Y float64 }
 	if pt, err := chromedp.Run(tctx, chromedp.Evaluate[*point](firstStale)); err != nil {
