@@ -180,6 +180,7 @@ func benchTargets(t *testing.T) (map[string]string, map[string]string) {
 // name in a code span), with its ratio's rows and the want the code
 // declares.
 func TestPerformanceFiguresHaveCommands(t *testing.T) {
+	requireCheckout(t)
 	doc := readDoc(t, "docs/performance.md")
 	want, ratioRows := benchTargets(t)
 	seen := map[string]bool{}
