@@ -1,7 +1,10 @@
-// Package doccheck holds the check that the library's doc comments state
-// contracts, defaults and trade-offs, not figures measured on one machine:
-// those go to docs/performance.md, each beside the command that
-// reproduces it.
+// Package doccheck holds the checks that the docs state what the code
+// has: the library's doc comments state contracts, defaults and
+// trade-offs, not figures measured on one machine (those go to
+// docs/performance.md, each beside the command that reproduces it, which
+// TestPerformanceFiguresHaveCommands checks); docs/design.md's layout tree
+// lists the packages that exist; CONTRIBUTING.md lists the library's
+// direct requirements.
 package doccheck
 
 import (
