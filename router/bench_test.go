@@ -58,10 +58,12 @@ func BenchmarkSendAsync(b *testing.B) {
 }
 
 // BenchmarkRawProduce is BenchmarkSendAsync's baseline: the same records
-// (envelope.Partition, the type header) through a raw kgo client's Produce.
+// (envelope.Partition, the type header) through a raw kgo client's Produce,
+// uncompressed as the router produces by default.
 func BenchmarkRawProduce(b *testing.B) {
 	addrs := newCluster(b, "bench", benchPartitions)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))
 	if err != nil {
 		b.Fatal(err)
 	}
