@@ -193,8 +193,8 @@ func TestDedupRedriveThreeGroups(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			wa := newProcWorld(t, be.open(t))
 			wa.group = "group-a"
-			wb := &procWorld{t: t, b: be.open(t), brk: wa.brk, topic: wa.topic, group: "group-b", prod: wa.prod}
-			wc := &procWorld{t: t, b: be.open(t), brk: wa.brk, topic: wa.topic, group: "group-c", prod: wa.prod}
+			wb := &procWorld{t: t, b: be.open(t), brk: wa.brk, addrs: wa.addrs, topic: wa.topic, group: "group-b", prod: wa.prod}
+			wc := &procWorld{t: t, b: be.open(t), brk: wa.brk, addrs: wa.addrs, topic: wa.topic, group: "group-c", prod: wa.prod}
 			fix := freeze(t, wa.b, "frozen-1")
 			a := wa.start("a", "--max-attempts=2")
 			b := wb.start("b")

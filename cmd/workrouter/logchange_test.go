@@ -274,9 +274,9 @@ func (w *procWorld) checkAcked(acked map[string]cluster.Acked) {
 	t := w.t
 	t.Helper()
 	converged := cluster.WaitUntil(t.Context(), 60*time.Second, "Kafka lag to reach zero", func() bool {
-		return cluster.LagZero(t.Context(), []string{w.brk.Addr()}, w.topic, w.group)
+		return cluster.LagZero(t.Context(), w.addrs, w.topic, w.group)
 	})
-	rep, err := w.b.store.Check(t.Context(), cluster.CheckConfig{Brokers: []string{w.brk.Addr()}, Group: w.group, Topic: w.topic,
+	rep, err := w.b.store.Check(t.Context(), cluster.CheckConfig{Brokers: w.addrs, Group: w.group, Topic: w.topic,
 		Partitions: procPartitions, Acked: acked, Poison: w.poison, NotConverged: converged != nil})
 	if err != nil {
 		t.Fatal(err)

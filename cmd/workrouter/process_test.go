@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +39,11 @@ import (
 // terminated mid-transaction, the sink unreachable for a while. Each test
 // asserts that its fault happened, and then the shared checker
 // (cluster.Store.Check, internal/invariants) verifies F, L, O, X, V and D
-// from the sink's own records.
+// from the sink's own records. The tests of this file need no interception
+// of broker requests: with WORKROUTER_TEST_BROKERS set they run on that
+// broker instead (Apache Kafka in CI), each on a topic and group of its
+// own, under WORKROUTER_TEST_PROTOCOL's group protocol
+// (newProcWorldAnyBroker).
 
 const procPartitions = 4
 
@@ -129,12 +134,19 @@ func eachBackend(t *testing.T, f func(t *testing.T, b *procBackend)) {
 
 // procWorld is one process test's broker, producer and workers.
 type procWorld struct {
-	t     *testing.T
-	b     *procBackend
-	brk   *broker.Broker
-	topic string
-	group string
-	prod  *cluster.Producer
+	t *testing.T
+	b *procBackend
+	// brk is the embedded broker (kfake) the world started; nil on an
+	// external broker (newProcWorldOn).
+	brk *broker.Broker
+	// addrs are the broker's addresses (brk's, or the external
+	// broker's), and protocol the workers' --protocol ("": the
+	// worker's default, cooperative).
+	addrs    []string
+	protocol string
+	topic    string
+	group    string
+	prod     *cluster.Producer
 	// poison are records the test wrote that must each be dead-lettered
 	// once (and nothing else): the checker's D.
 	poison []cluster.PoisonRecord
@@ -159,7 +171,95 @@ func newProcWorld(t *testing.T, b *procBackend) *procWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Close() })
-	return &procWorld{t: t, b: b, brk: brk, topic: ledger.Topic, group: "workers", prod: cluster.NewProducer(rt, 7, 40)}
+	return &procWorld{t: t, b: b, brk: brk, addrs: []string{brk.Addr()}, topic: ledger.Topic, group: "workers",
+		prod: cluster.NewProducer(rt, 7, 40)}
+}
+
+// newProcWorldAnyBroker is newProcWorld on the external broker named by
+// WORKROUTER_TEST_BROKERS (Apache Kafka in CI's real-Kafka step), its
+// workers on WORKROUTER_TEST_PROTOCOL's group protocol, and newProcWorld
+// (the embedded broker) when that is unset. For the process tests that
+// need no interception of broker requests.
+func newProcWorldAnyBroker(t *testing.T, b *procBackend) *procWorld {
+	t.Helper()
+	env := os.Getenv("WORKROUTER_TEST_BROKERS")
+	if env == "" {
+		return newProcWorld(t, b)
+	}
+	return newProcWorldOn(t, b, strings.Split(env, ","), testProtocol(t))
+}
+
+// testProtocol returns the workers' --protocol that WORKROUTER_TEST_PROTOCOL
+// names: cooperative (also when unset) or kip848; any other value fails
+// the test.
+func testProtocol(t *testing.T) string {
+	t.Helper()
+	switch p := os.Getenv("WORKROUTER_TEST_PROTOCOL"); p {
+	case "", "cooperative":
+		return "cooperative"
+	case "kip848":
+		return p
+	default:
+		t.Fatalf("WORKROUTER_TEST_PROTOCOL=%s: want cooperative or kip848", p)
+		return ""
+	}
+}
+
+// procInvalidName matches what a Kafka topic name may not hold.
+var procInvalidName = regexp.MustCompile(`[^a-zA-Z0-9._-]`)
+
+// newProcWorldOn is a process test's world on an external broker at
+// addrs, its workers on protocol: a topic and a group of the test's own
+// (named after the test and the time, so that tests sharing the broker
+// never meet), both deleted when the test ends.
+func newProcWorldOn(t *testing.T, b *procBackend, addrs []string, protocol string) *procWorld {
+	t.Helper()
+	name := fmt.Sprintf("wr-proc-%s-%d", strings.ToLower(procInvalidName.ReplaceAllString(t.Name(), "-")), time.Now().UnixNano())
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, procPartitions, -1, nil, name); err != nil {
+		t.Fatalf("create topic %s on %v: %v", name, addrs, err)
+	}
+	// CreateTopics answers once the controller has the topic; the
+	// broker's metadata serves it a moment later, and until then a
+	// produce may be refused (UNKNOWN_TOPIC_OR_PARTITION).
+	testwait.For(t, 30*time.Second, "the broker's metadata to serve the new topic", func() bool {
+		md, err := adm.Metadata(ctx, name)
+		if err != nil || md.Topics[name].Err != nil || len(md.Topics[name].Partitions) != procPartitions {
+			return false
+		}
+		for _, p := range md.Topics[name].Partitions {
+			if p.Err != nil || p.Leader < 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// Registered before any worker starts, so it runs after every
+	// worker has stopped (cleanups run last first).
+	t.Cleanup(func() {
+		adm, err := kadm.NewOptClient(kgo.SeedBrokers(addrs...))
+		if err != nil {
+			return
+		}
+		defer adm.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		adm.DeleteGroup(ctx, name)
+		adm.DeleteTopics(ctx, name)
+	})
+	rt, err := router.New(t.Context(), router.Config{Brokers: addrs, Topic: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return &procWorld{t: t, b: b, addrs: addrs, protocol: protocol, topic: name, group: name,
+		prod: cluster.NewProducer(rt, 7, 40)}
 }
 
 // produce sends n more ledger commands and waits for their acknowledgement.
@@ -196,7 +296,7 @@ func (l *syncLog) String() string {
 // start starts a worker named name with the given fault hooks.
 func (w *procWorld) start(name string, hooks ...string) *cluster.Worker {
 	w.t.Helper()
-	opts := cluster.WorkerOptions{Brokers: []string{w.brk.Addr()}, Topic: w.topic, Group: w.group,
+	opts := cluster.WorkerOptions{Brokers: w.addrs, Protocol: w.protocol, Topic: w.topic, Group: w.group,
 		SinkSpec: w.b.workerSpec(name), Name: name, SessionTimeout: 2 * time.Second, MaxBatch: 64,
 		RebalanceTimeout: 5 * time.Second, Hooks: hooks, KeyConcurrency: w.keyConcurrency}
 	log := &syncLog{}
@@ -238,7 +338,7 @@ func (w *procWorld) waitAllApplied(d time.Duration) {
 // committed returns Kafka's committed offset per partition (-1 if none).
 func (w *procWorld) committed() map[int32]int64 {
 	w.t.Helper()
-	adm, err := kadm.NewOptClient(kgo.SeedBrokers(w.brk.Addr()))
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(w.addrs...))
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -306,7 +406,7 @@ func TestPausedWorkerRejected(t *testing.T) {
 // process_redis_test.go).
 func pausedWorkerRejected(t *testing.T, b *procBackend) {
 	{
-		w := newProcWorld(t, b)
+		w := newProcWorldAnyBroker(t, b)
 		a := w.start("a", "--freeze-before-batch=3")
 		testwait.For(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
 		bw := w.start("b")
@@ -362,7 +462,7 @@ func pausedWorkerRejected(t *testing.T, b *procBackend) {
 // postings' application order.
 func TestPausedWorkerWithLanesRejected(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *procBackend) {
-		w := newProcWorld(t, b)
+		w := newProcWorldAnyBroker(t, b)
 		w.keyConcurrency = 8
 		a := w.start("a", "--freeze-before-batch=12")
 		testwait.For(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
@@ -449,7 +549,7 @@ func (w *procWorld) appliedOutOfOffsetOrder(member string) int {
 // applies every command exactly once.
 func TestKilledBeforeSinkCommit(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *procBackend) {
-		w := newProcWorld(t, b)
+		w := newProcWorldAnyBroker(t, b)
 		w.produce(1000)
 		a := w.start("a", "--hang-before-commit=3")
 		testwait.For(t, 60*time.Second, "a to hang inside its batch", func() bool { return len(a.Hangs()) > 0 })
@@ -474,7 +574,7 @@ func TestKilledBeforeSinkCommit(t *testing.T) {
 // the sink's checkpoint, so nothing is applied twice.
 func TestKilledAfterSinkCommit(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *procBackend) {
-		w := newProcWorld(t, b)
+		w := newProcWorldAnyBroker(t, b)
 		w.produce(1000)
 		a := w.start("a", "--hang-after-commit=3")
 		testwait.For(t, 60*time.Second, "a to hang after its sink commit", func() bool { return len(a.Hangs()) > 0 })
@@ -498,7 +598,7 @@ func TestKilledAfterSinkCommit(t *testing.T) {
 // exactly once.
 func TestConnectionTerminatedMidTransaction(t *testing.T) {
 	b := procPostgres(t)
-	w := newProcWorld(t, b)
+	w := newProcWorldAnyBroker(t, b)
 	w.produce(600)
 	gate := filepath.Join(t.TempDir(), "gate")
 	a := w.start("a", "--gate-batch=3", "--gate-file="+gate)
@@ -525,7 +625,7 @@ func TestConnectionTerminatedMidTransaction(t *testing.T) {
 // records, and resumes when the sink returns.
 func TestSinkUnreachable(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *procBackend) {
-		w := newProcWorld(t, b)
+		w := newProcWorldAnyBroker(t, b)
 		a := w.start("a", "--sqlite-busy-timeout=100ms")
 		testwait.For(t, 30*time.Second, "a to claim every partition", func() bool { return len(a.Owned()) == procPartitions })
 		w.produce(400)
