@@ -74,11 +74,26 @@ func statsScenario(t *testing.T, keyConcurrency int) {
 	evlog := eventlog.NewWriter(&stream, func(err error) { t.Errorf("event stream: %v", err) })
 	rec := &eventRecorder{}
 	reg := keepRegistry{prometheus.NewRegistry()}
+	// An Observer sees every event it is given counted in Stats already.
+	var (
+		self        atomic.Pointer[consumer.Worker[*memory.Tx]]
+		seen, ahead atomic.Int64
+	)
+	counted := consumer.ObserverFunc(func(e consumer.Event) {
+		if _, ok := e.(consumer.Applied); !ok {
+			return
+		}
+		n := seen.Add(1)
+		if w := self.Load(); w != nil && w.Stats().Batches < n {
+			ahead.Add(1)
+		}
+	})
 	w := startWorker(t, c, s, workerOpts{name: "a", maxBatch: 8, queueSize: 8, keyConcurrency: keyConcurrency,
 		handlers:   map[string]consumer.Handler[*memory.Tx]{"append": handler},
 		poison:     consumer.PoisonPolicy{NoHandler: consumer.PoisonDeadLetter, MaxAttempts: 5},
-		observers:  []consumer.Observer{evlog, rec},
+		observers:  []consumer.Observer{counted, evlog, rec},
 		registerer: reg})
+	self.Store(w)
 	testwait.For(t, 30*time.Second, "the worker to own every partition", func() bool { return len(w.Owned()) == partitions })
 
 	raw := newRawProducer(t, c)
@@ -184,6 +199,9 @@ func statsScenario(t *testing.T, keyConcurrency int) {
 	st := w.Stats()
 	t.Logf("Stats: %+v", st)
 
+	if n := ahead.Load(); n != 0 {
+		t.Errorf("Stats.Batches: an Observer was given %d Applied events before Stats counted them", n)
+	}
 	// The scenario happened, and Stats counts it.
 	if st.Assigned != partitions || st.Revoked != partitions {
 		t.Errorf("Stats %+v: want %d partitions assigned and revoked", st, partitions)
