@@ -23,7 +23,7 @@ func TestRoundTrip(t *testing.T) {
 		consumer.Assigned{Token: tok},
 		consumer.Claimed{Token: tok, NextOffset: 0},
 		consumer.Claimed{Token: tok, NextOffset: 3, TookOver: &consumer.EpochRegressedError{
-			Fenced: &sink.FencedError{Op: sink.OpClaim, Offered: tok, Stored: epochs.Token{Group: "g", Topic: "t", Epoch: 9, Member: "old"}},
+			Fenced:     &sink.FencedError{Op: sink.OpClaim, Offered: tok, Stored: epochs.Token{Group: "g", Topic: "t", Epoch: 9, Member: "old"}},
 			GroupEpoch: 7, Evidence: "the coordinator's group epoch is 7"}},
 		consumer.Paused{Token: tok, Queued: 64},
 		consumer.Resumed{Token: tok, Queued: 32},
