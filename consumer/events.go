@@ -348,7 +348,8 @@ type GapSpans struct {
 
 // Paused: the Worker paused fetching the partition because its queue
 // is full (Config.QueueSize records: the tenure's handlers or its sink
-// are slower than the fetches; with lanes, a lane's queue is full). A
+// are slower than the fetches; with lanes, one lane's full queue holds up
+// the partition's). A
 // Resumed event follows once the queue drained to half, unless the
 // tenure ends first (Revoked, Lost, Fenced or Blocked say so). Counted
 // in Stats.Pauses.
