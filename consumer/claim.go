@@ -586,9 +586,9 @@ func (w *Worker[Tx]) positionLost(p int32, err error) {
 
 // reclaimTenure stops t (its queue is dropped and its partition paused)
 // and puts in its place a fresh tenure with the same token, blocked with
-// err (a Blocked event of cause), which reclaimLoop claims at once: the claim observes the log and,
-// after a reset, proves the membership; it starts the new tenure only once
-// t's goroutine has exited. It returns false, and does nothing, if t is
+// err (a Blocked event of cause), which reclaimLoop claims at once: the
+// claim observes the log and, after a reset, proves the membership; it
+// starts the new tenure only once t's goroutine has exited. It returns false, and does nothing, if t is
 // no longer its partition's tenure (released or replaced meanwhile: the
 // successor claims by itself).
 func (w *Worker[Tx]) reclaimTenure(t *tenure[Tx], cause string, err error) bool {
