@@ -42,7 +42,11 @@ type HandlerObserver interface {
 
 // Event is one thing that happened to a Worker: one of the types in this
 // file, each named for what happened. Switch on the concrete type; Kind
-// names it in a stable form for logs and event streams.
+// names it in a stable form for logs and event streams. Worker.Stats is
+// the count of these events: each Stats field names the one kind of
+// event that feeds it, and each event's doc names the fields it feeds;
+// Committed, CommitFailed, FetchFailed, Lag, the topic checks, Started,
+// LanesBusy, GapSpans, Resumed and Stopped feed none.
 type Event interface {
 	// Kind returns the event's stable name (one of the Kind* constants).
 	Kind() string
