@@ -46,7 +46,8 @@ type HandlerObserver interface {
 // the count of these events: each Stats field names the one kind of
 // event that feeds it, and each event's doc names the fields it feeds;
 // Committed, CommitFailed, FetchFailed, Lag, the topic checks, Started,
-// LanesBusy, GapSpans, Resumed and Stopped feed none.
+// LanesBusy, GapSpans, Resumed and Stopped feed none, nor do
+// DuplicateSkipped and RedriveSkipped (their batch's Applied counts them).
 type Event interface {
 	// Kind returns the event's stable name (one of the Kind* constants).
 	Kind() string
