@@ -430,3 +430,57 @@ func statsFromProm(t *testing.T, g prometheus.Gatherer, group string) (consumer.
 		"Duplicates", "RedrivesSkipped", "WithoutID", "Retries", "DeadLettered", "LogChanged", "LostToRetention", "Misrouted"}
 	return st, fields
 }
+
+// TestRevokedCountedOnceTheBatchIsOver: a revoked partition is counted
+// (Stats.Revoked, with its Revoked event) once its tenure's in-flight
+// batch is over, not when the revoke begins: while the batch runs the
+// partition is still being given up.
+func TestRevokedCountedOnceTheBatchIsOver(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	s := memory.New()
+	g := newGate()
+	var (
+		self            atomic.Pointer[consumer.Worker[*memory.Tx]]
+		revokedAtApply  atomic.Int64
+		appliedReported atomic.Bool
+	)
+	counted := consumer.ObserverFunc(func(e consumer.Event) {
+		if _, ok := e.(consumer.Applied); ok {
+			if w := self.Load(); w != nil {
+				revokedAtApply.Store(w.Stats().Revoked)
+				appliedReported.Store(true)
+			}
+		}
+	})
+	w := startWorker(t, c, s, workerOpts{name: "a", revoke: 30 * time.Second, observers: []consumer.Observer{counted},
+		handler: func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+			g.wait()
+			return appendHandler(ctx, tx, cmd)
+		}})
+	self.Store(w)
+	testwait.For(t, 30*time.Second, "the worker to own the partition", func() bool { return len(w.Owned()) == 1 })
+	produce(t, c, 1, []string{"k"}, 0, 1)
+	select {
+	case <-g.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler was never called")
+	}
+	closed := make(chan struct{})
+	go func() {
+		w.Close()
+		close(closed)
+	}()
+	testwait.For(t, 30*time.Second, "the revoke to begin", func() bool { return len(w.Owned()) == 0 })
+	if st := w.Stats(); st.Revoked != 0 {
+		t.Errorf("Stats.Revoked = %d while the partition's batch is in flight, want 0", st.Revoked)
+	}
+	g.open()
+	<-closed
+	if !appliedReported.Load() || revokedAtApply.Load() != 0 {
+		t.Errorf("the in-flight batch reported (%v) with Stats.Revoked = %d, want it reported before the revoke is counted", appliedReported.Load(), revokedAtApply.Load())
+	}
+	if st := w.Stats(); st.Revoked != 1 || st.Records != 1 {
+		t.Errorf("Stats %+v: want the partition revoked once, after its record applied", st)
+	}
+}
