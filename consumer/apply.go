@@ -233,12 +233,6 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, 
 			res.NextOffset = a.advance(d, run, res.NextOffset, last.LeaderEpoch)
 			ev := a.applied(d, run, res, dups)
 			ev.Duration = time.Since(start)
-			w.batches.Add(1)
-			w.records.Add(int64(ev.Applied))
-			w.skipped.Add(int64(ev.Skipped))
-			w.duplicates.Add(int64(ev.Duplicates))
-			w.redrivesSkipped.Add(int64(ev.OtherGroup))
-			w.withoutID.Add(int64(ev.WithoutID))
 			w.obs.emit(ev)
 			t.progressed()
 			t.clearRefused()
@@ -250,7 +244,6 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, 
 		if fe := (*sink.FencedError)(nil); errors.As(err, &fe) && fe.Stored.IsZero() {
 			// Nobody holds the scope: an operator reset the fence under
 			// this tenure. Not a zombie: claim again, with a proof.
-			w.fencedApplies.Add(1)
 			w.resetUnderTenure(t, sink.OpApply, err)
 			return next, false
 		}
@@ -261,7 +254,6 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, 
 			return next, false
 		}
 		if errors.Is(err, sink.ErrFenced) {
-			w.fencedApplies.Add(1)
 			t.markFenced()
 			w.obs.emit(Fenced{Token: t.tok, Op: sink.OpApply, FirstOffset: d.offsets[0], Records: run, Err: err})
 			return next, false
@@ -285,7 +277,10 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, 
 			if t.isPermanent(ee.Err) && pol.HandlerError == PoisonDeadLetter && w.features.DeadLetters {
 				permanent.err, permanent.offset, permanent.attempts = ee.Err, d.offsets[k], attempts
 			} else {
-				w.retries.Add(1) // the failed attempt is retried, after the prefix
+				// The failed attempt is retried at once, in two: the
+				// prefix, then the record alone.
+				w.obs.emit(Stalled{Token: t.tok, Op: sink.OpApply, FirstOffset: d.offsets[k], Attempt: attempts, Since: since,
+					Cause: CauseEffect, Err: err, Duration: time.Since(start), Prefix: k})
 			}
 			limit = k
 			continue
@@ -492,7 +487,6 @@ func (t *tenure[Tx]) sinkFailed(ee *sink.EffectError, permanent bool) bool {
 func (t *tenure[Tx]) stall(op sink.Op, offset int64, cause string, err error, start time.Time, backoff *time.Duration) bool {
 	w := t.w
 	attempt, since := t.stalled(err)
-	w.retries.Add(1)
 	w.obs.emit(Stalled{Token: t.tok, Op: op, FirstOffset: offset, Attempt: attempt, Since: since,
 		Backoff: *backoff, Cause: cause, Err: err, Duration: time.Since(start)})
 	w.reportStall(t, attempt, since, cause, err)

@@ -33,7 +33,6 @@ func (w *Worker[Tx]) onAssigned(_ context.Context, cl *kgo.Client, assigned map[
 			old.stop()
 			old.cancel()
 		}
-		w.assigned.Add(1)
 		w.obs.emit(Assigned{Token: tok})
 	}
 	w.mu.Lock()

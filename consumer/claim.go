@@ -213,10 +213,13 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 			}
 		}
 		if err == nil {
-			w.claims.Add(1)
-			if !t.fenced.Load() {
-				w.obs.emit(Claimed{Token: t.tok, NextOffset: next, TookOver: tookOver})
+			if t.fenced.Load() {
+				// Stopped for good meanwhile: a tenure that is gone
+				// never acts.
+				w.discard(t, sink.OpClaim, nil)
+				return 0, errTenureGone
 			}
+			w.obs.emit(Claimed{Token: t.tok, NextOffset: next, TookOver: tookOver})
 			// A re-claim after a resource's refusal stays blocked, its
 			// since kept, until a batch applies: the refusals are not
 			// over until the resource accepts a call (resourceFenced).
@@ -232,7 +235,6 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 		switch {
 		case errors.Is(err, sink.ErrFenced):
 			err = w.diagnose(ctx, err)
-			w.fencedClaims.Add(1)
 			var re *EpochRegressedError
 			if errors.As(err, &re) {
 				// The holder is of an earlier incarnation of the group
@@ -247,7 +249,7 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 					}
 					err = fmt.Errorf("%w; no proven takeover: %w", err, perr)
 				}
-				w.block(t, err)
+				w.block(t, BlockEpochRegressed, err)
 				return 0, fmt.Errorf("%w: %w", errBlocked, err)
 			}
 			t.markFenced()
@@ -278,10 +280,8 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 				truncatedRetries++
 				continue
 			}
-			w.logChanged.Add(1)
 			newly := w.countLoss(t.tok.Partition, lc)
-			w.lostToRetention.Add(newly)
-			w.block(t, err, LogChanged{Token: t.tok, Err: lc, NewlyLost: newly})
+			w.block(t, BlockLogChanged, err, LogChanged{Token: t.tok, Err: lc, NewlyLost: newly})
 			return 0, fmt.Errorf("%w: %w", errBlocked, err)
 		}
 		if ctx.Err() != nil {
@@ -290,7 +290,6 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 		if !w.current(t) {
 			return 0, errTenureGone
 		}
-		w.retries.Add(1)
 		attempt, since := t.stalled(err)
 		w.obs.emit(Stalled{Token: t.tok, Op: sink.OpClaim, Attempt: attempt, Since: since, Backoff: backoff,
 			Cause: CauseSink, Err: err, Duration: time.Since(start)})
@@ -305,24 +304,24 @@ func (w *Worker[Tx]) claim(ctx context.Context, t *tenure[Tx], first *sink.Obser
 
 // block records that t's claim was refused for a reason an operator must
 // resolve, then emits the events before (the cause's, if any) and
-// Blocked: the state comes first, so that an observer that reads
-// Partitions on any of them sees the partition blocked.
-func (w *Worker[Tx]) block(t *tenure[Tx], err error, before ...Event) {
+// Blocked, with cause (a Block* constant): the state comes first, so that
+// an observer that reads Partitions on any of them sees the partition
+// blocked.
+func (w *Worker[Tx]) block(t *tenure[Tx], cause string, err error, before ...Event) {
 	since := t.blocked(err)
 	for _, e := range before {
 		w.obs.emit(e)
 	}
-	w.obs.emit(Blocked{Token: t.tok, Since: since, Err: err})
+	w.obs.emit(Blocked{Token: t.tok, Since: since, Err: err, Cause: cause})
 }
 
 // discard drops the sink's answer err (nil: accepted) to an op of t that
 // the sink decided while t stopped being its partition's tenure (released
 // or replaced): a tenure that is gone never acts, so the answer changes
 // nothing of the partition, which may have a successor tenure by now. It
-// is counted (Stats.Discarded) and reported as a Discarded event, which
+// is reported as a Discarded event (counted in Stats.Discarded), which
 // the logging observer logs.
 func (w *Worker[Tx]) discard(t *tenure[Tx], op sink.Op, err error) {
-	w.discarded.Add(1)
 	w.obs.emit(Discarded{Token: t.tok, Op: op, Err: err})
 }
 
@@ -561,7 +560,7 @@ func (w *Worker[Tx]) diagnose(ctx context.Context, err error) error {
 // goroutine, which returns right after. A tenure released meanwhile
 // discards the refusal: its successor claims by itself.
 func (w *Worker[Tx]) resetUnderTenure(t *tenure[Tx], op sink.Op, err error) {
-	if !w.reclaimTenure(t, fmt.Errorf("%w: %w", ErrFenceReset, err)) {
+	if !w.reclaimTenure(t, BlockFenceReset, fmt.Errorf("%w: %w", ErrFenceReset, err)) {
 		t.markFenced()
 		w.discard(t, op, err)
 	}
@@ -581,25 +580,25 @@ func (w *Worker[Tx]) positionLost(p int32, err error) {
 	if t == nil || !t.started.Load() || t.fenced.Load() {
 		return
 	}
-	w.reclaimTenure(t, fmt.Errorf("consumer: the broker no longer serves %s/%d at offset %d (%w); claiming it again to check the log",
+	w.reclaimTenure(t, BlockPositionLost, fmt.Errorf("consumer: the broker no longer serves %s/%d at offset %d (%w); claiming it again to check the log",
 		t.tok.Topic, p, t.next(), err))
 }
 
 // reclaimTenure stops t (its queue is dropped and its partition paused)
 // and puts in its place a fresh tenure with the same token, blocked with
-// cause, which reclaimLoop claims at once: the claim observes the log and,
-// after a reset, proves the membership; it starts the new tenure only once
-// t's goroutine has exited. It returns false, and does nothing, if t is
+// err (a Blocked event of cause), which reclaimLoop claims at once: the
+// claim observes the log and, after a reset, proves the membership; it
+// starts the new tenure only once t's goroutine has exited. It returns false, and does nothing, if t is
 // no longer its partition's tenure (released or replaced meanwhile: the
 // successor claims by itself).
-func (w *Worker[Tx]) reclaimTenure(t *tenure[Tx], cause error) bool {
-	return w.replaceBlocked(t, cause, time.Time{})
+func (w *Worker[Tx]) reclaimTenure(t *tenure[Tx], cause string, err error) bool {
+	return w.replaceBlocked(t, cause, err, time.Time{})
 }
 
 // replaceBlocked is reclaimTenure; with a non-zero since, the fresh tenure
 // is blocked since then and waits for reclaimLoop's next tick instead of
 // being claimed at once (resourceFenced).
-func (w *Worker[Tx]) replaceBlocked(t *tenure[Tx], cause error, since time.Time) bool {
+func (w *Worker[Tx]) replaceBlocked(t *tenure[Tx], cause string, err error, since time.Time) bool {
 	w.mu.Lock()
 	if w.tenures[t.tok.Partition] != t {
 		w.mu.Unlock()
@@ -618,7 +617,7 @@ func (w *Worker[Tx]) replaceBlocked(t *tenure[Tx], cause error, since time.Time)
 	w.mu.Unlock()
 	t.markFenced()
 	t.cancel()
-	w.block(nt, cause)
+	w.block(nt, cause, err)
 	if since.IsZero() {
 		select {
 		case w.reclaimSig <- struct{}{}:
@@ -645,18 +644,16 @@ func (w *Worker[Tx]) resourceFenced(t *tenure[Tx], offset int64, err error) {
 	if since.IsZero() {
 		since = time.Now()
 	}
-	w.resourceRefusals.Add(1)
 	cause := fmt.Errorf("%w (batch at offset %d): %w", ErrResourceFenced, offset, err)
 	if w.current(t) {
 		w.reportBlocked(t, since, cause)
-		if w.replaceBlocked(t, cause, since) {
+		if w.replaceBlocked(t, BlockResourceFenced, cause, since) {
 			return
 		}
 	}
 	// The group moved the partition: a zombie's call, which the resource
 	// refused as it should. Reported as the sink's refusal of a stale
 	// batch is.
-	w.fencedApplies.Add(1)
 	t.markFenced()
 	w.obs.emit(Fenced{Token: t.tok, Op: sink.OpApply, FirstOffset: offset, Err: err})
 }

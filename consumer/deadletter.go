@@ -42,7 +42,6 @@ func (a *applier[Tx]) deadLetter(d decoded[Tx], reason string, cause error, atte
 		if err == nil {
 			res.NextOffset = a.advance(d, 1, res.NextOffset, r.LeaderEpoch)
 			if res.Stored {
-				w.deadLettered.Add(1)
 				w.obs.emit(DeadLettered{Token: t.tok, Offset: r.Offset, Key: r.Key, Type: d.cmds[0].Type, Reason: reason, Err: cause, Attempts: attempts, ID: res.ID})
 				w.signalMirror()
 			}
@@ -52,12 +51,10 @@ func (a *applier[Tx]) deadLetter(d decoded[Tx], reason string, cause error, atte
 		if fe := (*sink.FencedError)(nil); errors.As(err, &fe) && fe.Stored.IsZero() {
 			// Nobody holds the scope: an operator reset the fence under
 			// this tenure, as for an Apply: claim again, with a proof.
-			w.fencedApplies.Add(1)
 			w.resetUnderTenure(t, sink.OpDeadLetter, err)
 			return next, false
 		}
 		if errors.Is(err, sink.ErrFenced) {
-			w.fencedApplies.Add(1)
 			t.markFenced()
 			w.obs.emit(Fenced{Token: t.tok, Op: sink.OpDeadLetter, FirstOffset: r.Offset, Records: 1, Err: err})
 			return next, false

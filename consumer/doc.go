@@ -92,12 +92,16 @@
 // Everything the Worker does is an [Event] delivered to its [Observer]s
 // (Config.Observers): a partition assigned, claimed, a batch applied, a
 // claim or apply fenced, a duplicate or another group's redrive skipped,
-// a stall, a revoke or loss, an offset commit, a
+// a stall, a blocked partition, a fetch paused for a full queue, a revoke
+// or loss, an offset commit, a
 // fetch error, lag, a topic that does not exist (and its creation), and the
 // Worker stopping. Logging (Config.Logger, see
 // [NewLogObserver]) and Prometheus metrics (package consumer/consumerprom)
 // are Observers on the same events; package consumer/eventlog writes them as
-// JSON lines for other processes to follow.
+// JSON lines for other processes to follow. [Worker.Stats] is derived
+// from the events too, by an Observer the Worker installs ahead of every
+// other: each of its fields counts one kind of event (see [Stats]), so the
+// Worker records its work once.
 //
 // # Lifecycle
 //
@@ -110,5 +114,6 @@
 // Package consumer/consumerprom is the Worker's Prometheus metrics: an
 // Observer fed by these events, registered on a prometheus.Registerer the
 // caller gives. Package consumer does not import Prometheus;
-// [Worker.Stats] keeps the cumulative counts without it.
+// [Worker.Stats] keeps the cumulative counts of the same events without
+// it.
 package consumer

@@ -42,7 +42,12 @@ type HandlerObserver interface {
 
 // Event is one thing that happened to a Worker: one of the types in this
 // file, each named for what happened. Switch on the concrete type; Kind
-// names it in a stable form for logs and event streams.
+// names it in a stable form for logs and event streams. Worker.Stats is
+// the count of these events: each Stats field names the one kind of
+// event that feeds it, and each event's doc names the fields it feeds;
+// Committed, CommitFailed, FetchFailed, Lag, the topic checks, Started,
+// LanesBusy, GapSpans, Resumed and Stopped feed none, nor do
+// DuplicateSkipped and RedriveSkipped (their batch's Applied counts them).
 type Event interface {
 	// Kind returns the event's stable name (one of the Kind* constants).
 	Kind() string
@@ -76,11 +81,13 @@ const (
 	KindStarted        = "started"
 	KindLanesBusy      = "lanes_busy"
 	KindGapSpans       = "gap_spans"
+	KindPaused         = "paused"
+	KindResumed        = "resumed"
 )
 
 // Assigned: the group assigned a partition to this member and the Worker
 // captured the tenure's token (docs/design.md#token). Nothing has been
-// claimed yet.
+// claimed yet. Counted in Stats.Assigned.
 type Assigned struct {
 	Token epochs.Token
 }
@@ -90,7 +97,8 @@ type Assigned struct {
 // not nil when the claim was a proven takeover from a holder of an
 // earlier incarnation of the group (docs/design.md#expired-groups): the
 // regression it claimed past, which the sink audited as a reset of that
-// holder.
+// holder. Counted in Stats.Claims (and Stats.Takeovers when TookOver is
+// set).
 type Claimed struct {
 	Token      epochs.Token
 	NextOffset int64
@@ -113,7 +121,10 @@ type Claimed struct {
 // records are of the keys bound to the lane, not contiguous, Skipped counts the
 // records the sink found done (anywhere in the batch), and NextOffset is
 // the partition's watermark after it (the tenure's checkpoint with gaps:
-// below it every offset is done).
+// below it every offset is done). Counted in Stats.Batches, and its
+// counts summed into Stats.Records (Applied), Stats.Skipped,
+// Stats.Duplicates, Stats.RedrivesSkipped (OtherGroup) and
+// Stats.WithoutID.
 type Applied struct {
 	Token       epochs.Token
 	FirstOffset int64
@@ -137,8 +148,9 @@ type Applied struct {
 // entered the log twice (a retried send, a producer's retry, a redrive
 // of a command this group applied). The checkpoint moved past it in the
 // batch's fenced unit. Offset is the skipped record's, ID its command ID.
-// Counted in Stats.Duplicates and
-// workrouter_consumer_duplicates_skipped_total.
+// The batch's Applied event counts it (Applied.Duplicates, which feeds
+// Stats.Duplicates and workrouter_consumer_duplicates_skipped_total):
+// there is one DuplicateSkipped event for each record it counts.
 type DuplicateSkipped struct {
 	Token  epochs.Token
 	Offset int64
@@ -151,8 +163,10 @@ type DuplicateSkipped struct {
 // batch's fenced unit, and its ID was not recorded as applied, so that a
 // redrive of this group's own dead letter of the command is still
 // applied. It is skipped whatever the sink's dedupe window. Offset is the
-// record's, ID its command ID. Counted in Stats.RedrivesSkipped and
-// workrouter_consumer_redrives_skipped_total.
+// record's, ID its command ID. The batch's Applied event counts it
+// (Applied.OtherGroup, which feeds Stats.RedrivesSkipped and
+// workrouter_consumer_redrives_skipped_total): there is one
+// RedriveSkipped event for each record it counts.
 type RedriveSkipped struct {
 	Token  epochs.Token
 	Offset int64
@@ -165,7 +179,8 @@ type RedriveSkipped struct {
 // partition stopped (docs/design.md#fenced-outcomes). Err matches
 // sink.ErrFenced, and ErrEpochRegressed when the group's epochs went
 // backwards. FirstOffset and Records describe the refused batch (zero for
-// a claim).
+// a claim). Counted in Stats.FencedClaims (Op sink.OpClaim) or
+// Stats.FencedApplies (the other Ops).
 type Fenced struct {
 	Token       epochs.Token
 	Op          sink.Op
@@ -193,7 +208,14 @@ const (
 // when Cause is CauseEffect (the claim's scope has none: 0). Cause is
 // CauseEffect (a handler's error, which counts against the record's
 // budget) or CauseSink (a failure of the sink, which never does).
-// Duration is the failed attempt's.
+// Duration is the failed attempt's. Counted in Stats.Retries.
+//
+// A batch whose handler failed on a record behind a good prefix is
+// retried at once, in two parts: Prefix is then the number of records
+// before the failing one (at FirstOffset), which are applied first, and
+// Backoff is 0; Attempt and Since are the failing record's attempts
+// against its budget (Config.Poison) and when the first of them failed.
+// The record itself is retried after the prefix, alone.
 type Stalled struct {
 	Token       epochs.Token
 	Op          sink.Op
@@ -204,11 +226,13 @@ type Stalled struct {
 	Cause       string
 	Err         error
 	Duration    time.Duration
+	Prefix      int
 }
 
 // Revoked: the group took the partition back in a rebalance; the tenure
-// finished (or, if TimedOut, was cancelled in) its in-flight batch and its
-// last applied offset was committed.
+// finished (or, if TimedOut, was cancelled in) its in-flight batch. It is
+// emitted then, right before the last applied offset is committed (a
+// Committed or CommitFailed event follows). Counted in Stats.Revoked.
 type Revoked struct {
 	Token epochs.Token
 	// NextOffset is the sink's checkpoint the tenure left: after its last
@@ -220,7 +244,9 @@ type Revoked struct {
 
 // Lost: the member lost the partition without a clean revoke (its session
 // expired, or the coordinator fenced it); nothing more is committed for
-// it. TimedOut as for Revoked.
+// it. TimedOut as for Revoked; it is emitted as Revoked is, once the
+// tenure's in-flight batch finished or was cancelled. Counted in
+// Stats.Lost.
 type Lost struct {
 	Token    epochs.Token
 	TimedOut bool
@@ -325,6 +351,25 @@ type GapSpans struct {
 	Spans int
 }
 
+// Paused: the Worker paused fetching the partition because its queue
+// is full (Config.QueueSize records: the tenure's handlers or its sink
+// are slower than the fetches; with lanes, one lane's full queue holds up
+// the partition's). A
+// Resumed event follows once the queue drained to half, unless the
+// tenure ends first (Revoked, Lost, Fenced or Blocked say so). Counted
+// in Stats.Pauses.
+type Paused struct {
+	Token  epochs.Token
+	Queued int // records queued when it paused
+}
+
+// Resumed: the Worker resumed fetching the partition it paused (see
+// Paused), its queue drained to half.
+type Resumed struct {
+	Token  epochs.Token
+	Queued int // records queued when it resumed
+}
+
 // Stopped: the Worker stopped for good; Err is what Worker.Err returns
 // (ErrClosed after Close).
 type Stopped struct {
@@ -335,7 +380,7 @@ type Stopped struct {
 // letter and moved the partition's checkpoint past it, in one fenced unit
 // (docs/design.md#dead-letters). Reason is one of the Reason* constants,
 // Err the error that decided it, Attempts how many times it was tried, ID
-// the dead letter's ID in the sink.
+// the dead letter's ID in the sink. Counted in Stats.DeadLettered.
 type DeadLettered struct {
 	Token    epochs.Token
 	Offset   int64
@@ -352,7 +397,9 @@ type DeadLettered struct {
 // the topic was recreated, the log truncated, or records deleted before
 // they were applied (Err.Lost of them). The partition is not processed; the
 // Worker claims it again every Config.ReclaimInterval, so that it resumes
-// once an operator's reset makes the claim valid.
+// once an operator's reset makes the claim valid. Counted in
+// Stats.LogChanged, NewlyLost summed into Stats.LostToRetention. A
+// Blocked event (cause BlockLogChanged) follows.
 type LogChanged struct {
 	Token epochs.Token
 	Err   *sink.LogChangedError
@@ -368,12 +415,37 @@ type LogChanged struct {
 // (ErrEpochRegressed) — and the partition waits. Since is when it was
 // first refused; the Worker claims again every Config.ReclaimInterval.
 // An operator's reset of the fence under a live tenure (ErrFenceReset)
-// also blocks the partition, briefly: the Worker claims it again at once.
+// also blocks the partition, briefly: the Worker claims it again at once;
+// so does a position the broker no longer serves. A resource the handler
+// called that refused the tenure's token (ErrResourceFenced) blocks it
+// until the next ReclaimInterval. Cause names which (one of the Block*
+// constants). Counted in Stats.FenceResets (cause BlockFenceReset) and
+// Stats.ResourceRefusals (cause BlockResourceFenced).
 type Blocked struct {
 	Token epochs.Token
 	Since time.Time
 	Err   error
+	Cause string
 }
+
+// Causes of a Blocked event, in Blocked.Cause.
+const (
+	// BlockLogChanged: the log under the checkpoint changed (a
+	// LogChanged event precedes it).
+	BlockLogChanged = "log_changed"
+	// BlockEpochRegressed: the group's epochs went backwards and no
+	// proven takeover was made (Err matches ErrEpochRegressed).
+	BlockEpochRegressed = "epoch_regressed"
+	// BlockFenceReset: an operator reset the fence under the tenure; a
+	// write was refused for it (Err matches ErrFenceReset).
+	BlockFenceReset = "fence_reset"
+	// BlockResourceFenced: a resource the handler called refused the
+	// tenure's token (Err matches ErrResourceFenced).
+	BlockResourceFenced = "resource_fenced"
+	// BlockPositionLost: the broker no longer serves the partition at
+	// its fetch position; the Worker claims it again to check the log.
+	BlockPositionLost = "position_lost"
+)
 
 // Discarded: the sink answered a Claim (Op sink.OpClaim), or refused a
 // batch (Op sink.OpApply) as written under a reset fence, of a tenure
@@ -456,6 +528,12 @@ func (LanesBusy) Kind() string { return KindLanesBusy }
 // Kind returns KindGapSpans.
 func (GapSpans) Kind() string { return KindGapSpans }
 
+// Kind returns KindPaused.
+func (Paused) Kind() string { return KindPaused }
+
+// Kind returns KindResumed.
+func (Resumed) Kind() string { return KindResumed }
+
 // Kind returns KindDuplicate.
 func (DuplicateSkipped) Kind() string { return KindDuplicate }
 
@@ -486,6 +564,8 @@ func (RedriveSkipped) isEvent()   {}
 func (Started) isEvent()          {}
 func (LanesBusy) isEvent()        {}
 func (GapSpans) isEvent()         {}
+func (Paused) isEvent()           {}
+func (Resumed) isEvent()          {}
 
 // observers is the Worker's fan-out to its Observers.
 type observers struct {

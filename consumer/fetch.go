@@ -115,15 +115,18 @@ func (t *tenure[Tx]) enqueue(recs []*kgo.Record) {
 	if t.fenced.Load() {
 		return
 	}
+	t.pauseMu.Lock()
+	defer t.pauseMu.Unlock()
 	t.mu.Lock()
 	t.queue = append(t.queue, recs...)
-	pause := !t.paused && len(t.queue) >= t.w.cfg.QueueSize
+	queued := len(t.queue)
+	pause := !t.paused && queued >= t.w.cfg.QueueSize
 	if pause {
 		t.paused = true
 	}
 	t.mu.Unlock()
 	if pause && t.w.pauseIfCurrent(t) {
-		t.w.pauses.Add(1)
+		t.w.obs.emit(Paused{Token: t.tok, Queued: queued})
 	}
 	select {
 	case t.wake <- struct{}{}:
@@ -136,6 +139,8 @@ func (t *tenure[Tx]) enqueue(recs []*kgo.Record) {
 // tenure's goroutine; the batch it returns is valid until its next call
 // (its memory is reused).
 func (t *tenure[Tx]) take(max int) []*kgo.Record {
+	t.pauseMu.Lock()
+	defer t.pauseMu.Unlock()
 	t.mu.Lock()
 	n := min(len(t.queue), max)
 	if cap(t.taken) < n {
@@ -148,13 +153,14 @@ func (t *tenure[Tx]) take(max int) []*kgo.Record {
 	if len(t.queue) == 0 {
 		t.queue = nil
 	}
-	resume := t.paused && len(t.queue) <= t.w.cfg.QueueSize/2
+	queued := len(t.queue)
+	resume := t.paused && queued <= t.w.cfg.QueueSize/2
 	if resume {
 		t.paused = false
 	}
 	t.mu.Unlock()
-	if resume {
-		t.w.resumeIfCurrent(t)
+	if resume && t.w.resumeIfCurrent(t) {
+		t.w.obs.emit(Resumed{Token: t.tok, Queued: queued})
 	}
 	return batch
 }

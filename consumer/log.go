@@ -22,8 +22,8 @@ import (
 // a minute, a missing topic once it has been missing for
 // TopicMissingErrorAfter; its reappearance at INFO); fenced claims and
 // applies, changed logs, blocked partitions, a recreated topic and a
-// Worker that stopped by itself at ERROR; applied batches, commits and lag
-// at DEBUG. What repeats is rate-limited, never dropped silently: a stall,
+// Worker that stopped by itself at ERROR; applied batches, commits, lag
+// and fetch pauses at DEBUG. What repeats is rate-limited, never dropped silently: a stall,
 // a blocked partition or a fetch error is logged for its first three
 // occurrences, then at most once per 30 s with the count not logged in
 // between. The messages are for people: programs should observe the
@@ -152,9 +152,14 @@ func (o *logObserver) Observe(e Event) {
 		}
 		msg := map[sink.Op]string{sink.OpClaim: "claim failed; retrying", sink.OpApply: "apply failed; retrying",
 			sink.OpDeadLetter: "dead letter failed; retrying"}[e.Op]
-		l.Log(context.Background(), level, msg, tokenAttrs(e.Token, "err", e.Err, "cause", e.Cause, "offset", e.FirstOffset,
+		attrs := []any{"err", e.Err, "cause", e.Cause, "offset", e.FirstOffset,
 			"attempt", e.Attempt, "since", e.Since, "stalled_for", time.Since(e.Since).Round(time.Millisecond), "backoff", e.Backoff,
-			"attempts_not_logged", muted)...)
+			"attempts_not_logged", muted}
+		if e.Prefix > 0 {
+			msg = "apply failed on a record behind a good prefix; applying the prefix, then retrying the record alone"
+			attrs = append(attrs, "prefix", e.Prefix)
+		}
+		l.Log(context.Background(), level, msg, tokenAttrs(e.Token, attrs...)...)
 	case DeadLettered:
 		l.Warn("record dead-lettered; the partition goes on", tokenAttrs(e.Token, "offset", e.Offset, "key", string(e.Key), "type", e.Type,
 			"reason", e.Reason, "err", e.Err, "attempts", e.Attempts, "dead_letter_id", e.ID)...)
@@ -164,8 +169,12 @@ func (o *logObserver) Observe(e Event) {
 	case Blocked:
 		if ok, _ := o.admit(e.Token.Partition, stallVerbose+1); ok {
 			l.Error("partition blocked: its claim is refused until an operator acts; claiming again periodically",
-				tokenAttrs(e.Token, "err", e.Err, "since", e.Since, "blocked_for", time.Since(e.Since).Round(time.Millisecond))...)
+				tokenAttrs(e.Token, "err", e.Err, "cause", e.Cause, "since", e.Since, "blocked_for", time.Since(e.Since).Round(time.Millisecond))...)
 		}
+	case Paused:
+		l.Debug("partition's queue full; fetching it paused", tokenAttrs(e.Token, "queued", e.Queued)...)
+	case Resumed:
+		l.Debug("partition's queue drained to half; fetching it resumed", tokenAttrs(e.Token, "queued", e.Queued)...)
 	case Discarded:
 		l.Warn("answer of the sink to a tenure that is gone (revoked, lost or replaced meanwhile) discarded; the partition's current tenure claims for itself",
 			tokenAttrs(e.Token, "op", string(e.Op), "err", e.Err)...)

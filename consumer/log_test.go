@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -60,5 +61,34 @@ func TestDuplicatesLoggedOncePerBatch(t *testing.T) {
 	dbg.Observe(consumer.DuplicateSkipped{Token: tok, Offset: 7, ID: "x"})
 	if !strings.Contains(buf.String(), "level=DEBUG") || !strings.Contains(buf.String(), "offset=7 id=x") {
 		t.Fatalf("a duplicate at DEBUG: %q", buf.String())
+	}
+}
+
+// TestLogObserverRetriesAndPauses: a retry after a good prefix is logged
+// as one, with the prefix's size; a blocked partition's line names its
+// cause; fetch pauses and resumes are logged at DEBUG.
+func TestLogObserverRetriesAndPauses(t *testing.T) {
+	var buf bytes.Buffer
+	obs := consumer.NewLogObserver(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	tok := epochs.Token{Group: "g", Topic: "t", Partition: 3, Epoch: 2, Member: "m"}
+	obs.Observe(consumer.Stalled{Token: tok, Op: "apply", FirstOffset: 13, Attempt: 1, Since: time.Now(), Cause: consumer.CauseEffect, Err: errors.New("flaky"), Prefix: 3})
+	other := tok
+	other.Partition = 4 // a block of partition 3 right after its stall is rate-limited
+	obs.Observe(consumer.Blocked{Token: other, Err: consumer.ErrFenceReset, Cause: consumer.BlockFenceReset})
+	obs.Observe(consumer.Paused{Token: tok, Queued: 64})
+	obs.Observe(consumer.Resumed{Token: tok, Queued: 32})
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines, want 4:\n%s", len(lines), buf.String())
+	}
+	if !strings.Contains(lines[0], "behind a good prefix") || !strings.Contains(lines[0], "prefix=3") || !strings.Contains(lines[0], "offset=13") {
+		t.Errorf("a retry after a good prefix is logged as %s", lines[0])
+	}
+	if !strings.Contains(lines[1], "cause=fence_reset") {
+		t.Errorf("a block is logged without its cause: %s", lines[1])
+	}
+	if !strings.Contains(lines[2], "level=DEBUG") || !strings.Contains(lines[2], "paused") || !strings.Contains(lines[2], "queued=64") ||
+		!strings.Contains(lines[3], "level=DEBUG") || !strings.Contains(lines[3], "resumed") {
+		t.Errorf("a pause and a resume are logged as:\n%s\n%s", lines[2], lines[3])
 	}
 }

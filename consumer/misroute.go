@@ -123,7 +123,6 @@ func (t *tenure[Tx]) checkRoute(r *kgo.Record) error {
 		return nil
 	}
 	refuse := rc.policy == MisrouteRefuse
-	t.w.misrouted.Add(1)
 	t.w.obs.emit(Misrouted{Token: t.tok, Offset: r.Offset, Key: r.Key, Expected: expected,
 		Partitions: count, Partitioner: rc.partitioner, Refused: refuse})
 	if !refuse {
@@ -140,7 +139,7 @@ func (t *tenure[Tx]) checkRoute(r *kgo.Record) error {
 // is the partition Partitioner maps Key to with Partitions partitions.
 // Refused says whether the record was refused (MisrouteRefuse) or applied
 // (MisrouteApply). Key is the record's own bytes: an Observer must copy
-// it to keep it.
+// it to keep it. Counted in Stats.Misrouted.
 type Misrouted struct {
 	Token       epochs.Token
 	Offset      int64

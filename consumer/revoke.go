@@ -41,11 +41,6 @@ func (w *Worker[Tx]) release(ctx context.Context, parts []int32, commit bool) {
 		if !t.started.Load() {
 			t.cancel()
 		}
-		if commit {
-			w.revoked.Add(1)
-		} else {
-			w.lost.Add(1)
-		}
 	}
 	deadline := time.NewTimer(w.cfg.RevokeTimeout)
 	defer deadline.Stop()
@@ -72,6 +67,9 @@ func (w *Worker[Tx]) release(ctx context.Context, parts []int32, commit bool) {
 		if eo, ok := t.lastApplied(); ok && !t.fenced.Load() {
 			final[t.tok.Partition] = eo
 		}
+		// Revoked and Lost (and so Stats.Revoked and Stats.Lost) come
+		// once the tenure's in-flight batch is over, before the final
+		// commit.
 		if commit {
 			w.obs.emit(Revoked{Token: t.tok, NextOffset: t.revokedNext(), TimedOut: timedOut[t]})
 		} else {

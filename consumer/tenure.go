@@ -34,6 +34,11 @@ type tenure[Tx any] struct {
 	// tenure again (at most one at a time).
 	reclaiming atomic.Bool
 
+	// pauseMu orders the queue's pauses and resumes (enqueue, take)
+	// with their Paused and Resumed events: a resume decided after a
+	// pause is never made (nor reported) before it. It is taken before
+	// mu.
+	pauseMu sync.Mutex
 	mu      sync.Mutex
 	queue   []*kgo.Record
 	paused  bool
@@ -167,13 +172,15 @@ func (w *Worker[Tx]) pauseIfCurrent(t *tenure[Tx]) bool {
 }
 
 // resumeIfCurrent resumes fetching t's partition if t is still its tenure
-// and not fenced.
-func (w *Worker[Tx]) resumeIfCurrent(t *tenure[Tx]) {
+// and not fenced, and reports whether it did.
+func (w *Worker[Tx]) resumeIfCurrent(t *tenure[Tx]) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.tenures[t.tok.Partition] == t && !t.fenced.Load() {
-		w.cl.ResumeFetchPartitions(map[string][]int32{t.tok.Topic: {t.tok.Partition}})
+	if w.tenures[t.tok.Partition] != t || t.fenced.Load() {
+		return false
 	}
+	w.cl.ResumeFetchPartitions(map[string][]int32{t.tok.Topic: {t.tok.Partition}})
+	return true
 }
 
 // lastApplied returns the Kafka commit position of the last applied batch.

@@ -20,46 +20,6 @@ import (
 // by its owner, not by an error.
 var ErrClosed = errors.New("consumer: worker closed")
 
-// Stats are cumulative counters of a Worker.
-type Stats struct {
-	Assigned      int64 // partitions assigned
-	Revoked       int64 // partitions revoked
-	Lost          int64 // partitions lost
-	Claims        int64 // successful claims
-	FencedClaims  int64 // claims refused by the sink
-	FencedApplies int64 // batches refused by the sink
-	// ResourceRefusals counts batches refused by a resource the handler
-	// called (ErrResourceFenced): each blocked the partition until its
-	// next re-claim.
-	ResourceRefusals int64
-	Batches          int64 // batches applied
-	Records          int64 // records whose effects were applied
-	Skipped          int64 // records skipped by the sink as already applied
-	// Duplicates counts records the sink did not run because their
-	// command ID was applied already (DuplicateSkipped events).
-	Duplicates int64
-	// RedrivesSkipped counts redrives for another group, skipped without
-	// calling a handler (RedriveSkipped events).
-	RedrivesSkipped int64
-	// WithoutID counts applied records that carried no command ID: per
-	// offset exactly once only.
-	WithoutID    int64
-	Retries      int64 // failed batch or claim attempts that were retried
-	Pauses       int64 // times a partition's fetching was paused because its queue was full
-	DeadLettered int64 // records the sink stored as dead letters
-	LogChanged   int64 // claims refused because the log under the checkpoint changed
-	// LostToRetention counts records deleted before they were applied,
-	// as refused claims found them (docs/design.md#log-identity), each
-	// once: a blocked partition's re-claims do not count it again.
-	LostToRetention int64
-	Misrouted       int64 // records whose key maps to another partition under Config.Partitioner
-	// Discarded counts the sink's answers to claims (and refused batches)
-	// of tenures that were no longer their partition's when the answer
-	// came (revoked, lost or replaced meanwhile): a tenure that is gone
-	// never acts, so each is dropped, and reported as a Discarded event.
-	Discarded int64
-}
-
 // Worker is one consumer group member. Create it with New; stop it with
 // Close. All methods are safe to call from any goroutine.
 type Worker[Tx any] struct {
@@ -109,12 +69,9 @@ type Worker[Tx any] struct {
 	// nothing (see lagLoop).
 	closing atomic.Bool
 
-	assigned, revoked, lost, claims, fencedClaims, fencedApplies atomic.Int64
-	resourceRefusals                                             atomic.Int64
-	batches, records, skipped, retries, pauses                   atomic.Int64
-	deadLettered, logChanged, lostToRetention, misrouted         atomic.Int64
-	discarded                                                    atomic.Int64
-	duplicates, redrivesSkipped, withoutID                       atomic.Int64
+	// stats counts the events into Stats; it is the first of obs's
+	// Observers.
+	stats statsObserver
 }
 
 // New validates cfg, connects to the brokers and joins the group.
@@ -142,10 +99,13 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 		done:       make(chan struct{}),
 		route:      &routeCheck{partitioner: c.Partitioner, policy: c.Misroute},
 	}
-	all := slices.Clone(c.Observers)
+	// Stats are counted first: every other Observer sees an event
+	// counted.
+	all := []Observer{&w.stats}
 	if c.Logger != nil {
-		all = append([]Observer{NewLogObserver(c.Logger)}, all...)
+		all = append(all, NewLogObserver(c.Logger))
 	}
+	all = append(all, c.Observers...)
 	w.obs = newObservers(all)
 	w.features = c.Sink.Features()
 	w.dlStore, _ = sink.As[dlq.Store](c.Sink)
@@ -260,18 +220,6 @@ func (w *Worker[Tx]) stop(cause error) {
 
 // stopAsync stops the Worker for cause from one of its own goroutines.
 func (w *Worker[Tx]) stopAsync(cause error) { go w.stop(cause) }
-
-// Stats returns the Worker's cumulative counters.
-func (w *Worker[Tx]) Stats() Stats {
-	return Stats{
-		Assigned: w.assigned.Load(), Revoked: w.revoked.Load(), Lost: w.lost.Load(),
-		Claims: w.claims.Load(), FencedClaims: w.fencedClaims.Load(), FencedApplies: w.fencedApplies.Load(), ResourceRefusals: w.resourceRefusals.Load(),
-		Batches: w.batches.Load(), Records: w.records.Load(), Skipped: w.skipped.Load(), Retries: w.retries.Load(),
-		Pauses: w.pauses.Load(), DeadLettered: w.deadLettered.Load(), LogChanged: w.logChanged.Load(),
-		LostToRetention: w.lostToRetention.Load(), Misrouted: w.misrouted.Load(), Discarded: w.discarded.Load(),
-		Duplicates: w.duplicates.Load(), RedrivesSkipped: w.redrivesSkipped.Load(), WithoutID: w.withoutID.Load(),
-	}
-}
 
 // Owned returns the tokens of the partitions this Worker currently processes
 // (claimed and not fenced), sorted by partition.

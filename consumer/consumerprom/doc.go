@@ -15,7 +15,7 @@
 //     handler call.
 //   - workrouter_consumer_fenced_total{topic,partition,op="claim"|"apply"}:
 //     claims and batches the sink refused.
-//   - workrouter_consumer_claims_total{topic,outcome="ok"|"fenced"|"error"}.
+//   - workrouter_consumer_claims_total{topic,outcome="ok"|"fenced"|"error"|"takeover"}.
 //   - workrouter_consumer_partitions_assigned_total{topic},
 //     workrouter_consumer_partitions_revoked_total{topic} and
 //     workrouter_consumer_partitions_lost_total{topic}.
@@ -24,7 +24,7 @@
 //   - workrouter_consumer_tenure_epoch{topic,partition}: gauge of the epoch
 //     held, set on claim and deleted when the partition is revoked, lost or
 //     fenced: two members showing the same partition is a zombie.
-//   - workrouter_consumer_retries_total{topic,kind="apply"|"claim"} and
+//   - workrouter_consumer_retries_total{topic,partition,kind="apply"|"claim"|"dead-letter"} and
 //     workrouter_consumer_sink_errors_total{topic,kind="effect"|"sink"}:
 //     failed attempts that are retried, and failed Applies by cause.
 //   - workrouter_consumer_misrouted_total{topic,partition}: records whose
@@ -57,6 +57,20 @@
 // lost or fenced) and in whatever state (running, stalled, blocked,
 // claiming); events of a tenure already gone do not bring it back. The
 // per-partition counters stay: they are the member's history.
+//
+// The counters count the same events as consumer.Stats, so each equals
+// a field of the Worker's Stats (summed over its labels):
+// records_applied_total is Records, batches_applied_total Batches,
+// fenced_total{op} FencedClaims and FencedApplies, claims_total{outcome}
+// Claims (ok and takeover), Takeovers and FencedClaims (fenced),
+// partitions_assigned/revoked/lost_total Assigned, Revoked and Lost,
+// retries_total Retries (a retry after a good prefix too),
+// dead_letters_total DeadLettered, log_changed_total LogChanged,
+// records_lost_total LostToRetention, misrouted_total Misrouted,
+// duplicates_skipped_total Duplicates, redrives_skipped_total
+// RedrivesSkipped and records_without_id_total WithoutID. Stats fields
+// without a series: Skipped, Pauses, FenceResets, ResourceRefusals and
+// Discarded.
 //
 // [MetricNames] lists the names. The series are unregistered when the
 // Worker stops (its Stopped event) or by [Metrics.Unregister], so that a

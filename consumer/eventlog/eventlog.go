@@ -45,9 +45,11 @@ type Record struct {
 	Op          string `json:"op,omitempty"`
 	FirstOffset int64  `json:"first_offset,omitempty"`
 	NextOffset  int64  `json:"next_offset,omitempty"`
-	Records     int    `json:"records,omitempty"`
-	Applied     int    `json:"applied,omitempty"`
-	Skipped     int    `json:"skipped,omitempty"`
+	// Records is a batch's size, or the records queued when a
+	// partition's fetching paused or resumed.
+	Records int `json:"records,omitempty"`
+	Applied int `json:"applied,omitempty"`
+	Skipped int `json:"skipped,omitempty"`
 	// Duplicates, OtherGroup and WithoutID are an applied batch's
 	// consumer.Applied counts of the same names.
 	Duplicates int `json:"duplicates,omitempty"`
@@ -63,7 +65,12 @@ type Record struct {
 	RedriveFor string `json:"redrive_for,omitempty"`
 	// Attempt counts a stall's failed attempts, or the checks that found
 	// the topic missing.
-	Attempt  int    `json:"attempt,omitempty"`
+	Attempt int `json:"attempt,omitempty"`
+	// Prefix is a stall's consumer.Stalled.Prefix: the records before
+	// the failing one, applied first.
+	Prefix int `json:"prefix,omitempty"`
+	// Cause is a stall's cause (consumer.CauseEffect, consumer.CauseSink),
+	// a block's (consumer.Block*) or a dead letter's reason.
 	Cause    string `json:"cause,omitempty"`
 	TimedOut bool   `json:"timed_out,omitempty"`
 	// Since is when a stall began, or when the topic was first found
@@ -78,8 +85,11 @@ type Record struct {
 	Offsets map[int32]int64 `json:"offsets,omitempty"`
 	// Err is the event's error text.
 	Err string `json:"err,omitempty"`
-	// Fields carry the details of events added with Writer.Emit, and the
-	// brokers a topic_missing event asked ("brokers", comma-separated).
+	// Fields carry the details of events added with Writer.Emit, the
+	// brokers a topic_missing event asked ("brokers", comma-separated),
+	// and a claim's takeover ("took_over_from": the holder it cleared,
+	// "group_epoch", "evidence"; absent for a claim that took nothing
+	// over).
 	Fields map[string]string `json:"fields,omitempty"`
 }
 
@@ -107,6 +117,10 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 	case consumer.Claimed:
 		tok(e.Token)
 		r.NextOffset = e.NextOffset
+		if e.TookOver != nil {
+			r.Fields = map[string]string{"took_over_from": e.TookOver.Fenced.Stored.String(),
+				"group_epoch": strconv.FormatInt(int64(e.TookOver.GroupEpoch), 10), "evidence": e.TookOver.Evidence}
+		}
 	case consumer.Applied:
 		tok(e.Token)
 		r.FirstOffset, r.NextOffset = e.FirstOffset, e.NextOffset
@@ -121,6 +135,7 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 		tok(e.Token)
 		r.Op, r.FirstOffset, r.Attempt, r.Since = string(e.Op), e.FirstOffset, e.Attempt, e.Since.UTC()
 		r.BackoffMs, r.Cause, r.Err, r.DurationMs = ms(e.Backoff), e.Cause, errText(e.Err), ms(e.Duration)
+		r.Prefix = e.Prefix
 	case consumer.Revoked:
 		tok(e.Token)
 		r.NextOffset, r.TimedOut = e.NextOffset, e.TimedOut
@@ -149,7 +164,13 @@ func FromEvent(e consumer.Event, now time.Time) Record {
 			"log_start": strconv.FormatInt(e.Err.Observed.LogStart, 10), "log_end": strconv.FormatInt(e.Err.Observed.LogEnd, 10)}
 	case consumer.Blocked:
 		tok(e.Token)
-		r.Since, r.Err = e.Since.UTC(), errText(e.Err)
+		r.Since, r.Err, r.Cause = e.Since.UTC(), errText(e.Err), e.Cause
+	case consumer.Paused:
+		tok(e.Token)
+		r.Records = e.Queued
+	case consumer.Resumed:
+		tok(e.Token)
+		r.Records = e.Queued
 	case consumer.TopicMissing:
 		r.Topic, r.Since, r.Attempt = e.Topic, e.Since.UTC(), e.Attempts
 		r.Fields = map[string]string{"brokers": strings.Join(e.Brokers, ",")}

@@ -22,6 +22,12 @@ func TestRoundTrip(t *testing.T) {
 	events := []consumer.Event{
 		consumer.Assigned{Token: tok},
 		consumer.Claimed{Token: tok, NextOffset: 0},
+		consumer.Claimed{Token: tok, NextOffset: 3, TookOver: &consumer.EpochRegressedError{
+			Fenced:     &sink.FencedError{Op: sink.OpClaim, Offered: tok, Stored: epochs.Token{Group: "g", Topic: "t", Epoch: 9, Member: "old"}},
+			GroupEpoch: 7, Evidence: "the coordinator's group epoch is 7"}},
+		consumer.Paused{Token: tok, Queued: 64},
+		consumer.Resumed{Token: tok, Queued: 32},
+		consumer.Stalled{Token: tok, Op: sink.OpApply, FirstOffset: 13, Attempt: 1, Since: since, Cause: consumer.CauseEffect, Err: errors.New("flaky"), Prefix: 3},
 		consumer.Applied{Token: tok, FirstOffset: 0, NextOffset: 10, Records: 10, Applied: 6, Skipped: 1, Duplicates: 2, OtherGroup: 1, WithoutID: 3, Duration: 1500 * time.Microsecond, Lane: 5},
 		consumer.DuplicateSkipped{Token: tok, Offset: 4, ID: "order-1"},
 		consumer.RedriveSkipped{Token: tok, Offset: 5, ID: "order-2", For: "billing"},
@@ -38,7 +44,7 @@ func TestRoundTrip(t *testing.T) {
 		consumer.TopicFound{Topic: "t", MissingSince: since, Attempts: 3},
 		consumer.DeadLettered{Token: tok, Offset: 12, Key: []byte("k"), Type: "pay", Reason: consumer.ReasonHandlerError, Err: errors.New("bad"), Attempts: 8, ID: 42},
 		consumer.LogChanged{Token: tok, Err: lc},
-		consumer.Blocked{Token: tok, Since: since, Err: lc},
+		consumer.Blocked{Token: tok, Since: since, Err: lc, Cause: consumer.BlockLogChanged},
 		consumer.TopicRecreated{Topic: "t", OldID: "old", NewID: "new", Partitions: []int32{0, 2}},
 		consumer.Discarded{Token: tok, Op: sink.OpClaim, Err: &sink.FencedError{Op: sink.OpClaim, Offered: tok}},
 	}
@@ -64,8 +70,19 @@ func TestRoundTrip(t *testing.T) {
 		}
 		switch e := e.(type) {
 		case consumer.Claimed:
-			if rec.Token() != e.Token || rec.NextOffset != e.NextOffset {
+			if rec.Token() != e.Token || rec.NextOffset != e.NextOffset || (rec.Fields["took_over_from"] != "") != (e.TookOver != nil) {
 				t.Errorf("claimed round trip: %+v", rec)
+			}
+			if e.TookOver != nil && (rec.Fields["took_over_from"] != e.TookOver.Fenced.Stored.String() || rec.Fields["group_epoch"] != "7" || rec.Fields["evidence"] != e.TookOver.Evidence) {
+				t.Errorf("claimed (a takeover) round trip: %+v", rec)
+			}
+		case consumer.Paused:
+			if rec.Token() != e.Token || rec.Records != 64 {
+				t.Errorf("paused round trip: %+v", rec)
+			}
+		case consumer.Resumed:
+			if rec.Token() != e.Token || rec.Records != 32 {
+				t.Errorf("resumed round trip: %+v", rec)
 			}
 		case consumer.Applied:
 			if rec.Token() != e.Token || rec.FirstOffset != 0 || rec.NextOffset != 10 || rec.Applied != 6 || rec.Skipped != 1 || rec.DurationMs != 1.5 ||
@@ -81,7 +98,8 @@ func TestRoundTrip(t *testing.T) {
 				t.Errorf("redrive_skipped round trip: %+v", rec)
 			}
 		case consumer.Stalled:
-			if rec.Attempt != 2 || !rec.Since.Equal(since) || rec.Cause != consumer.CauseEffect || rec.Err != "boom" || rec.BackoffMs != 100 || rec.Op != "apply" {
+			if rec.Attempt != e.Attempt || !rec.Since.Equal(since) || rec.Cause != consumer.CauseEffect || rec.Err != e.Err.Error() || rec.BackoffMs != float64(e.Backoff.Milliseconds()) ||
+				rec.Op != "apply" || rec.Prefix != e.Prefix || rec.FirstOffset != e.FirstOffset {
 				t.Errorf("stalled round trip: %+v", rec)
 			}
 		case consumer.Fenced:
@@ -114,7 +132,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Errorf("log_changed round trip: %+v", rec)
 			}
 		case consumer.Blocked:
-			if rec.Token() != e.Token || !rec.Since.Equal(since) || rec.Err == "" {
+			if rec.Token() != e.Token || !rec.Since.Equal(since) || rec.Err == "" || rec.Cause != consumer.BlockLogChanged {
 				t.Errorf("blocked round trip: %+v", rec)
 			}
 		case consumer.Discarded:
