@@ -577,6 +577,11 @@ func (s *Sink) IsSinkFailure(err error) bool {
 	return err != nil && !errors.Is(err, sink.ErrFenced)
 }
 
+// CommitsOffsets reports true: the sink commits the group's offsets in its
+// transactions, so a consumer.Worker makes no commit of its own after a
+// batch (consumer.OffsetCommitter).
+func (s *Sink) CommitsOffsets() bool { return true }
+
 // IsPermanent reports false: no effect error comes from Kafka.
 func (s *Sink) IsPermanent(error) bool { return false }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,8 +40,23 @@ func TestSameCommandTwiceTwoOutputs(t *testing.T) {
 			t.Fatalf("Apply with command IDs: %v, want sink.ErrUnsupported", err)
 		}
 
+		// Committed events before the first Revoked are the worker's
+		// commits after batches (a revoke commits once more).
+		var lagCommits atomic.Int64
+		var revoked atomic.Bool
+		obs := consumer.ObserverFunc(func(e consumer.Event) {
+			switch e.(type) {
+			case consumer.Revoked, consumer.Lost:
+				revoked.Store(true)
+			case consumer.Committed:
+				if !revoked.Load() {
+					lagCommits.Add(1)
+				}
+			}
+		})
 		w, err := consumer.New(ctx, consumer.Config[*kafka.Tx]{
-			Brokers: b.addrs, Group: group, Topic: in, Sink: s,
+			Observers: []consumer.Observer{obs},
+			Brokers:   b.addrs, Group: group, Topic: in, Sink: s,
 			SessionTimeout: 6 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 			Handlers: map[string]consumer.Handler[*kafka.Tx]{
 				"order": func(ctx context.Context, tx *kafka.Tx, cmd consumer.Command) error {
@@ -56,9 +72,10 @@ func TestSameCommandTwiceTwoOutputs(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.BindMember(w.Member)
+		closed := false
 		defer func() {
-			if err := w.Close(); err != nil {
-				t.Errorf("Close: %v", err)
+			if !closed {
+				w.Close()
 			}
 		}()
 
@@ -103,5 +120,25 @@ func TestSameCommandTwiceTwoOutputs(t *testing.T) {
 			t.Fatalf("dead letter headers %+v", d.Headers)
 		}
 		t.Logf("dead letter: reason %q, token %s, error %q", header(d, kafka.HeaderReason), header(d, kafka.HeaderToken), header(d, kafka.HeaderExceptionMessage))
+
+		// The offset commits after each batch are the sink's, in its
+		// transactions: the worker makes none of its own while it runs
+		// (consumer.OffsetCommitter), since a plain commit of an earlier
+		// batch reaching the coordinator after a later batch's
+		// transactional commit would move the checkpoint back.
+		closed = true
+		if err := w.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if n := lagCommits.Load(); n != 0 {
+			t.Errorf("the worker made %d offset commits of its own before its partition was revoked, beside the sink's transactions", n)
+		}
+		offs, err := b.admin(t).FetchOffsets(ctx, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, ok := offs.Lookup(in, 0); !ok || o.At != int64(len(send)) {
+			t.Fatalf("committed offset of %s/0 = %+v, want %d", in, o, len(send))
+		}
 	})
 }
