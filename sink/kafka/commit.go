@@ -147,11 +147,25 @@ func fetchOnce(ctx context.Context, cl *kgo.Client, group, topic string, partiti
 }
 
 // groupFencing reports whether err is the coordinator refusing a
-// transactional offset commit because the committer is not the group's
-// current member at that generation or member epoch (KIP-447).
+// transactional offset commit because the committer is no longer the
+// group's member (KIP-447): its member ID is unknown (it left, or its
+// session expired), its static instance was replaced, or its KIP-848
+// member epoch was fenced.
 func groupFencing(err error) bool {
-	for _, e := range []error{kerr.UnknownMemberID, kerr.IllegalGeneration, kerr.FencedInstanceID,
-		kerr.StaleMemberEpoch, kerr.FencedMemberEpoch} {
+	for _, e := range []error{kerr.UnknownMemberID, kerr.FencedInstanceID, kerr.FencedMemberEpoch} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// generationMoved reports whether err is the coordinator refusing a
+// transactional offset commit of a known member for its generation or
+// member epoch, or during a rebalance: the member's client has not caught
+// up with the group yet.
+func generationMoved(err error) bool {
+	for _, e := range []error{kerr.IllegalGeneration, kerr.StaleMemberEpoch, kerr.RebalanceInProgress} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -52,6 +52,10 @@
 // The sink sends the current generation, not the token's epoch: the
 // token is fixed at assignment, and a cooperative or KIP-848 group moves
 // the generation or member epoch of a member that keeps its partitions.
+// A refusal of a known member's generation (its client has not caught up
+// with a rebalance) is retried with the same records at the generation
+// the client has then (ErrRebalancing after a few attempts, not
+// sink.ErrFenced); only a refusal of the member itself fences.
 // Fence versions, proofs and takeovers (docs/design.md#admin-reset) are
 // the client-side fence's, per Sink value; a reset of the fence is a
 // commit of the group's offset by an operator, which the sink reads as

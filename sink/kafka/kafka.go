@@ -452,13 +452,6 @@ func (s *Sink) commit(ctx context.Context, op sink.Op, st *scopeState, tok epoch
 	if next != seen {
 		return nil, fmt.Errorf("%w: the scope's NextOffset moved from %d to %d while the effects ran (concurrent calls of one tenure)", sink.ErrBadBatch, seen, next)
 	}
-	member, gen, err := s.groupMeta(op, tok)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	scope := tok.Scope()
 	md, err := commitMetadata(tok, st.fence.TopicID)
 	if err != nil {
@@ -467,17 +460,68 @@ func (s *Sink) commit(ctx context.Context, op sink.Op, st *scopeState, tok epoch
 	cpRec := &kgo.Record{Topic: s.cfg.CheckpointTopic, Key: []byte(scopeKey(scope)),
 		Value: []byte(tok.String() + " next=" + strconv.FormatInt(to, 10))}
 	all := append(recs[:len(recs):len(recs)], cpRec)
-	if err := p.cl.BeginTransaction(); err != nil {
-		return nil, fmt.Errorf("kafka sink: begin transaction: %w", err)
+	backoff := 10 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		member, gen, err := s.groupMeta(op, tok)
+		if err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		err = s.transact(ctx, p, st, op, tok, member, gen, all, to, md)
+		if err == nil {
+			break
+		}
+		if !generationMoved(err) {
+			return nil, err
+		}
+		// The member is the group's, at a generation its client has
+		// not learned yet (a rebalance it takes part in): the same
+		// records again, at the generation the client then has.
+		if attempt == maxGenerationRetries {
+			return nil, fmt.Errorf("%w (member %q, generation %d, %d attempts): %w", ErrRebalancing, member, gen, attempt, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(err, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
 	}
-	fail := func(err error) ([]*kgo.Record, error) {
+	st.fence.NextOffset = to
+	return recs, nil
+}
+
+// maxGenerationRetries bounds the attempts of one commit whose offset
+// commit the coordinator refuses for a generation the member's client has
+// not learned yet.
+const maxGenerationRetries = 8
+
+// ErrRebalancing is matched by the error of an Apply or DeadLetter whose
+// offset commit the coordinator kept refusing for the member's generation
+// (ILLEGAL_GENERATION, STALE_MEMBER_EPOCH, REBALANCE_IN_PROGRESS) while
+// the member's client still had its member ID: a rebalance in progress.
+// It is not ErrFenced: nothing was committed, and the call may be retried
+// (the consumer does, as a sink failure).
+var ErrRebalancing = errors.New("kafka sink: the group is rebalancing: the coordinator refused the member's generation")
+
+// transact is one attempt of commit: a transaction producing all and
+// committing offset to as member at gen, ended with a commit, or aborted.
+func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sink.Op, tok epochs.Token, member string, gen int32,
+	all []*kgo.Record, to int64, md string) error {
+	scope := tok.Scope()
+	if err := p.cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("kafka sink: begin transaction: %w", err)
+	}
+	fail := func(err error) error {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.TransactionTimeout)
 		defer cancel()
 		if aerr := p.cl.EndTransaction(actx, kgo.TryAbort); aerr != nil {
 			st.uncertain = true
-			return nil, errors.Join(err, fmt.Errorf("kafka sink: abort: %w", aerr))
+			return errors.Join(err, fmt.Errorf("kafka sink: abort: %w", aerr))
 		}
-		return nil, err
+		return err
 	}
 	if err := p.cl.ProduceSync(ctx, all...).FirstErr(); err != nil {
 		return fail(fmt.Errorf("kafka sink: produce %d records in the transaction: %w", len(all), err))
@@ -497,10 +541,9 @@ func (s *Sink) commit(ctx context.Context, op sink.Op, st *scopeState, tok epoch
 		if aerr := p.cl.EndTransaction(ectx, kgo.TryAbort); aerr != nil {
 			err = errors.Join(err, aerr)
 		}
-		return nil, fmt.Errorf("kafka sink: commit the transaction of %s: %w", tok, err)
+		return fmt.Errorf("kafka sink: commit the transaction of %s: %w", tok, err)
 	}
-	st.fence.NextOffset = to
-	return recs, nil
+	return nil
 }
 
 // DeadLetter produces rec to the dead-letter topic (its key, value and
