@@ -21,7 +21,14 @@ import (
 
 // TestMain fails the package's tests if any goroutine they started is
 // still running when they end.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// Run as a child by TestSIGSTOPZombie (WR_KAFKASINK_CHILD set), the
+// test binary is a worker process instead.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childWorker())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // broker is where a test runs: an in-process kfake cluster, or the real
 // cluster named by WORKROUTER_TEST_BROKERS, with topics of the test's own
