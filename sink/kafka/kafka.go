@@ -174,13 +174,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	}
 	for i := range cfg.Producers {
 		id := cfg.TransactionalID + "-" + suffix + "-" + strconv.Itoa(i)
-		cl, err := kgo.NewClient(append(base, kgo.TransactionalID(id), kgo.TransactionTimeout(cfg.TransactionTimeout),
-			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
-				if topic == cfg.DeadLetterTopic {
-					return cfg.MaxDeadLetterBytes
-				}
-				return 1000012
-			}))...)
+		cl, err := kgo.NewClient(append(base, s.producerOpts(id)...)...)
 		if err == nil {
 			_, _, err = cl.ProducerID(ctx)
 			if err != nil {
@@ -196,6 +190,17 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		s.producers <- p
 	}
 	return s, nil
+}
+
+// producerOpts are the options of a transactional producer with ID id.
+func (s *Sink) producerOpts(id string) []kgo.Opt {
+	return []kgo.Opt{kgo.TransactionalID(id), kgo.TransactionTimeout(s.cfg.TransactionTimeout),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+			if topic == s.cfg.DeadLetterTopic {
+				return s.cfg.MaxDeadLetterBytes
+			}
+			return 1000012
+		})}
 }
 
 // checkTopics fails when the checkpoint or dead-letter topic is missing.
@@ -493,6 +498,10 @@ func (s *Sink) commit(ctx context.Context, op sink.Op, st *scopeState, tok epoch
 	return recs, nil
 }
 
+// testBeforeOffsetCommit, if set (by this package's tests only), runs in
+// every transaction between its records and its offset commit.
+var testBeforeOffsetCommit func()
+
 // maxGenerationRetries bounds the attempts of one commit whose offset
 // commit the coordinator refuses for a generation the member's client has
 // not learned yet.
@@ -525,6 +534,9 @@ func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sin
 	}
 	if err := p.cl.ProduceSync(ctx, all...).FirstErr(); err != nil {
 		return fail(fmt.Errorf("kafka sink: produce %d records in the transaction: %w", len(all), err))
+	}
+	if testBeforeOffsetCommit != nil {
+		testBeforeOffsetCommit()
 	}
 	if err := txnOffsetCommit(ctx, p.cl, p.txnID, s.group(scope), member, gen, scope.Topic, scope.Partition, to, md); err != nil {
 		if groupFencing(err) {
