@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +70,12 @@ type Config struct {
 	// GroupPrefix prefixes the consumer group of the commits; only with
 	// ClientFenceOnly (the broker's fence needs the consumer's own group).
 	GroupPrefix string
+
+	// Logger, if set, receives the sink's own events that no error
+	// returns: each aborted transaction and why, each offset commit
+	// refused for a rebalance's generation and tried again. Nil logs
+	// nothing.
+	Logger *slog.Logger
 
 	// ClientOpts are extra franz-go options for the sink's clients (TLS,
 	// SASL, a dialer). Options that undo the transaction are not checked:
@@ -190,6 +197,13 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		s.producers <- p
 	}
 	return s, nil
+}
+
+// log logs msg at level on Config.Logger, if any.
+func (s *Sink) log(level slog.Level, msg string, args ...any) {
+	if s.cfg.Logger != nil {
+		s.cfg.Logger.Log(context.Background(), level, msg, args...)
+	}
 }
 
 // producerOpts are the options of a transactional producer with ID id.
@@ -484,6 +498,8 @@ func (s *Sink) commit(ctx context.Context, op sink.Op, st *scopeState, tok epoch
 		// The member is the group's, at a generation its client has
 		// not learned yet (a rebalance it takes part in): the same
 		// records again, at the generation the client then has.
+		s.log(slog.LevelWarn, "kafka sink: offset commit refused for the member's generation; trying again",
+			"token", tok.String(), "member", member, "generation", gen, "attempt", attempt, "err", err)
 		if attempt == maxGenerationRetries {
 			return nil, fmt.Errorf("%w (member %q, generation %d, %d attempts): %w", ErrRebalancing, member, gen, attempt, err)
 		}
@@ -526,7 +542,10 @@ func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sin
 	fail := func(err error) error {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.TransactionTimeout)
 		defer cancel()
-		if aerr := p.cl.EndTransaction(actx, kgo.TryAbort); aerr != nil {
+		aerr := p.cl.EndTransaction(actx, kgo.TryAbort)
+		s.log(slog.LevelWarn, "kafka sink: transaction aborted", "token", tok.String(), "transactional_id", p.txnID,
+			"records", len(all), "offset", to, "err", err, "abort_err", aerr)
+		if aerr != nil {
 			st.uncertain = true
 			return errors.Join(err, fmt.Errorf("kafka sink: abort: %w", aerr))
 		}

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -24,8 +25,10 @@ func TestTransactionTimeoutHealed(t *testing.T) {
 		ctx := t.Context()
 		tp := b.sinkTopics(t)
 		in := b.topic(t, "in", 1, nil)
+		var logs syncBuffer
 		s := b.newSink(t, tp, func(c *kafka.Config) {
 			c.ClientFenceOnly, c.Producers, c.TransactionTimeout = true, 1, time.Second
+			c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		})
 		tok := epochs.Token{Group: "wr-kafkasink-timeout-" + b.sfx, Topic: in, Partition: 0, Epoch: 1, Member: "m"}
 		if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
@@ -74,6 +77,9 @@ func TestTransactionTimeoutHealed(t *testing.T) {
 			t.Fatalf("the timed-out Apply: %v; want a sink failure, not a fence", err)
 		}
 		t.Logf("the timed-out transaction: %v", err)
+		if !strings.Contains(logs.String(), "kafka sink: transaction aborted") {
+			t.Fatalf("the abort was not logged: %q", logs.String())
+		}
 		res, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{1}}, produceEffect(tp.out, []int64{1}, "retried"))
 		if err != nil || res.Applied != 1 {
 			t.Fatalf("the retried Apply = %+v, %v; want it applied (the producer healed)", res, err)

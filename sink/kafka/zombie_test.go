@@ -1,8 +1,11 @@
 package kafka_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"slices"
 	"strconv"
 	"sync"
@@ -317,7 +320,8 @@ func keptPartition(t *testing.T, b *broker, kip848 bool) {
 	})
 	_, gen2 := m1.cl.GroupMetadata()
 	tok := epochs.Token{Group: group, Topic: in, Partition: kept, Epoch: gen1, Member: id1}
-	s := b.newSink(t, tp, nil)
+	var logs syncBuffer
+	s := b.newSink(t, tp, func(c *kafka.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	var calls atomic.Int32
 	// The first look at the member's metadata is the one its client had
 	// before the rebalance.
@@ -343,6 +347,8 @@ func keptPartition(t *testing.T, b *broker, kip848 bool) {
 		}
 	case n < 2:
 		t.Fatalf("the sink looked at the member's metadata %d times: the stale first attempt was not refused and retried", n)
+	case !strings.Contains(logs.String(), "offset commit refused for the member's generation; trying again"):
+		t.Fatalf("the retry was not logged: %q", logs.String())
 	}
 	got := outputsOf(t, b, tp.out)
 	for off := range int64(3) {
@@ -351,4 +357,23 @@ func keptPartition(t *testing.T, b *broker, kip848 bool) {
 		}
 	}
 	t.Logf("token epoch %d, committed at generation %d after %d looks at the metadata", gen1, gen2, calls.Load())
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use: a Logger's
+// destination.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
