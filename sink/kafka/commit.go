@@ -173,24 +173,27 @@ func generationMoved(err error) bool {
 	return false
 }
 
-// txnOffsetCommit adds the group's offsets to cl's open transaction and
-// commits offset (with metadata) of topic/partition in it, as member at
-// generation: the coordinator checks both against the group (KIP-447) and
-// refuses the commit of a member that is not current.
-func txnOffsetCommit(ctx context.Context, cl *kgo.Client, txnID, group, member string, generation int32,
+// txnOffsetCommit adds the group's offsets to cl's open transaction (with
+// AddOffsetsToTxn if addOffsets; under KIP-890 part 2 the commit adds
+// them) and commits offset (with metadata) of topic/partition in it, as
+// member at generation: the coordinator checks both against the group
+// (KIP-447) and refuses the commit of a member that is not current.
+func txnOffsetCommit(ctx context.Context, cl *kgo.Client, txnID string, addOffsets bool, group, member string, generation int32,
 	topic string, partition int32, offset int64, metadata string) error {
 	id, epoch, err := cl.ProducerID(ctx)
 	if err != nil {
 		return fmt.Errorf("kafka sink: producer ID: %w", err)
 	}
-	add := kmsg.NewPtrAddOffsetsToTxnRequest()
-	add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = txnID, id, epoch, group
-	aresp, err := add.RequestWith(ctx, cl)
-	if err == nil {
-		err = kerr.ErrorForCode(aresp.ErrorCode)
-	}
-	if err != nil {
-		return fmt.Errorf("kafka sink: add the offsets of group %q to the transaction: %w", group, err)
+	if addOffsets {
+		add := kmsg.NewPtrAddOffsetsToTxnRequest()
+		add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = txnID, id, epoch, group
+		aresp, err := add.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(aresp.ErrorCode)
+		}
+		if err != nil {
+			return fmt.Errorf("kafka sink: add the offsets of group %q to the transaction: %w", group, err)
+		}
 	}
 	req := kmsg.NewPtrTxnOffsetCommitRequest()
 	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = txnID, group, id, epoch

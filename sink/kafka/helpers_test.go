@@ -118,6 +118,17 @@ func waitTopic(t testing.TB, adm *kadm.Client, name string, partitions int32) {
 	})
 }
 
+// client returns a plain client of b, closed at the test's end.
+func (b *broker) client(t testing.TB) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
 func (b *broker) admin(t testing.TB) *kadm.Client {
 	t.Helper()
 	adm, err := kadm.NewOptClient(kgo.SeedBrokers(b.addrs...))

@@ -94,10 +94,14 @@ type MemberFunc func() (member string, generation int32)
 // Sink is the Kafka sink: see the package doc. It is safe for concurrent
 // use.
 type Sink struct {
-	cfg       Config
-	admin     *kgo.Client // offset fetches, metadata
-	producers chan *producer
-	all       []*producer
+	cfg   Config
+	admin *kgo.Client // offset fetches, metadata
+	// implicitOffsets: the cluster runs transaction version 2 (KIP-890
+	// part 2), whose TxnOffsetCommit v5 adds the group to the
+	// transaction itself, so no AddOffsetsToTxn is sent.
+	implicitOffsets bool
+	producers       chan *producer
+	all             []*producer
 
 	bound  chan struct{} // closed by BindMember
 	bindMu sync.Mutex
@@ -179,6 +183,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		s.admin.Close()
 		return nil, err
 	}
+	s.implicitOffsets = implicitOffsets(ctx, s.admin)
 	for i := range cfg.Producers {
 		id := cfg.TransactionalID + "-" + suffix + "-" + strconv.Itoa(i)
 		cl, err := kgo.NewClient(append(base, s.producerOpts(id)...)...)
@@ -215,6 +220,29 @@ func (s *Sink) producerOpts(id string) []kgo.Opt {
 			}
 			return 1000012
 		})}
+}
+
+// implicitOffsets reports whether the cluster finalized transaction
+// version 2 and serves TxnOffsetCommit v5 (KIP-890 part 2): kgo's own
+// test before it skips AddOffsetsToTxn. An error reports false (the
+// AddOffsetsToTxn is then sent, which every version accepts).
+func implicitOffsets(ctx context.Context, cl *kgo.Client) bool {
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if err != nil || resp.ErrorCode != 0 {
+		return false
+	}
+	tv2 := false
+	for _, f := range resp.FinalizedFeatures {
+		if f.Name == "transaction.version" && f.MaxVersionLevel >= 2 {
+			tv2 = true
+		}
+	}
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == kmsg.TxnOffsetCommit.Int16() && k.MaxVersion >= 5 {
+			return tv2
+		}
+	}
+	return false
 }
 
 // checkTopics fails when the checkpoint or dead-letter topic is missing.
@@ -557,7 +585,7 @@ func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sin
 	if testBeforeOffsetCommit != nil {
 		testBeforeOffsetCommit()
 	}
-	if err := txnOffsetCommit(ctx, p.cl, p.txnID, s.group(scope), member, gen, scope.Topic, scope.Partition, to, md); err != nil {
+	if err := txnOffsetCommit(ctx, p.cl, p.txnID, !s.implicitOffsets, s.group(scope), member, gen, scope.Topic, scope.Partition, to, md); err != nil {
 		if groupFencing(err) {
 			err = &GroupFencedError{Op: op, Offered: tok, Member: member, Generation: gen, Err: err}
 		}

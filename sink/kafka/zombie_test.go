@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/testwait"
@@ -115,6 +116,25 @@ func TestZombieRefusedByBroker(t *testing.T) {
 				zombieRefused(t, b, proto == "kip848")
 			})
 		}
+	})
+	// Before transaction version 2 (KIP-890 part 2) the sink adds the
+	// group's offsets to the transaction with AddOffsetsToTxn.
+	t.Run("kfake-transaction-version-1", func(t *testing.T) {
+		b := newFake(t)
+		adm := b.admin(t)
+		if _, err := adm.UpdateFeatures(t.Context(), false, kadm.FeatureUpdate{Feature: "transaction.version", MaxVersionLevel: 1, UpgradeType: 2}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(t.Context(), b.client(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range resp.FinalizedFeatures {
+			if f.Name == "transaction.version" && f.MaxVersionLevel >= 2 {
+				t.Fatalf("transaction.version is still %d after the downgrade", f.MaxVersionLevel)
+			}
+		}
+		zombieRefused(t, b, false)
 	})
 }
 
