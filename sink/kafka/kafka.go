@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,7 +146,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	case cfg.CheckpointTopic == cfg.DeadLetterTopic:
 		return nil, fmt.Errorf("%w: the checkpoint topic is the dead-letter topic", ErrConfig)
 	case cfg.Producers < 0 || cfg.TransactionTimeout < 0 || cfg.MaxDeadLetterBytes < 0:
-		return nil, fmt.Errorf("%w: negative Producers or TransactionTimeout", ErrConfig)
+		return nil, fmt.Errorf("%w: negative Producers, TransactionTimeout or MaxDeadLetterBytes", ErrConfig)
 	case cfg.GroupPrefix != "" && !cfg.ClientFenceOnly:
 		return nil, fmt.Errorf("%w: GroupPrefix renames the commits' group, and the broker fences only commits to the consumer's own group: set it only with ClientFenceOnly", ErrConfig)
 	}
@@ -170,7 +171,7 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	versions := kversion.Stable()
 	versions.SetMaxKeyVersion(kmsg.TxnOffsetCommit.Int16(), 5)
 	versions.SetMaxKeyVersion(kmsg.OffsetFetch.Int16(), 9)
-	base := append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.MaxVersions(versions)}, cfg.ClientOpts...)
+	base := slices.Clip(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.MaxVersions(versions)}, cfg.ClientOpts...))
 	s := &Sink{cfg: cfg, producers: make(chan *producer, cfg.Producers), bound: make(chan struct{}), scopes: map[epochs.Scope]*scopeState{}}
 	if cfg.ClientFenceOnly {
 		close(s.bound)
