@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/consumer"
@@ -25,7 +26,8 @@ import (
 // worker process (childWorker); its value is the worker's configuration,
 // fields separated by '|': brokers, group, input topic, output topic,
 // checkpoint topic, dead-letter topic, session timeout, the offset to
-// freeze at, the marker file, the resume file.
+// freeze at, the marker file, the resume file, the group protocol
+// ("kip848" or "classic").
 const childEnv = "WR_KAFKASINK_CHILD"
 
 // childWorker is the worker process of TestSIGSTOPZombie: a
@@ -37,7 +39,7 @@ const childEnv = "WR_KAFKASINK_CHILD"
 // <error>" on stdout.
 func childWorker() int {
 	f := strings.Split(os.Getenv(childEnv), "|")
-	if len(f) != 10 {
+	if len(f) != 11 {
 		fmt.Fprintln(os.Stderr, "child: bad", childEnv)
 		return 2
 	}
@@ -45,6 +47,10 @@ func childWorker() int {
 	session, _ := time.ParseDuration(f[6])
 	freezeAt, _ := strconv.ParseInt(f[7], 10, 64)
 	marker, resume := f[8], f[9]
+	proto := consumer.Cooperative
+	if f[10] == "kip848" {
+		proto = consumer.KIP848
+	}
 	ctx := context.Background()
 	s, err := kafka.New(ctx, kafka.Config{Brokers: brokers, CheckpointTopic: cp, DeadLetterTopic: dead, TransactionalID: "wr-kafkasink-child", Producers: 1})
 	if err != nil {
@@ -54,7 +60,7 @@ func childWorker() int {
 	defer s.Close()
 	var once sync.Once
 	w, err := consumer.New(ctx, consumer.Config[*kafka.Tx]{
-		Brokers: brokers, Group: group, Topic: in, Sink: s, SessionTimeout: session, HeartbeatInterval: session / 10,
+		Brokers: brokers, Group: group, Topic: in, Sink: s, SessionTimeout: session, HeartbeatInterval: session / 10, Protocol: proto,
 		Observers: []consumer.Observer{consumer.ObserverFunc(func(e consumer.Event) {
 			switch e := e.(type) {
 			case consumer.Fenced:
@@ -101,11 +107,25 @@ func childWorker() int {
 // batch's.
 func TestSIGSTOPZombie(t *testing.T) {
 	forBrokers(t, func(t *testing.T, b *broker) {
-		sigstopZombie(t, b)
+		sigstopZombie(t, b, false)
+	})
+	// KIP-848 on kfake, whose member sessions are set to 1 s: on the
+	// real node a KIP-848 session is the broker's
+	// group.consumer.session.timeout.ms (45 s by default), too long to
+	// wait out here.
+	t.Run("kfake-kip848", func(t *testing.T) {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond),
+			kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100", "group.consumer.session.timeout.ms": "1000",
+				"group.consumer.min.session.timeout.ms": "1000"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		sigstopZombie(t, &broker{name: "kfake", addrs: c.ListenAddrs(), kf: c, sfx: suffix()}, true)
 	})
 }
 
-func sigstopZombie(t *testing.T, b *broker) {
+func sigstopZombie(t *testing.T, b *broker, kip848 bool) {
 	ctx := t.Context()
 	in := b.topic(t, "in", 1, nil)
 	tp := b.sinkTopics(t)
@@ -115,12 +135,16 @@ func sigstopZombie(t *testing.T, b *broker) {
 	if b.kf != nil {
 		session = time.Second
 	}
+	proto := consumer.Cooperative
+	if kip848 {
+		proto = consumer.KIP848
+	}
 	dir := t.TempDir()
 	marker, resume := filepath.Join(dir, "frozen"), filepath.Join(dir, "resume")
 	const first, total = 10, 20
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{strings.Join(b.addrs, ","), group, in, tp.out, tp.checkpoint, tp.dead,
-		session.String(), strconv.Itoa(first), marker, resume}, "|"))
+		session.String(), strconv.Itoa(first), marker, resume, map[bool]string{false: "classic", true: "kip848"}[kip848]}, "|"))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +212,7 @@ func sigstopZombie(t *testing.T, b *broker) {
 	// The second worker, in this process.
 	s2 := b.newSink(t, tp, nil)
 	w2, err := consumer.New(ctx, consumer.Config[*kafka.Tx]{
-		Brokers: b.addrs, Group: group, Topic: in, Sink: s2, SessionTimeout: session, HeartbeatInterval: session / 10,
+		Brokers: b.addrs, Group: group, Topic: in, Sink: s2, SessionTimeout: session, HeartbeatInterval: session / 10, Protocol: proto,
 		Handlers: map[string]consumer.Handler[*kafka.Tx]{
 			"order": func(ctx context.Context, tx *kafka.Tx, cmd consumer.Command) error {
 				return tx.Produce(ctx, kafka.Record{Topic: tp.out, Key: []byte(strconv.FormatInt(cmd.Offset, 10)), Value: []byte("w2")})
