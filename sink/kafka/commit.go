@@ -221,8 +221,9 @@ func txnOffsetCommit(ctx context.Context, cl *kgo.Client, txnID string, addOffse
 
 // GroupFencedError reports an Apply or DeadLetter refused because its
 // tenure is no longer the group's: by the group coordinator, which
-// refused the transaction's offset commit (Err is the Kafka error:
-// kerr.UnknownMemberID, kerr.IllegalGeneration, kerr.StaleMemberEpoch, …),
+// refused the transaction's offset commit for the member itself (Err is
+// the Kafka error: kerr.UnknownMemberID, kerr.FencedInstanceID or
+// kerr.FencedMemberEpoch; a refused generation is ErrRebalancing),
 // or by the sink's client-side check before the commit (Err is
 // ErrMemberChanged). The transaction was aborted: none of its records is
 // visible to a read_committed consumer. It matches sink.ErrFenced.

@@ -339,9 +339,10 @@ func (s *Sink) group(scope epochs.Scope) string { return s.cfg.GroupPrefix + sco
 // Claim reads the scope's committed offset (with require_stable, so after
 // any pending transaction of it ends) and its metadata (the token of the
 // tenure that committed it, the log's topic ID), and decides the claim
-// with sink.Fence.CheckClaim on the newer of that holder and the last
-// claim this Sink accepted, and with sink.CheckLog. It writes nothing to
-// Kafka: the broker's fence is the group's own assignment.
+// with sink.Fence.CheckClaim on this Sink's fence of the scope (its last
+// accepted claim; before its first, the holder that committed last) and
+// with sink.CheckLog. It writes nothing to Kafka: the broker's fence is
+// the group's own assignment.
 func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
 	if err := tok.Validate(); err != nil {
 		return sink.Checkpoint{}, err
