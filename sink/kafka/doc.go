@@ -33,12 +33,14 @@
 //
 //   - The broker (group coordinator, transaction coordinator): a tenure
 //     whose member left the group or was expired (a process paused past
-//     its session timeout), or whose generation is no longer the group's,
-//     cannot commit: its transaction aborts, and none of its records ever
-//     reaches a read_committed consumer (*GroupFencedError wrapping the
-//     Kafka error, matching sink.ErrFenced). Records and offsets commit
-//     together or not at all. A new owner's claim waits for a pending
-//     transaction of the partition (require_stable).
+//     its session timeout) cannot commit: its transaction aborts, and
+//     none of its records ever reaches a read_committed consumer
+//     (*GroupFencedError wrapping the Kafka error, matching
+//     sink.ErrFenced). A commit at a generation that is no longer the
+//     group's is refused too, and made again at the member's current one.
+//     Records and offsets commit together or not at all. A new owner's
+//     claim waits for a pending transaction of the partition
+//     (require_stable).
 //   - The client (this Sink), before each commit: the tenure's token is
 //     this Sink's last accepted claim of the scope (sink.Fence.CheckClaim
 //     on the claims of this Sink, with the holder that committed last as
