@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/kafka"
+	"github.com/workrouter/workrouter/sink/sinkmetrics"
 )
 
 // TestNewRefusesConfig: New refuses a config it cannot serve, before it
@@ -60,5 +64,23 @@ func TestProduceRefusesSinkTopics(t *testing.T) {
 	}
 	if dl := b.readCommitted(t, tp.dead); len(dl) != 0 {
 		t.Errorf("%d records reached the dead-letter topic", len(dl))
+	}
+}
+
+// TestOffsetCommitterThroughWrapper: the worker finds the sink's
+// consumer.OffsetCommitter (and sink.Health) through the metrics wrapper,
+// as it finds every optional capability, with sink.As.
+func TestOffsetCommitterThroughWrapper(t *testing.T) {
+	b := newFake(t)
+	s := b.newSink(t, b.sinkTopics(t), func(c *kafka.Config) { c.ClientFenceOnly = true })
+	w, err := sinkmetrics.Wrap[*kafka.Tx](s, prometheus.NewRegistry(), "kafka")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oc, ok := sink.As[consumer.OffsetCommitter](w); !ok || !oc.CommitsOffsets() {
+		t.Fatal("consumer.OffsetCommitter is not found through the metrics wrapper: the worker would commit offsets beside the sink's transactions")
+	}
+	if _, ok := sink.As[sink.Health](w); !ok {
+		t.Fatal("sink.Health is not found through the metrics wrapper")
 	}
 }
