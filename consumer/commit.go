@@ -11,9 +11,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// OffsetCommitter is an optional capability of a sink that commits the
+// group's offsets itself, inside its fenced unit (sink/kafka: a Kafka
+// transaction whose offset commit the coordinator checks). With a sink
+// whose CommitsOffsets reports true (found with sink.As, through
+// wrappers), the Worker makes no offset commit of its own after a batch:
+// a plain commit of an earlier batch that reached the coordinator after a
+// later batch's transactional commit would move the committed offset,
+// which is then the checkpoint, back.
+type OffsetCommitter interface {
+	CommitsOffsets() bool
+}
+
 // markApplied records next as the partition's commit candidate, if t is
-// still the partition's tenure (docs/design.md#checkpoint-and-kafka-commits).
+// still the partition's tenure (docs/design.md#checkpoint-and-kafka-commits),
+// unless the sink commits the offsets itself (OffsetCommitter).
 func (w *Worker[Tx]) markApplied(t *tenure[Tx], next int64, leaderEpoch int32) {
+	if w.sinkCommits {
+		return
+	}
 	w.mu.Lock()
 	if w.tenures[t.tok.Partition] == t {
 		w.pendMu.Lock()

@@ -36,7 +36,9 @@
 //     below), and each lane runs the same apply with lanes' batches
 //     (sink.Batch.From).
 //  5. commit.go — after Apply the Kafka offset is committed, for lag
-//     visibility; a rejected commit is not an error of the work.
+//     visibility; a rejected commit is not an error of the work. A sink
+//     that commits the offsets itself in its fenced unit (OffsetCommitter,
+//     sink/kafka) gets no such commit.
 //  6. revoke.go — on revoke or loss the partition goroutine finishes its
 //     in-flight batch (bounded by Config.RevokeTimeout) and stops; a
 //     partition with nothing in flight (blocked, claiming) is cancelled at

@@ -50,12 +50,15 @@ type Worker[Tx any] struct {
 
 	// the sink's features, and its optional capabilities (nil without
 	// them)
-	features   sink.Features
-	dlStore    dlq.Store
-	health     sink.Health
-	mirrorSig  chan struct{} // nil without Config.DeadLetterTopic
-	reclaimSig chan struct{} // wakes reclaimLoop before its next tick
-	topicSig   chan struct{} // wakes the lag loop to check the topic (see topicIDUnknown)
+	features sink.Features
+	dlStore  dlq.Store
+	health   sink.Health
+	// sinkCommits: the sink commits the group's offsets itself, in its
+	// fenced unit (OffsetCommitter); the Worker commits none after a batch.
+	sinkCommits bool
+	mirrorSig   chan struct{} // nil without Config.DeadLetterTopic
+	reclaimSig  chan struct{} // wakes reclaimLoop before its next tick
+	topicSig    chan struct{} // wakes the lag loop to check the topic (see topicIDUnknown)
 	// clientTopic is the topic ID the client consumes (see checkTopicID);
 	// "" until the first check.
 	clientTopic atomic.Pointer[string]
@@ -110,6 +113,9 @@ func New[Tx any](ctx context.Context, cfg Config[Tx]) (*Worker[Tx], error) {
 	w.features = c.Sink.Features()
 	w.dlStore, _ = sink.As[dlq.Store](c.Sink)
 	w.health, _ = sink.As[sink.Health](c.Sink)
+	if oc, ok := sink.As[OffsetCommitter](c.Sink); ok {
+		w.sinkCommits = oc.CommitsOffsets()
+	}
 	w.obs.emit(Started{Group: c.Group, Topic: c.Topic, Features: w.features, KeyConcurrency: c.KeyConcurrency})
 	if w.features.DedupeWindow <= 0 && c.Logger != nil {
 		c.Logger.Warn("the sink does not deduplicate command IDs (no Features.DedupeWindow): records are applied once per offset only, so a command that entered the log twice is applied twice",

@@ -1,0 +1,102 @@
+// Package kafka is a fenced sink whose effects are Kafka records:
+// consume-transform-produce, exactly once, for commands whose outcome is
+// an event (docs/kafka-sink.md).
+//
+// A handler's Tx produces records (any topic, key, value, headers) and
+// nothing else. Apply runs the batch's effects into the Tx (nothing is
+// sent while they run; an effect's error sends nothing), then produces
+// the records in one Kafka transaction that also commits the input
+// offset past the batch (TxnOffsetCommit, with the group member's ID and
+// generation or member epoch: KIP-447), and one record to the sink's
+// checkpoint topic (the committing token and offset), and commits it. A
+// read_committed consumer of the output topics sees each input's records
+// once, or never. DeadLetter produces the poison record, with headers
+// naming its origin, the reason, the error and the token, to the
+// dead-letter topic in such a transaction, so a poison record costs only
+// itself.
+//
+// # How it differs from the row sinks
+//
+// A row sink (sink/postgres, sink/sqlite, sink/redis) stores the fence:
+// the holder token, the checkpoint and the effects are rows of one
+// database, and one transaction checks the holder and writes. Here the
+// checkpoint is the consumer group's committed offset, with the
+// committing token and the input log's topic ID in its metadata; Claim
+// reads it (OffsetFetch with require_stable, so after any pending
+// transaction of the partition ends) and writes nothing. The holder check
+// is the group coordinator's: it accepts the transaction's offset commit
+// only from the group's current member at its current generation or
+// member epoch, and a refused commit aborts the transaction, records and
+// all.
+//
+// # Which invariant is enforced by whom
+//
+//   - The broker (group coordinator, transaction coordinator): a tenure
+//     whose member left the group or was expired (a process paused past
+//     its session timeout) cannot commit: its transaction aborts, and
+//     none of its records ever reaches a read_committed consumer
+//     (*GroupFencedError wrapping the Kafka error, matching
+//     sink.ErrFenced). A commit at a generation that is no longer the
+//     group's is refused too, and made again at the member's current one.
+//     Records and offsets commit together or not at all. A new owner's
+//     claim waits for a pending transaction of the partition
+//     (require_stable).
+//   - The client (this Sink), before each commit: the tenure's token is
+//     this Sink's last accepted claim of the scope (sink.Fence.CheckClaim
+//     on the claims of this Sink, with the holder that committed last as
+//     the starting point), and the member bound with BindMember is still
+//     the token's, at a generation not below the token's epoch
+//     (ErrMemberChanged). This fences the tenures of one process among
+//     themselves, which the coordinator cannot tell apart: a member that
+//     keeps its member ID across a rejoin (KIP-848) commits with its
+//     current epoch whichever of its tenures asks.
+//
+// The sink sends the current generation, not the token's epoch: the
+// token is fixed at assignment, and a cooperative or KIP-848 group moves
+// the generation or member epoch of a member that keeps its partitions.
+// A refusal of a known member's generation (its client has not caught up
+// with a rebalance) is retried with the same records at the generation
+// the client has then (ErrRebalancing after a few attempts, not
+// sink.ErrFenced); only a refusal of the member itself fences.
+// Fence versions, proofs and takeovers (docs/design.md#admin-reset) are
+// the client-side fence's, per Sink value; a reset of the fence is a
+// commit of the group's offset by an operator, which the sink reads as
+// the checkpoint at the next claim. There is no fenceadmin capability.
+//
+// # Transactional IDs: per member, not per partition or per tenure
+//
+// Each producer of a Sink has a transactional ID of its own (the prefix,
+// a random part, its number): per member, as KIP-447 allows, because the
+// consumer-group metadata in the offset commit fences a zombie's
+// transaction. A transactional ID per partition (before KIP-447) fenced
+// the previous owner's producer by InitProducerId, at the cost of a
+// producer per partition; a static transactional.id shared by a
+// restarted process fences its predecessor's producer the same way, but
+// two live processes with one ID fence each other in turn. A
+// transactional ID per tenure would fence nothing (every tenure a new
+// ID) and cost an InitProducerId per assignment. With IDs per member, a
+// frozen process's open transaction is not fenced by its successor: the
+// coordinator aborts it after Config.TransactionTimeout, and until then
+// it holds back read_committed consumers of its output partitions (the
+// last stable offset) and a claim of its input partition, if it had
+// added the offset commit already.
+//
+// # Command IDs
+//
+// The sink declares no dedupe window (sink.Features.DedupeWindow 0): a
+// command produced twice to the input topic is two records, and each
+// yields its outputs (TestSameCommandTwiceTwoOutputs). Deduplicating
+// would mean keeping the window of applied IDs in Kafka too, written in
+// the same transaction (a compacted topic keyed by scope), and reading it
+// at claim; it is not built. A consumer of the outputs that must see a
+// command once deduplicates on the command ID it carries (a header).
+//
+// # Features
+//
+// No gaps (key concurrency needs a checkpoint with done spans, which a
+// committed offset cannot hold), no dedupe window, dead letters when
+// Config.DeadLetterTopic is set. Conformance: sink/sinktest runs on the
+// client-side fence (Config.ClientFenceOnly, since the suite's tokens
+// are made up); the coordinator's fence is tested with real group
+// members in this package's tests.
+package kafka

@@ -1,0 +1,703 @@
+package kafka
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+)
+
+// Config configures a Sink.
+type Config struct {
+	// Brokers are the seed brokers. Required.
+	Brokers []string
+	// CheckpointTopic is the sink's own topic: every transaction writes
+	// one record to it, keyed by the scope ("group/topic/partition"),
+	// whose value is the committing token and the offset committed, so
+	// that every transaction produces (a transaction that only commits
+	// offsets could not be ended through kgo) and an operator can read
+	// who committed what. Make it compacted. It must exist. Required.
+	CheckpointTopic string
+	// DeadLetterTopic is where DeadLetter produces a poison record, in
+	// the transaction that commits the offset past it. Empty: the sink
+	// declares no dead letters (Features.DeadLetters false) and a
+	// consumer stalls on a poison record instead. It must exist.
+	DeadLetterTopic string
+	// MaxDeadLetterBytes is the largest record batch the producers send
+	// to the dead-letter topic; default 1000012, kgo's default for every
+	// topic. A dead letter is the poison record plus headers, so a record
+	// near Kafka's default limit of 1 MiB needs more: raise it with the
+	// dead-letter topic's max.message.bytes, or such a record stalls its
+	// partition (its DeadLetter fails with MESSAGE_TOO_LARGE, a sink
+	// failure the consumer retries).
+	MaxDeadLetterBytes int32
+	// TransactionalID prefixes the transactional IDs of the sink's
+	// producers: each is TransactionalID-<random>-<n>, unique to this
+	// Sink (per member, KIP-447 style: see the package doc for why the
+	// ID is not per partition or per tenure); default "workrouter-sink".
+	TransactionalID string
+	// Producers is how many transactional producers (each a kgo client
+	// with its own transactional ID) serve Apply concurrently: a
+	// producer runs one transaction at a time; default 4.
+	Producers int
+	// TransactionTimeout is the producers' transaction timeout: how long
+	// the coordinator lets a transaction of a process that froze stay
+	// open (blocking read_committed consumers of its output partitions at
+	// the last stable offset) before it aborts it; default 10s.
+	TransactionTimeout time.Duration
+
+	// ClientFenceOnly commits offsets without group metadata (generation
+	// -1, no member ID): the coordinator then checks nothing, and only
+	// the sink's client-side fence (one Sink value's claims) fences
+	// writes. It is for tests of the contract with made-up tokens and
+	// for a single process; never for a consumer group of several
+	// processes. With it, GroupPrefix may rename the commits' group.
+	ClientFenceOnly bool
+	// GroupPrefix prefixes the consumer group of the commits; only with
+	// ClientFenceOnly (the broker's fence needs the consumer's own group).
+	GroupPrefix string
+
+	// Logger, if set, receives the sink's own events that no error
+	// returns: each aborted transaction and why, each offset commit
+	// refused for a rebalance's generation and tried again. Nil logs
+	// nothing.
+	Logger *slog.Logger
+
+	// ClientOpts are extra franz-go options for the sink's clients (TLS,
+	// SASL, a dialer). Options that undo the transaction are not checked:
+	// do not pass a transactional ID or a group.
+	ClientOpts []kgo.Opt
+}
+
+// ErrConfig is matched by every configuration error of New.
+var ErrConfig = errors.New("kafka sink: invalid config")
+
+// MemberFunc returns the consumer group member's current member ID and
+// generation (classic protocol) or member epoch (KIP-848), as
+// consumer.Worker.Member and kgo.Client.GroupMetadata return them.
+type MemberFunc func() (member string, generation int32)
+
+// Sink is the Kafka sink: see the package doc. It is safe for concurrent
+// use.
+type Sink struct {
+	cfg   Config
+	admin *kgo.Client // offset fetches, metadata
+	// implicitOffsets: the cluster runs transaction version 2 (KIP-890
+	// part 2), whose TxnOffsetCommit v5 adds the group to the
+	// transaction itself, so no AddOffsetsToTxn is sent.
+	implicitOffsets bool
+	producers       chan *producer
+	all             []*producer
+
+	bound  chan struct{} // closed by BindMember
+	bindMu sync.Mutex
+	member MemberFunc
+
+	mu     sync.Mutex
+	scopes map[epochs.Scope]*scopeState
+
+	closeOnce sync.Once
+}
+
+// producer is one transactional kgo client.
+type producer struct {
+	cl    *kgo.Client
+	txnID string
+}
+
+// scopeState is the client-side fence of one scope: what this Sink
+// knows of it. mu is held from the client-side check to the end of a
+// transaction, and by a claim, so that no claim of this Sink lands
+// between a tenure's check and its commit.
+type scopeState struct {
+	mu    sync.Mutex
+	fence sink.Fence
+	known bool // a claim of this Sink set fence
+	// uncertain: a transaction's end failed with its outcome unknown; the
+	// next Apply reads the committed offset before it runs anything.
+	uncertain bool
+}
+
+// New connects to the brokers, checks that the topics exist, and starts
+// the producers (each initializes its transactional ID). The Sink fences
+// with the broker from the first BindMember (unless ClientFenceOnly);
+// claims wait for it.
+func New(ctx context.Context, cfg Config) (*Sink, error) {
+	switch {
+	case len(cfg.Brokers) == 0:
+		return nil, fmt.Errorf("%w: no brokers", ErrConfig)
+	case cfg.CheckpointTopic == "":
+		return nil, fmt.Errorf("%w: no checkpoint topic", ErrConfig)
+	case cfg.CheckpointTopic == cfg.DeadLetterTopic:
+		return nil, fmt.Errorf("%w: the checkpoint topic is the dead-letter topic", ErrConfig)
+	case cfg.Producers < 0 || cfg.TransactionTimeout < 0 || cfg.MaxDeadLetterBytes < 0:
+		return nil, fmt.Errorf("%w: negative Producers, TransactionTimeout or MaxDeadLetterBytes", ErrConfig)
+	case cfg.GroupPrefix != "" && !cfg.ClientFenceOnly:
+		return nil, fmt.Errorf("%w: GroupPrefix renames the commits' group, and the broker fences only commits to the consumer's own group: set it only with ClientFenceOnly", ErrConfig)
+	}
+	if cfg.TransactionalID == "" {
+		cfg.TransactionalID = "workrouter-sink"
+	}
+	if cfg.Producers == 0 {
+		cfg.Producers = 4
+	}
+	if cfg.MaxDeadLetterBytes == 0 {
+		cfg.MaxDeadLetterBytes = 1000012
+	}
+	if cfg.TransactionTimeout == 0 {
+		cfg.TransactionTimeout = 10 * time.Second
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	suffix := hex.EncodeToString(rnd[:])
+	// Offsets go by topic name: TxnOffsetCommit v6 and OffsetFetch v10
+	// carry topic IDs instead, which a commit for a topic this client has
+	// no metadata of could not name.
+	versions := kversion.Stable()
+	versions.SetMaxKeyVersion(kmsg.TxnOffsetCommit.Int16(), 5)
+	versions.SetMaxKeyVersion(kmsg.OffsetFetch.Int16(), 9)
+	base := slices.Clip(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.MaxVersions(versions)}, cfg.ClientOpts...))
+	s := &Sink{cfg: cfg, producers: make(chan *producer, cfg.Producers), bound: make(chan struct{}), scopes: map[epochs.Scope]*scopeState{}}
+	if cfg.ClientFenceOnly {
+		close(s.bound)
+	}
+	var err error
+	if s.admin, err = kgo.NewClient(base...); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := s.checkTopics(ctx); err != nil {
+		s.admin.Close()
+		return nil, err
+	}
+	s.implicitOffsets = implicitOffsets(ctx, s.admin)
+	for i := range cfg.Producers {
+		id := cfg.TransactionalID + "-" + suffix + "-" + strconv.Itoa(i)
+		cl, err := kgo.NewClient(append(base, s.producerOpts(id)...)...)
+		if err == nil {
+			_, _, err = cl.ProducerID(ctx)
+			if err != nil {
+				cl.Close()
+			}
+		}
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("kafka sink: start transactional producer %q: %w", id, err)
+		}
+		p := &producer{cl: cl, txnID: id}
+		s.all = append(s.all, p)
+		s.producers <- p
+	}
+	return s, nil
+}
+
+// log logs msg at level on Config.Logger, if any.
+func (s *Sink) log(level slog.Level, msg string, args ...any) {
+	if s.cfg.Logger != nil {
+		s.cfg.Logger.Log(context.Background(), level, msg, args...)
+	}
+}
+
+// producerOpts are the options of a transactional producer with ID id.
+func (s *Sink) producerOpts(id string) []kgo.Opt {
+	return []kgo.Opt{kgo.TransactionalID(id), kgo.TransactionTimeout(s.cfg.TransactionTimeout),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+			if topic == s.cfg.DeadLetterTopic {
+				return s.cfg.MaxDeadLetterBytes
+			}
+			return 1000012
+		})}
+}
+
+// implicitOffsets reports whether the cluster finalized transaction
+// version 2 and serves TxnOffsetCommit v5 (KIP-890 part 2): kgo's own
+// test before it skips AddOffsetsToTxn. An error reports false (the
+// AddOffsetsToTxn is then sent, which every version accepts).
+func implicitOffsets(ctx context.Context, cl *kgo.Client) bool {
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if err != nil || resp.ErrorCode != 0 {
+		return false
+	}
+	tv2 := false
+	for _, f := range resp.FinalizedFeatures {
+		if f.Name == "transaction.version" && f.MaxVersionLevel >= 2 {
+			tv2 = true
+		}
+	}
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == kmsg.TxnOffsetCommit.Int16() && k.MaxVersion >= 5 {
+			return tv2
+		}
+	}
+	return false
+}
+
+// checkTopics fails when the checkpoint or dead-letter topic is missing.
+func (s *Sink) checkTopics(ctx context.Context) error {
+	topics := []string{s.cfg.CheckpointTopic}
+	if s.cfg.DeadLetterTopic != "" {
+		topics = append(topics, s.cfg.DeadLetterTopic)
+	}
+	md, err := kadm.NewClient(s.admin).Metadata(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("kafka sink: metadata of %v: %w", topics, err)
+	}
+	for _, t := range topics {
+		if td, ok := md.Topics[t]; !ok || td.Err != nil {
+			return fmt.Errorf("%w: topic %q does not exist; create it first (the checkpoint topic compacted)", ErrConfig, t)
+		}
+	}
+	return nil
+}
+
+// BindMember gives the Sink the consumer group member whose tenures it
+// serves: each transaction's offset commit carries member's current
+// member ID and generation, which the coordinator checks. Typically
+// ks.BindMember(worker.Member) right after consumer.New; claims made
+// before wait for it. A second call replaces the first. Not needed (and
+// ignored) with ClientFenceOnly.
+func (s *Sink) BindMember(member MemberFunc) {
+	if s.cfg.ClientFenceOnly || member == nil {
+		return
+	}
+	s.bindMu.Lock()
+	defer s.bindMu.Unlock()
+	first := s.member == nil
+	s.member = member
+	if first {
+		close(s.bound)
+	}
+}
+
+// groupMeta returns the group metadata a commit of tok carries, after the
+// client-side check: the member must be tok's and its generation at or
+// above tok's epoch.
+func (s *Sink) groupMeta(op sink.Op, tok epochs.Token) (string, int32, error) {
+	if s.cfg.ClientFenceOnly {
+		return "", -1, nil
+	}
+	s.bindMu.Lock()
+	f := s.member
+	s.bindMu.Unlock()
+	if f == nil {
+		return "", -1, &GroupFencedError{Op: op, Offered: tok, Generation: -1, Err: fmt.Errorf("%w: no member bound (BindMember)", ErrMemberChanged)}
+	}
+	member, gen := f()
+	if member != tok.Member || gen < tok.Epoch || gen < 0 {
+		return member, gen, &GroupFencedError{Op: op, Offered: tok, Member: member, Generation: gen, Err: ErrMemberChanged}
+	}
+	return member, gen, nil
+}
+
+// Close closes the Sink's clients; an open transaction is aborted by
+// the coordinator when its producer's session ends or its timeout
+// passes. Close is idempotent.
+func (s *Sink) Close() {
+	s.closeOnce.Do(func() {
+		for _, p := range s.all {
+			p.cl.Close()
+		}
+		if s.admin != nil {
+			s.admin.Close()
+		}
+	})
+}
+
+// Features declares dead letters when a dead-letter topic is configured;
+// no dedupe window and no gaps (see the package doc).
+func (s *Sink) Features() sink.Features {
+	return sink.Features{DeadLetters: s.cfg.DeadLetterTopic != ""}
+}
+
+func (s *Sink) state(scope epochs.Scope) *scopeState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.scopes[scope]
+	if !ok {
+		st = &scopeState{fence: sink.Fence{Scope: scope}}
+		s.scopes[scope] = st
+	}
+	return st
+}
+
+func (s *Sink) group(scope epochs.Scope) string { return s.cfg.GroupPrefix + scope.Group }
+
+// Claim reads the scope's committed offset (with require_stable, so after
+// any pending transaction of it ends) and its metadata (the token of the
+// tenure that committed it, the log's topic ID), and decides the claim
+// with sink.Fence.CheckClaim on this Sink's fence of the scope (its last
+// accepted claim; before its first, the holder that committed last) and
+// with sink.CheckLog. It writes nothing to Kafka: the broker's fence is
+// the group's own assignment.
+func (s *Sink) Claim(ctx context.Context, tok epochs.Token, obs sink.Observed) (sink.Checkpoint, error) {
+	if err := tok.Validate(); err != nil {
+		return sink.Checkpoint{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return sink.Checkpoint{}, err
+	}
+	select {
+	case <-s.bound:
+	case <-ctx.Done():
+		return sink.Checkpoint{}, fmt.Errorf("kafka sink: claim of %s waits for BindMember: %w", tok, ctx.Err())
+	}
+	scope := tok.Scope()
+	st := s.state(scope)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	c, err := fetchCommitted(ctx, s.admin, s.group(scope), scope.Topic, scope.Partition)
+	if err != nil {
+		return sink.Checkpoint{}, err
+	}
+	f := st.merge(c)
+	takeover, err := f.CheckClaim(tok, obs)
+	if err != nil {
+		return sink.Checkpoint{}, err
+	}
+	cp, topicID, err := sink.CheckLog(scope, c.found || st.known, f.TopicID, sink.Checkpoint{NextOffset: f.NextOffset}, obs)
+	if err != nil {
+		return sink.Checkpoint{}, err
+	}
+	f.Holder, f.NextOffset, f.TopicID = tok, cp.NextOffset, topicID
+	f.Version++
+	if takeover {
+		f.ProofRequired = true
+	}
+	st.fence, st.known, st.uncertain = f, true, false
+	return cp, nil
+}
+
+// merge returns the fence this Sink knows of the scope, brought up to
+// what the coordinator has: the committed offset is the checkpoint, and
+// the committed holder is the holder until this Sink accepts a claim.
+func (st *scopeState) merge(c committed) sink.Fence {
+	f := st.fence
+	if c.found {
+		f.NextOffset = c.offset
+	} else if !st.known {
+		f.NextOffset = 0
+	}
+	if !st.known {
+		// A Sink that never claimed the scope (a new process): the
+		// holder that committed last is the stored holder. Once this
+		// Sink claimed, its own fence decides (a proven takeover may
+		// have put a lower epoch above the committer's); a tenure of
+		// another process is fenced by the coordinator, not here.
+		f.Holder = c.holder
+	}
+	if f.TopicID == "" {
+		f.TopicID = c.topicID
+	}
+	return f
+}
+
+// begin runs the client-side fence check of op by tok on st (whose mu the
+// caller holds) and returns the scope's NextOffset, read from the
+// coordinator first if a transaction's outcome was left unknown.
+func (s *Sink) begin(ctx context.Context, op sink.Op, st *scopeState, tok epochs.Token) (int64, error) {
+	if !st.known {
+		// No claim of this Sink (a Sink reopened on the group): the
+		// holder that committed last is the one to report.
+		scope := tok.Scope()
+		c, err := fetchCommitted(ctx, s.admin, s.group(scope), scope.Topic, scope.Partition)
+		if err != nil {
+			return 0, err
+		}
+		return 0, &sink.FencedError{Op: op, Stored: c.holder, Offered: tok}
+	}
+	if !st.fence.Holder.Holds(tok) {
+		return 0, &sink.FencedError{Op: op, Stored: st.fence.Holder, Offered: tok}
+	}
+	if st.uncertain {
+		scope := tok.Scope()
+		c, err := fetchCommitted(ctx, s.admin, s.group(scope), scope.Topic, scope.Partition)
+		if err != nil {
+			return 0, err
+		}
+		if c.found {
+			st.fence.NextOffset = c.offset
+		}
+		st.uncertain = false
+	}
+	return st.fence.NextOffset, nil
+}
+
+// Apply runs the effects of the records at or above NextOffset into a Tx
+// (nothing is sent while they run), then, under the scope's client-side
+// fence check, produces their records and the checkpoint record in one
+// Kafka transaction that also commits the offset past the batch with the
+// member's group metadata (KIP-447), and commits it. A refused offset
+// commit aborts the transaction and fails with a *GroupFencedError; an
+// effect's error sends nothing (*sink.EffectError).
+func (s *Sink) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[*Tx]) (sink.Result, error) {
+	if err := sink.CheckBatch(tok, b, effect, s.Features()); err != nil {
+		return sink.Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return sink.Result{}, err
+	}
+	st := s.state(tok.Scope())
+	st.mu.Lock()
+	next, err := s.begin(ctx, sink.OpApply, st, tok)
+	st.mu.Unlock()
+	if err != nil {
+		return sink.Result{}, err
+	}
+	n := len(b.Offsets)
+	first := 0
+	for first < n && b.Offsets[first] < next {
+		first++
+	}
+	if first == n {
+		return sink.Result{Skipped: n, NextOffset: next}, nil
+	}
+	tx := &Tx{s: s}
+	for i := first; i < n; i++ {
+		if err := effect(ctx, tx, i); err != nil {
+			return sink.Result{}, &sink.EffectError{Index: i, Offset: b.Offsets[i], Err: err, TxHealthy: true}
+		}
+	}
+	last := b.Offsets[n-1]
+	if _, err := s.commit(ctx, sink.OpApply, st, tok, next, tx.recs, last+1); err != nil {
+		return sink.Result{}, err
+	}
+	return sink.Result{Applied: n - first, Skipped: first, NextOffset: last + 1}, nil
+}
+
+// commit is the fenced unit of Apply and DeadLetter: recs (and the
+// checkpoint record) produced and the offset to committed in one
+// transaction, after the client-side check. seen is the NextOffset the
+// effects ran from: a scope that moved since (a concurrent call of the
+// same tenure) is refused as a bad batch. It returns the produced
+// records, with their offsets.
+func (s *Sink) commit(ctx context.Context, op sink.Op, st *scopeState, tok epochs.Token, seen int64, recs []*kgo.Record, to int64) ([]*kgo.Record, error) {
+	var p *producer
+	select {
+	case p = <-s.producers:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { s.producers <- p }()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	next, err := s.begin(ctx, op, st, tok)
+	if err != nil {
+		return nil, err
+	}
+	if next != seen {
+		return nil, fmt.Errorf("%w: the scope's NextOffset moved from %d to %d while the effects ran (concurrent calls of one tenure)", sink.ErrBadBatch, seen, next)
+	}
+	scope := tok.Scope()
+	md, err := commitMetadata(tok, st.fence.TopicID)
+	if err != nil {
+		return nil, err
+	}
+	cpRec := &kgo.Record{Topic: s.cfg.CheckpointTopic, Key: []byte(scopeKey(scope)),
+		Value: []byte(tok.String() + " next=" + strconv.FormatInt(to, 10))}
+	all := append(recs[:len(recs):len(recs)], cpRec)
+	backoff := 10 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		member, gen, err := s.groupMeta(op, tok)
+		if err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		err = s.transact(ctx, p, st, op, tok, member, gen, all, to, md)
+		if err == nil {
+			break
+		}
+		if !generationMoved(err) {
+			return nil, err
+		}
+		// The member is the group's, at a generation its client has
+		// not learned yet (a rebalance it takes part in): the same
+		// records again, at the generation the client then has.
+		s.log(slog.LevelWarn, "kafka sink: offset commit refused for the member's generation; trying again",
+			"token", tok.String(), "member", member, "generation", gen, "attempt", attempt, "err", err)
+		if attempt == maxGenerationRetries {
+			return nil, fmt.Errorf("%w (member %q, generation %d, %d attempts): %w", ErrRebalancing, member, gen, attempt, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(err, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+	st.fence.NextOffset = to
+	return recs, nil
+}
+
+// testBeforeOffsetCommit, if set (by this package's tests only), runs in
+// every transaction between its records and its offset commit.
+var testBeforeOffsetCommit func()
+
+// maxGenerationRetries bounds the attempts of one commit whose offset
+// commit the coordinator refuses for a generation the member's client has
+// not learned yet.
+const maxGenerationRetries = 8
+
+// ErrRebalancing is matched by the error of an Apply or DeadLetter whose
+// offset commit the coordinator kept refusing for the member's generation
+// (ILLEGAL_GENERATION, STALE_MEMBER_EPOCH, REBALANCE_IN_PROGRESS) while
+// the member's client still had its member ID: a rebalance in progress.
+// It is not ErrFenced: nothing was committed, and the call may be retried
+// (the consumer does, as a sink failure).
+var ErrRebalancing = errors.New("kafka sink: the group is rebalancing: the coordinator refused the member's generation")
+
+// transact is one attempt of commit: a transaction producing all and
+// committing offset to as member at gen, ended with a commit, or aborted.
+func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sink.Op, tok epochs.Token, member string, gen int32,
+	all []*kgo.Record, to int64, md string) error {
+	scope := tok.Scope()
+	if err := p.cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("kafka sink: begin transaction: %w", err)
+	}
+	fail := func(err error) error {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.TransactionTimeout)
+		defer cancel()
+		aerr := p.cl.EndTransaction(actx, kgo.TryAbort)
+		s.log(slog.LevelWarn, "kafka sink: transaction aborted", "token", tok.String(), "transactional_id", p.txnID,
+			"records", len(all), "offset", to, "err", err, "abort_err", aerr)
+		if aerr != nil {
+			st.uncertain = true
+			return errors.Join(err, fmt.Errorf("kafka sink: abort: %w", aerr))
+		}
+		return err
+	}
+	if err := p.cl.ProduceSync(ctx, all...).FirstErr(); err != nil {
+		return fail(fmt.Errorf("kafka sink: produce %d records in the transaction: %w", len(all), err))
+	}
+	if testBeforeOffsetCommit != nil {
+		testBeforeOffsetCommit()
+	}
+	if err := txnOffsetCommit(ctx, p.cl, p.txnID, !s.implicitOffsets, s.group(scope), member, gen, scope.Topic, scope.Partition, to, md); err != nil {
+		if groupFencing(err) {
+			err = &GroupFencedError{Op: op, Offered: tok, Member: member, Generation: gen, Err: err}
+		}
+		return fail(err)
+	}
+	// The commit's outcome may be unknown if it fails: the next call
+	// reads the committed offset first.
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.TransactionTimeout)
+	defer cancel()
+	if err := p.cl.EndTransaction(ectx, kgo.TryCommit); err != nil {
+		st.uncertain = true
+		if aerr := p.cl.EndTransaction(ectx, kgo.TryAbort); aerr != nil {
+			err = errors.Join(err, aerr)
+		}
+		return fmt.Errorf("kafka sink: commit the transaction of %s: %w", tok, err)
+	}
+	return nil
+}
+
+// DeadLetter produces rec to the dead-letter topic (its key, value and
+// headers, and headers naming the original topic, partition, offset,
+// group, reason, error and token) in a transaction that commits the
+// offset past it, fenced as Apply is. The result's ID is the dead
+// letter's offset in its partition of the dead-letter topic, plus one.
+func (s *Sink) DeadLetter(ctx context.Context, tok epochs.Token, rec sink.DeadRecord) (sink.DeadLetterResult, error) {
+	if err := sink.CheckDeadLetter(tok, rec, s.Features()); err != nil {
+		return sink.DeadLetterResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return sink.DeadLetterResult{}, err
+	}
+	st := s.state(tok.Scope())
+	st.mu.Lock()
+	next, err := s.begin(ctx, sink.OpDeadLetter, st, tok)
+	st.mu.Unlock()
+	if err != nil {
+		return sink.DeadLetterResult{}, err
+	}
+	if rec.Offset < next {
+		return sink.DeadLetterResult{NextOffset: next}, nil
+	}
+	r := deadLetterRecord(s.cfg.DeadLetterTopic, tok, rec)
+	out, err := s.commit(ctx, sink.OpDeadLetter, st, tok, next, []*kgo.Record{r}, rec.Offset+1)
+	if err != nil {
+		return sink.DeadLetterResult{}, err
+	}
+	return sink.DeadLetterResult{ID: out[0].Offset + 1, Stored: true, NextOffset: rec.Offset + 1}, nil
+}
+
+// Headers of a dead letter in the dead-letter topic: the names the
+// consumer's dead-letter mirror uses (consumer.DLQHeader*).
+const (
+	HeaderOriginalTopic     = "workrouter-dlt-original-topic"
+	HeaderOriginalPartition = "workrouter-dlt-original-partition"
+	HeaderOriginalOffset    = "workrouter-dlt-original-offset"
+	HeaderGroup             = "workrouter-dlt-group"
+	HeaderReason            = "workrouter-dlt-reason"
+	HeaderExceptionMessage  = "workrouter-dlt-exception-message"
+	HeaderToken             = "workrouter-dlt-token"
+	HeaderAttempts          = "workrouter-dlt-attempts"
+)
+
+func deadLetterRecord(topic string, tok epochs.Token, rec sink.DeadRecord) *kgo.Record {
+	r := &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp}
+	for _, h := range rec.Headers {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	for _, h := range [][2]string{
+		{HeaderOriginalTopic, tok.Topic},
+		{HeaderOriginalPartition, strconv.Itoa(int(tok.Partition))},
+		{HeaderOriginalOffset, strconv.FormatInt(rec.Offset, 10)},
+		{HeaderGroup, tok.Group},
+		{HeaderReason, rec.Reason},
+		{HeaderExceptionMessage, rec.Error},
+		{HeaderToken, tok.String()},
+		{HeaderAttempts, strconv.Itoa(rec.Attempts)},
+	} {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h[0], Value: []byte(h[1])})
+	}
+	return r
+}
+
+// IsSinkFailure reports whether err, from Apply or DeadLetter, is the
+// sink's (Kafka's) rather than a handler's: effects only buffer records,
+// so every error but an effect's own is the sink's (sink.Health).
+func (s *Sink) IsSinkFailure(err error) bool {
+	var ee *sink.EffectError
+	if errors.As(err, &ee) {
+		return false
+	}
+	return err != nil && !errors.Is(err, sink.ErrFenced)
+}
+
+// CommitsOffsets reports true: the sink commits the group's offsets in its
+// transactions, so a consumer.Worker makes no commit of its own after a
+// batch (consumer.OffsetCommitter).
+func (s *Sink) CommitsOffsets() bool { return true }
+
+// IsPermanent reports false: no effect error comes from Kafka.
+func (s *Sink) IsPermanent(error) bool { return false }
+
+// Ping checks that a broker answers.
+func (s *Sink) Ping(ctx context.Context) error { return s.admin.Ping(ctx) }
+
+var (
+	_ sink.Sink[*Tx] = (*Sink)(nil)
+	_ sink.Health    = (*Sink)(nil)
+)
+
+// scopeKey is the checkpoint record's key of scope.
+func scopeKey(scope epochs.Scope) string {
+	return strings.Join([]string{scope.Group, scope.Topic, strconv.Itoa(int(scope.Partition))}, "/")
+}
