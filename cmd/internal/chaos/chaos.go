@@ -57,6 +57,30 @@
 //   - churn: all along the run, beside the other faults, an extra member
 //     joins, stays 1–5 s and leaves (SIGTERM), and the next joins 1–5 s
 //     later; each join-and-leave counts as one churn fault.
+//
+// With Config.KafkaNodes the run goes on a cluster of Apache Kafka nodes
+// it starts itself (package kafkacluster; the run's topic with 3 replicas
+// and min.insync.replicas=2, producers idempotent with acks=all) instead
+// of the embedded broker, and four more kinds act on its nodes. Each is
+// counted only when the cluster, read again after the fault, reports that
+// it moved what it had to move (NodeFault.Happened), and each ends with
+// the node running again and every replica of the run's topic and of the
+// group offsets in sync, so that one node at most is ever down:
+//
+//   - leader-kill: SIGKILL the leader of a partition a worker is applying
+//     (the metadata must name another leader), then start it again.
+//   - controller-kill: SIGKILL the active KRaft controller (DescribeQuorum
+//     must name another quorum leader at a newer epoch), then start it
+//     again.
+//   - broker-pause: SIGSTOP the leader of a partition a worker is applying
+//     past its broker session (the controller fences it: the metadata must
+//     name another leader), then SIGCONT.
+//   - coordinator-restart: stop (SIGTERM) the node coordinating the
+//     workers' group (FindCoordinator must name another node), then start
+//     it again.
+//
+// heartbeat, coordinator and broker-restart need the embedded broker and
+// do not run there (Excluded says why, and the run says so).
 package chaos
 
 import (
