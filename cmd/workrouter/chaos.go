@@ -85,14 +85,38 @@ after an offset gap, resend ran and no duplicate was skipped, or the sink's
 count of duplicates skipped is not the number of records in the log that repeat
 a command ID.
 
---brokers runs it on a real cluster (plaintext), on a topic of its own, with
-the kinds that need no embedded broker (pause, kill, broker-conn, sink-conn,
-resend, churn: the default there).`,
+--kafka-nodes 3 runs it on a cluster of three Apache Kafka 4.4 nodes (each a
+broker and a KRaft controller, started with the classpath Maven caches, on free
+ports of 127.0.0.1, stopped at the end) instead of the embedded broker: the
+topic has 3 replicas and min.insync.replicas=2, the producers are idempotent
+with acks=all, and four kinds act on the nodes, each counted only when the
+cluster reports that it moved what it had to move:
+
+  leader-kill  SIGKILL the leader of a partition a worker is applying; counted
+               when the metadata names another leader; the node is started
+               again and the run waits until every replica is in sync
+  controller-kill  SIGKILL the active KRaft controller; counted when the
+               metadata quorum (DescribeQuorum) names another leader at a
+               newer epoch; started again as above
+  broker-pause SIGSTOP the leader of a partition a worker is applying past its
+               broker session (6 s at least); counted when the controller
+               fenced it (another node leads the partition); then SIGCONT
+  coordinator-restart  stop (SIGTERM) the node coordinating the workers'
+               group; counted when FindCoordinator names another node; then
+               started again
+
+heartbeat, coordinator and broker-restart need the embedded broker and do not
+run there (the run says so); every other kind does ("all", the default).
+
+--brokers runs it on an external cluster (plaintext), on a topic of its own,
+with the kinds that need no broker of the harness's (pause, kill, broker-conn,
+sink-conn, resend, churn: the default there).`,
 		Example: `  workrouter chaos --duration 2m --seed 1
   workrouter chaos --faults pause,heartbeat --duration 1m
   workrouter chaos --protocol kip848 --seed 7
   workrouter chaos --key-concurrency 8 --duration 90s
   workrouter chaos --duration 30s --report chaos.html
+  workrouter chaos --kafka-nodes 3 --duration 5m --seed 1
   workrouter chaos --sink postgres://postgres@127.0.0.1:5432/test`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -104,9 +128,6 @@ resend, churn: the default there).`,
 			if len(cfg.Brokers) > 0 {
 				if cfg.Brokers, err = cleanBrokers(cfg.Brokers); err != nil {
 					return err
-				}
-				if !cmd.Flags().Changed("faults") {
-					cfg.Kinds = chaos.ExternalKinds()
 				}
 			}
 			if cfg.PostgresDSN, cfg.SinkPath, cfg.RedisURL, err = ledgerSink(sink); err != nil {
@@ -138,7 +159,7 @@ resend, churn: the default there).`,
 	fl := cmd.Flags()
 	fl.DurationVar(&cfg.Duration, "duration", 2*time.Minute, "how long to produce commands and inject faults")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the fault schedule and the commands")
-	fl.StringVar(&kinds, "faults", "all", "fault kinds, comma-separated: pause,kill,heartbeat,broker-conn,sink-conn,coordinator,poison,broker-restart,churn, or all")
+	fl.StringVar(&kinds, "faults", "all", "fault kinds, comma-separated: pause,kill,heartbeat,broker-conn,sink-conn,coordinator,poison,broker-restart,resend,churn (the embedded broker), leader-kill,controller-kill,broker-pause,coordinator-restart (--kafka-nodes), or all: every kind that applies where the run goes")
 	fl.IntVar(&cfg.Workers, "workers", 3, "worker processes (at least 2)")
 	fl.Int32Var(&cfg.Partitions, "partitions", 6, "topic partitions")
 	fl.IntVar(&cfg.Accounts, "accounts", 200, "distinct accounts (keys)")
@@ -150,6 +171,7 @@ resend, churn: the default there).`,
 	fl.IntVar(&cfg.KeyConcurrency, "key-concurrency", 1, "lanes per partition in each worker (the worker's --key-concurrency): one account's commands in one lane, in offset order")
 	fl.DurationVar(&cfg.RecoverTimeout, "recover-timeout", 2*time.Minute, "how long lag may take to return to zero after the faults")
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run on this cluster (plaintext) instead of an in-process broker")
+	fl.IntVar(&cfg.KafkaNodes, "kafka-nodes", 0, "start this many Apache Kafka nodes (at least 3; needs java, and mvn the first time) and run on them instead of the embedded broker")
 	fl.StringVar(&cfg.LogDir, "log-dir", "", "write each worker's log and the broker's to this existing directory")
 	fl.BoolVar(&asJSON, "json", false, "print the result as one JSON object instead of the timeline and table")
 	fl.StringVar(&report, "report", "", "also write the run as one self-contained HTML page to this file: per partition its owners' tenures, the faults, the refused stale writes, the dead letters, the applied rate and the lag")

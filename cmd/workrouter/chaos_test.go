@@ -150,6 +150,10 @@ func TestChaosCommandRejectsBadInput(t *testing.T) {
 		{"chaos", "--protocol", "eager"},
 		{"chaos", "--sink", "bogus:x"},
 		{"chaos", "--key-concurrency", "-1"},
+		{"chaos", "--kafka-nodes", "2"},
+		{"chaos", "--kafka-nodes", "3", "--faults", "heartbeat"},
+		{"chaos", "--kafka-nodes", "3", "--brokers", "127.0.0.1:9092"},
+		{"chaos", "--faults", "leader-kill"},
 	} {
 		p := startProc(t, args)
 		if code := p.wait(t); code == 0 {

@@ -278,6 +278,33 @@ func TestThreeNodes(t *testing.T) {
 		wantValues(t, consume(t, c, "pause", "pause-group", 40), 40)
 	})
 
+	t.Run("KillController", func(t *testing.T) {
+		ctrl, epoch, err := c.Controller(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ctrl.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		// The other two voters elect a new leader of the metadata
+		// quorum, at a newer epoch.
+		waitFor(t, time.Minute, "a new active controller", func() error {
+			n, e, err := c.Controller(ctx)
+			if err != nil {
+				return err
+			}
+			if n.ID == ctrl.ID || e <= epoch {
+				return fmt.Errorf("node %d at epoch %d, was node %d at epoch %d", n.ID, e, ctrl.ID, epoch)
+			}
+			return nil
+		})
+		if err := ctrl.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		createTopic(t, c, "after-controller", 1)
+		waitFor(t, time.Minute, "every replica in sync", func() error { return c.InSync(ctx, "after-controller") })
+	})
+
 	t.Run("RestartCoordinator", func(t *testing.T) {
 		createTopic(t, c, "coord", 1)
 		produce(t, c, "coord", 0, 30)

@@ -187,6 +187,79 @@ func (c *Cluster) Leader(ctx context.Context, topic string, partition int32) (*N
 	return c.nodeOr(p.Leader)
 }
 
+// Controller returns the active KRaft controller: the leader of the
+// metadata quorum (__cluster_metadata partition 0) as DescribeQuorum,
+// sent to a running broker and forwarded by it to the quorum, reports it,
+// with the leader's epoch. It is an error while the quorum has no leader
+// (an election in progress).
+func (c *Cluster) Controller(ctx context.Context) (*Node, int32, error) {
+	var seeds []string
+	for _, n := range c.live() {
+		seeds = append(seeds, n.Addr)
+	}
+	if len(seeds) == 0 {
+		return nil, 0, errors.New("kafkacluster: no node is running")
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequestTimeoutOverhead(2*time.Second), kgo.RetryTimeout(4*time.Second))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDescribeQuorumRequest()
+	t := kmsg.NewDescribeQuorumRequestTopic()
+	t.Topic = "__cluster_metadata"
+	p := kmsg.NewDescribeQuorumRequestTopicPartition()
+	p.Partition = 0
+	t.Partitions = append(t.Partitions, p)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, 0, fmt.Errorf("kafkacluster: describing the metadata quorum: %w", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, 0, fmt.Errorf("kafkacluster: describing the metadata quorum: %w", err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return nil, 0, fmt.Errorf("kafkacluster: describing the metadata quorum: %d topics in the answer, want 1 with 1 partition", len(resp.Topics))
+	}
+	qp := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(qp.ErrorCode); err != nil {
+		return nil, 0, fmt.Errorf("kafkacluster: describing the metadata quorum: %w", err)
+	}
+	if qp.LeaderID < 0 {
+		return nil, 0, fmt.Errorf("kafkacluster: the metadata quorum has no leader (epoch %d)", qp.LeaderEpoch)
+	}
+	n, err := c.nodeOr(qp.LeaderID)
+	return n, qp.LeaderEpoch, err
+}
+
+// InSync reports whether every partition of topics has its whole replica
+// set in sync (ISR = replicas) and a leader; if not, the error names the
+// first partition that does not.
+func (c *Cluster) InSync(ctx context.Context, topics ...string) error {
+	adm, err := c.Admin()
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	md, err := adm.Metadata(ctx, topics...)
+	if err != nil {
+		return err
+	}
+	for _, topic := range topics {
+		td, ok := md.Topics[topic]
+		if !ok || td.Err != nil {
+			return fmt.Errorf("kafkacluster: topic %s: %v", topic, td.Err)
+		}
+		for _, p := range td.Partitions.Sorted() {
+			if p.Err != nil || p.Leader < 0 || len(p.ISR) < len(p.Replicas) {
+				return fmt.Errorf("kafkacluster: partition %s/%d: leader %d, replicas %v, in sync %v (%v)", topic, p.Partition, p.Leader, p.Replicas, p.ISR, p.Err)
+			}
+		}
+	}
+	return nil
+}
+
 func (c *Cluster) nodeOr(id int32) (*Node, error) {
 	if n := c.Node(id); n != nil {
 		return n, nil

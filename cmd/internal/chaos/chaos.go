@@ -57,6 +57,30 @@
 //   - churn: all along the run, beside the other faults, an extra member
 //     joins, stays 1–5 s and leaves (SIGTERM), and the next joins 1–5 s
 //     later; each join-and-leave counts as one churn fault.
+//
+// With Config.KafkaNodes the run goes on a cluster of Apache Kafka nodes
+// it starts itself (package kafkacluster; the run's topic with 3 replicas
+// and min.insync.replicas=2, producers idempotent with acks=all) instead
+// of the embedded broker, and four more kinds act on its nodes. Each is
+// counted only when the cluster, read again after the fault, reports that
+// it moved what it had to move (NodeFault.Happened), and each ends with
+// the node running again and every replica of the run's topic and of the
+// group offsets in sync, so that one node at most is ever down:
+//
+//   - leader-kill: SIGKILL the leader of a partition a worker is applying
+//     (the metadata must name another leader), then start it again.
+//   - controller-kill: SIGKILL the active KRaft controller (DescribeQuorum
+//     must name another quorum leader at a newer epoch), then start it
+//     again.
+//   - broker-pause: SIGSTOP the leader of a partition a worker is applying
+//     past its broker session (the controller fences it: the metadata must
+//     name another leader), then SIGCONT.
+//   - coordinator-restart: stop (SIGTERM) the node coordinating the
+//     workers' group (FindCoordinator must name another node), then start
+//     it again.
+//
+// heartbeat, coordinator and broker-restart need the embedded broker and
+// do not run there (Excluded says why, and the run says so).
 package chaos
 
 import (
@@ -83,6 +107,7 @@ import (
 	"github.com/workrouter/workrouter/cmd/internal/faults"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/examples/ledger"
+	"github.com/workrouter/workrouter/internal/kafkacluster"
 	"github.com/workrouter/workrouter/router"
 )
 
@@ -105,14 +130,57 @@ const (
 
 // Kinds returns every fault kind, in the order of the report's table.
 func Kinds() []Kind {
+	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Poison, BrokerRestart, Resend,
+		LeaderKill, ControllerKill, BrokerPause, CoordinatorRestart, Churn}
+}
+
+// EmbeddedKinds returns the fault kinds of a run on the harness's own
+// embedded broker (the default): every kind but those of Kafka nodes.
+func EmbeddedKinds() []Kind {
 	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Poison, BrokerRestart, Resend, Churn}
 }
 
-// ExternalKinds returns the fault kinds that work on any cluster: every
-// kind but heartbeat, coordinator and broker-restart, which need the
-// harness's own broker (see Config.Brokers), and poison.
+// ClusterKinds returns the fault kinds of a run on a cluster of Apache
+// Kafka nodes the harness started (Config.KafkaNodes): the kinds of the
+// workers, the sink, the producers and the log, and those of the nodes
+// (leader-kill, controller-kill, broker-pause, coordinator-restart); not
+// heartbeat, coordinator and broker-restart (see Excluded).
+func ClusterKinds() []Kind {
+	return []Kind{Pause, Kill, BrokerConn, SinkConn, Poison, Resend, LeaderKill, ControllerKill, BrokerPause, CoordinatorRestart, Churn}
+}
+
+// ExternalKinds returns the fault kinds that work on any cluster
+// (Config.Brokers): those that touch no broker.
 func ExternalKinds() []Kind {
 	return []Kind{Pause, Kill, BrokerConn, SinkConn, Resend, Churn}
+}
+
+// Excluded returns, for a run on an external cluster (external) or on
+// Kafka nodes the harness started (nodes), or on the embedded broker
+// (neither), the kinds that do not apply there and why.
+func Excluded(external, nodes bool) map[Kind]string {
+	out := map[Kind]string{}
+	switch {
+	case external:
+		for _, k := range []Kind{Heartbeat, Coordinator} {
+			out[k] = "intercepts requests inside the embedded broker"
+		}
+		out[BrokerRestart] = "kills and restarts the embedded broker's process"
+		out[Poison] = "not enabled on --brokers"
+		for _, k := range nodeKinds {
+			out[k] = "acts on Kafka nodes the harness started (--kafka-nodes)"
+		}
+	case nodes:
+		for _, k := range []Kind{Heartbeat, Coordinator} {
+			out[k] = "intercepts requests inside the embedded broker; on Kafka nodes broker-pause and coordinator-restart take its place"
+		}
+		out[BrokerRestart] = "kills and restarts the embedded broker's process; on Kafka nodes leader-kill and controller-kill do that to real nodes"
+	default:
+		for _, k := range nodeKinds {
+			out[k] = "acts on Kafka nodes (--kafka-nodes)"
+		}
+	}
+	return out
 }
 
 // ErrConfig is matched by the error Run or ParseKinds returns for a bad
@@ -124,10 +192,13 @@ var ErrConfig = errors.New("chaos: invalid config")
 // write was rejected although pauses or heartbeat faults ran.
 var ErrFailed = errors.New("chaos: run failed")
 
-// ParseKinds parses "all" or a comma-separated list of kinds.
+// ParseKinds parses a comma-separated list of kinds, or "all" (or
+// nothing), which it returns as nil: every kind that applies where the
+// run goes (EmbeddedKinds, ClusterKinds or ExternalKinds; see
+// Config.Kinds).
 func ParseKinds(s string) ([]Kind, error) {
 	if strings.TrimSpace(s) == "all" || strings.TrimSpace(s) == "" {
-		return Kinds(), nil
+		return nil, nil
 	}
 	var out []Kind
 	for _, f := range strings.Split(s, ",") {
@@ -149,7 +220,9 @@ type Config struct {
 	Duration time.Duration
 	// Seed seeds the fault schedule and the commands.
 	Seed uint64
-	// Kinds are the fault kinds to inject; default all.
+	// Kinds are the fault kinds to inject; default every kind that
+	// applies: EmbeddedKinds, ClusterKinds with KafkaNodes, ExternalKinds
+	// with Brokers.
 	Kinds []Kind
 	// Workers is the number of worker processes (at least 2); default 3.
 	Workers int
@@ -195,6 +268,13 @@ type Config struct {
 	// group.consumer.session.timeout.ms must not exceed SessionTimeout, or
 	// a paused worker is not evicted before it resumes.
 	Brokers []string
+	// KafkaNodes, if set (at least 3), runs the experiment on a cluster
+	// of that many Apache Kafka nodes (each a broker and a KRaft
+	// controller) that Run starts with package kafkacluster on free ports
+	// of 127.0.0.1 and stops at the end, with its topic replicated 3
+	// times and min.insync.replicas=2, instead of the embedded broker.
+	// ClusterKinds can be injected there (the default then).
+	KafkaNodes int
 	// LogDir, if set, receives each worker process's log as
 	// NAME-PID.log and the broker's as broker.log (every start of the
 	// broker process appends to it), for post-mortems.
@@ -211,11 +291,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Duration == 0 {
 		c.Duration = 2 * time.Minute
 	}
+	applies := EmbeddedKinds()
+	switch {
+	case len(c.Brokers) > 0:
+		applies = ExternalKinds()
+	case c.KafkaNodes > 0:
+		applies = ClusterKinds()
+	}
 	if len(c.Kinds) == 0 {
-		c.Kinds = Kinds()
-		if len(c.Brokers) > 0 {
-			c.Kinds = ExternalKinds()
-		}
+		c.Kinds = applies
 	}
 	if c.Workers == 0 {
 		c.Workers = 3
@@ -255,13 +339,18 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: key concurrency %d: want at least 1 lane per partition", ErrConfig, c.KeyConcurrency)
 	case c.Protocol != "cooperative" && c.Protocol != "kip848":
 		return c, fmt.Errorf("%w: protocol %q: want cooperative or kip848", ErrConfig, c.Protocol)
+	case c.KafkaNodes > 0 && len(c.Brokers) > 0:
+		return c, fmt.Errorf("%w: Kafka nodes to start and an external cluster at once: want one of them", ErrConfig)
+	case c.KafkaNodes < 0 || c.KafkaNodes > 0 && c.KafkaNodes < replicationFactor:
+		return c, fmt.Errorf("%w: %d Kafka nodes: want at least %d (the topic has %d replicas, min.insync.replicas=2, and one node is down at a time)", ErrConfig, c.KafkaNodes, replicationFactor, replicationFactor)
 	}
+	excluded := Excluded(len(c.Brokers) > 0, c.KafkaNodes > 0)
 	for _, k := range c.Kinds {
 		if !slices.Contains(Kinds(), k) {
 			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 		}
-		if len(c.Brokers) > 0 && !slices.Contains(ExternalKinds(), k) {
-			return c, fmt.Errorf("%w: fault kind %q needs the harness's own broker and cannot run on --brokers (those can: %v)", ErrConfig, k, ExternalKinds())
+		if !slices.Contains(applies, k) {
+			return c, fmt.Errorf("%w: fault kind %q does not apply here: it %s (those do: %v)", ErrConfig, k, excluded[k], applies)
 		}
 	}
 	return c, nil
@@ -282,9 +371,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	r := &run{cfg: cfg, ctx: ctx, start: time.Now(), tl: cluster.NewTimeline(cfg.Out), ended: map[*cluster.Worker]bool{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed)),
+	r := &run{cfg: cfg, ctx: ctx, start: time.Now(), times: defaultNodeTimes(), tl: cluster.NewTimeline(cfg.Out), ended: map[*cluster.Worker]bool{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed)),
 		stopWatch: make(chan struct{}),
-		res:       Result{Requested: slices.Clone(cfg.Kinds), Faults: map[Kind]int{}, Protocol: cfg.Protocol, Seed: cfg.Seed, KeyConcurrency: cfg.KeyConcurrency}}
+		res: Result{Requested: slices.Clone(cfg.Kinds), Faults: map[Kind]int{}, Protocol: cfg.Protocol, Seed: cfg.Seed, KeyConcurrency: cfg.KeyConcurrency,
+			KafkaNodes: cfg.KafkaNodes, Excluded: Excluded(len(cfg.Brokers) > 0, cfg.KafkaNodes > 0)}}
 	defer r.stopAll()
 	stopWatching := sync.OnceFunc(func() { close(r.stopWatch); r.watchWG.Wait() })
 	defer stopWatching()
@@ -312,6 +402,15 @@ type run struct {
 	ctx   context.Context
 	start time.Time
 	rng   *rand.Rand // the fault schedule's; used by the scheduler goroutine only
+
+	// kc and nodes are the Kafka cluster of Config.KafkaNodes; times
+	// bounds the node faults' waits; applyingFn, if set, replaces
+	// applying (tests).
+	kc         *kafkacluster.Cluster
+	nodes      nodeControl
+	times      nodeTimes
+	applyingFn func() (string, int32, bool)
+	startup    time.Duration // how long the Kafka cluster took to start
 
 	brokers    []string
 	topic      string
@@ -419,11 +518,22 @@ func (r *run) run() error {
 	}
 	defer os.RemoveAll(dir)
 
-	if len(r.cfg.Brokers) > 0 {
+	switch {
+	case len(r.cfg.Brokers) > 0:
 		if err := r.useCluster(); err != nil {
 			return err
 		}
-	} else {
+	case r.cfg.KafkaNodes > 0:
+		kdir := filepath.Join(dir, "kafka")
+		if r.cfg.LogDir != "" {
+			kdir = filepath.Join(r.cfg.LogDir, "kafka") // the nodes' logs kept
+		}
+		stop, err := r.startKafka(kdir)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	default:
 		stop, err := r.startBroker(dir)
 		if err != nil {
 			return err
@@ -440,13 +550,21 @@ func (r *run) run() error {
 	defer st.Close()
 	r.store = st
 	where := "external cluster"
-	if r.bp != nil {
+	switch {
+	case r.bp != nil:
 		where = fmt.Sprintf("kfake in process %d, synchronous writes to a data dir", r.bp.Pid())
+	case r.kc != nil:
+		where = fmt.Sprintf("%d Apache Kafka %s nodes, replication factor %d, min.insync.replicas=2; producers idempotent with acks=all", r.cfg.KafkaNodes, kafkacluster.Version, replicationFactor)
 	}
 	r.logf("broker %v (%s), topic %s with %d partitions, group %s, protocol %s; %s",
 		r.brokers, where, r.topic, r.cfg.Partitions, group, r.cfg.Protocol, st.Desc())
 	r.logf("seed %d, faults %v, %d workers with %d lane(s) per partition, %d commands/s, session timeout %s, for %s",
 		r.cfg.Seed, r.cfg.Kinds, r.cfg.Workers, r.cfg.KeyConcurrency, r.cfg.Rate, r.cfg.SessionTimeout, r.cfg.Duration)
+	for _, k := range Kinds() {
+		if why, ok := r.res.Excluded[k]; ok {
+			r.logf("fault kind %s not run here: it %s", k, why)
+		}
+	}
 
 	for i := 1; i <= r.cfg.Workers; i++ {
 		w, err := r.startWorker("w" + strconv.Itoa(i))
@@ -496,7 +614,7 @@ func (r *run) run() error {
 
 	// Churn runs on its own, all along: a member joins, stays 1–5 s,
 	// leaves, and the next joins 1–5 s later, with its own seeded source.
-	end := r.start.Add(r.cfg.Duration)
+	end := r.start.Add(r.startup + r.cfg.Duration) // the Kafka cluster's start does not count
 	scheduled := slices.DeleteFunc(slices.Clone(r.cfg.Kinds), func(k Kind) bool { return k == Churn })
 	var churnWG sync.WaitGroup
 	var churnErr error
@@ -623,8 +741,12 @@ func (r *run) check(prod *cluster.Producer) error {
 				ex = append(ex, scan.Copies[pos]+" again at "+pos)
 			}
 		}
-		r.logf("the log holds %d records that repeat an earlier record's command ID (resent commands, or a producer's retry across a broker restart that kfake wrote twice: it does not rebuild its idempotent-producer state from its log), each to be skipped as a duplicate: %s…",
-			n, strings.Join(ex, ", "))
+		why := "resent commands, or a producer's retry across a broker restart that kfake wrote twice: it does not rebuild its idempotent-producer state from its log"
+		if r.bp == nil {
+			why = "resent commands, or a batch the broker wrote twice"
+		}
+		r.logf("the log holds %d records that repeat an earlier record's command ID (%s), each to be skipped as a duplicate: %s…",
+			n, why, strings.Join(ex, ", "))
 	}
 	rep, err := r.store.Check(ctx, cc)
 	if err != nil {
@@ -854,6 +976,14 @@ func (r *run) inject(k Kind) (bool, error) {
 		return r.brokerRestart()
 	case Resend:
 		return r.resend()
+	case LeaderKill:
+		return r.leaderKill()
+	case ControllerKill:
+		return r.controllerKill()
+	case BrokerPause:
+		return r.brokerPause()
+	case CoordinatorRestart:
+		return r.coordinatorRestart()
 	}
 	return false, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 }

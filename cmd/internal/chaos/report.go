@@ -23,6 +23,15 @@ type Result struct {
 	KeyConcurrency int    `json:"key_concurrency"`
 	// Requested are the fault kinds the run was asked to inject.
 	Requested []Kind `json:"requested"`
+	// Excluded are the kinds that do not apply where the run went, and
+	// why (see Excluded).
+	Excluded map[Kind]string `json:"excluded,omitempty"`
+	// KafkaNodes is the number of Apache Kafka nodes the run started (0
+	// on the embedded broker or an external cluster).
+	KafkaNodes int `json:"kafka_nodes,omitempty"`
+	// NodeFaults are the faults of Kafka nodes, in order, those that did
+	// not move what they had to move among them (not counted in Faults).
+	NodeFaults []NodeFault `json:"node_faults,omitempty"`
 	// Faults counts, per kind, the faults that really happened (with
 	// evidence: a stopped process, a held heartbeat, a log line…).
 	Faults map[Kind]int `json:"faults"`
@@ -229,6 +238,8 @@ func (r Result) Table() string {
 	for _, k := range Kinds() {
 		if slices.Contains(r.Requested, k) {
 			fmt.Fprintf(tw, "%s\t%d\n", k, r.Faults[k])
+		} else if why, ok := r.Excluded[k]; ok {
+			fmt.Fprintf(tw, "%s\t- (does not apply here: it %s)\n", k, why)
 		} else {
 			fmt.Fprintf(tw, "%s\t-\n", k)
 		}
@@ -278,6 +289,10 @@ func (r Result) Table() string {
 		}
 		fmt.Fprintf(tw, "broker restarts: workers back\t%d of %d\n", back, of)
 		fmt.Fprintf(tw, "broker restarts: acknowledged records lost\t%d\n", lost)
+	}
+	if len(r.NodeFaults) > 0 {
+		fmt.Fprintf(tw, "Kafka node faults: moved after, p50 / max\t%s\n", nodeSummary(r.NodeFaults, func(f NodeFault) time.Duration { return f.Moved }))
+		fmt.Fprintf(tw, "Kafka node faults: back in sync after, p50 / max\t%s\n", nodeSummary(r.NodeFaults, func(f NodeFault) time.Duration { return f.Back }))
 	}
 	fmt.Fprintf(tw, "worker errors reported (not fenced)\t%d\n", r.WorkerErrors)
 	fmt.Fprintf(tw, "workers that exited by themselves\t%d\n", r.Crashes)
