@@ -40,19 +40,21 @@ type broker struct {
 	sfx   string         // the suffix of the test's topic and group names
 }
 
-// brokers returns the brokers a test runs on, as subtests: kfake always,
-// the real cluster when WORKROUTER_TEST_BROKERS is set; without it the
-// real subtest skips with one line, and fails under CI=true.
+// forBrokers runs fn as subtests on the brokers a test runs on: kfake
+// always, and the real cluster when WORKROUTER_TEST_BROKERS is set. Without
+// it, the real subtest skips with one line; under CI=true it is left out
+// instead, because CI runs this package a second time with the variable
+// set (.ci/run's real-Kafka step), as it does the consumer's suites.
 func forBrokers(t *testing.T, fn func(t *testing.T, b *broker)) {
 	t.Run("kfake", func(t *testing.T) {
 		fn(t, newFake(t))
 	})
+	env := os.Getenv("WORKROUTER_TEST_BROKERS")
+	if env == "" && os.Getenv("CI") == "true" {
+		return
+	}
 	t.Run("kafka", func(t *testing.T) {
-		env := os.Getenv("WORKROUTER_TEST_BROKERS")
 		if env == "" {
-			if os.Getenv("CI") == "true" {
-				t.Fatal("WORKROUTER_TEST_BROKERS is not set; CI=true, so this fails instead of skipping")
-			}
 			t.Skip("skipped: WORKROUTER_TEST_BROKERS is not set (a real Kafka cluster, e.g. .ci/services up)")
 		}
 		fn(t, &broker{name: "kafka", addrs: strings.Split(env, ","), sfx: suffix()})
