@@ -23,6 +23,7 @@ import (
 
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/envelope"
+	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/dlq"
 	"github.com/workrouter/workrouter/sink/postgres"
@@ -728,13 +729,9 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	if err != nil {
 		return err
 	}
-	cn, err := resolveConn(cmd, f.conn, f.brokers)
+	cn, partitioner, err := redriveConn(cmd, f)
 	if err != nil {
 		return err
-	}
-	partitioner, err := envelope.ParsePartitioner(f.partitioner)
-	if err != nil {
-		return fmt.Errorf("--partitioner: %w", err)
 	}
 	ctx, ds, spec, done, err := openDLQ(cmd, f, false)
 	if err != nil {
@@ -759,12 +756,8 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 		return fmt.Errorf("refusing to redrive dead letter %d without --yes (nothing changed, nothing sent)", id)
 	}
 
-	logger, err := quietLogger(cmd)
-	if err != nil {
-		return err
-	}
 	// Connect first: a broker that cannot be reached changes nothing.
-	rt, err := openRouter(ctx, produceFlags{brokers: cn.brokers, topic: d.Scope.Topic, timeout: f.timeout}, cn, partitioner, envelope.CompressionNone, logger)
+	rt, err := openRedriveRouter(ctx, cmd, f, cn, partitioner, d.Scope.Topic)
 	if err != nil {
 		return fmt.Errorf("%w (dead letter %d not changed, nothing sent)", err, id)
 	}
@@ -776,6 +769,30 @@ func runDLQRedrive(cmd *cobra.Command, f dlqFlags, arg string) error {
 	fmt.Fprintf(out, "redrove dead letter %d: %s as a new %s command with ID %s, for group %s only (headers %s: %d, %s: %s); it is redriven\n",
 		id, res.Detail, res.Command.Type, res.Result.ID, d.Scope.Group, envelope.RedriveOfHeader, id, envelope.RedriveForHeader, d.Scope.Group)
 	return out.err
+}
+
+// redriveConn resolves dlq redrive's broker connection and partitioner
+// flags, before any dead letter is read.
+func redriveConn(cmd *cobra.Command, f dlqFlags) (conn, envelope.Partitioner, error) {
+	cn, err := resolveConn(cmd, f.conn, f.brokers)
+	if err != nil {
+		return conn{}, 0, err
+	}
+	partitioner, err := envelope.ParsePartitioner(f.partitioner)
+	if err != nil {
+		return conn{}, 0, fmt.Errorf("--partitioner: %w", err)
+	}
+	return cn, partitioner, nil
+}
+
+// openRedriveRouter opens the router a redrive produces to topic with:
+// uncompressed, as the router's default, so that every client can read it.
+func openRedriveRouter(ctx context.Context, cmd *cobra.Command, f dlqFlags, cn conn, partitioner envelope.Partitioner, topic string) (*router.Router, error) {
+	logger, err := quietLogger(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return openRouter(ctx, produceFlags{brokers: cn.brokers, topic: topic, timeout: f.timeout}, cn, partitioner, envelope.CompressionNone, logger)
 }
 
 // redriveFilterFlags returns the filter flags of dlq redrive given on the
@@ -817,13 +834,9 @@ func runDLQRedriveFiltered(cmd *cobra.Command, f dlqFlags) error {
 	if err := q.Validate(); err != nil {
 		return redriveQueryError(err)
 	}
-	cn, err := resolveConn(cmd, f.conn, f.brokers)
+	cn, partitioner, err := redriveConn(cmd, f)
 	if err != nil {
 		return err
-	}
-	partitioner, err := envelope.ParsePartitioner(f.partitioner)
-	if err != nil {
-		return fmt.Errorf("--partitioner: %w", err)
 	}
 	ctx, ds, _, done, err := openDLQ(cmd, f, false)
 	if err != nil {
@@ -877,12 +890,8 @@ func runDLQRedriveFiltered(cmd *cobra.Command, f dlqFlags) error {
 		}
 		return fmt.Errorf("refusing to redrive %s without --yes%s (nothing changed, nothing sent)", nounCount(len(plan.Plans), "dead letter"), left)
 	}
-	logger, err := quietLogger(cmd)
-	if err != nil {
-		return err
-	}
 	// Connect first: a broker that cannot be reached changes nothing.
-	rt, err := openRouter(ctx, produceFlags{brokers: cn.brokers, topic: topics[0], timeout: f.timeout}, cn, partitioner, envelope.CompressionNone, logger)
+	rt, err := openRedriveRouter(ctx, cmd, f, cn, partitioner, topics[0])
 	if err != nil {
 		return fmt.Errorf("%w (no dead letter changed, nothing sent)", err)
 	}
