@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,6 +177,13 @@ func TestResetResourceUnblocksTheWorker(t *testing.T) {
 		})
 	}
 	status("blocked")
+	// And a readiness probe (the worker's /readyz) names the partition and
+	// the refusal once it has been blocked longer than the probe allows.
+	waitUntil(t, ctx, "readiness naming the blocked partition", func() bool {
+		rd := w.Readiness(time.Millisecond)
+		return !rd.Ready && len(rd.Blocking) == 1 && rd.Blocking[0].Token.Partition == 0 &&
+			rd.Blocking[0].State == consumer.StateBlocked && strings.Contains(rd.String(), "partition 0: blocked for ")
+	})
 
 	// The dry run.
 	plans, err := admin.PlanResources(ctx, store, s, admin.ResourcePlanRequest{Group: rgroup, Topic: rtopic})
@@ -219,6 +227,9 @@ func TestResetResourceUnblocksTheWorker(t *testing.T) {
 		t.Fatalf("%d charges, %d distinct, want %d each", rows, distinct, n+1)
 	}
 	status("running")
+	if rd := w.Readiness(time.Millisecond); !rd.Ready {
+		t.Fatalf("readiness after the partition resumed: %s", rd)
+	}
 
 	// The previous incarnation is refused under the pin.
 	err = call(ctx, fencehttp.Fence{Token: prev, Key: "previous-2"})
