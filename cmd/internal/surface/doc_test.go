@@ -1,0 +1,3 @@
+// Package surface holds the checks of the library's public surface: its
+// error sentinels say which package they come from.
+package surface
