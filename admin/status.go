@@ -219,7 +219,9 @@ func (e *SinkError) Unwrap() error { return e.Err }
 // commits' metadata, then the routing check and the sink's fences with
 // their problems and open dead letters, as req asks. A topic that does not
 // exist fails with ErrTopicMissing, a group that does not exist with an
-// error that says so. It may be called from any goroutine.
+// error matching ErrGroupNotFound, a first request to the brokers that
+// fails with an *UnreachableError, and a failed read of req.Sink or
+// req.DeadLetters with a *SinkError. It may be called from any goroutine.
 func Status(ctx context.Context, cl *kgo.Client, req StatusRequest) (StatusReport, error) {
 	rep, err := describeStatus(ctx, cl, req.Group, req.Topic)
 	if err != nil {

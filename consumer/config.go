@@ -118,7 +118,11 @@ type Config[Tx any] struct {
 	// and token). It needs a sink with dlq.Store; it must exist (New
 	// fails with ErrDeadLetterTopicMissing) and must not be Topic
 	// (ErrDeadLetterLoop). Empty disables the mirror; the sink's rows are
-	// the record either way.
+	// the record either way. A mirrored record has the dead letter's key,
+	// value and headers, plus DLQHeaderOriginalTopic,
+	// DLQHeaderOriginalPartition, DLQHeaderOriginalOffset, DLQHeaderGroup,
+	// DLQHeaderReason, DLQHeaderExceptionClass, DLQHeaderExceptionMessage,
+	// DLQHeaderToken and DLQHeaderID.
 	DeadLetterTopic string
 	// DeadLetterCompression is the codec of the record batches the
 	// DeadLetterTopic mirror produces; default envelope.CompressionNone,
@@ -227,7 +231,7 @@ type Config[Tx any] struct {
 	Logger *slog.Logger
 	// LagInterval is how often the Worker lists the topic's end offsets
 	// (Lag events, workrouter_consumer_lag) and checks that the topic
-	// exists (TopicMissing, at most every MinTopicCheckInterval); default
+	// exists (TopicMissing, never twice within 5 s); default
 	// DefaultLagInterval (10s).
 	LagInterval time.Duration
 
@@ -242,7 +246,7 @@ type Config[Tx any] struct {
 	// default the constant commitPace. Only this package's tests set it.
 	commitPace time.Duration
 	// topicCheckEvery is the least time between two checks of whether
-	// the topic exists; default MinTopicCheckInterval. Only this
+	// the topic exists; default minTopicCheckInterval. Only this
 	// package's tests set it.
 	topicCheckEvery time.Duration
 	// diagnoseTimeout bounds the look at the group that tells a fenced
@@ -361,7 +365,7 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 		out.ReclaimInterval = 10 * time.Second
 	}
 	if out.topicCheckEvery <= 0 {
-		out.topicCheckEvery = MinTopicCheckInterval
+		out.topicCheckEvery = minTopicCheckInterval
 	}
 	if out.commitPace <= 0 {
 		out.commitPace = commitPace

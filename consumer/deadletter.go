@@ -115,7 +115,7 @@ func (w *Worker[Tx]) mirrorOnce(ctx context.Context) error {
 		recs := make([]*kgo.Record, len(dls))
 		ids := make([]int64, len(dls))
 		for i, d := range dls {
-			recs[i] = MirrorRecord(w.cfg.DeadLetterTopic, d)
+			recs[i] = mirrorRecord(w.cfg.DeadLetterTopic, d)
 			ids[i] = d.ID
 		}
 		if err := w.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {

@@ -291,12 +291,12 @@ type Lag struct {
 // (the brokers' metadata answered UNKNOWN_TOPIC_OR_PARTITION). The Worker
 // stays in its group and waits: nothing is consumed until the topic is
 // created. It is reported by the first check, right after New, and again
-// at every later check (every Config.LagInterval, at most every
-// MinTopicCheckInterval) while the topic is missing. Brokers are the seed
+// at every later check (every Config.LagInterval, but never twice within
+// 5 s) while the topic is missing. Brokers are the seed
 // brokers (Config.Brokers), Since is when the first check of this streak
 // found it missing, and Attempts counts the checks that did. The logging
-// observer logs it at WARN, and at ERROR once it has been missing for
-// TopicMissingErrorAfter.
+// observer logs it at WARN, and at ERROR once it has been missing for a
+// minute.
 type TopicMissing struct {
 	Topic    string
 	Brokers  []string

@@ -14,7 +14,7 @@ import (
 func SetCommitPace[Tx any](c *Config[Tx], d time.Duration) { c.commitPace = d }
 
 // SetTopicCheckInterval sets the least time between two checks of whether
-// the topic of a Worker made from c exists (MinTopicCheckInterval by
+// the topic of a Worker made from c exists (minTopicCheckInterval by
 // default), so that a test of a missing topic need not wait it out. It
 // exists in this package's tests only.
 func SetTopicCheckInterval[Tx any](c *Config[Tx], d time.Duration) { c.topicCheckEvery = d }
@@ -91,3 +91,8 @@ func TenureSignalsOf[Tx any](w *Worker[Tx], p int32) (TenureSignals, bool) {
 	}
 	return s, true
 }
+
+// TopicMissingErrorAfter is how long a topic may be missing before the
+// logging observer reports it at ERROR. It exists in this package's tests
+// only.
+const TopicMissingErrorAfter = topicMissingErrorAfter

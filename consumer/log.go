@@ -19,8 +19,8 @@ import (
 // group, and skipped duplicates (one line per batch that had any; each
 // duplicate's offset and ID at DEBUG) at INFO; stalls, dead letters,
 // misrouted records, fetch errors and a missing topic at WARN (a stall at ERROR once it lasts
-// a minute, a missing topic once it has been missing for
-// TopicMissingErrorAfter; its reappearance at INFO); fenced claims and
+// a minute, a missing topic once it has been missing for a minute; its
+// reappearance at INFO); fenced claims and
 // applies, changed logs, blocked partitions, a recreated topic and a
 // Worker that stopped by itself at ERROR; applied batches, commits, lag
 // and fetch pauses at DEBUG. What repeats is rate-limited, never dropped silently: a stall,
@@ -233,11 +233,11 @@ func (o *logObserver) Observe(e Event) {
 }
 
 // logTopicMissing logs a TopicMissing event: at WARN at first, at ERROR
-// once the topic has been missing for TopicMissingErrorAfter.
+// once the topic has been missing for topicMissingErrorAfter.
 func logTopicMissing(l *slog.Logger, e TopicMissing) {
 	level := slog.LevelWarn
 	missing := time.Since(e.Since)
-	if missing >= TopicMissingErrorAfter {
+	if missing >= topicMissingErrorAfter {
 		level = slog.LevelError
 	}
 	l.Log(context.Background(), level, "topic does not exist; the worker waits for it and consumes nothing",

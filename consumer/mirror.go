@@ -22,10 +22,10 @@ const (
 	DLQHeaderID                = "workrouter-dlt-id"
 )
 
-// MirrorRecord returns the record that mirrors dead letter d to the DLQ
+// mirrorRecord returns the record that mirrors dead letter d to the DLQ
 // topic: the original key, value and headers, plus the DLQHeader* headers.
 // It may be called from any goroutine.
-func MirrorRecord(topic string, d dlq.Letter) *kgo.Record {
+func mirrorRecord(topic string, d dlq.Letter) *kgo.Record {
 	r := &kgo.Record{Topic: topic, Key: d.Record.Key, Value: d.Record.Value, Timestamp: d.Record.Timestamp}
 	for _, h := range d.Record.Headers {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})

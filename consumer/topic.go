@@ -13,18 +13,18 @@ import (
 	"github.com/workrouter/workrouter/internal/topicid"
 )
 
-// TopicMissingErrorAfter is how long a Worker's topic may be missing before
+// topicMissingErrorAfter is how long a Worker's topic may be missing before
 // the logging observer (NewLogObserver) reports it at ERROR instead of WARN.
 // A topic that does not exist right after a deployment is usually one
 // that is still being created; one that is still missing a minute later is
 // a mistake (a typo in the topic name, the wrong brokers, a topic that was
 // never created) that nothing will fix by itself.
-const TopicMissingErrorAfter = time.Minute
+const topicMissingErrorAfter = time.Minute
 
-// MinTopicCheckInterval is the shortest time between two checks of whether
+// minTopicCheckInterval is the shortest time between two checks of whether
 // the Worker's topic exists, whatever Config.LagInterval is: it bounds how
 // often TopicMissing is reported (and logged).
-const MinTopicCheckInterval = 5 * time.Second
+const minTopicCheckInterval = 5 * time.Second
 
 // topicWatch remembers what the Worker's last checks of its topic found.
 // Only the lag loop's goroutine uses it.
@@ -38,7 +38,7 @@ type topicWatch struct {
 	id string
 }
 
-// watchTopic checks, at most every MinTopicCheckInterval, whether the
+// watchTopic checks, at most every minTopicCheckInterval, whether the
 // Worker's topic exists, from the brokers' metadata. While it does not, it
 // reports TopicMissing at every check; once it exists again it reports
 // TopicFound. A check that cannot reach the brokers says nothing about the
@@ -50,7 +50,7 @@ func (w *Worker[Tx]) watchTopic(tw *topicWatch) {
 	if !tw.last.IsZero() && now.Sub(tw.last) < w.cfg.topicCheckEvery {
 		return
 	}
-	ctx, cancel := context.WithTimeout(w.ctx, max(w.cfg.LagInterval, MinTopicCheckInterval))
+	ctx, cancel := context.WithTimeout(w.ctx, max(w.cfg.LagInterval, minTopicCheckInterval))
 	id, err := topicid.Read(ctx, w.cl, w.cfg.Topic)
 	cancel()
 	missing := errors.Is(err, kerr.UnknownTopicOrPartition)

@@ -74,7 +74,7 @@ func TestTopicMissingIsReported(t *testing.T) {
 		Logger:      logger,
 		Observers:   []consumer.Observer{record},
 	}
-	consumer.SetTopicCheckInterval(&cfg, 300*time.Millisecond) // not MinTopicCheckInterval's 5 s between the checks it waits for
+	consumer.SetTopicCheckInterval(&cfg, 300*time.Millisecond) // not the 5 s by default between the checks it waits for
 	w, err := consumer.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -125,8 +125,8 @@ func TestTopicMissingIsReported(t *testing.T) {
 }
 
 // TestTopicMissingLogLevel: the logging observer warns about a missing
-// topic, and logs at ERROR once it has been missing for
-// TopicMissingErrorAfter.
+// topic, and logs at ERROR once it has been missing for a minute
+// (TopicMissingErrorAfter, export_test.go).
 func TestTopicMissingLogLevel(t *testing.T) {
 	for _, tc := range []struct {
 		missingFor time.Duration

@@ -186,14 +186,10 @@ func checkUpstream(tok epochs.Token) error {
 	return nil
 }
 
-// AppendUpstream appends to dst the record header that carries tok as a
-// command's Upstream ([epochs.HeaderKey], the token's binary encoding),
-// if tok is not zero; it returns dst unchanged for the zero token. It
-// validates nothing (see [Command.Validate]): a token with an oversized
-// field is left out. It is for producers that build their records
-// themselves, as package router does, after [AppendHeaders]. Safe to call
-// from any goroutine.
-func AppendUpstream(dst []kgo.RecordHeader, tok epochs.Token) []kgo.RecordHeader {
+// appendUpstream appends to dst the record header that carries tok as a
+// command's Upstream, if tok is not zero (internal/cmdheaders.AppendUpstream
+// is the router's copy, which TestAgreesWithEncode holds to it).
+func appendUpstream(dst []kgo.RecordHeader, tok epochs.Token) []kgo.RecordHeader {
 	if tok.IsZero() {
 		return dst
 	}
@@ -256,18 +252,16 @@ func Encode(topic string, partition int32, cmd Command) (*kgo.Record, error) {
 		Partition: partition,
 		Key:       cmd.Key,
 		Value:     cmd.Payload,
-		Headers:   AppendUpstream(AppendHeaders(make([]kgo.RecordHeader, 0, len(cmd.Headers)+3), []byte(cmd.Type), id, cmd.Headers), cmd.Upstream),
+		Headers:   appendUpstream(appendHeaders(make([]kgo.RecordHeader, 0, len(cmd.Headers)+3), []byte(cmd.Type), id, cmd.Headers), cmd.Upstream),
 	}, nil
 }
 
-// AppendHeaders appends to dst the record headers that carry a command of
-// type typ and ID id with the user headers user, in the order [Encode]
-// writes them: the [TypeHeader] first, then the [IDHeader] if id is not
-// empty, then the user headers in order. It validates nothing (see
-// [Command.Validate]) and copies neither typ, id nor the header values. It
-// is for producers that build their records themselves to save
-// allocations, as package router does. Safe to call from any goroutine.
-func AppendHeaders(dst []kgo.RecordHeader, typ, id []byte, user []Header) []kgo.RecordHeader {
+// appendHeaders appends to dst the record headers that carry a command of
+// type typ and ID id with the user headers user: the [TypeHeader] first,
+// then the [IDHeader] if id is not empty, then the user headers in order
+// (internal/cmdheaders.Append is the router's copy, which
+// TestAgreesWithEncode holds to it).
+func appendHeaders(dst []kgo.RecordHeader, typ, id []byte, user []Header) []kgo.RecordHeader {
 	dst = append(dst, kgo.RecordHeader{Key: TypeHeader, Value: typ})
 	if len(id) > 0 {
 		dst = append(dst, kgo.RecordHeader{Key: IDHeader, Value: id})
@@ -303,9 +297,9 @@ func Decode(r *kgo.Record) (Command, error) {
 // Decoder decodes records as [Decode] does, and reuses the Type string of
 // the command types it has seen: [Decode] allocates a string for every
 // record's Type, while a consumer sees the same few types again and again.
-// It remembers up to [DecoderTypes] types; a record of any other type is
-// decoded as Decode decodes it. It copies command IDs into chunks of
-// [DecoderIDChunk] bytes that it fills one after another and never
+// It remembers up to 16 types; a record of any other type is decoded as
+// Decode decodes it. It copies command IDs into chunks of 4096 bytes
+// that it fills one after another and never
 // writes again, instead of allocating a string for each: a consumer's
 // stream of IDs costs one allocation per chunk, and the garbage collector
 // one object per chunk for the IDs a sink keeps (a retained ID keeps its
@@ -316,11 +310,11 @@ type Decoder struct {
 	ids   []byte // the current chunk of IDs: bytes below len are never written again
 }
 
-// DecoderTypes is how many distinct command types a [Decoder] remembers.
-const DecoderTypes = 16
+// decoderTypes is how many distinct command types a [Decoder] remembers.
+const decoderTypes = 16
 
-// DecoderIDChunk is the size of a [Decoder]'s chunks of command IDs.
-const DecoderIDChunk = 4096
+// decoderIDChunk is the size of a [Decoder]'s chunks of command IDs.
+const decoderIDChunk = 4096
 
 // Decode returns the command carried by r, with the same errors as the
 // package's [Decode].
@@ -347,7 +341,7 @@ func (d *Decoder) typeOf(b []byte) string {
 		}
 	}
 	t := string(b)
-	if len(d.types) < DecoderTypes && t != "" {
+	if len(d.types) < decoderTypes && t != "" {
 		d.types = append(d.types, t)
 	}
 	return t
@@ -361,7 +355,7 @@ func (d *Decoder) idOf(b []byte) string {
 		return string(b)
 	}
 	if cap(d.ids)-len(d.ids) < len(b) {
-		d.ids = make([]byte, 0, DecoderIDChunk)
+		d.ids = make([]byte, 0, decoderIDChunk)
 	}
 	start := len(d.ids)
 	d.ids = append(d.ids, b...)

@@ -24,9 +24,6 @@ const (
 	CompressionZstd   Compression = "zstd"
 )
 
-// Compressions lists the codecs, CompressionNone first.
-var Compressions = []Compression{CompressionNone, CompressionGzip, CompressionSnappy, CompressionLZ4, CompressionZstd}
-
 // ParseCompression reads a codec's name: none, gzip, snappy, lz4 or zstd
 // ("" is none). It may be called from any goroutine.
 func ParseCompression(s string) (Compression, error) {

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/envelope"
+	"github.com/workrouter/workrouter/internal/cmdheaders"
 )
 
 // FuzzDecode feeds the decoder records as they travel: wire is one record
@@ -116,7 +117,7 @@ func FuzzDecode(f *testing.F) {
 		if want.ID != "" {
 			idb = []byte(want.ID)
 		}
-		headers := envelope.AppendUpstream(envelope.AppendHeaders(nil, []byte(send.Type), idb, send.Headers), send.Upstream)
+		headers := cmdheaders.AppendUpstream(cmdheaders.Append(nil, []byte(send.Type), idb, send.Headers), send.Upstream)
 		if want.RedriveFor != "" {
 			headers = append(headers, kgo.RecordHeader{Key: envelope.RedriveForHeader, Value: []byte(want.RedriveFor)})
 		}

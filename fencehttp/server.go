@@ -77,9 +77,10 @@ type Config struct {
 	// result (Debug); nil logs nothing.
 	Logger *slog.Logger
 	// Registerer, if set, receives the Guard's metric,
-	// workrouter_fencehttp_requests_total{outcome}: applied, aborted
-	// (the handler answered 5xx), replayed, fenced, invalid (400, 428) and
-	// unavailable (the store failed).
+	// workrouter_fencehttp_requests_total{outcome}: OutcomeApplied,
+	// OutcomeAborted (the handler answered 5xx), OutcomeReplayed,
+	// OutcomeFenced, OutcomeInvalid (400, 428) and OutcomeUnavailable (the
+	// store failed).
 	Registerer prometheus.Registerer
 }
 
@@ -92,7 +93,8 @@ type Guard struct {
 	outcomes *prometheus.CounterVec
 }
 
-// The outcomes a Guard counts.
+// The outcomes a Guard counts: the values of the outcome label of its
+// metric (Config.Registerer).
 const (
 	OutcomeApplied     = "applied"
 	OutcomeAborted     = "aborted"

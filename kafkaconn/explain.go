@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,21 +23,21 @@ var (
 	// ErrAuthFailed: the broker refused the SASL credentials (a wrong
 	// username or password, a user without credentials for the
 	// mechanism, or a refused token).
-	ErrAuthFailed = errors.New("SASL authentication failed")
+	ErrAuthFailed = errors.New("kafkaconn: SASL authentication failed")
 	// ErrMechanismUnsupported: the broker does not offer the SASL
 	// mechanism asked for.
-	ErrMechanismUnsupported = errors.New("SASL mechanism not enabled on the broker")
+	ErrMechanismUnsupported = errors.New("kafkaconn: SASL mechanism not enabled on the broker")
 	// ErrSASLRequired: the broker closed the connection at the first
 	// request of a client without SASL: it requires authentication.
-	ErrSASLRequired = errors.New("the broker requires SASL authentication")
+	ErrSASLRequired = errors.New("kafkaconn: the broker requires SASL authentication")
 	// ErrUntrustedCertificate: the broker's TLS certificate is not signed
 	// by a CA the client trusts, or is not valid for the name dialed.
-	ErrUntrustedCertificate = errors.New("the broker's TLS certificate is not trusted")
+	ErrUntrustedCertificate = errors.New("kafkaconn: the broker's TLS certificate is not trusted")
 	// ErrTLSRequired: a plaintext client reached a listener that expects
 	// TLS.
-	ErrTLSRequired = errors.New("the broker expects TLS")
+	ErrTLSRequired = errors.New("kafkaconn: the broker expects TLS")
 	// ErrNotTLS: a TLS client reached a listener that does not speak TLS.
-	ErrNotTLS = errors.New("the broker does not speak TLS on this port")
+	ErrNotTLS = errors.New("kafkaconn: the broker does not speak TLS on this port")
 )
 
 // Error is a connection failure with its likely cause named: Cause is one
@@ -50,9 +51,11 @@ type Error struct {
 	Err   error
 }
 
-// Error returns "CAUSE: HINT (ERR)".
+// Error returns "CAUSE: HINT (ERR)", the cause without the "kafkaconn: "
+// of its sentinel's message, so that the line reads the same in a
+// program's log and in a command's output.
 func (e *Error) Error() string {
-	msg := e.Cause.Error()
+	msg := strings.TrimPrefix(e.Cause.Error(), "kafkaconn: ")
 	if e.Hint != "" {
 		msg += ": " + e.Hint
 	}

@@ -85,8 +85,9 @@ const Mechanisms = "plain, scram-sha-256, scram-sha-512, oauthbearer or aws-msk-
 // ParseMechanism returns the mechanism named s, in any case, with dashes
 // or underscores: "plain", "scram-sha-256", "SCRAM-SHA-512",
 // "oauthbearer", "aws-msk-iam" or "AWS_MSK_IAM". The empty string (or
-// "none") is NoSASL. Others fail with an error matching ErrConfig. Safe
-// to call from any goroutine.
+// "none") is NoSASL. Others fail with an error matching ErrConfig.
+// [Mechanisms] names them for a flag's help. Safe to call from any
+// goroutine.
 func ParseMechanism(s string) (Mechanism, error) {
 	n := strings.ToUpper(strings.TrimSpace(s))
 	switch strings.ReplaceAll(n, "_", "-") {

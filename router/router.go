@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/workrouter/workrouter/envelope"
+	"github.com/workrouter/workrouter/internal/cmdheaders"
 )
 
 // Router produces keyed [Command]s to one topic, placing each on the
@@ -400,7 +400,7 @@ func (r *Router) pending(cmd Command) (*pending, error) {
 		Partition: r.cfg.Partitioner.Partition(cmd.Key, st.count),
 		Key:       cmd.Key,
 		Value:     cmd.Payload,
-		Headers:   envelope.AppendUpstream(envelope.AppendHeaders(headers, typ, id, cmd.Headers), cmd.Upstream),
+		Headers:   cmdheaders.AppendUpstream(cmdheaders.Append(headers, typ, id, cmd.Headers), cmd.Upstream),
 	}
 	if n := recordBound(&p.rec); n > r.maxBatch {
 		return nil, fmt.Errorf("%w: command of %d bytes (key, payload and headers) to %q: the producer's record batches hold at most %d bytes: %w",

@@ -14,7 +14,7 @@ type Unwrapper[Tx any] interface {
 // maxUnwrap bounds the chain As follows, in case of a cycle.
 const maxUnwrap = 100
 
-// As reports whether s, or a sink it wraps (following Unwrap), implements
+// As reports whether s, or a sink it wraps (following [Unwrapper]'s Unwrap), implements
 // the optional capability C, and returns the first one that does. Use it
 // instead of a type assertion, so that a capability survives wrapping:
 //

@@ -124,8 +124,9 @@ func (c Checkpoint) Clone() Checkpoint {
 
 // Valid reports whether c keeps the invariants of Checkpoint.Done
 // (ascending, disjoint, not touching, above the watermark): a backend
-// checks what it reads from storage with it. It may be called from any
-// goroutine.
+// checks what it reads from storage with it, and fails a checkpoint that
+// breaks them with an error matching [ErrBadCheckpoint]. It may be called
+// from any goroutine.
 func (c Checkpoint) Valid() error {
 	prev := c.NextOffset
 	for i, s := range c.Done {

@@ -10,7 +10,6 @@ import (
 	"github.com/workrouter/workrouter/fencehttp"
 	"github.com/workrouter/workrouter/fencehttp/memstore"
 	"github.com/workrouter/workrouter/fencehttp/redisstore"
-	"github.com/workrouter/workrouter/fencehttp/storetest"
 )
 
 // BenchmarkGuard: one fenced request after another over loopback HTTP,
@@ -39,7 +38,7 @@ func BenchmarkGuard(b *testing.B) {
 			})))
 			defer srv.Close()
 			client := &http.Client{Transport: &fencehttp.Transport{Base: srv.Client().Transport}}
-			tok := storetest.Tok(0, 1, "a")
+			tok := tok(0, 1, "a")
 			i := 0
 			for b.Loop() {
 				i++

@@ -140,7 +140,7 @@ func TestLeaseExpiredCommitFenced(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	old, cur := storetest.Tok(0, 1, "a"), storetest.Tok(0, 2, "b")
+	old, cur := tok(0, 1, "a"), tok(0, 2, "b")
 	slow := make(chan answer, 1)
 	go func() { slow <- call(old, "slow") }()
 	<-started
@@ -187,7 +187,7 @@ func TestInvalidCommandWritesNothing(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	tok := storetest.Tok(0, 1, "a")
+	tok := tok(0, 1, "a")
 	a := call(tok, "k")
 	if n, err := rdb.Exists(context.Background(), s.Key("acct")).Result(); err != nil || n != 0 {
 		t.Fatalf("acct exists=%d err=%v after a refused unit (answered %d), want absent", n, err, a.status)
@@ -237,7 +237,7 @@ func TestReadChangedWritesNothing(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	tok := storetest.Tok(0, 1, "a")
+	tok := tok(0, 1, "a")
 	if a := call(tok, "k"); a.status != http.StatusServiceUnavailable || !strings.Contains(a.body, "read changed") {
 		t.Fatalf("changed read: %d %q, want 503 naming the conflict", a.status, a.body)
 	}
@@ -279,7 +279,7 @@ func TestLeaseLostKeyWrittenOnce(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		w.Write([]byte("run " + strconv.Itoa(runs)))
 	})
-	tok := storetest.Tok(0, 1, "a")
+	tok := tok(0, 1, "a")
 	first := make(chan answer, 1)
 	go func() { first <- call(tok, "k") }()
 	<-started
@@ -315,8 +315,8 @@ func TestCommitAcrossResetRefused(t *testing.T) {
 		tok, to   epochs.Token
 		wantFloor int32
 	}{
-		{"previous incarnation", storetest.Tok(0, 9, "old"), storetest.Tok(0, 2, "new"), 9},
-		{"the reset's own token", storetest.Tok(1, 5, "h"), storetest.Tok(1, 5, "h"), 5},
+		{"previous incarnation", tok(0, 9, "old"), tok(0, 2, "new"), 9},
+		{"the reset's own token", tok(1, 5, "h"), tok(1, 5, "h"), 5},
 	} {
 		u, rec, err := s.Begin(ctx, c.tok, "open-"+c.name)
 		if err != nil || rec != nil || u != nil && u.Context(ctx) == nil {
@@ -340,4 +340,9 @@ func TestCommitAcrossResetRefused(t *testing.T) {
 			t.Fatalf("%s: the refused unit's write is in the resource: %q %v", c.name, v, err)
 		}
 	}
+}
+
+// tok returns a token of partition part at epoch, held by member.
+func tok(part, epoch int32, member string) epochs.Token {
+	return epochs.Token{Group: "payments", Topic: "charges", Partition: part, Epoch: epoch, Member: member}
 }

@@ -113,6 +113,7 @@ type queries struct {
 var prefixRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,40}$`)
 
 // New returns a Store on cfg.DB, creating its tables if they do not exist.
+// An invalid cfg fails with an error matching [ErrConfig].
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.DB == nil {
 		return nil, fmt.Errorf("%w: DB is required", ErrConfig)

@@ -12,6 +12,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
+	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/fencehttp"
 	"github.com/workrouter/workrouter/fencehttp/sqlstore"
 	"github.com/workrouter/workrouter/fencehttp/storetest"
@@ -132,16 +133,16 @@ func TestNewAddsTheFloorToAnOldTable(t *testing.T) {
 	if err := db.QueryRowContext(ctx, `SELECT pin_floor FROM fencehttp_tokens`).Scan(&floor); err != nil || floor != -1 {
 		t.Fatalf("the old row's pin_floor: %d, %v; want -1", floor, err)
 	}
-	old := storetest.Tok(0, 9, "old")
+	old := tok(0, 9, "old")
 	st, err := s.State(ctx, old.Scope())
 	if err != nil || st != (fencehttp.ScopeState{Scope: old.Scope(), Token: old, Floor: fencehttp.NoFloor}) {
 		t.Fatalf("state of the old row: %+v, %v", st, err)
 	}
 	var fe *fencehttp.FencedError
-	if _, _, err := s.Begin(ctx, storetest.Tok(0, 2, "new"), "k"); !errors.As(err, &fe) || fe.Pinned {
+	if _, _, err := s.Begin(ctx, tok(0, 2, "new"), "k"); !errors.As(err, &fe) || fe.Pinned {
 		t.Fatalf("an older token against the migrated row: %v, want an unpinned refusal", err)
 	}
-	if _, err := s.ResetScope(ctx, fencehttp.ResetRequest{Scope: old.Scope(), Expect: st, To: storetest.Tok(0, 2, "new"), Floor: 9, Reason: "r"}); err != nil {
+	if _, err := s.ResetScope(ctx, fencehttp.ResetRequest{Scope: old.Scope(), Expect: st, To: tok(0, 2, "new"), Floor: 9, Reason: "r"}); err != nil {
 		t.Fatalf("reset of the migrated row: %v", err)
 	}
 	// And New again (every start of the service) changes nothing more.
@@ -196,11 +197,11 @@ func TestNewAddsTheFloorToAnOldTablePostgreSQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := storetest.Tok(0, 9, "old")
+	old := tok(0, 9, "old")
 	if st, err := s.State(ctx, old.Scope()); err != nil || st != (fencehttp.ScopeState{Scope: old.Scope(), Token: old, Floor: fencehttp.NoFloor}) {
 		t.Fatalf("state of the old row: %+v, %v", st, err)
 	}
-	if _, _, err := s.Begin(ctx, storetest.Tok(0, 2, "new"), "k"); !errors.Is(err, fencehttp.ErrFenced) {
+	if _, _, err := s.Begin(ctx, tok(0, 2, "new"), "k"); !errors.Is(err, fencehttp.ErrFenced) {
 		t.Fatalf("an older token against the migrated row: %v, want refused", err)
 	}
 }
@@ -214,4 +215,9 @@ func dropTables(t *testing.T, db *sql.DB, prefix string, suffixes ...string) {
 			t.Errorf("dropping %s%s: %v", prefix, sfx, err)
 		}
 	}
+}
+
+// tok returns a token of partition part at epoch, held by member.
+func tok(part, epoch int32, member string) epochs.Token {
+	return epochs.Token{Group: "payments", Topic: "charges", Partition: part, Epoch: epoch, Member: member}
 }

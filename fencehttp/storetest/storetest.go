@@ -65,8 +65,8 @@ func Run(t *testing.T, open Open) {
 	t.Run("ResetAudited", func(t *testing.T) { testResetAudited(t, newWorld(t, open)) })
 }
 
-// Tok returns the suite's token of partition part at epoch, held by member.
-func Tok(part, epoch int32, member string) epochs.Token {
+// tok returns the suite's token of partition part at epoch, held by member.
+func tok(part, epoch int32, member string) epochs.Token {
 	return epochs.Token{Group: "payments", Topic: "charges", Partition: part, Epoch: epoch, Member: member}
 }
 
@@ -170,10 +170,10 @@ func (w *world) written(t testing.TB, key string) int {
 }
 
 func testNewerAccepted(t *testing.T, w *world) {
-	mustApply(t, w.call(t, Tok(0, 1, "a"), "k1"), "first token of the scope")
-	mustApply(t, w.call(t, Tok(0, 1, "a"), "k2"), "same tenure again")
-	mustApply(t, w.call(t, Tok(0, 2, "b"), "k3"), "newer epoch, other member")
-	mustApply(t, w.call(t, Tok(0, 7, "b"), "k4"), "newer epoch, same member")
+	mustApply(t, w.call(t, tok(0, 1, "a"), "k1"), "first token of the scope")
+	mustApply(t, w.call(t, tok(0, 1, "a"), "k2"), "same tenure again")
+	mustApply(t, w.call(t, tok(0, 2, "b"), "k3"), "newer epoch, other member")
+	mustApply(t, w.call(t, tok(0, 7, "b"), "k4"), "newer epoch, same member")
 	for _, k := range []string{"k1", "k2", "k3", "k4"} {
 		if n := w.written(t, k); n != 1 {
 			t.Fatalf("key %s written %d times, want 1", k, n)
@@ -182,48 +182,48 @@ func testNewerAccepted(t *testing.T, w *world) {
 }
 
 func testOlderRefused(t *testing.T, w *world) {
-	mustApply(t, w.call(t, Tok(0, 5, "b"), "k1"), "epoch 5")
-	mustFence(t, w.call(t, Tok(0, 4, "a"), "k2"), Tok(0, 5, "b"), Tok(0, 4, "a"), "epoch 4 after 5")
-	mustFence(t, w.call(t, Tok(0, 4, "b"), "k3"), Tok(0, 5, "b"), Tok(0, 4, "b"), "epoch 4 of the same member")
+	mustApply(t, w.call(t, tok(0, 5, "b"), "k1"), "epoch 5")
+	mustFence(t, w.call(t, tok(0, 4, "a"), "k2"), tok(0, 5, "b"), tok(0, 4, "a"), "epoch 4 after 5")
+	mustFence(t, w.call(t, tok(0, 4, "b"), "k3"), tok(0, 5, "b"), tok(0, 4, "b"), "epoch 4 of the same member")
 	if n := w.written(t, "k2") + w.written(t, "k3"); n != 0 || w.runs.Load() != 1 {
 		t.Fatalf("refused requests wrote %d times, handler ran %d times (want 0 and 1)", n, w.runs.Load())
 	}
 	// The refusal changed nothing: the holder is still served.
-	mustApply(t, w.call(t, Tok(0, 5, "b"), "k4"), "the stored tenure after the refusals")
+	mustApply(t, w.call(t, tok(0, 5, "b"), "k4"), "the stored tenure after the refusals")
 }
 
 func testSameEpochOtherMember(t *testing.T, w *world) {
-	mustApply(t, w.call(t, Tok(0, 3, "a"), "k1"), "a at epoch 3")
-	mustFence(t, w.call(t, Tok(0, 3, "b"), "k2"), Tok(0, 3, "a"), Tok(0, 3, "b"), "b at epoch 3")
-	mustApply(t, w.call(t, Tok(0, 3, "a"), "k3"), "a again")
+	mustApply(t, w.call(t, tok(0, 3, "a"), "k1"), "a at epoch 3")
+	mustFence(t, w.call(t, tok(0, 3, "b"), "k2"), tok(0, 3, "a"), tok(0, 3, "b"), "b at epoch 3")
+	mustApply(t, w.call(t, tok(0, 3, "a"), "k3"), "a again")
 	if w.written(t, "k2") != 0 {
 		t.Fatal("the refused member's write landed")
 	}
 }
 
 func testDuplicate(t *testing.T, w *world) {
-	first := w.call(t, Tok(0, 1, "a"), "order-1")
+	first := w.call(t, tok(0, 1, "a"), "order-1")
 	mustApply(t, first, "first request")
-	again := w.call(t, Tok(0, 1, "a"), "order-1")
+	again := w.call(t, tok(0, 1, "a"), "order-1")
 	if again.status != first.status || again.body != first.body || !again.replayed || again.err != nil {
 		t.Fatalf("duplicate: got %d %q replayed=%v err=%v, want the first result %d %q replayed", again.status, again.body, again.replayed, again.err, first.status, first.body)
 	}
 	// The next tenure retrying the same command gets the first result too,
 	// and its token is stored.
-	next := w.call(t, Tok(0, 2, "b"), "order-1")
+	next := w.call(t, tok(0, 2, "b"), "order-1")
 	if next.body != first.body || !next.replayed {
 		t.Fatalf("duplicate from the next tenure: got %d %q replayed=%v, want the first result replayed", next.status, next.body, next.replayed)
 	}
-	mustFence(t, w.call(t, Tok(0, 1, "a"), "order-1"), Tok(0, 2, "b"), Tok(0, 1, "a"), "the old tenure after the replay")
+	mustFence(t, w.call(t, tok(0, 1, "a"), "order-1"), tok(0, 2, "b"), tok(0, 1, "a"), "the old tenure after the replay")
 	if n, runs := w.written(t, "order-1"), w.runs.Load(); n != 1 || runs != 1 {
 		t.Fatalf("order-1 written %d times, handler ran %d times; want 1 and 1", n, runs)
 	}
 }
 
 func testAbort(t *testing.T, w *world) {
-	mustApply(t, w.call(t, Tok(0, 2, "a"), "k0"), "epoch 2")
+	mustApply(t, w.call(t, tok(0, 2, "a"), "k0"), "epoch 2")
 	w.fail.Store("k1", true)
-	a := w.call(t, Tok(0, 3, "b"), "k1")
+	a := w.call(t, tok(0, 3, "b"), "k1")
 	if a.status != http.StatusInternalServerError || a.replayed {
 		t.Fatalf("failing handler: got %d replayed=%v, want its 500", a.status, a.replayed)
 	}
@@ -233,11 +233,11 @@ func testAbort(t *testing.T, w *world) {
 		}
 	}
 	// The token's advance is kept: epoch 2 is now stale.
-	mustFence(t, w.call(t, Tok(0, 2, "a"), "k2"), Tok(0, 3, "b"), Tok(0, 2, "a"), "epoch 2 after epoch 3's failed request")
+	mustFence(t, w.call(t, tok(0, 2, "a"), "k2"), tok(0, 3, "b"), tok(0, 2, "a"), "epoch 2 after epoch 3's failed request")
 	// The key was released: a retry runs the handler again.
 	w.fail.Delete("k1")
 	before := w.runs.Load()
-	mustApply(t, w.call(t, Tok(0, 3, "b"), "k1"), "retry after the 500")
+	mustApply(t, w.call(t, tok(0, 3, "b"), "k1"), "retry after the 500")
 	if w.runs.Load() != before+1 {
 		t.Fatal("the retry after a 500 did not run the handler")
 	}
@@ -249,9 +249,9 @@ func testAbort(t *testing.T, w *world) {
 }
 
 func testIndependent(t *testing.T, w *world) {
-	mustApply(t, w.call(t, Tok(0, 9, "a"), "k1"), "partition 0 at epoch 9")
-	mustApply(t, w.call(t, Tok(1, 1, "b"), "k2"), "partition 1 at epoch 1")
-	other := Tok(0, 1, "c")
+	mustApply(t, w.call(t, tok(0, 9, "a"), "k1"), "partition 0 at epoch 9")
+	mustApply(t, w.call(t, tok(1, 1, "b"), "k2"), "partition 1 at epoch 1")
+	other := tok(0, 1, "c")
 	other.Group = "audit"
 	mustApply(t, w.call(t, other, "k1"), "another group, same partition, same key")
 	if n := w.written(t, "k1"); n != 2 {
@@ -299,7 +299,7 @@ func testConcurrentTenures(t *testing.T, w *world) {
 	const perMember = 12
 	for round := range 3 {
 		part := int32(10 + round)
-		a, b := Tok(part, 4, "a"), Tok(part, 4, "b")
+		a, b := tok(part, 4, "a"), tok(part, 4, "b")
 		answers := make(map[string][]answer)
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -352,7 +352,7 @@ func testConcurrentSameKey(t *testing.T, w *world) {
 	const rounds, perTok = 8, 4
 	for round := range rounds {
 		key := fmt.Sprintf("same-%d", round)
-		old, cur := Tok(20, int32(2*round+1), "old"), Tok(20, int32(2*round+2), "new")
+		old, cur := tok(20, int32(2*round+1), "old"), tok(20, int32(2*round+2), "new")
 		var mu sync.Mutex
 		var bodies []string
 		var wg sync.WaitGroup
@@ -401,7 +401,7 @@ func (w *world) resetter(t *testing.T) fencehttp.ScopeResetter {
 
 func (w *world) state(t testing.TB, rs fencehttp.ScopeResetter, part int32) fencehttp.ScopeState {
 	t.Helper()
-	st, err := rs.State(context.Background(), Tok(part, 0, "x").Scope())
+	st, err := rs.State(context.Background(), tok(part, 0, "x").Scope())
 	if err != nil {
 		t.Fatalf("State of partition %d: %v", part, err)
 	}
@@ -426,7 +426,7 @@ func mustPinned(t testing.TB, a answer, stored, presented epochs.Token, floor in
 // floor is stored, which lifts the pin.
 func testResetPins(t *testing.T, w *world) {
 	rs := w.resetter(t)
-	old, holder := Tok(0, 9, "old"), Tok(0, 2, "new")
+	old, holder := tok(0, 9, "old"), tok(0, 2, "new")
 	mustApply(t, w.call(t, old, "k-old"), "the previous incarnation at epoch 9")
 	mustFence(t, w.call(t, holder, "k1"), old, holder, "the new incarnation's holder at epoch 2, before the reset")
 	st := w.state(t, rs, 0)
@@ -445,17 +445,17 @@ func testResetPins(t *testing.T, w *world) {
 	}
 	mustApply(t, w.call(t, holder, "k1"), "the holder after the reset")
 	mustPinned(t, w.call(t, old, "k2"), holder, old, 9, "the previous incarnation's token after the reset")
-	other := Tok(0, 5, "other")
+	other := tok(0, 5, "other")
 	mustPinned(t, w.call(t, other, "k3"), holder, other, 9, "another member at an epoch below the floor")
-	mustPinned(t, w.call(t, Tok(0, 9, "new"), "k3"), holder, Tok(0, 9, "new"), 9, "an epoch at the floor")
+	mustPinned(t, w.call(t, tok(0, 9, "new"), "k3"), holder, tok(0, 9, "new"), 9, "an epoch at the floor")
 	mustApply(t, w.call(t, holder, "k4"), "the holder again")
 	if n := w.written(t, "k2") + w.written(t, "k3"); n != 0 {
 		t.Fatalf("requests refused under the pin wrote %d times", n)
 	}
 	// Another scope is not pinned.
-	mustApply(t, w.call(t, Tok(1, 9, "old"), "k5"), "partition 1 at the previous incarnation's epoch")
+	mustApply(t, w.call(t, tok(1, 9, "old"), "k5"), "partition 1 at the previous incarnation's epoch")
 	// A token above the floor lifts the pin.
-	next := Tok(0, 10, "next")
+	next := tok(0, 10, "next")
 	mustApply(t, w.call(t, next, "k6"), "epoch 10, above the floor")
 	if st := w.state(t, rs, 0); st.Token != next || st.Floor != 9 || st.Pinned() {
 		t.Fatalf("state after epoch 10: %+v, want token %v, floor 9 kept, not pinned", st, next)
@@ -479,10 +479,10 @@ func testResetPins(t *testing.T, w *world) {
 func testResetConflict(t *testing.T, w *world) {
 	rs := w.resetter(t)
 	ctx := context.Background()
-	old, holder := Tok(0, 9, "old"), Tok(0, 2, "new")
+	old, holder := tok(0, 9, "old"), tok(0, 2, "new")
 	mustApply(t, w.call(t, old, "k1"), "epoch 9")
 	seen := w.state(t, rs, 0)
-	moved := Tok(0, 11, "old2")
+	moved := tok(0, 11, "old2")
 	mustApply(t, w.call(t, moved, "k2"), "epoch 11 after the inspection")
 	want := fencehttp.ScopeState{Scope: old.Scope(), Token: moved, Floor: fencehttp.NoFloor}
 	_, err := rs.ResetScope(ctx, fencehttp.ResetRequest{Scope: old.Scope(), Expect: seen, To: holder, Floor: 11, Reason: "group recreated"})
@@ -492,9 +492,9 @@ func testResetConflict(t *testing.T, w *world) {
 	for _, bad := range []fencehttp.ResetRequest{
 		{Scope: old.Scope(), Expect: want, To: holder, Floor: 11},                                                             // no reason
 		{Scope: old.Scope(), Expect: want, To: holder, Floor: 1, Reason: "r"},                                                 // floor below To
-		{Scope: old.Scope(), Expect: want, To: Tok(1, 2, "new"), Floor: 11, Reason: "r"},                                      // To of another scope
+		{Scope: old.Scope(), Expect: want, To: tok(1, 2, "new"), Floor: 11, Reason: "r"},                                      // To of another scope
 		{Scope: old.Scope(), Expect: want, Floor: 11, Reason: "r"},                                                            // no To
-		{Scope: old.Scope(), Expect: fencehttp.ScopeState{Scope: Tok(1, 0, "x").Scope()}, To: holder, Floor: 11, Reason: "r"}, // Expect of another scope
+		{Scope: old.Scope(), Expect: fencehttp.ScopeState{Scope: tok(1, 0, "x").Scope()}, To: holder, Floor: 11, Reason: "r"}, // Expect of another scope
 	} {
 		if _, err := rs.ResetScope(ctx, bad); !errors.Is(err, fencehttp.ErrBadReset) {
 			t.Fatalf("malformed reset %+v: %v, want ErrBadReset", bad, err)
@@ -517,18 +517,18 @@ func testResetAudited(t *testing.T, w *world) {
 	rs := w.resetter(t)
 	ctx := context.Background()
 	start := time.Now().Add(-time.Minute)
-	old := Tok(0, 9, "old")
+	old := tok(0, 9, "old")
 	mustApply(t, w.call(t, old, "k1"), "epoch 9")
 	s0 := w.state(t, rs, 0)
-	if _, err := rs.ResetScope(ctx, fencehttp.ResetRequest{Scope: old.Scope(), Expect: s0, To: Tok(0, 2, "new"), Floor: 9, Reason: "INC-1", Detail: `{"why":"recreated"}`}); err != nil {
+	if _, err := rs.ResetScope(ctx, fencehttp.ResetRequest{Scope: old.Scope(), Expect: s0, To: tok(0, 2, "new"), Floor: 9, Reason: "INC-1", Detail: `{"why":"recreated"}`}); err != nil {
 		t.Fatal(err)
 	}
 	s1 := w.state(t, rs, 0)
-	if _, err := rs.ResetScope(ctx, fencehttp.ResetRequest{Scope: old.Scope(), Expect: s1, To: Tok(0, 3, "newer"), Floor: 4, Reason: "INC-2"}); err != nil {
+	if _, err := rs.ResetScope(ctx, fencehttp.ResetRequest{Scope: old.Scope(), Expect: s1, To: tok(0, 3, "newer"), Floor: 4, Reason: "INC-2"}); err != nil {
 		t.Fatal(err)
 	}
 	s2 := w.state(t, rs, 0)
-	if s2.Token != Tok(0, 3, "newer") || s2.Floor != 9 {
+	if s2.Token != tok(0, 3, "newer") || s2.Floor != 9 {
 		t.Fatalf("after a reset with floor 4 over floor 9: %+v, want floor 9 kept", s2)
 	}
 	rr, err := rs.Resets(ctx, old.Scope())
@@ -553,7 +553,7 @@ func testResetAudited(t *testing.T, w *world) {
 	if rr[1].Seq <= rr[0].Seq {
 		t.Fatalf("reset seqs %d then %d: want them growing", rr[0].Seq, rr[1].Seq)
 	}
-	if other, err := rs.Resets(ctx, Tok(1, 0, "x").Scope()); err != nil || len(other) != 0 {
+	if other, err := rs.Resets(ctx, tok(1, 0, "x").Scope()); err != nil || len(other) != 0 {
 		t.Fatalf("resets of a scope never reset: %+v, %v", other, err)
 	}
 }

@@ -172,8 +172,9 @@ func (g Group) Owners() map[int32]string {
 }
 
 // ErrGroupNotFound is matched by DescribeGroup's error for a group that
-// does not exist (no members and no committed offsets).
-var ErrGroupNotFound = errors.New("group does not exist")
+// does not exist (no members and no committed offsets). Package admin
+// exports it as admin.ErrGroupNotFound, hence its message's prefix.
+var ErrGroupNotFound = errors.New("admin: group does not exist")
 
 // groupNotFound is DescribeGroup's error for a group that does not exist.
 type groupNotFound struct{ group string }

@@ -450,7 +450,7 @@ type jsonCommand struct {
 
 // ErrSyntax is matched by the error of a line that is not a JSON object
 // of the line format.
-var ErrSyntax = errors.New("invalid JSON")
+var ErrSyntax = errors.New("jsonl: invalid JSON")
 
 // ParseLine decodes one line (without its newline; surrounding space is
 // allowed) into a command, validated as the router validates it

@@ -132,7 +132,8 @@ type Entry struct {
 	// without gaps. The invariant checker needs them for F: a write at
 	// an offset in a claim's done spans was made before that claim.
 	Done []sink.Span
-	// Reason is the operator's reason for a reset; empty for a claim.
+	// Reason is the operator's reason for a reset ([TakeoverReason] for
+	// the reset a takeover records); empty for a claim.
 	Reason string
 	// TopicID is the log identity at the claim, or the one the reset left
 	// the scope on.

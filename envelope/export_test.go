@@ -1,0 +1,7 @@
+package envelope
+
+// The Decoder's limits, for the external tests.
+const (
+	DecoderTypes   = decoderTypes
+	DecoderIDChunk = decoderIDChunk
+)
