@@ -556,7 +556,13 @@ func (s *Sink) commitWithIDs(ctx context.Context, tx *sql.Tx, op string, scope e
 			}
 		}
 	}
-	if err := s.commit(ctx, tx, op); err != nil {
+	err := s.commit(ctx, tx, op)
+	if err == nil && s.afterApplyCommit != nil {
+		if herr := s.afterApplyCommit(); herr != nil {
+			err = s.wrap(ctx, op+": commit", herr)
+		}
+	}
+	if err != nil {
 		if ids {
 			s.ids.Drop(scope) // the commit may have happened
 		}

@@ -190,6 +190,11 @@ type Sink struct {
 	// unchanged, set for a read-only Sink reading without locks, is
 	// checked by Close (see readOnlyDSN).
 	unchanged func() error
+
+	// afterApplyCommit, if set (tests only: export_test.go), runs after
+	// an Apply's COMMIT succeeded, and an error it returns is returned as
+	// the commit's: a commit that landed and was reported as failed.
+	afterApplyCommit func() error
 }
 
 // Open opens the sink's database at cfg.Path, creating the file and the
