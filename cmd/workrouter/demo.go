@@ -26,7 +26,9 @@ func newDemoCmd() *cobra.Command {
 		Short: "Show fencing at work: a frozen worker process's late write is rejected",
 		Long: `demo starts an embedded broker in a temporary directory, creates the topic,
 starts worker processes of the ledger example on an SQLite sink (or
-PostgreSQL with --sink postgres://…), produces
+PostgreSQL with --sink postgres://…, Redis with --sink redis://…, or Kafka
+with --sink kafka: the decisions as events, in transactions, read back with
+read_committed), produces
 ledger commands over a few hundred accounts, freezes one worker with SIGSTOP
 past its session timeout (just before one of its batches, between
 transactions), resumes it with SIGCONT after another worker has taken over its
@@ -47,7 +49,8 @@ through their environment, never their command line).
   workrouter demo --key-concurrency 8
   workrouter demo --brokers kafka-1:9092 --commands 10000
   workrouter demo --protocol kip848
-  workrouter demo --sink postgres://postgres@127.0.0.1:5432/test`,
+  workrouter demo --sink postgres://postgres@127.0.0.1:5432/test
+  workrouter demo --sink kafka`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			exe, err := os.Executable()
@@ -65,8 +68,12 @@ through their environment, never their command line).
 			} else if cf.tls || cf.mechanism != "" || len(cf.properties) > 0 || cf.propertiesFile != "" {
 				return fmt.Errorf("the connection flags (--tls, --sasl-*, -X, --properties) apply to --brokers; the embedded broker needs none")
 			}
-			if cfg.PostgresDSN, cfg.SinkPath, cfg.RedisURL, err = ledgerSink(sink); err != nil {
+			if cfg.Kafka, err = kafkaHarnessSink(sink); err != nil {
 				return err
+			} else if !cfg.Kafka {
+				if cfg.PostgresDSN, cfg.SinkPath, cfg.RedisURL, err = ledgerSink(sink); err != nil {
+					return err
+				}
 			}
 			out := cmd.OutOrStdout()
 			if !asJSON {
@@ -96,7 +103,7 @@ through their environment, never their command line).
 	fl.IntVar(&cfg.Workers, "workers", 3, "worker processes (at least 2)")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed for the generated commands")
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run against this cluster instead of an embedded broker")
-	fl.StringVar(&sink, "sink", "", "sqlite:PATH or postgres://… (default: an SQLite file in a temporary directory; PostgreSQL runs in a fresh schema dropped at the end)")
+	fl.StringVar(&sink, "sink", "", "sqlite:PATH, postgres://…, redis://… or kafka (default: an SQLite file in a temporary directory; PostgreSQL runs in a fresh schema dropped at the end; kafka: the ledger's decisions as events, in transactions, on topics of the run's own on the demo's broker, checked with read_committed)")
 	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "the workers' session timeout (default 2s)")
 	fl.StringVar(&cfg.Protocol, "protocol", "cooperative", "the workers' group protocol: cooperative or kip848 (under kip848 the session timeout is the broker's: with --brokers, its group.consumer.session.timeout.ms must not exceed --session-timeout)")
 	fl.IntVar(&cfg.KeyConcurrency, "key-concurrency", 1, "lanes per partition in each worker (the worker's --key-concurrency): one key's commands in one lane, in offset order")

@@ -18,7 +18,10 @@ import (
 
 // sinkSpecHelp describes the accepted --sink values, for flag usage and
 // error messages.
-const sinkSpecHelp = `sqlite:PATH, postgres://USER[:PASSWORD]@HOST[:PORT]/DB or redis://HOST[:PORT][/DB][?prefix=NAME]`
+const sinkSpecHelp = `sqlite:PATH, postgres://USER[:PASSWORD]@HOST[:PORT]/DB, redis://HOST[:PORT][/DB][?prefix=NAME] ` +
+	`or kafka://[HOST:PORT[,HOST:PORT]][?events-topic=…&checkpoint-topic=…&dead-letter-topic=…] ` +
+	`(the worker's ledger only, its decisions as records in transactions on the cluster of --brokers, which no hosts means; ` +
+	`the fences, status and dlq commands refuse it: its checkpoint is the group's committed offset)`
 
 // sinkSpec is a parsed --sink value: "sqlite:PATH" or "postgres://…"/"postgresql://…".
 type sinkSpec struct {
@@ -26,6 +29,7 @@ type sinkSpec struct {
 	path   string // sqlite: the database file
 	dsn    string // postgres: the connection string, as given; redis: the server URL without prefix
 	prefix string // redis: the sink's key prefix ("" for the default)
+	kafka  kafkaSinkSpec
 }
 
 // schema is the PostgreSQL schema of the sink's tables: the search_path
@@ -57,6 +61,8 @@ func (s sinkSpec) String() string {
 		return out
 	case "redis":
 		return s.redisString()
+	case "kafka":
+		return s.kafkaString()
 	}
 	return s.kind
 }
@@ -90,6 +96,8 @@ func parseSinkSpec(s string) (sinkSpec, error) {
 		return sinkSpec{kind: "postgres", dsn: s}, nil
 	case "redis", "rediss":
 		return parseRedisSpec(s)
+	case "kafka":
+		return parseKafkaSpec(s)
 	default:
 		// Only the scheme is repeated: the rest may hold a password.
 		return sinkSpec{}, fmt.Errorf("--sink: unknown sink kind %q: want %s", scheme, sinkSpecHelp)
@@ -140,6 +148,8 @@ func openAdminSink(ctx context.Context, spec sinkSpec, readOnly bool) (adminSink
 			return nil, nil, err
 		}
 		return s, s.Close, nil
+	case "kafka":
+		return nil, nil, kafkaAdminError(spec)
 	}
 	return nil, nil, fmt.Errorf("--sink: unknown sink kind %q: want %s", spec.kind, sinkSpecHelp)
 }
@@ -180,6 +190,8 @@ func ledgerSink(sink string) (dsn, path, redisURL string, err error) {
 		return spec.dsn, "", "", nil
 	case "redis":
 		return "", "", spec.dsn, nil
+	case "kafka":
+		return "", "", "", fmt.Errorf("--sink %s: the demo and chaos take --sink kafka alone, with no hosts or topics", spec)
 	}
 	return "", spec.path, "", nil
 }

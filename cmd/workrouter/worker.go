@@ -25,6 +25,7 @@ import (
 	"github.com/workrouter/workrouter/examples/invoices"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/kafka"
 	"github.com/workrouter/workrouter/sink/postgres"
 	"github.com/workrouter/workrouter/sink/postgres/postgresprom"
 	"github.com/workrouter/workrouter/sink/sinkmetrics"
@@ -151,6 +152,7 @@ this command runs the examples in ./examples.
 ` + connHelp,
 		Example: `  workrouter worker --example ledger --sink sqlite:ledger.db
   workrouter worker --example invoices --sink postgres://postgres@127.0.0.1:5432/test --group billing
+  workrouter worker --example ledger --sink kafka://   # decisions to ledger.events, on the cluster of --brokers
   workrouter worker --example ledger --events /var/log/workrouter/events.jsonl
   workrouter worker --example ledger --on-no-handler dead-letter --dlq-topic ledger.dlq \
       --metrics-addr :9464 --ready-max-stall 5m`,
@@ -168,7 +170,7 @@ func addWorkerFlags(fl *pflag.FlagSet, f *workerFlags) {
 	fl.StringVar(&f.topic, "topic", "", "topic of commands (default: the example's, ledger or invoices)")
 	fl.StringVar(&f.group, "group", "", "consumer group (default: <example>-workers)")
 	notEmpty(fl, "topic", "group")
-	fl.StringVar(&f.sink, "sink", "sqlite:workrouter.db", "fenced sink: sqlite:PATH, postgres://… or redis://… (Redis: the ledger only)")
+	fl.StringVar(&f.sink, "sink", "sqlite:workrouter.db", "fenced sink: sqlite:PATH, postgres://…, redis://… or kafka://[HOST:PORT,…][?events-topic=…&checkpoint-topic=…&dead-letter-topic=…] (Redis and Kafka: the ledger only; Kafka without hosts: the cluster of --brokers)")
 	fl.StringVar(&f.protocol, "protocol", "cooperative", "group protocol: cooperative or kip848")
 	fl.StringVar(&f.clientID, "client-id", "", "this member's client id (default: workrouter-<host>-<pid>-<8 random hex digits>, which differs per process even in containers that share a host name and PID)")
 	fl.IntVar(&f.maxBatch, "max-batch", 256, "most records applied in one sink transaction")
@@ -379,6 +381,8 @@ func runWorker(cmd *cobra.Command, f workerFlags, h *harnessHooks) error {
 		return serveWorker[pgx.Tx](cmd, f, c, spec, protocol, "postgres", s, handlers, reg, logger, h, backendPID)
 	case "redis":
 		return serveRedisWorker(cmd, f, c, spec, protocol, reg, logger, h)
+	case "kafka":
+		return serveKafkaWorker(cmd, f, c, spec, protocol, reg, logger, h)
 	}
 	return fmt.Errorf("unsupported sink %q", f.sink)
 }
@@ -396,6 +400,9 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 	if f.misroute == "refuse" {
 		misroute = consumer.MisrouteRefuse
 	}
+	// A sink that fences with the group's own metadata (sink/kafka) is
+	// bound to the member once the Worker exists.
+	binder, _ := any(s).(interface{ BindMember(kafka.MemberFunc) })
 	if h != nil && h.chaos && c.cfg.UsesTLS() {
 		return fmt.Errorf("--chaos cuts broker connections with a plain TCP dialer: run the fault harness on a plaintext listener")
 	}
@@ -475,6 +482,9 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 			return err
 		}
 		return fmt.Errorf("cannot join group %s on the brokers %s: %w", f.group, strings.Join(c.brokers, ","), c.explain(err))
+	}
+	if binder != nil {
+		binder.BindMember(w.Member)
 	}
 	ops, err := startOps(f.metricsAddr, reg, w, f.readyMaxStall, logger)
 	if err != nil {

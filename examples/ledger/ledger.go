@@ -1,7 +1,8 @@
 // Package ledger is a complete workrouter example: account deposits and
 // withdrawals routed by account through Kafka and applied, exactly once and
-// in order, to a fenced SQL sink (SQLite or PostgreSQL) or to Redis
-// ([RedisHandlers], [VerifyRedis]).
+// in order, to a fenced SQL sink (SQLite or PostgreSQL), to Redis
+// ([RedisHandlers], [VerifyRedis]), or published as events through a
+// sink/kafka sink ([Kafka], [KafkaEvents], [VerifyKafka]).
 //
 // Every command is keyed by its account, so all of one account's commands
 // land on one partition and are applied by the one worker that currently

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/examples/ledger"
@@ -40,6 +41,13 @@ type StoreConfig struct {
 	// RedisURL, if set, selects Redis (redis://HOST:PORT/DB), under a
 	// fresh key prefix named SchemaPrefix-<nanos> that Close deletes.
 	RedisURL string
+	// Kafka, if set, selects sink/kafka on the cluster at KafkaBrokers
+	// (with KafkaClientOpts), on topics of the run's own (see openKafka);
+	// the events topic gets KafkaPartitions partitions (default 1).
+	Kafka           bool
+	KafkaBrokers    []string
+	KafkaClientOpts []kgo.Opt
+	KafkaPartitions int32
 }
 
 // Posting is one row of ledger_postings.
@@ -65,6 +73,7 @@ type Store struct {
 	spec, desc string
 	postgres   bool
 	redis      *redis.Sink // nil unless the sink is Redis
+	kafka      bool        // the sink is sink/kafka
 
 	count    func(ctx context.Context, q string, args ...any) (int, error)
 	verify   func(ctx context.Context) (ledger.Report, error)
@@ -85,6 +94,9 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	}
 	if cfg.RedisURL != "" {
 		return openRedis(ctx, cfg)
+	}
+	if cfg.Kafka {
+		return openKafka(ctx, cfg)
 	}
 	path := cfg.SQLitePath
 	if path == "" {

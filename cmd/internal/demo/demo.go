@@ -52,6 +52,12 @@ type Config struct {
 	// RedisURL, if set, runs the demo on Redis, under a fresh key prefix
 	// that is deleted at the end.
 	RedisURL string
+	// Kafka, if set, runs the demo on sink/kafka: the workers publish the
+	// ledger's decisions as events, in transactions, to topics of the
+	// run's own on the demo's broker (the embedded one, or Brokers), and
+	// the summary is computed from the events a read_committed consumer
+	// sees.
+	Kafka bool
 	// Worker starts one worker process (the harness's worker of the
 	// workrouter binary; see cluster.StartWorker). Required (the CLI
 	// passes its own executable).
@@ -152,6 +158,8 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		return Summary{}, fmt.Errorf("%w: protocol %q: want cooperative or kip848", ErrConfig, cfg.Protocol)
 	case cfg.Commands < 100, cfg.Accounts <= 0, cfg.Partitions <= 0:
 		return Summary{}, fmt.Errorf("%w: need at least 100 commands and positive accounts and partitions", ErrConfig)
+	case cfg.Kafka && cfg.KeyConcurrency != 1:
+		return Summary{}, fmt.Errorf("%w: key concurrency %d: the Kafka sink applies a partition in offset order (its checkpoint, the committed offset, holds no gaps)", ErrConfig, cfg.KeyConcurrency)
 	case cfg.KeyConcurrency < 1:
 		return Summary{}, fmt.Errorf("%w: key concurrency %d: want at least 1 lane per partition", ErrConfig, cfg.KeyConcurrency)
 	case cfg.Workers < 2:
@@ -241,7 +249,8 @@ func (d *run) run() (Summary, error) {
 	d.topic = topic
 
 	st, err := cluster.OpenStore(ctx, cluster.StoreConfig{Dir: dir, SQLitePath: d.cfg.SinkPath,
-		PostgresDSN: d.cfg.PostgresDSN, RedisURL: d.cfg.RedisURL, SchemaPrefix: "workrouter_demo"})
+		PostgresDSN: d.cfg.PostgresDSN, RedisURL: d.cfg.RedisURL, SchemaPrefix: "workrouter_demo",
+		Kafka: d.cfg.Kafka, KafkaBrokers: brokers, KafkaClientOpts: d.cfg.ClientOpts, KafkaPartitions: d.cfg.Partitions})
 	if err != nil {
 		return Summary{}, err
 	}
