@@ -55,6 +55,15 @@ func NewFreezer[Tx any](s sink.Sink[Tx], before func(tok epochs.Token, offsets [
 	return &Freezer[Tx]{Sink: s, before: before}
 }
 
+// NewHolder wraps s like HoldBeforeBatch, except that it holds the write
+// that follows each call of Arm, not a fixed one: it waits until the file
+// gate exists (or ctx ends) while the process goes on running, so that a
+// worker cut off from its broker has a batch in hand when the group moves
+// its partition away. Remove gate before Arm; create it to release.
+func NewHolder[Tx any](s sink.Sink[Tx], gate string, before func(tok epochs.Token, offsets []int64)) *Freezer[Tx] {
+	return &Freezer[Tx]{Sink: s, gate: gate, before: before}
+}
+
 // Freezer is a sink that stops its own process with SIGSTOP between
 // transactions (see FreezeBeforeBatch and NewFreezer). Its methods may be
 // called from any goroutine.
