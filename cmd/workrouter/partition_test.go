@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/workrouter/workrouter/internal/testpg"
+	"github.com/workrouter/workrouter/internal/testredis"
 )
 
 // partitionLine is the final line of a passing network-fault run: at
 // least one stale write refused, no violation.
-var partitionLine = regexp.MustCompile(`^chaos: faults=[1-9][0-9]* kinds=([12]) commands=[1-9][0-9]* stale_rejected=[1-9][0-9]* .* violations=0$`)
+var partitionLine = regexp.MustCompile(`^chaos: faults=[1-9][0-9]* kinds=([1-4]) commands=[1-9][0-9]* stale_rejected=[1-9][0-9]* .* violations=0$`)
 
 // checkPartition asserts a passing network-fault run: exit 0, the final
 // line, each kind fired, F/L/O/X/V/D zero, and for partition-broker a
@@ -44,8 +45,16 @@ func checkPartition(t *testing.T, code int, out string, kinds ...string) {
 				t.Errorf("no partition-broker fault saw its held write refused after the takeover:\n%s", out)
 			}
 		case "partition-sink":
-			if !regexp.MustCompile(`HEAL w[0-9]'s sink link: [1-9][0-9]* bytes dropped while cut; applied a batch again after the heal: true`).MatchString(out) {
-				t.Errorf("no partition-sink fault dropped bytes and saw its worker apply again after the heal:\n%s", out)
+			if !regexp.MustCompile(`HEAL w[0-9]'s sink link: [1-9][0-9]* bytes dropped while cut; [1-9][0-9]* sink operations failed and retried; applied a batch again after the heal: true`).MatchString(out) {
+				t.Errorf("no partition-sink fault dropped bytes, failed a sink operation and saw its worker apply again after the heal:\n%s", out)
+			}
+		case "one-way":
+			if !regexp.MustCompile(`HEAL w[0-9]'s sink link: [1-9][0-9]* reply bytes dropped; [1-9][0-9]* sink operations failed and retried`).MatchString(out) {
+				t.Errorf("no one-way fault dropped replies and saw its worker retry:\n%s", out)
+			}
+		case "slow-link":
+			if !regexp.MustCompile(`HEAL w[0-9]'s broker links: [1-9][0-9]* bytes delayed`).MatchString(out) {
+				t.Errorf("no slow-link fault delayed bytes:\n%s", out)
 			}
 		}
 	}
@@ -59,9 +68,16 @@ func TestChaosPartitionBroker(t *testing.T) {
 	checkPartition(t, code, out, "partition-broker")
 }
 
-// TestChaosPartitionPostgres: both network kinds on PostgreSQL.
+// TestChaosPartitionPostgres: the four network kinds on PostgreSQL.
 func TestChaosPartitionPostgres(t *testing.T) {
 	dsn := testpg.DSN(t)
-	code, out := runChaos(t, 4*time.Minute, "--faults", "partition-broker,partition-sink", "--duration", "30s", "--seed", "4", "--sink", dsn)
-	checkPartition(t, code, out, "partition-broker", "partition-sink")
+	code, out := runChaos(t, 4*time.Minute, "--faults", "partition-broker,partition-sink,one-way,slow-link", "--duration", "40s", "--seed", "4", "--sink", dsn)
+	checkPartition(t, code, out, "partition-broker", "partition-sink", "one-way", "slow-link")
+}
+
+// TestChaosPartitionRedis: the four network kinds on Redis.
+func TestChaosPartitionRedis(t *testing.T) {
+	u := testredis.URL(t)
+	code, out := runChaos(t, 4*time.Minute, "--faults", "partition-broker,partition-sink,one-way,slow-link", "--duration", "40s", "--seed", "5", "--sink", u)
+	checkPartition(t, code, out, "partition-broker", "partition-sink", "one-way", "slow-link")
 }

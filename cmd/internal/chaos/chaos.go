@@ -81,6 +81,20 @@
 //
 // heartbeat, coordinator and broker-restart need the embedded broker and
 // do not run there (Excluded says why, and the run says so).
+//
+// Four network kinds (NetKinds) run only when named, wherever the run
+// goes: with any of them each worker w1…wN reaches every broker address
+// and its sink through TCP proxies of its own (package netfault), and
+//
+//   - partition-broker: hold one worker's next batch, cut its broker links
+//     both ways while its sink link works, release the batch once another
+//     member claimed its partition (the sink must refuse its write), heal;
+//   - partition-sink: cut one worker's sink link for 1.5× the session,
+//     heal;
+//   - one-way: drop the replies on one worker's sink link for 1.5× the
+//     session (its requests still land), heal; the worker must retry;
+//   - slow-link: delay one worker's broker links by 300 ms ± 100 ms each
+//     way for 1.5× the session, heal.
 package chaos
 
 import (
@@ -132,7 +146,7 @@ const (
 // Kinds returns every fault kind, in the order of the report's table.
 func Kinds() []Kind {
 	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Poison, BrokerRestart, Resend,
-		LeaderKill, ControllerKill, BrokerPause, CoordinatorRestart, Churn, PartitionBroker, PartitionSink}
+		LeaderKill, ControllerKill, BrokerPause, CoordinatorRestart, Churn, PartitionBroker, PartitionSink, OneWay, SlowLink}
 }
 
 // EmbeddedKinds returns the fault kinds of a run on the harness's own
@@ -1020,6 +1034,10 @@ func (r *run) inject(k Kind) (bool, error) {
 		return r.partitionBroker()
 	case PartitionSink:
 		return r.partitionSink()
+	case OneWay:
+		return r.oneWay()
+	case SlowLink:
+		return r.slowLink()
 	}
 	return false, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 }

@@ -33,12 +33,20 @@ const (
 	// PartitionSink cuts one worker's link to its sink (PostgreSQL or
 	// Redis) for 1.5× the session timeout, then heals it.
 	PartitionSink Kind = "partition-sink"
+	// OneWay drops the replies on one worker's sink link (requests still
+	// reach the sink) for 1.5× the session timeout, then heals: a write
+	// lands and its writer never hears so.
+	OneWay Kind = "one-way"
+	// SlowLink delays one worker's broker links by more than its
+	// heartbeat interval (300 ms ± 100 ms each way) for 1.5× the session
+	// timeout, then heals.
+	SlowLink Kind = "slow-link"
 )
 
 // NetKinds returns the network fault kinds. They run only when asked for
 // by name (Config.Kinds): the default, every kind that applies, does not
 // include them.
-func NetKinds() []Kind { return []Kind{PartitionBroker, PartitionSink} }
+func NetKinds() []Kind { return []Kind{PartitionBroker, PartitionSink, OneWay, SlowLink} }
 
 // usesNet reports whether kinds need the network fault layer.
 func usesNet(kinds []Kind) bool {
@@ -83,8 +91,8 @@ func (r *run) setupNet(dir string) error {
 			return fmt.Errorf("%w: the network faults need the sink as a URL with a host (postgres://host:port/… or redis://host:port/…)", ErrConfig)
 		}
 		sinkAddr = u.Host
-	} else if slices.Contains(r.cfg.Kinds, PartitionSink) {
-		return fmt.Errorf("%w: partition-sink needs a sink reached over the network: --sink postgres://… or redis://…", ErrConfig)
+	} else if slices.Contains(r.cfg.Kinds, PartitionSink) || slices.Contains(r.cfg.Kinds, OneWay) {
+		return fmt.Errorf("%w: partition-sink and one-way need a sink reached over the network: --sink postgres://… or redis://…", ErrConfig)
 	}
 	for i := 1; i <= r.cfg.Workers; i++ {
 		name := "w" + strconv.Itoa(i)
@@ -255,7 +263,7 @@ func (r *run) partitionSink() (bool, error) {
 	}
 	r.supersede(w.Name())
 	l := r.links[w.Name()].sink
-	d0 := l.Dropped()
+	d0, stalled := l.Dropped(), w.Count(consumer.KindStalled)
 	if err := l.Cut(); err != nil {
 		_ = l.Heal()
 		return false, fmt.Errorf("chaos: partition-sink: %w", err)
@@ -274,9 +282,92 @@ func (r *run) partitionSink() (bool, error) {
 	again := r.waitUntil(20*time.Second, w.Name()+" to apply a batch after the heal", func() bool {
 		return w.Count(consumer.KindApplied) > applied || len(w.Owned()) == 0 || w.Exited()
 	}) == nil && w.Count(consumer.KindApplied) > applied
-	r.logf("  HEAL %s's sink link: %d bytes dropped while cut; applied a batch again after the heal: %v", w.Name(), lost, again)
-	r.setDetail(fmt.Sprintf("sink link cut for %s; %d bytes dropped; applied again after the heal: %v", r.stallFor(), lost, again))
+	retried := w.Count(consumer.KindStalled) - stalled
+	r.logf("  HEAL %s's sink link: %d bytes dropped while cut; %d sink operations failed and retried; applied a batch again after the heal: %v", w.Name(), lost, retried, again)
+	r.setDetail(fmt.Sprintf("sink link cut for %s; %d bytes dropped; %d sink operations retried; applied again after the heal: %v", r.stallFor(), lost, retried, again))
 	return lost > 0, r.ctx.Err()
+}
+
+// oneWay drops the replies on a worker's sink link for 1.5× the session
+// and heals it. It happened when reply bytes were dropped and the worker
+// then saw a sink operation fail and retried it (consumer.KindStalled):
+// the write whose reply was lost is retried; L and X show that the retry
+// neither lost the batch nor applied it twice.
+func (r *run) oneWay() (bool, error) {
+	w := r.pickLinked(true)
+	if w == nil {
+		r.logf("one-way: no worker with a sink link holds a partition; skipped")
+		return false, nil
+	}
+	r.supersede(w.Name())
+	l := r.links[w.Name()].sink
+	d0, stalled := l.Dropped(), w.Count(consumer.KindStalled)
+	if err := l.OneWay(); err != nil {
+		_ = l.Heal()
+		return false, fmt.Errorf("chaos: one-way: %w", err)
+	}
+	r.logf("ONE-WAY %s: replies on its sink link dropped for %s (its requests still reach the sink); it holds %s",
+		w.Name(), r.stallFor(), cluster.Describe(w.Owned()))
+	err := r.sleep(r.stallFor())
+	lost := l.Dropped() - d0
+	if herr := l.Heal(); herr != nil {
+		return false, fmt.Errorf("chaos: one-way: healing: %w", herr)
+	}
+	if err != nil {
+		return false, err
+	}
+	_ = r.waitUntil(20*time.Second, w.Name()+" to retry a sink operation", func() bool {
+		return w.Count(consumer.KindStalled) > stalled || w.Exited()
+	})
+	retried := w.Count(consumer.KindStalled) - stalled
+	r.logf("  HEAL %s's sink link: %d reply bytes dropped; %d sink operations failed and retried", w.Name(), lost, retried)
+	r.setDetail(fmt.Sprintf("sink replies dropped for %s; %d bytes dropped; %d sink operations retried", r.stallFor(), lost, retried))
+	return lost > 0 && retried > 0, r.ctx.Err()
+}
+
+// slowLink delays a worker's broker links by 300 ms ± 100 ms each way
+// (above the workers' 200 ms heartbeat interval) for 1.5× the session,
+// and heals them. It happened when bytes were delayed.
+func (r *run) slowLink() (bool, error) {
+	w := r.pickLinked(false)
+	if w == nil {
+		r.logf("slow-link: no worker with links holds a partition; skipped")
+		return false, nil
+	}
+	r.supersede(w.Name())
+	ls := r.links[w.Name()].brokers
+	var d0 int64
+	for _, l := range ls {
+		d0 += l.Delayed()
+	}
+	heal := func() error {
+		var first error
+		for _, l := range ls {
+			if err := l.Heal(); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	for _, l := range ls {
+		if err := l.Latency(300*time.Millisecond, 100*time.Millisecond); err != nil {
+			_ = heal()
+			return false, fmt.Errorf("chaos: slow-link: %w", err)
+		}
+	}
+	r.logf("SLOW-LINK %s: its %d broker links delayed 300ms ± 100ms each way for %s; it holds %s", w.Name(), len(ls), r.stallFor(), cluster.Describe(w.Owned()))
+	err := r.sleep(r.stallFor())
+	var delayed int64
+	for _, l := range ls {
+		delayed += l.Delayed()
+	}
+	delayed -= d0
+	if herr := heal(); herr != nil {
+		return false, fmt.Errorf("chaos: slow-link: healing: %w", herr)
+	}
+	r.logf("  HEAL %s's broker links: %d bytes delayed", w.Name(), delayed)
+	r.setDetail(fmt.Sprintf("broker links delayed 300ms ± 100ms for %s; %d bytes delayed", r.stallFor(), delayed))
+	return delayed > 0, err
 }
 
 // unmappedDials counts the broker addresses the workers dialled outside
