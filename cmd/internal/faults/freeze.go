@@ -1,9 +1,9 @@
 // Package faults holds the fault-injection hooks of the harness's worker
 // (the demo, the process-level tests and the chaos harness start it; the
 // product's `workrouter worker` has none of them): sink wrappers that
-// freeze the process between transactions, cut a transaction mid-way or
-// hang at a chosen point, and a dialer whose broker connections can be cut
-// or stalled. Every wrapper implements sink.Unwrapper. Nothing in it is
+// freeze the process between transactions, hold a batch before its write,
+// cut a transaction mid-way or hang at a chosen point, and a dialer whose
+// broker connections can be cut or stalled. Every wrapper implements sink.Unwrapper. Nothing in it is
 // meant for production use.
 package faults
 
