@@ -4,8 +4,10 @@ go 1.26.0
 
 require (
 	github.com/IBM/sarama v1.61.1
+	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/rs/zerolog v1.28.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.1.0
 	github.com/twmb/franz-go v1.22.3
@@ -15,6 +17,13 @@ require (
 	github.com/workrouter/workrouter v0.0.0-20261205141303-11b891d4072b
 	github.com/workrouter/workrouter/examples v0.0.0-20261205141303-11b891d4072b
 	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/gorilla/mux v1.8.0 // indirect
+	github.com/mattn/go-colorable v0.1.13 // indirect
+	github.com/rs/xid v1.4.0 // indirect
+	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
 
 require (

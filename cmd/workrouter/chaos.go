@@ -78,7 +78,8 @@ record both dead-lettered and applied). It prints a table and a final line
   chaos: faults=<n> kinds=<k> commands=<c> stale_rejected=<r> dead_letters=<d> gap_dead_letters=<g> duplicates_skipped=<u> v_samples=<s> violations=<v>
 
 and exits non-zero if any invariant was violated, a requested kind never
-fired, no stale write was rejected although pause or heartbeat ran, a broker
+fired, no stale write was rejected although pause, heartbeat or
+partition-broker ran, a worker dialled a broker outside its links, a broker
 restart lost an acknowledged record or not every worker came back, V was
 never sampled, poison ran and no poison record was dead-lettered right
 after an offset gap, resend ran and no duplicate was skipped, or the sink's
@@ -110,14 +111,32 @@ run there (the run says so); every other kind does ("all", the default).
 
 --brokers runs it on an external cluster (plaintext), on a topic of its own,
 with the kinds that need no broker of the harness's (pause, kill, broker-conn,
-sink-conn, resend, churn: the default there).`,
+sink-conn, resend, churn: the default there).
+
+Four network kinds run only when named in --faults (not in "all"), wherever the
+run goes: each worker then reaches every broker address and its sink through
+TCP proxies of its own (toxiproxy, in the harness's process):
+
+  partition-broker  cut one worker's broker links both ways past its session
+               timeout while its sink link works and it holds a batch; once
+               another member claimed that batch's partition, release the
+               batch (the sink must refuse its write), then heal
+  partition-sink  cut one worker's sink link (PostgreSQL or Redis) for 1.5×
+               the session timeout, then heal: nothing lost, nothing twice
+  one-way      drop the replies on one worker's sink link (its requests still
+               reach the sink) for 1.5× the session timeout, then heal: the
+               worker sees its sink operation fail and retries it
+  slow-link    delay one worker's broker links by 300 ms ± 100 ms each way
+               (above the 200 ms heartbeat interval) for 1.5× the session
+               timeout, then heal`,
 		Example: `  workrouter chaos --duration 2m --seed 1
   workrouter chaos --faults pause,heartbeat --duration 1m
   workrouter chaos --protocol kip848 --seed 7
   workrouter chaos --key-concurrency 8 --duration 90s
   workrouter chaos --duration 30s --report chaos.html
   workrouter chaos --kafka-nodes 3 --duration 5m --seed 1
-  workrouter chaos --sink postgres://postgres@127.0.0.1:5432/test`,
+  workrouter chaos --sink postgres://postgres@127.0.0.1:5432/test
+  workrouter chaos --faults partition-broker,partition-sink,one-way,slow-link --sink postgres://postgres@127.0.0.1:5432/test`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ks, err := chaos.ParseKinds(kinds)
@@ -163,7 +182,7 @@ sink-conn, resend, churn: the default there).`,
 	fl := cmd.Flags()
 	fl.DurationVar(&cfg.Duration, "duration", 2*time.Minute, "how long to produce commands and inject faults")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the fault schedule and the commands")
-	fl.StringVar(&kinds, "faults", "all", "fault kinds, comma-separated: pause,kill,heartbeat,broker-conn,sink-conn,coordinator,poison,broker-restart,resend,churn (the embedded broker), leader-kill,controller-kill,broker-pause,coordinator-restart (--kafka-nodes), or all: every kind that applies where the run goes")
+	fl.StringVar(&kinds, "faults", "all", "fault kinds, comma-separated: pause,kill,heartbeat,broker-conn,sink-conn,coordinator,poison,broker-restart,resend,churn (the embedded broker), leader-kill,controller-kill,broker-pause,coordinator-restart (--kafka-nodes), partition-broker,partition-sink,one-way,slow-link (named only), or all: every kind that applies where the run goes but the network ones")
 	fl.IntVar(&cfg.Workers, "workers", 3, "worker processes (at least 2)")
 	fl.Int32Var(&cfg.Partitions, "partitions", 6, "topic partitions")
 	fl.IntVar(&cfg.Accounts, "accounts", 200, "distinct accounts (keys)")

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -38,6 +40,13 @@ type harnessHooks struct {
 	// mid-way.
 	chaos bool
 	stall time.Duration
+	// holdGate, with chaos, arms SIGALRM: the next batch waits before its
+	// write until this file exists (the network faults' batch in hand).
+	holdGate string
+	// dialMap routes the worker's broker connections through the network
+	// fault layer's proxies: "real=proxy,…" (host:port each); every
+	// address the client dials, seed or advertised, is looked up in it.
+	dialMap string
 	// freezeAt freezes the process before its Nth batch (0: never);
 	// with holdFile, the batch waits there for that file instead (the
 	// container's freeze is `docker pause`, from outside).
@@ -115,6 +124,8 @@ func harnessMain(args []string) int {
 	fl.String("log-format", "text", "log format")
 	fl.BoolVar(&h.chaos, "chaos", false, "signal-armed faults (SIGUSR1 freeze, SIGUSR2 cut, SIGHUP stall, SIGWINCH sink interrupt)")
 	fl.DurationVar(&h.stall, "chaos-stall", 3*time.Second, "how long SIGHUP stalls the broker connections")
+	fl.StringVar(&h.holdGate, "chaos-hold-gate", "", "with --chaos: SIGALRM holds the next batch before its write until this file exists")
+	fl.StringVar(&h.dialMap, "dial-map", "", "dial each broker address through another: real=proxy,… (host:port each)")
 	fl.Int64Var(&h.freezeAt, "freeze-before-batch", 0, "SIGSTOP this process right before its Nth batch")
 	fl.StringVar(&h.holdFile, "freeze-hold-file", "", "with --freeze-before-batch: wait there until this file exists instead of SIGSTOP")
 	fl.Int64Var(&h.hangBeforeCommit, "hang-before-commit", 0, "block the Nth batch inside its last effect until killed")
@@ -153,6 +164,11 @@ func installHooks[Tx any](ctx context.Context, h *harnessHooks, s sink.Sink[Tx],
 	}
 	var opts []kgo.Opt
 	var stops []func()
+	routes, err := parseDialMap(h.dialMap)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dial := (&net.Dialer{}).DialContext
 	if h.chaos {
 		cut := faults.NewInterrupter(s, func(tok epochs.Token, err error) {
 			emit(faults.KindSinkCut, tok, nil, map[string]string{"err": fmt.Sprint(err)})
@@ -161,10 +177,17 @@ func installHooks[Tx any](ctx context.Context, h *harnessHooks, s sink.Sink[Tx],
 			emit(faults.KindFreezing, tok, offsets, nil)
 		})
 		dialer := faults.NewDialer()
-		opts = append(opts, kgo.Dialer(dialer.DialContext))
+		dial = dialer.DialContext
 		s = freeze
+		var hold *faults.Freezer[Tx]
+		if h.holdGate != "" {
+			hold = faults.NewHolder[Tx](freeze, h.holdGate, func(tok epochs.Token, offsets []int64) {
+				emit(faults.KindHolding, tok, offsets, nil)
+			})
+			s = hold
+		}
 		sigs := make(chan os.Signal, 8)
-		signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP, syscall.SIGWINCH)
+		signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP, syscall.SIGWINCH, syscall.SIGALRM)
 		sctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Go(func() {
@@ -185,6 +208,10 @@ func installHooks[Tx any](ctx context.Context, h *harnessHooks, s sink.Sink[Tx],
 					case syscall.SIGWINCH:
 						cut.Arm()
 						emit(faults.KindSinkArmed, epochs.Token{}, nil, nil)
+					case syscall.SIGALRM:
+						if hold != nil {
+							hold.Arm()
+						}
 					}
 				}
 			}
@@ -195,6 +222,30 @@ func installHooks[Tx any](ctx context.Context, h *harnessHooks, s sink.Sink[Tx],
 			signal.Stop(sigs)
 			dialer.Close()
 		})
+	}
+	if len(routes) > 0 {
+		base := dial
+		var mu sync.Mutex
+		unmapped := map[string]bool{}
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			to, ok := routes[addr]
+			if !ok {
+				// Reported once per address: a network fault on the
+				// links does not reach this connection.
+				mu.Lock()
+				first := !unmapped[addr]
+				unmapped[addr] = true
+				mu.Unlock()
+				if first {
+					emit(faults.KindDialUnmapped, epochs.Token{}, nil, map[string]string{"addr": addr})
+				}
+				to = addr
+			}
+			return base(ctx, network, to)
+		}
+	}
+	if h.chaos || len(routes) > 0 {
+		opts = append(opts, kgo.Dialer(dial))
 	}
 	if h.freezeAt > 0 {
 		before := func(tok epochs.Token, offsets []int64) { emit(faults.KindFreezing, tok, offsets, nil) }
@@ -245,6 +296,24 @@ func installHooks[Tx any](ctx context.Context, h *harnessHooks, s sink.Sink[Tx],
 			stop()
 		}
 	}, nil
+}
+
+// parseDialMap parses --dial-map: "real=proxy,…", host:port each.
+func parseDialMap(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		from, to, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		_, _, errFrom := net.SplitHostPort(from)
+		_, _, errTo := net.SplitHostPort(to)
+		if !ok || errFrom != nil || errTo != nil {
+			return nil, fmt.Errorf("--dial-map: %q is not real=proxy with host:port each", pair)
+		}
+		out[from] = to
+	}
+	return out, nil
 }
 
 // harnessEntry reports whether this process was started as the harness's

@@ -403,8 +403,8 @@ func serveWorker[Tx any](cmd *cobra.Command, f workerFlags, c conn, spec sinkSpe
 	// A sink that fences with the group's own metadata (sink/kafka) is
 	// bound to the member once the Worker exists.
 	binder, _ := any(s).(interface{ BindMember(kafka.MemberFunc) })
-	if h != nil && h.chaos && c.cfg.UsesTLS() {
-		return fmt.Errorf("--chaos cuts broker connections with a plain TCP dialer: run the fault harness on a plaintext listener")
+	if h != nil && (h.chaos || h.dialMap != "") && c.cfg.UsesTLS() {
+		return fmt.Errorf("--chaos and --dial-map dial the brokers with a plain TCP dialer: run the fault harness on a plaintext listener")
 	}
 	s, err := sinkmetrics.Wrap(s, reg, backend)
 	if err != nil {

@@ -81,6 +81,20 @@
 //
 // heartbeat, coordinator and broker-restart need the embedded broker and
 // do not run there (Excluded says why, and the run says so).
+//
+// Four network kinds (NetKinds) run only when named, wherever the run
+// goes: with any of them each worker w1…wN reaches every broker address
+// and its sink through TCP proxies of its own (package netfault), and
+//
+//   - partition-broker: hold one worker's next batch, cut its broker links
+//     both ways while its sink link works, release the batch once another
+//     member claimed its partition (the sink must refuse its write), heal;
+//   - partition-sink: cut one worker's sink link for 1.5× the session,
+//     heal;
+//   - one-way: drop the replies on one worker's sink link for 1.5× the
+//     session (its requests still land), heal; the worker must retry;
+//   - slow-link: delay one worker's broker links by 300 ms ± 100 ms each
+//     way for 1.5× the session, heal.
 package chaos
 
 import (
@@ -105,6 +119,7 @@ import (
 	"github.com/workrouter/workrouter/cmd/internal/brokerproc"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/cmd/internal/faults"
+	"github.com/workrouter/workrouter/cmd/internal/netfault"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/kafkacluster"
@@ -131,7 +146,7 @@ const (
 // Kinds returns every fault kind, in the order of the report's table.
 func Kinds() []Kind {
 	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Poison, BrokerRestart, Resend,
-		LeaderKill, ControllerKill, BrokerPause, CoordinatorRestart, Churn}
+		LeaderKill, ControllerKill, BrokerPause, CoordinatorRestart, Churn, PartitionBroker, PartitionSink, OneWay, SlowLink}
 }
 
 // EmbeddedKinds returns the fault kinds of a run on the harness's own
@@ -360,7 +375,7 @@ func (c Config) withDefaults() (Config, error) {
 		if !slices.Contains(Kinds(), k) {
 			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 		}
-		if !slices.Contains(applies, k) {
+		if !slices.Contains(applies, k) && !slices.Contains(NetKinds(), k) {
 			return c, fmt.Errorf("%w: fault kind %q does not apply here: it %s (those do: %v)", ErrConfig, k, excluded[k], applies)
 		}
 	}
@@ -461,6 +476,13 @@ type run struct {
 
 	tl *cluster.Timeline
 
+	// net is the network fault layer (NetKinds), nil without those
+	// kinds; links are each worker's links, by name; gateDir holds the
+	// hold gates.
+	net     *netfault.Net
+	links   map[string]*links
+	gateDir string
+
 	sampler vSampler // V's samples; its goroutine's until it stopped
 
 	watchWG   sync.WaitGroup // watchTakeover's goroutines
@@ -474,6 +496,7 @@ type run struct {
 	ended    map[*cluster.Worker]bool // processes the harness ended on purpose
 	logs     []*os.File               // worker logs (LogDir), closed after the workers
 	victim   string                   // the worker the fault being injected hit (supersede)
+	detail   string                   // what the fault being injected did, for the report (setDetail)
 	res      Result
 
 	notConverged bool // the wait for lag zero timed out (V)
@@ -585,6 +608,19 @@ func (r *run) run() error {
 	}
 	defer st.Close()
 	r.store = st
+	if usesNet(r.cfg.Kinds) {
+		if err := r.setupNet(dir); err != nil {
+			if r.net != nil {
+				r.net.Close()
+			}
+			return err
+		}
+		// The workers leave through their links, then the links close.
+		defer func() {
+			r.stopAll()
+			r.net.Close()
+		}()
+	}
 	where := "external cluster"
 	switch {
 	case r.bp != nil:
@@ -828,6 +864,7 @@ func (r *run) check(prod *cluster.Producer) error {
 	// The stale writes rejected are counted from the same events the
 	// report draws (Result.Trace).
 	r.res.Trace.Workers, r.res.Trace.End = cluster.TraceOf(r.all), time.Now()
+	r.res.UnmappedDials = unmappedDials(r.all)
 	for i, w := range r.all {
 		if w.Exited() && !r.ended[w] {
 			r.res.Crashes++
@@ -871,14 +908,15 @@ func (r *run) produce(p *cluster.Producer, stop <-chan struct{}) error {
 
 // workerArgs is the command line of the worker named name.
 func (r *run) workerArgs(name string) []string {
-	return cluster.WorkerOptions{Brokers: r.brokers, Topic: r.topic, Group: group, SinkSpec: r.store.WorkerSpec(name),
+	spec, netFlags := r.netArgs(name, r.store.WorkerSpec(name))
+	return cluster.WorkerOptions{Brokers: r.brokers, Topic: r.topic, Group: group, SinkSpec: spec,
 		Name: name, SessionTimeout: r.cfg.SessionTimeout, Protocol: r.cfg.Protocol, RebalanceTimeout: r.cfg.RebalanceTimeout,
 		KeyConcurrency: r.cfg.KeyConcurrency,
-		Hooks: []string{"--chaos", "--chaos-stall", r.stallFor().String(),
+		Hooks: append([]string{"--chaos", "--chaos-stall", r.stallFor().String(),
 			// Poison records cost only themselves: a type without a
 			// handler is dead-lettered too, and a failing handler gets
 			// 3 attempts (about 150 ms of retries) instead of 8.
-			"--on-no-handler", "dead-letter", "--max-attempts", strconv.Itoa(maxAttempts)}}.Args()
+			"--on-no-handler", "dead-letter", "--max-attempts", strconv.Itoa(maxAttempts)}, netFlags...)}.Args()
 }
 
 func (r *run) startWorker(name string) (*cluster.Worker, error) {
@@ -969,17 +1007,25 @@ func (r *run) pick(needMember bool) *cluster.Worker {
 // Only the scheduler calls it.
 func (r *run) injectTraced(k Kind) (bool, error) {
 	r.mu.Lock()
-	r.victim = ""
+	r.victim, r.detail = "", ""
 	r.mu.Unlock()
 	start := time.Now()
 	fired, err := r.inject(k)
 	if fired {
 		r.mu.Lock()
-		victim := r.victim
+		victim, detail := r.victim, r.detail
 		r.mu.Unlock()
-		r.counted(cluster.FaultSpan{Kind: string(k), Victim: victim, Start: start, End: time.Now()})
+		r.counted(cluster.FaultSpan{Kind: string(k), Victim: victim, Start: start, End: time.Now(), Detail: detail})
 	}
 	return fired, err
+}
+
+// setDetail says what the fault being injected did, for its span in the
+// report.
+func (r *run) setDetail(d string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.detail = d
 }
 
 // counted counts one fault that happened and records its span.
@@ -1020,6 +1066,14 @@ func (r *run) inject(k Kind) (bool, error) {
 		return r.brokerPause()
 	case CoordinatorRestart:
 		return r.coordinatorRestart()
+	case PartitionBroker:
+		return r.partitionBroker()
+	case PartitionSink:
+		return r.partitionSink()
+	case OneWay:
+		return r.oneWay()
+	case SlowLink:
+		return r.slowLink()
 	}
 	return false, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 }

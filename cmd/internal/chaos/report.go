@@ -44,7 +44,11 @@ type Result struct {
 	// Applied is the number of postings in the sink.
 	Applied int `json:"applied"`
 	// StaleRejected counts fenced claims and applies the workers logged.
-	StaleRejected int                   `json:"stale_rejected"`
+	StaleRejected int `json:"stale_rejected"`
+	// UnmappedDials counts the broker addresses the workers dialled
+	// outside their network links (with NetKinds): connections a broker
+	// partition would not have cut.
+	UnmappedDials int                   `json:"unmapped_dials,omitempty"`
 	Violations    invariants.Violations `json:"violations"`
 	// Recover is the time from the later of the last fault's end and the
 	// last command produced until lag was zero with every acknowledged
@@ -159,7 +163,7 @@ func (r Result) Missing() []Kind {
 
 // needsStale reports whether the run must show a rejected stale write.
 func (r Result) needsStale() bool {
-	return slices.Contains(r.Requested, Pause) || slices.Contains(r.Requested, Heartbeat)
+	return slices.Contains(r.Requested, Pause) || slices.Contains(r.Requested, Heartbeat) || slices.Contains(r.Requested, PartitionBroker)
 }
 
 // Failures says why the run did not pass, one reason a string (none when
@@ -173,7 +177,10 @@ func (r Result) Failures() []string {
 		out = append(out, fmt.Sprintf("kinds that never fired: %v", m))
 	}
 	if r.needsStale() && r.StaleRejected == 0 {
-		out = append(out, "no stale write was rejected although pauses or heartbeat faults ran")
+		out = append(out, "no stale write was rejected although pauses, heartbeat faults or broker partitions ran")
+	}
+	if r.UnmappedDials > 0 {
+		out = append(out, fmt.Sprintf("workers dialled %d broker addresses outside their network links: a partition did not cut every connection", r.UnmappedDials))
 	}
 	var lost int64
 	back, of := 0, 0
@@ -301,7 +308,7 @@ func (r Result) Table() string {
 		fmt.Fprintf(&b, "\nkinds that never fired: %v\n", m)
 	}
 	if r.needsStale() && r.StaleRejected == 0 {
-		b.WriteString("\nno stale write was rejected although pauses or heartbeat faults ran\n")
+		b.WriteString("\nno stale write was rejected although pauses, heartbeat faults or broker partitions ran\n")
 	}
 	if !r.restartsOK() {
 		b.WriteString("\na broker restart lost acknowledged records or not every worker came back\n")

@@ -186,6 +186,7 @@ type Worker struct {
 	// partition.
 	refused []string
 	freezes []Batch
+	holds   []Batch
 	hangs   []Batch
 	applied []eventlog.Record
 	records []eventlog.Record // every event but the applied batches (in applied)
@@ -328,6 +329,8 @@ func (w *Worker) observe(r eventlog.Record) {
 		w.freezes = append(w.freezes, batch())
 	case faults.KindHang:
 		w.hangs = append(w.hangs, batch())
+	case faults.KindHolding:
+		w.holds = append(w.holds, batch())
 	}
 }
 
@@ -358,6 +361,14 @@ func (w *Worker) Freezes() []Batch {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.freezes)
+}
+
+// Holds returns the batches a holder held before their write (the
+// harness worker's --chaos-hold-gate), in order.
+func (w *Worker) Holds() []Batch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.holds)
 }
 
 // Hangs returns the batches a hang hook stopped, in order.

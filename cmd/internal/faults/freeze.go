@@ -1,9 +1,9 @@
 // Package faults holds the fault-injection hooks of the harness's worker
 // (the demo, the process-level tests and the chaos harness start it; the
 // product's `workrouter worker` has none of them): sink wrappers that
-// freeze the process between transactions, cut a transaction mid-way or
-// hang at a chosen point, and a dialer whose broker connections can be cut
-// or stalled. Every wrapper implements sink.Unwrapper. Nothing in it is
+// freeze the process between transactions, hold a batch before its write,
+// cut a transaction mid-way or hang at a chosen point, and a dialer whose
+// broker connections can be cut or stalled. Every wrapper implements sink.Unwrapper. Nothing in it is
 // meant for production use.
 package faults
 
@@ -53,6 +53,15 @@ func HoldBeforeBatch[Tx any](s sink.Sink[Tx], n int64, gate string, before func(
 // fixed one.
 func NewFreezer[Tx any](s sink.Sink[Tx], before func(tok epochs.Token, offsets []int64)) *Freezer[Tx] {
 	return &Freezer[Tx]{Sink: s, before: before}
+}
+
+// NewHolder wraps s like HoldBeforeBatch, except that it holds the write
+// that follows each call of Arm, not a fixed one: it waits until the file
+// gate exists (or ctx ends) while the process goes on running, so that a
+// worker cut off from its broker has a batch in hand when the group moves
+// its partition away. Remove gate before Arm; create it to release.
+func NewHolder[Tx any](s sink.Sink[Tx], gate string, before func(tok epochs.Token, offsets []int64)) *Freezer[Tx] {
+	return &Freezer[Tx]{Sink: s, gate: gate, before: before}
 }
 
 // Freezer is a sink that stops its own process with SIGSTOP between

@@ -10,6 +10,14 @@ const (
 	KindFreezing = "fault.freezing"
 	// KindFreezeArmed: the next batch is set to freeze.
 	KindFreezeArmed = "fault.freeze_armed"
+	// KindHolding: a holder (NewHolder) holds a batch before its write
+	// until its gate file exists; the record carries the batch's token
+	// and offsets.
+	KindHolding = "fault.holding"
+	// KindDialUnmapped: the worker dialled a broker address its dial
+	// mapping (--dial-map) does not name, directly: a network fault on
+	// its links does not reach that connection.
+	KindDialUnmapped = "fault.dial_unmapped"
 	// KindBrokerCut: the broker connections were closed.
 	KindBrokerCut = "fault.broker_cut"
 	// KindBrokerStall: the broker connections were stalled.

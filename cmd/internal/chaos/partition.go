@@ -1,0 +1,382 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/workrouter/workrouter/cmd/internal/cluster"
+	"github.com/workrouter/workrouter/cmd/internal/faults"
+	"github.com/workrouter/workrouter/cmd/internal/netfault"
+	"github.com/workrouter/workrouter/consumer"
+)
+
+// The network fault kinds (package netfault): each worker of the run (w1…wN,
+// not the churn members) reaches every broker address and its sink through
+// a proxy of its own.
+const (
+	// PartitionBroker cuts one worker's links to every broker (both ways,
+	// black-holed) past its session timeout while its sink link works and
+	// it holds a batch in hand, then heals them.
+	PartitionBroker Kind = "partition-broker"
+	// PartitionSink cuts one worker's link to its sink (PostgreSQL or
+	// Redis) for 1.5× the session timeout, then heals it.
+	PartitionSink Kind = "partition-sink"
+	// OneWay drops the replies on one worker's sink link (requests still
+	// reach the sink) for 1.5× the session timeout, then heals: a write
+	// lands and its writer never hears so.
+	OneWay Kind = "one-way"
+	// SlowLink delays one worker's broker links by more than its
+	// heartbeat interval (300 ms ± 100 ms each way) for 1.5× the session
+	// timeout, then heals.
+	SlowLink Kind = "slow-link"
+)
+
+// NetKinds returns the network fault kinds. They run only when asked for
+// by name (Config.Kinds): the default, every kind that applies, does not
+// include them.
+func NetKinds() []Kind { return []Kind{PartitionBroker, PartitionSink, OneWay, SlowLink} }
+
+// usesNet reports whether kinds need the network fault layer.
+func usesNet(kinds []Kind) bool {
+	return slices.ContainsFunc(kinds, func(k Kind) bool { return slices.Contains(NetKinds(), k) })
+}
+
+// links are one worker's proxied links: one per broker address, and one
+// to the sink (nil for SQLite).
+type links struct {
+	brokers []*netfault.Link
+	sink    *netfault.Link
+}
+
+// setupNet starts the network fault layer: a link per broker address the
+// metadata names (and every seed) and one to the sink, for each of the
+// run's workers.
+func (r *run) setupNet(dir string) error {
+	r.net = netfault.New()
+	r.links = map[string]*links{}
+	r.gateDir = dir
+	addrs := slices.Clone(r.brokers)
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(r.brokers...))
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	bs, err := adm.ListBrokers(ctx)
+	cancel()
+	adm.Close()
+	if err != nil {
+		return fmt.Errorf("chaos: listing the brokers to proxy: %w", err)
+	}
+	for _, b := range bs {
+		if a := net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))); !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	sinkAddr := ""
+	if r.store.Postgres() || r.store.Redis() {
+		u, err := url.Parse(r.store.Spec())
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("%w: the network faults need the sink as a URL with a host (postgres://host:port/… or redis://host:port/…)", ErrConfig)
+		}
+		sinkAddr = u.Host
+	} else if slices.Contains(r.cfg.Kinds, PartitionSink) || slices.Contains(r.cfg.Kinds, OneWay) {
+		return fmt.Errorf("%w: partition-sink and one-way need a sink reached over the network: --sink postgres://… or redis://…", ErrConfig)
+	}
+	for i := 1; i <= r.cfg.Workers; i++ {
+		name := "w" + strconv.Itoa(i)
+		ls := &links{}
+		for _, a := range addrs {
+			l, err := r.net.Link(name+"-broker-"+a, a)
+			if err != nil {
+				return fmt.Errorf("chaos: %w", err)
+			}
+			ls.brokers = append(ls.brokers, l)
+		}
+		if sinkAddr != "" {
+			l, err := r.net.Link(name+"-sink", sinkAddr)
+			if err != nil {
+				return fmt.Errorf("chaos: %w", err)
+			}
+			ls.sink = l
+		}
+		r.links[name] = ls
+	}
+	r.logf("network fault layer: each of %d workers reaches the brokers %v and the sink %s through proxies of its own", r.cfg.Workers, addrs, cmpOr(sinkAddr, "(SQLite: no link)"))
+	return nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// netArgs returns the worker's flags that route it through its links, and
+// its --sink value rewritten to its sink link; spec unchanged and no flag
+// for a worker without links.
+func (r *run) netArgs(name, spec string) (string, []string) {
+	ls := r.links[name]
+	if ls == nil {
+		return spec, nil
+	}
+	pairs := make([]string, 0, len(ls.brokers))
+	for _, l := range ls.brokers {
+		pairs = append(pairs, l.Upstream()+"="+l.Addr())
+	}
+	if ls.sink != nil {
+		if u, err := url.Parse(spec); err == nil {
+			u.Host = ls.sink.Addr()
+			spec = u.String()
+		}
+	}
+	return spec, []string{"--dial-map", strings.Join(pairs, ","), "--chaos-hold-gate", r.holdGate(name)}
+}
+
+// holdGate is the file that releases the batch worker name holds.
+func (r *run) holdGate(name string) string { return filepath.Join(r.gateDir, "hold-"+name) }
+
+// pickLinked returns a random current member with links (kind's) that
+// holds at least one partition, or nil.
+func (r *run) pickLinked(needSink bool) *cluster.Worker {
+	var cands []*cluster.Worker
+	for _, w := range r.members() {
+		ls := r.links[w.Name()]
+		if ls != nil && (!needSink || ls.sink != nil) && len(w.Owned()) > 0 && !w.Exited() {
+			cands = append(cands, w)
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	return cands[r.rng.IntN(len(cands))]
+}
+
+func dropped(ls []*netfault.Link) int64 {
+	var n int64
+	for _, l := range ls {
+		n += l.Dropped()
+	}
+	return n
+}
+
+// partitionBroker cuts a worker's broker links while it holds a batch,
+// waits until another member claimed that batch's partition, releases
+// the batch (its write must be refused by the sink: a stale write), keeps
+// the cut for at least 1.5× the session, and heals. It happened when the
+// partition was taken over while bytes were dropped on the cut links.
+func (r *run) partitionBroker() (bool, error) {
+	w := r.pickLinked(false)
+	if w == nil {
+		r.logf("partition-broker: no worker with links holds a partition; skipped")
+		return false, nil
+	}
+	r.supersede(w.Name())
+	ls := r.links[w.Name()]
+	gate := r.holdGate(w.Name())
+	_ = os.Remove(gate)
+	release := func() { _ = os.WriteFile(gate, nil, 0o644) }
+	before := len(w.Holds())
+	if err := w.Signal(syscall.SIGALRM); err != nil {
+		release()
+		return false, nil
+	}
+	if r.waitUntil(10*time.Second, w.Name()+" to hold a batch", func() bool { return len(w.Holds()) > before || w.Exited() }) != nil || w.Exited() {
+		release()
+		r.logf("partition-broker: %s took no batch in hand; skipped", w.Name())
+		return false, nil
+	}
+	hb := w.Holds()[len(w.Holds())-1]
+	start, held, d0 := time.Now(), w.Owned(), dropped(ls.brokers)
+	heal := func() error {
+		var first error
+		for _, l := range ls.brokers {
+			if err := l.Heal(); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	for _, l := range ls.brokers {
+		if err := l.Cut(); err != nil {
+			release()
+			_ = heal()
+			return false, fmt.Errorf("chaos: partition-broker: %w", err)
+		}
+	}
+	r.watchTakeover(w.Name(), start, held)
+	r.logf("PARTITION-BROKER %s: its %d broker links cut both ways (black-holed), its sink link working; it holds a batch of partition %d at epoch %d (offsets %d–%d) and %s",
+		w.Name(), len(ls.brokers), hb.Partition, hb.Epoch, hb.First, hb.Last, cluster.Describe(held))
+	var takenBy *cluster.Worker
+	var claim cluster.Claim
+	err := r.waitUntil(6*r.cfg.SessionTimeout+10*time.Second, "partition "+strconv.Itoa(int(hb.Partition))+" to be taken over", func() bool {
+		takenBy, claim = cluster.OwnerOf(r.members(), hb.Partition)
+		return takenBy != nil && takenBy != w && claim.Epoch > hb.Epoch
+	})
+	fencedBefore := w.Count(consumer.KindFenced)
+	release()
+	refused := false
+	if err == nil {
+		r.logf("  partition %d taken over by %s at epoch %d; %s's held batch released, its broker links still cut", hb.Partition, takenBy.Name(), claim.Epoch, w.Name())
+		refused = r.waitUntil(10*time.Second, w.Name()+"'s held write refused", func() bool { return w.Count(consumer.KindFenced) > fencedBefore }) == nil
+	} else {
+		r.logf("  partition %d not taken over (%v); released", hb.Partition, err)
+	}
+	if rest := r.stallFor() - time.Since(start); rest > 0 {
+		if err := r.sleep(rest); err != nil {
+			_ = heal()
+			return false, err
+		}
+	}
+	lost := dropped(ls.brokers) - d0
+	if err := heal(); err != nil {
+		return false, fmt.Errorf("chaos: partition-broker: healing: %w", err)
+	}
+	cut := time.Since(start).Round(time.Millisecond)
+	r.logf("  HEAL %s's broker links after %s: %d bytes dropped; its write after the takeover refused by the sink: %v", w.Name(), cut, lost, refused)
+	r.setDetail(fmt.Sprintf("broker links cut for %s while it held a batch of partition %d (epoch %d); taken over: %v; its later write refused: %v; %d bytes dropped",
+		cut, hb.Partition, hb.Epoch, err == nil, refused, lost))
+	return err == nil && lost > 0, r.ctx.Err()
+}
+
+// partitionSink cuts a worker's sink link for 1.5× the session and heals
+// it. It happened when bytes were dropped on the cut link (the worker
+// tried to reach its sink). L and X (nothing lost, nothing applied twice)
+// are the run's own checks.
+func (r *run) partitionSink() (bool, error) {
+	w := r.pickLinked(true)
+	if w == nil {
+		r.logf("partition-sink: no worker with a sink link holds a partition; skipped")
+		return false, nil
+	}
+	r.supersede(w.Name())
+	l := r.links[w.Name()].sink
+	d0, stalled := l.Dropped(), w.Count(consumer.KindStalled)
+	if err := l.Cut(); err != nil {
+		_ = l.Heal()
+		return false, fmt.Errorf("chaos: partition-sink: %w", err)
+	}
+	r.logf("PARTITION-SINK %s: its sink link cut both ways (black-holed) for %s, its broker links working; it holds %s",
+		w.Name(), r.stallFor(), cluster.Describe(w.Owned()))
+	err := r.sleep(r.stallFor())
+	lost := l.Dropped() - d0
+	if herr := l.Heal(); herr != nil {
+		return false, fmt.Errorf("chaos: partition-sink: healing: %w", herr)
+	}
+	if err != nil {
+		return false, err
+	}
+	applied := w.Count(consumer.KindApplied)
+	again := r.waitUntil(20*time.Second, w.Name()+" to apply a batch after the heal", func() bool {
+		return w.Count(consumer.KindApplied) > applied || len(w.Owned()) == 0 || w.Exited()
+	}) == nil && w.Count(consumer.KindApplied) > applied
+	retried := w.Count(consumer.KindStalled) - stalled
+	r.logf("  HEAL %s's sink link: %d bytes dropped while cut; %d sink operations failed and retried; applied a batch again after the heal: %v", w.Name(), lost, retried, again)
+	r.setDetail(fmt.Sprintf("sink link cut for %s; %d bytes dropped; %d sink operations retried; applied again after the heal: %v", r.stallFor(), lost, retried, again))
+	return lost > 0, r.ctx.Err()
+}
+
+// oneWay drops the replies on a worker's sink link for 1.5× the session
+// and heals it. It happened when reply bytes were dropped and the worker
+// then saw a sink operation fail and retried it (consumer.KindStalled):
+// the write whose reply was lost is retried; L and X show that the retry
+// neither lost the batch nor applied it twice.
+func (r *run) oneWay() (bool, error) {
+	w := r.pickLinked(true)
+	if w == nil {
+		r.logf("one-way: no worker with a sink link holds a partition; skipped")
+		return false, nil
+	}
+	r.supersede(w.Name())
+	l := r.links[w.Name()].sink
+	d0, stalled := l.Dropped(), w.Count(consumer.KindStalled)
+	if err := l.OneWay(); err != nil {
+		_ = l.Heal()
+		return false, fmt.Errorf("chaos: one-way: %w", err)
+	}
+	r.logf("ONE-WAY %s: replies on its sink link dropped for %s (its requests still reach the sink); it holds %s",
+		w.Name(), r.stallFor(), cluster.Describe(w.Owned()))
+	err := r.sleep(r.stallFor())
+	lost := l.Dropped() - d0
+	if herr := l.Heal(); herr != nil {
+		return false, fmt.Errorf("chaos: one-way: healing: %w", herr)
+	}
+	if err != nil {
+		return false, err
+	}
+	_ = r.waitUntil(20*time.Second, w.Name()+" to retry a sink operation", func() bool {
+		return w.Count(consumer.KindStalled) > stalled || w.Exited()
+	})
+	retried := w.Count(consumer.KindStalled) - stalled
+	r.logf("  HEAL %s's sink link: %d reply bytes dropped; %d sink operations failed and retried", w.Name(), lost, retried)
+	r.setDetail(fmt.Sprintf("sink replies dropped for %s; %d bytes dropped; %d sink operations retried", r.stallFor(), lost, retried))
+	return lost > 0 && retried > 0, r.ctx.Err()
+}
+
+// slowLink delays a worker's broker links by 300 ms ± 100 ms each way
+// (above the workers' 200 ms heartbeat interval) for 1.5× the session,
+// and heals them. It happened when bytes were delayed.
+func (r *run) slowLink() (bool, error) {
+	w := r.pickLinked(false)
+	if w == nil {
+		r.logf("slow-link: no worker with links holds a partition; skipped")
+		return false, nil
+	}
+	r.supersede(w.Name())
+	ls := r.links[w.Name()].brokers
+	var d0 int64
+	for _, l := range ls {
+		d0 += l.Delayed()
+	}
+	heal := func() error {
+		var first error
+		for _, l := range ls {
+			if err := l.Heal(); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	for _, l := range ls {
+		if err := l.Latency(300*time.Millisecond, 100*time.Millisecond); err != nil {
+			_ = heal()
+			return false, fmt.Errorf("chaos: slow-link: %w", err)
+		}
+	}
+	r.logf("SLOW-LINK %s: its %d broker links delayed 300ms ± 100ms each way for %s; it holds %s", w.Name(), len(ls), r.stallFor(), cluster.Describe(w.Owned()))
+	err := r.sleep(r.stallFor())
+	var delayed int64
+	for _, l := range ls {
+		delayed += l.Delayed()
+	}
+	delayed -= d0
+	if herr := heal(); herr != nil {
+		return false, fmt.Errorf("chaos: slow-link: healing: %w", herr)
+	}
+	r.logf("  HEAL %s's broker links: %d bytes delayed", w.Name(), delayed)
+	r.setDetail(fmt.Sprintf("broker links delayed 300ms ± 100ms for %s; %d bytes delayed", r.stallFor(), delayed))
+	return delayed > 0, err
+}
+
+// unmappedDials counts the broker addresses the workers dialled outside
+// their links (faults.KindDialUnmapped): each a connection no network
+// fault reached.
+func unmappedDials(ws []*cluster.Worker) int {
+	n := 0
+	for _, w := range ws {
+		n += w.Count(faults.KindDialUnmapped)
+	}
+	return n
+}

@@ -1,0 +1,301 @@
+// Package netfault is the fault harness's network fault layer: a TCP proxy
+// per link (a worker and a broker address, a worker and its sink), run in
+// process with Shopify's toxiproxy as a library, whose traffic can be cut
+// both ways, cut one way, slowed, or reset. A worker reaches its broker
+// and its sink only through its links' addresses (the harness gives it a
+// dial mapping and a sink address of the proxies), so that a cut is a cut
+// for every connection it opens.
+//
+// A cut black-holes the link: connections stay open, and every byte sent
+// either way is read by the proxy and dropped, as a network partition
+// drops packets; a new connection is accepted by the proxy and then hears
+// nothing. (Disabling a toxiproxy proxy instead closes its listener and
+// every connection: the client sees a reset at once, which is what the
+// chaos harness's broker-conn fault already does.) Heal removes every
+// toxic; the connections a cut or a one-way cut black-holed are closed
+// then (their byte streams lost data: they cannot carry on), so the
+// client reconnects through the healed link.
+//
+// It is internal: the chaos harness is its user.
+package netfault
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/Shopify/toxiproxy/v2/toxics"
+	"github.com/rs/zerolog"
+)
+
+// ErrClosed is matched by the error a Link's method returns after Close.
+var ErrClosed = errors.New("netfault: link closed")
+
+// The toxics of this package, registered with toxiproxy: dropping and
+// delaying toxics that count what they dropped or delayed, so that a fault
+// can show it happened.
+const (
+	dropType  = "netfault_drop"
+	delayType = "netfault_delay"
+)
+
+// counters are the byte counters of every link, by link ID: toxiproxy
+// makes a toxic from its JSON attributes, which can carry an ID but not a
+// pointer.
+var counters sync.Map // string → *linkCounters
+
+type linkCounters struct {
+	dropped atomic.Int64
+	delayed atomic.Int64
+}
+
+func countersOf(id string) *linkCounters {
+	c, _ := counters.LoadOrStore(id, new(linkCounters))
+	return c.(*linkCounters)
+}
+
+// dropToxic reads every chunk and drops it, counting its bytes; when it is
+// removed (Cleanup) or its input ends, it closes its stub, which closes
+// the link's connection.
+type dropToxic struct {
+	Link string `json:"link"`
+}
+
+func (t *dropToxic) Pipe(stub *toxics.ToxicStub) {
+	c := countersOf(t.Link)
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case chunk := <-stub.Input:
+			if chunk == nil {
+				stub.Close()
+				return
+			}
+			c.dropped.Add(int64(len(chunk.Data)))
+		}
+	}
+}
+
+func (t *dropToxic) Cleanup(stub *toxics.ToxicStub) { stub.Close() }
+
+// delayToxic passes every chunk on after Latency ± Jitter milliseconds,
+// counting the bytes it delayed.
+type delayToxic struct {
+	Link    string `json:"link"`
+	Latency int64  `json:"latency"`
+	Jitter  int64  `json:"jitter"`
+}
+
+func (t *delayToxic) GetBufferSize() int { return 1024 }
+
+func (t *delayToxic) Pipe(stub *toxics.ToxicStub) {
+	c := countersOf(t.Link)
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case chunk := <-stub.Input:
+			if chunk == nil {
+				stub.Close()
+				return
+			}
+			d := t.Latency
+			if t.Jitter > 0 {
+				d += rand.Int64N(2*t.Jitter) - t.Jitter
+			}
+			wait := time.Duration(d)*time.Millisecond - time.Since(chunk.Timestamp)
+			if wait > 0 {
+				tm := time.NewTimer(wait)
+				select {
+				case <-tm.C:
+				case <-stub.Interrupt:
+					tm.Stop()
+					// Interrupted: pass the chunk on at once, so no
+					// data is lost when the toxic is removed.
+					if err := stub.WriteOutput(chunk, 5*time.Second); err == nil {
+						c.delayed.Add(int64(len(chunk.Data)))
+					}
+					return
+				}
+			}
+			c.delayed.Add(int64(len(chunk.Data)))
+			stub.Output <- chunk
+		}
+	}
+}
+
+func init() {
+	toxics.Register(dropType, new(dropToxic))
+	toxics.Register(delayType, new(delayToxic))
+}
+
+// Net is a set of links sharing one toxiproxy server (no API listener:
+// the links are driven from Go). Its methods may be called from any
+// goroutine.
+type Net struct {
+	srv *toxiproxy.ApiServer
+
+	mu     sync.Mutex
+	links  []*Link
+	seq    int
+	closed bool
+}
+
+// New returns an empty Net. The caller must Close it.
+func New() *Net {
+	return &Net{srv: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())}
+}
+
+// Link starts a proxy named name on a free port of 127.0.0.1 that
+// forwards every connection to upstream (host:port).
+func (n *Net) Link(name, upstream string) (*Link, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, ErrClosed
+	}
+	n.seq++
+	id := "l" + strconv.Itoa(n.seq)
+	p := toxiproxy.NewProxy(n.srv, name, "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		return nil, fmt.Errorf("netfault: proxy %s to %s: %w", name, upstream, err)
+	}
+	l := &Link{name: name, upstream: upstream, id: id, p: p, c: countersOf(id)}
+	n.links = append(n.links, l)
+	return l, nil
+}
+
+// Close closes every link.
+func (n *Net) Close() {
+	n.mu.Lock()
+	links := n.links
+	n.links, n.closed = nil, true
+	n.mu.Unlock()
+	for _, l := range links {
+		l.Close()
+	}
+}
+
+// Link is one proxied TCP link. Each fault method returns once its toxic
+// is in place on every open connection of the link and on every
+// connection opened after; faults add up until Heal. Its methods may be
+// called from any goroutine.
+type Link struct {
+	name, upstream, id string
+	p                  *toxiproxy.Proxy
+	c                  *linkCounters
+
+	mu     sync.Mutex
+	faults []string // the toxics in place, for String
+	closed bool
+}
+
+// Name is the link's name.
+func (l *Link) Name() string { return l.name }
+
+// Upstream is the address the link forwards to.
+func (l *Link) Upstream() string { return l.upstream }
+
+// Addr is the proxy's address: what the client dials instead of Upstream.
+func (l *Link) Addr() string { return l.p.Listen }
+
+// Dropped is how many bytes the link's cuts dropped so far, both ways.
+func (l *Link) Dropped() int64 { return l.c.dropped.Load() }
+
+// Delayed is how many bytes the link's latency delayed so far, both ways.
+func (l *Link) Delayed() int64 { return l.c.delayed.Load() }
+
+// Cut black-holes the link both ways: every byte sent either way on an
+// open or a new connection is dropped, and no connection is closed, until
+// Heal.
+func (l *Link) Cut() error {
+	if err := l.add("cut_up", "upstream", dropType, nil); err != nil {
+		return err
+	}
+	return l.add("cut_down", "downstream", dropType, nil)
+}
+
+// OneWay drops the replies only: requests reach the upstream, and every
+// byte it sends back is dropped, until Heal.
+func (l *Link) OneWay() error { return l.add("oneway_down", "downstream", dropType, nil) }
+
+// Latency delays every chunk of bytes both ways by latency ± jitter (at
+// millisecond resolution), until Heal.
+func (l *Link) Latency(latency, jitter time.Duration) error {
+	attrs := map[string]any{"latency": latency.Milliseconds(), "jitter": jitter.Milliseconds()}
+	if err := l.add("latency_up", "upstream", delayType, attrs); err != nil {
+		return err
+	}
+	return l.add("latency_down", "downstream", delayType, attrs)
+}
+
+// ResetPeer resets (TCP RST) every connection of the link on the next
+// bytes its client sends, new connections included, until Heal.
+func (l *Link) ResetPeer() error {
+	return l.add("reset_up", "upstream", "reset_peer", map[string]any{"timeout": 0})
+}
+
+// Heal removes every fault; the connections a cut black-holed are closed.
+func (l *Link) Heal() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	l.p.Toxics.ResetToxics(context.Background())
+	l.faults = nil
+	return nil
+}
+
+// Faults names the faults in place ("" when healthy).
+func (l *Link) Faults() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.faults, ",")
+}
+
+// Close stops the proxy and closes every connection of the link.
+func (l *Link) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.closed = true
+	l.p.Toxics.ResetToxics(context.Background())
+	l.p.Stop()
+	counters.Delete(l.id)
+}
+
+// add puts a toxic of type typ on the stream ("upstream": client to
+// upstream; "downstream": back) with attrs and the link's ID.
+func (l *Link) add(name, stream, typ string, attrs map[string]any) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	a := map[string]any{"link": l.id}
+	for k, v := range attrs {
+		a[k] = v
+	}
+	b, err := json.Marshal(map[string]any{"name": name, "type": typ, "stream": stream, "toxicity": 1.0, "attributes": a})
+	if err != nil {
+		return fmt.Errorf("netfault: %w", err)
+	}
+	if _, err := l.p.Toxics.AddToxicJson(bytes.NewReader(b)); err != nil {
+		return fmt.Errorf("netfault: %s on link %s: %w", name, l.name, err)
+	}
+	l.faults = append(l.faults, name)
+	return nil
+}

@@ -1,0 +1,255 @@
+package netfault
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// echo is an upstream that echoes every line and records what it received.
+type echo struct {
+	ln net.Listener
+	wg sync.WaitGroup
+
+	mu       sync.Mutex
+	received []string
+	conns    []net.Conn
+}
+
+func startEcho(t *testing.T) *echo {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &echo{ln: ln}
+	e.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			e.mu.Lock()
+			e.conns = append(e.conns, c)
+			e.mu.Unlock()
+			e.wg.Go(func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					e.mu.Lock()
+					e.received = append(e.received, line)
+					e.mu.Unlock()
+					if _, err := c.Write([]byte(line)); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		e.mu.Lock()
+		for _, c := range e.conns {
+			c.Close()
+		}
+		e.mu.Unlock()
+		e.wg.Wait()
+	})
+	return e
+}
+
+func (e *echo) got(line string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range e.received {
+		if l == line {
+			return true
+		}
+	}
+	return false
+}
+
+// roundTrip writes line on c and reads a line back within wait.
+func roundTrip(c net.Conn, r *bufio.Reader, line string, wait time.Duration) (string, error) {
+	if _, err := c.Write([]byte(line)); err != nil {
+		return "", err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	defer c.SetReadDeadline(time.Time{})
+	return r.ReadString('\n')
+}
+
+func dial(t *testing.T, l *Link) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, bufio.NewReader(c)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// TestCutAndHeal: a cut link passes no byte either way, on an open
+// connection or a new one, and closes neither; after Heal the
+// black-holed connection is closed and a new one carries bytes again.
+func TestCutAndHeal(t *testing.T) {
+	e := startEcho(t)
+	n := New()
+	defer n.Close()
+	l, err := n.Link("w1-sink", e.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, r := dial(t, l)
+	if got, err := roundTrip(c, r, "before\n", 5*time.Second); err != nil || got != "before\n" {
+		t.Fatalf("healthy link: %q, %v", got, err)
+	}
+	if err := l.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := roundTrip(c, r, "during\n", 300*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("cut link, open connection: read %q, %v; want a timeout (nothing passes, nothing closes)", got, err)
+	}
+	c2, r2 := dial(t, l)
+	if got, err := roundTrip(c2, r2, "new-during\n", 300*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("cut link, new connection: read %q, %v; want a timeout", got, err)
+	}
+	if e.got("during\n") || e.got("new-during\n") {
+		t.Fatalf("the upstream received bytes sent while the link was cut")
+	}
+	if l.Dropped() == 0 {
+		t.Fatalf("Dropped() = 0 after bytes were sent on a cut link")
+	}
+	if err := l.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := r.ReadString('\n'); err == nil || isTimeout(err) {
+		t.Fatalf("the connection black-holed by the cut: read error %v after Heal, want it closed", err)
+	}
+	c3, r3 := dial(t, l)
+	if got, err := roundTrip(c3, r3, "after\n", 5*time.Second); err != nil || got != "after\n" {
+		t.Fatalf("healed link: %q, %v", got, err)
+	}
+}
+
+// TestOneWay: with the replies dropped, the request reaches the upstream
+// and its reply never comes back.
+func TestOneWay(t *testing.T) {
+	e := startEcho(t)
+	n := New()
+	defer n.Close()
+	l, err := n.Link("w1-sink", e.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, r := dial(t, l)
+	if err := l.OneWay(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := roundTrip(c, r, "request\n", 300*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("one-way link: read %q, %v; want a timeout", got, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !e.got("request\n") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !e.got("request\n") {
+		t.Fatalf("the request did not reach the upstream")
+	}
+	if l.Dropped() == 0 {
+		t.Fatalf("Dropped() = 0: the reply was not dropped by the link")
+	}
+}
+
+// TestLatency: a slowed link still carries every byte, and counts what
+// it delayed.
+func TestLatency(t *testing.T) {
+	e := startEcho(t)
+	n := New()
+	defer n.Close()
+	l, err := n.Link("w1-broker", e.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Latency(20*time.Millisecond, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	c, r := dial(t, l)
+	if got, err := roundTrip(c, r, "slow\n", 5*time.Second); err != nil || got != "slow\n" {
+		t.Fatalf("slow link: %q, %v", got, err)
+	}
+	if l.Delayed() < int64(2*len("slow\n")) {
+		t.Fatalf("Delayed() = %d, want both ways counted", l.Delayed())
+	}
+	if err := l.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := roundTrip(c, r, "fast\n", 5*time.Second); err != nil || got != "fast\n" {
+		t.Fatalf("after removing the latency, the open connection: %q, %v", got, err)
+	}
+}
+
+// TestResetPeer: the next bytes a client sends reset its connection.
+func TestResetPeer(t *testing.T) {
+	e := startEcho(t)
+	n := New()
+	defer n.Close()
+	l, err := n.Link("w1-broker", e.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, r := dial(t, l)
+	if err := l.ResetPeer(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := roundTrip(c, r, "x\n", 5*time.Second)
+	if err == nil || isTimeout(err) {
+		t.Fatalf("reset link: read %q, %v; want the connection reset", got, err)
+	}
+	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		t.Logf("reset seen as %v", err)
+	}
+	if err := l.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	c2, r2 := dial(t, l)
+	if got, err := roundTrip(c2, r2, "y\n", 5*time.Second); err != nil || got != "y\n" {
+		t.Fatalf("healed link: %q, %v", got, err)
+	}
+}
+
+// TestClosed: a closed link refuses faults.
+func TestClosed(t *testing.T) {
+	e := startEcho(t)
+	n := New()
+	l, err := n.Link("w1", e.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	if err := l.Cut(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Cut after Close: %v, want ErrClosed", err)
+	}
+	if _, err := n.Link("w2", e.ln.Addr().String()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Link after Close: %v, want ErrClosed", err)
+	}
+}
