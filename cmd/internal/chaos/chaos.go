@@ -375,6 +375,10 @@ func (c Config) withDefaults() (Config, error) {
 		if !slices.Contains(Kinds(), k) {
 			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 		}
+		if c.Kafka && slices.Contains(NetKinds(), k) {
+			return c, fmt.Errorf("%w: fault kind %q does not run with --sink kafka: the network links proxy the worker's consumer connections, "+
+				"and the Kafka sink's producer dials the brokers directly, so the experiment would cut one client of two", ErrConfig, k)
+		}
 		if !slices.Contains(applies, k) && !slices.Contains(NetKinds(), k) {
 			return c, fmt.Errorf("%w: fault kind %q does not apply here: it %s (those do: %v)", ErrConfig, k, excluded[k], applies)
 		}

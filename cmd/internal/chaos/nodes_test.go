@@ -250,11 +250,12 @@ func TestKindsWhereTheRunGoes(t *testing.T) {
 		t.Fatalf("cluster kinds %v", ClusterKinds())
 	}
 	for name, cfg := range map[string]Config{
-		"heartbeat on Kafka nodes":   {Worker: w, KafkaNodes: 3, Kinds: []Kind{Heartbeat}},
-		"leader-kill on kfake":       {Worker: w, Kinds: []Kind{LeaderKill}},
-		"leader-kill on --brokers":   {Worker: w, Brokers: []string{"b:9092"}, Kinds: []Kind{LeaderKill}},
-		"two nodes":                  {Worker: w, KafkaNodes: 2},
-		"nodes and an external list": {Worker: w, KafkaNodes: 3, Brokers: []string{"b:9092"}},
+		"heartbeat on Kafka nodes":         {Worker: w, KafkaNodes: 3, Kinds: []Kind{Heartbeat}},
+		"leader-kill on kfake":             {Worker: w, Kinds: []Kind{LeaderKill}},
+		"leader-kill on --brokers":         {Worker: w, Brokers: []string{"b:9092"}, Kinds: []Kind{LeaderKill}},
+		"two nodes":                        {Worker: w, KafkaNodes: 2},
+		"nodes and an external list":       {Worker: w, KafkaNodes: 3, Brokers: []string{"b:9092"}},
+		"partition-broker on --sink kafka": {Worker: w, Kafka: true, Kinds: []Kind{PartitionBroker}},
 	} {
 		if _, err := cfg.withDefaults(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err %v, want ErrConfig", name, err)
