@@ -103,7 +103,7 @@ through their environment, never their command line).
 	fl.IntVar(&cfg.Workers, "workers", 3, "worker processes (at least 2)")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed for the generated commands")
 	fl.StringSliceVar(&cfg.Brokers, "brokers", nil, "run against this cluster instead of an embedded broker")
-	fl.StringVar(&sink, "sink", "", "sqlite:PATH, postgres://…, redis://… or kafka (default: an SQLite file in a temporary directory; PostgreSQL runs in a fresh schema dropped at the end; kafka: the ledger's decisions as events, in transactions, on topics of the run's own on the demo's broker, checked with read_committed)")
+	fl.StringVar(&sink, "sink", "", "sqlite:PATH, postgres://…, redis://… or kafka (default: an SQLite file in a temporary directory; PostgreSQL runs in a fresh schema dropped at the end; kafka: the ledger's decisions as events, in transactions, on topics of its own on the demo's broker, checked with read_committed)")
 	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "the workers' session timeout (default 2s)")
 	fl.StringVar(&cfg.Protocol, "protocol", "cooperative", "the workers' group protocol: cooperative or kip848 (under kip848 the session timeout is the broker's: with --brokers, its group.consumer.session.timeout.ms must not exceed --session-timeout)")
 	fl.IntVar(&cfg.KeyConcurrency, "key-concurrency", 1, "lanes per partition in each worker (the worker's --key-concurrency): one key's commands in one lane, in offset order")
