@@ -76,10 +76,11 @@ type benchJSONTarget struct {
 	Num          string    `json:"num"`
 	Den          string    `json:"den"`
 	Target       float64   `json:"target"` // 0: no target, the ratio is only reported
-	Ratio        *float64  `json:"ratio"`  // median(num)/median(den); null if not measured
+	CPU          bool      `json:"cpu"`    // a ratio of CPU per record, the baseline's over workrouter's, not of throughput
+	Ratio        *float64  `json:"ratio"`  // median(num)/median(den) (cpu: median(den)/median(num)); null if not measured
 	PairMin      *float64  `json:"pair_min"`
 	PairMax      *float64  `json:"pair_max"`
-	Pairs        []float64 `json:"pairs"` // run i of num / run i of den
+	Pairs        []float64 `json:"pairs"` // run i of num / run i of den (cpu: den over num)
 	Met          bool      `json:"met"`   // the median ratio reached the target (never under --quick, never without a target)
 	EveryPairMet bool      `json:"every_pair_met"`
 	Verdict      string    `json:"verdict"`
@@ -167,8 +168,13 @@ keys_vs_serial_pg >= 4 (W7-pg/W3); dedupe_on_vs_off_pg_b1 and
 dedupe_on_vs_off_sqlite_b1 (batch 1), worker_vs_raw_pg (W2u-pg/B3-pg) and
 fence_in_worker_pg (W2n-pg/W2u-pg) are reported without a target. Two
 latency targets take the median over W9's runs of each run's percentile:
-send_p50 < 1ms and send_p99 < 5ms. The last line gives the median ratios
-and latencies:
+send_p50 < 1ms and send_p99 < 5ms. Two CPU ratios, without a target,
+compare CPU per record instead of throughput, the baseline's over the
+worker's so that higher is better here too: router_vs_raw_cpu (B1 over
+W1) and router_vs_sarama_cpu (B2 over W1). A run's CPU is this whole
+process's user+system time while it ran, the embedded broker's included
+(with --brokers, only the client side). The last line gives the median
+ratios and latencies:
 
   bench: router_vs_raw=<W1/B1> fenced_vs_unfenced_pg=<W2/B3> fenced_vs_unfenced_sqlite=<W2/B3>
     dedupe_on_vs_off_pg=<W2/W2n> dedupe_on_vs_off_sqlite=<W2/W2n> dedupe_on_vs_off_pg_b1=<W2/W2n>
@@ -177,6 +183,7 @@ and latencies:
     produce_vs_raw=<W4/B4> produce_file_vs_kcat=<W8/B5>
     router_vs_sarama=<W1/B2> fenced_vs_unfenced_redis=<W2/B3>
     keys_vs_serial=<W7/W3> keys_vs_serial_pg=<W7-pg/W3>
+    router_vs_raw_cpu=<B1/W1 CPU> router_vs_sarama_cpu=<B2/W1 CPU>
     send_p50=<W9 ms> send_p99=<W9 ms>
 
 (one line).
@@ -289,7 +296,7 @@ func writeBenchJSON(cmd *cobra.Command, rows []bench.Row, quick bool, repeats in
 		doc.Latencies = append(doc.Latencies, j)
 	}
 	for _, r := range ratios {
-		t := benchJSONTarget{Name: r.Name, Num: r.Num, Den: r.Den, Target: r.Target, Pairs: r.Pairs,
+		t := benchJSONTarget{Name: r.Name, Num: r.Num, Den: r.Den, Target: r.Target, CPU: r.CPU, Pairs: r.Pairs,
 			Met: !quick && r.Met(), EveryPairMet: !quick && r.EveryPairMet(), Verdict: r.Verdict(quick)}
 		if t.Pairs == nil {
 			t.Pairs = []float64{}

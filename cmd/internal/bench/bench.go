@@ -49,9 +49,12 @@ type Result struct {
 	ID      string        // short id: "W1", "B0", …
 	Records int           // records processed
 	Elapsed time.Duration // wall time of the measured part
-	CPU     time.Duration // user+system CPU of this process during it
-	PeakRSS int64         // process max RSS in bytes at the end (ru_maxrss; monotonic across workloads)
-	Extra   string        // free-form (latency percentiles, takeover time, …)
+	// CPU is the user+system CPU time of this whole process during the
+	// measured part: the workload's, the embedded broker's (it runs in
+	// this process) and the garbage collector's.
+	CPU     time.Duration
+	PeakRSS int64  // process max RSS in bytes at the end (ru_maxrss; monotonic across workloads)
+	Extra   string // free-form (latency percentiles, takeover time, …)
 	// P50 and P99 are the latency percentiles of a latency row (W9),
 	// zero for the others (see Latencies).
 	P50, P99 time.Duration

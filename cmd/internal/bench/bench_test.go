@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -121,6 +122,72 @@ func TestRatiosFromRepeats(t *testing.T) {
 	}
 }
 
+// TestCPURatios checks the CPU ratios on made-up CPU times: the
+// baseline's median CPU per record over the workload's (higher is better,
+// as for throughput), per-pair ratios over the rounds in which both
+// measured something and have a CPU time, and n/a without CPU times.
+func TestCPURatios(t *testing.T) {
+	cpu := func(id string, records int, us ...float64) Row {
+		row := Row{ID: id, Repeats: len(us)}
+		for _, u := range us {
+			r := Result{ID: id, Records: records, Elapsed: time.Second, CPU: time.Duration(u * float64(records) * float64(time.Microsecond))}
+			if u < 0 {
+				r.Skipped, r.CPU = failedPrefix+id+": boom", 0
+			}
+			row.Runs = append(row.Runs, r)
+		}
+		return row
+	}
+	// CPU µs per record, run by run; -1 is a failed run, 0 a run
+	// without a CPU time.
+	rs := []Row{
+		cpu("B1", 1000, 0.60, 0.62, 0.58, 0.70, 0.61),
+		cpu("W1", 2000, 0.80, 0.75, -1, 0, 0.90), // 0.75, 0.80, 0.90
+		cpu("B2", 1000, 1.60, 2.00, 1.80, 1.20, 1.50),
+	}
+	byName := map[string]Ratio{}
+	for _, r := range Ratios(rs) {
+		byName[r.Name] = r
+	}
+	if s := rs[1].CPUPerRecord(); s.N != 3 || math.Abs(s.Median-0.80) > 1e-9 || math.Abs(s.Min-0.75) > 1e-9 || math.Abs(s.Max-0.90) > 1e-9 {
+		t.Fatalf("W1 CPU per record %+v, want 0.80 [0.75–0.90] over 3 runs", s)
+	}
+	near := func(got, want []float64) bool {
+		if len(got) != len(want) {
+			return false
+		}
+		for i := range got {
+			if math.Abs(got[i]-want[i]) > 1e-9 {
+				return false
+			}
+		}
+		return true
+	}
+	raw := byName["router_vs_raw_cpu"]
+	if !raw.CPU || !raw.OK || raw.Num != "W1" || raw.Den != "B1" || math.Abs(raw.Value-0.61/0.80) > 1e-9 ||
+		!near(raw.Pairs, []float64{0.60 / 0.80, 0.62 / 0.75, 0.61 / 0.90}) {
+		t.Fatalf("router_vs_raw_cpu = %+v, want %.4f, pairs from rounds 1, 2, 5", raw, 0.61/0.80)
+	}
+	sar := byName["router_vs_sarama_cpu"]
+	if !sar.OK || math.Abs(sar.Value-1.60/0.80) > 1e-9 || !near(sar.Pairs, []float64{1.60 / 0.80, 2.00 / 0.75, 1.50 / 0.90}) {
+		t.Fatalf("router_vs_sarama_cpu = %+v, want %.2f", sar, 1.60/0.80)
+	}
+	if got, want := TargetLine(raw, false), "target router_vs_raw_cpu=0.76 [0.68–0.83 over 3 pairs] (CPU/record of B1 over W1, no target): reported (no target)"; got != want {
+		t.Errorf("TargetLine = %q, want %q", got, want)
+	}
+	// The throughput ratio of the same rows is unchanged by the CPU times.
+	if r := byName["router_vs_raw"]; !r.OK || r.CPU || r.Value != 2 {
+		t.Errorf("router_vs_raw = %+v, want 2 (2000 records/s over 1000)", r)
+	}
+	// No CPU times (getrusage failed): n/a, not a division by zero.
+	none := []Row{cpu("B1", 1000, 0, 0), cpu("W1", 1000, 0.8, 0.8)}
+	for _, r := range Ratios(none) {
+		if r.CPU && r.OK {
+			t.Errorf("%s without the baseline's CPU = %+v, want n/a", r.Name, r)
+		}
+	}
+}
+
 func TestVerdicts(t *testing.T) {
 	r := func(v float64, pairs ...float64) Ratio {
 		return Ratio{Name: "produce_vs_raw", Num: "W4", Den: "B4", Target: 0.95, Value: v, Pairs: pairs, OK: true}
@@ -159,7 +226,8 @@ func TestTargets(t *testing.T) {
 		"dedupe_on_vs_off_pg": 0.90, "dedupe_on_vs_off_sqlite": 0.90, "dedupe_on_vs_off_pg_b1": 0, "dedupe_on_vs_off_sqlite_b1": 0,
 		"fence_vs_unfenced_pg_b1": 0.90, "fence_vs_unfenced_pg_b16": 0.90, "fence_vs_unfenced_pg_b256": 0.95,
 		"worker_vs_raw_pg": 0, "fence_in_worker_pg": 0,
-		"produce_vs_raw": 0.95, "produce_file_vs_kcat": 0.5, "router_vs_sarama": 2.0, "fenced_vs_unfenced_redis": 0.90, "keys_vs_serial": 8, "keys_vs_serial_pg": 4}
+		"produce_vs_raw": 0.95, "produce_file_vs_kcat": 0.5, "router_vs_sarama": 2.0, "fenced_vs_unfenced_redis": 0.90, "keys_vs_serial": 8, "keys_vs_serial_pg": 4,
+		"router_vs_raw_cpu": 0, "router_vs_sarama_cpu": 0}
 	rs := Ratios(nil)
 	if len(rs) != len(want) {
 		t.Errorf("%d ratios, want %d", len(rs), len(want))
@@ -191,7 +259,7 @@ func TestReport(t *testing.T) {
 		}
 		out := buf.String()
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if want := "bench: router_vs_raw=0.90 fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=0.95 dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=0.90 dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=0.50 fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a worker_vs_raw_pg=n/a fence_in_worker_pg=n/a produce_vs_raw=0.50 produce_file_vs_kcat=n/a router_vs_sarama=n/a fenced_vs_unfenced_redis=n/a keys_vs_serial=n/a keys_vs_serial_pg=n/a send_p50=n/a send_p99=n/a"; lines[len(lines)-1] != want {
+		if want := "bench: router_vs_raw=0.90 fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=0.95 dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=0.90 dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=0.50 fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a worker_vs_raw_pg=n/a fence_in_worker_pg=n/a produce_vs_raw=0.50 produce_file_vs_kcat=n/a router_vs_sarama=n/a fenced_vs_unfenced_redis=n/a keys_vs_serial=n/a keys_vs_serial_pg=n/a router_vs_raw_cpu=n/a router_vs_sarama_cpu=n/a send_p50=n/a send_p99=n/a"; lines[len(lines)-1] != want {
 			t.Fatalf("final line %q, want %q", lines[len(lines)-1], want)
 		}
 		res := []string{

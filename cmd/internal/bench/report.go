@@ -9,18 +9,23 @@ import (
 	"unicode"
 )
 
-// Ratio is one throughput(workrouter) / throughput(baseline) comparison of
-// the final line, computed from the repeated runs of both.
+// Ratio is one comparison of workrouter with a baseline on the final line,
+// computed from the repeated runs of both: throughput(workrouter) /
+// throughput(baseline), or with CPU the baseline's CPU per record over
+// workrouter's (see Row.CPUPerRecord), so that higher is better in both.
 type Ratio struct {
 	Name     string  // e.g. "router_vs_raw"
 	Num, Den string  // result IDs: workrouter's and the baseline's
 	Target   float64 // the ratio it must reach; 0: reported, no target
+	// CPU makes the ratio one of CPU per record instead of throughput.
+	CPU bool
 	// Value is the median throughput of Num's runs over the median of
-	// Den's; valid only if OK.
+	// Den's (with CPU: the median CPU per record of Den's runs over the
+	// median of Num's); valid only if OK.
 	Value float64
-	// Pairs are the per-pair ratios: run i of Num over run i of Den, for
-	// every round i in which both measured something (the two ran next to
-	// each other, see All).
+	// Pairs are the per-pair ratios: run i of Num against run i of Den,
+	// as Value, for every round i in which both measured something (the
+	// two ran next to each other, see All).
 	Pairs []float64
 	OK    bool // false: an input was skipped, failed or absent
 }
@@ -121,6 +126,15 @@ var ratioDefs = []Ratio{
 	{Name: "keys_vs_serial_pg", Num: "W7-pg", Den: "W3", Target: 4},
 }
 
+// cpuRatioDefs lists the final line's CPU ratios, after ratioDefs' (see
+// Ratio.CPU): the consuming workload against its baselines, whose work is
+// all in this process. They have no target: the CPU of a run is the whole
+// process's (see Result.CPU), the embedded broker's included.
+var cpuRatioDefs = []Ratio{
+	{Name: "router_vs_raw_cpu", Num: "W1", Den: "B1"},
+	{Name: "router_vs_sarama_cpu", Num: "W1", Den: "B2"},
+}
+
 // normID folds a result ID for matching: lower case, letters and digits
 // only, "postgres"/"postgresql" shortened to "pg" ("W2-Postgres" is "w2pg").
 func normID(id string) string {
@@ -144,32 +158,50 @@ func find(rows []Row, id string) (Row, bool) {
 	return Row{}, false
 }
 
-// Ratios computes the final line's ratios from rows.
+// Ratios computes the final line's ratios from rows: ratioDefs', then
+// cpuRatioDefs'.
 func Ratios(rows []Row) []Ratio {
-	out := make([]Ratio, len(ratioDefs))
-	for i, d := range ratioDefs {
-		num, ok1 := find(rows, d.Num)
-		den, ok2 := find(rows, d.Den)
-		tn, td := num.Throughput(), den.Throughput()
-		if ok1 && ok2 && tn.N > 0 && td.N > 0 {
-			d.Value, d.OK = tn.Median/td.Median, true
-			for j := range min(len(num.Runs), len(den.Runs)) {
-				a, okA := num.rate(j)
-				b, okB := den.rate(j)
-				if okA && okB {
-					d.Pairs = append(d.Pairs, a/b)
-				}
-			}
-		}
-		out[i] = d
+	out := make([]Ratio, 0, len(ratioDefs)+len(cpuRatioDefs))
+	for _, d := range ratioDefs {
+		out = append(out, ratio(d, rows, Row.Throughput, Row.rate))
+	}
+	for _, d := range cpuRatioDefs {
+		d.CPU = true
+		// The baseline's CPU per record over the workload's: the
+		// arguments swap.
+		r := ratio(Ratio{Num: d.Den, Den: d.Num}, rows, Row.CPUPerRecord, Row.cpuPerRecord)
+		d.Value, d.Pairs, d.OK = r.Value, r.Pairs, r.OK
+		out = append(out, d)
 	}
 	return out
 }
 
-// FinalLine is the report's last line, each ratio the median one, then
-// each latency target's median:
+// ratio returns d with Value, Pairs and OK computed from rows: the median
+// of Num's values over the median of Den's, and run i of Num over run i
+// of Den.
+func ratio(d Ratio, rows []Row, spread func(Row) Spread, run func(Row, int) (float64, bool)) Ratio {
+	num, ok1 := find(rows, d.Num)
+	den, ok2 := find(rows, d.Den)
+	sn, sd := spread(num), spread(den)
+	if !ok1 || !ok2 || sn.N == 0 || sd.N == 0 || sd.Median <= 0 {
+		return d
+	}
+	d.Value, d.OK = sn.Median/sd.Median, true
+	for j := range min(len(num.Runs), len(den.Runs)) {
+		a, okA := run(num, j)
+		b, okB := run(den, j)
+		if okA && okB && b > 0 {
+			d.Pairs = append(d.Pairs, a/b)
+		}
+	}
+	return d
+}
+
+// FinalLine is the report's last line, each ratio the median one (the
+// throughput ratios, then the CPU ones), then each latency target's
+// median:
 //
-//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> fence_vs_unfenced_pg_b1=<r> fence_vs_unfenced_pg_b16=<r> fence_vs_unfenced_pg_b256=<r> worker_vs_raw_pg=<r> fence_in_worker_pg=<r> produce_vs_raw=<r> produce_file_vs_kcat=<r> router_vs_sarama=<r> fenced_vs_unfenced_redis=<r> keys_vs_serial=<r> keys_vs_serial_pg=<r> send_p50=<ms> send_p99=<ms>
+//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> fence_vs_unfenced_pg_b1=<r> fence_vs_unfenced_pg_b16=<r> fence_vs_unfenced_pg_b256=<r> worker_vs_raw_pg=<r> fence_in_worker_pg=<r> produce_vs_raw=<r> produce_file_vs_kcat=<r> router_vs_sarama=<r> fenced_vs_unfenced_redis=<r> keys_vs_serial=<r> keys_vs_serial_pg=<r> router_vs_raw_cpu=<r> router_vs_sarama_cpu=<r> send_p50=<ms> send_p99=<ms>
 func FinalLine(ratios []Ratio, lats ...Latency) string {
 	var b strings.Builder
 	b.WriteString("bench:")
@@ -231,6 +263,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 //
 //	target produce_vs_raw=0.97 [0.95–0.99 over 5 pairs] (W4/B4, want >= 0.95): met (every pair)
 //	target dedupe_on_vs_off_sqlite_b1=0.97 [0.95–0.99 over 5 pairs] (W2-sqlite-b1/W2n-sqlite-b1, no target): reported (no target)
+//	target router_vs_raw_cpu=0.74 [0.70–0.80 over 5 pairs] (CPU/record of B1 over W1, no target): reported (no target)
 //
 // with quick as for Verdict.
 func TargetLine(r Ratio, quick bool) string {
@@ -242,7 +275,11 @@ func TargetLine(r Ratio, quick bool) string {
 	if r.HasTarget() {
 		want = fmt.Sprintf("want >= %.2f", r.Target)
 	}
-	return fmt.Sprintf("target %s=%s%s (%s/%s, %s): %s", r.Name, r, spread, r.Num, r.Den, want, r.Verdict(quick))
+	rows := r.Num + "/" + r.Den
+	if r.CPU {
+		rows = "CPU/record of " + r.Den + " over " + r.Num
+	}
+	return fmt.Sprintf("target %s=%s%s (%s, %s): %s", r.Name, r, spread, rows, want, r.Verdict(quick))
 }
 
 // WriteReport writes the table, one line per target (see TargetLine) and

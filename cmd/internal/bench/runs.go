@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Row is one entry's outcome in a run: every run of it, in the order they
@@ -75,6 +76,27 @@ func (r Row) rate(i int) (float64, bool) {
 		return 0, false
 	}
 	return r.Runs[i].Throughput(), true
+}
+
+// CPUPerRecord is the spread of the measured runs' CPU per record
+// (Result.CPUPerRecord), in microseconds, over the runs that have one.
+func (r Row) CPUPerRecord() Spread {
+	var xs []float64
+	for _, run := range r.Measured() {
+		if c := run.CPUPerRecord(); c > 0 {
+			xs = append(xs, float64(c)/float64(time.Microsecond))
+		}
+	}
+	return SpreadOf(xs)
+}
+
+// cpuPerRecord returns the CPU per record of run i in microseconds, and
+// whether run i exists, measured something and has one.
+func (r Row) cpuPerRecord(i int) (float64, bool) {
+	if i < 0 || i >= len(r.Runs) || !measured(r.Runs[i]) || r.Runs[i].CPUPerRecord() <= 0 {
+		return 0, false
+	}
+	return float64(r.Runs[i].CPUPerRecord()) / float64(time.Microsecond), true
 }
 
 // Name is the first non-empty Name of the row's runs.
