@@ -256,26 +256,9 @@ func (r *run) partitionBroker() (bool, error) {
 // tried to reach its sink). L and X (nothing lost, nothing applied twice)
 // are the run's own checks.
 func (r *run) partitionSink() (bool, error) {
-	w := r.pickLinked(true)
-	if w == nil {
-		r.logf("partition-sink: no worker with a sink link holds a partition; skipped")
-		return false, nil
-	}
-	r.supersede(w.Name())
-	l := r.links[w.Name()].sink
-	d0, stalled := l.Dropped(), w.Count(consumer.KindStalled)
-	if err := l.Cut(); err != nil {
-		_ = l.Heal()
-		return false, fmt.Errorf("chaos: partition-sink: %w", err)
-	}
-	r.logf("PARTITION-SINK %s: its sink link cut both ways (black-holed) for %s, its broker links working; it holds %s",
-		w.Name(), r.stallFor(), cluster.Describe(w.Owned()))
-	err := r.sleep(r.stallFor())
-	lost := l.Dropped() - d0
-	if herr := l.Heal(); herr != nil {
-		return false, fmt.Errorf("chaos: partition-sink: healing: %w", herr)
-	}
-	if err != nil {
+	w, lost, stalled, err := r.sinkLinkFault("partition-sink", (*netfault.Link).Cut,
+		"PARTITION-SINK %s: its sink link cut both ways (black-holed) for %s, its broker links working; it holds %s")
+	if w == nil || err != nil {
 		return false, err
 	}
 	applied := w.Count(consumer.KindApplied)
@@ -294,26 +277,9 @@ func (r *run) partitionSink() (bool, error) {
 // the write whose reply was lost is retried; L and X show that the retry
 // neither lost the batch nor applied it twice.
 func (r *run) oneWay() (bool, error) {
-	w := r.pickLinked(true)
-	if w == nil {
-		r.logf("one-way: no worker with a sink link holds a partition; skipped")
-		return false, nil
-	}
-	r.supersede(w.Name())
-	l := r.links[w.Name()].sink
-	d0, stalled := l.Dropped(), w.Count(consumer.KindStalled)
-	if err := l.OneWay(); err != nil {
-		_ = l.Heal()
-		return false, fmt.Errorf("chaos: one-way: %w", err)
-	}
-	r.logf("ONE-WAY %s: replies on its sink link dropped for %s (its requests still reach the sink); it holds %s",
-		w.Name(), r.stallFor(), cluster.Describe(w.Owned()))
-	err := r.sleep(r.stallFor())
-	lost := l.Dropped() - d0
-	if herr := l.Heal(); herr != nil {
-		return false, fmt.Errorf("chaos: one-way: healing: %w", herr)
-	}
-	if err != nil {
+	w, lost, stalled, err := r.sinkLinkFault("one-way", (*netfault.Link).OneWay,
+		"ONE-WAY %s: replies on its sink link dropped for %s (its requests still reach the sink); it holds %s")
+	if w == nil || err != nil {
 		return false, err
 	}
 	_ = r.waitUntil(20*time.Second, w.Name()+" to retry a sink operation", func() bool {
@@ -323,6 +289,36 @@ func (r *run) oneWay() (bool, error) {
 	r.logf("  HEAL %s's sink link: %d reply bytes dropped; %d sink operations failed and retried", w.Name(), lost, retried)
 	r.setDetail(fmt.Sprintf("sink replies dropped for %s; %d bytes dropped; %d sink operations retried", r.stallFor(), lost, retried))
 	return lost > 0 && retried > 0, r.ctx.Err()
+}
+
+// sinkLinkFault picks a worker with a sink link that holds a partition,
+// applies fault to that link for 1.5× the session (logging banner, which
+// takes the worker, the duration and what it holds) and heals it. It
+// returns the worker (nil, logged, when none qualifies), the bytes the
+// link dropped meanwhile and the worker's stall count before the fault.
+func (r *run) sinkLinkFault(kind string, fault func(*netfault.Link) error, banner string) (*cluster.Worker, int64, int, error) {
+	w := r.pickLinked(true)
+	if w == nil {
+		r.logf("%s: no worker with a sink link holds a partition; skipped", kind)
+		return nil, 0, 0, nil
+	}
+	r.supersede(w.Name())
+	l := r.links[w.Name()].sink
+	d0, stalled := l.Dropped(), w.Count(consumer.KindStalled)
+	if err := fault(l); err != nil {
+		_ = l.Heal()
+		return nil, 0, 0, fmt.Errorf("chaos: %s: %w", kind, err)
+	}
+	r.logf(banner, w.Name(), r.stallFor(), cluster.Describe(w.Owned()))
+	err := r.sleep(r.stallFor())
+	lost := l.Dropped() - d0
+	if herr := l.Heal(); herr != nil {
+		return nil, 0, 0, fmt.Errorf("chaos: %s: healing: %w", kind, herr)
+	}
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return w, lost, stalled, nil
 }
 
 // slowLink delays a worker's broker links by 300 ms ± 100 ms each way
