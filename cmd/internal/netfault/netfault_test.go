@@ -71,6 +71,20 @@ func startEcho(t *testing.T) *echo {
 	return e
 }
 
+// linkToEcho starts an echo server and a Net with one link to it, named
+// name; both are closed when the test ends.
+func linkToEcho(t *testing.T, name string) (*echo, *Link) {
+	t.Helper()
+	e := startEcho(t)
+	n := New()
+	t.Cleanup(func() { n.Close() })
+	l, err := n.Link(name, e.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, l
+}
+
 func (e *echo) got(line string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -111,13 +125,7 @@ func isTimeout(err error) bool {
 // connection or a new one, and closes neither; after Heal the
 // black-holed connection is closed and a new one carries bytes again.
 func TestCutAndHeal(t *testing.T) {
-	e := startEcho(t)
-	n := New()
-	defer n.Close()
-	l, err := n.Link("w1-sink", e.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, l := linkToEcho(t, "w1-sink")
 	c, r := dial(t, l)
 	if got, err := roundTrip(c, r, "before\n", 5*time.Second); err != nil || got != "before\n" {
 		t.Fatalf("healthy link: %q, %v", got, err)
@@ -154,13 +162,7 @@ func TestCutAndHeal(t *testing.T) {
 // TestOneWay: with the replies dropped, the request reaches the upstream
 // and its reply never comes back.
 func TestOneWay(t *testing.T) {
-	e := startEcho(t)
-	n := New()
-	defer n.Close()
-	l, err := n.Link("w1-sink", e.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, l := linkToEcho(t, "w1-sink")
 	c, r := dial(t, l)
 	if err := l.OneWay(); err != nil {
 		t.Fatal(err)
@@ -183,13 +185,7 @@ func TestOneWay(t *testing.T) {
 // TestLatency: a slowed link still carries every byte, and counts what
 // it delayed.
 func TestLatency(t *testing.T) {
-	e := startEcho(t)
-	n := New()
-	defer n.Close()
-	l, err := n.Link("w1-broker", e.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, l := linkToEcho(t, "w1-broker")
 	if err := l.Latency(20*time.Millisecond, 10*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
@@ -210,13 +206,7 @@ func TestLatency(t *testing.T) {
 
 // TestResetPeer: the next bytes a client sends reset its connection.
 func TestResetPeer(t *testing.T) {
-	e := startEcho(t)
-	n := New()
-	defer n.Close()
-	l, err := n.Link("w1-broker", e.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, l := linkToEcho(t, "w1-broker")
 	c, r := dial(t, l)
 	if err := l.ResetPeer(); err != nil {
 		t.Fatal(err)
