@@ -34,9 +34,10 @@ import (
 	"github.com/workrouter/workrouter/consumer/eventlog"
 )
 
-// EnvHarnessWorker, set to 1 in a workrouter process's environment, makes
-// the binary run the harness's worker instead of the CLI (see
-// cmd/workrouter/harness.go). Only this package sets it.
+// EnvHarnessWorker, set to 1 in a workrouter-lab process's environment,
+// makes the binary run the harness's worker instead of the CLI (see
+// cmd/workrouter-lab/harness.go; the product binary, cmd/workrouter, has
+// no harness). Only this package sets it.
 const EnvHarnessWorker = "WORKROUTER_INTERNAL_HARNESS_WORKER"
 
 // eventsFD is the file descriptor a worker writes its events to: the

@@ -9,7 +9,7 @@ import (
 )
 
 // The full demo runs worker processes of the workrouter binary; it is
-// tested end to end in cmd/workrouter (TestDemoCommand).
+// tested end to end in cmd/workrouter-lab (TestDemoCommand).
 
 func TestRejectsBadConfig(t *testing.T) {
 	for name, cfg := range map[string]Config{
