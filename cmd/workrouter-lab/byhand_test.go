@@ -9,10 +9,11 @@ import (
 	"time"
 )
 
-// byHandCommands returns the workrouter command lines of the README's
-// "By hand, in four terminals" block, as argument lists (after
-// `go run ./cmd/workrouter`), with comments and line continuations
-// resolved and single quotes honoured.
+// byHandCommands returns the command lines of the README's "By hand, in
+// four terminals" block, as argument lists (after `go run
+// ./cmd/workrouter-lab` for the broker, `go run ./cmd/workrouter` for the
+// others: the product binary has no broker), with comments and line
+// continuations resolved and single quotes honoured.
 func byHandCommands(t *testing.T) [][]string {
 	t.Helper()
 	raw, err := os.ReadFile("../../README.md")
@@ -35,8 +36,12 @@ func byHandCommands(t *testing.T) [][]string {
 		if len(words) == 0 {
 			continue
 		}
-		if len(words) < 3 || strings.Join(words[:3], " ") != "go run ./cmd/workrouter" {
-			t.Fatalf("README by-hand line %q is not a workrouter command", line)
+		want := "go run ./cmd/workrouter"
+		if len(words) > 3 && words[3] == "broker" {
+			want = "go run ./cmd/workrouter-lab"
+		}
+		if len(words) < 3 || strings.Join(words[:3], " ") != want {
+			t.Fatalf("README by-hand line %q is not %s: the broker is workrouter-lab's, the other commands the product's", line, want)
 		}
 		out = append(out, words[3:])
 	}
