@@ -58,14 +58,15 @@ func oneLineFailure(t *testing.T, args []string, want ...string) string {
 }
 
 // TestUnknownCommandsFail: an unknown subcommand, argument, flag or help
-// topic exits non-zero with one line, suggesting what was probably meant.
+// topic exits non-zero with one line, suggesting what was probably meant
+// (the lab's commands: cmd/workrouter-lab's TestLabUnknownCommandsFail).
 func TestUnknownCommandsFail(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want []string
 	}{
 		{[]string{"frobnicate"}, []string{`unknown command "frobnicate" for "workrouter"`, "the commands are", "worker"}},
-		{[]string{"brokr", "--topic", "x"}, []string{`unknown command "brokr"`, "did you mean broker?"}},
+		{[]string{"statsu", "--topic", "x"}, []string{`unknown command "statsu"`, "did you mean status?"}},
 		{[]string{"fences", "lst"}, []string{`unknown command "lst" for "workrouter fences"`, "did you mean list?"}},
 		{[]string{"help", "frobnicate"}, []string{`unknown command "frobnicate"`}},
 		{[]string{"produce", "--topic", "t", "extra"}, []string{`unexpected argument "extra" for "workrouter produce"`}},

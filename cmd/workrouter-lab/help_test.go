@@ -26,3 +26,19 @@ func TestLabSinkHelpNamesEveryBackend(t *testing.T) {
 		}
 	}
 }
+
+// TestLabUnknownCommandsFail: a mistyped command of the lab exits non-zero
+// with one line suggesting the lab's command, as the product's do
+// (cmd/internal/cli's TestUnknownCommandsFail).
+func TestLabUnknownCommandsFail(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"brokr", "--topic", "x"}, []string{`unknown command "brokr" for "workrouter-lab"`, "did you mean broker?"}},
+		{[]string{"chaso"}, []string{`unknown command "chaso"`, "did you mean chaos?"}},
+		{[]string{"demo", "now"}, []string{`unexpected argument "now" for "workrouter-lab demo"`}},
+	} {
+		t.Run(strings.Join(tc.args, "_"), func(t *testing.T) { oneLineFailure(t, tc.args, tc.want...) })
+	}
+}
