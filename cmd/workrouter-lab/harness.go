@@ -28,14 +28,16 @@ import (
 	"github.com/workrouter/workrouter/sink/sqlite"
 )
 
-// The harness's worker is the product worker plus the fault hooks of
-// package faults. It is reachable only through an internal entry point:
-// the workrouter binary runs it, instead of the CLI, when its environment
+// The harness's worker is the product worker (cli.RunWorker) plus the
+// fault hooks of package faults, given through cli.WorkerHooks. It is
+// reachable only through an internal entry point: the workrouter-lab
+// binary runs it, instead of the CLI, when its environment
 // has cluster.EnvHarnessWorker=1, which the demo, the chaos harness and the
 // process tests set on the worker processes they start
 // (docs/design.md#testing). No command, flag or help text of the CLI
-// exposes it, and the product `worker` installs no hook and no signal
-// handler besides SIGINT and SIGTERM.
+// exposes it, the product `worker` installs no hook and no signal handler
+// besides SIGINT and SIGTERM, and the product binary (cmd/workrouter)
+// links neither this entry point nor package faults.
 
 // harnessHooks are the fault hooks a harness worker installs.
 type harnessHooks struct {

@@ -14,7 +14,7 @@ import (
 // with the chaos harness's request interception, so that the harness can
 // SIGKILL it and start it again on the same address and data dir
 // (docs/design.md#testing). Like the harness's worker it is reachable only
-// through an internal entry point: the workrouter binary runs it, instead
+// through an internal entry point: the workrouter-lab binary runs it, instead
 // of the CLI, when its environment has brokerproc.EnvHarnessBroker=1, which
 // only package brokerproc sets. No command, flag or help text of the CLI
 // exposes it.

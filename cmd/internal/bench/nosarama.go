@@ -5,7 +5,7 @@ package bench
 import "context"
 
 // SaramaBuildTag is the build tag that compiles the Sarama baseline (B2)
-// into the binary. Without it the workrouter binary does not link
+// into the binary. Without it the workrouter-lab binary does not link
 // IBM/sarama at all, and B2 reports itself skipped.
 const SaramaBuildTag = "sarama"
 

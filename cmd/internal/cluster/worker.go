@@ -48,9 +48,10 @@ const eventsFD = 3
 // command line.
 var ErrWorkerArgs = errors.New("cluster: no worker command")
 
-// Binary is how to start the workrouter binary: Argv (the executable and
-// any leading arguments) and extra environment entries ("K=V"). The CLI
-// passes its own executable; tests pass their re-executed test binary.
+// Binary is how to start the workrouter-lab binary: Argv (the executable
+// and any leading arguments) and extra environment entries ("K=V"). The
+// lab's commands pass their own executable; tests pass their re-executed
+// test binary.
 type Binary struct {
 	Argv []string
 	Env  []string
