@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -30,6 +31,9 @@ func sameFunc(a, b cobra.PositionalArgs) bool {
 	return reflect.ValueOf(a).Pointer() == reflect.ValueOf(b).Pointer()
 }
 
+// labCommands are the commands of workrouter-lab that workrouter lacks.
+var labCommands = []string{"broker", "demo", "chaos", "bench"}
+
 // noArgs refuses arguments. For a command with subcommands the argument is
 // an unknown command, and the error suggests the nearest ones (cobra's
 // SuggestionsFor); for the others it is an unexpected argument, and the
@@ -42,6 +46,11 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	arg := args[0]
 	if cmd.HasAvailableSubCommands() {
 		msg := fmt.Sprintf("unknown command %q for %q", arg, cmd.CommandPath())
+		if !cmd.HasParent() && slices.Contains(labCommands, arg) {
+			// A command of the lab typed to the product (docs or habits
+			// from before the split): say where it is.
+			return fmt.Errorf("%s; %s is a command of workrouter-lab, the development binary (go run ./cmd/workrouter-lab %s)", msg, arg, arg)
+		}
 		if s := cmd.SuggestionsFor(arg); len(s) > 0 {
 			return fmt.Errorf("%s; did you mean %s?", msg, orList(s, ""))
 		}

@@ -67,6 +67,8 @@ func TestUnknownCommandsFail(t *testing.T) {
 	}{
 		{[]string{"frobnicate"}, []string{`unknown command "frobnicate" for "workrouter"`, "the commands are", "worker"}},
 		{[]string{"statsu", "--topic", "x"}, []string{`unknown command "statsu"`, "did you mean status?"}},
+		{[]string{"demo"}, []string{`unknown command "demo" for "workrouter"`, "demo is a command of workrouter-lab", "go run ./cmd/workrouter-lab demo"}},
+		{[]string{"broker", "--topic", "x"}, []string{`unknown command "broker" for "workrouter"`, "broker is a command of workrouter-lab"}},
 		{[]string{"fences", "lst"}, []string{`unknown command "lst" for "workrouter fences"`, "did you mean list?"}},
 		{[]string{"help", "frobnicate"}, []string{`unknown command "frobnicate"`}},
 		{[]string{"produce", "--topic", "t", "extra"}, []string{`unexpected argument "extra" for "workrouter produce"`}},
