@@ -89,7 +89,8 @@ func shellWords(s string) []string {
 // runs the binary as a numeric non-root user; the build stage builds with
 // CGO_ENABLED=0 from a context holding every module go.work names; and
 // its build command, run here as a plain go build of the same package,
-// gives a static binary (no ELF interpreter, no shared library) that runs.
+// gives a static binary (no ELF interpreter, no shared library) that runs
+// and is the product (no embedded broker).
 func TestDockerfile(t *testing.T) {
 	stages := parseDockerfile(t)
 	if len(stages) != 2 {
@@ -181,6 +182,11 @@ func TestDockerfile(t *testing.T) {
 	out, err := exec.Command(bin, "version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "workrouter ") {
 		t.Fatalf("%s version: %q, %v", bin, out, err)
+	}
+	// The image runs the product: the lab's commands (the embedded
+	// broker, the demo, the harness) are cmd/workrouter-lab's.
+	if out, err := exec.Command(bin, "broker").CombinedOutput(); err == nil || !strings.Contains(string(out), `unknown command "broker"`) {
+		t.Errorf("%s broker: %q, %v; want an unknown command (the image's binary is the product, not the lab)", bin, out, err)
 	}
 }
 

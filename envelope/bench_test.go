@@ -7,7 +7,7 @@ import (
 )
 
 // benchCommand returns the command the codec benchmarks encode: a key of
-// workrouter bench's shape, a 100-byte payload and one user header.
+// workrouter-lab bench's shape, a 100-byte payload and one user header.
 func benchCommand() envelope.Command {
 	return envelope.Command{Key: []byte("key-000000"), Type: "bench", Payload: make([]byte, 100),
 		Headers: []envelope.Header{{Key: "trace", Value: []byte("abc")}}}

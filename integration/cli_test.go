@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,10 +21,11 @@ var (
 	buildDir  string
 )
 
-// workrouterBinary builds the workrouter command from this checkout once
-// per test binary (the demo and chaos start worker processes of it).
-func workrouterBinary(t *testing.T) string {
-	t.Helper()
+// labBinary builds the workrouter-lab command (demo, chaos, the embedded
+// broker) from this checkout once per test binary, static (CGO_ENABLED=0),
+// so that it also runs in workrouter's image (startBrokerImage copies it
+// there). The demo and chaos start worker processes of it.
+func labBinary() (string, error) {
 	buildOnce.Do(func() {
 		root, err := filepath.Abs("..")
 		if err != nil {
@@ -34,18 +36,25 @@ func workrouterBinary(t *testing.T) string {
 			return
 		}
 		stops = append(stops, func() { os.RemoveAll(buildDir) })
-		binary = filepath.Join(buildDir, "workrouter")
-		cmd := exec.Command("go", "build", "-o", binary, "./cmd/workrouter")
+		binary = filepath.Join(buildDir, "workrouter-lab")
+		cmd := exec.Command("go", "build", "-o", binary, "./cmd/workrouter-lab")
 		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = err
-			binary = string(out)
+			buildErr = fmt.Errorf("building workrouter-lab: %w\n%s", err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatalf("building workrouter: %v\n%s", buildErr, binary)
+	return binary, buildErr
+}
+
+// workrouterBinary is labBinary, failing t if it cannot be built.
+func workrouterBinary(t *testing.T) string {
+	t.Helper()
+	bin, err := labBinary()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return binary
+	return bin
 }
 
 // runWorkrouter runs the binary with args and returns its stdout, stderr
@@ -78,7 +87,7 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
-// TestDemo runs `workrouter demo --brokers` on each cluster: a frozen
+// TestDemo runs `workrouter-lab demo --brokers` on each cluster: a frozen
 // worker process's late write is rejected, and every invariant holds.
 func TestDemo(t *testing.T) {
 	clean := regexp.MustCompile(`^demo: produced=([0-9]+) applied=([0-9]+) duplicates=0 lost=0 order_violations=0 stale_rejected=[1-9][0-9]*$`)

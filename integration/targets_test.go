@@ -31,8 +31,9 @@ const (
 	defaultKafkaImage    = "confluentinc/confluent-local:8.0.0"
 	defaultRedpandaImage = "docker.redpanda.com/redpandadata/redpanda:v25.2.4"
 	// defaultBrokerImage is workrouter's own image (deploy/Dockerfile.local,
-	// which .ci/run builds under this tag) serving its embedded broker: the
-	// one broker image a machine without a registry has.
+	// which .ci/run builds under this tag) serving the embedded broker of
+	// workrouter-lab, copied in: the one broker image a machine without a
+	// registry has.
 	defaultBrokerImage = "workrouter:ci"
 )
 
@@ -332,8 +333,10 @@ func newTopic(t *testing.T, tg target, partitions int32) string {
 	return topic
 }
 
-// startBrokerImage starts workrouter's image as `workrouter broker` through
-// testcontainers, on the host network (no bridge, no container address:
+// startBrokerImage starts workrouter's image with the embedded broker,
+// `workrouter-lab broker` (the image holds the product binary alone: the
+// static workrouter-lab of labBinary is copied in and run as its
+// entrypoint), through testcontainers, on the host network (no bridge, no container address:
 // the broker listens on 127.0.0.1, on a port it picks and logs), waits for
 // that log line and reads the address from it. The reaper's image is
 // pulled from a registry: run with TESTCONTAINERS_RYUK_DISABLED=true where
@@ -349,8 +352,14 @@ func startBrokerImage(ctx context.Context) (target, func(), error) {
 	if err != nil {
 		return target{}, nil, err
 	}
+	lab, err := labBinary()
+	if err != nil {
+		return target{}, nil, err
+	}
 	c, err := p.CreateContainer(ctx, testcontainers.ContainerRequest{
 		Image:              imageOf("broker"),
+		Files:              []testcontainers.ContainerFile{{HostFilePath: lab, ContainerFilePath: "/workrouter-lab", FileMode: 0o755}},
+		Entrypoint:         []string{"/workrouter-lab"},
 		Cmd:                []string{"broker", "--listen", "127.0.0.1:0", "--min-session-timeout", "1s"},
 		HostConfigModifier: func(hc *container.HostConfig) { hc.NetworkMode = "host" },
 		WaitingFor:         wait.ForLog(ready).WithStartupTimeout(time.Minute),

@@ -21,7 +21,7 @@ import (
 const benchPartitions = 12
 
 // benchCommands returns n commands over 1,000 keys with 100-byte payloads,
-// as workrouter bench sends them.
+// as workrouter-lab bench sends them.
 func benchCommands(n int) []router.Command {
 	payload := make([]byte, 100)
 	cmds := make([]router.Command, n)

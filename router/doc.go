@@ -46,7 +46,7 @@
 // its record's outcome it runs the client's Flush, which stops every
 // partition's linger and lets none start, and returns once its own record
 // has its outcome. So a lone Send is answered in about one round trip
-// (BenchmarkSend; W9 of workrouter bench), with the default options and without the caller knowing kgo's. The price falls on
+// (BenchmarkSend; W9 of workrouter-lab bench), with the default options and without the caller knowing kgo's. The price falls on
 // records other goroutines send through the same client while a Send
 // waits: they are sent without lingering too, in smaller batches (and a
 // kgo logger at info level, kgo.WithLogger, logs "flushing" for each

@@ -98,7 +98,7 @@ var (
 	aFigure = regexp.MustCompile(`^\**[0-9][0-9.,]*`)
 	// aDate is a machine cell's date.
 	aDate = regexp.MustCompile(`\b20[0-9]{2}-[0-9]{2}-[0-9]{2}\b`)
-	// ratioDef and latencyDef read workrouter bench's targets from its
+	// ratioDef and latencyDef read workrouter-lab bench's targets from its
 	// source.
 	ratioDef   = regexp.MustCompile(`\{Name: "(\w+)", Num: "([\w-]+)", Den: "([\w-]+)"(?:, Target: ([0-9.]+))?\}`)
 	latencyDef = regexp.MustCompile(`\{Name: "(\w+)", Row: "([\w-]+)"(?:, P99: true)?, Target: (?:([0-9]+) \* )?time\.Millisecond\}`)
@@ -123,7 +123,7 @@ func sameWant(cell, w string) bool {
 	return err1 == nil && err2 == nil && x == y
 }
 
-// benchTargets reads the targets of workrouter bench from the file that
+// benchTargets reads the targets of workrouter-lab bench from the file that
 // declares them (ratioDefs and latencyDefs, under cmd/): name to want, as
 // docs/performance.md writes it ("≥ 0.9", "< 1 ms", "none").
 func benchTargets(t *testing.T) (map[string]string, map[string]string) {
@@ -146,7 +146,7 @@ func benchTargets(t *testing.T) (map[string]string, map[string]string) {
 		t.Fatal(err)
 	}
 	if src == "" {
-		t.Fatal("no file under cmd/ declares ratioDefs, the targets of workrouter bench: where did they go?")
+		t.Fatal("no file under cmd/ declares ratioDefs, the targets of workrouter-lab bench: where did they go?")
 	}
 	want, rows := map[string]string{}, map[string]string{}
 	for _, m := range ratioDef.FindAllStringSubmatch(src, -1) {
@@ -166,7 +166,7 @@ func benchTargets(t *testing.T) (map[string]string, map[string]string) {
 		want[m[1]] = "< " + ms + " ms"
 	}
 	if len(want) < 15 {
-		t.Fatalf("read %d targets of workrouter bench; has the declaration's shape changed?", len(want))
+		t.Fatalf("read %d targets of workrouter-lab bench; has the declaration's shape changed?", len(want))
 	}
 	return want, rows
 }
@@ -176,7 +176,7 @@ func benchTargets(t *testing.T) (map[string]string, map[string]string) {
 // figure, its spread beside it) has a "runs", a "machine" and a "command"
 // column, and every row of it a figure, the runs it comes from, the
 // machine with the date, and the command that reproduces it. Every target
-// of workrouter bench is a row of the table with a "target" column (its
+// of workrouter-lab bench is a row of the table with a "target" column (its
 // name in a code span), with its ratio's rows and the want the code
 // declares.
 func TestPerformanceFiguresHaveCommands(t *testing.T) {
@@ -221,7 +221,7 @@ func TestPerformanceFiguresHaveCommands(t *testing.T) {
 			name := strings.Trim(row[target], "`")
 			w, ok := want[name]
 			if !ok {
-				t.Errorf("%s: %q is not a target of workrouter bench", at, row[target])
+				t.Errorf("%s: %q is not a target of workrouter-lab bench", at, row[target])
 				continue
 			}
 			seen[name] = true
@@ -244,6 +244,6 @@ func TestPerformanceFiguresHaveCommands(t *testing.T) {
 	}
 	sort.Strings(missing)
 	for _, name := range missing {
-		t.Errorf("docs/performance.md: target %s of workrouter bench has no row in the targets table", name)
+		t.Errorf("docs/performance.md: target %s of workrouter-lab bench has no row in the targets table", name)
 	}
 }

@@ -1,7 +1,7 @@
 // Package unfenced runs a batch's effects in one database transaction with
 // no fence at all — no holder check, no checkpoint row — as the baseline
 // of the benchmarks that measure what fencing costs (the sinks' Go
-// benchmarks and `workrouter bench` W2/B3). It is not for real work: a
+// benchmarks and `workrouter-lab bench` W2/B3). It is not for real work: a
 // paused worker's late write lands. It lives in internal/ so that no
 // user can reach it.
 package unfenced

@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkApplyWithIDs measures the memory sink's cost per record of a
-// no-op batch, the sink's share of W1 (workrouter bench): Apply without
+// no-op batch, the sink's share of W1 (workrouter-lab bench): Apply without
 // IDs and an Apply with IDs with IDs like package router's (a shared prefix and
 // a counter). One iteration is one batch.
 func BenchmarkApplyWithIDs(b *testing.B) {

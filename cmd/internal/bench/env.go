@@ -60,7 +60,7 @@ type SetupConfig struct {
 	// directory under os.TempDir, removed by the cleanup function.
 	TempDir string
 	// Worker, if set, starts a `workrouter worker` process when its
-	// arguments are appended (e.g. the workrouter executable): W6 then
+	// arguments are appended (e.g. the workrouter-lab executable): W6 then
 	// freezes a real worker process with SIGSTOP. Without it (go test
 	// -bench), W6 simulates the freeze in process.
 	Worker cluster.Binary

@@ -177,13 +177,14 @@ func B5(ctx context.Context, env *Env) (Result, error) {
 }
 
 // W8 runs `workrouter produce --file` on the same commands as B5, as JSON
-// lines, as a whole process (connection setup included). It needs the
-// workrouter executable (env.Worker: workrouter bench sets it) and is
-// skipped without it (go test -bench).
+// lines, as a whole process (connection setup included): the product's
+// produce command, which workrouter-lab has too. It needs that executable
+// (env.Worker: workrouter-lab bench sets it) and is skipped without it (go
+// test -bench).
 func W8(ctx context.Context, env *Env) (Result, error) {
 	const name = "workrouter produce --file FILE (JSON lines), whole process"
 	if len(env.Worker.Argv) == 0 {
-		return Result{ID: "W8", Name: name, Skipped: "needs the workrouter executable (run it as workrouter bench)"}, nil
+		return Result{ID: "W8", Name: name, Skipped: "needs the workrouter-lab executable (run it as workrouter-lab bench)"}, nil
 	}
 	file, _, err := commandFiles(env)
 	if err != nil {

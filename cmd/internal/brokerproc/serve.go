@@ -4,7 +4,7 @@
 // and data directory (docs/design.md#testing), while the faults that need
 // request interception (held heartbeats, coordinator errors) keep working.
 //
-// The process is the workrouter binary started with EnvHarnessBroker=1 (an
+// The process is the workrouter-lab binary started with EnvHarnessBroker=1 (an
 // internal entry point like the harness's worker; no command or flag of the
 // CLI reaches it). It hosts kfake and an interceptor on kfake's request
 // loop, listens for Kafka clients on a fixed host:port, and takes

@@ -299,7 +299,7 @@ type Config struct {
 	// NAME-PID.log and the broker's as broker.log (every start of the
 	// broker process appends to it), for post-mortems.
 	LogDir string
-	// Worker is the workrouter binary: it starts each worker process (the
+	// Worker is the workrouter-lab binary: it starts each worker process (the
 	// harness's worker; see cluster.StartWorker) and the broker process
 	// (the harness's broker; see package brokerproc). Required.
 	Worker cluster.Binary

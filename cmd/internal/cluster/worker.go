@@ -34,9 +34,10 @@ import (
 	"github.com/workrouter/workrouter/consumer/eventlog"
 )
 
-// EnvHarnessWorker, set to 1 in a workrouter process's environment, makes
-// the binary run the harness's worker instead of the CLI (see
-// cmd/workrouter/harness.go). Only this package sets it.
+// EnvHarnessWorker, set to 1 in a workrouter-lab process's environment,
+// makes the binary run the harness's worker instead of the CLI (see
+// cmd/workrouter-lab/harness.go; the product binary, cmd/workrouter, has
+// no harness). Only this package sets it.
 const EnvHarnessWorker = "WORKROUTER_INTERNAL_HARNESS_WORKER"
 
 // eventsFD is the file descriptor a worker writes its events to: the
@@ -47,9 +48,10 @@ const eventsFD = 3
 // command line.
 var ErrWorkerArgs = errors.New("cluster: no worker command")
 
-// Binary is how to start the workrouter binary: Argv (the executable and
-// any leading arguments) and extra environment entries ("K=V"). The CLI
-// passes its own executable; tests pass their re-executed test binary.
+// Binary is how to start the workrouter-lab binary: Argv (the executable
+// and any leading arguments) and extra environment entries ("K=V"). The
+// lab's commands pass their own executable; tests pass their re-executed
+// test binary.
 type Binary struct {
 	Argv []string
 	Env  []string

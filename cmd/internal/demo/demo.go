@@ -59,8 +59,8 @@ type Config struct {
 	// sees.
 	Kafka bool
 	// Worker starts one worker process (the harness's worker of the
-	// workrouter binary; see cluster.StartWorker). Required (the CLI
-	// passes its own executable).
+	// workrouter-lab binary; see cluster.StartWorker). Required (the
+	// lab's demo command passes its own executable).
 	Worker cluster.Binary
 	// SessionTimeout of the workers; default 2s.
 	SessionTimeout time.Duration

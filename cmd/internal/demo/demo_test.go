@@ -8,8 +8,8 @@ import (
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 )
 
-// The full demo runs worker processes of the workrouter binary; it is
-// tested end to end in cmd/workrouter (TestDemoCommand).
+// The full demo runs worker processes of the workrouter-lab binary; it is
+// tested end to end in cmd/workrouter-lab (TestDemoCommand).
 
 func TestRejectsBadConfig(t *testing.T) {
 	for name, cfg := range map[string]Config{

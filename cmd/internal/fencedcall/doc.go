@@ -5,5 +5,5 @@
 // its test binary as the worker (a consumer.Worker on a memory sink of its
 // own, so that the service is the only fence, with the freeze hook of
 // package faults) and follows each worker with package cluster, as the
-// process tests of cmd/workrouter do.
+// process tests of cmd/workrouter-lab do.
 package fencedcall
