@@ -115,7 +115,11 @@ func TestTopicRecreatedUnderWorkers(t *testing.T) {
 		}
 		w.newRouter()
 		w.produce(100)
-		testwait.For(t, 60*time.Second, "the workers to refuse the new log", func() bool {
+		counts := func() string {
+			return fmt.Sprintf("log_changed w1=%d w2=%d, topic_recreated w1=%d w2=%d", w1.Count("log_changed"), w2.Count("log_changed"),
+				w1.Count("topic_recreated"), w2.Count("topic_recreated"))
+		}
+		testwait.For(saying{t, counts}, 60*time.Second, "the workers to refuse the new log", func() bool {
 			return w1.Count("log_changed")+w2.Count("log_changed") >= procPartitions &&
 				w1.Count("topic_recreated") > 0 && w2.Count("topic_recreated") > 0 // each worker's client moved to the new topic
 		})
@@ -283,4 +287,16 @@ func (w *procWorld) checkAcked(acked map[string]cluster.Acked) {
 	if rep.Total() != 0 {
 		t.Fatalf("invariants violated: %+v\n%s", rep.Violations, strings.Join(rep.Notes(20), "\n"))
 	}
+}
+
+// saying is a testing.T whose Fatalf adds what state says (the counts a
+// wait was waiting on), so that a wait that gives up says how far it got.
+type saying struct {
+	*testing.T
+	state func() string
+}
+
+func (s saying) Fatalf(format string, args ...any) {
+	s.T.Helper()
+	s.T.Fatalf(format+" (%s)", append(args, s.state())...)
 }

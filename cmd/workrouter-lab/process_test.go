@@ -307,10 +307,17 @@ func (w *procWorld) start(name string, hooks ...string) *cluster.Worker {
 	w.t.Cleanup(func() {
 		wk.Stop(15 * time.Second)
 		if w.t.Failed() {
-			w.t.Logf("worker %s log (tail):\n%s", name, tail(log.String(), 4000))
+			w.t.Logf("worker %s log (head):\n%s\nworker %s log (tail):\n%s", name, head(log.String(), 6000), name, tail(log.String(), 6000))
 		}
 	})
 	return wk
+}
+
+func head(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 func tail(s string, n int) string {
