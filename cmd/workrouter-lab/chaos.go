@@ -168,9 +168,12 @@ TCP proxies of its own (toxiproxy, in the harness's process):
 			}
 			res, err := chaos.Run(cmd.Context(), cfg)
 			if res.Requested != nil {
-				if asJSON {
+				// A run that stopped before its check has only zeros to
+				// sum up (a "violations=0" line it did not earn): its
+				// error says what happened.
+				if res.Checked && asJSON {
 					_ = json.NewEncoder(out).Encode(res)
-				} else {
+				} else if res.Checked {
 					fmt.Fprintf(out, "\n%s\n%s\n", res.Table(), res.Line())
 				}
 				if report != "" {

@@ -164,3 +164,20 @@ func TestChaosCommandRejectsBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestChaosSetupErrorPrintsNoSummary: a run that stops before its check (a
+// fault kind refused once the run knows its sink) prints no table and no
+// final line, whose zeros would read "violations=0" for a run that never
+// ran; its error says what happened.
+func TestChaosSetupErrorPrintsNoSummary(t *testing.T) {
+	p := startProc(t, []string{"chaos", "--faults", "partition-sink", "--duration", "10s"})
+	if code := p.wait(t); code == 0 {
+		t.Fatalf("chaos with partition-sink on SQLite exited 0:\n%s", p.stdout)
+	}
+	if out := p.stdout.String(); strings.Contains(out, "chaos: faults=") || strings.Contains(out, "fault                injected") {
+		t.Fatalf("chaos printed a summary before its setup error:\n%s", out)
+	}
+	if errLine := p.stderr.String(); !strings.Contains(errLine, "partition-sink and one-way need a sink reached over the network") {
+		t.Fatalf("stderr %q, want the setup error", errLine)
+	}
+}

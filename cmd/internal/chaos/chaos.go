@@ -868,6 +868,7 @@ func (r *run) check(prod *cluster.Producer) error {
 	// The stale writes rejected are counted from the same events the
 	// report draws (Result.Trace).
 	r.res.Trace.Workers, r.res.Trace.End = cluster.TraceOf(r.all), time.Now()
+	r.res.Checked = true
 	r.res.UnmappedDials = unmappedDials(r.all)
 	for i, w := range r.all {
 		if w.Exited() && !r.ended[w] {

@@ -23,6 +23,11 @@ type Result struct {
 	KeyConcurrency int    `json:"key_concurrency"`
 	// Requested are the fault kinds the run was asked to inject.
 	Requested []Kind `json:"requested"`
+	// Checked says the run reached its check of the sink's records: the
+	// counts below are the run's. A run that stopped before (a setup
+	// error, a cancel) has only zeros to sum up, and its error says what
+	// happened.
+	Checked bool `json:"-"`
 	// Excluded are the kinds that do not apply where the run went, and
 	// why (see Excluded).
 	Excluded map[Kind]string `json:"excluded,omitempty"`
