@@ -9,17 +9,18 @@ import (
 	"testing"
 
 	"github.com/workrouter/workrouter/cmd/internal/bench"
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 )
 
 // TestBenchCommand runs a tiny `workrouter-lab bench --quick` and checks the
 // report: interleaved repeats with their spread, quick verdicts, the final
 // line, and that W6 froze a real worker process.
 func TestBenchCommand(t *testing.T) {
-	p := startProc(t, []string{"bench", "--quick", "--records", "2000", "--only", "W1,B1,W4,B4,B5,W8,W9,W6"})
-	if code := p.wait(t); code != 0 {
-		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	p := clitest.Start(t, []string{"bench", "--quick", "--records", "2000", "--only", "W1,B1,W4,B4,B5,W8,W9,W6"})
+	if code := p.Wait(t); code != 0 {
+		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, p.Stdout, p.Stderr)
 	}
-	out := p.stdout.String()
+	out := p.Stdout.String()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	last := lines[len(lines)-1]
 	re := regexp.MustCompile(`^bench: router_vs_raw=[0-9]+\.[0-9]{2} fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=n/a dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=n/a dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=n/a fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a worker_vs_raw_pg=n/a fence_in_worker_pg=n/a produce_vs_raw=[0-9]+\.[0-9]{2} produce_file_vs_kcat=([0-9]+\.[0-9]{2}|n/a) router_vs_sarama=n/a fenced_vs_unfenced_redis=n/a keys_vs_serial=n/a keys_vs_serial_pg=n/a router_vs_raw_cpu=[0-9]+\.[0-9]{2} router_vs_sarama_cpu=n/a send_p50=[0-9]+\.[0-9]{3}ms send_p99=[0-9]+\.[0-9]{3}ms$`)
@@ -50,7 +51,7 @@ func TestBenchCommand(t *testing.T) {
 	}
 	// The runs alternate, each group after one warm-up run.
 	var order []string
-	for line := range strings.Lines(p.stderr.String()) {
+	for line := range strings.Lines(p.Stderr.String()) {
 		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "bench: running "); ok {
 			order = append(order, id)
 		}
@@ -65,13 +66,13 @@ func TestBenchCommand(t *testing.T) {
 // TestBenchCommandJSON checks that --json carries every run and each
 // ratio's per-pair spread and verdict, and that --repeats sets the runs.
 func TestBenchCommandJSON(t *testing.T) {
-	p := startProc(t, []string{"bench", "--records", "2000", "--repeats", "3", "--only", "B4,W4", "--json"})
-	if code := p.wait(t); code != 0 {
-		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	p := clitest.Start(t, []string{"bench", "--records", "2000", "--repeats", "3", "--only", "B4,W4", "--json"})
+	if code := p.Wait(t); code != 0 {
+		t.Fatalf("bench exited %d\nstdout:\n%s\nstderr:\n%s", code, p.Stdout, p.Stderr)
 	}
 	var doc benchJSON
-	if err := json.Unmarshal([]byte(p.stdout.String()), &doc); err != nil {
-		t.Fatalf("%v:\n%s", err, p.stdout)
+	if err := json.Unmarshal([]byte(p.Stdout.String()), &doc); err != nil {
+		t.Fatalf("%v:\n%s", err, p.Stdout)
 	}
 	if doc.Quick || doc.Repeats != 3 || len(doc.Results) != 2 {
 		t.Fatalf("quick %v, repeats %d, %d results", doc.Quick, doc.Repeats, len(doc.Results))
@@ -108,11 +109,11 @@ func TestBenchCommandRejectsBadInput(t *testing.T) {
 		{"bench", "--repeats", "-1", "--only", "W1"},
 		{"bench", "extra-arg"},
 	} {
-		p := startProc(t, args)
-		if code := p.wait(t); code == 0 {
+		p := clitest.Start(t, args)
+		if code := p.Wait(t); code == 0 {
 			t.Errorf("%v exited 0", args)
 		}
-		if errLine := strings.TrimSpace(p.stderr.String()); !strings.HasPrefix(errLine, "workrouter-lab: ") {
+		if errLine := strings.TrimSpace(p.Stderr.String()); !strings.HasPrefix(errLine, "workrouter-lab: ") {
 			t.Errorf("%v: stderr %q", args, errLine)
 		}
 	}

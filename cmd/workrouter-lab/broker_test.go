@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 )
 
 // TestBrokerAdvertise: `broker --listen 0.0.0.0:P --advertise HOST:0`
@@ -34,7 +35,7 @@ func TestBrokerAdvertise(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Deadline)
 	defer cancel()
 	resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
 	if err != nil {
@@ -46,9 +47,9 @@ func TestBrokerAdvertise(t *testing.T) {
 	if got := net.JoinHostPort(resp.Brokers[0].Host, fmt.Sprint(resp.Brokers[0].Port)); got != want {
 		t.Fatalf("metadata sends clients to %s, want %s", got, want)
 	}
-	p.interrupt(t)
-	if !strings.Contains(p.stderr.String(), "listens beyond this machine with no authentication") {
-		t.Fatalf("no warning that the exposed broker has no authentication; stderr:\n%s", p.stderr)
+	p.Interrupt(t)
+	if !strings.Contains(p.Stderr.String(), "listens beyond this machine with no authentication") {
+		t.Fatalf("no warning that the exposed broker has no authentication; stderr:\n%s", p.Stderr)
 	}
 }
 
@@ -80,13 +81,13 @@ func TestBrokerBindErrorReadsWell(t *testing.T) {
 	}
 	defer busy.Close()
 	addr := busy.Addr().String()
-	p := startProc(t, []string{"broker", "--listen", "127.0.0.1:0", "--metrics-addr", addr})
-	if code := p.wait(t); code == 0 {
-		t.Fatalf("exit code 0 with the metrics address taken; stderr:\n%s", p.stderr.String())
+	p := clitest.Start(t, []string{"broker", "--listen", "127.0.0.1:0", "--metrics-addr", addr})
+	if code := p.Wait(t); code == 0 {
+		t.Fatalf("exit code 0 with the metrics address taken; stderr:\n%s", p.Stderr.String())
 	}
-	lines := strings.Split(strings.TrimSpace(p.stderr.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(p.Stderr.String()), "\n")
 	last := lines[len(lines)-1]
-	if !strings.HasPrefix(last, "workrouter-lab: --metrics-addr: ") || !strings.Contains(last, addr) || strings.Contains(p.stderr.String(), "%!") {
+	if !strings.HasPrefix(last, "workrouter-lab: --metrics-addr: ") || !strings.Contains(last, addr) || strings.Contains(p.Stderr.String(), "%!") {
 		t.Fatalf("the failure reads %q, want one line naming --metrics-addr and %s, without a formatting error", last, addr)
 	}
 }

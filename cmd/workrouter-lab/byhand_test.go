@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"os"
 	"os/exec"
 	"strings"
@@ -100,13 +101,13 @@ func TestREADMEByHand(t *testing.T) {
 	_, addr, _ := startBroker(t, append(cmds[0][1:], "--listen", "127.0.0.1:0"))
 	dir := t.TempDir()
 	run := func(args []string) *exec.Cmd {
-		c := command(args, "WORKROUTER_BROKERS="+addr)
+		c := clitest.Command(args, "WORKROUTER_BROKERS="+addr)
 		c.Dir = dir
 		return c
 	}
 
 	worker := run(cmds[1])
-	logs := newSyncBuffer()
+	logs := clitest.NewSyncBuffer()
 	worker.Stdout, worker.Stderr = logs, logs
 	if err := worker.Start(); err != nil {
 		t.Fatal(err)
@@ -120,7 +121,7 @@ func TestREADMEByHand(t *testing.T) {
 			if err != nil {
 				t.Errorf("the worker exited with %v after SIGINT; its log:\n%s", err, logs)
 			}
-		case <-time.After(deadline):
+		case <-time.After(clitest.Deadline):
 			worker.Process.Kill()
 			t.Errorf("the worker did not exit after SIGINT")
 		}
@@ -131,7 +132,7 @@ func TestREADMEByHand(t *testing.T) {
 	}
 	var last string
 	ok := false
-	for end := time.Now().Add(deadline); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+	for end := time.Now().Add(clitest.Deadline); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		out, err := run(cmds[3]).CombinedOutput()
 		last = string(out)
 		if err == nil && strings.Contains(last, "total lag 0") && strings.Contains(last, "sink sqlite:ledger.db") && strings.Contains(last, "1 member") {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/workrouter/workrouter/cmd/internal/brokerproc"
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/internal/testpg"
 )
@@ -31,15 +32,15 @@ func runChaos(t *testing.T, limit time.Duration, args ...string) (int, string) {
 		// slow for the profile's timing. Run without -race (CI does both).
 		t.Skip("the chaos profile runs in go test without -race")
 	}
-	p := startProc(t, append([]string{"chaos"}, args...))
+	p := clitest.Start(t, append([]string{"chaos"}, args...))
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(limit):
-		p.cmd.Process.Kill()
-		<-p.done
-		t.Fatalf("chaos %v did not finish within %s\nstdout:\n%s\nstderr:\n%s", args, limit, p.stdout, p.stderr)
+		p.Cmd.Process.Kill()
+		<-p.Done
+		t.Fatalf("chaos %v did not finish within %s\nstdout:\n%s\nstderr:\n%s", args, limit, p.Stdout, p.Stderr)
 	}
-	return p.cmd.ProcessState.ExitCode(), p.stdout.String()
+	return p.Cmd.ProcessState.ExitCode(), p.Stdout.String()
 }
 
 // checkChaos asserts a passing run: exit 0, every kind in the table with
@@ -123,23 +124,23 @@ func TestChaosPostgres(t *testing.T) {
 // TestHarnessBrokerEntry: the harness's broker is reachable only through
 // its internal entry point, and refuses to start without its settings.
 func TestHarnessBrokerEntry(t *testing.T) {
-	p := startProc(t, nil, brokerproc.EnvHarnessBroker+"=1")
-	if code := p.wait(t); code != 1 || !strings.Contains(p.stderr.String(), "--data-dir, --control and --topic are required") {
-		t.Errorf("harness broker without settings: exit %d, stderr %q", code, p.stderr)
+	p := clitest.Start(t, nil, brokerproc.EnvHarnessBroker+"=1")
+	if code := p.Wait(t); code != 1 || !strings.Contains(p.Stderr.String(), "--data-dir, --control and --topic are required") {
+		t.Errorf("harness broker without settings: exit %d, stderr %q", code, p.Stderr)
 	}
 	for _, args := range [][]string{{"--help"}, {"broker", "--help"}} {
-		p := startProc(t, args)
-		if code := p.wait(t); code != 0 {
+		p := clitest.Start(t, args)
+		if code := p.Wait(t); code != 0 {
 			t.Fatalf("%v exited %d", args, code)
 		}
-		if out := strings.ToLower(p.stdout.String()); strings.Contains(out, "harness broker") || strings.Contains(out, "internal_harness") || strings.Contains(out, "--control") {
+		if out := strings.ToLower(p.Stdout.String()); strings.Contains(out, "harness broker") || strings.Contains(out, "internal_harness") || strings.Contains(out, "--control") {
 			t.Errorf("%v mentions the harness broker:\n%s", args, out)
 		}
 	}
 	// The harness worker's poison flags are checked.
-	p = startProc(t, []string{"--example", "ledger", "--events", os.DevNull, "--on-no-handler", "skip"}, cluster.EnvHarnessWorker+"=1")
-	if code := p.wait(t); code != 1 || !strings.Contains(p.stderr.String(), "want dead-letter or stall") {
-		t.Errorf("harness worker --on-no-handler skip: exit %d, stderr %q", code, p.stderr)
+	p = clitest.Start(t, []string{"--example", "ledger", "--events", os.DevNull, "--on-no-handler", "skip"}, cluster.EnvHarnessWorker+"=1")
+	if code := p.Wait(t); code != 1 || !strings.Contains(p.Stderr.String(), "want dead-letter or stall") {
+		t.Errorf("harness worker --on-no-handler skip: exit %d, stderr %q", code, p.Stderr)
 	}
 }
 
@@ -155,11 +156,11 @@ func TestChaosCommandRejectsBadInput(t *testing.T) {
 		{"chaos", "--kafka-nodes", "3", "--brokers", "127.0.0.1:9092"},
 		{"chaos", "--faults", "leader-kill"},
 	} {
-		p := startProc(t, args)
-		if code := p.wait(t); code == 0 {
+		p := clitest.Start(t, args)
+		if code := p.Wait(t); code == 0 {
 			t.Errorf("%v exited 0", args)
 		}
-		if errLine := strings.TrimSpace(p.stderr.String()); !strings.HasPrefix(errLine, "workrouter-lab: ") || strings.Count(errLine, "\n") != 0 {
+		if errLine := strings.TrimSpace(p.Stderr.String()); !strings.HasPrefix(errLine, "workrouter-lab: ") || strings.Count(errLine, "\n") != 0 {
 			t.Errorf("%v: want one 'workrouter-lab: …' line on stderr, got %q", args, errLine)
 		}
 	}
@@ -170,14 +171,14 @@ func TestChaosCommandRejectsBadInput(t *testing.T) {
 // final line, whose zeros would read "violations=0" for a run that never
 // ran; its error says what happened.
 func TestChaosSetupErrorPrintsNoSummary(t *testing.T) {
-	p := startProc(t, []string{"chaos", "--faults", "partition-sink", "--duration", "10s"})
-	if code := p.wait(t); code == 0 {
-		t.Fatalf("chaos with partition-sink on SQLite exited 0:\n%s", p.stdout)
+	p := clitest.Start(t, []string{"chaos", "--faults", "partition-sink", "--duration", "10s"})
+	if code := p.Wait(t); code == 0 {
+		t.Fatalf("chaos with partition-sink on SQLite exited 0:\n%s", p.Stdout)
 	}
-	if out := p.stdout.String(); strings.Contains(out, "chaos: faults=") || strings.Contains(out, "fault                injected") {
+	if out := p.Stdout.String(); strings.Contains(out, "chaos: faults=") || strings.Contains(out, "fault                injected") {
 		t.Fatalf("chaos printed a summary before its setup error:\n%s", out)
 	}
-	if errLine := p.stderr.String(); !strings.Contains(errLine, "partition-sink and one-way need a sink reached over the network") {
+	if errLine := p.Stderr.String(); !strings.Contains(errLine, "partition-sink and one-way need a sink reached over the network") {
 		t.Fatalf("stderr %q, want the setup error", errLine)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"strings"
 	"testing"
 )
@@ -12,9 +13,9 @@ import (
 // coordinator, and the checker, reading the events and the checkpoint
 // topic with read_committed, finds a clean run.
 func TestDemoCommandKafka(t *testing.T) {
-	p := startProc(t, []string{"demo", "--commands", "1000", "--accounts", "80", "--sink", "kafka", "--json"})
-	if code := p.wait(t); code != 0 {
-		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	p := clitest.Start(t, []string{"demo", "--commands", "1000", "--accounts", "80", "--sink", "kafka", "--json"})
+	if code := p.Wait(t); code != 0 {
+		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.Stdout, p.Stderr)
 	}
 	var sum struct {
 		Produced, Applied, Duplicates, Lost int
@@ -23,8 +24,8 @@ func TestDemoCommandKafka(t *testing.T) {
 		Invariants                          map[string]int `json:"invariants"`
 		Timeline                            []string       `json:"timeline"`
 	}
-	if err := json.Unmarshal([]byte(p.stdout.String()), &sum); err != nil {
-		t.Fatalf("--json output: %v\n%s", err, p.stdout)
+	if err := json.Unmarshal([]byte(p.Stdout.String()), &sum); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, p.Stdout)
 	}
 	if sum.Produced != 1000 || sum.Applied != 1000 || sum.Duplicates+sum.Lost+sum.OrderViolations != 0 || sum.StaleRejected < 1 {
 		t.Fatalf("summary %+v", sum)

@@ -9,6 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/internal/testredis"
 )
 
@@ -17,17 +18,17 @@ import (
 // rejected, and no key of its prefix left behind.
 func TestDemoCommandRedis(t *testing.T) {
 	u := testredis.URL(t)
-	p := startProc(t, []string{"demo", "--commands", "1000", "--accounts", "80", "--sink", u, "--json"})
-	if code := p.wait(t); code != 0 {
-		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	p := clitest.Start(t, []string{"demo", "--commands", "1000", "--accounts", "80", "--sink", u, "--json"})
+	if code := p.Wait(t); code != 0 {
+		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.Stdout, p.Stderr)
 	}
 	var sum struct {
 		Produced, Applied, Duplicates, Lost int
 		OrderViolations                     int `json:"order_violations"`
 		StaleRejected                       int `json:"stale_rejected"`
 	}
-	if err := json.Unmarshal([]byte(p.stdout.String()), &sum); err != nil {
-		t.Fatalf("--json output: %v\n%s", err, p.stdout)
+	if err := json.Unmarshal([]byte(p.Stdout.String()), &sum); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, p.Stdout)
 	}
 	if sum.Produced != 1000 || sum.Applied != 1000 || sum.Duplicates+sum.Lost+sum.OrderViolations != 0 || sum.StaleRejected < 1 {
 		t.Fatalf("summary %+v", sum)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/workrouter/workrouter/cmd/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/testpg"
 	"github.com/workrouter/workrouter/internal/testwait"
@@ -29,11 +30,11 @@ import (
 // processes, a SIGSTOPped worker, and the final line with every invariant
 // holding and at least one stale write rejected.
 func TestDemoCommand(t *testing.T) {
-	p := startProc(t, []string{"demo", "--commands", "1200", "--accounts", "100"})
-	if code := p.wait(t); code != 0 {
-		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	p := clitest.Start(t, []string{"demo", "--commands", "1200", "--accounts", "100"})
+	if code := p.Wait(t); code != 0 {
+		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.Stdout, p.Stderr)
 	}
-	out := p.stdout.String()
+	out := p.Stdout.String()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	last := lines[len(lines)-1]
 	if !regexp.MustCompile(`^demo: produced=1200 applied=1200 duplicates=0 lost=0 order_violations=0 stale_rejected=[1-9][0-9]*$`).MatchString(last) {
@@ -50,14 +51,14 @@ func TestDemoCommand(t *testing.T) {
 // (a sink it cannot open) ends with its error, without a summary line of
 // zeros that would read as a run that applied nothing.
 func TestDemoSetupErrorPrintsNoSummary(t *testing.T) {
-	p := startProc(t, []string{"demo", "--sink", "sqlite:" + filepath.Join(t.TempDir(), "no-such-dir", "x.db")})
-	if code := p.wait(t); code == 0 {
-		t.Fatalf("demo on a sink it cannot open exited 0:\n%s", p.stdout)
+	p := clitest.Start(t, []string{"demo", "--sink", "sqlite:" + filepath.Join(t.TempDir(), "no-such-dir", "x.db")})
+	if code := p.Wait(t); code == 0 {
+		t.Fatalf("demo on a sink it cannot open exited 0:\n%s", p.Stdout)
 	}
-	if out := p.stdout.String(); strings.Contains(out, "demo: produced=") {
+	if out := p.Stdout.String(); strings.Contains(out, "demo: produced=") {
 		t.Fatalf("demo printed a summary before its setup error:\n%s", out)
 	}
-	if errLine := p.stderr.String(); !strings.HasPrefix(errLine, "workrouter-lab: ") || !strings.Contains(errLine, "no-such-dir") {
+	if errLine := p.Stderr.String(); !strings.HasPrefix(errLine, "workrouter-lab: ") || !strings.Contains(errLine, "no-such-dir") {
 		t.Fatalf("stderr %q, want the setup error", errLine)
 	}
 }
@@ -70,11 +71,11 @@ func TestDemoCommandRejectsBadInput(t *testing.T) {
 		{"demo", "--key-concurrency", "-1"},
 		{"demo", "--protocol", "eager"},
 	} {
-		p := startProc(t, args)
-		if code := p.wait(t); code == 0 {
+		p := clitest.Start(t, args)
+		if code := p.Wait(t); code == 0 {
 			t.Errorf("%v exited 0", args)
 		}
-		if errLine := strings.TrimSpace(p.stderr.String()); !strings.HasPrefix(errLine, "workrouter-lab: ") || strings.Count(errLine, "\n") != 0 {
+		if errLine := strings.TrimSpace(p.Stderr.String()); !strings.HasPrefix(errLine, "workrouter-lab: ") || strings.Count(errLine, "\n") != 0 {
 			t.Errorf("%v: want one 'workrouter-lab: …' line on stderr, got %q", args, errLine)
 		}
 	}
@@ -90,14 +91,14 @@ func TestWorkerCommand(t *testing.T) {
 	}
 	defer b.Close()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	w := startProc(t, []string{"worker", "--example", "ledger", "--brokers", b.Addr(), "--sink", "sqlite:" + path, "--client-id", "w1", "--metrics-addr", "127.0.0.1:0", "--dedupe-window", "5000"})
+	w := clitest.Start(t, []string{"worker", "--example", "ledger", "--brokers", b.Addr(), "--sink", "sqlite:" + path, "--client-id", "w1", "--metrics-addr", "127.0.0.1:0", "--dedupe-window", "5000"})
 	select {
-	case line := <-w.stdout.firstLine:
+	case line := <-w.Stdout.FirstLine():
 		if !strings.Contains(line, "workrouter worker w1: example ledger, group ledger-workers, topic ledger") || !strings.Contains(line, ", key concurrency 1 ") {
 			t.Fatalf("first line %q", line)
 		}
-	case <-time.After(deadline):
-		t.Fatalf("worker did not start; stderr:\n%s", w.stderr)
+	case <-time.After(clitest.Deadline):
+		t.Fatalf("worker did not start; stderr:\n%s", w.Stderr)
 	}
 	ctx := context.Background()
 	rt, err := router.New(ctx, router.Config{Brokers: []string{b.Addr()}, Topic: ledger.Topic})
@@ -117,7 +118,7 @@ func TestWorkerCommand(t *testing.T) {
 	}
 	defer s.Close()
 	var rep ledger.Report
-	testwait.For(t, deadline, "60 postings", func() bool {
+	testwait.For(t, clitest.Deadline, "60 postings", func() bool {
 		rep, err = ledger.VerifySQLite(ctx, s.DB())
 		return err == nil && rep.Postings == 60
 	})
@@ -126,7 +127,7 @@ func TestWorkerCommand(t *testing.T) {
 	}
 
 	// The ops endpoints show live values.
-	addr := opsAddr(t, w.stderr)
+	addr := opsAddr(t, w.Stderr)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -136,7 +137,7 @@ func TestWorkerCommand(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	testwait.For(t, deadline, "the worker to report ready", func() bool { code, _ := get("/readyz"); return code == 200 })
+	testwait.For(t, clitest.Deadline, "the worker to report ready", func() bool { code, _ := get("/readyz"); return code == 200 })
 	if code, _ := get("/healthz"); code != 200 {
 		t.Fatalf("/healthz = %d", code)
 	}
@@ -157,9 +158,9 @@ func TestWorkerCommand(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	w.cmd.Process.Signal(syscall.SIGINT)
-	if code := w.wait(t); code != 0 {
-		t.Fatalf("worker exited %d after SIGINT; stderr:\n%s", code, w.stderr)
+	w.Cmd.Process.Signal(syscall.SIGINT)
+	if code := w.Wait(t); code != 0 {
+		t.Fatalf("worker exited %d after SIGINT; stderr:\n%s", code, w.Stderr)
 	}
 	var n int
 	if err := s.DB().QueryRowContext(ctx, "SELECT count(*) FROM workrouter_fences").Scan(&n); err != nil && err != sql.ErrNoRows {
@@ -179,11 +180,11 @@ func TestWorkerCommandRejectsBadInput(t *testing.T) {
 		"worker --example ledger --key-concurrency 0":                 "--key-concurrency must be at least 1",
 		"worker --example ledger --sink sqlite:/nonexistent-dir/x.db": "",
 	} {
-		p := startProc(t, strings.Fields(args))
-		if code := p.wait(t); code == 0 {
+		p := clitest.Start(t, strings.Fields(args))
+		if code := p.Wait(t); code == 0 {
 			t.Errorf("%s exited 0", args)
 		}
-		errLine := strings.TrimSpace(p.stderr.String())
+		errLine := strings.TrimSpace(p.Stderr.String())
 		if !strings.HasPrefix(errLine, "workrouter-lab: ") || !strings.Contains(errLine, want) {
 			t.Errorf("%s: stderr %q, want a 'workrouter-lab: …%s…' line", args, errLine, want)
 		}
@@ -201,17 +202,17 @@ func TestDemoCommandPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	p := startProc(t, []string{"demo", "--commands", "1000", "--accounts", "80", "--sink", dsn, "--json"})
-	if code := p.wait(t); code != 0 {
-		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	p := clitest.Start(t, []string{"demo", "--commands", "1000", "--accounts", "80", "--sink", dsn, "--json"})
+	if code := p.Wait(t); code != 0 {
+		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.Stdout, p.Stderr)
 	}
 	var sum struct {
 		Produced, Applied, Duplicates, Lost int
 		OrderViolations                     int `json:"order_violations"`
 		StaleRejected                       int `json:"stale_rejected"`
 	}
-	if err := json.Unmarshal([]byte(p.stdout.String()), &sum); err != nil {
-		t.Fatalf("--json output: %v\n%s", err, p.stdout)
+	if err := json.Unmarshal([]byte(p.Stdout.String()), &sum); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, p.Stdout)
 	}
 	if sum.Produced != 1000 || sum.Applied != 1000 || sum.Duplicates+sum.Lost+sum.OrderViolations != 0 || sum.StaleRejected < 1 {
 		t.Fatalf("summary %+v", sum)
@@ -223,20 +224,20 @@ func TestDemoCommandPostgres(t *testing.T) {
 }
 
 func TestVersionCommandRejectsArgs(t *testing.T) {
-	p := startProc(t, []string{"version", "extra"})
-	if code := p.wait(t); code == 0 {
+	p := clitest.Start(t, []string{"version", "extra"})
+	if code := p.Wait(t); code == 0 {
 		t.Fatal("version with an argument exited 0")
 	}
-	if !strings.HasPrefix(p.stderr.String(), "workrouter-lab: ") {
-		t.Fatalf("stderr %q", p.stderr)
+	if !strings.HasPrefix(p.Stderr.String(), "workrouter-lab: ") {
+		t.Fatalf("stderr %q", p.Stderr)
 	}
 }
 
 func TestBrokerServesOpsEndpoints(t *testing.T) {
 	p, _, _ := startBroker(t, []string{"--listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"})
 	var addr string
-	testwait.For(t, deadline, "the ops address in the log", func() bool {
-		m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(p.stderr.String())
+	testwait.For(t, clitest.Deadline, "the ops address in the log", func() bool {
+		m := regexp.MustCompile(`serving /metrics, /healthz and /readyz" addr=(\S+)`).FindStringSubmatch(p.Stderr.String())
 		if m != nil {
 			addr = m[1]
 		}
@@ -253,14 +254,14 @@ func TestBrokerServesOpsEndpoints(t *testing.T) {
 			t.Errorf("%s: %d %q", path, resp.StatusCode, b)
 		}
 	}
-	p.interrupt(t)
-	if code := p.wait(t); code != 0 {
+	p.Interrupt(t)
+	if code := p.Wait(t); code != 0 {
 		t.Fatalf("broker exited %d", code)
 	}
 	// A bad address is refused with one line.
-	bad := startProc(t, []string{"broker", "--listen", "127.0.0.1:0", "--metrics-addr", "nonsense"})
-	if code := bad.wait(t); code == 0 || !strings.Contains(bad.stderr.String(), "--metrics-addr") {
-		t.Fatalf("bad --metrics-addr: exit %d, stderr %q", code, bad.stderr)
+	bad := clitest.Start(t, []string{"broker", "--listen", "127.0.0.1:0", "--metrics-addr", "nonsense"})
+	if code := bad.Wait(t); code == 0 || !strings.Contains(bad.Stderr.String(), "--metrics-addr") {
+		t.Fatalf("bad --metrics-addr: exit %d, stderr %q", code, bad.Stderr)
 	}
 }
 
@@ -275,12 +276,12 @@ func TestWorkerCommandKeyConcurrency(t *testing.T) {
 	}
 	defer b.Close()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	w := startProc(t, []string{"worker", "--example", "ledger", "--brokers", b.Addr(), "--sink", "sqlite:" + path, "--client-id", "w1",
+	w := clitest.Start(t, []string{"worker", "--example", "ledger", "--brokers", b.Addr(), "--sink", "sqlite:" + path, "--client-id", "w1",
 		"--metrics-addr", "127.0.0.1:0", "--key-concurrency", "4", "--max-batch", "8"})
 	select {
-	case <-w.stdout.firstLine:
-	case <-time.After(deadline):
-		t.Fatalf("worker did not start; stderr:\n%s", w.stderr)
+	case <-w.Stdout.FirstLine():
+	case <-time.After(clitest.Deadline):
+		t.Fatalf("worker did not start; stderr:\n%s", w.Stderr)
 	}
 	ctx := context.Background()
 	rt, err := router.New(ctx, router.Config{Brokers: []string{b.Addr()}, Topic: ledger.Topic})
@@ -301,14 +302,14 @@ func TestWorkerCommandKeyConcurrency(t *testing.T) {
 	}
 	defer s.Close()
 	var rep ledger.Report
-	testwait.For(t, deadline, "120 postings", func() bool {
+	testwait.For(t, clitest.Deadline, "120 postings", func() bool {
 		rep, err = ledger.VerifySQLite(ctx, s.DB())
 		return err == nil && rep.Postings == 120
 	})
 	if rep.Duplicates != 0 || rep.OrderViolations != 0 || len(rep.Mismatches) != 0 {
 		t.Fatalf("ledger report %+v", rep)
 	}
-	addr := opsAddr(t, w.stderr)
+	addr := opsAddr(t, w.Stderr)
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -320,8 +321,8 @@ func TestWorkerCommandKeyConcurrency(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	w.cmd.Process.Signal(syscall.SIGINT)
-	if code := w.wait(t); code != 0 {
-		t.Fatalf("worker exited %d after SIGINT; stderr:\n%s", code, w.stderr)
+	w.Cmd.Process.Signal(syscall.SIGINT)
+	if code := w.Wait(t); code != 0 {
+		t.Fatalf("worker exited %d after SIGINT; stderr:\n%s", code, w.Stderr)
 	}
 }

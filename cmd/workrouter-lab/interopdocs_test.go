@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/workrouter/workrouter/cmd/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/internal/testwait"
 )
@@ -91,8 +92,8 @@ func TestInteropDocsApplyOnce(t *testing.T) {
 	addr := b.Addr()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ledger.db")
-	w := startProc(t, []string{"worker", "--example", "ledger", "--brokers", addr, "--sink", "sqlite:" + path, "--client-id", "docs"})
-	defer w.interrupt(t)
+	w := clitest.Start(t, []string{"worker", "--example", "ledger", "--brokers", addr, "--sink", "sqlite:" + path, "--client-id", "docs"})
+	defer w.Interrupt(t)
 
 	// An example that reads its commands from a file finds one there.
 	if err := os.WriteFile(filepath.Join(dir, "commands.txt"), []byte(`acct-7:{"id":"c-file","seq":0,"amount":100}`+"\n"), 0o644); err != nil {
@@ -137,7 +138,7 @@ func TestInteropDocsApplyOnce(t *testing.T) {
 	}
 	for round := 1; round <= 2; round++ {
 		for _, p := range programs {
-			ctx, cancel := context.WithTimeout(t.Context(), deadline)
+			ctx, cancel := context.WithTimeout(t.Context(), clitest.Deadline)
 			out, err := p.cmd(ctx).CombinedOutput()
 			cancel()
 			if err != nil {
@@ -145,7 +146,7 @@ func TestInteropDocsApplyOnce(t *testing.T) {
 			}
 		}
 	}
-	testwait.For(t, deadline, "the worker to apply everything (lag zero)", func() bool {
+	testwait.For(t, clitest.Deadline, "the worker to apply everything (lag zero)", func() bool {
 		return cluster.LagZero(t.Context(), []string{addr}, "ledger", "ledger-workers")
 	})
 	db, err := sql.Open("sqlite", path)

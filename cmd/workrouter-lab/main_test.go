@@ -1,16 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/workrouter/workrouter/cmd/internal/cli"
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 )
 
 // TestMain doubles as the workrouter-lab binary: with WORKROUTER_TEST_MAIN=1
@@ -34,106 +33,14 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// deadline bounds a wait that would otherwise hang on failure; passing runs
-// finish long before it.
-const deadline = 60 * time.Second
-
-// syncBuffer is a bytes.Buffer safe for the exec copier goroutine and the
-// test to share; it also reports the first complete line written to it.
-type syncBuffer struct {
-	mu        sync.Mutex
-	buf       bytes.Buffer
-	firstLine chan string
-	sent      bool
-}
-
-func newSyncBuffer() *syncBuffer { return &syncBuffer{firstLine: make(chan string, 1)} }
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n, err := s.buf.Write(p)
-	if !s.sent {
-		if line, _, ok := strings.Cut(s.buf.String(), "\n"); ok {
-			s.sent = true
-			s.firstLine <- line
-		}
-	}
-	return n, err
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
-// proc is a workrouter subprocess.
-type proc struct {
-	cmd    *exec.Cmd
-	stdout *syncBuffer
-	stderr *syncBuffer
-	done   chan struct{} // closed when Wait returned
-}
-
-// command prepares the test binary to run as workrouter with args, with the
-// WORKROUTER_* environment cleared and then set from env ("K=V" entries).
-func command(args []string, env ...string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "WORKROUTER_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, "WORKROUTER_TEST_MAIN=1")
-	cmd.Env = append(cmd.Env, env...)
-	return cmd
-}
-
-func startProc(t *testing.T, args []string, env ...string) *proc {
-	t.Helper()
-	p := &proc{cmd: command(args, env...), stdout: newSyncBuffer(), stderr: newSyncBuffer(), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %v: %v", args, err)
-	}
-	go func() {
-		p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-// wait waits for the process to exit and returns its exit code.
-func (p *proc) wait(t *testing.T) int {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.cmd.ProcessState.ExitCode()
-	case <-time.After(deadline):
-		p.cmd.Process.Kill()
-		<-p.done
-		t.Fatalf("process did not exit; stderr:\n%s", p.stderr)
-		return -1
-	}
-}
-
 // startBroker runs `workrouter-lab broker args...` and returns the process, the
 // address from its first stdout line, and that line.
-func startBroker(t *testing.T, args []string, env ...string) (*proc, string, string) {
+func startBroker(t *testing.T, args []string, env ...string) (*clitest.Proc, string, string) {
 	t.Helper()
 	listeningRE := regexp.MustCompile(`^workrouter broker listening on (\S+) \((.*)\)$`)
-	p := startProc(t, append([]string{"broker"}, args...), env...)
+	p := clitest.Start(t, append([]string{"broker"}, args...), env...)
 	select {
-	case line := <-p.stdout.firstLine:
+	case line := <-p.Stdout.FirstLine():
 		m := listeningRE.FindStringSubmatch(line)
 		if m == nil {
 			t.Fatalf("first stdout line %q does not match %v", line, listeningRE)
@@ -142,52 +49,16 @@ func startBroker(t *testing.T, args []string, env ...string) (*proc, string, str
 			t.Fatalf("first line %q: address %q is not a real host:port", line, m[1])
 		}
 		return p, m[1], line
-	case <-p.done:
-		t.Fatalf("broker exited early (code %d); stderr:\n%s", p.cmd.ProcessState.ExitCode(), p.stderr)
-	case <-time.After(deadline):
-		t.Fatalf("no first line from the broker; stderr:\n%s", p.stderr)
+	case <-p.Done:
+		t.Fatalf("broker exited early (code %d); stderr:\n%s", p.Cmd.ProcessState.ExitCode(), p.Stderr)
+	case <-time.After(clitest.Deadline):
+		t.Fatalf("no first line from the broker; stderr:\n%s", p.Stderr)
 	}
 	return nil, "", ""
 }
 
-// interrupt sends SIGINT and asserts a clean exit.
-func (p *proc) interrupt(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatalf("SIGINT: %v", err)
-	}
-	if code := p.wait(t); code != 0 {
-		t.Fatalf("exit code after SIGINT = %d, want 0; stderr:\n%s", code, p.stderr)
-	}
-}
-
-func newClient(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)...)
-	if err != nil {
-		t.Fatalf("kgo.NewClient: %v", err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
-}
-
-func consume(t *testing.T, ctx context.Context, cl *kgo.Client, n int) []string {
-	t.Helper()
-	var got []string
-	for len(got) < n {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			t.Fatalf("consumed %d of %d records before the deadline: %v", len(got), n, err)
-		}
-		fs.EachError(func(topic string, p int32, err error) { t.Fatalf("fetch %s/%d: %v", topic, p, err) })
-		fs.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
-	}
-	slices.Sort(got)
-	return got
-}
-
 func TestBrokerCommandKeepsStateAcrossRestart(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Deadline)
 	defer cancel()
 	dir := t.TempDir()
 	const topic, group = "cmds", "workers"
@@ -199,7 +70,7 @@ func TestBrokerCommandKeepsStateAcrossRestart(t *testing.T) {
 		t.Fatalf("first line %q does not end with %q", line, want)
 	}
 	var want []string
-	prod := newClient(t, addr, kgo.DefaultProduceTopic(topic))
+	prod := clitest.NewClient(t, addr, kgo.DefaultProduceTopic(topic))
 	for i := range 30 {
 		v := fmt.Sprintf("cmd-%03d", i)
 		want = append(want, v)
@@ -209,15 +80,15 @@ func TestBrokerCommandKeepsStateAcrossRestart(t *testing.T) {
 	}
 	prod.Close()
 
-	member := newClient(t, addr, kgo.ConsumeTopics(topic), kgo.ConsumerGroup(group),
+	member := clitest.NewClient(t, addr, kgo.ConsumeTopics(topic), kgo.ConsumerGroup(group),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if got := consume(t, ctx, member, len(want)); !slices.Equal(got, want) {
+	if got := clitest.Consume(t, ctx, member, len(want)); !slices.Equal(got, want) {
 		t.Fatalf("group consumed %v, want %v", got, want)
 	}
 	if err := member.CommitUncommittedOffsets(ctx); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
-	adm := kadm.NewClient(newClient(t, addr))
+	adm := kadm.NewClient(clitest.NewClient(t, addr))
 	committed, err := adm.FetchOffsets(ctx, group)
 	if err != nil || committed.Error() != nil {
 		t.Fatalf("FetchOffsets: %v / %v", err, committed.Error())
@@ -229,14 +100,14 @@ func TestBrokerCommandKeepsStateAcrossRestart(t *testing.T) {
 	}
 	member.Close()
 	adm.Close()
-	p1.interrupt(t)
+	p1.Interrupt(t)
 
 	// Second run on the same data dir: everything is still there.
 	p2, addr2, line2 := startBroker(t, args)
 	if !strings.Contains(line2, "topics cmds:3") {
 		t.Fatalf("first line after restart %q lacks cmds:3", line2)
 	}
-	adm2 := kadm.NewClient(newClient(t, addr2))
+	adm2 := kadm.NewClient(clitest.NewClient(t, addr2))
 	after, err := adm2.FetchOffsets(ctx, group)
 	if err != nil || after.Error() != nil {
 		t.Fatalf("FetchOffsets after restart: %v / %v", err, after.Error())
@@ -248,12 +119,12 @@ func TestBrokerCommandKeepsStateAcrossRestart(t *testing.T) {
 		}
 	})
 	adm2.Close()
-	reader := newClient(t, addr2, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if got := consume(t, ctx, reader, len(want)); !slices.Equal(got, want) {
+	reader := clitest.NewClient(t, addr2, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if got := clitest.Consume(t, ctx, reader, len(want)); !slices.Equal(got, want) {
 		t.Fatalf("after restart read %v, want %v", got, want)
 	}
 	reader.Close()
-	p2.interrupt(t)
+	p2.Interrupt(t)
 }
 
 func TestBrokerCommandRejectsBadInput(t *testing.T) {
@@ -277,19 +148,19 @@ func TestBrokerCommandRejectsBadInput(t *testing.T) {
 		{"bad env value", []string{"--listen", "127.0.0.1:0"}, []string{"WORKROUTER_PARTITIONS=many"}, "WORKROUTER_PARTITIONS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := startProc(t, append([]string{"broker"}, tc.args...), tc.env...)
-			code := p.wait(t)
+			p := clitest.Start(t, append([]string{"broker"}, tc.args...), tc.env...)
+			code := p.Wait(t)
 			if code == 0 {
-				t.Fatalf("exit code 0, want non-zero; stdout:\n%s", p.stdout)
+				t.Fatalf("exit code 0, want non-zero; stdout:\n%s", p.Stdout)
 			}
-			stderr := p.stderr.String()
+			stderr := p.Stderr.String()
 			if !strings.HasPrefix(stderr, "workrouter-lab: ") || strings.Count(stderr, "\n") != 1 {
 				t.Fatalf("stderr is not one \"workrouter-lab: ...\" line:\n%s", stderr)
 			}
 			if !strings.Contains(stderr, tc.want) {
 				t.Fatalf("stderr %q does not mention %q", stderr, tc.want)
 			}
-			if out := p.stdout.String(); out != "" {
+			if out := p.Stdout.String(); out != "" {
 				t.Fatalf("stdout not empty on failure: %q", out)
 			}
 		})
@@ -297,14 +168,14 @@ func TestBrokerCommandRejectsBadInput(t *testing.T) {
 }
 
 func TestBrokerCommandReadsEnvironment(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Deadline)
 	defer cancel()
 	p, addr, line := startBroker(t, []string{"--listen", "127.0.0.1:0"},
 		"WORKROUTER_PARTITIONS=4", "WORKROUTER_TOPIC=alpha,beta")
 	if !strings.HasSuffix(line, "(in memory; topics alpha:4,beta:4)") {
 		t.Fatalf("first line %q: want topics alpha:4,beta:4 from the environment", line)
 	}
-	adm := kadm.NewClient(newClient(t, addr))
+	adm := kadm.NewClient(clitest.NewClient(t, addr))
 	details, err := adm.ListTopics(ctx, "alpha", "beta")
 	if err != nil || details.Error() != nil {
 		t.Fatalf("ListTopics: %v / %v", err, details.Error())
@@ -315,7 +186,7 @@ func TestBrokerCommandReadsEnvironment(t *testing.T) {
 		}
 	}
 	adm.Close()
-	p.interrupt(t)
+	p.Interrupt(t)
 }
 
 func TestApplyEnv(t *testing.T) {
@@ -365,4 +236,17 @@ func TestBrokerHelpShowsExampleAndEnv(t *testing.T) {
 			t.Errorf("broker --help lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// runCLI runs the workrouter-lab command tree in process (clitest.Run).
+func runCLI(t *testing.T, stdin io.Reader, args ...string) (string, string, error) {
+	t.Helper()
+	return clitest.Run(t, newRootCmd(), stdin, args...)
+}
+
+// oneLineFailure runs workrouter-lab as a process and asserts that it
+// fails with one line naming every string of want (clitest.OneLineFailure).
+func oneLineFailure(t *testing.T, args []string, want ...string) string {
+	t.Helper()
+	return clitest.OneLineFailure(t, "workrouter-lab", args, want...)
 }

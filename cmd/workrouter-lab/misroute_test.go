@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/examples/ledger"
@@ -22,7 +23,7 @@ import (
 // reason misrouted, and its partition goes on (the README and the flag
 // said the partition stalls); the help of worker and dlq list says so.
 func TestMisrouteRefuseDeadLetters(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{ledger.Topic: 2})
+	addr := clitest.StartBroker(t, map[string]int32{ledger.Topic: 2})
 	key := []byte("acct-0")
 	wrong := 1 - envelope.Partition(key, 2)
 	deposit := func(p int32, key []byte, id string) *kgo.Record {
@@ -38,12 +39,12 @@ func TestMisrouteRefuseDeadLetters(t *testing.T) {
 	produceRaw(t, raw, deposit(wrong, key, "c-misrouted"), deposit(wrong, other, "c-after"))
 
 	spec := "sqlite:" + filepath.Join(t.TempDir(), "ledger.db")
-	w := startProc(t, []string{"worker", "--example", "ledger", "--brokers", addr, "--sink", spec, "--misroute", "refuse",
+	w := clitest.Start(t, []string{"worker", "--example", "ledger", "--brokers", addr, "--sink", spec, "--misroute", "refuse",
 		"--session-timeout", "2s", "--heartbeat-interval", "200ms"})
 	testwait.For(t, 60*time.Second, "the record after the misrouted one applied", func() bool {
 		return ledgerApplied(t, strings.TrimPrefix(spec, "sqlite:"), "c-after")
 	})
-	w.interrupt(t)
+	w.Interrupt(t)
 	rows := dlqRows(t, spec)
 	if len(rows) != 1 || rows[0].Reason != consumer.ReasonMisrouted || rows[0].Partition != wrong || rows[0].Key == nil || *rows[0].Key.Text != string(key) {
 		t.Fatalf("dead letters %+v, want one of key %s on partition %d with reason misrouted", rows, key, wrong)

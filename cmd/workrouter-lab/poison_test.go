@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/cmd/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
@@ -76,7 +77,7 @@ func dlqRows(t *testing.T, spec string) []dlqJSON {
 // createTopic creates topic with partitions partitions on the broker.
 func createTopic(t *testing.T, addr, topic string, partitions int32) {
 	t.Helper()
-	adm := kadm.NewClient(newClient(t, addr))
+	adm := kadm.NewClient(clitest.NewClient(t, addr))
 	resp, err := adm.CreateTopic(t.Context(), partitions, 1, nil, topic)
 	if err != nil || resp.Err != nil {
 		t.Fatalf("creating topic %s: %v / %v", topic, err, resp.Err)
@@ -183,7 +184,7 @@ func TestPoisonRecordsDeadLettered(t *testing.T) {
 		// The DLQ topic mirrors every dead letter (at least once), keyed
 		// like the original, with headers naming where it came from.
 		mirrored := map[string]*kgo.Record{}
-		cl := newClient(t, w.brk.Addr(), kgo.ConsumeTopics(dlqTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		cl := clitest.NewClient(t, w.brk.Addr(), kgo.ConsumeTopics(dlqTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		defer cancel()
 		for len(mirrored) < len(poison) {
@@ -312,7 +313,7 @@ func TestDLQRedriveAfterFix(t *testing.T) {
 			t.Fatalf("dead letters %+v: want one of frozen-1 and one of typo-1", rows)
 		}
 		spec := b.store.Spec()
-		ends := endOffsetSum(t, w.brk.Addr(), w.topic)
+		ends := clitest.EndOffsetSum(t, w.brk.Addr(), w.topic)
 
 		// Unknown IDs: one line of error each, nothing sent.
 		for _, verb := range []string{"redrive", "drop"} {
@@ -320,11 +321,11 @@ func TestDLQRedriveAfterFix(t *testing.T) {
 			if verb == "redrive" {
 				args = append(args, "--brokers", w.brk.Addr())
 			}
-			p := startProc(t, args)
-			if code := p.wait(t); code == 0 {
+			p := clitest.Start(t, args)
+			if code := p.Wait(t); code == 0 {
 				t.Fatalf("dlq %s of an unknown id exited 0", verb)
 			}
-			stderr := p.stderr.String()
+			stderr := p.Stderr.String()
 			if !strings.HasPrefix(stderr, "workrouter-lab: dead letter 424242 does not exist") || strings.Count(stderr, "\n") != 1 {
 				t.Errorf("dlq %s of an unknown id: stderr %q, want one line naming it", verb, stderr)
 			}
@@ -355,7 +356,7 @@ func TestDLQRedriveAfterFix(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "redriven at most once") {
 			t.Fatalf("a second redrive: %v, want a refusal", err)
 		}
-		if got := endOffsetSum(t, w.brk.Addr(), w.topic); got != ends+1 {
+		if got := clitest.EndOffsetSum(t, w.brk.Addr(), w.topic); got != ends+1 {
 			t.Fatalf("the topic grew by %d records, want exactly the one redrive", got-ends)
 		}
 
@@ -476,9 +477,9 @@ func TestReadyzFailsWhileStalled(t *testing.T) {
 	}
 	t.Cleanup(func() { brk.Close() })
 	spec := "sqlite:" + filepath.Join(t.TempDir(), "ledger.db")
-	start := func(noHandler string) (*proc, string) {
-		addr := freeAddr(t)
-		p := startProc(t, []string{"worker", "--example", "ledger", "--brokers", brk.Addr(), "--sink", spec,
+	start := func(noHandler string) (*clitest.Proc, string) {
+		addr := clitest.FreeAddr(t)
+		p := clitest.Start(t, []string{"worker", "--example", "ledger", "--brokers", brk.Addr(), "--sink", spec,
 			"--session-timeout", "2s", "--heartbeat-interval", "200ms", "--metrics-addr", addr,
 			"--ready-max-stall", "1s", "--on-no-handler", noHandler})
 		testwait.For(t, 30*time.Second, "/readyz to answer 200", func() bool { return readyz(addr) == http.StatusOK })
@@ -526,12 +527,12 @@ func TestReadyzFailsWhileStalled(t *testing.T) {
 		t.Fatalf("status --json of the stalled partition: %+v", sp)
 	}
 	// status exits 2 while a partition needs attention, naming it.
-	st := startProc(t, []string{"status", "--brokers", brk.Addr(), "--group", "ledger-workers", "--topic", ledger.Topic, "--check-keys", "0"})
+	st := clitest.Start(t, []string{"status", "--brokers", brk.Addr(), "--group", "ledger-workers", "--topic", ledger.Topic, "--check-keys", "0"})
 	wantErr := fmt.Sprintf("workrouter-lab: partition %d needs attention (exit status 2)\n", res.Partition)
-	if code := st.wait(t); code != 2 || st.stderr.String() != wantErr || !strings.Contains(st.stdout.String(), "needs attention:") {
-		t.Fatalf("status of a stalled partition: exit %d, stderr %q (want 2 and %q), stdout:\n%s", code, st.stderr, wantErr, st.stdout)
+	if code := st.Wait(t); code != 2 || st.Stderr.String() != wantErr || !strings.Contains(st.Stdout.String(), "needs attention:") {
+		t.Fatalf("status of a stalled partition: exit %d, stderr %q (want 2 and %q), stdout:\n%s", code, st.Stderr, wantErr, st.Stdout)
 	}
-	p.interrupt(t)
+	p.Interrupt(t)
 
 	p, addr = start("dead-letter")
 	testwait.For(t, 30*time.Second, "the command to be dead-lettered", func() bool {
@@ -542,8 +543,8 @@ func TestReadyzFailsWhileStalled(t *testing.T) {
 		t.Fatalf("/readyz after the dead letter: %d, want 200", code)
 	}
 	testwait.For(t, 30*time.Second, "status to exit 0 once the stall is gone", func() bool {
-		st := startProc(t, []string{"status", "--brokers", brk.Addr(), "--group", "ledger-workers", "--topic", ledger.Topic, "--check-keys", "0"})
-		return st.wait(t) == 0
+		st := clitest.Start(t, []string{"status", "--brokers", brk.Addr(), "--group", "ledger-workers", "--topic", ledger.Topic, "--check-keys", "0"})
+		return st.Wait(t) == 0
 	})
-	p.interrupt(t)
+	p.Interrupt(t)
 }

@@ -641,8 +641,8 @@ func TestSinkUnreachable(t *testing.T) {
 
 		release := b.unreachable(t)
 		w.produce(400)
-		deadline := time.Now().Add(3 * time.Second)
-		for time.Now().Before(deadline) {
+		until := time.Now().Add(3 * time.Second)
+		for time.Now().Before(until) {
 			committed, next := w.committed(), w.checkpoints()
 			for p, c := range committed {
 				if c > next[p] {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/internal/testpg"
 )
 
@@ -48,7 +49,7 @@ func TestNoCommandPrintsAPassword(t *testing.T) {
 	u.RawQuery = q.Encode()
 	dsn := u.String()
 	bad := *u
-	bad.Host = refusedAddr(t) // bound, not listening: every command's connection is refused
+	bad.Host = clitest.RefusedAddr(t) // bound, not listening: every command's connection is refused
 	badDSN := bad.String()
 
 	conn := []string{"--brokers", addr, "--tls-ca", tf.CA, "--sasl-mechanism", "scram-sha-512", "--sasl-username", "app",
@@ -60,32 +61,32 @@ func TestNoCommandPrintsAPassword(t *testing.T) {
 	var outputs []string
 	run := func(args []string, env ...string) {
 		t.Helper()
-		p := startProc(t, args, env...)
-		p.wait(t)
+		p := clitest.Start(t, args, env...)
+		p.Wait(t)
 		// The command line holds the password: only its output is checked.
 		header := strings.ReplaceAll(strings.Join(args, " "), plantedPassword, "PLANTED")
-		outputs = append(outputs, header+"\n"+p.stdout.String()+p.stderr.String())
+		outputs = append(outputs, header+"\n"+p.Stdout.String()+p.Stderr.String())
 	}
 	// Successful runs.
 	run(append([]string{"produce", "--topic", topic, "--key", "acct-1", "--type", "deposit", "--payload", `{"id":"r1","seq":0,"amount":5}`}, conn...), pwEnv)
 	run(append([]string{"produce", "--topic", topic, "--key", "acct-1", "--type", "deposit", "--payload", `{"id":"r2","seq":1,"amount":5}`,
 		"-X", "sasl.password=" + plantedPassword}, conn...))
-	w := startProc(t, append([]string{"worker", "--example", "ledger", "--topic", topic, "--group", group, "--sink", dsn,
+	w := clitest.Start(t, append([]string{"worker", "--example", "ledger", "--topic", topic, "--group", group, "--sink", dsn,
 		"--session-timeout", "2s", "--heartbeat-interval", "200ms"}, conn...), pwEnv)
-	w2 := startProc(t, append([]string{"worker", "--example", "ledger", "--topic", topic, "--group", group + "-sqlite", "--sink", "sqlite:" + db,
+	w2 := clitest.Start(t, append([]string{"worker", "--example", "ledger", "--topic", topic, "--group", group + "-sqlite", "--sink", "sqlite:" + db,
 		"--session-timeout", "2s", "--heartbeat-interval", "200ms", "--sasl-password", plantedPassword}, conn...))
-	deadlineAt := time.Now().Add(deadline)
-	for !strings.Contains(w.stderr.String(), "partition claimed") || !strings.Contains(w2.stderr.String(), "partition claimed") {
+	deadlineAt := time.Now().Add(clitest.Deadline)
+	for !strings.Contains(w.Stderr.String(), "partition claimed") || !strings.Contains(w2.Stderr.String(), "partition claimed") {
 		if time.Now().After(deadlineAt) {
-			t.Fatalf("the workers claimed nothing:\n%s\n%s", w.stderr, w2.stderr)
+			t.Fatalf("the workers claimed nothing:\n%s\n%s", w.Stderr, w2.Stderr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	run(append([]string{"status", "--topic", topic, "--group", group, "--sink", dsn}, conn...), pwEnv)
 	run(append([]string{"status", "--topic", topic, "--group", group, "--json", "--sink", dsn}, conn...), pwEnv)
-	w.interrupt(t)
-	w2.interrupt(t)
-	outputs = append(outputs, "worker\n"+w.stdout.String()+w.stderr.String(), "worker sqlite\n"+w2.stdout.String()+w2.stderr.String())
+	w.Interrupt(t)
+	w2.Interrupt(t)
+	outputs = append(outputs, "worker\n"+w.Stdout.String()+w.Stderr.String(), "worker sqlite\n"+w2.Stdout.String()+w2.Stderr.String())
 	run([]string{"fences", "list", "--sink", dsn})
 	run([]string{"fences", "history", "--sink", dsn, "--group", group, "--topic", topic, "--partition", "0"})
 	run([]string{"fences", "reset", "--sink", dsn, "--group", group, "--topic", topic, "--partition", "0", "--reason", "redaction test"})
@@ -104,8 +105,8 @@ func TestNoCommandPrintsAPassword(t *testing.T) {
 	run([]string{"produce", "--topic", topic, "--key", "k", "--type", "t", "--brokers", addr, "-X", "sasl.mechanism=" + plantedPassword})
 	run([]string{"produce", "--topic", topic, "--key", "k", "--type", "t", "--brokers", addr, "-X", plantedPassword})
 	run([]string{"broker", "--listen", "127.0.0.1:0", "--sasl-user", plantedPassword})
-	broker.interrupt(t)
-	outputs = append(outputs, "broker\n"+broker.stdout.String()+broker.stderr.String())
+	broker.Interrupt(t)
+	outputs = append(outputs, "broker\n"+broker.Stdout.String()+broker.Stderr.String())
 
 	for _, o := range outputs {
 		if testing.Verbose() {

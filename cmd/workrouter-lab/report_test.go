@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/cmd/internal/timeline/browsertest"
 )
 
@@ -70,23 +71,23 @@ func checkReport(t *testing.T, path string, partitions, staleRejected int, fault
 func TestDemoReportInBrowser(t *testing.T) {
 	browsertest.Chromium(t)
 	path := filepath.Join(t.TempDir(), "demo.html")
-	p := startProc(t, []string{"demo", "--commands", "1200", "--accounts", "100", "--json", "--report", path})
-	if code := p.wait(t); code != 0 {
-		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	p := clitest.Start(t, []string{"demo", "--commands", "1200", "--accounts", "100", "--json", "--report", path})
+	if code := p.Wait(t); code != 0 {
+		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.Stdout, p.Stderr)
 	}
 	var sum struct {
 		StaleRejected int            `json:"stale_rejected"`
 		Faults        map[string]int `json:"faults"`
 		Invariants    map[string]int `json:"invariants"`
 	}
-	if err := json.Unmarshal([]byte(p.stdout.String()), &sum); err != nil {
-		t.Fatalf("--json output: %v\n%s", err, p.stdout)
+	if err := json.Unmarshal([]byte(p.Stdout.String()), &sum); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, p.Stdout)
 	}
 	if sum.StaleRejected < 1 || sum.Faults["pause"] != 1 || len(sum.Invariants) != 6 {
 		t.Fatalf("summary %+v: want a stale write rejected, one pause and the six invariants", sum)
 	}
-	if !strings.Contains(p.stderr.String(), "report written to "+path) {
-		t.Errorf("stderr %q does not say where the report is", p.stderr)
+	if !strings.Contains(p.Stderr.String(), "report written to "+path) {
+		t.Errorf("stderr %q does not say where the report is", p.Stderr)
 	}
 	page := checkReport(t, path, 6, sum.StaleRejected, sum.Faults, sum.Invariants)
 	if page.Verdict != "ok" {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/internal/testwait"
@@ -71,7 +72,7 @@ func TestRollingRestart(t *testing.T) {
 			streamed <- err
 		}()
 		defer stopStream()
-		testwait.For(t, deadline, "the first 100 commands applied", func() bool { return w.applied() >= 100 })
+		testwait.For(t, clitest.Deadline, "the first 100 commands applied", func() bool { return w.applied() >= 100 })
 
 		var steps []rolloutStep
 		for i := range workers {
@@ -87,7 +88,7 @@ func TestRollingRestart(t *testing.T) {
 			workers[i] = w.start(fmt.Sprintf("w%d-next", i))
 			select {
 			case <-old.Done():
-			case <-time.After(deadline):
+			case <-time.After(clitest.Deadline):
 				t.Fatalf("step %d: %s did not exit after SIGTERM", i, old.Name())
 			}
 			if code := old.ExitCode(); code != 0 {
@@ -135,7 +136,7 @@ func TestRollingRestart(t *testing.T) {
 // workers): the group is ready, the newest worker included.
 func waitBalanced(t *testing.T, workers []*cluster.Worker) {
 	t.Helper()
-	testwait.For(t, deadline, "every partition owned and every worker owning its share", func() bool {
+	testwait.For(t, clitest.Deadline, "every partition owned and every worker owning its share", func() bool {
 		for p := int32(0); p < procPartitions; p++ {
 			if wk, _ := cluster.OwnerOf(workers, p); wk == nil {
 				return false

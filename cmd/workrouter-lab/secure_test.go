@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/internal/testtls"
 	"github.com/workrouter/workrouter/kafkaconn"
 )
@@ -21,7 +22,7 @@ const plantedPassword = "pl4nted-S3cret-pw"
 // secureBroker runs `workrouter-lab broker` with TLS (a fresh CA's server
 // certificate) and the SASL user app (password from WORKROUTER_SASL_USER,
 // so not on its command line), and returns its address and the TLS files.
-func secureBroker(t *testing.T, topic string) (string, testtls.Files, *proc) {
+func secureBroker(t *testing.T, topic string) (string, testtls.Files, *clitest.Proc) {
 	t.Helper()
 	f := testtls.New(t)
 	p, addr, line := startBroker(t, []string{"--listen", "127.0.0.1:0", "--topic", topic, "--partitions", "3",
@@ -68,7 +69,7 @@ func TestSecureClusterCLI(t *testing.T) {
 
 			// worker: a process, the password from the environment.
 			db := filepath.Join(dir, "ledger.db")
-			w := startProc(t, append([]string{"worker", "--example", "ledger", "--topic", topic, "--group", group,
+			w := clitest.Start(t, append([]string{"worker", "--example", "ledger", "--topic", topic, "--group", group,
 				"--sink", "sqlite:" + db, "--session-timeout", "2s", "--heartbeat-interval", "200ms"}, conn...),
 				"WORKROUTER_SASL_PASSWORD="+plantedPassword)
 
@@ -79,7 +80,7 @@ func TestSecureClusterCLI(t *testing.T) {
 				addr, strings.ToUpper(mech), plantedPassword, tf.CA)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			ctx, cancel := context.WithTimeout(context.Background(), clitest.Deadline)
 			defer cancel()
 			var rep statusReport
 			for {
@@ -88,7 +89,7 @@ func TestSecureClusterCLI(t *testing.T) {
 					break
 				}
 				if ctx.Err() != nil {
-					t.Fatalf("status never showed the worker caught up: %+v (%v); worker stderr:\n%s", rep, err, w.stderr)
+					t.Fatalf("status never showed the worker caught up: %+v (%v); worker stderr:\n%s", rep, err, w.Stderr)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
@@ -101,9 +102,9 @@ func TestSecureClusterCLI(t *testing.T) {
 			if err != nil || strings.Count(out, `"group":"`+group+`"`) != 3 {
 				t.Fatalf("fences list: %v\n%s", err, out)
 			}
-			w.interrupt(t)
-			if !strings.Contains(w.stdout.String(), "TLS (CA "+tf.CA+"), SASL "+strings.ToUpper(mech)+" as app") {
-				t.Errorf("the worker's first line does not describe the connection: %q", w.stdout)
+			w.Interrupt(t)
+			if !strings.Contains(w.Stdout.String(), "TLS (CA "+tf.CA+"), SASL "+strings.ToUpper(mech)+" as app") {
+				t.Errorf("the worker's first line does not describe the connection: %q", w.Stdout)
 			}
 		})
 	}
@@ -150,15 +151,15 @@ func TestSecureClusterFailures(t *testing.T) {
 			// The worker process: exit code 1 and one line on stderr.
 			wargs := append([]string{"worker", "--example", "ledger", "--sink", "sqlite:" + filepath.Join(t.TempDir(), "db")}, tc.conn...)
 			start := time.Now()
-			p := startProc(t, append(wargs, "--brokers", addr))
-			code := p.wait(t)
+			p := clitest.Start(t, append(wargs, "--brokers", addr))
+			code := p.Wait(t)
 			t.Logf("worker failed after %v", time.Since(start).Round(time.Millisecond))
 			if code == 0 {
 				t.Fatal("the worker exited 0")
 			}
 			// Its log may come first; the error is its last line, and the
 			// only one that says workrouter:.
-			stderr := p.stderr.String()
+			stderr := p.Stderr.String()
 			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
 			last := lines[len(lines)-1]
 			if !strings.HasPrefix(last, "workrouter-lab: ") || strings.Count(stderr, "workrouter-lab: ") != 1 || !strings.Contains(last, tc.want) ||
@@ -214,26 +215,26 @@ func TestManagedClusterProperties(t *testing.T) {
 			}
 
 			// A worker: connected (its banner), each key named once.
-			w := startProc(t, []string{"worker", "--properties", props, "--example", "ledger", "--topic", topic,
+			w := clitest.Start(t, []string{"worker", "--properties", props, "--example", "ledger", "--topic", topic,
 				"--sink", "sqlite:" + filepath.Join(t.TempDir(), "ledger.db")})
 			select {
-			case line := <-w.stdout.firstLine:
+			case line := <-w.Stdout.FirstLine():
 				if !strings.Contains(line, "SASL PLAIN as app") {
 					t.Errorf("worker banner: %q", line)
 				}
-			case <-w.done:
-				t.Fatalf("the worker exited: %s", w.stderr)
-			case <-time.After(deadline):
-				t.Fatalf("no worker banner: %s", w.stderr)
+			case <-w.Done:
+				t.Fatalf("the worker exited: %s", w.Stderr)
+			case <-time.After(clitest.Deadline):
+				t.Fatalf("no worker banner: %s", w.Stderr)
 			}
-			w.interrupt(t)
-			werr := w.stderr.String()
+			w.Interrupt(t)
+			werr := w.Stderr.String()
 			for _, key := range tc.ignored {
 				if n := strings.Count(werr, "msg=\"client property accepted, not applied\" property="+key+" "); n != 1 {
 					t.Errorf("worker: %d INFO lines name %s, want 1:\n%s", n, key, werr)
 				}
 			}
-			if strings.Contains(werr+w.stdout.String(), plantedPassword) {
+			if strings.Contains(werr+w.Stdout.String(), plantedPassword) {
 				t.Errorf("the worker shows the password:\n%s", werr)
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/workrouter/workrouter/cmd/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/testpg"
@@ -47,12 +48,12 @@ func TestWorkerServesSinkMetrics(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			w := startProc(t, []string{"worker", "--example", "ledger", "--brokers", b.Addr(), "--sink", st.WorkerSpec("w1"),
+			w := clitest.Start(t, []string{"worker", "--example", "ledger", "--brokers", b.Addr(), "--sink", st.WorkerSpec("w1"),
 				"--client-id", "w1", "--metrics-addr", "127.0.0.1:0"})
 			select {
-			case <-w.stdout.firstLine:
-			case <-time.After(deadline):
-				t.Fatalf("worker did not start; stderr:\n%s", w.stderr)
+			case <-w.Stdout.FirstLine():
+			case <-time.After(clitest.Deadline):
+				t.Fatalf("worker did not start; stderr:\n%s", w.Stderr)
 			}
 			rt, err := router.New(ctx, router.Config{Brokers: []string{b.Addr()}, Topic: ledger.Topic})
 			if err != nil {
@@ -64,10 +65,10 @@ func TestWorkerServesSinkMetrics(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			addr := opsAddr(t, w.stderr)
+			addr := opsAddr(t, w.Stderr)
 			var body string
 			applied := fmt.Sprintf(`workrouter_sink_records_total{backend=%q,outcome="applied"} 20`, tc.name)
-			testwait.For(t, deadline, "20 records applied on /metrics", func() bool {
+			testwait.For(t, clitest.Deadline, "20 records applied on /metrics", func() bool {
 				body = metric(addr)
 				return strings.Contains(body, applied)
 			})
@@ -76,9 +77,9 @@ func TestWorkerServesSinkMetrics(t *testing.T) {
 					t.Errorf("/metrics lacks %s:\n%s", want, grepLines(body, "workrouter_redis|workrouter_postgres"))
 				}
 			}
-			w.cmd.Process.Signal(syscall.SIGINT)
-			if code := w.wait(t); code != 0 {
-				t.Fatalf("worker exited %d after SIGINT; stderr:\n%s", code, w.stderr)
+			w.Cmd.Process.Signal(syscall.SIGINT)
+			if code := w.Wait(t); code != 0 {
+				t.Fatalf("worker exited %d after SIGINT; stderr:\n%s", code, w.Stderr)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/internal/batchcodec"
 )
 
@@ -14,7 +15,7 @@ import (
 // and --compression's codec when given; an unknown codec is refused in
 // the flag's words.
 func TestProduceCompression(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"none": 1, "zstd": 1})
+	addr := clitest.StartBroker(t, map[string]int32{"none": 1, "zstd": 1})
 	for topic, args := range map[string][]string{"none": nil, "zstd": {"--compression", "zstd"}} {
 		if _, stderr, err := runCLI(t, nil, append([]string{"produce", "--brokers", addr, "--topic", topic, "--count", "200"}, args...)...); err != nil {
 			t.Fatalf("produce %v: %v\n%s", args, err, stderr)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/workrouter/workrouter/admin"
 	"github.com/workrouter/workrouter/cmd/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/epochs"
@@ -293,7 +294,7 @@ func TestDLQDrop(t *testing.T) {
 
 	for _, args := range [][]string{
 		{"drop", "2", "--reason", "again", "--yes"},
-		{"redrive", "2", "--reason", "again", "--yes", "--brokers", freeAddr(t)},
+		{"redrive", "2", "--reason", "again", "--yes", "--brokers", clitest.FreeAddr(t)},
 	} {
 		_, _, err := runCLI(t, nil, append([]string{"dlq", args[0], "--sink", spec}, args[1:]...)...)
 		if !errors.Is(err, dlq.ErrState) || !strings.Contains(err.Error(), "it was dropped") {
@@ -318,7 +319,7 @@ func TestDLQDrop(t *testing.T) {
 func TestDLQRedrive(t *testing.T) {
 	path := deadLetteredSink(t)
 	spec := "sqlite:" + path
-	addr := startCLITestBroker(t, map[string]int32{"ledger": 4})
+	addr := clitest.StartBroker(t, map[string]int32{"ledger": 4})
 	redrive := func(args ...string) (string, error) {
 		out, _, err := runCLI(t, nil, append([]string{"dlq", "redrive", "--sink", spec, "--brokers", addr}, args...)...)
 		return out, err
@@ -347,7 +348,7 @@ func TestDLQRedrive(t *testing.T) {
 	if _, err := redrive("2", "--reason", "x", "--yes"); err == nil || !strings.Contains(err.Error(), "workrouter dlq drop 2") {
 		t.Errorf("redrive of an undecodable record does not suggest drop: %v", err)
 	}
-	if n := endOffsetSum(t, addr, "ledger"); n != 0 {
+	if n := clitest.EndOffsetSum(t, addr, "ledger"); n != 0 {
 		t.Fatalf("the refused redrives sent %d records", n)
 	}
 	if st, audit := deadLetterState(t, path, 1); st != dlq.Open || len(audit) != 0 {
@@ -397,7 +398,7 @@ func TestDLQRedrive(t *testing.T) {
 	if !errors.Is(err, dlq.ErrState) || !strings.Contains(err.Error(), "redriven at most once") || !strings.Contains(err.Error(), "nothing sent") {
 		t.Fatalf("a second redrive: %v, want a refusal", err)
 	}
-	if n := endOffsetSum(t, addr, "ledger"); n != 1 {
+	if n := clitest.EndOffsetSum(t, addr, "ledger"); n != 1 {
 		t.Fatalf("the topic holds %d records after the second redrive, want 1", n)
 	}
 	if st, audit := deadLetterState(t, path, 1); st != dlq.Redriven || len(audit) != 2 {
@@ -413,7 +414,7 @@ func TestDLQRedrive(t *testing.T) {
 func TestDLQRedriveNewID(t *testing.T) {
 	path := deadLetteredSink(t)
 	spec := "sqlite:" + path
-	addr := startCLITestBroker(t, map[string]int32{"ledger": 4})
+	addr := clitest.StartBroker(t, map[string]int32{"ledger": 4})
 	args := []string{"dlq", "redrive", "1", "--sink", spec, "--brokers", addr, "--reason", "the payee exists now", "--new-id"}
 	out, _, err := runCLI(t, nil, args...)
 	if err == nil || !strings.Contains(out, "a new command ID (--new-id), not command ID c1") {
@@ -587,7 +588,7 @@ func TestDLQErrorsRendered(t *testing.T) {
 func TestDLQRedriveByFilter(t *testing.T) {
 	path := deadLetteredSink(t)
 	spec := "sqlite:" + path
-	addr := startCLITestBroker(t, map[string]int32{"ledger": 4})
+	addr := clitest.StartBroker(t, map[string]int32{"ledger": 4})
 	base := []string{"dlq", "redrive", "--sink", spec, "--brokers", addr, "--reason", "INC-88 fixed"}
 
 	for _, tc := range []struct {

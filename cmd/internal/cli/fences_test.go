@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/admin"
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/topicid"
 	"github.com/workrouter/workrouter/sink"
@@ -539,15 +540,15 @@ func TestFencesErrors(t *testing.T) {
 func TestFencesResetWithoutYesExitCode(t *testing.T) {
 	path := claimedSink(t)
 	_, addr := fenceBroker(t)
-	p := startProc(t, []string{"fences", "reset", "--brokers", addr, "--group", "g", "--topic", "t", "--all", "--keep-checkpoint", "--force", "--reason", "r"},
+	p := clitest.Start(t, []string{"fences", "reset", "--brokers", addr, "--group", "g", "--topic", "t", "--all", "--keep-checkpoint", "--force", "--reason", "r"},
 		"WORKROUTER_SINK=sqlite:"+path)
-	if code := p.wait(t); code == 0 {
-		t.Fatalf("exit code 0 without --yes; stdout:\n%s", p.stdout)
+	if code := p.Wait(t); code == 0 {
+		t.Fatalf("exit code 0 without --yes; stdout:\n%s", p.Stdout)
 	}
-	if out := p.stdout.String(); strings.Count(out, "expect:   ") != 2 {
+	if out := p.Stdout.String(); strings.Count(out, "expect:   ") != 2 {
 		t.Fatalf("stdout does not show the two fences it would reset:\n%s", out)
 	}
-	if stderr := p.stderr.String(); stderr != "workrouter: refusing to reset 2 fences without --yes (nothing changed)\n" {
+	if stderr := p.Stderr.String(); stderr != "workrouter: refusing to reset 2 fences without --yes (nothing changed)\n" {
 		t.Fatalf("stderr %q", stderr)
 	}
 	for scope, f := range sinkFences(t, path) {

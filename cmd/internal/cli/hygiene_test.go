@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/examples/ledger"
 )
 
@@ -29,32 +30,6 @@ func commitOffset(t *testing.T, cl *kgo.Client, group, topic string) {
 	if err != nil {
 		t.Fatalf("commit for group %s: %v", group, err)
 	}
-}
-
-// oneLineFailure runs workrouter with args as a process and asserts that it
-// exits non-zero with exactly one "workrouter: …" line on stderr that
-// contains every string of want, and nothing on stdout. It returns the
-// line.
-func oneLineFailure(t *testing.T, args []string, want ...string) string {
-	t.Helper()
-	p := startProc(t, args)
-	code := p.wait(t)
-	stderr, stdout := p.stderr.String(), p.stdout.String()
-	if code == 0 {
-		t.Fatalf("workrouter %s: exit code 0, want non-zero; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stdout, stderr)
-	}
-	if !strings.HasPrefix(stderr, "workrouter: ") || strings.Count(stderr, "\n") != 1 {
-		t.Fatalf("workrouter %s: stderr is not one \"workrouter: …\" line:\n%s", strings.Join(args, " "), stderr)
-	}
-	for _, w := range want {
-		if !strings.Contains(stderr, w) {
-			t.Errorf("workrouter %s: %q does not contain %q", strings.Join(args, " "), stderr, w)
-		}
-	}
-	if stdout != "" {
-		t.Errorf("workrouter %s: stdout not empty on failure: %q", strings.Join(args, " "), stdout)
-	}
-	return stderr
 }
 
 // TestUnknownCommandsFail: an unknown subcommand, argument, flag or help
@@ -82,9 +57,9 @@ func TestUnknownCommandsFail(t *testing.T) {
 
 	// Without arguments, and for a known help topic, the help is shown.
 	for _, args := range [][]string{nil, {"help", "fences"}, {"fences", "--help"}} {
-		p := startProc(t, args)
-		if code := p.wait(t); code != 0 || !strings.Contains(p.stdout.String(), "Usage:") {
-			t.Errorf("workrouter %v: exit %d, stdout:\n%s", args, code, p.stdout)
+		p := clitest.Start(t, args)
+		if code := p.Wait(t); code != 0 || !strings.Contains(p.Stdout.String(), "Usage:") {
+			t.Errorf("workrouter %v: exit %d, stdout:\n%s", args, code, p.Stdout)
 		}
 	}
 }
@@ -94,7 +69,7 @@ func TestUnknownCommandsFail(t *testing.T) {
 // used to die of an out-of-memory trace), and the largest --size is one
 // that really goes through the embedded broker.
 func TestProduceBounds(t *testing.T) {
-	addr := freeAddr(t) // nothing listens: the bounds are checked first
+	addr := clitest.FreeAddr(t) // nothing listens: the bounds are checked first
 	for _, tc := range []struct {
 		args []string
 		want []string
@@ -111,7 +86,7 @@ func TestProduceBounds(t *testing.T) {
 		t.Fatalf("produce --payload of %d bytes: %v", maxPayload+1, err)
 	}
 
-	broker := startCLITestBroker(t, map[string]int32{"big": 1})
+	broker := clitest.StartBroker(t, map[string]int32{"big": 1})
 	var out string
 	out, _, err = runCLI(t, nil, "produce", "--brokers", broker, "--topic", "big", "--count", "2", "--size", "990000")
 	if err != nil || !strings.HasPrefix(out, "produced 2 commands") {
@@ -186,9 +161,9 @@ func TestReadOnlyCommandsLeaveSQLiteUnchanged(t *testing.T) {
 	sameDir(t, "fences history", before, dirFiles(t, dir))
 
 	// status --sink, on a topic and group that exist.
-	addr := startCLITestBroker(t, map[string]int32{ledger.Topic: 2})
+	addr := clitest.StartBroker(t, map[string]int32{ledger.Topic: 2})
 	group := "g-status"
-	cl := newClient(t, addr)
+	cl := clitest.NewClient(t, addr)
 	commitOffset(t, cl, group, ledger.Topic)
 	if out, _, err := runCLI(t, nil, "status", "--brokers", addr, "--group", group, "--topic", ledger.Topic, "--sink", spec); err != nil ||
 		!strings.Contains(out, "sink sqlite:") {
@@ -217,7 +192,7 @@ func TestReadOnlyCommandsLeaveSQLiteUnchanged(t *testing.T) {
 // says so in one line, naming the brokers it asked and what the group's
 // workers do meanwhile.
 func TestStatusSaysTheTopicIsMissing(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"here": 1})
+	addr := clitest.StartBroker(t, map[string]int32{"here": 1})
 	oneLineFailure(t, []string{"status", "--brokers", addr, "--group", "ledger-workers", "--topic", "ledger"},
 		`topic "ledger" does not exist on `+addr, `the workers of group "ledger-workers" wait for it`, "workrouter-lab broker --topic ledger")
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"path/filepath"
 	"testing"
 )
@@ -15,7 +16,7 @@ func TestInputsRefused(t *testing.T) {
 	for _, name := range []string{"PGHOST", "PGUSER", "PGDATABASE", "PGSERVICE"} {
 		t.Setenv(name, "") // inherited by the processes: no default from the environment
 	}
-	addr := freeAddr(t) // nothing listens: nothing may be reached
+	addr := clitest.FreeAddr(t) // nothing listens: nothing may be reached
 	db := "sqlite:" + filepath.Join(t.TempDir(), "none.db")
 	for _, tc := range []struct {
 		args []string

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,7 +14,7 @@ import (
 // that does not exist is refused by the library (consumer.New) and reaches
 // the user as a line naming --dlq-topic, not the library's field.
 func TestWorkerRefusesABadDLQTopic(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"ledger": 1})
+	addr := clitest.StartBroker(t, map[string]int32{"ledger": 1})
 	dir := t.TempDir()
 	db := filepath.Join(dir, "workrouter.db")
 	stderr := oneLineFailure(t, []string{"worker", "--brokers", addr, "--sink", "sqlite:" + db, "--example", "ledger", "--dlq-topic", "ledger"},
@@ -23,11 +24,11 @@ func TestWorkerRefusesABadDLQTopic(t *testing.T) {
 		t.Errorf("the refused worker created its sink %s (stat: %v)", db, err)
 	}
 
-	p := startProc(t, []string{"worker", "--brokers", addr, "--sink", "sqlite:" + db, "--example", "ledger", "--dlq-topic", "ledger.dlq"})
-	if code := p.wait(t); code == 0 {
-		t.Fatalf("worker with a missing --dlq-topic exited 0:\n%s", p.stderr)
+	p := clitest.Start(t, []string{"worker", "--brokers", addr, "--sink", "sqlite:" + db, "--example", "ledger", "--dlq-topic", "ledger.dlq"})
+	if code := p.Wait(t); code == 0 {
+		t.Fatalf("worker with a missing --dlq-topic exited 0:\n%s", p.Stderr)
 	}
-	lines := strings.Split(strings.TrimSpace(p.stderr.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(p.Stderr.String()), "\n")
 	last := lines[len(lines)-1]
 	for _, want := range []string{`workrouter: --dlq-topic: topic "ledger.dlq" does not exist on ` + addr, "workrouter-lab broker --topic ledger,ledger.dlq"} {
 		if !strings.Contains(last, want) {
@@ -95,7 +96,7 @@ func TestDefaultClientIDDiffersPerProcess(t *testing.T) {
 // embedded broker's, on every interface, in cmd/workrouter-lab:
 // TestBrokerMessageNamesNoGoIdentifiers).
 func TestCLIMessagesNameNoGoIdentifiers(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"t": 1})
+	addr := clitest.StartBroker(t, map[string]int32{"t": 1})
 	for _, args := range [][]string{
 		{"produce", "--brokers", addr, "--topic", "t", "--key", "k", "--type", "x", "--payload", strings.Repeat("p", 1_100_000)},
 		{"produce", "--brokers", addr, "--topic", "t", "--key", "k", "--type", "x", "--id", "a\tb"},
@@ -120,7 +121,7 @@ func TestCLIMessagesNameNoGoIdentifiers(t *testing.T) {
 
 // TestOneCommandIsSingular: produce says "1 command", not "1 commands".
 func TestOneCommandIsSingular(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"t": 1})
+	addr := clitest.StartBroker(t, map[string]int32{"t": 1})
 	out, stderr, err := runCLI(t, strings.NewReader(`{"key":"k","type":"x","id":"one"}`+"\n"), "produce", "--brokers", addr, "--topic", "t", "--file", "-")
 	if err != nil || !strings.HasPrefix(out, "produced 1 command in ") {
 		t.Fatalf("produce of one line: %v, stdout %q, stderr %q; want \"produced 1 command in …\"", err, out, stderr)

@@ -1,114 +1,29 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/workrouter/workrouter/cmd/internal/broker"
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/envelope"
 )
-
-// startCLITestBroker starts an embedded broker on a free port with the
-// given topics and returns its address; it is closed when the test ends.
-func startCLITestBroker(t *testing.T, topics map[string]int32) string {
-	t.Helper()
-	b, err := broker.Start(broker.Config{Listen: "127.0.0.1:0", Topics: topics, MinSessionTimeout: time.Second})
-	if err != nil {
-		t.Fatalf("broker.Start: %v", err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b.Addr()
-}
-
-// runCLI runs the workrouter command tree in-process with args and stdin,
-// and returns what it wrote to stdout and stderr and its error.
-func runCLI(t *testing.T, stdin io.Reader, args ...string) (string, string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	root := Root()
-	root.SetOut(&stdout)
-	root.SetErr(&stderr)
-	if stdin == nil {
-		stdin = strings.NewReader("")
-	}
-	root.SetIn(stdin)
-	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	return stdout.String(), stderr.String(), err
-}
-
-// freeAddr returns a local address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
-// refusedAddr returns a loopback address whose port the test holds bound
-// but not listening until it ends: a connection to it is refused at once,
-// and no listener started meanwhile (another test's broker) can take the
-// port, as one can take freeAddr's after it is closed.
-func refusedAddr(t *testing.T) string {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
-}
-
-// endOffsetSum returns the sum of the topic's end offsets: the number of
-// records in it when nothing was deleted.
-func endOffsetSum(t *testing.T, addr, topic string) int64 {
-	t.Helper()
-	adm := kadm.NewClient(newClient(t, addr))
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil || ends.Error() != nil {
-		t.Fatalf("ListEndOffsets: %v / %v", err, ends.Error())
-	}
-	var n int64
-	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
-	return n
-}
 
 // readAll consumes n records of topic from the start.
 func readAll(t *testing.T, addr, topic string, n int) []*kgo.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Deadline)
 	defer cancel()
-	cl := newClient(t, addr, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl := clitest.NewClient(t, addr, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	var recs []*kgo.Record
 	for len(recs) < n {
 		fs := cl.PollFetches(ctx)
@@ -123,7 +38,7 @@ func readAll(t *testing.T, addr, topic string, n int) []*kgo.Record {
 }
 
 func TestProduceSingleCommand(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"cmds": 4})
+	addr := clitest.StartBroker(t, map[string]int32{"cmds": 4})
 	out, stderr, err := runCLI(t, nil, "produce", "--brokers", addr, "--topic", "cmds",
 		"--key", "acct-42", "--type", "deposit", "--payload", `{"cents":100}`, "--header", "trace=abc")
 	if err != nil {
@@ -164,7 +79,7 @@ const badThirdLine = `{"key":"a","type":"touch","payload":{"n":1},"headers":{"h"
 `
 
 func TestProduceFileStopsAtFirstBadLine(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"cmds": 3})
+	addr := clitest.StartBroker(t, map[string]int32{"cmds": 3})
 	path := writeFile(t, "cmds.jsonl", badThirdLine)
 	out, _, err := runCLI(t, nil, "produce", "--brokers", addr, "--topic", "cmds", "--file", path)
 	if err == nil {
@@ -175,7 +90,7 @@ func TestProduceFileStopsAtFirstBadLine(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if n := endOffsetSum(t, addr, "cmds"); n != 2 {
+	if n := clitest.EndOffsetSum(t, addr, "cmds"); n != 2 {
 		t.Fatalf("topic holds %d records, want the 2 before the bad line", n)
 	}
 	recs := readAll(t, addr, "cmds", 2)
@@ -197,7 +112,7 @@ func TestProduceFileStopsAtFirstBadLine(t *testing.T) {
 // non-zero, and a consumer finds every good line before it exactly once,
 // each key's in file order, and nothing after it.
 func TestProduceFileBadLineInTheMiddle(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"cmds": 4})
+	addr := clitest.StartBroker(t, map[string]int32{"cmds": 4})
 	const n, bad, keys = 5000, 3001, 9
 	var b strings.Builder
 	for i := 1; i <= n; i++ {
@@ -217,7 +132,7 @@ func TestProduceFileBadLineInTheMiddle(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if got := endOffsetSum(t, addr, "cmds"); got != bad-1 {
+	if got := clitest.EndOffsetSum(t, addr, "cmds"); got != bad-1 {
 		t.Fatalf("topic holds %d records, want the %d before line %d", got, bad-1, bad)
 	}
 	seen, last := map[int]int{}, map[string]int{}
@@ -245,7 +160,7 @@ func TestProduceFileBadLineInTheMiddle(t *testing.T) {
 }
 
 func TestProduceFromStdin(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"cmds": 3})
+	addr := clitest.StartBroker(t, map[string]int32{"cmds": 3})
 	in := strings.NewReader("{\"key\":\"x\",\"type\":\"t\"}\n\n{\"key\":\"y\",\"type\":\"t\",\"payload\":[1,2]}\n{\"key\":\"z\",\"type\":\"t\",\"payload\":null}")
 	out, _, err := runCLI(t, in, "produce", "--brokers", addr, "--topic", "cmds", "--file", "-")
 	if err != nil {
@@ -254,13 +169,13 @@ func TestProduceFromStdin(t *testing.T) {
 	if !regexp.MustCompile(`^produced 3 commands in \d+\.\d\ds \(\d+/s\)\n$`).MatchString(out) {
 		t.Fatalf("stdout %q lacks the closing line", out)
 	}
-	if n := endOffsetSum(t, addr, "cmds"); n != 3 {
+	if n := clitest.EndOffsetSum(t, addr, "cmds"); n != 3 {
 		t.Fatalf("topic holds %d records, want 3", n)
 	}
 }
 
 func TestProduceLoad(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"load": 6})
+	addr := clitest.StartBroker(t, map[string]int32{"load": 6})
 	const count, keys, size = 5000, 7, 32
 	out, stderr, err := runCLI(t, nil, "produce", "--brokers", addr, "--topic", "load",
 		"--count", fmt.Sprint(count), "--keys", fmt.Sprint(keys), "--size", fmt.Sprint(size))
@@ -270,7 +185,7 @@ func TestProduceLoad(t *testing.T) {
 	if !regexp.MustCompile(`^produced 5000 commands in \d+\.\d\ds \(\d+/s\)\n$`).MatchString(out) {
 		t.Fatalf("stdout %q is not the throughput line", out)
 	}
-	if n := endOffsetSum(t, addr, "load"); n != count {
+	if n := clitest.EndOffsetSum(t, addr, "load"); n != count {
 		t.Fatalf("topic holds %d records, want %d", n, count)
 	}
 	perKey := map[string]int{}
@@ -300,7 +215,7 @@ func TestProduceLoad(t *testing.T) {
 }
 
 func TestProduceUnreachableBroker(t *testing.T) {
-	addr := freeAddr(t)
+	addr := clitest.FreeAddr(t)
 	start := time.Now()
 	_, _, err := runCLI(t, nil, "produce", "--brokers", addr, "--topic", "cmds", "--timeout", "2s",
 		"--key", "k", "--type", "t")
@@ -313,7 +228,7 @@ func TestProduceUnreachableBroker(t *testing.T) {
 }
 
 func TestProduceMissingTopic(t *testing.T) {
-	addr := startCLITestBroker(t, nil)
+	addr := clitest.StartBroker(t, nil)
 	_, _, err := runCLI(t, nil, "produce", "--brokers", addr, "--topic", "nope", "--key", "k", "--type", "t")
 	if err == nil || !strings.Contains(err.Error(), `topic "nope" does not exist`) {
 		t.Fatalf("produce to a missing topic: %v", err)
@@ -359,7 +274,7 @@ func TestProduceRejectsBadInput(t *testing.T) {
 }
 
 func TestProduceReadsEnvironment(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"envtopic": 2})
+	addr := clitest.StartBroker(t, map[string]int32{"envtopic": 2})
 	t.Setenv("WORKROUTER_BROKERS", addr)
 	t.Setenv("WORKROUTER_TOPIC", "envtopic")
 	t.Setenv("WORKROUTER_COUNT", "10")
@@ -370,7 +285,7 @@ func TestProduceReadsEnvironment(t *testing.T) {
 	if !strings.HasPrefix(out, "produced 10 commands") {
 		t.Fatalf("stdout %q", out)
 	}
-	if n := endOffsetSum(t, addr, "envtopic"); n != 10 {
+	if n := clitest.EndOffsetSum(t, addr, "envtopic"); n != 10 {
 		t.Fatalf("topic holds %d records, want 10", n)
 	}
 }
@@ -378,20 +293,20 @@ func TestProduceReadsEnvironment(t *testing.T) {
 // TestProduceBadLineExitCode runs the real binary: a bad line exits
 // non-zero with one line on stderr, after sending the lines before it.
 func TestProduceBadLineExitCode(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"cmds": 3})
+	addr := clitest.StartBroker(t, map[string]int32{"cmds": 3})
 	path := writeFile(t, "cmds.jsonl", badThirdLine)
-	p := startProc(t, []string{"produce", "--brokers", addr, "--topic", "cmds", "--file", path})
-	if code := p.wait(t); code == 0 {
-		t.Fatalf("exit code 0 on a bad line; stdout %q", p.stdout)
+	p := clitest.Start(t, []string{"produce", "--brokers", addr, "--topic", "cmds", "--file", path})
+	if code := p.Wait(t); code == 0 {
+		t.Fatalf("exit code 0 on a bad line; stdout %q", p.Stdout)
 	}
-	stderr := p.stderr.String()
+	stderr := p.Stderr.String()
 	if !strings.HasPrefix(stderr, "workrouter: line 3: ") || strings.Count(stderr, "\n") != 1 {
 		t.Fatalf("stderr is not one \"workrouter: line 3: ...\" line:\n%s", stderr)
 	}
-	if p.stdout.String() != "" {
-		t.Fatalf("stdout not empty: %q", p.stdout)
+	if p.Stdout.String() != "" {
+		t.Fatalf("stdout not empty: %q", p.Stdout)
 	}
-	if n := endOffsetSum(t, addr, "cmds"); n != 2 {
+	if n := clitest.EndOffsetSum(t, addr, "cmds"); n != 2 {
 		t.Fatalf("topic holds %d records, want 2", n)
 	}
 }
@@ -400,7 +315,7 @@ func TestProduceBadLineExitCode(t *testing.T) {
 // in the workrouter-id header; a command without one gets a generated ID,
 // a different one for each.
 func TestProduceCommandIDs(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"cmds": 3})
+	addr := clitest.StartBroker(t, map[string]int32{"cmds": 3})
 	if _, stderr, err := runCLI(t, nil, "produce", "--brokers", addr, "--topic", "cmds", "--key", "a", "--type", "t", "--id", "dep-7"); err != nil {
 		t.Fatalf("produce --id: %v (stderr %q)", err, stderr)
 	}

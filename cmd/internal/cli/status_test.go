@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/router"
 	"github.com/workrouter/workrouter/sink/sqlite"
@@ -20,7 +21,7 @@ import (
 // sendCommands sends n commands with keys k-0…k-(n-1) of type "touch".
 func sendCommands(t *testing.T, addr, topic string, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Deadline)
 	defer cancel()
 	rt, err := router.New(ctx, router.Config{Brokers: []string{addr}, Topic: topic})
 	if err != nil {
@@ -38,7 +39,7 @@ func sendCommands(t *testing.T, addr, topic string, n int) {
 // that retries a send whose first attempt landed.
 func sendTwice(t *testing.T, addr, topic string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Deadline)
 	defer cancel()
 	rt, err := router.New(ctx, router.Config{Brokers: []string{addr}, Topic: topic})
 	if err != nil {
@@ -86,11 +87,11 @@ func TestStatusWithWorkerAndSink(t *testing.T) {
 	} {
 		t.Run(tc.protocol.String(), func(t *testing.T) {
 			const topic, group, records = "jobs", "job-workers", 30
-			addr := startCLITestBroker(t, map[string]int32{topic: 3})
+			addr := clitest.StartBroker(t, map[string]int32{topic: 3})
 			sendCommands(t, addr, topic, records-2)
 			sendTwice(t, addr, topic)
 
-			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			ctx, cancel := context.WithTimeout(context.Background(), clitest.Deadline)
 			defer cancel()
 			dbPath := filepath.Join(t.TempDir(), "sink.db")
 			s, err := sqlite.Open(ctx, sqlite.Config{Path: dbPath})
@@ -180,13 +181,13 @@ func settled(rep statusReport, records int64) bool {
 // has read, then more records are produced: status shows the lag.
 func TestStatusShowsLag(t *testing.T) {
 	const topic, group = "lagged", "readers"
-	addr := startCLITestBroker(t, map[string]int32{topic: 2})
+	addr := clitest.StartBroker(t, map[string]int32{topic: 2})
 	sendCommands(t, addr, topic, 10)
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), clitest.Deadline)
 	defer cancel()
-	member := newClient(t, addr, kgo.ConsumeTopics(topic), kgo.ConsumerGroup(group), kgo.ClientID("lag-reader"),
+	member := clitest.NewClient(t, addr, kgo.ConsumeTopics(topic), kgo.ConsumerGroup(group), kgo.ClientID("lag-reader"),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	consume(t, ctx, member, 10)
+	clitest.Consume(t, ctx, member, 10)
 	if err := member.CommitUncommittedOffsets(ctx); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
@@ -239,7 +240,7 @@ func TestStatusShowsLag(t *testing.T) {
 }
 
 func TestStatusErrors(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"here": 1})
+	addr := clitest.StartBroker(t, map[string]int32{"here": 1})
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -250,7 +251,7 @@ func TestStatusErrors(t *testing.T) {
 		{"no group flag", []string{"--brokers", addr, "--topic", "here"}, "--group is required"},
 		{"no topic flag", []string{"--brokers", addr, "--group", "g"}, "--topic is required"},
 		{"bad sink", []string{"--brokers", addr, "--topic", "here", "--group", "g", "--sink", "mongodb://x"}, `unknown sink kind "mongodb"`},
-		{"unreachable", []string{"--brokers", freeAddr(t), "--topic", "here", "--group", "g", "--timeout", "2s"}, "cannot reach the brokers"},
+		{"unreachable", []string{"--brokers", clitest.FreeAddr(t), "--topic", "here", "--group", "g", "--timeout", "2s"}, "cannot reach the brokers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, _, err := runCLI(t, nil, append([]string{"status"}, tc.args...)...)
@@ -265,12 +266,12 @@ func TestStatusErrors(t *testing.T) {
 }
 
 func TestStatusMissingGroupExitCode(t *testing.T) {
-	addr := startCLITestBroker(t, map[string]int32{"here": 1})
-	p := startProc(t, []string{"status", "--topic", "here", "--group", "nobody"}, "WORKROUTER_BROKERS="+addr)
-	if code := p.wait(t); code == 0 {
-		t.Fatalf("exit code 0 for a missing group; stdout %q", p.stdout)
+	addr := clitest.StartBroker(t, map[string]int32{"here": 1})
+	p := clitest.Start(t, []string{"status", "--topic", "here", "--group", "nobody"}, "WORKROUTER_BROKERS="+addr)
+	if code := p.Wait(t); code == 0 {
+		t.Fatalf("exit code 0 for a missing group; stdout %q", p.Stdout)
 	}
-	if stderr := p.stderr.String(); stderr != "workrouter: group \"nobody\" does not exist (no members and no committed offsets)\n" {
+	if stderr := p.Stderr.String(); stderr != "workrouter: group \"nobody\" does not exist (no members and no committed offsets)\n" {
 		t.Fatalf("stderr %q", stderr)
 	}
 }
