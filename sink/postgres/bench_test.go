@@ -62,22 +62,7 @@ func benchApply(b *testing.B, n int, async bool) {
 		}
 	}
 	ctx := context.Background()
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprint("key-", i)
-	}
-	// The handler queues one upsert per record and sends the whole batch
-	// in one round trip with the last record.
-	var batch pgx.Batch
-	effect := func(ctx context.Context, tx pgx.Tx, i int) error {
-		batch.Queue(upsertKV, keys[i], "value")
-		if i < n-1 {
-			return nil
-		}
-		err := tx.SendBatch(ctx, &batch).Close()
-		batch = pgx.Batch{}
-		return err
-	}
+	effect := pipelinedUpserts(n)
 	tok := epochs.Token{Group: "bench", Topic: "t", Partition: 0, Epoch: 1, Member: "m"}
 	if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
 		b.Fatal(err)
@@ -160,20 +145,7 @@ func benchDedup(b *testing.B, on bool, n int) {
 	schema := newTestSchema(b)
 	s := openSink(b, schema, nil)
 	ctx := context.Background()
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprint("key-", i)
-	}
-	var batch pgx.Batch
-	effect := func(ctx context.Context, tx pgx.Tx, i int) error {
-		batch.Queue(upsertKV, keys[i], "value")
-		if i < n-1 {
-			return nil
-		}
-		err := tx.SendBatch(ctx, &batch).Close()
-		batch = pgx.Batch{}
-		return err
-	}
+	effect := pipelinedUpserts(n)
 	tok := epochs.Token{Group: "bench", Topic: "orders", Partition: 0, Epoch: 1, Member: "m"}
 	if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
 		b.Fatal(err)
@@ -386,4 +358,24 @@ func benchLanes(b *testing.B, serialized bool, lanes, batch int, sleep time.Dura
 	b.ReportMetric(float64(claimWait.Microseconds())/1000, "claim-ms")
 	b.ReportMetric(float64(s.GapStats().Compactions[compactBusy]), "compactions-busy")
 	b.ReportMetric(float64(s.GapStats().Compactions[compactDone]), "compactions-done")
+}
+
+// pipelinedUpserts is the benchmarks' effect for batches of n records: it
+// queues one upsert per record and sends the whole batch in one round trip
+// with the last record.
+func pipelinedUpserts(n int) func(ctx context.Context, tx pgx.Tx, i int) error {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprint("key-", i)
+	}
+	var batch pgx.Batch
+	return func(ctx context.Context, tx pgx.Tx, i int) error {
+		batch.Queue(upsertKV, keys[i], "value")
+		if i < n-1 {
+			return nil
+		}
+		err := tx.SendBatch(ctx, &batch).Close()
+		batch = pgx.Batch{}
+		return err
+	}
 }
