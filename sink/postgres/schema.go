@@ -28,24 +28,18 @@ const schemaVersion = 7
 // format_type spells it.
 type column struct{ name, typ string }
 
-// tableSpec is one of the sink's tables: its name suffix, expected columns
-// and DDL (with %s for the qualified table name).
+// tableSpec is one of the sink's tables: its name suffix, DDL (with %s for
+// the qualified table name) and the columns its CREATE TABLE declares.
 type tableSpec struct {
 	suffix  string
-	columns []column
 	ddl     []string // statements; %[1]s is the table, %[2]s the prefix-based index name
+	columns []column // ddlColumns of ddl[0]
 }
 
 // tables are the sink's tables, in creation order.
-var tables = []tableSpec{
+var tables = withColumns([]tableSpec{
 	{
 		suffix: "_fences",
-		columns: []column{
-			{"grp", "text"}, {"topic", "text"}, {"part", "integer"},
-			{"epoch", "integer"}, {"member", "text"}, {"next_offset", "bigint"},
-			{"topic_id", "text"}, {"proof_required", "boolean"},
-			{"ids_version", "bigint"}, {"duplicates", "bigint"}, {"gapped", "boolean"},
-		},
 		ddl: []string{`CREATE TABLE %[1]s (
 			grp text NOT NULL,
 			topic text NOT NULL,
@@ -62,12 +56,6 @@ var tables = []tableSpec{
 	},
 	{
 		suffix: "_history",
-		columns: []column{
-			{"seq", "bigint"}, {"grp", "text"}, {"topic", "text"}, {"part", "integer"},
-			{"kind", "text"}, {"epoch", "integer"}, {"member", "text"},
-			{"next_offset", "bigint"}, {"reason", "text"}, {"at", "timestamp with time zone"},
-			{"topic_id", "text"}, {"detail", "text"}, {"done", "text"}, {"proven", "boolean"},
-		},
 		ddl: []string{
 			`CREATE TABLE %[1]s (
 			seq bigserial PRIMARY KEY,
@@ -88,18 +76,11 @@ var tables = []tableSpec{
 		},
 	},
 	{
-		suffix:  "_schema",
-		columns: []column{{"version", "integer"}},
-		ddl:     []string{`CREATE TABLE %[1]s (version int NOT NULL)`},
+		suffix: "_schema",
+		ddl:    []string{`CREATE TABLE %[1]s (version int NOT NULL)`},
 	},
 	{
 		suffix: "_dead_letters",
-		columns: []column{
-			{"id", "bigint"}, {"grp", "text"}, {"topic", "text"}, {"part", "integer"}, {"topic_id", "text"}, {"off", "bigint"},
-			{"rec_key", "bytea"}, {"rec_value", "bytea"}, {"headers", "text"}, {"rec_time", "timestamp with time zone"},
-			{"reason", "text"}, {"error", "text"}, {"attempts", "integer"}, {"epoch", "integer"}, {"member", "text"},
-			{"at", "timestamp with time zone"}, {"state", "text"}, {"mirrored", "boolean"},
-		},
 		ddl: []string{
 			`CREATE TABLE %[1]s (
 			id bigserial PRIMARY KEY,
@@ -126,10 +107,6 @@ var tables = []tableSpec{
 	},
 	{
 		suffix: "_dl_audit",
-		columns: []column{
-			{"seq", "bigint"}, {"id", "bigint"}, {"from_state", "text"}, {"to_state", "text"},
-			{"reason", "text"}, {"detail", "text"}, {"at", "timestamp with time zone"},
-		},
 		ddl: []string{
 			`CREATE TABLE %[1]s (
 			seq bigserial PRIMARY KEY,
@@ -145,10 +122,6 @@ var tables = []tableSpec{
 	{
 		// The command IDs one Apply with IDs applied, one row (cmdids.Encode).
 		suffix: "_command_ids",
-		columns: []column{
-			{"seq", "bigint"}, {"grp", "text"}, {"topic", "text"}, {"part", "integer"},
-			{"first_off", "bigint"}, {"last_off", "bigint"}, {"ids", "bytea"},
-		},
 		ddl: []string{
 			`CREATE TABLE %[1]s (
 			seq bigserial PRIMARY KEY,
@@ -174,11 +147,6 @@ var tables = []tableSpec{
 		// lane batch that inserted the row, folded into the fence's
 		// duplicates when the row is compacted.
 		suffix: "_done",
-		columns: []column{
-			{"grp", "text"}, {"topic", "text"}, {"part", "integer"},
-			{"from_off", "bigint"}, {"to_off", "bigint"}, {"dups", "bigint"},
-			{"spans", "bytea"},
-		},
 		ddl: []string{
 			`CREATE TABLE %[1]s (
 			grp text NOT NULL,
@@ -192,6 +160,40 @@ var tables = []tableSpec{
 			PRIMARY KEY (grp, topic, part, to_off))`,
 		},
 	},
+})
+
+// withColumns fills each table's columns from its CREATE TABLE statement,
+// so that the columns Open expects are the columns the DDL creates.
+func withColumns(ts []tableSpec) []tableSpec {
+	for i := range ts {
+		ts[i].columns = ddlColumns(ts[i].ddl[0])
+	}
+	return ts
+}
+
+// ddlColumns returns the columns a CREATE TABLE statement of this file
+// declares, one per line, in order, with their types as PostgreSQL's
+// format_type spells them; table constraints (PRIMARY KEY, UNIQUE, CHECK)
+// and storage options are not columns.
+func ddlColumns(ddl string) []column {
+	_, body, _ := strings.Cut(ddl, "(")
+	spelled := map[string]string{
+		"int": "integer", "bigserial": "bigint", "timestamptz": "timestamp with time zone",
+	}
+	var cols []column
+	for _, line := range strings.Split(body, "\n") {
+		line, _, _ = strings.Cut(line, "--")
+		f := strings.Fields(line)
+		if len(f) < 2 || strings.ToUpper(f[0]) == f[0] { // a constraint or an option
+			continue
+		}
+		typ := strings.TrimRight(f[1], ",)")
+		if s, ok := spelled[typ]; ok {
+			typ = s
+		}
+		cols = append(cols, column{f[0], typ})
+	}
+	return cols
 }
 
 // commandIDsTable is the index in tables of the command IDs, which
