@@ -52,7 +52,7 @@ func TestPartitionDemo(t *testing.T) {
 			if err := timeline.Write(&page, timeline.FromDemo(sum)); err != nil {
 				t.Fatal(err)
 			}
-			for _, want := range []string{`data-kind="fault" data-fault="partition-broker"`, `data-kind="stale"`} {
+			for _, want := range []string{`data-kind="fault" data-fault="partition-broker" data-network="broker links cut"`, `data-legend="network-fault"`, `data-kind="stale"`} {
 				if !strings.Contains(page.String(), want) {
 					t.Errorf("the report lacks %s", want)
 				}
