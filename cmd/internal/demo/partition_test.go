@@ -2,6 +2,7 @@ package demo_test
 
 import (
 	"bytes"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,7 +15,8 @@ import (
 var cleanLine = regexp.MustCompile(`^demo: produced=1200 applied=1200 duplicates=0 lost=0 order_violations=0 stale_rejected=[1-9][0-9]*$`)
 
 // TestPartitionDemo runs the demo with Fault "partition" on the embedded
-// broker, under both group protocols: w1's broker links are cut while it
+// broker (on the cluster WORKROUTER_TEST_BROKERS names, when set), under
+// both group protocols: w1's broker links are cut while it
 // holds a batch, the cut drops bytes, its partitions are taken over, its
 // held write reaches the sink and is refused, the links heal and w1
 // claims again, and the run ends clean; its report draws the partition
@@ -24,10 +26,14 @@ func TestPartitionDemo(t *testing.T) {
 		t.Skip("-short: builds workrouter-lab and runs the demo's broker and worker processes")
 	}
 	bin := demo.LabBinary(t)
+	var brokers []string
+	if env := os.Getenv("WORKROUTER_TEST_BROKERS"); env != "" {
+		brokers = strings.Split(env, ",")
+	}
 	for _, protocol := range []string{"cooperative", "kip848"} {
 		t.Run(protocol, func(t *testing.T) {
 			sum, err := demo.Run(t.Context(), demo.Config{Fault: demo.FaultPartition, Commands: 1200, Accounts: 100,
-				Protocol: protocol, Worker: bin})
+				Protocol: protocol, Worker: bin, Brokers: brokers})
 			log := strings.Join(sum.Timeline, "\n")
 			if err != nil || !sum.Counted || !cleanLine.MatchString(sum.Line()) {
 				t.Fatalf("err %v, counted %v, final line %q\n%s", err, sum.Counted, sum.Line(), log)
