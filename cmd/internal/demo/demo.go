@@ -89,7 +89,7 @@ type Config struct {
 	// brokers), releases the batch after the takeover and heals the links
 	// once its write was refused. "partition" refuses the Kafka sink (its
 	// producer would dial around the proxies) and a TLS connection (the
-	// proxies pass plain TCP to a worker that dials plain TCP).
+	// worker's dialer through the proxies is plain TCP).
 	Fault string
 	// Out receives the timeline as it happens; nil discards.
 	Out io.Writer
