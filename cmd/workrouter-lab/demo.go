@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -24,7 +26,7 @@ func newDemoCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Show fencing at work: a frozen worker process's late write is rejected",
+		Short: "Show fencing at work: a frozen or cut-off worker process's late write is rejected",
 		Long: `demo starts an embedded broker in a temporary directory, creates the topic,
 starts worker processes of the ledger example on an SQLite sink (or
 PostgreSQL with --sink postgres://…, Redis with --sink redis://…, or Kafka
@@ -40,6 +42,16 @@ any invariant failed. With --key-concurrency N the workers apply each partition
 in N lanes (one key's commands in one lane, in offset order); the order checked
 is then per key.
 
+With --fault partition the zombie is not frozen: the worker keeps running,
+holding its batch, while its links to every broker are cut both ways (it
+dials the brokers through proxies of the harness, which drop every byte
+either way, as a network partition drops packets); after another worker
+has taken over its partitions the batch goes on and its write is rejected,
+and then the links heal. Each step is checked (bytes dropped by the cut,
+the takeover, the held write refused); the run fails, without a summary,
+if one did not happen. It needs a plaintext listener and a sink other than
+kafka.
+
 With --brokers it runs on that cluster, on a topic of its own; the connection
 flags below reach the demo's clients and its worker processes (the password
 through their environment, never their command line).
@@ -48,6 +60,7 @@ through their environment, never their command line).
   workrouter-lab demo --json
   workrouter-lab demo --report demo.html
   workrouter-lab demo --key-concurrency 8
+  workrouter-lab demo --fault partition --report partition.html
   workrouter-lab demo --brokers kafka-1:9092 --commands 10000
   workrouter-lab demo --protocol kip848
   workrouter-lab demo --sink postgres://postgres@127.0.0.1:5432/test
@@ -57,6 +70,9 @@ through their environment, never their command line).
 			exe, err := os.Executable()
 			if err != nil {
 				return fmt.Errorf("demo: cannot find its own executable to start workers: %w", err)
+			}
+			if !slices.Contains(demo.Faults(), cfg.Fault) {
+				return fmt.Errorf("--fault %q: want %s", cfg.Fault, strings.Join(demo.Faults(), " or "))
 			}
 			cfg.Worker = cluster.Binary{Argv: []string{exe}}
 			if len(cfg.Brokers) > 0 {
@@ -108,6 +124,7 @@ through their environment, never their command line).
 	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "the workers' session timeout (default 2s)")
 	fl.StringVar(&cfg.Protocol, "protocol", "cooperative", "the workers' group protocol: cooperative or kip848 (under kip848 the session timeout is the broker's: with --brokers, its group.consumer.session.timeout.ms must not exceed --session-timeout)")
 	fl.IntVar(&cfg.KeyConcurrency, "key-concurrency", 1, "lanes per partition in each worker (the worker's --key-concurrency): one key's commands in one lane, in offset order")
+	fl.StringVar(&cfg.Fault, "fault", demo.FaultPause, "how the zombie is made: pause (SIGSTOP past its session timeout, then SIGCONT) or partition (its broker links cut both ways while it runs with a batch in hand, then healed)")
 	fl.BoolVar(&asJSON, "json", false, "print the summary as one JSON object instead of the timeline")
 	fl.StringVar(&report, "report", "", "also write the run as one self-contained HTML page to this file: per partition its owners' tenures, the faults, the refused stale writes, the applied rate and the lag")
 	cli.AddConnFlags(fl, &cf)

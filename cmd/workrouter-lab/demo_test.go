@@ -70,13 +70,19 @@ func TestDemoCommandRejectsBadInput(t *testing.T) {
 		{"demo", "--commands", "5"},
 		{"demo", "--key-concurrency", "-1"},
 		{"demo", "--protocol", "eager"},
+		{"demo", "--fault", "freeze"},
+		{"demo", "--fault", "partition", "--sink", "kafka"},
 	} {
 		p := clitest.Start(t, args)
 		if code := p.Wait(t); code == 0 {
 			t.Errorf("%v exited 0", args)
 		}
-		if errLine := strings.TrimSpace(p.Stderr.String()); !strings.HasPrefix(errLine, "workrouter-lab: ") || strings.Count(errLine, "\n") != 0 {
+		errLine := strings.TrimSpace(p.Stderr.String())
+		if !strings.HasPrefix(errLine, "workrouter-lab: ") || strings.Count(errLine, "\n") != 0 {
 			t.Errorf("%v: want one 'workrouter-lab: …' line on stderr, got %q", args, errLine)
+		}
+		if args[1] == "--fault" && !strings.Contains(errLine, "--fault") {
+			t.Errorf("%v: %q does not name the flag", args, errLine)
 		}
 	}
 }

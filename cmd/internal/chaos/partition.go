@@ -3,18 +3,13 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
 	"github.com/workrouter/workrouter/cmd/internal/faults"
@@ -56,7 +51,7 @@ func usesNet(kinds []Kind) bool {
 // links are one worker's proxied links: one per broker address, and one
 // to the sink (nil for SQLite).
 type links struct {
-	brokers []*netfault.Link
+	brokers netfault.Links
 	sink    *netfault.Link
 }
 
@@ -67,22 +62,11 @@ func (r *run) setupNet(dir string) error {
 	r.net = netfault.New()
 	r.links = map[string]*links{}
 	r.gateDir = dir
-	addrs := slices.Clone(r.brokers)
-	adm, err := kadm.NewOptClient(kgo.SeedBrokers(r.brokers...))
-	if err != nil {
-		return fmt.Errorf("chaos: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
-	bs, err := adm.ListBrokers(ctx)
+	addrs, err := cluster.BrokerAddrs(ctx, r.brokers)
 	cancel()
-	adm.Close()
 	if err != nil {
-		return fmt.Errorf("chaos: listing the brokers to proxy: %w", err)
-	}
-	for _, b := range bs {
-		if a := net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))); !slices.Contains(addrs, a) {
-			addrs = append(addrs, a)
-		}
+		return fmt.Errorf("chaos: the brokers to proxy: %w", err)
 	}
 	sinkAddr := ""
 	if r.store.Postgres() || r.store.Redis() {
@@ -96,14 +80,11 @@ func (r *run) setupNet(dir string) error {
 	}
 	for i := 1; i <= r.cfg.Workers; i++ {
 		name := "w" + strconv.Itoa(i)
-		ls := &links{}
-		for _, a := range addrs {
-			l, err := r.net.Link(name+"-broker-"+a, a)
-			if err != nil {
-				return fmt.Errorf("chaos: %w", err)
-			}
-			ls.brokers = append(ls.brokers, l)
+		bls, err := r.net.Links(name+"-broker-", addrs)
+		if err != nil {
+			return fmt.Errorf("chaos: %w", err)
 		}
+		ls := &links{brokers: bls}
 		if sinkAddr != "" {
 			l, err := r.net.Link(name+"-sink", sinkAddr)
 			if err != nil {
@@ -132,17 +113,13 @@ func (r *run) netArgs(name, spec string) (string, []string) {
 	if ls == nil {
 		return spec, nil
 	}
-	pairs := make([]string, 0, len(ls.brokers))
-	for _, l := range ls.brokers {
-		pairs = append(pairs, l.Upstream()+"="+l.Addr())
-	}
 	if ls.sink != nil {
 		if u, err := url.Parse(spec); err == nil {
 			u.Host = ls.sink.Addr()
 			spec = u.String()
 		}
 	}
-	return spec, []string{"--dial-map", strings.Join(pairs, ","), "--chaos-hold-gate", r.holdGate(name)}
+	return spec, []string{"--dial-map", ls.brokers.DialMap(), "--chaos-hold-gate", r.holdGate(name)}
 }
 
 // holdGate is the file that releases the batch worker name holds.
@@ -162,14 +139,6 @@ func (r *run) pickLinked(needSink bool) *cluster.Worker {
 		return nil
 	}
 	return cands[r.rng.IntN(len(cands))]
-}
-
-func dropped(ls []*netfault.Link) int64 {
-	var n int64
-	for _, l := range ls {
-		n += l.Dropped()
-	}
-	return n
 }
 
 // partitionBroker cuts a worker's broker links while it holds a batch,
@@ -199,22 +168,11 @@ func (r *run) partitionBroker() (bool, error) {
 		return false, nil
 	}
 	hb := w.Holds()[len(w.Holds())-1]
-	start, held, d0 := time.Now(), w.Owned(), dropped(ls.brokers)
-	heal := func() error {
-		var first error
-		for _, l := range ls.brokers {
-			if err := l.Heal(); err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}
-	for _, l := range ls.brokers {
-		if err := l.Cut(); err != nil {
-			release()
-			_ = heal()
-			return false, fmt.Errorf("chaos: partition-broker: %w", err)
-		}
+	start, held, d0 := time.Now(), w.Owned(), ls.brokers.Dropped()
+	heal := ls.brokers.Heal
+	if err := ls.brokers.Cut(); err != nil {
+		release()
+		return false, fmt.Errorf("chaos: partition-broker: %w", err)
 	}
 	r.watchTakeover(w.Name(), start, held)
 	r.logf("PARTITION-BROKER %s: its %d broker links cut both ways (black-holed), its sink link working; it holds a batch of partition %d at epoch %d (offsets %d–%d) and %s",
@@ -240,7 +198,7 @@ func (r *run) partitionBroker() (bool, error) {
 			return false, err
 		}
 	}
-	lost := dropped(ls.brokers) - d0
+	lost := ls.brokers.Dropped() - d0
 	if err := heal(); err != nil {
 		return false, fmt.Errorf("chaos: partition-broker: healing: %w", err)
 	}
@@ -332,33 +290,14 @@ func (r *run) slowLink() (bool, error) {
 	}
 	r.supersede(w.Name())
 	ls := r.links[w.Name()].brokers
-	var d0 int64
-	for _, l := range ls {
-		d0 += l.Delayed()
-	}
-	heal := func() error {
-		var first error
-		for _, l := range ls {
-			if err := l.Heal(); err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}
-	for _, l := range ls {
-		if err := l.Latency(300*time.Millisecond, 100*time.Millisecond); err != nil {
-			_ = heal()
-			return false, fmt.Errorf("chaos: slow-link: %w", err)
-		}
+	d0 := ls.Delayed()
+	if err := ls.Latency(300*time.Millisecond, 100*time.Millisecond); err != nil {
+		return false, fmt.Errorf("chaos: slow-link: %w", err)
 	}
 	r.logf("SLOW-LINK %s: its %d broker links delayed 300ms ± 100ms each way for %s; it holds %s", w.Name(), len(ls), r.stallFor(), cluster.Describe(w.Owned()))
 	err := r.sleep(r.stallFor())
-	var delayed int64
-	for _, l := range ls {
-		delayed += l.Delayed()
-	}
-	delayed -= d0
-	if herr := heal(); herr != nil {
+	delayed := ls.Delayed() - d0
+	if herr := ls.Heal(); herr != nil {
 		return false, fmt.Errorf("chaos: slow-link: healing: %w", herr)
 	}
 	r.logf("  HEAL %s's broker links: %d bytes delayed", w.Name(), delayed)

@@ -2,7 +2,10 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"net"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -207,4 +210,27 @@ func LagZero(ctx context.Context, brokers []string, topic, group string, opts ..
 		}
 	})
 	return ok
+}
+
+// BrokerAddrs returns every address a client of the cluster at seeds
+// dials: the seeds, then each broker the metadata names (host:port, as
+// advertised) that is not a seed. opts are more client options (TLS,
+// SASL).
+func BrokerAddrs(ctx context.Context, seeds []string, opts ...kgo.Opt) ([]string, error) {
+	adm, err := kadm.NewOptClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer adm.Close()
+	bs, err := adm.ListBrokers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the brokers: %w", err)
+	}
+	addrs := slices.Clone(seeds)
+	for _, b := range bs {
+		if a := net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))); !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs, nil
 }

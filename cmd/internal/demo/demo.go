@@ -1,10 +1,12 @@
 // Package demo runs workrouter's demonstration with real processes: an
 // embedded broker (or a real cluster), worker processes of the ledger
 // example on a durable sink (SQLite by default), a few thousand ledger
-// commands, and one worker frozen with SIGSTOP past its session timeout.
-// When the frozen worker is resumed after another worker has taken over its
-// partitions, the sink rejects its late write. The summary is computed from
-// the sink's own records.
+// commands, and one worker made a zombie with a batch in hand: frozen with
+// SIGSTOP past its session timeout (Config.Fault "pause"), or left running
+// with its links to the broker cut both ways ("partition"). When another
+// worker has taken over its partitions and the zombie's batch goes on, the
+// sink rejects its late write. The summary is computed from the sink's own
+// records.
 package demo
 
 import (
@@ -14,7 +16,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,6 +27,8 @@ import (
 
 	"github.com/workrouter/workrouter/cmd/internal/broker"
 	"github.com/workrouter/workrouter/cmd/internal/cluster"
+	"github.com/workrouter/workrouter/cmd/internal/faults"
+	"github.com/workrouter/workrouter/cmd/internal/netfault"
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/examples/ledger"
 	"github.com/workrouter/workrouter/internal/invariants"
@@ -74,9 +80,44 @@ type Config struct {
 	// Brokers must have a group.consumer.session.timeout.ms no longer
 	// than it, or the frozen worker is not evicted before it resumes.
 	Protocol string
+	// Fault is how the demo makes its zombie of w1, the first worker,
+	// just before its 4th batch: "pause" (default) freezes it with SIGSTOP
+	// past its session timeout and resumes it with SIGCONT after the
+	// takeover; "partition" leaves it running, holding that batch, and
+	// cuts its links to every broker address both ways (black-holed,
+	// through proxies of package netfault that w1 dials instead of the
+	// brokers), releases the batch after the takeover and heals the links
+	// once its write was refused. "partition" refuses the Kafka sink (its
+	// producer would dial around the proxies) and a TLS connection (the
+	// worker's dialer through the proxies is plain TCP).
+	Fault string
 	// Out receives the timeline as it happens; nil discards.
 	Out io.Writer
+
+	// bypass, in tests, starts w1 without its dial mapping: its
+	// connections go around its links, and the cut must be seen to miss.
+	bypass bool
 }
+
+// The demo's faults, the values of Config.Fault.
+const (
+	// FaultPause freezes w1 with SIGSTOP past its session timeout (the
+	// default).
+	FaultPause = "pause"
+	// FaultPartition cuts w1's links to the brokers both ways while it
+	// runs with a batch in hand.
+	FaultPartition = "partition"
+)
+
+// The kinds the demo's faults are counted (Summary.Faults) and drawn as:
+// the chaos harness's kinds of the same faults.
+const (
+	kindPause     = "pause"
+	kindPartition = "partition-broker"
+)
+
+// Faults returns the accepted values of Config.Fault, the default first.
+func Faults() []string { return []string{FaultPause, FaultPartition} }
 
 // Summary is the outcome of a demo run, computed from the sink's records.
 type Summary struct {
@@ -95,7 +136,9 @@ type Summary struct {
 	// Invariants are the checker's counts of each invariant's
 	// violations (invariants.Report), D included.
 	Invariants invariants.Violations `json:"invariants"`
-	// Faults counts the faults that happened, by kind: the one pause.
+	// Faults counts the faults that happened, by kind: the one pause
+	// ("pause") or partition ("partition-broker", the chaos harness's name
+	// of the same fault).
 	Faults   map[string]int `json:"faults"`
 	Timeline []string       `json:"timeline"`
 	// Trace is the run's typed events, for its report (package
@@ -153,7 +196,18 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.Protocol == "" {
 		cfg.Protocol = "cooperative"
 	}
+	if cfg.Fault == "" {
+		cfg.Fault = FaultPause
+	}
 	switch {
+	case !slices.Contains(Faults(), cfg.Fault):
+		return Summary{}, fmt.Errorf("%w: fault %q: want pause or partition", ErrConfig, cfg.Fault)
+	case cfg.Fault == FaultPartition && cfg.Kafka:
+		return Summary{}, fmt.Errorf("%w: --fault partition does not run with --sink kafka: the cut links proxy the worker's consumer connections, "+
+			"and the Kafka sink's producer dials the brokers directly, so the cut would isolate one client of two", ErrConfig)
+	case cfg.Fault == FaultPartition && slices.Contains(cfg.WorkerConn, "--tls"):
+		return Summary{}, fmt.Errorf("%w: --fault partition routes the worker's broker connections through proxies with a dialer of plain TCP, "+
+			"which does not speak TLS: run it on a plaintext listener (without --tls)", ErrConfig)
 	case cfg.Protocol != "cooperative" && cfg.Protocol != "kip848":
 		return Summary{}, fmt.Errorf("%w: protocol %q: want cooperative or kip848", ErrConfig, cfg.Protocol)
 	case cfg.Commands < 100, cfg.Accounts <= 0, cfg.Partitions <= 0:
@@ -171,7 +225,10 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	defer d.stopAll()
 	sum, err := d.run()
 	sum.Timeline = d.tl.Lines()
-	sum.Faults = map[string]int{"pause": 0}
+	sum.Faults = map[string]int{kindPause: 0}
+	if cfg.Fault == FaultPartition {
+		sum.Faults = map[string]int{kindPartition: 0}
+	}
 	for _, f := range d.faults {
 		sum.Faults[f.Kind]++
 	}
@@ -197,9 +254,14 @@ type run struct {
 	workers  []*cluster.Worker
 	start    time.Time
 	topic    string
-	faults   []cluster.FaultSpan   // the pause, once it happened
+	faults   []cluster.FaultSpan   // the pause or the partition, once it happened
 	traced   []cluster.WorkerTrace // the workers' events when the summary was counted
 	tracedAt time.Time
+	// net and links are w1's proxied links to every broker address
+	// (Fault "partition"); gate is the file that releases its held batch.
+	net   *netfault.Net
+	links netfault.Links
+	gate  string
 }
 
 func (d *run) logf(format string, args ...any) { d.tl.Logf(format, args...) }
@@ -260,13 +322,25 @@ func (d *run) run() (Summary, error) {
 		d.logf("workers apply with %d lanes per partition (--key-concurrency): one account's commands in one lane, in offset order", d.cfg.KeyConcurrency)
 	}
 
-	// Workers; w1 will freeze itself with SIGSTOP just before its 4th batch.
+	// Workers; w1 will freeze itself with SIGSTOP just before its 4th
+	// batch, or hold that batch while its broker links are cut.
+	if d.cfg.Fault == FaultPartition {
+		if err := d.linkVictim(brokers, dir); err != nil {
+			return Summary{}, err
+		}
+	}
 	for i := 1; i <= d.cfg.Workers; i++ {
 		name := "w" + strconv.Itoa(i)
 		opts := cluster.WorkerOptions{Brokers: brokers, Conn: d.cfg.WorkerConn, Topic: topic, Group: group, SinkSpec: st.Spec(),
 			Name: name, SessionTimeout: d.cfg.SessionTimeout, KeyConcurrency: d.cfg.KeyConcurrency, Protocol: d.cfg.Protocol}
 		if i == 1 {
 			opts.Hooks = []string{"--freeze-before-batch=4"}
+			if d.cfg.Fault == FaultPartition {
+				opts.Hooks = append(opts.Hooks, "--freeze-hold-file="+d.gate)
+				if !d.cfg.bypass {
+					opts.Hooks = append(opts.Hooks, "--dial-map="+d.links.DialMap())
+				}
+			}
 		}
 		w, err := cluster.StartWorker(name, d.cfg.Worker, nil, opts.Args()...)
 		if err != nil {
@@ -302,47 +376,12 @@ func (d *run) run() (Summary, error) {
 	}
 	d.logf("produced %d ledger commands over %d accounts", half, d.cfg.Accounts)
 
-	victim := d.workers[0]
-	if err := d.waitUntil(60*time.Second, victim.Name()+" to freeze", func() bool { return len(victim.Freezes()) > 0 && victim.Stopped() }); err != nil {
+	zombie := d.pause
+	if d.cfg.Fault == FaultPartition {
+		zombie = d.partition
+	}
+	if err := zombie(d.workers[0]); err != nil {
 		return Summary{}, err
-	}
-	ft := victim.Freezes()[0]
-	held := victim.Owned()
-	pausedAt := time.Now()
-	d.logf("PAUSE %s: SIGSTOP just before its batch on partition %d at epoch %d; its session timeout is %s; it held %s",
-		victim.Name(), ft.Partition, ft.Epoch, d.cfg.SessionTimeout, cluster.Describe(held))
-
-	// Another worker must take over every partition the victim held and
-	// apply there, while the victim is frozen.
-	if err := d.waitUntil(90*time.Second, "the frozen worker's partitions to be taken over", func() bool {
-		for part, c := range held {
-			owner, oc := cluster.OwnerOf(d.workers, part)
-			if owner == nil || owner == victim || oc.Epoch <= c.Epoch {
-				return false
-			}
-		}
-		return true
-	}); err != nil {
-		return Summary{}, err
-	}
-	for part, c := range held {
-		owner, oc := cluster.OwnerOf(d.workers, part)
-		d.logf("partition %d taken over by %s at epoch %d (from %s's epoch %d), resuming at offset %d", part, owner.Name(), oc.Epoch, victim.Name(), c.Epoch, oc.Next)
-	}
-	if !victim.Stopped() {
-		return Summary{}, fmt.Errorf("demo: %s resumed before the takeover: the pause did not outlast its session", victim.Name())
-	}
-	if err := victim.Signal(syscall.SIGCONT); err != nil {
-		return Summary{}, err
-	}
-	d.faults = append(d.faults, cluster.FaultSpan{Kind: "pause", Victim: victim.Name(), Start: pausedAt, End: time.Now(),
-		Detail: fmt.Sprintf("SIGSTOP just before its batch on partition %d at epoch %d, past its session timeout (%s); SIGCONT after the takeover", ft.Partition, ft.Epoch, d.cfg.SessionTimeout)})
-	d.logf("RESUME %s with SIGCONT: it still believes it owns partition %d at epoch %d", victim.Name(), ft.Partition, ft.Epoch)
-	if err := d.waitUntil(60*time.Second, "the late write to be decided", func() bool { return victim.FencedCount() > 0 }); err != nil {
-		return Summary{}, err
-	}
-	for _, f := range victim.FencedLines() {
-		d.logf("REJECTED late write by %s: %s", victim.Name(), f)
 	}
 
 	if err := p.Send(ctx, d.cfg.Commands-half); err != nil {
@@ -387,6 +426,174 @@ func (d *run) run() (Summary, error) {
 	return sum, nil
 }
 
+// pause freezes victim with SIGSTOP just before its 4th batch (its
+// --freeze-before-batch), waits until every partition it held was taken
+// over at a newer epoch, resumes it with SIGCONT and waits until its late
+// write was decided.
+func (d *run) pause(victim *cluster.Worker) error {
+	if err := d.waitUntil(60*time.Second, victim.Name()+" to freeze", func() bool { return len(victim.Freezes()) > 0 && victim.Stopped() }); err != nil {
+		return err
+	}
+	ft := victim.Freezes()[0]
+	held := victim.Owned()
+	pausedAt := time.Now()
+	d.logf("PAUSE %s: SIGSTOP just before its batch on partition %d at epoch %d; its session timeout is %s; it held %s",
+		victim.Name(), ft.Partition, ft.Epoch, d.cfg.SessionTimeout, cluster.Describe(held))
+
+	// Another worker must take over every partition the victim held and
+	// apply there, while the victim is frozen.
+	if err := d.waitTakenOver(victim, held, "the frozen worker's partitions to be taken over"); err != nil {
+		return err
+	}
+	if !victim.Stopped() {
+		return fmt.Errorf("demo: %s resumed before the takeover: the pause did not outlast its session", victim.Name())
+	}
+	if err := victim.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	d.faults = append(d.faults, cluster.FaultSpan{Kind: kindPause, Victim: victim.Name(), Start: pausedAt, End: time.Now(),
+		Detail: fmt.Sprintf("SIGSTOP just before its batch on partition %d at epoch %d, past its session timeout (%s); SIGCONT after the takeover", ft.Partition, ft.Epoch, d.cfg.SessionTimeout)})
+	d.logf("RESUME %s with SIGCONT: it still believes it owns partition %d at epoch %d", victim.Name(), ft.Partition, ft.Epoch)
+	if err := d.waitUntil(60*time.Second, "the late write to be decided", func() bool { return victim.FencedCount() > 0 }); err != nil {
+		return err
+	}
+	for _, f := range victim.FencedLines() {
+		d.logf("REJECTED late write by %s: %s", victim.Name(), f)
+	}
+	return nil
+}
+
+// linkVictim starts w1's links: a proxy to every address a client of
+// brokers dials (the seeds and every advertised broker), which w1 dials
+// instead (its --dial-map), and the file that will release its held
+// batch.
+func (d *run) linkVictim(brokers []string, dir string) error {
+	ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
+	addrs, err := cluster.BrokerAddrs(ctx, brokers, d.cfg.ClientOpts...)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("demo: the broker addresses to proxy: %w", err)
+	}
+	d.net = netfault.New()
+	if d.links, err = d.net.Links("w1-broker-", addrs); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	d.gate = filepath.Join(dir, "release-w1")
+	d.logf("w1 reaches the brokers %v through proxies of its own (--dial-map), which can cut its links", addrs)
+	return nil
+}
+
+// partition lets victim (w1) take its 4th batch in hand and hold it
+// there, running (--freeze-before-batch with --freeze-hold-file), cuts its
+// links to every broker both ways, and asserts each step: the cut drops
+// bytes, every partition it held is taken over at a newer epoch, and once
+// the batch is released its write reaches the sink and is refused. Then
+// it heals the links.
+func (d *run) partition(victim *cluster.Worker) error {
+	name := victim.Name()
+	if err := d.waitUntil(60*time.Second, name+" to take its 4th batch in hand", func() bool { return len(victim.Freezes()) > 0 }); err != nil {
+		return err
+	}
+	ft := victim.Freezes()[0]
+	held := victim.Owned()
+	d0 := d.links.Dropped()
+	if err := d.links.Cut(); err != nil {
+		return fmt.Errorf("demo: cutting %s's broker links: %w", name, err)
+	}
+	cutAt := time.Now()
+	d.logf("PARTITION %s: its %s cut both ways (black-holed: every byte dropped, no connection closed); it keeps running, "+
+		"with its batch of partition %d at epoch %d (offsets %d–%d) in hand; its session timeout is %s; it held %s",
+		name, plural(len(d.links), "broker link", "broker links"), ft.Partition, ft.Epoch, ft.First, ft.Last, d.cfg.SessionTimeout, cluster.Describe(held))
+	// A member heartbeats every 200 ms: a cut that drops nothing is a
+	// cut the worker's connections go around.
+	if err := cluster.WaitUntil(d.ctx, 2*d.cfg.SessionTimeout, "bytes dropped", func() bool { return d.links.Dropped() > d0 }); err != nil {
+		return fmt.Errorf("demo: PARTITION %s: no byte dropped on its cut links in %s: its connections do not go through them (--dial-map)", name, 2*d.cfg.SessionTimeout)
+	}
+	if err := d.waitTakenOver(victim, held, "the cut worker's partitions to be taken over"); err != nil {
+		return err
+	}
+	if victim.Exited() || victim.Stopped() {
+		return fmt.Errorf("demo: %s did not stay running through the partition", name)
+	}
+	fenced := victim.FencedCount()
+	if err := os.WriteFile(d.gate, nil, 0o644); err != nil {
+		return fmt.Errorf("demo: releasing %s's batch: %w", name, err)
+	}
+	d.logf("RELEASE %s's held batch, its broker links still cut: it still believes it owns partition %d at epoch %d", name, ft.Partition, ft.Epoch)
+	if err := d.waitUntil(60*time.Second, name+"'s held write to be refused", func() bool { return victim.FencedCount() > fenced }); err != nil {
+		return fmt.Errorf("%w (its write of partition %d at epoch %d, released after the takeover, was not refused by the sink)", err, ft.Partition, ft.Epoch)
+	}
+	refused := false
+	for _, r := range victim.Records() {
+		if r.Kind == consumer.KindFenced && r.Partition == ft.Partition && r.Epoch == ft.Epoch {
+			refused = true
+		}
+	}
+	if !refused {
+		return fmt.Errorf("demo: %s's refused writes (%v) are not its held batch of partition %d at epoch %d", name, victim.FencedLines(), ft.Partition, ft.Epoch)
+	}
+	for _, f := range victim.FencedLines() {
+		d.logf("REJECTED late write by %s: %s", name, f)
+	}
+	lost := d.links.Dropped() - d0
+	if err := d.links.Heal(); err != nil {
+		return fmt.Errorf("demo: healing %s's broker links: %w", name, err)
+	}
+	healAt := time.Now()
+	cut := healAt.Sub(cutAt).Round(time.Millisecond)
+	d.faults = append(d.faults, cluster.FaultSpan{Kind: kindPartition, Victim: name, Start: cutAt, End: healAt,
+		Detail: fmt.Sprintf("broker links cut both ways for %s while it held its batch of partition %d at epoch %d, running; taken over; the held write refused by the sink; %d bytes dropped",
+			cut, ft.Partition, ft.Epoch, lost)})
+	d.logf("HEAL %s: its broker links restored after %s, %d bytes dropped while cut", name, cut, lost)
+	if n := victim.Count(faults.KindDialUnmapped); n > 0 {
+		return fmt.Errorf("demo: %s dialled %d broker addresses outside its links: the cut did not reach every connection", name, n)
+	}
+	// Healed, it rejoins the group and claims partitions again.
+	var back []string
+	if err := d.waitUntil(60*time.Second, name+" to claim a partition again after the heal", func() bool {
+		back = back[:0]
+		for _, r := range victim.Records() {
+			if r.Kind == consumer.KindClaimed && r.Time.After(healAt) {
+				back = append(back, fmt.Sprintf("p%d@epoch%d", r.Partition, r.Epoch))
+			}
+		}
+		return len(back) > 0
+	}); err != nil {
+		return err
+	}
+	d.logf("%s back in the group after the heal: it claimed %s", name, strings.Join(back, " "))
+	return nil
+}
+
+// plural is n and the noun's form for it.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+// waitTakenOver waits until another worker claimed every partition in
+// held at a newer epoch than victim's, and logs each takeover.
+func (d *run) waitTakenOver(victim *cluster.Worker, held map[int32]cluster.Claim, what string) error {
+	if err := d.waitUntil(90*time.Second, what, func() bool {
+		for part, c := range held {
+			owner, oc := cluster.OwnerOf(d.workers, part)
+			if owner == nil || owner == victim || oc.Epoch <= c.Epoch {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	for part, c := range held {
+		owner, oc := cluster.OwnerOf(d.workers, part)
+		d.logf("partition %d taken over by %s at epoch %d (from %s's epoch %d), resuming at offset %d", part, owner.Name(), oc.Epoch, victim.Name(), c.Epoch, oc.Next)
+	}
+	return nil
+}
+
 // waitUntil is cluster.WaitUntil that also stops when a worker exits.
 func (d *run) waitUntil(timeout time.Duration, what string, cond func() bool) error {
 	var exited *cluster.Worker
@@ -408,4 +615,16 @@ func (d *run) waitUntil(timeout time.Duration, what string, cond func() bool) er
 	return nil
 }
 
-func (d *run) stopAll() { cluster.StopAll(d.workers, 15*time.Second) }
+// stopAll stops the workers, w1 through its links healed and with its
+// batch released (so that it can leave the group), and then closes the
+// links.
+func (d *run) stopAll() {
+	if d.links != nil {
+		_ = d.links.Heal()
+		_ = os.WriteFile(d.gate, nil, 0o644) // w1's batch, if still held
+	}
+	cluster.StopAll(d.workers, 15*time.Second)
+	if d.net != nil {
+		d.net.Close()
+	}
+}

@@ -42,8 +42,9 @@ func FreezeBeforeBatch[Tx any](s sink.Sink[Tx], n int64, before func(tok epochs.
 // the same lock, until the file gate exists (or ctx ends), and then
 // proceeds with the token it had. Something outside freezes the process
 // meanwhile — `docker pause` of its container, the cgroup freezer, which
-// a process cannot do to itself — so that its session expires with a
-// batch in hand.
+// a process cannot do to itself — or cuts its links to the broker (the
+// demo's --fault partition), so that its session expires with a batch in
+// hand.
 func HoldBeforeBatch[Tx any](s sink.Sink[Tx], n int64, gate string, before func(tok epochs.Token, offsets []int64)) sink.Sink[Tx] {
 	return &Freezer[Tx]{Sink: s, at: n, gate: gate, before: before}
 }

@@ -16,7 +16,8 @@
 // then (their byte streams lost data: they cannot carry on), so the
 // client reconnects through the healed link.
 //
-// It is internal: the chaos harness is its user.
+// It is internal: the chaos harness and the demo (--fault partition) are
+// its users.
 package netfault
 
 import (
@@ -184,6 +185,90 @@ func (n *Net) Close() {
 	for _, l := range links {
 		l.Close()
 	}
+}
+
+// Links starts a link to each of upstreams (host:port each), named prefix
+// and the upstream: one client's links to every broker address, faulted,
+// healed and counted together. On an error it closes the links it
+// started.
+func (n *Net) Links(prefix string, upstreams []string) (Links, error) {
+	ls := make(Links, 0, len(upstreams))
+	for _, u := range upstreams {
+		l, err := n.Link(prefix+u, u)
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
+}
+
+// Links are one client's links (a worker's links to every broker
+// address), faulted, healed and counted together. Its methods may be
+// called from any goroutine.
+type Links []*Link
+
+// DialMap is the links' mapping "upstream=proxy,…", the harness worker's
+// --dial-map: every address the client dials is looked up in it.
+func (ls Links) DialMap() string {
+	pairs := make([]string, 0, len(ls))
+	for _, l := range ls {
+		pairs = append(pairs, l.Upstream()+"="+l.Addr())
+	}
+	return strings.Join(pairs, ",")
+}
+
+// Cut cuts every link both ways (Link.Cut). On an error it heals them all
+// and returns the error.
+func (ls Links) Cut() error { return ls.each((*Link).Cut) }
+
+// Latency delays every link both ways (Link.Latency). On an error it heals
+// them all and returns the error.
+func (ls Links) Latency(latency, jitter time.Duration) error {
+	return ls.each(func(l *Link) error { return l.Latency(latency, jitter) })
+}
+
+// Heal heals every link, and returns the first error.
+func (ls Links) Heal() error {
+	var first error
+	for _, l := range ls {
+		if err := l.Heal(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Dropped is how many bytes the links' cuts dropped so far, both ways.
+func (ls Links) Dropped() int64 {
+	var n int64
+	for _, l := range ls {
+		n += l.Dropped()
+	}
+	return n
+}
+
+// Delayed is how many bytes the links' latency delayed so far, both ways.
+func (ls Links) Delayed() int64 {
+	var n int64
+	for _, l := range ls {
+		n += l.Delayed()
+	}
+	return n
+}
+
+// each applies fault to every link; on an error it heals them all.
+func (ls Links) each(fault func(*Link) error) error {
+	for _, l := range ls {
+		if err := fault(l); err != nil {
+			_ = ls.Heal()
+			return err
+		}
+	}
+	return nil
 }
 
 // Link is one proxied TCP link. Each fault method returns once its toxic

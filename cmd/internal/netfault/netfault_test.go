@@ -243,3 +243,45 @@ func TestClosed(t *testing.T) {
 		t.Fatalf("Link after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestLinks: one client's links to two upstreams are mapped, cut, counted
+// and healed together.
+func TestLinks(t *testing.T) {
+	e1, e2 := startEcho(t), startEcho(t)
+	n := New()
+	t.Cleanup(func() { n.Close() })
+	a1, a2 := e1.ln.Addr().String(), e2.ln.Addr().String()
+	ls, err := n.Links("w1-broker-", []string{a1, a2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := a1 + "=" + ls[0].Addr() + "," + a2 + "=" + ls[1].Addr(); ls.DialMap() != want || ls[1].Name() != "w1-broker-"+a2 {
+		t.Fatalf("DialMap() = %q, names %q %q; want %q", ls.DialMap(), ls[0].Name(), ls[1].Name(), want)
+	}
+	c1, r1 := dial(t, ls[0])
+	c2, r2 := dial(t, ls[1])
+	if err := ls.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		c net.Conn
+		r *bufio.Reader
+	}{{c1, r1}, {c2, r2}} {
+		if got, err := roundTrip(c.c, c.r, "during\n", 300*time.Millisecond); !isTimeout(err) {
+			t.Fatalf("link %d of a cut set: read %q, %v; want a timeout", i, got, err)
+		}
+	}
+	if ls.Dropped() != ls[0].Dropped()+ls[1].Dropped() || ls[0].Dropped() == 0 || ls[1].Dropped() == 0 {
+		t.Fatalf("Dropped() = %d, the links' %d and %d: want both cut and summed", ls.Dropped(), ls[0].Dropped(), ls[1].Dropped())
+	}
+	if err := ls.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if ls[0].Faults() != "" || ls[1].Faults() != "" {
+		t.Fatalf("faults after Heal: %q, %q", ls[0].Faults(), ls[1].Faults())
+	}
+	c3, r3 := dial(t, ls[1])
+	if got, err := roundTrip(c3, r3, "after\n", 5*time.Second); err != nil || got != "after\n" {
+		t.Fatalf("healed link: %q, %v", got, err)
+	}
+}

@@ -10,7 +10,11 @@
 // and dead letters as purple diamonds, both on a white disc so that they
 // read on any band (no process is drawn in red, purple or grey). The
 // faults are grey bars over the lanes, each labelled with its kind and
-// victim, in as many rows as they need not to overlap; under the lanes,
+// victim, in as many rows as they need not to overlap; a network fault
+// (a partition: the victim's links cut, slowed or one-way) is hatched
+// grey and white, over lanes shaded with hatching, and its label says
+// what it did to which links ("partition-broker (broker links cut) w1"),
+// so that it reads apart from a pause or a kill; under the lanes,
 // the applied rate and the lag over time; above them, the summary table
 // with the checker's count of each invariant. Hovering a mark shows its
 // event.
@@ -19,7 +23,8 @@
 // harness's Summary or Result, its cluster.Trace of the workers' events and
 // of the faults counted, the checker's invariants.Violations), never from
 // log text. Marks carry data attributes (data-kind="stale", "fault",
-// "dead-letter", "claim", "tenure", "under-label"; data-partition on each
+// "dead-letter", "claim", "tenure", "under-label"; data-fault with the
+// fault's kind, and data-network with what a network fault did; data-partition on each
 // lane; data-process on the legend's entries; the summary's cells
 // data-invariant, data-fault-count, data-figure) that tests count in a
 // browser.
@@ -213,6 +218,7 @@ type view struct {
 	DeadLetters   int
 	FaultsDrawn   int
 	Outside       int // events of a partition beyond the topic's, drawn on no lane
+	NetworkFaults int // faults drawn hatched (networkFaults), for the legend
 	Duration      string
 	// FaultsUnlabelled and TenuresUnlabelled count the faults and the
 	// short tenures left without a label for lack of room (a long run).
@@ -227,7 +233,11 @@ type tick struct {
 }
 
 type faultMark struct {
-	Kind    string
+	Kind string
+	// Network is what a network fault did to its victim's links ("broker
+	// links cut"); "" for every other fault. A network fault is drawn
+	// hatched.
+	Network string
 	X, Y, W float64
 	ShadeY  float64
 	ShadeH  float64
@@ -364,6 +374,12 @@ func layout(r Report) view {
 		x0, x1 := x(f.Start), max(x(f.End), x(f.Start)+3)
 		label := f.Kind
 		tip := "fault " + f.Kind
+		network := networkFaults[f.Kind]
+		if network != "" {
+			label += " (" + network + ")"
+			tip = "network fault " + f.Kind + " (" + network + ")"
+			v.NetworkFaults++
+		}
 		if f.Victim != "" {
 			tip += " on " + f.Victim
 			label += " " + f.Victim
@@ -374,7 +390,7 @@ func layout(r Report) view {
 		} else if d := faultText[f.Kind]; d != "" {
 			tip += ": " + d
 		}
-		fm := faultMark{Kind: f.Kind, X: x0, W: x1 - x0, Colour: faultColour, Label: label, Tip: tip, ShowLabel: true}
+		fm := faultMark{Kind: f.Kind, Network: network, X: x0, W: x1 - x0, Colour: faultColour, Label: label, Tip: tip, ShowLabel: true}
 		if _, e1 := fm.extent(); e1 > v.Width-2 {
 			fm.LabelLeft = true
 		}
@@ -677,6 +693,17 @@ func niceStep(s float64) float64 {
 	return 10 * p
 }
 
+// networkFaults says, for each kind of network fault (chaos's network
+// kinds; the demo's --fault partition is a partition-broker), what it
+// does to its victim's links: the fault's label says it, and it is drawn
+// hatched.
+var networkFaults = map[string]string{
+	"partition-broker": "broker links cut",
+	"partition-sink":   "sink link cut",
+	"one-way":          "sink replies dropped",
+	"slow-link":        "broker links slowed",
+}
+
 // faultText describes each kind of fault (package chaos's documentation).
 var faultText = map[string]string{
 	"pause":          "SIGSTOP past the session timeout, then SIGCONT",
@@ -689,6 +716,11 @@ var faultText = map[string]string{
 	"broker-restart": "the broker process SIGKILLed and started again on its data dir",
 	"resend":         "acknowledged commands sent again with their command IDs",
 	"churn":          "an extra member joined and left",
+	// The network kinds: the victim keeps running.
+	"partition-broker": "its links to every broker cut both ways while it held a batch, then healed",
+	"partition-sink":   "its link to its sink cut both ways, then healed",
+	"one-way":          "the replies on its sink link dropped (its requests still reach the sink), then healed",
+	"slow-link":        "its broker links delayed above its heartbeat interval, then healed",
 }
 
 // hslHex converts a colour from HSL (h in degrees, s and l in [0, 1]) to

@@ -29,6 +29,13 @@ type Page struct {
 	Marks map[string]int
 	// FaultMarks counts the fault markers by their data-fault.
 	FaultMarks map[string]int
+	// NetworkFaults counts the fault markers drawn as network faults
+	// (data-network) by their data-fault, and FaultFills is the fill of
+	// each data-fault's bar (the last one drawn).
+	NetworkFaults map[string]int
+	FaultFills    map[string]string
+	// Legends are the data-legend of the legend's conditional entries.
+	Legends []string
 	// FaultCounts, Figures and Invariants are the summary table's cells:
 	// data-fault-count, data-figure and data-invariant, by key.
 	FaultCounts map[string]string
@@ -106,12 +113,16 @@ const readPage = `(() => {
   for (const e of all("svg [data-kind]")) { const k = e.getAttribute("data-kind"); marks[k] = (marks[k] || 0) + 1; }
   const faults = {};
   for (const e of all("svg [data-kind=fault]")) { const k = e.getAttribute("data-fault"); faults[k] = (faults[k] || 0) + 1; }
+  const network = {}, fills = {};
+  for (const e of all("svg [data-kind=fault][data-network]")) { const k = e.getAttribute("data-fault"); network[k] = (network[k] || 0) + 1; }
+  for (const e of all("svg [data-kind=fault]")) { const r = e.querySelector("rect"); fills[e.getAttribute("data-fault")] = r ? r.getAttribute("fill") : ""; }
   const svg = document.getElementById("timeline");
   const verdict = document.querySelector("[data-verdict]");
   return {
     Title: document.title,
     Lanes: all("svg [data-kind=lane]").map(e => Number(e.getAttribute("data-partition"))),
-    Marks: marks, FaultMarks: faults,
+    Marks: marks, FaultMarks: faults, NetworkFaults: network, FaultFills: fills,
+    Legends: all("[data-legend]").map(e => e.getAttribute("data-legend")),
     FaultCounts: cells("data-fault-count"), Figures: cells("data-figure"), Invariants: cells("data-invariant"),
     Verdict: verdict ? verdict.getAttribute("data-verdict") : "",
     Resources: performance.getEntriesByType("resource").map(e => e.name),
