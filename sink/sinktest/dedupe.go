@@ -18,23 +18,6 @@ import (
 // offset, for a record without one) = "at <offset>", so that a duplicate
 // that ran would overwrite the value its first application committed.
 
-// dedupeTests are the dedupe window tests, run on the sink and through the
-// metrics wrapper.
-func (c *suite[Tx]) dedupeTests(prefix string) []namedTest {
-	return []namedTest{
-		{prefix + "DedupeAcrossBatches", c.testDedupeAcrossBatches},
-		{prefix + "DedupeWithinBatch", c.testDedupeWithinBatch},
-		{prefix + "DedupeSurvivesNewHolder", c.testDedupeSurvivesNewHolder},
-		{prefix + "DedupeFencedRecordsNoID", c.testDedupeFencedRecordsNoID},
-		{prefix + "DedupeEffectErrorRecordsNoID", c.testDedupeEffectErrorRecordsNoID},
-		{prefix + "DedupeNoIDAlwaysApplied", c.testDedupeNoIDAlwaysApplied},
-		{prefix + "DedupeReplayIsSkippedNotDuplicate", c.testDedupeReplayIsSkipped},
-		{prefix + "DedupeWindowHorizon", c.testDedupeWindowHorizon},
-		{prefix + "DedupeKeptAcrossReset", c.testDedupeKeptAcrossReset},
-		{prefix + "DedupeBadBatch", c.testDedupeBadBatch},
-	}
-}
-
 // testDedupeDurable: the applied IDs survive a reopen of the storage.
 func (c *suite[Tx]) testDedupeDurable(t *testing.T) {
 	if c.h.Reopen == nil {

@@ -22,33 +22,6 @@ import (
 // ID-keyed ones), so a record that ran twice or under a fenced tenure
 // shows.
 
-// gapTests are the tests of the checkpoint with gaps, run on the sink and through the
-// metrics wrapper.
-func (c *suite[Tx]) gapTests(prefix string) []namedTest {
-	return []namedTest{
-		{prefix + "GapsNonContiguousAndWatermark", c.testGapsNonContiguous},
-		{prefix + "GapsSkipDone", c.testGapsSkipDone},
-		{prefix + "GapsReplayBatch", c.testGapsReplay},
-		{prefix + "GapsClaimAfterCrash", c.testGapsClaimAfterCrash},
-		{prefix + "GapsZombieLaneFenced", c.testGapsZombieLane},
-		{prefix + "GapsClaimDuringLaneEffect", c.testGapsClaimDuringLaneEffect},
-		{prefix + "GapsSameEpochResetDuringLane", c.testGapsSameEpochResetDuringLane},
-		{prefix + "GapsConcurrentLanes", c.testGapsConcurrentLanes},
-		{prefix + "GapsOverlapAppliedOnce", c.testGapsOverlapAppliedOnce},
-		{prefix + "GapsApplyRacingClaim", c.testGapsApplyRacingClaim},
-		{prefix + "GapsPlainCallsOnGappedScope", c.testGapsPlainCalls},
-		{prefix + "GapsDeadLetter", c.testGapsDeadLetter},
-		{prefix + "GapsListerDone", c.testGapsLister},
-		{prefix + "GapsReset", c.testGapsReset},
-		{prefix + "GapsLogCheckUsesEnd", c.testGapsLogCheck},
-		{prefix + "GapsDedupe", c.testGapsDedupe},
-		{prefix + "GapsManySpans", c.testGapsManySpans},
-		{prefix + "GapsEffectErrorRollsBack", c.testGapsEffectError},
-		{prefix + "GapsBadBatch", c.testGapsBadBatch},
-		{prefix + "GapsHistoryDone", c.testGapsHistoryDone},
-	}
-}
-
 // testGapsRequired: a harness that sets RequireGaps fails when its sink
 // does not declare Features.Gaps (every backend of this module does), and
 // when the metrics wrapper loses it.

@@ -155,15 +155,52 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 		{"GapsRequired", c.testGapsRequired},
 		{"GapsDurableAcrossReopen", c.testGapsDurable},
 	}
-	tests = append(tests, c.dedupeTests("")...)
-	tests = append(tests, wrapped.dedupeTests("ThroughMetricsWrapper/")...)
-	tests = append(tests, c.gapTests("")...)
-	tests = append(tests, wrapped.gapTests("ThroughMetricsWrapper/")...)
+	tests = append(tests, c.featureTests("")...)
+	tests = append(tests, wrapped.featureTests("ThroughMetricsWrapper/")...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t)
 		})
+	}
+}
+
+// featureTests are the tests of the declared features, run on the sink
+// and through the metrics wrapper: the command-ID window
+// (sink.Features.DedupeWindow, dedupe.go) and the checkpoint with gaps
+// (sink.Features.Gaps, gaps.go).
+func (c *suite[Tx]) featureTests(prefix string) []namedTest {
+	return []namedTest{
+		{prefix + "DedupeAcrossBatches", c.testDedupeAcrossBatches},
+		{prefix + "DedupeWithinBatch", c.testDedupeWithinBatch},
+		{prefix + "DedupeSurvivesNewHolder", c.testDedupeSurvivesNewHolder},
+		{prefix + "DedupeFencedRecordsNoID", c.testDedupeFencedRecordsNoID},
+		{prefix + "DedupeEffectErrorRecordsNoID", c.testDedupeEffectErrorRecordsNoID},
+		{prefix + "DedupeNoIDAlwaysApplied", c.testDedupeNoIDAlwaysApplied},
+		{prefix + "DedupeReplayIsSkippedNotDuplicate", c.testDedupeReplayIsSkipped},
+		{prefix + "DedupeWindowHorizon", c.testDedupeWindowHorizon},
+		{prefix + "DedupeKeptAcrossReset", c.testDedupeKeptAcrossReset},
+		{prefix + "DedupeBadBatch", c.testDedupeBadBatch},
+		{prefix + "GapsNonContiguousAndWatermark", c.testGapsNonContiguous},
+		{prefix + "GapsSkipDone", c.testGapsSkipDone},
+		{prefix + "GapsReplayBatch", c.testGapsReplay},
+		{prefix + "GapsClaimAfterCrash", c.testGapsClaimAfterCrash},
+		{prefix + "GapsZombieLaneFenced", c.testGapsZombieLane},
+		{prefix + "GapsClaimDuringLaneEffect", c.testGapsClaimDuringLaneEffect},
+		{prefix + "GapsSameEpochResetDuringLane", c.testGapsSameEpochResetDuringLane},
+		{prefix + "GapsConcurrentLanes", c.testGapsConcurrentLanes},
+		{prefix + "GapsOverlapAppliedOnce", c.testGapsOverlapAppliedOnce},
+		{prefix + "GapsApplyRacingClaim", c.testGapsApplyRacingClaim},
+		{prefix + "GapsPlainCallsOnGappedScope", c.testGapsPlainCalls},
+		{prefix + "GapsDeadLetter", c.testGapsDeadLetter},
+		{prefix + "GapsListerDone", c.testGapsLister},
+		{prefix + "GapsReset", c.testGapsReset},
+		{prefix + "GapsLogCheckUsesEnd", c.testGapsLogCheck},
+		{prefix + "GapsDedupe", c.testGapsDedupe},
+		{prefix + "GapsManySpans", c.testGapsManySpans},
+		{prefix + "GapsEffectErrorRollsBack", c.testGapsEffectError},
+		{prefix + "GapsBadBatch", c.testGapsBadBatch},
+		{prefix + "GapsHistoryDone", c.testGapsHistoryDone},
 	}
 }
 
