@@ -17,21 +17,10 @@ import (
 func (t *tenure[Tx]) run(next int64) {
 	defer t.w.wg.Done()
 	defer close(t.done)
-	for {
-		select {
-		case <-t.stopCh:
-			return
-		case <-t.ctx.Done():
-			return
-		default:
-		}
+	for !t.over() {
 		batch := t.take(t.w.cfg.MaxBatch)
 		if len(batch) == 0 {
-			select {
-			case <-t.wake:
-			case <-t.stopCh:
-				return
-			case <-t.ctx.Done():
+			if !t.await(t.wake) {
 				return
 			}
 			continue

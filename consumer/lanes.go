@@ -243,25 +243,10 @@ func (l *lane[Tx]) take(max int) ([]*kgo.Record, []int64, []uint64) {
 // halts every lane of the tenure.
 func (l *lane[Tx]) run(space chan<- struct{}) {
 	t := l.a.t
-	for {
-		select {
-		case <-t.stopCh:
-			return
-		case <-t.ctx.Done():
-			return
-		case <-t.halt:
-			return
-		default:
-		}
+	for !t.over() {
 		recs, from, keys := l.take(t.w.cfg.MaxBatch)
 		if len(recs) == 0 {
-			select {
-			case <-l.wake:
-			case <-t.stopCh:
-				return
-			case <-t.ctx.Done():
-				return
-			case <-t.halt:
+			if !t.await(l.wake) {
 				return
 			}
 			continue
@@ -316,25 +301,10 @@ func (t *tenure[Tx]) runLanes() {
 	from := cp.NextOffset
 	kt := t.keys
 	pending := make([][]laneRec, n)
-	for {
-		select {
-		case <-t.stopCh:
-			return
-		case <-t.ctx.Done():
-			return
-		case <-t.halt:
-			return
-		default:
-		}
+	for !t.over() {
 		recs := t.take(w.cfg.QueueSize)
 		if len(recs) == 0 {
-			select {
-			case <-t.wake:
-			case <-t.stopCh:
-				return
-			case <-t.ctx.Done():
-				return
-			case <-t.halt:
+			if !t.await(t.wake) {
 				return
 			}
 			continue
@@ -369,13 +339,7 @@ func (t *tenure[Tx]) runLanes() {
 			if !left {
 				break
 			}
-			select {
-			case <-space:
-			case <-t.stopCh:
-				return
-			case <-t.ctx.Done():
-				return
-			case <-t.halt:
+			if !t.await(space) {
 				return
 			}
 		}

@@ -103,6 +103,32 @@ func newTenure[Tx any](w *Worker[Tx], tok epochs.Token) *tenure[Tx] {
 	return t
 }
 
+// over reports whether the tenure's goroutines must end: it was asked to
+// stop, its context is cancelled or (with lanes) it was halted.
+func (t *tenure[Tx]) over() bool {
+	select {
+	case <-t.stopCh:
+	case <-t.ctx.Done():
+	case <-t.halt: // nil on the serial path: never ready
+	default:
+		return false
+	}
+	return true
+}
+
+// await waits until ch is ready or the tenure is over, and reports
+// whether ch was ready.
+func (t *tenure[Tx]) await(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-t.stopCh:
+	case <-t.ctx.Done():
+	case <-t.halt:
+	}
+	return false
+}
+
 // start launches the tenure's goroutine, which applies records from next
 // on. It does nothing if the tenure was already started or stopped.
 func (t *tenure[Tx]) start(next int64) {
