@@ -1,13 +1,14 @@
 package main
 
 import (
-	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 )
 
 // byHandCommands returns the command lines of the README's "By hand, in

@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"github.com/workrouter/workrouter/internal/testredis"
 )
 
@@ -18,21 +16,7 @@ import (
 // rejected, and no key of its prefix left behind.
 func TestDemoCommandRedis(t *testing.T) {
 	u := testredis.URL(t)
-	p := clitest.Start(t, []string{"demo", "--commands", "1000", "--accounts", "80", "--sink", u, "--json"})
-	if code := p.Wait(t); code != 0 {
-		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.Stdout, p.Stderr)
-	}
-	var sum struct {
-		Produced, Applied, Duplicates, Lost int
-		OrderViolations                     int `json:"order_violations"`
-		StaleRejected                       int `json:"stale_rejected"`
-	}
-	if err := json.Unmarshal([]byte(p.Stdout.String()), &sum); err != nil {
-		t.Fatalf("--json output: %v\n%s", err, p.Stdout)
-	}
-	if sum.Produced != 1000 || sum.Applied != 1000 || sum.Duplicates+sum.Lost+sum.OrderViolations != 0 || sum.StaleRejected < 1 {
-		t.Fatalf("summary %+v", sum)
-	}
+	runDemoJSON(t, "--sink", u)
 	opt, err := goredis.ParseURL(u)
 	if err != nil {
 		t.Fatal(err)

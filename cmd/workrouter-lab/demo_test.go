@@ -208,25 +208,45 @@ func TestDemoCommandPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	p := clitest.Start(t, []string{"demo", "--commands", "1000", "--accounts", "80", "--sink", dsn, "--json"})
+	runDemoJSON(t, "--sink", dsn)
+	var left int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'workrouter_demo_%'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("demo schemas left behind: %d (%v)", left, err)
+	}
+}
+
+// demoSummary is the part of the demo's --json output the tests check.
+type demoSummary struct {
+	Produced, Applied, Duplicates, Lost int
+	OrderViolations                     int            `json:"order_violations"`
+	StaleRejected                       int            `json:"stale_rejected"`
+	Invariants                          map[string]int `json:"invariants"`
+	Timeline                            []string       `json:"timeline"`
+}
+
+// runDemoJSON runs `demo --commands 1000 --accounts 80 --json` with args
+// as a process and fails the test unless it exits 0 with a clean summary:
+// every command applied once, in order, every invariant holding, and at
+// least one stale write refused. It returns the summary.
+func runDemoJSON(t *testing.T, args ...string) demoSummary {
+	t.Helper()
+	p := clitest.Start(t, append([]string{"demo", "--commands", "1000", "--accounts", "80", "--json"}, args...))
 	if code := p.Wait(t); code != 0 {
 		t.Fatalf("demo exited %d\nstdout:\n%s\nstderr:\n%s", code, p.Stdout, p.Stderr)
 	}
-	var sum struct {
-		Produced, Applied, Duplicates, Lost int
-		OrderViolations                     int `json:"order_violations"`
-		StaleRejected                       int `json:"stale_rejected"`
-	}
+	var sum demoSummary
 	if err := json.Unmarshal([]byte(p.Stdout.String()), &sum); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, p.Stdout)
 	}
 	if sum.Produced != 1000 || sum.Applied != 1000 || sum.Duplicates+sum.Lost+sum.OrderViolations != 0 || sum.StaleRejected < 1 {
 		t.Fatalf("summary %+v", sum)
 	}
-	var left int
-	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'workrouter_demo_%'`).Scan(&left); err != nil || left != 0 {
-		t.Fatalf("demo schemas left behind: %d (%v)", left, err)
+	for k, n := range sum.Invariants {
+		if n != 0 {
+			t.Errorf("invariant %s: %d violations", k, n)
+		}
 	}
+	return sum
 }
 
 func TestVersionCommandRejectsArgs(t *testing.T) {

@@ -1,9 +1,10 @@
 package cli
 
 import (
-	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"path/filepath"
 	"testing"
+
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 )
 
 // TestInputsRefused: an empty --group or --topic (a script's unset

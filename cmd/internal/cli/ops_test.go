@@ -1,12 +1,13 @@
 package cli
 
 import (
-	"github.com/workrouter/workrouter/cmd/internal/clitest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/workrouter/workrouter/cmd/internal/clitest"
 )
 
 // TestWorkerRefusesABadDLQTopic: a dead-letter topic that is the command
