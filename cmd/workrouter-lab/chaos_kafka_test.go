@@ -44,3 +44,41 @@ func TestChaosKafka(t *testing.T) {
 		t.Errorf("the run does not say it ran on the Kafka sink:\n%s", out)
 	}
 }
+
+// TestChaosPartitionKafka runs the four network kinds on the Kafka sink:
+// each worker's consumer and its sink's clients reach kfake through links
+// of their own. partition-broker cuts both, and the held transaction's
+// offset commit is refused by the coordinator after the heal;
+// partition-sink and one-way act on the sink's links only (its producer's
+// requests go unanswered, or land unheard, and are sent again), and the
+// worker applies again after the heal; slow-link delays both. Each kind
+// fires, no dial escapes the links, and F, L, O, X, V and D hold.
+func TestChaosPartitionKafka(t *testing.T) {
+	code, out := runChaos(t, 5*time.Minute, "--faults", "partition-broker,partition-sink,one-way,slow-link", "--duration", "40s", "--seed", "4", "--sink", "kafka")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	if m := partitionLine.FindStringSubmatch(last); code != 0 || m == nil || m[1] != "4" {
+		t.Fatalf("exit %d, final line %q\n%s", code, last, out)
+	}
+	for _, k := range []string{"partition-broker", "partition-sink", "one-way", "slow-link"} {
+		if !regexp.MustCompile(`(?m)^` + k + ` +[1-9][0-9]*$`).MatchString(out) {
+			t.Errorf("table lacks a fired %s row:\n%s", k, out)
+		}
+	}
+	for _, inv := range []string{"F", "L", "O", "X", "V", "D"} {
+		if !regexp.MustCompile(`(?m)^violations ` + inv + ` \([^)]*\) +0$`).MatchString(out) {
+			t.Errorf("table lacks a zero %s row:\n%s", inv, out)
+		}
+	}
+	for what, re := range map[string]string{
+		"the sink's clients given links of their own":                                         `network fault layer: each of 3 workers reaches the brokers .* and the sink \(Kafka: its clients reach the same brokers through links of their own\)`,
+		"partition-broker cutting the producer's links too, and its held transaction refused": `(?s)PARTITION-BROKER w[0-9]: its [0-9]*[02468] broker links cut both ways \(black-holed\), the Kafka sink's producer links among them.*HEAL w[0-9]'s broker links after [^:]*: [1-9][0-9]* bytes dropped; its write after the takeover refused by the sink: true`,
+		"partition-sink dropping the producer's bytes, the worker applying again":             `HEAL w[0-9]'s sink link: [1-9][0-9]* bytes dropped while cut; [0-9]+ sink operations failed and retried; applied a batch again after the heal: true`,
+		"one-way dropping replies, the worker applying again":                                 `HEAL w[0-9]'s sink link: [1-9][0-9]* reply bytes dropped; [0-9]+ sink operations failed and retried; applied a batch again after the heal: true`,
+		"slow-link delaying bytes":                                                            `HEAL w[0-9]'s broker links: [1-9][0-9]* bytes delayed`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("no sign of %s:\n%s", what, out)
+		}
+	}
+}

@@ -95,6 +95,18 @@
 //     session (its requests still land), heal; the worker must retry;
 //   - slow-link: delay one worker's broker links by 300 ms ± 100 ms each
 //     way for 1.5× the session, heal.
+//
+// On the Kafka sink (Config.Kafka) the sink is the brokers: each worker's
+// sink clients (its transactional producers, its admin client, the
+// ledger's events reader) reach every broker address through sink links
+// of their own (the worker's --sink-dial-map), apart from its consumer's
+// broker links. partition-broker cuts both, so the held transaction's
+// offset commit reaches the group coordinator after the heal and is
+// refused; partition-sink cuts the sink links only (the consumer keeps
+// its partitions; the producer's requests go unanswered and are sent
+// again after the heal); one-way drops the replies on the sink links (a
+// produce, offset commit or EndTxn lands unheard and is sent again by the
+// client: X shows it did not apply twice); slow-link delays both.
 package chaos
 
 import (
@@ -374,10 +386,6 @@ func (c Config) withDefaults() (Config, error) {
 	for _, k := range c.Kinds {
 		if !slices.Contains(Kinds(), k) {
 			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
-		}
-		if c.Kafka && slices.Contains(NetKinds(), k) {
-			return c, fmt.Errorf("%w: fault kind %q does not run with --sink kafka: the network links proxy the worker's consumer connections, "+
-				"and the Kafka sink's producer dials the brokers directly, so the experiment would cut one client of two", ErrConfig, k)
 		}
 		if !slices.Contains(applies, k) && !slices.Contains(NetKinds(), k) {
 			return c, fmt.Errorf("%w: fault kind %q does not apply here: it %s (those do: %v)", ErrConfig, k, excluded[k], applies)
