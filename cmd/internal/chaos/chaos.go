@@ -268,8 +268,9 @@ type Config struct {
 	RedisURL string
 	// Kafka selects sink/kafka: the ledger's decisions published as
 	// events, in transactions, to topics of the run's own on the run's
-	// broker, checked from what a read_committed consumer sees. Poison
-	// and resend do not apply there (kafkaExcluded).
+	// broker, checked from what a read_committed consumer sees (D from
+	// the sink's dead-letter topic). Resend does not apply there
+	// (kafkaExcluded).
 	Kafka bool
 	// Protocol is "cooperative" (default) or "kip848".
 	Protocol string
@@ -397,7 +398,6 @@ func (c Config) withDefaults() (Config, error) {
 // kafkaExcluded are the fault kinds that do not run on the Kafka sink,
 // and why.
 var kafkaExcluded = map[Kind]string{
-	Poison: "checks D from the sink's dead-letter store, and the harness does not read the Kafka sink's dead-letter topic yet",
 	BrokerRestart: "restarts the embedded broker from its data dir, after which the Kafka sink's workers were seen stalled " +
 		"(applies past the revoke timeout, INVALID_TXN_STATE) and lag never returned to zero: not diagnosed yet",
 	Resend: "counts the worker's skipped duplicates, and the Kafka sink has no dedupe window (the ledger decides a repeated ID once, " +
