@@ -191,7 +191,7 @@ TCP proxies of its own (toxiproxy, in the harness's process):
 	fl.Int32Var(&cfg.Partitions, "partitions", 6, "topic partitions")
 	fl.IntVar(&cfg.Accounts, "accounts", 200, "distinct accounts (keys)")
 	fl.IntVar(&cfg.Rate, "rate", 200, "commands produced per second")
-	fl.StringVar(&sink, "sink", "", "sqlite:PATH, postgres://…, redis://… or kafka (default: an SQLite file in a temporary directory; PostgreSQL runs in a fresh schema dropped at the end; kafka: the decisions as events in transactions on the run's broker, checked with read_committed, without the poison and resend kinds)")
+	fl.StringVar(&sink, "sink", "", "sqlite:PATH, postgres://…, redis://… or kafka (default: an SQLite file in a temporary directory; PostgreSQL runs in a fresh schema dropped at the end; kafka: the decisions as events in transactions on the run's broker, checked with read_committed, without the resend and broker-restart kinds)")
 	fl.StringVar(&cfg.Protocol, "protocol", "cooperative", "group protocol: cooperative or kip848")
 	fl.DurationVar(&cfg.SessionTimeout, "session-timeout", 2*time.Second, "the workers' session timeout")
 	fl.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 0, "the workers' rebalance timeout (default 2.5× the session timeout: the embedded broker restarts a rebalance's timer on every join)")

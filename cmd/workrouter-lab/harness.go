@@ -54,6 +54,14 @@ type harnessHooks struct {
 	// fault layer's proxies: "real=proxy,…" (host:port each); every
 	// address the client dials, seed or advertised, is looked up in it.
 	dialMap string
+	// sinkDialMap routes the Kafka sink's clients (its producers, its
+	// admin client and the ledger's events reader) the same way, through
+	// links of their own; empty: through dialMap's. Either way a cut of
+	// the broker links that carry them cuts the sink's producer too.
+	sinkDialMap string
+	// sinkRoutes dials the Kafka sink's clients (built from sinkDialMap
+	// before the worker starts; nil without a dial map).
+	sinkRoutes *routedDialer
 	// freezeAt freezes the process before its Nth batch (0: never);
 	// with holdFile, the batch waits there for that file instead (the
 	// container's freeze is `docker pause`, from outside).
@@ -87,8 +95,8 @@ func (h *harnessHooks) workerHooks(settings cli.WorkerHooks) *cli.WorkerHooks {
 // handler of --panic-type, then the fault hooks (installHooks).
 func sinkHook[Tx any](h *harnessHooks) cli.SinkHook[Tx] {
 	return func(ctx context.Context, s sink.Sink[Tx], handlers map[string]consumer.Handler[Tx], env cli.HookEnv[Tx]) (sink.Sink[Tx], []kgo.Opt, func(), error) {
-		if (h.chaos || h.dialMap != "") && env.TLS {
-			return nil, nil, nil, fmt.Errorf("--chaos and --dial-map dial the brokers with a plain TCP dialer: run the fault harness on a plaintext listener")
+		if (h.chaos || h.dialMap != "" || h.sinkDialMap != "") && env.TLS {
+			return nil, nil, nil, fmt.Errorf("--chaos, --dial-map and --sink-dial-map dial the brokers with a plain TCP dialer: run the fault harness on a plaintext listener")
 		}
 		if h.panicType != "" {
 			handlers[h.panicType] = panickingHandler[Tx](h.panicType)
@@ -132,6 +140,9 @@ func harnessMain(args []string) int {
 			}); err != nil {
 				return err
 			}
+			if err := h.kafkaSinkDialer(&settings); err != nil {
+				return err
+			}
 			// RunWorker refuses to run without --events: the harness
 			// follows the worker's events, not its log.
 			return cli.RunWorker(cmd, f, h.workerHooks(settings))
@@ -145,6 +156,7 @@ func harnessMain(args []string) int {
 	fl.DurationVar(&h.stall, "chaos-stall", 3*time.Second, "how long SIGHUP stalls the broker connections")
 	fl.StringVar(&h.holdGate, "chaos-hold-gate", "", "with --chaos: SIGALRM holds the next batch before its write until this file exists")
 	fl.StringVar(&h.dialMap, "dial-map", "", "dial each broker address through another: real=proxy,… (host:port each)")
+	fl.StringVar(&h.sinkDialMap, "sink-dial-map", "", "with --sink kafka: dial the sink's clients through other addresses: real=proxy,… (default: --dial-map)")
 	fl.Int64Var(&h.freezeAt, "freeze-before-batch", 0, "SIGSTOP this process right before its Nth batch")
 	fl.StringVar(&h.holdFile, "freeze-hold-file", "", "with --freeze-before-batch: wait there until this file exists instead of SIGSTOP")
 	fl.Int64Var(&h.hangBeforeCommit, "hang-before-commit", 0, "block the Nth batch inside its last effect until killed")
@@ -243,25 +255,16 @@ func installHooks[Tx any](ctx context.Context, h *harnessHooks, s sink.Sink[Tx],
 		})
 	}
 	if len(routes) > 0 {
-		base := dial
-		var mu sync.Mutex
-		unmapped := map[string]bool{}
-		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			to, ok := routes[addr]
-			if !ok {
-				// Reported once per address: a network fault on the
-				// links does not reach this connection.
-				mu.Lock()
-				first := !unmapped[addr]
-				unmapped[addr] = true
-				mu.Unlock()
-				if first {
-					emit(faults.KindDialUnmapped, epochs.Token{}, nil, map[string]string{"addr": addr})
-				}
-				to = addr
-			}
-			return base(ctx, network, to)
-		}
+		rd := newRoutedDialer(routes, dial)
+		rd.report(func(addr string) {
+			emit(faults.KindDialUnmapped, epochs.Token{}, nil, map[string]string{"addr": addr, "client": "consumer"})
+		})
+		dial = rd.DialContext
+	}
+	if h.sinkRoutes != nil {
+		h.sinkRoutes.report(func(addr string) {
+			emit(faults.KindDialUnmapped, epochs.Token{}, nil, map[string]string{"addr": addr, "client": "kafka-sink"})
+		})
 	}
 	if h.chaos || len(routes) > 0 {
 		opts = append(opts, kgo.Dialer(dial))
@@ -315,6 +318,78 @@ func installHooks[Tx any](ctx context.Context, h *harnessHooks, s sink.Sink[Tx],
 			stop()
 		}
 	}, nil
+}
+
+// kafkaSinkDialer sets settings.KafkaSinkOpts to a dialer through
+// --sink-dial-map's routes (--dial-map's without it), so that the Kafka
+// sink's clients reach the brokers through the network fault layer's
+// links as the consumer does. Its dials outside the routes are reported
+// as the consumer's are, once the worker's events exist (installHooks).
+func (h *harnessHooks) kafkaSinkDialer(settings *cli.WorkerHooks) error {
+	spec := h.sinkDialMap
+	if spec == "" {
+		spec = h.dialMap
+	}
+	routes, err := parseDialMap(spec)
+	if err != nil {
+		return fmt.Errorf("--sink-dial-map: %w", err)
+	}
+	if len(routes) == 0 {
+		return nil
+	}
+	h.sinkRoutes = newRoutedDialer(routes, (&net.Dialer{}).DialContext)
+	settings.KafkaSinkOpts = []kgo.Opt{kgo.Dialer(h.sinkRoutes.DialContext)}
+	return nil
+}
+
+// routedDialer dials each address through its route and an address
+// without one directly, reporting each such address once: a network
+// fault on the links does not reach that connection. Addresses dialled
+// before report is called are reported then.
+type routedDialer struct {
+	routes map[string]string
+	base   func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	mu       sync.Mutex
+	unmapped map[string]bool
+	pending  []string
+	emit     func(addr string)
+}
+
+func newRoutedDialer(routes map[string]string, base func(ctx context.Context, network, addr string) (net.Conn, error)) *routedDialer {
+	return &routedDialer{routes: routes, base: base, unmapped: map[string]bool{}}
+}
+
+// DialContext dials addr through its route.
+func (d *routedDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	to, ok := d.routes[addr]
+	if !ok {
+		d.mu.Lock()
+		first := !d.unmapped[addr]
+		d.unmapped[addr] = true
+		emit := d.emit
+		if first && emit == nil {
+			d.pending = append(d.pending, addr)
+		}
+		d.mu.Unlock()
+		if first && emit != nil {
+			emit(addr)
+		}
+		to = addr
+	}
+	return d.base(ctx, network, to)
+}
+
+// report sets where unmapped addresses are reported, and reports those
+// dialled so far.
+func (d *routedDialer) report(emit func(addr string)) {
+	d.mu.Lock()
+	pending := d.pending
+	d.pending, d.emit = nil, emit
+	d.mu.Unlock()
+	for _, a := range pending {
+		emit(a)
+	}
 }
 
 // parseDialMap parses --dial-map: "real=proxy,…", host:port each.

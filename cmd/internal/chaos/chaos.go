@@ -95,6 +95,18 @@
 //     session (its requests still land), heal; the worker must retry;
 //   - slow-link: delay one worker's broker links by 300 ms ± 100 ms each
 //     way for 1.5× the session, heal.
+//
+// On the Kafka sink (Config.Kafka) the sink is the brokers: each worker's
+// sink clients (its transactional producers, its admin client, the
+// ledger's events reader) reach every broker address through sink links
+// of their own (the worker's --sink-dial-map), apart from its consumer's
+// broker links. partition-broker cuts both, so the held transaction's
+// offset commit reaches the group coordinator after the heal and is
+// refused; partition-sink cuts the sink links only (the consumer keeps
+// its partitions; the producer's requests go unanswered and are sent
+// again after the heal); one-way drops the replies on the sink links (a
+// produce, offset commit or EndTxn lands unheard and is sent again by the
+// client: X shows it did not apply twice); slow-link delays both.
 package chaos
 
 import (
@@ -256,8 +268,9 @@ type Config struct {
 	RedisURL string
 	// Kafka selects sink/kafka: the ledger's decisions published as
 	// events, in transactions, to topics of the run's own on the run's
-	// broker, checked from what a read_committed consumer sees. Poison
-	// and resend do not apply there (kafkaExcluded).
+	// broker, checked from what a read_committed consumer sees (D from
+	// the sink's dead-letter topic). Resend does not apply there
+	// (kafkaExcluded).
 	Kafka bool
 	// Protocol is "cooperative" (default) or "kip848".
 	Protocol string
@@ -375,10 +388,6 @@ func (c Config) withDefaults() (Config, error) {
 		if !slices.Contains(Kinds(), k) {
 			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 		}
-		if c.Kafka && slices.Contains(NetKinds(), k) {
-			return c, fmt.Errorf("%w: fault kind %q does not run with --sink kafka: the network links proxy the worker's consumer connections, "+
-				"and the Kafka sink's producer dials the brokers directly, so the experiment would cut one client of two", ErrConfig, k)
-		}
 		if !slices.Contains(applies, k) && !slices.Contains(NetKinds(), k) {
 			return c, fmt.Errorf("%w: fault kind %q does not apply here: it %s (those do: %v)", ErrConfig, k, excluded[k], applies)
 		}
@@ -389,7 +398,6 @@ func (c Config) withDefaults() (Config, error) {
 // kafkaExcluded are the fault kinds that do not run on the Kafka sink,
 // and why.
 var kafkaExcluded = map[Kind]string{
-	Poison: "checks D from the sink's dead-letter store, and the harness does not read the Kafka sink's dead-letter topic yet",
 	BrokerRestart: "restarts the embedded broker from its data dir, after which the Kafka sink's workers were seen stalled " +
 		"(applies past the revoke timeout, INVALID_TXN_STATE) and lag never returned to zero: not diagnosed yet",
 	Resend: "counts the worker's skipped duplicates, and the Kafka sink has no dedupe window (the ledger decides a repeated ID once, " +

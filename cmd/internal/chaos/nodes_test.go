@@ -250,16 +250,20 @@ func TestKindsWhereTheRunGoes(t *testing.T) {
 		t.Fatalf("cluster kinds %v", ClusterKinds())
 	}
 	for name, cfg := range map[string]Config{
-		"heartbeat on Kafka nodes":         {Worker: w, KafkaNodes: 3, Kinds: []Kind{Heartbeat}},
-		"leader-kill on kfake":             {Worker: w, Kinds: []Kind{LeaderKill}},
-		"leader-kill on --brokers":         {Worker: w, Brokers: []string{"b:9092"}, Kinds: []Kind{LeaderKill}},
-		"two nodes":                        {Worker: w, KafkaNodes: 2},
-		"nodes and an external list":       {Worker: w, KafkaNodes: 3, Brokers: []string{"b:9092"}},
-		"partition-broker on --sink kafka": {Worker: w, Kafka: true, Kinds: []Kind{PartitionBroker}},
+		"heartbeat on Kafka nodes":   {Worker: w, KafkaNodes: 3, Kinds: []Kind{Heartbeat}},
+		"leader-kill on kfake":       {Worker: w, Kinds: []Kind{LeaderKill}},
+		"leader-kill on --brokers":   {Worker: w, Brokers: []string{"b:9092"}, Kinds: []Kind{LeaderKill}},
+		"two nodes":                  {Worker: w, KafkaNodes: 2},
+		"nodes and an external list": {Worker: w, KafkaNodes: 3, Brokers: []string{"b:9092"}},
 	} {
 		if _, err := cfg.withDefaults(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err %v, want ErrConfig", name, err)
 		}
+	}
+	// The network kinds run on the Kafka sink: its clients reach the
+	// brokers through links of their own (TestChaosPartitionKafka).
+	if c, err := (Config{Worker: w, Kafka: true, Kinds: NetKinds()}).withDefaults(); err != nil || !slices.Equal(c.Kinds, NetKinds()) {
+		t.Errorf("the network kinds on --sink kafka: kinds %v, err %v", c.Kinds, err)
 	}
 	res := Result{Requested: ClusterKinds(), Faults: map[Kind]int{}, Excluded: Excluded(false, true)}
 	if tab := res.Table(); !regexp.MustCompile(`(?m)^broker-restart +- \(does not apply here: it kills and restarts the embedded broker's process`).MatchString(tab) {

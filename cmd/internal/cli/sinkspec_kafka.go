@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -174,7 +175,10 @@ func serveKafkaWorker(cmd *cobra.Command, f WorkerFlags, c Conn, spec sinkSpec, 
 		brokers = strings.Split(spec.kafka.brokers, ",")
 	}
 	events, checkpoints, deadLetters := spec.kafkaTopics(f.topic)
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, c.opts...)...)
+	// The harness's dialer (h.KafkaSinkOpts) comes last: it replaces
+	// any dialer of the connection flags.
+	opts := append(slices.Clone(c.opts), h.kafkaSinkOpts()...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 	if err != nil {
 		return fmt.Errorf("--sink %s: %w", spec, err)
 	}
@@ -184,12 +188,12 @@ func serveKafkaWorker(cmd *cobra.Command, f WorkerFlags, c Conn, spec sinkSpec, 
 		return err
 	}
 	s, err := kafka.New(ctx, kafka.Config{Brokers: brokers, CheckpointTopic: checkpoints, DeadLetterTopic: deadLetters,
-		TransactionalID: "workrouter-" + f.group, Logger: logger, ClientOpts: c.opts})
+		TransactionalID: "workrouter-" + f.group, Logger: logger, ClientOpts: opts})
 	if err != nil {
 		return fmt.Errorf("--sink %s: %w", spec, err)
 	}
 	defer s.Close()
-	l, err := ledger.NewKafka(ledger.KafkaConfig{Brokers: brokers, EventsTopic: events, ClientOpts: c.opts})
+	l, err := ledger.NewKafka(ledger.KafkaConfig{Brokers: brokers, EventsTopic: events, ClientOpts: opts})
 	if err != nil {
 		return err
 	}

@@ -521,6 +521,13 @@ type WorkerHooks struct {
 	// SQLiteBusyTimeout is the SQLite sink's busy timeout (0: the sink's
 	// default).
 	SQLiteBusyTimeout time.Duration
+	// KafkaSinkOpts are added to the options of the Kafka sink's clients
+	// (its producers and admin client, the ledger's events reader and
+	// the client that creates the sink's topics): the harness's dialer
+	// through the network fault layer, so that a cut of the broker links
+	// reaches the sink's producer too. The sink is built before the
+	// SinkHook runs, so its hook's options cannot reach it.
+	KafkaSinkOpts []kgo.Opt
 }
 
 // SinkHook installs fault hooks on a worker before it starts: it returns
@@ -567,6 +574,13 @@ func (h *WorkerHooks) kafkaHook() SinkHook[*kafka.Tx] {
 		return nil
 	}
 	return h.Kafka
+}
+
+func (h *WorkerHooks) kafkaSinkOpts() []kgo.Opt {
+	if h == nil {
+		return nil
+	}
+	return h.KafkaSinkOpts
 }
 
 func (h *WorkerHooks) lagEvery() time.Duration {

@@ -106,8 +106,9 @@ func openKafka(ctx context.Context, cfg StoreConfig) (*Store, error) {
 			}
 			return checkpointFences(ctx, cl, rs)
 		},
-		postings: postings,
-		close:    cl.Close,
+		postings:    postings,
+		deadLetters: kafkaDeadLetters{brokers: cfg.KafkaBrokers, topic: dead, opts: cfg.KafkaClientOpts},
+		close:       cl.Close,
 	}, nil
 }
 

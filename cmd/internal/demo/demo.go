@@ -87,9 +87,12 @@ type Config struct {
 	// cuts its links to every broker address both ways (black-holed,
 	// through proxies of package netfault that w1 dials instead of the
 	// brokers), releases the batch after the takeover and heals the links
-	// once its write was refused. "partition" refuses the Kafka sink (its
-	// producer would dial around the proxies) and a TLS connection (the
-	// worker's dialer through the proxies is plain TCP).
+	// once its write was refused. On the Kafka sink the sink's clients
+	// dial through the same links (the harness worker's --dial-map reaches
+	// them too), so the links heal right after the release and the held
+	// transaction's offset commit is refused by the group coordinator
+	// then. "partition" refuses a TLS connection (the worker's dialer
+	// through the proxies is plain TCP).
 	Fault string
 	// Out receives the timeline as it happens; nil discards.
 	Out io.Writer
@@ -202,9 +205,6 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	switch {
 	case !slices.Contains(Faults(), cfg.Fault):
 		return Summary{}, fmt.Errorf("%w: fault %q: want pause or partition", ErrConfig, cfg.Fault)
-	case cfg.Fault == FaultPartition && cfg.Kafka:
-		return Summary{}, fmt.Errorf("%w: --fault partition does not run with --sink kafka: the cut links proxy the worker's consumer connections, "+
-			"and the Kafka sink's producer dials the brokers directly, so the cut would isolate one client of two", ErrConfig)
 	case cfg.Fault == FaultPartition && slices.Contains(cfg.WorkerConn, "--tls"):
 		return Summary{}, fmt.Errorf("%w: --fault partition routes the worker's broker connections through proxies with a dialer of plain TCP, "+
 			"which does not speak TLS: run it on a plaintext listener (without --tls)", ErrConfig)
@@ -520,6 +520,25 @@ func (d *run) partition(victim *cluster.Worker) error {
 		return fmt.Errorf("demo: releasing %s's batch: %w", name, err)
 	}
 	d.logf("RELEASE %s's held batch, its broker links still cut: it still believes it owns partition %d at epoch %d", name, ft.Partition, ft.Epoch)
+	// On the Kafka sink the sink's producer reaches the brokers through
+	// the same links: its held transaction reaches the group coordinator,
+	// which refuses its offset commit, only once they heal.
+	var lost int64
+	var healAt time.Time
+	heal := func() error {
+		lost = d.links.Dropped() - d0
+		if err := d.links.Heal(); err != nil {
+			return fmt.Errorf("demo: healing %s's broker links: %w", name, err)
+		}
+		healAt = time.Now()
+		d.logf("HEAL %s: its broker links restored after %s, %d bytes dropped while cut", name, healAt.Sub(cutAt).Round(time.Millisecond), lost)
+		return nil
+	}
+	if d.cfg.Kafka {
+		if err := heal(); err != nil {
+			return err
+		}
+	}
 	if err := d.waitUntil(60*time.Second, name+"'s held write to be refused", func() bool { return victim.FencedCount() > fenced }); err != nil {
 		return fmt.Errorf("%w (its write of partition %d at epoch %d, released after the takeover, was not refused by the sink)", err, ft.Partition, ft.Epoch)
 	}
@@ -535,16 +554,14 @@ func (d *run) partition(victim *cluster.Worker) error {
 	for _, f := range victim.FencedLines() {
 		d.logf("REJECTED late write by %s: %s", name, f)
 	}
-	lost := d.links.Dropped() - d0
-	if err := d.links.Heal(); err != nil {
-		return fmt.Errorf("demo: healing %s's broker links: %w", name, err)
+	if !d.cfg.Kafka {
+		if err := heal(); err != nil {
+			return err
+		}
 	}
-	healAt := time.Now()
-	cut := healAt.Sub(cutAt).Round(time.Millisecond)
 	d.faults = append(d.faults, cluster.FaultSpan{Kind: kindPartition, Victim: name, Start: cutAt, End: healAt,
 		Detail: fmt.Sprintf("broker links cut both ways for %s while it held its batch of partition %d at epoch %d, running; taken over; the held write refused by the sink; %d bytes dropped",
-			cut, ft.Partition, ft.Epoch, lost)})
-	d.logf("HEAL %s: its broker links restored after %s, %d bytes dropped while cut", name, cut, lost)
+			healAt.Sub(cutAt).Round(time.Millisecond), ft.Partition, ft.Epoch, lost)})
 	if n := victim.Count(faults.KindDialUnmapped); n > 0 {
 		return fmt.Errorf("demo: %s dialled %d broker addresses outside its links: the cut did not reach every connection", name, n)
 	}

@@ -13,14 +13,13 @@ import (
 
 func TestRejectsBadConfig(t *testing.T) {
 	for name, cfg := range map[string]Config{
-		"one worker":                  {Workers: 1, Worker: cluster.Binary{Argv: []string{"x"}}},
-		"no worker argv":              {},
-		"few commands":                {Commands: 10, Worker: cluster.Binary{Argv: []string{"x"}}},
-		"no lane":                     {KeyConcurrency: -2, Worker: cluster.Binary{Argv: []string{"x"}}},
-		"protocol":                    {Protocol: "eager", Worker: cluster.Binary{Argv: []string{"x"}}},
-		"fault":                       {Fault: "freeze", Worker: cluster.Binary{Argv: []string{"x"}}},
-		"partition on the Kafka sink": {Fault: FaultPartition, Kafka: true, Worker: cluster.Binary{Argv: []string{"x"}}},
-		"partition over TLS":          {Fault: FaultPartition, WorkerConn: []string{"--tls"}, Worker: cluster.Binary{Argv: []string{"x"}}},
+		"one worker":         {Workers: 1, Worker: cluster.Binary{Argv: []string{"x"}}},
+		"no worker argv":     {},
+		"few commands":       {Commands: 10, Worker: cluster.Binary{Argv: []string{"x"}}},
+		"no lane":            {KeyConcurrency: -2, Worker: cluster.Binary{Argv: []string{"x"}}},
+		"protocol":           {Protocol: "eager", Worker: cluster.Binary{Argv: []string{"x"}}},
+		"fault":              {Fault: "freeze", Worker: cluster.Binary{Argv: []string{"x"}}},
+		"partition over TLS": {Fault: FaultPartition, WorkerConn: []string{"--tls"}, Worker: cluster.Binary{Argv: []string{"x"}}},
 	} {
 		if _, err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err = %v, want ErrConfig", name, err)

@@ -81,3 +81,26 @@ func TestPartitionDemoFailsWhenTheCutMisses(t *testing.T) {
 		t.Fatalf("err %v, counted %v (%s), want the cut seen to drop nothing\n%s", err, sum.Counted, sum.Line(), strings.Join(sum.Timeline, "\n"))
 	}
 }
+
+// TestPartitionDemoKafka runs Fault "partition" on the Kafka sink: w1's
+// sink clients dial through its links too, so the cut isolates its
+// producer with its consumer; the links heal after the release, and the
+// held transaction's offset commit is refused by the group coordinator.
+func TestPartitionDemoKafka(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds workrouter-lab and runs the demo's broker and worker processes")
+	}
+	sum, err := demo.Run(t.Context(), demo.Config{Fault: demo.FaultPartition, Kafka: true, Commands: 1200, Accounts: 100, Worker: demo.LabBinary(t)})
+	log := strings.Join(sum.Timeline, "\n")
+	if err != nil || !sum.Counted || !cleanLine.MatchString(sum.Line()) {
+		t.Fatalf("err %v, counted %v, final line %q\n%s", err, sum.Counted, sum.Line(), log)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?s)RELEASE w1's held batch, its broker links still cut.*HEAL w1: its broker links restored after [^,]+, [1-9][0-9]* bytes dropped while cut.*REJECTED late write by w1: sink: apply fenced .* refused: [A-Z_]+`),
+		regexp.MustCompile(`w1 back in the group after the heal: it claimed p[0-9]+@epoch[0-9]+`),
+	} {
+		if !want.MatchString(log) {
+			t.Errorf("the run's lines lack %q:\n%s", want, log)
+		}
+	}
+}
