@@ -1,0 +1,243 @@
+package kafka_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/sink"
+	"github.com/workrouter/workrouter/sink/kafka"
+)
+
+// brokerEnv, set to "<data dir>|<port>", makes the test binary a kfake
+// broker process (TestBrokerRestart's): one broker on 127.0.0.1:<port>
+// keeping its state in the data dir, as the lab's harness broker does
+// (cmd/internal/brokerproc). It prints "READY" when it serves, and runs
+// until it is killed.
+const brokerEnv = "WR_KAFKASINK_BROKER"
+
+func childBroker() int {
+	dir, port, ok := strings.Cut(os.Getenv(brokerEnv), "|")
+	p, err := strconv.Atoi(port)
+	if !ok || err != nil {
+		fmt.Fprintln(os.Stderr, "broker: bad", brokerEnv)
+		return 2
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(p), kfake.DataDir(dir),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "broker:", err)
+		return 1
+	}
+	defer c.Close()
+	fmt.Println("READY")
+	select {}
+}
+
+// brokerProc is a kfake broker in a process of its own, with a data dir,
+// that a test kills with SIGKILL and starts again on the same address.
+type brokerProc struct {
+	dir, addr string
+	port      int
+	cmd       *exec.Cmd
+	done      chan struct{}
+	kills     int // SIGKILLs the process died of
+}
+
+func startBrokerProc(t *testing.T) *brokerProc {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	bp := &brokerProc{dir: filepath.Join(t.TempDir(), "data"), port: port, addr: "127.0.0.1:" + strconv.Itoa(port)}
+	bp.start(t)
+	t.Cleanup(func() { bp.kill(t) })
+	return bp
+}
+
+func (bp *brokerProc) start(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), brokerEnv+"="+bp.dir+"|"+strconv.Itoa(bp.port))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan bool, 1)
+	done := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "READY" {
+				ready <- true
+			}
+		}
+		ready <- false
+		_ = cmd.Wait()
+		close(done)
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatal("the broker process exited before it was ready")
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the broker process was not ready within 60s")
+	}
+	bp.cmd, bp.done = cmd, done
+}
+
+// kill kills the broker process with SIGKILL and waits for its end.
+func (bp *brokerProc) kill(t *testing.T) {
+	t.Helper()
+	if bp.cmd == nil {
+		return
+	}
+	_ = bp.cmd.Process.Signal(syscall.SIGKILL)
+	<-bp.done
+	if ws, ok := bp.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+		bp.kills++
+	}
+	bp.cmd = nil
+}
+
+// restart is the fault: SIGKILL, then the same broker on the same address
+// and data dir.
+func (bp *brokerProc) restart(t *testing.T) {
+	t.Helper()
+	before := bp.kills
+	bp.kill(t)
+	if bp.kills != before+1 {
+		t.Fatal("the broker process did not die of the SIGKILL")
+	}
+	bp.start(t)
+	t.Logf("broker restarted (SIGKILL %d) on %s", bp.kills, bp.addr)
+}
+
+// TestBrokerRestart: issue 43. The broker (kfake in a process of its own,
+// with a data dir, as the lab's chaos harness runs it) is killed with
+// SIGKILL and started again on the same address: between two
+// transactions, inside a transaction before its offset commit, and before
+// its EndTxn. kfake forgets a transaction open at the kill (it bumps the
+// producer's epoch), so the sink's producer fails with an epoch error and
+// then, at its EndTxn, INVALID_TXN_STATE, after which franz-go holds its
+// producer ID fatal (KIP-890): the sink must replace that producer, not
+// put it back in its pool (red without: every later Apply fails with
+// "producer ID has a fatal, unrecoverable error", a stall), and the
+// failed Apply is a sink failure, not a fence, so it is retried. After
+// the restart every input has exactly one output visible to a
+// read_committed consumer, and the sink keeps applying.
+func TestBrokerRestart(t *testing.T) {
+	for _, at := range []string{"between-transactions", "before-offset-commit", "before-end-txn"} {
+		t.Run(at, func(t *testing.T) {
+			bp := startBrokerProc(t)
+			b := &broker{name: "kfake-process", addrs: []string{bp.addr}, sfx: suffix()}
+			testBrokerRestart(t, b, at, bp.restart)
+		})
+	}
+}
+
+func testBrokerRestart(t *testing.T, b *broker, at string, restart func(*testing.T)) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	tp := b.sinkTopics(t)
+	in := b.topic(t, "in", 1, nil)
+	var logs syncBuffer
+	s := b.newSink(t, tp, func(c *kafka.Config) {
+		c.ClientFenceOnly, c.Producers, c.TransactionTimeout = true, 1, 5*time.Second
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	tok := epochs.Token{Group: "wr-kafkasink-restart-" + b.sfx, Topic: in, Partition: 0, Epoch: 1, Member: "m"}
+	if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	const inputs, faultAt = 8, 4
+	var hookOnce sync.Once
+	hook := func() { hookOnce.Do(func() { restart(t) }) }
+	switch at {
+	case "before-offset-commit":
+		kafka.SetTestBeforeOffsetCommit(func() {})
+		defer kafka.SetTestBeforeOffsetCommit(nil)
+	case "before-end-txn":
+		kafka.SetTestBeforeEndTxn(func() {})
+		defer kafka.SetTestBeforeEndTxn(nil)
+	}
+	failures := 0
+	for off := int64(0); off < inputs; off++ {
+		if off == faultAt {
+			switch at {
+			case "between-transactions":
+				restart(t)
+			case "before-offset-commit":
+				kafka.SetTestBeforeOffsetCommit(hook)
+			case "before-end-txn":
+				kafka.SetTestBeforeEndTxn(hook)
+			}
+		}
+		for attempt := 1; ; attempt++ {
+			res, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{off}}, produceEffect(tp.out, []int64{off}, "out"))
+			if err == nil {
+				if res.NextOffset != off+1 {
+					t.Fatalf("Apply of input %d: %+v", off, res)
+				}
+				break
+			}
+			if errors.Is(err, sink.ErrFenced) || !s.IsSinkFailure(err) {
+				t.Fatalf("Apply of input %d after the broker restart: %v; want a sink failure that is not sink.ErrFenced", off, err)
+			}
+			failures++
+			t.Logf("Apply of input %d, attempt %d: %v", off, attempt, err)
+			if attempt == 10 || ctx.Err() != nil {
+				t.Fatalf("input %d never applied after the broker restart (%d attempts; stats %+v): last error %v", off, attempt, s.Stats(), err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	st := s.Stats()
+	t.Logf("%s: %d failed Applies; stats %+v", at, failures, st)
+	if at != "between-transactions" && st.ProducersReplaced < 1 {
+		t.Fatalf("stats %+v: no producer replaced, the fault did not hit a transaction", st)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	recs, err := b.tryReadCommittedCtx(rctx, tp.out)
+	if err != nil {
+		t.Fatalf("read_committed read of the outputs after the restart: %v", err)
+	}
+	got := map[int64]int{}
+	for _, r := range recs {
+		off, _ := strconv.ParseInt(string(r.Key), 10, 64)
+		got[off]++
+	}
+	for off := int64(0); off < inputs; off++ {
+		if got[off] != 1 {
+			t.Fatalf("input %d has %d outputs visible to read_committed, want 1 (all: %v)", off, got[off], got)
+		}
+	}
+	if st.ProducersReplaced > 0 && !strings.Contains(logs.String(), "kafka sink: transactional producer replaced") {
+		t.Fatalf("no Warn line for the %d replacements", st.ProducersReplaced)
+	}
+}
