@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -134,6 +135,11 @@ type Sink struct {
 type producer struct {
 	cl    *kgo.Client
 	txnID string
+	// The producer ID and epoch of the last transaction begun and the
+	// partitions it produced to: what replace aborts with markers.
+	pid     int64
+	epoch   int16
+	touched map[string][]int32
 }
 
 // scopeState is the client-side fence of one scope: what this Sink
@@ -640,8 +646,19 @@ func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sin
 		}
 		return err
 	}
-	if err := p.cl.ProduceSync(ctx, all...).FirstErr(); err != nil {
-		return fail(fmt.Errorf("kafka sink: produce %d records in the transaction: %w", len(all), err))
+	p.pid, p.epoch, p.touched = -1, -1, nil
+	if id, epoch, err := p.cl.ProducerID(ctx); err == nil {
+		p.pid, p.epoch = id, epoch
+	}
+	perr := p.cl.ProduceSync(ctx, all...).FirstErr()
+	p.touched = map[string][]int32{}
+	for _, r := range all {
+		if r.Partition >= 0 && !slices.Contains(p.touched[r.Topic], r.Partition) {
+			p.touched[r.Topic] = append(p.touched[r.Topic], r.Partition)
+		}
+	}
+	if perr != nil {
+		return fail(fmt.Errorf("kafka sink: produce %d records in the transaction: %w", len(all), perr))
 	}
 	if testBeforeOffsetCommit != nil {
 		testBeforeOffsetCommit()
@@ -829,11 +846,14 @@ func (s *Sink) replace(ctx context.Context, p *producer, cause string, err error
 
 	actx, cancel := context.WithTimeout(bctx, s.replaceTimeout())
 	aerr := s.abortID(actx, oldID)
+	markers := 0
+	if aerr == nil {
+		markers, aerr = s.writeAborts(actx, p.pid, p.epoch, p.touched)
+	}
 	cancel()
+	s.abortMarkers.Add(int64(markers))
 	if aerr != nil {
 		s.abortFailed.Add(1)
-	} else {
-		s.abortMarkers.Add(1)
 	}
 	sctx, cancel := context.WithTimeout(bctx, s.replaceTimeout())
 	serr := s.start(sctx, p)
@@ -842,7 +862,7 @@ func (s *Sink) replace(ctx context.Context, p *producer, cause string, err error
 		s.startFailed.Add(1)
 	}
 	s.log(slog.LevelWarn, "kafka sink: transactional producer replaced", "old_transactional_id", oldID,
-		"new_transactional_id", p.txnID, "cause", cause, "err", err, "old_id_aborted", aerr == nil, "abort_err", aerr,
+		"new_transactional_id", p.txnID, "cause", cause, "err", err, "abort_markers", markers, "abort_err", aerr,
 		"started", serr == nil, "start_err", serr)
 }
 
@@ -859,6 +879,52 @@ func (s *Sink) abortID(ctx context.Context, id string) error {
 	return err
 }
 
+// writeAborts writes an ABORT marker of producer pid at epoch to each
+// partition in touched (WriteTxnMarkers, which kgo sends to each
+// partition's leader) and returns how many were written. It is for a
+// broker that lost the transaction at a restart and wrote no marker
+// (kfake: its read_committed fetches then never return the transaction's
+// last records, and a reader waiting for the partition's last offset
+// waits forever). Sent after abortID, so a transaction the coordinator
+// still had is complete (aborted, or committed if its commit was under
+// way); a marker of a producer with no open transaction in the partition
+// ends nothing, and one at an epoch the partition has seen superseded is
+// refused. A broker that refuses the request (it is the coordinator's,
+// and needs CLUSTER_ACTION where ACLs are on) writes nothing: the error
+// says so.
+func (s *Sink) writeAborts(ctx context.Context, pid int64, epoch int16, touched map[string][]int32) (int, error) {
+	if pid < 0 || len(touched) == 0 {
+		return 0, nil
+	}
+	req := kmsg.NewPtrWriteTxnMarkersRequest()
+	m := kmsg.NewWriteTxnMarkersRequestMarker()
+	m.ProducerID, m.ProducerEpoch, m.Committed = pid, epoch, false
+	for _, t := range slices.Sorted(maps.Keys(touched)) {
+		mt := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
+		mt.Topic, mt.Partitions = t, touched[t]
+		m.Topics = append(m.Topics, mt)
+	}
+	req.Markers = []kmsg.WriteTxnMarkersRequestMarker{m}
+	resp, err := req.RequestWith(ctx, s.admin)
+	if err != nil {
+		return 0, fmt.Errorf("kafka sink: write ABORT markers of producer %d: %w", pid, err)
+	}
+	n := 0
+	var errs []error
+	for _, rm := range resp.Markers {
+		for _, rt := range rm.Topics {
+			for _, rp := range rt.Partitions {
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					errs = append(errs, fmt.Errorf("kafka sink: ABORT marker of producer %d in %s/%d: %w", pid, rt.Topic, rp.Partition, err))
+				} else {
+					n++
+				}
+			}
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
 // Stats are the Sink's counters since New.
 type Stats struct {
 	// ProducersReplaced counts transactional producers closed and
@@ -867,13 +933,16 @@ type Stats struct {
 	// restart that lost the transaction, a fenced or fatal producer ID,
 	// INVALID_TXN_STATE, a record never answered): each is a Warn line.
 	ProducersReplaced int64
-	// AbortMarkers counts old transactional IDs of replaced producers
-	// initialized once more, which makes the coordinator abort, with
-	// ABORT markers, a transaction the old client left open.
+	// AbortMarkers counts the ABORT markers a replacement wrote itself
+	// (WriteTxnMarkers), one per partition the failed transaction
+	// produced to, after initializing the old transactional ID once more
+	// (which makes a coordinator that still has the transaction abort it
+	// with markers of its own).
 	AbortMarkers int64
-	// AbortsFailed counts old IDs that could not be initialized (the
-	// broker was not back): their open transaction, if any, ends at the
-	// transaction timeout.
+	// AbortsFailed counts replacements whose old ID could not be
+	// initialized (the broker was not back) or whose markers were
+	// refused: a transaction the coordinator still has then ends at its
+	// timeout; one it lost stays without a marker.
 	AbortsFailed int64
 	// StartsFailed counts replacement producers that could not
 	// initialize their transactional ID; the next commit that draws one

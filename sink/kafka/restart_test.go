@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/sink"
@@ -237,7 +239,52 @@ func testBrokerRestart(t *testing.T, b *broker, at string, restart func(*testing
 			t.Fatalf("input %d has %d outputs visible to read_committed, want 1 (all: %v)", off, got[off], got)
 		}
 	}
+	// A reader that reads up to the last offset below the end (as the
+	// lab's checker does) must get there: a lost transaction without an
+	// ABORT marker is never returned by a read_committed fetch, and such
+	// a reader waits forever.
+	for _, topic := range []string{tp.out, tp.checkpoint} {
+		if err := readToEnd(rctx, b, topic, 15*time.Second); err != nil {
+			t.Fatalf("stats %+v: %v", st, err)
+		}
+	}
 	if st.ProducersReplaced > 0 && !strings.Contains(logs.String(), "kafka sink: transactional producer replaced") {
 		t.Fatalf("no Warn line for the %d replacements", st.ProducersReplaced)
 	}
+}
+
+// readToEnd reads partition 0 of topic with read_committed (control
+// records kept) until the record at the last offset below the end the
+// partition had at the call arrives, or fails after idle without one.
+func readToEnd(ctx context.Context, b *broker, topic string, idle time.Duration) error {
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(b.addrs...))
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return err
+	}
+	end, _ := ends.Lookup(topic, 0)
+	if end.Offset <= 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addrs...), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	rctx, cancel := context.WithTimeout(ctx, idle)
+	defer cancel()
+	last := int64(-1)
+	for last < end.Offset-1 {
+		fs := cl.PollFetches(rctx)
+		if rctx.Err() != nil {
+			return fmt.Errorf("read_committed read of %s stuck at offset %d, below its last offset %d (a transaction without a marker?)", topic, last, end.Offset-1)
+		}
+		fs.EachRecord(func(r *kgo.Record) { last = max(last, r.Offset) })
+	}
+	return nil
 }
