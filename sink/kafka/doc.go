@@ -96,9 +96,13 @@
 // transactional ID once more with a client of its own (InitProducerId:
 // the coordinator aborts a transaction of it still open, writing ABORT
 // markers to the partitions it touched, so read_committed consumers and
-// require_stable fetches do not wait for the transaction timeout), and
-// starts a client with a new transactional ID: the next number after
-// the Sink's last (see Config.TransactionalID). If the broker is not back
+// require_stable fetches do not wait for the transaction timeout), writes
+// ABORT markers itself (WriteTxnMarkers at the old producer ID and
+// epoch) to every partition the failed transaction produced to, for a
+// broker that lost the transaction and wrote none (kfake: a reader
+// waiting for such a partition's last offset waits forever), and starts
+// a client with a new transactional ID: the next number after the
+// Sink's last (see Config.TransactionalID). If the broker is not back
 // yet, the old transaction ends at its timeout and the new client is
 // started by the next Apply that draws the producer. The failed Apply or
 // DeadLetter returns a sink failure, not sink.ErrFenced (only a refused

@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/kafkacluster"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/kafka"
 )
@@ -153,16 +154,52 @@ func (bp *brokerProc) restart(t *testing.T) {
 // the restart every input has exactly one output visible to a
 // read_committed consumer, and the sink keeps applying.
 func TestBrokerRestart(t *testing.T) {
-	for _, at := range []string{"between-transactions", "before-offset-commit", "before-end-txn"} {
-		t.Run(at, func(t *testing.T) {
-			bp := startBrokerProc(t)
-			b := &broker{name: "kfake-process", addrs: []string{bp.addr}, sfx: suffix()}
-			testBrokerRestart(t, b, at, bp.restart)
-		})
-	}
+	cuts := []string{"between-transactions", "before-offset-commit", "before-end-txn"}
+	t.Run("kfake", func(t *testing.T) {
+		for _, at := range cuts {
+			t.Run(at, func(t *testing.T) {
+				bp := startBrokerProc(t)
+				b := &broker{name: "kfake-process", addrs: []string{bp.addr}, sfx: suffix()}
+				testBrokerRestart(t, b, at, true, bp.restart)
+			})
+		}
+	})
+	// One private Apache Kafka node (internal/kafkacluster), killed with
+	// SIGKILL and started again on the same data: Kafka keeps an open
+	// transaction across the restart, so the sink may go on without a
+	// replacement; each input's output must still be visible once.
+	t.Run("kafka", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts a Kafka node (a JVM)")
+		}
+		kc := kafkacluster.Testing(t, kafkacluster.Config{Nodes: 1})
+		node := kc.Nodes()[0]
+		restart := func(t *testing.T) {
+			t.Helper()
+			if err := node.Kill(); err != nil {
+				t.Fatalf("kill the Kafka node: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			if err := node.Start(ctx); err != nil {
+				t.Fatalf("start the Kafka node again: %v", err)
+			}
+			t.Logf("Kafka node %d killed (SIGKILL) and started again", node.ID)
+		}
+		for _, at := range cuts {
+			t.Run(at, func(t *testing.T) {
+				b := &broker{name: "kafka-node", addrs: kc.Brokers(), sfx: suffix()}
+				testBrokerRestart(t, b, at, false, restart)
+			})
+		}
+	})
 }
 
-func testBrokerRestart(t *testing.T, b *broker, at string, restart func(*testing.T)) {
+// testBrokerRestart applies inputs 0 to 7 one batch each, with the
+// broker restarted at the cut at input 4, retrying each failed Apply (a
+// sink failure, never a fence). wantReplaced: the broker loses the
+// transaction (kfake), so a cut inside one must replace the producer.
+func testBrokerRestart(t *testing.T, b *broker, at string, wantReplaced bool, restart func(*testing.T)) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	tp := b.sinkTopics(t)
@@ -220,7 +257,7 @@ func testBrokerRestart(t *testing.T, b *broker, at string, restart func(*testing
 	}
 	st := s.Stats()
 	t.Logf("%s: %d failed Applies; stats %+v", at, failures, st)
-	if at != "between-transactions" && st.ProducersReplaced < 1 {
+	if wantReplaced && at != "between-transactions" && st.ProducersReplaced < 1 {
 		t.Fatalf("stats %+v: no producer replaced, the fault did not hit a transaction", st)
 	}
 	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
