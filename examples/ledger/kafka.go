@@ -224,23 +224,27 @@ func (l *Kafka) rebuild(ctx context.Context, tok epochs.Token) (map[string]int64
 }
 
 // KafkaEvents reads every event of topic that a read_committed consumer
-// sees, from the start up to the end the topic had when it was called,
-// by partition and offset. It waits while a transaction that wrote to the
-// topic before the call is open.
+// sees, from the start up to the last stable offset each partition had
+// when it was called (ListOffsets with read_committed isolation), by
+// partition and offset. A transaction still open at the call is left out
+// (its records are above the last stable offset), so it never waits for
+// one, whether it ends or, on a broker that lost it, never does. If no
+// record of a partition it still reads arrives for [KafkaEventsIdle], it
+// fails (ErrEventsStalled) instead of waiting on.
 func KafkaEvents(ctx context.Context, brokers []string, topic string, opts ...kgo.Opt) ([]Event, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: events: %w", err)
 	}
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: events: end offsets of %s: %w", topic, err)
 	}
 	if err := ends.Error(); err != nil {
 		return nil, fmt.Errorf("ledger: events: end offsets of %s: %w", topic, err)
 	}
-	want := map[int32]int64{} // partition -> the last offset below the end
+	want := map[int32]int64{} // partition -> the last offset below the last stable offset
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Offset > 0 {
 			want[o.Partition] = o.Offset - 1
@@ -265,10 +269,16 @@ func KafkaEvents(ctx context.Context, brokers []string, topic string, opts ...kg
 	}
 	defer rd.Close()
 	var out []Event
+	progress := time.Now()
 	for len(want) > 0 {
-		fs := rd.PollFetches(ctx)
+		pctx, cancel := context.WithDeadline(ctx, progress.Add(KafkaEventsIdle))
+		fs := rd.PollFetches(pctx)
+		cancel()
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("ledger: events: reading %s: %w", topic, err)
+		}
+		if time.Since(progress) >= KafkaEventsIdle {
+			return nil, fmt.Errorf("%w: %s: no record for %s, still to read up to (partition: offset) %v", ErrEventsStalled, topic, KafkaEventsIdle, want)
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("ledger: events: %s/%d: %w", t, p, err) })
@@ -290,6 +300,7 @@ func KafkaEvents(ctx context.Context, brokers []string, topic string, opts ...kg
 			if r.Offset >= last {
 				delete(want, r.Partition)
 			}
+			progress = time.Now()
 		})
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -300,6 +311,17 @@ func KafkaEvents(ctx context.Context, brokers []string, topic string, opts ...kg
 	})
 	return out, nil
 }
+
+// KafkaEventsIdle is how long KafkaEvents waits for the next record of a
+// partition it has not read to its end yet before it fails with
+// ErrEventsStalled: a record below the last stable offset that a
+// read_committed fetch never returns (one of an aborted transaction whose
+// ABORT marker is above that offset) must not hang it.
+var KafkaEventsIdle = 15 * time.Second
+
+// ErrEventsStalled is matched by the error of KafkaEvents when no record
+// of a partition it still reads arrived for KafkaEventsIdle.
+var ErrEventsStalled = errors.New("ledger: events: the read of the events stalled")
 
 // VerifyKafka reports the invariants of events (as [KafkaEvents] returns
 // them) as [VerifySQLite] does for the tables: an account's balance is

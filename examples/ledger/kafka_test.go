@@ -204,3 +204,62 @@ func TestKafkaEventsExactlyOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestKafkaEventsOpenTransaction: KafkaEvents reads to the last stable
+// offset, so a transaction left open on the events topic (a broker that
+// lost it never ends it) does not hold it back: it returns the committed
+// events before the open transaction at once, none of the open one's. Red before
+// (reading to the high watermark): the read waited on the open
+// transaction until the context's end.
+func TestKafkaEventsOpenTransaction(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	const topic = "events-open-txn"
+	adm, err := kadm.NewOptClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	produce := func(cl *kgo.Client, id string) {
+		t.Helper()
+		v := fmt.Sprintf(`{"id":%q,"account":"a","kind":"deposit","amount":1}`, id)
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plain, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	produce(plain, "committed-1")
+	open, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("open-txn"), kgo.TransactionTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	if err := open.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	produce(open, "open")
+	produce(plain, "after-open") // above the open transaction's first offset: not stable yet
+
+	start := time.Now()
+	evs, err := ledger.KafkaEvents(ctx, brokers, topic)
+	if err != nil {
+		t.Fatalf("KafkaEvents with a transaction open: %v (after %s)", err, time.Since(start))
+	}
+	if len(evs) != 1 || evs[0].ID != "committed-1" {
+		t.Fatalf("KafkaEvents with a transaction open: %+v, want the one event below it", evs)
+	}
+	t.Logf("read %d event below the open transaction in %s", len(evs), time.Since(start))
+}

@@ -81,6 +81,38 @@
 // last stable offset) and a claim of its input partition, if it had
 // added the offset commit already.
 //
+// # A producer that cannot recover: replaced, never pooled again
+//
+// A transaction can fail in a way its producer does not recover from: a
+// broker restarted with the transaction lost (kfake bumps the producer's
+// epoch and keeps no trace of the transaction: PRODUCER_FENCED or
+// INVALID_PRODUCER_EPOCH, then INVALID_TXN_STATE at EndTxn), a fenced
+// epoch, INVALID_PRODUCER_ID_MAPPING, a record never answered
+// (kgo.ErrRecordTimeout), or a client that refuses to begin a
+// transaction or could not abort one. Under KIP-890 franz-go then holds
+// the producer ID fatal ("producer ID has a fatal, unrecoverable error"
+// at every BeginTransaction), so such a producer is never put back in
+// the pool: the Sink closes its client, initializes the old
+// transactional ID once more with a client of its own (InitProducerId:
+// the coordinator aborts a transaction of it still open, writing ABORT
+// markers to the partitions it touched, so read_committed consumers and
+// require_stable fetches do not wait for the transaction timeout), writes
+// ABORT markers itself (WriteTxnMarkers at the old producer ID and
+// epoch) to every partition the failed transaction produced to, for a
+// broker that lost the transaction and wrote none (kfake: a reader
+// waiting for such a partition's last offset waits forever), and starts
+// a client with a new transactional ID: the next number after the
+// Sink's last (see Config.TransactionalID). If the broker is not back
+// yet, the old transaction ends at its timeout and the new client is
+// started by the next Apply that draws the producer. The failed Apply or
+// DeadLetter returns a sink failure, not sink.ErrFenced (only a refused
+// offset commit of the member is a fence), and the worker retries the
+// batch. Each replacement is a Warn line naming both IDs and the cause;
+// Stats counts them (ProducersReplaced, AbortMarkers, AbortsFailed,
+// StartsFailed). TestBrokerRestart kills a kfake broker process with a
+// data dir between transactions, before an offset commit and before an
+// EndTxn.
+//
 // # Command IDs
 //
 // The sink declares no dedupe window (sink.Features.DedupeWindow 0): a

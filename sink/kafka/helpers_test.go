@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childWorker())
 	}
+	if os.Getenv(brokerEnv) != "" {
+		os.Exit(childBroker())
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -191,6 +194,11 @@ func (b *broker) readCommitted(t testing.TB, topic string) []*kgo.Record {
 func (b *broker) tryReadCommitted(topic string) ([]*kgo.Record, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	return b.tryReadCommittedCtx(ctx, topic)
+}
+
+// tryReadCommittedCtx is tryReadCommitted within ctx.
+func (b *broker) tryReadCommittedCtx(ctx context.Context, topic string) ([]*kgo.Record, error) {
 	sentinel := "\x00sentinel-" + suffix()
 	pcl, err := kgo.NewClient(kgo.SeedBrokers(b.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {

@@ -7,13 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
@@ -50,6 +53,10 @@ type Config struct {
 	// producers: each is TransactionalID-<random>-<n>, unique to this
 	// Sink (per member, KIP-447 style: see the package doc for why the
 	// ID is not per partition or per tenure); default "workrouter-sink".
+	// <random> is drawn once per Sink; n counts from 0 over the Sink's
+	// life: 0 to Producers-1 at New, and the next number for each
+	// producer replaced after a transaction it could not recover from
+	// (Stats.ProducersReplaced), so no ID is used twice.
 	TransactionalID string
 	// Producers is how many transactional producers (each a kgo client
 	// with its own transactional ID) serve Apply concurrently: a
@@ -102,7 +109,15 @@ type Sink struct {
 	// transaction itself, so no AddOffsetsToTxn is sent.
 	implicitOffsets bool
 	producers       chan *producer
-	all             []*producer
+	base            []kgo.Opt // the options of every client
+	idBase          string    // TransactionalID-<random>-
+	nextID          atomic.Int64
+
+	allMu  sync.Mutex // guards all, closed and each producer's cl
+	all    []*producer
+	closed bool
+
+	replaced, abortMarkers, abortFailed, startFailed atomic.Int64
 
 	bound  chan struct{} // closed by BindMember
 	bindMu sync.Mutex
@@ -114,10 +129,17 @@ type Sink struct {
 	closeOnce sync.Once
 }
 
-// producer is one transactional kgo client.
+// producer is one transactional kgo client. A producer is in the pool or
+// held by one commit; cl is nil while a replacement is not started yet
+// (the next commit that draws it starts it).
 type producer struct {
 	cl    *kgo.Client
 	txnID string
+	// The producer ID and epoch of the last transaction begun and the
+	// partitions it produced to: what replace aborts with markers.
+	pid     int64
+	epoch   int16
+	touched map[string][]int32
 }
 
 // scopeState is the client-side fence of one scope: what this Sink
@@ -172,7 +194,8 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	versions.SetMaxKeyVersion(kmsg.TxnOffsetCommit.Int16(), 5)
 	versions.SetMaxKeyVersion(kmsg.OffsetFetch.Int16(), 9)
 	base := slices.Clip(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.MaxVersions(versions)}, cfg.ClientOpts...))
-	s := &Sink{cfg: cfg, producers: make(chan *producer, cfg.Producers), bound: make(chan struct{}), scopes: map[epochs.Scope]*scopeState{}}
+	s := &Sink{cfg: cfg, producers: make(chan *producer, cfg.Producers), bound: make(chan struct{}), scopes: map[epochs.Scope]*scopeState{},
+		base: base, idBase: cfg.TransactionalID + "-" + suffix + "-"}
 	if cfg.ClientFenceOnly {
 		close(s.bound)
 	}
@@ -185,24 +208,45 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		return nil, err
 	}
 	s.implicitOffsets = implicitOffsets(ctx, s.admin)
-	for i := range cfg.Producers {
-		id := cfg.TransactionalID + "-" + suffix + "-" + strconv.Itoa(i)
-		cl, err := kgo.NewClient(append(base, s.producerOpts(id)...)...)
-		if err == nil {
-			_, _, err = cl.ProducerID(ctx)
-			if err != nil {
-				cl.Close()
-			}
-		}
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("kafka sink: start transactional producer %q: %w", id, err)
-		}
-		p := &producer{cl: cl, txnID: id}
+	for range cfg.Producers {
+		p := &producer{txnID: s.newTxnID()}
 		s.all = append(s.all, p)
+		if err := s.start(ctx, p); err != nil {
+			s.Close()
+			return nil, err
+		}
 		s.producers <- p
 	}
 	return s, nil
+}
+
+// newTxnID returns the next transactional ID of the Sink's producers:
+// TransactionalID-<random>-<n>, n counting from 0 over the Sink's life
+// (the first Producers at New, each replacement the next).
+func (s *Sink) newTxnID() string {
+	return s.idBase + strconv.FormatInt(s.nextID.Add(1)-1, 10)
+}
+
+// start starts p's client (p.cl nil) with p.txnID and initializes its
+// transactional ID (InitProducerId).
+func (s *Sink) start(ctx context.Context, p *producer) error {
+	cl, err := kgo.NewClient(append(s.base, s.producerOpts(p.txnID)...)...)
+	if err == nil {
+		if _, _, err = cl.ProducerID(ctx); err != nil {
+			cl.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("kafka sink: start transactional producer %q: %w", p.txnID, err)
+	}
+	s.allMu.Lock()
+	defer s.allMu.Unlock()
+	if s.closed {
+		cl.Close()
+		return fmt.Errorf("kafka sink: start transactional producer %q: %w", p.txnID, kgo.ErrClientClosed)
+	}
+	p.cl = cl
+	return nil
 }
 
 // log logs msg at level on Config.Logger, if any.
@@ -308,9 +352,14 @@ func (s *Sink) groupMeta(op sink.Op, tok epochs.Token) (string, int32, error) {
 // passes. Close is idempotent.
 func (s *Sink) Close() {
 	s.closeOnce.Do(func() {
+		s.allMu.Lock()
+		s.closed = true
 		for _, p := range s.all {
-			p.cl.Close()
+			if p.cl != nil {
+				p.cl.Close()
+			}
 		}
+		s.allMu.Unlock()
 		if s.admin != nil {
 			s.admin.Close()
 		}
@@ -492,6 +541,14 @@ func (s *Sink) commit(ctx context.Context, op sink.Op, st *scopeState, tok epoch
 		return nil, ctx.Err()
 	}
 	defer func() { s.producers <- p }()
+	if p.cl == nil {
+		// A replacement whose start failed (the broker was still
+		// away): start it now.
+		if err := s.start(ctx, p); err != nil {
+			s.startFailed.Add(1)
+			return nil, err
+		}
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	next, err := s.begin(ctx, op, st, tok)
@@ -522,6 +579,10 @@ func (s *Sink) commit(ctx context.Context, op sink.Op, st *scopeState, tok epoch
 		if err == nil {
 			break
 		}
+		if cause, ok := producerBroken(err); ok {
+			s.replace(ctx, p, cause, err)
+			return nil, err
+		}
 		if !generationMoved(err) {
 			return nil, err
 		}
@@ -548,6 +609,10 @@ func (s *Sink) commit(ctx context.Context, op sink.Op, st *scopeState, tok epoch
 // every transaction between its records and its offset commit.
 var testBeforeOffsetCommit func()
 
+// testBeforeEndTxn, if set (by this package's tests only), runs in every
+// transaction between its offset commit and its EndTxn.
+var testBeforeEndTxn func()
+
 // maxGenerationRetries bounds the attempts of one commit whose offset
 // commit the coordinator refuses for a generation the member's client has
 // not learned yet.
@@ -567,7 +632,7 @@ func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sin
 	all []*kgo.Record, to int64, md string) error {
 	scope := tok.Scope()
 	if err := p.cl.BeginTransaction(); err != nil {
-		return fmt.Errorf("kafka sink: begin transaction: %w", err)
+		return fmt.Errorf("kafka sink: begin transaction: %w: %w", errNoBegin, err)
 	}
 	fail := func(err error) error {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.TransactionTimeout)
@@ -577,12 +642,23 @@ func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sin
 			"records", len(all), "offset", to, "err", err, "abort_err", aerr)
 		if aerr != nil {
 			st.uncertain = true
-			return errors.Join(err, fmt.Errorf("kafka sink: abort: %w", aerr))
+			return errors.Join(err, fmt.Errorf("kafka sink: abort: %w: %w", errNotEnded, aerr))
 		}
 		return err
 	}
-	if err := p.cl.ProduceSync(ctx, all...).FirstErr(); err != nil {
-		return fail(fmt.Errorf("kafka sink: produce %d records in the transaction: %w", len(all), err))
+	p.pid, p.epoch, p.touched = -1, -1, nil
+	if id, epoch, err := p.cl.ProducerID(ctx); err == nil {
+		p.pid, p.epoch = id, epoch
+	}
+	perr := p.cl.ProduceSync(ctx, all...).FirstErr()
+	p.touched = map[string][]int32{}
+	for _, r := range all {
+		if r.Partition >= 0 && !slices.Contains(p.touched[r.Topic], r.Partition) {
+			p.touched[r.Topic] = append(p.touched[r.Topic], r.Partition)
+		}
+	}
+	if perr != nil {
+		return fail(fmt.Errorf("kafka sink: produce %d records in the transaction: %w", len(all), perr))
 	}
 	if testBeforeOffsetCommit != nil {
 		testBeforeOffsetCommit()
@@ -593,6 +669,9 @@ func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sin
 		}
 		return fail(err)
 	}
+	if testBeforeEndTxn != nil {
+		testBeforeEndTxn()
+	}
 	// The commit's outcome may be unknown if it fails: the next call
 	// reads the committed offset first.
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.TransactionTimeout)
@@ -600,7 +679,7 @@ func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sin
 	if err := p.cl.EndTransaction(ectx, kgo.TryCommit); err != nil {
 		st.uncertain = true
 		if aerr := p.cl.EndTransaction(ectx, kgo.TryAbort); aerr != nil {
-			err = errors.Join(err, aerr)
+			err = errors.Join(err, fmt.Errorf("kafka sink: abort: %w: %w", errNotEnded, aerr))
 		}
 		return fmt.Errorf("kafka sink: commit the transaction of %s: %w", tok, err)
 	}
@@ -700,4 +779,179 @@ var (
 // scopeKey is the checkpoint record's key of scope.
 func scopeKey(scope epochs.Scope) string {
 	return strings.Join([]string{scope.Group, scope.Topic, strconv.Itoa(int(scope.Partition))}, "/")
+}
+
+// errNoBegin and errNotEnded mark a transaction that failed in a way the
+// producer does not recover from: its client refused to begin one (kgo
+// holds its producer ID fatal, or it is still in a transaction), or the
+// abort after a failure failed too (the client may still be in the
+// transaction).
+var (
+	errNoBegin  = errors.New("the producer cannot begin a transaction")
+	errNotEnded = errors.New("the transaction did not end")
+)
+
+// producerBroken reports whether err, a failed transaction, leaves its
+// producer unusable, and names the cause: the broker fenced or forgot
+// the producer's epoch (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH,
+// INVALID_PRODUCER_ID_MAPPING: a broker restarted with the transaction
+// lost does this, and under KIP-890 kgo holds such a producer ID fatal),
+// the transaction's state is not the client's (INVALID_TXN_STATE), a
+// record was never answered (kgo.ErrRecordTimeout), or the client could
+// not begin or end the transaction (errNoBegin, errNotEnded).
+func producerBroken(err error) (string, bool) {
+	for _, e := range []error{kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.InvalidProducerIDMapping, kerr.InvalidTxnState} {
+		if errors.Is(err, e) {
+			return e.(*kerr.Error).Message, true
+		}
+	}
+	switch {
+	case errors.Is(err, kgo.ErrRecordTimeout):
+		return "record never answered", true
+	case errors.Is(err, errNoBegin):
+		return "cannot begin a transaction", true
+	case errors.Is(err, errNotEnded):
+		return "abort failed", true
+	}
+	return "", false
+}
+
+// replaceTimeout bounds each step of a replacement (the old ID's abort,
+// the new ID's InitProducerId).
+func (s *Sink) replaceTimeout() time.Duration { return min(s.cfg.TransactionTimeout, 10*time.Second) }
+
+// replace closes p's client, whose transaction failed with err (cause:
+// producerBroken's name), and gives p a new transactional ID
+// (newTxnID), never used before, whose client it starts. Before, it
+// initializes the old transactional ID once more (InitProducerId), which
+// makes its transaction coordinator abort the transaction the old client
+// left open, writing ABORT markers to the partitions it touched, so that
+// read_committed consumers and require_stable offset fetches do not wait
+// for the transaction timeout (AbortMarkers counts these). If the broker
+// is not back yet, the abort is left to the coordinator's transaction
+// timeout, and the new client is started by the next commit that draws
+// p. The caller holds p (it is not in the pool).
+func (s *Sink) replace(ctx context.Context, p *producer, cause string, err error) {
+	s.allMu.Lock()
+	old := p.cl
+	p.cl = nil
+	s.allMu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	oldID := p.txnID
+	p.txnID = s.newTxnID()
+	s.replaced.Add(1)
+	bctx := context.WithoutCancel(ctx)
+
+	actx, cancel := context.WithTimeout(bctx, s.replaceTimeout())
+	aerr := s.abortID(actx, oldID)
+	markers := 0
+	if aerr == nil {
+		markers, aerr = s.writeAborts(actx, p.pid, p.epoch, p.touched)
+	}
+	cancel()
+	s.abortMarkers.Add(int64(markers))
+	if aerr != nil {
+		s.abortFailed.Add(1)
+	}
+	sctx, cancel := context.WithTimeout(bctx, s.replaceTimeout())
+	serr := s.start(sctx, p)
+	cancel()
+	if serr != nil {
+		s.startFailed.Add(1)
+	}
+	s.log(slog.LevelWarn, "kafka sink: transactional producer replaced", "old_transactional_id", oldID,
+		"new_transactional_id", p.txnID, "cause", cause, "err", err, "abort_markers", markers, "abort_err", aerr,
+		"started", serr == nil, "start_err", serr)
+}
+
+// abortID initializes transactional ID id with a client of its own and
+// closes it: the coordinator aborts (with markers) a transaction of id
+// still open and bumps its epoch.
+func (s *Sink) abortID(ctx context.Context, id string) error {
+	cl, err := kgo.NewClient(append(s.base, kgo.TransactionalID(id), kgo.TransactionTimeout(s.cfg.TransactionTimeout))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	_, _, err = cl.ProducerID(ctx)
+	return err
+}
+
+// writeAborts writes an ABORT marker of producer pid at epoch to each
+// partition in touched (WriteTxnMarkers, which kgo sends to each
+// partition's leader) and returns how many were written. It is for a
+// broker that lost the transaction at a restart and wrote no marker
+// (kfake: its read_committed fetches then never return the transaction's
+// last records, and a reader waiting for the partition's last offset
+// waits forever). Sent after abortID, so a transaction the coordinator
+// still had is complete (aborted, or committed if its commit was under
+// way); a marker of a producer with no open transaction in the partition
+// ends nothing, and one at an epoch the partition has seen superseded is
+// refused. A broker that refuses the request (it is the coordinator's,
+// and needs CLUSTER_ACTION where ACLs are on) writes nothing: the error
+// says so.
+func (s *Sink) writeAborts(ctx context.Context, pid int64, epoch int16, touched map[string][]int32) (int, error) {
+	if pid < 0 || len(touched) == 0 {
+		return 0, nil
+	}
+	req := kmsg.NewPtrWriteTxnMarkersRequest()
+	m := kmsg.NewWriteTxnMarkersRequestMarker()
+	m.ProducerID, m.ProducerEpoch, m.Committed = pid, epoch, false
+	for _, t := range slices.Sorted(maps.Keys(touched)) {
+		mt := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
+		mt.Topic, mt.Partitions = t, touched[t]
+		m.Topics = append(m.Topics, mt)
+	}
+	req.Markers = []kmsg.WriteTxnMarkersRequestMarker{m}
+	resp, err := req.RequestWith(ctx, s.admin)
+	if err != nil {
+		return 0, fmt.Errorf("kafka sink: write ABORT markers of producer %d: %w", pid, err)
+	}
+	n := 0
+	var errs []error
+	for _, rm := range resp.Markers {
+		for _, rt := range rm.Topics {
+			for _, rp := range rt.Partitions {
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					errs = append(errs, fmt.Errorf("kafka sink: ABORT marker of producer %d in %s/%d: %w", pid, rt.Topic, rp.Partition, err))
+				} else {
+					n++
+				}
+			}
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// Stats are the Sink's counters since New.
+type Stats struct {
+	// ProducersReplaced counts transactional producers closed and
+	// replaced by one with a new transactional ID, after a transaction
+	// failed in a way the producer does not recover from (a broker
+	// restart that lost the transaction, a fenced or fatal producer ID,
+	// INVALID_TXN_STATE, a record never answered): each is a Warn line.
+	ProducersReplaced int64
+	// AbortMarkers counts the ABORT markers a replacement wrote itself
+	// (WriteTxnMarkers), one per partition the failed transaction
+	// produced to, after initializing the old transactional ID once more
+	// (which makes a coordinator that still has the transaction abort it
+	// with markers of its own).
+	AbortMarkers int64
+	// AbortsFailed counts replacements whose old ID could not be
+	// initialized (the broker was not back) or whose markers were
+	// refused: a transaction the coordinator still has then ends at its
+	// timeout; one it lost stays without a marker.
+	AbortsFailed int64
+	// StartsFailed counts replacement producers that could not
+	// initialize their transactional ID; the next commit that draws one
+	// tries again (and fails as a sink failure if it cannot).
+	StartsFailed int64
+}
+
+// Stats returns the Sink's counters.
+func (s *Sink) Stats() Stats {
+	return Stats{ProducersReplaced: s.replaced.Load(), AbortMarkers: s.abortMarkers.Load(),
+		AbortsFailed: s.abortFailed.Load(), StartsFailed: s.startFailed.Load()}
 }
