@@ -81,6 +81,23 @@ type Config struct {
 	// their own, no parent-death signal), for Detach. Otherwise Linux kills
 	// the nodes if this process dies.
 	Detached bool
+	// Links, if set, puts an address of the caller's on every path to a
+	// node, so that the caller can cut one node off from the others and
+	// from clients (a network partition) with proxies of its own: it is
+	// called once per Link while Start prepares the nodes, with the
+	// listener the link reaches, and returns the address to dial instead
+	// (the proxy's, which forwards to Upstream; Upstream itself leaves
+	// the link direct). Each node's client link becomes its Addr, the
+	// address the metadata advertises to clients. With several nodes,
+	// each node also gets a replication listener per peer (listener
+	// REPLICATION_j, advertised at the address of Link{Replication, j,
+	// i}; node j's inter.broker.listener.name is REPLICATION_j), and each
+	// node's controller.quorum.voters names every peer's controller at
+	// the address of Link{Controller, i, j}: every connection between two
+	// nodes goes through the link of its direction. The proxies must
+	// outlive the cluster; Detached clusters outlive them, so do not use
+	// both. Default nil: every listener is dialled directly.
+	Links func(Link) (string, error)
 }
 
 // Cluster is a running cluster. Its methods may be called from any
@@ -127,21 +144,38 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := os.WriteFile(c.log4jFile(), log4j2, 0o644); err != nil {
 		return fail(err)
 	}
-	ports, err := freePorts(2 * cfg.Nodes)
+	// Two ports a node (broker and controller listeners), and with Links
+	// on several nodes one replication listener per node as well.
+	per := 2
+	if cfg.Links != nil && cfg.Nodes > 1 {
+		per += cfg.Nodes
+	}
+	ports, err := freePorts(per * cfg.Nodes)
 	if err != nil {
 		return fail(err)
 	}
+	local := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 	for i := range cfg.Nodes {
 		id := int32(i + 1)
+		np := ports[per*i : per*(i+1)]
 		n := &Node{
 			ID:             id,
-			Addr:           net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i])),
-			ControllerAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i+1])),
+			Addr:           local(np[0]),
+			Listener:       local(np[0]),
+			ControllerAddr: local(np[1]),
 			Dir:            filepath.Join(c.dir, fmt.Sprintf("node-%d", id)),
 			c:              c,
 		}
+		for _, p := range np[2:] {
+			n.replListen = append(n.replListen, local(p))
+		}
 		n.LogFile = filepath.Join(n.Dir, "server.log")
 		c.nodes = append(c.nodes, n)
+	}
+	if cfg.Links != nil {
+		if err := c.wireLinks(); err != nil {
+			return fail(err)
+		}
 	}
 	clusterID, err := newClusterID()
 	if err != nil {

@@ -23,9 +23,13 @@ var ErrNotRunning = errors.New("kafkacluster: the node is not running")
 type Node struct {
 	// ID is the node ID (node.id), 1 to the cluster's size.
 	ID int32
-	// Addr is the broker listener, 127.0.0.1:port; it stays the same
-	// across restarts.
+	// Addr is the node's broker address for clients, 127.0.0.1:port: the
+	// broker listener, or with Config.Links the client link's address.
+	// It stays the same across restarts.
 	Addr string
+	// Listener is the broker listener itself: Addr unless Config.Links
+	// routes clients through a link.
+	Listener string
 	// ControllerAddr is the controller listener.
 	ControllerAddr string
 	// Dir is the node's directory: server.properties, data/ and
@@ -36,6 +40,11 @@ type Node struct {
 	LogFile string
 
 	c *Cluster
+	// With Config.Links on several nodes: replListen[j-1] is the
+	// listener REPLICATION_j (node j's way in), replAdv[j-1] the address
+	// it is advertised at, voters[j-1] the address this node dials for
+	// node j's controller.
+	replListen, replAdv, voters []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd

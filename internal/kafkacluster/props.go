@@ -75,20 +75,38 @@ func nodeProperties(cfg Config, nd *Node, nodes []*Node) (string, error) {
 	}
 	p["process.roles"] = "broker,controller"
 	p["node.id"] = strconv.Itoa(int(nd.ID))
-	p["listeners"] = "PLAINTEXT://" + nd.Addr + ",CONTROLLER://" + nd.ControllerAddr
+	p["listeners"] = "PLAINTEXT://" + nd.Listener + ",CONTROLLER://" + nd.ControllerAddr
 	p["advertised.listeners"] = "PLAINTEXT://" + nd.Addr
 	p["controller.listener.names"] = "CONTROLLER"
 	p["inter.broker.listener.name"] = "PLAINTEXT"
 	p["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
 	p["log.dirs"] = nd.dataDir()
+	if nd.replAdv != nil {
+		// Config.Links: a replication listener per source node.
+		protos := []string{"PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"}
+		for j, o := range nodes {
+			name := replicationListener(o.ID)
+			p["listeners"] += "," + name + "://" + nd.replListen[j]
+			p["advertised.listeners"] += "," + name + "://" + nd.replAdv[j]
+			protos = append(protos, name+":PLAINTEXT")
+		}
+		p["inter.broker.listener.name"] = replicationListener(nd.ID)
+		p["listener.security.protocol.map"] = strings.Join(protos, ",")
+	}
 	if len(nodes) == 1 {
 		// A single-node dynamic quorum (KIP-853), formatted --standalone.
 		p["controller.quorum.bootstrap.servers"] = nd.ControllerAddr
 	} else {
-		// A static quorum: every node votes, formatted with no quorum flag.
+		// A static quorum: every node votes, formatted with no quorum
+		// flag; with Config.Links each node dials the others' controllers
+		// through its links.
 		var voters []string
-		for _, o := range nodes {
-			voters = append(voters, fmt.Sprintf("%d@%s", o.ID, o.ControllerAddr))
+		for j, o := range nodes {
+			addr := o.ControllerAddr
+			if nd.voters != nil {
+				addr = nd.voters[j]
+			}
+			voters = append(voters, fmt.Sprintf("%d@%s", o.ID, addr))
 		}
 		p["controller.quorum.voters"] = strings.Join(voters, ",")
 	}
