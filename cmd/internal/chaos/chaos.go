@@ -158,7 +158,7 @@ const (
 // Kinds returns every fault kind, in the order of the report's table.
 func Kinds() []Kind {
 	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Poison, BrokerRestart, Resend,
-		LeaderKill, ControllerKill, BrokerPause, CoordinatorRestart, Churn, PartitionBroker, PartitionSink, OneWay, SlowLink}
+		LeaderKill, ControllerKill, BrokerPause, CoordinatorRestart, Churn, PartitionBroker, PartitionSink, OneWay, SlowLink, PartitionBrokerNode}
 }
 
 // EmbeddedKinds returns the fault kinds of a run on the harness's own
@@ -194,7 +194,7 @@ func Excluded(external, nodes bool) map[Kind]string {
 		}
 		out[BrokerRestart] = "kills and restarts the embedded broker's process"
 		out[Poison] = "not enabled on --brokers"
-		for _, k := range nodeKinds {
+		for _, k := range allNodeKinds {
 			out[k] = "acts on Kafka nodes the harness started (--kafka-nodes)"
 		}
 	case nodes:
@@ -203,7 +203,7 @@ func Excluded(external, nodes bool) map[Kind]string {
 		}
 		out[BrokerRestart] = "kills and restarts the embedded broker's process; on Kafka nodes leader-kill and controller-kill do that to real nodes"
 	default:
-		for _, k := range nodeKinds {
+		for _, k := range allNodeKinds {
 			out[k] = "acts on Kafka nodes (--kafka-nodes)"
 		}
 	}
@@ -388,7 +388,7 @@ func (c Config) withDefaults() (Config, error) {
 		if !slices.Contains(Kinds(), k) {
 			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 		}
-		if !slices.Contains(applies, k) && !slices.Contains(NetKinds(), k) {
+		if !slices.Contains(applies, k) && !namedOnly(c, k) {
 			return c, fmt.Errorf("%w: fault kind %q does not apply here: it %s (those do: %v)", ErrConfig, k, excluded[k], applies)
 		}
 	}
@@ -472,6 +472,7 @@ type run struct {
 	nodes      nodeControl
 	times      nodeTimes
 	applyingFn func() (string, int32, bool)
+	nodeNet    *nodeLinks    // the links of the Kafka nodes (partition-broker-node), or nil
 	startup    time.Duration // how long the Kafka cluster took to start
 
 	brokers    []string
@@ -1079,6 +1080,8 @@ func (r *run) inject(k Kind) (bool, error) {
 		return r.brokerPause()
 	case CoordinatorRestart:
 		return r.coordinatorRestart()
+	case PartitionBrokerNode:
+		return r.partitionBrokerNode()
 	case PartitionBroker:
 		return r.partitionBroker()
 	case PartitionSink:
