@@ -3,6 +3,7 @@ package kafkacluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -47,9 +48,8 @@ func (l Link) String() string {
 
 // wireLinks asks cfg.Links for the address of every link and records
 // them on the nodes: each node's client address (Addr), and, with
-// several nodes, the address each node advertises to each peer for
-// replication and the address each node has for each peer's controller.
-// A node reaches itself directly.
+// several nodes, the addresses each node advertises to each peer for
+// replication and for its controller. A node reaches itself directly.
 func (c *Cluster) wireLinks() error {
 	for _, to := range c.nodes {
 		addr, err := c.cfg.Links(Link{Kind: LinkClient, To: to.ID, Upstream: to.Listener})
@@ -60,31 +60,38 @@ func (c *Cluster) wireLinks() error {
 		if len(c.nodes) == 1 {
 			continue
 		}
-		to.replAdv = make([]string, len(c.nodes))
+		to.replAdv = slices.Clone(to.replListen)
+		to.ctrlAdv = slices.Clone(to.ctrlListen)
 		for j, from := range c.nodes {
-			if from.voters == nil {
-				from.voters = make([]string, len(c.nodes))
-			}
 			if from == to {
-				to.replAdv[j], from.voters[to.ID-1] = to.replListen[j], to.ControllerAddr
 				continue
 			}
-			l := Link{Kind: LinkReplication, From: from.ID, To: to.ID, Upstream: to.replListen[j]}
-			if to.replAdv[j], err = c.cfg.Links(l); err != nil {
-				return fmt.Errorf("kafkacluster: link %s: %w", l, err)
-			}
-			l = Link{Kind: LinkController, From: from.ID, To: to.ID, Upstream: to.ControllerAddr}
-			if from.voters[to.ID-1], err = c.cfg.Links(l); err != nil {
-				return fmt.Errorf("kafkacluster: link %s: %w", l, err)
+			for _, l := range []Link{
+				{Kind: LinkReplication, From: from.ID, To: to.ID, Upstream: to.replListen[j]},
+				{Kind: LinkController, From: from.ID, To: to.ID, Upstream: to.ctrlListen[j]},
+			} {
+				addr, err := c.cfg.Links(l)
+				if err != nil {
+					return fmt.Errorf("kafkacluster: link %s: %w", l, err)
+				}
+				if l.Kind == LinkReplication {
+					to.replAdv[j] = addr
+				} else {
+					to.ctrlAdv[j] = addr
+				}
 			}
 		}
 	}
 	return nil
 }
 
-// replicationListener is the name of the listener node from's brokers
-// use to reach every other node (its inter.broker.listener.name).
+// replicationListener is the name of the listener node from's broker
+// uses to reach every other node's (its inter.broker.listener.name).
 func replicationListener(from int32) string { return "REPLICATION_" + strconv.Itoa(int(from)) }
+
+// controllerListener is the name of the listener node from uses to
+// reach every other node's controller (its first controller listener).
+func controllerListener(from int32) string { return "CONTROLLER_" + strconv.Itoa(int(from)) }
 
 // LeaderFrom returns the leader of partition of topic as node n alone
 // reports it, asked directly at its Addr (not any node the metadata

@@ -30,7 +30,9 @@ type Node struct {
 	// Listener is the broker listener itself: Addr unless Config.Links
 	// routes clients through a link.
 	Listener string
-	// ControllerAddr is the controller listener.
+	// ControllerAddr is the controller listener (with Config.Links on
+	// several nodes, CONTROLLER_i of node i: the one it reaches itself
+	// at).
 	ControllerAddr string
 	// Dir is the node's directory: server.properties, data/ and
 	// server.log.
@@ -40,11 +42,11 @@ type Node struct {
 	LogFile string
 
 	c *Cluster
-	// With Config.Links on several nodes: replListen[j-1] is the
-	// listener REPLICATION_j (node j's way in), replAdv[j-1] the address
-	// it is advertised at, voters[j-1] the address this node dials for
-	// node j's controller.
-	replListen, replAdv, voters []string
+	// With Config.Links on several nodes: replListen[j-1] and
+	// ctrlListen[j-1] are the listeners REPLICATION_j and CONTROLLER_j
+	// (node j's ways in), replAdv[j-1] and ctrlAdv[j-1] the addresses
+	// they are advertised at (node j's links to this node).
+	replListen, replAdv, ctrlListen, ctrlAdv []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd

@@ -82,29 +82,40 @@ func nodeProperties(cfg Config, nd *Node, nodes []*Node) (string, error) {
 	p["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
 	p["log.dirs"] = nd.dataDir()
 	if nd.replAdv != nil {
-		// Config.Links: a replication listener per source node.
-		protos := []string{"PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"}
+		// Config.Links: a replication and a controller listener per
+		// source node, each advertised at that node's link to this one.
+		var listeners, advertised, protos, ctrls []string
+		listeners = append(listeners, "PLAINTEXT://"+nd.Listener)
+		advertised = append(advertised, "PLAINTEXT://"+nd.Addr)
+		protos = append(protos, "PLAINTEXT:PLAINTEXT")
+		ctrls = append(ctrls, controllerListener(nd.ID))
 		for j, o := range nodes {
-			name := replicationListener(o.ID)
-			p["listeners"] += "," + name + "://" + nd.replListen[j]
-			p["advertised.listeners"] += "," + name + "://" + nd.replAdv[j]
-			protos = append(protos, name+":PLAINTEXT")
+			repl, ctrl := replicationListener(o.ID), controllerListener(o.ID)
+			listeners = append(listeners, repl+"://"+nd.replListen[j], ctrl+"://"+nd.ctrlListen[j])
+			advertised = append(advertised, repl+"://"+nd.replAdv[j], ctrl+"://"+nd.ctrlAdv[j])
+			protos = append(protos, repl+":PLAINTEXT", ctrl+":PLAINTEXT")
+			if o != nd {
+				ctrls = append(ctrls, ctrl)
+			}
 		}
-		p["inter.broker.listener.name"] = replicationListener(nd.ID)
+		p["listeners"] = strings.Join(listeners, ",")
+		p["advertised.listeners"] = strings.Join(advertised, ",")
 		p["listener.security.protocol.map"] = strings.Join(protos, ",")
+		p["inter.broker.listener.name"] = replicationListener(nd.ID)
+		p["controller.listener.names"] = strings.Join(ctrls, ",")
 	}
 	if len(nodes) == 1 {
 		// A single-node dynamic quorum (KIP-853), formatted --standalone.
 		p["controller.quorum.bootstrap.servers"] = nd.ControllerAddr
 	} else {
 		// A static quorum: every node votes, formatted with no quorum
-		// flag; with Config.Links each node dials the others' controllers
-		// through its links.
+		// flag; with Config.Links each node reaches the others'
+		// controllers through its links.
 		var voters []string
-		for j, o := range nodes {
+		for _, o := range nodes {
 			addr := o.ControllerAddr
-			if nd.voters != nil {
-				addr = nd.voters[j]
+			if o.ctrlAdv != nil {
+				addr = o.ctrlAdv[nd.ID-1]
 			}
 			voters = append(voters, fmt.Sprintf("%d@%s", o.ID, addr))
 		}

@@ -32,10 +32,19 @@ func namedOnly(c Config, k Kind) bool {
 	return slices.Contains(NetKinds(), k) || k == PartitionBrokerNode && c.KafkaNodes > 0
 }
 
-// isolatingKinds are the kinds of link that must all have dropped bytes
-// for a partition-broker-node fault to count: then the node was cut off
-// from its peers both ways, from the quorum, and from its clients.
-var isolatingKinds = []string{"replication in", "replication out", "controller", "client"}
+// linkKinds are the kinds of a node's links, as the fault reports the
+// bytes each dropped.
+var linkKinds = []string{"replication in", "replication out", "controller", "client"}
+
+// isolatingPaths are what a partition-broker-node fault must have cut, each
+// one kind of link or more: some link of each must have dropped bytes
+// for the fault to count. Replication counts both ways together: a node
+// that leads every partition has no follower fetches to send.
+var isolatingPaths = map[string][]string{
+	"replication": {"replication in", "replication out"},
+	"controller":  {"controller"},
+	"client":      {"client"},
+}
 
 // nodeLinks are the proxies on every path to a Kafka node
 // (kafkacluster.Config.Links), by the node at either end.
@@ -98,14 +107,20 @@ func (nl *nodeLinks) dropped(id int32) map[string]int64 {
 	return out
 }
 
-// isolated reports whether every kind of link of a node dropped bytes
-// while it was cut (cut: the bytes dropped, by kind), and names the
-// kinds that did not.
+// isolated reports whether, while a node was cut (cut: the bytes its
+// links dropped, by kind), each of isolatingPaths dropped bytes: its
+// peers' replication traffic, the quorum's and its clients' (a path
+// that does not go through the links drops nothing). It names the paths
+// that did not.
 func isolated(cut map[string]int64) (bool, []string) {
 	var quiet []string
-	for _, k := range isolatingKinds {
-		if cut[k] <= 0 {
-			quiet = append(quiet, k)
+	for _, path := range slices.Sorted(maps.Keys(isolatingPaths)) {
+		var n int64
+		for _, k := range isolatingPaths[path] {
+			n += cut[k]
+		}
+		if n <= 0 {
+			quiet = append(quiet, path)
 		}
 	}
 	return len(quiet) == 0, quiet
@@ -172,13 +187,13 @@ func (r *run) partitionBrokerNode() (bool, error) {
 	}
 	f.Cut = map[string]int64{}
 	var parts []string
-	for _, k := range isolatingKinds {
+	for _, k := range linkKinds {
 		f.Cut[k] = d1[k] - d0[k]
 		parts = append(parts, fmt.Sprintf("%s %d", k, f.Cut[k]))
 	}
 	r.logf("  HEAL node %d's links after %s; bytes dropped while cut: %s", old, time.Since(start).Round(time.Millisecond), strings.Join(parts, ", "))
 	if ok, quiet := isolated(f.Cut); !ok {
-		r.logf("  node %d's %s links dropped no bytes while cut: the cut did not isolate it", old, strings.Join(quiet, " and "))
+		r.logf("  node %d's %s links dropped no bytes while cut: the cut did not isolate it, not counted", old, strings.Join(quiet, " and "))
 	}
 	if err == nil {
 		err = r.bringBack(old, r.nodes.Ready)

@@ -43,14 +43,14 @@ type NodeFault struct {
 	Moved time.Duration `json:"moved_ns"`
 	Back  time.Duration `json:"back_ns"`
 	// Cut is, for partition-broker-node, the bytes each kind of the
-	// node's links dropped while cut (isolatingKinds).
+	// node's links dropped while cut (linkKinds).
 	Cut map[string]int64 `json:"cut_bytes,omitempty"`
 }
 
 // Happened reports whether the fault moved what it had to move, and, for
-// partition-broker-node, whether every kind of the node's links dropped
-// bytes while cut (the node was cut off from its peers both ways, from
-// the quorum and from its clients).
+// partition-broker-node, whether the node's replication, controller and
+// client links each dropped bytes while cut (isolated: the node was cut
+// off from its peers, from the quorum and from its clients).
 func (f NodeFault) Happened() bool {
 	if f.Kind == PartitionBrokerNode {
 		if ok, _ := isolated(f.Cut); !ok {
@@ -336,10 +336,13 @@ func (r *run) nodeFault(f NodeFault, what string) bool {
 	r.victim = "node " + strconv.Itoa(int(f.Node))
 	r.res.NodeFaults = append(r.res.NodeFaults, f)
 	r.mu.Unlock()
-	if f.Happened() {
+	switch {
+	case f.Happened():
 		r.logf("  %s: %s moved from node %d to node %d %s after the fault; node %d back and every replica in sync after %s",
 			strings.ToUpper(string(f.Kind)), what, f.From, f.To, f.Moved.Round(time.Millisecond), f.Node, f.Back.Round(time.Millisecond))
-	} else {
+	case f.To >= 0 && f.To != f.From:
+		r.logf("  %s: %s moved from node %d to node %d, but the cut did not isolate the node: not counted", strings.ToUpper(string(f.Kind)), what, f.From, f.To)
+	default:
 		r.logf("  %s: %s did not move from node %d within %s: not counted", strings.ToUpper(string(f.Kind)), what, f.From, r.times.move)
 	}
 	return f.Happened()
