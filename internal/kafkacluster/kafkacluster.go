@@ -18,6 +18,11 @@
 // returns an error matching ErrUnavailable that says what to install: a
 // test skips on it (Testing does that, and fails instead under CI=true).
 //
+// With Config.Links, every path to a node (its clients', and each other
+// node's replication and controller connections, one listener per source
+// node) goes through an address of the caller's, a proxy it controls, so
+// that it can cut one node off from the others and from its clients.
+//
 // The nodes are tuned for tests on a small machine (DefaultProperties,
 // DefaultJVMOptions). The command kafkacluster (cmd/kafkacluster) starts a
 // cluster that outlives it, for scripts:
@@ -126,6 +131,9 @@ type Cluster struct {
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Nodes <= 0 {
 		cfg.Nodes = 1
+	}
+	if cfg.Links != nil && cfg.Detached {
+		return nil, errors.New("kafkacluster: Links and Detached: the caller's proxies would not outlive it")
 	}
 	in, err := Fetch(ctx, cfg.CacheDir, cfg.Logf)
 	if err != nil {
