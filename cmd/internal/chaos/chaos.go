@@ -79,6 +79,9 @@
 //     workers' group (FindCoordinator must name another node), then start
 //     it again.
 //
+// A fifth, PartitionBrokerNode, runs there only when named: it cuts one
+// node off from the others and from its clients (see nodepartition.go).
+//
 // heartbeat, coordinator and broker-restart need the embedded broker and
 // do not run there (Excluded says why, and the run says so).
 //
