@@ -107,6 +107,16 @@ cluster reports that it moved what it had to move:
                group; counted when FindCoordinator names another node; then
                started again
 
+and one more when named (--faults partition-broker-node), which starts the
+cluster with every client, replication and controller path to a node through a
+proxy of the harness's:
+
+  partition-broker-node  cut the leader of a partition a worker is applying
+               off from the other nodes and from its clients, both ways,
+               for 6 s at least; counted when the other nodes name another
+               leader and its replication, controller and client links each
+               dropped bytes while cut; then healed
+
 heartbeat, coordinator and broker-restart need the embedded broker and do not
 run there (the run says so); every other kind does ("all", the default).
 
@@ -186,7 +196,7 @@ TCP proxies of its own (toxiproxy, in the harness's process):
 	fl := cmd.Flags()
 	fl.DurationVar(&cfg.Duration, "duration", 2*time.Minute, "how long to produce commands and inject faults")
 	fl.Uint64Var(&cfg.Seed, "seed", 1, "seed of the fault schedule and the commands")
-	fl.StringVar(&kinds, "faults", "all", "fault kinds, comma-separated: pause,kill,heartbeat,broker-conn,sink-conn,coordinator,poison,broker-restart,resend,churn (the embedded broker), leader-kill,controller-kill,broker-pause,coordinator-restart (--kafka-nodes), partition-broker,partition-sink,one-way,slow-link (named only), or all: every kind that applies where the run goes but the network ones")
+	fl.StringVar(&kinds, "faults", "all", "fault kinds, comma-separated: pause,kill,heartbeat,broker-conn,sink-conn,coordinator,poison,broker-restart,resend,churn (the embedded broker), leader-kill,controller-kill,broker-pause,coordinator-restart (--kafka-nodes), partition-broker,partition-sink,one-way,slow-link (named only), partition-broker-node (--kafka-nodes, named only), or all: every kind that applies where the run goes but the network ones")
 	fl.IntVar(&cfg.Workers, "workers", 3, "worker processes (at least 2)")
 	fl.Int32Var(&cfg.Partitions, "partitions", 6, "topic partitions")
 	fl.IntVar(&cfg.Accounts, "accounts", 200, "distinct accounts (keys)")

@@ -18,6 +18,11 @@
 // returns an error matching ErrUnavailable that says what to install: a
 // test skips on it (Testing does that, and fails instead under CI=true).
 //
+// With Config.Links, every path to a node (its clients', and each other
+// node's replication and controller connections, one listener per source
+// node) goes through an address of the caller's, a proxy it controls, so
+// that it can cut one node off from the others and from its clients.
+//
 // The nodes are tuned for tests on a small machine (DefaultProperties,
 // DefaultJVMOptions). The command kafkacluster (cmd/kafkacluster) starts a
 // cluster that outlives it, for scripts:
@@ -81,6 +86,29 @@ type Config struct {
 	// their own, no parent-death signal), for Detach. Otherwise Linux kills
 	// the nodes if this process dies.
 	Detached bool
+	// Links, if set, puts an address of the caller's on every path to a
+	// node, so that the caller can cut one node off from the others and
+	// from clients (a network partition) with proxies of its own: it is
+	// called once per Link while Start prepares the nodes, with the
+	// listener the link reaches, and returns the address to dial instead
+	// (the proxy's, which forwards to Upstream; Upstream itself leaves
+	// the link direct). Each node's client link becomes its Addr, the
+	// address the metadata advertises to clients. With several nodes,
+	// node i also gets, for each source node j, a replication listener
+	// REPLICATION_j and a controller listener CONTROLLER_j, advertised at
+	// the addresses of Link{Replication, j, i} and Link{Controller, j,
+	// i}; node j's inter.broker.listener.name is REPLICATION_j, its first
+	// controller.listener.names entry CONTROLLER_j, and its
+	// controller.quorum.voters names node i at Link{Controller, j, i}.
+	// Kafka looks a peer's endpoint up by the name of the listener the
+	// looking node uses, so every connection between two nodes (follower
+	// fetches, the quorum's fetches and votes, broker heartbeats to the
+	// active controller) goes through the link of its direction: a static
+	// voters list alone is not enough, as the quorum leader's followers
+	// reach it at the controller endpoints it advertises. The proxies must
+	// outlive the cluster; Detached clusters outlive them, so do not use
+	// both. Default nil: every listener is dialled directly.
+	Links func(Link) (string, error)
 }
 
 // Cluster is a running cluster. Its methods may be called from any
@@ -103,6 +131,9 @@ type Cluster struct {
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Nodes <= 0 {
 		cfg.Nodes = 1
+	}
+	if cfg.Links != nil && cfg.Detached {
+		return nil, errors.New("kafkacluster: Links and Detached: the caller's proxies would not outlive it")
 	}
 	in, err := Fetch(ctx, cfg.CacheDir, cfg.Logf)
 	if err != nil {
@@ -127,21 +158,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := os.WriteFile(c.log4jFile(), log4j2, 0o644); err != nil {
 		return fail(err)
 	}
-	ports, err := freePorts(2 * cfg.Nodes)
+	ports, err := freePorts(portsPerNode(cfg) * cfg.Nodes)
 	if err != nil {
 		return fail(err)
 	}
-	for i := range cfg.Nodes {
-		id := int32(i + 1)
-		n := &Node{
-			ID:             id,
-			Addr:           net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i])),
-			ControllerAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i+1])),
-			Dir:            filepath.Join(c.dir, fmt.Sprintf("node-%d", id)),
-			c:              c,
-		}
-		n.LogFile = filepath.Join(n.Dir, "server.log")
-		c.nodes = append(c.nodes, n)
+	if err := c.layOut(ports); err != nil {
+		return fail(err)
 	}
 	clusterID, err := newClusterID()
 	if err != nil {
@@ -179,6 +201,48 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return fail(err)
 	}
 	return c, nil
+}
+
+// portsPerNode is how many listeners each node has: two (broker and
+// controller), and with Links on several nodes a broker listener and one
+// replication and one controller listener per source node.
+func portsPerNode(cfg Config) int {
+	if cfg.Links != nil && cfg.Nodes > 1 {
+		return 1 + 2*cfg.Nodes
+	}
+	return 2
+}
+
+// layOut makes the nodes, on ports (portsPerNode each), and wires the
+// links if c.cfg.Links is set.
+func (c *Cluster) layOut(ports []int) error {
+	per := portsPerNode(c.cfg)
+	local := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+	for i := range c.cfg.Nodes {
+		id := int32(i + 1)
+		np := ports[per*i : per*(i+1)]
+		n := &Node{
+			ID:             id,
+			Addr:           local(np[0]),
+			Listener:       local(np[0]),
+			ControllerAddr: local(np[1]),
+			Dir:            filepath.Join(c.dir, fmt.Sprintf("node-%d", id)),
+			c:              c,
+		}
+		if per > 2 {
+			for j := range c.cfg.Nodes {
+				n.replListen = append(n.replListen, local(np[1+j]))
+				n.ctrlListen = append(n.ctrlListen, local(np[1+c.cfg.Nodes+j]))
+			}
+			n.ControllerAddr = n.ctrlListen[i]
+		}
+		n.LogFile = filepath.Join(n.Dir, "server.log")
+		c.nodes = append(c.nodes, n)
+	}
+	if c.cfg.Links != nil {
+		return c.wireLinks()
+	}
+	return nil
 }
 
 func (c *Cluster) logf(format string, args ...any) {

@@ -23,10 +23,16 @@ var ErrNotRunning = errors.New("kafkacluster: the node is not running")
 type Node struct {
 	// ID is the node ID (node.id), 1 to the cluster's size.
 	ID int32
-	// Addr is the broker listener, 127.0.0.1:port; it stays the same
-	// across restarts.
+	// Addr is the node's broker address for clients, 127.0.0.1:port: the
+	// broker listener, or with Config.Links the client link's address.
+	// It stays the same across restarts.
 	Addr string
-	// ControllerAddr is the controller listener.
+	// Listener is the broker listener itself: Addr unless Config.Links
+	// routes clients through a link.
+	Listener string
+	// ControllerAddr is the controller listener (with Config.Links on
+	// several nodes, CONTROLLER_i of node i: the one it reaches itself
+	// at).
 	ControllerAddr string
 	// Dir is the node's directory: server.properties, data/ and
 	// server.log.
@@ -36,6 +42,11 @@ type Node struct {
 	LogFile string
 
 	c *Cluster
+	// With Config.Links on several nodes: replListen[j-1] and
+	// ctrlListen[j-1] are the listeners REPLICATION_j and CONTROLLER_j
+	// (node j's ways in), replAdv[j-1] and ctrlAdv[j-1] the addresses
+	// they are advertised at (node j's links to this node).
+	replListen, replAdv, ctrlListen, ctrlAdv []string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd

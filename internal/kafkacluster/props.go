@@ -75,20 +75,49 @@ func nodeProperties(cfg Config, nd *Node, nodes []*Node) (string, error) {
 	}
 	p["process.roles"] = "broker,controller"
 	p["node.id"] = strconv.Itoa(int(nd.ID))
-	p["listeners"] = "PLAINTEXT://" + nd.Addr + ",CONTROLLER://" + nd.ControllerAddr
+	p["listeners"] = "PLAINTEXT://" + nd.Listener + ",CONTROLLER://" + nd.ControllerAddr
 	p["advertised.listeners"] = "PLAINTEXT://" + nd.Addr
 	p["controller.listener.names"] = "CONTROLLER"
 	p["inter.broker.listener.name"] = "PLAINTEXT"
 	p["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
 	p["log.dirs"] = nd.dataDir()
+	if nd.replAdv != nil {
+		// Config.Links: a replication and a controller listener per
+		// source node, each advertised at that node's link to this one.
+		var listeners, advertised, protos, ctrls []string
+		listeners = append(listeners, "PLAINTEXT://"+nd.Listener)
+		advertised = append(advertised, "PLAINTEXT://"+nd.Addr)
+		protos = append(protos, "PLAINTEXT:PLAINTEXT")
+		ctrls = append(ctrls, controllerListener(nd.ID))
+		for j, o := range nodes {
+			repl, ctrl := replicationListener(o.ID), controllerListener(o.ID)
+			listeners = append(listeners, repl+"://"+nd.replListen[j], ctrl+"://"+nd.ctrlListen[j])
+			advertised = append(advertised, repl+"://"+nd.replAdv[j], ctrl+"://"+nd.ctrlAdv[j])
+			protos = append(protos, repl+":PLAINTEXT", ctrl+":PLAINTEXT")
+			if o != nd {
+				ctrls = append(ctrls, ctrl)
+			}
+		}
+		p["listeners"] = strings.Join(listeners, ",")
+		p["advertised.listeners"] = strings.Join(advertised, ",")
+		p["listener.security.protocol.map"] = strings.Join(protos, ",")
+		p["inter.broker.listener.name"] = replicationListener(nd.ID)
+		p["controller.listener.names"] = strings.Join(ctrls, ",")
+	}
 	if len(nodes) == 1 {
 		// A single-node dynamic quorum (KIP-853), formatted --standalone.
 		p["controller.quorum.bootstrap.servers"] = nd.ControllerAddr
 	} else {
-		// A static quorum: every node votes, formatted with no quorum flag.
+		// A static quorum: every node votes, formatted with no quorum
+		// flag; with Config.Links each node reaches the others'
+		// controllers through its links.
 		var voters []string
 		for _, o := range nodes {
-			voters = append(voters, fmt.Sprintf("%d@%s", o.ID, o.ControllerAddr))
+			addr := o.ControllerAddr
+			if o.ctrlAdv != nil {
+				addr = o.ctrlAdv[nd.ID-1]
+			}
+			voters = append(voters, fmt.Sprintf("%d@%s", o.ID, addr))
 		}
 		p["controller.quorum.voters"] = strings.Join(voters, ",")
 	}

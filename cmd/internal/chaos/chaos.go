@@ -79,6 +79,9 @@
 //     workers' group (FindCoordinator must name another node), then start
 //     it again.
 //
+// A fifth, PartitionBrokerNode, runs there only when named: it cuts one
+// node off from the others and from its clients (see nodepartition.go).
+//
 // heartbeat, coordinator and broker-restart need the embedded broker and
 // do not run there (Excluded says why, and the run says so).
 //
@@ -158,7 +161,7 @@ const (
 // Kinds returns every fault kind, in the order of the report's table.
 func Kinds() []Kind {
 	return []Kind{Pause, Kill, Heartbeat, BrokerConn, SinkConn, Coordinator, Poison, BrokerRestart, Resend,
-		LeaderKill, ControllerKill, BrokerPause, CoordinatorRestart, Churn, PartitionBroker, PartitionSink, OneWay, SlowLink}
+		LeaderKill, ControllerKill, BrokerPause, CoordinatorRestart, Churn, PartitionBroker, PartitionSink, OneWay, SlowLink, PartitionBrokerNode}
 }
 
 // EmbeddedKinds returns the fault kinds of a run on the harness's own
@@ -194,7 +197,7 @@ func Excluded(external, nodes bool) map[Kind]string {
 		}
 		out[BrokerRestart] = "kills and restarts the embedded broker's process"
 		out[Poison] = "not enabled on --brokers"
-		for _, k := range nodeKinds {
+		for _, k := range allNodeKinds {
 			out[k] = "acts on Kafka nodes the harness started (--kafka-nodes)"
 		}
 	case nodes:
@@ -203,7 +206,7 @@ func Excluded(external, nodes bool) map[Kind]string {
 		}
 		out[BrokerRestart] = "kills and restarts the embedded broker's process; on Kafka nodes leader-kill and controller-kill do that to real nodes"
 	default:
-		for _, k := range nodeKinds {
+		for _, k := range allNodeKinds {
 			out[k] = "acts on Kafka nodes (--kafka-nodes)"
 		}
 	}
@@ -388,7 +391,7 @@ func (c Config) withDefaults() (Config, error) {
 		if !slices.Contains(Kinds(), k) {
 			return c, fmt.Errorf("%w: unknown fault kind %q", ErrConfig, k)
 		}
-		if !slices.Contains(applies, k) && !slices.Contains(NetKinds(), k) {
+		if !slices.Contains(applies, k) && !namedOnly(c, k) {
 			return c, fmt.Errorf("%w: fault kind %q does not apply here: it %s (those do: %v)", ErrConfig, k, excluded[k], applies)
 		}
 	}
@@ -473,6 +476,7 @@ type run struct {
 	nodes      nodeControl
 	times      nodeTimes
 	applyingFn func() (string, int32, bool)
+	nodeNet    *nodeLinks    // the links of the Kafka nodes (partition-broker-node), or nil
 	startup    time.Duration // how long the Kafka cluster took to start
 
 	brokers    []string
@@ -1080,6 +1084,8 @@ func (r *run) inject(k Kind) (bool, error) {
 		return r.brokerPause()
 	case CoordinatorRestart:
 		return r.coordinatorRestart()
+	case PartitionBrokerNode:
+		return r.partitionBrokerNode()
 	case PartitionBroker:
 		return r.partitionBroker()
 	case PartitionSink:

@@ -42,10 +42,23 @@ type NodeFault struct {
 	// replica of the run's topic and of the group offsets was in sync.
 	Moved time.Duration `json:"moved_ns"`
 	Back  time.Duration `json:"back_ns"`
+	// Cut is, for partition-broker-node, the bytes each kind of the
+	// node's links dropped while cut (linkKinds).
+	Cut map[string]int64 `json:"cut_bytes,omitempty"`
 }
 
-// Happened reports whether the fault moved what it had to move.
-func (f NodeFault) Happened() bool { return f.To >= 0 && f.To != f.From }
+// Happened reports whether the fault moved what it had to move, and, for
+// partition-broker-node, whether the node's replication, controller and
+// client links each dropped bytes while cut (isolated: the node was cut
+// off from its peers, from the quorum and from its clients).
+func (f NodeFault) Happened() bool {
+	if f.Kind == PartitionBrokerNode {
+		if ok, _ := isolated(f.Cut); !ok {
+			return false
+		}
+	}
+	return f.To >= 0 && f.To != f.From
+}
 
 // nodeControl is what the node faults need of a cluster: where things are
 // (read from the cluster each call) and the nodes' processes. kafkaNodes
@@ -198,10 +211,26 @@ const replicationFactor = 3
 func (r *run) startKafka(dir string) (func(), error) {
 	t0 := time.Now()
 	r.logf("starting %d Apache Kafka %s nodes (broker and KRaft controller each) in %s", r.cfg.KafkaNodes, kafkacluster.Version, dir)
-	c, err := kafkacluster.Start(r.ctx, kafkacluster.Config{Nodes: r.cfg.KafkaNodes, Dir: dir, Overrides: r.cfg.clusterOverrides(),
-		Logf: func(format string, args ...any) { r.logf("  "+format, args...) }})
+	kcfg := kafkacluster.Config{Nodes: r.cfg.KafkaNodes, Dir: dir, Overrides: r.cfg.clusterOverrides(),
+		Logf: func(format string, args ...any) { r.logf("  "+format, args...) }}
+	closeLinks := func() {}
+	if slices.Contains(r.cfg.Kinds, PartitionBrokerNode) {
+		// Every path to a node through a proxy of the harness's.
+		r.nodeNet = newNodeLinks()
+		kcfg.Links = r.nodeNet.link
+		closeLinks = r.nodeNet.net.Close
+	}
+	c, err := kafkacluster.Start(r.ctx, kcfg)
 	if err != nil {
+		closeLinks()
 		return nil, fmt.Errorf("chaos: starting the Kafka cluster: %w", err)
+	}
+	if r.nodeNet != nil {
+		n := 0
+		for _, n1 := range c.Nodes() {
+			n += len(r.nodeNet.of[n1.ID]["client"]) + len(r.nodeNet.of[n1.ID]["replication in"]) + len(r.nodeNet.of[n1.ID]["controller"])/2
+		}
+		r.logf("node links: every client, replication and controller path to each node through a proxy of the harness's (%d links)", n)
 	}
 	r.kc, r.nodes = c, kafkaNodes{c}
 	r.brokers = c.Brokers()
@@ -215,6 +244,7 @@ func (r *run) startKafka(dir string) (func(), error) {
 		if err := c.Close(); err != nil {
 			r.logf("stopping the Kafka cluster: %v", err)
 		}
+		closeLinks()
 	}
 	r.topic = fmt.Sprintf("%s-chaos-%d", ledger.Topic, time.Now().UnixNano())
 	adm, err := c.Admin()
@@ -306,10 +336,13 @@ func (r *run) nodeFault(f NodeFault, what string) bool {
 	r.victim = "node " + strconv.Itoa(int(f.Node))
 	r.res.NodeFaults = append(r.res.NodeFaults, f)
 	r.mu.Unlock()
-	if f.Happened() {
+	switch {
+	case f.Happened():
 		r.logf("  %s: %s moved from node %d to node %d %s after the fault; node %d back and every replica in sync after %s",
 			strings.ToUpper(string(f.Kind)), what, f.From, f.To, f.Moved.Round(time.Millisecond), f.Node, f.Back.Round(time.Millisecond))
-	} else {
+	case f.To >= 0 && f.To != f.From:
+		r.logf("  %s: %s moved from node %d to node %d, but the cut did not isolate the node: not counted", strings.ToUpper(string(f.Kind)), what, f.From, f.To)
+	default:
 		r.logf("  %s: %s did not move from node %d within %s: not counted", strings.ToUpper(string(f.Kind)), what, f.From, r.times.move)
 	}
 	return f.Happened()

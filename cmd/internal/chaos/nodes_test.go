@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -238,8 +239,8 @@ func TestKindsWhereTheRunGoes(t *testing.T) {
 		}
 		ex := Excluded(len(tc.cfg.Brokers) > 0, tc.cfg.KafkaNodes > 0)
 		for _, k := range Kinds() {
-			if slices.Contains(NetKinds(), k) {
-				continue // asked for by name only, wherever the run goes
+			if slices.Contains(NetKinds(), k) || k == PartitionBrokerNode && tc.cfg.KafkaNodes > 0 {
+				continue // asked for by name only
 			}
 			if _, out := ex[k]; out == slices.Contains(tc.want, k) {
 				t.Errorf("%+v: kind %s applies %v and is excluded %v", tc.cfg, k, slices.Contains(tc.want, k), out)
@@ -250,11 +251,12 @@ func TestKindsWhereTheRunGoes(t *testing.T) {
 		t.Fatalf("cluster kinds %v", ClusterKinds())
 	}
 	for name, cfg := range map[string]Config{
-		"heartbeat on Kafka nodes":   {Worker: w, KafkaNodes: 3, Kinds: []Kind{Heartbeat}},
-		"leader-kill on kfake":       {Worker: w, Kinds: []Kind{LeaderKill}},
-		"leader-kill on --brokers":   {Worker: w, Brokers: []string{"b:9092"}, Kinds: []Kind{LeaderKill}},
-		"two nodes":                  {Worker: w, KafkaNodes: 2},
-		"nodes and an external list": {Worker: w, KafkaNodes: 3, Brokers: []string{"b:9092"}},
+		"heartbeat on Kafka nodes":       {Worker: w, KafkaNodes: 3, Kinds: []Kind{Heartbeat}},
+		"leader-kill on kfake":           {Worker: w, Kinds: []Kind{LeaderKill}},
+		"leader-kill on --brokers":       {Worker: w, Brokers: []string{"b:9092"}, Kinds: []Kind{LeaderKill}},
+		"two nodes":                      {Worker: w, KafkaNodes: 2},
+		"nodes and an external list":     {Worker: w, KafkaNodes: 3, Brokers: []string{"b:9092"}},
+		"partition-broker-node on kfake": {Worker: w, Kinds: []Kind{PartitionBrokerNode}},
 	} {
 		if _, err := cfg.withDefaults(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err %v, want ErrConfig", name, err)
@@ -268,5 +270,40 @@ func TestKindsWhereTheRunGoes(t *testing.T) {
 	res := Result{Requested: ClusterKinds(), Faults: map[Kind]int{}, Excluded: Excluded(false, true)}
 	if tab := res.Table(); !regexp.MustCompile(`(?m)^broker-restart +- \(does not apply here: it kills and restarts the embedded broker's process`).MatchString(tab) {
 		t.Fatalf("table:\n%s", tab)
+	}
+}
+
+// TestPartitionBrokerNodeCountedOnlyIsolated: a partition-broker-node
+// fault counts when the leader moved and the node's replication (either
+// way: a node leading every partition sends no fetches), controller and
+// client links each dropped bytes while cut; one whose replication links
+// dropped nothing (replication that does not go through the links: the
+// node still reached its peers) is not counted, even though the leader
+// moved (the controller fenced it).
+func TestPartitionBrokerNodeCountedOnlyIsolated(t *testing.T) {
+	cut := map[string]int64{"replication in": 42, "replication out": 1820, "controller": 954, "client": 7539}
+	f := NodeFault{Kind: PartitionBrokerNode, Node: 2, From: 2, To: 3, Cut: cut}
+	if !f.Happened() {
+		t.Fatalf("%+v not counted", f)
+	}
+	for _, zero := range [][]string{{"replication in"}, {"replication out"}} {
+		f.Cut = maps.Clone(cut)
+		f.Cut[zero[0]] = 0
+		if !f.Happened() {
+			t.Errorf("not counted with only %s quiet: %+v", zero, f)
+		}
+	}
+	for _, zero := range [][]string{{"replication in", "replication out"}, {"controller"}, {"client"}} {
+		f.Cut = maps.Clone(cut)
+		for _, k := range zero {
+			f.Cut[k] = 0
+		}
+		if f.Happened() {
+			t.Errorf("counted although the %v links dropped nothing: %+v", zero, f)
+		}
+	}
+	f.Cut, f.To = cut, -1
+	if f.Happened() {
+		t.Errorf("counted although the leader never moved: %+v", f)
 	}
 }
