@@ -42,6 +42,7 @@ type options struct {
 	zombieRate, zombieConcurrency       int
 	zombieAttempts, zombieSleepMS       int
 	zombie, zombieHold                  bool
+	pinClientCPUs                       string
 	seed                                uint64
 }
 
@@ -60,7 +61,7 @@ func defaultOptions() options {
 		dists: []string{"uniform", "zipf"}, handlers: []string{"pg", "sleep1", "sleep10"}, systems: allSystems,
 		concurrency: 24, partitions: 12, sessionMS: 3000,
 		latencyRate: 200, latencySeconds: 10,
-		zombieRate: 200, zombieConcurrency: 6, zombieAttempts: 3, zombieSleepMS: 5, zombie: true, zombieHold: true, seed: 1,
+		zombieRate: 200, zombieConcurrency: 6, zombieAttempts: 3, zombieSleepMS: 5, zombie: true, zombieHold: true, pinClientCPUs: pinAuto, seed: 1,
 	}
 }
 
@@ -96,6 +97,7 @@ func main() {
 	flag.IntVar(&o.zombieAttempts, "zombie-attempts", o.zombieAttempts, "scenarios to run, at most, until a Java system's frozen instance attempts a late write (workrouter's: always up to 3, until one is refused)")
 	flag.IntVar(&o.zombieSleepMS, "zombie-sleep-ms", o.zombieSleepMS, "the zombie scenario's handler sleeps this long (every system alike), so that a frozen instance is likely mid-batch")
 	flag.BoolVar(&o.zombieHold, "zombie-hold", o.zombieHold, "the zombie scenario's handler sleeps after the ledger's effect, inside its transaction, holding its row locks (a frozen instance is then likely frozen holding a batch); false: before it")
+	flag.StringVar(&o.pinClientCPUs, "pin-client-cpus", o.pinClientCPUs, "run every client process under taskset -c on these CPUs (a taskset list, e.g. 2-3); auto: the upper half of the cores when there are at least 4, else none; off: none. The broker is not started here: pin it with taskset -apc LIST <pid>")
 	flag.Uint64Var(&o.seed, "seed", o.seed, "the workload's seed")
 	flag.Parse()
 	o.dists, o.handlers, o.systems = split(dists), split(handlers), split(systems)
@@ -132,6 +134,7 @@ type harness struct {
 	names int // runs so far: unique topic, group and schema names
 	tag   string
 	log   io.Writer
+	pin   string // the clients' CPU list (taskset -c), "" for none
 }
 
 func (h *harness) name(kind string) string {
@@ -182,6 +185,12 @@ func run(ctx context.Context, o options, w io.Writer) (*report, error) {
 		o.javaDir = filepath.Join(filepath.Dir(file), "java")
 	}
 	h := &harness{o: o, log: w, tag: fmt.Sprintf("%d_%d", os.Getpid(), time.Now().Unix()%100000)}
+	pin, why, err := resolvePin(o.pinClientCPUs, runtime.NumCPU())
+	if err != nil {
+		return nil, err
+	}
+	h.pin = pin
+	fmt.Fprintln(w, "compare:", why)
 	needJava := slices.ContainsFunc(o.systems, func(s string) bool { return s != sysWorkrouter })
 	if needJava {
 		fmt.Fprintf(w, "building the Java programs (mvn, %s)\n", o.javaDir)
@@ -194,7 +203,7 @@ func run(ctx context.Context, o options, w io.Writer) (*report, error) {
 	rep := &report{
 		Options: map[string]any{"records": o.records, "keys": o.keys, "runs": o.runs, "warmup": o.warmup, "concurrency": o.concurrency,
 			"partitions": o.partitions, "session_ms": o.sessionMS, "latency_rate": o.latencyRate, "latency_seconds": o.latencySeconds,
-			"zombie_rate": o.zombieRate, "zombie_concurrency": o.zombieConcurrency, "zombie_sleep_ms": o.zombieSleepMS, "zombie_hold": o.zombieHold, "java_flags": strings.Join(javaFlags, " ")},
+			"zombie_rate": o.zombieRate, "zombie_concurrency": o.zombieConcurrency, "zombie_sleep_ms": o.zombieSleepMS, "zombie_hold": o.zombieHold, "pin_client_cpus": pin, "java_flags": strings.Join(javaFlags, " ")},
 		Versions: map[string]string{"parallel-consumer": "io.confluent.parallelconsumer:parallel-consumer-core:0.5.3.3",
 			"kafka-clients": "4.4.0", "postgresql-jdbc": "42.7.14", "go": runtime.Version()},
 	}

@@ -133,6 +133,10 @@ func (h *harness) start(ctx context.Context, s instanceSpec) (*instance, error) 
 	default:
 		return nil, fmt.Errorf("compare: unknown system %q", s.system)
 	}
+	cmd, err := pinned(cmd, h.pin)
+	if err != nil {
+		return nil, err
+	}
 	in := &instance{spec: s, cmd: cmd, done: make(chan struct{})}
 	pr, pw, err := os.Pipe()
 	if err != nil {
