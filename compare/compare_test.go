@@ -217,3 +217,25 @@ func TestShortComparison(t *testing.T) {
 		t.Errorf("no ratios on the final line")
 	}
 }
+
+// TestWaitAppliedGivesUpWhenStalled checks that a wait for a backlog ends
+// when nothing is posted for the stall time, long before its timeout (a
+// 1,000,000-record drain's timeout is hours).
+func TestWaitAppliedGivesUpWhenStalled(t *testing.T) {
+	dsn := needPostgres(t)
+	ctx := context.Background()
+	schema := fmt.Sprintf("cmp_test_stall_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	if err := setupRun(ctx, dsn, schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dropSchema(context.Background(), dsn, schema) })
+	pool, err := pgxpool.New(ctx, withParams(dsn, "search_path="+schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	err = waitApplied(ctx, pool, 1, time.Hour, 500*time.Millisecond, func() error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "0 of 1 commands applied, none in the last 500ms") {
+		t.Fatalf("waitApplied with nothing posted: %v, want a stall error", err)
+	}
+}
