@@ -147,7 +147,8 @@ func TestCheckCountsFromTheDatabase(t *testing.T) {
 // Java and Maven: every system applies every command of the backlog, and in
 // the zombie scenario (a joins, c joins, a killed, b frozen past its
 // session and resumed) every command is applied, the frozen instance's
-// partitions are taken over, and workrouter's frozen instance has its late
+// partitions are taken over, and workrouter's frozen instance, frozen
+// inside a transaction that has written (holding a batch), has its late
 // write refused by the sink with nothing of it landed. The other systems'
 // duplicate deliveries and late writes are read from the database and
 // logged, whatever they are.
