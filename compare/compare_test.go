@@ -125,6 +125,21 @@ func TestCheckCountsFromTheDatabase(t *testing.T) {
 	if c.DupEffects != 1 {
 		t.Errorf("DupEffects = %d after one ID posted twice, want 1", c.DupEffects)
 	}
+	// workrouter's sink records its claims: a write of y under epoch 4
+	// after x claimed the partition at epoch 5 is stale though x has
+	// written nothing since (y held the rows x needed); y's own claim at
+	// epoch 4 makes nothing stale.
+	exec(`CREATE TABLE ` + workrouterHistory + ` (part int, kind text, epoch int, member text, at timestamptz)`)
+	exec(`INSERT INTO `+workrouterHistory+` VALUES (0, 'claim', 4, 'y-1', $1), (0, 'claim', 5, 'x-1', $2), (1, 'claim', 9, 'x-1', $1)`,
+		t2.Add(3*time.Second), t2.Add(5*time.Second))
+	effect(3, "y", 4, false, t2, t2.Add(6*time.Second))
+	c = counts{}
+	if err := zombieCounts(ctx, pool, &c, "y", t1, t2); err != nil {
+		t.Fatal(err)
+	}
+	if c.LateLanded != 2 || c.LateCaught != 1 {
+		t.Errorf("after a claim at a newer epoch: LateLanded = %d, LateCaught = %d, want 2 and 1", c.LateLanded, c.LateCaught)
+	}
 }
 
 // TestShortComparison runs a short version of the comparison on the real
@@ -132,7 +147,8 @@ func TestCheckCountsFromTheDatabase(t *testing.T) {
 // Java and Maven: every system applies every command of the backlog, and in
 // the zombie scenario (a joins, c joins, a killed, b frozen past its
 // session and resumed) every command is applied, the frozen instance's
-// partitions are taken over, and workrouter's frozen instance has its late
+// partitions are taken over, and workrouter's frozen instance, frozen
+// inside a transaction that has written (holding a batch), has its late
 // write refused by the sink with nothing of it landed. The other systems'
 // duplicate deliveries and late writes are read from the database and
 // logged, whatever they are.
@@ -183,13 +199,16 @@ func TestShortComparison(t *testing.T) {
 		if c.DupEffects != 0 {
 			t.Errorf("zombie %s: %d commands' effects landed twice despite the postings' key", z.System, c.DupEffects)
 		}
-		t.Logf("zombie %s: duplicate deliveries %d, late writes landed %d and caught %d, refused %d, wrong balances %d, order violations %d (in %d scenarios)",
-			z.System, c.DupDeliveries, c.LateLanded, c.LateCaught, c.Fenced, c.WrongBalances, c.OrderViolations, z.Attempts)
+		t.Logf("zombie %s: duplicate deliveries %d, late writes landed %d and caught %d, refused %d, wrong balances %d, order violations %d, frozen in a transaction %v (in %d scenarios)",
+			z.System, c.DupDeliveries, c.LateLanded, c.LateCaught, c.Fenced, c.WrongBalances, c.OrderViolations, z.HeldTx, z.Attempts)
 		if z.System != sysWorkrouter {
 			continue
 		}
 		if c.Fenced == 0 {
 			t.Errorf("zombie workrouter: the frozen instance attempted no late write in %d scenarios (no fenced line)", z.Attempts)
+		}
+		if !z.HeldTx {
+			t.Errorf("zombie workrouter: the frozen instance was never frozen inside a transaction in %d scenarios: no batch held across the takeover", z.Attempts)
 		}
 		if c.LateLanded != 0 || c.LateCaught != 0 || c.DupDeliveries != 0 || c.WrongBalances != 0 || c.OrderViolations != 0 {
 			t.Errorf("zombie workrouter: %+v: want no late write landed, no duplicate, balances and order right", c)
@@ -197,5 +216,27 @@ func TestShortComparison(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "compare: uniform/pg/workrouter_vs_pc-key=") {
 		t.Errorf("no ratios on the final line")
+	}
+}
+
+// TestWaitAppliedGivesUpWhenStalled checks that a wait for a backlog ends
+// when nothing is posted for the stall time, long before its timeout (a
+// 1,000,000-record drain's timeout is hours).
+func TestWaitAppliedGivesUpWhenStalled(t *testing.T) {
+	dsn := needPostgres(t)
+	ctx := context.Background()
+	schema := fmt.Sprintf("cmp_test_stall_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	if err := setupRun(ctx, dsn, schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dropSchema(context.Background(), dsn, schema) })
+	pool, err := pgxpool.New(ctx, withParams(dsn, "search_path="+schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	err = waitApplied(ctx, pool, 1, time.Hour, 500*time.Millisecond, func() error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "0 of 1 commands applied, none in the last 500ms") {
+		t.Fatalf("waitApplied with nothing posted: %v, want a stall error", err)
 	}
 }

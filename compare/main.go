@@ -41,7 +41,8 @@ type options struct {
 	latencyRate, latencySeconds         int
 	zombieRate, zombieConcurrency       int
 	zombieAttempts, zombieSleepMS       int
-	zombie                              bool
+	zombie, zombieHold                  bool
+	pinClientCPUs                       string
 	seed                                uint64
 }
 
@@ -60,7 +61,7 @@ func defaultOptions() options {
 		dists: []string{"uniform", "zipf"}, handlers: []string{"pg", "sleep1", "sleep10"}, systems: allSystems,
 		concurrency: 24, partitions: 12, sessionMS: 3000,
 		latencyRate: 200, latencySeconds: 10,
-		zombieRate: 200, zombieConcurrency: 6, zombieAttempts: 3, zombieSleepMS: 5, zombie: true, seed: 1,
+		zombieRate: 200, zombieConcurrency: 6, zombieAttempts: 3, zombieSleepMS: 5, zombie: true, zombieHold: true, pinClientCPUs: pinAuto, seed: 1,
 	}
 }
 
@@ -94,7 +95,9 @@ func main() {
 	flag.IntVar(&o.zombieRate, "zombie-rate", o.zombieRate, "offered rate during the zombie scenario")
 	flag.IntVar(&o.zombieConcurrency, "zombie-concurrency", o.zombieConcurrency, "the cap N of each of the zombie scenario's three instances")
 	flag.IntVar(&o.zombieAttempts, "zombie-attempts", o.zombieAttempts, "scenarios to run, at most, until a Java system's frozen instance attempts a late write (workrouter's: always up to 3, until one is refused)")
-	flag.IntVar(&o.zombieSleepMS, "zombie-sleep-ms", o.zombieSleepMS, "the zombie scenario's handler sleeps this long before the ledger's effect (every system alike), so that a frozen instance is likely mid-batch")
+	flag.IntVar(&o.zombieSleepMS, "zombie-sleep-ms", o.zombieSleepMS, "the zombie scenario's handler sleeps this long (every system alike), so that a frozen instance is likely mid-batch")
+	flag.BoolVar(&o.zombieHold, "zombie-hold", o.zombieHold, "the zombie scenario's handler sleeps after the ledger's effect, inside its transaction, holding its row locks (a frozen instance is then likely frozen holding a batch); false: before it")
+	flag.StringVar(&o.pinClientCPUs, "pin-client-cpus", o.pinClientCPUs, "run every client process under taskset -c on these CPUs (a taskset list, e.g. 2-3); auto: the upper half of the cores when there are at least 4, else none; off: none. The broker is not started here: pin it with taskset -apc LIST <pid>")
 	flag.Uint64Var(&o.seed, "seed", o.seed, "the workload's seed")
 	flag.Parse()
 	o.dists, o.handlers, o.systems = split(dists), split(handlers), split(systems)
@@ -131,6 +134,7 @@ type harness struct {
 	names int // runs so far: unique topic, group and schema names
 	tag   string
 	log   io.Writer
+	pin   string // the clients' CPU list (taskset -c), "" for none
 }
 
 func (h *harness) name(kind string) string {
@@ -160,7 +164,10 @@ type zombieRun struct {
 	System   string
 	Counts   counts
 	Attempts int // scenarios run until the frozen instance attempted a late write
-	Load     string
+	// HeldTx reports whether b was frozen inside a transaction that had
+	// written (holding a batch) in the scenario counted.
+	HeldTx bool
+	Load   string
 }
 
 // report is everything measured.
@@ -178,6 +185,12 @@ func run(ctx context.Context, o options, w io.Writer) (*report, error) {
 		o.javaDir = filepath.Join(filepath.Dir(file), "java")
 	}
 	h := &harness{o: o, log: w, tag: fmt.Sprintf("%d_%d", os.Getpid(), time.Now().Unix()%100000)}
+	pin, why, err := resolvePin(o.pinClientCPUs, runtime.NumCPU())
+	if err != nil {
+		return nil, err
+	}
+	h.pin = pin
+	fmt.Fprintln(w, "compare:", why)
 	needJava := slices.ContainsFunc(o.systems, func(s string) bool { return s != sysWorkrouter })
 	if needJava {
 		fmt.Fprintf(w, "building the Java programs (mvn, %s)\n", o.javaDir)
@@ -190,7 +203,7 @@ func run(ctx context.Context, o options, w io.Writer) (*report, error) {
 	rep := &report{
 		Options: map[string]any{"records": o.records, "keys": o.keys, "runs": o.runs, "warmup": o.warmup, "concurrency": o.concurrency,
 			"partitions": o.partitions, "session_ms": o.sessionMS, "latency_rate": o.latencyRate, "latency_seconds": o.latencySeconds,
-			"zombie_rate": o.zombieRate, "zombie_concurrency": o.zombieConcurrency, "zombie_sleep_ms": o.zombieSleepMS, "java_flags": strings.Join(javaFlags, " ")},
+			"zombie_rate": o.zombieRate, "zombie_concurrency": o.zombieConcurrency, "zombie_sleep_ms": o.zombieSleepMS, "zombie_hold": o.zombieHold, "pin_client_cpus": pin, "java_flags": strings.Join(javaFlags, " ")},
 		Versions: map[string]string{"parallel-consumer": "io.confluent.parallelconsumer:parallel-consumer-core:0.5.3.3",
 			"kafka-clients": "4.4.0", "postgresql-jdbc": "42.7.14", "go": runtime.Version()},
 	}
@@ -272,8 +285,8 @@ func run(ctx context.Context, o options, w io.Writer) (*report, error) {
 			z.Load = load
 			rep.Zombie = append(rep.Zombie, z)
 			c := z.Counts
-			fmt.Fprintf(w, "zombie %-12s applied=%d/%d lost=%d dup_deliveries=%d dup_effects=%d wrong_balances=%d order_violations=%d late_landed=%d late_caught=%d fenced=%d taken_over=%d attempts=%d load=%s\n",
-				sys, c.Applied, c.Produced, c.Lost, c.DupDeliveries, c.DupEffects, c.WrongBalances, c.OrderViolations, c.LateLanded, c.LateCaught, c.Fenced, c.TakenOver, z.Attempts, load)
+			fmt.Fprintf(w, "zombie %-12s applied=%d/%d lost=%d dup_deliveries=%d dup_effects=%d wrong_balances=%d order_violations=%d late_landed=%d late_caught=%d fenced=%d taken_over=%d held_tx=%v attempts=%d load=%s\n",
+				sys, c.Applied, c.Produced, c.Lost, c.DupDeliveries, c.DupEffects, c.WrongBalances, c.OrderViolations, c.LateLanded, c.LateCaught, c.Fenced, c.TakenOver, z.HeldTx, z.Attempts, load)
 		}
 	}
 	printTable(w, rep)
@@ -332,9 +345,12 @@ func (h *harness) spec(sys, topic, group, schema, member string, concurrency, sl
 		member: member, concurrency: concurrency, partitions: h.o.partitions, sleepMS: sleepMS, sessionMS: h.o.sessionMS}
 }
 
-// waitApplied polls until want commands are posted, or timeout.
-func waitApplied(ctx context.Context, pool *pgxpool.Pool, want int, timeout time.Duration, alive func() error) error {
-	deadline := time.Now().Add(timeout)
+// waitApplied polls until want commands are posted, or timeout, or no
+// command was posted for stall.
+func waitApplied(ctx context.Context, pool *pgxpool.Pool, want int, timeout, stall time.Duration, alive func() error) error {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	last, lastAt := -1, start
 	for {
 		n, err := applied(ctx, pool)
 		if err != nil {
@@ -346,8 +362,15 @@ func waitApplied(ctx context.Context, pool *pgxpool.Pool, want int, timeout time
 		if err := alive(); err != nil {
 			return err
 		}
-		if time.Now().After(deadline) {
+		now := time.Now()
+		if n != last {
+			last, lastAt = n, now
+		}
+		if now.After(deadline) {
 			return fmt.Errorf("compare: %d of %d commands applied after %s", n, want, timeout)
+		}
+		if now.Sub(lastAt) > stall {
+			return fmt.Errorf("compare: %d of %d commands applied, none in the last %s", n, want, stall)
 		}
 		select {
 		case <-ctx.Done():
@@ -380,8 +403,11 @@ func (h *harness) drain(ctx context.Context, sys, topic string, wl *workload, sl
 	if err != nil {
 		return timing{}, counts{}, err
 	}
-	timeout := 2*time.Minute + time.Duration(len(wl.cmds))*time.Duration(sleepMS+2)*time.Millisecond/time.Duration(min(h.o.concurrency, h.o.partitions))
-	werr := waitApplied(ctx, pool, len(wl.cmds), timeout, exited(in))
+	// A backlog of --records 1000000 takes Parallel Consumer more than
+	// 1,000 s here: the drain's bound is a floor of 200 commands a second
+	// (a sleeping handler's sleep added), and 2 minutes without progress.
+	timeout := 2*time.Minute + time.Duration(len(wl.cmds))*time.Duration(sleepMS+5)*time.Millisecond
+	werr := waitApplied(ctx, pool, len(wl.cmds), timeout, 2*time.Minute, exited(in))
 	serr := in.stop(30 * time.Second)
 	if werr != nil {
 		return timing{}, counts{}, fmt.Errorf("%w\n%s", werr, tail(in.output(), 3000))
@@ -412,7 +438,7 @@ func (h *harness) latency(ctx context.Context, sys, topic string, wl *workload) 
 	if err := produce(ctx, strings.Split(h.o.brokers, ","), topic, wl.cmds, h.o.latencyRate); err != nil {
 		return timing{}, counts{}, err
 	}
-	if err := waitApplied(ctx, pool, len(wl.cmds), 2*time.Minute, exited(in)); err != nil {
+	if err := waitApplied(ctx, pool, len(wl.cmds), 2*time.Minute, 2*time.Minute, exited(in)); err != nil {
 		return timing{}, counts{}, err
 	}
 	t, err := latency(ctx, pool)
@@ -433,38 +459,39 @@ func (h *harness) latency(ctx context.Context, sys, topic string, wl *workload) 
 func (h *harness) zombie(ctx context.Context, sys string, brokers []string, topics *[]string) (zombieRun, error) {
 	z := zombieRun{System: sys}
 	for z.Attempts = 1; ; z.Attempts++ {
-		c, err := h.zombieOnce(ctx, sys, brokers, topics)
+		c, heldTx, err := h.zombieOnce(ctx, sys, brokers, topics)
 		if err != nil {
 			return z, err
 		}
-		z.Counts = c
+		z.Counts, z.HeldTx = c, heldTx
 		limit := h.o.zombieAttempts
 		if sys == sysWorkrouter {
 			limit = 3
 		}
-		if c.LateLanded+c.LateCaught+c.Fenced > 0 || z.Attempts >= limit {
+		attempted := c.LateLanded+c.LateCaught+c.Fenced > 0
+		if attempted && (heldTx || sys != sysWorkrouter || !h.o.zombieHold) || z.Attempts >= limit {
 			return z, nil
 		}
-		fmt.Fprintf(h.log, "zombie %s: the frozen instance attempted no late write; again\n", sys)
+		fmt.Fprintf(h.log, "zombie %s: the frozen instance attempted no late write, or was not frozen holding a batch; again\n", sys)
 	}
 }
 
-func (h *harness) zombieOnce(ctx context.Context, sys string, brokers []string, topics *[]string) (counts, error) {
+func (h *harness) zombieOnce(ctx context.Context, sys string, brokers []string, topics *[]string) (counts, bool, error) {
 	session := time.Duration(h.o.sessionMS) * time.Millisecond
 	// The flow lasts from the start until a while after the resume.
 	flow := 6*time.Second + session + 3*time.Second + 4*time.Second
 	wl, err := newWorkload(int(flow.Seconds())*h.o.zombieRate, h.o.keys/10, "uniform", h.o.seed+2)
 	if err != nil {
-		return counts{}, err
+		return counts{}, false, err
 	}
 	topic := h.name("zombie")
 	if err := createTopic(ctx, brokers, topic, int32(h.o.partitions)); err != nil {
-		return counts{}, err
+		return counts{}, false, err
 	}
 	*topics = append(*topics, topic)
 	schema, pool, err := h.newRun(ctx)
 	if err != nil {
-		return counts{}, err
+		return counts{}, false, err
 	}
 	defer h.endRun(schema, pool)
 	group := h.name("g")
@@ -475,7 +502,11 @@ func (h *harness) zombieOnce(ctx context.Context, sys string, brokers []string, 
 		}
 	}()
 	startOne := func(member string) (*instance, error) {
-		in, err := h.start(ctx, h.spec(sys, topic, group, schema, member, h.o.zombieConcurrency, h.o.zombieSleepMS))
+		s := h.spec(sys, topic, group, schema, member, h.o.zombieConcurrency, h.o.zombieSleepMS)
+		if h.o.zombieHold {
+			s.sleepMS, s.holdMS = 0, h.o.zombieSleepMS
+		}
+		in, err := h.start(ctx, s)
 		if err == nil {
 			all = append(all, in)
 		}
@@ -483,11 +514,11 @@ func (h *harness) zombieOnce(ctx context.Context, sys string, brokers []string, 
 	}
 	a, err := startOne("a")
 	if err != nil {
-		return counts{}, err
+		return counts{}, false, err
 	}
 	b, err := startOne("b")
 	if err != nil {
-		return counts{}, err
+		return counts{}, false, err
 	}
 	prodErr := make(chan error, 1)
 	go func() { prodErr <- produce(ctx, brokers, topic, wl.cmds, h.o.zombieRate) }()
@@ -495,37 +526,70 @@ func (h *harness) zombieOnce(ctx context.Context, sys string, brokers []string, 
 	sleepUntil := func(d time.Duration) { time.Sleep(time.Until(t0.Add(d))) }
 	sleepUntil(2 * time.Second)
 	if _, err := startOne("c"); err != nil {
-		return counts{}, err
+		return counts{}, false, err
 	}
 	sleepUntil(4 * time.Second)
 	a.kill()
 	sleepUntil(6 * time.Second)
+	// Freeze b holding a batch: inside a transaction that has written
+	// (the handler's hold, after the ledger's effect), if it gets there
+	// within 2 s. Without the hold, b is frozen at 6 s sharp.
+	inTx := false
+	if h.o.zombieHold {
+		if inTx, err = waitInTransaction(ctx, pool, appName(schema, "b"), 2*time.Second); err != nil {
+			return counts{}, false, err
+		}
+	}
 	if err := b.signal(syscall.SIGSTOP); err != nil {
-		return counts{}, err
+		return counts{}, false, err
+	}
+	if h.o.zombieHold && !inTx {
+		fmt.Fprintf(h.log, "zombie %s: b was not seen inside a transaction in 2s; frozen anyway\n", sys)
 	}
 	stopped := time.Now()
 	time.Sleep(session + 3*time.Second)
 	resumed := time.Now()
 	if err := b.signal(syscall.SIGCONT); err != nil {
-		return counts{}, err
+		return counts{}, false, err
 	}
 	if err := <-prodErr; err != nil {
-		return counts{}, err
+		return counts{}, false, err
 	}
 	alive := func() error { return nil } // b may stop by itself after its fence: the others must finish
-	if err := waitApplied(ctx, pool, len(wl.cmds), 2*time.Minute, alive); err != nil {
-		return counts{}, errors.Join(err, errors.New(tail(b.output(), 2000)))
+	if err := waitApplied(ctx, pool, len(wl.cmds), 2*time.Minute, 2*time.Minute, alive); err != nil {
+		return counts{}, false, errors.Join(err, errors.New(tail(b.output(), 2000)))
 	}
 	time.Sleep(2 * time.Second) // let the resumed instance land what it would
 	c, err := check(ctx, pool, wl)
 	if err != nil {
-		return c, err
+		return c, false, err
 	}
 	if err := zombieCounts(ctx, pool, &c, "b", stopped, resumed); err != nil {
-		return c, err
+		return c, false, err
 	}
 	c.Fenced = b.count("fenced ")
-	return c, nil
+	return c, inTx, nil
+}
+
+// waitInTransaction polls pg_stat_activity until a connection named app
+// is idle in a transaction that has written (between two statements of
+// an open transaction holding a transaction ID), or timeout; it reports
+// whether it saw one.
+func waitInTransaction(ctx context.Context, pool *pgxpool.Pool, app string, timeout time.Duration) (bool, error) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND state = 'idle in transaction' AND backend_xid IS NOT NULL`, app).Scan(&n)
+		if err != nil {
+			return false, fmt.Errorf("compare: pg_stat_activity: %w", err)
+		}
+		if n > 0 {
+			return true, nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false, nil
 }
 
 // stats is a median and the spread of runs.

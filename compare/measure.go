@@ -160,11 +160,29 @@ func check(ctx context.Context, pool *pgxpool.Pool, wl *workload) (counts, error
 
 // zombieCounts fills the zombie run's counts: member was frozen at stop and
 // resumed at resume.
+//
+// A handler call of member is stale when another member had already
+// written to its partition under a newer generation, or, for workrouter,
+// when the sink had already recorded a claim of its partition at a newer
+// epoch (the sink's history, workrouterHistory): an instance frozen in
+// the middle of a batch holds its transaction's row locks, so the new
+// holder cannot write to that partition before the frozen one's batch
+// commits or rolls back, and only the claim shows that the partition had
+// moved. Without the fence that batch commits; with it, it is refused.
 func zombieCounts(ctx context.Context, pool *pgxpool.Pool, c *counts, member string, stop, resume time.Time) error {
+	var history bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, workrouterHistory).Scan(&history); err != nil {
+		return err
+	}
+	claimed := ""
+	if history {
+		claimed = ` OR EXISTS (SELECT 1 FROM ` + workrouterHistory + ` h
+			WHERE h.part = z.part AND h.kind = 'claim' AND h.epoch > z.gen AND h.at < z.at)`
+	}
 	err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT z.dup), count(*) FILTER (WHERE z.dup)
-		FROM compare_effects z WHERE z.member = $1 AND EXISTS (
+		FROM compare_effects z WHERE z.member = $1 AND (EXISTS (
 			SELECT 1 FROM compare_effects o
-			WHERE o.part = z.part AND o.member <> z.member AND o.gen > z.gen AND o.at < z.at)`,
+			WHERE o.part = z.part AND o.member <> z.member AND o.gen > z.gen AND o.at < z.at)`+claimed+`)`,
 		member).Scan(&c.LateLanded, &c.LateCaught)
 	if err != nil {
 		return err
@@ -172,6 +190,11 @@ func zombieCounts(ctx context.Context, pool *pgxpool.Pool, c *counts, member str
 	return pool.QueryRow(ctx, `SELECT count(*) FROM compare_effects WHERE member <> $1 AND at > $2 AND at < $3`,
 		member, stop, resume).Scan(&c.TakenOver)
 }
+
+// workrouterHistory is the fenced PostgreSQL sink's history table in a
+// run's schema (the sink's default prefix): one row per claim, with the
+// epoch claimed and when.
+const workrouterHistory = "workrouter_history"
 
 // timing is a run's throughput or latency figures, from compare_effects.
 type timing struct {

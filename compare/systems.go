@@ -87,7 +87,8 @@ type instanceSpec struct {
 	member      string
 	concurrency int // the cap N: PC maxConcurrency, plain threads, workrouter lanes × partitions
 	partitions  int
-	sleepMS     int
+	sleepMS     int // the handler sleeps this long before the ledger's effect
+	holdMS      int // and this long after it, in its transaction, holding its row locks
 	sessionMS   int
 }
 
@@ -113,7 +114,7 @@ func (h *harness) start(ctx context.Context, s instanceSpec) (*instance, error) 
 		cmd = exec.Command(self)
 		cmd.Env = append(os.Environ(), instanceConfig{
 			Brokers: s.brokers, Topic: s.topic, Group: s.group, DSN: s.dsn, Schema: s.schema, Member: s.member,
-			Lanes: lanes, Pool: s.concurrency, SleepMS: s.sleepMS, SessionMS: s.sessionMS,
+			Lanes: lanes, Pool: s.concurrency, SleepMS: s.sleepMS, HoldMS: s.holdMS, SessionMS: s.sessionMS,
 		}.env()...)
 	case sysPCKey, sysPCPartition, sysPlain:
 		n := s.concurrency
@@ -126,11 +127,15 @@ func (h *harness) start(ctx context.Context, s instanceSpec) (*instance, error) 
 		}
 		args := append(append([]string{}, javaFlags...), "-cp", cp, "compare.Main", s.system,
 			"--brokers="+s.brokers, "--topic="+s.topic, "--group="+s.group,
-			"--jdbc="+jdbcURL(s.dsn, s.schema), "--member="+s.member,
-			"--concurrency="+strconv.Itoa(n), "--sleep-ms="+strconv.Itoa(s.sleepMS), "--session-ms="+strconv.Itoa(s.sessionMS))
+			"--jdbc="+jdbcURL(s.dsn, s.schema)+"&ApplicationName="+appName(s.schema, s.member), "--member="+s.member,
+			"--concurrency="+strconv.Itoa(n), "--sleep-ms="+strconv.Itoa(s.sleepMS), "--hold-ms="+strconv.Itoa(s.holdMS), "--session-ms="+strconv.Itoa(s.sessionMS))
 		cmd = exec.Command(h.java.bin, args...)
 	default:
 		return nil, fmt.Errorf("compare: unknown system %q", s.system)
+	}
+	cmd, err := pinned(cmd, h.pin)
+	if err != nil {
+		return nil, err
 	}
 	in := &instance{spec: s, cmd: cmd, done: make(chan struct{})}
 	pr, pw, err := os.Pipe()
@@ -193,7 +198,12 @@ func (in *instance) count(prefix string) int {
 	return n
 }
 
-func (in *instance) signal(sig syscall.Signal) error { return in.cmd.Process.Signal(sig) }
+func (in *instance) signal(sig syscall.Signal) error {
+	if err := in.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("compare: %s instance %s: %v: %w (exit: %v)\n%s", in.spec.system, in.spec.member, sig, err, in.err, tail(in.output(), 3000))
+	}
+	return nil
+}
 
 // kill sends SIGKILL and waits for the process.
 func (in *instance) kill() {
@@ -219,6 +229,11 @@ func (in *instance) stop(grace time.Duration) error {
 		return errors.New("compare: " + in.spec.member + " did not stop in " + grace.String() + ": killed")
 	}
 }
+
+// appName is the PostgreSQL application_name of member's connections in
+// the run whose schema is schema (unique to the run), so that the harness
+// can see in pg_stat_activity when member is inside a transaction.
+func appName(schema, member string) string { return schema + "_" + member }
 
 func jdbcURL(dsn, schema string) string {
 	// postgres://user@host:port/db[?…] → jdbc:postgresql://host:port/db?user=user&currentSchema=schema

@@ -31,7 +31,7 @@ const effectSQL = `INSERT INTO compare_effects (part, off, member, gen, dup, pro
 // instanceConfig is what the harness hands an instance, in the environment.
 type instanceConfig struct {
 	Brokers, Topic, Group, DSN, Schema, Member string
-	Lanes, Pool, SleepMS, SessionMS            int
+	Lanes, Pool, SleepMS, HoldMS, SessionMS    int
 }
 
 func (c instanceConfig) env() []string {
@@ -40,7 +40,8 @@ func (c instanceConfig) env() []string {
 		"COMPARE_BROKERS=" + c.Brokers, "COMPARE_TOPIC=" + c.Topic, "COMPARE_GROUP=" + c.Group,
 		"COMPARE_DSN=" + c.DSN, "COMPARE_SCHEMA=" + c.Schema, "COMPARE_MEMBER=" + c.Member,
 		"COMPARE_LANES=" + strconv.Itoa(c.Lanes), "COMPARE_POOL=" + strconv.Itoa(c.Pool),
-		"COMPARE_SLEEP_MS=" + strconv.Itoa(c.SleepMS), "COMPARE_SESSION_MS=" + strconv.Itoa(c.SessionMS),
+		"COMPARE_SLEEP_MS=" + strconv.Itoa(c.SleepMS), "COMPARE_HOLD_MS=" + strconv.Itoa(c.HoldMS),
+		"COMPARE_SESSION_MS=" + strconv.Itoa(c.SessionMS),
 	}
 }
 
@@ -49,7 +50,7 @@ func instanceFromEnv() (instanceConfig, error) {
 		Brokers: os.Getenv("COMPARE_BROKERS"), Topic: os.Getenv("COMPARE_TOPIC"), Group: os.Getenv("COMPARE_GROUP"),
 		DSN: os.Getenv("COMPARE_DSN"), Schema: os.Getenv("COMPARE_SCHEMA"), Member: os.Getenv("COMPARE_MEMBER"),
 	}
-	for name, dst := range map[string]*int{"LANES": &c.Lanes, "POOL": &c.Pool, "SLEEP_MS": &c.SleepMS, "SESSION_MS": &c.SessionMS} {
+	for name, dst := range map[string]*int{"LANES": &c.Lanes, "POOL": &c.Pool, "SLEEP_MS": &c.SleepMS, "HOLD_MS": &c.HoldMS, "SESSION_MS": &c.SessionMS} {
 		v, err := strconv.Atoi(os.Getenv("COMPARE_" + name))
 		if err != nil {
 			return c, fmt.Errorf("compare: instance: COMPARE_%s: %w", name, err)
@@ -71,13 +72,13 @@ func runInstance() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	dsn := withParams(c.DSN, fmt.Sprintf("pool_max_conns=%d", c.Pool), "search_path="+c.Schema)
+	dsn := withParams(c.DSN, fmt.Sprintf("pool_max_conns=%d", c.Pool), "search_path="+c.Schema, "application_name="+appName(c.Schema, c.Member))
 	s, err := postgres.Open(ctx, postgres.Config{DSN: dsn, Schema: c.Schema, Logger: logger})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	sleep := time.Duration(c.SleepMS) * time.Millisecond
+	sleep, hold := time.Duration(c.SleepMS)*time.Millisecond, time.Duration(c.HoldMS)*time.Millisecond
 	handlers := map[string]consumer.Handler[pgx.Tx]{}
 	for typ, h := range ledger.PostgresHandlers() {
 		handlers[typ] = func(ctx context.Context, tx pgx.Tx, cmd consumer.Command) error {
@@ -86,6 +87,9 @@ func runInstance() error {
 			}
 			if err := h(ctx, tx, cmd); err != nil {
 				return err
+			}
+			if hold > 0 {
+				time.Sleep(hold)
 			}
 			_, err := tx.Exec(ctx, effectSQL, cmd.Token.Partition, cmd.Offset, c.Member, cmd.Token.Epoch, false, cmd.Timestamp.UnixMilli())
 			return err

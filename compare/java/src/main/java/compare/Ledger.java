@@ -43,13 +43,18 @@ final class Ledger {
 
     private final Connection conn;
     private final String member;
-    private final int sleepMs;
+    private final int sleepMs, holdMs;
     private final PreparedStatement deposit, open, withdraw, post, exists, effect;
 
-    Ledger(Connection conn, String member, int sleepMs) throws SQLException {
+    /**
+     * sleepMs is how long apply sleeps before the ledger's effect; holdMs,
+     * after it, in the transaction, holding its row locks.
+     */
+    Ledger(Connection conn, String member, int sleepMs, int holdMs) throws SQLException {
         this.conn = conn;
         this.member = member;
         this.sleepMs = sleepMs;
+        this.holdMs = holdMs;
         conn.setAutoCommit(false);
         deposit = conn.prepareStatement(DEPOSIT_SQL);
         open = conn.prepareStatement(OPEN_ACCOUNT_SQL);
@@ -113,6 +118,9 @@ final class Ledger {
             post.setInt(9, gen);
             post.setString(10, member);
             post.executeUpdate();
+        }
+        if (holdMs > 0) {
+            Thread.sleep(holdMs);
         }
         effect.setInt(1, r.partition());
         effect.setLong(2, r.offset());

@@ -11,7 +11,7 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  *
  * <pre>
  * java -cp … compare.Main pc-key|pc-partition|plain --brokers=… --topic=… --group=…
- *     --jdbc=jdbc:postgresql://…?currentSchema=… --member=NAME --concurrency=N --sleep-ms=0 --session-ms=6000
+ *     --jdbc=jdbc:postgresql://…?currentSchema=… --member=NAME --concurrency=N --sleep-ms=0 --hold-ms=0 --session-ms=6000
  * </pre>
  *
  * It prints "ready" once subscribed and "stopped" after a clean close on SIGTERM.

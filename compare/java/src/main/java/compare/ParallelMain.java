@@ -33,7 +33,7 @@ final class ParallelMain {
         String member = a.get("member");
         BlockingQueue<Ledger> pool = new ArrayBlockingQueue<>(n);
         for (int i = 0; i < n; i++) {
-            pool.add(new Ledger(DriverManager.getConnection(a.get("jdbc")), member, a.getInt("sleep-ms")));
+            pool.add(new Ledger(DriverManager.getConnection(a.get("jdbc")), member, a.getInt("sleep-ms"), a.getInt("hold-ms")));
         }
         KafkaConsumer<String, byte[]> consumer = new KafkaConsumer<>(Main.consumerProps(a));
         ParallelConsumerOptions<String, byte[]> options = ParallelConsumerOptions.<String, byte[]>builder()

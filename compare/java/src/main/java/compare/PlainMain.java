@@ -37,7 +37,7 @@ final class PlainMain {
             KafkaConsumer<String, byte[]> c = new KafkaConsumer<>(Main.consumerProps(a));
             consumers.add(c);
             Connection conn = DriverManager.getConnection(a.get("jdbc"));
-            Ledger ledger = new Ledger(conn, member, a.getInt("sleep-ms"));
+            Ledger ledger = new Ledger(conn, member, a.getInt("sleep-ms"), a.getInt("hold-ms"));
             Thread t = new Thread(() -> {
                 try {
                     loop(c, ledger, a.get("topic"));
