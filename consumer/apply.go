@@ -67,12 +67,8 @@ type decoded[Tx any] struct {
 	keys    []uint64
 	hs      []Handler[Tx] // the handler of each command's type, nil if none
 	offsets []int64
-	// cmds are the handler's Commands, decoded in place: decode fills
-	// the envelope, Offset and Timestamp, the effect the tenure's Token
-	// and TopicID, so that a call copies the command once, as the
-	// handler's argument, not once more to build it.
-	cmds []Command
-	errs []error // the decode error of each record, or nil
+	cmds    []envelope.Command // the handler's Command is made from it and its record when called
+	errs    []error            // the decode error of each record, or nil
 	// ids are the command IDs passed to an Apply with IDs: "" for a record
 	// without one, an undecodable one, and another group's redrive (whose
 	// ID this group must stay free to apply: see otherGroup).
@@ -87,7 +83,7 @@ func (a *applier[Tx]) decode(recs []*kgo.Record) decoded[Tx] {
 	t := a.t
 	d := &a.batch
 	if cap(d.cmds) < len(recs) {
-		d.offsets, d.cmds, d.errs, d.hs = make([]int64, len(recs)), make([]Command, len(recs)), make([]error, len(recs)), make([]Handler[Tx], len(recs))
+		d.offsets, d.cmds, d.errs, d.hs = make([]int64, len(recs)), make([]envelope.Command, len(recs)), make([]error, len(recs)), make([]Handler[Tx], len(recs))
 		d.ids = make([]string, len(recs))
 	}
 	d.recs, d.offsets, d.cmds, d.errs, d.hs = recs, d.offsets[:len(recs)], d.cmds[:len(recs)], d.errs[:len(recs)], d.hs[:len(recs)]
@@ -103,20 +99,18 @@ func (a *applier[Tx]) decode(recs []*kgo.Record) decoded[Tx] {
 	for i, r := range recs {
 		d.offsets[i] = r.Offset
 		d.errs[i] = nil
-		c := &d.cmds[i]
-		c.Offset, c.Timestamp = r.Offset, r.Timestamp
-		if err := a.decoder.DecodeInto(r, &c.Command); err != nil {
+		if err := a.decoder.DecodeInto(r, &d.cmds[i]); err != nil {
 			d.errs[i] = fmt.Errorf("%w: offset %d: %w", ErrUndecodable, r.Offset, err)
 		} else if err := t.checkRoute(r); err != nil {
 			d.errs[i] = err
 		}
-		if typ := c.Type; !haveLast || typ != lastType {
+		if typ := d.cmds[i].Type; !haveLast || typ != lastType {
 			lastType, lastH, haveLast = typ, t.w.cfg.Handlers[typ], true
 		}
 		d.hs[i] = lastH
 		d.ids[i] = ""
-		if d.errs[i] == nil && !t.otherGroup(&c.Command) {
-			d.ids[i] = c.ID
+		if d.errs[i] == nil && !t.otherGroup(&d.cmds[i]) {
+			d.ids[i] = d.cmds[i].ID
 		}
 	}
 	return *d
@@ -146,7 +140,7 @@ func (t *tenure[Tx]) deadAtOnce(d decoded[Tx], i int) (reason string, err error,
 		}
 		return reason, d.errs[i], p.Undecodable == PoisonDeadLetter && t.w.features.DeadLetters
 	}
-	if t.otherGroup(&d.cmds[i].Command) {
+	if t.otherGroup(&d.cmds[i]) {
 		return "", nil, false // skipped by its effect, whether this group has a handler or not
 	}
 	if d.hs[i] == nil {
@@ -368,7 +362,7 @@ func (a *applier[Tx]) applied(d decoded[Tx], run int, res sink.Result, dups []in
 		c := &d.cmds[i]
 		switch {
 		case d.errs[i] != nil:
-		case t.otherGroup(&c.Command):
+		case t.otherGroup(c):
 			ev.OtherGroup++
 			t.w.obs.emit(RedriveSkipped{Token: t.tok, Offset: d.offsets[i], ID: c.ID, For: c.RedriveFor})
 		case c.ID == "":
@@ -397,23 +391,21 @@ func (t *tenure[Tx]) effect(d decoded[Tx]) sink.Effect[Tx] {
 		if d.errs[i] != nil {
 			return d.errs[i]
 		}
-		cmd := &d.cmds[i]
-		if t.otherGroup(&cmd.Command) {
+		if t.otherGroup(&d.cmds[i]) {
 			return nil // another group's redrive: the checkpoint moves past it, nothing else
 		}
+		r := d.recs[i]
+		cmd := Command{Command: d.cmds[i], Offset: r.Offset, Timestamp: r.Timestamp, Token: t.tok, TopicID: t.topicID}
 		h := d.hs[i]
 		if h == nil {
 			return fmt.Errorf("%w %q at offset %d", ErrNoHandler, cmd.Type, cmd.Offset)
 		}
-		cmd.Token, cmd.TopicID = t.tok, t.topicID
 		if timed {
 			start := time.Now()
-			typ := cmd.Type
-			defer func() { w.obs.handlerDone(t.tok, typ, time.Since(start), err) }() // runs after the recovery below
+			defer func() { w.obs.handlerDone(t.tok, cmd.Type, time.Since(start), err) }() // runs after the recovery below
 		}
 		defer recoverHandler(&err) // a deferred call of its own: the per-command cost of a closure would be paid by every command
-		// The handler's copy: what it changes stays its own.
-		return h(ctx, tx, *cmd)
+		return h(ctx, tx, cmd)
 	}
 }
 
