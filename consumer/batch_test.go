@@ -116,11 +116,13 @@ func TestHandlersSeeEachRecordAsProduced(t *testing.T) {
 	}
 }
 
-// TestHandlersChangesToTheirCommandStayTheirs: the Worker decodes each
-// batch's Commands in place and hands each handler call a copy. A handler
-// that changes every field it can of its Command and then fails sees, on
-// each retry of the same decoded batch, the command as produced again,
-// with its offset and the tenure's token: nothing it changed shows through.
+// TestHandlersChangesToTheirCommandStayTheirs: the Worker decodes a batch
+// once and retries its records from that decoded memory. A handler that
+// changes every field it can of its Command and then fails sees, on the
+// retry, the command as produced again, with its offset, timestamp and
+// the tenure's token: nothing it changed shows through (a Worker that
+// handed handlers its own decoded memory, or built their Command without
+// one of those fields, fails this).
 func TestHandlersChangesToTheirCommandStayTheirs(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 1)
