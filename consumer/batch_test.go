@@ -115,3 +115,51 @@ func TestHandlersSeeEachRecordAsProduced(t *testing.T) {
 		t.Fatalf("%d dead letters, want the %d undecodable records", n, undecodable)
 	}
 }
+
+// TestHandlersChangesToTheirCommandStayTheirs: the Worker decodes a batch
+// once and retries its records from that decoded memory. A handler that
+// changes every field it can of its Command and then fails sees, on the
+// retry, the command as produced again, with its offset, timestamp and
+// the tenure's token: nothing it changed shows through (a Worker that
+// handed handlers its own decoded memory, or built their Command without
+// one of those fields, fails this).
+func TestHandlersChangesToTheirCommandStayTheirs(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	s := memory.New()
+	keys := makeKeys(3)
+	var (
+		mu      sync.Mutex
+		changed = map[int64]bool{} // offsets whose first call changed its Command and failed
+		wrong   []string
+	)
+	handler := func(ctx context.Context, tx *memory.Tx, cmd consumer.Command) error {
+		mu.Lock()
+		first := !changed[cmd.Offset]
+		changed[cmd.Offset] = true
+		if cmd.Type != "append" || !strings.HasPrefix(string(cmd.Key), "key-") || len(cmd.Payload) == 0 ||
+			cmd.Token.Partition != 0 || cmd.Token.Group != c.group || cmd.Offset < 0 || cmd.Timestamp.IsZero() {
+			wrong = append(wrong, fmt.Sprintf("%+v", cmd))
+		}
+		mu.Unlock()
+		if first {
+			cmd.Type, cmd.Key, cmd.Payload, cmd.ID = "changed", nil, nil, "changed"
+			cmd.Offset, cmd.Timestamp, cmd.TopicID = -1, time.Time{}, "changed"
+			cmd.Token.Group, cmd.Token.Partition = "changed", 99
+			return fmt.Errorf("offset %d: fails once", cmd.Offset)
+		}
+		return appendHandler(ctx, tx, cmd)
+	}
+	w := startWorker(t, c, s, workerOpts{name: "a", handler: handler})
+	produce(t, c, 1, keys, 0, 10)
+	testwait.For(t, 30*time.Second, "all applied", func() bool { return appliedCount(s, keys) == 30 })
+	checkInvariants(t, s, keys, 10)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(changed) != 30 || w.Stats().Retries < 30 {
+		t.Fatalf("the handler did not fail once per record: %d offsets failed, stats %+v", len(changed), w.Stats())
+	}
+	if len(wrong) > 0 {
+		t.Fatalf("%d handler calls saw a changed command, first %s", len(wrong), wrong[0])
+	}
+}

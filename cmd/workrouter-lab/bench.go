@@ -110,6 +110,7 @@ then runs each workload and its baseline in this process:
   W5 end-to-end latency, produce to commit, at half the maximum rate it
      measures (median of 3 runs): memory sink; W5-sqlite: SQLite sink
   W6 pause-to-takeover
+  W1n W1 with deduplication off (no ratio: what the command IDs cost W1)
   W7 W3's handler with 16 lanes per partition (KeyConcurrency 16) over 1,200
      keys on a topic of its own, memory sink; W7-pg: PostgreSQL sink
 
@@ -134,7 +135,7 @@ worker (W2n-pg/W2u-pg).
 Every throughput workload and baseline (all but W5, W5-sqlite and W6)
 runs 5 times (3 with --quick; --repeats sets it). The runs of a workload and its baselines alternate, so that
 warm-up, leftover garbage and background load favour neither side:
-B1,W1,B2,B1,W1,B2,… then W3,W7,W7-pg,… B3-sqlite,W2-sqlite,W2n-sqlite,…
+B1,W1,W1n,B2,B1,W1,W1n,B2,… then W3,W7,W7-pg,… B3-sqlite,W2-sqlite,W2n-sqlite,…
 W2-sqlite-b1,W2n-sqlite-b1,… B3-pg,W2-pg,W2n-pg,W2u-pg,… B3-pg-b1,W2-pg-b1,W2n-pg-b1,…
 B3-pg-b16,W2n-pg-b16,… B3-redis,W2-redis,… B4,W4,B4,W4,… B5,W8,B5,W8,…
 (--only runs just the selected ones, interleaved the same way). Each of these

@@ -29,14 +29,15 @@ func (e Entry) runs() int { return max(e.Repeats, 1) }
 // throughput workload and baseline (all but W5, W5-sqlite and W6) runs repeats
 // times (FullRepeats or QuickRepeats for the CLI; 1 runs each once, as go
 // test -bench does). The workloads and baselines of a ratio are a group
-// whose runs Run interleaves, round by round: B1,W1,B2,B1,W1,B2,…, then
+// whose runs Run interleaves, round by round: B1,W1,W1n,B2,B1,W1,W1n,B2,…, then
 // B3-sqlite,W2-sqlite,W2n-sqlite,…, W2-sqlite-b1,W2n-sqlite-b1,…,
 // B3-pg,W2-pg,W2n-pg,W2u-pg,…, B3-pg-b1,W2-pg-b1,W2n-pg-b1,…,
 // B3-pg-b16,W2n-pg-b16,…, W3,W7,W7-pg,… and B4,W4,B4,W4,…, so that
 // warm-up, garbage left by the previous run and background load favour
 // neither side of a ratio. W1 is in one group with both of its baselines,
-// B1 and B2. B0 has no ratio and runs its repeats back to back. The record
-// count comes from the Env.
+// B1 and B2, and with W1n, its twin without deduplication (no ratio). B0
+// has no ratio and runs its repeats back to back. The record count comes
+// from the Env.
 //
 // Every group starts with one unreported warm-up run of its first selected
 // member. What we measured (100,000 records, two cores shared with other
@@ -66,6 +67,7 @@ func All(repeats int) []Entry {
 		m("B0", B0, ""),
 		m("B1", B1, "consume"),
 		m("W1", W1, "consume"),
+		m("W1n", W1n, "consume"),
 		m("B2", B2, "consume"),
 		m("W3", W3, "keys"),
 		m("W7", W7On(keys), "keys"),

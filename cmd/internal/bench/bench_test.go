@@ -28,7 +28,7 @@ func TestWorkloadsCountEveryRecord(t *testing.T) {
 	for _, w := range []struct {
 		id  string
 		run Workload
-	}{{"W1", W1}, {"B0", B0}, {"B1", B1}, {"W4", W4}, {"B4", B4}} {
+	}{{"W1", W1}, {"W1n", W1n}, {"B0", B0}, {"B1", B1}, {"W4", W4}, {"B4", B4}} {
 		r, err := w.run(ctx, env)
 		if err != nil {
 			t.Fatalf("%s: %v", w.id, err)
@@ -335,6 +335,7 @@ func runBench(b *testing.B, id string) {
 }
 
 func BenchmarkW1(b *testing.B)          { runBench(b, "W1") }
+func BenchmarkW1n(b *testing.B)         { runBench(b, "W1n") }
 func BenchmarkB0(b *testing.B)          { runBench(b, "B0") }
 func BenchmarkB1(b *testing.B)          { runBench(b, "B1") }
 func BenchmarkW3(b *testing.B)          { runBench(b, "W3") }

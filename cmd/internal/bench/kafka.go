@@ -13,6 +13,7 @@ import (
 	"github.com/workrouter/workrouter/consumer"
 	"github.com/workrouter/workrouter/envelope"
 	"github.com/workrouter/workrouter/router"
+	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/memory"
 )
 
@@ -56,8 +57,14 @@ func waitUntil(ctx context.Context, done func() bool, failed func() error) error
 
 // runMemWorker consumes env's topic from the start with a fresh group through a
 // consumer.Worker on a memory sink until n records were applied; the
-// measured part spans from New to the n-th applied record.
-func runMemWorker(ctx context.Context, env *Env, id, name string, n int, h consumer.Handler[*memory.Tx]) (Result, error) {
+// measured part spans from New to the n-th applied record. Without dedupe
+// the sink declares no dedupe window (applyOnly), so that the worker
+// applies without command IDs.
+func runMemWorker(ctx context.Context, env *Env, id, name string, n int, dedupe bool, h consumer.Handler[*memory.Tx]) (Result, error) {
+	var snk sink.Sink[*memory.Tx] = memory.New()
+	if !dedupe {
+		snk = applyOnly[*memory.Tx]{snk}
+	}
 	var w *consumer.Worker[*memory.Tx]
 	defer func() {
 		if w != nil {
@@ -70,7 +77,7 @@ func runMemWorker(ctx context.Context, env *Env, id, name string, n int, h consu
 			Brokers:  env.Brokers,
 			Group:    UniqueName("bench-" + id),
 			Topic:    env.Topic,
-			Sink:     memory.New(),
+			Sink:     snk,
 			Handlers: map[string]consumer.Handler[*memory.Tx]{CommandType: h},
 			MaxBatch: WorkerMaxBatch,
 		})
@@ -84,10 +91,21 @@ func runMemWorker(ctx context.Context, env *Env, id, name string, n int, h consu
 // W1 consumes the pre-loaded topic through a consumer.Worker with a no-op
 // handler on the memory sink (MaxBatch WorkerMaxBatch).
 func W1(ctx context.Context, env *Env) (Result, error) {
-	return runMemWorker(ctx, env, "W1", "worker, no-op handler, memory sink", env.Records,
-		func(ctx context.Context, _ *memory.Tx, cmd consumer.Command) error {
-			return noopHandle(ctx, cmd.Command)
-		})
+	return runMemWorker(ctx, env, "W1", "worker, no-op handler, memory sink", env.Records, true, noopMemHandler)
+}
+
+// W1n is W1 with deduplication off: the same worker, handler and memory
+// sink, the sink wrapped to declare no dedupe window (applyOnly, as in the
+// W2n rows), so that the worker decodes the command IDs but applies
+// without them. It has no ratio: beside W1 in one run, it shows what the
+// IDs cost W1 (docs/performance.md#cpu-per-record-what-the-worker-costs-beyond-the-client).
+func W1n(ctx context.Context, env *Env) (Result, error) {
+	return runMemWorker(ctx, env, "W1n", "worker, no-op handler, memory sink, dedupe off", env.Records, false, noopMemHandler)
+}
+
+// noopMemHandler is W1's and W1n's handler: noopHandle.
+func noopMemHandler(ctx context.Context, _ *memory.Tx, cmd consumer.Command) error {
+	return noopHandle(ctx, cmd.Command)
 }
 
 // W3 applies min(W3Records, env.Records) pre-loaded commands through a
@@ -97,7 +115,7 @@ func W1(ctx context.Context, env *Env) (Result, error) {
 func W3(ctx context.Context, env *Env) (Result, error) {
 	n := min(W3Records, env.Records)
 	var sl sleeper
-	r, err := runMemWorker(ctx, env, "W3", "worker, 1ms simulated I/O per record", n, sleepHandler[*memory.Tx](&sl))
+	r, err := runMemWorker(ctx, env, "W3", "worker, 1ms simulated I/O per record", n, true, sleepHandler[*memory.Tx](&sl))
 	bound := float64(env.Partitions) * float64(time.Second/W3Sleep)
 	r.Extra = fmt.Sprintf("%.0f%% of %d×%d/s bound, %s", 100*r.Throughput()/bound, env.Partitions, time.Second/W3Sleep, sl.mean())
 	return r, err

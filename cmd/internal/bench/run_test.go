@@ -71,7 +71,7 @@ func TestRunInterleaves(t *testing.T) {
 		want string
 	}{
 		{nil, "B0,B0,B0," +
-			"B1!,B1,W1,B2,B1,W1,B2,B1,W1,B2," +
+			"B1!,B1,W1,W1n,B2,B1,W1,W1n,B2,B1,W1,W1n,B2," +
 			"W3!,W3,W7,W7-pg,W3,W7,W7-pg,W3,W7,W7-pg," +
 			"B3-sqlite!,B3-sqlite,W2-sqlite,W2n-sqlite,B3-sqlite,W2-sqlite,W2n-sqlite,B3-sqlite,W2-sqlite,W2n-sqlite," +
 			"W2-sqlite-b1!,W2-sqlite-b1,W2n-sqlite-b1,W2-sqlite-b1,W2n-sqlite-b1,W2-sqlite-b1,W2n-sqlite-b1," +
