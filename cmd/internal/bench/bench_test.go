@@ -222,7 +222,7 @@ func TestVerdicts(t *testing.T) {
 
 // TestTargets pins the targets (docs/performance.md).
 func TestTargets(t *testing.T) {
-	want := map[string]float64{"router_vs_raw": 0.90, "fenced_vs_unfenced_pg": 0.90, "fenced_vs_unfenced_sqlite": 0.90,
+	want := map[string]float64{"router_vs_raw": 0.95, "fenced_vs_unfenced_pg": 0.90, "fenced_vs_unfenced_sqlite": 0.90,
 		"dedupe_on_vs_off_pg": 0.90, "dedupe_on_vs_off_sqlite": 0.90, "dedupe_on_vs_off_pg_b1": 0, "dedupe_on_vs_off_sqlite_b1": 0,
 		"fence_vs_unfenced_pg_b1": 0.90, "fence_vs_unfenced_pg_b16": 0.90, "fence_vs_unfenced_pg_b256": 0.95,
 		"worker_vs_raw_pg": 0, "fence_in_worker_pg": 0,
@@ -241,7 +241,7 @@ func TestTargets(t *testing.T) {
 
 func TestReport(t *testing.T) {
 	rs := rows(3, map[string][]int{
-		"W1":            {900, 950, 850},
+		"W1":            {950, 1000, 900},
 		"B1":            {1000, 1000, 1000},
 		"B3-sqlite":     {1000, 1000, 1000},
 		"W2-sqlite":     {900, 950, 1000},
@@ -259,12 +259,12 @@ func TestReport(t *testing.T) {
 		}
 		out := buf.String()
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if want := "bench: router_vs_raw=0.90 fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=0.95 dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=0.90 dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=0.50 fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a worker_vs_raw_pg=n/a fence_in_worker_pg=n/a produce_vs_raw=0.50 produce_file_vs_kcat=n/a router_vs_sarama=n/a fenced_vs_unfenced_redis=n/a keys_vs_serial=n/a keys_vs_serial_pg=n/a router_vs_raw_cpu=n/a router_vs_sarama_cpu=n/a send_p50=n/a send_p99=n/a"; lines[len(lines)-1] != want {
+		if want := "bench: router_vs_raw=0.95 fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=0.95 dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=0.90 dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=0.50 fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a worker_vs_raw_pg=n/a fence_in_worker_pg=n/a produce_vs_raw=0.50 produce_file_vs_kcat=n/a router_vs_sarama=n/a fenced_vs_unfenced_redis=n/a keys_vs_serial=n/a keys_vs_serial_pg=n/a router_vs_raw_cpu=n/a router_vs_sarama_cpu=n/a send_p50=n/a send_p99=n/a"; lines[len(lines)-1] != want {
 			t.Fatalf("final line %q, want %q", lines[len(lines)-1], want)
 		}
 		res := []string{
 			`records/s +min–max`,
-			`W1 +name of W1 +900 +3/3 +1\.00 +900 +850–950 `,
+			`W1 +name of W1 +950 +3/3 +1\.00 +950 +900–1000 `,
 			`W4 +name of W4 +500 +2/3 .*run 2 of 3 failed: W4: boom`,
 			`W2-Postgres .*0/3 .*skipped: no DSN`,
 			// No target: reported the same, quick or not.
@@ -272,11 +272,11 @@ func TestReport(t *testing.T) {
 		}
 		if quick {
 			res = append(res,
-				`target router_vs_raw=0.90 \[0.85–0.95 over 3 pairs\] \(W1/B1, want >= 0.90\): indicative \(--quick decides no target\)`,
+				`target router_vs_raw=0.95 \[0.90–1.00 over 3 pairs\] \(W1/B1, want >= 0.95\): indicative \(--quick decides no target\)`,
 				`target produce_vs_raw=0.50 \[0.50–0.50 over 2 pairs\] .*: indicative \(--quick decides no target\)`)
 		} else {
 			res = append(res,
-				`target router_vs_raw=0.90 \[0.85–0.95 over 3 pairs\] \(W1/B1, want >= 0.90\): met \(median; worst pair 0.85\)`,
+				`target router_vs_raw=0.95 \[0.90–1.00 over 3 pairs\] \(W1/B1, want >= 0.95\): met \(median; worst pair 0.90\)`,
 				`target produce_vs_raw=0.50 \[0.50–0.50 over 2 pairs\] .*: MISSED \(every pair\)`,
 				`target dedupe_on_vs_off_sqlite=0.90 \[0.90–0.91 over 3 pairs\] \(W2-sqlite/W2n-sqlite, want >= 0.90\): met \(every pair\)`,
 				`target fenced_vs_unfenced_pg=n/a \(W2-pg/B3-pg, want >= 0.90\): n/a \(not measured\)`)

@@ -106,7 +106,7 @@ func (r Ratio) Verdict(quick bool) string {
 // through W2u-pg, the same worker without a fence: its plumbing against
 // the raw consumer, and the fence inside the same worker.
 var ratioDefs = []Ratio{
-	{Name: "router_vs_raw", Num: "W1", Den: "B1", Target: 0.90},
+	{Name: "router_vs_raw", Num: "W1", Den: "B1", Target: 0.95},
 	{Name: "fenced_vs_unfenced_pg", Num: "W2-pg", Den: "B3-pg", Target: 0.90},
 	{Name: "fenced_vs_unfenced_sqlite", Num: "W2-sqlite", Den: "B3-sqlite", Target: 0.90},
 	{Name: "dedupe_on_vs_off_pg", Num: "W2-pg", Den: "W2n-pg", Target: 0.90},
