@@ -3,7 +3,7 @@ module github.com/workrouter/workrouter/deploy
 go 1.26.0
 
 require (
-	github.com/workrouter/workrouter v0.0.0-20261206022433-f51e009a1bb1
+	github.com/workrouter/workrouter v0.0.0-20261206172922-6855e3152c3a
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	sigs.k8s.io/yaml v1.6.0
