@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,7 +25,9 @@ import (
 // GroupTransactSession, one transaction per poll ("gts"). Each iteration runs both on topics and groups of their own,
 // alternating which goes first so that background load hits both alike,
 // and times each from its start until the group's committed offsets are
-// past every input. It reports both rates and sink/gts. On the real
+// past every input. It reports both rates and sink/gts, and each side's
+// transactions per run, records per transaction and the time from its
+// start to its first record handled (startup-ms). On the real
 // cluster when WORKROUTER_TEST_BROKERS is set, on kfake otherwise.
 func BenchmarkConsumeTransformProduce(b *testing.B) {
 	for _, n := range []int{256, 4096} {
@@ -39,8 +43,9 @@ func benchCTP(b *testing.B, maxBatch int) {
 		br = newFake(b)
 	}
 	var sinkTime, gtsTime time.Duration
+	var sinkShape, gtsShape benchShape
 	for i := 0; b.Loop(); i++ {
-		runs := []func() time.Duration{func() time.Duration { return benchSink(b, br, maxBatch) }, func() time.Duration { return benchGTS(b, br) }}
+		runs := []func() time.Duration{func() time.Duration { return benchSink(b, br, maxBatch, &sinkShape) }, func() time.Duration { return benchGTS(b, br, &gtsShape) }}
 		if i%2 == 1 {
 			gtsTime += runs[1]()
 			sinkTime += runs[0]()
@@ -54,6 +59,27 @@ func benchCTP(b *testing.B, maxBatch int) {
 	b.ReportMetric(sinkRate, "sink-records/s")
 	b.ReportMetric(gtsRate, "gts-records/s")
 	b.ReportMetric(sinkRate/gtsRate, "sink/gts")
+	sinkShape.report(b, "sink")
+	gtsShape.report(b, "gts")
+}
+
+// benchShape counts what one side did over all iterations: its
+// transactions and the time from its start to its first record handled
+// (the group join, the producers' InitProducerID, the claims).
+type benchShape struct {
+	txns    atomic.Int64
+	startup atomic.Int64 // nanoseconds, summed over iterations
+	iters   int64
+}
+
+func (s *benchShape) report(b *testing.B, side string) {
+	if s.iters == 0 {
+		return
+	}
+	txns := float64(s.txns.Load()) / float64(s.iters)
+	b.ReportMetric(txns, side+"-txns/run")
+	b.ReportMetric(benchRecords/txns, side+"-records/txn")
+	b.ReportMetric(float64(s.startup.Load())/float64(s.iters)/1e6, side+"-startup-ms")
 }
 
 const (
@@ -103,15 +129,23 @@ func waitCommitted(b *testing.B, adm *kadm.Client, group, in string) {
 	})
 }
 
-func benchSink(b *testing.B, br *broker, maxBatch int) time.Duration {
+func benchSink(b *testing.B, br *broker, maxBatch int, shape *benchShape) time.Duration {
 	in, out, group, tp := benchInput(b, br)
 	adm := br.admin(b)
 	start := time.Now()
-	s := br.newSink(b, tp, nil)
+	var first sync.Once
+	var txs sync.Map // each Apply (one transaction) makes a Tx of its own
+	// The package's test sinks have 2 producers; the benchmark measures
+	// the default (4), one per input partition.
+	s := br.newSink(b, tp, func(c *kafka.Config) { c.Producers = 0 })
 	w, err := consumer.New(context.Background(), consumer.Config[*kafka.Tx]{
 		Brokers: br.addrs, Group: group, Topic: in, Sink: s, MaxBatch: maxBatch,
 		Handlers: map[string]consumer.Handler[*kafka.Tx]{
 			"order": func(ctx context.Context, tx *kafka.Tx, cmd consumer.Command) error {
+				first.Do(func() { shape.startup.Add(int64(time.Since(start))) })
+				if _, loaded := txs.LoadOrStore(tx, true); !loaded {
+					shape.txns.Add(1)
+				}
 				return tx.Produce(ctx, kafka.Record{Topic: out, Key: cmd.Key, Value: cmd.Payload})
 			},
 		},
@@ -122,12 +156,13 @@ func benchSink(b *testing.B, br *broker, maxBatch int) time.Duration {
 	s.BindMember(w.Member)
 	waitCommitted(b, adm, group, in)
 	d := time.Since(start)
+	shape.iters++
 	w.Close()
 	s.Close()
 	return d
 }
 
-func benchGTS(b *testing.B, br *broker) time.Duration {
+func benchGTS(b *testing.B, br *broker, shape *benchShape) time.Duration {
 	in, out, group, _ := benchInput(b, br)
 	adm := br.admin(b)
 	start := time.Now()
@@ -139,6 +174,7 @@ func benchGTS(b *testing.B, br *broker) time.Duration {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	var first sync.Once
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
@@ -146,6 +182,8 @@ func benchGTS(b *testing.B, br *broker) time.Duration {
 			if fs.Empty() {
 				continue
 			}
+			first.Do(func() { shape.startup.Add(int64(time.Since(start))) })
+			shape.txns.Add(1)
 			if err := sess.Begin(); err != nil {
 				b.Error(err)
 				return
@@ -161,6 +199,7 @@ func benchGTS(b *testing.B, br *broker) time.Duration {
 	}()
 	waitCommitted(b, adm, group, in)
 	d := time.Since(start)
+	shape.iters++
 	cancel()
 	<-done
 	sess.Close()
