@@ -224,27 +224,32 @@ func (l *Kafka) rebuild(ctx context.Context, tok epochs.Token) (map[string]int64
 }
 
 // KafkaEvents reads every event of topic that a read_committed consumer
-// sees, from the start up to the last stable offset each partition had
-// when it was called (ListOffsets with read_committed isolation), by
-// partition and offset. A transaction still open at the call is left out
-// (its records are above the last stable offset), so it never waits for
-// one, whether it ends or, on a broker that lost it, never does. If no
-// record of a partition it still reads arrives for [KafkaEventsIdle], it
-// fails (ErrEventsStalled) instead of waiting on.
+// sees, from the start up to the end each partition had when it was
+// called (ListOffsets' high watermark), by partition and offset. It waits
+// while a transaction that wrote to the topic before the call is open:
+// a read_committed fetch stops at the partition's last stable offset, the
+// first offset of the oldest open transaction, so committed events above
+// it (another tenure's, of other accounts) come only once that
+// transaction ends; reading only up to the last stable offset at the call
+// would leave them out, and a ledger that decided from such a read would
+// miss committed decisions. If no record of a partition it still reads
+// arrives for [KafkaEventsIdle] (a transaction open that long, or one the
+// broker lost without a marker), it fails with ErrEventsStalled instead of
+// waiting on; Kafka's handlers retry the read.
 func KafkaEvents(ctx context.Context, brokers []string, topic string, opts ...kgo.Opt) ([]Event, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: events: %w", err)
 	}
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: events: end offsets of %s: %w", topic, err)
 	}
 	if err := ends.Error(); err != nil {
 		return nil, fmt.Errorf("ledger: events: end offsets of %s: %w", topic, err)
 	}
-	want := map[int32]int64{} // partition -> the last offset below the last stable offset
+	want := map[int32]int64{} // partition -> the last offset below the end
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Offset > 0 {
 			want[o.Partition] = o.Offset - 1
@@ -314,9 +319,9 @@ func KafkaEvents(ctx context.Context, brokers []string, topic string, opts ...kg
 
 // KafkaEventsIdle is how long KafkaEvents waits for the next record of a
 // partition it has not read to its end yet before it fails with
-// ErrEventsStalled: a record below the last stable offset that a
-// read_committed fetch never returns (one of an aborted transaction whose
-// ABORT marker is above that offset) must not hang it.
+// ErrEventsStalled: a transaction that stays open (a paused writer's, until
+// its transaction timeout) or one a broker lost without writing its
+// marker must not hang it.
 var KafkaEventsIdle = 15 * time.Second
 
 // ErrEventsStalled is matched by the error of KafkaEvents when no record
