@@ -107,6 +107,10 @@ type counts struct {
 	// Fenced counts the writes the sink refused (workrouter's "fenced" lines
 	// of the frozen instance).
 	Fenced int `json:"fenced"`
+	// ClaimsNotRecorded counts the Java instances' "claim not recorded"
+	// lines, every instance's: an assignment missing from compareClaims,
+	// so late writes the claim rule would have counted may be missed.
+	ClaimsNotRecorded int `json:"claims_not_recorded"`
 }
 
 // check reads the run's tables back and compares them with the workload.
