@@ -60,7 +60,10 @@ func missing(t *testing.T, why string) {
 // TestCheckCountsFromTheDatabase builds a run's tables by hand, with known
 // faults, and checks that check and zombieCounts find exactly those: the
 // harness's duplicates, losses, wrong balances, order violations and late
-// writes are read from the rows, not assumed.
+// writes are read from the rows, not assumed; late writes by the same two
+// rules for every system (a newer generation's write by another member, a
+// claim at a newer generation: the Java programs' compare_claims,
+// workrouter's sink history).
 func TestCheckCountsFromTheDatabase(t *testing.T) {
 	dsn := needPostgres(t)
 	ctx := context.Background()
@@ -125,21 +128,35 @@ func TestCheckCountsFromTheDatabase(t *testing.T) {
 	if c.DupEffects != 1 {
 		t.Errorf("DupEffects = %d after one ID posted twice, want 1", c.DupEffects)
 	}
-	// workrouter's sink records its claims: a write of y under epoch 4
-	// after x claimed the partition at epoch 5 is stale though x has
-	// written nothing since (y held the rows x needed); y's own claim at
-	// epoch 4 makes nothing stale.
+	// Every system's claims count alike. The Java programs record theirs
+	// in compare_claims: x's claim of partition 0 at generation 5 (its
+	// rebalance callback, before it wrote anything there: y held the rows
+	// it needed) makes y's later write under generation 4 stale; y's own
+	// claim at generation 4, and x's claim of partition 1, make nothing
+	// stale.
+	exec(`INSERT INTO `+compareClaims+` (part, member, gen, at) VALUES (0, 'y', 4, $1), (0, 'x', 5, $2), (1, 'x', 9, $1)`,
+		t2.Add(3*time.Second), t2.Add(5*time.Second))
+	effect(3, "y", 4, false, t2, t2.Add(6*time.Second))
+	lateAfter := func(what string, landed, caught int) {
+		t.Helper()
+		c := counts{}
+		if err := zombieCounts(ctx, pool, &c, "y", t1, t2); err != nil {
+			t.Fatal(err)
+		}
+		if c.LateLanded != landed || c.LateCaught != caught {
+			t.Errorf("%s: LateLanded = %d, LateCaught = %d, want %d and %d", what, c.LateLanded, c.LateCaught, landed, caught)
+		}
+	}
+	lateAfter("after a Java claim at a newer generation", 2, 1)
+	// Without the claims, that write is not stale.
+	exec(`DELETE FROM ` + compareClaims)
+	lateAfter("with no claim", 1, 1)
+	// workrouter's sink records its claims in its history, by epoch: the
+	// same rule.
 	exec(`CREATE TABLE ` + workrouterHistory + ` (part int, kind text, epoch int, member text, at timestamptz)`)
 	exec(`INSERT INTO `+workrouterHistory+` VALUES (0, 'claim', 4, 'y-1', $1), (0, 'claim', 5, 'x-1', $2), (1, 'claim', 9, 'x-1', $1)`,
 		t2.Add(3*time.Second), t2.Add(5*time.Second))
-	effect(3, "y", 4, false, t2, t2.Add(6*time.Second))
-	c = counts{}
-	if err := zombieCounts(ctx, pool, &c, "y", t1, t2); err != nil {
-		t.Fatal(err)
-	}
-	if c.LateLanded != 2 || c.LateCaught != 1 {
-		t.Errorf("after a claim at a newer epoch: LateLanded = %d, LateCaught = %d, want 2 and 1", c.LateLanded, c.LateCaught)
-	}
+	lateAfter("after a workrouter claim at a newer epoch", 2, 1)
 }
 
 // TestShortComparison runs a short version of the comparison on the real
@@ -198,6 +215,9 @@ func TestShortComparison(t *testing.T) {
 		}
 		if c.DupEffects != 0 {
 			t.Errorf("zombie %s: %d commands' effects landed twice despite the postings' key", z.System, c.DupEffects)
+		}
+		if c.ClaimsNotRecorded != 0 {
+			t.Errorf("zombie %s: %d assignments not recorded as claims: late writes undercounted", z.System, c.ClaimsNotRecorded)
 		}
 		t.Logf("zombie %s: duplicate deliveries %d, late writes landed %d and caught %d, refused %d, wrong balances %d, order violations %d, frozen in a transaction %v (in %d scenarios)",
 			z.System, c.DupDeliveries, c.LateLanded, c.LateCaught, c.Fenced, c.WrongBalances, c.OrderViolations, z.HeldTx, z.Attempts)

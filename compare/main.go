@@ -285,8 +285,8 @@ func run(ctx context.Context, o options, w io.Writer) (*report, error) {
 			z.Load = load
 			rep.Zombie = append(rep.Zombie, z)
 			c := z.Counts
-			fmt.Fprintf(w, "zombie %-12s applied=%d/%d lost=%d dup_deliveries=%d dup_effects=%d wrong_balances=%d order_violations=%d late_landed=%d late_caught=%d fenced=%d taken_over=%d held_tx=%v attempts=%d load=%s\n",
-				sys, c.Applied, c.Produced, c.Lost, c.DupDeliveries, c.DupEffects, c.WrongBalances, c.OrderViolations, c.LateLanded, c.LateCaught, c.Fenced, c.TakenOver, z.HeldTx, z.Attempts, load)
+			fmt.Fprintf(w, "zombie %-12s applied=%d/%d lost=%d dup_deliveries=%d dup_effects=%d wrong_balances=%d order_violations=%d late_landed=%d late_caught=%d fenced=%d taken_over=%d claims_not_recorded=%d held_tx=%v attempts=%d load=%s\n",
+				sys, c.Applied, c.Produced, c.Lost, c.DupDeliveries, c.DupEffects, c.WrongBalances, c.OrderViolations, c.LateLanded, c.LateCaught, c.Fenced, c.TakenOver, c.ClaimsNotRecorded, z.HeldTx, z.Attempts, load)
 		}
 	}
 	printTable(w, rep)
@@ -568,6 +568,9 @@ func (h *harness) zombieOnce(ctx context.Context, sys string, brokers []string, 
 		return c, false, err
 	}
 	c.Fenced = b.count("fenced ")
+	for _, in := range all {
+		c.ClaimsNotRecorded += in.count("claim not recorded")
+	}
 	return c, inTx, nil
 }
 

@@ -47,8 +47,24 @@ func setupRun(ctx context.Context, dsn, schema string) error {
 		produced_ms bigint NOT NULL,
 		at timestamptz NOT NULL DEFAULT clock_timestamp()
 	)`)
+	if err != nil {
+		return err
+	}
+	_, err = pool.Exec(ctx, `CREATE TABLE `+compareClaims+` (
+		part int NOT NULL,
+		member text NOT NULL,
+		gen bigint NOT NULL,
+		at timestamptz NOT NULL DEFAULT clock_timestamp()
+	)`)
 	return err
 }
+
+// compareClaims is the Java programs' claims table in a run's schema: one
+// row per partition assigned to a member (written by its rebalance
+// callback, onPartitionsAssigned, outside any record's transaction), with
+// the group generation of the assignment and when. It is to the Java
+// systems what the sink's history (workrouterHistory) is to workrouter.
+const compareClaims = "compare_claims"
 
 func dropSchema(ctx context.Context, dsn, schema string) error {
 	conn, err := pgx.Connect(ctx, dsn)
@@ -91,6 +107,10 @@ type counts struct {
 	// Fenced counts the writes the sink refused (workrouter's "fenced" lines
 	// of the frozen instance).
 	Fenced int `json:"fenced"`
+	// ClaimsNotRecorded counts the Java instances' "claim not recorded"
+	// lines, every instance's: an assignment missing from compareClaims,
+	// so late writes the claim rule would have counted may be missed.
+	ClaimsNotRecorded int `json:"claims_not_recorded"`
 }
 
 // check reads the run's tables back and compares them with the workload.
@@ -161,34 +181,49 @@ func check(ctx context.Context, pool *pgxpool.Pool, wl *workload) (counts, error
 // zombieCounts fills the zombie run's counts: member was frozen at stop and
 // resumed at resume.
 //
-// A handler call of member is stale when another member had already
-// written to its partition under a newer generation, or, for workrouter,
-// when the sink had already recorded a claim of its partition at a newer
-// epoch (the sink's history, workrouterHistory): an instance frozen in
-// the middle of a batch holds its transaction's row locks, so the new
-// holder cannot write to that partition before the frozen one's batch
-// commits or rolls back, and only the claim shows that the partition had
-// moved. Without the fence that batch commits; with it, it is refused.
+// A handler call of member is stale, whatever the system, when another
+// member had already written to its partition under a newer generation,
+// or when a claim of its partition at a newer generation had already been
+// recorded: workrouter's sink records its claims in its history
+// (workrouterHistory, the epoch claimed), the Java programs record theirs
+// in compareClaims (the group generation of the assignment). An instance
+// frozen in the middle of a batch holds its transaction's row locks, so
+// the new holder cannot write to that partition before the frozen one's
+// batch commits or rolls back, and only the claim shows that the
+// partition had moved. Without a fence that batch commits; with
+// workrouter's, it is refused.
 func zombieCounts(ctx context.Context, pool *pgxpool.Pool, c *counts, member string, stop, resume time.Time) error {
-	var history bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, workrouterHistory).Scan(&history); err != nil {
+	claims, err := claimsQuery(ctx, pool)
+	if err != nil {
 		return err
 	}
-	claimed := ""
-	if history {
-		claimed = ` OR EXISTS (SELECT 1 FROM ` + workrouterHistory + ` h
-			WHERE h.part = z.part AND h.kind = 'claim' AND h.epoch > z.gen AND h.at < z.at)`
-	}
-	err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT z.dup), count(*) FILTER (WHERE z.dup)
+	err = pool.QueryRow(ctx, `WITH claims AS (`+claims+`)
+		SELECT count(*) FILTER (WHERE NOT z.dup), count(*) FILTER (WHERE z.dup)
 		FROM compare_effects z WHERE z.member = $1 AND (EXISTS (
 			SELECT 1 FROM compare_effects o
-			WHERE o.part = z.part AND o.member <> z.member AND o.gen > z.gen AND o.at < z.at)`+claimed+`)`,
+			WHERE o.part = z.part AND o.member <> z.member AND o.gen > z.gen AND o.at < z.at)
+		OR EXISTS (SELECT 1 FROM claims h WHERE h.part = z.part AND h.gen > z.gen AND h.at < z.at))`,
 		member).Scan(&c.LateLanded, &c.LateCaught)
 	if err != nil {
 		return err
 	}
 	return pool.QueryRow(ctx, `SELECT count(*) FROM compare_effects WHERE member <> $1 AND at > $2 AND at < $3`,
 		member, stop, resume).Scan(&c.TakenOver)
+}
+
+// claimsQuery is a query of every claim recorded in the run's schema, as
+// (part, gen, at): the Java programs' compareClaims and, when the run's
+// sink made it, workrouter's history.
+func claimsQuery(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	q := `SELECT part, gen, at FROM ` + compareClaims
+	var history bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, workrouterHistory).Scan(&history); err != nil {
+		return "", err
+	}
+	if history {
+		q += ` UNION ALL SELECT part, epoch::bigint, at FROM ` + workrouterHistory + ` WHERE kind = 'claim'`
+	}
+	return q, nil
 }
 
 // workrouterHistory is the fenced PostgreSQL sink's history table in a

@@ -1,5 +1,6 @@
 package compare;
 
+import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.SQLException;
 import java.util.Collection;
@@ -25,7 +26,8 @@ import org.apache.kafka.common.TopicPartition;
  * the user function returns; Parallel Consumer then commits the offsets
  * periodically (its default commit mode, PERIODIC_CONSUMER_ASYNCHRONOUS). A
  * failed transaction is rolled back and the function throws, so Parallel
- * Consumer retries the record.
+ * Consumer retries the record. Every assignment is recorded as a claim (see
+ * Claims).
  */
 final class ParallelMain {
     static void run(Args a, boolean keyOrder) throws Exception {
@@ -58,7 +60,11 @@ final class ParallelMain {
         // own thread) in the rebalance callback; never removed, so that a
         // record still in flight after its partition moved carries the
         // generation under which this instance was handed it.
+        // Each assignment is also recorded as a claim at that generation, on
+        // a connection of its own (see Claims).
         Map<Integer, Integer> gens = new ConcurrentHashMap<>();
+        Connection claims = DriverManager.getConnection(a.get("jdbc"));
+        claims.setAutoCommit(false);
         pc.subscribe(List.of(a.get("topic")), new ConsumerRebalanceListener() {
             @Override
             public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
@@ -70,6 +76,7 @@ final class ParallelMain {
                 for (TopicPartition tp : partitions) {
                     gens.put(tp.partition(), gen);
                 }
+                Claims.record(claims, member, partitions, gen);
             }
         });
         pc.poll(ctx -> {

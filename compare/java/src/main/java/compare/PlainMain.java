@@ -5,11 +5,13 @@ import java.sql.DriverManager;
 import java.sql.SQLException;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
 
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -24,7 +26,8 @@ import org.apache.kafka.common.errors.WakeupException;
  * records are applied in one database transaction, then their offsets are
  * committed with commitSync. A failed commit (the partitions moved during the
  * batch) is logged and the loop goes on, as the client's documentation
- * suggests; the records are then delivered again to their new owner.
+ * suggests; the records are then delivered again to their new owner. Every
+ * assignment is recorded as a claim (see Claims).
  */
 final class PlainMain {
     static void run(Args a) throws Exception {
@@ -40,7 +43,7 @@ final class PlainMain {
             Ledger ledger = new Ledger(conn, member, a.getInt("sleep-ms"), a.getInt("hold-ms"));
             Thread t = new Thread(() -> {
                 try {
-                    loop(c, ledger, a.get("topic"));
+                    loop(c, ledger, member, a.get("topic"));
                 } catch (Exception e) {
                     System.err.println("plain consumer thread failed: " + e);
                     e.printStackTrace();
@@ -72,8 +75,20 @@ final class PlainMain {
         }
     }
 
-    private static void loop(KafkaConsumer<String, byte[]> c, Ledger ledger, String topic) throws Exception {
-        c.subscribe(List.of(topic));
+    private static void loop(KafkaConsumer<String, byte[]> c, Ledger ledger, String member, String topic) throws Exception {
+        // Each assignment is recorded as a claim at the generation it came
+        // with, on this thread's connection: the callback runs inside poll,
+        // between two batches, so no transaction is open on it.
+        c.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+            @Override
+            public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+            }
+
+            @Override
+            public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+                Claims.record(ledger.connection(), member, partitions, c.groupMetadata().generationId());
+            }
+        });
         try {
             while (true) {
                 ConsumerRecords<String, byte[]> recs = c.poll(Duration.ofMillis(100));
