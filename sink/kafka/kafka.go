@@ -632,7 +632,7 @@ func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sin
 	all []*kgo.Record, to int64, md string) error {
 	scope := tok.Scope()
 	if err := p.cl.BeginTransaction(); err != nil {
-		return fmt.Errorf("kafka sink: begin transaction: %w: %w", errNoBegin, err)
+		return fmt.Errorf("%w: %w", errNoBegin, err)
 	}
 	fail := func(err error) error {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.TransactionTimeout)
@@ -642,7 +642,7 @@ func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sin
 			"records", len(all), "offset", to, "err", err, "abort_err", aerr)
 		if aerr != nil {
 			st.uncertain = true
-			return errors.Join(err, fmt.Errorf("kafka sink: abort: %w: %w", errNotEnded, aerr))
+			return errors.Join(err, fmt.Errorf("%w: abort: %w", errNotEnded, aerr))
 		}
 		return err
 	}
@@ -679,7 +679,7 @@ func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sin
 	if err := p.cl.EndTransaction(ectx, kgo.TryCommit); err != nil {
 		st.uncertain = true
 		if aerr := p.cl.EndTransaction(ectx, kgo.TryAbort); aerr != nil {
-			err = errors.Join(err, fmt.Errorf("kafka sink: abort: %w: %w", errNotEnded, aerr))
+			err = errors.Join(err, fmt.Errorf("%w: abort: %w", errNotEnded, aerr))
 		}
 		return fmt.Errorf("kafka sink: commit the transaction of %s: %w", tok, err)
 	}
@@ -787,8 +787,8 @@ func scopeKey(scope epochs.Scope) string {
 // abort after a failure failed too (the client may still be in the
 // transaction).
 var (
-	errNoBegin  = errors.New("the producer cannot begin a transaction")
-	errNotEnded = errors.New("the transaction did not end")
+	errNoBegin  = errors.New("kafka sink: the producer cannot begin a transaction")
+	errNotEnded = errors.New("kafka sink: the transaction did not end")
 )
 
 // producerBroken reports whether err, a failed transaction, leaves its
