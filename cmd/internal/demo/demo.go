@@ -539,17 +539,22 @@ func (d *run) partition(victim *cluster.Worker) error {
 			return err
 		}
 	}
-	if err := d.waitUntil(60*time.Second, name+"'s held write to be refused", func() bool { return victim.FencedCount() > fenced }); err != nil {
-		return fmt.Errorf("%w (its write of partition %d at epoch %d, released after the takeover, was not refused by the sink)", err, ft.Partition, ft.Epoch)
-	}
-	refused := false
-	for _, r := range victim.Records() {
-		if r.Kind == consumer.KindFenced && r.Partition == ft.Partition && r.Epoch == ft.Epoch {
-			refused = true
+	// Wait for the refusal of the held batch itself: another write of the
+	// cut worker (a transaction of its other partition, in flight when
+	// the links were cut) may be refused first.
+	heldRefused := func() bool {
+		for _, r := range victim.Records() {
+			if r.Kind == consumer.KindFenced && r.Partition == ft.Partition && r.Epoch == ft.Epoch {
+				return true
+			}
 		}
+		return false
 	}
-	if !refused {
-		return fmt.Errorf("demo: %s's refused writes (%v) are not its held batch of partition %d at epoch %d", name, victim.FencedLines(), ft.Partition, ft.Epoch)
+	if err := d.waitUntil(60*time.Second, name+"'s held write to be refused", heldRefused); err != nil {
+		if victim.FencedCount() > fenced {
+			return fmt.Errorf("demo: %s's refused writes (%v) are not its held batch of partition %d at epoch %d", name, victim.FencedLines(), ft.Partition, ft.Epoch)
+		}
+		return fmt.Errorf("%w (its write of partition %d at epoch %d, released after the takeover, was not refused by the sink)", err, ft.Partition, ft.Epoch)
 	}
 	for _, f := range victim.FencedLines() {
 		d.logf("REJECTED late write by %s: %s", name, f)
