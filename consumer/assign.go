@@ -38,4 +38,5 @@ func (w *Worker[Tx]) onAssigned(_ context.Context, cl *kgo.Client, assigned map[
 	w.mu.Lock()
 	w.synced = member
 	w.mu.Unlock()
+	w.renewKept(member)
 }
