@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,5 +134,97 @@ func TestMemberIDResetKeepsPartition(t *testing.T) {
 	st := w.Stats()
 	if st.MemberChanges == 0 || st.FencedApplies != 0 {
 		t.Errorf("stats %+v: want the member change counted, and no fenced apply (the partition is still this client's)", st)
+	}
+}
+
+// TestMemberIDResetLostPartitionStaysFenced is the zombie's side of
+// TestMemberIDResetKeepsPartition: the client rejoins under a new member
+// ID, its tenure's apply is refused (old member) while the rejoin is
+// under way, and the new assignment does not give the partition back. The
+// tenure must stay fenced — not renewed with the new member's token —
+// and the partition be revoked.
+func TestMemberIDResetLostPartitionStaysFenced(t *testing.T) {
+	t.Parallel()
+	c := newFakeCluster(t, 1)
+	mem := memory.New()
+	keys := makeKeys(4)
+	produce(t, c, 1, keys, 0, 3)
+
+	var wp atomic.Pointer[consumer.Worker[*memory.Tx]]
+	s := &memberCheckSink{Sink: mem, member: func() string {
+		if w := wp.Load(); w != nil {
+			m, _ := w.Member()
+			return m
+		}
+		return ""
+	}}
+	rec := &recorder{}
+	w := startWorker(t, c, mem, workerOpts{name: "w", sink: s, protocol: consumer.Cooperative, protocolChosen: true,
+		reclaimInterval: time.Hour, observers: []consumer.Observer{rec}})
+	wp.Store(w)
+	testwait.For(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(mem, keys) == len(keys)*3 })
+	old, _ := w.Member()
+
+	// As in TestMemberIDResetKeepsPartition, plus: the new member's first
+	// SyncGroup is held until the test releases it, then answered with an
+	// empty assignment (the partition went elsewhere).
+	var rebalanced, forgotten, synced atomic.Int64
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseSync := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseSync)
+	c.kf.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.kf.KeepControl()
+		if hb, ok := req.(*kmsg.HeartbeatRequest); ok && hb.MemberID == old && rebalanced.Add(1) == 1 {
+			resp := hb.ResponseKind().(*kmsg.HeartbeatResponse)
+			resp.ErrorCode = kerr.RebalanceInProgress.Code
+			return resp, nil, true
+		}
+		return nil, nil, false
+	})
+	c.kf.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.kf.KeepControl()
+		if j, ok := req.(*kmsg.JoinGroupRequest); ok && j.MemberID == old {
+			forgotten.Add(1)
+			resp := j.ResponseKind().(*kmsg.JoinGroupResponse)
+			resp.ErrorCode = kerr.UnknownMemberID.Code
+			return resp, nil, true
+		}
+		return nil, nil, false
+	})
+	c.kf.ControlKey(int16(kmsg.SyncGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.kf.KeepControl()
+		sg, ok := req.(*kmsg.SyncGroupRequest)
+		if !ok || sg.MemberID == old || forgotten.Load() == 0 || synced.Add(1) != 1 {
+			return nil, nil, false
+		}
+		c.kf.SleepControl(func() { <-release })
+		resp := sg.ResponseKind().(*kmsg.SyncGroupResponse)
+		resp.ProtocolType, resp.Protocol = sg.ProtocolType, sg.Protocol
+		assignment := kmsg.NewConsumerMemberAssignment()
+		resp.MemberAssignment = assignment.AppendTo(nil)
+		return resp, nil, true
+	})
+	testwait.For(t, 30*time.Second, "the rejoin's SyncGroup held under a new member ID", func() bool {
+		m, _ := w.Member()
+		return synced.Load() > 0 && m != "" && m != old
+	})
+
+	// The tenure of the old member applies while the rejoin is held: the
+	// sink refuses it, and the client does not own the partition under
+	// the new member yet (no assignment ran under it).
+	produce(t, c, 1, keys, 3, 4)
+	testwait.For(t, 30*time.Second, "the old member's apply refused", func() bool { return s.refused.Load() > 0 })
+	testwait.For(t, 30*time.Second, "the refusal reported as fenced", func() bool { return w.Stats().FencedApplies > 0 })
+	releaseSync()
+	testwait.For(t, 30*time.Second, "the partition revoked", func() bool { return w.Stats().Revoked > 0 })
+	kinds := rec.kinds()
+	fenced := slices.Index(kinds, consumer.KindFenced)
+	revoked := slices.Index(kinds, consumer.KindRevoked)
+	if fenced < 0 || revoked < fenced || slices.Contains(kinds[fenced:revoked], consumer.KindBlocked) || slices.Contains(kinds[fenced:revoked], consumer.KindClaimed) {
+		t.Fatalf("events %v: want the fenced tenure revoked, never renewed", kinds)
+	}
+	if st := w.Stats(); st.MemberChanges != 0 {
+		t.Fatalf("stats %+v: a tenure of a partition the client lost was renewed", st)
 	}
 }
