@@ -18,16 +18,19 @@ import (
 //
 // The partition is provably this client's under its current member when
 // t is still its partition's tenure (never revoked or lost) and the last
-// assignment (onAssigned) ran under the current member ID: kgo revokes a
-// session's lost partitions before its assignment callback. Then t ends
-// and a fresh tenure with the current token (member ID and generation)
-// takes its place, blocked with cause BlockMemberChanged, which
-// reclaimLoop claims at once: the sink's fence decides that claim as any
-// other, so a newer holder still fences it. It returns false, and does
+// assignment (onAssigned) ran under the current member ID and generation:
+// kgo revokes a session's lost partitions before its assignment callback.
+// (A join under way has moved the generation already, before its sync
+// says which partitions stay: then t is not renewed until that
+// assignment has run.) Then t ends and a fresh tenure with the current
+// token (member ID and generation) takes its place, blocked with cause
+// BlockMemberChanged, which reclaimLoop claims at once: the sink's fence
+// decides that claim as any other, so a newer holder still fences it. It returns false, and does
 // nothing, otherwise: t's member ID is still the client's (the refusal is
 // a newer tenure's: t is a zombie), the client has no member ID now, or
-// its assignment under the new one has not run yet (onAssigned then
-// renews t if it is still the partition's and fenced, see renewKept).
+// its assignment under the current member ID and generation has not run
+// yet (onAssigned then renews t if it is still the partition's and
+// fenced, see renewKept).
 func (w *Worker[Tx]) rejoined(t *tenure[Tx], err error) bool {
 	cause := fmt.Errorf("%w (tenure %s): %w", ErrMemberRejoined, t.tok, err)
 	if !w.replaceBlockedAs(t, func() (epochs.Token, bool) { return w.renewedToken(t) }, BlockMemberChanged, cause, time.Time{}) {
@@ -42,7 +45,7 @@ func (w *Worker[Tx]) rejoined(t *tenure[Tx], err error) bool {
 // (see rejoined). It is called under w.mu.
 func (w *Worker[Tx]) renewedToken(t *tenure[Tx]) (epochs.Token, bool) {
 	member, gen := w.cl.GroupMetadata()
-	if member == "" || member == t.tok.Member || w.synced != member {
+	if member == "" || member == t.tok.Member || w.synced != member || w.syncedEpoch != gen {
 		return epochs.Token{}, false
 	}
 	tok := t.tok
