@@ -243,6 +243,11 @@ func (a *applier[Tx]) process(batch []*kgo.Record, from []int64, keys []uint64, 
 			return next, false
 		}
 		if errors.Is(err, sink.ErrFenced) {
+			if w.rejoined(t, err) {
+				// The partition is still this client's, under the
+				// member ID it rejoined with: claimed again with it.
+				return next, false
+			}
 			t.markFenced()
 			w.obs.emit(Fenced{Token: t.tok, Op: sink.OpApply, FirstOffset: d.offsets[0], Records: run, Err: err})
 			return next, false

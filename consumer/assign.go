@@ -36,6 +36,7 @@ func (w *Worker[Tx]) onAssigned(_ context.Context, cl *kgo.Client, assigned map[
 		w.obs.emit(Assigned{Token: tok})
 	}
 	w.mu.Lock()
-	w.synced = member
+	w.synced, w.syncedEpoch = member, epoch
 	w.mu.Unlock()
+	w.renewKept(member)
 }

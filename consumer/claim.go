@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/workrouter/workrouter/epochs"
 	"github.com/workrouter/workrouter/internal/observe"
 	"github.com/workrouter/workrouter/internal/topicid"
 	"github.com/workrouter/workrouter/sink"
@@ -492,6 +493,12 @@ func (w *Worker[Tx]) reclaim(t *tenure[Tx]) {
 		}
 	}
 	next, err := w.claim(t.ctx, t, nil)
+	if errors.Is(err, sink.ErrFenced) && !errors.Is(err, ErrEpochRegressed) {
+		// A re-claim with a token of a member ID this client left,
+		// while it still owns the partition: claimed with its current one.
+		w.rejoined(t, err)
+		return
+	}
 	if err != nil {
 		return
 	}
@@ -599,12 +606,24 @@ func (w *Worker[Tx]) reclaimTenure(t *tenure[Tx], cause string, err error) bool 
 // is blocked since then and waits for reclaimLoop's next tick instead of
 // being claimed at once (resourceFenced).
 func (w *Worker[Tx]) replaceBlocked(t *tenure[Tx], cause string, err error, since time.Time) bool {
+	return w.replaceBlockedAs(t, func() (epochs.Token, bool) { return t.tok, true }, cause, err, since)
+}
+
+// replaceBlockedAs is replaceBlocked with the fresh tenure's token given
+// by tok, which is called under w.mu once t is known to be its
+// partition's tenure; if it returns false, nothing is done.
+func (w *Worker[Tx]) replaceBlockedAs(t *tenure[Tx], tok func() (epochs.Token, bool), cause string, err error, since time.Time) bool {
 	w.mu.Lock()
 	if w.tenures[t.tok.Partition] != t {
 		w.mu.Unlock()
 		return false
 	}
-	nt := newTenure(w, t.tok)
+	ntok, ok := tok()
+	if !ok {
+		w.mu.Unlock()
+		return false
+	}
+	nt := newTenure(w, ntok)
 	nt.topicID, nt.after = t.topicID, t.done
 	if !since.IsZero() {
 		nt.refusedSince = since

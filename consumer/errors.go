@@ -29,6 +29,15 @@ var ErrFenceReset = errors.New("consumer: the fence was reset while this member 
 // itself once the resource's fence is reset (docs/fenced-resources.md).
 var ErrResourceFenced = errors.New("consumer: a resource the handler called refused this tenure's token")
 
+// ErrMemberRejoined is matched by the error a partition is blocked with
+// (cause BlockMemberChanged) when the sink refused its tenure's token
+// because the token names a member ID this client no longer has: the
+// coordinator forgot the member (a broker that lost its group state, a
+// member expired while it rejoined) and the client rejoined under a new
+// member ID, keeping the partition without a new assignment. The Worker
+// ends the tenure and claims the partition again with its current token.
+var ErrMemberRejoined = errors.New("consumer: this client rejoined the group under a new member ID and kept the partition")
+
 // ErrOlderEpochProofRefused is matched by the error of a KIP-848 proof of
 // membership (docs/design.md#admin-reset) that the coordinator refused
 // with STALE_MEMBER_EPOCH at the token's epoch while the member had moved

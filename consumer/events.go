@@ -445,6 +445,11 @@ const (
 	// BlockPositionLost: the broker no longer serves the partition at
 	// its fetch position; the Worker claims it again to check the log.
 	BlockPositionLost = "position_lost"
+	// BlockMemberChanged: the tenure's token names a member ID this
+	// client left (it rejoined the group under a new one and kept the
+	// partition) and the sink refused it; the Worker claims the partition
+	// again with its current token (Err matches ErrMemberRejoined).
+	BlockMemberChanged = "member_changed"
 )
 
 // Discarded: the sink answered a Claim (Op sink.OpClaim), or refused a

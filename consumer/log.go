@@ -167,7 +167,10 @@ func (o *logObserver) Observe(e Event) {
 		l.Error("claim refused: the log under the checkpoint changed; the partition waits for an operator to reset its fence (admin.Reset, docs/design.md#admin-reset), and is claimed again periodically",
 			tokenAttrs(e.Token, "err", e.Err, "records_lost", e.Err.Lost())...)
 	case Blocked:
-		if ok, _ := o.admit(e.Token.Partition, stallVerbose+1); ok {
+		if e.Cause == BlockMemberChanged {
+			l.Warn("the sink refused a tenure of a member ID this client left (it rejoined the group under a new one and kept the partition); claiming the partition again with the current token",
+				tokenAttrs(e.Token, "err", e.Err, "cause", e.Cause)...)
+		} else if ok, _ := o.admit(e.Token.Partition, stallVerbose+1); ok {
 			l.Error("partition blocked: its claim is refused until an operator acts; claiming again periodically",
 				tokenAttrs(e.Token, "err", e.Err, "cause", e.Cause, "since", e.Since, "blocked_for", time.Since(e.Since).Round(time.Millisecond))...)
 		}

@@ -53,6 +53,11 @@ type Stats struct {
 	// called (ErrResourceFenced), each of which blocked the partition
 	// until its next re-claim.
 	ResourceRefusals int64
+	// MemberChanges counts Blocked events with cause BlockMemberChanged:
+	// tenures the sink refused because their token names a member ID
+	// this client left (it rejoined under a new one and kept the
+	// partition), each of which was claimed again with the current token.
+	MemberChanges int64
 	// Batches counts Applied events: batches applied.
 	Batches int64
 	// Records sums Applied.Applied: records whose effects were applied.
@@ -104,6 +109,7 @@ type Stats struct {
 type statsObserver struct {
 	assigned, revoked, lost, claims, takeovers                 atomic.Int64
 	fencedClaims, fencedApplies, fenceResets, resourceRefusals atomic.Int64
+	memberChanges                                              atomic.Int64
 	batches, records, skipped, duplicates, redrives, withoutID atomic.Int64
 	retries, pauses, deadLettered, logChanged, lostToRetention atomic.Int64
 	misrouted, discarded                                       atomic.Int64
@@ -135,6 +141,8 @@ func (s *statsObserver) Observe(e Event) {
 			s.fenceResets.Add(1)
 		case BlockResourceFenced:
 			s.resourceRefusals.Add(1)
+		case BlockMemberChanged:
+			s.memberChanges.Add(1)
 		}
 	case Applied:
 		s.batches.Add(1)
@@ -166,7 +174,8 @@ func (s *statsObserver) stats() Stats {
 		Claims: s.claims.Load(), Takeovers: s.takeovers.Load(),
 		FencedClaims: s.fencedClaims.Load(), FencedApplies: s.fencedApplies.Load(),
 		FenceResets: s.fenceResets.Load(), ResourceRefusals: s.resourceRefusals.Load(),
-		Batches: s.batches.Load(), Records: s.records.Load(), Skipped: s.skipped.Load(),
+		MemberChanges: s.memberChanges.Load(),
+		Batches:       s.batches.Load(), Records: s.records.Load(), Skipped: s.skipped.Load(),
 		Duplicates: s.duplicates.Load(), RedrivesSkipped: s.redrives.Load(), WithoutID: s.withoutID.Load(),
 		Retries: s.retries.Load(), Pauses: s.pauses.Load(), DeadLettered: s.deadLettered.Load(),
 		LogChanged: s.logChanged.Load(), LostToRetention: s.lostToRetention.Load(),

@@ -343,6 +343,8 @@ func statsFromEventlog(t *testing.T, r io.Reader) consumer.Stats {
 				st.FenceResets++
 			case consumer.BlockResourceFenced:
 				st.ResourceRefusals++
+			case consumer.BlockMemberChanged:
+				st.MemberChanges++
 			}
 		case consumer.KindApplied:
 			st.Batches++

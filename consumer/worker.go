@@ -37,6 +37,8 @@ type Worker[Tx any] struct {
 	// a member whose ID differs has joined but not yet received its
 	// partitions, so it is not Ready.
 	synced string
+	// syncedEpoch is the group epoch that assignment ran under.
+	syncedEpoch int32
 
 	commitMu  sync.Mutex // serializes the committer with final commits on revoke
 	pendMu    sync.Mutex

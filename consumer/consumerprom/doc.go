@@ -69,8 +69,8 @@
 // records_lost_total LostToRetention, misrouted_total Misrouted,
 // duplicates_skipped_total Duplicates, redrives_skipped_total
 // RedrivesSkipped and records_without_id_total WithoutID. Stats fields
-// without a series: Skipped, Pauses, FenceResets, ResourceRefusals and
-// Discarded.
+// without a series: Skipped, Pauses, FenceResets, ResourceRefusals,
+// MemberChanges and Discarded.
 //
 // [MetricNames] lists the names. The series are unregistered when the
 // Worker stops (its Stopped event) or by [Metrics.Unregister], so that a
