@@ -54,24 +54,7 @@ func (s *memberCheckSink) Apply(ctx context.Context, tok epochs.Token, b sink.Ba
 // current token instead of leaving it stopped until the next rebalance.
 func TestMemberIDResetKeepsPartition(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 1)
-	mem := memory.New()
-	keys := makeKeys(4)
-	produce(t, c, 1, keys, 0, 3)
-
-	var wp atomic.Pointer[consumer.Worker[*memory.Tx]]
-	s := &memberCheckSink{Sink: mem, member: func() string {
-		if w := wp.Load(); w != nil {
-			m, _ := w.Member()
-			return m
-		}
-		return ""
-	}}
-	rec := &recorder{}
-	w := startWorker(t, c, mem, workerOpts{name: "w", sink: s, protocol: consumer.Cooperative, protocolChosen: true,
-		reclaimInterval: time.Hour, observers: []consumer.Observer{rec}})
-	wp.Store(w)
-	testwait.For(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(mem, keys) == len(keys)*3 })
+	c, mem, keys, s, _, w := startMemberChecked(t)
 	old, _ := w.Member()
 
 	// One heartbeat of the old member is answered REBALANCE_IN_PROGRESS
@@ -145,24 +128,7 @@ func TestMemberIDResetKeepsPartition(t *testing.T) {
 // and the partition be revoked.
 func TestMemberIDResetLostPartitionStaysFenced(t *testing.T) {
 	t.Parallel()
-	c := newFakeCluster(t, 1)
-	mem := memory.New()
-	keys := makeKeys(4)
-	produce(t, c, 1, keys, 0, 3)
-
-	var wp atomic.Pointer[consumer.Worker[*memory.Tx]]
-	s := &memberCheckSink{Sink: mem, member: func() string {
-		if w := wp.Load(); w != nil {
-			m, _ := w.Member()
-			return m
-		}
-		return ""
-	}}
-	rec := &recorder{}
-	w := startWorker(t, c, mem, workerOpts{name: "w", sink: s, protocol: consumer.Cooperative, protocolChosen: true,
-		reclaimInterval: time.Hour, observers: []consumer.Observer{rec}})
-	wp.Store(w)
-	testwait.For(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(mem, keys) == len(keys)*3 })
+	c, _, keys, s, rec, w := startMemberChecked(t)
 	old, _ := w.Member()
 
 	// As in TestMemberIDResetKeepsPartition, plus: the new member's first
@@ -227,4 +193,30 @@ func TestMemberIDResetLostPartitionStaysFenced(t *testing.T) {
 	if st := w.Stats(); st.MemberChanges != 0 {
 		t.Fatalf("stats %+v: a tenure of a partition the client lost was renewed", st)
 	}
+}
+
+// startMemberChecked starts a worker (cooperative) on a one-partition
+// kfake cluster behind a memberCheckSink that checks the worker's current
+// member ID, and waits until the first commands are applied.
+func startMemberChecked(t *testing.T) (*cluster, *memory.Sink, []string, *memberCheckSink, *recorder, *consumer.Worker[*memory.Tx]) {
+	t.Helper()
+	c := newFakeCluster(t, 1)
+	mem := memory.New()
+	keys := makeKeys(4)
+	produce(t, c, 1, keys, 0, 3)
+
+	var wp atomic.Pointer[consumer.Worker[*memory.Tx]]
+	s := &memberCheckSink{Sink: mem, member: func() string {
+		if w := wp.Load(); w != nil {
+			m, _ := w.Member()
+			return m
+		}
+		return ""
+	}}
+	rec := &recorder{}
+	w := startWorker(t, c, mem, workerOpts{name: "w", sink: s, protocol: consumer.Cooperative, protocolChosen: true,
+		reclaimInterval: time.Hour, observers: []consumer.Observer{rec}})
+	wp.Store(w)
+	testwait.For(t, 30*time.Second, "the first commands applied", func() bool { return appliedCount(mem, keys) == len(keys)*3 })
+	return c, mem, keys, s, rec, w
 }
