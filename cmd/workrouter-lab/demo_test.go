@@ -71,7 +71,6 @@ func TestDemoCommandRejectsBadInput(t *testing.T) {
 		{"demo", "--key-concurrency", "-1"},
 		{"demo", "--protocol", "eager"},
 		{"demo", "--fault", "freeze"},
-		{"demo", "--fault", "partition", "--sink", "kafka"},
 	} {
 		p := clitest.Start(t, args)
 		if code := p.Wait(t); code == 0 {
