@@ -37,7 +37,7 @@ func TestBenchCommand(t *testing.T) {
 	for _, re := range []string{
 		fmt.Sprintf(`(?m)^B1 .* %d/%d +[0-9.]+ +[0-9]+ +[0-9]+–[0-9]+ `, n, n),
 		`(?m)^W6 .* 1/1 +[0-9.]+ +[0-9]+ +- `,
-		fmt.Sprintf(`(?m)^target router_vs_raw=[0-9.]+ \[[0-9.]+–[0-9.]+ over %d pairs\] \(W1/B1, want >= 0\.90\): indicative \(--quick decides no target\)$`, n),
+		fmt.Sprintf(`(?m)^target router_vs_raw=[0-9.]+ \[[0-9.]+–[0-9.]+ over %d pairs\] \(W1/B1, want >= 0\.95\): indicative \(--quick decides no target\)$`, n),
 		fmt.Sprintf(`(?m)^target produce_vs_raw=[0-9.]+ \[[0-9.]+–[0-9.]+ over %d pairs\] \(W4/B4, want >= 0\.95\): indicative \(--quick decides no target\)$`, n),
 		// W8 runs this binary's produce --file as a process; B5 runs kcat, or says it is not installed.
 		fmt.Sprintf(`(?m)^W8 .* %d/%d +[0-9.]+ +[0-9]+ `, n, n),
