@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/workrouter/workrouter/epochs"
@@ -37,55 +36,20 @@ var _ dlq.Store = kafkaDeadLetters{}
 // DeadLetters returns the committed dead letters of f.Group and f.Topic
 // (the other fields of f are not applied), in the topic's order.
 func (k kafkaDeadLetters) DeadLetters(ctx context.Context, f dlq.Filter) ([]dlq.Letter, error) {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(k.brokers...)}, k.opts...)...)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, k.topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("cluster: end offsets of %s: %w", k.topic, err)
-	}
-	end, ok := ends.Lookup(k.topic, 0)
-	if !ok || end.Offset == 0 {
-		return nil, nil
-	}
-	rd, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(k.brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.topic: {0: kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, k.opts...)...)
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
 	var out []dlq.Letter
 	var bad error
-	for done := false; !done; {
-		fs := rd.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("cluster: reading %s: %w", k.topic, err)
+	err := readOnePartition(ctx, k.brokers, k.topic, k.opts, func(r *kgo.Record) {
+		l, err := parseKafkaDeadLetter(r)
+		if err != nil {
+			bad = errors.Join(bad, err)
+			return
 		}
-		if err := fs.Err(); err != nil {
-			return nil, fmt.Errorf("cluster: reading %s: %w", k.topic, err)
+		if (f.Group == "" || l.Scope.Group == f.Group) && (f.Topic == "" || l.Scope.Topic == f.Topic) {
+			out = append(out, l)
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset >= end.Offset-1 {
-				done = true
-			}
-			if r.Attrs.IsControl() || r.Offset >= end.Offset {
-				return
-			}
-			l, err := parseKafkaDeadLetter(r)
-			if err != nil {
-				bad = errors.Join(bad, err)
-				return
-			}
-			if (f.Group == "" || l.Scope.Group == f.Group) && (f.Topic == "" || l.Scope.Topic == f.Topic) {
-				out = append(out, l)
-			}
-		})
+	})
+	if err != nil {
+		return nil, err
 	}
 	if bad != nil {
 		return nil, bad

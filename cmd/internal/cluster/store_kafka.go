@@ -125,9 +125,24 @@ type checkpointRecord struct {
 func readCheckpoints(ctx context.Context, brokers []string, topic string, opts ...kgo.Opt) ([]checkpointRecord, error) {
 	// ledger.KafkaEvents reads the records' keys and values too: only
 	// JSON values become events, so read the topic here.
+	var out []checkpointRecord
+	err := readOnePartition(ctx, brokers, topic, opts, func(r *kgo.Record) {
+		if c, ok := parseCheckpoint(string(r.Key), string(r.Value)); ok {
+			out = append(out, c)
+		}
+	})
+	return out, err
+}
+
+// readOnePartition calls each with every record of topic's partition 0 (the
+// sink's checkpoint and dead-letter topics have one) that a read_committed
+// consumer sees, from the start up to the end the partition had when it
+// was called, in order. It keeps the transaction markers so that a log
+// that ends with one is read to its end.
+func readOnePartition(ctx context.Context, brokers []string, topic string, opts []kgo.Opt, each func(*kgo.Record)) error {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cl.Close()
 	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
@@ -135,27 +150,26 @@ func readCheckpoints(ctx context.Context, brokers []string, topic string, opts .
 		err = ends.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cluster: end offsets of %s: %w", topic, err)
+		return fmt.Errorf("cluster: end offsets of %s: %w", topic, err)
 	}
 	end, ok := ends.Lookup(topic, 0)
 	if !ok || end.Offset == 0 {
-		return nil, nil
+		return nil
 	}
 	rd, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, opts...)...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rd.Close()
-	var out []checkpointRecord
 	for done := false; !done; {
 		fs := rd.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("cluster: reading %s: %w", topic, err)
+			return fmt.Errorf("cluster: reading %s: %w", topic, err)
 		}
 		if err := fs.Err(); err != nil {
-			return nil, fmt.Errorf("cluster: reading %s: %w", topic, err)
+			return fmt.Errorf("cluster: reading %s: %w", topic, err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if r.Offset >= end.Offset-1 {
@@ -164,12 +178,10 @@ func readCheckpoints(ctx context.Context, brokers []string, topic string, opts .
 			if r.Attrs.IsControl() || r.Offset >= end.Offset {
 				return
 			}
-			if c, ok := parseCheckpoint(string(r.Key), string(r.Value)); ok {
-				out = append(out, c)
-			}
+			each(r)
 		})
 	}
-	return out, nil
+	return nil
 }
 
 // parseCheckpoint parses a checkpoint record: the key group/topic/partition,
