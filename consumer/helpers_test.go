@@ -155,6 +155,10 @@ func newFakeCluster(t *testing.T, partitions int32) *cluster {
 	return &cluster{addrs: c.ListenAddrs(), kf: c, topic: topic, group: "g"}
 }
 
+// testLogger is the workers' logger: a debug log on stderr under
+// WORKROUTER_TEST_LOG=1, nothing otherwise. WORKROUTER_TEST_KGOLOG=<test
+// name> adds the franz-go client's own debug log for that test's workers
+// (startWorker).
 func testLogger(t *testing.T) *slog.Logger {
 	if os.Getenv("WORKROUTER_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
@@ -361,6 +365,10 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 		LagInterval:       o.lagInterval,
 		ReclaimInterval:   o.reclaimInterval,
 		NoTakeover:        o.noTakeover,
+	}
+	if os.Getenv("WORKROUTER_TEST_KGOLOG") == t.Name() { // the client's own log, for one test
+		prefix := t.Name() + " " + o.name + " "
+		cfg.ClientOpts = append(cfg.ClientOpts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, func() string { return prefix })))
 	}
 	if o.registerer != nil {
 		cfg.Observers = append(cfg.Observers, promObserver(t, o.registerer, o.group))

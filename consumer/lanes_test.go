@@ -798,6 +798,11 @@ func TestKeyConcurrencyDeduplicates(t *testing.T) {
 		ps := w.Partitions()
 		return len(ps) == 1 && ps[0].NextOffset == 4
 	})
+	// The position moves before the batch's Applied event is counted.
+	testwait.For(t, 30*time.Second, "every record counted in Stats", func() bool {
+		st := w.Stats()
+		return st.Records+st.Duplicates >= 4
+	})
 	if got := logOf(s, "k"); !slices.Equal(got, []int{0, 1}) {
 		t.Fatalf("log %v, want [0 1]: a command written twice was applied twice", got)
 	}
