@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -117,20 +118,31 @@ func waitLeaders(ctx context.Context, adm *kadm.Client, topics ...string) error 
 // worker's start to the n-th record applied, that is committed, over at
 // most KafkaSinkMaxRecords records. Its baseline is B3Kafka.
 func W2Kafka(ctx context.Context, env *Env) (Result, error) {
-	const id = "W2-kafka"
-	n, note := capRecords(env, KafkaSinkMaxRecords)
-	tp, drop, err := newKafkaSinkTopics(ctx, env, "bench-w2-kafka")
-	if err != nil {
-		return Result{ID: id}, fmt.Errorf("%s: %w", id, err)
-	}
-	defer drop()
-	return w2Kafka(ctx, env, n, note, tp)
+	return w2KafkaBatch("W2-kafka", sqlMaxBatch)(ctx, env)
 }
 
-// w2Kafka is W2Kafka's run of n records on the topics tp.
-func w2Kafka(ctx context.Context, env *Env, n int, note string, tp kafkaSinkTopics) (Result, error) {
-	const id = "W2-kafka"
-	name := "worker, one output record per command, Kafka sink (a transaction per batch of 256), exactly once" + note
+// KafkaSinkBigBatch is the MaxBatch of W2-kafka-b4096, W2-kafka with
+// fewer, bigger transactions: the ratio kafka_sink_vs_gts_b4096 (no
+// target) shows how much of kafka_sink_vs_gts is the transactions' count.
+const KafkaSinkBigBatch = 4096
+
+// w2KafkaBatch returns W2Kafka as row id at MaxBatch maxBatch.
+func w2KafkaBatch(id string, maxBatch int) Workload {
+	return func(ctx context.Context, env *Env) (Result, error) {
+		n, note := capRecords(env, KafkaSinkMaxRecords)
+		tp, drop, err := newKafkaSinkTopics(ctx, env, "bench-"+strings.ToLower(id))
+		if err != nil {
+			return Result{ID: id}, fmt.Errorf("%s: %w", id, err)
+		}
+		defer drop()
+		return w2Kafka(ctx, env, id, maxBatch, n, note, tp)
+	}
+}
+
+// w2Kafka is W2Kafka's run as row id at MaxBatch maxBatch of n records on
+// the topics tp.
+func w2Kafka(ctx context.Context, env *Env, id string, maxBatch, n int, note string, tp kafkaSinkTopics) (Result, error) {
+	name := fmt.Sprintf("worker, one output record per command, Kafka sink (a transaction per batch of %d), exactly once", maxBatch) + note
 	var (
 		s   *kafka.Sink
 		w   *consumer.Worker[*kafka.Tx]
@@ -153,7 +165,7 @@ func w2Kafka(ctx context.Context, env *Env, n int, note string, tp kafkaSinkTopi
 	r, err := Measure(id, name, n, func() error {
 		var err error
 		s, err = kafka.New(ctx, kafka.Config{Brokers: env.Brokers, CheckpointTopic: tp.checkpoint,
-			TransactionalID: UniqueName("bench-w2-kafka")})
+			TransactionalID: UniqueName("bench-" + strings.ToLower(id))})
 		if err != nil {
 			return err
 		}
@@ -163,7 +175,7 @@ func w2Kafka(ctx context.Context, env *Env, n int, note string, tp kafkaSinkTopi
 			Topic:    env.Topic,
 			Sink:     s,
 			Handlers: handlersFor([]string{CommandType}, h),
-			MaxBatch: sqlMaxBatch,
+			MaxBatch: maxBatch,
 		})
 		if err != nil {
 			return err

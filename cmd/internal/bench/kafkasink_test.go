@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// TestKafkaSinkRowsExactlyOnce runs W2-kafka and B3-kafka small on the
+// TestKafkaSinkRowsExactlyOnce runs W2-kafka, W2-kafka-b4096 and B3-kafka small on the
 // embedded broker and checks what they measure is the same work, done
 // exactly once: every pre-loaded command made exactly one output record
 // that a read_committed reader sees (by the command ID each output
@@ -23,7 +23,12 @@ func TestKafkaSinkRowsExactlyOnce(t *testing.T) {
 		id  string
 		run func(ctx context.Context, tp kafkaSinkTopics) (Result, error)
 	}{
-		{"W2-kafka", func(ctx context.Context, tp kafkaSinkTopics) (Result, error) { return w2Kafka(ctx, env, n, "", tp) }},
+		{"W2-kafka", func(ctx context.Context, tp kafkaSinkTopics) (Result, error) {
+			return w2Kafka(ctx, env, "W2-kafka", sqlMaxBatch, n, "", tp)
+		}},
+		{"W2-kafka-b4096", func(ctx context.Context, tp kafkaSinkTopics) (Result, error) {
+			return w2Kafka(ctx, env, "W2-kafka-b4096", KafkaSinkBigBatch, n, "", tp)
+		}},
 		{"B3-kafka", func(ctx context.Context, tp kafkaSinkTopics) (Result, error) { return b3Kafka(ctx, env, n, "", tp.out) }},
 	} {
 		t.Run(tc.id, func(t *testing.T) {

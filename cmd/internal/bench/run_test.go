@@ -79,7 +79,7 @@ func TestRunInterleaves(t *testing.T) {
 			"B3-pg-b1!,B3-pg-b1,W2-pg-b1,W2n-pg-b1,B3-pg-b1,W2-pg-b1,W2n-pg-b1,B3-pg-b1,W2-pg-b1,W2n-pg-b1," +
 			"B3-pg-b16!,B3-pg-b16,W2n-pg-b16,B3-pg-b16,W2n-pg-b16,B3-pg-b16,W2n-pg-b16," +
 			"B3-redis!,B3-redis,W2-redis,B3-redis,W2-redis,B3-redis,W2-redis," +
-			"B3-kafka!,B3-kafka,W2-kafka,B3-kafka,W2-kafka,B3-kafka,W2-kafka," +
+			"B3-kafka!,B3-kafka,W2-kafka,W2-kafka-b4096,B3-kafka,W2-kafka,W2-kafka-b4096,B3-kafka,W2-kafka,W2-kafka-b4096," +
 			"B4!,B4,W4,B4,W4,B4,W4," +
 			"B5!,B5,W8,B5,W8,B5,W8," +
 			"W9,W9,W9," +
