@@ -158,11 +158,17 @@ func w2Kafka(ctx context.Context, env *Env, id string, maxBatch, n int, note str
 			s.Close()
 		}
 	}()
+	var (
+		start time.Time
+		first firstAt
+	)
 	h := func(ctx context.Context, tx *kafka.Tx, cmd consumer.Command) error {
+		first.mark(start)
 		return tx.Produce(ctx, kafka.Record{Topic: tp.out, Key: cmd.Key, Value: cmd.Payload,
 			Headers: []kafka.Header{{Key: kafkaOutIDHeader, Value: []byte(cmd.ID)}}})
 	}
 	r, err := Measure(id, name, n, func() error {
+		start = time.Now()
 		var err error
 		s, err = kafka.New(ctx, kafka.Config{Brokers: env.Brokers, CheckpointTopic: tp.checkpoint,
 			TransactionalID: UniqueName("bench-" + strings.ToLower(id))})
@@ -186,7 +192,8 @@ func w2Kafka(ctx context.Context, env *Env, id string, maxBatch, n int, note str
 	r.Records = int(got)
 	if w != nil {
 		st := w.Stats()
-		r.Extra = fmt.Sprintf("%d transactions, %.0f records each, %d retried", st.Batches, float64(st.Records)/float64(max(st.Batches, 1)), st.Retries)
+		r.Extra = fmt.Sprintf("%d transactions, %.0f records each, %d retried, first record handled after %s",
+			st.Batches, float64(st.Records)/float64(max(st.Batches, 1)), st.Retries, first.get())
 	}
 	return r, err
 }
@@ -237,7 +244,9 @@ func b3Kafka(ctx context.Context, env *Env, n int, note, out string) (Result, er
 			mu.Unlock()
 		}
 	}
+	var first firstAt
 	r, err := Measure(id, name, n, func() error {
+		start := time.Now()
 		var err error
 		opts := append(rawConsumerOpts(env, id),
 			kgo.TransactionalID(UniqueName("bench-b3-kafka")),
@@ -259,6 +268,7 @@ func b3Kafka(ctx context.Context, env *Env, n int, note, out string) (Result, er
 			if fs.Empty() {
 				continue
 			}
+			first.mark(start)
 			if err := sess.Begin(); err != nil {
 				return err
 			}
@@ -302,7 +312,31 @@ func b3Kafka(ctx context.Context, env *Env, n int, note, out string) (Result, er
 	})
 	r.Records = got
 	if txns > 0 {
-		r.Extra = fmt.Sprintf("%d transactions, %.0f records each, %d aborted", txns, float64(got)/float64(txns), aborted)
+		r.Extra = fmt.Sprintf("%d transactions, %.0f records each, %d aborted, first poll after %s",
+			txns, float64(got)/float64(txns), aborted, first.get())
 	}
 	return r, err
+}
+
+// firstAt is the time from a run's start to its first record: the group
+// join, the producers' InitProducerId, the claims (Extra of the Kafka sink
+// rows, to tell start-up from the steady state).
+type firstAt struct {
+	once sync.Once
+	d    time.Duration
+	mu   sync.Mutex
+}
+
+func (f *firstAt) mark(start time.Time) {
+	f.once.Do(func() {
+		f.mu.Lock()
+		f.d = time.Since(start).Round(time.Millisecond)
+		f.mu.Unlock()
+	})
+}
+
+func (f *firstAt) get() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.d
 }
