@@ -113,6 +113,10 @@ then runs each workload and its baseline in this process:
   W1n W1 with deduplication off (no ratio: what the command IDs cost W1)
   W7 W3's handler with 16 lanes per partition (KeyConcurrency 16) over 1,200
      keys on a topic of its own, memory sink; W7-pg: PostgreSQL sink
+  B3-kafka/W2-kafka consume-transform-produce, exactly once, one output
+     record per command, over the first 300,000 commands: franz-go's
+     GroupTransactSession (a transaction per poll) and the worker on the
+     Kafka sink (a transaction per batch of 256; W2-kafka-b4096: 4096)
 
 B5 and W8 send the same commands as W4 (the pre-loaded count of them: key,
 workrouter-type header, 100-byte payload), from files written before the
@@ -137,7 +141,8 @@ runs 5 times (3 with --quick; --repeats sets it). The runs of a workload and its
 warm-up, leftover garbage and background load favour neither side:
 B1,W1,W1n,B2,B1,W1,W1n,B2,… then W3,W7,W7-pg,… B3-sqlite,W2-sqlite,W2n-sqlite,…
 W2-sqlite-b1,W2n-sqlite-b1,… B3-pg,W2-pg,W2n-pg,W2u-pg,… B3-pg-b1,W2-pg-b1,W2n-pg-b1,…
-B3-pg-b16,W2n-pg-b16,… B3-redis,W2-redis,… B4,W4,B4,W4,… B5,W8,B5,W8,…
+B3-pg-b16,W2n-pg-b16,… B3-redis,W2-redis,… B3-kafka,W2-kafka,W2-kafka-b4096,… B4,W4,B4,W4,…
+B5,W8,B5,W8,…
 (--only runs just the selected ones, interleaved the same way). Each of these
 groups starts with one unreported warm-up run of its first member (the first
 produce run of a process is often slow). B0 and W9 run their repeats back to back;
@@ -162,17 +167,20 @@ fenced_vs_unfenced_sqlite >= 0.90 (fenced with deduplication on against
 unfenced), dedupe_on_vs_off_pg >= 0.90 and dedupe_on_vs_off_sqlite >= 0.90
 (W2/W2n at batch 256), produce_vs_raw >= 0.95, produce_file_vs_kcat >= 0.5
 (W8/B5), router_vs_sarama >= 2.0, fenced_vs_unfenced_redis >= 0.90
-(W2-redis/B3-redis, with --redis); fence_vs_unfenced_pg_b1 >= 0.90,
+(W2-redis/B3-redis, with --redis), kafka_sink_vs_gts >= 0.90
+(W2-kafka/B3-kafka); fence_vs_unfenced_pg_b1 >= 0.90,
 fence_vs_unfenced_pg_b16 >= 0.90 and fence_vs_unfenced_pg_b256 >= 0.95
 (deduplication off: the same writes); keys_vs_serial >= 8 (W7/W3) and
-keys_vs_serial_pg >= 4 (W7-pg/W3); dedupe_on_vs_off_pg_b1 and
+keys_vs_serial_pg >= 4 (W7-pg/W3); kafka_sink_vs_gts_b4096
+(W2-kafka-b4096/B3-kafka), dedupe_on_vs_off_pg_b1 and
 dedupe_on_vs_off_sqlite_b1 (batch 1), worker_vs_raw_pg (W2u-pg/B3-pg) and
 fence_in_worker_pg (W2n-pg/W2u-pg) are reported without a target. Two
 latency targets take the median over W9's runs of each run's percentile:
-send_p50 < 1ms and send_p99 < 5ms. Two CPU ratios, without a target,
+send_p50 < 1ms and send_p99 < 5ms. Three CPU ratios, without a target,
 compare CPU per record instead of throughput, the baseline's over the
 worker's so that higher is better here too: router_vs_raw_cpu (B1 over
-W1) and router_vs_sarama_cpu (B2 over W1). A run's CPU is this whole
+W1), router_vs_sarama_cpu (B2 over W1) and kafka_sink_vs_gts_cpu
+(B3-kafka over W2-kafka). A run's CPU is this whole
 process's user+system time while it ran, the embedded broker's included
 (with --brokers, only the client side). The last line gives the median
 ratios and latencies:
@@ -183,8 +191,10 @@ ratios and latencies:
     fence_vs_unfenced_pg_b256=<W2n/B3> worker_vs_raw_pg=<W2u/B3> fence_in_worker_pg=<W2n/W2u>
     produce_vs_raw=<W4/B4> produce_file_vs_kcat=<W8/B5>
     router_vs_sarama=<W1/B2> fenced_vs_unfenced_redis=<W2/B3>
+    kafka_sink_vs_gts=<W2-kafka/B3-kafka> kafka_sink_vs_gts_b4096=<W2-kafka-b4096/B3-kafka>
     keys_vs_serial=<W7/W3> keys_vs_serial_pg=<W7-pg/W3>
     router_vs_raw_cpu=<B1/W1 CPU> router_vs_sarama_cpu=<B2/W1 CPU>
+    kafka_sink_vs_gts_cpu=<B3-kafka/W2-kafka CPU>
     send_p50=<W9 ms> send_p99=<W9 ms>
 
 (one line).
@@ -200,6 +210,7 @@ does (after the report).`,
   workrouter-lab bench --repeats 9 --only B4,W4
   workrouter-lab bench --only B5,W8,W9
   workrouter-lab bench --only W3,W7
+  workrouter-lab bench --only B3-kafka,W2-kafka
   workrouter-lab bench --postgres postgres://postgres@127.0.0.1:5432/test
   workrouter-lab bench --brokers kafka-1:9092 --json`,
 		Args: cobra.NoArgs,

@@ -23,7 +23,7 @@ func TestBenchCommand(t *testing.T) {
 	out := p.Stdout.String()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	last := lines[len(lines)-1]
-	re := regexp.MustCompile(`^bench: router_vs_raw=[0-9]+\.[0-9]{2} fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=n/a dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=n/a dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=n/a fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a worker_vs_raw_pg=n/a fence_in_worker_pg=n/a produce_vs_raw=[0-9]+\.[0-9]{2} produce_file_vs_kcat=([0-9]+\.[0-9]{2}|n/a) router_vs_sarama=n/a fenced_vs_unfenced_redis=n/a keys_vs_serial=n/a keys_vs_serial_pg=n/a router_vs_raw_cpu=[0-9]+\.[0-9]{2} router_vs_sarama_cpu=n/a send_p50=[0-9]+\.[0-9]{3}ms send_p99=[0-9]+\.[0-9]{3}ms$`)
+	re := regexp.MustCompile(`^bench: router_vs_raw=[0-9]+\.[0-9]{2} fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=n/a dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=n/a dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=n/a fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a worker_vs_raw_pg=n/a fence_in_worker_pg=n/a produce_vs_raw=[0-9]+\.[0-9]{2} produce_file_vs_kcat=([0-9]+\.[0-9]{2}|n/a) router_vs_sarama=n/a fenced_vs_unfenced_redis=n/a kafka_sink_vs_gts=n/a kafka_sink_vs_gts_b4096=n/a keys_vs_serial=n/a keys_vs_serial_pg=n/a router_vs_raw_cpu=[0-9]+\.[0-9]{2} router_vs_sarama_cpu=n/a kafka_sink_vs_gts_cpu=n/a send_p50=[0-9]+\.[0-9]{3}ms send_p99=[0-9]+\.[0-9]{3}ms$`)
 	if !re.MatchString(last) {
 		t.Fatalf("final line %q does not match %v\n%s", last, re, out)
 	}

@@ -32,7 +32,8 @@ func (e Entry) runs() int { return max(e.Repeats, 1) }
 // whose runs Run interleaves, round by round: B1,W1,W1n,B2,B1,W1,W1n,B2,…, then
 // B3-sqlite,W2-sqlite,W2n-sqlite,…, W2-sqlite-b1,W2n-sqlite-b1,…,
 // B3-pg,W2-pg,W2n-pg,W2u-pg,…, B3-pg-b1,W2-pg-b1,W2n-pg-b1,…,
-// B3-pg-b16,W2n-pg-b16,…, W3,W7,W7-pg,… and B4,W4,B4,W4,…, so that
+// B3-pg-b16,W2n-pg-b16,…, B3-redis,W2-redis,…, B3-kafka,W2-kafka,W2-kafka-b4096,…,
+// W3,W7,W7-pg,… and B4,W4,B4,W4,…, so that
 // warm-up, garbage left by the previous run and background load favour
 // neither side of a ratio. W1 is in one group with both of its baselines,
 // B1 and B2, and with W1n, its twin without deduplication (no ratio). B0
@@ -88,6 +89,9 @@ func All(repeats int) []Entry {
 		m("W2n-pg-b16", w2Postgres(w2Variants[4]), "pg-b16"),
 		m("B3-redis", B3Redis, "redis"),
 		m("W2-redis", W2Redis, "redis"),
+		m("B3-kafka", B3Kafka, "kafka"),
+		m("W2-kafka", W2Kafka, "kafka"),
+		m("W2-kafka-b4096", w2KafkaBatch("W2-kafka-b4096", KafkaSinkBigBatch), "kafka"),
 		m("B4", B4, "produce"),
 		m("W4", W4, "produce"),
 		m("B5", B5, "file"),

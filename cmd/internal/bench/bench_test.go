@@ -226,8 +226,8 @@ func TestTargets(t *testing.T) {
 		"dedupe_on_vs_off_pg": 0.90, "dedupe_on_vs_off_sqlite": 0.90, "dedupe_on_vs_off_pg_b1": 0, "dedupe_on_vs_off_sqlite_b1": 0,
 		"fence_vs_unfenced_pg_b1": 0.90, "fence_vs_unfenced_pg_b16": 0.90, "fence_vs_unfenced_pg_b256": 0.95,
 		"worker_vs_raw_pg": 0, "fence_in_worker_pg": 0,
-		"produce_vs_raw": 0.95, "produce_file_vs_kcat": 0.5, "router_vs_sarama": 2.0, "fenced_vs_unfenced_redis": 0.90, "keys_vs_serial": 8, "keys_vs_serial_pg": 4,
-		"router_vs_raw_cpu": 0, "router_vs_sarama_cpu": 0}
+		"produce_vs_raw": 0.95, "produce_file_vs_kcat": 0.5, "router_vs_sarama": 2.0, "fenced_vs_unfenced_redis": 0.90, "kafka_sink_vs_gts": 0.90, "kafka_sink_vs_gts_b4096": 0, "keys_vs_serial": 8, "keys_vs_serial_pg": 4,
+		"router_vs_raw_cpu": 0, "router_vs_sarama_cpu": 0, "kafka_sink_vs_gts_cpu": 0}
 	rs := Ratios(nil)
 	if len(rs) != len(want) {
 		t.Errorf("%d ratios, want %d", len(rs), len(want))
@@ -259,7 +259,7 @@ func TestReport(t *testing.T) {
 		}
 		out := buf.String()
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if want := "bench: router_vs_raw=0.95 fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=0.95 dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=0.90 dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=0.50 fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a worker_vs_raw_pg=n/a fence_in_worker_pg=n/a produce_vs_raw=0.50 produce_file_vs_kcat=n/a router_vs_sarama=n/a fenced_vs_unfenced_redis=n/a keys_vs_serial=n/a keys_vs_serial_pg=n/a router_vs_raw_cpu=n/a router_vs_sarama_cpu=n/a send_p50=n/a send_p99=n/a"; lines[len(lines)-1] != want {
+		if want := "bench: router_vs_raw=0.95 fenced_vs_unfenced_pg=n/a fenced_vs_unfenced_sqlite=0.95 dedupe_on_vs_off_pg=n/a dedupe_on_vs_off_sqlite=0.90 dedupe_on_vs_off_pg_b1=n/a dedupe_on_vs_off_sqlite_b1=0.50 fence_vs_unfenced_pg_b1=n/a fence_vs_unfenced_pg_b16=n/a fence_vs_unfenced_pg_b256=n/a worker_vs_raw_pg=n/a fence_in_worker_pg=n/a produce_vs_raw=0.50 produce_file_vs_kcat=n/a router_vs_sarama=n/a fenced_vs_unfenced_redis=n/a kafka_sink_vs_gts=n/a kafka_sink_vs_gts_b4096=n/a keys_vs_serial=n/a keys_vs_serial_pg=n/a router_vs_raw_cpu=n/a router_vs_sarama_cpu=n/a kafka_sink_vs_gts_cpu=n/a send_p50=n/a send_p99=n/a"; lines[len(lines)-1] != want {
 			t.Fatalf("final line %q, want %q", lines[len(lines)-1], want)
 		}
 		res := []string{
@@ -349,6 +349,8 @@ func BenchmarkW2Postgres(b *testing.B)  { runBench(b, "W2-pg") }
 func BenchmarkW2nPostgres(b *testing.B) { runBench(b, "W2n-pg") }
 func BenchmarkW2uPostgres(b *testing.B) { runBench(b, "W2u-pg") }
 func BenchmarkB3Postgres(b *testing.B)  { runBench(b, "B3-pg") }
+func BenchmarkW2Kafka(b *testing.B)     { runBench(b, "W2-kafka") }
+func BenchmarkB3Kafka(b *testing.B)     { runBench(b, "B3-kafka") }
 func BenchmarkW5(b *testing.B)          { runBench(b, "W5") }
 func BenchmarkW6(b *testing.B)          { runBench(b, "W6") }
 

@@ -122,17 +122,21 @@ var ratioDefs = []Ratio{
 	{Name: "produce_file_vs_kcat", Num: "W8", Den: "B5", Target: 0.5},
 	{Name: "router_vs_sarama", Num: "W1", Den: "B2", Target: 2.0},
 	{Name: "fenced_vs_unfenced_redis", Num: "W2-redis", Den: "B3-redis", Target: 0.90},
+	{Name: "kafka_sink_vs_gts", Num: "W2-kafka", Den: "B3-kafka", Target: 0.90},
+	{Name: "kafka_sink_vs_gts_b4096", Num: "W2-kafka-b4096", Den: "B3-kafka"},
 	{Name: "keys_vs_serial", Num: "W7", Den: "W3", Target: 8},
 	{Name: "keys_vs_serial_pg", Num: "W7-pg", Den: "W3", Target: 4},
 }
 
 // cpuRatioDefs lists the final line's CPU ratios, after ratioDefs' (see
-// Ratio.CPU): the consuming workload against its baselines, whose work is
-// all in this process. They have no target: the CPU of a run is the whole
+// Ratio.CPU): the consuming workload against its baselines, and the Kafka
+// sink against GroupTransactSession, whose client-side work is all in
+// this process. They have no target: the CPU of a run is the whole
 // process's (see Result.CPU), the embedded broker's included.
 var cpuRatioDefs = []Ratio{
 	{Name: "router_vs_raw_cpu", Num: "W1", Den: "B1"},
 	{Name: "router_vs_sarama_cpu", Num: "W1", Den: "B2"},
+	{Name: "kafka_sink_vs_gts_cpu", Num: "W2-kafka", Den: "B3-kafka"},
 }
 
 // normID folds a result ID for matching: lower case, letters and digits
@@ -201,7 +205,7 @@ func ratio(d Ratio, rows []Row, spread func(Row) Spread, run func(Row, int) (flo
 // throughput ratios, then the CPU ones), then each latency target's
 // median:
 //
-//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> fence_vs_unfenced_pg_b1=<r> fence_vs_unfenced_pg_b16=<r> fence_vs_unfenced_pg_b256=<r> worker_vs_raw_pg=<r> fence_in_worker_pg=<r> produce_vs_raw=<r> produce_file_vs_kcat=<r> router_vs_sarama=<r> fenced_vs_unfenced_redis=<r> keys_vs_serial=<r> keys_vs_serial_pg=<r> router_vs_raw_cpu=<r> router_vs_sarama_cpu=<r> send_p50=<ms> send_p99=<ms>
+//	bench: router_vs_raw=<r> fenced_vs_unfenced_pg=<r> fenced_vs_unfenced_sqlite=<r> dedupe_on_vs_off_pg=<r> dedupe_on_vs_off_sqlite=<r> dedupe_on_vs_off_pg_b1=<r> dedupe_on_vs_off_sqlite_b1=<r> fence_vs_unfenced_pg_b1=<r> fence_vs_unfenced_pg_b16=<r> fence_vs_unfenced_pg_b256=<r> worker_vs_raw_pg=<r> fence_in_worker_pg=<r> produce_vs_raw=<r> produce_file_vs_kcat=<r> router_vs_sarama=<r> fenced_vs_unfenced_redis=<r> kafka_sink_vs_gts=<r> kafka_sink_vs_gts_b4096=<r> keys_vs_serial=<r> keys_vs_serial_pg=<r> router_vs_raw_cpu=<r> router_vs_sarama_cpu=<r> kafka_sink_vs_gts_cpu=<r> send_p50=<ms> send_p99=<ms>
 func FinalLine(ratios []Ratio, lats ...Latency) string {
 	var b strings.Builder
 	b.WriteString("bench:")

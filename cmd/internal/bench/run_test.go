@@ -79,6 +79,7 @@ func TestRunInterleaves(t *testing.T) {
 			"B3-pg-b1!,B3-pg-b1,W2-pg-b1,W2n-pg-b1,B3-pg-b1,W2-pg-b1,W2n-pg-b1,B3-pg-b1,W2-pg-b1,W2n-pg-b1," +
 			"B3-pg-b16!,B3-pg-b16,W2n-pg-b16,B3-pg-b16,W2n-pg-b16,B3-pg-b16,W2n-pg-b16," +
 			"B3-redis!,B3-redis,W2-redis,B3-redis,W2-redis,B3-redis,W2-redis," +
+			"B3-kafka!,B3-kafka,W2-kafka,W2-kafka-b4096,B3-kafka,W2-kafka,W2-kafka-b4096,B3-kafka,W2-kafka,W2-kafka-b4096," +
 			"B4!,B4,W4,B4,W4,B4,W4," +
 			"B5!,B5,W8,B5,W8,B5,W8," +
 			"W9,W9,W9," +
@@ -89,6 +90,7 @@ func TestRunInterleaves(t *testing.T) {
 		{[]string{"W1", "B2", "W4"}, "W1!,W1,B2,W1,B2,W1,B2,W4!,W4,W4,W4"},
 		{[]string{"B0", "W6"}, "B0,B0,B0,W6"},
 		{[]string{"W7", "W3"}, "W3!,W3,W7,W3,W7,W3,W7"},
+		{[]string{"W2-kafka", "B3-kafka"}, "B3-kafka!,B3-kafka,W2-kafka,B3-kafka,W2-kafka,B3-kafka,W2-kafka"},
 	} {
 		var f fakeRun
 		rows, order, err := f.run(t, 3, tc.only...)
