@@ -62,18 +62,38 @@ type queue struct {
 	gathering bool                 // a committer lingers for more calls
 	stopped   bool
 	wake      chan struct{} // capacity 1: a call may be ready
+	more      chan struct{} // capacity 1: a call was queued (for the lingering committer)
 	done      chan struct{} // closed by stop
+	// recent is when each scope's last call was taken: the scopes
+	// active in the last recentFor, whose next calls a lingering
+	// committer waits for.
+	recent map[*scopeState]time.Time
+	// hold, while not nil, keeps committers from taking calls (tests
+	// only: HoldCommits); lingered counts the waits for more calls.
+	hold     chan struct{}
+	lingered atomic.Int64
 }
+
+// recentFor is how long after its last call a scope counts as active: a
+// lingering committer waits (at most Config.Linger) for the next call of
+// each active scope, and for no other.
+const recentFor = 250 * time.Millisecond
 
 func (q *queue) init() {
 	q.busy = map[*scopeState]bool{}
 	q.wake = make(chan struct{}, 1)
+	q.more = make(chan struct{}, 1)
+	q.recent = map[*scopeState]time.Time{}
 	q.done = make(chan struct{})
 }
 
 func (q *queue) signal() {
 	select {
 	case q.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case q.more <- struct{}{}:
 	default:
 	}
 }
@@ -132,34 +152,58 @@ func (q *queue) ready() bool {
 	return false
 }
 
-// take waits for a queued call whose scope no committer holds, waits
-// linger for more (one committer at a time lingers), and returns every
-// queued call whose scope is free, one per scope, in queue order, their
-// scopes marked busy until release. It returns nil once stopped.
+// awaited reports how many active scopes (recent) that no committer
+// holds have no call queued; q.mu held.
+func (q *queue) awaited(now time.Time) int {
+	n := 0
+	for st, at := range q.recent {
+		switch {
+		case now.Sub(at) > recentFor:
+			delete(q.recent, st)
+		case !q.busy[st] && !slices.ContainsFunc(q.calls, func(c *call) bool { return c.st == st }):
+			n++
+		}
+	}
+	return n
+}
+
+// take waits for a queued call whose scope no committer holds; then, if
+// linger > 0, waits at most linger for the next call of every other
+// active scope (one committer at a time lingers; a lone scope, or one
+// whose peers are all queued, does not wait); and returns every queued
+// call whose scope is free, one per scope, in queue order, their scopes
+// marked busy until release. It returns nil once stopped.
 func (q *queue) take(linger time.Duration) []*call {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for q.stopped || q.gathering || !q.ready() {
+	for q.stopped || q.gathering || q.hold != nil || !q.ready() {
 		if q.stopped {
 			return nil
 		}
+		h := q.hold // nil: never ready
 		q.mu.Unlock()
 		select {
 		case <-q.wake:
 		case <-q.done:
+		case <-h:
 		}
 		q.mu.Lock()
 	}
-	if linger > 0 {
+	if linger > 0 && q.awaited(time.Now()) > 0 {
+		q.lingered.Add(1)
 		q.gathering = true
-		q.mu.Unlock()
 		t := time.NewTimer(linger)
-		select {
-		case <-t.C:
-		case <-q.done:
+		for timeout := false; !timeout && !q.stopped && q.awaited(time.Now()) > 0; {
+			q.mu.Unlock()
+			select {
+			case <-q.more:
+			case <-t.C:
+				timeout = true
+			case <-q.done:
+			}
+			q.mu.Lock()
 		}
 		t.Stop()
-		q.mu.Lock()
 		q.gathering = false
 		if q.stopped {
 			return nil
@@ -173,6 +217,7 @@ func (q *queue) take(linger time.Duration) []*call {
 			continue
 		}
 		q.busy[c.st] = true
+		q.recent[c.st] = time.Now()
 		batch = append(batch, c)
 	}
 	clear(q.calls[len(rest):])
@@ -314,7 +359,7 @@ func (s *Sink) run(p *producer, batch []*call) {
 			case refused == nil:
 				c.err = err
 			case !refused[c]:
-				c.err = fmt.Errorf("%w (%s's offset commit, in the transaction of %s): %v", ErrSharedAbort, refusedBy(refused), c.tok, err)
+				c.err = fmt.Errorf("%w: %s, in the transaction with %s (not fenced itself), was refused: %v", ErrSharedAbort, refusedBy(refused), c.tok, err)
 			case groupFencing(err):
 				c.err = &GroupFencedError{Op: c.op, Offered: c.tok, Member: c.member, Generation: c.gen, Err: err}
 			case generationMoved(err):

@@ -1,8 +1,8 @@
 package kafka_test
 
 import (
-	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -11,40 +11,27 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/workrouter/workrouter/epochs"
+	"github.com/workrouter/workrouter/internal/testwait"
 	"github.com/workrouter/workrouter/sink"
 	"github.com/workrouter/workrouter/sink/kafka"
 )
 
-// barrier returns a function each of n callers calls; it returns when all
-// n have called it (or ctx ends).
-func barrier(ctx context.Context, n int) func() {
-	var mu sync.Mutex
-	all := make(chan struct{})
-	return func() {
-		mu.Lock()
-		if n--; n == 0 {
-			close(all)
-		}
-		mu.Unlock()
-		select {
-		case <-all:
-		case <-ctx.Done():
-		}
+// together runs calls (each a call of s) so that they share one
+// transaction: s's committers take nothing until all of them are queued.
+func together(t *testing.T, s *kafka.Sink, calls ...func()) {
+	t.Helper()
+	release := kafka.HoldCommits(s)
+	var wg sync.WaitGroup
+	for _, call := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			call()
+		}()
 	}
-}
-
-// atBarrier wraps eff so that its last record (index last) waits at wait:
-// the calls of the effects queue their commits together.
-func atBarrier(eff sink.Effect[*kafka.Tx], last int, wait func()) sink.Effect[*kafka.Tx] {
-	return func(ctx context.Context, tx *kafka.Tx, i int) error {
-		if err := eff(ctx, tx, i); err != nil {
-			return err
-		}
-		if i == last {
-			wait()
-		}
-		return nil
-	}
+	testwait.For(t, 30*time.Second, "the calls to queue", func() bool { return kafka.Queued(s) == len(calls) })
+	release()
+	wg.Wait()
 }
 
 // TestGroupCommitStaleMember: the Applies of two tenures of different
@@ -80,9 +67,7 @@ func groupCommitStale(t *testing.T, b *broker, kip848 bool) {
 	idB, genB := mB.GroupMetadata()
 	tokA := epochs.Token{Group: groupA, Topic: inA, Partition: 0, Epoch: genA1, Member: idA1}
 	tokB := epochs.Token{Group: groupB, Topic: inB, Partition: 0, Epoch: genB, Member: idB}
-	// One producer and a linger: the two calls queued together share a
-	// transaction.
-	s := b.newSink(t, tp, func(c *kafka.Config) { c.Producers, c.Linger = 1, 500*time.Millisecond })
+	s := b.newSink(t, tp, nil)
 	// The stale process's client still believes it is the member at its
 	// generation.
 	s.BindGroupMember(groupA, func() (string, int32) { return idA1, genA1 })
@@ -93,22 +78,14 @@ func groupCommitStale(t *testing.T, b *broker, kip848 bool) {
 		}
 	}
 	// Both tenures apply their first batch, together.
-	wait := barrier(ctx, 2)
-	errs := make(chan error, 2)
-	for _, a := range []struct {
-		tok epochs.Token
-		out string
-		who string
-	}{{tokA, outA, "A1"}, {tokB, outB, "B"}} {
-		go func() {
-			_, err := s.Apply(ctx, a.tok, sink.Batch{Offsets: offsets(0, 5)}, atBarrier(produceEffect(a.out, offsets(0, 5), a.who), 4, wait))
-			errs <- err
-		}()
-	}
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatalf("first batches: %v", err)
-		}
+	var err1A, err1B error
+	together(t, s, func() {
+		_, err1A = s.Apply(ctx, tokA, sink.Batch{Offsets: offsets(0, 5)}, produceEffect(outA, offsets(0, 5), "A1"))
+	}, func() {
+		_, err1B = s.Apply(ctx, tokB, sink.Batch{Offsets: offsets(0, 5)}, produceEffect(outB, offsets(0, 5), "B"))
+	})
+	if err1A != nil || err1B != nil {
+		t.Fatalf("first batches: %v; %v", err1A, err1B)
 	}
 	if st := s.Stats(); st.Transactions != 1 || st.SharedCalls != 2 {
 		t.Fatalf("the first batches took %d transactions, %d calls shared; want 1 shared by 2", st.Transactions, st.SharedCalls)
@@ -131,19 +108,12 @@ func groupCommitStale(t *testing.T, b *broker, kip848 bool) {
 
 	// The stale tenure's batch and tenure B's share a transaction.
 	before := s.Stats()
-	wait = barrier(ctx, 2)
 	var errA, errB error
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		_, errA = s.Apply(ctx, tokA, sink.Batch{Offsets: offsets(5, 10)}, atBarrier(produceEffect(outA, offsets(5, 10), "stale"), 4, wait))
-	}()
-	go func() {
-		defer wg.Done()
-		_, errB = s.Apply(ctx, tokB, sink.Batch{Offsets: offsets(5, 10)}, atBarrier(produceEffect(outB, offsets(5, 10), "B"), 4, wait))
-	}()
-	wg.Wait()
+	together(t, s, func() {
+		_, errA = s.Apply(ctx, tokA, sink.Batch{Offsets: offsets(5, 10)}, produceEffect(outA, offsets(5, 10), "stale"))
+	}, func() {
+		_, errB = s.Apply(ctx, tokB, sink.Batch{Offsets: offsets(5, 10)}, produceEffect(outB, offsets(5, 10), "B"))
+	})
 	if st := s.Stats(); st.Transactions-before.Transactions != 1 || st.SharedCalls-before.SharedCalls != 2 {
 		t.Fatalf("the second batches took %d transactions, %d calls shared; want 1 shared by 2",
 			st.Transactions-before.Transactions, st.SharedCalls-before.SharedCalls)
@@ -195,6 +165,165 @@ func groupCommitStale(t *testing.T, b *broker, kip848 bool) {
 		}
 		if o, ok := offs.Lookup(c.topic, 0); !ok || o.At != 10 {
 			t.Errorf("committed offset of %s/0 in %s = %+v, want 10", c.topic, c.group, o)
+		}
+	}
+}
+
+// TestGroupCommitDeadLetter: a DeadLetter shares a transaction with an
+// Apply of another scope, on the same terms: both commit, once.
+func TestGroupCommitDeadLetter(t *testing.T) {
+	forBrokers(t, func(t *testing.T, b *broker) {
+		ctx := t.Context()
+		tp := b.sinkTopics(t)
+		in := b.topic(t, "in", 2, nil)
+		s := b.newSink(t, tp, func(c *kafka.Config) { c.ClientFenceOnly = true })
+		tokA := epochs.Token{Group: "wr-kafkasink-groupdl-" + b.sfx, Topic: in, Partition: 0, Epoch: 1, Member: "m"}
+		tokB := tokA
+		tokB.Partition = 1
+		for _, tok := range []epochs.Token{tokA, tokB} {
+			if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var errA, errB error
+		var dl sink.DeadLetterResult
+		together(t, s, func() {
+			_, errA = s.Apply(ctx, tokA, sink.Batch{Offsets: offsets(0, 3)}, produceEffect(tp.out, offsets(0, 3), "A"))
+		}, func() {
+			dl, errB = s.DeadLetter(ctx, tokB, sink.DeadRecord{Offset: 0, Key: []byte("k"), Value: []byte("poison"), Reason: "handler_error", Error: "boom", Attempts: 1})
+		})
+		if errA != nil || errB != nil || !dl.Stored || dl.NextOffset != 1 {
+			t.Fatalf("Apply: %v; DeadLetter: %+v, %v", errA, dl, errB)
+		}
+		if st := s.Stats(); st.Transactions != 1 || st.SharedCalls != 2 {
+			t.Fatalf("the Apply and the DeadLetter took %d transactions, %d calls shared; want 1 shared by 2", st.Transactions, st.SharedCalls)
+		}
+		got := outputsOf(t, b, tp.out)
+		for off := range int64(3) {
+			if v := got[off]; len(v) != 1 || v[0] != "A" {
+				t.Errorf("input %d: outputs %q, want exactly [A]", off, v)
+			}
+		}
+		dead := b.readCommitted(t, tp.dead)
+		if len(dead) != 1 || string(dead[0].Value) != "poison" || header(dead[0], kafka.HeaderOriginalPartition) != "1" || dead[0].Offset+1 != dl.ID {
+			t.Fatalf("dead letters %v, want the one poison record of partition 1 at ID %d", dead, dl.ID)
+		}
+	})
+}
+
+// TestGroupCommitOneScopeOnce: two calls of one scope queued together
+// (concurrent calls of one tenure, which a worker never makes) are not
+// put in one transaction: the first commits, the second then finds the
+// scope moved (sink.ErrBadBatch) and commits nothing. Put in one
+// transaction, the committer would take the scope's lock twice and hang.
+func TestGroupCommitOneScopeOnce(t *testing.T) {
+	b := newFake(t)
+	ctx := t.Context()
+	tp := b.sinkTopics(t)
+	in := b.topic(t, "in", 1, nil)
+	s := b.newSink(t, tp, func(c *kafka.Config) { c.ClientFenceOnly = true })
+	tok := epochs.Token{Group: "wr-kafkasink-onescope-" + b.sfx, Topic: in, Partition: 0, Epoch: 1, Member: "m"}
+	if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	release := kafka.HoldCommits(s)
+	errs := make(chan error, 2)
+	for _, who := range []string{"x", "y"} {
+		go func() {
+			_, err := s.Apply(ctx, tok, sink.Batch{Offsets: offsets(0, 3)}, produceEffect(tp.out, offsets(0, 3), who))
+			errs <- err
+		}()
+	}
+	testwait.For(t, 30*time.Second, "the two calls to queue", func() bool { return kafka.Queued(s) == 2 })
+	release()
+	var ok, bad int
+	for range 2 {
+		select {
+		case err := <-errs:
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, sink.ErrBadBatch):
+				bad++
+			default:
+				t.Fatalf("Apply: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the two Applies of one scope did not return in 30s (both in one transaction?)")
+		}
+	}
+	if ok != 1 || bad != 1 {
+		t.Fatalf("%d Applies committed, %d refused; want 1 and 1", ok, bad)
+	}
+	if st := s.Stats(); st.Transactions != 1 {
+		t.Fatalf("%d transactions, want 1", st.Transactions)
+	}
+	got := outputsOf(t, b, tp.out)
+	for off := range int64(3) {
+		if v := got[off]; len(v) != 1 {
+			t.Errorf("input %d: outputs %q, want one", off, v)
+		}
+	}
+}
+
+// TestGroupCommitLinger: a committer waits (Config.Linger) only for the
+// calls of other active scopes. A lone scope's calls never wait
+// (Stats.Lingered stays 0); two scopes applying side by side share
+// transactions, which without the linger they would not (two producers,
+// two scopes: a producer is always free).
+func TestGroupCommitLinger(t *testing.T) {
+	b := newFake(t)
+	ctx := t.Context()
+	tp := b.sinkTopics(t)
+	in := b.topic(t, "in", 2, nil)
+	s := b.newSink(t, tp, func(c *kafka.Config) { c.ClientFenceOnly, c.Linger = true, time.Second })
+	toks := make([]epochs.Token, 2)
+	outs := make([]string, 2)
+	for i := range toks {
+		toks[i] = epochs.Token{Group: "wr-kafkasink-linger-" + b.sfx, Topic: in, Partition: int32(i), Epoch: 1, Member: "m"}
+		outs[i] = b.topic(t, "out-"+strconv.Itoa(i), 1, nil)
+		if _, err := s.Claim(ctx, toks[i], sink.Observed{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for from := int64(0); from < 3; from++ {
+		if _, err := s.Apply(ctx, toks[0], sink.Batch{Offsets: offsets(from, from+1)}, produceEffect(outs[0], offsets(from, from+1), "lone")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := s.Stats(); st.Lingered != 0 || st.Transactions != 3 {
+		t.Fatalf("a lone scope's 3 Applies: %d transactions, %d lingered; want 3, none lingered", st.Transactions, st.Lingered)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, tok := range toks {
+		from := int64(0)
+		if i == 0 {
+			from = 3
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for o := from; o < from+10 && errs[i] == nil; o++ {
+				_, errs[i] = s.Apply(ctx, tok, sink.Batch{Offsets: offsets(o, o+1)}, produceEffect(outs[i], offsets(o, o+1), "side-by-side"))
+			}
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("side by side: %v", errs)
+	}
+	st := s.Stats()
+	if st.Lingered == 0 || st.SharedCalls == 0 {
+		t.Fatalf("two scopes side by side: %d transactions, %d lingered, %d calls shared; want some shared", st.Transactions, st.Lingered, st.SharedCalls)
+	}
+	t.Logf("two scopes side by side, 20 Applies: %+v", st)
+	for i, n := range []int64{13, 10} {
+		got := outputsOf(t, b, outs[i])
+		for off := range n {
+			if v := got[off]; len(v) != 1 {
+				t.Errorf("%s: input %d: outputs %q, want one", toks[i], off, v)
+			}
 		}
 	}
 }

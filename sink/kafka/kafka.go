@@ -64,11 +64,14 @@ type Config struct {
 	// transaction at a time, which takes every call queued when it
 	// begins (a group commit: see Linger); default 4.
 	Producers int
-	// Linger is how long a free producer waits, once a call is queued,
-	// for more calls to share its transaction. Zero (the default) waits
-	// not at all: a transaction takes the calls queued when its producer
-	// is free, so calls share one only when they arrive while every
-	// producer is busy, and a lone partition never waits. At most 1s.
+	// Linger is how long at most a free producer waits, once a call is
+	// queued, for the next calls of the other scopes that had calls in
+	// the last 250ms, so that they share its transaction (a group
+	// commit: see the package doc); it waits only while such a scope has
+	// no call queued, so a lone partition never waits. Zero means the
+	// default, 2ms; negative, no wait: a transaction then takes the calls
+	// queued when its producer is free, and calls share one only when
+	// they arrive while every producer is busy. At most 1s.
 	Linger time.Duration
 	// TransactionTimeout is the producers' transaction timeout: how long
 	// the coordinator lets a transaction of a process that froze stay
@@ -186,8 +189,8 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		return nil, fmt.Errorf("%w: the checkpoint topic is the dead-letter topic", ErrConfig)
 	case cfg.Producers < 0 || cfg.TransactionTimeout < 0 || cfg.MaxDeadLetterBytes < 0:
 		return nil, fmt.Errorf("%w: negative Producers, TransactionTimeout or MaxDeadLetterBytes", ErrConfig)
-	case cfg.Linger < 0 || cfg.Linger > time.Second:
-		return nil, fmt.Errorf("%w: Linger %v is not within [0, 1s]", ErrConfig, cfg.Linger)
+	case cfg.Linger > time.Second:
+		return nil, fmt.Errorf("%w: Linger %v is above 1s", ErrConfig, cfg.Linger)
 	case cfg.GroupPrefix != "" && !cfg.ClientFenceOnly:
 		return nil, fmt.Errorf("%w: GroupPrefix renames the commits' group, and the broker fences only commits to the consumer's own group: set it only with ClientFenceOnly", ErrConfig)
 	}
@@ -202,6 +205,9 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	}
 	if cfg.TransactionTimeout == 0 {
 		cfg.TransactionTimeout = 10 * time.Second
+	}
+	if cfg.Linger == 0 {
+		cfg.Linger = 2 * time.Millisecond
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
@@ -875,11 +881,14 @@ type Stats struct {
 	// SharedCalls counts the calls (Apply, DeadLetter) that were in a
 	// transaction with at least one other call, once per attempt.
 	SharedCalls int64
+	// Lingered counts the times a committer waited (Config.Linger) for
+	// the calls of other active scopes before it began a transaction.
+	Lingered int64
 }
 
 // Stats returns the Sink's counters.
 func (s *Sink) Stats() Stats {
 	return Stats{ProducersReplaced: s.replaced.Load(), AbortMarkers: s.abortMarkers.Load(),
 		AbortsFailed: s.abortFailed.Load(), StartsFailed: s.startFailed.Load(),
-		Transactions: s.txns.Load(), SharedCalls: s.shared.Load()}
+		Transactions: s.txns.Load(), SharedCalls: s.shared.Load(), Lingered: s.q.lingered.Load()}
 }

@@ -44,9 +44,6 @@ func endTxnReplyLost(t *testing.T, scopes int) {
 	in := b.topic(t, "in", int32(scopes), nil)
 	s := b.newSink(t, tp, func(c *kafka.Config) {
 		c.ClientFenceOnly, c.Producers, c.TransactionTimeout = true, 1, 2*time.Second
-		if scopes > 1 {
-			c.Linger = 500 * time.Millisecond
-		}
 	})
 	toks := make([]epochs.Token, scopes)
 	outs := make([]string, scopes)
@@ -104,17 +101,14 @@ func endTxnReplyLost(t *testing.T, scopes int) {
 		return nil, errors.New("the reply is lost"), true // closes the producer's connection
 	})
 
-	wait := barrier(ctx, scopes)
 	errs := make([]error, scopes)
-	var wg sync.WaitGroup
+	calls := make([]func(), scopes)
 	for i, tok := range toks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = s.Apply(ctx, tok, sink.Batch{Offsets: []int64{1}}, atBarrier(produceEffect(outs[i], []int64{1}, "lost-reply"), 0, wait))
-		}()
+		calls[i] = func() {
+			_, errs[i] = s.Apply(ctx, tok, sink.Batch{Offsets: []int64{1}}, produceEffect(outs[i], []int64{1}, "lost-reply"))
+		}
 	}
-	wg.Wait()
+	together(t, s, calls...)
 	mu.Lock()
 	cutting = false
 	n, ok, lerr := cuts, committed, landed
