@@ -152,15 +152,16 @@ func (q *queue) ready() bool {
 	return false
 }
 
-// awaited reports how many active scopes (recent) that no committer
-// holds have no call queued; q.mu held.
+// awaited reports how many active scopes (recent) have no call queued,
+// counting those in another committer's transaction: their next call,
+// if it comes within the linger, joins this one's; q.mu held.
 func (q *queue) awaited(now time.Time) int {
 	n := 0
 	for st, at := range q.recent {
 		switch {
 		case now.Sub(at) > recentFor:
 			delete(q.recent, st)
-		case !q.busy[st] && !slices.ContainsFunc(q.calls, func(c *call) bool { return c.st == st }):
+		case !slices.ContainsFunc(q.calls, func(c *call) bool { return c.st == st }):
 			n++
 		}
 	}
