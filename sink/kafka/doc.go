@@ -69,12 +69,12 @@
 //
 // Each producer has a committer goroutine (started by New, stopped and
 // waited for by Close). Apply and DeadLetter queue their records, and a
-// committer whose producer is free takes every queued call, one per
-// scope (a scope is in at most one open transaction: a tenure's next
-// batch waits for the commit of its last), waits Config.Linger for more
-// (zero by default: no wait, so a lone partition never waits, and calls
-// share a transaction only when they arrive while every producer is
-// busy), runs each call's client-side check under its scope's lock, and
+// committer whose producer is free waits at most Config.Linger (2ms by
+// default) for the next call of each other scope that had a call in the
+// last 250ms and has none queued (a lone partition never waits), then
+// takes every queued call, one per scope (a scope is in at most one
+// open transaction: a tenure's next batch waits for the commit of its
+// last), runs each call's client-side check under its scope's lock, and
 // commits them in one transaction: every call's records and checkpoint
 // record, one TxnOffsetCommit per group, member and generation, one
 // EndTxn. The transaction commits only if every offset commit is
@@ -89,7 +89,9 @@
 // offset before its next call), and a transaction timeout or a broken
 // producer fails every call in it. Dead letters share transactions on
 // the same terms. TestGroupCommitStaleMember shows a stale tenure
-// sharing a transaction with a live one of another group's member.
+// sharing a transaction with a live one of another group's member (one
+// Sink serving two groups: BindGroupMember). Stats counts the
+// transactions, the calls that shared one and the lingers.
 //
 // # Transactional IDs: per member, not per partition or per tenure
 //

@@ -173,13 +173,14 @@ func (q *queue) awaited(now time.Time) int {
 // active scope (one committer at a time lingers; a lone scope, or one
 // whose peers are all queued, does not wait); and returns every queued
 // call whose scope is free, one per scope, in queue order, their scopes
-// marked busy until release. It returns nil once stopped.
-func (q *queue) take(linger time.Duration) []*call {
+// marked busy until release (none if the call waited for was withdrawn
+// meanwhile). It returns false once stopped.
+func (q *queue) take(linger time.Duration) ([]*call, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for q.stopped || q.gathering || q.hold != nil || !q.ready() {
 		if q.stopped {
-			return nil
+			return nil, false
 		}
 		h := q.hold // nil: never ready
 		q.mu.Unlock()
@@ -207,7 +208,7 @@ func (q *queue) take(linger time.Duration) []*call {
 		t.Stop()
 		q.gathering = false
 		if q.stopped {
-			return nil
+			return nil, false
 		}
 	}
 	var batch []*call
@@ -226,7 +227,7 @@ func (q *queue) take(linger time.Duration) []*call {
 	// Another committer may have taken the wake-up meant for calls
 	// queued while this one lingered.
 	q.signal()
-	return batch
+	return batch, true
 }
 
 // release frees the scopes of batch.
@@ -271,11 +272,13 @@ func (s *Sink) commit(ctx context.Context, op sink.Op, st *scopeState, tok epoch
 func (s *Sink) committer(p *producer) {
 	defer s.wg.Done()
 	for {
-		batch := s.q.take(s.cfg.Linger)
-		if batch == nil {
+		batch, ok := s.q.take(s.cfg.Linger)
+		if !ok {
 			return
 		}
-		s.run(p, batch)
+		if len(batch) > 0 {
+			s.run(p, batch)
+		}
 	}
 }
 

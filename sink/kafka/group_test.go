@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync"
@@ -325,5 +326,47 @@ func TestGroupCommitLinger(t *testing.T) {
 				t.Errorf("%s: input %d: outputs %q, want one", toks[i], off, v)
 			}
 		}
+	}
+}
+
+// TestGroupCommitCancelQueued: an Apply whose ctx ends while its call is
+// still queued returns the ctx's error and commits nothing; the
+// committers go on (the next Apply commits).
+func TestGroupCommitCancelQueued(t *testing.T) {
+	b := newFake(t)
+	tp := b.sinkTopics(t)
+	in := b.topic(t, "in", 1, nil)
+	s := b.newSink(t, tp, func(c *kafka.Config) { c.ClientFenceOnly = true })
+	tok := epochs.Token{Group: "wr-kafkasink-cancel-" + b.sfx, Topic: in, Partition: 0, Epoch: 1, Member: "m"}
+	if _, err := s.Claim(t.Context(), tok, sink.Observed{}); err != nil {
+		t.Fatal(err)
+	}
+	release := kafka.HoldCommits(s)
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Apply(ctx, tok, sink.Batch{Offsets: offsets(0, 2)}, produceEffect(tp.out, offsets(0, 2), "cancelled"))
+		errc <- err
+	}()
+	testwait.For(t, 30*time.Second, "the call to queue", func() bool { return kafka.Queued(s) == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the Apply cancelled while queued: %v, want context.Canceled", err)
+	}
+	if n := kafka.Queued(s); n != 0 {
+		t.Fatalf("%d calls still queued after the cancel", n)
+	}
+	release()
+	if res, err := s.Apply(t.Context(), tok, sink.Batch{Offsets: offsets(0, 2)}, produceEffect(tp.out, offsets(0, 2), "applied")); err != nil || res.Applied != 2 {
+		t.Fatalf("the next Apply: %+v, %v", res, err)
+	}
+	got := outputsOf(t, b, tp.out)
+	for off := range int64(2) {
+		if v := got[off]; len(v) != 1 || v[0] != "applied" {
+			t.Errorf("input %d: outputs %q, want exactly [applied]", off, v)
+		}
+	}
+	if st := s.Stats(); st.Transactions != 1 {
+		t.Fatalf("%d transactions, want 1", st.Transactions)
 	}
 }
