@@ -548,9 +548,12 @@ func (s *Sink) begin(ctx context.Context, op sink.Op, st *scopeState, tok epochs
 // (nothing is sent while they run), then, under the scope's client-side
 // fence check, produces their records and the checkpoint record in one
 // Kafka transaction that also commits the offset past the batch with the
-// member's group metadata (KIP-447), and commits it. A refused offset
-// commit aborts the transaction and fails with a *GroupFencedError; an
-// effect's error sends nothing (*sink.EffectError).
+// member's group metadata (KIP-447), and commits it; the transaction may
+// be shared with other scopes' calls (the package doc's Group commit). A
+// refused offset commit of this tenure aborts the transaction and fails
+// with a *GroupFencedError; another tenure's refusal fails it with
+// ErrSharedAbort (a sink failure, to be retried); an effect's error sends
+// nothing (*sink.EffectError).
 func (s *Sink) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[*Tx]) (sink.Result, error) {
 	if err := sink.CheckBatch(tok, b, effect, s.Features()); err != nil {
 		return sink.Result{}, err
