@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -173,13 +174,22 @@ func generationMoved(err error) bool {
 	return false
 }
 
+// offsetCommit is one partition's offset in a TxnOffsetCommit.
+type offsetCommit struct {
+	topic     string
+	partition int32
+	offset    int64
+	metadata  string
+}
+
 // txnOffsetCommit adds the group's offsets to cl's open transaction (with
 // AddOffsetsToTxn if addOffsets; under KIP-890 part 2 the commit adds
-// them) and commits offset (with metadata) of topic/partition in it, as
-// member at generation: the coordinator checks both against the group
-// (KIP-447) and refuses the commit of a member that is not current.
+// them) and commits offs (each with its metadata) in it, in one request,
+// as member at generation: the coordinator checks both against the group
+// (KIP-447) and refuses the commit of a member that is not current (the
+// error of the first partition refused).
 func txnOffsetCommit(ctx context.Context, cl *kgo.Client, txnID string, addOffsets bool, group, member string, generation int32,
-	topic string, partition int32, offset int64, metadata string) error {
+	offs []offsetCommit) error {
 	id, epoch, err := cl.ProducerID(ctx)
 	if err != nil {
 		return fmt.Errorf("kafka sink: producer ID: %w", err)
@@ -198,12 +208,19 @@ func txnOffsetCommit(ctx context.Context, cl *kgo.Client, txnID string, addOffse
 	req := kmsg.NewPtrTxnOffsetCommitRequest()
 	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = txnID, group, id, epoch
 	req.Generation, req.MemberID = generation, member
-	rt := kmsg.NewTxnOffsetCommitRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
-	rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = partition, offset, -1, &metadata
-	rt.Partitions = []kmsg.TxnOffsetCommitRequestTopicPartition{rp}
-	req.Topics = []kmsg.TxnOffsetCommitRequestTopic{rt}
+	for _, o := range offs {
+		i := slices.IndexFunc(req.Topics, func(t kmsg.TxnOffsetCommitRequestTopic) bool { return t.Topic == o.topic })
+		if i < 0 {
+			rt := kmsg.NewTxnOffsetCommitRequestTopic()
+			rt.Topic = o.topic
+			req.Topics = append(req.Topics, rt)
+			i = len(req.Topics) - 1
+		}
+		rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+		md := o.metadata
+		rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = o.partition, o.offset, -1, &md
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+	}
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		return fmt.Errorf("kafka sink: transactional offset commit: %w", err)
@@ -212,7 +229,7 @@ func txnOffsetCommit(ctx context.Context, cl *kgo.Client, txnID string, addOffse
 		for _, p := range t.Partitions {
 			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
 				return fmt.Errorf("kafka sink: transactional offset commit of %s/%d in group %q as member %q at generation %d refused: %w",
-					topic, partition, group, member, generation, err)
+					t.Topic, p.Partition, group, member, generation, err)
 			}
 		}
 	}

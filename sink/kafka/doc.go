@@ -8,7 +8,9 @@
 // the records in one Kafka transaction that also commits the input
 // offset past the batch (TxnOffsetCommit, with the group member's ID and
 // generation or member epoch: KIP-447), and one record to the sink's
-// checkpoint topic (the committing token and offset), and commits it. A
+// checkpoint topic (the committing token and offset), and commits it;
+// the transaction may be shared with the calls of other scopes (see
+// Group commit below), each with its own records and offset commit. A
 // read_committed consumer of the output topics sees each input's records
 // once, or never. DeadLetter produces the poison record, with headers
 // naming its origin, the reason, the error and the token, to the
@@ -62,6 +64,34 @@
 // the client-side fence's, per Sink value; a reset of the fence is a
 // commit of the group's offset by an operator, which the sink reads as
 // the checkpoint at the next claim. There is no fenceadmin capability.
+//
+// # Group commit: the calls of several scopes share a transaction
+//
+// Each producer has a committer goroutine (started by New, stopped and
+// waited for by Close). Apply and DeadLetter queue their records, and a
+// committer whose producer is free waits at most Config.Linger (2ms by
+// default) for the next call of each other scope that had a call in the
+// last 250ms and has none queued (a lone partition never waits), then
+// takes every queued call, one per scope (a scope is in at most one
+// open transaction: a tenure's next batch waits for the commit of its
+// last), runs each call's client-side check under its scope's lock, and
+// commits them in one transaction: every call's records and checkpoint
+// record, one TxnOffsetCommit per group, member and generation, one
+// EndTxn. The transaction commits only if every offset commit is
+// accepted. A refusal aborts it at once, with every call's records: the
+// refused calls fail as a lone call would (a *GroupFencedError for a
+// member the coordinator no longer has; a refused generation is tried
+// again, without the others), and every other call fails with
+// ErrSharedAbort, a sink failure that is not sink.ErrFenced, its scope's
+// NextOffset unchanged, so the worker applies it again in a transaction
+// without the refused tenure. An EndTxn whose outcome is unknown marks
+// every scope of the transaction uncertain (each re-reads its committed
+// offset before its next call), and a transaction timeout or a broken
+// producer fails every call in it. Dead letters share transactions on
+// the same terms. TestGroupCommitStaleMember shows a stale tenure
+// sharing a transaction with a live one of another group's member (one
+// Sink serving two groups: BindGroupMember). Stats counts the
+// transactions, the calls that shared one and the lingers.
 //
 // # Transactional IDs: per member, not per partition or per tenure
 //

@@ -59,9 +59,20 @@ type Config struct {
 	// (Stats.ProducersReplaced), so no ID is used twice.
 	TransactionalID string
 	// Producers is how many transactional producers (each a kgo client
-	// with its own transactional ID) serve Apply concurrently: a
-	// producer runs one transaction at a time; default 4.
+	// with its own transactional ID, and a committer goroutine of its
+	// own) serve Apply and DeadLetter concurrently: a producer runs one
+	// transaction at a time, which takes every call queued when it
+	// begins (a group commit: see Linger); default 4.
 	Producers int
+	// Linger is how long at most a free producer waits, once a call is
+	// queued, for the next calls of the other scopes that had calls in
+	// the last 250ms, so that they share its transaction (a group
+	// commit: see the package doc); it waits only while such a scope has
+	// no call queued, so a lone partition never waits. Zero means the
+	// default, 2ms; negative, no wait: a transaction then takes the calls
+	// queued when its producer is free, and calls share one only when
+	// they arrive while every producer is busy. At most 1s.
+	Linger time.Duration
 	// TransactionTimeout is the producers' transaction timeout: how long
 	// the coordinator lets a transaction of a process that froze stay
 	// open (blocking read_committed consumers of its output partitions at
@@ -108,7 +119,6 @@ type Sink struct {
 	// part 2), whose TxnOffsetCommit v5 adds the group to the
 	// transaction itself, so no AddOffsetsToTxn is sent.
 	implicitOffsets bool
-	producers       chan *producer
 	base            []kgo.Opt // the options of every client
 	idBase          string    // TransactionalID-<random>-
 	nextID          atomic.Int64
@@ -119,9 +129,19 @@ type Sink struct {
 
 	replaced, abortMarkers, abortFailed, startFailed atomic.Int64
 
-	bound  chan struct{} // closed by BindMember
-	bindMu sync.Mutex
-	member MemberFunc
+	bound   chan struct{} // closed by BindMember
+	bindMu  sync.Mutex
+	member  MemberFunc
+	members map[string]MemberFunc // BindGroupMember's, by group
+
+	q queue // the calls waiting for a committer
+	// runCtx is the committers' context, cancelled by Close; wg counts
+	// the committers.
+	runCtx    context.Context
+	runCancel context.CancelFunc
+	wg        sync.WaitGroup
+
+	txns, shared atomic.Int64
 
 	mu     sync.Mutex
 	scopes map[epochs.Scope]*scopeState
@@ -169,6 +189,8 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		return nil, fmt.Errorf("%w: the checkpoint topic is the dead-letter topic", ErrConfig)
 	case cfg.Producers < 0 || cfg.TransactionTimeout < 0 || cfg.MaxDeadLetterBytes < 0:
 		return nil, fmt.Errorf("%w: negative Producers, TransactionTimeout or MaxDeadLetterBytes", ErrConfig)
+	case cfg.Linger > time.Second:
+		return nil, fmt.Errorf("%w: Linger %v is above 1s", ErrConfig, cfg.Linger)
 	case cfg.GroupPrefix != "" && !cfg.ClientFenceOnly:
 		return nil, fmt.Errorf("%w: GroupPrefix renames the commits' group, and the broker fences only commits to the consumer's own group: set it only with ClientFenceOnly", ErrConfig)
 	}
@@ -184,6 +206,9 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	if cfg.TransactionTimeout == 0 {
 		cfg.TransactionTimeout = 10 * time.Second
 	}
+	if cfg.Linger == 0 {
+		cfg.Linger = 2 * time.Millisecond
+	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	suffix := hex.EncodeToString(rnd[:])
@@ -194,17 +219,21 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	versions.SetMaxKeyVersion(kmsg.TxnOffsetCommit.Int16(), 5)
 	versions.SetMaxKeyVersion(kmsg.OffsetFetch.Int16(), 9)
 	base := slices.Clip(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.MaxVersions(versions)}, cfg.ClientOpts...))
-	s := &Sink{cfg: cfg, producers: make(chan *producer, cfg.Producers), bound: make(chan struct{}), scopes: map[epochs.Scope]*scopeState{},
-		base: base, idBase: cfg.TransactionalID + "-" + suffix + "-"}
+	s := &Sink{cfg: cfg, bound: make(chan struct{}), scopes: map[epochs.Scope]*scopeState{},
+		base: base, idBase: cfg.TransactionalID + "-" + suffix + "-", members: map[string]MemberFunc{}}
+	s.q.init()
+	s.runCtx, s.runCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if cfg.ClientFenceOnly {
 		close(s.bound)
 	}
 	var err error
 	if s.admin, err = kgo.NewClient(base...); err != nil {
+		s.runCancel()
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if err := s.checkTopics(ctx); err != nil {
 		s.admin.Close()
+		s.runCancel()
 		return nil, err
 	}
 	s.implicitOffsets = implicitOffsets(ctx, s.admin)
@@ -215,7 +244,10 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 			s.Close()
 			return nil, err
 		}
-		s.producers <- p
+	}
+	for _, p := range s.all {
+		s.wg.Add(1)
+		go s.committer(p)
 	}
 	return s, nil
 }
@@ -320,8 +352,27 @@ func (s *Sink) BindMember(member MemberFunc) {
 	}
 	s.bindMu.Lock()
 	defer s.bindMu.Unlock()
-	first := s.member == nil
+	first := s.member == nil && len(s.members) == 0
 	s.member = member
+	if first {
+		close(s.bound)
+	}
+}
+
+// BindGroupMember is BindMember for the scopes of one consumer group
+// only: a Sink shared by the workers of several groups (one process, one
+// set of producers) binds each group's member, and a transaction then
+// carries one offset commit per group. A scope of a group bound here uses
+// this member, any other scope BindMember's. Not needed (and ignored)
+// with ClientFenceOnly.
+func (s *Sink) BindGroupMember(group string, member MemberFunc) {
+	if s.cfg.ClientFenceOnly || member == nil {
+		return
+	}
+	s.bindMu.Lock()
+	defer s.bindMu.Unlock()
+	first := s.member == nil && len(s.members) == 0
+	s.members[group] = member
 	if first {
 		close(s.bound)
 	}
@@ -335,7 +386,10 @@ func (s *Sink) groupMeta(op sink.Op, tok epochs.Token) (string, int32, error) {
 		return "", -1, nil
 	}
 	s.bindMu.Lock()
-	f := s.member
+	f, ok := s.members[tok.Group]
+	if !ok {
+		f = s.member
+	}
 	s.bindMu.Unlock()
 	if f == nil {
 		return "", -1, &GroupFencedError{Op: op, Offered: tok, Generation: -1, Err: fmt.Errorf("%w: no member bound (BindMember)", ErrMemberChanged)}
@@ -347,11 +401,15 @@ func (s *Sink) groupMeta(op sink.Op, tok epochs.Token) (string, int32, error) {
 	return member, gen, nil
 }
 
-// Close closes the Sink's clients; an open transaction is aborted by
-// the coordinator when its producer's session ends or its timeout
-// passes. Close is idempotent.
+// Close fails the calls still queued (kgo.ErrClientClosed), stops the
+// committers, closes the Sink's clients and waits for the committers to
+// return; a transaction still open is aborted by the coordinator when
+// its producer's session ends or its timeout passes, and its calls fail.
+// Close is idempotent.
 func (s *Sink) Close() {
 	s.closeOnce.Do(func() {
+		s.q.stop()
+		s.runCancel()
 		s.allMu.Lock()
 		s.closed = true
 		for _, p := range s.all {
@@ -360,6 +418,7 @@ func (s *Sink) Close() {
 			}
 		}
 		s.allMu.Unlock()
+		s.wg.Wait()
 		if s.admin != nil {
 			s.admin.Close()
 		}
@@ -489,9 +548,12 @@ func (s *Sink) begin(ctx context.Context, op sink.Op, st *scopeState, tok epochs
 // (nothing is sent while they run), then, under the scope's client-side
 // fence check, produces their records and the checkpoint record in one
 // Kafka transaction that also commits the offset past the batch with the
-// member's group metadata (KIP-447), and commits it. A refused offset
-// commit aborts the transaction and fails with a *GroupFencedError; an
-// effect's error sends nothing (*sink.EffectError).
+// member's group metadata (KIP-447), and commits it; the transaction may
+// be shared with other scopes' calls (the package doc's Group commit). A
+// refused offset commit of this tenure aborts the transaction and fails
+// with a *GroupFencedError; another tenure's refusal fails it with
+// ErrSharedAbort (a sink failure, to be retried); an effect's error sends
+// nothing (*sink.EffectError).
 func (s *Sink) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect sink.Effect[*Tx]) (sink.Result, error) {
 	if err := sink.CheckBatch(tok, b, effect, s.Features()); err != nil {
 		return sink.Result{}, err
@@ -527,84 +589,6 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect
 	return sink.Result{Applied: n - first, Skipped: first, NextOffset: last + 1}, nil
 }
 
-// commit is the fenced unit of Apply and DeadLetter: recs (and the
-// checkpoint record) produced and the offset to committed in one
-// transaction, after the client-side check. seen is the NextOffset the
-// effects ran from: a scope that moved since (a concurrent call of the
-// same tenure) is refused as a bad batch. It returns the produced
-// records, with their offsets.
-func (s *Sink) commit(ctx context.Context, op sink.Op, st *scopeState, tok epochs.Token, seen int64, recs []*kgo.Record, to int64) ([]*kgo.Record, error) {
-	var p *producer
-	select {
-	case p = <-s.producers:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { s.producers <- p }()
-	if p.cl == nil {
-		// A replacement whose start failed (the broker was still
-		// away): start it now.
-		if err := s.start(ctx, p); err != nil {
-			s.startFailed.Add(1)
-			return nil, err
-		}
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	next, err := s.begin(ctx, op, st, tok)
-	if err != nil {
-		return nil, err
-	}
-	if next != seen {
-		return nil, fmt.Errorf("%w: the scope's NextOffset moved from %d to %d while the effects ran (concurrent calls of one tenure)", sink.ErrBadBatch, seen, next)
-	}
-	scope := tok.Scope()
-	md, err := commitMetadata(tok, st.fence.TopicID)
-	if err != nil {
-		return nil, err
-	}
-	cpRec := &kgo.Record{Topic: s.cfg.CheckpointTopic, Key: []byte(scopeKey(scope)),
-		Value: []byte(tok.String() + " next=" + strconv.FormatInt(to, 10))}
-	all := append(recs[:len(recs):len(recs)], cpRec)
-	backoff := 10 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		member, gen, err := s.groupMeta(op, tok)
-		if err != nil {
-			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		err = s.transact(ctx, p, st, op, tok, member, gen, all, to, md)
-		if err == nil {
-			break
-		}
-		if cause, ok := producerBroken(err); ok {
-			s.replace(ctx, p, cause, err)
-			return nil, err
-		}
-		if !generationMoved(err) {
-			return nil, err
-		}
-		// The member is the group's, at a generation its client has
-		// not learned yet (a rebalance it takes part in): the same
-		// records again, at the generation the client then has.
-		s.log(slog.LevelWarn, "kafka sink: offset commit refused for the member's generation; trying again",
-			"token", tok.String(), "member", member, "generation", gen, "attempt", attempt, "err", err)
-		if attempt == maxGenerationRetries {
-			return nil, fmt.Errorf("%w (member %q, generation %d, %d attempts): %w", ErrRebalancing, member, gen, attempt, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, errors.Join(err, ctx.Err())
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 500*time.Millisecond)
-	}
-	st.fence.NextOffset = to
-	return recs, nil
-}
-
 // testBeforeOffsetCommit, if set (by this package's tests only), runs in
 // every transaction between its records and its offset commit.
 var testBeforeOffsetCommit func()
@@ -625,66 +609,6 @@ const maxGenerationRetries = 8
 // It is not ErrFenced: nothing was committed, and the call may be retried
 // (the consumer does, as a sink failure).
 var ErrRebalancing = errors.New("kafka sink: the group is rebalancing: the coordinator refused the member's generation")
-
-// transact is one attempt of commit: a transaction producing all and
-// committing offset to as member at gen, ended with a commit, or aborted.
-func (s *Sink) transact(ctx context.Context, p *producer, st *scopeState, op sink.Op, tok epochs.Token, member string, gen int32,
-	all []*kgo.Record, to int64, md string) error {
-	scope := tok.Scope()
-	if err := p.cl.BeginTransaction(); err != nil {
-		return fmt.Errorf("%w: %w", errNoBegin, err)
-	}
-	fail := func(err error) error {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.TransactionTimeout)
-		defer cancel()
-		aerr := p.cl.EndTransaction(actx, kgo.TryAbort)
-		s.log(slog.LevelWarn, "kafka sink: transaction aborted", "token", tok.String(), "transactional_id", p.txnID,
-			"records", len(all), "offset", to, "err", err, "abort_err", aerr)
-		if aerr != nil {
-			st.uncertain = true
-			return errors.Join(err, fmt.Errorf("%w: abort: %w", errNotEnded, aerr))
-		}
-		return err
-	}
-	p.pid, p.epoch, p.touched = -1, -1, nil
-	if id, epoch, err := p.cl.ProducerID(ctx); err == nil {
-		p.pid, p.epoch = id, epoch
-	}
-	perr := p.cl.ProduceSync(ctx, all...).FirstErr()
-	p.touched = map[string][]int32{}
-	for _, r := range all {
-		if r.Partition >= 0 && !slices.Contains(p.touched[r.Topic], r.Partition) {
-			p.touched[r.Topic] = append(p.touched[r.Topic], r.Partition)
-		}
-	}
-	if perr != nil {
-		return fail(fmt.Errorf("kafka sink: produce %d records in the transaction: %w", len(all), perr))
-	}
-	if testBeforeOffsetCommit != nil {
-		testBeforeOffsetCommit()
-	}
-	if err := txnOffsetCommit(ctx, p.cl, p.txnID, !s.implicitOffsets, s.group(scope), member, gen, scope.Topic, scope.Partition, to, md); err != nil {
-		if groupFencing(err) {
-			err = &GroupFencedError{Op: op, Offered: tok, Member: member, Generation: gen, Err: err}
-		}
-		return fail(err)
-	}
-	if testBeforeEndTxn != nil {
-		testBeforeEndTxn()
-	}
-	// The commit's outcome may be unknown if it fails: the next call
-	// reads the committed offset first.
-	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.TransactionTimeout)
-	defer cancel()
-	if err := p.cl.EndTransaction(ectx, kgo.TryCommit); err != nil {
-		st.uncertain = true
-		if aerr := p.cl.EndTransaction(ectx, kgo.TryAbort); aerr != nil {
-			err = errors.Join(err, fmt.Errorf("%w: abort: %w", errNotEnded, aerr))
-		}
-		return fmt.Errorf("kafka sink: commit the transaction of %s: %w", tok, err)
-	}
-	return nil
-}
 
 // DeadLetter produces rec to the dead-letter topic (its key, value and
 // headers, and headers naming the original topic, partition, offset,
@@ -835,9 +759,16 @@ func (s *Sink) replace(ctx context.Context, p *producer, cause string, err error
 	s.allMu.Lock()
 	old := p.cl
 	p.cl = nil
+	closed := s.closed
 	s.allMu.Unlock()
 	if old != nil {
 		old.Close()
+	}
+	if closed {
+		// Close ends the Sink: nothing to replace p for.
+		s.log(slog.LevelWarn, "kafka sink: transactional producer failed at Close, not replaced",
+			"transactional_id", p.txnID, "cause", cause, "err", err)
+		return
 	}
 	oldID := p.txnID
 	p.txnID = s.newTxnID()
@@ -948,10 +879,19 @@ type Stats struct {
 	// initialize their transactional ID; the next commit that draws one
 	// tries again (and fails as a sink failure if it cannot).
 	StartsFailed int64
+	// Transactions counts the transactions begun (committed or not).
+	Transactions int64
+	// SharedCalls counts the calls (Apply, DeadLetter) that were in a
+	// transaction with at least one other call, once per attempt.
+	SharedCalls int64
+	// Lingered counts the times a committer waited (Config.Linger) for
+	// the calls of other active scopes before it began a transaction.
+	Lingered int64
 }
 
 // Stats returns the Sink's counters.
 func (s *Sink) Stats() Stats {
 	return Stats{ProducersReplaced: s.replaced.Load(), AbortMarkers: s.abortMarkers.Load(),
-		AbortsFailed: s.abortFailed.Load(), StartsFailed: s.startFailed.Load()}
+		AbortsFailed: s.abortFailed.Load(), StartsFailed: s.startFailed.Load(),
+		Transactions: s.txns.Load(), SharedCalls: s.shared.Load(), Lingered: s.q.lingered.Load()}
 }

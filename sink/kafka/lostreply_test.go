@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -27,22 +28,39 @@ import (
 // uncertain, and the retry reads the committed offset first, which the
 // landed transaction moved past the batch (red without the uncertain
 // mark: the retry produces the batch's record again). kfake only: the
-// control is kfake's.
+// control is kfake's. In "shared", the Applies of two scopes share the
+// transaction whose reply is lost: both scopes are marked uncertain, and
+// neither retry produces anything (red if only one call's scope is
+// marked).
 func TestEndTxnReplyLost(t *testing.T) {
+	t.Run("one", func(t *testing.T) { endTxnReplyLost(t, 1) })
+	t.Run("shared", func(t *testing.T) { endTxnReplyLost(t, 2) })
+}
+
+func endTxnReplyLost(t *testing.T, scopes int) {
 	b := newFake(t)
 	ctx := t.Context()
 	tp := b.sinkTopics(t)
-	in := b.topic(t, "in", 1, nil)
+	in := b.topic(t, "in", int32(scopes), nil)
 	s := b.newSink(t, tp, func(c *kafka.Config) {
 		c.ClientFenceOnly, c.Producers, c.TransactionTimeout = true, 1, 2*time.Second
 	})
-	tok := epochs.Token{Group: "wr-kafkasink-lostreply-" + b.sfx, Topic: in, Partition: 0, Epoch: 1, Member: "m"}
-	if _, err := s.Claim(ctx, tok, sink.Observed{}); err != nil {
-		t.Fatal(err)
+	toks := make([]epochs.Token, scopes)
+	outs := make([]string, scopes)
+	for i := range toks {
+		toks[i] = epochs.Token{Group: "wr-kafkasink-lostreply-" + b.sfx, Topic: in, Partition: int32(i), Epoch: 1, Member: "m"}
+		outs[i] = tp.out
+		if i > 0 {
+			outs[i] = b.topic(t, "out-"+strconv.Itoa(i), 1, nil)
+		}
+		if _, err := s.Claim(ctx, toks[i], sink.Observed{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Apply(ctx, toks[i], sink.Batch{Offsets: []int64{0}}, produceEffect(outs[i], []int64{0}, "first")); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}}, produceEffect(tp.out, []int64{0}, "first")); err != nil {
-		t.Fatal(err)
-	}
+	before := s.Stats()
 
 	side := b.client(t)
 	var (
@@ -83,7 +101,14 @@ func TestEndTxnReplyLost(t *testing.T) {
 		return nil, errors.New("the reply is lost"), true // closes the producer's connection
 	})
 
-	_, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{1}}, produceEffect(tp.out, []int64{1}, "lost-reply"))
+	errs := make([]error, scopes)
+	calls := make([]func(), scopes)
+	for i, tok := range toks {
+		calls[i] = func() {
+			_, errs[i] = s.Apply(ctx, tok, sink.Batch{Offsets: []int64{1}}, produceEffect(outs[i], []int64{1}, "lost-reply"))
+		}
+	}
+	together(t, s, calls...)
 	mu.Lock()
 	cutting = false
 	n, ok, lerr := cuts, committed, landed
@@ -91,24 +116,32 @@ func TestEndTxnReplyLost(t *testing.T) {
 	if n == 0 || !ok {
 		t.Fatalf("the control cut %d EndTxn replies and committed %v (%v): the fault did not happen", n, ok, lerr)
 	}
-	if err == nil || errors.Is(err, sink.ErrFenced) {
-		t.Fatalf("Apply whose EndTxn reply was lost: %v, want an error that is not sink.ErrFenced", err)
+	if st := s.Stats(); st.Transactions-before.Transactions != 1 || (scopes > 1 && st.SharedCalls-before.SharedCalls != int64(scopes)) {
+		t.Fatalf("the Applies took %d transactions, %d calls shared; want 1 (shared by all %d)",
+			st.Transactions-before.Transactions, st.SharedCalls-before.SharedCalls, scopes)
 	}
-	t.Logf("the first Apply (%d EndTxn replies cut): %v", n, err)
-	if got := outputsOf(t, b, tp.out); len(got[1]) != 1 {
-		t.Fatalf("input 1's outputs after the lost reply: %q, want the one the landed transaction committed", got[1])
+	for i, err := range errs {
+		if err == nil || errors.Is(err, sink.ErrFenced) {
+			t.Fatalf("Apply of %s whose EndTxn reply was lost: %v, want an error that is not sink.ErrFenced", toks[i], err)
+		}
+		t.Logf("the first Apply of %s (%d EndTxn replies cut): %v", toks[i], n, err)
+		if got := outputsOf(t, b, outs[i]); len(got[1]) != 1 {
+			t.Fatalf("%s: input 1's outputs after the lost reply: %q, want the one the landed transaction committed", toks[i], got[1])
+		}
 	}
 
-	res, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{1}}, produceEffect(tp.out, []int64{1}, "retried"))
-	got := outputsOf(t, b, tp.out)
-	if err != nil || res.Applied != 0 || res.NextOffset != 2 {
-		t.Fatalf("the retried Apply = %+v, %v; want nothing applied, NextOffset 2; input 1's outputs: %q", res, err, got[1])
-	}
-	t.Logf("the retry: %+v", res)
-	if v := got[1]; len(v) != 1 || v[0] != "lost-reply" {
-		t.Fatalf("input 1: outputs %q, want exactly [lost-reply] (produced once)", v)
-	}
-	if v := got[0]; len(v) != 1 {
-		t.Fatalf("input 0: outputs %q, want one", v)
+	for i, tok := range toks {
+		res, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{1}}, produceEffect(outs[i], []int64{1}, "retried"))
+		got := outputsOf(t, b, outs[i])
+		if err != nil || res.Applied != 0 || res.NextOffset != 2 {
+			t.Fatalf("the retried Apply of %s = %+v, %v; want nothing applied, NextOffset 2; input 1's outputs: %q", tok, res, err, got[1])
+		}
+		t.Logf("the retry of %s: %+v", tok, res)
+		if v := got[1]; len(v) != 1 || v[0] != "lost-reply" {
+			t.Fatalf("%s: input 1: outputs %q, want exactly [lost-reply] (produced once)", tok, v)
+		}
+		if v := got[0]; len(v) != 1 {
+			t.Fatalf("%s: input 0: outputs %q, want one", tok, v)
+		}
 	}
 }
