@@ -142,7 +142,7 @@ func w2KafkaBatch(id string, maxBatch int) Workload {
 // w2Kafka is W2Kafka's run as row id at MaxBatch maxBatch of n records on
 // the topics tp.
 func w2Kafka(ctx context.Context, env *Env, id string, maxBatch, n int, note string, tp kafkaSinkTopics) (Result, error) {
-	name := fmt.Sprintf("worker, one output record per command, Kafka sink (a transaction per batch of %d), exactly once", maxBatch) + note
+	name := fmt.Sprintf("worker, one output record per command, Kafka sink (batches of %d, several partitions' batches a transaction), exactly once", maxBatch) + note
 	var (
 		s   *kafka.Sink
 		w   *consumer.Worker[*kafka.Tx]
@@ -192,8 +192,12 @@ func w2Kafka(ctx context.Context, env *Env, id string, maxBatch, n int, note str
 	r.Records = int(got)
 	if w != nil {
 		st := w.Stats()
-		r.Extra = fmt.Sprintf("%d transactions, %.0f records each, %d retried, first record handled after %s",
-			st.Batches, float64(st.Records)/float64(max(st.Batches, 1)), st.Retries, first.get())
+		r.Extra = fmt.Sprintf("%d batches, %.0f records each, %d retried", st.Batches, float64(st.Records)/float64(max(st.Batches, 1)), st.Retries)
+		if s != nil { // the group commit: batches of several partitions share a transaction
+			ss := s.Stats()
+			r.Extra += fmt.Sprintf(", %d transactions (%d batches shared one)", ss.Transactions, ss.SharedCalls)
+		}
+		r.Extra += fmt.Sprintf(", first record handled after %s", first.get())
 	}
 	return r, err
 }
