@@ -401,9 +401,10 @@ func (c Config) withDefaults() (Config, error) {
 // kafkaExcluded are the fault kinds that do not run on the Kafka sink,
 // and why.
 var kafkaExcluded = map[Kind]string{
-	BrokerRestart: "restarts the embedded broker from its data dir, which forgets the group's members: a worker that rejoins with a new " +
-		"member ID keeps partitions whose tenures the Kafka sink then fences (ErrMemberChanged), and they stay stopped until the next " +
-		"rebalance, past the 60 s wait for the workers (the sink's own stall, issue 43, is fixed)",
+	BrokerRestart: "restarts the embedded broker from its data dir, and kfake commits a transaction's records before it applies " +
+		"its offset commits: a kill between the two leaves outputs visible with the group's offsets behind them, and the checker " +
+		"reports their writer as stale (F; docs/chaos.md); the workers come back, and on Kafka nodes leader-kill, controller-kill " +
+		"and coordinator-restart run with this sink",
 	Resend: "counts the worker's skipped duplicates, and the Kafka sink has no dedupe window (the ledger decides a repeated ID once, " +
 		"as an applied record)",
 }
