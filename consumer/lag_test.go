@@ -135,7 +135,11 @@ func TestClosingWorkerReportsNoLag(t *testing.T) {
 // quotes them.
 func TestLeaveDuringJoinWaitsForTheJoin(t *testing.T) {
 	t.Parallel()
-	const session, rebalance = 500 * time.Millisecond, time.Second
+	// The rebalance timeout is well past the session: w1's join must be
+	// dropped at its session's end, before the rebalance times out and
+	// answers it (with 1 s, a rejoin sent late under -race was answered,
+	// and Close returned at once).
+	const session, rebalance = 500 * time.Millisecond, 3 * time.Second
 	c := newFakeCluster(t, 2)
 	start := func(name string, session time.Duration) *consumer.Worker[*memory.Tx] {
 		w, err := consumer.New(context.Background(), consumer.Config[*memory.Tx]{
