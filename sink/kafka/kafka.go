@@ -346,18 +346,7 @@ func (s *Sink) checkTopics(ctx context.Context) error {
 // ks.BindMember(worker.Member) right after consumer.New; claims made
 // before wait for it. A second call replaces the first. Not needed (and
 // ignored) with ClientFenceOnly.
-func (s *Sink) BindMember(member MemberFunc) {
-	if s.cfg.ClientFenceOnly || member == nil {
-		return
-	}
-	s.bindMu.Lock()
-	defer s.bindMu.Unlock()
-	first := s.member == nil && len(s.members) == 0
-	s.member = member
-	if first {
-		close(s.bound)
-	}
-}
+func (s *Sink) BindMember(member MemberFunc) { s.bind(nil, member) }
 
 // BindGroupMember is BindMember for the scopes of one consumer group
 // only: a Sink shared by the workers of several groups (one process, one
@@ -365,14 +354,22 @@ func (s *Sink) BindMember(member MemberFunc) {
 // carries one offset commit per group. A scope of a group bound here uses
 // this member, any other scope BindMember's. Not needed (and ignored)
 // with ClientFenceOnly.
-func (s *Sink) BindGroupMember(group string, member MemberFunc) {
+func (s *Sink) BindGroupMember(group string, member MemberFunc) { s.bind(&group, member) }
+
+// bind binds member to group's scopes, or to every other scope when
+// group is nil, and releases the claims that wait for a first member.
+func (s *Sink) bind(group *string, member MemberFunc) {
 	if s.cfg.ClientFenceOnly || member == nil {
 		return
 	}
 	s.bindMu.Lock()
 	defer s.bindMu.Unlock()
 	first := s.member == nil && len(s.members) == 0
-	s.members[group] = member
+	if group == nil {
+		s.member = member
+	} else {
+		s.members[*group] = member
+	}
 	if first {
 		close(s.bound)
 	}
