@@ -245,7 +245,11 @@ does (after the report).`,
 			if err != nil {
 				return err
 			}
-			defer cleanup()
+			defer func() {
+				if err := cleanup(); err != nil {
+					fmt.Fprintf(errOut, "%v\n", err)
+				}
+			}()
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,8 +40,15 @@ type Env struct {
 	cluster   *kfake.Cluster // the embedded broker's, nil with external brokers
 	fileJSONL string         // see commandFiles
 	fileKcat  string
-	payload   []byte // see payload
-	idPrefix  string // see CommandID
+	payload   []byte   // see payload
+	idPrefix  string   // see CommandID
+	drops     *dropLog // topics a row could not delete (see dropTopics)
+}
+
+// dropLog collects the deletions that failed; an Env's copies share it.
+type dropLog struct {
+	mu   sync.Mutex
+	errs []error
 }
 
 // Result is one workload's or baseline's measurement.

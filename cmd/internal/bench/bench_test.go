@@ -24,7 +24,11 @@ func TestWorkloadsCountEveryRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cleanup()
+	defer func() {
+		if err := cleanup(); err != nil {
+			t.Error(err)
+		}
+	}()
 	for _, w := range []struct {
 		id  string
 		run Workload
@@ -300,7 +304,11 @@ func benchEnv(b *testing.B) (*Env, context.Context) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(cleanup)
+	b.Cleanup(func() {
+		if err := cleanup(); err != nil {
+			b.Error(err)
+		}
+	})
 	return env, ctx
 }
 

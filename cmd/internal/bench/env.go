@@ -92,8 +92,10 @@ func (c SetupConfig) withDefaults() (SetupConfig, error) {
 // fresh topic of cfg.Partitions partitions and pre-loads it with
 // cfg.Records commands (see Command, each with its CommandID), partitioned with envelope.Partition and
 // encoded with envelope.Encode. The returned function closes everything Setup
-// started; call it even after an error-free run.
-func Setup(ctx context.Context, cfg SetupConfig) (*Env, func(), error) {
+// started, deletes the topic on external brokers, and returns every topic
+// the run created and could not delete (a row's or this one); call it even
+// after an error-free run.
+func Setup(ctx context.Context, cfg SetupConfig) (*Env, func() error, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, nil, err
@@ -115,6 +117,7 @@ func Setup(ctx context.Context, cfg SetupConfig) (*Env, func(), error) {
 		RedisURL:    cfg.RedisURL,
 		TempDir:     cfg.TempDir,
 		Worker:      cfg.Worker,
+		drops:       &dropLog{},
 	}
 	if env.TempDir == "" {
 		dir, err := os.MkdirTemp("", "workrouter-bench-")
@@ -138,11 +141,51 @@ func Setup(ctx context.Context, cfg SetupConfig) (*Env, func(), error) {
 		cleanup()
 		return nil, nil, err
 	}
+	if env.cluster == nil {
+		// The embedded broker's topics go with it; an external
+		// broker's stay unless deleted.
+		cleanups = append(cleanups, func() {
+			adm, err := kadm.NewOptClient(kgo.SeedBrokers(env.Brokers...))
+			if err != nil {
+				env.noteDrop(fmt.Errorf("bench: deleting topic %s: %w", env.Topic, err))
+				return
+			}
+			defer adm.Close()
+			dropTopics(env, adm, env.Topic)
+		})
+	}
 	if err := preload(ctx, env); err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	return env, cleanup, nil
+	return env, func() error {
+		cleanup()
+		env.drops.mu.Lock()
+		defer env.drops.mu.Unlock()
+		return errors.Join(env.drops.errs...)
+	}, nil
+}
+
+// dropTopics deletes topics, waiting at most 10 s, and notes on env any
+// it could not delete: Setup's cleanup returns them, so a run against a
+// shared broker says what it left behind.
+func dropTopics(env *Env, adm *kadm.Client, topics ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resps, err := adm.DeleteTopics(ctx, topics...)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		env.noteDrop(fmt.Errorf("bench: deleting topics %v: %w", topics, err))
+	}
+}
+
+// noteDrop records a failed deletion for Setup's cleanup to return.
+func (env *Env) noteDrop(err error) {
+	env.drops.mu.Lock()
+	defer env.drops.mu.Unlock()
+	env.drops.errs = append(env.drops.errs, err)
 }
 
 // Cluster returns the kfake cluster of env's embedded broker, or nil if

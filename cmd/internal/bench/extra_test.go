@@ -25,7 +25,7 @@ func extraEnv(t *testing.T, records int) (*Env, *broker.Broker) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	env := &Env{Brokers: []string{b.Addr()}, Topic: topic, Partitions: 12, Records: records, Keys: 500, Size: 100,
+	env := &Env{drops: &dropLog{}, Brokers: []string{b.Addr()}, Topic: topic, Partitions: 12, Records: records, Keys: 500, Size: 100,
 		PostgresDSN: os.Getenv("WORKROUTER_TEST_POSTGRES"), TempDir: t.TempDir()}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(env.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {

@@ -43,9 +43,7 @@ func newKafkaSinkTopics(ctx context.Context, env *Env, prefix string) (kafkaSink
 		return tp, nil, err
 	}
 	drop := func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		adm.DeleteTopics(dctx, tp.out, tp.checkpoint)
+		dropTopics(env, adm, tp.out, tp.checkpoint)
 		adm.Close()
 	}
 	compact := "compact"

@@ -57,9 +57,7 @@ func createTopic(ctx context.Context, env *Env, prefix string, partitions int32)
 		return "", nil, fmt.Errorf("creating topic %s: %w", topic, err)
 	}
 	return topic, func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		adm.DeleteTopics(dctx, topic)
+		dropTopics(env, adm, topic)
 		adm.Close()
 	}, nil
 }
