@@ -47,6 +47,7 @@ var ErrClosed = errors.New("netfault: link closed")
 const (
 	dropType  = "netfault_drop"
 	delayType = "netfault_delay"
+	resetType = "netfault_reset"
 )
 
 // counters are the byte counters of every link, by link ID: toxiproxy
@@ -87,7 +88,53 @@ func (t *dropToxic) Pipe(stub *toxics.ToxicStub) {
 	}
 }
 
-func (t *dropToxic) Cleanup(stub *toxics.ToxicStub) { stub.Close() }
+// Cleanup closes the stub, then drops what still reaches it until the
+// connection ends: toxiproxy (v2.5.0, link.go's RemoveToxic) does not
+// rewire the stub before a toxic whose Cleanup closed its stub, so that
+// stub goes on passing the client's bytes to this one's input, and with
+// nobody reading them its goroutine would wait forever. The drain ends
+// when the stub before closes that input, once the link's source ends:
+// closing this stub closes the connection.
+func (t *dropToxic) Cleanup(stub *toxics.ToxicStub) {
+	stub.Close()
+	c := countersOf(t.Link)
+	go func() {
+		for chunk := range stub.Input {
+			if chunk == nil {
+				return
+			}
+			c.dropped.Add(int64(len(chunk.Data)))
+		}
+	}()
+}
+
+// resetToxic closes its stub, which closes the link's connection, on the
+// first chunk, then drops every chunk that still comes until its input
+// ends: toxiproxy does not rewire the stub before a closed one, which
+// goes on passing the client's bytes here until the link's source ends.
+type resetToxic struct {
+	Link string `json:"link"`
+}
+
+func (t *resetToxic) Pipe(stub *toxics.ToxicStub) {
+	c := countersOf(t.Link)
+	select {
+	case <-stub.Interrupt:
+		return
+	case chunk := <-stub.Input:
+		stub.Close()
+		if chunk == nil {
+			return
+		}
+		c.dropped.Add(int64(len(chunk.Data)))
+	}
+	for chunk := range stub.Input {
+		if chunk == nil {
+			return
+		}
+		c.dropped.Add(int64(len(chunk.Data)))
+	}
+}
 
 // delayToxic passes every chunk on after Latency ± Jitter milliseconds,
 // counting the bytes it delayed.
@@ -138,6 +185,7 @@ func (t *delayToxic) Pipe(stub *toxics.ToxicStub) {
 func init() {
 	toxics.Register(dropType, new(dropToxic))
 	toxics.Register(delayType, new(delayToxic))
+	toxics.Register(resetType, new(resetToxic))
 }
 
 // Net is a set of links sharing one toxiproxy server (no API listener:
@@ -324,10 +372,14 @@ func (l *Link) Latency(latency, jitter time.Duration) error {
 	return l.add("latency_down", "downstream", delayType, attrs)
 }
 
-// ResetPeer resets (TCP RST) every connection of the link on the next
-// bytes its client sends, new connections included, until Heal.
+// ResetPeer closes every connection of the link on the next bytes its
+// client sends, new connections included, until Heal; those bytes and any
+// that follow are dropped. (A close, not an RST: toxiproxy's reset_peer
+// toxic sends an RST on connections opened while it is in place, but
+// leaves the goroutine of a connection that sends again after its reset
+// waiting forever.)
 func (l *Link) ResetPeer() error {
-	return l.add("reset_up", "upstream", "reset_peer", map[string]any{"timeout": 0})
+	return l.add("reset_up", "upstream", resetType, nil)
 }
 
 // Heal removes every fault; the connections a cut black-holed are closed.

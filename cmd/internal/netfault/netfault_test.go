@@ -6,11 +6,14 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/workrouter/workrouter/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -283,5 +286,67 @@ func TestLinks(t *testing.T) {
 	c3, r3 := dial(t, ls[1])
 	if got, err := roundTrip(c3, r3, "after\n", 5*time.Second); err != nil || got != "after\n" {
 		t.Fatalf("healed link: %q, %v", got, err)
+	}
+}
+
+// TestHealWhileSending heals a cut link while its client keeps sending:
+// toxiproxy removes a toxic whose Cleanup closes its stub without
+// rewiring the stub before it, so the bytes that arrive meanwhile have
+// nowhere to go. Once the connection is gone, no goroutine of the link
+// may be left waiting to pass them on (found by goleak after a demo
+// with --fault partition).
+func TestHealWhileSending(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	for i := range 5 {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			_, l := linkToEcho(t, "w1-broker")
+			c, _ := dial(t, l)
+			if err := l.Cut(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					if _, err := c.Write([]byte("x\n")); err != nil {
+						return
+					}
+				}
+			}()
+			testwait.For(t, 5*time.Second, "bytes dropped by the cut", func() bool { return l.Dropped() > 0 })
+			if err := l.Heal(); err != nil {
+				t.Fatal(err)
+			}
+			<-done // the heal closed the connection the client wrote on
+		})
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Fatalf("goroutines left after healing cut links under traffic and closing them: %v", err)
+	}
+}
+
+// TestResetWhileSending: a client that goes on sending after ResetPeer
+// closed its connection leaves no goroutine of the link behind.
+func TestResetWhileSending(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	for i := range 5 {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			_, l := linkToEcho(t, "w1-broker")
+			c, _ := dial(t, l)
+			if err := l.ResetPeer(); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				if _, err := c.Write([]byte("x\n")); err != nil {
+					break // the reset closed the connection
+				}
+			}
+			if l.Dropped() == 0 {
+				t.Fatal("Dropped() = 0: the reset dropped nothing")
+			}
+		})
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Fatalf("goroutines left after resetting links under traffic and closing them: %v", err)
 	}
 }
