@@ -1,6 +1,8 @@
 // Package netfault is the fault harness's network fault layer: a TCP proxy
 // per link (a worker and a broker address, a worker and its sink), run in
-// process with Shopify's toxiproxy as a library, whose traffic can be cut
+// process with Shopify's toxiproxy as a library (its toxics and the
+// chains that carry each connection's bytes through them; the listener
+// and the connections are this package's, see Link.accept), whose traffic can be cut
 // both ways, cut one way, slowed, or reset. A worker reaches its broker
 // and its sink only through its links' addresses (the harness gives it a
 // dial mapping and a sink address of the proxies), so that a cut is a cut
@@ -27,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +37,7 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/Shopify/toxiproxy/v2/stream"
 	"github.com/Shopify/toxiproxy/v2/toxics"
 	"github.com/rs/zerolog"
 )
@@ -215,11 +219,14 @@ func (n *Net) Link(name, upstream string) (*Link, error) {
 	}
 	n.seq++
 	id := "l" + strconv.Itoa(n.seq)
-	p := toxiproxy.NewProxy(n.srv, name, "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		return nil, fmt.Errorf("netfault: proxy %s to %s: %w", name, upstream, err)
 	}
-	l := &Link{name: name, upstream: upstream, id: id, p: p, c: countersOf(id)}
+	l := &Link{name: name, upstream: upstream, id: id, c: countersOf(id),
+		p: toxiproxy.NewProxy(n.srv, name, ln.Addr().String(), upstream), srv: n.srv,
+		ln: ln, conns: map[*destination]struct{}{}}
+	l.accepting.Go(l.accept)
 	n.links = append(n.links, l)
 	return l, nil
 }
@@ -325,8 +332,17 @@ func (ls Links) each(fault func(*Link) error) error {
 // called from any goroutine.
 type Link struct {
 	name, upstream, id string
-	p                  *toxiproxy.Proxy
-	c                  *linkCounters
+	// p holds the link's toxics; its connections are the link's own (see
+	// accept), so p is never started.
+	p   *toxiproxy.Proxy
+	srv *toxiproxy.ApiServer
+	c   *linkCounters
+
+	ln        net.Listener
+	accepting sync.WaitGroup // accept
+	connMu    sync.Mutex
+	conns     map[*destination]struct{} // both ends of each open connection
+	connsDone bool                      // Close began: no more tracking
 
 	mu     sync.Mutex
 	faults []string // the toxics in place, for String
@@ -410,8 +426,82 @@ func (l *Link) Close() {
 	}
 	l.closed = true
 	l.p.Toxics.ResetToxics(context.Background())
-	l.p.Stop()
+	l.ln.Close()
+	l.accepting.Wait()
+	l.connMu.Lock()
+	conns := l.conns
+	l.conns, l.connsDone = nil, true
+	l.connMu.Unlock()
+	for d := range conns {
+		d.Conn.Close()
+	}
 	counters.Delete(l.id)
+}
+
+// accept is the link's proxy, until Close closes its listener: each
+// client connection gets a connection to the upstream and a toxiproxy
+// link each way, which writes to a destination. (toxiproxy's own proxy
+// writes to the bare connections: once a write fails, nothing reads that
+// way's chain any more, and a toxic with bytes to pass on waits forever.)
+// A failed dial of the
+// upstream closes the client's connection at once, which the client sees
+// as the upstream refusing it.
+func (l *Link) accept() {
+	for {
+		client, err := l.ln.Accept()
+		if err != nil {
+			return // Close
+		}
+		upstream, err := net.DialTimeout("tcp", l.upstream, 10*time.Second)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		up, down := &destination{Conn: upstream, l: l}, &destination{Conn: client, l: l}
+		l.connMu.Lock()
+		if l.connsDone {
+			l.connMu.Unlock()
+			client.Close()
+			upstream.Close()
+			return
+		}
+		l.conns[up], l.conns[down] = struct{}{}, struct{}{}
+		l.connMu.Unlock()
+		name := client.RemoteAddr().String()
+		l.p.Toxics.StartLink(l.srv, name+"upstream", client, up, stream.Upstream)
+		l.p.Toxics.StartLink(l.srv, name+"downstream", upstream, down, stream.Downstream)
+	}
+}
+
+// destination is where one way of a connection writes: its first failed
+// write closes the connection, which ends the other way's reads and so
+// both ways' chains, and every later write succeeds without sending, so
+// that the chain drains until it ends instead of waiting for a reader
+// that is gone. Only the way's writer calls Write.
+type destination struct {
+	net.Conn
+	l      *Link
+	failed bool
+}
+
+func (d *destination) Write(p []byte) (int, error) {
+	if d.failed {
+		return len(p), nil
+	}
+	if _, err := d.Conn.Write(p); err != nil {
+		d.failed = true
+		d.Conn.Close()
+	}
+	return len(p), nil
+}
+
+// Close closes the connection and forgets it: the way's writer calls it
+// when its chain ends.
+func (d *destination) Close() error {
+	d.l.connMu.Lock()
+	delete(d.l.conns, d)
+	d.l.connMu.Unlock()
+	return d.Conn.Close()
 }
 
 // add puts a toxic of type typ on the stream ("upstream": client to

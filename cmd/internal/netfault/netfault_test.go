@@ -350,3 +350,60 @@ func TestResetWhileSending(t *testing.T) {
 		t.Fatalf("goroutines left after resetting links under traffic and closing them: %v", err)
 	}
 }
+
+// TestClientGoneWhileStreaming: the upstream streams to a client that
+// resets its connection. The link's write to the client fails with bytes
+// still coming; they must drain (toxiproxy's own proxy stops reading that
+// way's chain at its first failed write, and the toxic holding the next
+// bytes waits forever), the upstream's connection must end, and no
+// goroutine of the link may be left.
+func TestClientGoneWhileStreaming(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	for i := range 5 {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			ended := make(chan struct{})
+			go func() {
+				defer close(ended)
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					if _, err := c.Write(buf); err != nil {
+						return // the link closed the connection
+					}
+				}
+			}()
+			n := New()
+			defer n.Close()
+			l, err := n.Link("w1-broker", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := net.Dial("tcp", l.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, make([]byte, 64<<10)); err != nil {
+				t.Fatal(err)
+			}
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close() // a reset, the upstream still streaming
+			select {
+			case <-ended:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the upstream's connection still open 10 s after its client reset the link's")
+			}
+		})
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Fatalf("goroutines left after clients reset their connections while the upstream streamed: %v", err)
+	}
+}
