@@ -101,15 +101,19 @@ func (t *dropToxic) Pipe(stub *toxics.ToxicStub) {
 // closing this stub closes the connection.
 func (t *dropToxic) Cleanup(stub *toxics.ToxicStub) {
 	stub.Close()
-	c := countersOf(t.Link)
-	go func() {
-		for chunk := range stub.Input {
-			if chunk == nil {
-				return
-			}
-			c.dropped.Add(int64(len(chunk.Data)))
+	go dropUntilEnd(stub, countersOf(t.Link))
+}
+
+// dropUntilEnd drops and counts every chunk that reaches a closed stub
+// until its input ends (the stub before closes it once the link's source
+// ends).
+func dropUntilEnd(stub *toxics.ToxicStub, c *linkCounters) {
+	for chunk := range stub.Input {
+		if chunk == nil {
+			return
 		}
-	}()
+		c.dropped.Add(int64(len(chunk.Data)))
+	}
 }
 
 // resetToxic closes its stub, which closes the link's connection, on the
@@ -132,12 +136,7 @@ func (t *resetToxic) Pipe(stub *toxics.ToxicStub) {
 		}
 		c.dropped.Add(int64(len(chunk.Data)))
 	}
-	for chunk := range stub.Input {
-		if chunk == nil {
-			return
-		}
-		c.dropped.Add(int64(len(chunk.Data)))
-	}
+	dropUntilEnd(stub, c)
 }
 
 // delayToxic passes every chunk on after Latency ± Jitter milliseconds,
