@@ -531,6 +531,15 @@ func (r *run) markEnded(w *cluster.Worker) {
 // takeover watches call it.
 func (r *run) logf(format string, args ...any) { r.tl.Logf(format, args...) }
 
+// reportRefused logs the connections the links of n closed because
+// dialling their upstream failed (what the clients saw as a refusal), if
+// any.
+func (r *run) reportRefused(what string, n *netfault.Net) {
+	if k, last := n.Refused(); k > 0 {
+		r.logf("network fault layer: %s closed %d connections whose upstream could not be dialled (last: %v)", what, k, last)
+	}
+}
+
 // useCluster creates the run's topic on Config.Brokers.
 func (r *run) useCluster() error {
 	r.brokers = r.cfg.Brokers
@@ -637,6 +646,7 @@ func (r *run) run() error {
 		defer func() {
 			r.stopAll()
 			r.net.Close()
+			r.reportRefused("the workers' links", r.net)
 		}()
 	}
 	where := "external cluster"

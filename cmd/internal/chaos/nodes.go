@@ -218,7 +218,10 @@ func (r *run) startKafka(dir string) (func(), error) {
 		// Every path to a node through a proxy of the harness's.
 		r.nodeNet = newNodeLinks()
 		kcfg.Links = r.nodeNet.link
-		closeLinks = r.nodeNet.net.Close
+		closeLinks = func() {
+			r.nodeNet.net.Close()
+			r.reportRefused("the Kafka nodes' links", r.nodeNet.net)
+		}
 	}
 	c, err := kafkacluster.Start(r.ctx, kcfg)
 	if err != nil {

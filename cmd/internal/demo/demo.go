@@ -648,5 +648,8 @@ func (d *run) stopAll() {
 	cluster.StopAll(d.workers, 15*time.Second)
 	if d.net != nil {
 		d.net.Close()
+		if k, last := d.net.Refused(); k > 0 {
+			d.logf("network fault layer: w1's links closed %d connections whose upstream could not be dialled (last: %v)", k, last)
+		}
 	}
 }

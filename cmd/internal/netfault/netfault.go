@@ -62,6 +62,7 @@ var counters sync.Map // string → *linkCounters
 type linkCounters struct {
 	dropped atomic.Int64
 	delayed atomic.Int64
+	refused atomic.Int64 // connections closed because the upstream dial failed
 }
 
 func countersOf(id string) *linkCounters {
@@ -230,11 +231,32 @@ func (n *Net) Link(name, upstream string) (*Link, error) {
 	return l, nil
 }
 
+// Refused is how many client connections the links closed so far
+// because dialing their upstream failed, and the last such dial's error
+// (nil if none): what the client saw as its peer refusing it.
+func (n *Net) Refused() (int64, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var (
+		total int64
+		last  error
+		at    time.Time
+	)
+	for _, l := range n.links {
+		k, err, when := l.refusal()
+		total += k
+		if err != nil && when.After(at) {
+			last, at = err, when
+		}
+	}
+	return total, last
+}
+
 // Close closes every link.
 func (n *Net) Close() {
 	n.mu.Lock()
-	links := n.links
-	n.links, n.closed = nil, true
+	links := n.links // kept: Refused still counts them
+	n.closed = true
 	n.mu.Unlock()
 	for _, l := range links {
 		l.Close()
@@ -346,6 +368,10 @@ type Link struct {
 	mu     sync.Mutex
 	faults []string // the toxics in place, for String
 	closed bool
+
+	refusedMu sync.Mutex
+	lastDial  error // the last failed dial of the upstream
+	lastAt    time.Time
 }
 
 // Name is the link's name.
@@ -362,6 +388,17 @@ func (l *Link) Dropped() int64 { return l.c.dropped.Load() }
 
 // Delayed is how many bytes the link's latency delayed so far, both ways.
 func (l *Link) Delayed() int64 { return l.c.delayed.Load() }
+
+// Refused is how many client connections the link closed so far because
+// dialing its upstream failed.
+func (l *Link) Refused() int64 { return l.c.refused.Load() }
+
+// refusal is Refused, with the last failed dial's error and its time.
+func (l *Link) refusal() (int64, error, time.Time) {
+	l.refusedMu.Lock()
+	defer l.refusedMu.Unlock()
+	return l.c.refused.Load(), l.lastDial, l.lastAt
+}
 
 // Cut black-holes the link both ways: every byte sent either way on an
 // open or a new connection is dropped, and no connection is closed, until
@@ -442,9 +479,9 @@ func (l *Link) Close() {
 // link each way, which writes to a destination. (toxiproxy's own proxy
 // writes to the bare connections: once a write fails, nothing reads that
 // way's chain any more, and a toxic with bytes to pass on waits forever.)
-// A failed dial of the
-// upstream closes the client's connection at once, which the client sees
-// as the upstream refusing it.
+// A failed dial of the upstream closes the client's connection at once,
+// which the client sees as the upstream refusing it; it is counted, with
+// its error (Refused).
 func (l *Link) accept() {
 	for {
 		client, err := l.ln.Accept()
@@ -453,6 +490,10 @@ func (l *Link) accept() {
 		}
 		upstream, err := net.DialTimeout("tcp", l.upstream, 10*time.Second)
 		if err != nil {
+			l.refusedMu.Lock()
+			l.c.refused.Add(1)
+			l.lastDial, l.lastAt = fmt.Errorf("netfault: link %s: %w", l.name, err), time.Now()
+			l.refusedMu.Unlock()
 			client.Close()
 			continue
 		}

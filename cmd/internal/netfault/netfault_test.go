@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -244,6 +245,42 @@ func TestClosed(t *testing.T) {
 	}
 	if _, err := n.Link("w2", e.ln.Addr().String()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Link after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestRefusedCounted: a connection whose upstream cannot be dialled is
+// closed at once, and counted with the dial's error, also after Close.
+func TestRefusedCounted(t *testing.T) {
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := gone.Addr().String()
+	gone.Close() // nothing listens there now
+	n := New()
+	t.Cleanup(func() { n.Close() })
+	l, err := n.Link("w1", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		c, err := net.Dial("tcp", l.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if k, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("connection %d through a link whose upstream refuses: read %d bytes, %v; want EOF", i, k, err)
+		}
+		c.Close()
+	}
+	n.Close()
+	k, last := n.Refused()
+	if k != 2 || l.Refused() != 2 {
+		t.Fatalf("refused %d (link %d), want 2", k, l.Refused())
+	}
+	if last == nil || !strings.Contains(last.Error(), "w1") || !strings.Contains(last.Error(), "refused") {
+		t.Fatalf("last refusal %v, want the link's name and the dial's error", last)
 	}
 }
 
