@@ -154,14 +154,14 @@ func TestLeaveDuringJoinWaitsForTheJoin(t *testing.T) {
 		return w
 	}
 	// stable reports whether c's group is stable with exactly the
-	// members of these client IDs.
+	// members of these client IDs (one admin client for every poll).
 	stable := func(c *cluster, want ...string) func() bool {
+		adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(adm.Close)
 		return func() bool {
-			adm, err := kadm.NewOptClient(kgo.SeedBrokers(c.ListenAddrs()...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer adm.Close()
 			gs, err := adm.DescribeGroups(context.Background(), c.group)
 			if err != nil {
 				return false
