@@ -131,9 +131,14 @@ func unpackUUID(u []byte) string {
 	return string(b[:])
 }
 
-// Decode returns the offsets and IDs data, encoded with first, holds. It
-// fails with an error matching ErrCorrupt for data Encode did not return.
-// It may be called from any goroutine.
+// Decode returns the offsets and IDs data, encoded with first, holds. Its
+// check is structural, not canonical: it fails with an error matching
+// ErrCorrupt for data it cannot parse (a cut varint, an ID longer than
+// what is left, a front-coded ID with no ID before it or a prefix longer
+// than that ID), and accepts some data Encode would not write (varints
+// longer than needed, a UUID stored as text, offsets out of order); what
+// it returns then is what the data spells. The sinks decode only rows
+// they wrote. It may be called from any goroutine.
 func Decode(first int64, data []byte) (offs []int64, ids []string, err error) {
 	for len(data) > 0 {
 		d, n := binary.Uvarint(data)
