@@ -92,7 +92,7 @@ func (f *fencesFlags) addCommon(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.sink, "sink", "", "the sink: "+sinkSpecHelp+" (required)")
 	fl.BoolVar(&f.asJSON, "json", false, "print JSON instead of a table")
-	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the sink")
+	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the sink (and for the brokers or the --store, where the command reaches them)")
 }
 
 // openFenceSink validates --sink and --timeout and opens the sink.
