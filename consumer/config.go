@@ -179,10 +179,15 @@ type Config[Tx any] struct {
 	// records) is full; then the partition's fetching pauses. At most
 	// MaxKeyConcurrency.
 	KeyConcurrency int
-	// MaxBatch is the most records applied in one sink Apply; default 256.
+	// MaxBatch is the most records applied in one sink Apply; default the
+	// sink's preference (sink.Features.PreferredBatch; 2048 for package
+	// sink/kafka), else 256.
 	MaxBatch int
 	// QueueSize is how many fetched records a partition may buffer before
-	// its fetching is paused (it resumes at half); default 32×MaxBatch.
+	// its fetching is paused (it resumes at half); default 32×MaxBatch, or
+	// 32×256 when MaxBatch is left to the sink's preference (whose larger
+	// batches would otherwise have a worker buffer far ahead of what it
+	// applies), and never below MaxBatch.
 	// A queue may exceed it by one fetch of its partition (at most kgo's
 	// FetchMaxPartitionBytes, 1 MiB by default). Pausing is what keeps one
 	// slow partition from stalling the others, but a resumed partition
@@ -337,11 +342,15 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 		return out, fmt.Errorf("%w: KeyConcurrency %d needs a sink with a checkpoint with gaps (sink.Features.Gaps), and %T declares none: %w; use KeyConcurrency 1",
 			ErrConfig, out.KeyConcurrency, out.Sink, sink.ErrUnsupported)
 	}
+	queue := 32 * out.MaxBatch // QueueSize's default: of MaxBatch as given
 	if out.MaxBatch == 0 {
-		out.MaxBatch = 256
+		out.MaxBatch, queue = 256, 32*256
+		if b := out.Sink.Features().PreferredBatch; b > 0 {
+			out.MaxBatch = b
+		}
 	}
 	if out.QueueSize == 0 {
-		out.QueueSize = 32 * out.MaxBatch
+		out.QueueSize = queue
 	}
 	if out.QueueSize < out.MaxBatch {
 		out.QueueSize = out.MaxBatch

@@ -96,3 +96,6 @@ func TenureSignalsOf[Tx any](w *Worker[Tx], p int32) (TenureSignals, bool) {
 // logging observer reports it at ERROR. It exists in this package's tests
 // only.
 const TopicMissingErrorAfter = topicMissingErrorAfter
+
+// Defaults returns c with its defaults filled in, as New uses it.
+func Defaults[Tx any](c Config[Tx]) (Config[Tx], error) { return c.withDefaults() }

@@ -292,7 +292,8 @@ type workerOpts struct {
 	// LagInterval.
 	registerer  prometheus.Registerer
 	lagInterval time.Duration
-	// maxBatch and queueSize set Config.MaxBatch (default 64) and QueueSize.
+	// maxBatch and queueSize set Config.MaxBatch (default 64; -1 leaves it
+	// zero: the sink's preference, else 256) and QueueSize.
 	maxBatch, queueSize int
 	// keyConcurrency sets Config.KeyConcurrency.
 	keyConcurrency int
@@ -315,8 +316,11 @@ func startWorker(t *testing.T, c *cluster, s *memory.Sink, o workerOpts) *consum
 	if o.group == "" {
 		o.group = c.group
 	}
-	if o.maxBatch == 0 {
+	switch {
+	case o.maxBatch == 0:
 		o.maxBatch = 64
+	case o.maxBatch < 0:
+		o.maxBatch = 0
 	}
 	lg := testLogger(t)
 	if lg != nil {

@@ -109,6 +109,12 @@ type Features struct {
 	Gaps bool
 	// DeadLetters says that the sink stores dead letters (DeadLetter).
 	DeadLetters bool
+	// PreferredBatch, if above zero, is the most records the sink would
+	// like in one Apply: a consumer whose MaxBatch is left zero uses it
+	// (a sink whose atomic unit has a high fixed cost, a Kafka
+	// transaction, wants fewer, larger batches). It is a preference, not
+	// a limit: a sink applies any batch it is given.
+	PreferredBatch int
 }
 
 // ErrUnsupported is matched by the error of a call that needs a feature
