@@ -116,7 +116,8 @@ then runs each workload and its baseline in this process:
   B3-kafka/W2-kafka consume-transform-produce, exactly once, one output
      record per command, over the first 300,000 commands: franz-go's
      GroupTransactSession (a transaction per poll) and the worker on the
-     Kafka sink (a transaction per batch of 256; W2-kafka-b4096: 4096)
+     Kafka sink (batches of the sink's preferred 2,048, several partitions'
+     batches a transaction; W2-kafka-b4096: 4,096)
 
 B5 and W8 send the same commands as W4 (the pre-loaded count of them: key,
 workrouter-type header, 100-byte payload), from files written before the

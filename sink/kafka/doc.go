@@ -93,6 +93,12 @@
 // Sink serving two groups: BindGroupMember). Stats counts the
 // transactions, the calls that shared one and the lingers.
 //
+// A partition's batches are still one round each (its next batch waits
+// for its last one's commit), so the sink declares a preferred batch
+// (sink.Features.PreferredBatch = PreferredBatch, 2048 records): a
+// consumer.Worker whose MaxBatch is left zero applies up to that many
+// records in one Apply, where the SQL sinks get 256.
+//
 // # Transactional IDs: per member, not per partition or per tenure
 //
 // Each producer of a Sink has a transactional ID of its own (the prefix,

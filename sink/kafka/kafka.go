@@ -422,10 +422,17 @@ func (s *Sink) Close() {
 	})
 }
 
+// PreferredBatch is the sink's sink.Features.PreferredBatch: the MaxBatch
+// of a consumer that leaves it zero. A transaction costs several round
+// trips to the brokers whatever its size, and a partition's next batch
+// waits for its last one's commit, so the batch is what amortizes them.
+const PreferredBatch = 2048
+
 // Features declares dead letters when a dead-letter topic is configured;
-// no dedupe window and no gaps (see the package doc).
+// no dedupe window and no gaps (see the package doc); and a preferred
+// batch of PreferredBatch records.
 func (s *Sink) Features() sink.Features {
-	return sink.Features{DeadLetters: s.cfg.DeadLetterTopic != ""}
+	return sink.Features{DeadLetters: s.cfg.DeadLetterTopic != "", PreferredBatch: PreferredBatch}
 }
 
 func (s *Sink) state(scope epochs.Scope) *scopeState {

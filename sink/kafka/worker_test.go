@@ -32,8 +32,8 @@ func TestSameCommandTwiceTwoOutputs(t *testing.T) {
 		tp := b.sinkTopics(t)
 		group := "wr-kafkasink-worker-" + b.sfx
 		s := b.newSink(t, tp, nil)
-		if f := s.Features(); f.DedupeWindow != 0 || f.Gaps || !f.DeadLetters {
-			t.Fatalf("Features = %+v, want dead letters only", f)
+		if f := s.Features(); f.DedupeWindow != 0 || f.Gaps || !f.DeadLetters || f.PreferredBatch != kafka.PreferredBatch {
+			t.Fatalf("Features = %+v, want dead letters and a preferred batch of %d only", f, kafka.PreferredBatch)
 		}
 		tok := epochs.Token{Group: group, Topic: in, Partition: 0, Epoch: 1, Member: "m"}
 		if _, err := s.Apply(ctx, tok, sink.Batch{Offsets: []int64{0}, IDs: []string{"x"}}, produceEffect(tp.out, []int64{0}, "x")); !errors.Is(err, sink.ErrUnsupported) {

@@ -107,7 +107,8 @@ func waitLeaders(ctx context.Context, adm *kadm.Client, topics ...string) error 
 }
 
 // W2Kafka is consume-transform-produce, exactly once, through workrouter:
-// a consumer.Worker (MaxBatch 256, the default) on the sink/kafka Sink
+// a consumer.Worker (MaxBatch left zero: the sink's preferred batch,
+// kafka.PreferredBatch) on the sink/kafka Sink
 // (its default 4 transactional producers), whose handler produces one
 // record per command to an output topic of env.Partitions partitions
 // (the command's key and payload, its ID in a header). Each batch is one
@@ -116,7 +117,7 @@ func waitLeaders(ctx context.Context, adm *kadm.Client, topics ...string) error 
 // worker's start to the n-th record applied, that is committed, over at
 // most KafkaSinkMaxRecords records. Its baseline is B3Kafka.
 func W2Kafka(ctx context.Context, env *Env) (Result, error) {
-	return w2KafkaBatch("W2-kafka", sqlMaxBatch)(ctx, env)
+	return w2KafkaBatch("W2-kafka", 0)(ctx, env)
 }
 
 // KafkaSinkBigBatch is the MaxBatch of W2-kafka-b4096, W2-kafka with
@@ -124,7 +125,8 @@ func W2Kafka(ctx context.Context, env *Env) (Result, error) {
 // target) shows how much of kafka_sink_vs_gts is the transactions' count.
 const KafkaSinkBigBatch = 4096
 
-// w2KafkaBatch returns W2Kafka as row id at MaxBatch maxBatch.
+// w2KafkaBatch returns W2Kafka as row id at MaxBatch maxBatch (0: left
+// to the sink's preference).
 func w2KafkaBatch(id string, maxBatch int) Workload {
 	return func(ctx context.Context, env *Env) (Result, error) {
 		n, note := capRecords(env, KafkaSinkMaxRecords)
@@ -140,7 +142,11 @@ func w2KafkaBatch(id string, maxBatch int) Workload {
 // w2Kafka is W2Kafka's run as row id at MaxBatch maxBatch of n records on
 // the topics tp.
 func w2Kafka(ctx context.Context, env *Env, id string, maxBatch, n int, note string, tp kafkaSinkTopics) (Result, error) {
-	name := fmt.Sprintf("worker, one output record per command, Kafka sink (batches of %d, several partitions' batches a transaction), exactly once", maxBatch) + note
+	batches := fmt.Sprintf("batches of %d", maxBatch)
+	if maxBatch == 0 {
+		batches = fmt.Sprintf("batches of %d, the sink's preference", kafka.PreferredBatch)
+	}
+	name := fmt.Sprintf("worker, one output record per command, Kafka sink (%s, several partitions' batches a transaction), exactly once", batches) + note
 	var (
 		s   *kafka.Sink
 		w   *consumer.Worker[*kafka.Tx]
