@@ -64,7 +64,7 @@ func TestWorkerRefusesBadFlagsBeforeOpening(t *testing.T) {
 		{[]string{"--session-timeout", "1ms"}, "--session-timeout must be between 100ms and"},
 		{[]string{"--rebalance-timeout", "10ms"}, "--rebalance-timeout must be between 100ms and"},
 		{[]string{"--heartbeat-interval", "20s"}, "--heartbeat-interval 20s must be shorter than --session-timeout 10s"},
-		{[]string{"--max-batch", "0"}, "--max-batch must be at least 1"},
+		{[]string{"--max-batch", "-1"}, "--max-batch must not be negative (0: the sink's preference), got -1"},
 		{[]string{"--key-concurrency", "1025"}, "--key-concurrency must be at most 1024, got 1025"},
 		{[]string{"--metrics-addr", "nohostport"}, `--metrics-addr "nohostport"`},
 		{[]string{"--dlq-compression", "brotli"}, `--dlq-compression "brotli": want none, gzip, snappy, lz4 or zstd`},

@@ -172,7 +172,7 @@ func AddWorkerFlags(fl *pflag.FlagSet, f *WorkerFlags) {
 	fl.StringVar(&f.sink, "sink", "sqlite:workrouter.db", "fenced sink: sqlite:PATH, postgres://…, redis://… or kafka://[HOST:PORT,…][?events-topic=…&checkpoint-topic=…&dead-letter-topic=…] (Redis and Kafka: the ledger only; Kafka without hosts: the cluster of --brokers)")
 	fl.StringVar(&f.protocol, "protocol", "cooperative", "group protocol: cooperative or kip848")
 	fl.StringVar(&f.clientID, "client-id", "", "this member's client id (default: workrouter-<host>-<pid>-<8 random hex digits>, which differs per process even in containers that share a host name and PID)")
-	fl.IntVar(&f.maxBatch, "max-batch", 256, "most records applied in one sink transaction")
+	fl.IntVar(&f.maxBatch, "max-batch", 0, "most records applied in one sink transaction (0: the sink's preference, 2048 for kafka://, 256 for the others)")
 	fl.IntVar(&f.keyConcurrency, "key-concurrency", 1, "lanes per partition: records of different keys are applied concurrently, each key in offset order, through the sink's checkpoint with gaps (1: one batch at a time, the partition in offset order; see docs/operating.md#key-concurrency)")
 	fl.DurationVar(&f.sessionTimeout, "session-timeout", 10*time.Second, "group session timeout")
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", time.Second, "group heartbeat interval")
@@ -253,8 +253,8 @@ func checkGroupFlags(f WorkerFlags) error {
 		return fmt.Errorf("--heartbeat-interval %s must be shorter than --session-timeout %s, or the member is expired between two heartbeats", f.heartbeatInterval, f.sessionTimeout)
 	case f.revokeTimeout < 0:
 		return fmt.Errorf("--revoke-timeout must not be negative, got %s", f.revokeTimeout)
-	case f.maxBatch < 1:
-		return fmt.Errorf("--max-batch must be at least 1, got %d", f.maxBatch)
+	case f.maxBatch < 0:
+		return fmt.Errorf("--max-batch must not be negative (0: the sink's preference), got %d", f.maxBatch)
 	case len(f.clientID) > 256:
 		return fmt.Errorf("--client-id is %d bytes, at most 256", len(f.clientID))
 	}
