@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -342,15 +343,11 @@ func (c *Config[Tx]) withDefaults() (Config[Tx], error) {
 		return out, fmt.Errorf("%w: KeyConcurrency %d needs a sink with a checkpoint with gaps (sink.Features.Gaps), and %T declares none: %w; use KeyConcurrency 1",
 			ErrConfig, out.KeyConcurrency, out.Sink, sink.ErrUnsupported)
 	}
-	queue := 32 * out.MaxBatch // QueueSize's default: of MaxBatch as given
-	if out.MaxBatch == 0 {
-		out.MaxBatch, queue = 256, 32*256
-		if b := out.Sink.Features().PreferredBatch; b > 0 {
-			out.MaxBatch = b
-		}
+	if out.QueueSize == 0 { // of MaxBatch as given, not the sink's preference
+		out.QueueSize = 32 * cmp.Or(out.MaxBatch, 256)
 	}
-	if out.QueueSize == 0 {
-		out.QueueSize = queue
+	if out.MaxBatch == 0 {
+		out.MaxBatch = cmp.Or(max(out.Sink.Features().PreferredBatch, 0), 256)
 	}
 	if out.QueueSize < out.MaxBatch {
 		out.QueueSize = out.MaxBatch
