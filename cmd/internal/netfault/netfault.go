@@ -62,7 +62,6 @@ var counters sync.Map // string → *linkCounters
 type linkCounters struct {
 	dropped atomic.Int64
 	delayed atomic.Int64
-	refused atomic.Int64 // connections closed because the upstream dial failed
 }
 
 func countersOf(id string) *linkCounters {
@@ -370,8 +369,9 @@ type Link struct {
 	closed bool
 
 	refusedMu sync.Mutex
-	lastDial  error // the last failed dial of the upstream
-	lastAt    time.Time
+	refused   int64     // connections closed because the upstream dial failed
+	lastDial  error     // the last failed dial of the upstream
+	lastAt    time.Time // when
 }
 
 // Name is the link's name.
@@ -391,13 +391,16 @@ func (l *Link) Delayed() int64 { return l.c.delayed.Load() }
 
 // Refused is how many client connections the link closed so far because
 // dialing its upstream failed.
-func (l *Link) Refused() int64 { return l.c.refused.Load() }
+func (l *Link) Refused() int64 {
+	k, _, _ := l.refusal()
+	return k
+}
 
 // refusal is Refused, with the last failed dial's error and its time.
 func (l *Link) refusal() (int64, error, time.Time) {
 	l.refusedMu.Lock()
 	defer l.refusedMu.Unlock()
-	return l.c.refused.Load(), l.lastDial, l.lastAt
+	return l.refused, l.lastDial, l.lastAt
 }
 
 // Cut black-holes the link both ways: every byte sent either way on an
@@ -491,7 +494,7 @@ func (l *Link) accept() {
 		upstream, err := net.DialTimeout("tcp", l.upstream, 10*time.Second)
 		if err != nil {
 			l.refusedMu.Lock()
-			l.c.refused.Add(1)
+			l.refused++
 			l.lastDial, l.lastAt = fmt.Errorf("netfault: link %s: %w", l.name, err), time.Now()
 			l.refusedMu.Unlock()
 			client.Close()
