@@ -91,7 +91,9 @@
 // the same terms. TestGroupCommitStaleMember shows a stale tenure
 // sharing a transaction with a live one of another group's member (one
 // Sink serving two groups: BindGroupMember). Stats counts the
-// transactions, the calls that shared one and the lingers.
+// transactions, the calls that shared one and the lingers, and sums
+// where the transactions' time went (produce, offset commits, EndTxn)
+// and how long the calls waited for their results.
 //
 // A partition's batches are still one round each (its next batch waits
 // for its last one's commit), so the sink declares a preferred batch

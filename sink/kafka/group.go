@@ -250,9 +250,12 @@ func (q *queue) release(batch []*call) {
 // a transaction waits for its end.
 func (s *Sink) commit(ctx context.Context, op sink.Op, st *scopeState, tok epochs.Token, seen int64, recs []*kgo.Record, to int64) ([]*kgo.Record, error) {
 	c := &call{ctx: ctx, op: op, st: st, tok: tok, seen: seen, recs: recs, to: to, done: make(chan error, 1)}
+	queued := time.Now()
 	if !s.q.push(c) {
 		return nil, errClosed()
 	}
+	s.calls.Add(1)
+	defer addSince(&s.callNs, queued)
 	var err error
 	select {
 	case err = <-c.done:
@@ -459,7 +462,9 @@ func (s *Sink) transact(ctx context.Context, p *producer, in []*call) (refused m
 	fail := func(err error) error {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.TransactionTimeout)
 		defer cancel()
+		ended := time.Now()
 		aerr := p.cl.EndTransaction(actx, kgo.TryAbort)
+		addSince(&s.endNs, ended)
 		s.log(slog.LevelWarn, "kafka sink: transaction aborted", "tokens", names, "transactional_id", p.txnID,
 			"records", len(all), "err", err, "abort_err", aerr)
 		if aerr != nil {
@@ -474,7 +479,9 @@ func (s *Sink) transact(ctx context.Context, p *producer, in []*call) (refused m
 	if id, epoch, err := p.cl.ProducerID(ctx); err == nil {
 		p.pid, p.epoch = id, epoch
 	}
+	produced := time.Now()
 	perr := p.cl.ProduceSync(ctx, all...).FirstErr()
+	addSince(&s.produceNs, produced)
 	p.touched = map[string][]int32{}
 	for _, r := range all {
 		if r.Partition >= 0 && !slices.Contains(p.touched[r.Topic], r.Partition) {
@@ -496,12 +503,14 @@ func (s *Sink) transact(ctx context.Context, p *producer, in []*call) (refused m
 		}
 		by[k] = append(by[k], c)
 	}
+	committed := time.Now()
 	for _, k := range keys {
 		offs := make([]offsetCommit, len(by[k]))
 		for i, c := range by[k] {
 			offs[i] = offsetCommit{topic: c.tok.Topic, partition: c.tok.Partition, offset: c.to, metadata: c.md}
 		}
 		if err := txnOffsetCommit(ctx, p.cl, p.txnID, !s.implicitOffsets, k.group, k.member, k.gen, offs); err != nil {
+			addSince(&s.offsetsNs, committed)
 			refused := map[*call]bool{}
 			for _, c := range by[k] {
 				refused[c] = true
@@ -509,6 +518,7 @@ func (s *Sink) transact(ctx context.Context, p *producer, in []*call) (refused m
 			return refused, fail(err)
 		}
 	}
+	addSince(&s.offsetsNs, committed)
 	if testBeforeEndTxn != nil {
 		testBeforeEndTxn()
 	}
@@ -516,6 +526,8 @@ func (s *Sink) transact(ctx context.Context, p *producer, in []*call) (refused m
 	// each scope reads the committed offset first.
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.TransactionTimeout)
 	defer cancel()
+	ended := time.Now()
+	defer addSince(&s.endNs, ended)
 	if err := p.cl.EndTransaction(ectx, kgo.TryCommit); err != nil {
 		for _, c := range in {
 			c.st.uncertain = true

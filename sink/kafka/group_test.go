@@ -295,25 +295,7 @@ func TestGroupCommitLinger(t *testing.T) {
 	if st := s.Stats(); st.Lingered != 0 || st.Transactions != 3 {
 		t.Fatalf("a lone scope's 3 Applies: %d transactions, %d lingered; want 3, none lingered", st.Transactions, st.Lingered)
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i, tok := range toks {
-		from := int64(0)
-		if i == 0 {
-			from = 3
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for o := from; o < from+10 && errs[i] == nil; o++ {
-				_, errs[i] = s.Apply(ctx, tok, sink.Batch{Offsets: offsets(o, o+1)}, produceEffect(outs[i], offsets(o, o+1), "side-by-side"))
-			}
-		}()
-	}
-	wg.Wait()
-	if errs[0] != nil || errs[1] != nil {
-		t.Fatalf("side by side: %v", errs)
-	}
+	applySideBySide(t, s, toks, []int64{3, 0}, 10, outs)
 	st := s.Stats()
 	if st.Lingered == 0 || st.SharedCalls == 0 {
 		t.Fatalf("two scopes side by side: %d transactions, %d lingered, %d calls shared; want some shared", st.Transactions, st.Lingered, st.SharedCalls)
@@ -368,5 +350,25 @@ func TestGroupCommitCancelQueued(t *testing.T) {
 	}
 	if st := s.Stats(); st.Transactions != 1 {
 		t.Fatalf("%d transactions, want 1", st.Transactions)
+	}
+}
+
+// applySideBySide runs, for each of toks at once, n Applies of one record
+// each from offset from[i] on, each producing its output to outs[i], and
+// fails t if any fails.
+func applySideBySide(t *testing.T, s *kafka.Sink, toks []epochs.Token, from []int64, n int64, outs []string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(toks))
+	for i, tok := range toks {
+		wg.Go(func() {
+			for o := from[i]; o < from[i]+n && errs[i] == nil; o++ {
+				_, errs[i] = s.Apply(t.Context(), tok, sink.Batch{Offsets: offsets(o, o+1)}, produceEffect(outs[i], offsets(o, o+1), "side-by-side"))
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("side by side: %v", err)
 	}
 }

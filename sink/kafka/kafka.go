@@ -142,6 +142,10 @@ type Sink struct {
 	wg        sync.WaitGroup
 
 	txns, shared atomic.Int64
+	// The time spent, summed (nanoseconds): each transaction's produce,
+	// offset commits and end (Stats); and each call's, from queued to
+	// its result, with the calls counted.
+	produceNs, offsetsNs, endNs, callNs, calls atomic.Int64
 
 	mu     sync.Mutex
 	scopes map[epochs.Scope]*scopeState
@@ -891,11 +895,36 @@ type Stats struct {
 	// Lingered counts the times a committer waited (Config.Linger) for
 	// the calls of other active scopes before it began a transaction.
 	Lingered int64
+
+	// Calls counts the calls (Apply, DeadLetter) queued for a
+	// transaction, and CallTime sums how long each waited for its
+	// result, from queued to answered: the queue, the linger and every
+	// transaction attempt it was in. A call's wait covers its
+	// transactions, so CallTime is at least ProduceTime +
+	// OffsetCommitTime + EndTime; CallTime/Calls against (ProduceTime +
+	// OffsetCommitTime + EndTime)/Transactions is how long a call waits
+	// beyond a transaction.
+	Calls    int64
+	CallTime time.Duration
+	// ProduceTime sums, over the transactions, the step that sends
+	// their records and waits for every acknowledgement;
+	// OffsetCommitTime the offset commits (TxnOffsetCommit, with
+	// AddOffsetsToTxn where the cluster needs it); EndTime the EndTxn
+	// requests (a commit, or an abort after a failed step).
+	ProduceTime      time.Duration
+	OffsetCommitTime time.Duration
+	EndTime          time.Duration
 }
 
 // Stats returns the Sink's counters.
 func (s *Sink) Stats() Stats {
 	return Stats{ProducersReplaced: s.replaced.Load(), AbortMarkers: s.abortMarkers.Load(),
 		AbortsFailed: s.abortFailed.Load(), StartsFailed: s.startFailed.Load(),
-		Transactions: s.txns.Load(), SharedCalls: s.shared.Load(), Lingered: s.q.lingered.Load()}
+		Transactions: s.txns.Load(), SharedCalls: s.shared.Load(), Lingered: s.q.lingered.Load(),
+		Calls: s.calls.Load(), CallTime: time.Duration(s.callNs.Load()),
+		ProduceTime: time.Duration(s.produceNs.Load()), OffsetCommitTime: time.Duration(s.offsetsNs.Load()),
+		EndTime: time.Duration(s.endNs.Load())}
 }
+
+// addSince adds the time since t, in nanoseconds, to a.
+func addSince(a *atomic.Int64, t time.Time) { a.Add(int64(time.Since(t))) }
