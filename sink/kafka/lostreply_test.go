@@ -114,7 +114,8 @@ func endTxnReplyLost(t *testing.T, scopes int) {
 	n, ok, lerr := cuts, committed, landed
 	mu.Unlock()
 	if n == 0 || !ok {
-		t.Fatalf("the control cut %d EndTxn replies and committed %v (%v): the fault did not happen", n, ok, lerr)
+		t.Fatalf("the control cut %d EndTxn replies and committed %v (%v): the fault did not happen; the Applies returned %v, the sink's stats went from %+v to %+v",
+			n, ok, lerr, errs, before, s.Stats())
 	}
 	if st := s.Stats(); st.Transactions-before.Transactions != 1 || (scopes > 1 && st.SharedCalls-before.SharedCalls != int64(scopes)) {
 		t.Fatalf("the Applies took %d transactions, %d calls shared; want 1 (shared by all %d)",
