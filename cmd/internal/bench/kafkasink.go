@@ -200,6 +200,16 @@ func w2Kafka(ctx context.Context, env *Env, id string, maxBatch, n int, note str
 		if s != nil { // the group commit: batches of several partitions share a transaction
 			ss := s.Stats()
 			r.Extra += fmt.Sprintf(", %d transactions (%d batches shared one)", ss.Transactions, ss.SharedCalls)
+			if ss.Transactions > 0 && ss.Calls > 0 {
+				// Where a transaction's time went, and how long a
+				// batch waited for its own.
+				per := func(d time.Duration, n int64) string {
+					return fmt.Sprintf("%.1f", float64(d)/float64(n)/float64(time.Millisecond))
+				}
+				r.Extra += fmt.Sprintf(", a transaction %s ms (produce %s, offset commit %s, end %s), a batch's commit waited %s ms",
+					per(ss.ProduceTime+ss.OffsetCommitTime+ss.EndTime, ss.Transactions), per(ss.ProduceTime, ss.Transactions),
+					per(ss.OffsetCommitTime, ss.Transactions), per(ss.EndTime, ss.Transactions), per(ss.CallTime, ss.Calls))
+			}
 		}
 		r.Extra += fmt.Sprintf(", first record handled after %s", first.get())
 	}
