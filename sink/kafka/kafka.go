@@ -898,12 +898,16 @@ type Stats struct {
 
 	// Calls counts the calls (Apply, DeadLetter) queued for a
 	// transaction, and CallTime sums how long each waited for its
-	// result, from queued to answered: the queue, the linger and every
-	// transaction attempt it was in. A call's wait covers its
-	// transactions, so CallTime is at least ProduceTime +
-	// OffsetCommitTime + EndTime; CallTime/Calls against (ProduceTime +
-	// OffsetCommitTime + EndTime)/Transactions is how long a call waits
-	// beyond a transaction.
+	// result, from queued to answered, whatever the result: the queue,
+	// the linger and every transaction attempt it was in. A call's wait
+	// covers the transactions it waited for, so once the calls have
+	// returned, none of them given up by its context while its
+	// transaction ran, CallTime is at least ProduceTime +
+	// OffsetCommitTime + EndTime (a snapshot taken while calls are in
+	// flight counts their transactions' finished steps, not yet their
+	// waits); CallTime/Calls against (ProduceTime + OffsetCommitTime +
+	// EndTime)/Transactions is how long a call waits beyond a
+	// transaction.
 	Calls    int64
 	CallTime time.Duration
 	// ProduceTime sums, over the transactions, the step that sends
