@@ -452,7 +452,11 @@ func (s *Sink) transact(ctx context.Context, p *producer, in []*call) (refused m
 		return nil, fmt.Errorf("%w: %w", errNoBegin, err)
 	}
 	s.txns.Add(1)
-	var all []*kgo.Record
+	k := 0
+	for _, c := range in {
+		k += len(c.all)
+	}
+	all := make([]*kgo.Record, 0, k)
 	toks := make([]string, len(in))
 	for i, c := range in {
 		all = append(all, c.all...)

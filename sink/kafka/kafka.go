@@ -584,7 +584,7 @@ func (s *Sink) Apply(ctx context.Context, tok epochs.Token, b sink.Batch, effect
 	if first == n {
 		return sink.Result{Skipped: n, NextOffset: next}, nil
 	}
-	tx := &Tx{s: s}
+	tx := newTx(s, n-first)
 	for i := first; i < n; i++ {
 		if err := effect(ctx, tx, i); err != nil {
 			return sink.Result{}, &sink.EffectError{Index: i, Offset: b.Offsets[i], Err: err, TxHealthy: true}

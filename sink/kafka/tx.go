@@ -34,6 +34,17 @@ type Record struct {
 type Tx struct {
 	s    *Sink
 	recs []*kgo.Record
+	// slab and hdrs are the memory of the records and their headers,
+	// taken in chunks: a chunk is never grown (recs points into it), a
+	// full one is left to the records it holds and a new one made.
+	slab []kgo.Record
+	hdrs []kgo.RecordHeader
+}
+
+// newTx returns the Tx of an Apply that expects about n records (one
+// per command).
+func newTx(s *Sink, n int) *Tx {
+	return &Tx{s: s, recs: make([]*kgo.Record, 0, n)}
 }
 
 // ErrBadRecord is matched by the error Produce returns for a record it
@@ -57,9 +68,20 @@ func (tx *Tx) Produce(ctx context.Context, r Record) error {
 	case tx.s.cfg.DeadLetterTopic:
 		return fmt.Errorf("%w: topic %q is the sink's dead-letter topic", ErrBadRecord, r.Topic)
 	}
-	kr := &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value}
-	for _, h := range r.Headers {
-		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	if len(tx.slab) == cap(tx.slab) {
+		tx.slab = make([]kgo.Record, 0, max(cap(tx.recs)-len(tx.recs), 16))
+	}
+	tx.slab = append(tx.slab, kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value})
+	kr := &tx.slab[len(tx.slab)-1]
+	if k := len(r.Headers); k > 0 {
+		if cap(tx.hdrs)-len(tx.hdrs) < k {
+			tx.hdrs = make([]kgo.RecordHeader, 0, max(k*(cap(tx.recs)-len(tx.recs)), k, 16))
+		}
+		at := len(tx.hdrs)
+		for _, h := range r.Headers {
+			tx.hdrs = append(tx.hdrs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		kr.Headers = tx.hdrs[at:len(tx.hdrs):len(tx.hdrs)]
 	}
 	tx.recs = append(tx.recs, kr)
 	return nil
