@@ -436,6 +436,36 @@ func (s *Sink) prepare(ctx context.Context, c *call) error {
 	return nil
 }
 
+// commitOffsets commits the offsets of in's calls in p's open
+// transaction: one TxnOffsetCommit per group, member and generation.
+// When the coordinator refuses one, it stops there, and refused holds
+// the calls that commit carried.
+func (s *Sink) commitOffsets(ctx context.Context, p *producer, in []*call) (refused map[*call]bool, err error) {
+	var keys []commitKey
+	by := map[commitKey][]*call{}
+	for _, c := range in {
+		k := commitKey{s.group(c.tok.Scope()), c.member, c.gen}
+		if _, ok := by[k]; !ok {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], c)
+	}
+	for _, k := range keys {
+		offs := make([]offsetCommit, len(by[k]))
+		for i, c := range by[k] {
+			offs[i] = offsetCommit{topic: c.tok.Topic, partition: c.tok.Partition, offset: c.to, metadata: c.md}
+		}
+		if err := txnOffsetCommit(ctx, p.cl, p.txnID, !s.implicitOffsets, k.group, k.member, k.gen, offs); err != nil {
+			refused := map[*call]bool{}
+			for _, c := range by[k] {
+				refused[c] = true
+			}
+			return refused, err
+		}
+	}
+	return nil, nil
+}
+
 // commitKey is what one TxnOffsetCommit carries besides the offsets.
 type commitKey struct {
 	group, member string
@@ -498,31 +528,12 @@ func (s *Sink) transact(ctx context.Context, p *producer, in []*call) (refused m
 	if testBeforeOffsetCommit != nil {
 		testBeforeOffsetCommit()
 	}
-	var keys []commitKey
-	by := map[commitKey][]*call{}
-	for _, c := range in {
-		k := commitKey{s.group(c.tok.Scope()), c.member, c.gen}
-		if _, ok := by[k]; !ok {
-			keys = append(keys, k)
-		}
-		by[k] = append(by[k], c)
-	}
 	committed := time.Now()
-	for _, k := range keys {
-		offs := make([]offsetCommit, len(by[k]))
-		for i, c := range by[k] {
-			offs[i] = offsetCommit{topic: c.tok.Topic, partition: c.tok.Partition, offset: c.to, metadata: c.md}
-		}
-		if err := txnOffsetCommit(ctx, p.cl, p.txnID, !s.implicitOffsets, k.group, k.member, k.gen, offs); err != nil {
-			addSince(&s.offsetsNs, committed)
-			refused := map[*call]bool{}
-			for _, c := range by[k] {
-				refused[c] = true
-			}
-			return refused, fail(err)
-		}
-	}
+	refused, err = s.commitOffsets(ctx, p, in)
 	addSince(&s.offsetsNs, committed)
+	if err != nil {
+		return refused, fail(err)
+	}
 	if testBeforeEndTxn != nil {
 		testBeforeEndTxn()
 	}
