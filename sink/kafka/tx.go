@@ -35,8 +35,8 @@ type Tx struct {
 	s    *Sink
 	recs []*kgo.Record
 	// slab and hdrs are the memory of the records and their headers,
-	// taken in chunks: a chunk is never grown (recs points into it), a
-	// full one is left to the records it holds and a new one made.
+	// taken in chunks (take): a chunk is never grown, recs points into
+	// it.
 	slab []kgo.Record
 	hdrs []kgo.RecordHeader
 }
@@ -45,6 +45,19 @@ type Tx struct {
 // per command).
 func newTx(s *Sink, n int) *Tx {
 	return &Tx{s: s, recs: make([]*kgo.Record, 0, n)}
+}
+
+// take returns n elements of *chunk, their capacity n (appending to them
+// never reaches the next ones), and moves *chunk past them; a chunk too
+// short is left to the elements already taken from it and a new one of
+// max(n, hint, 16) made.
+func take[T any](chunk *[]T, n, hint int) []T {
+	if cap(*chunk)-len(*chunk) < n {
+		*chunk = make([]T, 0, max(n, hint, 16))
+	}
+	at := len(*chunk)
+	*chunk = (*chunk)[:at+n]
+	return (*chunk)[at : at+n : at+n]
 }
 
 // ErrBadRecord is matched by the error Produce returns for a record it
@@ -68,20 +81,14 @@ func (tx *Tx) Produce(ctx context.Context, r Record) error {
 	case tx.s.cfg.DeadLetterTopic:
 		return fmt.Errorf("%w: topic %q is the sink's dead-letter topic", ErrBadRecord, r.Topic)
 	}
-	if len(tx.slab) == cap(tx.slab) {
-		tx.slab = make([]kgo.Record, 0, max(cap(tx.recs)-len(tx.recs), 16))
-	}
-	tx.slab = append(tx.slab, kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value})
-	kr := &tx.slab[len(tx.slab)-1]
-	if k := len(r.Headers); k > 0 {
-		if cap(tx.hdrs)-len(tx.hdrs) < k {
-			tx.hdrs = make([]kgo.RecordHeader, 0, max(k*(cap(tx.recs)-len(tx.recs)), k, 16))
+	left := cap(tx.recs) - len(tx.recs) // records still expected
+	kr := &take(&tx.slab, 1, left)[0]
+	*kr = kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value}
+	if len(r.Headers) > 0 {
+		kr.Headers = take(&tx.hdrs, len(r.Headers), len(r.Headers)*left)
+		for i, h := range r.Headers {
+			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 		}
-		at := len(tx.hdrs)
-		for _, h := range r.Headers {
-			tx.hdrs = append(tx.hdrs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-		}
-		kr.Headers = tx.hdrs[at:len(tx.hdrs):len(tx.hdrs)]
 	}
 	tx.recs = append(tx.recs, kr)
 	return nil
