@@ -531,7 +531,12 @@ func TestResetUnderLiveTenure(t *testing.T) {
 	produce(t, c, partitions, keys, 5, 6)
 	testwait.For(t, 30*time.Second, "the worker to claim again and apply past the reset", func() bool {
 		fs, _ := s.Fences(ctx)
-		return len(fs) == 1 && fs[0].Holder.Member == r.Fence.Holder.Member && fs[0].NextOffset == int64(len(keys)*6)
+		// The Applied event is emitted after the sink's Apply returns:
+		// wait for it too, not only for the fence that Apply moved.
+		mu.Lock()
+		reported := len(firsts) > 0
+		mu.Unlock()
+		return reported && len(fs) == 1 && fs[0].Holder.Member == r.Fence.Holder.Member && fs[0].NextOffset == int64(len(keys)*6)
 	})
 	mu.Lock()
 	defer mu.Unlock()
