@@ -192,7 +192,7 @@ type Config[Tx any] struct {
 	// A queue may exceed it by one fetch of its partition (at most kgo's
 	// FetchMaxPartitionBytes, 1 MiB by default). Pausing is what keeps one
 	// slow partition from stalling the others, but a resumed partition
-	// waits for the broker's in-flight fetch (up to 200ms when the other
+	// waits for the broker's in-flight fetch (up to 25ms when the other
 	// partitions are caught up), so a queue smaller than a fetch makes a
 	// fast handler wait on every fetch (docs/performance.md measures the
 	// cost of a small queue).

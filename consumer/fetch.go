@@ -11,10 +11,15 @@ import (
 
 // fetchMaxWait bounds how long the broker may hold a fetch open waiting for
 // data. A partition whose queue filled up is paused and later resumed; a
-// resumed partition joins only the next fetch request, so with kgo's default
-// (5s) it could sit idle behind a long poll on partitions that are caught
-// up. ClientOpts can override it.
-const fetchMaxWait = 200 * time.Millisecond
+// resumed partition joins only the next fetch request, so it sits idle
+// behind a long poll on partitions that are caught up, for as long as the
+// broker holds that poll (kgo's default: 5s). At the end of a backlog that
+// wait comes at every resume of every partition still behind, and whatever
+// of it exceeds the time the partition takes to apply the half queue it
+// kept is time the partition does nothing (docs/performance.md, "the fetch
+// wait"). The price is an idle worker's fetch requests: one per broker per
+// wait. ClientOpts can override it (kgo.FetchMaxWait).
+const fetchMaxWait = 25 * time.Millisecond
 
 // pollLoop takes whole fetches and hands each partition's records to its
 // tenure's queue (docs/design.md#protocol, fetch). Records of partitions
