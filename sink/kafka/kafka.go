@@ -180,9 +180,10 @@ type scopeState struct {
 }
 
 // New connects to the brokers, checks that the topics exist, and starts
-// the producers (each initializes its transactional ID). The Sink fences
-// with the broker from the first BindMember (unless ClientFenceOnly);
-// claims wait for it.
+// the producers, all at once (each initializes its transactional ID); if
+// one cannot start, New closes the others and returns its error. The
+// Sink fences with the broker from the first BindMember (unless
+// ClientFenceOnly); claims wait for it.
 func New(ctx context.Context, cfg Config) (*Sink, error) {
 	switch {
 	case len(cfg.Brokers) == 0:
@@ -241,11 +242,20 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 		return nil, err
 	}
 	s.implicitOffsets = implicitOffsets(ctx, s.admin)
+	// The producers start at once: each InitProducerId is a round trip
+	// to its transaction coordinator, and a sink waits for all of them.
 	for range cfg.Producers {
-		p := &producer{txnID: s.newTxnID()}
-		s.all = append(s.all, p)
-		if err := s.start(ctx, p); err != nil {
-			s.Close()
+		s.all = append(s.all, &producer{txnID: s.newTxnID()})
+	}
+	errs := make([]error, len(s.all))
+	var wg sync.WaitGroup
+	for i, p := range s.all {
+		wg.Go(func() { errs[i] = s.start(ctx, p) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			s.Close() // closes the producers that started
 			return nil, err
 		}
 	}
