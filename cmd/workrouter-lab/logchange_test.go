@@ -104,6 +104,13 @@ func TestTopicRecreatedUnderWorkers(t *testing.T) {
 		w1, w2 := w.start("w1"), w.start("w2")
 		w.produce(200)
 		w.waitAllApplied(60 * time.Second)
+		// Each worker must hold partitions of the old log before it goes:
+		// a worker that holds none when the topic is recreated has no
+		// partitions of it to stop (TopicRecreated is not its event), and
+		// w1 alone may apply the 200 commands before w2 has joined.
+		testwait.For(t, 60*time.Second, "both workers to hold partitions of the old log", func() bool {
+			return w1.Count("claimed") > 0 && w2.Count("claimed") > 0
+		})
 		before := w.postings()
 
 		adm := w.admin()
