@@ -98,7 +98,11 @@ type Config struct {
 
 	// ClientOpts are extra franz-go options for the sink's clients (TLS,
 	// SASL, a dialer). Options that undo the transaction are not checked:
-	// do not pass a transactional ID or a group.
+	// do not pass a transactional ID or a group. They come after the
+	// sink's own client defaults, which they may override: a metadata
+	// min age of 100ms (kgo.MetadataMinAge; kgo's default is 5s), so that
+	// a produce the broker refused with a retriable error is retried
+	// within about 100ms.
 	ClientOpts []kgo.Opt
 }
 
@@ -223,7 +227,8 @@ func New(ctx context.Context, cfg Config) (*Sink, error) {
 	versions := kversion.Stable()
 	versions.SetMaxKeyVersion(kmsg.TxnOffsetCommit.Int16(), 5)
 	versions.SetMaxKeyVersion(kmsg.OffsetFetch.Int16(), 9)
-	base := slices.Clip(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.MaxVersions(versions)}, cfg.ClientOpts...))
+	base := slices.Clip(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.MaxVersions(versions),
+		kgo.MetadataMinAge(metadataMinAge)}, cfg.ClientOpts...))
 	s := &Sink{cfg: cfg, bound: make(chan struct{}), scopes: map[epochs.Scope]*scopeState{},
 		base: base, idBase: cfg.TransactionalID + "-" + suffix + "-", members: map[string]MemberFunc{}}
 	s.q.init()
@@ -301,6 +306,20 @@ func (s *Sink) log(level slog.Level, msg string, args ...any) {
 		s.cfg.Logger.Log(context.Background(), level, msg, args...)
 	}
 }
+
+// metadataMinAge is the least time between two metadata requests of
+// each of the Sink's clients (Config.ClientOpts may override it). kgo retries a batch the broker refused with a retriable
+// error (NOT_ENOUGH_REPLICAS, a leader that moved) only after a metadata
+// refresh, and waits for this age since the last one: at kgo's default
+// (5s) every such refusal held the transaction, and the partitions whose
+// calls it carried, for up to 5s. Apache Kafka refuses a transaction's
+// produce this way whenever it cannot yet verify that the partition is in
+// the transaction (KIP-890; its ReplicaManager reports the coordinator's
+// CONCURRENT_TRANSACTIONS as NOT_ENOUGH_REPLICAS), which happens in normal
+// operation. 100ms is the Java producer's retry.backoff.ms. The price is at
+// most a metadata request per client per 100ms while a broker keeps
+// refusing.
+const metadataMinAge = 100 * time.Millisecond
 
 // producerOpts are the options of a transactional producer with ID id.
 func (s *Sink) producerOpts(id string) []kgo.Opt {
