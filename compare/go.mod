@@ -6,8 +6,8 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
-	github.com/workrouter/workrouter v0.0.0-20261207223710-d7686caf374e
-	github.com/workrouter/workrouter/examples v0.0.0-20261207223710-d7686caf374e
+	github.com/workrouter/workrouter v0.0.0-20261208011131-2a8b9446f0d7
+	github.com/workrouter/workrouter/examples v0.0.0-20261208011131-2a8b9446f0d7
 )
 
 require (

@@ -3,7 +3,7 @@ module github.com/workrouter/workrouter/deploy
 go 1.26.0
 
 require (
-	github.com/workrouter/workrouter v0.0.0-20261207223710-d7686caf374e
+	github.com/workrouter/workrouter v0.0.0-20261208011131-2a8b9446f0d7
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	sigs.k8s.io/yaml v1.6.0

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/workrouter/workrouter v0.0.0-20261207223710-d7686caf374e
+	github.com/workrouter/workrouter v0.0.0-20261208011131-2a8b9446f0d7
 	go.uber.org/goleak v1.3.0
 )
 

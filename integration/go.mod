@@ -9,7 +9,7 @@ require (
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
-	github.com/workrouter/workrouter v0.0.0-20261207223710-d7686caf374e
+	github.com/workrouter/workrouter v0.0.0-20261208011131-2a8b9446f0d7
 )
 
 require (
